@@ -1,0 +1,107 @@
+// Package jit verifies eBPF programs and compiles them to PTX that can be
+// spliced into CUDA kernels. A reference interpreter (package interp) gives
+// the same semantics on machines without a GPU.
+//
+// The helper ABI and the map type numbers follow bpftime's GPU support, so
+// that its GPU programs compile unmodified. Our own helpers start at id 600
+// and our own map types at 1600.
+package jit
+
+import "fmt"
+
+// HelperID is the immediate of a BPF_CALL instruction that calls a helper.
+type HelperID int32
+
+// Helpers of the GPU ABI (bpftime-compatible, DESIGN §4).
+const (
+	HelperMapLookupElem     HelperID = 1   // void *(map, key)
+	HelperMapUpdateElem     HelperID = 2   // long (map, key, value, flags)
+	HelperMapDeleteElem     HelperID = 3   // long (map, key)
+	HelperTracePrintk       HelperID = 6   // long (fmt, fmt_size, ...): host call
+	HelperGetCurrentPidTgid HelperID = 14  // u64 (): the application's tgid<<32 | pid
+	HelperPerfEventOutput   HelperID = 25  // long (ctx, map, flags, data, size): GPU ring buffer
+	HelperPuts              HelperID = 501 // long (str): host call
+	HelperGetGlobalTimer    HelperID = 502 // u64 (): %globaltimer, ns
+	HelperGetBlockIdx       HelperID = 503 // long (u64 *x, u64 *y, u64 *z): %ctaid
+	HelperGetBlockDim       HelperID = 504 // long (u64 *x, u64 *y, u64 *z): %ntid
+	HelperGetThreadIdx      HelperID = 505 // long (u64 *x, u64 *y, u64 *z): %tid
+	HelperGPUMembar         HelperID = 506 // long (): membar.sys
+	HelperExit              HelperID = 507 // void (): end this thread's kernel
+	HelperGetGridDim        HelperID = 508 // long (u64 *x, u64 *y, u64 *z): %nctaid
+	HelperGetSMID           HelperID = 509 // u64 (): %smid
+	HelperGetWarpID         HelperID = 510 // u64 (): %warpid
+	HelperGetLaneID         HelperID = 511 // u64 (): %laneid
+
+	// Our warp-level helpers: they aggregate over the lanes that are active
+	// at the call, so a probe can write one record per warp instead of 32.
+	HelperWarpIsLeader    HelperID = 600 // u64 (): 1 in the lowest active lane, else 0
+	HelperWarpSumU64      HelperID = 601 // u64 (u64 v): sum of v over active lanes
+	HelperWarpMinU64      HelperID = 602 // u64 (u64 v): minimum over active lanes
+	HelperWarpMaxU64      HelperID = 603 // u64 (u64 v): maximum over active lanes
+	HelperWarpActiveCount HelperID = 604 // u64 (): number of active lanes
+	HelperWarpActiveMask  HelperID = 605 // u64 (): activemask of the warp
+	HelperGetLaunchID     HelperID = 606 // u64 (): id of the current launch (0 if unknown)
+)
+
+// MapType is the type number of a map definition (bpftime's numbering for GPU
+// maps; Linux's for the rest).
+type MapType uint32
+
+// Map types understood by the compiler.
+const (
+	MapTypeHash           MapType = 1    // BPF_MAP_TYPE_HASH: host path
+	MapTypeArray          MapType = 2    // BPF_MAP_TYPE_ARRAY: host path
+	MapTypePerThreadArray MapType = 1502 // one value per GPU thread per key, inline on the GPU
+	MapTypeGPUArray       MapType = 1503 // array shared by all GPU threads, inline on the GPU
+	MapTypeGPURingbuf     MapType = 1527 // GPU ring buffer, written by perf_event_output
+	MapTypePerWarpArray   MapType = 1600 // one value per warp per key, inline on the GPU (ours)
+)
+
+// ProbeKind says where in a CUDA kernel a GPU program runs.
+type ProbeKind int
+
+// Probe kinds, from the ELF section name.
+const (
+	ProbeUnknown    ProbeKind = iota
+	ProbeEntry                // kprobe/<kernel>: at kernel entry
+	ProbeExit                 // kretprobe/<kernel>: before every ret/exit
+	ProbeMemCapture           // kprobe/__memcapture: after each ld/st.global
+	ProbeUprobe               // uprobe/...: a host program, loaded into Linux
+	ProbeUretprobe            // uretprobe/...: a host program, loaded into Linux
+)
+
+// String names the probe kind as in section names.
+func (k ProbeKind) String() string {
+	switch k {
+	case ProbeEntry:
+		return "entry"
+	case ProbeExit:
+		return "exit"
+	case ProbeMemCapture:
+		return "memcapture"
+	case ProbeUprobe:
+		return "uprobe"
+	case ProbeUretprobe:
+		return "uretprobe"
+	}
+	return fmt.Sprintf("ProbeKind(%d)", int(k))
+}
+
+// StackSize is the size of the eBPF stack in bytes.
+const StackSize = 512
+
+// LoopBudget is how many backward jumps one run of a program may take. The
+// verifier accepts loops; the compiler and the interpreter count backward
+// jumps and end the program (r0 = 0) when the budget is spent, so a probe
+// can never hang the kernel it runs in.
+const LoopBudget = 1 << 16
+
+// Memory-capture context (r1 of a kprobe/__memcapture program), 16 bytes:
+//
+//	offset 0  u64 addr   global address accessed
+//	offset 8  u32 size   bytes accessed
+//	offset 12 u32 flags  MemCtxStore if the access is a store
+const (
+	MemCtxSize  = 16
+	MemCtxStore = 1
+)
