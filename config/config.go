@@ -1,0 +1,167 @@
+// Package config is the configuration of the gpuprobe receiver (component
+// type "gpuprobe"): the agent socket that CUDA applications connect to, the
+// GPU programs to attach, kernel filters, sampling, buffer sizes, cardinality
+// limits and host probes.
+//
+// Every field has a default (see Default) and Validate names the key of any
+// invalid value, e.g. "sampling::one_in: must be ≥ 1, got 0".
+package config
+
+import (
+	"time"
+)
+
+// Type is the component type of the receiver.
+const Type = "gpuprobe"
+
+// Config is the gpuprobe receiver's configuration.
+type Config struct {
+	Agent        AgentConfig      `mapstructure:"agent"`
+	Probes       ProbesConfig     `mapstructure:"probes"`
+	Programs     []ProgramConfig  `mapstructure:"programs"`
+	Kernels      KernelsConfig    `mapstructure:"kernels"`
+	Sampling     SamplingConfig   `mapstructure:"sampling"`
+	Buffers      BuffersConfig    `mapstructure:"buffers"`
+	Limits       LimitsConfig     `mapstructure:"limits"`
+	PollInterval time.Duration    `mapstructure:"poll_interval"`
+	HostProbes   HostProbesConfig `mapstructure:"host_probes"`
+	Resource     ResourceConfig   `mapstructure:"resource"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// AgentConfig is the unix socket that the in-application shim connects to.
+type AgentConfig struct {
+	// Socket is the path of the unix socket the receiver listens on.
+	Socket string `mapstructure:"socket"`
+	// SocketMode is the octal file mode of the socket, e.g. "0660".
+	SocketMode string `mapstructure:"socket_mode"`
+	// AllowedUIDs are the peer uids accepted besides the collector's own
+	// (empty: only the collector's uid and root).
+	AllowedUIDs []uint32 `mapstructure:"allowed_uids"`
+	// AllowedGIDs are the peer gids accepted (empty: none besides AllowedUIDs).
+	AllowedGIDs []uint32 `mapstructure:"allowed_gids"`
+}
+
+// ProbesConfig turns the built-in probe sets on or off.
+type ProbesConfig struct {
+	// KernelPhases records launch, queueing, execution and completion of
+	// every kernel launch (and per-warp timing where PTX is available).
+	KernelPhases bool `mapstructure:"kernel_phases"`
+}
+
+// ProgramConfig is one user eBPF object whose GPU programs are attached.
+type ProgramConfig struct {
+	// Path is the ELF object (clang -target bpf -O2 -g).
+	Path string `mapstructure:"path"`
+	// Attach names the programs (function names) to attach; empty: all.
+	Attach []string `mapstructure:"attach"`
+}
+
+// KernelsConfig filters kernels by (mangled or demangled) name. A kernel is
+// probed when it matches some include pattern (or include is empty) and no
+// exclude pattern. Patterns are Go regular expressions, unanchored.
+type KernelsConfig struct {
+	Include []string `mapstructure:"include"`
+	Exclude []string `mapstructure:"exclude"`
+}
+
+// SamplingConfig thins out launches.
+type SamplingConfig struct {
+	// OneIn keeps one launch in OneIn (per kernel name, deterministic on
+	// the launch id); 1 keeps all.
+	OneIn uint32 `mapstructure:"one_in"`
+	// MinDuration drops launch spans whose execution was shorter; metrics
+	// still count every launch.
+	MinDuration time.Duration `mapstructure:"min_duration"`
+}
+
+// BuffersConfig sizes the shared-memory rings and maps.
+type BuffersConfig struct {
+	// RingSlots is the number of slots of each record ring (power of two).
+	RingSlots uint32 `mapstructure:"ring_slots"`
+	// SlotSize is the bytes of one ring slot (multiple of 8).
+	SlotSize uint32 `mapstructure:"slot_size"`
+	// MaxThreads bounds per-thread maps: threads of one launch beyond it
+	// are not recorded individually.
+	MaxThreads uint32 `mapstructure:"max_threads"`
+	// MapEntries is the default max_entries for GPU maps whose definition
+	// leaves it 0.
+	MapEntries uint32 `mapstructure:"map_entries"`
+}
+
+// LimitsConfig bounds cardinality and memory.
+type LimitsConfig struct {
+	// MaxKernelNames is the number of distinct kernel names that get their
+	// own series; the rest are folded into "other".
+	MaxKernelNames int `mapstructure:"max_kernel_names"`
+	// MaxThreadSeries is the number of per-thread series kept (threadhist);
+	// 0 keeps only the distributions.
+	MaxThreadSeries int `mapstructure:"max_thread_series"`
+	// MaxPendingLaunches caps launches waiting for their device or
+	// completion records; beyond it the oldest is emitted as it is.
+	MaxPendingLaunches int `mapstructure:"max_pending_launches"`
+	// LaunchTimeout is how long a launch waits for its device and completion
+	// records before it is emitted with what was observed.
+	LaunchTimeout time.Duration `mapstructure:"launch_timeout"`
+	// MaxMapKeys bounds the series made from one user array map.
+	MaxMapKeys int `mapstructure:"max_map_keys"`
+}
+
+// HostProbesConfig controls host-side uprobes (loaded into Linux).
+type HostProbesConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+	// LibraryPaths are searched for libcuda/libcudart (absolute directories
+	// or files); empty: the dynamic loader's usual places.
+	LibraryPaths []string `mapstructure:"library_paths"`
+}
+
+// ResourceConfig overrides resource attributes.
+type ResourceConfig struct {
+	// ServiceName overrides service.name; empty: the application's
+	// executable name.
+	ServiceName string `mapstructure:"service_name"`
+}
+
+// Defaults of the configuration.
+const (
+	DefaultSocket             = "/run/gpuprobe/agent.sock"
+	DefaultSocketMode         = "0660"
+	DefaultRingSlots          = 65536
+	DefaultSlotSize           = 128
+	DefaultMaxThreads         = 1 << 20
+	DefaultMapEntries         = 1024
+	DefaultMaxKernelNames     = 100
+	DefaultMaxThreadSeries    = 1024
+	DefaultMaxPendingLaunches = 65536
+	DefaultLaunchTimeout      = 5 * time.Second
+	DefaultMaxMapKeys         = 256
+	DefaultPollInterval       = 10 * time.Millisecond
+)
+
+// Default returns the default configuration.
+func Default() *Config {
+	return &Config{
+		Agent: AgentConfig{
+			Socket:     DefaultSocket,
+			SocketMode: DefaultSocketMode,
+		},
+		Probes:   ProbesConfig{KernelPhases: true},
+		Sampling: SamplingConfig{OneIn: 1},
+		Buffers: BuffersConfig{
+			RingSlots:  DefaultRingSlots,
+			SlotSize:   DefaultSlotSize,
+			MaxThreads: DefaultMaxThreads,
+			MapEntries: DefaultMapEntries,
+		},
+		Limits: LimitsConfig{
+			MaxKernelNames:     DefaultMaxKernelNames,
+			MaxThreadSeries:    DefaultMaxThreadSeries,
+			MaxPendingLaunches: DefaultMaxPendingLaunches,
+			LaunchTimeout:      DefaultLaunchTimeout,
+			MaxMapKeys:         DefaultMaxMapKeys,
+		},
+		PollInterval: DefaultPollInterval,
+	}
+}

@@ -1,0 +1,217 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("default config invalid: %v", err)
+	}
+	// And it passes the collector's recursive validation.
+	if err := confmap.Validate(Default()); err != nil {
+		t.Fatalf("confmap.Validate(default): %v", err)
+	}
+}
+
+func TestLoadYAML(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		id      string
+		want    func() *Config
+		wantErr string
+	}{
+		{id: "gpuprobe/defaults", want: Default},
+		{id: "gpuprobe", want: func() *Config {
+			c := Default()
+			c.Agent = AgentConfig{Socket: "/tmp/gpuprobe-test/agent.sock", SocketMode: "0600",
+				AllowedUIDs: []uint32{1000, 1001}, AllowedGIDs: []uint32{44}}
+			c.Probes.KernelPhases = false
+			c.Programs = []ProgramConfig{{Path: "/opt/probes/threadhist.o", Attach: []string{"threadhist_exit"}}}
+			c.Kernels = KernelsConfig{Include: []string{"^matmul", "gemm"}, Exclude: []string{"warmup"}}
+			c.Sampling = SamplingConfig{OneIn: 10, MinDuration: 5 * time.Microsecond}
+			c.Buffers = BuffersConfig{RingSlots: 4096, SlotSize: 256, MaxThreads: 65536, MapEntries: 512}
+			c.Limits = LimitsConfig{MaxKernelNames: 20, MaxThreadSeries: 0, MaxPendingLaunches: 1000,
+				LaunchTimeout: 2 * time.Second, MaxMapKeys: 64}
+			c.PollInterval = 5 * time.Millisecond
+			c.HostProbes = HostProbesConfig{Enabled: true, LibraryPaths: []string{"/usr/lib/x86_64-linux-gnu"}}
+			c.Resource.ServiceName = "trainer"
+			return c
+		}},
+		{id: "gpuprobe/badkey", wantErr: "one_in_n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id, func(t *testing.T) {
+			sub, err := cm.Sub(tt.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := Default()
+			err = sub.Unmarshal(got)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Unmarshal error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := got.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			want := tt.want()
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestValidateErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *Config)
+		want   string
+	}{
+		{"socket empty", func(c *Config) { c.Agent.Socket = "" }, "agent::socket: must not be empty"},
+		{"socket relative", func(c *Config) { c.Agent.Socket = "run/a.sock" }, `agent::socket: must be an absolute path, got "run/a.sock"`},
+		{"socket too long", func(c *Config) { c.Agent.Socket = "/" + strings.Repeat("a", 120) }, "agent::socket: must be at most 107 bytes"},
+		{"mode empty", func(c *Config) { c.Agent.SocketMode = "" }, `agent::socket_mode: must be an octal mode such as "0660", got ""`},
+		{"mode not octal", func(c *Config) { c.Agent.SocketMode = "0689" }, `agent::socket_mode: must be an octal mode such as "0660", got "0689"`},
+		{"mode high bits", func(c *Config) { c.Agent.SocketMode = "4660" }, `agent::socket_mode: must only have permission bits (≤ 0777), got "4660"`},
+		{"mode owner cannot write", func(c *Config) { c.Agent.SocketMode = "0440" }, `agent::socket_mode: must let the owner read and write (0600), got "0440"`},
+		{"mode world writable", func(c *Config) { c.Agent.SocketMode = "0666" }, `agent::socket_mode: must not be world-writable, got "0666"`},
+		{"uid duplicate", func(c *Config) { c.Agent.AllowedUIDs = []uint32{5, 6, 5} }, "agent::allowed_uids[2]: duplicate uid 5 (also at index 0)"},
+		{"uid invalid", func(c *Config) { c.Agent.AllowedUIDs = []uint32{^uint32(0)} }, "agent::allowed_uids[0]: uid 4294967295 is not a valid id"},
+		{"gid duplicate", func(c *Config) { c.Agent.AllowedGIDs = []uint32{7, 7} }, "agent::allowed_gids[1]: duplicate gid 7 (also at index 0)"},
+		{"program path empty", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o"}, {}} }, "programs[1]::path: must not be empty"},
+		{"program path not .o", func(c *Config) { c.Programs = []ProgramConfig{{Path: "probe.c"}} }, `programs[0]::path: must be an ELF object ending in .o, got "probe.c"`},
+		{"attach empty", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", Attach: []string{""}}} }, "programs[0]::attach[0]: must not be empty"},
+		{"attach duplicate", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", Attach: []string{"x", "x"}}} }, `programs[0]::attach[1]: duplicate program "x" (also at index 0)`},
+		{"include bad regex", func(c *Config) { c.Kernels.Include = []string{"ok", "("} }, `kernels::include[1]: invalid regular expression "("`},
+		{"include empty", func(c *Config) { c.Kernels.Include = []string{""} }, "kernels::include[0]: must not be empty"},
+		{"exclude bad regex", func(c *Config) { c.Kernels.Exclude = []string{"[a-"} }, `kernels::exclude[0]: invalid regular expression "[a-"`},
+		{"one_in zero", func(c *Config) { c.Sampling.OneIn = 0 }, "sampling::one_in: must be ≥ 1, got 0"},
+		{"min_duration negative", func(c *Config) { c.Sampling.MinDuration = -time.Second }, "sampling::min_duration: must be ≥ 0, got -1s"},
+		{"ring_slots not pow2", func(c *Config) { c.Buffers.RingSlots = 1000 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 1000"},
+		{"ring_slots small", func(c *Config) { c.Buffers.RingSlots = 32 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 32"},
+		{"slot_size unaligned", func(c *Config) { c.Buffers.SlotSize = 100 }, "buffers::slot_size: must be a multiple of 8 between 64 and 65536, got 100"},
+		{"slot_size small", func(c *Config) { c.Buffers.SlotSize = 32 }, "buffers::slot_size: must be a multiple of 8 between 64 and 65536, got 32"},
+		{"ring too big", func(c *Config) { c.Buffers.RingSlots = 1 << 24; c.Buffers.SlotSize = 128 }, "buffers::ring_slots: ring_slots × slot_size = 2147483648 bytes exceeds 1073741824 (1 GiB)"},
+		{"max_threads zero", func(c *Config) { c.Buffers.MaxThreads = 0 }, "buffers::max_threads: must be between 1 and 134217728, got 0"},
+		{"map_entries zero", func(c *Config) { c.Buffers.MapEntries = 0 }, "buffers::map_entries: must be between 1 and 16777216, got 0"},
+		{"max_kernel_names zero", func(c *Config) { c.Limits.MaxKernelNames = 0 }, "limits::max_kernel_names: must be between 1 and 100000, got 0"},
+		{"max_thread_series negative", func(c *Config) { c.Limits.MaxThreadSeries = -1 }, "limits::max_thread_series: must be between 0 and 1048576, got -1"},
+		{"max_pending zero", func(c *Config) { c.Limits.MaxPendingLaunches = 0 }, "limits::max_pending_launches: must be between 1 and 4194304, got 0"},
+		{"launch_timeout zero", func(c *Config) { c.Limits.LaunchTimeout = 0 }, "limits::launch_timeout: must be > 0, got 0s"},
+		{"max_map_keys zero", func(c *Config) { c.Limits.MaxMapKeys = 0 }, "limits::max_map_keys: must be between 1 and 65536, got 0"},
+		{"poll too fast", func(c *Config) { c.PollInterval = time.Microsecond }, "poll_interval: must be between 100µs and 1m0s, got 1µs"},
+		{"poll too slow", func(c *Config) { c.PollInterval = time.Hour }, "poll_interval: must be between 100µs and 1m0s, got 1h0m0s"},
+		{"library path relative", func(c *Config) { c.HostProbes.LibraryPaths = []string{"lib"} }, `host_probes::library_paths[0]: must be an absolute path, got "lib"`},
+		{"library path empty", func(c *Config) { c.HostProbes.LibraryPaths = []string{"/lib", ""} }, "host_probes::library_paths[1]: must not be empty"},
+		{"service name control", func(c *Config) { c.Resource.ServiceName = "a\nb" }, `resource::service_name: must not contain control characters, got "a\nb"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.mutate(c)
+			err := c.Validate()
+			if err == nil {
+				t.Fatalf("Validate() = nil, want %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate() = %q, want it to contain %q", err, tt.want)
+			}
+			var ke *keyError
+			if !errors.As(err, &ke) {
+				t.Fatalf("error %T does not carry a key", err)
+			}
+			// Exactly one problem was introduced.
+			if n := strings.Count(err.Error(), "\n") + 1; n != 1 {
+				t.Fatalf("want exactly one error, got %d: %v", n, err)
+			}
+		})
+	}
+}
+
+func TestValidateReportsAll(t *testing.T) {
+	c := Default()
+	c.Sampling.OneIn = 0
+	c.PollInterval = 0
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, want := range []string{"sampling::one_in", "poll_interval"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func TestSocketFileMode(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    os.FileMode
+		wantErr bool
+	}{
+		{"0660", 0o660, false},
+		{"660", 0o660, false},
+		{"0o600", 0o600, false},
+		{"0770", 0o770, false},
+		{"abc", 0, true},
+	}
+	for _, tt := range tests {
+		a := AgentConfig{SocketMode: tt.in}
+		got, err := a.SocketFileMode()
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("SocketFileMode(%q) = %o, %v; want %o, err=%v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "agent::socket_mode: ") {
+			t.Errorf("error %q does not name the key", err)
+		}
+	}
+}
+
+func TestKernelFilter(t *testing.T) {
+	tests := []struct {
+		name    string
+		k       KernelsConfig
+		kernels []string
+		want    bool
+	}{
+		{"empty keeps all", KernelsConfig{}, []string{"anything"}, true},
+		{"include hit", KernelsConfig{Include: []string{"^gemm"}}, []string{"gemm_kernel"}, true},
+		{"include miss", KernelsConfig{Include: []string{"^gemm"}}, []string{"sgemm"}, false},
+		{"include demangled", KernelsConfig{Include: []string{`^vecAdd\(`}}, []string{"_Z6vecAddPfS_S_i", "vecAdd(float*, float*, float*, int)"}, true},
+		{"exclude wins", KernelsConfig{Include: []string{"gemm"}, Exclude: []string{"warmup"}}, []string{"gemm_warmup"}, false},
+		{"exclude only", KernelsConfig{Exclude: []string{"nccl"}}, []string{"reduce"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := NewKernelFilter(tt.k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.Match(tt.kernels...); got != tt.want {
+				t.Fatalf("Match(%q) = %v, want %v", tt.kernels, got, tt.want)
+			}
+		})
+	}
+	if _, err := NewKernelFilter(KernelsConfig{Exclude: []string{"ok", "(("}}); err == nil || !strings.HasPrefix(err.Error(), "kernels::exclude[1]: ") {
+		t.Fatalf("bad pattern error = %v", err)
+	}
+}

@@ -1,0 +1,267 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bounds that Validate enforces.
+const (
+	maxSocketPath     = 107 // sun_path is 108 bytes including the NUL
+	minRingSlots      = 64
+	maxRingSlots      = 1 << 24
+	minSlotSize       = 64 // the largest fixed record (record.MaxFixedSize) fits
+	maxSlotSize       = 1 << 16
+	maxRingBytes      = 1 << 30
+	maxMaxThreads     = 1 << 27
+	maxMapEntries     = 1 << 24
+	maxKernelNamesCap = 100000
+	maxThreadSeries   = 1 << 20
+	maxPendingCap     = 1 << 22
+	maxMapKeysCap     = 1 << 16
+	minPollInterval   = 100 * time.Microsecond
+	maxPollInterval   = time.Minute
+)
+
+// keyError is one invalid value: its key (confmap "::" path) and reason.
+type keyError struct {
+	key    string
+	reason string
+}
+
+func (e *keyError) Error() string { return e.key + ": " + e.reason }
+
+type errs []error
+
+func (l *errs) add(key, format string, args ...any) {
+	*l = append(*l, &keyError{key: key, reason: fmt.Sprintf(format, args...)})
+}
+
+// Validate checks every value and returns all problems joined, each naming
+// its key. It implements confmap's Validator.
+func (c *Config) Validate() error {
+	var l errs
+	c.Agent.validate(&l)
+	for i, p := range c.Programs {
+		p.validate(&l, fmt.Sprintf("programs[%d]", i))
+	}
+	validatePatterns(&l, "kernels::include", c.Kernels.Include)
+	validatePatterns(&l, "kernels::exclude", c.Kernels.Exclude)
+	if c.Sampling.OneIn < 1 {
+		l.add("sampling::one_in", "must be ≥ 1, got %d", c.Sampling.OneIn)
+	}
+	if c.Sampling.MinDuration < 0 {
+		l.add("sampling::min_duration", "must be ≥ 0, got %s", c.Sampling.MinDuration)
+	}
+	c.Buffers.validate(&l)
+	c.Limits.validate(&l)
+	if c.PollInterval < minPollInterval || c.PollInterval > maxPollInterval {
+		l.add("poll_interval", "must be between %s and %s, got %s", minPollInterval, maxPollInterval, c.PollInterval)
+	}
+	for i, p := range c.HostProbes.LibraryPaths {
+		key := fmt.Sprintf("host_probes::library_paths[%d]", i)
+		if p == "" {
+			l.add(key, "must not be empty")
+		} else if !filepath.IsAbs(p) {
+			l.add(key, "must be an absolute path, got %q", p)
+		}
+	}
+	if strings.ContainsFunc(c.Resource.ServiceName, isControl) {
+		l.add("resource::service_name", "must not contain control characters, got %q", c.Resource.ServiceName)
+	}
+	return errors.Join(l...)
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+func (a *AgentConfig) validate(l *errs) {
+	switch {
+	case a.Socket == "":
+		l.add("agent::socket", "must not be empty")
+	case !filepath.IsAbs(a.Socket):
+		l.add("agent::socket", "must be an absolute path, got %q", a.Socket)
+	case len(a.Socket) > maxSocketPath:
+		l.add("agent::socket", "must be at most %d bytes (unix socket path limit), got %d", maxSocketPath, len(a.Socket))
+	}
+	if _, err := parseMode(a.SocketMode); err != nil {
+		l.add("agent::socket_mode", "%v", err)
+	}
+	validateIDs(l, "agent::allowed_uids", "uid", a.AllowedUIDs)
+	validateIDs(l, "agent::allowed_gids", "gid", a.AllowedGIDs)
+}
+
+func validateIDs(l *errs, key, what string, ids []uint32) {
+	seen := make(map[uint32]int, len(ids))
+	for i, id := range ids {
+		if id == ^uint32(0) {
+			l.add(fmt.Sprintf("%s[%d]", key, i), "%s 4294967295 is not a valid id", what)
+		}
+		if j, ok := seen[id]; ok {
+			l.add(fmt.Sprintf("%s[%d]", key, i), "duplicate %s %d (also at index %d)", what, id, j)
+		}
+		seen[id] = i
+	}
+}
+
+// parseMode parses an octal file mode such as "0660".
+func parseMode(s string) (os.FileMode, error) {
+	if s == "" {
+		return 0, errors.New(`must be an octal mode such as "0660", got ""`)
+	}
+	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0o"), 8, 32)
+	if err != nil {
+		return 0, fmt.Errorf("must be an octal mode such as \"0660\", got %q", s)
+	}
+	if v&^0o777 != 0 {
+		return 0, fmt.Errorf("must only have permission bits (≤ 0777), got %q", s)
+	}
+	if v&0o600 != 0o600 {
+		return 0, fmt.Errorf("must let the owner read and write (0600), got %q", s)
+	}
+	if v&0o002 != 0 {
+		return 0, fmt.Errorf("must not be world-writable, got %q", s)
+	}
+	return os.FileMode(v), nil
+}
+
+// SocketFileMode returns the parsed agent::socket_mode.
+func (a *AgentConfig) SocketFileMode() (os.FileMode, error) {
+	m, err := parseMode(a.SocketMode)
+	if err != nil {
+		return 0, fmt.Errorf("agent::socket_mode: %w", err)
+	}
+	return m, nil
+}
+
+func (p *ProgramConfig) validate(l *errs, key string) {
+	switch {
+	case p.Path == "":
+		l.add(key+"::path", "must not be empty")
+	case !strings.HasSuffix(p.Path, ".o"):
+		l.add(key+"::path", "must be an ELF object ending in .o, got %q", p.Path)
+	}
+	seen := make(map[string]int, len(p.Attach))
+	for i, name := range p.Attach {
+		k := fmt.Sprintf("%s::attach[%d]", key, i)
+		if name == "" {
+			l.add(k, "must not be empty")
+			continue
+		}
+		if j, ok := seen[name]; ok {
+			l.add(k, "duplicate program %q (also at index %d)", name, j)
+		}
+		seen[name] = i
+	}
+}
+
+func validatePatterns(l *errs, key string, pats []string) {
+	for i, p := range pats {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		if p == "" {
+			l.add(k, "must not be empty")
+			continue
+		}
+		if _, err := regexp.Compile(p); err != nil {
+			l.add(k, "invalid regular expression %q: %v", p, err)
+		}
+	}
+}
+
+func (b *BuffersConfig) validate(l *errs) {
+	ok := true
+	if b.RingSlots < minRingSlots || b.RingSlots > maxRingSlots || bits.OnesCount32(b.RingSlots) != 1 {
+		l.add("buffers::ring_slots", "must be a power of two between %d and %d, got %d", minRingSlots, maxRingSlots, b.RingSlots)
+		ok = false
+	}
+	if b.SlotSize < minSlotSize || b.SlotSize > maxSlotSize || b.SlotSize%8 != 0 {
+		l.add("buffers::slot_size", "must be a multiple of 8 between %d and %d, got %d", minSlotSize, maxSlotSize, b.SlotSize)
+		ok = false
+	}
+	if ok && uint64(b.RingSlots)*uint64(b.SlotSize) > maxRingBytes {
+		l.add("buffers::ring_slots", "ring_slots × slot_size = %d bytes exceeds %d (1 GiB)",
+			uint64(b.RingSlots)*uint64(b.SlotSize), maxRingBytes)
+	}
+	if b.MaxThreads < 1 || b.MaxThreads > maxMaxThreads {
+		l.add("buffers::max_threads", "must be between 1 and %d, got %d", maxMaxThreads, b.MaxThreads)
+	}
+	if b.MapEntries < 1 || b.MapEntries > maxMapEntries {
+		l.add("buffers::map_entries", "must be between 1 and %d, got %d", maxMapEntries, b.MapEntries)
+	}
+}
+
+func (m *LimitsConfig) validate(l *errs) {
+	if m.MaxKernelNames < 1 || m.MaxKernelNames > maxKernelNamesCap {
+		l.add("limits::max_kernel_names", "must be between 1 and %d, got %d", maxKernelNamesCap, m.MaxKernelNames)
+	}
+	if m.MaxThreadSeries < 0 || m.MaxThreadSeries > maxThreadSeries {
+		l.add("limits::max_thread_series", "must be between 0 and %d, got %d", maxThreadSeries, m.MaxThreadSeries)
+	}
+	if m.MaxPendingLaunches < 1 || m.MaxPendingLaunches > maxPendingCap {
+		l.add("limits::max_pending_launches", "must be between 1 and %d, got %d", maxPendingCap, m.MaxPendingLaunches)
+	}
+	if m.LaunchTimeout <= 0 {
+		l.add("limits::launch_timeout", "must be > 0, got %s", m.LaunchTimeout)
+	}
+	if m.MaxMapKeys < 1 || m.MaxMapKeys > maxMapKeysCap {
+		l.add("limits::max_map_keys", "must be between 1 and %d, got %d", maxMapKeysCap, m.MaxMapKeys)
+	}
+}
+
+// KernelFilter decides which kernels are probed (kernels::include/exclude).
+type KernelFilter struct {
+	include []*regexp.Regexp
+	exclude []*regexp.Regexp
+}
+
+// NewKernelFilter compiles the patterns of k.
+func NewKernelFilter(k KernelsConfig) (*KernelFilter, error) {
+	f := &KernelFilter{}
+	for i, p := range k.Include {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return nil, fmt.Errorf("kernels::include[%d]: %w", i, err)
+		}
+		f.include = append(f.include, re)
+	}
+	for i, p := range k.Exclude {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return nil, fmt.Errorf("kernels::exclude[%d]: %w", i, err)
+		}
+		f.exclude = append(f.exclude, re)
+	}
+	return f, nil
+}
+
+// Match reports whether any of names (e.g. mangled and demangled) is
+// included and none is excluded.
+func (f *KernelFilter) Match(names ...string) bool {
+	if f == nil {
+		return true
+	}
+	for _, re := range f.exclude {
+		for _, n := range names {
+			if re.MatchString(n) {
+				return false
+			}
+		}
+	}
+	if len(f.include) == 0 {
+		return true
+	}
+	for _, re := range f.include {
+		for _, n := range names {
+			if re.MatchString(n) {
+				return true
+			}
+		}
+	}
+	return false
+}
