@@ -1,0 +1,320 @@
+package jit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+)
+
+// Section prefixes that name where a program runs (bpftime's convention).
+const (
+	sectionEntry      = "kprobe/"
+	sectionExit       = "kretprobe/"
+	sectionUprobe     = "uprobe/"
+	sectionUretprobe  = "uretprobe/"
+	memCaptureTarget  = "__memcapture"
+	sectionMemCapture = sectionEntry + memCaptureTarget
+)
+
+// LoadELF reads an eBPF object compiled by clang -target bpf and returns its
+// programs, sorted by section and name. GPU programs are never loaded into
+// the Linux kernel; the object is only parsed.
+func LoadELF(path string) ([]*Program, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load eBPF object: %w", err)
+	}
+	defer f.Close()
+	progs, err := LoadELFReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return progs, nil
+}
+
+// LoadELFBytes is LoadELF for an object held in memory.
+func LoadELFBytes(obj []byte) ([]*Program, error) {
+	return LoadELFReader(bytes.NewReader(obj))
+}
+
+// LoadELFReader is LoadELF for an object read through r.
+func LoadELFReader(r io.ReaderAt) ([]*Program, error) {
+	spec, err := parseCollectionSpec(r)
+	if err != nil {
+		return nil, err
+	}
+	return LoadSpec(spec)
+}
+
+// parseCollectionSpec runs cilium/ebpf's ELF reader. The reader is third-party
+// code fed with untrusted bytes, so a panic inside it is turned into an error
+// rather than taking the collector down.
+func parseCollectionSpec(r io.ReaderAt) (spec *ebpf.CollectionSpec, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			spec, err = nil, fmt.Errorf("parse eBPF object: malformed ELF (reader panicked: %v)", p)
+		}
+	}()
+	spec, err = ebpf.LoadCollectionSpecFromReader(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse eBPF object: %w", err)
+	}
+	return spec, nil
+}
+
+// LoadSpec converts the programs of a parsed collection into Programs: it
+// derives the probe kind and target from each section name, resolves
+// bpf-to-bpf call offsets and collects the maps each program references.
+func LoadSpec(spec *ebpf.CollectionSpec) ([]*Program, error) {
+	if spec == nil {
+		return nil, errors.New("load eBPF collection: nil spec")
+	}
+	names := make([]string, 0, len(spec.Programs))
+	for name := range spec.Programs {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		a, b := spec.Programs[names[i]], spec.Programs[names[j]]
+		if a.SectionName != b.SectionName {
+			return a.SectionName < b.SectionName
+		}
+		return names[i] < names[j]
+	})
+
+	maps := make(map[string]*Map, len(spec.Maps))
+	progs := make([]*Program, 0, len(names))
+	for _, name := range names {
+		ps := spec.Programs[name]
+		if ps == nil {
+			return nil, fmt.Errorf("program %q: nil program spec", name)
+		}
+		p, err := convertProgram(name, ps, spec.Maps, maps)
+		if err != nil {
+			return nil, fmt.Errorf("section %q, program %q: %w", ps.SectionName, name, err)
+		}
+		progs = append(progs, p)
+	}
+	return progs, nil
+}
+
+// IsGPU reports whether p runs inside a CUDA kernel (as opposed to a host
+// program that is loaded into Linux).
+func (p *Program) IsGPU() bool {
+	switch p.Kind {
+	case ProbeEntry, ProbeExit, ProbeMemCapture:
+		return true
+	}
+	return false
+}
+
+// ParseSection derives the probe kind and target from an ELF section name:
+// kprobe/<kernel> (entry), kretprobe/<kernel> (exit), kprobe/__memcapture or
+// kprobe/__memcapture/<kernel> (memory accesses of every kernel, or of one),
+// uprobe/<binary:symbol> and uretprobe/<binary:symbol> (host programs). A
+// leading "?" (libbpf's optional marker) is ignored.
+func ParseSection(section string) (ProbeKind, string, error) {
+	s := strings.TrimPrefix(section, "?")
+	var (
+		kind   ProbeKind
+		target string
+	)
+	switch {
+	case s == sectionMemCapture:
+		return ProbeMemCapture, "", nil
+	case strings.HasPrefix(s, sectionMemCapture+"/"):
+		kind, target = ProbeMemCapture, strings.TrimPrefix(s, sectionMemCapture+"/")
+	case strings.HasPrefix(s, sectionEntry):
+		kind, target = ProbeEntry, strings.TrimPrefix(s, sectionEntry)
+	case strings.HasPrefix(s, sectionExit):
+		kind, target = ProbeExit, strings.TrimPrefix(s, sectionExit)
+	case strings.HasPrefix(s, sectionUprobe):
+		kind, target = ProbeUprobe, strings.TrimPrefix(s, sectionUprobe)
+	case strings.HasPrefix(s, sectionUretprobe):
+		kind, target = ProbeUretprobe, strings.TrimPrefix(s, sectionUretprobe)
+	default:
+		return ProbeUnknown, "", fmt.Errorf("unsupported section %q: want kprobe/<kernel>, kretprobe/<kernel>, kprobe/__memcapture, uprobe/<target> or uretprobe/<target>", section)
+	}
+	if target == "" {
+		return ProbeUnknown, "", fmt.Errorf("section %q names no target after the %q", section, "/")
+	}
+	return kind, target, nil
+}
+
+// convertProgram builds one Program. specMaps are the collection's map specs;
+// seen caches converted maps so that programs sharing a map share one *Map.
+func convertProgram(name string, ps *ebpf.ProgramSpec, specMaps map[string]*ebpf.MapSpec, seen map[string]*Map) (*Program, error) {
+	kind, target, err := ParseSection(ps.SectionName)
+	if err != nil {
+		return nil, err
+	}
+	if len(ps.Instructions) == 0 {
+		return nil, errors.New("no instructions")
+	}
+	insns := make(asm.Instructions, len(ps.Instructions))
+	copy(insns, ps.Instructions)
+	if err := resolveCalls(insns); err != nil {
+		return nil, err
+	}
+	p := &Program{Name: name, Section: ps.SectionName, Kind: kind, Target: target, Insns: insns}
+	if err := collectMaps(p, specMaps, seen); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// resolveCalls gives every bpf-to-bpf call (and function-pointer load) and
+// every symbolic jump a concrete offset, counted in raw 8-byte instruction
+// slots relative to the next instruction, as the kernel and
+// asm.Instructions.Marshal expect. cilium/ebpf leaves such references with
+// Constant (or Offset) -1 until it marshals the program.
+func resolveCalls(insns asm.Instructions) error {
+	symbols := make(map[string]asm.RawInstructionOffset)
+	offsets := make([]asm.RawInstructionOffset, len(insns))
+	var off asm.RawInstructionOffset
+	for i := range insns {
+		offsets[i] = off
+		if sym := insns[i].Symbol(); sym != "" {
+			if _, dup := symbols[sym]; dup {
+				return fmt.Errorf("insn %d: duplicate function symbol %q", i, sym)
+			}
+			symbols[sym] = off
+		}
+		off += insns[i].Width()
+	}
+	for i := range insns {
+		ins := &insns[i]
+		ref := ins.Reference()
+		if ref == "" || ins.IsLoadFromMap() {
+			continue
+		}
+		isCall := ins.IsFunctionReference()
+		isJump := ins.OpCode.Class().IsJump() && !ins.IsBuiltinCall() && ins.OpCode.JumpOp() != asm.Exit
+		if !isCall && !isJump {
+			continue
+		}
+		target, ok := symbols[ref]
+		if !ok {
+			return fmt.Errorf("insn %d: %v refers to %q, which is not in the program (extern functions are not supported)", i, ins.OpCode, ref)
+		}
+		rel := int64(target) - int64(offsets[i]) - 1
+		switch {
+		case isCall:
+			ins.Constant = rel
+		case ins.OpCode.Class() == asm.Jump32Class && ins.OpCode.JumpOp() == asm.Ja:
+			ins.Constant = rel // gotol: 32-bit offset in the immediate
+		default:
+			if rel < -1<<15 || rel >= 1<<15 {
+				return fmt.Errorf("insn %d: jump to %q is %d slots away, beyond a 16-bit offset", i, ref, rel)
+			}
+			ins.Offset = int16(rel)
+		}
+	}
+	return nil
+}
+
+// collectMaps fills p.Maps with the maps p's LD_IMM64 instructions reference,
+// in order of first reference, and checks that each one exists.
+func collectMaps(p *Program, specMaps map[string]*ebpf.MapSpec, seen map[string]*Map) error {
+	inProg := make(map[string]bool)
+	for i := range p.Insns {
+		ins := &p.Insns[i]
+		if !ins.IsLoadFromMap() {
+			continue
+		}
+		ref := ins.Reference()
+		if ref == "" {
+			return fmt.Errorf("insn %d: map load without a map reference (relocation missing)", i)
+		}
+		if inProg[ref] {
+			continue
+		}
+		ms, ok := specMaps[ref]
+		if !ok || ms == nil {
+			return fmt.Errorf("insn %d: reference to undefined map %q", i, ref)
+		}
+		if isDataSection(ref) && p.IsGPU() {
+			return fmt.Errorf("insn %d (%s): GPU programs cannot use global data (section %q); "+
+				"keep constants and strings on the stack (define BPF_NO_GLOBAL_DATA)", i, sourceOf(ins), ref)
+		}
+		m, ok := seen[ref]
+		if !ok {
+			var err error
+			if m, err = convertMap(ref, ms); err != nil {
+				return err
+			}
+			seen[ref] = m
+		}
+		inProg[ref] = true
+		p.Maps = append(p.Maps, m)
+	}
+	return nil
+}
+
+// isDataSection reports whether a map name is one of the maps cilium/ebpf
+// makes for global data sections (.data, .rodata, .bss, .kconfig, ...).
+func isDataSection(name string) bool {
+	return strings.HasPrefix(name, ".")
+}
+
+// sourceOf names an instruction's source line for error messages.
+func sourceOf(ins *asm.Instruction) string {
+	if src := ins.Source(); src != nil {
+		return strings.TrimSpace(src.String())
+	}
+	return "no source line"
+}
+
+// convertMap turns a map definition into a Map and checks the GPU map types
+// for definitions the GPU side cannot lay out.
+func convertMap(name string, ms *ebpf.MapSpec) (*Map, error) {
+	m := &Map{
+		Name:       name,
+		Type:       MapType(ms.Type),
+		KeySize:    ms.KeySize,
+		ValueSize:  ms.ValueSize,
+		MaxEntries: ms.MaxEntries,
+		Flags:      ms.Flags,
+	}
+	if err := checkGPUMap(m); err != nil {
+		return nil, fmt.Errorf("map %q (type %d): %w", name, m.Type, err)
+	}
+	return m, nil
+}
+
+// Largest value and entry count accepted for GPU-resident maps; regions are
+// sized from them, so absurd definitions are rejected at load time.
+const (
+	maxGPUValueSize  = 1 << 20
+	maxGPUMapEntries = 1 << 28
+)
+
+// checkGPUMap validates the definition of a GPU-resident map.
+func checkGPUMap(m *Map) error {
+	switch m.Type {
+	case MapTypePerThreadArray, MapTypeGPUArray, MapTypePerWarpArray:
+		if m.KeySize != 4 {
+			return fmt.Errorf("key size %d, want 4 (a u32 index)", m.KeySize)
+		}
+	case MapTypeGPURingbuf:
+	default:
+		return nil
+	}
+	switch {
+	case m.ValueSize == 0:
+		return errors.New("value size 0")
+	case m.ValueSize > maxGPUValueSize:
+		return fmt.Errorf("value size %d exceeds %d", m.ValueSize, maxGPUValueSize)
+	case m.MaxEntries == 0:
+		return errors.New("max_entries 0")
+	case m.MaxEntries > maxGPUMapEntries:
+		return fmt.Errorf("max_entries %d exceeds %d", m.MaxEntries, maxGPUMapEntries)
+	}
+	return nil
+}
