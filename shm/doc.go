@@ -1,0 +1,178 @@
+// Package shm defines and implements the shared-memory regions through which
+// GPU code, the in-application C shim and the collector exchange data: maps
+// (arrays, per-thread and per-warp arrays), multi-producer ring buffers and
+// the GPU→host mailbox for host-call helpers.
+//
+// A region is a memfd (memfd_create + ftruncate) mapped MAP_SHARED in every
+// process that uses it, and registered with cuMemHostRegister(DEVICEMAP) in
+// the application so that kernels write into it over PCIe. The same bytes are
+// described in C by include/gpuprobe_shm.h; the two must agree exactly.
+// Everything is little-endian. This comment is the normative description of
+// layout version 1.
+//
+// # Region header (offset 0, 64 bytes)
+//
+//	off size field        meaning
+//	  0  u32  magic        0x52425047, the bytes "GPBR"
+//	  4  u16  version      layout version, 1
+//	  6  u16  kind         1 ring, 2 array, 3 per-thread array,
+//	                       4 per-warp array, 5 mailbox
+//	  8  u32  header_size  64
+//	 12  u32  flags        0 (reserved; readers reject unknown bits)
+//	 16  u64  data_size    bytes of the data area
+//	 24  u64  data_offset  offset of the data area from the region start: 512
+//	 32  u32  value_size   array: value bytes; ring, mailbox: slot bytes
+//	 36  u32  max_entries  array: keys; ring, mailbox: number of slots
+//	 40  u32  stride       bytes from one value/slot to the next
+//	 44  u32  lanes        per-thread array: threads per key; per-warp
+//	                       array: warps per key; every other kind: 1
+//	 48  u64  region_size  bytes of the whole region (a multiple of 4096,
+//	                       >= data_offset + data_size)
+//	 56  u32  id           owner-assigned id (e.g. the map's index); free use
+//	 60  u32  reserved     0
+//
+// Bytes 64..511 are the control block: counters that each live on their own
+// 64-byte cache line (below). The data area starts at DataOffset (512) for
+// every kind, so generated code can use the constant: a GPU map's module
+// global holds the region's device base address, and its data is at
+// base+512.
+//
+// A reader (Map/Open) rejects a region whose magic, version, kind,
+// header_size, flags, reserved word or sizes disagree with each other or with
+// the file size, with an error naming the field and its offset.
+//
+// # Arrays (kinds 2, 3, 4)
+//
+// stride = value_size rounded up to a multiple of 8. data_size =
+// max_entries*lanes*stride. The value for key k is at
+//
+//	array:            data + k*stride
+//	per-thread array: data + (k*lanes + thread)*stride
+//	per-warp array:   data + (k*lanes + warp)*stride
+//
+// where thread is the global linear thread index of the calling GPU thread,
+//
+//	block  = (ctaid.z*nctaid.y + ctaid.y)*nctaid.x + ctaid.x
+//	thread = block*(ntid.x*ntid.y*ntid.z) + (tid.z*ntid.y + tid.y)*ntid.x + tid.x
+//
+// and warp = thread/32. A key >= max_entries, or a thread/warp >= lanes,
+// gives NULL (no access). Values start zeroed; GPU code updates them in
+// place (with atomics where the program asks for them); the host only reads
+// them.
+//
+// # Ring buffer (kind 1)
+//
+// Fixed-size slots, many producers, one consumer. Producers are all on one
+// side of the bus: all GPU threads, or all CPU threads (the shim, tests). The
+// consumer (the collector) uses only plain loads and stores on the ring, never
+// a read-modify-write, so it does not rely on atomics being atomic across
+// PCIe. value_size = stride = slot_size (a multiple of 8, >= 24, <= 65536);
+// max_entries = slot_count (a power of two, >= 2). Control block:
+//
+//	off 128 u64 head      tickets taken (producers: atomic add)
+//	off 192 u64 tail      next ticket the consumer reads (consumer: store)
+//	off 256 u64 dropped   records dropped because the ring was full
+//	                      (producers: atomic add)
+//	off 320 u64 oversize  records rejected as larger than a slot (producers)
+//	off 384 u64 stalled   tickets the consumer gave up on (consumer: store)
+//
+// Data area: slot_count slots of slot_size bytes, then two u32 arrays of
+// slot_count entries each:
+//
+//	data + i*slot_size                  slot i
+//	data + slot_count*slot_size + 4*i   slot_drops[i]  (producers: atomic add)
+//	data + slot_count*(slot_size+4) + 4*i  slot_acked[i]  (consumer: store)
+//
+// so data_size = slot_count*(slot_size+8). A slot:
+//
+//	off 0  u64 seq    ticket+1 once the record for ticket is published
+//	off 8  u32 len    payload bytes (<= slot_size-16)
+//	off 12 u32 type   record type, chosen by the producer
+//	off 16 ...        payload
+//
+// A ticket t lives in slot t & (slot_count-1). Producer (reserve + publish):
+//
+//  1. if len > slot_size-16: atomic add 1 to oversize; return "too big".
+//  2. tl = load-acquire(tail); h = load(head).
+//     If h - tl >= slot_count: atomic add 1 to dropped; return "dropped".
+//     (No ticket is taken, so nothing is left for the consumer to resolve.)
+//  3. t = atomic fetch-add(head, 1).
+//  4. If t - tl >= slot_count (racing producers overshot; tl is the value
+//     from step 2: tail only grows, so an old value is conservative):
+//     atomic add 1 to dropped; atomic add 1 with release ordering to
+//     slot_drops[t & mask] (the release orders it after step 3); return
+//     "dropped".
+//  5. Write len, type and the payload into the slot; then store-release
+//     seq = t+1 (on the GPU: st.release.sys, or membar.sys then a volatile
+//     store). Return "published".
+//
+// A producer never waits: every path above is straight-line.
+//
+// Consumer, at its private position t (initially tail), slot s = t & mask:
+//
+//  1. If load-acquire(slot.seq) == t+1: the record is complete. Read len
+//     (> slot_size-16 is corruption: the consumer stops with an error), type
+//     and payload; deliver; advance t. Store tail = t after each batch (and
+//     at least every 64 records) with a release store.
+//  2. Otherwise c = load-acquire(slot_drops[s]) - slot_acked[s] (u32
+//     arithmetic, modulo 2^32), then H = load(head). If H <= t the ring is
+//     empty. Otherwise let later = (H-1-t) / slot_count, the number of
+//     tickets of later laps of slot s already taken. While the consumer sits
+//     at t, tail <= t, so every such later ticket fails step 4 and adds one
+//     to slot_drops[s]. Hence c <= later + (1 if ticket t was dropped), and
+//     c > later proves ticket t was dropped: store slot_acked[s] += 1,
+//     advance t. If c <= later, ticket t is being written (or its drop is not
+//     visible yet): come back later.
+//  3. A ticket that stays unresolved for the stall timeout (its producer died
+//     between steps 3 and 5) is skipped and counted in stalled, so a dead
+//     producer cannot stop the ring. The stall timeout is seconds, far beyond
+//     any live producer's few instructions between steps 3 and 5.
+//
+// Accounting: every record offered is exactly one of delivered, dropped,
+// oversize, or (only with dead producers) stalled.
+//
+// # Mailbox (kind 5)
+//
+// GPU threads post host-call requests (trace_printk, puts, host map
+// operations) and wait, bounded, for the answer. value_size = stride =
+// MailboxSlotSize (256); max_entries = number of slots (>= 1). Control block:
+//
+//	off 128 u64 timeout_ns  how long a GPU thread waits (set by the creator)
+//	off 192 u64 served      requests answered (host: store)
+//	off 256 u64 heartbeat   host CLOCK_MONOTONIC ns of its last poll
+//
+// A slot (256 bytes):
+//
+//	off 0   u32 lock         0 free, 1 claimed (GPU threads: atom.cas)
+//	off 4   u32 helper       helper id
+//	off 8   u64 req          request sequence (claimant: store-release)
+//	off 16  u64 ack          answered sequence (host: store-release)
+//	off 24  i64 ret          return value (host, before ack)
+//	off 32  u64 args[5]      r1..r5 of the helper call
+//	off 72  u32 payload_len  bytes of payload used (<= 168)
+//	off 76  u32 flags        0 (reserved)
+//	off 80  u64 caller       global linear thread index of the caller
+//	off 88  u8  payload[168] e.g. the format string and its arguments
+//
+// Requester (a GPU thread; only atomics among GPU threads are used):
+//
+//  1. deadline = %globaltimer + timeout_ns.
+//  2. Walk the slots from (caller mod n): if atom.cas(lock, 0, 1) returns 0,
+//     r = load-acquire(req); if load-acquire(ack) == r the slot is ours;
+//     otherwise the host still owes an answer for an abandoned request:
+//     store-release lock = 0 and try the next slot. After a full pass with
+//     no slot, retry until the deadline, then return -110 (ETIMEDOUT).
+//  3. Write helper, args, payload_len, flags, caller, payload; then
+//     store-release req = r+1.
+//  4. Spin on load-acquire(ack) until it equals r+1, or until %globaltimer
+//     passes the deadline: then store-release lock = 0 and return -110. The
+//     slot stays busy (req != ack) until the host answers, so no later
+//     request can reuse it while the host may still read it.
+//  5. ret = load(ret); store-release lock = 0; return ret.
+//
+// Host (Mailbox.Serve): poll every slot; where r = load-acquire(req) differs
+// from ack, read the request, run the handler, store ret, then store-release
+// ack = r. A late answer to an abandoned request is harmless: nobody reads
+// it. The host never writes lock, req or the request fields, so no
+// read-modify-write crosses the bus.
+package shm
