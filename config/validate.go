@@ -17,7 +17,7 @@ const (
 	maxSocketPath     = 107 // sun_path is 108 bytes including the NUL
 	minRingSlots      = 64
 	maxRingSlots      = 1 << 24
-	minSlotSize       = 64 // the largest fixed record (record.MaxFixedSize) fits
+	minSlotSize       = 128 // the largest fixed record (record.MaxFixedSize, 104) plus the ring header (8) fits
 	maxSlotSize       = 1 << 16
 	maxRingBytes      = 1 << 30
 	maxMaxThreads     = 1 << 27

@@ -1,0 +1,200 @@
+/* gpuprobe_record.h: the records that producers (the libgpuprobe shim, PTX
+ * probes, load generators) write into gpuprobe's shared-memory rings.
+ *
+ * This header mirrors package github.com/gpuprobe/gpuprobe/record field by
+ * field; record/record_c_test.go compiles it and checks every offset and
+ * every encoded byte against the Go decoder.
+ *
+ * All fields are little-endian. Every record starts with gp_rec_prefix and
+ * its size is a multiple of 8. Host timestamps (*_ns) are CLOCK_MONOTONIC
+ * unless named realtime; device timestamps are %globaltimer.
+ */
+#ifndef GPUPROBE_RECORD_H
+#define GPUPROBE_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GP_REC_VERSION 1
+
+enum gp_rec_type {
+	GP_REC_LAUNCH = 1,
+	GP_REC_KERNEL_NAME = 2,
+	GP_REC_WARP = 3,
+	GP_REC_COMPLETION = 4,
+	GP_REC_MEMCPY = 5,
+	GP_REC_SYNC = 6,
+	GP_REC_CALIBRATION = 7,
+	GP_REC_THREAD_COUNT = 8,
+	GP_REC_DEVICE = 9,
+};
+
+/* Common 8-byte prefix. */
+struct gp_rec_prefix {
+	uint16_t type;    /* enum gp_rec_type */
+	uint16_t version; /* GP_REC_VERSION */
+	uint32_t size;    /* whole record, prefix included, multiple of 8 */
+};
+
+/* Launch API (gp_rec_launch.api). */
+enum gp_launch_api {
+	GP_API_LAUNCH_KERNEL = 0,
+	GP_API_LAUNCH_KERNEL_EX = 1,
+	GP_API_LAUNCH_COOPERATIVE_KERNEL = 2,
+	GP_API_GRAPH_LAUNCH = 3,
+};
+
+/* Type 1, 96 bytes: one kernel launch, written when the launch call returns. */
+struct gp_rec_launch {
+	struct gp_rec_prefix h;
+	uint64_t launch_id;  /* unique per process and device context */
+	uint32_t pid;        /* tgid */
+	uint32_t tid;        /* caller thread */
+	uint64_t enqueue_ns; /* launch call began */
+	uint64_t return_ns;  /* launch call returned */
+	uint64_t stream;     /* CUstream, 0 = legacy default */
+	uint64_t function;   /* CUfunction */
+	uint32_t device;     /* device ordinal */
+	uint32_t shared_mem; /* dynamic shared memory bytes */
+	uint32_t grid[3];    /* x, y, z; each >= 1 */
+	uint32_t block[3];   /* x, y, z; each >= 1 */
+	uint32_t result;     /* CUresult of the call */
+	uint32_t api;        /* enum gp_launch_api */
+};
+
+#define GP_KERNEL_NAME_MAX 4096
+#define GP_KERNEL_NAME_TRUNCATED 1
+
+/* Type 2, 32 + name_len rounded up to 8: function handle -> mangled name,
+ * written once per handle before its first launch. */
+struct gp_rec_kernel_name {
+	struct gp_rec_prefix h;
+	uint64_t function; /* CUfunction */
+	uint64_t module;   /* CUmodule or CUlibrary */
+	uint32_t pid;
+	uint16_t name_len; /* 1..GP_KERNEL_NAME_MAX */
+	uint16_t flags;    /* GP_KERNEL_NAME_TRUNCATED */
+	char name[];       /* name_len bytes, no NUL, zero padded to size */
+};
+
+/* Type 3, 64 bytes: one warp of a launch, written by the warp's leader lane
+ * in the kernel_phases exit probe. start_ns <= min_exit_ns <= end_ns. */
+struct gp_rec_warp {
+	struct gp_rec_prefix h;
+	uint64_t launch_id;
+	uint32_t block[3];    /* %ctaid */
+	uint32_t warp;        /* linear tid / 32 inside the block */
+	uint32_t sm_id;       /* %smid */
+	uint32_t active_mask; /* lanes that reached exit, nonzero */
+	uint64_t start_ns;    /* %globaltimer, earliest lane entry */
+	uint64_t end_ns;      /* %globaltimer, latest lane exit */
+	uint64_t min_exit_ns; /* %globaltimer, earliest lane exit */
+};
+
+enum gp_completion_how {
+	GP_SEEN_BY_STREAM_SYNC = 0,
+	GP_SEEN_BY_EVENT_QUERY = 1,
+	GP_SEEN_BY_CTX_SYNC = 2,
+	GP_SEEN_BY_HOST_CALLBACK = 3,
+};
+
+/* Type 4, 32 bytes: the host saw the launch complete. */
+struct gp_rec_completion {
+	struct gp_rec_prefix h;
+	uint64_t launch_id;
+	uint64_t complete_ns;
+	uint32_t device;
+	uint32_t how; /* enum gp_completion_how */
+};
+
+enum gp_memcpy_kind {
+	GP_MEMCPY_UNKNOWN = 0,
+	GP_MEMCPY_HTOD = 1,
+	GP_MEMCPY_DTOH = 2,
+	GP_MEMCPY_DTOD = 3,
+	GP_MEMCPY_HTOH = 4,
+	GP_MEMCPY_PEER = 5,
+};
+#define GP_MEMCPY_ASYNC 1
+
+/* Type 5, 56 bytes: one memory copy call. */
+struct gp_rec_memcpy {
+	struct gp_rec_prefix h;
+	uint64_t bytes;
+	uint64_t start_ns;
+	uint64_t end_ns;
+	uint64_t stream;
+	uint32_t pid;
+	uint32_t tid;
+	uint32_t device;
+	uint16_t kind;  /* enum gp_memcpy_kind */
+	uint16_t flags; /* GP_MEMCPY_ASYNC */
+};
+
+enum gp_sync_kind {
+	GP_SYNC_CONTEXT = 1,
+	GP_SYNC_STREAM = 2,
+	GP_SYNC_EVENT = 3,
+	GP_SYNC_STREAM_WAIT_EVENT = 4,
+};
+
+/* Type 6, 48 bytes: one synchronisation call. */
+struct gp_rec_sync {
+	struct gp_rec_prefix h;
+	uint64_t start_ns;
+	uint64_t end_ns;
+	uint64_t stream; /* CUstream or CUevent, 0 for context syncs */
+	uint32_t pid;
+	uint32_t tid;
+	uint32_t device;
+	uint16_t kind;     /* enum gp_sync_kind */
+	uint16_t reserved; /* zero */
+};
+
+/* Type 7, 40 bytes: host clocks and %globaltimer read together. */
+struct gp_rec_calibration {
+	struct gp_rec_prefix h;
+	uint64_t mono_ns;        /* CLOCK_MONOTONIC, midpoint of the read */
+	uint64_t realtime_ns;    /* CLOCK_REALTIME at the same moment */
+	uint64_t gpu_ns;         /* %globaltimer */
+	uint32_t device;
+	uint32_t uncertainty_ns; /* half the host interval around the GPU read */
+};
+
+#define GP_THREAD_COUNT_MAX 65536
+
+/* Type 8, 24 + 8*count: execution counts of consecutive threads. */
+struct gp_rec_thread_count {
+	struct gp_rec_prefix h;
+	uint64_t launch_id;
+	uint32_t first_thread; /* linear global index of counts[0] */
+	uint32_t count;        /* 1..GP_THREAD_COUNT_MAX */
+	uint64_t counts[];
+};
+
+/* Type 9, 104 bytes: a device the application uses. */
+struct gp_rec_device {
+	struct gp_rec_prefix h;
+	uint32_t device;
+	uint32_t pid;
+	uint8_t uuid[16];     /* cuDeviceGetUuid */
+	uint32_t sm_count;
+	uint32_t compute_cap; /* major*10 + minor */
+	char name[64];        /* NUL padded */
+};
+
+#define GP_STATIC_ASSERT(c, m) _Static_assert(c, m)
+GP_STATIC_ASSERT(sizeof(struct gp_rec_prefix) == 8, "prefix");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_launch) == 96, "launch");
+GP_STATIC_ASSERT(offsetof(struct gp_rec_launch, grid) == 64, "launch.grid");
+GP_STATIC_ASSERT(offsetof(struct gp_rec_launch, api) == 92, "launch.api");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_kernel_name) == 32, "kernel_name");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_warp) == 64, "warp");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_completion) == 32, "completion");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_memcpy) == 56, "memcpy");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_sync) == 48, "sync");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_calibration) == 40, "calibration");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_thread_count) == 24, "thread_count");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_device) == 104, "device");
+
+#endif /* GPUPROBE_RECORD_H */

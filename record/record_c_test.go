@@ -1,0 +1,102 @@
+package record
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// cProducer fills each struct of include/gpuprobe_record.h with the values
+// of sampleRecords (except the truncated name) and writes the bytes out.
+const cProducer = `
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpuprobe_record.h"
+
+static void out(const void *p, size_t n) { fwrite(p, 1, n, stdout); }
+#define PREFIX(r, t, s) do { (r).h.type = (t); (r).h.version = GP_REC_VERSION; (r).h.size = (s); } while (0)
+
+int main(void) {
+	struct gp_rec_launch l; memset(&l, 0, sizeof l); PREFIX(l, GP_REC_LAUNCH, sizeof l);
+	l.launch_id = 7; l.pid = 100; l.tid = 101; l.enqueue_ns = 1000; l.return_ns = 1500; l.stream = 0xabc;
+	l.function = 0xf00; l.device = 1; l.shared_mem = 4096; l.grid[0] = 64; l.grid[1] = 2; l.grid[2] = 1;
+	l.block[0] = 256; l.block[1] = 1; l.block[2] = 1; l.result = 0; l.api = GP_API_LAUNCH_KERNEL_EX;
+	out(&l, sizeof l);
+
+	const char *nm = "_Z6vecAddPfS_S_i";
+	size_t sz = (sizeof(struct gp_rec_kernel_name) + strlen(nm) + 7) & ~(size_t)7;
+	struct gp_rec_kernel_name *k = calloc(1, sz); PREFIX(*k, GP_REC_KERNEL_NAME, sz);
+	k->function = 0xf00; k->module = 0xdead; k->pid = 100; k->name_len = strlen(nm); memcpy(k->name, nm, strlen(nm));
+	out(k, sz);
+
+	struct gp_rec_warp w; memset(&w, 0, sizeof w); PREFIX(w, GP_REC_WARP, sizeof w);
+	w.launch_id = 7; w.block[0] = 3; w.block[1] = 1; w.warp = 5; w.sm_id = 17; w.active_mask = 0xffff;
+	w.start_ns = 10; w.end_ns = 90; w.min_exit_ns = 70; out(&w, sizeof w);
+
+	struct gp_rec_completion c; memset(&c, 0, sizeof c); PREFIX(c, GP_REC_COMPLETION, sizeof c);
+	c.launch_id = 7; c.complete_ns = 99999; c.device = 1; c.how = GP_SEEN_BY_EVENT_QUERY; out(&c, sizeof c);
+
+	struct gp_rec_memcpy m; memset(&m, 0, sizeof m); PREFIX(m, GP_REC_MEMCPY, sizeof m);
+	m.bytes = 1 << 20; m.start_ns = 5; m.end_ns = 9; m.stream = 3; m.pid = 100; m.tid = 102; m.device = 0;
+	m.kind = GP_MEMCPY_DTOH; m.flags = GP_MEMCPY_ASYNC; out(&m, sizeof m);
+
+	struct gp_rec_sync s; memset(&s, 0, sizeof s); PREFIX(s, GP_REC_SYNC, sizeof s);
+	s.start_ns = 1; s.end_ns = 2; s.pid = 100; s.tid = 100; s.kind = GP_SYNC_CONTEXT; out(&s, sizeof s);
+
+	struct gp_rec_calibration cb; memset(&cb, 0, sizeof cb); PREFIX(cb, GP_REC_CALIBRATION, sizeof cb);
+	cb.mono_ns = 1000000000ull; cb.realtime_ns = 1700000000000000000ull; cb.gpu_ns = 500000000ull;
+	cb.device = 1; cb.uncertainty_ns = 300; out(&cb, sizeof cb);
+
+	size_t tsz = sizeof(struct gp_rec_thread_count) + 3 * 8;
+	struct gp_rec_thread_count *t = calloc(1, tsz); PREFIX(*t, GP_REC_THREAD_COUNT, tsz);
+	t->launch_id = 7; t->first_thread = 256; t->count = 3; t->counts[0] = 1; t->counts[1] = 2; t->counts[2] = 3;
+	out(t, tsz);
+
+	struct gp_rec_device d; memset(&d, 0, sizeof d); PREFIX(d, GP_REC_DEVICE, sizeof d);
+	const unsigned char u[16] = {0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+	d.device = 1; d.pid = 100; memcpy(d.uuid, u, 16); d.sm_count = 132; d.compute_cap = 90;
+	strcpy(d.name, "NVIDIA H100 80GB HBM3"); out(&d, sizeof d);
+	return 0;
+}
+`
+
+// TestCHeaderMatches compiles a C producer against include/gpuprobe_record.h
+// and checks that its bytes are exactly what the Go encoder writes.
+func TestCHeaderMatches(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "producer.c")
+	if err := os.WriteFile(src, []byte(cProducer), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "producer")
+	inc, _ := filepath.Abs("include")
+	if out, err := exec.Command(cc, "-std=c11", "-Wall", "-Werror", "-I", inc, "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	got, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for i, r := range sampleRecords() {
+		if i == 2 {
+			continue // the truncated-name sample is Go-only
+		}
+		want = r.Append(want)
+	}
+	if !bytes.Equal(got, want) {
+		for i := range min(len(got), len(want)) {
+			if got[i] != want[i] {
+				t.Fatalf("C and Go differ first at byte %d (C %d bytes, Go %d bytes)", i, len(got), len(want))
+			}
+		}
+		t.Fatalf("C wrote %d bytes, Go %d", len(got), len(want))
+	}
+}
