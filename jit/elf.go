@@ -216,6 +216,26 @@ func resolveCalls(insns asm.Instructions) error {
 			ins.Offset = int16(rel)
 		}
 	}
+	return checkCalls(insns, offsets, off)
+}
+
+// checkCalls makes sure every bpf-to-bpf call, resolved here or already
+// concrete in the object, lands on the first slot of an instruction of the
+// program. offsets are the raw slot of each instruction; end is the total.
+func checkCalls(insns asm.Instructions, offsets []asm.RawInstructionOffset, end asm.RawInstructionOffset) error {
+	starts := make(map[int64]bool, len(offsets))
+	for _, o := range offsets {
+		starts[int64(o)] = true
+	}
+	for i := range insns {
+		if !insns[i].IsFunctionReference() {
+			continue
+		}
+		target := int64(offsets[i]) + 1 + insns[i].Constant
+		if target < 0 || target >= int64(end) || !starts[target] {
+			return fmt.Errorf("insn %d: bpf-to-bpf call to slot %d, which is not an instruction of the program (%d slots)", i, target, end)
+		}
+	}
 	return nil
 }
 
