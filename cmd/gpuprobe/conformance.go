@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/gpuprobe/gpuprobe/jit/conformance"
+)
+
+func init() {
+	Register(&Command{
+		Name:    "conformance",
+		Summary: "run bpf_conformance .data files (files or directories) through the verifier and the interpreter or the GPU",
+		Run:     runConformance,
+	})
+}
+
+func runConformance(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("conformance", stderr)
+	gpu := fs.Bool("gpu", false, "run the programs as PTX on the GPU instead of the interpreter")
+	negative := fs.Bool("negative", false, "expect every file to be rejected (by the assembler, the verifier, a run-time fault or a wrong result)")
+	verbose := fs.Bool("v", false, "print a line for every file, with the rejection reason under -negative")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gpuprobe conformance [-gpu] [-negative] [-v] PATH...")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	files, err := conformance.Files(fs.Args())
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuprobe conformance: %v\n", err)
+		return 2
+	}
+	var r conformance.Runner = conformance.Interp{}
+	if *gpu {
+		if r, err = conformance.GPURunner(); err != nil {
+			fmt.Fprintf(stderr, "gpuprobe conformance: -gpu: %v\n", err)
+			return 2
+		}
+	}
+	_, failed := conformance.Report(stdout, files, r, verify, *negative, *verbose)
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}

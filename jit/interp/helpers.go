@@ -1,0 +1,271 @@
+package interp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
+)
+
+// maxString bounds how many bytes puts and %s read.
+const maxString = 4096
+
+// callOp executes a call: bpf-to-bpf, helper by id, or callx (id in dst).
+func (t *thread) callOp(pc int, o *op) error {
+	r := &t.regs
+	if o.code&0x08 == 0 && o.src == uint8(asm.PseudoCall) {
+		if len(t.frames) >= MaxFrames-1 {
+			return t.fail(pc, "call depth exceeds %d frames", MaxFrames)
+		}
+		f := frame{ret: pc + 1}
+		copy(f.saved[:], r[6:10])
+		t.frames = append(t.frames, f)
+		lo := t.stackLow()
+		clear(t.stack[lo : lo+jit.StackSize])
+		r[10] = regionStack<<regionShift | uint64(stackBytes-len(t.frames)*jit.StackSize)
+		t.pc = int(o.target)
+		return nil
+	}
+	id := o.imm
+	if o.code&0x08 != 0 {
+		id = int64(r[o.dst])
+		if id < math.MinInt32 || id > math.MaxInt32 {
+			return t.fail(pc, "callx: r%d holds %d, not a helper id", o.dst, r[o.dst])
+		}
+	}
+	return t.helper(pc, int32(id))
+}
+
+// mapArg resolves a map handle argument.
+func (t *thread) mapArg(pc int, v uint64, arg string) (*mapState, error) {
+	idx := v & offsetMask
+	if v>>regionShift != regionHandles || idx >= uint64(len(t.mapStates)) {
+		return nil, t.fail(pc, "%s is %#x, not a map handle", arg, v)
+	}
+	return t.mapStates[idx], nil
+}
+
+// read is mem for helper arguments, with the error pinned to pc.
+func (t *thread) read(pc int, addr uint64, n int, what string) ([]byte, error) {
+	b, err := t.mem(addr, n, false)
+	if err != nil {
+		return nil, t.fail(pc, "%s: %v", what, err)
+	}
+	return b, nil
+}
+
+func (t *thread) helper(pc int, id int32) error {
+	r := &t.regs
+	env := t.env
+	if h, ok := env.Helpers[id]; ok {
+		c := &HelperCall{ID: id, t: t}
+		copy(c.Args[:], r[1:6])
+		v, err := h(c)
+		if err != nil {
+			return t.fail(pc, "helper %d: %v", id, err)
+		}
+		r[0] = v
+		if c.Exit {
+			t.done = true
+		}
+		return nil
+	}
+	switch jit.HelperID(id) {
+	case jit.HelperMapLookupElem, jit.HelperMapUpdateElem, jit.HelperMapDeleteElem:
+		return t.mapHelper(pc, jit.HelperID(id))
+	case jit.HelperTracePrintk:
+		return t.tracePrintk(pc)
+	case jit.HelperGetCurrentPidTgid:
+		r[0] = env.PidTgid
+	case jit.HelperPerfEventOutput:
+		s, err := t.mapArg(pc, r[2], "perf_event_output map (r2)")
+		if err != nil {
+			return err
+		}
+		if s.def.Type != jit.MapTypeGPURingbuf {
+			return t.fail(pc, "perf_event_output: map %q has type %d, want a GPU ring buffer (%d)", s.def.Name, s.def.Type, jit.MapTypeGPURingbuf)
+		}
+		if r[5] > math.MaxInt32 {
+			return t.fail(pc, "perf_event_output: size %d is too large", r[5])
+		}
+		data, err := t.read(pc, r[4], int(r[5]), "perf_event_output data (r4, r5)")
+		if err != nil {
+			return err
+		}
+		r[0] = uint64(s.output(data))
+	case jit.HelperPuts:
+		s, err := t.cstring(r[1])
+		if err != nil {
+			return t.fail(pc, "puts: %v", err)
+		}
+		t.write(s + "\n")
+		r[0] = 0
+	case jit.HelperGetGlobalTimer:
+		if env.Timer != nil {
+			r[0] = env.Timer()
+		} else {
+			r[0] = uint64(time.Now().UnixNano())
+		}
+	case jit.HelperGetBlockIdx:
+		return t.put3(pc, "get_block_idx", env.BlockIdx)
+	case jit.HelperGetBlockDim:
+		return t.put3(pc, "get_block_dim", env.BlockDim)
+	case jit.HelperGetThreadIdx:
+		return t.put3(pc, "get_thread_idx", env.ThreadIdx)
+	case jit.HelperGetGridDim:
+		return t.put3(pc, "get_grid_dim", env.GridDim)
+	case jit.HelperGPUMembar:
+		r[0] = 0
+	case jit.HelperExit:
+		r[0], t.done = 0, true
+	case jit.HelperGetSMID:
+		r[0] = env.SMID
+	case jit.HelperGetWarpID:
+		r[0] = env.WarpID
+	case jit.HelperGetLaneID:
+		r[0] = env.LaneID
+	case jit.HelperWarpIsLeader, jit.HelperWarpSumU64, jit.HelperWarpMinU64, jit.HelperWarpMaxU64,
+		jit.HelperWarpActiveCount, jit.HelperWarpActiveMask:
+		t.pc, t.atCollective, t.collective = pc, true, jit.HelperID(id)
+	case jit.HelperGetLaunchID:
+		r[0] = env.LaunchID
+	default:
+		return t.fail(pc, "unknown helper %d", id)
+	}
+	return nil
+}
+
+func (t *thread) mapHelper(pc int, id jit.HelperID) error {
+	r := &t.regs
+	s, err := t.mapArg(pc, r[1], "map argument (r1)")
+	if err != nil {
+		return err
+	}
+	if s.def.Type == jit.MapTypeGPURingbuf {
+		return t.fail(pc, "map %q is a ring buffer: use perf_event_output", s.def.Name)
+	}
+	key, err := t.read(pc, r[2], int(s.def.KeySize), fmt.Sprintf("key of map %q (r2)", s.def.Name))
+	if err != nil {
+		return err
+	}
+	switch id {
+	case jit.HelperMapLookupElem:
+		r[0] = t.maps.lookup(s, key, t.env)
+	case jit.HelperMapUpdateElem:
+		val, err := t.read(pc, r[3], int(s.def.ValueSize), fmt.Sprintf("value for map %q (r3)", s.def.Name))
+		if err != nil {
+			return err
+		}
+		r[0] = uint64(t.maps.update(s, key, val, r[4], t.env))
+	default:
+		r[0] = uint64(t.maps.remove(s, key))
+	}
+	return nil
+}
+
+// put3 writes the three u64 of v through the pointers in r1, r2, r3.
+func (t *thread) put3(pc int, name string, v [3]uint64) error {
+	for i := 0; i < 3; i++ {
+		b, err := t.mem(t.regs[1+i], 8, true)
+		if err != nil {
+			return t.fail(pc, "%s: pointer r%d: %v", name, 1+i, err)
+		}
+		binary.LittleEndian.PutUint64(b, v[i])
+	}
+	t.regs[0] = 0
+	return nil
+}
+
+// finishCollective computes a warp collective over the lanes in group,
+// which all wait at a call of a helper 600..605, and resumes them.
+func (t *thread) finishCollective(group []*thread) {
+	var sum, hi uint64
+	lo := uint64(math.MaxUint64)
+	var mask uint64
+	leader := uint64(math.MaxUint64)
+	for _, g := range group {
+		v := g.regs[1]
+		sum += v
+		lo, hi = min(lo, v), max(hi, v)
+		mask |= 1 << (g.env.LaneID & 31)
+		leader = min(leader, g.env.LaneID)
+	}
+	for _, g := range group {
+		var v uint64
+		switch g.collective {
+		case jit.HelperWarpIsLeader:
+			if g.env.LaneID == leader {
+				v = 1
+			}
+		case jit.HelperWarpSumU64:
+			v = sum
+		case jit.HelperWarpMinU64:
+			v = lo
+		case jit.HelperWarpMaxU64:
+			v = hi
+		case jit.HelperWarpActiveCount:
+			v = uint64(len(group))
+		case jit.HelperWarpActiveMask:
+			v = mask
+		}
+		g.regs[0] = v
+		g.pc++
+		g.atCollective = false
+	}
+}
+
+func (t *thread) write(s string) {
+	if t.env.Out != nil {
+		_, _ = io.WriteString(t.env.Out, s)
+	}
+}
+
+// cstring reads a NUL-terminated string of at most maxString bytes.
+func (t *thread) cstring(addr uint64) (string, error) {
+	var sb strings.Builder
+	for i := 0; i < maxString; i++ {
+		b, err := t.mem(addr+uint64(i), 1, false)
+		if err != nil {
+			return "", err
+		}
+		if b[0] == 0 {
+			return sb.String(), nil
+		}
+		sb.WriteByte(b[0])
+	}
+	return "", fmt.Errorf("string at %#x is not NUL-terminated within %d bytes", addr, maxString)
+}
+
+// tracePrintk implements trace_printk(fmt, fmt_size, a1, a2, a3). A bad
+// format returns -EINVAL and prints nothing, as Linux does.
+func (t *thread) tracePrintk(pc int) error {
+	r := &t.regs
+	if r[2] == 0 || r[2] > maxString {
+		return t.fail(pc, "trace_printk: fmt_size (r2) is %d, want 1..%d", r[2], maxString)
+	}
+	b, err := t.read(pc, r[1], int(r[2]), "trace_printk fmt (r1, r2)")
+	if err != nil {
+		return err
+	}
+	f := string(b)
+	if i := strings.IndexByte(f, 0); i >= 0 {
+		f = f[:i]
+	}
+	out, err := t.format(f, r[3:6])
+	if err != nil {
+		r[0] = negErrno(errEINVAL)
+		return nil
+	}
+	t.write(out)
+	r[0] = uint64(len(out))
+	return nil
+}
+
+// negErrno is -errno as a register value.
+func negErrno(errno int64) uint64 { return uint64(-errno) }
