@@ -1,0 +1,245 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mailbox slot field offsets.
+const (
+	mbLock       = 0
+	mbHelper     = 4
+	mbReq        = 8
+	mbAck        = 16
+	mbRet        = 24
+	mbArgs       = 32
+	mbPayloadLen = 72
+	mbFlags      = 76
+	mbCaller     = 80
+	mbPayload    = 88
+)
+
+// DefaultMailboxTimeout is how long a GPU thread waits for the host by
+// default.
+const DefaultMailboxTimeout = time.Millisecond
+
+// Mailbox is a mapped mailbox region: fixed slots through which GPU threads
+// post host-call requests and wait, bounded, for the answer.
+type Mailbox struct {
+	r     *Region
+	slots uint64
+	data  unsafe.Pointer
+}
+
+// CreateMailbox creates a mailbox with slots slots; timeout is how long a
+// requester waits for an answer (0: DefaultMailboxTimeout).
+func CreateMailbox(slots uint32, timeout time.Duration) (*Mailbox, error) {
+	if timeout < 0 {
+		return nil, fmt.Errorf("shm: mailbox timeout %v is negative", timeout)
+	}
+	if timeout == 0 {
+		timeout = DefaultMailboxTimeout
+	}
+	r, err := Create(Spec{Kind: KindMailbox, MaxEntries: slots})
+	if err != nil {
+		return nil, err
+	}
+	atomic.StoreUint64(r.u64(offMboxTimeout), uint64(timeout))
+	return NewMailbox(r)
+}
+
+// NewMailbox wraps a mapped mailbox region.
+func NewMailbox(r *Region) (*Mailbox, error) {
+	h := r.Header()
+	if h.Kind != KindMailbox {
+		return nil, fmt.Errorf("shm: region is a %v, not a mailbox", h.Kind)
+	}
+	return &Mailbox{r: r, slots: uint64(h.MaxEntries), data: unsafe.Add(r.base, DataOffset)}, nil
+}
+
+// Region returns the mailbox's region.
+func (m *Mailbox) Region() *Region { return m.r }
+
+// Close closes the mailbox's region.
+func (m *Mailbox) Close() error { return m.r.Close() }
+
+// Timeout returns how long a requester waits for the host.
+func (m *Mailbox) Timeout() time.Duration {
+	return time.Duration(atomic.LoadUint64(m.r.u64(offMboxTimeout)))
+}
+
+// Served returns how many requests the host has answered.
+func (m *Mailbox) Served() uint64 { return atomic.LoadUint64(m.r.u64(offMboxServed)) }
+
+func (m *Mailbox) slot(i uint64) unsafe.Pointer { return unsafe.Add(m.data, i*MailboxSlotSize) }
+
+func field32(s unsafe.Pointer, off uintptr) *uint32 { return (*uint32)(unsafe.Add(s, off)) }
+func field64(s unsafe.Pointer, off uintptr) *uint64 { return (*uint64)(unsafe.Add(s, off)) }
+
+// Request is one host-call request as the host sees it. Payload is a view
+// into the slot, valid only during the handler.
+type Request struct {
+	Slot    int       // slot index
+	Seq     uint64    // request sequence of this slot
+	Helper  uint32    // helper id
+	Args    [5]uint64 // r1..r5 of the call
+	Caller  uint64    // global linear thread index of the caller
+	Payload []byte    // payload bytes (format string etc.)
+}
+
+// Handler answers one request; its result becomes the helper's return value.
+type Handler func(*Request) int64
+
+// Poll answers every pending request once and returns how many it answered.
+// It must not run concurrently with another Poll or Serve on the same
+// mailbox.
+func (m *Mailbox) Poll(h Handler) int {
+	n := 0
+	var req Request
+	for i := uint64(0); i < m.slots; i++ {
+		s := m.slot(i)
+		r := atomic.LoadUint64(field64(s, mbReq))
+		if r == atomic.LoadUint64(field64(s, mbAck)) {
+			continue
+		}
+		req = Request{Slot: int(i), Seq: r, Helper: atomic.LoadUint32(field32(s, mbHelper)),
+			Caller: atomic.LoadUint64(field64(s, mbCaller))}
+		for a := range req.Args {
+			req.Args[a] = atomic.LoadUint64(field64(s, mbArgs+uintptr(8*a)))
+		}
+		ln := atomic.LoadUint32(field32(s, mbPayloadLen))
+		if ln > MailboxPayload {
+			ln = MailboxPayload // a bad requester cannot make us read past the slot
+		}
+		req.Payload = unsafe.Slice((*byte)(unsafe.Add(s, mbPayload)), ln)
+		ret := h(&req)
+		atomic.StoreUint64(field64(s, mbRet), uint64(ret))
+		atomic.StoreUint64(field64(s, mbAck), r)
+		n++
+	}
+	if n > 0 {
+		atomic.AddUint64(m.r.u64(offMboxServed), uint64(n))
+	}
+	return n
+}
+
+// ServeOptions tune Serve's polling.
+type ServeOptions struct {
+	// Spin is how long Serve keeps polling without sleeping after the last
+	// request (default 50 µs): a busy mailbox is answered in microseconds.
+	Spin time.Duration
+	// MaxSleep caps the idle sleep, which doubles from 1 µs (default 200 µs).
+	MaxSleep time.Duration
+}
+
+// Serve answers requests with h until ctx is done, then returns ctx.Err().
+// It polls: busy-spinning (with runtime.Gosched) while requests arrive, then
+// sleeping with exponential backoff up to MaxSleep when idle.
+func (m *Mailbox) Serve(ctx context.Context, h Handler, opts ServeOptions) error {
+	if opts.Spin <= 0 {
+		opts.Spin = 50 * time.Microsecond
+	}
+	if opts.MaxSleep <= 0 {
+		opts.MaxSleep = 200 * time.Microsecond
+	}
+	last := time.Now()
+	sleep := time.Microsecond
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		now := time.Now()
+		atomic.StoreUint64(m.r.u64(offMboxBeat), uint64(monotonicNS()))
+		if m.Poll(h) > 0 {
+			last, sleep = now, time.Microsecond
+			continue
+		}
+		if now.Sub(last) < opts.Spin {
+			runtime.Gosched()
+			continue
+		}
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		if sleep *= 2; sleep > opts.MaxSleep {
+			sleep = opts.MaxSleep
+		}
+	}
+}
+
+func monotonicNS() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
+}
+
+// ErrMailboxTimeout is returned by Call when the host did not answer in time;
+// GPU code returns -ETIMEDOUT (-110) in the same case.
+var ErrMailboxTimeout = errors.New("shm: mailbox: host did not answer in time (ETIMEDOUT)")
+
+// Call posts a request the way GPU code does (the requester algorithm of the
+// package comment) and waits for the answer until the mailbox timeout. It is
+// the reference requester for tests, the interpreter and CPU producers.
+func (m *Mailbox) Call(helper uint32, args [5]uint64, payload []byte, caller uint64) (int64, error) {
+	if len(payload) > MailboxPayload {
+		return 0, fmt.Errorf("shm: mailbox payload of %d bytes exceeds %d", len(payload), MailboxPayload)
+	}
+	deadline := time.Now().Add(m.Timeout())
+	var s unsafe.Pointer
+	var r uint64
+claim:
+	for {
+		for k := uint64(0); k < m.slots; k++ {
+			c := m.slot((caller + k) % m.slots)
+			if !atomic.CompareAndSwapUint32(field32(c, mbLock), 0, 1) {
+				continue
+			}
+			r = atomic.LoadUint64(field64(c, mbReq))
+			if atomic.LoadUint64(field64(c, mbAck)) == r {
+				s = c
+				break claim
+			}
+			atomic.StoreUint32(field32(c, mbLock), 0)
+		}
+		if time.Now().After(deadline) {
+			return -ETIMEDOUT, ErrMailboxTimeout
+		}
+		runtime.Gosched()
+	}
+	atomic.StoreUint32(field32(s, mbHelper), helper)
+	for a, v := range args {
+		atomic.StoreUint64(field64(s, mbArgs+uintptr(8*a)), v)
+	}
+	atomic.StoreUint32(field32(s, mbPayloadLen), uint32(len(payload)))
+	atomic.StoreUint32(field32(s, mbFlags), 0)
+	atomic.StoreUint64(field64(s, mbCaller), caller)
+	copy(unsafe.Slice((*byte)(unsafe.Add(s, mbPayload)), MailboxPayload), payload)
+	atomic.StoreUint64(field64(s, mbReq), r+1)
+	for spins := 0; ; spins++ {
+		if atomic.LoadUint64(field64(s, mbAck)) == r+1 {
+			ret := int64(atomic.LoadUint64(field64(s, mbRet)))
+			atomic.StoreUint32(field32(s, mbLock), 0)
+			return ret, nil
+		}
+		if spins&63 == 63 {
+			if time.Now().After(deadline) {
+				atomic.StoreUint32(field32(s, mbLock), 0)
+				return -ETIMEDOUT, ErrMailboxTimeout
+			}
+			runtime.Gosched()
+		}
+	}
+}

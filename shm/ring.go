@@ -1,0 +1,291 @@
+package shm
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Ring is a mapped ring-buffer region: fixed-size slots, many producers, one
+// consumer (see the package comment for the algorithm).
+type Ring struct {
+	r        *Region
+	slots    uint64
+	mask     uint64
+	slotSize uint64
+	data     unsafe.Pointer // data area
+	drops    unsafe.Pointer // slot_drops[0]
+	acked    unsafe.Pointer // slot_acked[0]
+}
+
+// ProduceResult says what became of a record offered to a ring.
+type ProduceResult int
+
+// Produce results.
+const (
+	Published ProduceResult = iota // written and visible to the consumer
+	Dropped                        // the ring was full; counted in dropped
+	Oversize                       // larger than a slot's payload; counted in oversize
+)
+
+// String names the result.
+func (p ProduceResult) String() string {
+	switch p {
+	case Published:
+		return "published"
+	case Dropped:
+		return "dropped"
+	case Oversize:
+		return "oversize"
+	}
+	return fmt.Sprintf("ProduceResult(%d)", int(p))
+}
+
+// RingStats are the counters of a ring's control block.
+type RingStats struct {
+	Head     uint64 // tickets taken by producers
+	Tail     uint64 // tickets resolved by the consumer (as last stored)
+	Dropped  uint64 // records dropped because the ring was full
+	Oversize uint64 // records rejected as larger than a slot
+	Stalled  uint64 // tickets the consumer skipped after the stall timeout
+}
+
+// CreateRing creates a ring region of slots slots (a power of two) of
+// slotSize bytes each (16-byte slot header included).
+func CreateRing(slotSize, slots uint32) (*Ring, error) {
+	r, err := Create(Spec{Kind: KindRing, ValueSize: slotSize, MaxEntries: slots})
+	if err != nil {
+		return nil, err
+	}
+	return NewRing(r)
+}
+
+// NewRing wraps a mapped region of kind KindRing. The ring uses the header
+// as it was when the region was mapped, so a peer that scribbles over the
+// header later cannot make the ring read outside the region.
+func NewRing(r *Region) (*Ring, error) {
+	h := r.Header()
+	if h.Kind != KindRing {
+		return nil, fmt.Errorf("shm: region is a %v, not a ring", h.Kind)
+	}
+	g := &Ring{r: r, slots: uint64(h.MaxEntries), mask: uint64(h.MaxEntries) - 1, slotSize: uint64(h.Stride)}
+	g.data = unsafe.Add(r.base, DataOffset)
+	g.drops = unsafe.Add(g.data, g.slots*g.slotSize)
+	g.acked = unsafe.Add(g.drops, 4*g.slots)
+	return g, nil
+}
+
+// Region returns the ring's region.
+func (g *Ring) Region() *Region { return g.r }
+
+// Close closes the ring's region.
+func (g *Ring) Close() error { return g.r.Close() }
+
+// Slots returns the number of slots.
+func (g *Ring) Slots() int { return int(g.slots) }
+
+// MaxPayload returns the largest payload a record may carry.
+func (g *Ring) MaxPayload() int { return int(g.slotSize - SlotHeaderSize) }
+
+func (g *Ring) head() *uint64     { return g.r.u64(offRingHead) }
+func (g *Ring) tail() *uint64     { return g.r.u64(offRingTail) }
+func (g *Ring) dropped() *uint64  { return g.r.u64(offRingDropped) }
+func (g *Ring) oversize() *uint64 { return g.r.u64(offRingOversz) }
+func (g *Ring) stalled() *uint64  { return g.r.u64(offRingStalled) }
+
+func (g *Ring) slot(t uint64) unsafe.Pointer { return unsafe.Add(g.data, (t&g.mask)*g.slotSize) }
+func (g *Ring) slotDrops(t uint64) *uint32   { return (*uint32)(unsafe.Add(g.drops, 4*(t&g.mask))) }
+func (g *Ring) slotAcked(t uint64) *uint32   { return (*uint32)(unsafe.Add(g.acked, 4*(t&g.mask))) }
+
+// Stats reads the ring's counters.
+func (g *Ring) Stats() RingStats {
+	return RingStats{
+		Head:     atomic.LoadUint64(g.head()),
+		Tail:     atomic.LoadUint64(g.tail()),
+		Dropped:  atomic.LoadUint64(g.dropped()),
+		Oversize: atomic.LoadUint64(g.oversize()),
+		Stalled:  atomic.LoadUint64(g.stalled()),
+	}
+}
+
+// Produce writes one record of the given type. It never blocks; any number of
+// goroutines and processes may produce into the same ring at once (but not
+// GPU threads at the same time: producers stay on one side of the bus).
+func (g *Ring) Produce(typ uint32, payload []byte) ProduceResult {
+	if uint64(len(payload)) > g.slotSize-SlotHeaderSize {
+		atomic.AddUint64(g.oversize(), 1)
+		return Oversize
+	}
+	tl := atomic.LoadUint64(g.tail())
+	t, res := g.reserve(tl, atomic.LoadUint64(g.head()))
+	if res == Published {
+		g.publish(t, typ, payload)
+	}
+	return res
+}
+
+// reserve runs steps 2 (with tail tl and head h as loaded) to 4 of the
+// producer algorithm; on Published the caller owns ticket t.
+func (g *Ring) reserve(tl, h uint64) (uint64, ProduceResult) {
+	if h-tl >= g.slots {
+		atomic.AddUint64(g.dropped(), 1)
+		return 0, Dropped
+	}
+	t := atomic.AddUint64(g.head(), 1) - 1
+	if t-tl >= g.slots {
+		atomic.AddUint64(g.dropped(), 1)
+		atomic.AddUint32(g.slotDrops(t), 1)
+		return t, Dropped
+	}
+	return t, Published
+}
+
+// publish runs step 5: it writes the record of ticket t and releases it.
+func (g *Ring) publish(t uint64, typ uint32, payload []byte) {
+	s := g.slot(t)
+	*(*uint32)(unsafe.Add(s, 8)) = uint32(len(payload))
+	*(*uint32)(unsafe.Add(s, 12)) = typ
+	if len(payload) > 0 {
+		copy(unsafe.Slice((*byte)(unsafe.Add(s, SlotHeaderSize)), len(payload)), payload)
+	}
+	atomic.StoreUint64((*uint64)(s), t+1)
+}
+
+// ConsumerOptions tune a Consumer.
+type ConsumerOptions struct {
+	// StallTimeout is how long a taken but unresolved ticket may hold up
+	// the consumer before it is skipped and counted as stalled (its producer
+	// died mid-record). Default 5 s.
+	StallTimeout time.Duration
+	// Now is the clock (default time.Now); tests replace it.
+	Now func() time.Time
+}
+
+// Consumer reads a ring in ticket order. A ring has exactly one consumer at
+// a time; a Consumer is not safe for concurrent use.
+type Consumer struct {
+	g          *Ring
+	pos        uint64
+	published  uint64 // tail value last stored
+	opts       ConsumerOptions
+	stuckAt    uint64
+	stuckSince time.Time
+	stuck      bool
+	stats      ConsumerStats
+}
+
+// ConsumerStats count what one Consumer has seen.
+type ConsumerStats struct {
+	Delivered uint64 // records handed to the callback
+	Skipped   uint64 // tickets resolved as dropped
+	Stalled   uint64 // tickets skipped after the stall timeout
+	Corrupt   uint64 // records skipped because their length exceeded the slot
+}
+
+// Record is one record as the consumer sees it. Payload points into the
+// shared region and is valid only during the callback.
+type Record struct {
+	Ticket  uint64 // position in the ring's stream
+	Type    uint32 // record type set by the producer
+	Payload []byte // the payload bytes (a view, not a copy)
+}
+
+// NewConsumer returns the ring's consumer, starting at the stored tail.
+func (g *Ring) NewConsumer(opts ConsumerOptions) *Consumer {
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	t := atomic.LoadUint64(g.tail())
+	return &Consumer{g: g, pos: t, published: t, opts: opts}
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats { return c.stats }
+
+// Position returns the next ticket the consumer will resolve.
+func (c *Consumer) Position() uint64 { return c.pos }
+
+// tailBatch is how many tickets the consumer resolves between tail stores.
+const tailBatch = 64
+
+// Read hands up to max records (max <= 0: no limit beyond what is there) to
+// fn in ticket order and returns how many it delivered. It returns when the
+// ring holds no more complete records; it never waits.
+func (c *Consumer) Read(max int, fn func(Record)) int {
+	g := c.g
+	n := 0
+	for max <= 0 || n < max {
+		t := c.pos
+		s := g.slot(t)
+		if atomic.LoadUint64((*uint64)(s)) == t+1 {
+			ln := uint64(*(*uint32)(unsafe.Add(s, 8)))
+			if ln > g.slotSize-SlotHeaderSize {
+				c.stats.Corrupt++
+			} else {
+				fn(Record{Ticket: t, Type: *(*uint32)(unsafe.Add(s, 12)),
+					Payload: unsafe.Slice((*byte)(unsafe.Add(s, SlotHeaderSize)), ln)})
+				c.stats.Delivered++
+				n++
+			}
+			c.advance()
+			continue
+		}
+		if !c.resolve(t) {
+			break
+		}
+	}
+	c.storeTail()
+	return n
+}
+
+// resolve decides an unpublished ticket t: it reports whether the consumer
+// moved past it.
+func (c *Consumer) resolve(t uint64) bool {
+	g := c.g
+	acked := g.slotAcked(t)
+	cnt := atomic.LoadUint32(g.slotDrops(t)) - atomic.LoadUint32(acked)
+	h := atomic.LoadUint64(g.head())
+	if h <= t {
+		c.stuck = false
+		return false // empty
+	}
+	later := (h - 1 - t) / g.slots
+	if uint64(cnt) > later {
+		atomic.StoreUint32(acked, atomic.LoadUint32(acked)+1)
+		c.stats.Skipped++
+		c.advance()
+		return true
+	}
+	// Ticket t is being written, or its drop is not visible yet.
+	now := c.opts.Now()
+	if !c.stuck || c.stuckAt != t {
+		c.stuck, c.stuckAt, c.stuckSince = true, t, now
+		return false
+	}
+	if now.Sub(c.stuckSince) < c.opts.StallTimeout {
+		return false
+	}
+	c.stats.Stalled++
+	atomic.StoreUint64(g.stalled(), atomic.LoadUint64(g.stalled())+1)
+	c.advance()
+	return true
+}
+
+func (c *Consumer) advance() {
+	c.pos++
+	c.stuck = false
+	if c.pos-c.published >= tailBatch {
+		c.storeTail()
+	}
+}
+
+func (c *Consumer) storeTail() {
+	if c.pos != c.published {
+		atomic.StoreUint64(c.g.tail(), c.pos)
+		c.published = c.pos
+	}
+}
