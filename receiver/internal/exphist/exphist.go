@@ -1,0 +1,139 @@
+// Package exphist accumulates values into an OpenTelemetry base-2
+// exponential histogram of bounded size and writes it into pdata.
+//
+// Bucket i at scale s holds values in (base^i, base^(i+1)] with
+// base = 2^(2^-s). The histogram starts at MaxScale and halves its resolution
+// (scale−1, merging bucket pairs) whenever the populated range would need
+// more than MaxBuckets buckets, as the OpenTelemetry SDK does; memory per
+// histogram is therefore bounded by MaxBuckets counters.
+package exphist
+
+import (
+	"math"
+
+	"go.opentelemetry.io/collector/pdata/pmetric"
+)
+
+// Limits of every histogram.
+const (
+	MaxScale   = 8   // start resolution: 2^(1/256), about 0.3% relative error
+	MaxBuckets = 160 // the SDK's default
+)
+
+// Hist is one exponential histogram of non-negative values. The zero value is
+// ready to use.
+type Hist struct {
+	scale  int32
+	init   bool
+	offset int32    // index of counts[0]
+	counts []uint64 // contiguous buckets
+	zero   uint64
+	count  uint64
+	sum    float64
+	min    float64
+	max    float64
+}
+
+// Count is the number of recorded values.
+func (h *Hist) Count() uint64 { return h.count }
+
+// Sum is the sum of recorded values.
+func (h *Hist) Sum() float64 { return h.sum }
+
+// Scale is the current scale.
+func (h *Hist) Scale() int32 {
+	if !h.init {
+		return MaxScale
+	}
+	return h.scale
+}
+
+// Record adds v; negative and NaN values count as zero.
+func (h *Hist) Record(v float64) {
+	if !h.init {
+		h.init, h.scale = true, MaxScale
+	}
+	if !(v > 0) || math.IsInf(v, 0) {
+		if math.IsInf(v, 1) {
+			v = math.MaxFloat64
+		} else {
+			v = 0
+		}
+	}
+	if h.count == 0 {
+		h.min, h.max = v, v
+	} else {
+		h.min, h.max = math.Min(h.min, v), math.Max(h.max, v)
+	}
+	h.count++
+	h.sum += v
+	if v == 0 {
+		h.zero++
+		return
+	}
+	idx := index(v, h.scale)
+	if len(h.counts) == 0 {
+		h.offset = idx
+		h.counts = append(h.counts, 1)
+		return
+	}
+	lo, hi := h.offset, h.offset+int32(len(h.counts))-1
+	nlo, nhi := min(lo, idx), max(hi, idx)
+	for int64(nhi)-int64(nlo)+1 > MaxBuckets {
+		h.downscale()
+		idx = index(v, h.scale)
+		lo, hi = h.offset, h.offset+int32(len(h.counts))-1
+		nlo, nhi = min(lo, idx), max(hi, idx)
+	}
+	if idx < lo {
+		grown := make([]uint64, int(hi-idx+1), MaxBuckets)
+		copy(grown[lo-idx:], h.counts)
+		h.counts, h.offset = grown, idx
+	} else if idx > hi {
+		for range idx - hi {
+			h.counts = append(h.counts, 0)
+		}
+	}
+	h.counts[idx-h.offset]++
+}
+
+// downscale halves the resolution: bucket i becomes bucket i>>1.
+func (h *Hist) downscale() {
+	h.scale--
+	if len(h.counts) == 0 {
+		return
+	}
+	nlo := h.offset >> 1
+	nhi := (h.offset + int32(len(h.counts)) - 1) >> 1
+	merged := make([]uint64, int(nhi-nlo+1), MaxBuckets)
+	for i, c := range h.counts {
+		merged[((h.offset+int32(i))>>1)-nlo] += c
+	}
+	h.counts, h.offset = merged, nlo
+}
+
+// index is the bucket of v > 0 at scale s: ceil(log2(v)·2^s) − 1.
+func index(v float64, s int32) int32 {
+	frac, exp := math.Frexp(v) // v = frac·2^exp, frac in [0.5, 1)
+	if frac == 0.5 {
+		// Exact power of two: it is the upper bound of its bucket.
+		return int32(((exp - 1) << s) - 1)
+	}
+	i := math.Ceil(math.Log2(v)*math.Exp2(float64(s))) - 1
+	return int32(i)
+}
+
+// CopyTo writes the histogram into dp (count, sum, min, max, zero count,
+// scale and positive buckets).
+func (h *Hist) CopyTo(dp pmetric.ExponentialHistogramDataPoint) {
+	dp.SetScale(h.Scale())
+	dp.SetCount(h.count)
+	dp.SetSum(h.sum)
+	if h.count > 0 {
+		dp.SetMin(h.min)
+		dp.SetMax(h.max)
+	}
+	dp.SetZeroCount(h.zero)
+	dp.Positive().SetOffset(h.offset)
+	dp.Positive().BucketCounts().FromRaw(h.counts)
+}

@@ -1,0 +1,102 @@
+package exphist
+
+import (
+	"math"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pmetric"
+)
+
+// bounds returns the (lower, upper] range of bucket i at scale s.
+func bounds(i, s int32) (float64, float64) {
+	base := math.Exp2(math.Exp2(-float64(s)))
+	return math.Pow(base, float64(i)), math.Pow(base, float64(i+1))
+}
+
+func TestIndexBoundaries(t *testing.T) {
+	tests := []struct {
+		v     float64
+		scale int32
+		want  int32
+	}{
+		{1, 0, -1}, // 1 is the upper bound of (0.5, 1]
+		{1.5, 0, 0},
+		{2, 0, 0},
+		{4, 0, 1},
+		{4.1, 0, 2},
+		{1, 3, -1},
+		{0.25, 0, -3},
+		{1e-9, 8, int32(math.Ceil(math.Log2(1e-9)*256)) - 1},
+	}
+	for _, tt := range tests {
+		if got := index(tt.v, tt.scale); got != tt.want {
+			t.Errorf("index(%g, %d) = %d, want %d", tt.v, tt.scale, got, tt.want)
+		}
+	}
+}
+
+func TestRecordKeepsValuesInTheirBuckets(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []float64
+	}{
+		{"narrow", []float64{1.0e-6, 1.1e-6, 1.2e-6}},
+		{"wide (forces downscale)", []float64{1e-9, 1e-3, 1, 1e3, 5e5}},
+		{"with zeros", []float64{0, 0, 2, -1}},
+		{"descending", []float64{1e6, 1e3, 1, 1e-3, 1e-6}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h Hist
+			for _, v := range tt.values {
+				h.Record(v)
+			}
+			if len(h.counts) > MaxBuckets {
+				t.Fatalf("%d buckets > %d", len(h.counts), MaxBuckets)
+			}
+			// Every positive value lies in the bucket it was counted in.
+			want := map[int32]uint64{}
+			var zeros uint64
+			for _, v := range tt.values {
+				if v <= 0 {
+					zeros++
+					continue
+				}
+				i := index(v, h.scale)
+				lo, hi := bounds(i, h.scale)
+				if !(v > lo*(1-1e-12) && v <= hi*(1+1e-12)) {
+					t.Fatalf("value %g not in bucket %d (%g, %g]", v, i, lo, hi)
+				}
+				want[i]++
+			}
+			for i, c := range h.counts {
+				if c != want[h.offset+int32(i)] {
+					t.Fatalf("bucket %d: %d, want %d", h.offset+int32(i), c, want[h.offset+int32(i)])
+				}
+			}
+			if h.zero != zeros || h.Count() != uint64(len(tt.values)) {
+				t.Fatalf("zero %d count %d", h.zero, h.count)
+			}
+			dp := pmetric.NewExponentialHistogramDataPoint()
+			h.CopyTo(dp)
+			if dp.Count() != uint64(len(tt.values)) || dp.Scale() != h.scale || dp.ZeroCount() != zeros {
+				t.Fatalf("data point %d/%d/%d", dp.Count(), dp.Scale(), dp.ZeroCount())
+			}
+			var total uint64
+			for _, c := range dp.Positive().BucketCounts().AsRaw() {
+				total += c
+			}
+			if total+zeros != dp.Count() {
+				t.Fatalf("buckets hold %d + %d zeros, count %d", total, zeros, dp.Count())
+			}
+		})
+	}
+}
+
+func BenchmarkRecord(b *testing.B) {
+	var h Hist
+	v := 1e-6
+	for i := range b.N {
+		h.Record(v * float64(1+i%1000))
+	}
+}

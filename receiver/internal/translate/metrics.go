@@ -1,0 +1,180 @@
+package translate
+
+import (
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
+	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+)
+
+// Metric names (documented in receiver/README.md and metadata.yaml).
+const (
+	MetricLaunches       = "gpu.cuda.kernel.launches"
+	MetricExecDuration   = "gpu.cuda.kernel.execution.duration"
+	MetricQueueDuration  = "gpu.cuda.kernel.queue.duration"
+	MetricWarpDuration   = "gpu.cuda.warp.execution.duration"
+	MetricWarpExitSkew   = "gpu.cuda.warp.exit_skew"
+	MetricThreadExecs    = "gpu.cuda.thread.executions"
+	MetricMemcpySize     = "gpu.cuda.memcpy.size"
+	MetricMemcpyDuration = "gpu.cuda.memcpy.duration"
+)
+
+type memcpyKey struct {
+	device uint32
+	kind   record.MemcpyKind
+}
+
+type memcpySeries struct {
+	bytes    uint64
+	duration exphist.Hist
+}
+
+func (t *Translator) onMemcpy(m *record.Memcpy) {
+	k := memcpyKey{m.Device, m.Kind}
+	s := t.memcpy[k]
+	if s == nil {
+		s = &memcpySeries{}
+		t.memcpy[k] = s
+		t.mcOrder = append(t.mcOrder, k)
+	}
+	s.bytes += m.Bytes
+	s.duration.Record(float64(m.EndNS-m.StartNS) / 1e9)
+	t.memcpySpan(m)
+}
+
+// SelfMetric is one self-telemetry counter added to the metrics output.
+type SelfMetric struct {
+	Name  string
+	Unit  string
+	Desc  string
+	Value uint64
+}
+
+// AppendMetrics writes the cumulative metrics into sm (one scope's slice).
+func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self []SelfMetric) {
+	ts := pcommon.NewTimestampFromTime(now)
+
+	launches := newSum(sm, MetricLaunches, "{launch}", "Kernel launches, per kernel name (bounded; the rest under \"other\") and device.")
+	type hmetric struct {
+		name, unit, desc string
+		pick             func(*devSeries) *exphist.Hist
+		m                pmetric.ExponentialHistogramDataPointSlice
+	}
+	hs := []*hmetric{
+		{name: MetricExecDuration, unit: "s", desc: "Kernel execution time on the device: first warp start to last warp end.",
+			pick: func(d *devSeries) *exphist.Hist { return &d.exec }},
+		{name: MetricQueueDuration, unit: "s", desc: "Host enqueue of a launch to its first warp starting on the device.",
+			pick: func(d *devSeries) *exphist.Hist { return &d.queue }},
+		{name: MetricWarpDuration, unit: "s", desc: "Execution time of one warp: earliest lane entry to latest lane exit.",
+			pick: func(d *devSeries) *exphist.Hist { return &d.warpExec }},
+		{name: MetricWarpExitSkew, unit: "s", desc: "Latest minus earliest lane exit of one warp (divergence).",
+			pick: func(d *devSeries) *exphist.Hist { return &d.warpSkew }},
+		{name: MetricThreadExecs, unit: "{execution}", desc: "Distribution over threads of how many times each thread ran the probed code.",
+			pick: func(d *devSeries) *exphist.Hist { return &d.threadExec }},
+	}
+	for _, h := range hs {
+		h.m = newExpHist(sm, h.name, h.unit, h.desc)
+	}
+	all := append(t.order[:len(t.order):len(t.order)], t.other)
+	for _, s := range all {
+		for _, d := range s.devs {
+			if d.launches > 0 {
+				dp := launches.AppendEmpty()
+				dp.SetStartTimestamp(t.start)
+				dp.SetTimestamp(ts)
+				dp.SetIntValue(int64(d.launches))
+				kernelAttrs(dp.Attributes(), s.name, d.device)
+			}
+			for _, h := range hs {
+				hist := h.pick(d)
+				if hist.Count() == 0 {
+					continue
+				}
+				dp := h.m.AppendEmpty()
+				dp.SetStartTimestamp(t.start)
+				dp.SetTimestamp(ts)
+				hist.CopyTo(dp)
+				kernelAttrs(dp.Attributes(), s.name, d.device)
+			}
+		}
+	}
+	if len(t.mcOrder) > 0 {
+		size := newSum(sm, MetricMemcpySize, "By", "Bytes copied by memory copy calls.")
+		dur := newExpHist(sm, MetricMemcpyDuration, "s", "Duration of memory copy calls.")
+		for _, k := range t.mcOrder {
+			s := t.memcpy[k]
+			dp := size.AppendEmpty()
+			dp.SetStartTimestamp(t.start)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(int64(s.bytes))
+			dp.Attributes().PutInt("cuda.device.index", int64(k.device))
+			dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
+			hp := dur.AppendEmpty()
+			hp.SetStartTimestamp(t.start)
+			hp.SetTimestamp(ts)
+			s.duration.CopyTo(hp)
+			hp.Attributes().PutInt("cuda.device.index", int64(k.device))
+			hp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
+		}
+	}
+	for _, c := range self {
+		dp := newSum(sm, c.Name, c.Unit, c.Desc).AppendEmpty()
+		dp.SetStartTimestamp(t.start)
+		dp.SetTimestamp(ts)
+		dp.SetIntValue(int64(c.Value))
+	}
+	// Drop metrics that got no data point (e.g. no warps observed yet).
+	sm.RemoveIf(func(m pmetric.Metric) bool {
+		switch m.Type() {
+		case pmetric.MetricTypeSum:
+			return m.Sum().DataPoints().Len() == 0
+		case pmetric.MetricTypeExponentialHistogram:
+			return m.ExponentialHistogram().DataPoints().Len() == 0
+		}
+		return false
+	})
+}
+
+func kernelAttrs(a pcommon.Map, name string, dev uint32) {
+	a.PutStr("code.function.name", name)
+	a.PutInt("cuda.device.index", int64(dev))
+}
+
+func newSum(sm pmetric.MetricSlice, name, unit, desc string) pmetric.NumberDataPointSlice {
+	m := sm.AppendEmpty()
+	m.SetName(name)
+	m.SetUnit(unit)
+	m.SetDescription(desc)
+	s := m.SetEmptySum()
+	s.SetIsMonotonic(true)
+	s.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	return s.DataPoints()
+}
+
+func newExpHist(sm pmetric.MetricSlice, name, unit, desc string) pmetric.ExponentialHistogramDataPointSlice {
+	m := sm.AppendEmpty()
+	m.SetName(name)
+	m.SetUnit(unit)
+	m.SetDescription(desc)
+	h := m.SetEmptyExponentialHistogram()
+	h.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	return h.DataPoints()
+}
+
+// Metrics returns all cumulative metrics in one resource (service.name from
+// the options, else "gpuprobe").
+func (t *Translator) Metrics(now time.Time, self []SelfMetric) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	svc := t.o.ServiceName
+	if svc == "" {
+		svc = "gpuprobe"
+	}
+	rm.Resource().Attributes().PutStr("service.name", svc)
+	sc := rm.ScopeMetrics().AppendEmpty()
+	sc.Scope().SetName(ScopeName)
+	t.AppendMetrics(sc.Metrics(), now, self)
+	return md
+}

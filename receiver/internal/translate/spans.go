@@ -1,0 +1,216 @@
+package translate
+
+import (
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+// ScopeName is the instrumentation scope of everything the receiver emits.
+const ScopeName = "github.com/gpuprobe/gpuprobe/receiver"
+
+// Span names of the phases of a launch (the launch span itself is named
+// after the kernel).
+const (
+	SpanLaunchCall = "cuda.launch_call" // host: the launch API call
+	SpanQueued     = "cuda.queued"      // host enqueue → first warp start
+	SpanExecuting  = "cuda.executing"   // first warp start → last warp end
+	SpanCompletion = "cuda.completion"  // end of execution (or of the call) → host saw completion
+	SpanMemcpy     = "cuda.memcpy"      // one memory copy
+	SpanSync       = "cuda.sync"        // one synchronisation call
+)
+
+func (t *Translator) resetTraces() {
+	t.traces = ptrace.NewTraces()
+	t.byPID = map[uint32]ptrace.SpanSlice{}
+	t.nSpans = 0
+}
+
+// TakeTraces returns the spans built since the last call (possibly none).
+func (t *Translator) TakeTraces() ptrace.Traces {
+	out := t.traces
+	t.resetTraces()
+	return out
+}
+
+// SpanCount is the number of spans waiting in TakeTraces.
+func (t *Translator) SpanCount() int { return t.nSpans }
+
+// spansOf returns the span slice of a process's resource.
+func (t *Translator) spansOf(pid uint32) ptrace.SpanSlice {
+	if ss, ok := t.byPID[pid]; ok {
+		return ss
+	}
+	rs := t.traces.ResourceSpans().AppendEmpty()
+	t.fillResource(rs.Resource().Attributes(), pid)
+	sc := rs.ScopeSpans().AppendEmpty()
+	sc.Scope().SetName(ScopeName)
+	ss := sc.Spans()
+	t.byPID[pid] = ss
+	return ss
+}
+
+func (t *Translator) fillResource(attrs pcommon.Map, pid uint32) {
+	exe := t.processName(pid)
+	attrs.PutInt("process.pid", int64(pid))
+	if exe != "" {
+		attrs.PutStr("process.executable.name", exe)
+	}
+	switch {
+	case t.o.ServiceName != "":
+		attrs.PutStr("service.name", t.o.ServiceName)
+	case exe != "":
+		attrs.PutStr("service.name", exe)
+	default:
+		attrs.PutStr("service.name", "unknown_service:cuda")
+	}
+}
+
+// processName returns the executable name of pid, cached.
+func (t *Translator) processName(pid uint32) string {
+	if n, ok := t.procs[pid]; ok {
+		return n
+	}
+	var n string
+	if t.o.ProcessName != nil {
+		n = t.o.ProcessName(pid)
+	} else {
+		n = ProcName(pid)
+	}
+	if len(t.procs) > 4096 {
+		clear(t.procs)
+	}
+	t.procs[pid] = n
+	return n
+}
+
+// ProcName reads the executable name of pid from /proc/PID/comm ("" if gone).
+func ProcName(pid uint32) string {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func (t *Translator) mono(ns uint64) pcommon.Timestamp {
+	r, _ := t.o.Clock.MonoToReal(ns)
+	return pcommon.Timestamp(r)
+}
+
+// launchSpans appends the launch span and its phase children.
+func (t *Translator) launchSpans(l *launch) {
+	r := &l.rec
+	ss := t.spansOf(r.PID)
+	tid := newTraceID()
+	root := ss.AppendEmpty()
+	root.SetTraceID(tid)
+	rootID := newSpanID()
+	root.SetSpanID(rootID)
+	root.SetName(l.k.name)
+	root.SetKind(ptrace.SpanKindInternal)
+	start, end := t.mono(r.EnqueueNS), t.mono(r.ReturnNS)
+	root.SetStartTimestamp(start)
+
+	a := root.Attributes()
+	a.EnsureCapacity(20)
+	a.PutStr("code.function.name", l.k.name)
+	a.PutStr("cuda.kernel.mangled_name", l.k.mangled)
+	a.PutInt("cuda.launch.id", int64(r.LaunchID))
+	a.PutStr("cuda.launch.api", r.API.String())
+	a.PutInt("cuda.device.index", int64(r.Device))
+	if u, ok := t.devices[r.Device]; ok {
+		a.PutStr("cuda.device.uuid", u)
+	}
+	a.PutInt("cuda.stream", int64(r.Stream))
+	a.PutInt("cuda.grid.x", int64(r.Grid[0]))
+	a.PutInt("cuda.grid.y", int64(r.Grid[1]))
+	a.PutInt("cuda.grid.z", int64(r.Grid[2]))
+	a.PutInt("cuda.block.x", int64(r.Block[0]))
+	a.PutInt("cuda.block.y", int64(r.Block[1]))
+	a.PutInt("cuda.block.z", int64(r.Block[2]))
+	a.PutInt("cuda.shared_memory.size", int64(r.SharedMem))
+	a.PutInt("process.pid", int64(r.PID))
+	a.PutInt("thread.id", int64(r.TID))
+	if r.Result != 0 {
+		root.Status().SetCode(ptrace.StatusCodeError)
+		root.Status().SetMessage("CUresult " + strconv.FormatUint(uint64(r.Result), 10))
+	}
+
+	child := func(name string, s, e pcommon.Timestamp) {
+		c := ss.AppendEmpty()
+		c.SetTraceID(tid)
+		c.SetSpanID(newSpanID())
+		c.SetParentSpanID(rootID)
+		c.SetName(name)
+		c.SetStartTimestamp(s)
+		c.SetEndTimestamp(max(s, e))
+		t.nSpans++
+		end = max(end, e)
+	}
+	child(SpanLaunchCall, start, t.mono(r.ReturnNS))
+
+	execEnd := t.mono(r.ReturnNS)
+	if l.warps > 0 {
+		a.PutInt("cuda.warps.observed", int64(l.warps))
+		a.PutInt("cuda.warps.expected", int64(expectedWarps(r)))
+		a.PutInt("cuda.warp.exit_skew.max", int64(l.maxSkew))
+		fs, ok1 := t.o.Clock.GPUToReal(r.Device, l.firstStart)
+		le, ok2 := t.o.Clock.GPUToReal(r.Device, l.lastEnd)
+		if ok1 && ok2 {
+			child(SpanQueued, start, max(start, pcommon.Timestamp(fs)))
+			child(SpanExecuting, pcommon.Timestamp(fs), pcommon.Timestamp(le))
+			execEnd = max(execEnd, pcommon.Timestamp(le))
+		}
+	}
+	if l.completed {
+		child(SpanCompletion, execEnd, t.mono(l.completeNS))
+	}
+	root.SetEndTimestamp(end)
+	t.nSpans++
+}
+
+func (t *Translator) onSync(s *record.Sync) {
+	if !sampled(srcKey{s.PID, s.StartNS}, t.o.SampleOneIn) {
+		return
+	}
+	sp := t.spansOf(s.PID).AppendEmpty()
+	sp.SetTraceID(newTraceID())
+	sp.SetSpanID(newSpanID())
+	sp.SetName(SpanSync)
+	sp.SetStartTimestamp(t.mono(s.StartNS))
+	sp.SetEndTimestamp(t.mono(s.EndNS))
+	a := sp.Attributes()
+	a.PutStr("cuda.sync.kind", s.Kind.String())
+	a.PutInt("cuda.device.index", int64(s.Device))
+	a.PutInt("cuda.stream", int64(s.Stream))
+	a.PutInt("thread.id", int64(s.TID))
+	t.nSpans++
+}
+
+func (t *Translator) memcpySpan(m *record.Memcpy) {
+	if !sampled(srcKey{m.PID, m.StartNS}, t.o.SampleOneIn) {
+		return
+	}
+	sp := t.spansOf(m.PID).AppendEmpty()
+	sp.SetTraceID(newTraceID())
+	sp.SetSpanID(newSpanID())
+	sp.SetName(SpanMemcpy)
+	sp.SetStartTimestamp(t.mono(m.StartNS))
+	sp.SetEndTimestamp(t.mono(m.EndNS))
+	a := sp.Attributes()
+	a.PutStr("cuda.memcpy.kind", m.Kind.String())
+	a.PutInt("cuda.memcpy.size", int64(m.Bytes))
+	a.PutBool("cuda.memcpy.async", m.Flags&record.MemcpyAsync != 0)
+	a.PutInt("cuda.device.index", int64(m.Device))
+	if u, ok := t.devices[m.Device]; ok {
+		a.PutStr("cuda.device.uuid", u)
+	}
+	a.PutInt("cuda.stream", int64(m.Stream))
+	a.PutInt("thread.id", int64(m.TID))
+	t.nSpans++
+}

@@ -1,0 +1,542 @@
+// Package translate turns gpuprobe records (package record) into OTLP spans
+// and metrics. It joins the records of one kernel launch (launch, warps,
+// completion) under a bounded set of pending launches, maps GPU and host
+// timestamps onto CLOCK_REALTIME, folds kernel names beyond a limit into
+// "other", samples spans, and keeps cumulative metrics.
+//
+// A Translator is not safe for concurrent use; the receiver drives it from
+// its one poll goroutine.
+package translate
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
+	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+// OtherKernel is the kernel name series beyond Options.MaxKernelNames fold into.
+const OtherKernel = "other"
+
+// maxBufferedWarps bounds the warp durations a launch holds while its launch
+// record has not been read yet (so its kernel name is unknown).
+const maxBufferedWarps = 256
+
+// Options configure a Translator.
+type Options struct {
+	MaxKernelNames     int           // series with their own kernel name
+	MaxPendingLaunches int           // launches waiting for more records
+	LaunchTimeout      time.Duration // longest wait for device/completion records
+	CompletionGrace    time.Duration // wait after completion for late warps (default 20 ms)
+	SampleOneIn        uint32        // keep 1 launch span in N
+	MinDuration        time.Duration // drop launch spans shorter than this
+	ExpectWarps        bool          // device probes are attached: wait for warp records
+	Filter             *config.KernelFilter
+	Demangle           func(string) string // mangled → span name (default identity)
+	ProcessName        func(pid uint32) string
+	ServiceName        string // resource service.name override
+	Clock              *clock.Mapper
+}
+
+// Counters are the translator's own counts (self-telemetry).
+type Counters struct {
+	RecordsRead     uint64 // records handed to Handle
+	RecordsInvalid  uint64 // records that failed to decode
+	LaunchesEmitted uint64 // launches finished and turned into metrics
+	LaunchesEvicted uint64 // launches emitted early because MaxPendingLaunches was reached
+	LaunchesExpired uint64 // launches emitted after LaunchTimeout without all records
+	LaunchesOrphan  uint64 // device records whose launch record never came
+	LaunchesFilter  uint64 // launches of kernels excluded by kernels::include/exclude
+	SpansSampledOut uint64 // launch spans not emitted because of sampling
+}
+
+type srcKey struct {
+	src uint32
+	id  uint64
+}
+
+type kernel struct {
+	mangled string
+	name    string // demangled
+	series  *series
+	include bool
+}
+
+// launch is one pending launch.
+type launch struct {
+	key        srcKey
+	have       bool // launch record seen
+	rec        record.Launch
+	k          *kernel
+	created    time.Time
+	done       bool
+	completed  bool
+	completeAt time.Time
+	completeNS uint64
+	warps      uint64
+	firstStart uint64
+	lastEnd    uint64
+	maxSkew    uint64
+	buffered   []warpTimes // warp durations seen before the launch record
+}
+
+type warpTimes struct{ exec, skew uint64 }
+
+// Translator holds the join and aggregation state.
+type Translator struct {
+	o       Options
+	kernels map[srcKey]*kernel // (src, function handle) → kernel
+	byName  map[string]*series // kernel name → its series (bounded)
+	other   *series
+	order   []*series // series in creation order, for stable output
+	pending map[srcKey]*launch
+	queue   []*launch // FIFO of pending launches (done ones are skipped)
+	qhead   int
+	memcpy  map[memcpyKey]*memcpySeries
+	mcOrder []memcpyKey
+	devices map[uint32]string // device index → UUID string
+	procs   map[uint32]string // pid → executable name
+
+	traces   ptrace.Traces
+	byPID    map[uint32]ptrace.SpanSlice
+	nSpans   int
+	counters Counters
+	start    pcommon.Timestamp
+
+	// decode scratch
+	dl record.Launch
+	dw record.Warp
+	dc record.Completion
+	dk record.KernelName
+	dm record.Memcpy
+	ds record.Sync
+	dt record.ThreadCount
+	dd record.Device
+	db record.Calibration
+}
+
+// New returns a Translator.
+func New(o Options) *Translator {
+	if o.MaxKernelNames < 1 {
+		o.MaxKernelNames = config.DefaultMaxKernelNames
+	}
+	if o.MaxPendingLaunches < 1 {
+		o.MaxPendingLaunches = config.DefaultMaxPendingLaunches
+	}
+	if o.LaunchTimeout <= 0 {
+		o.LaunchTimeout = config.DefaultLaunchTimeout
+	}
+	if o.CompletionGrace <= 0 {
+		o.CompletionGrace = 20 * time.Millisecond
+	}
+	if o.SampleOneIn < 1 {
+		o.SampleOneIn = 1
+	}
+	if o.Demangle == nil {
+		o.Demangle = func(s string) string { return s }
+	}
+	if o.Clock == nil {
+		o.Clock = clock.New()
+	}
+	t := &Translator{
+		o:       o,
+		kernels: map[srcKey]*kernel{},
+		byName:  map[string]*series{},
+		pending: map[srcKey]*launch{},
+		memcpy:  map[memcpyKey]*memcpySeries{},
+		devices: map[uint32]string{},
+		procs:   map[uint32]string{},
+		start:   pcommon.NewTimestampFromTime(time.Now()),
+	}
+	t.other = &series{name: OtherKernel}
+	t.resetTraces()
+	return t
+}
+
+// Counters returns the translator's own counts.
+func (t *Translator) Counters() Counters { return t.counters }
+
+// Pending is the number of launches waiting for more records.
+func (t *Translator) Pending() int { return len(t.pending) }
+
+// Handle decodes one record from source src (one producer process
+// connection) and folds it into the state. now is the wall clock, used for
+// timeouts. An invalid record is counted and its error returned.
+func (t *Translator) Handle(src uint32, rec []byte, now time.Time) error {
+	t.counters.RecordsRead++
+	p, err := record.ParsePrefix(rec)
+	if err == nil {
+		err = t.handle(src, p.Type, rec, now)
+	}
+	if err != nil {
+		t.counters.RecordsInvalid++
+		return fmt.Errorf("source %d: %w", src, err)
+	}
+	return nil
+}
+
+var errUnknownType = errors.New("unknown record type")
+
+func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Time) error {
+	switch typ {
+	case record.TypeLaunch:
+		if err := t.dl.Decode(rec); err != nil {
+			return err
+		}
+		t.onLaunch(src, &t.dl, now)
+	case record.TypeWarp:
+		if err := t.dw.Decode(rec); err != nil {
+			return err
+		}
+		t.onWarp(src, &t.dw, now)
+	case record.TypeCompletion:
+		if err := t.dc.Decode(rec); err != nil {
+			return err
+		}
+		t.onCompletion(src, &t.dc, now)
+	case record.TypeKernelName:
+		if err := t.dk.Decode(rec); err != nil {
+			return err
+		}
+		t.onKernelName(src, &t.dk)
+	case record.TypeCalibration:
+		if err := t.db.Decode(rec); err != nil {
+			return err
+		}
+		t.o.Clock.AddCalibration(t.db.Device, t.db.GPUNS, t.db.MonoNS, t.db.RealtimeNS)
+	case record.TypeMemcpy:
+		if err := t.dm.Decode(rec); err != nil {
+			return err
+		}
+		t.onMemcpy(&t.dm)
+	case record.TypeSync:
+		if err := t.ds.Decode(rec); err != nil {
+			return err
+		}
+		t.onSync(&t.ds)
+	case record.TypeThreadCount:
+		if err := t.dt.Decode(rec); err != nil {
+			return err
+		}
+		t.onThreadCount(src, &t.dt)
+	case record.TypeDevice:
+		if err := t.dd.Decode(rec); err != nil {
+			return err
+		}
+		t.devices[t.dd.Device] = t.dd.UUIDString()
+	default:
+		return fmt.Errorf("record %s: %w", typ, errUnknownType)
+	}
+	return nil
+}
+
+func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
+	key := srcKey{src, k.Function}
+	if _, ok := t.kernels[key]; ok {
+		return
+	}
+	name := t.o.Demangle(k.Name)
+	t.kernels[key] = &kernel{
+		mangled: k.Name,
+		name:    name,
+		series:  t.seriesFor(name),
+		include: t.o.Filter.Match(k.Name, name),
+	}
+}
+
+// seriesFor returns the metric series of a kernel name, folding names beyond
+// MaxKernelNames into "other".
+func (t *Translator) seriesFor(name string) *series {
+	if s, ok := t.byName[name]; ok {
+		return s
+	}
+	if len(t.byName) >= t.o.MaxKernelNames {
+		return t.other
+	}
+	s := &series{name: name}
+	t.byName[name] = s
+	t.order = append(t.order, s)
+	return s
+}
+
+func (t *Translator) kernelOf(src uint32, fn uint64) *kernel {
+	if k, ok := t.kernels[srcKey{src, fn}]; ok {
+		return k
+	}
+	// A launch of a function never named: name it by its handle.
+	name := fmt.Sprintf("function@%#x", fn)
+	k := &kernel{mangled: name, name: name, series: t.seriesFor(name), include: t.o.Filter.Match(name)}
+	t.kernels[srcKey{src, fn}] = k
+	return k
+}
+
+func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
+	k := t.kernelOf(src, r.Function)
+	if !k.include {
+		t.counters.LaunchesFilter++
+		if l := t.pending[srcKey{src, r.LaunchID}]; l != nil {
+			l.done = true
+			delete(t.pending, l.key)
+		}
+		return
+	}
+	key := srcKey{src, r.LaunchID}
+	l := t.pending[key]
+	if l == nil {
+		l = t.newPending(key, now)
+	} else if l.have {
+		return // duplicate launch id: keep the first
+	}
+	l.have, l.rec, l.k = true, *r, k
+	for _, w := range l.buffered {
+		t.recordWarp(l, w)
+	}
+	l.buffered = nil
+	t.maybeFinish(l, now)
+}
+
+func (t *Translator) newPending(key srcKey, now time.Time) *launch {
+	for len(t.pending) >= t.o.MaxPendingLaunches {
+		t.evictOldest(now)
+	}
+	l := &launch{key: key, created: now}
+	t.pending[key] = l
+	t.queue = append(t.queue, l)
+	return l
+}
+
+func (t *Translator) evictOldest(now time.Time) {
+	for t.qhead < len(t.queue) {
+		l := t.queue[t.qhead]
+		t.queue[t.qhead] = nil
+		t.qhead++
+		if !l.done {
+			t.counters.LaunchesEvicted++
+			t.finish(l, now)
+			break
+		}
+	}
+	t.compactQueue()
+}
+
+func (t *Translator) compactQueue() {
+	if t.qhead > 1024 && t.qhead*2 > len(t.queue) {
+		n := copy(t.queue, t.queue[t.qhead:])
+		clear(t.queue[n:])
+		t.queue, t.qhead = t.queue[:n], 0
+	}
+}
+
+func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
+	key := srcKey{src, w.LaunchID}
+	l := t.pending[key]
+	if l == nil {
+		l = t.newPending(key, now)
+	}
+	exec := w.EndNS - w.StartNS
+	skew := w.ExitSkewNS()
+	if l.warps == 0 || w.StartNS < l.firstStart {
+		l.firstStart = w.StartNS
+	}
+	l.lastEnd = max(l.lastEnd, w.EndNS)
+	l.maxSkew = max(l.maxSkew, skew)
+	l.warps++
+	if l.have {
+		t.recordWarp(l, warpTimes{exec, skew})
+	} else if len(l.buffered) < maxBufferedWarps {
+		l.buffered = append(l.buffered, warpTimes{exec, skew})
+	}
+	t.maybeFinish(l, now)
+}
+
+func (t *Translator) recordWarp(l *launch, w warpTimes) {
+	s := l.k.series.dev(l.rec.Device)
+	s.warpExec.Record(float64(w.exec) / 1e9)
+	s.warpSkew.Record(float64(w.skew) / 1e9)
+}
+
+func (t *Translator) onCompletion(src uint32, c *record.Completion, now time.Time) {
+	l := t.pending[srcKey{src, c.LaunchID}]
+	if l == nil {
+		return // already emitted (timeout) or filtered out
+	}
+	l.completed, l.completeNS, l.completeAt = true, c.CompleteNS, now
+	t.maybeFinish(l, now)
+}
+
+func (t *Translator) onThreadCount(src uint32, tc *record.ThreadCount) {
+	l := t.pending[srcKey{src, tc.LaunchID}]
+	var s *series = t.other
+	dev := uint32(0)
+	if l != nil && l.have {
+		s, dev = l.k.series, l.rec.Device
+	}
+	h := &s.dev(dev).threadExec
+	for _, c := range tc.Counts {
+		h.Record(float64(c))
+	}
+}
+
+// expectedWarps is the number of warps of the launch.
+func expectedWarps(r *record.Launch) uint64 {
+	return uint64(r.Grid[0]) * uint64(r.Grid[1]) * uint64(r.Grid[2]) * r.WarpsPerBlock()
+}
+
+func (t *Translator) maybeFinish(l *launch, now time.Time) {
+	if !l.have || !l.completed {
+		return
+	}
+	if !t.o.ExpectWarps || l.warps >= expectedWarps(&l.rec) {
+		t.finish(l, now)
+	}
+}
+
+// Expire emits launches that waited long enough: completed ones after the
+// completion grace, any after LaunchTimeout. Call it once per poll.
+func (t *Translator) Expire(now time.Time) {
+	for i := t.qhead; i < len(t.queue); i++ {
+		l := t.queue[i]
+		if l.done {
+			continue
+		}
+		switch {
+		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace:
+			t.finish(l, now)
+		case now.Sub(l.created) >= t.o.LaunchTimeout:
+			if l.have {
+				t.counters.LaunchesExpired++
+				t.finish(l, now)
+			} else {
+				t.counters.LaunchesOrphan++
+				l.done = true
+				delete(t.pending, l.key)
+			}
+		}
+	}
+	for t.qhead < len(t.queue) && t.queue[t.qhead].done {
+		t.queue[t.qhead] = nil
+		t.qhead++
+	}
+	t.compactQueue()
+}
+
+// finish turns a launch into metrics and (sampled) spans and forgets it.
+func (t *Translator) finish(l *launch, now time.Time) {
+	l.done = true
+	delete(t.pending, l.key)
+	if !l.have {
+		t.counters.LaunchesOrphan++
+		return
+	}
+	t.counters.LaunchesEmitted++
+	s := l.k.series.dev(l.rec.Device)
+	s.launches++
+	execNS, haveExec := l.execNS()
+	if haveExec {
+		s.exec.Record(float64(execNS) / 1e9)
+	}
+	if q, ok := t.queueNS(l); ok {
+		s.queue.Record(float64(q) / 1e9)
+	}
+	if !sampled(l.key, t.o.SampleOneIn) {
+		t.counters.SpansSampledOut++
+		return
+	}
+	if haveExec && time.Duration(execNS) < t.o.MinDuration {
+		t.counters.SpansSampledOut++
+		return
+	}
+	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < t.o.MinDuration {
+		t.counters.SpansSampledOut++
+		return
+	}
+	t.launchSpans(l)
+}
+
+// execNS is the device execution time: first warp start → last warp end.
+func (l *launch) execNS() (uint64, bool) {
+	if l.warps == 0 {
+		return 0, false
+	}
+	return l.lastEnd - l.firstStart, true
+}
+
+// queueNS is host enqueue → first warp start, through the clock mapping.
+func (t *Translator) queueNS(l *launch) (uint64, bool) {
+	if l.warps == 0 {
+		return 0, false
+	}
+	startReal, ok1 := t.o.Clock.GPUToReal(l.rec.Device, l.firstStart)
+	enqReal, ok2 := t.o.Clock.MonoToReal(l.rec.EnqueueNS)
+	if !ok1 || !ok2 || startReal < enqReal {
+		return 0, ok1 && ok2 // clocks disagree by less than their uncertainty: 0
+	}
+	return startReal - enqReal, true
+}
+
+// sampled keeps one launch in n, deterministically on (source, launch id).
+func sampled(k srcKey, n uint32) bool {
+	if n <= 1 {
+		return true
+	}
+	x := k.id ^ uint64(k.src)<<48
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x%uint64(n) == 0
+}
+
+func newTraceID() pcommon.TraceID {
+	var id [16]byte
+	a, b := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		id[i], id[8+i] = byte(a>>(8*i)), byte(b>>(8*i))
+	}
+	return id
+}
+
+func newSpanID() pcommon.SpanID {
+	var id [8]byte
+	a := rand.Uint64() | 1
+	for i := range 8 {
+		id[i] = byte(a >> (8 * i))
+	}
+	return id
+}
+
+// dev returns the per-device aggregate of a series.
+func (s *series) dev(d uint32) *devSeries {
+	for _, ds := range s.devs {
+		if ds.device == d {
+			return ds
+		}
+	}
+	ds := &devSeries{device: d}
+	s.devs = append(s.devs, ds)
+	return ds
+}
+
+// series is one kernel name's metrics, per device.
+type series struct {
+	name string
+	devs []*devSeries
+}
+
+type devSeries struct {
+	device     uint32
+	launches   uint64
+	exec       exphist.Hist
+	queue      exphist.Hist
+	warpExec   exphist.Hist
+	warpSkew   exphist.Hist
+	threadExec exphist.Hist
+}
