@@ -241,14 +241,14 @@ func TestMetricsAndFolding(t *testing.T) {
 	feed(t, tr, &s, time.Now())
 	got := metricPoints(tr.Metrics(time.Now(), []SelfMetric{{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Value: 7}}))
 	want := map[string]map[string]uint64{
-		MetricLaunches:       {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 4 + 5},
-		MetricExecDuration:   {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
-		MetricQueueDuration:  {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
-		MetricWarpDuration:   {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
-		MetricWarpExitSkew:   {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
-		MetricThreadExecs:    {OtherKernel: 3},
-		MetricMemcpySize:     {"htod": 1024},
-		MetricMemcpyDuration: {"htod": 2},
+		MetricLaunches:                   {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 4 + 5},
+		MetricExecDuration:               {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
+		MetricQueueDuration:              {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
+		MetricWarpDuration:               {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
+		MetricWarpExitSkew:               {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
+		MetricThreadExecs:                {OtherKernel: 3},
+		MetricMemcpySize:                 {"htod": 1024},
+		MetricMemcpyDuration:             {"htod": 2},
 		"gpuprobe.receiver.records.read": {"": 7},
 	}
 	for name, pts := range want {
