@@ -1,0 +1,341 @@
+package ptx
+
+import (
+	"strconv"
+)
+
+// Per-program support routines, emitted once when a helper needs them.
+const (
+	funcMemcpy   = "memcpy"   // (dst, src, n): byte copy, 8 bytes at a time when both are aligned
+	funcHostcall = "hostcall" // (mailbox, helper, a1..a5, p1, n1, p2, n2, str) -> ret: a mailbox request
+	funcRingout  = "ringout"  // (ring, data, size) -> 0 or -errno: one ring buffer record
+)
+
+var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout}
+
+var supportParams = map[string][]string{
+	funcMemcpy:   {"dst", "src", "n"},
+	funcHostcall: {"mb", "helper", "a1", "a2", "a3", "a4", "a5", "p1", "n1", "p2", "n2", "str"},
+	funcRingout:  {"ring", "data", "size"},
+}
+
+// need marks a support routine as used and returns its PTX name.
+func (c *compiler) need(name string) string {
+	if c.needed == nil {
+		c.needed = make(map[string]bool)
+	}
+	c.needed[name] = true
+	if name == funcRingout {
+		c.needed[funcMemcpy] = true
+	}
+	return c.o.Prefix + "_" + name
+}
+
+// supportProto is the prototype (without ";") of a support routine.
+func (c *compiler) supportProto(name string) string {
+	s := ".func "
+	if name != funcMemcpy {
+		s += "(.param .b64 __ret) "
+	}
+	s += c.o.Prefix + "_" + name + "("
+	for k, p := range supportParams[name] {
+		if k > 0 {
+			s += ", "
+		}
+		s += ".param .b64 __" + p
+	}
+	return s + ")"
+}
+
+// callFunc calls a .func with b64 arguments (registers or immediates);
+// ret ("" for none) receives the result.
+func (c *compiler) callFunc(name, ret string, args ...string) {
+	e := &c.e
+	e.raw("\t{\n")
+	for k := range args {
+		e.raw("\t.param .b64 c", strconv.Itoa(k), ";\n")
+	}
+	if ret != "" {
+		e.raw("\t.param .b64 crv;\n")
+	}
+	list := ""
+	for k, a := range args {
+		e.op("st.param.b64 [c", strconv.Itoa(k), "], ", a)
+		if k > 0 {
+			list += ", "
+		}
+		list += "c" + strconv.Itoa(k)
+	}
+	if ret != "" {
+		e.op("call (crv), ", name, ", (", list, ")")
+		e.op("ld.param.b64 ", ret, ", [crv]")
+	} else {
+		e.op("call ", name, ", (", list, ")")
+	}
+	e.raw("\t}\n")
+}
+
+// threadID writes dst = the calling thread's global linear index (shm's
+// definition), with temporaries b64+"8".."9" and b32+"8".."13".
+func (c *compiler) threadID(dst, b64, b32 string) {
+	e := &c.e
+	x, y := func(n int) string { return b64 + strconv.Itoa(n) }, func(n int) string { return b32 + strconv.Itoa(n) }
+	e.op("mov.u32 ", y(8), ", %ctaid.x")
+	e.op("mov.u32 ", y(9), ", %ctaid.y")
+	e.op("mov.u32 ", y(10), ", %ctaid.z")
+	e.op("mov.u32 ", y(11), ", %nctaid.x")
+	e.op("mov.u32 ", y(12), ", %nctaid.y")
+	e.op("mul.wide.u32 ", x(8), ", ", y(10), ", ", y(12))
+	e.op("cvt.u64.u32 ", x(9), ", ", y(9))
+	e.op("add.s64 ", x(8), ", ", x(8), ", ", x(9))
+	e.op("cvt.u64.u32 ", x(9), ", ", y(11))
+	e.op("mul.lo.u64 ", x(8), ", ", x(8), ", ", x(9))
+	e.op("cvt.u64.u32 ", x(9), ", ", y(8))
+	e.op("add.s64 ", x(8), ", ", x(8), ", ", x(9))
+	e.op("mov.u32 ", y(8), ", %ntid.x")
+	e.op("mov.u32 ", y(9), ", %ntid.y")
+	e.op("mov.u32 ", y(10), ", %ntid.z")
+	e.op("mul.lo.u32 ", y(11), ", ", y(8), ", ", y(9))
+	e.op("mul.lo.u32 ", y(11), ", ", y(11), ", ", y(10))
+	e.op("mov.u32 ", y(12), ", %tid.z")
+	e.op("mov.u32 ", y(13), ", %tid.y")
+	e.op("mad.lo.u32 ", y(12), ", ", y(12), ", ", y(9), ", ", y(13))
+	e.op("mov.u32 ", y(13), ", %tid.x")
+	e.op("mad.lo.u32 ", y(12), ", ", y(12), ", ", y(8), ", ", y(13))
+	e.op("cvt.u64.u32 ", x(9), ", ", y(11))
+	e.op("mul.lo.u64 ", x(8), ", ", x(8), ", ", x(9))
+	e.op("cvt.u64.u32 ", x(9), ", ", y(12))
+	e.op("add.s64 ", dst, ", ", x(8), ", ", x(9))
+}
+
+// genSupport writes the definitions of the support routines in use.
+func (c *compiler) genSupport() {
+	for _, name := range supportOrder {
+		if !c.needed[name] {
+			continue
+		}
+		e := &c.e
+		e.raw(c.supportProto(name), "\n{\n")
+		e.raw("\t.reg .b64 %x<32>;\n\t.reg .b32 %y<16>;\n\t.reg .pred %z<8>;\n")
+		for k, p := range supportParams[name] {
+			e.op("ld.param.b64 %x", strconv.Itoa(20+k), ", [__", p, "]")
+		}
+		switch name {
+		case funcMemcpy:
+			c.genMemcpy()
+		case funcHostcall:
+			c.genHostcall()
+		case funcRingout:
+			c.genRingout()
+		}
+		e.raw("}\n\n")
+	}
+}
+
+// genMemcpy: params dst=%x20, src=%x21, n=%x22.
+func (c *compiler) genMemcpy() {
+	e := &c.e
+	e.op("mov.u64 %x0, 0")
+	e.op("or.b64 %x1, %x20, %x21")
+	e.op("and.b64 %x1, %x1, 7")
+	e.op("setp.ne.u64 %z0, %x1, 0")
+	e.op("@%z0 bra $Lbytes")
+	e.op("and.b64 %x2, %x22, -8")
+	e.label("$Lwords")
+	e.op("setp.ge.u64 %z0, %x0, %x2")
+	e.op("@%z0 bra $Lbytes")
+	e.op("add.s64 %x3, %x21, %x0")
+	e.op("ld.u64 %x4, [%x3]")
+	e.op("add.s64 %x3, %x20, %x0")
+	e.op("st.u64 [%x3], %x4")
+	e.op("add.s64 %x0, %x0, 8")
+	e.op("bra $Lwords")
+	e.label("$Lbytes")
+	e.op("setp.ge.u64 %z0, %x0, %x22")
+	e.op("@%z0 bra $Ldone")
+	e.op("add.s64 %x3, %x21, %x0")
+	e.op("ld.u8 %x4, [%x3]")
+	e.op("add.s64 %x3, %x20, %x0")
+	e.op("st.u8 [%x3], %x4")
+	e.op("add.s64 %x0, %x0, 1")
+	e.op("bra $Lbytes")
+	e.label("$Ldone")
+	e.op("ret")
+}
+
+// genHostcall writes the requester side of the mailbox protocol
+// (shm/doc.go, "Mailbox"). Params: mb=%x20 helper=%x21 a1..a5=%x22..%x26
+// p1=%x27 n1=%x28 p2=%x29 n2=%x30 str=%x31.
+func (c *compiler) genHostcall() {
+	e := &c.e
+	slot := func(off int) string { return "[%x7+" + strconv.Itoa(off) + "]" }
+	e.op("setp.eq.u64 %z0, %x20, 0")
+	e.op("@%z0 bra $Ltimeout")
+	e.op("ld.relaxed.sys.u32 %y0, [%x20+", strconv.Itoa(hdrMaxEntries), "]")
+	e.op("setp.eq.u32 %z0, %y0, 0")
+	e.op("@%z0 bra $Ltimeout")
+	e.op("ld.relaxed.sys.u64 %x1, [%x20+", strconv.Itoa(mboxTimeout), "]")
+	e.op("setp.eq.u64 %z0, %x1, 0")
+	e.op("@%z0 mov.u64 %x1, ", strconv.FormatInt(c.o.HostCallTimeout.Nanoseconds(), 10))
+	e.op("mov.u64 %x2, %globaltimer")
+	e.op("add.s64 %x2, %x2, %x1")
+	c.threadID("%x3", "%x", "%y")
+	e.op("cvt.u64.u32 %x4, %y0")
+	e.op("rem.u64 %x5, %x3, %x4")
+	e.op("mov.u64 %x6, 0")
+	e.label("$Lclaim")
+	e.op("mad.lo.u64 %x7, %x5, ", strconv.Itoa(mailboxSlotSize), ", %x20")
+	e.op("add.s64 %x7, %x7, ", strconv.Itoa(dataOffset))
+	e.op("atom.relaxed.sys.cas.b32 %y1, ", slot(mslotLock), ", 0, 1")
+	e.op("setp.ne.u32 %z0, %y1, 0")
+	e.op("@%z0 bra $Lnext")
+	e.op("ld.acquire.sys.u64 %x8, ", slot(mslotReq))
+	e.op("ld.acquire.sys.u64 %x9, ", slot(mslotAck))
+	e.op("setp.eq.u64 %z0, %x8, %x9")
+	e.op("@%z0 bra $Lclaimed")
+	e.op("st.release.sys.u32 ", slot(mslotLock), ", 0")
+	e.label("$Lnext")
+	e.op("add.s64 %x5, %x5, 1")
+	e.op("setp.ge.u64 %z0, %x5, %x4")
+	e.op("@%z0 mov.u64 %x5, 0")
+	e.op("add.s64 %x6, %x6, 1")
+	e.op("setp.lt.u64 %z0, %x6, %x4")
+	e.op("@%z0 bra $Lclaim")
+	e.op("mov.u64 %x6, 0")
+	e.op("mov.u64 %x10, %globaltimer")
+	e.op("setp.lt.u64 %z0, %x10, %x2")
+	e.op("@%z0 bra $Lclaim")
+	e.op("bra $Ltimeout")
+	e.label("$Lclaimed")
+	e.op("st.u32 ", slot(mslotHelper), ", %x21")
+	for k := 0; k < 5; k++ {
+		e.op("st.u64 ", slot(mslotArgs+8*k), ", %x", strconv.Itoa(22+k))
+	}
+	e.op("st.u32 ", slot(mslotFlags), ", 0")
+	e.op("st.u64 ", slot(mslotCaller), ", %x3")
+	// First part of the payload: p1, at most n1 bytes (stopping at a NUL
+	// when str is set), at most the payload size.
+	e.op("add.s64 %x11, %x7, ", strconv.Itoa(mslotPayload))
+	e.op("min.u64 %x12, %x28, ", strconv.Itoa(mailboxPayload))
+	e.op("setp.ne.u64 %z1, %x31, 0")
+	e.op("mov.u64 %x13, 0")
+	e.label("$Lp1")
+	e.op("setp.ge.u64 %z0, %x13, %x12")
+	e.op("@%z0 bra $Lp1done")
+	e.op("add.s64 %x14, %x27, %x13")
+	e.op("ld.u8 %x15, [%x14]")
+	e.op("setp.eq.and.u64 %z0, %x15, 0, %z1")
+	e.op("@%z0 bra $Lp1done")
+	e.op("add.s64 %x14, %x11, %x13")
+	e.op("st.u8 [%x14], %x15")
+	e.op("add.s64 %x13, %x13, 1")
+	e.op("bra $Lp1")
+	e.label("$Lp1done")
+	// Second part: p2, n2 bytes, as far as the payload has room.
+	e.op("mov.u64 %x12, ", strconv.Itoa(mailboxPayload))
+	e.op("sub.s64 %x12, %x12, %x13")
+	e.op("min.u64 %x12, %x12, %x30")
+	e.op("add.s64 %x11, %x11, %x13")
+	e.op("add.s64 %x13, %x13, %x12")
+	e.op("mov.u64 %x16, 0")
+	e.label("$Lp2")
+	e.op("setp.ge.u64 %z0, %x16, %x12")
+	e.op("@%z0 bra $Lp2done")
+	e.op("add.s64 %x14, %x29, %x16")
+	e.op("ld.u8 %x15, [%x14]")
+	e.op("add.s64 %x14, %x11, %x16")
+	e.op("st.u8 [%x14], %x15")
+	e.op("add.s64 %x16, %x16, 1")
+	e.op("bra $Lp2")
+	e.label("$Lp2done")
+	e.op("st.u32 ", slot(mslotPayloadLen), ", %x13")
+	e.op("add.s64 %x12, %x8, 1")
+	e.op("st.release.sys.u64 ", slot(mslotReq), ", %x12")
+	e.label("$Lwait")
+	e.op("ld.acquire.sys.u64 %x9, ", slot(mslotAck))
+	e.op("setp.eq.u64 %z0, %x9, %x12")
+	e.op("@%z0 bra $Lanswered")
+	e.op("mov.u64 %x10, %globaltimer")
+	e.op("setp.lt.u64 %z0, %x10, %x2")
+	e.op("@%z0 bra $Lwait")
+	// Timed out: the slot stays busy (req != ack) until the host answers.
+	e.op("st.release.sys.u32 ", slot(mslotLock), ", 0")
+	e.label("$Ltimeout")
+	e.op("st.param.b64 [__ret], ", i64(-ETIMEDOUT))
+	e.op("ret")
+	e.label("$Lanswered")
+	e.op("ld.relaxed.sys.u64 %x17, ", slot(mslotRet))
+	e.op("st.release.sys.u32 ", slot(mslotLock), ", 0")
+	e.op("st.param.b64 [__ret], %x17")
+	e.op("ret")
+}
+
+// genRingout writes the producer side of the ring protocol (shm/doc.go,
+// "Ring buffer"): never waits. Params: ring=%x20 data=%x21 size=%x22.
+func (c *compiler) genRingout() {
+	e := &c.e
+	at := func(off int) string { return "[%x20+" + strconv.Itoa(off) + "]" }
+	e.op("setp.eq.u64 %z0, %x20, 0")
+	e.op("@%z0 bra $Lnoring")
+	e.op("ld.relaxed.sys.u32 %y0, ", at(hdrMaxEntries))
+	e.op("ld.relaxed.sys.u32 %y1, ", at(hdrStride))
+	e.op("cvt.u64.u32 %x0, %y0")
+	e.op("cvt.u64.u32 %x1, %y1")
+	e.op("sub.s64 %x2, %x1, ", strconv.Itoa(slotHeader))
+	e.op("setp.gt.u64 %z0, %x22, %x2")
+	e.op("@%z0 bra $Loversize")
+	e.op("ld.acquire.sys.u64 %x3, ", at(ringTail))
+	e.op("ld.relaxed.sys.u64 %x4, ", at(ringHead))
+	e.op("sub.s64 %x5, %x4, %x3")
+	e.op("setp.ge.u64 %z0, %x5, %x0")
+	e.op("@%z0 bra $Lfull")
+	e.op("atom.acq_rel.sys.add.u64 %x6, ", at(ringHead), ", 1")
+	e.op("sub.s64 %x5, %x6, %x3")
+	e.op("sub.s64 %x7, %x0, 1")
+	e.op("and.b64 %x7, %x6, %x7")
+	e.op("setp.ge.u64 %z0, %x5, %x0")
+	e.op("@%z0 bra $Llate")
+	e.op("mad.lo.u64 %x8, %x7, %x1, %x20")
+	e.op("add.s64 %x8, %x8, ", strconv.Itoa(dataOffset))
+	e.op("st.u32 [%x8+8], %x22")
+	e.op("st.u32 [%x8+12], ", strconv.Itoa(RingRecordType))
+	e.op("add.s64 %x9, %x8, ", strconv.Itoa(slotHeader))
+	c.callFunc(c.o.Prefix+"_"+funcMemcpy, "", "%x9", "%x21", "%x22")
+	e.op("add.s64 %x10, %x6, 1")
+	e.op("st.release.sys.u64 [%x8], %x10")
+	e.op("st.param.b64 [__ret], 0")
+	e.op("ret")
+	e.label("$Llate")
+	// Racing producers overshot: count the drop, globally and in the
+	// slot's drop counter, so the consumer can skip the ticket.
+	e.op("red.relaxed.sys.add.u64 ", at(ringDropped), ", 1")
+	e.op("mad.lo.u64 %x8, %x0, %x1, %x20")
+	e.op("mad.lo.u64 %x8, %x7, 4, %x8")
+	e.op("red.release.sys.add.u32 [%x8+", strconv.Itoa(dataOffset), "], 1")
+	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
+	e.op("ret")
+	e.label("$Lfull")
+	e.op("red.relaxed.sys.add.u64 ", at(ringDropped), ", 1")
+	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
+	e.op("ret")
+	e.label("$Loversize")
+	e.op("red.relaxed.sys.add.u64 ", at(ringOversize), ", 1")
+	e.op("st.param.b64 [__ret], ", i64(-errE2BIG))
+	e.op("ret")
+	e.label("$Lnoring")
+	e.op("st.param.b64 [__ret], ", i64(-errNOENT))
+	e.op("ret")
+}
+
+// hostCall writes a host-call helper: r0 = the host's answer, or
+// -ETIMEDOUT. args = r1..r5; payload = p1 (n1 bytes, or up to a NUL when
+// str) then p2 (n2 bytes).
+func (c *compiler) hostCall(id int32, p1, n1, p2, n2 string, str bool) {
+	mb := c.addGlobal(GlobalMailbox, "")
+	c.e.op("ld.global.u64 %h0, [", mb, "]")
+	s := "0"
+	if str {
+		s = "1"
+	}
+	c.callFunc(c.need(funcHostcall), "%r0", "%h0", strconv.Itoa(int(id)), "%r1", "%r2", "%r3", "%r4", "%r5", p1, n1, p2, n2, s)
+}

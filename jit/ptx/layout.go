@@ -1,0 +1,52 @@
+package ptx
+
+import "github.com/gpuprobe/gpuprobe/shm"
+
+// Byte offsets of the shm layout (version 1, shm/doc.go) that generated code
+// uses. The region's data area starts at shm.DataOffset for every kind.
+const (
+	dataOffset = shm.DataOffset
+
+	hdrMaxEntries = 36 // u32: ring, mailbox: number of slots
+	hdrStride     = 40 // u32: bytes between slots
+
+	ringHead     = 128 // u64: tickets taken
+	ringTail     = 192 // u64: next ticket the consumer reads
+	ringDropped  = 256 // u64: records dropped, ring full
+	ringOversize = 320 // u64: records larger than a slot
+
+	slotHeader = shm.SlotHeaderSize // seq u64, len u32, type u32
+
+	mboxTimeout = 128 // u64: how long a GPU thread waits, ns
+
+	mailboxSlotSize = shm.MailboxSlotSize
+	mailboxPayload  = shm.MailboxPayload
+	mslotLock       = 0  // u32
+	mslotHelper     = 4  // u32
+	mslotReq        = 8  // u64
+	mslotAck        = 16 // u64
+	mslotRet        = 24 // i64
+	mslotArgs       = 32 // u64[5]
+	mslotPayloadLen = 72 // u32
+	mslotFlags      = 76 // u32
+	mslotCaller     = 80 // u64
+	mslotPayload    = 88 // u8[168]
+)
+
+// Errors that inline helpers return (negated, as Linux does).
+const (
+	errNOENT  = 2  // map or ring not attached
+	errE2BIG  = 7  // key out of range / record larger than a slot
+	errEXIST  = 17 // BPF_NOEXIST on an array
+	errINVAL  = 22 // bad flags, delete on an array, bad map handle
+	errNOSPC  = 28 // ring full: the record was dropped
+	errNOTSUP = 95 // helper not available for this map type
+)
+
+// RingRecordType is the slot type of records written by perf_event_output.
+const RingRecordType = 0
+
+// mapHandleBase tags the value an LD_IMM64 map reference puts in a
+// register: mapHandleBase + the map's index in Program.Maps. It is never a
+// valid address; helpers find the map from it.
+const mapHandleBase = 0x6770_0000_0000_0000

@@ -1,0 +1,296 @@
+package ptx
+
+import (
+	"strconv"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
+)
+
+// ldImm writes LD_IMM64: a constant, a map reference (an opaque handle,
+// see mapHandleBase) or the address of a map value (direct value access,
+// used for global data): the map region's base + shm.DataOffset + offset,
+// or NULL while the map is not attached.
+func (c *compiler) ldImm(i int, ins *asm.Instruction) error {
+	if !ins.OpCode.IsDWordLoad() {
+		return c.errf(i, "legacy packet access (LD_ABS/LD_IND) is not supported")
+	}
+	d, err := c.dstReg(i, ins.Dst)
+	if err != nil {
+		return err
+	}
+	e := &c.e
+	switch ins.Src {
+	case asm.R0:
+		e.op("mov.b64 ", d, ", ", u64(uint64(ins.Constant)))
+	case asm.PseudoMapFD:
+		k, _, err := c.mapRef(i, ins)
+		if err != nil {
+			return err
+		}
+		e.op("mov.b64 ", d, ", ", u64(mapHandleBase+uint64(k)))
+	case asm.PseudoMapValue:
+		_, m, err := c.mapRef(i, ins)
+		if err != nil {
+			return err
+		}
+		off := uint64(ins.Constant) >> 32
+		g := c.addGlobal(GlobalMap, m.Name)
+		e.op("ld.global.u64 %h0, [", g, "]")
+		e.op("setp.eq.u64 %q0, %h0, 0")
+		e.op("add.s64 ", d, ", %h0, ", u64(dataOffset+off))
+		e.op("@%q0 mov.u64 ", d, ", 0")
+	default:
+		return c.errf(i, "LD_IMM64 with src %d is not supported", ins.Src)
+	}
+	return nil
+}
+
+// mapRef finds the map an LD_IMM64 refers to: by Reference() name, or by
+// index in Program.Maps in the low 32 bits of the constant.
+func (c *compiler) mapRef(i int, ins *asm.Instruction) (int, *jit.Map, error) {
+	if ref := ins.Reference(); ref != "" {
+		for k, m := range c.p.Maps {
+			if m != nil && m.Name == ref {
+				return k, m, nil
+			}
+		}
+		return 0, nil, c.errf(i, "map %q is not among the program's maps", ref)
+	}
+	k := int(uint32(ins.Constant))
+	if k >= len(c.p.Maps) || c.p.Maps[k] == nil {
+		return 0, nil, c.errf(i, "map reference %d: the program has %d maps", k, len(c.p.Maps))
+	}
+	return k, c.p.Maps[k], nil
+}
+
+// writesReg says whether ins may write reg.
+func writesReg(ins *asm.Instruction, reg asm.Register) bool {
+	switch cls := ins.OpCode.Class(); {
+	case cls.IsALU(), cls == asm.LdClass, cls == asm.LdXClass:
+		return ins.Dst == reg
+	case cls == asm.StXClass && ins.OpCode.Mode() == asm.AtomicMode:
+		aop := ins.OpCode.AtomicOp()
+		if aop == asm.CmpXchg {
+			return reg == asm.R0
+		}
+		return aop&asm.FetchAdd&^asm.AddAtomic != 0 && ins.Src == reg
+	case cls.IsJump() && ins.OpCode.JumpOp() == asm.Call:
+		return reg <= asm.R5
+	}
+	return false
+}
+
+// mapCandidates lists the maps whose handle reg may hold at instruction i.
+// When the last write to reg in the same straight-line block is a map
+// reference, that map is the only one; otherwise every map is possible and
+// the helper dispatches on the handle at run time.
+func (c *compiler) mapCandidates(i int, reg asm.Register) (cands []int, static bool) {
+	for j := i - 1; j >= c.cur.start; j-- {
+		ins := &c.insns[j]
+		if writesReg(ins, reg) {
+			if ins.OpCode.IsDWordLoad() && ins.Src == asm.PseudoMapFD {
+				if k, _, err := c.mapRef(j, ins); err == nil {
+					return []int{k}, true
+				}
+			}
+			break
+		}
+		if c.isLabel[j] {
+			break
+		}
+	}
+	for k, m := range c.p.Maps {
+		if m != nil {
+			cands = append(cands, k)
+		}
+	}
+	return cands, false
+}
+
+// dispatch writes gen(k) for each candidate map, selected at run time by
+// comparing reg with the map's handle; fallback runs when none matches.
+func (c *compiler) dispatch(reg asm.Register, cands []int, static bool, gen func(k int) error, fallback func()) error {
+	e := &c.e
+	if static && len(cands) == 1 {
+		return gen(cands[0])
+	}
+	done := c.newLabel()
+	for _, k := range cands {
+		next := c.newLabel()
+		e.op("setp.ne.u64 %q7, ", regNames[reg], ", ", u64(mapHandleBase+uint64(k)))
+		e.op("@%q7 bra ", next)
+		if err := gen(k); err != nil {
+			return err
+		}
+		e.op("bra.uni ", done)
+		e.label(next)
+	}
+	fallback()
+	e.label(done)
+	return nil
+}
+
+func isGPUArray(t jit.MapType) bool {
+	return t == jit.MapTypeGPUArray || t == jit.MapTypePerThreadArray || t == jit.MapTypePerWarpArray
+}
+
+func align8(v uint32) uint64 { return (uint64(v) + 7) &^ 7 }
+
+// mapHelper writes map_lookup_elem, map_update_elem or map_delete_elem.
+func (c *compiler) mapHelper(i int, id jit.HelperID) error {
+	e := &c.e
+	cands, static := c.mapCandidates(i, asm.R1)
+	if len(cands) == 0 {
+		return c.errf(i, "helper %d needs a map, and the program has none", id)
+	}
+	gen := func(k int) error {
+		m := c.p.Maps[k]
+		switch {
+		case isGPUArray(m.Type):
+			return c.gpuArrayOp(i, id, m)
+		case m.Type == jit.MapTypeGPURingbuf:
+			if id == jit.HelperMapLookupElem {
+				e.op("mov.u64 %r0, 0")
+			} else {
+				e.op("mov.u64 %r0, ", i64(-errINVAL))
+			}
+			return nil
+		default:
+			return c.hostMapOp(i, id, k, m)
+		}
+	}
+	fallback := func() {
+		if id == jit.HelperMapLookupElem {
+			e.op("mov.u64 %r0, 0")
+		} else {
+			e.op("mov.u64 %r0, ", i64(-errINVAL))
+		}
+	}
+	return c.dispatch(asm.R1, cands, static, gen, fallback)
+}
+
+// arraySlot writes %r0 = the address of the value of key %h1 for the
+// calling thread (per-thread array), warp (per-warp array) or everyone
+// (array), or 0 when the key or lane is out of range or the map is not
+// attached.
+func (c *compiler) arraySlot(m *jit.Map) {
+	e := &c.e
+	g := c.addGlobal(GlobalMap, m.Name)
+	e.op("ld.global.u64 %h2, [", g, "]")
+	e.op("setp.eq.u64 %q1, %h2, 0")
+	e.op("setp.ge.or.u64 %q1, %h1, ", u64(uint64(m.MaxEntries)), ", %q1")
+	e.op("mov.b64 %h5, %h1")
+	if m.Type != jit.MapTypeGPUArray {
+		lanes := c.addGlobal(GlobalMapLanes, m.Name)
+		e.op("ld.global.u64 %h3, [", lanes, "]")
+		c.threadID("%h4", "%h", "%g")
+		if m.Type == jit.MapTypePerWarpArray {
+			e.op("shr.u64 %h4, %h4, 5")
+		}
+		e.op("setp.ge.or.u64 %q1, %h4, %h3, %q1")
+		e.op("mad.lo.u64 %h5, %h1, %h3, %h4")
+	}
+	e.op("mul.lo.u64 %h5, %h5, ", u64(align8(m.ValueSize)))
+	e.op("add.s64 %h5, %h5, %h2")
+	e.op("add.s64 %r0, %h5, ", strconv.Itoa(dataOffset))
+	e.op("@%q1 mov.u64 %r0, 0")
+}
+
+// gpuArrayOp writes a map helper on a GPU-resident array, inline.
+func (c *compiler) gpuArrayOp(i int, id jit.HelperID, m *jit.Map) error {
+	e := &c.e
+	if m.KeySize != 4 {
+		return c.errf(i, "map %q: array keys are 4 bytes, not %d", m.Name, m.KeySize)
+	}
+	if m.ValueSize == 0 {
+		return c.errf(i, "map %q: value size 0", m.Name)
+	}
+	switch id {
+	case jit.HelperMapLookupElem:
+		c.load("%h1", "%r2", 0, asm.Word, false, alignUnknown)
+		c.arraySlot(m)
+	case jit.HelperMapUpdateElem:
+		// Linux's array semantics: flags beyond BPF_EXIST (BPF_F_LOCK
+		// aside) are invalid, BPF_NOEXIST fails, a key out of range is
+		// -E2BIG.
+		done := c.newLabel()
+		e.op("and.b64 %h6, %r4, ", u64(^uint64(4)))
+		e.op("setp.gt.u64 %q2, %h6, 2")
+		e.op("mov.u64 %r0, ", i64(-errINVAL))
+		e.op("@%q2 bra ", done)
+		e.op("setp.eq.u64 %q2, %h6, 1")
+		e.op("mov.u64 %r0, ", i64(-errEXIST))
+		e.op("@%q2 bra ", done)
+		c.load("%h1", "%r2", 0, asm.Word, false, alignUnknown)
+		c.arraySlot(m)
+		e.op("setp.eq.u64 %q2, %r0, 0")
+		e.op("mov.u64 %h7, %r0")
+		e.op("mov.u64 %r0, ", i64(-errE2BIG))
+		e.op("@%q2 bra ", done)
+		c.callFunc(c.need(funcMemcpy), "", "%h7", "%r3", u64(uint64(m.ValueSize)))
+		e.op("mov.u64 %r0, 0")
+		e.label(done)
+	case jit.HelperMapDeleteElem:
+		e.op("mov.u64 %r0, ", i64(-errINVAL))
+	}
+	return nil
+}
+
+// hostMapOp writes a map helper on a map that lives on the host, through
+// the mailbox. Request: args = (map index, r2, r3, r4, 0), payload = the
+// key, then (update) the value. A lookup's answer is the byte offset of the
+// value in the map's region (which the host keeps registered with the
+// device), or negative for "no entry"; the GPU code adds the region's
+// device base.
+func (c *compiler) hostMapOp(i int, id jit.HelperID, k int, m *jit.Map) error {
+	e := &c.e
+	n2 := uint32(0)
+	if id == jit.HelperMapUpdateElem {
+		n2 = m.ValueSize
+	}
+	if uint64(m.KeySize)+uint64(n2) > mailboxPayload {
+		return c.errf(i, "map %q: key and value (%d bytes) do not fit a mailbox payload (%d)", m.Name, uint64(m.KeySize)+uint64(n2), mailboxPayload)
+	}
+	mb := c.addGlobal(GlobalMailbox, "")
+	e.op("ld.global.u64 %h0, [", mb, "]")
+	c.callFunc(c.need(funcHostcall), "%r0", "%h0", strconv.Itoa(int(id)), u64(uint64(k)), "%r2", "%r3", "%r4", "0",
+		"%r2", u64(uint64(m.KeySize)), "%r3", u64(uint64(n2)), "0")
+	if id == jit.HelperMapLookupElem {
+		g := c.addGlobal(GlobalMap, m.Name)
+		e.op("ld.global.u64 %h2, [", g, "]")
+		e.op("setp.lt.s64 %q1, %r0, 0")
+		e.op("setp.eq.or.u64 %q1, %h2, 0, %q1")
+		e.op("add.s64 %r0, %r0, %h2")
+		e.op("@%q1 mov.u64 %r0, 0")
+	}
+	return nil
+}
+
+// perfEventOutput writes perf_event_output(ctx, map, flags, data, size)
+// into a GPU ring buffer (map type 1527). flags are ignored (there is one
+// ring per map, not one per CPU).
+func (c *compiler) perfEventOutput(i int) error {
+	e := &c.e
+	cands, static := c.mapCandidates(i, asm.R2)
+	var rings []int
+	for _, k := range cands {
+		if c.p.Maps[k].Type == jit.MapTypeGPURingbuf {
+			rings = append(rings, k)
+		} else if static {
+			return c.errf(i, "perf_event_output to map %q of type %d: only GPU ring buffers (type %d) can be written", c.p.Maps[k].Name, c.p.Maps[k].Type, jit.MapTypeGPURingbuf)
+		}
+	}
+	if len(rings) == 0 {
+		return c.errf(i, "perf_event_output needs a GPU ring buffer map (type %d), and the program has none", jit.MapTypeGPURingbuf)
+	}
+	gen := func(k int) error {
+		g := c.addGlobal(GlobalMap, c.p.Maps[k].Name)
+		e.op("ld.global.u64 %h0, [", g, "]")
+		c.callFunc(c.need(funcRingout), "%r0", "%h0", "%r4", "%r5")
+		return nil
+	}
+	fallback := func() { e.op("mov.u64 %r0, ", i64(-errINVAL)) }
+	return c.dispatch(asm.R2, rings, static, gen, fallback)
+}

@@ -1,0 +1,301 @@
+package ptx
+
+import (
+	"strconv"
+
+	"github.com/cilium/ebpf/asm"
+)
+
+// align says what is known at compile time about an address's alignment.
+type align int
+
+const (
+	alignUnknown align = iota // check at run time
+	alignYes                  // naturally aligned
+	alignNo                   // misaligned: go byte by byte
+)
+
+// staticAlign is what we know of base+off for an access of n bytes. The
+// frame pointer r10 is 8-byte aligned; other pointers are checked at run
+// time, because a misaligned access would fault the kernel the probe is in.
+func staticAlign(base asm.Register, off int64, n int) align {
+	if n == 1 {
+		return alignYes
+	}
+	if base != asm.R10 {
+		return alignUnknown
+	}
+	if off%int64(n) == 0 {
+		return alignYes
+	}
+	return alignNo
+}
+
+var sizeSuffix = map[asm.Size]string{asm.Byte: "8", asm.Half: "16", asm.Word: "32", asm.DWord: "64"}
+
+// load writes dst = *(size *)(base+off), zero- or sign-extended to 64 bits.
+// It uses %t8..%t10 and %p4.
+func (c *compiler) load(dst, base string, off int64, size asm.Size, signed bool, al align) {
+	e := &c.e
+	n := size.Sizeof()
+	sx := sizeSuffix[size]
+	ty := ".u" + sx
+	if signed {
+		ty = ".s" + sx
+	}
+	if al == alignYes {
+		e.op("ld", ty, " ", dst, ", ", addr(base, off))
+		return
+	}
+	slow, done := "", ""
+	if al == alignUnknown {
+		slow, done = c.newLabel(), c.newLabel()
+		e.op("add.s64 %t8, ", base, ", ", i64(off))
+		e.op("and.b64 %t9, %t8, ", strconv.Itoa(n-1))
+		e.op("setp.ne.u64 %p4, %t9, 0")
+		e.op("@%p4 bra ", slow)
+		e.op("ld", ty, " ", dst, ", [%t8]")
+		e.op("bra.uni ", done)
+		e.label(slow)
+	} else {
+		e.op("add.s64 %t8, ", base, ", ", i64(off))
+	}
+	e.op("ld.u8 %t9, [%t8]")
+	for k := 1; k < n; k++ {
+		e.op("ld.u8 %t10, [%t8+", strconv.Itoa(k), "]")
+		e.op("shl.b64 %t10, %t10, ", strconv.Itoa(8*k))
+		e.op("or.b64 %t9, %t9, %t10")
+	}
+	if signed && n < 8 {
+		e.op("cvt.s64.s", sx, " ", dst, ", %t9")
+	} else {
+		e.op("mov.b64 ", dst, ", %t9")
+	}
+	if done != "" {
+		e.label(done)
+	}
+}
+
+// store writes *(size *)(base+off) = val (a register or an immediate).
+// It uses %t8..%t10 and %p4.
+func (c *compiler) store(val, base string, off int64, size asm.Size, al align) {
+	e := &c.e
+	n := size.Sizeof()
+	ty := ".u" + sizeSuffix[size]
+	if al == alignYes {
+		e.op("st", ty, " ", addr(base, off), ", ", val)
+		return
+	}
+	slow, done := "", ""
+	e.op("add.s64 %t8, ", base, ", ", i64(off))
+	if al == alignUnknown {
+		slow, done = c.newLabel(), c.newLabel()
+		e.op("and.b64 %t9, %t8, ", strconv.Itoa(n-1))
+		e.op("setp.ne.u64 %p4, %t9, 0")
+		e.op("@%p4 bra ", slow)
+		e.op("st", ty, " [%t8], ", val)
+		e.op("bra.uni ", done)
+		e.label(slow)
+	}
+	e.op("mov.b64 %t9, ", val)
+	for k := 0; k < n; k++ {
+		if k == 0 {
+			e.op("st.u8 [%t8], %t9")
+			continue
+		}
+		e.op("shr.u64 %t10, %t9, ", strconv.Itoa(8*k))
+		e.op("st.u8 [%t8+", strconv.Itoa(k), "], %t10")
+	}
+	if done != "" {
+		e.label(done)
+	}
+}
+
+func checkSize(s asm.Size) bool {
+	_, ok := sizeSuffix[s]
+	return ok
+}
+
+// ldx writes LDX (MEM and MEMSX modes).
+func (c *compiler) ldx(i int, ins *asm.Instruction) error {
+	d, err := c.dstReg(i, ins.Dst)
+	if err != nil {
+		return err
+	}
+	size := ins.OpCode.Size()
+	if !checkSize(size) {
+		return c.errf(i, "unknown load size")
+	}
+	mode := ins.OpCode.Mode()
+	if mode != asm.MemMode && mode != asm.MemSXMode {
+		return c.errf(i, "unknown load mode 0x%x", uint8(mode))
+	}
+	signed := mode == asm.MemSXMode
+	if signed && size == asm.DWord {
+		return c.errf(i, "sign-extending load of 8 bytes is not defined")
+	}
+	off := int64(ins.Offset)
+	c.load(d, regNames[ins.Src], off, size, signed, staticAlign(ins.Src, off, size.Sizeof()))
+	return nil
+}
+
+// st writes ST (store of an immediate).
+func (c *compiler) st(i int, ins *asm.Instruction) error {
+	size := ins.OpCode.Size()
+	if !checkSize(size) || ins.OpCode.Mode() != asm.MemMode {
+		return c.errf(i, "unknown store encoding")
+	}
+	var v string
+	switch size {
+	case asm.DWord:
+		v = u64(uint64(ins.Constant))
+	case asm.Word:
+		v = u32(uint32(ins.Constant))
+	case asm.Half:
+		v = u32(uint32(uint16(ins.Constant)))
+	default:
+		v = u32(uint32(uint8(ins.Constant)))
+	}
+	if ins.Dst > asm.R10 {
+		return c.errf(i, "register r%d out of range", ins.Dst)
+	}
+	off := int64(ins.Offset)
+	c.store(v, regNames[ins.Dst], off, size, staticAlign(ins.Dst, off, size.Sizeof()))
+	return nil
+}
+
+// stx writes STX (store of a register).
+func (c *compiler) stx(i int, ins *asm.Instruction) error {
+	size := ins.OpCode.Size()
+	if !checkSize(size) || ins.OpCode.Mode() != asm.MemMode {
+		return c.errf(i, "unknown store encoding")
+	}
+	off := int64(ins.Offset)
+	c.store(regNames[ins.Src], regNames[ins.Dst], off, size, staticAlign(ins.Dst, off, size.Sizeof()))
+	return nil
+}
+
+var atomicOps = map[asm.AtomicOp]string{
+	asm.AddAtomic: "add", asm.FetchAdd: "add",
+	asm.AndAtomic: "and", asm.FetchAnd: "and",
+	asm.OrAtomic: "or", asm.FetchOr: "or",
+	asm.XorAtomic: "xor", asm.FetchXor: "xor",
+	asm.Xchg: "exch", asm.CmpXchg: "cas",
+}
+
+// atomic writes the atomic read-modify-write operations. PTX atomics are
+// undefined on .local memory, so an address in the thread's stack (always
+// when the base is r10; found with isspacep.local otherwise), or a
+// misaligned one, takes a plain load/modify/store path: the stack is
+// private to the thread, so that is still atomic for everyone who can see
+// it.
+func (c *compiler) atomic(i int, ins *asm.Instruction) error {
+	aop := ins.OpCode.AtomicOp()
+	name, ok := atomicOps[aop]
+	if !ok {
+		return c.errf(i, "unsupported atomic operation %v", aop)
+	}
+	size := ins.OpCode.Size()
+	if size != asm.Word && size != asm.DWord {
+		return c.errf(i, "atomic operations are 32 or 64 bits wide")
+	}
+	if ins.Src >= asm.R10 && aop != asm.AddAtomic && aop != asm.AndAtomic && aop != asm.OrAtomic && aop != asm.XorAtomic {
+		return c.errf(i, "atomic fetch into r%d", ins.Src)
+	}
+	if ins.Src > asm.R10 {
+		return c.errf(i, "register r%d out of range", ins.Src)
+	}
+	fetch := aop&asm.FetchAdd&^asm.AddAtomic != 0
+	e := &c.e
+	off := int64(ins.Offset)
+	base := regNames[ins.Dst]
+	s := regNames[ins.Src]
+	e.op("add.s64 %t12, ", base, ", ", i64(off))
+	plain, done := c.newLabel(), c.newLabel()
+	if ins.Dst != asm.R10 {
+		e.op("isspacep.local %p6, %t12")
+		e.op("and.b64 %t13, %t12, ", strconv.Itoa(size.Sizeof()-1))
+		e.op("setp.ne.or.u64 %p6, %t13, 0, %p6")
+		e.op("@%p6 bra ", plain)
+		if size == asm.DWord {
+			c.atomic64(name, fetch, s)
+		} else {
+			c.atomic32(name, fetch, s)
+		}
+		e.op("bra.uni ", done)
+	}
+	e.label(plain)
+	al := staticAlign(ins.Dst, off, size.Sizeof())
+	c.load("%t13", "%t12", 0, size, false, al)
+	switch name {
+	case "add", "and", "or", "xor":
+		e.op(map[string]string{"add": "add.s64", "and": "and.b64", "or": "or.b64", "xor": "xor.b64"}[name], " %t14, %t13, ", s)
+		c.store("%t14", "%t12", 0, size, al)
+		if fetch {
+			e.op("mov.b64 ", s, ", %t13")
+		}
+	case "exch":
+		c.store(s, "%t12", 0, size, al)
+		e.op("mov.b64 ", s, ", %t13")
+	case "cas":
+		if size == asm.DWord {
+			e.op("setp.eq.u64 %p6, %t13, %r0")
+		} else {
+			e.op("cvt.u32.u64 %w4, %r0")
+			e.op("cvt.u32.u64 %w5, %t13")
+			e.op("setp.eq.u32 %p6, %w5, %w4")
+		}
+		skip := c.newLabel()
+		e.op("@!%p6 bra ", skip)
+		c.store(s, "%t12", 0, size, al)
+		e.label(skip)
+		e.op("mov.b64 %r0, %t13")
+	}
+	e.label(done)
+	return nil
+}
+
+func (c *compiler) atomic64(name string, fetch bool, s string) {
+	e := &c.e
+	switch name {
+	case "cas":
+		e.op("atom.cas.b64 %r0, [%t12], %r0, ", s)
+	case "exch":
+		e.op("atom.exch.b64 ", s, ", [%t12], ", s)
+	default:
+		ty := ".b64"
+		if name == "add" {
+			ty = ".u64"
+		}
+		if fetch {
+			e.op("atom.", name, ty, " ", s, ", [%t12], ", s)
+		} else {
+			e.op("red.", name, ty, " [%t12], ", s)
+		}
+	}
+}
+
+func (c *compiler) atomic32(name string, fetch bool, s string) {
+	e := &c.e
+	e.op("cvt.u32.u64 %w4, ", s)
+	switch name {
+	case "cas":
+		e.op("cvt.u32.u64 %w5, %r0")
+		e.op("atom.cas.b32 %w6, [%t12], %w5, %w4")
+		e.op("cvt.u64.u32 %r0, %w6")
+	case "exch":
+		e.op("atom.exch.b32 %w6, [%t12], %w4")
+		e.op("cvt.u64.u32 ", s, ", %w6")
+	default:
+		ty := ".b32"
+		if name == "add" {
+			ty = ".u32"
+		}
+		if fetch {
+			e.op("atom.", name, ty, " %w6, [%t12], %w4")
+			e.op("cvt.u64.u32 ", s, ", %w6")
+		} else {
+			e.op("red.", name, ty, " [%t12], %w4")
+		}
+	}
+}
