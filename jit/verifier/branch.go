@@ -1,0 +1,272 @@
+package verifier
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/cilium/ebpf/asm"
+)
+
+// rangeText renders the bytes [lo, hi) of an access of size bytes.
+func rangeText(lo, hi int64, size int) string {
+	if hi-lo == int64(size) {
+		return fmt.Sprintf("offset %d size %d", lo, size)
+	}
+	return fmt.Sprintf("offsets %d..%d size %d", lo, hi-int64(size), size)
+}
+
+// branch executes a conditional jump: it narrows the operands on each edge,
+// settles NULL checks, and drops edges that cannot be taken.
+func (v *verifier) branch(ctx int32, i int, st *state) error {
+	ins := &v.p.Insns[i]
+	jop := ins.OpCode.JumpOp()
+	j32 := ins.OpCode.Class() == asm.Jump32Class
+	d, err := v.readReg(st, i, ins.Dst)
+	if err != nil {
+		return err
+	}
+	regSrc := ins.OpCode.Source() == asm.RegSource
+	var s value
+	if regSrc {
+		if s, err = v.readReg(st, i, ins.Src); err != nil {
+			return err
+		}
+	} else if j32 {
+		s = constant(uint64(uint32(ins.Constant)))
+	} else {
+		s = constant(uint64(ins.Constant))
+	}
+	taken, fall := st, st.clone()
+	okT, okF := true, true
+	switch {
+	case !j32 && d.kind == kMapValueNul && isNull(s) && (jop == asm.JEq || jop == asm.JNE || jop == asm.JGT):
+		nullIfTaken := jop == asm.JEq
+		settle(taken, ins.Dst, d, nullIfTaken)
+		settle(fall, ins.Dst, d, !nullIfTaken)
+	case !j32 && regSrc && s.kind == kMapValueNul && isNull(d) && (jop == asm.JEq || jop == asm.JNE):
+		nullIfTaken := jop == asm.JEq
+		settle(taken, ins.Src, s, nullIfTaken)
+		settle(fall, ins.Src, s, !nullIfTaken)
+	case d.kind == kScalar && s.kind == kScalar:
+		dT, sT := narrow(jop, j32, d, s, true)
+		dF, sF := narrow(jop, j32, d, s, false)
+		okT = !dT.empty() && !sT.empty()
+		okF = !dF.empty() && !sF.empty()
+		if okT {
+			taken.cur().regs[ins.Dst] = dT
+			if regSrc {
+				taken.cur().regs[ins.Src] = sT
+			}
+		}
+		if okF {
+			fall.cur().regs[ins.Dst] = dF
+			if regSrc {
+				fall.cur().regs[ins.Src] = sF
+			}
+		}
+	}
+	if okT {
+		v.flow(ctx, v.g.target[i], taken)
+	}
+	if okF {
+		v.flow(ctx, i+1, fall)
+	}
+	return nil
+}
+
+// settle applies the outcome of a NULL check of register r holding p.
+func settle(st *state, r asm.Register, p value, null bool) {
+	if p.id != 0 {
+		st.settleNull(p.id, null)
+		return
+	}
+	if null {
+		st.cur().regs[r] = constant(0)
+		return
+	}
+	p.kind, p.origin = kMapValue, 0
+	st.cur().regs[r] = p
+}
+
+// narrow returns d and s narrowed by the knowledge that "d op s" is cond.
+// An empty result means the edge cannot be taken.
+func narrow(op asm.JumpOp, j32 bool, d, s value, cond bool) (value, value) {
+	if dc, ok := d.isConst(); ok {
+		if sc, ok := s.isConst(); ok {
+			if compare(op, j32, dc, sc) != cond {
+				return emptyValue(), emptyValue()
+			}
+			return d, s
+		}
+	}
+	if j32 {
+		// 32-bit compares equal 64-bit ones when both sides fit: unsigned
+		// in 32 bits, signed in 31.
+		fits := d.umax <= math.MaxUint32 && s.umax <= math.MaxUint32
+		if isSigned(op) {
+			fits = d.umax <= math.MaxInt32 && s.umax <= math.MaxInt32
+		}
+		if !fits {
+			return d, s
+		}
+	}
+	if !cond {
+		switch op {
+		case asm.JEq:
+			op = asm.JNE
+		case asm.JNE:
+			op = asm.JEq
+		case asm.JGT:
+			op = asm.JLE
+		case asm.JGE:
+			op = asm.JLT
+		case asm.JLT:
+			op = asm.JGE
+		case asm.JLE:
+			op = asm.JGT
+		case asm.JSGT:
+			op = asm.JSLE
+		case asm.JSGE:
+			op = asm.JSLT
+		case asm.JSLT:
+			op = asm.JSGE
+		case asm.JSLE:
+			op = asm.JSGT
+		default: // JSet false: d & s == 0
+			return d, s
+		}
+	}
+	switch op {
+	case asm.JEq:
+		r := d
+		r.umin, r.umax = max(d.umin, s.umin), min(d.umax, s.umax)
+		r.smin, r.smax = max(d.smin, s.smin), min(d.smax, s.smax)
+		r.tz = max(d.tz, s.tz)
+		r.sync()
+		return r, r
+	case asm.JNE:
+		if c, ok := s.isConst(); ok {
+			d = exclude(d, c)
+		} else if c, ok := d.isConst(); ok {
+			s = exclude(s, c)
+		}
+	case asm.JGT, asm.JLT:
+		if op == asm.JLT {
+			d, s = s, d
+		}
+		// d > s
+		if s.umin == math.MaxUint64 || d.umax == 0 {
+			return emptyValue(), emptyValue()
+		}
+		d.umin = max(d.umin, s.umin+1)
+		s.umax = min(s.umax, d.umax-1)
+		if op == asm.JLT {
+			d, s = s, d
+		}
+	case asm.JGE, asm.JLE:
+		if op == asm.JLE {
+			d, s = s, d
+		}
+		d.umin = max(d.umin, s.umin)
+		s.umax = min(s.umax, d.umax)
+		if op == asm.JLE {
+			d, s = s, d
+		}
+	case asm.JSGT, asm.JSLT:
+		if op == asm.JSLT {
+			d, s = s, d
+		}
+		if s.smin == math.MaxInt64 || d.smax == math.MinInt64 {
+			return emptyValue(), emptyValue()
+		}
+		d.smin = max(d.smin, s.smin+1)
+		s.smax = min(s.smax, d.smax-1)
+		if op == asm.JSLT {
+			d, s = s, d
+		}
+	case asm.JSGE, asm.JSLE:
+		if op == asm.JSLE {
+			d, s = s, d
+		}
+		d.smin = max(d.smin, s.smin)
+		s.smax = min(s.smax, d.smax)
+		if op == asm.JSLE {
+			d, s = s, d
+		}
+	case asm.JSet:
+		if _, ok := s.isConst(); ok && d.umin == 0 {
+			d.umin = 1 // d & c != 0 needs d != 0
+		}
+	}
+	d.sync()
+	s.sync()
+	return d, s
+}
+
+// exclude removes c from the ends of v's ranges.
+func exclude(v value, c uint64) value {
+	if v.umin == c && v.umin < v.umax {
+		v.umin++
+	} else if v.umax == c && v.umin < v.umax {
+		v.umax--
+	} else if v.umin == c && v.umax == c {
+		return emptyValue()
+	}
+	if v.smin == int64(c) && v.smin < v.smax {
+		v.smin++
+	} else if v.smax == int64(c) && v.smin < v.smax {
+		v.smax--
+	}
+	v.sync()
+	return v
+}
+
+func emptyValue() value {
+	return value{kind: kScalar, umin: 1, umax: 0, smin: 1, smax: 0}
+}
+
+func isSigned(op asm.JumpOp) bool {
+	switch op {
+	case asm.JSGT, asm.JSGE, asm.JSLT, asm.JSLE:
+		return true
+	}
+	return false
+}
+
+// compare evaluates a conditional jump on concrete values.
+func compare(op asm.JumpOp, j32 bool, a, b uint64) bool {
+	if j32 {
+		a, b = uint64(uint32(a)), uint64(uint32(b))
+		sa, sb := int64(int32(a)), int64(int32(b))
+		return cmp(op, a, b, sa, sb)
+	}
+	return cmp(op, a, b, int64(a), int64(b))
+}
+
+func cmp(op asm.JumpOp, a, b uint64, sa, sb int64) bool {
+	switch op {
+	case asm.JEq:
+		return a == b
+	case asm.JNE:
+		return a != b
+	case asm.JGT:
+		return a > b
+	case asm.JGE:
+		return a >= b
+	case asm.JLT:
+		return a < b
+	case asm.JLE:
+		return a <= b
+	case asm.JSGT:
+		return sa > sb
+	case asm.JSGE:
+		return sa >= sb
+	case asm.JSLT:
+		return sa < sb
+	case asm.JSLE:
+		return sa <= sb
+	case asm.JSet:
+		return a&b != 0
+	}
+	return true
+}

@@ -1,0 +1,236 @@
+package verifier
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
+)
+
+// ArgType says what a helper expects in one argument register.
+type ArgType uint8
+
+// Argument types of helper signatures.
+const (
+	ArgNone     ArgType = iota // not an argument: not checked
+	ArgScalar                  // an initialised number
+	ArgAnything                // any initialised value
+	ArgMap                     // a map handle (LD_IMM64 map reference)
+	ArgRingbuf                 // a map handle of a GPU ring buffer (type 1527)
+	ArgMapKey                  // pointer to KeySize readable bytes of the map in the ArgMap argument
+	ArgMapValue                // pointer to ValueSize readable bytes of that map
+	ArgMem                     // pointer to readable bytes; their count is the next argument
+	ArgSize                    // bounded size of the preceding ArgMem
+	ArgOut8                    // pointer to 8 writable bytes, written by the helper
+	ArgString                  // pointer to a readable string (the host reads up to its NUL or the region's end)
+)
+
+// RetType says what a helper returns in r0.
+type RetType uint8
+
+// Return types of helper signatures.
+const (
+	RetScalar         RetType = iota // a number
+	RetMapValueOrNull                // pointer into the value of the ArgMap map, or NULL
+)
+
+// Signature describes a helper's arguments (r1..r5) and its result.
+type Signature struct {
+	Name string
+	Args [5]ArgType
+	Ret  RetType
+}
+
+// maxMemSize bounds ArgSize values so that the helper's copy stays small.
+const maxMemSize = 1 << 16
+
+var out3 = [5]ArgType{ArgOut8, ArgOut8, ArgOut8}
+
+// abi is the GPU helper ABI of DESIGN §4 (ids in jit/abi.go).
+var abi = map[jit.HelperID]Signature{
+	jit.HelperMapLookupElem:     {Name: "map_lookup_elem", Args: [5]ArgType{ArgMap, ArgMapKey}, Ret: RetMapValueOrNull},
+	jit.HelperMapUpdateElem:     {Name: "map_update_elem", Args: [5]ArgType{ArgMap, ArgMapKey, ArgMapValue, ArgScalar}},
+	jit.HelperMapDeleteElem:     {Name: "map_delete_elem", Args: [5]ArgType{ArgMap, ArgMapKey}},
+	jit.HelperTracePrintk:       {Name: "trace_printk", Args: [5]ArgType{ArgMem, ArgSize}},
+	jit.HelperGetCurrentPidTgid: {Name: "get_current_pid_tgid"},
+	jit.HelperPerfEventOutput:   {Name: "perf_event_output", Args: [5]ArgType{ArgAnything, ArgRingbuf, ArgScalar, ArgMem, ArgSize}},
+	jit.HelperPuts:              {Name: "puts", Args: [5]ArgType{ArgString}},
+	jit.HelperGetGlobalTimer:    {Name: "get_globaltimer"},
+	jit.HelperGetBlockIdx:       {Name: "get_block_idx", Args: out3},
+	jit.HelperGetBlockDim:       {Name: "get_block_dim", Args: out3},
+	jit.HelperGetThreadIdx:      {Name: "get_thread_idx", Args: out3},
+	jit.HelperGPUMembar:         {Name: "gpu_membar"},
+	jit.HelperExit:              {Name: "exit"},
+	jit.HelperGetGridDim:        {Name: "get_grid_dim", Args: out3},
+	jit.HelperGetSMID:           {Name: "get_sm_id"},
+	jit.HelperGetWarpID:         {Name: "get_warp_id"},
+	jit.HelperGetLaneID:         {Name: "get_lane_id"},
+	jit.HelperWarpIsLeader:      {Name: "warp_is_leader"},
+	jit.HelperWarpSumU64:        {Name: "warp_sum_u64", Args: [5]ArgType{ArgScalar}},
+	jit.HelperWarpMinU64:        {Name: "warp_min_u64", Args: [5]ArgType{ArgScalar}},
+	jit.HelperWarpMaxU64:        {Name: "warp_max_u64", Args: [5]ArgType{ArgScalar}},
+	jit.HelperWarpActiveCount:   {Name: "warp_active_count"},
+	jit.HelperWarpActiveMask:    {Name: "warp_active_mask"},
+	jit.HelperGetLaunchID:       {Name: "get_launch_id"},
+}
+
+// ConformanceHelpers are the helpers the bpf_conformance suite calls: id 5
+// is its "unwind" test helper (one scalar argument, returned).
+var ConformanceHelpers = map[jit.HelperID]Signature{
+	5: {Name: "unwind", Args: [5]ArgType{ArgScalar}},
+}
+
+// HelperSignature returns the signature of a helper of the GPU ABI.
+func HelperSignature(id jit.HelperID) (Signature, bool) {
+	s, ok := abi[id]
+	return s, ok
+}
+
+// signature looks a helper up in the options first, then in the ABI.
+func (v *verifier) signature(id int64) (Signature, bool) {
+	if id < -1<<31 || id > 1<<31-1 {
+		return Signature{}, false
+	}
+	if s, ok := v.opts.Helpers[jit.HelperID(id)]; ok {
+		return s, true
+	}
+	return HelperSignature(jit.HelperID(id))
+}
+
+// callHelper checks a helper call's arguments and applies its effects.
+func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
+	fr := st.cur()
+	id := ins.Constant
+	if isCallx(ins) {
+		reg := callxReg(ins)
+		t := fr.regs[reg]
+		if t.kind == kUninit {
+			return v.errorf(i, "r%d is read before it is written", reg)
+		}
+		c, ok := t.isConst()
+		if !ok {
+			return v.errorf(i, "callx through r%d: the helper id must be a known constant, r%d is %s", reg, reg, t.describe())
+		}
+		id = int64(c)
+	}
+	sig, ok := v.signature(id)
+	if !ok {
+		return v.errorf(i, "unknown helper %d: not in the GPU helper ABI", id)
+	}
+	mapIdx := int32(-1)
+	for a, at := range sig.Args {
+		r := asm.Register(a + 1)
+		arg := fr.regs[r]
+		if at == ArgNone {
+			continue
+		}
+		if arg.kind == kUninit {
+			return v.errorf(i, "%s: argument r%d is read before it is written", sig.Name, r)
+		}
+		switch at {
+		case ArgScalar:
+			if arg.kind != kScalar {
+				return v.errorf(i, "%s: argument r%d must be a number, got a %s", sig.Name, r, arg.kind)
+			}
+		case ArgMap, ArgRingbuf:
+			if arg.kind != kMapHandle {
+				return v.errorf(i, "%s: argument r%d must be a map (LD_IMM64 map reference), got %s", sig.Name, r, arg.describe())
+			}
+			m := v.p.Maps[arg.m]
+			isRing := m.Type == jit.MapTypeGPURingbuf
+			if at == ArgRingbuf && !isRing {
+				return v.errorf(i, "%s: map %q has type %d; it needs a GPU ring buffer (type %d)", sig.Name, m.Name, m.Type, jit.MapTypeGPURingbuf)
+			}
+			if at == ArgMap && isRing {
+				return v.errorf(i, "%s cannot be used on the ring buffer map %q", sig.Name, m.Name)
+			}
+			mapIdx = arg.m
+		case ArgMapKey, ArgMapValue:
+			if mapIdx < 0 {
+				return v.errorf(i, "%s: signature has a key or value argument without a map", sig.Name)
+			}
+			m := v.p.Maps[mapIdx]
+			size, what := m.KeySize, "key"
+			if at == ArgMapValue {
+				size, what = m.ValueSize, "value"
+			}
+			if err := v.helperMem(st, i, sig.Name, r, int64(size), false, what); err != nil {
+				return err
+			}
+		case ArgMem:
+			if a+1 >= len(sig.Args) || sig.Args[a+1] != ArgSize {
+				return v.errorf(i, "%s: signature has a memory argument without a size", sig.Name)
+			}
+			n := fr.regs[r+1]
+			if n.kind != kScalar {
+				return v.errorf(i, "%s: size argument r%d must be a number, got %s", sig.Name, r+1, n.describe())
+			}
+			if n.umax > maxMemSize {
+				return v.errorf(i, "%s: size argument r%d is not bounded (at most %d): compare it against a constant before the call", sig.Name, r+1, maxMemSize)
+			}
+			if n.umax > 0 {
+				if err := v.helperMem(st, i, sig.Name, r, int64(n.umax), false, "buffer"); err != nil {
+					return err
+				}
+			}
+		case ArgSize:
+			// Checked with the preceding ArgMem.
+		case ArgOut8:
+			if err := v.helperMem(st, i, sig.Name, r, 8, true, "output"); err != nil {
+				return err
+			}
+		case ArgString:
+			if err := v.helperMem(st, i, sig.Name, r, 1, false, "string"); err != nil {
+				return err
+			}
+		}
+	}
+	// Results: r0 set, r1-r5 clobbered.
+	ret := unknown()
+	if sig.Ret == RetMapValueOrNull && mapIdx >= 0 {
+		id := v.lookupID(i, st)
+		st.forgetID(id)
+		ret = value{kind: kMapValueNul, m: mapIdx, id: id, origin: int32(i), tz: 3}
+	}
+	fr = st.cur()
+	fr.regs[0] = ret
+	for r := 1; r <= 5; r++ {
+		fr.regs[r] = uninitValue
+	}
+	return nil
+}
+
+// helperMem checks that argument register r points to size accessible bytes
+// and, for outputs, records that the helper wrote them.
+func (v *verifier) helperMem(st *state, i int, name string, r asm.Register, size int64, write bool, what string) error {
+	fr := st.cur()
+	p := fr.regs[r]
+	switch p.kind {
+	case kStack, kCtx, kMapValue:
+	case kMapValueNul:
+		return v.errorf(i, "%s: %s argument r%d may be NULL: null-check the result of map_lookup_elem%s first", name, what, r, originText(p))
+	default:
+		return v.errorf(i, "%s: %s argument r%d must point to memory (stack, map value or context), got %s", name, what, r, p.describe())
+	}
+	mode := accRead
+	if write {
+		mode = accWrite
+	}
+	_, err := v.access(st, i, r, p, 0, int(size), mode, nil)
+	if err != nil {
+		if e, ok := err.(*Error); ok {
+			e.Reason = fmt.Sprintf("%s: %s argument r%d: %s", name, what, r, e.Reason)
+		}
+		return err
+	}
+	return nil
+}
+
+// originText names the lookup call a nullable pointer came from.
+func originText(p value) string {
+	if p.origin >= 0 {
+		return fmt.Sprintf(" (insn %d)", p.origin)
+	}
+	return ""
+}

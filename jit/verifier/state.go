@@ -1,0 +1,171 @@
+package verifier
+
+import (
+	"github.com/gpuprobe/gpuprobe/jit"
+)
+
+// stackSlots is the number of 8-byte slots in one stack frame.
+const stackSlots = jit.StackSize / 8
+
+// slot is one 8-byte stack slot: which bytes were written and, when the
+// whole slot was written at once from a register or an immediate, the value
+// (a "spill"), so that pointers survive being stored and loaded back.
+type slot struct {
+	v     value
+	init  uint8 // bit b set: byte b of the slot was written
+	spill bool
+}
+
+// frame is the state of one function activation.
+type frame struct {
+	regs     [11]value
+	stack    [stackSlots]slot
+	fn       int // index in cfg.funcs
+	callsite int // call instruction that entered this frame (-1: the program entry)
+}
+
+// state is the abstract machine state at one point: one frame per active call.
+type state struct {
+	frames []frame
+}
+
+func (s *state) cur() *frame { return &s.frames[len(s.frames)-1] }
+
+func (s *state) clone() *state {
+	c := &state{frames: make([]frame, len(s.frames))}
+	copy(c.frames, s.frames)
+	return c
+}
+
+// joinFrom merges o into s, widening when asked. It reports whether s changed.
+func (s *state) joinFrom(o *state, widening bool) bool {
+	changed := false
+	merge := join
+	if widening {
+		merge = widen
+	}
+	for f := range s.frames {
+		a, b := &s.frames[f], &o.frames[f]
+		for r := range a.regs {
+			if a.regs[r] != b.regs[r] {
+				j := merge(a.regs[r], b.regs[r])
+				if j != a.regs[r] {
+					a.regs[r] = j
+					changed = true
+				}
+			}
+		}
+		for k := range a.stack {
+			x, y := &a.stack[k], &b.stack[k]
+			if *x == *y {
+				continue
+			}
+			n := slot{init: x.init & y.init}
+			if x.spill && y.spill {
+				n.v = merge(x.v, y.v)
+				n.spill = n.v.kind != kUninit
+			}
+			if n != *x {
+				*x = n
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+// each calls fn on every register and spilled value of every frame.
+func (s *state) each(fn func(v *value)) {
+	for f := range s.frames {
+		fr := &s.frames[f]
+		for r := range fr.regs {
+			fn(&fr.regs[r])
+		}
+		for k := range fr.stack {
+			if fr.stack[k].spill {
+				fn(&fr.stack[k].v)
+			}
+		}
+	}
+}
+
+// forgetID unlinks older copies of a lookup result when the lookup runs again.
+func (s *state) forgetID(id int32) {
+	s.each(func(v *value) {
+		if v.kind == kMapValueNul && v.id == id {
+			v.id = 0
+		}
+	})
+}
+
+// settleNull marks every copy of lookup result id as NULL or as non-NULL.
+func (s *state) settleNull(id int32, null bool) {
+	s.each(func(v *value) {
+		if v.kind != kMapValueNul || v.id != id {
+			return
+		}
+		if null {
+			*v = constant(0)
+		} else {
+			v.kind, v.id, v.origin = kMapValue, 0, 0
+		}
+	})
+}
+
+// dropFrame turns pointers into frames at depth >= d into plain scalars:
+// they dangle once the frame returns.
+func (s *state) dropFrame(d int) {
+	s.each(func(v *value) {
+		if v.kind == kStack && int(v.frame) >= d {
+			*v = unknown()
+		}
+	})
+}
+
+// stackOff converts a frame offset in [-512, 0) to slot and byte.
+func stackOff(off int64) (int, uint) {
+	o := off + jit.StackSize
+	return int(o / 8), uint(o % 8)
+}
+
+// written reports whether all bytes [lo, hi) of frame f's stack were written.
+// It returns the first unwritten offset otherwise.
+func (fr *frame) written(lo, hi int64) (int64, bool) {
+	for o := lo; o < hi; o++ {
+		k, b := stackOff(o)
+		if fr.stack[k].init&(1<<b) == 0 {
+			return o, false
+		}
+	}
+	return 0, true
+}
+
+// store records a write of size bytes at constant offset off; v is the
+// stored value when it is known (register or immediate), nil otherwise.
+func (fr *frame) store(off int64, size int, v *value) {
+	k, b := stackOff(off)
+	if size == 8 && b == 0 && v != nil {
+		fr.stack[k] = slot{v: *v, init: 0xff, spill: true}
+		return
+	}
+	for o := off; o < off+int64(size); o++ {
+		k, b := stackOff(o)
+		s := &fr.stack[k]
+		if s.spill {
+			s.spill, s.v = false, value{}
+		}
+		s.init |= 1 << b
+	}
+}
+
+// clobber records a write somewhere in [lo, hi) whose exact place is unknown:
+// spilled values there are no longer reliable; no byte becomes written.
+func (fr *frame) clobber(lo, hi int64) {
+	for o := lo; o < hi; o++ {
+		k, _ := stackOff(o)
+		s := &fr.stack[k]
+		if s.spill {
+			s.spill, s.v = false, value{}
+		}
+	}
+}

@@ -1,0 +1,370 @@
+package verifier
+
+import (
+	"container/heap"
+	"fmt"
+	"sort"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
+)
+
+// Options configure a verification.
+type Options struct {
+	// CtxSize is the number of bytes r1 points to at entry (the context);
+	// 0 means r1 is a plain number. r2 holds CtxSize at entry.
+	CtxSize int
+	// CtxReadOnly forbids writes through the context pointer.
+	CtxReadOnly bool
+	// Helpers adds helpers to (or replaces helpers of) the GPU ABI, e.g.
+	// ConformanceHelpers.
+	Helpers map[jit.HelperID]Signature
+	// MaxSteps bounds the abstract instructions executed before the program
+	// is rejected as too complex; 0 means DefaultMaxSteps.
+	MaxSteps int
+}
+
+// DefaultMaxSteps is the default bound on abstract instruction steps.
+const DefaultMaxSteps = 1_000_000
+
+// MaxCallDepth is the deepest chain of bpf-to-bpf calls accepted, counting
+// the entry function.
+const MaxCallDepth = 8
+
+// maxContexts bounds distinct call chains (each call site analysed apart).
+const maxContexts = 4096
+
+// widenAfter is how many changing visits a loop head gets before its ranges
+// are widened.
+const widenAfter = 3
+
+// Func is one function (the entry or a bpf-to-bpf callee) of a program.
+type Func struct {
+	Start     int    // index of its first instruction
+	End       int    // index one past its last instruction
+	Name      string // symbol name, if the instructions carry one
+	StackSize int    // bytes of its stack frame that it uses (from r10 down)
+}
+
+// Edge is a jump from instruction From back to instruction To (To <= From).
+type Edge struct {
+	From, To int
+}
+
+// Result describes an accepted program, for the compiler.
+type Result struct {
+	// Funcs lists the functions, the entry first.
+	Funcs []Func
+	// BackEdges are the backward jumps: every loop passes one of them, so
+	// counting them (jit.LoopBudget) bounds every run.
+	BackEdges []Edge
+	// MaxCallDepth is the deepest call chain reached, 1 without calls.
+	MaxCallDepth int
+	// Unreachable lists instructions that no run can reach.
+	Unreachable []int
+	// Unaligned lists memory accesses whose address is not provably a
+	// multiple of the access size (given 8-byte aligned stack, context and
+	// map values): the compiler must split them into byte accesses.
+	Unaligned []int
+	// Steps is the number of abstract instruction steps taken.
+	Steps int
+	// States is the number of basic-block states analysed.
+	States int
+}
+
+// IsUnaligned reports whether instruction i is in Unaligned.
+func (r *Result) IsUnaligned(i int) bool {
+	k := sort.SearchInts(r.Unaligned, i)
+	return k < len(r.Unaligned) && r.Unaligned[k] == i
+}
+
+// Verify checks that p is safe to run inside a CUDA kernel. A rejection is
+// returned as an *Error naming the instruction and the reason.
+func Verify(p *jit.Program, opts Options) (*Result, error) {
+	if p == nil {
+		return nil, &Error{Index: -1, Reason: "nil program"}
+	}
+	if opts.CtxSize < 0 {
+		return nil, &Error{Index: -1, Reason: fmt.Sprintf("negative context size %d", opts.CtxSize)}
+	}
+	for k, m := range p.Maps {
+		if m == nil {
+			return nil, &Error{Index: -1, Reason: fmt.Sprintf("map %d is nil", k)}
+		}
+	}
+	g, err := buildCFG(p.Insns)
+	if err != nil {
+		return nil, err
+	}
+	v := &verifier{
+		p:         p,
+		g:         g,
+		opts:      opts,
+		blocks:    make(map[key]*block),
+		reached:   make([]bool, len(p.Insns)),
+		unaligned: make([]bool, len(p.Insns)),
+		stackUse:  make([]int64, len(g.funcs)),
+		ids:       make(map[key]int32),
+		maxSteps:  opts.MaxSteps,
+	}
+	if v.maxSteps <= 0 {
+		v.maxSteps = DefaultMaxSteps
+	}
+	if err := v.run(); err != nil {
+		return nil, err
+	}
+	return v.result(), nil
+}
+
+// callCtx is one call chain: the entry, or a call from a parent chain.
+type callCtx struct {
+	parent   int32
+	callsite int // call instruction (-1 for the entry)
+	fn       int
+	depth    int // frames, 1 for the entry
+}
+
+type key struct {
+	ctx  int32
+	insn int32
+}
+
+type block struct {
+	st     *state
+	visits int
+	queued bool
+}
+
+type verifier struct {
+	p         *jit.Program
+	g         *cfg
+	opts      Options
+	ctxs      []callCtx
+	ctxIndex  map[[2]int]int32
+	blocks    map[key]*block
+	queue     keyHeap
+	reached   []bool
+	unaligned []bool
+	stackUse  []int64 // lowest stack offset used, per function
+	ids       map[key]int32
+	steps     int
+	states    int
+	maxSteps  int
+	maxDepth  int
+	curCtx    int32
+}
+
+func (v *verifier) errorf(i int, format string, args ...any) error {
+	return v.g.errorf(i, format, args...)
+}
+
+func (v *verifier) run() error {
+	v.ctxs = []callCtx{{parent: -1, callsite: -1, fn: 0, depth: 1}}
+	v.ctxIndex = map[[2]int]int32{}
+	v.maxDepth = 1
+	st := &state{frames: make([]frame, 1)}
+	fr := st.cur()
+	fr.callsite = -1
+	fr.regs[asm.R10] = ptr(kStack, 0)
+	if v.opts.CtxSize > 0 {
+		fr.regs[asm.R1] = ptr(kCtx, 0)
+		fr.regs[asm.R2] = constant(uint64(v.opts.CtxSize))
+	} else {
+		fr.regs[asm.R1] = unknown()
+		fr.regs[asm.R2] = unknown()
+	}
+	v.flow(0, 0, st)
+	for v.queue.Len() > 0 {
+		k := heap.Pop(&v.queue).(key)
+		b := v.blocks[k]
+		b.queued = false
+		v.states++
+		if err := v.execBlock(k, b.st.clone()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flow hands state st (owned by the callee from now on) to instruction i.
+func (v *verifier) flow(ctx int32, i int, st *state) {
+	k := key{ctx: ctx, insn: int32(i)}
+	b := v.blocks[k]
+	if b == nil {
+		v.blocks[k] = &block{st: st, queued: true}
+		heap.Push(&v.queue, k)
+		return
+	}
+	b.visits++
+	if !b.st.joinFrom(st, v.g.loop[i] && b.visits > widenAfter) {
+		return
+	}
+	if !b.queued {
+		b.queued = true
+		heap.Push(&v.queue, k)
+	}
+}
+
+// execBlock runs the basic block at k from state st.
+func (v *verifier) execBlock(k key, st *state) error {
+	v.curCtx = k.ctx
+	insns := v.p.Insns
+	start := int(k.insn)
+	for i := start; i < len(insns); i++ {
+		if i != start && v.g.start[i] {
+			v.flow(k.ctx, i, st)
+			return nil
+		}
+		v.reached[i] = true
+		v.steps++
+		if v.steps > v.maxSteps {
+			return v.errorf(i, "program is too complex to verify: more than %d instruction steps", v.maxSteps)
+		}
+		ins := &insns[i]
+		var err error
+		switch ins.OpCode.Class() {
+		case asm.ALUClass, asm.ALU64Class:
+			err = v.alu(st, i, ins)
+		case asm.LdClass:
+			err = v.ldImm(st, i, ins)
+		case asm.LdXClass:
+			err = v.load(st, i, ins)
+		case asm.StClass, asm.StXClass:
+			err = v.store(st, i, ins)
+		case asm.JumpClass, asm.Jump32Class:
+			switch {
+			case ins.OpCode.JumpOp() == asm.Exit:
+				return v.exit(k.ctx, i, st)
+			case isLocalCall(ins):
+				return v.callLocal(k.ctx, i, st)
+			case ins.OpCode.JumpOp() == asm.Call:
+				err = v.callHelper(st, i, ins)
+			case isUncondJump(ins):
+				v.flow(k.ctx, v.g.target[i], st)
+				return nil
+			default:
+				return v.branch(k.ctx, i, st)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return v.errorf(len(insns)-1, "execution falls off the end of the program")
+}
+
+// exit returns from the current function (or ends the program).
+func (v *verifier) exit(ctx int32, i int, st *state) error {
+	fr := st.cur()
+	r0 := fr.regs[asm.R0]
+	if r0.kind == kUninit {
+		return v.errorf(i, "r0 is read before it is written: set the return value before exit")
+	}
+	if ctx == 0 {
+		return nil
+	}
+	depth := len(st.frames)
+	if r0.kind == kStack && int(r0.frame) == depth-1 {
+		return v.errorf(i, "the function returns a pointer to its own stack frame, which ends with it")
+	}
+	c := v.ctxs[ctx]
+	st.frames = st.frames[:depth-1]
+	st.dropFrame(depth - 1)
+	caller := st.cur()
+	caller.regs[asm.R0] = r0
+	for r := asm.R1; r <= asm.R5; r++ {
+		caller.regs[r] = uninitValue
+	}
+	v.flow(c.parent, c.callsite+1, st)
+	return nil
+}
+
+// callLocal enters a bpf-to-bpf function with a fresh stack frame.
+func (v *verifier) callLocal(ctx int32, i int, st *state) error {
+	t := v.g.target[i]
+	fn := v.g.fn[t]
+	for c := ctx; c >= 0; c = v.ctxs[c].parent {
+		if v.ctxs[c].fn == fn {
+			return v.errorf(i, "recursive call to the function at insn %d", t)
+		}
+	}
+	depth := v.ctxs[ctx].depth + 1
+	if depth > MaxCallDepth {
+		return v.errorf(i, "call depth exceeds %d frames", MaxCallDepth)
+	}
+	ck := [2]int{int(ctx), i}
+	nc, ok := v.ctxIndex[ck]
+	if !ok {
+		if len(v.ctxs) >= maxContexts {
+			return v.errorf(i, "program is too complex to verify: more than %d distinct call chains", maxContexts)
+		}
+		nc = int32(len(v.ctxs))
+		v.ctxs = append(v.ctxs, callCtx{parent: ctx, callsite: i, fn: fn, depth: depth})
+		v.ctxIndex[ck] = nc
+	}
+	v.maxDepth = max(v.maxDepth, depth)
+	caller := st.cur()
+	callee := frame{fn: fn, callsite: i}
+	for r := asm.R1; r <= asm.R5; r++ {
+		callee.regs[r] = caller.regs[r]
+	}
+	callee.regs[asm.R10] = ptr(kStack, 0)
+	callee.regs[asm.R10].frame = uint8(depth - 1)
+	st.frames = append(st.frames, callee)
+	v.flow(nc, t, st)
+	return nil
+}
+
+// lookupID names the result of the lookup at instruction i in the current
+// call chain, so that a null check on one copy settles all copies.
+func (v *verifier) lookupID(i int, _ *state) int32 {
+	k := key{ctx: v.curCtx, insn: int32(i)}
+	id, ok := v.ids[k]
+	if !ok {
+		id = int32(len(v.ids) + 1)
+		v.ids[k] = id
+	}
+	return id
+}
+
+func (v *verifier) result() *Result {
+	r := &Result{
+		BackEdges:    v.g.back,
+		MaxCallDepth: v.maxDepth,
+		Steps:        v.steps,
+		States:       v.states,
+	}
+	for k, f := range v.g.funcs {
+		f.StackSize = int(-v.stackUse[k])
+		r.Funcs = append(r.Funcs, f)
+	}
+	for i := range v.reached {
+		if !v.reached[i] {
+			r.Unreachable = append(r.Unreachable, i)
+		}
+		if v.unaligned[i] {
+			r.Unaligned = append(r.Unaligned, i)
+		}
+	}
+	return r
+}
+
+// keyHeap orders pending blocks by instruction, then call chain.
+type keyHeap []key
+
+func (h keyHeap) Len() int { return len(h) }
+func (h keyHeap) Less(i, j int) bool {
+	if h[i].insn != h[j].insn {
+		return h[i].insn < h[j].insn
+	}
+	return h[i].ctx < h[j].ctx
+}
+func (h keyHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *keyHeap) Push(x any)   { *h = append(*h, x.(key)) }
+func (h *keyHeap) Pop() any {
+	old := *h
+	k := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return k
+}
