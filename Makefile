@@ -1,0 +1,146 @@
+# gpuprobe build. `make help` lists the targets.
+#
+# Everything is incremental: Go's build cache does the fine-grained work, and
+# the rules below only re-run a step when its inputs changed (Go sources,
+# go.mod/go.sum, builder-config.yaml). Heavy third-party builds (ocb, Jaeger,
+# Prometheus) are cached by version under $(GPUPROBE_CACHE).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := all
+
+GO ?= go
+GOFLAGS_BUILD ?= -buildvcs=false -trimpath
+GPUPROBE_CACHE ?= $(HOME)/.cache/gpuprobe
+export GPUPROBE_CACHE
+
+# Pinned tool and backend versions (see README.md, "Pinned versions").
+OCB_VERSION ?= v0.161.0
+JAEGER_VERSION ?= v1.76.0
+PROMETHEUS_VERSION ?= v0.315.0
+
+OCB_DIR ?= $(CURDIR)/.cache/bin
+OCB := $(OCB_DIR)/ocb-$(OCB_VERSION)
+OTELCOL_SRC := build/otelcol-gpuprobe
+# The collector is a static binary by default so that it runs unchanged on
+# the GPU machine; set OTELCOL_CGO=1 if a component needs cgo.
+OTELCOL_CGO ?= 0
+JAEGER_BIN := $(GPUPROBE_CACHE)/backends/jaeger-$(JAEGER_VERSION)
+PROMETHEUS_BIN := $(GPUPROBE_CACHE)/backends/prometheus-$(PROMETHEUS_VERSION)
+
+# Tests: -race where affordable (set RACE= to turn it off on a slow machine).
+RACE ?= -race
+TEST_TIMEOUT ?= 30m
+E2E_TIMEOUT ?= 30m
+BENCH ?= .
+BENCHTIME ?= 1s
+BENCHCOUNT ?= 1
+FUZZTIME ?= 30s
+
+# Every Go source of the main module (nested modules such as the generated
+# collector under build/ and tool caches are left out).
+GO_SRCS := $(shell find . -name '*.go' -not -path './build/*' -not -path './.cache/*' -not -path './.dev/*' 2>/dev/null)
+GO_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
+
+# testdata/bpf/bpf.mk (written with the ELF loader) adds the clang-built eBPF
+# objects: it is expected to define BPF_OBJS and the rules that build them.
+BPF_OBJS :=
+-include testdata/bpf/bpf.mk
+
+.PHONY: all build generate otelcol run test fmt-check vet unit e2e backends \
+	gpu-test gpu-bundle bench fuzz clean distclean help
+
+all: build ## build every package, bin/gpuprobe and the testdata eBPF objects
+
+build: bin/gpuprobe $(BPF_OBJS) ## same as all
+	$(GO) build $(GOFLAGS_BUILD) ./...
+
+bin/gpuprobe: $(GO_SRCS) go.mod go.sum
+	@mkdir -p bin
+	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe
+
+generate: ## regenerate mdatagen code from receiver/metadata.yaml
+	@if [[ -f receiver/metadata.yaml ]]; then \
+		$(GO) tool mdatagen receiver/metadata.yaml; \
+	else \
+		echo "generate: receiver/metadata.yaml does not exist yet, nothing to do"; \
+	fi
+
+# ---- the collector distribution (ocb) ------------------------------------
+
+$(OCB):
+	@mkdir -p $(OCB_DIR)
+	GOBIN=$(OCB_DIR) $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
+	mv $(OCB_DIR)/builder $@
+
+# ocb generates the sources and tidies their go.mod; compilation is ours so
+# that a source change only costs an incremental `go build`.
+$(OTELCOL_SRC)/components.go: builder-config.yaml go.mod go.sum | $(OCB)
+	$(OCB) --config builder-config.yaml --skip-compilation
+	@touch $@
+
+bin/otelcol-gpuprobe: $(OTELCOL_SRC)/components.go $(GO_SRCS) go.mod go.sum
+	@mkdir -p bin
+	cd $(OTELCOL_SRC) && CGO_ENABLED=$(OTELCOL_CGO) $(GO) build $(GOFLAGS_BUILD) -mod=mod -o $(CURDIR)/$@ .
+
+otelcol: bin/otelcol-gpuprobe ## build the collector distribution bin/otelcol-gpuprobe with ocb
+
+run: build bin/otelcol-gpuprobe ## build everything and start the collector with testdata/config.yaml
+	bin/otelcol-gpuprobe --config testdata/config.yaml
+
+# ---- tests -----------------------------------------------------------------
+
+test: fmt-check vet unit e2e ## everything CI runs
+
+fmt-check: ## fail if any Go file is not gofmt-formatted
+	@out=$$(gofmt -l $(GO_SRCS)); \
+	if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet: ## go vet
+	$(GO) vet ./...
+
+unit: build ## unit tests of every package (not e2e)
+	$(GO) test $(RACE) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
+
+backends: $(JAEGER_BIN) $(PROMETHEUS_BIN) ## build (or reuse) Jaeger and Prometheus
+
+$(JAEGER_BIN):
+	scripts/build-backend.sh jaeger $(JAEGER_VERSION)
+
+$(PROMETHEUS_BIN):
+	scripts/build-backend.sh prometheus $(PROMETHEUS_VERSION)
+
+e2e: bin/gpuprobe bin/otelcol-gpuprobe backends ## end-to-end test against real Jaeger and Prometheus
+	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
+	GPUPROBE_CLI=$(CURDIR)/bin/gpuprobe \
+	GPUPROBE_JAEGER=$(JAEGER_BIN) \
+	GPUPROBE_PROMETHEUS=$(PROMETHEUS_BIN) \
+	$(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
+
+# ---- GPU machine -----------------------------------------------------------
+
+# Runs on the GPU machine without Go, from the prebuilt binaries in bin/.
+gpu-test: ## GPU conformance + SASS comparison from prebuilt bin/ (no Go needed)
+	bash scripts/gpu-test.sh
+
+# Everything gpu-test needs, in one archive to carry to the GPU machine.
+gpu-bundle: bin/gpuprobe bin/otelcol-gpuprobe $(BPF_OBJS) ## build/gpu-bundle.tar.gz for the GPU machine
+	bash scripts/gpu-bundle.sh build/gpu-bundle.tar.gz
+
+# ---- performance and fuzzing ------------------------------------------------
+
+bench: ## Go benchmarks (BENCH, BENCHTIME, BENCHCOUNT)
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -benchmem $(GO_PKGS)
+
+fuzz: ## every fuzz target for FUZZTIME each
+	bash scripts/fuzz.sh $(FUZZTIME)
+
+clean: ## remove build outputs (keeps the ocb and backend caches)
+	rm -rf bin build
+	rm -f $(BPF_OBJS)
+
+distclean: clean ## also remove the project-local tool cache
+	rm -rf .cache
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort

@@ -1,0 +1,21 @@
+// Package e2e runs gpuprobe end to end against real backends: the ocb-built
+// collector distribution (bin/otelcol-gpuprobe), Jaeger v2 (built from its Go
+// module source, memory storage) and Prometheus (built the same way, with its
+// OTLP receiver on). Nothing here is a fake backend: the tests start the real
+// programs as child processes bound to 127.0.0.1 on free ports, drive data
+// through the collector, and read it back through each backend's own API.
+//
+// The package's non-test files are the harness: starting and stopping
+// processes (Process), finding or building the binaries (Binaries), and small
+// clients for the Jaeger query API, PromQL and the Prometheus text format.
+//
+// Binaries come from the environment when set, else they are built:
+//
+//	GPUPROBE_OTELCOL     the collector (default: make bin/otelcol-gpuprobe)
+//	GPUPROBE_CLI         the gpuprobe CLI (default: make bin/gpuprobe)
+//	GPUPROBE_JAEGER      Jaeger (default: scripts/build-backend.sh jaeger v1.76.0)
+//	GPUPROBE_PROMETHEUS  Prometheus (default: scripts/build-backend.sh prometheus v0.315.0)
+//
+// Backends are cached under $GPUPROBE_CACHE (default ~/.cache/gpuprobe). The
+// tests are skipped with -short, since a cold build takes many minutes.
+package e2e
