@@ -1,0 +1,110 @@
+package cuda
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// haveDriver reports whether libcuda.so.1 exists in a usual place.
+func haveDriver() bool {
+	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1", "/usr/lib/libcuda.so.1"} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func TestInitWithoutDriver(t *testing.T) {
+	err := Init()
+	if haveDriver() {
+		if err != nil && errors.Is(err, ErrNoDriver) {
+			t.Fatalf("libcuda.so.1 is installed but Init says %v", err)
+		}
+		return
+	}
+	if !errors.Is(err, ErrNoDriver) {
+		t.Fatalf("Init() = %v, want an error wrapping ErrNoDriver", err)
+	}
+	if !strings.Contains(err.Error(), "no NVIDIA driver: libcuda.so.1 not found") {
+		t.Fatalf("error %q does not say that the driver is missing", err)
+	}
+	// Every entry point reports the same error instead of crashing.
+	if _, err := DeviceCount(); !errors.Is(err, ErrNoDriver) {
+		t.Fatalf("DeviceCount() error = %v, want ErrNoDriver", err)
+	}
+	if _, err := GetDevice(0); !errors.Is(err, ErrNoDriver) {
+		t.Fatalf("GetDevice(0) error = %v, want ErrNoDriver", err)
+	}
+	if _, err := DriverVersion(); !errors.Is(err, ErrNoDriver) {
+		t.Fatalf("DriverVersion() error = %v, want ErrNoDriver", err)
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	tests := []struct {
+		err  Error
+		want string
+	}{
+		{Error{Op: "cuInit", Code: 100, Name: "CUDA_ERROR_NO_DEVICE", Msg: "no CUDA-capable device is detected"},
+			"cuInit: CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected"},
+		{Error{Op: "cuModuleLoadDataEx", Code: 218, Name: "CUDA_ERROR_INVALID_PTX", Log: "ptxas fatal: line 3"},
+			"cuModuleLoadDataEx: CUDA_ERROR_INVALID_PTX (218)\nptxas fatal: line 3"},
+	}
+	for _, tt := range tests {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("Error() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+// TestDevice runs only where a GPU is present (the GPU machine).
+func TestDevice(t *testing.T) {
+	n, err := DeviceCount()
+	if errors.Is(err, ErrNoDriver) {
+		t.Skip("no NVIDIA driver here")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Skip("no device")
+	}
+	d, err := GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch, err := d.Arch()
+	if err != nil || !strings.HasPrefix(arch, "sm_") {
+		t.Fatalf("Arch() = %q, %v", arch, err)
+	}
+	ctx, err := d.PrimaryContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Release()
+	p, err := ctx.MemAlloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.MemFree(p)
+	in := []byte("gpuprobe round trip through device memory, 64 bytes long ......")
+	if err := ctx.MemcpyHtoD(p, in); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, len(in))
+	if err := ctx.MemcpyDtoH(out, p); err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != string(in) {
+		t.Fatalf("round trip gave %q", out)
+	}
+	// A broken module fails with the JIT log attached.
+	_, err = ctx.LoadModule([]byte(".version 7.8\n.target sm_90\n.address_size 64\n.entry k() { bogus; }\n"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Log == "" {
+		t.Fatalf("LoadModule(bad PTX) = %v, want a *cuda.Error with a JIT log", err)
+	}
+}
