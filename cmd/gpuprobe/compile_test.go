@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/jit/ptx"
+)
+
+// buildTestObject compiles testdata/bpf/<rel>.c with clang (the flags of
+// testdata/bpf/bpf.mk) into a temporary object. A missing clang fails.
+func buildTestObject(t *testing.T, rel string) string {
+	t.Helper()
+	clang, err := exec.LookPath("clang")
+	if err != nil {
+		t.Fatalf("clang is needed to build the test objects: %v", err)
+	}
+	src := filepath.Join("..", "..", "testdata", "bpf", rel+".c")
+	obj := filepath.Join(t.TempDir(), filepath.Base(rel)+".o")
+	out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c", src, "-o", obj).CombinedOutput()
+	if err != nil {
+		t.Fatalf("clang %s: %v\n%s", src, err, out)
+	}
+	return obj
+}
+
+func runCompileCmd(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	rc := run(args, &out, &errb)
+	return rc, out.String(), errb.String()
+}
+
+func TestCompile(t *testing.T) {
+	tests := []struct {
+		name     string
+		object   string
+		flags    []string
+		rc       int
+		stdout   []string // substrings of stdout
+		stderr   []string // substrings of stderr
+		absent   []string // must not be in stdout
+		assemble bool     // stdout must pass ptxas
+	}{
+		{
+			name: "GPU and host halves", object: "launchlate", rc: 0,
+			stdout: []string{
+				"// program launch_gpu: section \"kprobe/_Z9vectorAddPKfS0_Pf\", entry probe of kernel _Z9vectorAddPKfS0_Pf",
+				"verifier: accepted (66 instructions, 1 function, 1 loop",
+				".func (.param .b64 __ret) gpuprobe_launch_gpu(",
+				"// program launch_host: section \"uprobe/libcudart.so:cudaLaunchKernel\", uprobe on libcudart.so:cudaLaunchKernel",
+				"host program: loaded into Linux",
+			},
+			absent:   []string{"gpuprobe_launch_host"},
+			assemble: true,
+		},
+		{
+			name: "bpf-to-bpf call", object: "callfunc", rc: 0,
+			stdout:   []string{"2 functions", "call depth 2", ".version 7.8", ".target sm_90"},
+			assemble: true,
+		},
+		{
+			name: "memory probe, other arch", object: "memcount", flags: []string{"-arch", "sm_80"}, rc: 0,
+			stdout:   []string{"memory-access probe of every kernel", ".target sm_80"},
+			assemble: true,
+		},
+		{
+			name: "test entries", object: "warpagg", flags: []string{"-entry"}, rc: 0,
+			stdout:   []string{"test entry gpuprobe_warpagg_test", ".entry gpuprobe_warpagg_test("},
+			assemble: true,
+		},
+		{
+			name: "selected program", object: "launchlate", flags: []string{"-prog", "launch_host"}, rc: 0,
+			stdout: []string{"program launch_host"},
+			absent: []string{"program launch_gpu", ".func"},
+		},
+		{
+			name: "rejected program", object: "bad/unchecked", rc: 1,
+			stdout: []string{"verifier: REJECTED: insn ", `"*v += 1;"`, "null-check", "program host_side"},
+			stderr: []string{"unchecked.o: program unchecked rejected: insn "},
+			absent: []string{".func"},
+		},
+		{
+			name: "unknown program", object: "launchlate", flags: []string{"-prog", "nope"}, rc: 2,
+			stderr: []string{`-prog: no program "nope" (the object has launch_gpu, launch_host)`},
+		},
+		{
+			name: "unsupported section", object: "bad/badsection", rc: 2,
+			stderr: []string{"badsection.o", `unsupported section "xdp"`},
+		},
+		{
+			name: "bad arch", object: "threadhist", flags: []string{"-arch", "sm_60"}, rc: 1,
+			stderr: []string{"sm_70 or newer"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := buildTestObject(t, tt.object)
+			args := append(append([]string{"compile"}, tt.flags...), obj)
+			rc, stdout, stderr := runCompileCmd(args...)
+			if rc != tt.rc {
+				t.Errorf("exit status %d, want %d\nstderr: %s", rc, tt.rc, stderr)
+			}
+			for _, w := range tt.stdout {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout)
+				}
+			}
+			for _, w := range tt.stderr {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			for _, w := range tt.absent {
+				if strings.Contains(stdout, w) {
+					t.Errorf("stdout has %q", w)
+				}
+			}
+			if tt.assemble {
+				arch := ptx.DefaultArch
+				for i, f := range tt.flags {
+					if f == "-arch" {
+						arch = tt.flags[i+1]
+					}
+				}
+				assembleOutput(t, stdout, arch)
+			}
+		})
+	}
+}
+
+// assembleOutput runs ptxas on the output; a missing ptxas fails the test (CI
+// installs it with nvidia-cuda-toolkit).
+func assembleOutput(t *testing.T, module, arch string) {
+	t.Helper()
+	if _, err := ptx.PtxasPath(); err != nil {
+		t.Fatalf("ptxas is needed to check the output: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := ptx.Assemble(ctx, module, arch); err != nil {
+		t.Errorf("ptxas rejects the output: %v", err)
+	}
+}
+
+func TestCompileUsage(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		rc     int
+		stderr string
+	}{
+		{"no file", []string{"compile"}, 2, "usage: gpuprobe compile"},
+		{"two files", []string{"compile", "a.o", "b.o"}, 2, "usage: gpuprobe compile"},
+		{"bad flag", []string{"compile", "-x", "a.o"}, 2, "flag provided but not defined: -x"},
+		{"missing file", []string{"compile", "/nonexistent/p.o"}, 2, "/nonexistent/p.o"},
+		{"not an object", []string{"compile", writeTempFile(t, "junk.o", "junk")}, 2, "parse eBPF object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc, _, stderr := runCompileCmd(tt.args...)
+			if rc != tt.rc || !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("got %d %q, want %d and %q", rc, stderr, tt.rc, tt.stderr)
+			}
+		})
+	}
+}
+
+func writeTempFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
