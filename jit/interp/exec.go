@@ -39,8 +39,13 @@ func (m *Machine) newThread(ctx []byte, env *Env) (*thread, error) {
 	if env.Maps == nil {
 		env.Maps = NewMaps()
 	}
-	t := &thread{m: m, env: env, maps: env.Maps, ctx: ctx, stack: make([]byte, stackBytes)}
-	t.mapStates = make([]*mapState, len(m.prog.Maps))
+	t, _ := m.pool.Get().(*thread)
+	if t == nil {
+		t = &thread{stack: make([]byte, stackBytes), mapStates: make([]*mapState, len(m.prog.Maps))}
+	}
+	stack, states, frames := t.stack, t.mapStates, t.frames[:0]
+	*t = thread{m: m, env: env, maps: env.Maps, ctx: ctx, stack: stack, mapStates: states, frames: frames}
+	clear(t.stack[stackBytes-jit.StackSize:]) // the entry frame starts zeroed
 	for i, def := range m.prog.Maps {
 		s, err := env.Maps.declare(def)
 		if err != nil {

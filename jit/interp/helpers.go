@@ -52,10 +52,11 @@ func (t *thread) mapArg(pc int, v uint64, arg string) (*mapState, error) {
 }
 
 // read is mem for helper arguments, with the error pinned to pc.
-func (t *thread) read(pc int, addr uint64, n int, what string) ([]byte, error) {
+// The argument is described by format and args, rendered only on error.
+func (t *thread) read(pc int, addr uint64, n int, format string, args ...any) ([]byte, error) {
 	b, err := t.mem(addr, n, false)
 	if err != nil {
-		return nil, t.fail(pc, "%s: %v", what, err)
+		return nil, t.fail(pc, "%s: %v", fmt.Sprintf(format, args...), err)
 	}
 	return b, nil
 }
@@ -150,7 +151,7 @@ func (t *thread) mapHelper(pc int, id jit.HelperID) error {
 	if s.def.Type == jit.MapTypeGPURingbuf {
 		return t.fail(pc, "map %q is a ring buffer: use perf_event_output", s.def.Name)
 	}
-	key, err := t.read(pc, r[2], int(s.def.KeySize), fmt.Sprintf("key of map %q (r2)", s.def.Name))
+	key, err := t.read(pc, r[2], int(s.def.KeySize), "key of map %q (r2)", s.def.Name)
 	if err != nil {
 		return err
 	}
@@ -158,7 +159,7 @@ func (t *thread) mapHelper(pc int, id jit.HelperID) error {
 	case jit.HelperMapLookupElem:
 		r[0] = t.maps.lookup(s, key, t.env)
 	case jit.HelperMapUpdateElem:
-		val, err := t.read(pc, r[3], int(s.def.ValueSize), fmt.Sprintf("value for map %q (r3)", s.def.Name))
+		val, err := t.read(pc, r[3], int(s.def.ValueSize), "value for map %q (r3)", s.def.Name)
 		if err != nil {
 			return err
 		}

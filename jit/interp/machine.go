@@ -2,6 +2,7 @@ package interp
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -28,6 +29,7 @@ type op struct {
 type Machine struct {
 	prog *jit.Program
 	ops  []op
+	pool sync.Pool // *thread, reused between runs
 }
 
 // Prepare decodes p once: it resolves jump targets and map references and
@@ -214,6 +216,7 @@ func (m *Machine) Run(ctx []byte, env *Env) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer m.release(t)
 	for {
 		if err := t.exec(); err != nil {
 			return 0, err
@@ -305,6 +308,13 @@ func (m *Machine) RunWarp(lanes []Lane) ([]uint64, error) {
 	out := make([]uint64, len(threads))
 	for i, t := range threads {
 		out[i] = t.regs[0]
+		m.release(t)
 	}
 	return out, nil
+}
+
+// release returns a finished thread's buffers for reuse.
+func (m *Machine) release(t *thread) {
+	t.env, t.maps, t.ctx = nil, nil, nil
+	m.pool.Put(t)
 }
