@@ -110,9 +110,9 @@
 //
 // Consumer, at its private position t (initially tail), slot s = t & mask:
 //
-//  1. If load-acquire(slot.seq) == t+1: the record is complete. Read len
-//     (> slot_size-16 is corruption: the consumer stops with an error), type
-//     and payload; deliver; advance t. Store tail = t after each batch (and
+//  1. If load-acquire(slot.seq) == t+1: the record is complete. Read len,
+//     type and payload; deliver; advance t. (A len > slot_size-16 is a
+//     misbehaving producer: the record is skipped and counted as corrupt.) Store tail = t after each batch (and
 //     at least every 64 records) with a release store.
 //  2. Otherwise c = load-acquire(slot_drops[s]) - slot_acked[s] (u32
 //     arithmetic, modulo 2^32), then H = load(head). If H <= t the ring is
@@ -125,8 +125,11 @@
 //     visible yet): come back later.
 //  3. A ticket that stays unresolved for the stall timeout (its producer died
 //     between steps 3 and 5) is skipped and counted in stalled, so a dead
-//     producer cannot stop the ring. The stall timeout is seconds, far beyond
-//     any live producer's few instructions between steps 3 and 5.
+//     producer cannot stop the ring. The stall timeout is seconds (default
+//     5 s), far beyond any live producer's few instructions between steps 3
+//     and 5; a producer that is alive but frozen that long (a preempted GPU
+//     context) and then publishes could overwrite the slot's next record,
+//     which is why the timeout is long and the skip is counted.
 //
 // Accounting: every record offered is exactly one of delivered, dropped,
 // oversize, or (only with dead producers) stalled.

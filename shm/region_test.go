@@ -181,3 +181,38 @@ func TestRegionIsSealed(t *testing.T) {
 		t.Fatal("a peer could shrink the region")
 	}
 }
+
+// FuzzParseHeader: any bytes either fail with a *HeaderError or give a header
+// whose data area fits the region and matches its kind's layout.
+func FuzzParseHeader(f *testing.F) {
+	for _, s := range []Spec{
+		{Kind: KindRing, ValueSize: 64, MaxEntries: 8},
+		{Kind: KindPerThreadArray, ValueSize: 8, MaxEntries: 3, Lanes: 100},
+		{Kind: KindMailbox, MaxEntries: 2},
+	} {
+		h, err := s.header()
+		if err != nil {
+			f.Fatal(err)
+		}
+		b := make([]byte, HeaderSize)
+		h.encode(b)
+		f.Add(b, int64(h.RegionSize))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, size int64) {
+		h, err := ParseHeader(b, size, 0)
+		if err != nil {
+			var he *HeaderError
+			if !errors.As(err, &he) || fieldOffset[he.Field] != he.Offset {
+				t.Fatalf("error %v does not name a header field correctly", err)
+			}
+			return
+		}
+		if h.DataOffset+h.DataSize > h.RegionSize || uint64(size) < h.RegionSize {
+			t.Fatalf("accepted header %+v does not fit a %d-byte region", h, size)
+		}
+		want, err := Spec{Kind: h.Kind, ValueSize: h.ValueSize, MaxEntries: h.MaxEntries, Lanes: h.Lanes}.header()
+		if err != nil || want.DataSize != h.DataSize || want.Stride != h.Stride {
+			t.Fatalf("accepted header %+v disagrees with its layout %+v (%v)", h, want, err)
+		}
+	})
+}
