@@ -53,10 +53,10 @@ static struct gp_api gp;
 
 // gp_open loads libcuda.so.1 and resolves every entry point. It returns 0,
 // -1 when the library is missing, or 1 + the index of a missing symbol.
-static int gp_open(char *err, int errlen) {
+static int gp_open(const char *lib, char *err, int errlen) {
 	if (gp.lib)
 		return 0;
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		const char *e = dlerror();
 		strncpy(err, e ? e : "dlopen failed", errlen - 1);
@@ -159,6 +159,12 @@ import (
 // ErrNoDriver means libcuda.so.1 could not be loaded: no NVIDIA driver.
 var ErrNoDriver = errors.New("no NVIDIA driver: libcuda.so.1 not found")
 
+// ErrNoDevice means the driver loaded but found no CUDA device.
+var ErrNoDevice = errors.New("no CUDA device")
+
+// cudaErrorNoDevice is CUDA_ERROR_NO_DEVICE.
+const cudaErrorNoDevice = 100
+
 // Error is a failed driver API call.
 type Error struct {
 	Op   string // the driver function, e.g. "cuModuleLoadDataEx"
@@ -195,18 +201,30 @@ var (
 // first result. Without a driver it returns an error wrapping ErrNoDriver.
 func Init() error {
 	initOnce.Do(func() {
-		var buf [256]C.char
-		switch r := C.gp_open(&buf[0], C.int(len(buf))); {
-		case r < 0:
-			initErr = fmt.Errorf("%w (%s)", ErrNoDriver, C.GoString(&buf[0]))
-			return
-		case r > 0:
-			initErr = fmt.Errorf("libcuda.so.1 lacks %s: driver too old", C.GoString(&buf[0]))
+		if initErr = open("libcuda.so.1"); initErr != nil {
 			return
 		}
-		initErr = check("cuInit", C.gp_init())
+		if r := C.gp_init(); r == cudaErrorNoDevice {
+			initErr = fmt.Errorf("%w: %v", ErrNoDevice, check("cuInit", r))
+		} else {
+			initErr = check("cuInit", r)
+		}
 	})
 	return initErr
+}
+
+// open loads the driver library and resolves its entry points.
+func open(lib string) error {
+	var buf [256]C.char
+	cs := C.CString(lib)
+	defer C.free(unsafe.Pointer(cs))
+	switch r := C.gp_open(cs, &buf[0], C.int(len(buf))); {
+	case r < 0:
+		return fmt.Errorf("%w (%s)", ErrNoDriver, C.GoString(&buf[0]))
+	case r > 0:
+		return fmt.Errorf("%s lacks %s: driver too old", lib, C.GoString(&buf[0]))
+	}
+	return nil
 }
 
 // DriverVersion is the CUDA version the driver supports, e.g. 13000.

@@ -23,6 +23,12 @@ func TestInitWithoutDriver(t *testing.T) {
 		if err != nil && errors.Is(err, ErrNoDriver) {
 			t.Fatalf("libcuda.so.1 is installed but Init says %v", err)
 		}
+		if err != nil && !errors.Is(err, ErrNoDevice) {
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Op != "cuInit" {
+				t.Fatalf("Init() = %v, want nil, ErrNoDevice or a cuInit error", err)
+			}
+		}
 		return
 	}
 	if !errors.Is(err, ErrNoDriver) {
@@ -40,6 +46,16 @@ func TestInitWithoutDriver(t *testing.T) {
 	}
 	if _, err := DriverVersion(); !errors.Is(err, ErrNoDriver) {
 		t.Fatalf("DriverVersion() error = %v, want ErrNoDriver", err)
+	}
+}
+
+func TestOpenMissingLibrary(t *testing.T) {
+	err := open("libcuda-gpuprobe-test-missing.so.1")
+	if !errors.Is(err, ErrNoDriver) {
+		t.Fatalf("open(missing) = %v, want ErrNoDriver", err)
+	}
+	if !strings.Contains(err.Error(), "no NVIDIA driver: libcuda.so.1 not found") || !strings.Contains(err.Error(), "libcuda-gpuprobe-test-missing.so.1") {
+		t.Fatalf("error %q should say the driver is missing and name the library", err)
 	}
 }
 
@@ -63,8 +79,8 @@ func TestErrorText(t *testing.T) {
 // TestDevice runs only where a GPU is present (the GPU machine).
 func TestDevice(t *testing.T) {
 	n, err := DeviceCount()
-	if errors.Is(err, ErrNoDriver) {
-		t.Skip("no NVIDIA driver here")
+	if errors.Is(err, ErrNoDriver) || errors.Is(err, ErrNoDevice) {
+		t.Skipf("no GPU here: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
