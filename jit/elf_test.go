@@ -448,3 +448,20 @@ func TestLoadSpecNil(t *testing.T) {
 		t.Fatalf("empty program: got %v", err)
 	}
 }
+
+func BenchmarkLoadELF(b *testing.B) {
+	for _, object := range []string{"threadhist", "allhelpers"} {
+		data, err := os.ReadFile(bpfObject(b, object))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(object, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if _, err := jit.LoadELFBytes(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
