@@ -82,6 +82,15 @@ func (r *Result) IsUnaligned(i int) bool {
 // Verify checks that p is safe to run inside a CUDA kernel. A rejection is
 // returned as an *Error naming the instruction and the reason.
 func Verify(p *jit.Program, opts Options) (*Result, error) {
+	v, err := verify(p, opts)
+	if err != nil {
+		return nil, err
+	}
+	return v.result(), nil
+}
+
+// verify runs the analysis and returns the verifier with its findings.
+func verify(p *jit.Program, opts Options) (*verifier, error) {
 	if p == nil {
 		return nil, &Error{Index: -1, Reason: "nil program"}
 	}
@@ -114,7 +123,7 @@ func Verify(p *jit.Program, opts Options) (*Result, error) {
 	if err := v.run(); err != nil {
 		return nil, err
 	}
-	return v.result(), nil
+	return v, nil
 }
 
 // callCtx is one call chain: the entry, or a call from a parent chain.
@@ -153,6 +162,8 @@ type verifier struct {
 	maxSteps  int
 	maxDepth  int
 	curCtx    int32
+	exitR0    value // r0 over every exit of the entry function (for tests)
+	exitSeen  bool
 }
 
 func (v *verifier) errorf(i int, format string, args ...any) error {
@@ -262,6 +273,11 @@ func (v *verifier) exit(ctx int32, i int, st *state) error {
 		return v.errorf(i, "r0 is read before it is written: set the return value before exit")
 	}
 	if ctx == 0 {
+		if v.exitSeen {
+			v.exitR0 = join(v.exitR0, r0)
+		} else {
+			v.exitR0, v.exitSeen = r0, true
+		}
 		return nil
 	}
 	depth := len(st.frames)

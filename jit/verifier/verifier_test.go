@@ -118,7 +118,7 @@ func TestRegisters(t *testing.T) {
 		{name: "r1-r5 clobbered by a helper call", insns: ins(
 			asm.Mov.Imm(asm.R2, 7),
 			asm.FnKtimeGetNs.Call(), // id 5: only with ConformanceHelpers
-			asm.Return()), wantErr: "unknown helper 5", wantIdx: 1},
+			asm.Return()), wantErr:  "unknown helper 5", wantIdx: 1},
 		{name: "r6 survives a helper call", insns: ins(
 			asm.Mov.Imm(asm.R6, 7),
 			asm.BuiltinFunc(jit.HelperGetGlobalTimer).Call(),
