@@ -51,11 +51,12 @@ struct gp_api {
 
 static struct gp_api gp;
 
-// gp_open loads libcuda.so.1 and resolves every entry point. It returns 0,
+// gp_open loads the driver library and resolves every entry point; gp is
+// only replaced when everything resolved. It returns 0,
 // -1 when the library is missing, or 1 + the index of a missing symbol.
 static int gp_open(const char *lib, char *err, int errlen) {
-	if (gp.lib)
-		return 0;
+	struct gp_api api;
+	memset(&api, 0, sizeof(api));
 	void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		const char *e = dlerror();
@@ -75,18 +76,18 @@ static int gp_open(const char *lib, char *err, int errlen) {
 		"cuMemHostGetDevicePointer_v2", "cuLaunchKernel", "cuGetErrorName",
 		"cuGetErrorString",
 	};
-	void **slots = (void **)&gp.Init;
+	void **slots = (void **)&api.Init;
 	for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++) {
 		slots[i] = dlsym(h, names[i]);
 		if (!slots[i]) {
 			strncpy(err, names[i], errlen - 1);
 			err[errlen - 1] = 0;
 			dlclose(h);
-			memset(&gp, 0, sizeof(gp));
 			return 1 + i;
 		}
 	}
-	gp.lib = h;
+	api.lib = h;
+	gp = api;
 	return 0;
 }
 
