@@ -43,7 +43,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	_, failed := conformance.Report(stdout, files, r, verify, *negative, *verbose)
+	_, failed := conformance.Report(stdout, files, r, conformance.Verify, *negative, *verbose)
 	if failed > 0 {
 		return 1
 	}
