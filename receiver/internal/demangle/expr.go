@@ -1,0 +1,454 @@
+package demangle
+
+import (
+	"strconv"
+	"strings"
+)
+
+// opInfo describes one two-letter operator code.
+type opInfo struct {
+	code  string
+	name  string // as printed after "operator" and in expressions
+	arity int
+	kind  exprKind
+}
+
+var operators = map[string]*opInfo{}
+
+func init() {
+	for _, o := range []opInfo{
+		{"aa", "&&", 2, exBinary}, {"ad", "&", 1, exUnary}, {"an", "&", 2, exBinary},
+		{"aN", "&=", 2, exBinary}, {"aS", "=", 2, exBinary}, {"aw", "co_await", 1, exPrefix},
+		{"cm", ",", 2, exBinary}, {"co", "~", 1, exUnary}, {"dV", "/=", 2, exBinary},
+		{"da", "delete[]", 1, exPrefix}, {"de", "*", 1, exUnary}, {"dl", "delete", 1, exPrefix},
+		{"dv", "/", 2, exBinary}, {"eO", "^=", 2, exBinary}, {"eo", "^", 2, exBinary},
+		{"eq", "==", 2, exBinary}, {"ge", ">=", 2, exBinary}, {"gt", ">", 2, exBinary},
+		{"ix", "[]", 2, exBinary}, {"lS", "<<=", 2, exBinary}, {"le", "<=", 2, exBinary},
+		{"ls", "<<", 2, exBinary}, {"lt", "<", 2, exBinary}, {"mI", "-=", 2, exBinary},
+		{"mL", "*=", 2, exBinary}, {"mi", "-", 2, exBinary}, {"ml", "*", 2, exBinary},
+		{"mm", "--", 1, exPostfix}, {"na", "new[]", 3, exNew}, {"ne", "!=", 2, exBinary},
+		{"ng", "-", 1, exUnary}, {"nt", "!", 1, exUnary}, {"nw", "new", 3, exNew},
+		{"oR", "|=", 2, exBinary}, {"oo", "||", 2, exBinary}, {"or", "|", 2, exBinary},
+		{"pL", "+=", 2, exBinary}, {"pl", "+", 2, exBinary}, {"pm", "->*", 2, exBinary},
+		{"pp", "++", 1, exPostfix}, {"ps", "+", 1, exUnary}, {"pt", "->", 2, exMember},
+		{"qu", "?", 3, exTernary}, {"rM", "%=", 2, exBinary}, {"rS", ">>=", 2, exBinary},
+		{"rm", "%", 2, exBinary}, {"rs", ">>", 2, exBinary}, {"ss", "<=>", 2, exBinary},
+		{"cl", "()", 2, exCall}, {"dt", ".", 2, exMember}, {"ds", ".*", 2, exBinary},
+		{"sz", "sizeof ", 1, exPrefix}, {"az", "alignof ", 1, exPrefix},
+		{"st", "sizeof ", 1, exSizeofT}, {"at", "alignof ", 1, exSizeofT},
+		{"tw", "throw ", 1, exPrefix},
+	} {
+		o := o
+		operators[o.code] = &o
+	}
+}
+
+// operatorName parses <operator-name> in a name (operator+, operator new,
+// conversion and literal operators).
+func (p *parser) operatorName(info *nameInfo) node {
+	code := p.s[p.pos:min(len(p.s), p.pos+2)]
+	switch code {
+	case "cv":
+		p.pos += 2
+		p.convType++
+		t := p.typ()
+		p.convType--
+		if t == nil {
+			return nil
+		}
+		info.ctorConv = true
+		return &convN{typ: t}
+	case "li":
+		p.pos += 2
+		s := p.sourceName()
+		if s == nil {
+			return nil
+		}
+		return &litOpN{suffix: s.(*nameN).s}
+	}
+	if len(code) == 2 && code[0] == 'v' && isDigit(code[1]) {
+		p.pos += 2
+		s := p.sourceName()
+		if s == nil {
+			return nil
+		}
+		return &opN{op: &opInfo{name: " " + s.(*nameN).s}}
+	}
+	o, ok := operators[code]
+	if !ok || code == "dt" || code == "ds" || code == "st" || code == "at" || code == "tw" {
+		return p.fail("unknown operator %q", code)
+	}
+	p.pos += 2
+	return &opN{op: o}
+}
+
+// expression parses <expression>.
+func (p *parser) expression() node {
+	if !p.enter() {
+		return nil
+	}
+	defer p.leave()
+	c := p.peek()
+	code := p.s[p.pos:min(len(p.s), p.pos+2)]
+	switch {
+	case c == 'L':
+		return p.exprPrimary()
+	case c == 'T':
+		return p.templateParam()
+	case code == "fp":
+		p.pos += 2
+		if p.consume('_') {
+			return &nameN{"{parm#1}"}
+		}
+		n, _ := p.number()
+		if p.err != nil || !p.expect('_', "function parameter") {
+			return nil
+		}
+		return &nameN{"{parm#" + strconv.Itoa(n+2) + "}"}
+	case code == "fL":
+		p.pos += 2
+		p.number()
+		if !p.expect('p', "function parameter level") {
+			return nil
+		}
+		p.cvQualifiers()
+		n := 1
+		if !p.consume('_') {
+			v, _ := p.number()
+			if !p.expect('_', "function parameter") {
+				return nil
+			}
+			n = v + 2
+		}
+		return &nameN{"{parm#" + strconv.Itoa(n) + "}"}
+	case code == "pp" && p.peekAt(2) == '_', code == "mm" && p.peekAt(2) == '_':
+		p.pos += 3
+		a := p.expression()
+		if a == nil {
+			return nil
+		}
+		return &exprN{kind: exUnary, op: operators[code].name, args: []node{a}}
+	case code == "cl":
+		p.pos += 2
+		e := &exprN{kind: exCall}
+		for p.peek() != 'E' {
+			a := p.expression()
+			if a == nil {
+				return nil
+			}
+			e.args = append(e.args, a)
+		}
+		p.pos++
+		if len(e.args) == 0 {
+			return p.fail("call expression without a callee")
+		}
+		return e
+	case code == "cv":
+		p.pos += 2
+		p.convType++
+		t := p.typ()
+		p.convType--
+		if t == nil {
+			return nil
+		}
+		e := &exprN{kind: exCast, typ: t}
+		if p.consume('_') {
+			e.op = "list"
+			for p.peek() != 'E' {
+				a := p.expression()
+				if a == nil {
+					return nil
+				}
+				e.args = append(e.args, a)
+			}
+			p.pos++
+			return e
+		}
+		a := p.expression()
+		if a == nil {
+			return nil
+		}
+		e.args = []node{a}
+		return e
+	case code == "tl", code == "il":
+		p.pos += 2
+		e := &exprN{kind: exBraced}
+		if code == "tl" {
+			if e.typ = p.typ(); e.typ == nil {
+				return nil
+			}
+		}
+		for p.peek() != 'E' {
+			a := p.expression()
+			if a == nil {
+				return nil
+			}
+			e.args = append(e.args, a)
+		}
+		p.pos++
+		return e
+	case code == "dc", code == "sc", code == "cc", code == "rc":
+		p.pos += 2
+		t := p.typ()
+		if t == nil {
+			return nil
+		}
+		a := p.expression()
+		if a == nil {
+			return nil
+		}
+		name := map[string]string{"dc": "dynamic_cast", "sc": "static_cast", "cc": "const_cast", "rc": "reinterpret_cast"}[code]
+		return &exprN{kind: exNamedCast, op: name, typ: t, args: []node{a}}
+	case code == "sZ":
+		p.pos += 2
+		var a node
+		if p.peek() == 'T' {
+			a = p.templateParam()
+		} else {
+			a = p.expression()
+		}
+		if a == nil {
+			return nil
+		}
+		return &exprN{kind: exSizeofPack, args: []node{a}}
+	case code == "sp":
+		p.pos += 2
+		a := p.expression()
+		if a == nil {
+			return nil
+		}
+		return &expandN{child: a}
+	case code == "tr":
+		p.pos += 2
+		return &nameN{"throw"}
+	case code == "nw", code == "na":
+		return p.newExpr(code)
+	case code == "sr", code == "gs", code == "on", code == "dn", isDigit(c):
+		return p.unresolvedName()
+	}
+	o, ok := operators[code]
+	if !ok {
+		return p.fail("unknown expression %q", code)
+	}
+	p.pos += 2
+	e := &exprN{kind: o.kind, op: o.name}
+	if o.kind == exSizeofT {
+		if e.typ = p.typ(); e.typ == nil {
+			return nil
+		}
+		return e
+	}
+	if o.kind == exMember {
+		a := p.expression()
+		if a == nil {
+			return nil
+		}
+		b := p.unresolvedName()
+		if b == nil {
+			return nil
+		}
+		e.args = []node{a, b}
+		return e
+	}
+	for i := 0; i < o.arity; i++ {
+		a := p.expression()
+		if a == nil {
+			return nil
+		}
+		e.args = append(e.args, a)
+	}
+	return e
+}
+
+// newExpr parses [gs] nw <expression>* _ <type> [pi <expression>* E | il ...] E.
+func (p *parser) newExpr(code string) node {
+	p.pos += 2
+	for p.peek() != '_' {
+		if p.expression() == nil {
+			return nil
+		}
+	}
+	p.pos++
+	t := p.typ()
+	if t == nil {
+		return nil
+	}
+	if p.peek() == 'p' && p.peekAt(1) == 'i' {
+		p.pos += 2
+		for p.peek() != 'E' {
+			if p.expression() == nil {
+				return nil
+			}
+		}
+	}
+	if !p.expect('E', "end of new expression") {
+		return nil
+	}
+	return &exprN{kind: exNew, op: operators[code].name, typ: t}
+}
+
+// unresolvedName parses the dependent names of expressions: [gs] [sr ...]
+// <base-unresolved-name>.
+func (p *parser) unresolvedName() node {
+	global := false
+	if p.peek() == 'g' && p.peekAt(1) == 's' {
+		p.pos += 2
+		global = true
+	}
+	var n node
+	if p.peek() == 's' && p.peekAt(1) == 'r' {
+		p.pos += 2
+		scope := p.unresolvedScope()
+		if scope == nil {
+			return nil
+		}
+		b := p.baseUnresolvedName()
+		if b == nil {
+			return nil
+		}
+		n = &qualN{scope: scope, name: b}
+	} else {
+		if n = p.baseUnresolvedName(); n == nil {
+			return nil
+		}
+	}
+	if global {
+		n = &qualN{scope: &nameN{""}, name: n}
+	}
+	return n
+}
+
+// unresolvedScope parses the scope after "sr": N <type> <level>* E,
+// <level>+ E (levels are simple ids) or, as older GCC emits, a plain <type>.
+func (p *parser) unresolvedScope() node {
+	if p.consume('N') {
+		scope := p.typ()
+		for scope != nil && p.peek() != 'E' {
+			q := p.simpleID()
+			if q == nil {
+				return nil
+			}
+			scope = &qualN{scope: scope, name: q}
+		}
+		if scope == nil || !p.expect('E', "end of unresolved scope") {
+			return nil
+		}
+		return scope
+	}
+	if !isDigit(p.peek()) {
+		return p.typ()
+	}
+	pos, nsubs, last := p.pos, len(p.subs), p.lastName
+	var scope node
+	for isDigit(p.peek()) {
+		q := p.simpleID()
+		if q == nil {
+			break
+		}
+		if scope == nil {
+			scope = q
+		} else {
+			scope = &qualN{scope: scope, name: q}
+		}
+	}
+	if p.err == nil && scope != nil && p.consume('E') {
+		save := p.pos
+		if b := p.baseUnresolvedName(); b != nil && p.err == nil {
+			p.pos = save // the caller reads the base name
+			return scope
+		}
+	}
+	if p.retries >= maxRetries {
+		return p.fail("too many ambiguous dependent names")
+	}
+	p.retries++
+	p.pos, p.subs, p.lastName, p.err = pos, p.subs[:nsubs], last, nil
+	return p.typ()
+}
+
+// simpleID parses <source-name> [<template-args>].
+func (p *parser) simpleID() node {
+	n := p.sourceName()
+	if n == nil {
+		return nil
+	}
+	if p.peek() == 'I' {
+		args := p.templateArgs()
+		if args == nil {
+			return nil
+		}
+		return &tmplN{name: n, args: args}
+	}
+	return n
+}
+
+// baseUnresolvedName parses <simple-id>, on <operator-name> or dn <type>.
+func (p *parser) baseUnresolvedName() node {
+	switch {
+	case p.peek() == 'o' && p.peekAt(1) == 'n':
+		p.pos += 2
+		var info nameInfo
+		n := p.operatorName(&info)
+		if n != nil && p.peek() == 'I' {
+			args := p.templateArgs()
+			if args == nil {
+				return nil
+			}
+			return &tmplN{name: n, args: args}
+		}
+		return n
+	case p.peek() == 'd' && p.peekAt(1) == 'n':
+		p.pos += 2
+		var t node
+		if isDigit(p.peek()) {
+			t = p.simpleID()
+		} else {
+			t = p.typ()
+		}
+		if t == nil {
+			return nil
+		}
+		return &exprN{kind: exPrefix, op: "~", args: []node{t}}
+	}
+	return p.simpleID()
+}
+
+// exprPrimary parses L <type> <value> E, L <mangled-name> E and L_Z ... E.
+func (p *parser) exprPrimary() node {
+	p.pos++ // L
+	if p.peek() == '_' && p.peekAt(1) == 'Z' || p.peek() == 'Z' {
+		if p.peek() == '_' {
+			p.pos++
+		}
+		p.pos++
+		e := p.encoding(false)
+		if e == nil || !p.expect('E', "end of external name literal") {
+			return nil
+		}
+		return e
+	}
+	t := p.typ()
+	if t == nil {
+		return nil
+	}
+	l := &litN{typ: t}
+	l.neg = p.consume('n')
+	start := p.pos
+	for p.pos < len(p.s) && p.s[p.pos] != 'E' {
+		p.pos++
+	}
+	l.val = p.s[start:p.pos]
+	if !p.expect('E', "end of literal") {
+		return nil
+	}
+	if l.val == "" {
+		if b, ok := t.(*builtinN); ok && b.code == "Dn" {
+			return &nameN{"nullptr"}
+		}
+		return p.fail("literal without a value")
+	}
+	if strings.ContainsAny(l.val, "()") {
+		return p.fail("bad literal value %q", l.val)
+	}
+	return l
+}
