@@ -41,12 +41,24 @@ func bpfObject(t testing.TB, name string) string {
 // compileBPF compiles one C file with clang into dst (via a temporary file
 // and a rename, so concurrent test binaries never see half an object).
 func compileBPF(src, dst string) error {
+	return compileBPFCPU(src, dst, "")
+}
+
+// compileBPFCPU is compileBPF for one BPF CPU version (-mcpu); "" keeps
+// bpf.mk's.
+func compileBPFCPU(src, dst, cpu string) error {
 	clang, err := exec.LookPath("clang")
 	if err != nil {
 		return fmt.Errorf("clang is needed to build %s (apt-get install clang): %w", src, err)
 	}
 	tmp := fmt.Sprintf("%s.tmp%d", dst, os.Getpid())
-	args := append(append([]string{}, bpfCFlags...), "-c", src, "-o", tmp)
+	args := append([]string{}, bpfCFlags...)
+	for i, a := range args {
+		if cpu != "" && strings.HasPrefix(a, "-mcpu=") {
+			args[i] = "-mcpu=" + cpu
+		}
+	}
+	args = append(args, "-c", src, "-o", tmp)
 	out, err := exec.Command(clang, args...).CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)

@@ -20,14 +20,37 @@ func ctxSize(k jit.ProbeKind) int {
 	return 0
 }
 
-// TestPipelineObjects runs every GPU program of testdata/bpf through the
-// whole pipeline: ELF loader, verifier, PTX compiler, and ptxas for sm_90.
+// TestPipelineObjects runs every GPU program of testdata/bpf, built for
+// each BPF CPU version clang offers (v3 is bpf.mk's; v1 has no JMP32 and no
+// ALU32, as bpftime's examples are built), through the whole pipeline: ELF
+// loader, verifier, PTX compiler, and ptxas for sm_90.
 func TestPipelineObjects(t *testing.T) {
 	bpfObject(t, "threadhist") // builds every object
-	objs, err := filepath.Glob(filepath.Join(bpfDir, "*.o"))
-	if err != nil || len(objs) == 0 {
-		t.Fatalf("no objects in %s: %v", bpfDir, err)
+	srcs, err := filepath.Glob(filepath.Join(bpfDir, "*.c"))
+	if err != nil || len(srcs) == 0 {
+		t.Fatalf("no sources in %s: %v", bpfDir, err)
 	}
+	for _, cpu := range []string{"v1", "v2", "v3"} {
+		t.Run(cpu, func(t *testing.T) {
+			var objs []string
+			for _, src := range srcs {
+				obj := strings.TrimSuffix(src, ".c") + ".o"
+				if cpu != "v3" {
+					obj = filepath.Join(t.TempDir(), filepath.Base(obj))
+					if err := compileBPFCPU(src, obj, cpu); err != nil {
+						t.Fatal(err)
+					}
+				}
+				objs = append(objs, obj)
+			}
+			pipeline(t, objs)
+		})
+	}
+}
+
+// pipeline verifies and compiles every GPU program of objs, then assembles
+// them all in one module with ptxas.
+func pipeline(t *testing.T, objs []string) {
 	var funcs []*ptx.Func
 	gpu := 0
 	for _, obj := range objs {
