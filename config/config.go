@@ -16,16 +16,18 @@ const Type = "gpuprobe"
 
 // Config is the gpuprobe receiver's configuration.
 type Config struct {
-	Agent        AgentConfig      `mapstructure:"agent"`
-	Probes       ProbesConfig     `mapstructure:"probes"`
-	Programs     []ProgramConfig  `mapstructure:"programs"`
-	Kernels      KernelsConfig    `mapstructure:"kernels"`
-	Sampling     SamplingConfig   `mapstructure:"sampling"`
-	Buffers      BuffersConfig    `mapstructure:"buffers"`
-	Limits       LimitsConfig     `mapstructure:"limits"`
-	PollInterval time.Duration    `mapstructure:"poll_interval"`
-	HostProbes   HostProbesConfig `mapstructure:"host_probes"`
-	Resource     ResourceConfig   `mapstructure:"resource"`
+	Agent        AgentConfig     `mapstructure:"agent"`
+	Probes       ProbesConfig    `mapstructure:"probes"`
+	Programs     []ProgramConfig `mapstructure:"programs"`
+	Kernels      KernelsConfig   `mapstructure:"kernels"`
+	Sampling     SamplingConfig  `mapstructure:"sampling"`
+	Buffers      BuffersConfig   `mapstructure:"buffers"`
+	Limits       LimitsConfig    `mapstructure:"limits"`
+	PollInterval time.Duration   `mapstructure:"poll_interval"`
+	// MetricsInterval is how often the cumulative metrics are emitted.
+	MetricsInterval time.Duration    `mapstructure:"metrics_interval"`
+	HostProbes      HostProbesConfig `mapstructure:"host_probes"`
+	Resource        ResourceConfig   `mapstructure:"resource"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -138,6 +140,7 @@ const (
 	DefaultLaunchTimeout      = 5 * time.Second
 	DefaultMaxMapKeys         = 256
 	DefaultPollInterval       = 10 * time.Millisecond
+	DefaultMetricsInterval    = 10 * time.Second
 )
 
 // Default returns the default configuration.
@@ -162,6 +165,7 @@ func Default() *Config {
 			LaunchTimeout:      DefaultLaunchTimeout,
 			MaxMapKeys:         DefaultMaxMapKeys,
 		},
-		PollInterval: DefaultPollInterval,
+		PollInterval:    DefaultPollInterval,
+		MetricsInterval: DefaultMetricsInterval,
 	}
 }

@@ -120,6 +120,7 @@ func TestValidateErrors(t *testing.T) {
 		{"max_map_keys zero", func(c *Config) { c.Limits.MaxMapKeys = 0 }, "limits::max_map_keys: must be between 1 and 65536, got 0"},
 		{"poll too fast", func(c *Config) { c.PollInterval = time.Microsecond }, "poll_interval: must be between 100µs and 1m0s, got 1µs"},
 		{"poll too slow", func(c *Config) { c.PollInterval = time.Hour }, "poll_interval: must be between 100µs and 1m0s, got 1h0m0s"},
+		{"metrics_interval zero", func(c *Config) { c.MetricsInterval = 0 }, "metrics_interval: must be between 10ms and 1h0m0s, got 0s"},
 		{"library path relative", func(c *Config) { c.HostProbes.LibraryPaths = []string{"lib"} }, `host_probes::library_paths[0]: must be an absolute path, got "lib"`},
 		{"library path empty", func(c *Config) { c.HostProbes.LibraryPaths = []string{"/lib", ""} }, "host_probes::library_paths[1]: must not be empty"},
 		{"service name control", func(c *Config) { c.Resource.ServiceName = "a\nb" }, `resource::service_name: must not contain control characters, got "a\nb"`},

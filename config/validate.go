@@ -65,6 +65,9 @@ func (c *Config) Validate() error {
 	if c.PollInterval < minPollInterval || c.PollInterval > maxPollInterval {
 		l.add("poll_interval", "must be between %s and %s, got %s", minPollInterval, maxPollInterval, c.PollInterval)
 	}
+	if c.MetricsInterval < 10*time.Millisecond || c.MetricsInterval > time.Hour {
+		l.add("metrics_interval", "must be between 10ms and 1h0m0s, got %s", c.MetricsInterval)
+	}
 	for i, p := range c.HostProbes.LibraryPaths {
 		key := fmt.Sprintf("host_probes::library_paths[%d]", i)
 		if p == "" {

@@ -1,0 +1,58 @@
+package receiver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/metadata"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/receiver"
+)
+
+// NewFactory returns the factory of the gpuprobe receiver (traces and
+// metrics; both signals share one instance per configuration).
+func NewFactory() receiver.Factory {
+	return receiver.NewFactory(
+		metadata.Type,
+		createDefaultConfig,
+		receiver.WithTraces(createTraces, metadata.TracesStability),
+		receiver.WithMetrics(createMetrics, metadata.MetricsStability),
+	)
+}
+
+func createDefaultConfig() component.Config { return config.Default() }
+
+// instances maps a configuration to the receiver that serves all its signals.
+var instances = newShared[*config.Config, *gpuReceiver]()
+
+func getReceiver(set receiver.Settings, cfg component.Config) (*handle, error) {
+	c, ok := cfg.(*config.Config)
+	if !ok {
+		return nil, fmt.Errorf("gpuprobe: config is %T, want *config.Config", cfg)
+	}
+	e, err := instances.acquire(c, func() (*gpuReceiver, error) { return newReceiver(set, c) })
+	if err != nil {
+		return nil, err
+	}
+	return &handle{r: e.v, e: e}, nil
+}
+
+func createTraces(_ context.Context, set receiver.Settings, cfg component.Config, next consumer.Traces) (receiver.Traces, error) {
+	h, err := getReceiver(set, cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.r.setTraces(next)
+	return h, nil
+}
+
+func createMetrics(_ context.Context, set receiver.Settings, cfg component.Config, next consumer.Metrics) (receiver.Metrics, error) {
+	h, err := getReceiver(set, cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.r.setMetrics(next)
+	return h, nil
+}

@@ -1,0 +1,261 @@
+package receiver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/metadata"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
+	"github.com/gpuprobe/gpuprobe/shm"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/receiver"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// maxReadPerPoll bounds the records read from one ring in one poll, so the
+// pdata built per poll (and thus memory) stays bounded under overload; what
+// is left waits in the ring, and a ring that stays full drops and counts.
+const maxReadPerPoll = 1 << 16
+
+// source is one ring the receiver consumes, with the id that scopes its
+// launch ids and function handles (one producer process).
+type source struct {
+	id       uint32
+	ring     *shm.Ring
+	consumer *shm.Consumer
+	// last counters seen, to turn the ring's totals into deltas
+	lastDropped, lastOversize, lastStalled uint64
+}
+
+// gpuReceiver is the instance shared by the traces and metrics handles.
+type gpuReceiver struct {
+	cfg      *config.Config
+	set      receiver.Settings
+	log      *zap.Logger
+	tel      *metadata.TelemetryBuilder
+	mu       sync.Mutex // guards the consumers and sources
+	traces   consumer.Traces
+	metrics  consumer.Metrics
+	sources  []*source
+	nextSrc  uint32
+	tr       *translate.Translator
+	cancel   context.CancelFunc
+	done     chan struct{}
+	driver   driverStatus
+	dropped  uint64 // records dropped (ring full, oversize, stalled, invalid)
+	patched  uint64
+	patchErr uint64
+	spansErr uint64
+}
+
+func newReceiver(set receiver.Settings, cfg *config.Config) (*gpuReceiver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("gpuprobe: invalid config: %w", err)
+	}
+	return &gpuReceiver{cfg: cfg, set: set, log: set.Logger}, nil
+}
+
+func (r *gpuReceiver) setTraces(c consumer.Traces) {
+	r.mu.Lock()
+	r.traces = c
+	r.mu.Unlock()
+}
+
+func (r *gpuReceiver) setMetrics(c consumer.Metrics) {
+	r.mu.Lock()
+	r.metrics = c
+	r.mu.Unlock()
+}
+
+// start creates the rings, reports the driver status once, and starts the
+// poll loop.
+func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
+	filter, err := config.NewKernelFilter(r.cfg.Kernels)
+	if err != nil {
+		return err
+	}
+	tel, err := metadata.NewTelemetryBuilder(r.set.TelemetrySettings)
+	if err != nil {
+		return fmt.Errorf("gpuprobe: telemetry: %w", err)
+	}
+	r.tel = tel
+	r.driver = detectDriver(r.cfg.HostProbes.LibraryPaths)
+	logDriverOnce(r.log, r.driver, r.cfg)
+
+	mapper := clock.New()
+	if off, err := monoOffset(); err == nil {
+		mapper.SetMonoOffset(off)
+	}
+	r.tr = translate.New(translate.Options{
+		MaxKernelNames:     r.cfg.Limits.MaxKernelNames,
+		MaxPendingLaunches: r.cfg.Limits.MaxPendingLaunches,
+		LaunchTimeout:      r.cfg.Limits.LaunchTimeout,
+		CompletionGrace:    2 * r.cfg.PollInterval,
+		SampleOneIn:        r.cfg.Sampling.OneIn,
+		MinDuration:        r.cfg.Sampling.MinDuration,
+		ExpectWarps:        r.cfg.Probes.KernelPhases && r.driver.found,
+		Filter:             filter,
+		Demangle:           demangle.Short,
+		ServiceName:        r.cfg.Resource.ServiceName,
+		Clock:              mapper,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan struct{})
+	go r.loop(ctx, mapper)
+	return nil
+}
+
+// AddRing makes the receiver consume ring as one producer process's stream
+// and returns its source id. The agent server calls it for every
+// connection; tests call it with rings they produce into.
+func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextSrc++
+	r.sources = append(r.sources, &source{id: r.nextSrc, ring: ring, consumer: ring.NewConsumer(shm.ConsumerOptions{})})
+	return r.nextSrc
+}
+
+// RemoveRing stops consuming the ring of source id (after a last read).
+func (r *gpuReceiver) RemoveRing(id uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, s := range r.sources {
+		if s.id == id {
+			r.sources = append(r.sources[:i], r.sources[i+1:]...)
+			return
+		}
+	}
+}
+
+func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
+	defer close(r.done)
+	poll := time.NewTicker(r.cfg.PollInterval)
+	defer poll.Stop()
+	lastMetrics := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			r.pollOnce(context.Background(), time.Now()) // drain what is there
+			r.emitMetrics(context.Background(), time.Now())
+			return
+		case now := <-poll.C:
+			if off, err := monoOffset(); err == nil {
+				mapper.SetMonoOffset(off)
+			}
+			r.pollOnce(ctx, now)
+			if now.Sub(lastMetrics) >= r.cfg.MetricsInterval {
+				lastMetrics = now
+				r.emitMetrics(ctx, now)
+			}
+		}
+	}
+}
+
+// pollOnce reads every ring, expires launches, and sends the spans built.
+func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
+	r.mu.Lock()
+	sources := append([]*source(nil), r.sources...)
+	tc := r.traces
+	r.mu.Unlock()
+
+	before := r.tr.Counters()
+	var dropped uint64
+	for _, s := range sources {
+		s.consumer.Read(maxReadPerPoll, func(rec shm.Record) {
+			_ = r.tr.Handle(s.id, rec.Payload, now) // invalid records are counted
+		})
+		st := s.ring.Stats()
+		cs := s.consumer.Stats()
+		dropped += (st.Dropped - s.lastDropped) + (st.Oversize - s.lastOversize) + (cs.Stalled - s.lastStalled)
+		s.lastDropped, s.lastOversize, s.lastStalled = st.Dropped, st.Oversize, cs.Stalled
+	}
+	r.tr.Expire(now)
+	after := r.tr.Counters()
+	dropped += after.RecordsInvalid - before.RecordsInvalid
+	r.dropped += dropped
+	if r.tel != nil {
+		r.tel.GpuprobeReceiverRecordsRead.Add(ctx, int64(after.RecordsRead-before.RecordsRead))
+		r.tel.GpuprobeReceiverRecordsDropped.Add(ctx, int64(dropped))
+		r.tel.GpuprobeReceiverLaunchesEvicted.Add(ctx, int64(after.LaunchesEvicted-before.LaunchesEvicted+
+			after.LaunchesExpired-before.LaunchesExpired))
+	}
+	if r.tr.SpanCount() == 0 {
+		return
+	}
+	td := r.tr.TakeTraces()
+	if tc == nil {
+		return
+	}
+	if err := tc.ConsumeTraces(ctx, td); err != nil {
+		// Back-pressure: drop, count, never block the poll loop.
+		r.spansErr += uint64(td.SpanCount())
+		r.log.Debug("gpuprobe: dropping spans the pipeline refused", zap.Int("spans", td.SpanCount()), zap.Error(err))
+	}
+}
+
+// selfMetrics are the receiver's own counters in the metrics stream.
+func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
+	c := r.tr.Counters()
+	return []translate.SelfMetric{
+		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead},
+		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, or invalid).", Value: r.dropped},
+		{Name: "gpuprobe.receiver.launches.evicted", Unit: "{launch}", Desc: "Launches emitted before all their records arrived.", Value: c.LaunchesEvicted + c.LaunchesExpired},
+		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.spansErr},
+		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched},
+		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr},
+	}
+}
+
+func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
+	r.mu.Lock()
+	mc := r.metrics
+	r.mu.Unlock()
+	if mc == nil {
+		return
+	}
+	md := r.tr.Metrics(now, r.selfMetrics())
+	if err := mc.ConsumeMetrics(ctx, md); err != nil {
+		r.log.Debug("gpuprobe: metrics refused by the pipeline", zap.Error(err))
+	}
+}
+
+// shutdown stops the poll loop (after a final drain) and releases rings.
+func (r *gpuReceiver) shutdown(ctx context.Context) error {
+	if r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return fmt.Errorf("gpuprobe: shutdown: %w", ctx.Err())
+	}
+	r.cancel = nil
+	if r.tel != nil {
+		r.tel.Shutdown()
+	}
+	r.mu.Lock()
+	r.sources = nil
+	r.mu.Unlock()
+	return nil
+}
+
+// monoOffset reads CLOCK_REALTIME − CLOCK_MONOTONIC of this host.
+func monoOffset() (int64, error) {
+	var mono, real unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono); err != nil {
+		return 0, fmt.Errorf("clock_gettime(CLOCK_MONOTONIC): %w", err)
+	}
+	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &real); err != nil {
+		return 0, fmt.Errorf("clock_gettime(CLOCK_REALTIME): %w", err)
+	}
+	return real.Nano() - mono.Nano(), nil
+}
