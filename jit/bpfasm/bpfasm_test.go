@@ -180,6 +180,7 @@ func TestDecodeReserved(t *testing.T) {
 		{"call dst", "85 01 00 00 00 00 00 00", "reserved field dst"},
 		{"call offset", "85 00 01 00 00 00 00 00", "reserved field offset"},
 		{"call kfunc", "85 20 00 00 00 00 00 00", "kfunc"},
+		{"call negative helper", "85 00 00 00 30 00 30 e2", "helper id -500170704 is out of range"},
 		{"callx ok", "8d 02 00 00 00 00 00 00", ""},
 		{"callx imm", "8d 02 00 00 01 00 00 00", "reserved field imm"},
 		{"exit dst", "95 01 00 00 00 00 00 00", "reserved field dst"},

@@ -248,6 +248,9 @@ func checkJump(r Raw, is32 bool) error {
 		if r.Src > 2 {
 			return fmt.Errorf("call: src is %d, must be 0 (helper) or 1 (local function)", r.Src)
 		}
+		if r.Src == 0 && (r.Imm < 0 || r.Imm >= 1<<28) {
+			return fmt.Errorf("call: helper id %d is out of range", r.Imm)
+		}
 		return firstErr(field("dst", int64(r.Dst)), field("offset", int64(r.Off)))
 	case 0x90: // EXIT
 		if is32 || x {

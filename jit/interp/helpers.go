@@ -34,9 +34,13 @@ func (t *thread) callOp(pc int, o *op) error {
 	}
 	id := o.imm
 	if o.code&0x08 != 0 {
-		id = int64(r[o.dst])
+		reg := o.dst
+		if reg == 0 && o.imm > 0 && o.imm <= 10 { // older LLVM put the register in imm
+			reg = uint8(o.imm)
+		}
+		id = int64(r[reg])
 		if id < math.MinInt32 || id > math.MaxInt32 {
-			return t.fail(pc, "callx: r%d holds %d, not a helper id", o.dst, r[o.dst])
+			return t.fail(pc, "callx: r%d holds %d, not a helper id", reg, r[reg])
 		}
 	}
 	return t.helper(pc, int32(id))
