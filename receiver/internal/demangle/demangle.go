@@ -30,6 +30,7 @@ func (e *Error) Error() string {
 type Symbol struct {
 	root   node
 	clones []string
+	full   string
 }
 
 // Parse parses an Itanium C++ ABI mangled name ("_Z..."). It returns an
@@ -57,7 +58,18 @@ func Parse(mangled string) (*Symbol, error) {
 	if p.pos != len(p.s) {
 		return nil, &Error{Offset: p.pos, Reason: fmt.Sprintf("unexpected %q after the name", p.s[p.pos:min(len(p.s), p.pos+8)])}
 	}
-	return &Symbol{root: root, clones: clones}, nil
+	s := &Symbol{root: root, clones: clones}
+	pr := newPrinter()
+	pr.print(root)
+	for _, c := range clones {
+		pr.str(" [clone " + c + "]")
+	}
+	full, ok := pr.result()
+	if !ok {
+		return nil, pr.error()
+	}
+	s.full = full
+	return s, nil
 }
 
 // cloneSuffix reads a GCC clone suffix such as ".constprop.0" or ".cold".
@@ -82,21 +94,7 @@ func (p *parser) cloneSuffix() (string, bool) {
 }
 
 // String returns the full demangled name, as c++filt prints it.
-func (s *Symbol) String() string {
-	out, _ := s.full()
-	return out
-}
-
-func (s *Symbol) full() (string, bool) {
-	pr := newPrinter()
-	pr.print(s.root)
-	for _, c := range s.clones {
-		pr.str(" [clone ")
-		pr.str(c)
-		pr.str("]")
-	}
-	return pr.result()
-}
+func (s *Symbol) String() string { return s.full }
 
 // Short returns the qualified name with its template arguments but without
 // return type, parameter list, qualifiers or clone suffixes, e.g.
@@ -157,11 +155,7 @@ func Demangle(name string) string {
 	if err != nil {
 		return name
 	}
-	out, ok := s.full()
-	if !ok {
-		return name
-	}
-	return out
+	return s.full
 }
 
 // Short returns Symbol.Short of name, or name unchanged when it cannot be

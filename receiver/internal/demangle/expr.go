@@ -43,6 +43,9 @@ func init() {
 	}
 }
 
+// namedCasts maps the first letter of dc, sc, cc and rc to the cast.
+var namedCasts = [256]string{'d': "dynamic_cast", 's': "static_cast", 'c': "const_cast", 'r': "reinterpret_cast"}
+
 // operatorName parses <operator-name> in a name (operator+, operator new,
 // conversion and literal operators).
 func (p *parser) operatorName(info *nameInfo) node {
@@ -197,7 +200,7 @@ func (p *parser) expression() node {
 		if a == nil {
 			return nil
 		}
-		name := map[string]string{"dc": "dynamic_cast", "sc": "static_cast", "cc": "const_cast", "rc": "reinterpret_cast"}[code]
+		name := namedCasts[code[0]]
 		return &exprN{kind: exNamedCast, op: name, typ: t, args: []node{a}}
 	case code == "sZ":
 		p.pos += 2

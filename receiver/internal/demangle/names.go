@@ -1,9 +1,6 @@
 package demangle
 
-import (
-	"strconv"
-	"strings"
-)
+import "strings"
 
 // name parses <name>. enc is true for the name of an encoding, whose
 // template arguments are what T_ refers to in the function type after it.
@@ -247,6 +244,8 @@ func (p *parser) unqualifiedName(prev node, info *nameInfo) node {
 		}
 		p.pos++
 		n = b
+	case c == 0:
+		return p.fail("name ends where a name was expected")
 	default:
 		return p.fail("unexpected %q where a name was expected", c)
 	}
@@ -358,12 +357,12 @@ func (p *parser) unnamedTypeName() node {
 // substitution parses S_, S <seq-id> _ and the std:: abbreviations.
 // prefix is true inside a nested name.
 func (p *parser) substitution(prefix bool) node {
+	start := p.pos
 	p.pos++ // S
 	c := p.peek()
 	if isLower(c) {
 		p.pos++
-		base := map[byte]string{'a': "allocator", 'b': "basic_string", 's': "basic_string",
-			'i': "basic_istream", 'o': "basic_ostream", 'd': "basic_iostream"}[c]
+		base := stdAbbrev[c]
 		if base != "" {
 			p.lastName = &nameN{base}
 		}
@@ -383,10 +382,16 @@ func (p *parser) substitution(prefix bool) node {
 		return nil
 	}
 	if id >= len(p.subs) {
-		return p.fail("substitution S%s refers past the %d candidates", strconv.Itoa(id), len(p.subs))
+		text := p.s[start:p.pos]
+		p.pos = start
+		return p.fail("substitution %s refers past the %d candidates", text, len(p.subs))
 	}
 	return p.subs[id]
 }
+
+// stdAbbrev maps the letter after S to the std:: class it abbreviates.
+var stdAbbrev = [256]string{'a': "allocator", 'b': "basic_string", 's': "basic_string",
+	'i': "basic_istream", 'o': "basic_ostream", 'd': "basic_iostream"}
 
 // stdTemplate builds std::name<char, std::char_traits<char>[, std::allocator<char>]>.
 func stdTemplate(name, ch string, alloc bool) node {
@@ -401,6 +406,7 @@ func stdTemplate(name, ch string, alloc bool) node {
 
 // templateParam parses T_ / T <n> _ and returns the argument it names.
 func (p *parser) templateParam() node {
+	off := p.pos
 	p.pos++             // T
 	if p.consume('L') { // TL <level> __ <index>: lambda template parameters
 		p.number()
@@ -416,7 +422,7 @@ func (p *parser) templateParam() node {
 		}
 		idx = n + 1
 	}
-	return &tparamN{idx: idx}
+	return &tparamN{idx: idx, off: off}
 }
 
 // templateArgs parses I <template-arg>+ E.

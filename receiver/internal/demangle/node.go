@@ -131,7 +131,10 @@ type expandN struct{ child node }
 // when printed, against the template arguments of the function being
 // printed (so a substitution of T_ can mean different types in different
 // places), and prints as auto:N inside a lambda's signature.
-type tparamN struct{ idx int }
+type tparamN struct {
+	idx int
+	off int // byte offset in the mangled name, for errors
+}
 
 // litN is an integer or other literal of a type.
 type litN struct {

@@ -1,6 +1,9 @@
 package demangle
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+)
 
 // printer renders a node tree. It stops (and reports failure) when the
 // output passes maxOutput bytes or the tree nests deeper than maxDepth*4,
@@ -10,15 +13,27 @@ type printer struct {
 	b       []byte
 	depth   int
 	failed  bool
+	why     *Error   // the first reason printing failed, when known
 	stale   bool     // a ", " was taken back: c++filt then sees ' ' as the last char
 	tmpls   [][]node // template argument lists T_ refers to, innermost last
 	lambda  bool     // printing a lambda's parameters: T_ prints as auto:N
 	packIdx int      // element of the pack being expanded, -1 outside expansions
 }
 
-func newPrinter() *printer { return &printer{packIdx: -1} }
+func newPrinter() *printer { return &printer{packIdx: -1, b: make([]byte, 0, 256)} }
 
 func (p *printer) result() (string, bool) { return string(p.b), !p.failed }
+
+// error says why printing failed.
+func (p *printer) error() *Error {
+	if p.why != nil {
+		return p.why
+	}
+	if len(p.b) >= maxOutput-maxOutput/8 {
+		return &Error{Offset: 0, Reason: fmt.Sprintf("demangled name longer than %d bytes", maxOutput)}
+	}
+	return &Error{Offset: 0, Reason: "name nests too deeply to print"}
+}
 
 func (p *printer) str(s string) {
 	if p.failed {
@@ -106,6 +121,9 @@ func (p *printer) param(t *tparamN, half func(node)) {
 	a, rest, ok := p.lookup(t, p.tmpls)
 	if !ok {
 		p.failed = true
+		if p.why == nil {
+			p.why = &Error{Offset: t.off, Reason: "template parameter has no argument here"}
+		}
 		return
 	}
 	saved := p.tmpls

@@ -21,7 +21,11 @@ func (p *printer) printLiteral(v *litN) {
 		switch b.code {
 		case "b":
 			if !v.neg && (v.val == "0" || v.val == "1") {
-				p.str(map[string]string{"0": "false", "1": "true"}[v.val])
+				if v.val == "0" {
+					p.str("false")
+				} else {
+					p.str("true")
+				}
 				return
 			}
 		case "f", "d", "e", "g":

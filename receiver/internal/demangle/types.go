@@ -3,7 +3,7 @@ package demangle
 import "strings"
 
 // builtins maps one-letter builtin type codes to their names.
-var builtins = map[byte]string{
+var builtins = [256]string{
 	'v': "void", 'w': "wchar_t", 'b': "bool", 'c': "char", 'a': "signed char",
 	'h': "unsigned char", 's': "short", 't': "unsigned short", 'i': "int",
 	'j': "unsigned int", 'l': "long", 'm': "unsigned long", 'x': "long long",
@@ -13,11 +13,14 @@ var builtins = map[byte]string{
 }
 
 // dBuiltins maps D<letter> builtin type codes to their names.
-var dBuiltins = map[byte]string{
+var dBuiltins = [256]string{
 	'd': "decimal64", 'e': "decimal128", 'f': "decimal32", 'h': "half",
 	'i': "char32_t", 's': "char16_t", 'u': "char8_t", 'a': "auto",
 	'c': "decltype(auto)", 'n': "decltype(nullptr)",
 }
+
+// ptrSyms maps P, R and O to what c++filt prints for them.
+var ptrSyms = [256]string{'P': "*", 'R': "&", 'O': "&&"}
 
 // typ parses <type>, adding substitution candidates as the ABI requires.
 func (p *parser) typ() node {
@@ -26,7 +29,7 @@ func (p *parser) typ() node {
 	}
 	defer p.leave()
 	c := p.peek()
-	if name, ok := builtins[c]; ok {
+	if name := builtins[c]; name != "" {
 		p.pos++
 		return &builtinN{s: name, code: string(c)}
 	}
@@ -75,14 +78,17 @@ func (p *parser) typ() node {
 		if inner == nil {
 			return nil
 		}
-		t = &ptrN{child: inner, sym: map[byte]string{'P': "*", 'R': "&", 'O': "&&"}[c]}
+		t = &ptrN{child: inner, sym: ptrSyms[c]}
 	case 'C', 'G':
 		p.pos++
 		inner := p.typ()
 		if inner == nil {
 			return nil
 		}
-		t = &qualTypeN{child: inner, q: map[byte]string{'C': " _Complex", 'G': " _Imaginary"}[c]}
+		t = &qualTypeN{child: inner, q: " _Complex"}
+		if c == 'G' {
+			t = &qualTypeN{child: inner, q: " _Imaginary"}
+		}
 	case 'F':
 		t = p.functionType()
 	case 'A':
@@ -137,7 +143,7 @@ func (p *parser) typ() node {
 		t = &tmplN{name: s, args: args}
 	case 'D':
 		d := p.peekAt(1)
-		if name, ok := dBuiltins[d]; ok {
+		if name := dBuiltins[d]; name != "" {
 			p.pos += 2
 			return &builtinN{s: name, code: "D" + string(d)}
 		}
@@ -294,7 +300,7 @@ func (p *parser) functionType() node {
 			break
 		}
 		if (c == 'R' || c == 'O') && p.peekAt(1) == 'E' {
-			f.ref = map[byte]string{'R': " &", 'O': " &&"}[c]
+			f.ref = " " + ptrSyms[c]
 			p.pos += 2
 			break
 		}
