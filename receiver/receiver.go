@@ -2,11 +2,16 @@ package receiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadata"
@@ -32,6 +37,8 @@ type source struct {
 	consumer *shm.Consumer
 	// last counters seen, to turn the ring's totals into deltas
 	lastDropped, lastOversize, lastStalled uint64
+	closing                                bool // the producer went away: read what is left, then close
+	owned                                  bool // the receiver created the ring and closes it
 }
 
 // gpuReceiver is the instance shared by the traces and metrics handles.
@@ -46,6 +53,8 @@ type gpuReceiver struct {
 	sources  []*source
 	nextSrc  uint32
 	tr       *translate.Translator
+	agent    *agent.Server
+	bySess   map[uint32]*source // agent session → its ring
 	cancel   context.CancelFunc
 	done     chan struct{}
 	driver   driverStatus
@@ -106,31 +115,85 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		ServiceName:        r.cfg.Resource.ServiceName,
 		Clock:              mapper,
 	})
+	if err := r.listen(); err != nil {
+		r.tel.Shutdown()
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel, r.done = cancel, make(chan struct{})
 	go r.loop(ctx, mapper)
 	return nil
 }
 
+// listen starts the agent socket server: every client gets its own launch
+// ring (buffers::ring_slots slots of buffers::slot_size bytes).
+func (r *gpuReceiver) listen() error {
+	mode, err := r.cfg.Agent.SocketFileMode()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(r.cfg.Agent.Socket), 0o755); err != nil {
+		return fmt.Errorf("gpuprobe: agent::socket directory: %w", err)
+	}
+	r.bySess = map[uint32]*source{}
+	srv, err := agent.Listen(agent.Options{
+		Path: r.cfg.Agent.Socket, Mode: mode,
+		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
+		Logger: r.log,
+	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect})
+	if err != nil {
+		return fmt.Errorf("gpuprobe: agent::socket %s: %w", r.cfg.Agent.Socket, err)
+	}
+	r.agent = srv
+	return nil
+}
+
+func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
+	ring, err := shm.CreateRing(r.cfg.Buffers.SlotSize, r.cfg.Buffers.RingSlots)
+	if err != nil {
+		return nil, fmt.Errorf("launch ring for pid %d: %w", p.PID, err)
+	}
+	id := r.addSource(ring, true)
+	r.mu.Lock()
+	for _, s := range r.sources {
+		if s.id == id {
+			r.bySess[p.Session] = s
+		}
+	}
+	r.mu.Unlock()
+	return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}, nil
+}
+
+func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.bySess[p.Session]; s != nil {
+		s.closing = true
+		delete(r.bySess, p.Session)
+	}
+}
+
 // AddRing makes the receiver consume ring as one producer process's stream
 // and returns its source id. The agent server calls it for every
 // connection; tests call it with rings they produce into.
-func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 {
+func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 { return r.addSource(ring, false) }
+
+func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool) uint32 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nextSrc++
-	r.sources = append(r.sources, &source{id: r.nextSrc, ring: ring, consumer: ring.NewConsumer(shm.ConsumerOptions{})})
+	r.sources = append(r.sources, &source{id: r.nextSrc, ring: ring, owned: owned,
+		consumer: ring.NewConsumer(shm.ConsumerOptions{})})
 	return r.nextSrc
 }
 
-// RemoveRing stops consuming the ring of source id (after a last read).
+// RemoveRing stops consuming the ring of source id after a last read.
 func (r *gpuReceiver) RemoveRing(id uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i, s := range r.sources {
+	for _, s := range r.sources {
 		if s.id == id {
-			r.sources = append(r.sources[:i], r.sources[i+1:]...)
-			return
+			s.closing = true
 		}
 	}
 }
@@ -165,6 +228,7 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 	sources := append([]*source(nil), r.sources...)
 	tc := r.traces
 	r.mu.Unlock()
+	var closed []*source
 
 	before := r.tr.Counters()
 	var dropped uint64
@@ -176,6 +240,14 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 		cs := s.consumer.Stats()
 		dropped += (st.Dropped - s.lastDropped) + (st.Oversize - s.lastOversize) + (cs.Stalled - s.lastStalled)
 		s.lastDropped, s.lastOversize, s.lastStalled = st.Dropped, st.Oversize, cs.Stalled
+		r.mu.Lock()
+		if s.closing {
+			closed = append(closed, s)
+		}
+		r.mu.Unlock()
+	}
+	if len(closed) > 0 {
+		r.dropSources(closed)
 	}
 	r.tr.Expire(now)
 	after := r.tr.Counters()
@@ -198,6 +270,27 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 		// Back-pressure: drop, count, never block the poll loop.
 		r.spansErr += uint64(td.SpanCount())
 		r.log.Debug("gpuprobe: dropping spans the pipeline refused", zap.Int("spans", td.SpanCount()), zap.Error(err))
+	}
+}
+
+// dropSources forgets the given sources and closes the rings it owns.
+func (r *gpuReceiver) dropSources(gone []*source) {
+	r.mu.Lock()
+	kept := r.sources[:0]
+	for _, s := range r.sources {
+		if !slices.Contains(gone, s) {
+			kept = append(kept, s)
+		}
+	}
+	clear(r.sources[len(kept):])
+	r.sources = kept
+	r.mu.Unlock()
+	for _, s := range gone {
+		if s.owned {
+			if err := s.ring.Close(); err != nil {
+				r.log.Debug("gpuprobe: closing a launch ring", zap.Error(err))
+			}
+		}
 	}
 }
 
@@ -232,6 +325,13 @@ func (r *gpuReceiver) shutdown(ctx context.Context) error {
 	if r.cancel == nil {
 		return nil
 	}
+	var errs []error
+	if r.agent != nil {
+		if err := r.agent.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("gpuprobe: closing the agent socket: %w", err))
+		}
+		r.agent = nil
+	}
 	r.cancel()
 	select {
 	case <-r.done:
@@ -243,9 +343,10 @@ func (r *gpuReceiver) shutdown(ctx context.Context) error {
 		r.tel.Shutdown()
 	}
 	r.mu.Lock()
-	r.sources = nil
+	all := append([]*source(nil), r.sources...)
 	r.mu.Unlock()
-	return nil
+	r.dropSources(all)
+	return errors.Join(errs...)
 }
 
 // monoOffset reads CLOCK_REALTIME − CLOCK_MONOTONIC of this host.

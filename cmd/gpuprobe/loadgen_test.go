@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/config"
+	gpureceiver "github.com/gpuprobe/gpuprobe/receiver"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+)
+
+func TestLoadgenFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--grid", "1,2"}, "--grid: want X,Y,Z"},
+		{[]string{"--block", "0,1,1"}, "--block: component 0 must be a positive integer"},
+		{[]string{"--kernels", ","}, "--kernels: need at least one name"},
+		{[]string{"--launches", "-1"}, "--launches: must be ≥ 0"},
+		{[]string{"--rate", "-5"}, "--rate: must be ≥ 0"},
+	}
+	for _, tt := range tests {
+		var stderr bytes.Buffer
+		if code := run(append([]string{"loadgen"}, tt.args...), &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", tt.args, code, stderr.String(), tt.want)
+		}
+	}
+}
+
+// TestLoadgenThroughAgent starts the receiver, runs loadgen against its real
+// agent socket, and checks the spans and metrics that come out.
+func TestLoadgenThroughAgent(t *testing.T) {
+	f := gpureceiver.NewFactory()
+	cfg := f.CreateDefaultConfig().(*config.Config)
+	cfg.Agent.Socket = filepath.Join(t.TempDir(), "agent.sock")
+	cfg.PollInterval = time.Millisecond
+	cfg.MetricsInterval = 10 * time.Millisecond
+	set := receivertest.NewNopSettings(f.Type())
+	traces, metrics := new(consumertest.TracesSink), new(consumertest.MetricsSink)
+	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := f.CreateMetrics(context.Background(), set, cfg, metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	if err := mr.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"loadgen", "--socket", cfg.Agent.Socket, "--launches", "50", "--kernels", "_Z1av,_Z1bv",
+		"--grid", "2,1,1", "--block", "64,1,1", "--memcpy-every", "0"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("loadgen exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "0 dropped") {
+		t.Fatalf("loadgen: %s", stdout.String())
+	}
+	// 50 launches × (launch, call, queued, executing, completion).
+	deadline := time.Now().Add(10 * time.Second)
+	for traces.SpanCount() < 250 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := mr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := traces.SpanCount(); got != 250 {
+		t.Fatalf("%d spans, want 250", got)
+	}
+	names := map[string]int{}
+	for _, td := range traces.AllTraces() {
+		for i := range td.ResourceSpans().Len() {
+			ss := td.ResourceSpans().At(i).ScopeSpans().At(0).Spans()
+			for j := range ss.Len() {
+				names[ss.At(j).Name()]++
+			}
+		}
+	}
+	for _, n := range []string{"a", "b"} {
+		if names[n] != 25 {
+			t.Errorf("%d %q launch spans, want 25 (%v)", names[n], n, names)
+		}
+	}
+	if len(metrics.AllMetrics()) == 0 {
+		t.Fatal("no metrics")
+	}
+}
