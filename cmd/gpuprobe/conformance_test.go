@@ -37,7 +37,7 @@ func TestConformanceCommand(t *testing.T) {
 		{"failure", []string{"conformance", filepath.Join(root, "tests", "add.data"), bad}, 1, "1 passed, 1 failed", "bad.data: FAIL: interp: r0 = 0x2, want 0x1"},
 		{"no paths", []string{"conformance"}, 2, "", "usage: gpuprobe conformance"},
 		{"missing path", []string{"conformance", "/nonexistent"}, 2, "", "conformance path"},
-		{"gpu without runner", []string{"conformance", "-gpu", bad}, 2, "", "no GPU runner"},
+		{"gpu unavailable here", []string{"conformance", "-gpu", bad}, 2, "", "gpuprobe conformance: -gpu: "},
 		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
 		{"help", []string{"help"}, 0, "", "conformance"},
 	}
