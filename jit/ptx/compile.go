@@ -61,7 +61,7 @@ func Compile(p *jit.Program, opts Options) (*Func, error) {
 		return nil, fmt.Errorf("ptx: program %q: %w", p.Name, err)
 	}
 	var body emitter
-	body.b = make([]byte, 0, 256*len(c.insns)+4096)
+	body.b = make([]byte, 0, 48*len(c.insns)+4096)
 	for _, f := range c.funcs {
 		c.e.b = body.b
 		if err := c.genFunc(f); err != nil {
@@ -89,8 +89,8 @@ func Compile(p *jit.Program, opts Options) (*Func, error) {
 		Name:    c.funcs[0].name,
 		Arch:    o.Arch,
 		Globals: c.globals,
-		Decls:   decls.String(),
-		Body:    body.String(),
+		Decls:   decls.take(),
+		Body:    body.take(),
 	}, nil
 }
 
@@ -116,16 +116,14 @@ func (c *compiler) layout() error {
 	for i := range c.insns {
 		raw[i+1] = raw[i] + int(c.insns[i].Width())
 	}
-	rawToIdx := make(map[int]int, n)
-	for i := range c.insns {
-		rawToIdx[raw[i]] = i
+	rawToIdx := make([]int32, raw[n])
+	for i := range rawToIdx {
+		rawToIdx[i] = -1
 	}
-	symbols := make(map[string]int)
 	for i := range c.insns {
-		if s := c.insns[i].Symbol(); s != "" {
-			symbols[s] = i
-		}
+		rawToIdx[raw[i]] = int32(i)
 	}
+	var symbols map[string]int
 	c.target = make([]int, n)
 	c.isLabel = make([]bool, n)
 	entries := []int{0}
@@ -147,6 +145,14 @@ func (c *compiler) layout() error {
 		}
 		t := -1
 		if ref := ins.Reference(); ref != "" && off == -1 {
+			if symbols == nil {
+				symbols = make(map[string]int)
+				for k := range c.insns {
+					if s := c.insns[k].Symbol(); s != "" {
+						symbols[s] = k
+					}
+				}
+			}
 			idx, ok := symbols[ref]
 			if !ok {
 				return c.errf(i, "jump to unknown symbol %q", ref)
@@ -154,11 +160,10 @@ func (c *compiler) layout() error {
 			t = idx
 		} else {
 			r := int64(raw[i]) + 1 + off
-			idx, ok := rawToIdx[int(r)]
-			if r < 0 || r >= int64(raw[n]) || !ok {
+			if r < 0 || r >= int64(raw[n]) || rawToIdx[r] < 0 {
 				return c.errf(i, "jump offset %d leads to raw slot %d, outside the program or inside an instruction", off, r)
 			}
-			t = idx
+			t = int(rawToIdx[r])
 		}
 		c.target[i] = t
 		if local {

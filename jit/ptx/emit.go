@@ -1,6 +1,9 @@
 package ptx
 
-import "strconv"
+import (
+	"strconv"
+	"unsafe"
+)
 
 // emitter accumulates PTX text. Its methods append without fmt, so that
 // compiling a 1000-instruction program stays well under a millisecond.
@@ -44,6 +47,17 @@ func (e *emitter) comment(text string) {
 }
 
 func (e *emitter) String() string { return string(e.b) }
+
+// take returns the text without copying; the emitter must not be used
+// afterwards.
+func (e *emitter) take() string {
+	if len(e.b) == 0 {
+		return ""
+	}
+	s := unsafe.String(&e.b[0], len(e.b))
+	e.b = nil
+	return s
+}
 
 var regNames = [11]string{"%r0", "%r1", "%r2", "%r3", "%r4", "%r5", "%r6", "%r7", "%r8", "%r9", "%r10"}
 
