@@ -10,10 +10,10 @@ import (
 func conformanceRoot(t *testing.T) string {
 	dir := os.Getenv("GPUPROBE_CONFORMANCE")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "conformance")
+		dir = filepath.Join("..", "..", "testdata", "conformance")
 	}
 	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("conformance data not found: %v", err)
+		t.Fatalf("conformance data not found: %v", err)
 	}
 	return dir
 }

@@ -11,15 +11,15 @@ import (
 )
 
 // suiteDir finds the bpf_conformance data: $GPUPROBE_CONFORMANCE, else
-// ../shared/conformance next to the repository.
+// testdata/conformance in the repository.
 func suiteDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("GPUPROBE_CONFORMANCE")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "conformance")
+		dir = filepath.Join("..", "..", "testdata", "conformance")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "tests")); err != nil {
-		t.Skipf("conformance data not found (set GPUPROBE_CONFORMANCE): %v", err)
+		t.Fatalf("conformance data not found (set GPUPROBE_CONFORMANCE): %v", err)
 	}
 	return dir
 }
