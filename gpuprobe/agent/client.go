@@ -1,0 +1,218 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// DefaultDialTimeout bounds Dial's connect and handshake.
+const DefaultDialTimeout = 5 * time.Second
+
+// MappedRegion is a region a session received, mapped in this process.
+type MappedRegion struct {
+	RegionInfo             // as described by the server
+	Region     *shm.Region // the mapped region (header validated)
+}
+
+// Session is a client's connection to the agent socket.
+type Session struct {
+	conn    *net.UnixConn
+	ID      uint32         // server-assigned session id
+	Regions []MappedRegion // in the server's order
+}
+
+// Dial connects to the agent socket at path, says hello and maps the regions
+// the server hands over. It gives up after DefaultDialTimeout.
+func Dial(path string, hello Hello) (*Session, error) {
+	return DialTimeout(path, hello, DefaultDialTimeout)
+}
+
+// DialTimeout is Dial with a given bound on connect plus handshake.
+func DialTimeout(path string, hello Hello, timeout time.Duration) (*Session, error) {
+	frame, err := MarshalHello(hello)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	d := net.Dialer{Deadline: deadline}
+	nc, err := d.Dial("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("agent: connecting to %s: %w", path, err)
+	}
+	c := nc.(*net.UnixConn)
+	c.SetDeadline(deadline)
+	s, err := handshake(c, frame)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("agent: handshake with %s: %w", path, err)
+	}
+	c.SetDeadline(time.Time{})
+	return s, nil
+}
+
+func handshake(c *net.UnixConn, hello []byte) (*Session, error) {
+	if _, err := c.Write(hello); err != nil {
+		// The server may have refused us before reading: its ERROR frame
+		// says why, so prefer it to the write error.
+		if t, p, rerr := readFrameFds(c, nil); rerr == nil && t == FrameError {
+			return nil, UnmarshalError(p)
+		}
+		return nil, fmt.Errorf("sending HELLO: %w", err)
+	}
+	var fds []int
+	t, p, err := readFrameFds(c, &fds)
+	closeFds := func(from int) {
+		for _, fd := range fds[from:] {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		closeFds(0)
+		return nil, err
+	}
+	switch t {
+	case FrameError:
+		closeFds(0)
+		return nil, UnmarshalError(p)
+	case FrameWelcome:
+	default:
+		closeFds(0)
+		return nil, &ProtocolError{CodeProtocol, fmt.Sprintf("server sent frame type %d, want WELCOME", t)}
+	}
+	w, err := UnmarshalWelcome(p)
+	if err != nil {
+		closeFds(0)
+		return nil, err
+	}
+	if len(fds) != len(w.Regions) {
+		closeFds(0)
+		return nil, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME describes %d regions but carried %d descriptors", len(w.Regions), len(fds))}
+	}
+	s := &Session{conn: c, ID: w.Session}
+	for i, info := range w.Regions {
+		f := os.NewFile(uintptr(fds[i]), "agent-region-"+info.Name)
+		r, err := shm.MapFile(f, info.Kind)
+		if err == nil && r.Header().RegionSize != info.RegionSize {
+			r.Close()
+			err = fmt.Errorf("region is %d bytes, WELCOME says %d", r.Header().RegionSize, info.RegionSize)
+		} else if err != nil {
+			f.Close()
+		}
+		if err != nil {
+			closeFds(i + 1)
+			s.closeRegions()
+			return nil, fmt.Errorf("region %d (%q): %w", i, info.Name, err)
+		}
+		s.Regions = append(s.Regions, MappedRegion{RegionInfo: info, Region: r})
+	}
+	return s, nil
+}
+
+// readFrameFds reads one frame, collecting descriptors passed with it into
+// *fds (fds nil: a received descriptor is closed at once).
+func readFrameFds(c *net.UnixConn, fds *[]int) (FrameType, []byte, error) {
+	oob := make([]byte, unix.CmsgSpace(4*MaxRegions))
+	read := func(b []byte) error {
+		for len(b) > 0 {
+			n, oobn, _, _, err := c.ReadMsgUnix(b, oob)
+			if oobn > 0 {
+				got, perr := parseRights(oob[:oobn])
+				if fds != nil {
+					*fds = append(*fds, got...)
+				} else {
+					for _, fd := range got {
+						unix.Close(fd)
+					}
+				}
+				if perr != nil {
+					return perr
+				}
+			}
+			b = b[n:]
+			if err != nil {
+				if errors.Is(err, io.EOF) && len(b) > 0 {
+					return fmt.Errorf("connection closed: %w", io.ErrUnexpectedEOF)
+				}
+				if len(b) > 0 {
+					return err
+				}
+			}
+			if n == 0 && len(b) > 0 && err == nil {
+				return io.ErrUnexpectedEOF
+			}
+		}
+		return nil
+	}
+	var h [FrameHeader]byte
+	if err := read(h[:]); err != nil {
+		return 0, nil, fmt.Errorf("reading frame header: %w", err)
+	}
+	t, n, err := parseFrameHeader(h[:])
+	if err != nil {
+		return 0, nil, err
+	}
+	p := make([]byte, n)
+	if err := read(p); err != nil {
+		return 0, nil, fmt.Errorf("reading %d-byte frame payload: %w", n, err)
+	}
+	return t, p, nil
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("parsing control message: %w", err)
+	}
+	var fds []int
+	for _, m := range msgs {
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		got, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			return fds, fmt.Errorf("parsing SCM_RIGHTS: %w", err)
+		}
+		fds = append(fds, got...)
+	}
+	return fds, nil
+}
+
+// Region returns the first region of the given role and name ("" matches
+// any name), or nil.
+func (s *Session) Region(role Role, name string) *shm.Region {
+	for _, r := range s.Regions {
+		if r.Role == role && (name == "" || r.Name == name) {
+			return r.Region
+		}
+	}
+	return nil
+}
+
+func (s *Session) closeRegions() error {
+	var first error
+	for _, r := range s.Regions {
+		if err := r.Region.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.Regions = nil
+	return first
+}
+
+// Close unmaps the regions and closes the connection (the server then
+// learns that the session ended).
+func (s *Session) Close() error {
+	err := s.closeRegions()
+	if cerr := s.conn.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("agent: closing session %d: %w", s.ID, cerr)
+	}
+	return err
+}

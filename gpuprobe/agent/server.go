@@ -1,0 +1,390 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// Options configure a Server.
+type Options struct {
+	Path             string        // socket path
+	Mode             os.FileMode   // socket file mode (default 0660)
+	AllowedUIDs      []uint32      // admitted uids; with AllowedGIDs empty too: root and our own uid
+	AllowedGIDs      []uint32      // admitted gids
+	HandshakeTimeout time.Duration // deadline of the whole handshake (default 5 s)
+	MaxConns         int           // most live connections (default 256)
+	Logger           *zap.Logger   // default: no logging
+}
+
+// Peer is one connected client.
+type Peer struct {
+	Session uint32 // server-assigned session id
+	PID     int32  // from SO_PEERCRED
+	UID     uint32 // from SO_PEERCRED
+	GID     uint32 // from SO_PEERCRED
+	Hello   Hello  // what the client said
+}
+
+// Offer is a region the owner hands to a client.
+type Offer struct {
+	Role   Role        // what the region is for
+	Name   string      // e.g. the map name (<= 40 bytes)
+	Region *shm.Region // the region; its memfd is sent, the region stays the owner's
+}
+
+// Callbacks connect the server to its owner (the receiver).
+type Callbacks struct {
+	// Connect is called after a client's handshake passed; it returns the
+	// regions to hand to the client (per-connection or shared ones). An
+	// error refuses the client with code 3 and the error's text.
+	Connect func(p *Peer) ([]Offer, error)
+	// Disconnect is called once for every peer whose Connect succeeded, when
+	// the client goes away or the server closes.
+	Disconnect func(p *Peer)
+}
+
+// Stats count the server's connections.
+type Stats struct {
+	Accepted uint64 // connections whose handshake succeeded
+	Rejected uint64 // connections refused by the peer-credential check
+	Failed   uint64 // connections that failed the handshake otherwise
+	Active   int64  // connections open now
+}
+
+// Server is the agent socket server.
+type Server struct {
+	opts    Options
+	cb      Callbacks
+	log     *zap.Logger
+	ln      *net.UnixListener
+	selfUID uint32
+
+	mu     sync.Mutex
+	conns  map[*net.UnixConn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+
+	session  atomic.Uint32
+	accepted atomic.Uint64
+	rejected atomic.Uint64
+	failed   atomic.Uint64
+	active   atomic.Int64
+}
+
+// Listen creates the socket and starts serving. A stale socket file at
+// opts.Path (nobody listening) is replaced; a live one is an error.
+func Listen(opts Options, cb Callbacks) (*Server, error) {
+	if opts.Path == "" {
+		return nil, errors.New("agent: socket path is empty")
+	}
+	if opts.Mode == 0 {
+		opts.Mode = 0o660
+	}
+	if opts.Mode&^os.ModePerm != 0 {
+		return nil, fmt.Errorf("agent: socket mode %v has bits beyond permissions", opts.Mode)
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 5 * time.Second
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 256
+	}
+	if cb.Connect == nil {
+		return nil, errors.New("agent: Callbacks.Connect is nil")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := removeStale(opts.Path); err != nil {
+		return nil, err
+	}
+	// Bind under a temporary name, set the mode, then rename into place, so
+	// the socket is never reachable with the umask's permissions.
+	tmp := filepath.Join(filepath.Dir(opts.Path), "."+filepath.Base(opts.Path)+".tmp"+strconv.Itoa(os.Getpid()))
+	os.Remove(tmp)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agent: listening on %s: %w", opts.Path, err)
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, opts.Mode); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("agent: chmod %s to %v: %w", opts.Path, opts.Mode, err)
+	}
+	if err := os.Rename(tmp, opts.Path); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("agent: moving the socket to %s: %w", opts.Path, err)
+	}
+	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]struct{}{}}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	log.Info("agent socket listening", zap.String("path", opts.Path), zap.Stringer("mode", opts.Mode))
+	return s, nil
+}
+
+// removeStale removes a socket file nobody listens on.
+func removeStale(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("agent: %s: %w", path, err)
+	}
+	if st.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("agent: %s exists and is not a socket", path)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("agent: another server is listening on %s", path)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("agent: removing stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// Path returns the socket path.
+func (s *Server) Path() string { return s.opts.Path }
+
+// Stats returns the connection counters.
+func (s *Server) Stats() Stats {
+	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load()}
+}
+
+// Close stops accepting, closes every connection, waits for their
+// goroutines (Disconnect callbacks included) and removes the socket file.
+// It is safe to call more than once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	err := s.ln.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	if rerr := os.Remove(s.opts.Path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("agent: closing %s: %w", s.opts.Path, err)
+	}
+	return nil
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("agent socket accept failed", zap.Error(err))
+			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: do not spin
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.handle(c)
+	}
+}
+
+func (s *Server) forget(c *net.UnixConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	c.Close()
+}
+
+// allowed applies the peer-credential policy.
+func (s *Server) allowed(uid, gid uint32) bool {
+	if len(s.opts.AllowedUIDs) == 0 && len(s.opts.AllowedGIDs) == 0 {
+		return uid == 0 || uid == s.selfUID
+	}
+	return slices.Contains(s.opts.AllowedUIDs, uid) || slices.Contains(s.opts.AllowedGIDs, gid)
+}
+
+// refuse sends an ERROR frame, half-closes, and drains what the client
+// already sent (so that closing does not reset the connection before the
+// client read the ERROR). Everything is bounded by the connection deadline
+// and at most one second of draining.
+func (s *Server) refuse(c *net.UnixConn, code ErrorCode, msg string) {
+	if _, err := c.Write(MarshalError(code, msg)); err != nil {
+		return
+	}
+	c.CloseWrite()
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, io.LimitReader(c, FrameHeader+MaxPayload))
+}
+
+func (s *Server) handle(c *net.UnixConn) {
+	defer s.wg.Done()
+	defer s.forget(c)
+	s.active.Add(1)
+	defer s.active.Add(-1)
+	c.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
+
+	cred, err := peerCred(c)
+	if err != nil {
+		s.failed.Add(1)
+		s.log.Warn("agent: reading peer credentials failed", zap.Error(err))
+		s.refuse(c, CodeServer, "cannot read peer credentials")
+		return
+	}
+	log := s.log.With(zap.Int32("pid", cred.Pid), zap.Uint32("uid", cred.Uid), zap.Uint32("gid", cred.Gid))
+	if !s.allowed(cred.Uid, cred.Gid) {
+		s.rejected.Add(1)
+		msg := fmt.Sprintf("peer uid %d gid %d (pid %d) is not allowed by allowed_uids %v / allowed_gids %v",
+			cred.Uid, cred.Gid, cred.Pid, s.opts.AllowedUIDs, s.opts.AllowedGIDs)
+		if len(s.opts.AllowedUIDs) == 0 && len(s.opts.AllowedGIDs) == 0 {
+			msg = fmt.Sprintf("peer uid %d gid %d (pid %d) is not allowed: with no allowed_uids/allowed_gids only root and uid %d may connect",
+				cred.Uid, cred.Gid, cred.Pid, s.selfUID)
+		}
+		log.Warn("agent: connection rejected", zap.String("reason", msg))
+		s.refuse(c, CodePermissionDenied, msg)
+		return
+	}
+	if n := s.active.Load(); n > int64(s.opts.MaxConns) {
+		s.failed.Add(1)
+		log.Warn("agent: too many connections", zap.Int64("active", n), zap.Int("max", s.opts.MaxConns))
+		s.refuse(c, CodeTooMany, fmt.Sprintf("%d connections are open, the limit is %d", n-1, s.opts.MaxConns))
+		return
+	}
+	t, p, err := readFrame(c)
+	if err == nil && t != FrameHello {
+		err = &ProtocolError{CodeProtocol, fmt.Sprintf("first frame is type %d, want HELLO (%d)", t, FrameHello)}
+	}
+	var hello Hello
+	if err == nil {
+		hello, err = UnmarshalHello(p)
+	}
+	if err != nil {
+		s.failed.Add(1)
+		log.Warn("agent: bad handshake", zap.Error(err))
+		var pe *ProtocolError
+		if errors.As(err, &pe) {
+			s.refuse(c, pe.Code, pe.Message)
+		}
+		return
+	}
+	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Hello: hello}
+	log = log.With(zap.Uint32("session", peer.Session), zap.String("process", hello.Name))
+	offers, err := s.cb.Connect(peer)
+	if err != nil {
+		s.failed.Add(1)
+		log.Warn("agent: session setup failed", zap.Error(err))
+		s.refuse(c, CodeServer, err.Error())
+		return
+	}
+	if err := s.welcome(c, peer, offers); err != nil {
+		s.failed.Add(1)
+		log.Warn("agent: sending WELCOME failed", zap.Error(err))
+		s.disconnect(peer)
+		return
+	}
+	s.accepted.Add(1)
+	log.Info("agent: client connected", zap.Int("regions", len(offers)))
+	c.SetDeadline(time.Time{})
+	// The session lasts until the client closes (or Close closes us). No
+	// client frames are defined after the handshake yet: any byte is a
+	// protocol error.
+	var b [1]byte
+	_, err = c.Read(b[:])
+	if err == nil {
+		c.SetWriteDeadline(time.Now().Add(s.opts.HandshakeTimeout))
+		s.refuse(c, CodeProtocol, "no frames are expected after WELCOME")
+		log.Warn("agent: client sent data after the handshake; closing")
+	} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		log.Debug("agent: connection ended", zap.Error(err))
+	}
+	s.disconnect(peer)
+	log.Info("agent: client disconnected")
+}
+
+func (s *Server) disconnect(p *Peer) {
+	if s.cb.Disconnect != nil {
+		s.cb.Disconnect(p)
+	}
+}
+
+// welcome sends the WELCOME frame with the offered regions' memfds.
+func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) error {
+	w := Welcome{Session: p.Session}
+	fds := make([]int, 0, len(offers))
+	for i, o := range offers {
+		if o.Region == nil {
+			return fmt.Errorf("offer %d (%q) has no region", i, o.Name)
+		}
+		h := o.Region.Header()
+		w.Regions = append(w.Regions, RegionInfo{Role: o.Role, Kind: h.Kind, RegionSize: h.RegionSize, ID: h.ID, Name: o.Name})
+		fds = append(fds, int(o.Region.File().Fd()))
+	}
+	frame, err := MarshalWelcome(w)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	n, _, err := c.WriteMsgUnix(frame, oob, nil)
+	if err != nil {
+		return fmt.Errorf("sendmsg: %w", err)
+	}
+	if n < len(frame) {
+		if _, err := c.Write(frame[n:]); err != nil {
+			return fmt.Errorf("writing the rest of WELCOME: %w", err)
+		}
+	}
+	return nil
+}
+
+// peerCred reads SO_PEERCRED of a unix connection.
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("agent: raw conn: %w", err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, fmt.Errorf("agent: raw conn control: %w", err)
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("agent: SO_PEERCRED: %w", cerr)
+	}
+	return cred, nil
+}

@@ -1,0 +1,267 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// Protocol constants (see the package comment).
+const (
+	Magic          = 0x41425047 // "GPBA" little-endian
+	Version        = 1          // protocol version
+	FrameHeader    = 12         // bytes of a frame header
+	MaxPayload     = 65536      // largest frame payload
+	MaxNameLen     = 256        // largest process name in HELLO
+	MaxRegions     = 32         // most regions in one WELCOME
+	DescriptorSize = 64         // bytes of one region descriptor
+	MaxRegionName  = 40         // bytes of a descriptor's name field
+	MaxErrorMsg    = 1024       // longest ERROR message
+)
+
+// FrameType is the type of a frame.
+type FrameType uint16
+
+// Frame types.
+const (
+	FrameHello   FrameType = 1 // client → server: who is connecting
+	FrameWelcome FrameType = 2 // server → client: the regions, with their memfds
+	FrameError   FrameType = 3 // server → client: why the connection is refused
+)
+
+// ErrorCode classifies an ERROR frame.
+type ErrorCode uint32
+
+// Error codes.
+const (
+	CodeProtocol         ErrorCode = 1 // malformed frame or handshake
+	CodePermissionDenied ErrorCode = 2 // peer credentials not allowed
+	CodeServer           ErrorCode = 3 // the server could not set up the session
+	CodeVersion          ErrorCode = 4 // unsupported protocol version
+	CodeTooMany          ErrorCode = 5 // too many connections
+)
+
+// String names the code.
+func (c ErrorCode) String() string {
+	switch c {
+	case CodeProtocol:
+		return "protocol error"
+	case CodePermissionDenied:
+		return "permission denied"
+	case CodeServer:
+		return "server error"
+	case CodeVersion:
+		return "unsupported version"
+	case CodeTooMany:
+		return "too many connections"
+	}
+	return fmt.Sprintf("ErrorCode(%d)", uint32(c))
+}
+
+// Role says what a region handed to a client is for.
+type Role uint32
+
+// Region roles; owners may define more.
+const (
+	RoleLaunchRing Role = 1 // the shim writes launch records here
+	RoleMailbox    Role = 2 // GPU host-call mailbox
+	RoleMap        Role = 3 // a GPU map of a program (Name = map name)
+)
+
+// Hello is what a client says about itself.
+type Hello struct {
+	PID   uint32 // the client's pid
+	Flags uint32 // client feature bits
+	Name  string // process name
+}
+
+// RegionInfo describes one region of a WELCOME.
+type RegionInfo struct {
+	Role       Role     // what the region is for
+	Kind       shm.Kind // shm region kind
+	RegionSize uint64   // bytes to map
+	ID         uint32   // the region header's id
+	Name       string   // e.g. the map name (<= 40 bytes)
+}
+
+// Welcome is the server's answer to a HELLO (the descriptors travel beside
+// it).
+type Welcome struct {
+	Session uint32       // server-assigned session id
+	Regions []RegionInfo // one per descriptor, in order
+}
+
+// ProtocolError is an ERROR frame received from the server, or a malformed
+// frame detected locally.
+type ProtocolError struct {
+	Code    ErrorCode // what kind of failure
+	Message string    // details
+}
+
+// Error implements error.
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("agent: %v: %s", e.Code, e.Message)
+}
+
+func appendFrame(b []byte, t FrameType, payload []byte) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint32(b, Magic)
+	b = le.AppendUint16(b, Version)
+	b = le.AppendUint16(b, uint16(t))
+	b = le.AppendUint32(b, uint32(len(payload)))
+	return append(b, payload...)
+}
+
+// parseFrameHeader checks a 12-byte frame header and returns its type and
+// payload length.
+func parseFrameHeader(h []byte) (FrameType, uint32, error) {
+	le := binary.LittleEndian
+	if m := le.Uint32(h); m != Magic {
+		return 0, 0, &ProtocolError{CodeProtocol, fmt.Sprintf("frame magic %#08x at offset 0, want %#08x (\"GPBA\")", m, Magic)}
+	}
+	if v := le.Uint16(h[4:]); v != Version {
+		return 0, 0, &ProtocolError{CodeVersion, fmt.Sprintf("protocol version %d at offset 4, this side speaks %d", v, Version)}
+	}
+	t := FrameType(le.Uint16(h[6:]))
+	if t < FrameHello || t > FrameError {
+		return 0, 0, &ProtocolError{CodeProtocol, fmt.Sprintf("unknown frame type %d at offset 6", t)}
+	}
+	n := le.Uint32(h[8:])
+	if n > MaxPayload {
+		return 0, 0, &ProtocolError{CodeProtocol, fmt.Sprintf("frame length %d at offset 8 exceeds %d", n, MaxPayload)}
+	}
+	return t, n, nil
+}
+
+// readFrame reads one frame from r.
+func readFrame(r io.Reader) (FrameType, []byte, error) {
+	var h [FrameHeader]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, nil, fmt.Errorf("agent: reading frame header: %w", err)
+	}
+	t, n, err := parseFrameHeader(h[:])
+	if err != nil {
+		return 0, nil, err
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return 0, nil, fmt.Errorf("agent: reading %d-byte frame payload: %w", n, err)
+	}
+	return t, p, nil
+}
+
+// MarshalHello encodes a HELLO frame.
+func MarshalHello(h Hello) ([]byte, error) {
+	if len(h.Name) > MaxNameLen {
+		return nil, fmt.Errorf("agent: process name of %d bytes exceeds %d", len(h.Name), MaxNameLen)
+	}
+	le := binary.LittleEndian
+	p := le.AppendUint32(nil, h.PID)
+	p = le.AppendUint32(p, h.Flags)
+	p = le.AppendUint32(p, uint32(len(h.Name)))
+	p = append(p, h.Name...)
+	return appendFrame(nil, FrameHello, p), nil
+}
+
+// UnmarshalHello decodes a HELLO payload.
+func UnmarshalHello(p []byte) (Hello, error) {
+	le := binary.LittleEndian
+	if len(p) < 12 {
+		return Hello{}, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO payload of %d bytes, want at least 12", len(p))}
+	}
+	h := Hello{PID: le.Uint32(p), Flags: le.Uint32(p[4:])}
+	n := le.Uint32(p[8:])
+	if n > MaxNameLen {
+		return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO name_len %d at payload offset 8 exceeds %d", n, MaxNameLen)}
+	}
+	if int(n) != len(p)-12 {
+		return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO name_len %d at payload offset 8, but %d name bytes follow", n, len(p)-12)}
+	}
+	h.Name = string(p[12:])
+	return h, nil
+}
+
+// MarshalWelcome encodes a WELCOME frame.
+func MarshalWelcome(w Welcome) ([]byte, error) {
+	if len(w.Regions) > MaxRegions {
+		return nil, fmt.Errorf("agent: %d regions exceed %d", len(w.Regions), MaxRegions)
+	}
+	le := binary.LittleEndian
+	p := le.AppendUint32(nil, w.Session)
+	p = le.AppendUint32(p, uint32(len(w.Regions)))
+	for i, r := range w.Regions {
+		if len(r.Name) > MaxRegionName {
+			return nil, fmt.Errorf("agent: region %d name %q exceeds %d bytes", i, r.Name, MaxRegionName)
+		}
+		var d [DescriptorSize]byte
+		le.PutUint32(d[0:], uint32(r.Role))
+		le.PutUint16(d[4:], uint16(r.Kind))
+		le.PutUint64(d[8:], r.RegionSize)
+		le.PutUint32(d[16:], r.ID)
+		copy(d[24:], r.Name)
+		p = append(p, d[:]...)
+	}
+	return appendFrame(nil, FrameWelcome, p), nil
+}
+
+// UnmarshalWelcome decodes a WELCOME payload.
+func UnmarshalWelcome(p []byte) (Welcome, error) {
+	le := binary.LittleEndian
+	var w Welcome
+	if len(p) < 8 {
+		return w, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME payload of %d bytes, want at least 8", len(p))}
+	}
+	w.Session = le.Uint32(p)
+	n := le.Uint32(p[4:])
+	if n > MaxRegions {
+		return w, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME count %d at payload offset 4 exceeds %d", n, MaxRegions)}
+	}
+	if uint64(len(p)) != 8+uint64(n)*DescriptorSize {
+		return w, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME of %d bytes does not hold %d descriptors", len(p), n)}
+	}
+	for i := uint32(0); i < n; i++ {
+		d := p[8+i*DescriptorSize : 8+(i+1)*DescriptorSize]
+		off := 8 + i*DescriptorSize
+		if f := le.Uint16(d[6:]); f != 0 {
+			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("descriptor %d flags %#x at payload offset %d, want 0", i, f, off+6)}
+		}
+		if r := le.Uint32(d[20:]); r != 0 {
+			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("descriptor %d reserved %#x at payload offset %d, want 0", i, r, off+20)}
+		}
+		name := d[24:]
+		if j := bytes.IndexByte(name, 0); j >= 0 {
+			name = name[:j]
+		}
+		w.Regions = append(w.Regions, RegionInfo{Role: Role(le.Uint32(d)), Kind: shm.Kind(le.Uint16(d[4:])),
+			RegionSize: le.Uint64(d[8:]), ID: le.Uint32(d[16:]), Name: string(name)})
+	}
+	return w, nil
+}
+
+// MarshalError encodes an ERROR frame (the message is cut to MaxErrorMsg).
+func MarshalError(code ErrorCode, msg string) []byte {
+	if len(msg) > MaxErrorMsg {
+		msg = msg[:MaxErrorMsg]
+	}
+	le := binary.LittleEndian
+	p := le.AppendUint32(nil, uint32(code))
+	p = le.AppendUint32(p, uint32(len(msg)))
+	p = append(p, msg...)
+	return appendFrame(nil, FrameError, p)
+}
+
+// UnmarshalError decodes an ERROR payload into a *ProtocolError.
+func UnmarshalError(p []byte) error {
+	le := binary.LittleEndian
+	if len(p) < 8 {
+		return &ProtocolError{CodeProtocol, fmt.Sprintf("ERROR payload of %d bytes, want at least 8", len(p))}
+	}
+	n := le.Uint32(p[4:])
+	if n > MaxErrorMsg || int(n) != len(p)-8 {
+		return &ProtocolError{CodeProtocol, fmt.Sprintf("ERROR msg_len %d at payload offset 4 with %d bytes following", n, len(p)-8)}
+	}
+	return &ProtocolError{Code: ErrorCode(le.Uint32(p)), Message: string(p[8:])}
+}
