@@ -36,7 +36,7 @@ func (v *verifier) branch(ctx int32, i int, st *state) error {
 	} else {
 		s = constant(uint64(ins.Constant))
 	}
-	taken, fall := st, st.clone()
+	taken, fall := st, st.clone(&v.pool)
 	okT, okF := true, true
 	switch {
 	case !j32 && d.kind == kMapValueNul && isNull(s) && (jop == asm.JEq || jop == asm.JNE || jop == asm.JGT):
@@ -67,9 +67,13 @@ func (v *verifier) branch(ctx int32, i int, st *state) error {
 	}
 	if okT {
 		v.flow(ctx, v.g.target[i], taken)
+	} else {
+		v.pool = append(v.pool, taken)
 	}
 	if okF {
 		v.flow(ctx, i+1, fall)
+	} else {
+		v.pool = append(v.pool, fall)
 	}
 	return nil
 }

@@ -16,12 +16,35 @@ type slot struct {
 	spill bool
 }
 
-// frame is the state of one function activation.
+// stackArea is the stack of one frame.
+type stackArea [stackSlots]slot
+
+// emptyStack is the (shared, never written) stack of a fresh frame.
+var emptyStack = &stackArea{}
+
+// frame is the state of one function activation. Its stack is shared
+// between states until one of them writes it (copy on write).
 type frame struct {
 	regs     [11]value
-	stack    [stackSlots]slot
-	fn       int // index in cfg.funcs
-	callsite int // call instruction that entered this frame (-1: the program entry)
+	stack    *stackArea
+	owned    bool // stack belongs to this frame alone
+	fn       int  // index in cfg.funcs
+	callsite int  // call instruction that entered this frame (-1: the program entry)
+}
+
+// newFrame returns a frame with every register and stack byte unwritten.
+func newFrame(fn, callsite int) frame {
+	return frame{stack: emptyStack, fn: fn, callsite: callsite}
+}
+
+// mut returns the frame's stack for writing, copying it if it is shared.
+func (fr *frame) mut() *stackArea {
+	if !fr.owned {
+		c := *fr.stack
+		fr.stack = &c
+		fr.owned = true
+	}
+	return fr.stack
 }
 
 // state is the abstract machine state at one point: one frame per active call.
@@ -31,9 +54,20 @@ type state struct {
 
 func (s *state) cur() *frame { return &s.frames[len(s.frames)-1] }
 
-func (s *state) clone() *state {
-	c := &state{frames: make([]frame, len(s.frames))}
-	copy(c.frames, s.frames)
+// clone copies s (sharing stacks until written), reusing a state of pool.
+func (s *state) clone(pool *[]*state) *state {
+	var c *state
+	if n := len(*pool); n > 0 {
+		c = (*pool)[n-1]
+		*pool = (*pool)[:n-1]
+		c.frames = append(c.frames[:0], s.frames...)
+	} else {
+		c = &state{frames: append(make([]frame, 0, len(s.frames)+1), s.frames...)}
+	}
+	for f := range s.frames {
+		s.frames[f].owned = false
+		c.frames[f].owned = false
+	}
 	return c
 }
 
@@ -55,6 +89,9 @@ func (s *state) joinFrom(o *state, widening bool) bool {
 				}
 			}
 		}
+		if a.stack == b.stack {
+			continue
+		}
 		for k := range a.stack {
 			x, y := &a.stack[k], &b.stack[k]
 			if *x == *y {
@@ -66,7 +103,7 @@ func (s *state) joinFrom(o *state, widening bool) bool {
 				n.spill = n.v.kind != kUninit
 			}
 			if n != *x {
-				*x = n
+				a.mut()[k] = n
 				changed = true
 			}
 		}
@@ -74,16 +111,19 @@ func (s *state) joinFrom(o *state, widening bool) bool {
 	return changed
 }
 
-// each calls fn on every register and spilled value of every frame.
-func (s *state) each(fn func(v *value)) {
+// each replaces every register and spilled value v of every frame for
+// which match(v) holds by fn(v).
+func (s *state) each(match func(v value) bool, fn func(v value) value) {
 	for f := range s.frames {
 		fr := &s.frames[f]
 		for r := range fr.regs {
-			fn(&fr.regs[r])
+			if match(fr.regs[r]) {
+				fr.regs[r] = fn(fr.regs[r])
+			}
 		}
 		for k := range fr.stack {
-			if fr.stack[k].spill {
-				fn(&fr.stack[k].v)
+			if sl := &fr.stack[k]; sl.spill && match(sl.v) {
+				fr.mut()[k].v = fn(sl.v)
 			}
 		}
 	}
@@ -91,35 +131,30 @@ func (s *state) each(fn func(v *value)) {
 
 // forgetID unlinks older copies of a lookup result when the lookup runs again.
 func (s *state) forgetID(id int32) {
-	s.each(func(v *value) {
-		if v.kind == kMapValueNul && v.id == id {
+	s.each(func(v value) bool { return v.kind == kMapValueNul && v.id == id },
+		func(v value) value {
 			v.id = 0
-		}
-	})
+			return v
+		})
 }
 
 // settleNull marks every copy of lookup result id as NULL or as non-NULL.
 func (s *state) settleNull(id int32, null bool) {
-	s.each(func(v *value) {
-		if v.kind != kMapValueNul || v.id != id {
-			return
-		}
-		if null {
-			*v = constant(0)
-		} else {
+	s.each(func(v value) bool { return v.kind == kMapValueNul && v.id == id },
+		func(v value) value {
+			if null {
+				return constant(0)
+			}
 			v.kind, v.id, v.origin = kMapValue, 0, 0
-		}
-	})
+			return v
+		})
 }
 
 // dropFrame turns pointers into frames at depth >= d into plain scalars:
 // they dangle once the frame returns.
 func (s *state) dropFrame(d int) {
-	s.each(func(v *value) {
-		if v.kind == kStack && int(v.frame) >= d {
-			*v = unknown()
-		}
-	})
+	s.each(func(v value) bool { return v.kind == kStack && int(v.frame) >= d },
+		func(value) value { return unknown() })
 }
 
 // stackOff converts a frame offset in [-512, 0) to slot and byte.
@@ -145,16 +180,21 @@ func (fr *frame) written(lo, hi int64) (int64, bool) {
 func (fr *frame) store(off int64, size int, v *value) {
 	k, b := stackOff(off)
 	if size == 8 && b == 0 && v != nil {
-		fr.stack[k] = slot{v: *v, init: 0xff, spill: true}
+		if n := (slot{v: *v, init: 0xff, spill: true}); fr.stack[k] != n {
+			fr.mut()[k] = n
+		}
 		return
 	}
 	for o := off; o < off+int64(size); o++ {
 		k, b := stackOff(o)
-		s := &fr.stack[k]
-		if s.spill {
-			s.spill, s.v = false, value{}
+		n := fr.stack[k]
+		if n.spill {
+			n.spill, n.v = false, value{}
 		}
-		s.init |= 1 << b
+		n.init |= 1 << b
+		if n != fr.stack[k] {
+			fr.mut()[k] = n
+		}
 	}
 }
 
@@ -163,7 +203,10 @@ func (fr *frame) store(off int64, size int, v *value) {
 func (fr *frame) clobber(lo, hi int64) {
 	for o := lo; o < hi; o++ {
 		k, _ := stackOff(o)
-		s := &fr.stack[k]
+		if !fr.stack[k].spill {
+			continue
+		}
+		s := &fr.mut()[k]
 		if s.spill {
 			s.spill, s.v = false, value{}
 		}

@@ -151,6 +151,22 @@ func (v *value) sync() {
 		v.umin = max(v.umin, uint64(v.smin))
 		v.umax = min(v.umax, uint64(v.smax))
 	}
+	if v.tz > 0 && v.tz < 64 {
+		// Known trailing zeros: the bounds are multiples of 1<<tz.
+		m := uint64(1)<<v.tz - 1
+		if v.umin&m != 0 {
+			if v.umin > math.MaxUint64-m {
+				v.umin, v.umax = 1, 0 // empty
+				return
+			}
+			v.umin = (v.umin + m) &^ m
+		}
+		v.umax &^= m
+		if v.smin&int64(m) != 0 && v.smin <= math.MaxInt64-int64(m) {
+			v.smin = (v.smin + int64(m)) &^ int64(m)
+		}
+		v.smax &^= int64(m)
+	}
 	if v.umin == v.umax {
 		v.tz = max(v.tz, tzOf(v.umin))
 	}

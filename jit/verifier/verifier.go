@@ -1,7 +1,6 @@
 package verifier
 
 import (
-	"container/heap"
 	"fmt"
 	"sort"
 
@@ -110,7 +109,6 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		p:         p,
 		g:         g,
 		opts:      opts,
-		blocks:    make(map[key]*block),
 		reached:   make([]bool, len(p.Insns)),
 		unaligned: make([]bool, len(p.Insns)),
 		stackUse:  make([]int64, len(g.funcs)),
@@ -151,7 +149,8 @@ type verifier struct {
 	opts      Options
 	ctxs      []callCtx
 	ctxIndex  map[[2]int]int32
-	blocks    map[key]*block
+	blocks    [][]block // per call chain, per instruction
+	pool      []*state  // states free for reuse
 	queue     keyHeap
 	reached   []bool
 	unaligned []bool
@@ -174,9 +173,8 @@ func (v *verifier) run() error {
 	v.ctxs = []callCtx{{parent: -1, callsite: -1, fn: 0, depth: 1}}
 	v.ctxIndex = map[[2]int]int32{}
 	v.maxDepth = 1
-	st := &state{frames: make([]frame, 1)}
+	st := &state{frames: []frame{newFrame(0, -1)}}
 	fr := st.cur()
-	fr.callsite = -1
 	fr.regs[asm.R10] = ptr(kStack, 0)
 	if v.opts.CtxSize > 0 {
 		fr.regs[asm.R1] = ptr(kCtx, 0)
@@ -186,34 +184,44 @@ func (v *verifier) run() error {
 		fr.regs[asm.R2] = unknown()
 	}
 	v.flow(0, 0, st)
-	for v.queue.Len() > 0 {
-		k := heap.Pop(&v.queue).(key)
-		b := v.blocks[k]
+	for len(v.queue) > 0 {
+		k := v.queue.pop()
+		b := v.block(k)
 		b.queued = false
 		v.states++
-		if err := v.execBlock(k, b.st.clone()); err != nil {
+		if err := v.execBlock(k, b.st.clone(&v.pool)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// block returns the stored state slot of k (nil state if none yet).
+func (v *verifier) block(k key) *block {
+	for int(k.ctx) >= len(v.blocks) {
+		v.blocks = append(v.blocks, nil)
+	}
+	if v.blocks[k.ctx] == nil {
+		v.blocks[k.ctx] = make([]block, len(v.p.Insns))
+	}
+	return &v.blocks[k.ctx][k.insn]
+}
+
 // flow hands state st (owned by the callee from now on) to instruction i.
 func (v *verifier) flow(ctx int32, i int, st *state) {
 	k := key{ctx: ctx, insn: int32(i)}
-	b := v.blocks[k]
-	if b == nil {
-		v.blocks[k] = &block{st: st, queued: true}
-		heap.Push(&v.queue, k)
+	b := v.block(k)
+	if b.st == nil {
+		b.st, b.queued = st, true
+		v.queue.push(k)
 		return
 	}
 	b.visits++
-	if !b.st.joinFrom(st, v.g.loop[i] && b.visits > widenAfter) {
-		return
-	}
-	if !b.queued {
+	changed := b.st.joinFrom(st, v.g.loop[i] && b.visits > widenAfter)
+	v.pool = append(v.pool, st)
+	if changed && !b.queued {
 		b.queued = true
-		heap.Push(&v.queue, k)
+		v.queue.push(k)
 	}
 }
 
@@ -321,7 +329,7 @@ func (v *verifier) callLocal(ctx int32, i int, st *state) error {
 	}
 	v.maxDepth = max(v.maxDepth, depth)
 	caller := st.cur()
-	callee := frame{fn: fn, callsite: i}
+	callee := newFrame(fn, i)
 	for r := asm.R1; r <= asm.R5; r++ {
 		callee.regs[r] = caller.regs[r]
 	}
@@ -366,21 +374,50 @@ func (v *verifier) result() *Result {
 	return r
 }
 
-// keyHeap orders pending blocks by instruction, then call chain.
+// keyHeap orders pending blocks by instruction, then call chain (a binary
+// min-heap).
 type keyHeap []key
 
-func (h keyHeap) Len() int { return len(h) }
-func (h keyHeap) Less(i, j int) bool {
-	if h[i].insn != h[j].insn {
-		return h[i].insn < h[j].insn
+func (k key) less(o key) bool {
+	if k.insn != o.insn {
+		return k.insn < o.insn
 	}
-	return h[i].ctx < h[j].ctx
+	return k.ctx < o.ctx
 }
-func (h keyHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *keyHeap) Push(x any)   { *h = append(*h, x.(key)) }
-func (h *keyHeap) Pop() any {
-	old := *h
-	k := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return k
+
+func (h *keyHeap) push(k key) {
+	*h = append(*h, k)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q[i].less(q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *keyHeap) pop() key {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(q) && q[l].less(q[m]) {
+			m = l
+		}
+		if r < len(q) && q[r].less(q[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
 }

@@ -68,13 +68,18 @@ type verifyCase struct {
 	ctx     int
 	wantErr string // substring of the reason; "" = accepted
 	wantIdx int    // instruction index of the rejection
+	nolink  bool   // keep label references unresolved
 }
 
 func runCases(t *testing.T, cases []verifyCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &jit.Program{Name: tc.name, Insns: link(tc.insns), Maps: testMaps}
+			insns := tc.insns
+			if !tc.nolink {
+				insns = link(insns)
+			}
+			p := &jit.Program{Name: tc.name, Insns: insns, Maps: testMaps}
 			res, err := Verify(p, Options{CtxSize: tc.ctx})
 			if tc.wantErr == "" {
 				if err != nil {
