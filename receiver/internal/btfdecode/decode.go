@@ -1,0 +1,127 @@
+package btfdecode
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// ShortError reports a record too short for one of its fields.
+type ShortError struct {
+	Field  string // the first field that does not fit
+	Offset int    // its byte offset in the record
+	Need   int    // bytes the field needs from Offset
+	Have   int    // length of the record
+}
+
+// Error implements error.
+func (e *ShortError) Error() string {
+	return fmt.Sprintf("btfdecode: record of %d bytes too short: field %q at byte offset %d needs %d bytes", e.Have, e.Field, e.Offset, e.Need)
+}
+
+// Decode decodes one record. Bytes fields alias b. A record longer than
+// Size is accepted (ring-buffer records are padded); a shorter one fails
+// with a *ShortError naming the first field that does not fit.
+func (d *Decoder) Decode(b []byte) ([]Field, error) {
+	return d.DecodeInto(make([]Field, 0, len(d.leaves)), b)
+}
+
+// DecodeInto is Decode appending to dst[:0], so a caller can reuse one slice
+// across records.
+func (d *Decoder) DecodeInto(dst []Field, b []byte) ([]Field, error) {
+	dst = dst[:0]
+	if len(b) < d.size {
+		for i := range d.leaves {
+			l := &d.leaves[i]
+			if l.Offset+l.Size > len(b) {
+				return dst, &ShortError{Field: l.Name, Offset: l.Offset, Need: l.Size, Have: len(b)}
+			}
+		}
+	}
+	for i := range d.leaves {
+		l := &d.leaves[i]
+		f := Field{Name: l.Name, Kind: l.Kind}
+		p := b[l.Offset : l.Offset+l.Size]
+		switch l.Kind {
+		case KindString:
+			f.Str = cString(p)
+		case KindBytes:
+			f.Bytes = p
+		case KindFloat:
+			if l.Size == 4 {
+				f.Float = float64(math.Float32frombits(binary.LittleEndian.Uint32(p)))
+			} else {
+				f.Float = math.Float64frombits(binary.LittleEndian.Uint64(p))
+			}
+		default:
+			u := l.load(p)
+			if l.signed {
+				f.Int = l.extend(u)
+				f.Uint = uint64(f.Int)
+			} else {
+				f.Uint = u
+				f.Int = int64(u)
+			}
+			if l.Kind == KindEnum {
+				if name, ok := l.byName[f.Uint]; ok {
+					f.Str = name
+				} else if l.signed {
+					f.Str = strconv.FormatInt(f.Int, 10)
+				} else {
+					f.Str = strconv.FormatUint(u, 10)
+				}
+			}
+		}
+		dst = append(dst, f)
+	}
+	return dst, nil
+}
+
+// load reads the little-endian integer (or bitfield) at p.
+func (l *leaf) load(p []byte) uint64 {
+	if l.BitSize == 0 {
+		switch len(p) {
+		case 1:
+			return uint64(p[0])
+		case 2:
+			return uint64(binary.LittleEndian.Uint16(p))
+		case 4:
+			return uint64(binary.LittleEndian.Uint32(p))
+		default:
+			return binary.LittleEndian.Uint64(p)
+		}
+	}
+	// A bitfield spans at most 9 bytes: gather the low 8 and the 9th apart.
+	var lo uint64
+	for i := 0; i < len(p) && i < 8; i++ {
+		lo |= uint64(p[i]) << (8 * i)
+	}
+	v := lo >> l.BitOffset
+	if len(p) == 9 && l.BitOffset > 0 {
+		v |= uint64(p[8]) << (64 - l.BitOffset)
+	}
+	if l.BitSize < 64 {
+		v &= 1<<l.BitSize - 1
+	}
+	return v
+}
+
+// extend sign-extends u from the field's width.
+func (l *leaf) extend(u uint64) int64 {
+	bits := l.BitSize
+	if bits == 0 {
+		bits = 8 * l.Size
+	}
+	return signExtend(u, bits)
+}
+
+// cString returns p up to its first NUL byte.
+func cString(p []byte) string {
+	for i, c := range p {
+		if c == 0 {
+			return string(p[:i])
+		}
+	}
+	return string(p)
+}
