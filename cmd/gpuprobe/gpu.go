@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/gpuprobe/gpuprobe/internal/cuda"
@@ -21,6 +22,49 @@ import (
 // same r0, which is then compared with the expected result.
 func init() {
 	conformance.RegisterGPURunner(newGPURunner)
+	Register(&Command{
+		Name:    "ptx",
+		Summary: "print the standalone PTX test module of bpf_conformance .data files (for ptxas and SASS comparisons)",
+		Run:     runPTX,
+	})
+}
+
+// runPTX prints ptx.TestKernel's module for each .data file.
+func runPTX(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("ptx", stderr)
+	arch := fs.String("arch", ptx.DefaultArch, "PTX .target")
+	comments := fs.Bool("comments", false, "annotate the PTX with the eBPF instructions")
+	aligned := fs.Bool("aligned", false, "assume naturally aligned pointers (no run-time alignment checks)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gpuprobe ptx [-arch sm_90] [-aligned] [-comments] FILE.data...")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	for _, path := range fs.Args() {
+		c, err := conformance.ParseFile(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpuprobe ptx: %v\n", err)
+			return 1
+		}
+		p, err := c.Program()
+		if err != nil {
+			fmt.Fprintf(stderr, "gpuprobe ptx: %s: %v\n", path, err)
+			return 1
+		}
+		module, _, err := ptx.TestKernel(p, ptx.Options{Arch: *arch, Conformance: true, Comments: *comments, AssumeAligned: *aligned})
+		if err != nil {
+			fmt.Fprintf(stderr, "gpuprobe ptx: %s: %v\n", path, err)
+			return 1
+		}
+		fmt.Fprint(stdout, module)
+	}
+	return 0
 }
 
 // gpuLaunchSizes are the block sizes each case runs with.

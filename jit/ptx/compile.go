@@ -22,6 +22,7 @@ type fn struct {
 	start, end int  // instruction indexes [start, end)
 	main       bool // the program's entry
 	calls      bool // makes bpf-to-bpf calls
+	stack      bool // uses r10
 	backward   bool // has backward jumps
 }
 
@@ -204,6 +205,10 @@ func (c *compiler) layout() error {
 func (c *compiler) checkFunc(f *fn) error {
 	for i := f.start; i < f.end; i++ {
 		ins := &c.insns[i]
+		if ins.Dst == asm.R10 || (ins.Src == asm.R10 && !ins.OpCode.IsDWordLoad() && !ins.OpCode.Class().IsJump()) ||
+			(ins.OpCode.Class().IsJump() && ins.OpCode.Source() == asm.RegSource && ins.Src == asm.R10) {
+			f.stack = true
+		}
 		t := c.target[i]
 		if t < 0 {
 			continue
@@ -273,7 +278,11 @@ func (c *compiler) genFunc(f *fn) error {
 	c.cur = f
 	e := &c.e
 	e.raw(".func (.param .b64 __ret) ", f.name, c.params(f), "\n{\n")
-	e.raw("\t.local .align 8 .b8 __stack[", strconv.Itoa(jit.StackSize), "];\n")
+	if f.stack {
+		// Only functions that use r10 get a frame: the probe's local
+		// memory adds to that of the kernel it is injected into.
+		e.raw("\t.local .align 8 .b8 __stack[", strconv.Itoa(jit.StackSize), "];\n")
+	}
 	e.raw("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<16>;\n\t.reg .b32 %w<16>;\n\t.reg .pred %p<8>;\n")
 	e.raw("\t.reg .b64 %h<16>;\n\t.reg .b32 %g<16>;\n\t.reg .pred %q<8>;\n")
 	e.raw("\t.reg .b32 %bud;\n\t.reg .b64 %budp;\n")
@@ -301,9 +310,11 @@ func (c *compiler) genFunc(f *fn) error {
 		e.op("ld.param.b64 %budp, [__budp]")
 		e.op("ld.u32 %bud, [%budp]")
 	}
-	e.op("mov.u64 %t0, __stack")
-	e.op("cvta.local.u64 %r10, %t0")
-	e.op("add.u64 %r10, %r10, ", strconv.Itoa(jit.StackSize))
+	if f.stack {
+		e.op("mov.u64 %t0, __stack")
+		e.op("cvta.local.u64 %r10, %t0")
+		e.op("add.u64 %r10, %r10, ", strconv.Itoa(jit.StackSize))
+	}
 	for i := f.start; i < f.end; i++ {
 		if c.isLabel[i] {
 			e.label(label(i))

@@ -17,12 +17,16 @@ const (
 
 // staticAlign is what we know of base+off for an access of n bytes. The
 // frame pointer r10 is 8-byte aligned; other pointers are checked at run
-// time, because a misaligned access would fault the kernel the probe is in.
-func staticAlign(base asm.Register, off int64, n int) align {
+// time, because a misaligned access would fault the kernel the probe is in
+// (unless Options.AssumeAligned).
+func (c *compiler) staticAlign(base asm.Register, off int64, n int) align {
 	if n == 1 {
 		return alignYes
 	}
 	if base != asm.R10 {
+		if c.o.AssumeAligned {
+			return alignYes
+		}
 		return alignUnknown
 	}
 	if off%int64(n) == 0 {
@@ -135,7 +139,7 @@ func (c *compiler) ldx(i int, ins *asm.Instruction) error {
 		return c.errf(i, "sign-extending load of 8 bytes is not defined")
 	}
 	off := int64(ins.Offset)
-	c.load(d, regNames[ins.Src], off, size, signed, staticAlign(ins.Src, off, size.Sizeof()))
+	c.load(d, regNames[ins.Src], off, size, signed, c.staticAlign(ins.Src, off, size.Sizeof()))
 	return nil
 }
 
@@ -160,7 +164,7 @@ func (c *compiler) st(i int, ins *asm.Instruction) error {
 		return c.errf(i, "register r%d out of range", ins.Dst)
 	}
 	off := int64(ins.Offset)
-	c.store(v, regNames[ins.Dst], off, size, staticAlign(ins.Dst, off, size.Sizeof()))
+	c.store(v, regNames[ins.Dst], off, size, c.staticAlign(ins.Dst, off, size.Sizeof()))
 	return nil
 }
 
@@ -171,7 +175,7 @@ func (c *compiler) stx(i int, ins *asm.Instruction) error {
 		return c.errf(i, "unknown store encoding")
 	}
 	off := int64(ins.Offset)
-	c.store(regNames[ins.Src], regNames[ins.Dst], off, size, staticAlign(ins.Dst, off, size.Sizeof()))
+	c.store(regNames[ins.Src], regNames[ins.Dst], off, size, c.staticAlign(ins.Dst, off, size.Sizeof()))
 	return nil
 }
 
@@ -225,7 +229,7 @@ func (c *compiler) atomic(i int, ins *asm.Instruction) error {
 		e.op("bra.uni ", done)
 	}
 	e.label(plain)
-	al := staticAlign(ins.Dst, off, size.Sizeof())
+	al := c.staticAlign(ins.Dst, off, size.Sizeof())
 	c.load("%t13", "%t12", 0, size, false, al)
 	switch name {
 	case "add", "and", "or", "xor":

@@ -41,6 +41,11 @@ type Options struct {
 	// (helper 5 "unwind": r0 = r1, and the program ends when r0 == 0),
 	// and register calls (callx) that dispatch to them.
 	Conformance bool
+	// AssumeAligned trusts that every load and store through a pointer is
+	// naturally aligned, and drops the run-time alignment check (and its
+	// byte-wise slow path). A misaligned access then faults the kernel the
+	// probe runs in, so only set it for code known to be aligned.
+	AssumeAligned bool
 	// Comments writes each eBPF instruction (and its BTF source line, when
 	// known) as a PTX comment above its code.
 	Comments bool
