@@ -91,10 +91,15 @@ struct gpbr_mailbox_slot {
 	uint8_t payload[GPBR_MAILBOX_PAYLOAD]; /* 88 */
 };
 
-_Static_assert(sizeof(struct gpbr_header) == 64, "gpbr_header size");
-_Static_assert(sizeof(struct gpbr_slot) == 16, "gpbr_slot size");
-_Static_assert(sizeof(struct gpbr_mailbox_slot) == 256, "gpbr_mailbox_slot size");
-_Static_assert(offsetof(struct gpbr_mailbox_slot, payload) == 88, "payload offset");
+#ifdef __cplusplus
+#define GPBR_STATIC_ASSERT static_assert
+#else
+#define GPBR_STATIC_ASSERT _Static_assert
+#endif
+GPBR_STATIC_ASSERT(sizeof(struct gpbr_header) == 64, "gpbr_header size");
+GPBR_STATIC_ASSERT(sizeof(struct gpbr_slot) == 16, "gpbr_slot size");
+GPBR_STATIC_ASSERT(sizeof(struct gpbr_mailbox_slot) == 256, "gpbr_mailbox_slot size");
+GPBR_STATIC_ASSERT(offsetof(struct gpbr_mailbox_slot, payload) == 88, "payload offset");
 
 /* Errors of gpbr_check. */
 enum gpbr_check_err {
