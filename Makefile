@@ -43,16 +43,16 @@ GO_SRCS := $(shell find . -name '*.go' -not -path './build/*' -not -path './.cac
 GO_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
 
 # testdata/bpf/bpf.mk (written with the ELF loader) adds the clang-built eBPF
-# objects: it is expected to define BPF_OBJS and the rules that build them.
-BPF_OBJS :=
+# objects: it defines BPF_OBJECTS and the rules that build them.
+BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
-.PHONY: all build generate otelcol run test fmt-check vet unit e2e backends \
+.PHONY: all build generate ocb otelcol run test fmt-check vet unit e2e backends \
 	gpu-test gpu-bundle bench fuzz clean distclean help
 
 all: build ## build every package, bin/gpuprobe and the testdata eBPF objects
 
-build: bin/gpuprobe $(BPF_OBJS) ## same as all
+build: bin/gpuprobe $(BPF_OBJECTS) ## same as all
 	$(GO) build $(GOFLAGS_BUILD) ./...
 
 bin/gpuprobe: $(GO_SRCS) go.mod go.sum
@@ -67,6 +67,8 @@ generate: ## regenerate mdatagen code from receiver/metadata.yaml
 	fi
 
 # ---- the collector distribution (ocb) ------------------------------------
+
+ocb: $(OCB) ## install ocb $(OCB_VERSION) (cached in OCB_DIR)
 
 $(OCB):
 	@mkdir -p $(OCB_DIR)
@@ -124,7 +126,7 @@ gpu-test: ## GPU conformance + SASS comparison from prebuilt bin/ (no Go needed)
 	bash scripts/gpu-test.sh
 
 # Everything gpu-test needs, in one archive to carry to the GPU machine.
-gpu-bundle: bin/gpuprobe bin/otelcol-gpuprobe $(BPF_OBJS) ## build/gpu-bundle.tar.gz for the GPU machine
+gpu-bundle: bin/gpuprobe bin/otelcol-gpuprobe $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
 	bash scripts/gpu-bundle.sh build/gpu-bundle.tar.gz
 
 # ---- performance and fuzzing ------------------------------------------------
@@ -137,7 +139,7 @@ fuzz: ## every fuzz target for FUZZTIME each
 
 clean: ## remove build outputs (keeps the ocb and backend caches)
 	rm -rf bin build
-	rm -f $(BPF_OBJS)
+	rm -f $(BPF_OBJECTS)
 
 distclean: clean ## also remove the project-local tool cache
 	rm -rf .cache

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# gpu-test.sh: the whole GPU check in one go, on the GPU machine, from the
+# prebuilt binaries in bin/ (no Go needed there). Run it as `make gpu-test` or
+# `bash scripts/gpu-test.sh` from the repository root (or an unpacked
+# `make gpu-bundle` archive). It prints a short table last and exits non-zero
+# if any step failed.
+#
+# Environment:
+#   GPUPROBE_BIN      the gpuprobe CLI (default bin/gpuprobe)
+#   CONFORMANCE_DIR   bpf_conformance data with tests/ and negative/ (default:
+#                     the first of conformance/, shared/conformance/,
+#                     ../shared/conformance/ that exists)
+#   GPU_ARCH          ptxas target (default: from nvidia-smi, e.g. sm_90)
+#   GPU_TEST_OUT      where step logs go (default build/gpu-test; also copied
+#                     to $OUT when that is set, as on the device runner)
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+root=$PWD
+bin=${GPUPROBE_BIN:-$root/bin/gpuprobe}
+out=${GPU_TEST_OUT:-$root/build/gpu-test}
+mkdir -p "$out"
+
+rows=()
+failed=0
+
+# row STEP RESULT DETAIL: one line of the final table.
+row() {
+	rows+=("$(printf '%-30s %-5s %s' "$1" "$2" "$3")")
+	[[ "$2" == FAIL ]] && failed=$((failed + 1))
+	printf '==> %-30s %-5s %s\n' "$1" "$2" "$3"
+}
+
+# summary LOG: the last "N passed, M failed" line of a log, or its last line.
+summary() {
+	local s
+	s=$(grep -E '^[^ ]*[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+	[[ -n "$s" ]] || s=$(tail -1 "$1")
+	echo "$s"
+}
+
+# step NAME LOGNAME CMD...: runs CMD with its output in $out/LOGNAME and
+# records PASS/FAIL with the runner's summary line.
+step() {
+	local name=$1 log=$out/$2
+	shift 2
+	echo "==> $name: $*"
+	if "$@" >"$log" 2>&1; then
+		row "$name" PASS "$(summary "$log")"
+	else
+		row "$name" FAIL "$(summary "$log") (log: $log)"
+		tail -20 "$log" | sed 's/^/    /'
+	fi
+}
+
+# ---- the machine ------------------------------------------------------------
+
+if [[ ! -x "$bin" ]]; then
+	row "gpuprobe binary" FAIL "$bin missing: build it with 'make build' (or 'make gpu-bundle') on a machine with Go"
+else
+	row "gpuprobe binary" PASS "$bin"
+fi
+
+cap=""
+if ! command -v nvidia-smi >/dev/null; then
+	row "GPU" FAIL "nvidia-smi not found: no NVIDIA driver on this machine"
+elif gpu=$(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>&1); then
+	gpu=$(head -1 <<<"$gpu")
+	cap=$(awk -F', ' '{print $3}' <<<"$gpu" | tr -d '.')
+	row "GPU" PASS "$gpu"
+else
+	row "GPU" FAIL "nvidia-smi: $(head -1 <<<"$gpu")"
+fi
+arch=${GPU_ARCH:-sm_${cap:-90}}
+if command -v ptxas >/dev/null; then
+	row "ptxas" PASS "$(ptxas --version | tail -1) -> $arch"
+else
+	row "ptxas" FAIL "ptxas not on PATH (add /usr/local/cuda/bin)"
+fi
+
+conf=${CONFORMANCE_DIR:-}
+if [[ -z "$conf" ]]; then
+	for d in conformance shared/conformance ../shared/conformance; do
+		[[ -d "$d/tests" ]] && { conf=$(cd "$d" && pwd); break; }
+	done
+fi
+
+# ---- steps ------------------------------------------------------------------
+
+if [[ -x "$bin" ]]; then
+	if [[ -n "$conf" && -d "$conf/tests" ]]; then
+		step "conformance tests, GPU PTX" conformance-gpu.log "$bin" conformance -gpu "$conf/tests"
+		step "conformance tests, interp" conformance-interp.log "$bin" conformance "$conf/tests"
+		if [[ -d "$conf/negative" ]]; then
+			step "conformance negative" conformance-negative.log "$bin" conformance -negative "$conf/negative"
+		fi
+	else
+		row "conformance" FAIL "no conformance data: set CONFORMANCE_DIR (with tests/ and negative/)"
+	fi
+
+	# Every testdata GPU program: verified, compiled to a test entry, and
+	# assembled by this machine's ptxas for this GPU.
+	if command -v ptxas >/dev/null; then
+		objs=(testdata/bpf/*.o)
+		if [[ -e "${objs[0]}" ]]; then
+			n=0 ok=0
+			: >"$out/testdata-ptxas.log"
+			for o in "${objs[@]}"; do
+				n=$((n + 1))
+				ptx=$out/$(basename "$o" .o).ptx
+				if "$bin" compile -entry "$o" >"$ptx" 2>>"$out/testdata-ptxas.log" &&
+					ptxas -arch="$arch" -o "$ptx.cubin" "$ptx" >>"$out/testdata-ptxas.log" 2>&1; then
+					ok=$((ok + 1))
+				else
+					echo "FAIL: $o" >>"$out/testdata-ptxas.log"
+				fi
+			done
+			if ((ok == n)); then
+				row "testdata PTX -> ptxas $arch" PASS "$ok/$n objects"
+			else
+				row "testdata PTX -> ptxas $arch" FAIL "$ok/$n objects (log: $out/testdata-ptxas.log)"
+			fi
+		else
+			row "testdata PTX -> ptxas $arch" FAIL "no testdata/bpf/*.o: build them with 'make build'"
+		fi
+	fi
+fi
+
+if [[ -f scripts/sass-compare.sh ]]; then
+	step "SASS comparison vs nvcc" sass-compare.log bash scripts/sass-compare.sh
+	if [[ -s "$out/sass-compare.log" ]]; then
+		echo "---- SASS comparison ----"
+		tail -15 "$out/sass-compare.log"
+	fi
+else
+	row "SASS comparison vs nvcc" SKIP "scripts/sass-compare.sh not written yet"
+fi
+
+# ---- report -----------------------------------------------------------------
+
+if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
+	cp -r "$out" "$OUT/" 2>/dev/null || true
+fi
+echo
+echo "---- gpu-test ----"
+printf '%-30s %-5s %s\n' "step" "result" "detail"
+printf '%s\n' "${rows[@]}"
+if ((failed > 0)); then
+	echo "gpu-test: $failed step(s) failed"
+	exit 1
+fi
+echo "gpu-test: all steps passed"
