@@ -258,6 +258,7 @@ const (
 	accRead accessMode = iota
 	accWrite
 	accAtomic // read-modify-write, must be naturally aligned
+	accOut    // write by a helper, must be naturally aligned
 )
 
 // access checks a memory access of size bytes at base+off through register
@@ -282,21 +283,27 @@ func (v *verifier) access(st *state, i int, reg asm.Register, base value, off in
 	}
 	lo, hi := base.smin+off, base.smax+off+int64(size)
 	where := func() string { return rangeText(lo, hi, size) }
-	// Alignment, assuming 8-byte aligned regions.
-	if size > 1 && min(int(base.tz), tzOfInt(off)) < tzOfInt(int64(size)) {
-		if mode == accAtomic {
+	// Alignment (natural, at most 8), assuming 8-byte aligned regions.
+	if size > 1 && min(int(base.tz), tzOfInt(off)) < min(tzOfInt(int64(size)), 3) {
+		switch mode {
+		case accAtomic:
 			return value{}, v.errorf(i, "atomic access at %s is not naturally aligned", where())
+		case accOut:
+			return value{}, v.errorf(i, "write at %s is not %d-byte aligned", where(), size)
 		}
 		v.unaligned[i] = true
 	}
 	switch base.kind {
 	case kStack:
+		if int(base.frame) >= len(st.frames) {
+			return value{}, v.errorf(i, "r%d points into a stack frame that has returned", reg)
+		}
 		if lo < -jit.StackSize || hi > 0 {
 			return value{}, v.errorf(i, "stack access at %s is outside the %d-byte stack [-%d, 0)", where(), jit.StackSize, jit.StackSize)
 		}
 		fr := &st.frames[base.frame]
 		v.stackUse[fr.fn] = min(v.stackUse[fr.fn], lo)
-		if mode != accWrite {
+		if mode == accRead || mode == accAtomic {
 			if o, ok := fr.written(lo, hi); !ok {
 				return value{}, v.errorf(i, "stack byte at r10%+d is read before it is written", o)
 			}

@@ -215,7 +215,7 @@ func (v *verifier) helperMem(st *state, i int, name string, r asm.Register, size
 	}
 	mode := accRead
 	if write {
-		mode = accWrite
+		mode = accOut
 	}
 	_, err := v.access(st, i, r, p, 0, int(size), mode, nil)
 	if err != nil {

@@ -1,0 +1,167 @@
+package verifier
+
+import (
+	"testing"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
+)
+
+// call emits a call of helper id.
+func call(id jit.HelperID) asm.Instruction { return asm.BuiltinFunc(id).Call() }
+
+// stackPtr sets r to r10+off.
+func stackPtr(r asm.Register, off int32) asm.Instructions {
+	return ins(asm.Mov.Reg(r, asm.R10), asm.Add.Imm(r, off))
+}
+
+// record writes 16 bytes at r10-16 and points r4 at them with r5 = 16.
+var record = cat(ins(stdw(asm.R10, -16, 1), stdw(asm.R10, -8, 2)), stackPtr(asm.R4, -16), ins(asm.Mov.Imm(asm.R5, 16)))
+
+func TestHelpers(t *testing.T) {
+	runCases(t, []verifyCase{
+		// map_lookup_elem / update / delete
+		{name: "lookup key not a pointer", insns: ins(
+			asm.LoadMapPtr(asm.R1, 0).WithReference("arr"), asm.Mov.Imm(asm.R2, 0),
+			asm.FnMapLookupElem.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return()),
+			wantErr: "map_lookup_elem: key argument r2 must point to memory (stack, map value or context), got scalar 0", wantIdx: 2},
+		{name: "lookup map not a map", insns: cat(ins(asm.Mov.Imm(asm.R1, 0), asm.StoreImm(asm.R10, -4, 0, asm.Word)),
+			stackPtr(asm.R2, -4), ins(asm.FnMapLookupElem.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return())),
+			wantErr: "map_lookup_elem: argument r1 must be a map", wantIdx: 4},
+		{name: "lookup key not written", insns: cat(ins(asm.LoadMapPtr(asm.R1, 0).WithReference("arr")),
+			stackPtr(asm.R2, -4), ins(asm.FnMapLookupElem.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return())),
+			wantErr: "map_lookup_elem: key argument r2: stack byte at r10-4 is read before it is written", wantIdx: 3},
+		{name: "lookup key shorter than the key size", insns: cat(ins(
+			asm.LoadMapPtr(asm.R1, 0).WithReference("hash"), asm.StoreImm(asm.R10, -4, 0, asm.Word)),
+			stackPtr(asm.R2, -4), ins(asm.FnMapLookupElem.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return())),
+			wantErr: "key argument r2: stack access at offset -4 size 8 is outside", wantIdx: 4},
+		{name: "update", insns: cat(ins(asm.LoadMapPtr(asm.R1, 0).WithReference("hash"), stdw(asm.R10, -8, 0), stdw(asm.R10, -16, 5)),
+			stackPtr(asm.R2, -8), stackPtr(asm.R3, -16), ins(asm.Mov.Imm(asm.R4, 0), asm.FnMapUpdateElem.Call(), asm.Return()))},
+		{name: "update value not written", insns: cat(ins(asm.LoadMapPtr(asm.R1, 0).WithReference("hash"), stdw(asm.R10, -8, 0)),
+			stackPtr(asm.R2, -8), stackPtr(asm.R3, -16), ins(asm.Mov.Imm(asm.R4, 0), asm.FnMapUpdateElem.Call(), asm.Return())),
+			wantErr: "map_update_elem: value argument r3: stack byte at r10-16 is read before it is written", wantIdx: 7},
+		{name: "update flags not set", insns: cat(ins(asm.LoadMapPtr(asm.R1, 0).WithReference("hash"), stdw(asm.R10, -8, 0), stdw(asm.R10, -16, 5)),
+			stackPtr(asm.R2, -8), stackPtr(asm.R3, -16), ins(asm.FnMapUpdateElem.Call(), asm.Return())),
+			wantErr: "map_update_elem: argument r4 is read before it is written", wantIdx: 7},
+		{name: "delete", insns: cat(ins(asm.LoadMapPtr(asm.R1, 0).WithReference("hash"), stdw(asm.R10, -8, 0)),
+			stackPtr(asm.R2, -8), ins(asm.FnMapDeleteElem.Call(), asm.Return()))},
+		{name: "lookup in a ring buffer", insns: cat(ins(asm.LoadMapPtr(asm.R1, 0).WithReference("ring"), asm.StoreImm(asm.R10, -4, 0, asm.Word)),
+			stackPtr(asm.R2, -4), ins(asm.FnMapLookupElem.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return())),
+			wantErr: `map_lookup_elem cannot be used on the ring buffer map "ring"`, wantIdx: 4},
+		{name: "lookup result typed by its map", insns: cat(lookup("hash"), nullChecked, ins(
+			asm.LoadMem(asm.R1, asm.R0, 4, asm.DWord)), out),
+			wantErr: "map_lookup_elem: key argument r2: stack access at offset -4 size 8", wantIdx: 4},
+
+		// perf_event_output
+		{name: "perf_event_output", insns: cat(record, ins(
+			asm.LoadMapPtr(asm.R2, 0).WithReference("ring"), asm.Mov.Imm(asm.R3, 0),
+			asm.FnPerfEventOutput.Call(), asm.Return()))},
+		{name: "perf_event_output to an array", insns: cat(record, ins(
+			asm.LoadMapPtr(asm.R2, 0).WithReference("arr"), asm.Mov.Imm(asm.R3, 0),
+			asm.FnPerfEventOutput.Call(), asm.Return())),
+			wantErr: `perf_event_output: map "arr" has type 1503; it needs a GPU ring buffer (type 1527)`, wantIdx: 7},
+		{name: "perf_event_output size past the data", insns: cat(record, ins(
+			asm.Mov.Imm(asm.R5, 24),
+			asm.LoadMapPtr(asm.R2, 0).WithReference("ring"), asm.Mov.Imm(asm.R3, 0),
+			asm.FnPerfEventOutput.Call(), asm.Return())),
+			wantErr: "perf_event_output: buffer argument r4: stack access at offset -16 size 24 is outside", wantIdx: 8},
+		{name: "perf_event_output unbounded size", insns: cat(record, ins(
+			asm.Mov.Reg(asm.R5, asm.R1),
+			asm.LoadMapPtr(asm.R2, 0).WithReference("ring"), asm.Mov.Imm(asm.R3, 0),
+			asm.FnPerfEventOutput.Call(), asm.Return())),
+			wantErr: "perf_event_output: size argument r5 is not bounded", wantIdx: 8},
+		{name: "perf_event_output bounded size", insns: cat(record, ins(
+			asm.Mov.Reg(asm.R5, asm.R1), asm.And.Imm(asm.R5, 15),
+			asm.LoadMapPtr(asm.R2, 0).WithReference("ring"), asm.Mov.Imm(asm.R3, 0),
+			asm.FnPerfEventOutput.Call(), asm.Return()))},
+
+		// trace_printk and puts
+		{name: "trace_printk", insns: cat(ins(stdw(asm.R10, -8, 0x0a6968)), stackPtr(asm.R1, -8),
+			ins(asm.Mov.Imm(asm.R2, 8), asm.FnTracePrintk.Call(), asm.Return()))},
+		{name: "trace_printk format longer than written", insns: cat(ins(stdw(asm.R10, -8, 0x0a6968)), stackPtr(asm.R1, -8),
+			ins(asm.Mov.Imm(asm.R2, 16), asm.FnTracePrintk.Call(), asm.Return())),
+			wantErr: "trace_printk: buffer argument r1: stack access at offset -8 size 16 is outside", wantIdx: 4},
+		{name: "trace_printk format from .rodata", insns: ins(asm.LoadMapValue(asm.R1, 0, 0).WithReference(".rodata"),
+			asm.Mov.Imm(asm.R2, 32), asm.FnTracePrintk.Call(), asm.Return())},
+		{name: "puts", insns: cat(ins(stdw(asm.R10, -8, 0x6968)), stackPtr(asm.R1, -8), ins(call(jit.HelperPuts), asm.Return()))},
+		{name: "puts of a number", insns: ins(asm.Mov.Imm(asm.R1, 0), call(jit.HelperPuts), asm.Return()),
+			wantErr: "puts: string argument r1 must point to memory", wantIdx: 1},
+
+		// three u64 out-pointers
+		{name: "get_block_idx", insns: cat(stackPtr(asm.R1, -8), stackPtr(asm.R2, -16), stackPtr(asm.R3, -24), ins(
+			call(jit.HelperGetBlockIdx),
+			asm.LoadMem(asm.R0, asm.R10, -8, asm.DWord),
+			asm.LoadMem(asm.R1, asm.R10, -24, asm.DWord),
+			asm.Add.Reg(asm.R0, asm.R1),
+			asm.Return()))},
+		{name: "get_thread_idx into a map value", insns: cat(lookup("arr"), nullChecked, ins(
+			asm.Mov.Reg(asm.R1, asm.R0), asm.Mov.Reg(asm.R2, asm.R0), asm.Add.Imm(asm.R2, 8), asm.Mov.Reg(asm.R3, asm.R0),
+			call(jit.HelperGetThreadIdx)), out)},
+		{name: "get_grid_dim past a map value", insns: cat(lookup("arr"), nullChecked, ins(
+			asm.Mov.Reg(asm.R1, asm.R0), asm.Mov.Reg(asm.R2, asm.R0), asm.Add.Imm(asm.R2, 16), asm.Mov.Reg(asm.R3, asm.R0),
+			call(jit.HelperGetGridDim)), out),
+			wantErr: "get_grid_dim: output argument r2: map value access at offset 16 size 8 exceeds value size 16", wantIdx: 10},
+		{name: "get_block_dim with a number", insns: cat(stackPtr(asm.R1, -8), stackPtr(asm.R2, -16), ins(
+			asm.Mov.Imm(asm.R3, 0), call(jit.HelperGetBlockDim), asm.Return())),
+			wantErr: "get_block_dim: output argument r3 must point to memory", wantIdx: 5},
+		{name: "get_block_idx with an unchecked lookup", insns: cat(lookup("arr"), ins(
+			asm.Mov.Reg(asm.R1, asm.R0), asm.Mov.Reg(asm.R2, asm.R0), asm.Mov.Reg(asm.R3, asm.R0),
+			call(jit.HelperGetBlockIdx), asm.Return())),
+			wantErr: "get_block_idx: output argument r1 may be NULL: null-check the result of map_lookup_elem (insn 4) first", wantIdx: 8},
+
+		// argument-less and warp helpers
+		{name: "ids and timer", insns: ins(call(jit.HelperGetCurrentPidTgid), call(jit.HelperGetSMID), call(jit.HelperGetWarpID),
+			call(jit.HelperGPUMembar), call(jit.HelperWarpIsLeader), call(jit.HelperWarpActiveCount), call(jit.HelperWarpActiveMask),
+			call(jit.HelperGetLaunchID), call(jit.HelperExit), asm.Return())},
+		{name: "warp sum", insns: ins(call(jit.HelperGetLaneID), asm.Mov.Reg(asm.R1, asm.R0), call(jit.HelperWarpSumU64),
+			asm.Mov.Reg(asm.R1, asm.R0), call(jit.HelperWarpMaxU64), asm.Mov.Reg(asm.R1, asm.R0), call(jit.HelperWarpMinU64), asm.Return())},
+		{name: "warp sum of a pointer", insns: ins(asm.Mov.Reg(asm.R1, asm.R10), call(jit.HelperWarpSumU64), asm.Return()),
+			wantErr: "warp_sum_u64: argument r1 must be a number, got a stack pointer", wantIdx: 1},
+		{name: "warp max of a clobbered register", insns: ins(call(jit.HelperGetLaneID), call(jit.HelperWarpMaxU64), asm.Return()),
+			wantErr: "warp_max_u64: argument r1 is read before it is written", wantIdx: 1},
+		{name: "unknown helper", insns: ins(call(700), asm.Return()),
+			wantErr: "unknown helper 700: not in the GPU helper ABI", wantIdx: 0},
+		{name: "callx through a constant", insns: ins(asm.Mov.Imm(asm.R2, int32(jit.HelperGetLaneID)),
+			raw(asm.Call.Op(asm.RegSource), asm.R2, 0, 0, 0), asm.Return())},
+		{name: "callx through a variable", insns: ins(asm.Mov.Reg(asm.R2, asm.R1),
+			raw(asm.Call.Op(asm.RegSource), asm.R2, 0, 0, 0), asm.Return()),
+			wantErr: "callx through r2: the helper id must be a known constant", wantIdx: 1},
+	})
+}
+
+func TestConformanceHelperOption(t *testing.T) {
+	p := &jit.Program{Insns: ins(asm.Mov.Imm(asm.R1, -1), asm.FnKtimeGetNs.Call(), asm.Mov.Imm(asm.R0, 2), asm.Return())}
+	if _, err := Verify(p, Options{}); err == nil {
+		t.Fatal("helper 5 accepted without ConformanceHelpers")
+	}
+	if _, err := Verify(p, Options{Helpers: ConformanceHelpers}); err != nil {
+		t.Fatalf("helper 5 rejected with ConformanceHelpers: %v", err)
+	}
+	if s, ok := HelperSignature(jit.HelperMapLookupElem); !ok || s.Name != "map_lookup_elem" || s.Ret != RetMapValueOrNull {
+		t.Fatalf("HelperSignature(1) = %+v, %v", s, ok)
+	}
+	if _, ok := HelperSignature(5); ok {
+		t.Fatal("helper 5 is not in the GPU ABI")
+	}
+}
+
+func TestHelperAlignment(t *testing.T) {
+	runCases(t, []verifyCase{
+		{name: "misaligned output", insns: cat(stackPtr(asm.R1, -12), stackPtr(asm.R2, -24), stackPtr(asm.R3, -32), ins(
+			call(jit.HelperGetThreadIdx), asm.Return())),
+			wantErr: "get_thread_idx: output argument r1: write at offset -12 size 8 is not 8-byte aligned", wantIdx: 6},
+	})
+	// A misaligned key is allowed but reported, so the compiler copies it
+	// byte by byte.
+	p := &jit.Program{Maps: testMaps, Insns: link(cat(ins(
+		asm.LoadMapPtr(asm.R1, 0).WithReference("arr"), stdw(asm.R10, -8, 0)),
+		stackPtr(asm.R2, -6), ins(asm.FnMapLookupElem.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return())))}
+	res, err := Verify(p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsUnaligned(4) || len(res.Unaligned) != 1 {
+		t.Fatalf("unaligned %v, want [4]", res.Unaligned)
+	}
+}
