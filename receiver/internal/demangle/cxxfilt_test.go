@@ -70,3 +70,57 @@ func TestAgainstCxxfilt(t *testing.T) {
 		t.Logf("%d of %d names differ from c++filt", bad, len(names))
 	}
 }
+
+// TestMutationsAgainstCxxfilt compares Demangle with c++filt on damaged
+// names: every prefix of a sample of the corpus, and single-byte edits, so
+// that invalid and borderline input is judged the same way as c++filt does.
+func TestMutationsAgainstCxxfilt(t *testing.T) {
+	corpus := loadCorpus(t)
+	var names []string
+	seen := map[string]bool{}
+	add := func(s string) {
+		if !seen[s] && !strings.ContainsAny(s, " \t\n") {
+			seen[s] = true
+			names = append(names, s)
+		}
+	}
+	const edits = "_0123456789EISTZNPRKLXvifjm"
+	for i := 0; i < len(corpus); i += 7 {
+		n := corpus[i]
+		if len(n) > 300 {
+			continue
+		}
+		for j := 3; j < len(n); j++ {
+			add(n[:j])
+		}
+		for j := 2; j < len(n); j += 3 {
+			e := edits[(i+j)%len(edits)]
+			add(n[:j] + string(e) + n[j+1:])
+			add(n[:j] + string(e) + n[j:])
+		}
+	}
+	// Damaged names on which c++filt's output follows from quirks of its
+	// implementation rather than from the ABI; we do not copy these.
+	quirks := map[string]string{
+		// ref-qualifier on a nested type name: c++filt adds a "const".
+		"_ZL181__device_stub__ZN3cub17CUB_101702_800_NS29DeviceRadixSortOnesweepKernelINS0_21DeviceRadixSortPolicyIfNS0_8NullTypeEjE9Policy800ELb0EfS3_jiiEEvPT5_S7_PT3_PKS8_PT1_PKSC_PT2_PKSG_T4_iiPiS_PjPKjPfPKfPNR3cub17CUB_101702_800_NS8NullTypeEPKS8_iii": "",
+		// inheriting constructor CI2 followed by template arguments, not a type.
+		"_ZN6thrust10device_ptrIfECI2IfEEPT_": "",
+	}
+	want := cxxfilt(t, names)
+	bad := 0
+	for i, n := range names {
+		if _, ok := quirks[n]; ok {
+			continue
+		}
+		if got := Demangle(n); got != want[i] {
+			bad++
+			if bad <= 20 {
+				t.Errorf("Demangle(%s)\n got: %s\nwant: %s", n, got, want[i])
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d damaged names differ from c++filt", bad, len(names))
+	}
+}

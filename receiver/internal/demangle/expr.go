@@ -37,6 +37,7 @@ func init() {
 		{"sz", "sizeof ", 1, exPrefix}, {"az", "alignof ", 1, exPrefix},
 		{"st", "sizeof ", 1, exSizeofT}, {"at", "alignof ", 1, exSizeofT},
 		{"tw", "throw ", 1, exPrefix},
+		{"fl", "...", 2, exFold}, {"fr", "...", 2, exFold}, {"fL", "...", 3, exFold}, {"fR", "...", 3, exFold},
 	} {
 		o := o
 		operators[o.code] = &o
@@ -221,6 +222,27 @@ func (p *parser) expression() node {
 			return nil
 		}
 		return &expandN{child: a}
+	case code == "fl", code == "fr", code == "fL", code == "fR":
+		p.pos += 2
+		ocode := p.s[p.pos:min(len(p.s), p.pos+2)]
+		o, ok := operators[ocode]
+		if !ok {
+			return p.fail("unknown operator %q in fold expression", ocode)
+		}
+		p.pos += 2
+		e := &exprN{kind: exFold, op: code + o.name}
+		n := 1
+		if code[1] == 'L' || code[1] == 'R' {
+			n = 2
+		}
+		for i := 0; i < n; i++ {
+			a := p.expression()
+			if a == nil {
+				return nil
+			}
+			e.args = append(e.args, a)
+		}
+		return e
 	case code == "tr":
 		p.pos += 2
 		return &nameN{"throw"}

@@ -198,11 +198,10 @@ func (p *parser) discriminator() bool {
 		p.number()
 		return p.expect('_', "discriminator")
 	}
-	if !isDigit(p.peek()) {
-		p.fail("bad discriminator")
-		return false
+	// c++filt takes any run of digits here, including none.
+	for isDigit(p.peek()) {
+		p.pos++
 	}
-	p.pos++
 	return true
 }
 
@@ -457,7 +456,7 @@ func (p *parser) templateArg() node {
 		return e
 	case 'L':
 		return p.exprPrimary()
-	case 'J':
+	case 'J', 'I': // old GCC manglings wrote argument packs as I...E
 		p.pos++
 		pk := &packN{}
 		for p.peek() != 'E' {

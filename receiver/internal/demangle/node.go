@@ -169,4 +169,5 @@ const (
 	exParen                      // op(a) where a is a type (typeid (T))
 	exSizeofPack                 // sizeof...(a)
 	exNew                        // new (placement) T(init)
+	exFold                       // (... op a), (a op ...), (a op ... op b)
 )

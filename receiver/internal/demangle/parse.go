@@ -160,6 +160,9 @@ func (p *parser) encoding(top bool) node {
 	}
 	c = p.peek()
 	if c == 0 || c == 'E' || c == '.' {
+		if info.cv+info.ref != "" {
+			return &qualTypeN{child: name, q: info.cv + info.ref}
+		}
 		return name
 	}
 	e := &encN{name: name, cv: info.cv, ref: info.ref}
@@ -179,10 +182,6 @@ func (p *parser) encoding(top bool) node {
 // paramTypes parses a <bare-function-type> up to the end of the encoding;
 // a lone "v" is an empty list.
 func (p *parser) paramTypes() ([]node, bool) {
-	if p.peek() == 'v' {
-		p.pos++
-		return nil, true
-	}
 	var params []node
 	for {
 		c := p.peek()
@@ -199,7 +198,17 @@ func (p *parser) paramTypes() ([]node, bool) {
 		p.fail("function has no parameter types")
 		return nil, false
 	}
-	return params, true
+	return dropVoid(params), true
+}
+
+// dropVoid turns the parameter list (void) into ().
+func dropVoid(params []node) []node {
+	if len(params) == 1 {
+		if b, ok := params[0].(*builtinN); ok && b.code == "v" {
+			return nil
+		}
+	}
+	return params
 }
 
 // specialName parses virtual tables, typeinfo, guard variables and thunks.

@@ -17,10 +17,12 @@ type printer struct {
 	stale   bool     // a ", " was taken back: c++filt then sees ' ' as the last char
 	tmpls   [][]node // template argument lists T_ refers to, innermost last
 	lambda  bool     // printing a lambda's parameters: T_ prints as auto:N
-	packIdx int      // element of the pack being expanded, -1 outside expansions
+	packIdx int      // element of the pack being expanded; -1 while finding packs
 }
 
-func newPrinter() *printer { return &printer{packIdx: -1, b: make([]byte, 0, 256)} }
+// newPrinter returns a printer. Like c++filt, a template parameter that
+// names a pack outside any expansion prints the pack's first element.
+func newPrinter() *printer { return &printer{b: make([]byte, 0, 256)} }
 
 func (p *printer) result() (string, bool) { return string(p.b), !p.failed }
 
@@ -153,7 +155,13 @@ func (p *printer) hasRight(n node) bool {
 }
 
 func (p *printer) isFuncOrArray(n node) (fn, arr bool) {
-	switch p.resolve(n).(type) {
+	n = p.resolve(n)
+	if q, ok := n.(*qualTypeN); ok {
+		if _, isArr := p.resolve(q.child).(*arrayN); isArr {
+			return false, true
+		}
+	}
+	switch n.(type) {
 	case *funcTypeN:
 		return true, false
 	case *arrayN:
@@ -291,11 +299,7 @@ func (p *printer) left(n node) {
 		}
 		p.str(")")
 	case *packN:
-		if p.packIdx >= 0 && p.packIdx < len(v.elems) {
-			p.print(v.elems[p.packIdx])
-		} else {
-			p.list(v.elems)
-		}
+		p.list(v.elems)
 	case *expandN:
 		p.printExpansion(v)
 	case *litN:
@@ -434,9 +438,9 @@ func (p *printer) findPack(n node, depth int) *packN {
 	case *ptrN:
 		return p.findPack(v.child, d)
 	case *arrayN:
-		return p.findPack(v.child, d)
+		return p.findFirst(d, v.dim, v.child)
 	case *vectorN:
-		return p.findPack(v.child, d)
+		return p.findFirst(d, v.dim, v.child)
 	case *ptrMemN:
 		return p.findFirst(d, v.cls, v.mem)
 	case *funcTypeN:
@@ -467,7 +471,7 @@ func (p *printer) findFirst(depth int, ns ...node) *packN {
 func (p *printer) printExpansion(v *expandN) {
 	pk := p.findPack(v.child, 0)
 	if pk == nil {
-		p.print(v.child)
+		p.sub(v.child)
 		p.str("...")
 		return
 	}

@@ -29,7 +29,7 @@ func (p *printer) printLiteral(v *litN) {
 				return
 			}
 		case "f", "d", "e", "g":
-			p.str("(" + b.s + ")[" + sign + v.val + "]")
+			p.str("(" + b.s + ")" + sign + "[" + v.val + "]")
 			return
 		}
 	}
@@ -140,12 +140,32 @@ func (p *printer) printExpr(v *exprN) {
 		p.print(a[0])
 		p.str(")")
 	case exSizeofPack:
-		if pk, ok := p.resolve(a[0]).(*packN); ok {
+		saved := p.packIdx
+		p.packIdx = -1
+		r := p.resolve(a[0])
+		p.packIdx = saved
+		if pk, ok := r.(*packN); ok {
 			p.str(strconv.Itoa(len(pk.elems)))
 			return
 		}
 		p.str("sizeof...(")
 		p.print(a[0])
+		p.str(")")
+	case exFold:
+		op := v.op[2:]
+		p.str("(")
+		switch v.op[:2] {
+		case "fl":
+			p.str("..." + op)
+			p.sub(a[0])
+		case "fr":
+			p.sub(a[0])
+			p.str(op + "...")
+		default:
+			p.sub(a[0])
+			p.str(op + "..." + op)
+			p.sub(a[1])
+		}
 		p.str(")")
 	case exNew:
 		p.str(v.op + " ")

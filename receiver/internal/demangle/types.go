@@ -47,6 +47,9 @@ func (p *parser) typ() node {
 			break
 		}
 		inner := p.typ()
+		if iq, ok := inner.(*qualTypeN); ok {
+			q = dropRepeated(q, iq.q) // c++filt prints "T const", not "T const const"
+		}
 		if inner == nil {
 			return nil
 		}
@@ -212,6 +215,9 @@ func (p *parser) typ() node {
 	case 'N', 'Z', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		var info nameInfo
 		t = p.name(false, &info)
+		if t != nil && info.cv+info.ref != "" {
+			t = &qualTypeN{child: t, q: info.cv + info.ref}
+		}
 	case 0:
 		return p.fail("name ends where a type was expected")
 	default:
@@ -227,9 +233,20 @@ func (p *parser) typ() node {
 // cvQualifiers parses [r] [V] [K] and returns the text c++filt appends.
 func (p *parser) cvQualifiers() string {
 	var r, v, k bool
-	r = p.consume('r')
-	v = p.consume('V')
-	k = p.consume('K')
+	for {
+		switch p.peek() {
+		case 'r':
+			r = true
+		case 'V':
+			v = true
+		case 'K':
+			k = true
+		default:
+			goto done
+		}
+		p.pos++
+	}
+done:
 	q := ""
 	if k {
 		q += " const"
@@ -241,6 +258,17 @@ func (p *parser) cvQualifiers() string {
 		q += " restrict"
 	}
 	return q
+}
+
+// dropRepeated removes from q the qualifier words already in inner.
+func dropRepeated(q, inner string) string {
+	out := ""
+	for _, w := range strings.Fields(q) {
+		if !strings.Contains(inner+" ", " "+w+" ") {
+			out += " " + w
+		}
+	}
+	return out
 }
 
 // functionType parses [exception spec] [Dx] F [Y] <types> [R|O] E.
@@ -290,9 +318,6 @@ func (p *parser) functionType() node {
 	if f.ret = p.typ(); f.ret == nil {
 		return nil
 	}
-	if p.peek() == 'v' && (p.peekAt(1) == 'E' || (p.peekAt(1) == 'R' || p.peekAt(1) == 'O') && p.peekAt(2) == 'E') {
-		p.pos++
-	}
 	for {
 		c := p.peek()
 		if c == 'E' {
@@ -310,6 +335,7 @@ func (p *parser) functionType() node {
 		}
 		f.params = append(f.params, t)
 	}
+	f.params = dropVoid(f.params)
 	return f
 }
 
