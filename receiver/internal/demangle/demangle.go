@@ -43,7 +43,7 @@ func Parse(mangled string) (*Symbol, error) {
 		return nil, &Error{Offset: 0, Reason: `not a mangled name (no "_Z" prefix)`}
 	}
 	p := &parser{s: mangled, pos: 2}
-	root := p.encoding(true)
+	root := p.encoding()
 	if p.err != nil {
 		return nil, p.err
 	}

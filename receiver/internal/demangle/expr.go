@@ -446,7 +446,7 @@ func (p *parser) exprPrimary() node {
 			p.pos++
 		}
 		p.pos++
-		e := p.encoding(false)
+		e := p.encoding()
 		if e == nil || !p.expect('E', "end of external name literal") {
 			return nil
 		}

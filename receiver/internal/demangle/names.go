@@ -2,25 +2,25 @@ package demangle
 
 import "strings"
 
-// name parses <name>. enc is true for the name of an encoding, whose
-// template arguments are what T_ refers to in the function type after it.
-func (p *parser) name(enc bool, info *nameInfo) node {
+// name parses <name>, reporting in info what decides how a function type
+// after it is read.
+func (p *parser) name(info *nameInfo) node {
 	if !p.enter() {
 		return nil
 	}
 	defer p.leave()
 	switch c := p.peek(); {
 	case c == 'N':
-		return p.nestedName(enc, info)
+		return p.nestedName(info)
 	case c == 'Z':
-		return p.localName(enc, info)
+		return p.localName(info)
 	case c == 'S' && p.peekAt(1) == 't':
 		p.pos += 2
 		u := p.unqualifiedName(nil, info)
 		if u == nil {
 			return nil
 		}
-		return p.maybeTemplate(&qualN{scope: &nameN{"std"}, name: u}, enc, info)
+		return p.maybeTemplate(&qualN{scope: &nameN{"std"}, name: u}, info)
 	case c == 'S':
 		s := p.substitution(false)
 		if s == nil {
@@ -30,28 +30,28 @@ func (p *parser) name(enc bool, info *nameInfo) node {
 			return p.fail("substitution used as a name without template arguments")
 		}
 		info.ctorConv = false
-		return p.templateOn(s, enc, info)
+		return p.templateOn(s, info)
 	default:
 		u := p.unqualifiedName(nil, info)
 		if u == nil {
 			return nil
 		}
-		return p.maybeTemplate(u, enc, info)
+		return p.maybeTemplate(u, info)
 	}
 }
 
 // maybeTemplate applies template arguments to an unscoped name, which
 // makes the name a substitution candidate.
-func (p *parser) maybeTemplate(n node, enc bool, info *nameInfo) node {
+func (p *parser) maybeTemplate(n node, info *nameInfo) node {
 	if p.peek() != 'I' {
 		info.template = false
 		return n
 	}
 	p.addSub(n)
-	return p.templateOn(n, enc, info)
+	return p.templateOn(n, info)
 }
 
-func (p *parser) templateOn(n node, enc bool, info *nameInfo) node {
+func (p *parser) templateOn(n node, info *nameInfo) node {
 	args := p.templateArgs()
 	if args == nil {
 		return nil
@@ -61,7 +61,7 @@ func (p *parser) templateOn(n node, enc bool, info *nameInfo) node {
 }
 
 // nestedName parses N [<CV-qualifiers>] [<ref-qualifier>] <prefix> E.
-func (p *parser) nestedName(enc bool, info *nameInfo) node {
+func (p *parser) nestedName(info *nameInfo) node {
 	p.pos++ // N
 	info.cv = p.cvQualifiers()
 	if p.consume('R') {
@@ -148,9 +148,9 @@ func (p *parser) nestedName(enc bool, info *nameInfo) node {
 }
 
 // localName parses Z <encoding> E <entity> [<discriminator>].
-func (p *parser) localName(enc bool, info *nameInfo) node {
+func (p *parser) localName(info *nameInfo) node {
 	p.pos++ // Z
-	e := p.encoding(false)
+	e := p.encoding()
 	if e == nil || !p.expect('E', "end of local name's function") {
 		return nil
 	}
@@ -175,13 +175,13 @@ func (p *parser) localName(enc bool, info *nameInfo) node {
 		if !p.expect('_', "default argument number") {
 			return nil
 		}
-		entity := p.name(enc, info)
+		entity := p.name(info)
 		if entity == nil {
 			return nil
 		}
 		return &localN{enc: e, entity: &qualN{scope: &defaultArgN{num: num + 1}, name: entity}}
 	}
-	entity := p.name(enc, info)
+	entity := p.name(info)
 	if entity == nil || !p.discriminator() {
 		return nil
 	}

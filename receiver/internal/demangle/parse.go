@@ -144,7 +144,7 @@ func (p *parser) seqID() int {
 
 // encoding parses <encoding>: a function (name + types), data (name) or a
 // special name.
-func (p *parser) encoding(top bool) node {
+func (p *parser) encoding() node {
 	if !p.enter() {
 		return nil
 	}
@@ -154,7 +154,7 @@ func (p *parser) encoding(top bool) node {
 		return p.specialName()
 	}
 	var info nameInfo
-	name := p.name(true, &info)
+	name := p.name(&info)
 	if name == nil {
 		return nil
 	}
@@ -235,7 +235,7 @@ func (p *parser) specialName() node {
 		if !p.callOffset(two[1]) {
 			return nil
 		}
-		e := p.encoding(false)
+		e := p.encoding()
 		if e == nil {
 			return nil
 		}
@@ -247,7 +247,7 @@ func (p *parser) specialName() node {
 		if !p.callOffset(p.consumeAny()) || !p.callOffset(p.consumeAny()) {
 			return nil
 		}
-		e := p.encoding(false)
+		e := p.encoding()
 		if e == nil {
 			return nil
 		}
@@ -268,7 +268,7 @@ func (p *parser) specialName() node {
 		return &specialN{prefix: "construction vtable for ", child: base, suffix: "-in-", tail: derived}
 	case "TH", "TW":
 		var info nameInfo
-		n := p.name(false, &info)
+		n := p.name(&info)
 		if n == nil {
 			return nil
 		}
@@ -278,14 +278,14 @@ func (p *parser) specialName() node {
 		return &specialN{prefix: "TLS wrapper function for ", child: n}
 	case "GV":
 		var info nameInfo
-		n := p.name(false, &info)
+		n := p.name(&info)
 		if n == nil {
 			return nil
 		}
 		return &specialN{prefix: "guard variable for ", child: n}
 	case "GR":
 		var info nameInfo
-		n := p.name(false, &info)
+		n := p.name(&info)
 		if n == nil {
 			return nil
 		}
@@ -297,14 +297,14 @@ func (p *parser) specialName() node {
 		}
 		return &specialN{prefix: fmt.Sprintf("reference temporary #%d for ", id), child: n}
 	case "GA":
-		e := p.encoding(false)
+		e := p.encoding()
 		if e == nil {
 			return nil
 		}
 		return &specialN{prefix: "hidden alias for ", child: e}
 	case "GT":
 		k := p.consumeAny()
-		e := p.encoding(false)
+		e := p.encoding()
 		if e == nil {
 			return nil
 		}

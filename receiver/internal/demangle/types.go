@@ -111,7 +111,7 @@ func (p *parser) typ() node {
 		if d := p.peekAt(1); d == 's' || d == 'u' || d == 'e' {
 			p.pos += 2
 			var info nameInfo
-			t = p.name(false, &info)
+			t = p.name(&info)
 			break
 		}
 		t = p.templateParam()
@@ -129,7 +129,7 @@ func (p *parser) typ() node {
 	case 'S':
 		if p.peekAt(1) == 't' {
 			var info nameInfo
-			t = p.name(false, &info)
+			t = p.name(&info)
 			break
 		}
 		s := p.substitution(false)
@@ -214,7 +214,7 @@ func (p *parser) typ() node {
 		t = &builtinN{s: n.(*nameN).s, code: "u"}
 	case 'N', 'Z', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		var info nameInfo
-		t = p.name(false, &info)
+		t = p.name(&info)
 		if t != nil && info.cv+info.ref != "" {
 			t = &qualTypeN{child: t, q: info.cv + info.ref}
 		}
