@@ -41,6 +41,9 @@ func checkInsn(ins *asm.Instruction) string {
 	if ins.Src > asm.R10 {
 		return fmt.Sprintf("invalid source register r%d", ins.Src)
 	}
+	if reason := checkFramePointer(ins); reason != "" {
+		return reason
+	}
 	switch cls := op.Class(); cls {
 	case asm.LdClass:
 		return checkLd(ins, raw)
@@ -73,6 +76,25 @@ func checkInsn(ins *asm.Instruction) string {
 		return checkALU(ins, raw)
 	case asm.JumpClass, asm.Jump32Class:
 		return checkJump(ins, raw)
+	}
+	return ""
+}
+
+// checkFramePointer rejects instructions that write r10, reachable or not.
+func checkFramePointer(ins *asm.Instruction) string {
+	const reason = "r10 (the frame pointer) is read-only"
+	op := ins.OpCode
+	switch op.Class() {
+	case asm.ALUClass, asm.ALU64Class, asm.LdClass, asm.LdXClass:
+		if ins.Dst == asm.R10 {
+			return reason
+		}
+	case asm.StXClass:
+		aop := op.AtomicOp()
+		fetch := aop == asm.Xchg || aop != asm.InvalidAtomic && aop&0x100 != 0 && aop != asm.CmpXchg
+		if op.Mode() == asm.AtomicMode && fetch && ins.Src == asm.R10 {
+			return reason + ": a fetching atomic cannot write it"
+		}
 	}
 	return ""
 }

@@ -142,6 +142,10 @@ func TestRegisters(t *testing.T) {
 			stdw(asm.R10, -8, 1),
 			asm.LoadMem(asm.R10, asm.R10, -8, asm.DWord), asm.Return()),
 			wantErr: "read-only", wantIdx: 1},
+		{name: "r10 written in dead code", insns: ins(asm.Mov.Imm(asm.R0, 0), asm.Return(), asm.Mov.Imm(asm.R10, 0), asm.Return()),
+			wantErr: "read-only", wantIdx: 2},
+		{name: "r10 written by a fetching atomic", insns: ins(stdw(asm.R10, -8, 0), asm.FetchAdd.Mem(asm.R10, asm.R10, asm.DWord, -8),
+			asm.Mov.Imm(asm.R0, 0), asm.Return()), wantErr: "a fetching atomic cannot write it", wantIdx: 1},
 		{name: "r10 copied is fine", insns: ins(asm.Mov.Reg(asm.R1, asm.R10), asm.Add.Imm(asm.R1, -8),
 			stdw(asm.R1, 0, 3), asm.LoadMem(asm.R0, asm.R10, -8, asm.DWord), asm.Return())},
 	})
