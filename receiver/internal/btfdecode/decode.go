@@ -39,9 +39,15 @@ func (d *Decoder) DecodeInto(dst []Field, b []byte) ([]Field, error) {
 			}
 		}
 	}
+	n := len(d.leaves)
+	if cap(dst) < n {
+		dst = make([]Field, n)
+	}
+	dst = dst[:n]
 	for i := range d.leaves {
 		l := &d.leaves[i]
-		f := Field{Name: l.Name, Kind: l.Kind}
+		f := &dst[i]
+		*f = Field{Name: l.Name, Kind: l.Kind}
 		p := b[l.Offset : l.Offset+l.Size]
 		switch l.Kind {
 		case KindString:
@@ -73,7 +79,6 @@ func (d *Decoder) DecodeInto(dst []Field, b []byte) ([]Field, error) {
 				}
 			}
 		}
-		dst = append(dst, f)
 	}
 	return dst, nil
 }
