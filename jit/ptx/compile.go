@@ -351,6 +351,9 @@ func (c *compiler) commentInsn(i int) {
 // insn writes the code of instruction i.
 func (c *compiler) insn(i int) error {
 	ins := &c.insns[i]
+	if ins.OpCode == asm.InvalidOpCode {
+		return c.errf(i, "invalid opcode")
+	}
 	if ins.Dst > asm.R10 || ins.Src > asm.R10 && !ins.OpCode.IsDWordLoad() && !ins.IsFunctionCall() {
 		return c.errf(i, "register out of range (dst r%d, src r%d)", ins.Dst, ins.Src)
 	}
