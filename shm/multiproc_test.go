@@ -112,7 +112,7 @@ func buildCProducer(t *testing.T) string {
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
 		if cc, err = exec.LookPath("cc"); err != nil {
-			t.Skip("no C compiler: the C producer test needs gcc")
+			t.Fatal("no C compiler: the C producer test needs gcc")
 		}
 	}
 	bin := filepath.Join(t.TempDir(), "cproducer")

@@ -11,7 +11,7 @@ import (
 )
 
 // conformanceDir is the bpf_conformance data shared by the project.
-const conformanceDir = "../../../shared/conformance"
+const conformanceDir = "../../testdata/conformance"
 
 func conformanceFiles(t *testing.T, sub string) []string {
 	t.Helper()
@@ -21,7 +21,7 @@ func conformanceFiles(t *testing.T, sub string) []string {
 	}
 	if len(files) == 0 {
 		if _, err := os.Stat(conformanceDir); errors.Is(err, os.ErrNotExist) {
-			t.Skipf("no conformance data at %s", conformanceDir)
+			t.Fatalf("no conformance data at %s", conformanceDir)
 		}
 		t.Fatalf("no .data files in %s/%s", conformanceDir, sub)
 	}

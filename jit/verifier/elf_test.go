@@ -25,7 +25,7 @@ func ctxSize(k jit.ProbeKind) int {
 func TestTestdataObjects(t *testing.T) {
 	objs, _ := filepath.Glob(filepath.Join(bpfDir, "*.o"))
 	if len(objs) == 0 {
-		t.Skip("no objects in testdata/bpf: run make bpf-objects")
+		t.Fatal("no objects in testdata/bpf: run make bpf-objects")
 	}
 	for _, obj := range objs {
 		progs, err := jit.LoadELF(obj)
@@ -53,7 +53,7 @@ func TestTestdataObjects(t *testing.T) {
 func TestSourceLineFromBTF(t *testing.T) {
 	clang, err := exec.LookPath("clang")
 	if err != nil {
-		t.Skip("clang not installed")
+		t.Fatal("clang not installed: the BTF line test needs clang -target bpf")
 	}
 	obj := filepath.Join(t.TempDir(), "unchecked.o")
 	src := filepath.Join(bpfDir, "bad", "unchecked.c")

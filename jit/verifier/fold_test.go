@@ -16,7 +16,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/jit/bpfasm"
 )
 
-const conformanceDir = "../../../shared/conformance"
+const conformanceDir = "../../testdata/conformance"
 
 // sections splits a bpf_conformance .data file into its "-- name" sections.
 func sections(t *testing.T, path string) map[string]string {
@@ -44,7 +44,7 @@ func dataFiles(t *testing.T, sub string) []string {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(conformanceDir, sub, "*.data"))
 	if len(files) == 0 {
-		t.Skipf("no conformance data in %s/%s", conformanceDir, sub)
+		t.Fatalf("no conformance data in %s/%s", conformanceDir, sub)
 	}
 	return files
 }
