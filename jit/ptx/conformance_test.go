@@ -43,15 +43,20 @@ func needPtxas(t testing.TB) bool {
 	return true
 }
 
-// conformancePrograms parses and assembles every tests/*.data file.
-func conformancePrograms(t testing.TB) (names []string, progs []*jit.Program) {
+// conformanceFiles lists tests/*.data, sorted.
+func conformanceFiles(t testing.TB) []string {
 	dir := conformanceDir(t)
 	files, err := filepath.Glob(filepath.Join(dir, "tests", "*.data"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no .data files in %s/tests: %v", dir, err)
 	}
 	sort.Strings(files)
-	for _, f := range files {
+	return files
+}
+
+// conformancePrograms parses and assembles every tests/*.data file.
+func conformancePrograms(t testing.TB) (names []string, progs []*jit.Program) {
+	for _, f := range conformanceFiles(t) {
 		c, err := conformance.ParseFile(f)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)

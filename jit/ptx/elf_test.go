@@ -1,9 +1,12 @@
 package ptx
 
 import (
+	"context"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/jit/verifier"
@@ -63,4 +66,41 @@ func TestTestdataPTXAS(t *testing.T) {
 		return
 	}
 	assembleBatches(t, DefaultArch, fnames, funcs)
+}
+
+// TestSplicedTogether compiles every testdata program twice under two
+// prefixes and assembles all of them as one module: no name may clash,
+// and every module-scope name starts with its program's prefix.
+func TestSplicedTogether(t *testing.T) {
+	names, progs := testdataPrograms(t)
+	var funcs []*Func
+	var fnames []string
+	for k, p := range progs {
+		for _, prefix := range []string{"app_a_" + Sanitize(p.Name), "app_b_" + Sanitize(p.Name)} {
+			f, err := Compile(p, Options{Prefix: prefix})
+			if err != nil {
+				t.Fatalf("%s: %v", names[k], err)
+			}
+			for _, g := range f.Globals {
+				if !strings.HasPrefix(g.Name, prefix+"_") {
+					t.Errorf("%s: global %s lacks the prefix %s", names[k], g.Name, prefix)
+				}
+			}
+			for _, line := range strings.Split(f.Decls, "\n") {
+				if strings.HasPrefix(line, ".func") && !strings.Contains(line, " "+prefix) {
+					t.Errorf("%s: declaration %q lacks the prefix %s", names[k], line, prefix)
+				}
+			}
+			funcs = append(funcs, f)
+			fnames = append(fnames, names[k]+"@"+prefix)
+		}
+	}
+	if !needPtxas(t) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := Assemble(ctx, TestModule(funcs...), DefaultArch); err != nil {
+		t.Fatalf("ptxas rejects %d programs spliced into one module: %v", len(funcs), err)
+	}
 }

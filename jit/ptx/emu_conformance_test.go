@@ -3,7 +3,6 @@ package ptx
 import (
 	"encoding/binary"
 	"path/filepath"
-	"sort"
 	"testing"
 
 	"github.com/gpuprobe/gpuprobe/jit/conformance"
@@ -12,10 +11,16 @@ import (
 // emuRun runs f's test entry as one thread in the PTX interpreter, with
 // mem placed misalign bytes past an 8-byte boundary, and returns r0.
 func emuRun(f *Func, mem []byte, misalign int, setup func(e *emu)) (uint64, *emu, error) {
+	return emuRunAt(f, mem, misalign, 0, setup)
+}
+
+// emuRunAt is emuRun with every allocation moved up by shift bytes.
+func emuRunAt(f *Func, mem []byte, misalign int, shift uint64, setup func(e *emu)) (uint64, *emu, error) {
 	e, err := newEmu(TestModule(f))
 	if err != nil {
 		return 0, nil, err
 	}
+	e.next += shift
 	memR := e.alloc(len(mem)+16, false, "mem")
 	copy(memR.data[misalign:], mem)
 	res := e.alloc(8, false, "result")
@@ -32,9 +37,7 @@ func emuRun(f *Func, mem []byte, misalign int, setup func(e *emu)) (uint64, *emu
 // generated PTX in the interpreter above, with the memory aligned and
 // misaligned (which exercises the byte-wise paths), and checks r0.
 func TestConformanceEmulated(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(conformanceDir(t), "tests", "*.data"))
-	sort.Strings(files)
-	for _, path := range files {
+	for _, path := range conformanceFiles(t) {
 		c, err := conformance.ParseFile(path)
 		if err != nil {
 			t.Fatal(err)

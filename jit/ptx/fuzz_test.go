@@ -9,6 +9,8 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/jit/bpfasm"
+	"github.com/gpuprobe/gpuprobe/jit/conformance"
+	"github.com/gpuprobe/gpuprobe/jit/interp"
 	"github.com/gpuprobe/gpuprobe/jit/verifier"
 )
 
@@ -55,6 +57,72 @@ func FuzzCompile(f *testing.F) {
 		defer cancel()
 		if _, err := Assemble(ctx, TestModule(fn), DefaultArch); err != nil {
 			t.Fatalf("ptxas rejects a verified program: %v\n%v", err, insns)
+		}
+	})
+}
+
+// FuzzDifferential runs random verified programs in the reference
+// interpreter and, through their PTX, in the PTX interpreter of the tests:
+// r0 must agree. Programs that call helpers other than the conformance
+// suite's are skipped (their results depend on the environment).
+func FuzzDifferential(f *testing.F) {
+	for k, path := range conformanceFiles(f) {
+		if k%4 != 0 {
+			continue
+		}
+		c, err := conformance.ParseFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		p, err := c.Program()
+		if err != nil {
+			f.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := p.Insns.Marshal(&buf, binary.LittleEndian); err == nil {
+			f.Add(buf.Bytes(), c.Mem)
+		}
+	}
+	f.Fuzz(func(t *testing.T, code []byte, mem []byte) {
+		if len(mem) > 64 {
+			mem = mem[:64]
+		}
+		insns, err := bpfasm.Decode(code)
+		if err != nil || len(insns) > 256 {
+			return
+		}
+		for _, ins := range insns {
+			if ins.IsBuiltinCall() && ins.Constant != conformance.HelperUnwind {
+				return
+			}
+		}
+		p := &jit.Program{Name: "fuzz", Insns: insns}
+		if _, err := verifier.Verify(p, verifier.Options{CtxSize: len(mem)}); err != nil {
+			return
+		}
+		want, err := interp.Run(p, append([]byte(nil), mem...), &interp.Env{Helpers: conformance.Helpers()})
+		if err != nil {
+			t.Skipf("interpreter: %v", err)
+		}
+		fn, err := Compile(p, Options{Conformance: true})
+		if err != nil {
+			t.Fatalf("verified program does not compile: %v\n%v", err, insns)
+		}
+		got, _, err := emuRun(fn, mem, 0, nil)
+		if err != nil {
+			t.Fatalf("PTX run: %v\n%v", err, insns)
+		}
+		// A result computed from addresses (verified programs may do
+		// arithmetic on pointers) differs between machines: skip those.
+		again, _, err := emuRunAt(fn, mem, 0, 0x123458, nil)
+		if err != nil {
+			t.Fatalf("PTX run at another address: %v\n%v", err, insns)
+		}
+		if again != got {
+			t.Skip("result depends on addresses")
+		}
+		if got != want {
+			t.Fatalf("PTX r0 = %#x, interpreter r0 = %#x\n%v", got, want, insns)
 		}
 	})
 }
