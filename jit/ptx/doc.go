@@ -1,0 +1,102 @@
+// Package ptx compiles verified eBPF programs (jit.Program) into PTX that
+// can be spliced into any CUDA module. It is pure Go: no LLVM.
+//
+// # Output
+//
+// Compile returns a Func: one `.func` for the program, one more for each
+// bpf-to-bpf subprogram, the per-program support routines that helpers need
+// (memcpy, ring output, mailbox requests), and the module-scope globals they
+// read. Every module-scope name starts with Options.Prefix (default
+// "gpuprobe_" + the program name), so any number of programs can share a
+// module. The entry has the signature
+//
+//	.func (.param .b64 ret) PREFIX (.param .b64 ctx, .param .b64 ctx_len)
+//
+// with r1 = ctx, r2 = ctx_len at entry and r0 returned. The code is
+// `.version 7.8` and targets Options.Arch (default sm_90, at least sm_70).
+// TestKernel wraps a program into a standalone module with an `.entry`
+// PREFIX_test(mem, mem_len, result) that runs it once per thread on the
+// thread's own copy of mem; ptxas checks and the GPU conformance runner use
+// it.
+//
+// # Code generation
+//
+// r0..r10 are .b64 registers; each .func that uses r10 gets its own 512-byte
+// `.local` frame and r10 is the generic address of its top, so r6..r9 are
+// callee-saved and every call has a fresh stack. Memory accesses are
+// generic ld/st, so stack, context and map values (host-registered shm) all
+// work. Semantics follow RFC 9669 exactly: ALU32 results are zero-extended;
+// division by zero gives 0 and modulo by zero leaves dst (ALU32: its low 32
+// bits); signed INT_MIN / -1 gives INT_MIN and INT_MIN % -1 gives 0 (all
+// with predicates, never executing a PTX division that is undefined);
+// shift counts are masked to 31/63; byte swaps use prmt.b32; JMP32 compares
+// the low 32 bits; ja32 and bpf-to-bpf calls are supported.
+//
+// Safety in someone else's kernel:
+//   - A load or store through a pointer other than r10 checks alignment at
+//     run time and falls back to byte accesses, because a misaligned access
+//     faults the whole CUDA context. Options.AssumeAligned drops the check.
+//   - PTX atomics are undefined on .local memory, so an atomic whose address
+//     is on the stack (isspacep.local) or misaligned becomes a plain
+//     read-modify-write (the stack is private to the thread).
+//   - Loops: every taken backward jump spends one unit of jit.LoopBudget
+//     (Options.LoopBudget), shared across subprogram calls; the jump after
+//     the last unit ends the program with r0 = 0, as in the interpreter.
+//   - Helper 507 (exit) executes PTX `exit`: the calling thread ends at once
+//     and the rest of the kernel does not run for it (bpftime's behaviour).
+//     Use it only in kernels that do not synchronise (bar.sync) afterwards.
+//
+// # Maps and globals
+//
+// An LD_IMM64 map reference puts an opaque handle in the register; helpers
+// find the map from the last load of the handle in the same straight-line
+// block, or else compare the handle against every map at run time. Each map
+// has a `.global .u64 PREFIX_map_NAME` that the injector sets to the device
+// address of the map's shm region (0: not attached, lookups give NULL);
+// per-thread (1502) and per-warp (1600) arrays also have
+// PREFIX_map_NAME_lanes = the region header's lanes field, kept in device
+// memory so a lookup does not read the header over PCIe. Func.Globals lists
+// them with their kind. Layouts are shm's (shm/doc.go, version 1):
+//
+//   - 1503 array: value of key k at base + 512 + k*align8(value_size).
+//   - 1502 per-thread array: base + 512 + (k*lanes + thread)*stride, thread
+//     = the global linear thread index; 1600 per-warp: warp = thread/32.
+//     Out-of-range keys or lanes give NULL. Updates copy the value, with
+//     Linux's array flags rules; delete gives -EINVAL.
+//   - 1527 ring buffer: perf_event_output(ctx, map, flags, data, size)
+//     follows the shm producer protocol (oversize check, full check against
+//     tail, atom.add on head, late-drop accounting in slot_drops, payload
+//     copy, st.release.sys of seq); it never waits. It returns 0, -ENOSPC
+//     (dropped, counted), -E2BIG (larger than a slot, counted) or -ENOENT
+//     (ring not attached). Records have slot type RingRecordType (0).
+//   - Direct value loads (global data, src = BPF_PSEUDO_MAP_VALUE) give
+//     base + 512 + offset.
+//
+// PREFIX_launch_id holds the launch id for helper 606; PREFIX_mailbox the
+// device address of the host-call mailbox region.
+//
+// # Host calls
+//
+// trace_printk (6), puts (501) and map helpers on maps that are not GPU
+// maps (hash, array: the host path) post a request in the mailbox (shm
+// "Mailbox" protocol) and wait for the answer, bounded by the region's
+// timeout_ns or Options.HostCallTimeout (100 µs), measured on %globaltimer;
+// on timeout (or without a mailbox) they return -ETIMEDOUT (-110). The
+// request's args are r1..r5 (for map helpers: args[0] = the map's index in
+// Program.Maps, then r2, r3, r4); the payload is the format string
+// (trace_printk, at most fmt_size bytes), the NUL-terminated string (puts),
+// or the key followed by the value (map helpers). A host-map lookup's answer
+// is the byte offset of the value in the map's region, which the host keeps
+// registered with the device; the GPU code adds the region's base (a
+// negative answer means no entry: NULL).
+//
+// # Helpers inline
+//
+// 14 pid_tgid = Options.PidTgid; 502 %globaltimer; 503/504/505/508 store
+// %ctaid/%ntid/%tid/%nctaid x, y, z through r1, r2, r3; 506 membar.sys;
+// 509/510/511 %smid/%warpid/%laneid. Warp helpers work over the active
+// lanes (activemask): 600 leader = lowest active lane; 601/602/603
+// sum/min/max of a u64 with redux.sync (sm_80+: the sum adds four 16-bit
+// chunks, min/max reduce high words then low words) or a shfl.sync loop
+// over the active lanes before sm_80; 604 popc(activemask); 605 activemask.
+package ptx
