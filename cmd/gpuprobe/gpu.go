@@ -110,6 +110,7 @@ func ptxArch(major, minor int) string {
 	return fmt.Sprintf("sm_%d%d", major, minor)
 }
 
+// Name names the runner and its device.
 func (r *gpuRunner) Name() string { return "gpu " + r.name + " (" + r.arch + ")" }
 
 // Run compiles p, runs it as 1 and 32 threads, and returns r0.

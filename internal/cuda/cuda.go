@@ -175,6 +175,7 @@ type Error struct {
 	Log  string // the JIT error log, for module loads
 }
 
+// Error formats the call, the CUresult and the JIT log if any.
 func (e *Error) Error() string {
 	s := fmt.Sprintf("%s: %s (%d)", e.Op, e.Name, e.Code)
 	if e.Msg != "" {

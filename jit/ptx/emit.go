@@ -46,6 +46,7 @@ func (e *emitter) comment(text string) {
 	e.b = append(e.b, '\n')
 }
 
+// String returns a copy of the text.
 func (e *emitter) String() string { return string(e.b) }
 
 // take returns the text without copying; the emitter must not be used
