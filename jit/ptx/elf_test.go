@@ -104,3 +104,26 @@ func TestSplicedTogether(t *testing.T) {
 		t.Fatalf("ptxas rejects %d programs spliced into one module: %v", len(funcs), err)
 	}
 }
+
+// TestOtherArchs assembles the testdata programs for older targets, where
+// the warp reductions take the shfl.sync loop (before sm_80).
+func TestOtherArchs(t *testing.T) {
+	names, progs := testdataPrograms(t)
+	for _, arch := range []string{"sm_70", "sm_75", "sm_80"} {
+		var funcs []*Func
+		for k, p := range progs {
+			f, err := Compile(p, Options{Arch: arch})
+			if err != nil {
+				t.Fatalf("%s for %s: %v", names[k], arch, err)
+			}
+			if f.Arch != arch || !strings.Contains(TestModule(f), ".target "+arch+"\n") {
+				t.Fatalf("%s: module not targeted at %s", names[k], arch)
+			}
+			funcs = append(funcs, f)
+		}
+		if !needPtxas(t) {
+			return
+		}
+		assembleBatches(t, arch, names, funcs)
+	}
+}
