@@ -90,7 +90,8 @@ func StartJaeger(ctx context.Context, bin, dir string) (*Jaeger, error) {
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, ports[0], ports[1], ports[2]), 0o644); err != nil {
 		return nil, fmt.Errorf("jaeger config: %w", err)
 	}
-	p, err := Start("jaeger", bin, []string{"--config", cfg}, dir, nil)
+	// Jaeger's own tracer would export to localhost:4317: keep it off.
+	p, err := Start("jaeger", bin, []string{"--config", cfg}, dir, []string{"OTEL_TRACES_EXPORTER=none", "OTEL_SDK_DISABLED=true"})
 	if err != nil {
 		return nil, err
 	}

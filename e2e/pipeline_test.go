@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -222,16 +221,26 @@ func TestDistributionExportsOTLP(t *testing.T) {
 
 	t.Run("collector self-metrics", func(t *testing.T) {
 		self := "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metrics"
-		fams, err := Scrape(ctx, self)
+		err := Eventually(ctx, 10*time.Second, 250*time.Millisecond, func(ctx context.Context) error {
+			fams, err := Scrape(ctx, self)
+			if err != nil {
+				return err
+			}
+			name, fam := Family(fams, "otelcol_receiver_accepted_spans")
+			if fam == nil {
+				return fmt.Errorf("no otelcol_receiver_accepted_spans[_total] among %v", FamilyNames(fams))
+			}
+			ms := FindMetric(fams, name, map[string]string{"receiver": "otlp"})
+			if len(ms) != 1 {
+				return fmt.Errorf("%d %s series for receiver otlp, want 1", len(ms), name)
+			}
+			if v := ms[0].GetCounter().GetValue(); v != 3 {
+				return fmt.Errorf("%s = %v, want 3", name, v)
+			}
+			return nil
+		})
 		if err != nil {
 			t.Fatal(err)
-		}
-		ms := FindMetric(fams, "otelcol_receiver_accepted_spans_total", map[string]string{"receiver": "otlp"})
-		if len(ms) == 0 {
-			t.Fatal(errors.New("no otelcol_receiver_accepted_spans_total for the otlp receiver"))
-		}
-		if v := ms[0].GetCounter().GetValue(); v != 3 {
-			t.Errorf("accepted spans = %v, want 3", v)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"time"
 
@@ -146,6 +147,27 @@ func Scrape(ctx context.Context, u string) (map[string]*dto.MetricFamily, error)
 		return nil, fmt.Errorf("scrape %s: parsing the text format: %w", u, err)
 	}
 	return fams, nil
+}
+
+// Family returns the family named base, or base+"_total" (exporters differ
+// on the suffix of counters), and the name it was found under.
+func Family(fams map[string]*dto.MetricFamily, base string) (string, *dto.MetricFamily) {
+	for _, n := range []string{base, base + "_total"} {
+		if f, ok := fams[n]; ok {
+			return n, f
+		}
+	}
+	return "", nil
+}
+
+// FamilyNames lists the family names, sorted (for error messages).
+func FamilyNames(fams map[string]*dto.MetricFamily) []string {
+	names := make([]string, 0, len(fams))
+	for n := range fams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // Labels returns a metric's labels as a map.

@@ -16,10 +16,11 @@ import (
 )
 
 // loadgenKernels are the mangled names loadgen writes (round-robin) and the
-// demangled names the receiver must give their spans and series.
+// demangled names the receiver must give their spans and series: the
+// qualified name with template arguments, without the parameter list.
 var loadgenKernels = []struct{ mangled, demangled string }{
-	{"_Z6vecAddPfS_S_i", "vecAdd(float*, float*, float*, int)"},
-	{"_Z9matrixMulPKfS0_Pfii", "matrixMul(float const*, float const*, float*, int, int)"},
+	{"_Z6vecAddPfS_S_i", "vecAdd"},                              // void vecAdd(float*, float*, float*, int)
+	{"_ZN4gemm6kernelILi128EEEvPKfS2_Pfi", "gemm::kernel<128>"}, // void gemm::kernel<128>(float const*, float const*, float*, int)
 }
 
 // TestReceiverEndToEnd runs the whole pipeline with real components: the
@@ -173,11 +174,14 @@ func TestReceiverEndToEnd(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			read := sumFamily(fams, "otelcol_gpuprobe_receiver_records_read_total")
+			read, ok := sumFamily(fams, "otelcol_gpuprobe_receiver_records_read")
+			if !ok {
+				return fmt.Errorf("no otelcol_gpuprobe_receiver_records_read[_total] among %v", FamilyNames(fams))
+			}
 			if read != float64(published) {
 				return fmt.Errorf("records read = %v, want the %d loadgen published", read, published)
 			}
-			if d := sumFamily(fams, "otelcol_gpuprobe_receiver_records_dropped_total"); d != 0 {
+			if d, _ := sumFamily(fams, "otelcol_gpuprobe_receiver_records_dropped"); d != 0 {
 				return fmt.Errorf("records dropped = %v, want 0", d)
 			}
 			return nil
@@ -243,6 +247,14 @@ func checkLaunchTraces(t *testing.T, traces []JaegerTrace, launches, gridX, bloc
 		if v, _ := root.Tag("code.function.name"); v != root.OperationName {
 			t.Errorf("trace %s: code.function.name = %v, want the span name %q", tr.TraceID, v, root.OperationName)
 		}
+		for _, k := range loadgenKernels {
+			if k.demangled != root.OperationName {
+				continue
+			}
+			if v, _ := root.Tag("cuda.kernel.mangled_name"); v != k.mangled {
+				t.Errorf("trace %s: cuda.kernel.mangled_name = %v, want %q", tr.TraceID, v, k.mangled)
+			}
+		}
 		if id, ok := root.Tag("cuda.launch.id"); ok {
 			if f, isNum := id.(float64); isNum {
 				ids[int64(f)] = true
@@ -267,11 +279,12 @@ func checkLaunchTraces(t *testing.T, traces []JaegerTrace, launches, gridX, bloc
 	}
 }
 
-// sumFamily adds up every counter (or untyped/gauge) sample of one family.
-func sumFamily(fams map[string]*dto.MetricFamily, name string) float64 {
-	var s float64
-	for _, m := range fams[name].GetMetric() {
-		s += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+// sumFamily adds up every counter (or gauge/untyped) sample of the family
+// base or base_total; ok is false when neither exists.
+func sumFamily(fams map[string]*dto.MetricFamily, base string) (sum float64, ok bool) {
+	_, fam := Family(fams, base)
+	for _, m := range fam.GetMetric() {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
 	}
-	return s
+	return sum, fam != nil
 }
