@@ -21,19 +21,23 @@ template __global__ void scale<float, 1>(float *, float, size_t);
 template __global__ void scale<double, 2>(double *, double, size_t);
 template __global__ void scale<int8_t, 4>(int8_t *, int8_t, size_t);
 
-__device__ __noinline__ float loadAny(const float *p)
+// bump loads and stores through a generic pointer (ld.f32 / st.f32 with
+// no state space): the pointer may be global or shared.
+__device__ __noinline__ float bump(float *p)
 {
-    return *p; // a generic-space ld: the pointer may be global or shared
+    float v = *p + 1.0f;
+    *p = v;
+    return v;
 }
 
-__global__ void laneSum(const float *in, float *out)
+__global__ void laneSum(float *in, float *out)
 {
     __shared__ float buf[32];
     unsigned lane;
     asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
-    buf[lane] = loadAny(in + threadIdx.x);
+    buf[lane] = bump(in + threadIdx.x);
     __syncwarp();
-    float s = loadAny(&buf[lane ^ 1]);
+    float s = bump(&buf[lane ^ 1]);
     unsigned r;
     asm("{\n\t"
         " .reg .pred p;\n\t"

@@ -6,7 +6,7 @@
 // cached under the system temporary directory, keyed by the toolkit
 // version, the arguments and the sources, so that repeated runs are fast.
 //
-// Environment: NVCC and CUOBJDUMP override the tools' paths; NVCC_CCBIN
+// Environment: NVCC, CUOBJDUMP and PTXAS override the tools' paths; NVCC_CCBIN
 // sets nvcc's host compiler (by default clang-14 is used with CUDA 11.x
 // when the system gcc is newer than CUDA 11 accepts, as on Debian 12).
 package fatbintest
@@ -30,6 +30,7 @@ import (
 type Toolkit struct {
 	NVCC      string // path of nvcc
 	Cuobjdump string // path of cuobjdump
+	Ptxas     string // path of ptxas
 	Release   string // "11.8"
 	Major     int    // 11
 	CCBin     string // host compiler passed as -ccbin, "" for nvcc's default
@@ -58,6 +59,9 @@ func find() (*Toolkit, error) {
 		return nil, err
 	}
 	if t.Cuobjdump, err = tool("CUOBJDUMP", "cuobjdump"); err != nil {
+		return nil, err
+	}
+	if t.Ptxas, err = tool("PTXAS", "ptxas"); err != nil {
 		return nil, err
 	}
 	out, err := exec.Command(t.NVCC, "--version").CombinedOutput()
@@ -232,4 +236,28 @@ func List(tb testing.TB, file string, all bool) []Listed {
 		res = append(res, Listed{Kind: f[0], N: n, Name: strings.TrimSpace(name)})
 	}
 	return res
+}
+
+// Ptxas assembles a PTX file for arch ("sm_90") with -v and returns the
+// names of the entry functions it compiled, in its order.
+func Ptxas(tb testing.TB, arch, ptxFile string) []string {
+	tb.Helper()
+	t := Find(tb)
+	out := filepath.Join(tb.TempDir(), "out.cubin")
+	cmd := exec.Command(t.Ptxas, "-v", "-arch", arch, "-o", out, ptxFile)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("fatbintest: ptxas -arch %s %s: %v\n%s", arch, ptxFile, err, b)
+	}
+	// "ptxas info    : Compiling entry function '_Z9vectorAddPKfS0_Pfi' for 'sm_80'"
+	var names []string
+	for _, line := range strings.Split(string(b), "\n") {
+		_, rest, ok := strings.Cut(line, "Compiling entry function '")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, "'")
+		names = append(names, name)
+	}
+	return names
 }
