@@ -1,0 +1,254 @@
+package shim
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/record"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// built are the binaries every test uses, compiled once per test run.
+type built struct {
+	dir       string // holds libcuda.so.1 (the MOCK driver)
+	shim      string // libgpuprobe.so
+	app       string // dlopen-based test app
+	appDirect string // the test app linked with -lcuda
+}
+
+var (
+	buildOnce sync.Once
+	buildRes  *built
+	buildErr  error
+	buildDir  string
+)
+
+// cflags are the shim's compiler flags (the same as shim/shim.mk).
+var cflags = []string{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
+	"-Isrc", "-I../shm/include", "-I../record/include"}
+
+func gcc(args ...string) error {
+	out, err := exec.Command("gcc", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("gcc %v: %w\n%s", args, err, out)
+	}
+	return nil
+}
+
+func build() (*built, error) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		return nil, fmt.Errorf("gcc not found: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "gpuprobe-shim-test")
+	if err != nil {
+		return nil, err
+	}
+	buildDir = dir
+	b := &built{dir: dir, shim: filepath.Join(dir, "libgpuprobe.so"), app: filepath.Join(dir, "app"),
+		appDirect: filepath.Join(dir, "app-direct")}
+	srcs, err := filepath.Glob("src/*.c")
+	if err != nil || len(srcs) == 0 {
+		return nil, fmt.Errorf("no shim sources: %v", err)
+	}
+	steps := [][]string{
+		append(append(append([]string{}, cflags...), "-o", b.shim), append(srcs, "-ldl", "-lpthread")...),
+		// The MOCK driver: -Bsymbolic like the real one, so that its own
+		// references to its entry points are not interposed by the shim.
+		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
+			"-o", filepath.Join(dir, "libcuda.so.1"), "testdata/mock_libcuda.c"},
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.app, "testdata/app.c", "-ldl", "-lpthread"},
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c",
+			filepath.Join(dir, "libcuda.so.1"), "-Wl,-rpath," + dir, "-ldl", "-lpthread"},
+	}
+	for _, s := range steps {
+		if err := gcc(s...); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func binaries(tb testing.TB) *built {
+	tb.Helper()
+	buildOnce.Do(func() { buildRes, buildErr = build() })
+	if buildErr != nil {
+		tb.Fatalf("building the shim and its test programs: %v", buildErr)
+	}
+	return buildRes
+}
+
+// session is one client of the test agent: its peer and its ring.
+type session struct {
+	peer *agent.Peer
+	ring *shm.Ring
+}
+
+// testAgent is a real agent socket server (package agent) handing each
+// client its own launch ring, as the receiver does.
+type testAgent struct {
+	srv  *agent.Server
+	path string
+
+	mu       sync.Mutex
+	sessions []*session
+	gone     int
+}
+
+func startAgent(tb testing.TB, slotSize, slots uint32, opts agent.Options) *testAgent {
+	tb.Helper()
+	a := &testAgent{path: filepath.Join(tb.TempDir(), "agent.sock")}
+	opts.Path = a.path
+	srv, err := agent.Listen(opts, agent.Callbacks{
+		Connect: func(p *agent.Peer) ([]agent.Offer, error) {
+			ring, err := shm.CreateRing(slotSize, slots)
+			if err != nil {
+				return nil, err
+			}
+			a.mu.Lock()
+			a.sessions = append(a.sessions, &session{peer: p, ring: ring})
+			a.mu.Unlock()
+			return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}, nil
+		},
+		Disconnect: func(*agent.Peer) {
+			a.mu.Lock()
+			a.gone++
+			a.mu.Unlock()
+		},
+	})
+	if err != nil {
+		tb.Fatalf("agent.Listen: %v", err)
+	}
+	a.srv = srv
+	tb.Cleanup(func() {
+		srv.Close()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, s := range a.sessions {
+			s.ring.Close()
+		}
+	})
+	return a
+}
+
+// waitGone waits until n clients have disconnected (their records are all
+// in their rings by then).
+func (a *testAgent) waitGone(tb testing.TB, n int) []*session {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a.mu.Lock()
+		gone, ss := a.gone, append([]*session(nil), a.sessions...)
+		a.mu.Unlock()
+		if gone >= n {
+			return ss
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d of %d clients disconnected after 10 s", gone, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stream is what one ring carried, decoded.
+type stream struct {
+	launches []record.Launch
+	names    map[uint64]string // function handle → name
+	nameRecs []record.KernelName
+	syncs    []record.Sync
+	memcpys  []record.Memcpy
+}
+
+func readRing(tb testing.TB, ring *shm.Ring) *stream {
+	tb.Helper()
+	st := &stream{names: map[uint64]string{}}
+	c := ring.NewConsumer(shm.ConsumerOptions{})
+	c.Read(0, func(r shm.Record) {
+		p, err := record.ParsePrefix(r.Payload)
+		if err != nil {
+			tb.Errorf("ticket %d: %v", r.Ticket, err)
+			return
+		}
+		if uint32(p.Type) != r.Type {
+			tb.Errorf("ticket %d: slot type %d, record type %d", r.Ticket, r.Type, p.Type)
+		}
+		var derr error
+		switch p.Type {
+		case record.TypeLaunch:
+			var l record.Launch
+			if derr = l.Decode(r.Payload); derr == nil {
+				if _, ok := st.names[l.Function]; !ok {
+					tb.Errorf("launch %d of function %#x came before its kernel-name record", l.LaunchID, l.Function)
+				}
+				st.launches = append(st.launches, l)
+			}
+		case record.TypeKernelName:
+			var k record.KernelName
+			if derr = k.Decode(r.Payload); derr == nil {
+				st.names[k.Function] = k.Name
+				st.nameRecs = append(st.nameRecs, k)
+			}
+		case record.TypeSync:
+			var s record.Sync
+			if derr = s.Decode(r.Payload); derr == nil {
+				st.syncs = append(st.syncs, s)
+			}
+		case record.TypeMemcpy:
+			var m record.Memcpy
+			if derr = m.Decode(r.Payload); derr == nil {
+				st.memcpys = append(st.memcpys, m)
+			}
+		default:
+			tb.Errorf("ticket %d: unexpected record type %v", r.Ticket, p.Type)
+		}
+		if derr != nil {
+			tb.Errorf("ticket %d: %v", r.Ticket, derr)
+		}
+	})
+	if s := ring.Stats(); s.Dropped != 0 || s.Oversize != 0 {
+		tb.Errorf("ring dropped %d and rejected %d oversize records", s.Dropped, s.Oversize)
+	}
+	return st
+}
+
+// run runs a test program with env added, returning stdout and stderr.
+func run(tb testing.TB, b *built, env []string, prog string, args ...string) (string, string, error) {
+	tb.Helper()
+	cmd := exec.Command(prog, args...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=", "GPUPROBE_SOCKET=", "GPUPROBE_DISABLE=")
+	cmd.Env = append(cmd.Env, env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+func preload(b *built, socket string) []string {
+	return []string{"LD_PRELOAD=" + b.shim, "GPUPROBE_SOCKET=" + socket}
+}
+
+// program returns the binary for an app mode.
+func (b *built) program(mode string) string {
+	if mode == "direct" {
+		return b.appDirect
+	}
+	return b.app
+}
+
+func sortedNames(m map[uint64]string) []string {
+	var s []string
+	for _, n := range m {
+		s = append(s, n)
+	}
+	sort.Strings(s)
+	return s
+}
+
+func newRing() (*shm.Ring, error) { return shm.CreateRing(256, 1024) }

@@ -1,0 +1,75 @@
+/*
+ * cutypes.h - the few CUDA driver API types the shim needs, declared here so
+ * that libgpuprobe.so builds without any CUDA header or library. They match
+ * cuda.h (CUDA 11.8 and 12.x/13.x) in size and layout: handles are opaque
+ * pointers, CUresult is an int-sized enum, CUlaunchConfig is the CUDA 12
+ * struct, CUDA_KERNEL_NODE_PARAMS the v1 struct (v2 extends it).
+ */
+#ifndef GPUPROBE_SHIM_CUTYPES_H
+#define GPUPROBE_SHIM_CUTYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef int CUjit_option;
+typedef int CUjitInputType;
+typedef int CUlibraryOption;
+typedef uint64_t cuuint64_t;
+typedef uint64_t CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef struct CUstream_st *CUstream;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUlinkState_st *CUlinkState;
+typedef int CUdriverProcAddressQueryResult;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND 302
+#define CUDA_ERROR_NOT_FOUND 500
+
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM 1
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+
+/* CU_STREAM_PER_THREAD: the handle of the per-thread default stream. */
+#define GP_CU_STREAM_PER_THREAD ((uint64_t)0x2)
+
+/* CUgraphNodeType: a kernel node, a child graph node. */
+#define GP_CU_GRAPH_NODE_TYPE_KERNEL 0
+#define GP_CU_GRAPH_NODE_TYPE_GRAPH 4
+
+/* CUlaunchConfig (CUDA 12.0+). */
+typedef struct {
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	CUstream hStream;
+	void *attrs;
+	unsigned int numAttrs;
+} CUlaunchConfig;
+
+/* CUDA_KERNEL_NODE_PARAMS_v2 (CUDA 12.0+): v1's fields, then kern and ctx. */
+typedef struct {
+	CUfunction func;
+	unsigned int gridDimX, gridDimY, gridDimZ;
+	unsigned int blockDimX, blockDimY, blockDimZ;
+	unsigned int sharedMemBytes;
+	void **kernelParams;
+	void **extra;
+	CUkernel kern;
+	CUcontext ctx;
+} GPkernelNodeParams;
+
+/* __fatBinC_Wrapper_t: what nvcc's host stub registers. */
+#define GP_FATBIN_WRAPPER_MAGIC 0x466243B1u
+#define GP_FATBIN_CONTAINER_MAGIC 0xBA55ED50u
+
+#endif /* GPUPROBE_SHIM_CUTYPES_H */

@@ -1,0 +1,273 @@
+/*
+ * gp.h - internal interfaces of libgpuprobe.so (the in-application shim).
+ *
+ * Layout of the sources:
+ *   intercept.c  dlsym and cuGetProcAddress interposition, the API table and
+ *                the wrapper slots
+ *   wrap_load.c  module/library loads, function and kernel lookups, cuLink*
+ *   wrap_launch.c launches (cuLaunchKernel*, cuLaunchCooperativeKernel*,
+ *                cuGraphLaunch) and graph instantiation
+ *   wrap_misc.c  synchronisation and memcpy records
+ *   session.c    the agent socket handshake, the launch ring, fork
+ *   handles.c    function handle -> kernel name table, name records
+ *   image.c      classifying code images; the patching hook
+ *   trace.c      GPUPROBE_TRACE logging and the exit summary
+ *
+ * Only dlsym and the cu* entry points are exported (-fvisibility=hidden).
+ */
+#ifndef GPUPROBE_SHIM_GP_H
+#define GPUPROBE_SHIM_GP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "cutypes.h"
+#include "gpuprobe_record.h"
+#include "gpuprobe_shm.h"
+
+#define GP_HIDDEN __attribute__((visibility("hidden")))
+#define GP_EXPORT __attribute__((visibility("default")))
+#define GP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Default agent socket: config.DefaultSocket of the receiver. */
+#define GP_DEFAULT_SOCKET "/run/gpuprobe/agent.sock"
+/* Default bound on connect + HELLO + WELCOME, in milliseconds. */
+#define GP_DEFAULT_TIMEOUT_MS 200
+
+/*
+ * The wrapped driver API. X(ID, base name, exported name 0, exported name 1,
+ * per-thread-stream mask, min_ver, max_ver):
+ *   - the exported names are the ABI symbols libcuda exports for this
+ *     signature (bit i of the mask: name i is a _ptsz/_ptds variant);
+ *   - min_ver/max_ver: the cudaVersion range of cuGetProcAddress requests
+ *     for which a pointer that matches none of the exported names may still
+ *     be wrapped by name (the signature never changed in that range);
+ *     min_ver -1 = only a pointer that matches an exported name is wrapped.
+ */
+#define GP_APIS(X)                                                                              \
+	X(GETPROC, "cuGetProcAddress", "cuGetProcAddress", NULL, 0, 11030, 12000)                \
+	X(GETPROC2, "cuGetProcAddress", "cuGetProcAddress_v2", NULL, 0, 12000, 0)                \
+	X(MOD_LOAD, "cuModuleLoad", "cuModuleLoad", NULL, 0, 0, 0)                                \
+	X(MOD_LOAD_DATA, "cuModuleLoadData", "cuModuleLoadData", NULL, 0, 0, 0)                   \
+	X(MOD_LOAD_DATA_EX, "cuModuleLoadDataEx", "cuModuleLoadDataEx", NULL, 0, 0, 0)            \
+	X(MOD_LOAD_FATBIN, "cuModuleLoadFatBinary", "cuModuleLoadFatBinary", NULL, 0, 0, 0)       \
+	X(MOD_GET_FUNCTION, "cuModuleGetFunction", "cuModuleGetFunction", NULL, 0, 0, 0)          \
+	X(LIB_LOAD_DATA, "cuLibraryLoadData", "cuLibraryLoadData", NULL, 0, 12000, 0)             \
+	X(LIB_LOAD_FILE, "cuLibraryLoadFromFile", "cuLibraryLoadFromFile", NULL, 0, 12000, 0)     \
+	X(LIB_GET_KERNEL, "cuLibraryGetKernel", "cuLibraryGetKernel", NULL, 0, 12000, 0)          \
+	X(KERNEL_GET_FUNCTION, "cuKernelGetFunction", "cuKernelGetFunction", NULL, 0, 12000, 0)   \
+	X(LINK_CREATE, "cuLinkCreate", "cuLinkCreate", "cuLinkCreate_v2", 0, 0, 0)                \
+	X(LINK_ADD_DATA, "cuLinkAddData", "cuLinkAddData", "cuLinkAddData_v2", 0, 0, 0)           \
+	X(LINK_ADD_FILE, "cuLinkAddFile", "cuLinkAddFile", "cuLinkAddFile_v2", 0, 0, 0)           \
+	X(LINK_COMPLETE, "cuLinkComplete", "cuLinkComplete", NULL, 0, 0, 0)                       \
+	X(LAUNCH, "cuLaunchKernel", "cuLaunchKernel", "cuLaunchKernel_ptsz", 2, 0, 0)             \
+	X(LAUNCH_EX, "cuLaunchKernelEx", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", 2, 11060, 0) \
+	X(LAUNCH_COOP, "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel",                  \
+	  "cuLaunchCooperativeKernel_ptsz", 2, 0, 0)                                               \
+	X(GRAPH_LAUNCH, "cuGraphLaunch", "cuGraphLaunch", "cuGraphLaunch_ptsz", 2, 0, 0)          \
+	X(GRAPH_INST_FLAGS, "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags", NULL,   \
+	  0, 11040, 0)                                                                             \
+	X(GRAPH_INST_PARAMS, "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams",      \
+	  "cuGraphInstantiateWithParams_ptsz", 2, 12000, 0)                                        \
+	X(GRAPH_INST_V2, "cuGraphInstantiate", "cuGraphInstantiate", "cuGraphInstantiate_v2", 0,  \
+	  -1, 0)                                                                                   \
+	X(STREAM_SYNC, "cuStreamSynchronize", "cuStreamSynchronize", "cuStreamSynchronize_ptsz",  \
+	  2, 0, 0)                                                                                 \
+	X(CTX_SYNC, "cuCtxSynchronize", "cuCtxSynchronize", NULL, 0, -1, 0)                       \
+	X(MEMCPY, "cuMemcpy", "cuMemcpy", "cuMemcpy_ptds", 2, 4000, 0)                            \
+	X(MEMCPY_ASYNC, "cuMemcpyAsync", "cuMemcpyAsync", "cuMemcpyAsync_ptsz", 2, 4000, 0)       \
+	X(MEMCPY_HTOD, "cuMemcpyHtoD", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds", 2, 3020, 0)     \
+	X(MEMCPY_DTOH, "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds", 2, 3020, 0)     \
+	X(MEMCPY_DTOD, "cuMemcpyDtoD", "cuMemcpyDtoD_v2", "cuMemcpyDtoD_v2_ptds", 2, 3020, 0)     \
+	X(MEMCPY_HTOD_ASYNC, "cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2",                         \
+	  "cuMemcpyHtoDAsync_v2_ptsz", 2, 3020, 0)                                                 \
+	X(MEMCPY_DTOH_ASYNC, "cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2",                         \
+	  "cuMemcpyDtoHAsync_v2_ptsz", 2, 3020, 0)
+
+enum gp_api_id {
+#define GP_X_ENUM(ID, ...) GP_FN_##ID,
+	GP_APIS(GP_X_ENUM)
+#undef GP_X_ENUM
+	GP_FN_COUNT
+};
+
+/* Slots per API: GP_XSLOTS for the exported symbols (index = name index),
+ * then GP_NDYN for pointers handed out by dlsym/cuGetProcAddress. */
+#define GP_XSLOTS 2
+#define GP_NDYN 4
+#define GP_NSLOTS (GP_XSLOTS + GP_NDYN)
+
+/* One wrapper's state: the real entry point it calls. */
+struct gp_slot {
+	void *real;      /* the driver's function (atomic; set once) */
+	uint32_t claim;  /* dynamic slots: 1 once taken */
+	uint16_t api;    /* enum gp_api_id */
+	uint8_t ptsz;    /* a per-thread-default-stream variant */
+	uint8_t called;  /* the first call was traced */
+};
+
+struct gp_api {
+	const char *base;
+	const char *names[GP_XSLOTS];
+	unsigned ptsz_mask;
+	int min_ver, max_ver;
+	struct gp_slot *slots;   /* GP_NSLOTS */
+	void *const *wrappers;   /* GP_NDYN, for slots GP_XSLOTS.. */
+};
+
+#define GP_X_DECL(ID, ...)                                  \
+	extern GP_HIDDEN struct gp_slot gp_slots_##ID[GP_NSLOTS]; \
+	extern GP_HIDDEN void *const gp_wrappers_##ID[GP_NDYN];
+GP_APIS(GP_X_DECL)
+#undef GP_X_DECL
+
+extern GP_HIDDEN const struct gp_api gp_apis[GP_FN_COUNT];
+
+/* Defines the slots of an API and its GP_NDYN dynamic wrappers; needs
+ * GP_P_<ID> (parameter list), GP_A_<ID> (argument list) and
+ * gp_i_<ID>(struct gp_slot *, params) defined before. */
+#define GP_DYN_WRAPPER(ID, i)                                 \
+	static CUresult gp_w_##ID##_##i(GP_P_##ID)            \
+	{                                                      \
+		return gp_i_##ID(&gp_slots_##ID[GP_XSLOTS + i], GP_A_##ID); \
+	}
+#define GP_DEFINE_API(ID)                                                          \
+	GP_HIDDEN struct gp_slot gp_slots_##ID[GP_NSLOTS] = {                      \
+		[0 ... GP_NSLOTS - 1] = {.api = GP_FN_##ID}};                     \
+	GP_DYN_WRAPPER(ID, 0)                                                      \
+	GP_DYN_WRAPPER(ID, 1)                                                      \
+	GP_DYN_WRAPPER(ID, 2)                                                      \
+	GP_DYN_WRAPPER(ID, 3)                                                      \
+	GP_HIDDEN void *const gp_wrappers_##ID[GP_NDYN] = {                        \
+		(void *)gp_w_##ID##_0, (void *)gp_w_##ID##_1, (void *)gp_w_##ID##_2, \
+		(void *)gp_w_##ID##_3};
+/* Exports NAME (exported name index i of ID) for apps linked with -lcuda. */
+#define GP_EXPORT_AS(ID, i, NAME)                              \
+	GP_EXPORT CUresult NAME(GP_P_##ID);                    \
+	GP_EXPORT CUresult NAME(GP_P_##ID)                     \
+	{                                                       \
+		return gp_i_##ID(&gp_slots_##ID[i], GP_A_##ID); \
+	}
+
+/* intercept.c */
+GP_HIDDEN void *gp_resolve_export(struct gp_slot *s);
+GP_HIDDEN void gp_first_call(struct gp_slot *s);
+GP_HIDDEN void *gp_real_dlsym(void *handle, const char *name);
+GP_HIDDEN void *gp_libcuda(void);
+GP_HIDDEN void *gp_cuda_sym(const char *name);
+
+/* gp_real returns the function a slot forwards to (NULL: none). It also
+ * traces the slot's first call. */
+static inline void *gp_real(struct gp_slot *s)
+{
+	void *p = __atomic_load_n(&s->real, __ATOMIC_ACQUIRE);
+	if (GP_UNLIKELY(!s->called))
+		gp_first_call(s);
+	if (GP_UNLIKELY(p == NULL))
+		p = gp_resolve_export(s);
+	return p;
+}
+
+/* GP_REAL(ID, slot): the slot's real function, typed. */
+#define GP_REAL(ID, s) ((CUresult(*)(GP_P_##ID))gp_real(s))
+
+/* GP_FORWARD_OR_FAIL: a wrapper with nothing to call fails like a missing
+ * driver symbol. */
+#define GP_FORWARD_OR_FAIL(fn)                                           \
+	do {                                                             \
+		if ((fn) == NULL)                                        \
+			return CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND; \
+	} while (0)
+
+/* session.c */
+extern GP_HIDDEN void *gp_ring_base; /* the launch ring, or NULL */
+extern GP_HIDDEN uint32_t gp_gen;    /* session generation (bumped per handshake) */
+GP_HIDDEN void gp_connect(void);
+GP_HIDDEN uint32_t gp_pid(void);
+GP_HIDDEN uint32_t gp_tid(void);
+GP_HIDDEN uint64_t gp_next_launch_id(void);
+GP_HIDDEN uint32_t gp_device(void);
+
+extern GP_HIDDEN int gp_state;
+enum { GP_IDLE = 0, GP_CONNECTING = 1, GP_READY = 2, GP_OFF = 3 };
+
+/* gp_session returns the launch ring, starting the handshake at the first
+ * call of the process (or of a fork child); NULL: record nothing. */
+static inline void *gp_session(void)
+{
+	void *r = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+	if (GP_LIKELY(r != NULL))
+		return r;
+	if (__atomic_load_n(&gp_state, __ATOMIC_RELAXED) == GP_IDLE)
+		gp_connect();
+	return __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+}
+
+static inline uint64_t gp_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* handles.c */
+GP_HIDDEN void gp_name_set(uint64_t handle, uint64_t module, const char *name);
+GP_HIDDEN int gp_name_copy(uint64_t from, uint64_t to);
+GP_HIDDEN void gp_name_emit(void *ring, uint64_t function);
+GP_HIDDEN const char *gp_name_of(uint64_t handle);
+
+/* image.c */
+enum gp_image_kind {
+	GP_IMG_UNKNOWN = 0,
+	GP_IMG_FATBIN_WRAPPER = 1,
+	GP_IMG_FATBIN = 2,
+	GP_IMG_ELF = 3,
+	GP_IMG_PTX = 4,
+	GP_IMG_FILE = 5,
+};
+struct gp_image {
+	const void *ptr;   /* what the application passed */
+	const void *data;  /* the bytes (a wrapper's container) */
+	size_t size;       /* bytes of data, 0 if unknown */
+	int kind;          /* enum gp_image_kind */
+	const char *path;  /* GP_IMG_FILE */
+};
+GP_HIDDEN void gp_image_classify(const void *p, struct gp_image *img);
+GP_HIDDEN const char *gp_image_kind_name(int kind);
+GP_HIDDEN const void *gp_patch_image(const char *api, struct gp_image *img);
+GP_HIDDEN void gp_module_loaded(const char *api, uint64_t module, const struct gp_image *img, CUresult r);
+
+/* trace.c */
+extern GP_HIDDEN int gp_trace_fd;
+GP_HIDDEN void gp_tracef(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define GP_TRACE(...)                           \
+	do {                                    \
+		if (GP_UNLIKELY(gp_trace_fd >= 0)) \
+			gp_tracef(__VA_ARGS__);  \
+	} while (0)
+
+/* Counters for the trace summary (relaxed atomics, bumped only when
+ * tracing, so the hot path pays nothing otherwise). */
+struct gp_stats {
+	uint64_t launches, graph_launches, published, dropped, names, loads, syncs, memcpys;
+};
+extern GP_HIDDEN struct gp_stats gp_stats;
+#define GP_COUNT(field, n)                                                              \
+	do {                                                                             \
+		if (GP_UNLIKELY(gp_trace_fd >= 0))                                      \
+			__atomic_fetch_add(&gp_stats.field, (n), __ATOMIC_RELAXED);    \
+	} while (0)
+
+/* gp_produce writes one record into the ring and counts the outcome. */
+static inline void gp_produce(void *ring, uint32_t type, const void *rec, uint32_t len)
+{
+	int r = gpbr_ring_produce(ring, type, rec, len);
+	if (r == GPBR_PUBLISHED)
+		GP_COUNT(published, 1);
+	else
+		GP_COUNT(dropped, 1);
+}
+
+#endif /* GPUPROBE_SHIM_GP_H */

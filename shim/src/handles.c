@@ -1,0 +1,221 @@
+/*
+ * handles.c - function handle -> kernel name, and the kernel-name records.
+ *
+ * cuModuleGetFunction, cuLibraryGetKernel and cuKernelGetFunction fill the
+ * table; a launch looks its function up (lock-free: open addressing over a
+ * fixed array, keys claimed with compare-and-swap) and writes the name
+ * record once per handle and session before the launch record. A handle the
+ * shim never saw being created (an entry point it does not wrap) is named
+ * once through cuFuncGetName/cuKernelGetName (CUDA 12.3+) at its first
+ * launch. Names live in an append-only arena, so a reader never sees a
+ * freed name; a handle reused for another kernel gets the new name and is
+ * announced again.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "gp.h"
+
+struct gp_name {
+	uint64_t module;
+	uint16_t len; /* 0: no name is known */
+	uint16_t flags;
+	char s[];
+};
+
+struct gp_entry {
+	uint64_t key;          /* handle; 0 = empty (atomic) */
+	struct gp_name *name;  /* atomic */
+	uint32_t gen;          /* session generation of the last name record */
+	uint32_t pad;
+};
+
+#define GP_HBITS 16
+#define GP_HSIZE (1u << GP_HBITS)
+#define GP_PROBES 64
+#define GP_ARENA_SIZE (16u << 20)
+
+static struct gp_entry gp_tab[GP_HSIZE];
+static struct gp_name gp_noname;
+static char *gp_arena;
+static size_t gp_arena_used;
+static pthread_once_t gp_arena_once = PTHREAD_ONCE_INIT;
+
+static void gp_arena_init(void)
+{
+	void *p = mmap(NULL, GP_ARENA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	gp_arena = p == MAP_FAILED ? NULL : p;
+}
+
+/* gp_name_new copies a name into the arena (NULL when it is full). */
+static struct gp_name *gp_name_new(uint64_t module, const char *s)
+{
+	size_t n = strnlen(s, GP_KERNEL_NAME_MAX + 1), sz;
+	uint16_t flags = 0;
+	struct gp_name *r;
+
+	pthread_once(&gp_arena_once, gp_arena_init);
+	if (gp_arena == NULL)
+		return NULL;
+	if (n > GP_KERNEL_NAME_MAX)
+		n = GP_KERNEL_NAME_MAX, flags = GP_KERNEL_NAME_TRUNCATED;
+	sz = (sizeof *r + n + 1 + 7) & ~(size_t)7;
+	size_t off = __atomic_fetch_add(&gp_arena_used, sz, __ATOMIC_RELAXED);
+	if (off + sz > GP_ARENA_SIZE)
+		return NULL;
+	r = (struct gp_name *)(gp_arena + off);
+	r->module = module;
+	r->len = (uint16_t)n;
+	r->flags = flags;
+	memcpy(r->s, s, n);
+	r->s[n] = 0;
+	return r;
+}
+
+static inline uint32_t gp_hash(uint64_t k)
+{
+	return (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> (64 - GP_HBITS));
+}
+
+/* gp_find returns the entry of key (creating it when asked), or NULL. */
+static struct gp_entry *gp_find(uint64_t key, int create)
+{
+	uint32_t h = gp_hash(key);
+	if (key == 0)
+		return NULL;
+	for (uint32_t i = 0; i < GP_PROBES; i++) {
+		struct gp_entry *e = &gp_tab[(h + i) & (GP_HSIZE - 1)];
+		uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+		if (k == key)
+			return e;
+		if (k != 0)
+			continue;
+		if (!create)
+			return NULL;
+		if (__atomic_compare_exchange_n(&e->key, &k, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+		    k == key)
+			return e;
+	}
+	return NULL;
+}
+
+static void gp_publish(struct gp_entry *e, struct gp_name *n)
+{
+	__atomic_store_n(&e->name, n, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->gen, 0, __ATOMIC_RELEASE); /* announce (again) */
+}
+
+GP_HIDDEN void gp_name_set(uint64_t handle, uint64_t module, const char *name)
+{
+	struct gp_entry *e;
+	struct gp_name *old, *n;
+
+	if (handle == 0 || name == NULL)
+		return;
+	e = gp_find(handle, 1);
+	if (e == NULL)
+		return;
+	old = __atomic_load_n(&e->name, __ATOMIC_ACQUIRE);
+	if (old && old->len && old->module == module && old->flags == 0 && strcmp(old->s, name) == 0)
+		return; /* the same kernel looked up again */
+	if ((n = gp_name_new(module, name)) != NULL)
+		gp_publish(e, n);
+}
+
+GP_HIDDEN int gp_name_copy(uint64_t from, uint64_t to)
+{
+	struct gp_entry *f = gp_find(from, 0), *t;
+	struct gp_name *n = f ? __atomic_load_n(&f->name, __ATOMIC_ACQUIRE) : NULL;
+	if (n == NULL || n->len == 0 || (t = gp_find(to, 1)) == NULL)
+		return 0;
+	if (__atomic_load_n(&t->name, __ATOMIC_ACQUIRE) != n)
+		gp_publish(t, n);
+	return 1;
+}
+
+GP_HIDDEN const char *gp_name_of(uint64_t handle)
+{
+	struct gp_entry *e = gp_find(handle, 0);
+	struct gp_name *n = e ? __atomic_load_n(&e->name, __ATOMIC_ACQUIRE) : NULL;
+	return n && n->len ? n->s : NULL;
+}
+
+/* gp_resolve_unknown names a handle first seen at a launch. */
+static struct gp_entry *gp_resolve_unknown(uint64_t f)
+{
+	static CUresult (*func_name)(const char **, CUfunction);
+	static CUresult (*kern_name)(const char **, CUkernel);
+	static int looked;
+	const char *s = NULL;
+	struct gp_entry *e;
+	struct gp_name *n = NULL;
+
+	if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+		func_name = (CUresult(*)(const char **, CUfunction))gp_cuda_sym("cuFuncGetName");
+		kern_name = (CUresult(*)(const char **, CUkernel))gp_cuda_sym("cuKernelGetName");
+		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+	}
+	if (func_name == NULL || func_name(&s, (CUfunction)f) != CUDA_SUCCESS || s == NULL) {
+		s = NULL;
+		if (kern_name == NULL || kern_name(&s, (CUkernel)f) != CUDA_SUCCESS)
+			s = NULL;
+	}
+	e = gp_find(f, 1);
+	if (e == NULL)
+		return NULL;
+	if (s != NULL && s[0])
+		n = gp_name_new(0, s);
+	GP_TRACE("launch of unseen function %p: named \"%s\" by the driver", (void *)f, s ? s : "(none)");
+	struct gp_name *none = NULL;
+	__atomic_compare_exchange_n(&e->name, &none, n ? n : &gp_noname, 0, __ATOMIC_ACQ_REL,
+				    __ATOMIC_ACQUIRE);
+	return e;
+}
+
+GP_HIDDEN void gp_name_emit(void *ring, uint64_t f)
+{
+	uint32_t gen = __atomic_load_n(&gp_gen, __ATOMIC_ACQUIRE), g;
+	struct gp_entry *e = gp_find(f, 0);
+	struct gp_name *n;
+
+	if (GP_UNLIKELY(e == NULL)) {
+		if (f == 0 || (e = gp_resolve_unknown(f)) == NULL)
+			return;
+	}
+	g = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
+	if (GP_LIKELY(g == gen))
+		return;
+	n = __atomic_load_n(&e->name, __ATOMIC_ACQUIRE);
+	if (n == NULL || !__atomic_compare_exchange_n(&e->gen, &g, gen, 0, __ATOMIC_ACQ_REL,
+						       __ATOMIC_RELAXED))
+		return;
+	if (n->len == 0)
+		return;
+
+	const struct gpbr_header *h = ring;
+	uint32_t room = h->stride - GPBR_SLOT_HEADER, len = n->len;
+	uint16_t flags = n->flags;
+	if (room < sizeof(struct gp_rec_kernel_name) + 8)
+		return;
+	if (len > room - sizeof(struct gp_rec_kernel_name)) {
+		len = (room - sizeof(struct gp_rec_kernel_name)) & ~7u;
+		flags |= GP_KERNEL_NAME_TRUNCATED;
+	}
+	_Alignas(8) uint8_t buf[sizeof(struct gp_rec_kernel_name) + GP_KERNEL_NAME_MAX + 8];
+	struct gp_rec_kernel_name *k = (struct gp_rec_kernel_name *)buf;
+	uint32_t size = (uint32_t)((sizeof *k + len + 7) & ~(size_t)7);
+	memset(buf, 0, size);
+	k->h.type = GP_REC_KERNEL_NAME;
+	k->h.version = GP_REC_VERSION;
+	k->h.size = size;
+	k->function = f;
+	k->module = n->module;
+	k->pid = gp_pid();
+	k->name_len = (uint16_t)len;
+	k->flags = flags;
+	memcpy(k->name, n->s, len);
+	gp_produce(ring, GP_REC_KERNEL_NAME, buf, size);
+	GP_COUNT(names, 1);
+}

@@ -1,0 +1,367 @@
+/*
+ * session.c - the shim's end of the agent socket (wire format: package
+ * github.com/gpuprobe/gpuprobe/gpuprobe/agent, doc.go).
+ *
+ * At the first CUDA load or launch of the process, the shim connects to the
+ * socket (GPUPROBE_SOCKET, default /run/gpuprobe/agent.sock), sends HELLO and
+ * waits for WELCOME with the region memfds, all within GPUPROBE_TIMEOUT_MS
+ * (default 200 ms). It maps the launch ring and keeps the connection open
+ * (the collector learns from its closing that the process is gone). Any
+ * failure leaves the shim forwarding calls and recording nothing; there is
+ * one attempt per process (and per fork child).
+ *
+ * If the collector dies later, the mapping stays valid (the memfd lives as
+ * long as a mapping does), so records keep going into memory nobody reads;
+ * the socket is never written after the handshake, and every send uses
+ * MSG_NOSIGNAL, so no SIGPIPE reaches the application.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "gp.h"
+
+GP_HIDDEN void *gp_ring_base;
+GP_HIDDEN uint32_t gp_gen;
+GP_HIDDEN int gp_state = GP_IDLE;
+
+static size_t gp_ring_size;
+static int gp_sock = -1;
+static uint32_t gp_pid_cache;
+static uint64_t gp_id_counter;
+
+/* Per-thread state: kept tiny (static TLS, initial-exec). */
+struct gp_thread {
+	uint32_t tid;
+	uint64_t next_id, end_id;
+};
+static __thread struct gp_thread gp_self __attribute__((tls_model("initial-exec")));
+
+#define GP_ID_BLOCK 1024
+
+GP_HIDDEN uint32_t gp_pid(void)
+{
+	uint32_t p = __atomic_load_n(&gp_pid_cache, __ATOMIC_RELAXED);
+	if (GP_UNLIKELY(p == 0)) {
+		p = (uint32_t)getpid();
+		__atomic_store_n(&gp_pid_cache, p, __ATOMIC_RELAXED);
+	}
+	return p;
+}
+
+GP_HIDDEN uint32_t gp_tid(void)
+{
+	if (GP_UNLIKELY(gp_self.tid == 0))
+		gp_self.tid = (uint32_t)gettid();
+	return gp_self.tid;
+}
+
+/* gp_next_launch_id hands out process-unique ids from per-thread blocks of
+ * GP_ID_BLOCK, so threads touch the shared counter once per block. */
+GP_HIDDEN uint64_t gp_next_launch_id(void)
+{
+	if (GP_UNLIKELY(gp_self.next_id == gp_self.end_id)) {
+		uint64_t b = __atomic_fetch_add(&gp_id_counter, GP_ID_BLOCK, __ATOMIC_RELAXED);
+		gp_self.next_id = b + 1; /* ids start at 1 */
+		gp_self.end_id = b + 1 + GP_ID_BLOCK;
+	}
+	return gp_self.next_id++;
+}
+
+static CUresult (*gp_ctx_get_device)(CUdevice *);
+
+/* gp_device returns the ordinal of the calling thread's current device. */
+GP_HIDDEN uint32_t gp_device(void)
+{
+	CUdevice d = 0;
+	if (gp_ctx_get_device == NULL || gp_ctx_get_device(&d) != CUDA_SUCCESS)
+		return 0;
+	return (uint32_t)d;
+}
+
+/* ---- handshake ------------------------------------------------------- */
+
+#define GP_MAGIC 0x41425047u
+#define GP_PROTO 1u
+#define GP_FRAME_HELLO 1u
+#define GP_FRAME_WELCOME 2u
+#define GP_FRAME_ERROR 3u
+#define GP_MAX_PAYLOAD 65536u
+#define GP_MAX_REGIONS 32u
+#define GP_DESC_SIZE 64u
+#define GP_ROLE_LAUNCH_RING 1u
+
+static uint32_t gp_le32(const uint8_t *b) { return b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24; }
+static uint16_t gp_le16(const uint8_t *b) { return (uint16_t)(b[0] | b[1] << 8); }
+static uint64_t gp_le64(const uint8_t *b) { return gp_le32(b) | (uint64_t)gp_le32(b + 4) << 32; }
+static void gp_put32(uint8_t *b, uint32_t v)
+{
+	b[0] = (uint8_t)v, b[1] = (uint8_t)(v >> 8), b[2] = (uint8_t)(v >> 16), b[3] = (uint8_t)(v >> 24);
+}
+
+static int gp_remaining_ms(uint64_t deadline)
+{
+	uint64_t now = gp_now();
+	return now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+}
+
+static int gp_wait(int fd, short ev, uint64_t deadline)
+{
+	struct pollfd p = {.fd = fd, .events = ev};
+	for (;;) {
+		int ms = gp_remaining_ms(deadline);
+		if (ms == 0)
+			return -ETIMEDOUT;
+		int n = poll(&p, 1, ms);
+		if (n > 0)
+			return 0;
+		if (n == 0)
+			return -ETIMEDOUT;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+/* gp_recv_all reads n bytes, collecting SCM_RIGHTS descriptors into fds. */
+static int gp_recv_all(int fd, uint8_t *buf, size_t n, int *fds, int *nfds, uint64_t deadline)
+{
+	size_t got = 0;
+	while (got < n) {
+		union {
+			struct cmsghdr h;
+			char b[CMSG_SPACE(sizeof(int) * GP_MAX_REGIONS)];
+		} cb;
+		struct iovec iov = {.iov_base = buf + got, .iov_len = n - got};
+		struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b,
+				   .msg_controllen = sizeof cb.b};
+		int err = gp_wait(fd, POLLIN, deadline);
+		if (err)
+			return err;
+		ssize_t r = recvmsg(fd, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		if (r < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return -errno;
+		}
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			int *in = (int *)CMSG_DATA(c);
+			for (size_t i = 0; i < k; i++) {
+				if (*nfds < (int)GP_MAX_REGIONS)
+					fds[(*nfds)++] = in[i];
+				else
+					close(in[i]);
+			}
+		}
+		if (r == 0)
+			return -ECONNRESET;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+static int gp_send_all(int fd, const uint8_t *buf, size_t n, uint64_t deadline)
+{
+	size_t sent = 0;
+	while (sent < n) {
+		int err = gp_wait(fd, POLLOUT, deadline);
+		if (err)
+			return err;
+		ssize_t r = send(fd, buf + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (r < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return -errno;
+		}
+		sent += (size_t)r;
+	}
+	return 0;
+}
+
+/* gp_handshake connects and maps the launch ring; returns 0 or -errno and
+ * a reason. */
+static int gp_handshake(const char *path, int timeout_ms, const char **why)
+{
+	uint64_t deadline = gp_now() + (uint64_t)timeout_ms * 1000000u;
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	uint8_t hdr[12], *payload = NULL, hello[12 + 12 + 256];
+	int fds[GP_MAX_REGIONS], nfds = 0, fd, err;
+	const char *name = program_invocation_short_name;
+	size_t nlen = name ? strnlen(name, 256) : 0;
+
+	if (strlen(path) >= sizeof addr.sun_path)
+		return *why = "socket path too long", -ENAMETOOLONG;
+	memcpy(addr.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return *why = "socket", -errno;
+	if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
+		err = -errno;
+		if (errno != EINPROGRESS && errno != EAGAIN) {
+			*why = "connect";
+			goto fail;
+		}
+		if ((err = gp_wait(fd, POLLOUT, deadline)) != 0) {
+			*why = "connect";
+			goto fail;
+		}
+	}
+	/* HELLO */
+	gp_put32(hello, GP_MAGIC);
+	hello[4] = GP_PROTO, hello[5] = 0, hello[6] = GP_FRAME_HELLO, hello[7] = 0;
+	gp_put32(hello + 8, (uint32_t)(12 + nlen));
+	gp_put32(hello + 12, gp_pid());
+	gp_put32(hello + 16, 0);
+	gp_put32(hello + 20, (uint32_t)nlen);
+	memcpy(hello + 24, name, nlen);
+	if ((err = gp_send_all(fd, hello, 24 + nlen, deadline)) != 0) {
+		*why = "sending HELLO";
+		goto fail;
+	}
+	/* WELCOME or ERROR */
+	if ((err = gp_recv_all(fd, hdr, sizeof hdr, fds, &nfds, deadline)) != 0) {
+		*why = "reading the answer";
+		goto fail;
+	}
+	uint32_t len = gp_le32(hdr + 8), type = gp_le16(hdr + 6);
+	if (gp_le32(hdr) != GP_MAGIC || gp_le16(hdr + 4) != GP_PROTO || len > GP_MAX_PAYLOAD) {
+		err = -EPROTO, *why = "bad frame header";
+		goto fail;
+	}
+	payload = malloc(len ? len : 1);
+	if (payload == NULL) {
+		err = -ENOMEM, *why = "malloc";
+		goto fail;
+	}
+	if ((err = gp_recv_all(fd, payload, len, fds, &nfds, deadline)) != 0) {
+		*why = "reading the answer";
+		goto fail;
+	}
+	if (type == GP_FRAME_ERROR) {
+		uint32_t code = len >= 8 ? gp_le32(payload) : 0, mlen = len >= 8 ? gp_le32(payload + 4) : 0;
+		if (mlen > len - 8)
+			mlen = 0;
+		GP_TRACE("agent refused the connection: code %u: %.*s", code, (int)mlen, (char *)payload + 8);
+		err = -EACCES, *why = "refused by the collector";
+		goto fail;
+	}
+	uint32_t count = len >= 8 ? gp_le32(payload + 4) : 0;
+	if (type != GP_FRAME_WELCOME || len < 8 || count > GP_MAX_REGIONS ||
+	    len != 8 + count * GP_DESC_SIZE || (int)count != nfds) {
+		err = -EPROTO, *why = "malformed WELCOME";
+		goto fail;
+	}
+	void *ring = NULL;
+	size_t ring_size = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		const uint8_t *d = payload + 8 + i * GP_DESC_SIZE;
+		uint32_t role = gp_le32(d);
+		uint16_t kind = gp_le16(d + 4);
+		uint64_t size = gp_le64(d + 8);
+		if (ring != NULL || role != GP_ROLE_LAUNCH_RING || kind != GPBR_KIND_RING ||
+		    size < GPBR_DATA_OFFSET || size > ((uint64_t)1 << 40))
+			continue; /* other roles: later steps (maps, mailbox) */
+		void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+		if (m == MAP_FAILED)
+			continue;
+		int c = gpbr_check(m, size, GPBR_KIND_RING);
+		if (c != GPBR_OK) {
+			GP_TRACE("launch ring %u rejected: gpbr_check = %d", i, c);
+			munmap(m, size);
+			continue;
+		}
+		ring = m, ring_size = size;
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	nfds = 0;
+	if (ring == NULL) {
+		err = -ENOENT, *why = "no usable launch ring in WELCOME";
+		goto fail;
+	}
+	GP_TRACE("connected to %s: session %u, launch ring %zu bytes (%u slots of %u bytes)", path,
+		 gp_le32(payload), ring_size, ((struct gpbr_header *)ring)->max_entries,
+		 ((struct gpbr_header *)ring)->stride);
+	free(payload);
+	gp_sock = fd;
+	gp_ring_size = ring_size;
+	__atomic_add_fetch(&gp_gen, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&gp_ring_base, ring, __ATOMIC_RELEASE);
+	return 0;
+fail:
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	free(payload);
+	close(fd);
+	return err;
+}
+
+/* gp_connect runs the handshake once (per process or fork child); callers
+ * that arrive while it runs do not wait: they record nothing meanwhile. */
+GP_HIDDEN void gp_connect(void)
+{
+	int idle = GP_IDLE;
+	const char *path, *why = "";
+	int ms = GP_DEFAULT_TIMEOUT_MS, err;
+
+	if (!__atomic_compare_exchange_n(&gp_state, &idle, GP_CONNECTING, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_RELAXED))
+		return;
+	if (gp_ctx_get_device == NULL)
+		gp_ctx_get_device = (CUresult(*)(CUdevice *))gp_cuda_sym("cuCtxGetDevice");
+	path = getenv("GPUPROBE_SOCKET");
+	if (path == NULL || path[0] == 0)
+		path = GP_DEFAULT_SOCKET;
+	const char *t = getenv("GPUPROBE_TIMEOUT_MS");
+	if (t && t[0]) {
+		char *end;
+		long v = strtol(t, &end, 10);
+		if (*end == 0 && v > 0 && v <= 60000)
+			ms = (int)v;
+		else
+			GP_TRACE("GPUPROBE_TIMEOUT_MS=%s is not 1..60000; using %d", t, ms);
+	}
+	const char *off = getenv("GPUPROBE_DISABLE");
+	if (off && off[0] && strcmp(off, "0") != 0) {
+		GP_TRACE("GPUPROBE_DISABLE is set: forwarding only");
+		__atomic_store_n(&gp_state, GP_OFF, __ATOMIC_RELEASE);
+		return;
+	}
+	err = gp_handshake(path, ms, &why);
+	if (err) {
+		GP_TRACE("no collector at %s (%s: %s); forwarding only", path, why, strerror(-err));
+		__atomic_store_n(&gp_state, GP_OFF, __ATOMIC_RELEASE);
+		return;
+	}
+	__atomic_store_n(&gp_state, GP_READY, __ATOMIC_RELEASE);
+}
+
+/* fork: the child drops the parent's session (its ring belongs to the
+ * parent's stream) and handshakes again at its next CUDA call. */
+static void gp_atfork_child(void)
+{
+	void *ring = gp_ring_base;
+	gp_ring_base = NULL;
+	if (ring != NULL)
+		munmap(ring, gp_ring_size);
+	if (gp_sock >= 0)
+		close(gp_sock);
+	gp_sock = -1;
+	gp_pid_cache = 0;
+	gp_self.tid = 0;
+	gp_state = GP_IDLE;
+}
+
+__attribute__((constructor)) static void gp_session_init(void)
+{
+	pthread_atfork(NULL, NULL, gp_atfork_child);
+}

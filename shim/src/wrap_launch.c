@@ -1,0 +1,307 @@
+/*
+ * wrap_launch.c - kernel launches: cuLaunchKernel, cuLaunchKernelEx,
+ * cuLaunchCooperativeKernel (with their _ptsz variants) and cuGraphLaunch,
+ * plus graph instantiation (to know the kernel nodes a graph launch runs).
+ *
+ * The hot path: two CLOCK_MONOTONIC reads (vDSO), the real call, a lookup
+ * of the function's name entry (lock-free), one launch record produced into
+ * the shared ring (one atomic add on its head, a release store). No
+ * syscalls, locks or allocations; with no session it only forwards.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "gp.h"
+
+/* gp_launch_record writes the launch record (and, first, the function's
+ * name record if this session has not had it). */
+static inline void gp_launch_record(void *ring, uint32_t api, uint64_t id, uint64_t t0, uint64_t t1,
+				    uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+				    unsigned by, unsigned bz, unsigned shmem, uint64_t stream, CUresult r,
+				    uint32_t device)
+{
+	if (GP_UNLIKELY(!gx || !gy || !gz || !bx || !by || !bz))
+		return; /* an invalid launch: the driver refused it */
+	gp_name_emit(ring, f);
+	struct gp_rec_launch rec = {
+		.h = {.type = GP_REC_LAUNCH, .version = GP_REC_VERSION, .size = sizeof rec},
+		.launch_id = id,
+		.pid = gp_pid(),
+		.tid = gp_tid(),
+		.enqueue_ns = t0,
+		.return_ns = t1,
+		.stream = stream,
+		.function = f,
+		.device = device,
+		.shared_mem = shmem,
+		.grid = {gx, gy, gz},
+		.block = {bx, by, bz},
+		.result = (uint32_t)r,
+		.api = api,
+	};
+	gp_produce(ring, GP_REC_LAUNCH, &rec, sizeof rec);
+	GP_COUNT(launches, 1);
+}
+
+static inline uint64_t gp_stream(const struct gp_slot *s, CUstream st)
+{
+	uint64_t v = (uint64_t)st;
+	return v == 0 && s->ptsz ? GP_CU_STREAM_PER_THREAD : v;
+}
+
+#define GP_P_LAUNCH                                                                                 \
+	CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+		unsigned shmem, CUstream st, void **params, void **extra
+#define GP_A_LAUNCH f, gx, gy, gz, bx, by, bz, shmem, st, params, extra
+static CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
+{
+	CUresult (*real)(GP_P_LAUNCH) = GP_REAL(LAUNCH, s);
+	GP_FORWARD_OR_FAIL(real);
+	void *ring = gp_session();
+	if (ring == NULL)
+		return real(GP_A_LAUNCH);
+	uint64_t t0 = gp_now();
+	CUresult r = real(GP_A_LAUNCH);
+	uint64_t t1 = gp_now();
+	gp_launch_record(ring, GP_API_LAUNCH_KERNEL, gp_next_launch_id(), t0, t1, (uint64_t)f, gx, gy, gz, bx,
+			 by, bz, shmem, gp_stream(s, st), r, gp_device());
+	return r;
+}
+GP_DEFINE_API(LAUNCH)
+GP_EXPORT_AS(LAUNCH, 0, cuLaunchKernel)
+GP_EXPORT_AS(LAUNCH, 1, cuLaunchKernel_ptsz)
+
+#define GP_P_LAUNCH_EX const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra
+#define GP_A_LAUNCH_EX cfg, f, params, extra
+static CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
+{
+	CUresult (*real)(GP_P_LAUNCH_EX) = GP_REAL(LAUNCH_EX, s);
+	GP_FORWARD_OR_FAIL(real);
+	void *ring = gp_session();
+	if (ring == NULL || cfg == NULL)
+		return real(GP_A_LAUNCH_EX);
+	uint64_t t0 = gp_now();
+	CUresult r = real(GP_A_LAUNCH_EX);
+	uint64_t t1 = gp_now();
+	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX, gp_next_launch_id(), t0, t1, (uint64_t)f, cfg->gridDimX,
+			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
+			 cfg->sharedMemBytes, gp_stream(s, cfg->hStream), r, gp_device());
+	return r;
+}
+GP_DEFINE_API(LAUNCH_EX)
+GP_EXPORT_AS(LAUNCH_EX, 0, cuLaunchKernelEx)
+GP_EXPORT_AS(LAUNCH_EX, 1, cuLaunchKernelEx_ptsz)
+
+#define GP_P_LAUNCH_COOP                                                                            \
+	CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+		unsigned shmem, CUstream st, void **params
+#define GP_A_LAUNCH_COOP f, gx, gy, gz, bx, by, bz, shmem, st, params
+static CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
+{
+	CUresult (*real)(GP_P_LAUNCH_COOP) = GP_REAL(LAUNCH_COOP, s);
+	GP_FORWARD_OR_FAIL(real);
+	void *ring = gp_session();
+	if (ring == NULL)
+		return real(GP_A_LAUNCH_COOP);
+	uint64_t t0 = gp_now();
+	CUresult r = real(GP_A_LAUNCH_COOP);
+	uint64_t t1 = gp_now();
+	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL, gp_next_launch_id(), t0, t1, (uint64_t)f, gx,
+			 gy, gz, bx, by, bz, shmem, gp_stream(s, st), r, gp_device());
+	return r;
+}
+GP_DEFINE_API(LAUNCH_COOP)
+GP_EXPORT_AS(LAUNCH_COOP, 0, cuLaunchCooperativeKernel)
+GP_EXPORT_AS(LAUNCH_COOP, 1, cuLaunchCooperativeKernel_ptsz)
+
+/* ---- graphs ------------------------------------------------------------ */
+
+struct gp_gnode {
+	uint64_t func;
+	unsigned grid[3], block[3], shmem;
+};
+struct gp_graph {
+	uint32_t n;
+	struct gp_gnode nodes[];
+};
+struct gp_gentry {
+	uint64_t exec; /* atomic */
+	struct gp_graph *graph;
+};
+#define GP_GRAPHS 4096
+#define GP_GRAPH_NODES_MAX 65536
+static struct gp_gentry gp_graphs[GP_GRAPHS];
+
+static struct gp_gentry *gp_graph_find(uint64_t exec, int create)
+{
+	uint32_t h = (uint32_t)((exec * 0x9E3779B97F4A7C15ull) >> 52);
+	for (uint32_t i = 0; i < 64 && exec; i++) {
+		struct gp_gentry *e = &gp_graphs[(h + i) % GP_GRAPHS];
+		uint64_t k = __atomic_load_n(&e->exec, __ATOMIC_ACQUIRE);
+		if (k == exec)
+			return e;
+		if (k != 0)
+			continue;
+		if (!create)
+			return NULL;
+		if (__atomic_compare_exchange_n(&e->exec, &k, exec, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+		    k == exec)
+			return e;
+	}
+	return NULL;
+}
+
+struct gp_graph_api {
+	CUresult (*get_nodes)(CUgraph, CUgraphNode *, size_t *);
+	CUresult (*node_type)(CUgraphNode, int *);
+	CUresult (*kparams)(CUgraphNode, GPkernelNodeParams *);
+	CUresult (*child)(CUgraphNode, CUgraph *);
+};
+
+/* gp_graph_collect appends the kernel nodes of g (and of its child graphs,
+ * to depth 8) to out. */
+static void gp_graph_collect(const struct gp_graph_api *api, CUgraph g, struct gp_graph *out, uint32_t cap,
+			     int depth)
+{
+	size_t n = 0;
+	if (depth > 8 || api->get_nodes(g, NULL, &n) != CUDA_SUCCESS || n == 0 || n > GP_GRAPH_NODES_MAX)
+		return;
+	CUgraphNode *nodes = calloc(n, sizeof *nodes);
+	if (nodes == NULL)
+		return;
+	if (api->get_nodes(g, nodes, &n) == CUDA_SUCCESS) {
+		for (size_t i = 0; i < n && out->n < cap; i++) {
+			int type = -1;
+			if (api->node_type(nodes[i], &type) != CUDA_SUCCESS)
+				continue;
+			if (type == GP_CU_GRAPH_NODE_TYPE_KERNEL) {
+				GPkernelNodeParams p;
+				memset(&p, 0, sizeof p);
+				if (api->kparams(nodes[i], &p) != CUDA_SUCCESS)
+					continue;
+				struct gp_gnode *k = &out->nodes[out->n++];
+				k->func = p.func ? (uint64_t)p.func : (uint64_t)p.kern;
+				k->grid[0] = p.gridDimX, k->grid[1] = p.gridDimY, k->grid[2] = p.gridDimZ;
+				k->block[0] = p.blockDimX, k->block[1] = p.blockDimY, k->block[2] = p.blockDimZ;
+				k->shmem = p.sharedMemBytes;
+			} else if (type == GP_CU_GRAPH_NODE_TYPE_GRAPH && api->child) {
+				CUgraph c;
+				if (api->child(nodes[i], &c) == CUDA_SUCCESS)
+					gp_graph_collect(api, c, out, cap, depth + 1);
+			}
+		}
+	}
+	free(nodes);
+}
+
+/* gp_graph_instantiated records the kernel nodes of a new executable graph
+ * (cuGraphExec*Update and per-node parameter changes after instantiation
+ * are not followed). */
+static void gp_graph_instantiated(CUgraphExec exec, CUgraph g)
+{
+	static struct gp_graph_api api;
+	static int looked;
+	if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+		api.get_nodes = (CUresult(*)(CUgraph, CUgraphNode *, size_t *))gp_cuda_sym("cuGraphGetNodes");
+		api.node_type = (CUresult(*)(CUgraphNode, int *))gp_cuda_sym("cuGraphNodeGetType");
+		api.kparams = (CUresult(*)(CUgraphNode, GPkernelNodeParams *))gp_cuda_sym("cuGraphKernelNodeGetParams_v2");
+		if (api.kparams == NULL) /* v1 fills the same leading fields */
+			api.kparams = (CUresult(*)(CUgraphNode, GPkernelNodeParams *))gp_cuda_sym("cuGraphKernelNodeGetParams");
+		api.child = (CUresult(*)(CUgraphNode, CUgraph *))gp_cuda_sym("cuGraphChildGraphNodeGetGraph");
+		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+	}
+	if (exec == NULL || api.get_nodes == NULL || api.node_type == NULL || api.kparams == NULL)
+		return;
+	uint32_t cap = 4096;
+	struct gp_graph *gr = calloc(1, sizeof *gr + cap * sizeof gr->nodes[0]);
+	if (gr == NULL)
+		return;
+	gp_graph_collect(&api, g, gr, cap, 0);
+	struct gp_gentry *e = gp_graph_find((uint64_t)exec, 1);
+	if (e == NULL) {
+		free(gr);
+		return;
+	}
+	/* An old graph of a reused handle is leaked, not freed: a concurrent
+	 * cuGraphLaunch may still read it. */
+	__atomic_store_n(&e->graph, gr, __ATOMIC_RELEASE);
+	GP_TRACE("graph exec %p instantiated with %u kernel nodes", (void *)exec, gr->n);
+}
+
+#define GP_P_GRAPH_INST_FLAGS CUgraphExec *exec, CUgraph g, unsigned long long flags
+#define GP_A_GRAPH_INST_FLAGS exec, g, flags
+static CUresult gp_i_GRAPH_INST_FLAGS(struct gp_slot *s, GP_P_GRAPH_INST_FLAGS)
+{
+	CUresult (*real)(GP_P_GRAPH_INST_FLAGS) = GP_REAL(GRAPH_INST_FLAGS, s);
+	GP_FORWARD_OR_FAIL(real);
+	CUresult r = real(GP_A_GRAPH_INST_FLAGS);
+	if (r == CUDA_SUCCESS && exec && gp_session())
+		gp_graph_instantiated(*exec, g);
+	return r;
+}
+GP_DEFINE_API(GRAPH_INST_FLAGS)
+GP_EXPORT_AS(GRAPH_INST_FLAGS, 0, cuGraphInstantiateWithFlags)
+
+#define GP_P_GRAPH_INST_PARAMS CUgraphExec *exec, CUgraph g, void *params
+#define GP_A_GRAPH_INST_PARAMS exec, g, params
+static CUresult gp_i_GRAPH_INST_PARAMS(struct gp_slot *s, GP_P_GRAPH_INST_PARAMS)
+{
+	CUresult (*real)(GP_P_GRAPH_INST_PARAMS) = GP_REAL(GRAPH_INST_PARAMS, s);
+	GP_FORWARD_OR_FAIL(real);
+	CUresult r = real(GP_A_GRAPH_INST_PARAMS);
+	if (r == CUDA_SUCCESS && exec && gp_session())
+		gp_graph_instantiated(*exec, g);
+	return r;
+}
+GP_DEFINE_API(GRAPH_INST_PARAMS)
+GP_EXPORT_AS(GRAPH_INST_PARAMS, 0, cuGraphInstantiateWithParams)
+GP_EXPORT_AS(GRAPH_INST_PARAMS, 1, cuGraphInstantiateWithParams_ptsz)
+
+#define GP_P_GRAPH_INST_V2 CUgraphExec *exec, CUgraph g, CUgraphNode *err, char *log, size_t logsz
+#define GP_A_GRAPH_INST_V2 exec, g, err, log, logsz
+static CUresult gp_i_GRAPH_INST_V2(struct gp_slot *s, GP_P_GRAPH_INST_V2)
+{
+	CUresult (*real)(GP_P_GRAPH_INST_V2) = GP_REAL(GRAPH_INST_V2, s);
+	GP_FORWARD_OR_FAIL(real);
+	CUresult r = real(GP_A_GRAPH_INST_V2);
+	if (r == CUDA_SUCCESS && exec && gp_session())
+		gp_graph_instantiated(*exec, g);
+	return r;
+}
+GP_DEFINE_API(GRAPH_INST_V2)
+GP_EXPORT_AS(GRAPH_INST_V2, 0, cuGraphInstantiate)
+GP_EXPORT_AS(GRAPH_INST_V2, 1, cuGraphInstantiate_v2)
+
+/* cuGraphLaunch: one launch record per kernel node of the graph, all with
+ * the graph launch call's timestamps and stream. */
+#define GP_P_GRAPH_LAUNCH CUgraphExec exec, CUstream st
+#define GP_A_GRAPH_LAUNCH exec, st
+static CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
+{
+	CUresult (*real)(GP_P_GRAPH_LAUNCH) = GP_REAL(GRAPH_LAUNCH, s);
+	GP_FORWARD_OR_FAIL(real);
+	void *ring = gp_session();
+	if (ring == NULL)
+		return real(GP_A_GRAPH_LAUNCH);
+	uint64_t t0 = gp_now();
+	CUresult r = real(GP_A_GRAPH_LAUNCH);
+	uint64_t t1 = gp_now();
+	struct gp_gentry *e = gp_graph_find((uint64_t)exec, 0);
+	const struct gp_graph *g = e ? __atomic_load_n(&e->graph, __ATOMIC_ACQUIRE) : NULL;
+	GP_COUNT(graph_launches, 1);
+	if (g == NULL)
+		return r;
+	uint32_t dev = gp_device();
+	uint64_t stream = gp_stream(s, st);
+	for (uint32_t i = 0; i < g->n; i++) {
+		const struct gp_gnode *k = &g->nodes[i];
+		gp_launch_record(ring, GP_API_GRAPH_LAUNCH, gp_next_launch_id(), t0, t1, k->func, k->grid[0],
+				 k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->shmem, stream, r,
+				 dev);
+	}
+	return r;
+}
+GP_DEFINE_API(GRAPH_LAUNCH)
+GP_EXPORT_AS(GRAPH_LAUNCH, 0, cuGraphLaunch)
+GP_EXPORT_AS(GRAPH_LAUNCH, 1, cuGraphLaunch_ptsz)

@@ -1,0 +1,234 @@
+/*
+ * wrap_load.c - code loading and kernel lookup: cuModuleLoad*,
+ * cuLibraryLoad*, cuModuleGetFunction, cuLibraryGetKernel,
+ * cuKernelGetFunction, and the cuLink* family (recorded only).
+ *
+ * Every load classifies its image and passes it through gp_patch_image (the
+ * hook where patched images will come from; today the original image).
+ * Lookups record handle -> kernel name for the launch records.
+ */
+#define _GNU_SOURCE
+#include "gp.h"
+
+
+/* ---- modules --------------------------------------------------------- */
+
+#define GP_P_MOD_LOAD CUmodule *mod, const char *fname
+#define GP_A_MOD_LOAD mod, fname
+static CUresult gp_i_MOD_LOAD(struct gp_slot *s, GP_P_MOD_LOAD)
+{
+	CUresult (*real)(GP_P_MOD_LOAD) = GP_REAL(MOD_LOAD, s);
+	struct gp_image img = {.kind = GP_IMG_FILE, .path = fname};
+	GP_FORWARD_OR_FAIL(real);
+	gp_session();
+	CUresult r = real(mod, fname);
+	gp_module_loaded("cuModuleLoad", r == CUDA_SUCCESS && mod ? (uint64_t)*mod : 0, &img, r);
+	return r;
+}
+GP_DEFINE_API(MOD_LOAD)
+GP_EXPORT_AS(MOD_LOAD, 0, cuModuleLoad)
+
+#define GP_P_MOD_LOAD_DATA CUmodule *mod, const void *image
+#define GP_A_MOD_LOAD_DATA mod, image
+static CUresult gp_i_MOD_LOAD_DATA(struct gp_slot *s, GP_P_MOD_LOAD_DATA)
+{
+	CUresult (*real)(GP_P_MOD_LOAD_DATA) = GP_REAL(MOD_LOAD_DATA, s);
+	struct gp_image img;
+	GP_FORWARD_OR_FAIL(real);
+	gp_session();
+	gp_image_classify(image, &img);
+	CUresult r = real(mod, gp_patch_image("cuModuleLoadData", &img));
+	gp_module_loaded("cuModuleLoadData", r == CUDA_SUCCESS && mod ? (uint64_t)*mod : 0, &img, r);
+	return r;
+}
+GP_DEFINE_API(MOD_LOAD_DATA)
+GP_EXPORT_AS(MOD_LOAD_DATA, 0, cuModuleLoadData)
+
+#define GP_P_MOD_LOAD_DATA_EX \
+	CUmodule *mod, const void *image, unsigned int nopt, CUjit_option *opts, void **vals
+#define GP_A_MOD_LOAD_DATA_EX mod, image, nopt, opts, vals
+static CUresult gp_i_MOD_LOAD_DATA_EX(struct gp_slot *s, GP_P_MOD_LOAD_DATA_EX)
+{
+	CUresult (*real)(GP_P_MOD_LOAD_DATA_EX) = GP_REAL(MOD_LOAD_DATA_EX, s);
+	struct gp_image img;
+	GP_FORWARD_OR_FAIL(real);
+	gp_session();
+	gp_image_classify(image, &img);
+	CUresult r = real(mod, gp_patch_image("cuModuleLoadDataEx", &img), nopt, opts, vals);
+	gp_module_loaded("cuModuleLoadDataEx", r == CUDA_SUCCESS && mod ? (uint64_t)*mod : 0, &img, r);
+	return r;
+}
+GP_DEFINE_API(MOD_LOAD_DATA_EX)
+GP_EXPORT_AS(MOD_LOAD_DATA_EX, 0, cuModuleLoadDataEx)
+
+#define GP_P_MOD_LOAD_FATBIN CUmodule *mod, const void *fatbin
+#define GP_A_MOD_LOAD_FATBIN mod, fatbin
+static CUresult gp_i_MOD_LOAD_FATBIN(struct gp_slot *s, GP_P_MOD_LOAD_FATBIN)
+{
+	CUresult (*real)(GP_P_MOD_LOAD_FATBIN) = GP_REAL(MOD_LOAD_FATBIN, s);
+	struct gp_image img;
+	GP_FORWARD_OR_FAIL(real);
+	gp_session();
+	gp_image_classify(fatbin, &img);
+	CUresult r = real(mod, gp_patch_image("cuModuleLoadFatBinary", &img));
+	gp_module_loaded("cuModuleLoadFatBinary", r == CUDA_SUCCESS && mod ? (uint64_t)*mod : 0, &img, r);
+	return r;
+}
+GP_DEFINE_API(MOD_LOAD_FATBIN)
+GP_EXPORT_AS(MOD_LOAD_FATBIN, 0, cuModuleLoadFatBinary)
+
+#define GP_P_MOD_GET_FUNCTION CUfunction *fn, CUmodule mod, const char *name
+#define GP_A_MOD_GET_FUNCTION fn, mod, name
+static CUresult gp_i_MOD_GET_FUNCTION(struct gp_slot *s, GP_P_MOD_GET_FUNCTION)
+{
+	CUresult (*real)(GP_P_MOD_GET_FUNCTION) = GP_REAL(MOD_GET_FUNCTION, s);
+	GP_FORWARD_OR_FAIL(real);
+	CUresult r = real(fn, mod, name);
+	if (r == CUDA_SUCCESS && fn && name)
+		gp_name_set((uint64_t)*fn, (uint64_t)mod, name);
+	GP_TRACE("cuModuleGetFunction(%p, \"%s\") = %d, %p", (void *)mod, name ? name : "(null)", r,
+		 r == CUDA_SUCCESS && fn ? (void *)*fn : NULL);
+	return r;
+}
+GP_DEFINE_API(MOD_GET_FUNCTION)
+GP_EXPORT_AS(MOD_GET_FUNCTION, 0, cuModuleGetFunction)
+
+/* ---- libraries (CUDA 12+) -------------------------------------------- */
+
+#define GP_P_LIB_LOAD_DATA                                                                          \
+	CUlibrary *lib, const void *code, CUjit_option *jopts, void **jvals, unsigned int njopt,   \
+		CUlibraryOption *lopts, void **lvals, unsigned int nlopt
+#define GP_A_LIB_LOAD_DATA lib, code, jopts, jvals, njopt, lopts, lvals, nlopt
+static CUresult gp_i_LIB_LOAD_DATA(struct gp_slot *s, GP_P_LIB_LOAD_DATA)
+{
+	CUresult (*real)(GP_P_LIB_LOAD_DATA) = GP_REAL(LIB_LOAD_DATA, s);
+	struct gp_image img;
+	GP_FORWARD_OR_FAIL(real);
+	gp_session();
+	gp_image_classify(code, &img);
+	CUresult r = real(lib, gp_patch_image("cuLibraryLoadData", &img), jopts, jvals, njopt, lopts, lvals, nlopt);
+	gp_module_loaded("cuLibraryLoadData", r == CUDA_SUCCESS && lib ? (uint64_t)*lib : 0, &img, r);
+	return r;
+}
+GP_DEFINE_API(LIB_LOAD_DATA)
+GP_EXPORT_AS(LIB_LOAD_DATA, 0, cuLibraryLoadData)
+
+#define GP_P_LIB_LOAD_FILE                                                                          \
+	CUlibrary *lib, const char *fname, CUjit_option *jopts, void **jvals, unsigned int njopt,  \
+		CUlibraryOption *lopts, void **lvals, unsigned int nlopt
+#define GP_A_LIB_LOAD_FILE lib, fname, jopts, jvals, njopt, lopts, lvals, nlopt
+static CUresult gp_i_LIB_LOAD_FILE(struct gp_slot *s, GP_P_LIB_LOAD_FILE)
+{
+	CUresult (*real)(GP_P_LIB_LOAD_FILE) = GP_REAL(LIB_LOAD_FILE, s);
+	struct gp_image img = {.kind = GP_IMG_FILE, .path = fname};
+	GP_FORWARD_OR_FAIL(real);
+	gp_session();
+	CUresult r = real(lib, fname, jopts, jvals, njopt, lopts, lvals, nlopt);
+	gp_module_loaded("cuLibraryLoadFromFile", r == CUDA_SUCCESS && lib ? (uint64_t)*lib : 0, &img, r);
+	return r;
+}
+GP_DEFINE_API(LIB_LOAD_FILE)
+GP_EXPORT_AS(LIB_LOAD_FILE, 0, cuLibraryLoadFromFile)
+
+#define GP_P_LIB_GET_KERNEL CUkernel *k, CUlibrary lib, const char *name
+#define GP_A_LIB_GET_KERNEL k, lib, name
+static CUresult gp_i_LIB_GET_KERNEL(struct gp_slot *s, GP_P_LIB_GET_KERNEL)
+{
+	CUresult (*real)(GP_P_LIB_GET_KERNEL) = GP_REAL(LIB_GET_KERNEL, s);
+	GP_FORWARD_OR_FAIL(real);
+	CUresult r = real(k, lib, name);
+	if (r == CUDA_SUCCESS && k && name)
+		gp_name_set((uint64_t)*k, (uint64_t)lib, name);
+	GP_TRACE("cuLibraryGetKernel(%p, \"%s\") = %d, %p", (void *)lib, name ? name : "(null)", r,
+		 r == CUDA_SUCCESS && k ? (void *)*k : NULL);
+	return r;
+}
+GP_DEFINE_API(LIB_GET_KERNEL)
+GP_EXPORT_AS(LIB_GET_KERNEL, 0, cuLibraryGetKernel)
+
+#define GP_P_KERNEL_GET_FUNCTION CUfunction *fn, CUkernel k
+#define GP_A_KERNEL_GET_FUNCTION fn, k
+static CUresult gp_i_KERNEL_GET_FUNCTION(struct gp_slot *s, GP_P_KERNEL_GET_FUNCTION)
+{
+	CUresult (*real)(GP_P_KERNEL_GET_FUNCTION) = GP_REAL(KERNEL_GET_FUNCTION, s);
+	GP_FORWARD_OR_FAIL(real);
+	CUresult r = real(fn, k);
+	if (r == CUDA_SUCCESS && fn && *fn)
+		gp_name_copy((uint64_t)k, (uint64_t)*fn);
+	GP_TRACE("cuKernelGetFunction(%p) = %d, %p (%s)", (void *)k, r, r == CUDA_SUCCESS && fn ? (void *)*fn : NULL,
+		 gp_name_of((uint64_t)k) ? gp_name_of((uint64_t)k) : "unnamed");
+	return r;
+}
+GP_DEFINE_API(KERNEL_GET_FUNCTION)
+GP_EXPORT_AS(KERNEL_GET_FUNCTION, 0, cuKernelGetFunction)
+
+/* ---- cuLink* (recorded only: the linked cubin is loaded, and seen, by a
+ * later cuModuleLoadData) -------------------------------------------------- */
+
+static const char *gp_jit_input(CUjitInputType t)
+{
+	static const char *const n[] = {"cubin", "ptx", "fatbin", "object", "library", "nvvm"};
+	return t >= 0 && t < (int)(sizeof n / sizeof n[0]) ? n[t] : "unknown";
+}
+
+#define GP_P_LINK_CREATE unsigned int nopt, CUjit_option *opts, void **vals, CUlinkState *state
+#define GP_A_LINK_CREATE nopt, opts, vals, state
+static CUresult gp_i_LINK_CREATE(struct gp_slot *s, GP_P_LINK_CREATE)
+{
+	CUresult (*real)(GP_P_LINK_CREATE) = GP_REAL(LINK_CREATE, s);
+	GP_FORWARD_OR_FAIL(real);
+	CUresult r = real(nopt, opts, vals, state);
+	GP_TRACE("cuLinkCreate(%u options) = %d, state %p", nopt, r, r == CUDA_SUCCESS && state ? (void *)*state : NULL);
+	return r;
+}
+GP_DEFINE_API(LINK_CREATE)
+GP_EXPORT_AS(LINK_CREATE, 0, cuLinkCreate)
+GP_EXPORT_AS(LINK_CREATE, 1, cuLinkCreate_v2)
+
+#define GP_P_LINK_ADD_DATA                                                                          \
+	CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,         \
+		unsigned int nopt, CUjit_option *opts, void **vals
+#define GP_A_LINK_ADD_DATA state, type, data, size, name, nopt, opts, vals
+static CUresult gp_i_LINK_ADD_DATA(struct gp_slot *s, GP_P_LINK_ADD_DATA)
+{
+	CUresult (*real)(GP_P_LINK_ADD_DATA) = GP_REAL(LINK_ADD_DATA, s);
+	GP_FORWARD_OR_FAIL(real);
+	gp_session();
+	CUresult r = real(state, type, data, size, name, nopt, opts, vals);
+	GP_TRACE("cuLinkAddData(state %p, %s, %zu bytes, \"%s\") = %d", (void *)state, gp_jit_input(type), size,
+		 name ? name : "", r);
+	return r;
+}
+GP_DEFINE_API(LINK_ADD_DATA)
+GP_EXPORT_AS(LINK_ADD_DATA, 0, cuLinkAddData)
+GP_EXPORT_AS(LINK_ADD_DATA, 1, cuLinkAddData_v2)
+
+#define GP_P_LINK_ADD_FILE \
+	CUlinkState state, CUjitInputType type, const char *path, unsigned int nopt, CUjit_option *opts, void **vals
+#define GP_A_LINK_ADD_FILE state, type, path, nopt, opts, vals
+static CUresult gp_i_LINK_ADD_FILE(struct gp_slot *s, GP_P_LINK_ADD_FILE)
+{
+	CUresult (*real)(GP_P_LINK_ADD_FILE) = GP_REAL(LINK_ADD_FILE, s);
+	GP_FORWARD_OR_FAIL(real);
+	gp_session();
+	CUresult r = real(state, type, path, nopt, opts, vals);
+	GP_TRACE("cuLinkAddFile(state %p, %s, \"%s\") = %d", (void *)state, gp_jit_input(type), path ? path : "", r);
+	return r;
+}
+GP_DEFINE_API(LINK_ADD_FILE)
+GP_EXPORT_AS(LINK_ADD_FILE, 0, cuLinkAddFile)
+GP_EXPORT_AS(LINK_ADD_FILE, 1, cuLinkAddFile_v2)
+
+#define GP_P_LINK_COMPLETE CUlinkState state, void **cubin, size_t *size
+#define GP_A_LINK_COMPLETE state, cubin, size
+static CUresult gp_i_LINK_COMPLETE(struct gp_slot *s, GP_P_LINK_COMPLETE)
+{
+	CUresult (*real)(GP_P_LINK_COMPLETE) = GP_REAL(LINK_COMPLETE, s);
+	GP_FORWARD_OR_FAIL(real);
+	CUresult r = real(state, cubin, size);
+	GP_TRACE("cuLinkComplete(state %p) = %d, cubin %p, %zu bytes", (void *)state, r,
+		 r == CUDA_SUCCESS && cubin ? *cubin : NULL, r == CUDA_SUCCESS && size ? *size : 0);
+	return r;
+}
+GP_DEFINE_API(LINK_COMPLETE)
+GP_EXPORT_AS(LINK_COMPLETE, 0, cuLinkComplete)

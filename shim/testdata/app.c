@@ -1,0 +1,332 @@
+/*
+ * app.c - a test application for libgpuprobe.so, run against the MOCK
+ * libcuda.so.1 (mock_libcuda.c). It reaches the driver the three ways real
+ * applications do:
+ *
+ *   app cudart SCENARIO  dlopen("libcuda.so.1") + dlsym("cuGetProcAddress_v2"),
+ *                        everything else through cuGetProcAddress (static and
+ *                        shared cudart); code through cuLibraryLoadData
+ *   app dlsym SCENARIO   dlopen + dlsym of every cu* name (PyTorch); code
+ *                        through cuModuleLoadData
+ *   app-direct direct SCENARIO  linked with -lcuda, calls the symbols
+ *
+ * Scenarios: basic (default), graph, fork, unnamed, threads, slow, bench N.
+ * The output (stdout) depends only on what the driver did, so it must be
+ * identical with and without the shim.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long u64;
+
+typedef struct {
+	unsigned gx, gy, gz, bx, by, bz, shm;
+	void *stream;
+	void *attrs;
+	unsigned nattrs;
+} launch_config;
+typedef struct {
+	void *func;
+	unsigned gx, gy, gz, bx, by, bz, shm;
+	void **params, **extra;
+} kernel_node_params;
+
+struct api {
+	CUresult (*init)(unsigned);
+	CUresult (*mod_load)(void **, const void *);
+	CUresult (*mod_fn)(void **, void *, const char *);
+	CUresult (*lib_load)(void **, const void *, void *, void **, unsigned, void *, void **, unsigned);
+	CUresult (*lib_kernel)(void **, void *, const char *);
+	CUresult (*kernel_fn)(void **, void *);
+	CUresult (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+			   void **, void **);
+	CUresult (*launch_ptsz)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				void *, void **, void **);
+	CUresult (*launch_ex)(const launch_config *, void *, void **, void **);
+	CUresult (*coop)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+			 void **);
+	CUresult (*stream_sync)(void *);
+	CUresult (*memcpy_htod)(u64, const void *, size_t);
+	CUresult (*graph_create)(void **, unsigned);
+	CUresult (*graph_add)(void **, void *, void *, size_t, const kernel_node_params *);
+	CUresult (*graph_inst)(void **, void *, unsigned long long);
+	CUresult (*graph_launch)(void *, void *);
+	CUresult (*ctx_sync)(void *); /* the version-13000 answer: takes a context */
+	int library;                  /* load code as a library (cudart 13 style) */
+};
+
+static void *cuda;
+static const char *mode;
+
+#define CHECK(call)                                                                        \
+	do {                                                                               \
+		CUresult r_ = (call);                                                      \
+		if (r_ != 0) {                                                             \
+			fprintf(stderr, "app: %s failed: %d (line %d)\n", #call, r_, __LINE__); \
+			exit(1);                                                           \
+		}                                                                          \
+	} while (0)
+
+static void *need(void *p, const char *what)
+{
+	if (p == NULL) {
+		fprintf(stderr, "app: %s not found\n", what);
+		exit(1);
+	}
+	return p;
+}
+
+#ifndef APP_DIRECT
+typedef CUresult (*gpa2_t)(const char *, void **, int, u64, int *);
+
+static void *gpa(gpa2_t g, const char *name, int ver, u64 flags)
+{
+	void *p = NULL;
+	int st = -1;
+	CHECK(g(name, &p, ver, flags, &st));
+	return need(p, name);
+}
+
+static void load_cudart(struct api *a)
+{
+	gpa2_t g0 = (gpa2_t)need(dlsym(cuda, "cuGetProcAddress_v2"), "cuGetProcAddress_v2");
+	/* cudart asks the driver for cuGetProcAddress itself and uses that. */
+	gpa2_t g = (gpa2_t)gpa(g0, "cuGetProcAddress", 13000, 1);
+	a->init = gpa(g, "cuInit", 2000, 1);
+	a->lib_load = gpa(g, "cuLibraryLoadData", 12000, 1);
+	a->lib_kernel = gpa(g, "cuLibraryGetKernel", 12000, 1);
+	a->kernel_fn = gpa(g, "cuKernelGetFunction", 12000, 1);
+	a->launch = gpa(g, "cuLaunchKernel", 4000, 1);
+	a->launch_ptsz = gpa(g, "cuLaunchKernel", 4000, 2);
+	a->launch_ex = gpa(g, "cuLaunchKernelEx", 11060, 1);
+	a->coop = gpa(g, "cuLaunchCooperativeKernel", 9000, 1);
+	a->stream_sync = gpa(g, "cuStreamSynchronize", 2000, 1);
+	a->memcpy_htod = gpa(g, "cuMemcpyHtoD", 3020, 1);
+	a->graph_create = gpa(g, "cuGraphCreate", 10000, 1);
+	a->graph_add = gpa(g, "cuGraphAddKernelNode", 10000, 1);
+	a->graph_inst = gpa(g, "cuGraphInstantiateWithFlags", 11040, 1);
+	a->graph_launch = gpa(g, "cuGraphLaunch", 10000, 1);
+	a->ctx_sync = gpa(g, "cuCtxSynchronize", 13000, 1);
+	a->library = 1;
+}
+
+static void load_dlsym(struct api *a)
+{
+#define D(field, name) a->field = need(dlsym(cuda, name), name)
+	D(init, "cuInit");
+	D(mod_load, "cuModuleLoadData");
+	D(mod_fn, "cuModuleGetFunction");
+	D(launch, "cuLaunchKernel");
+	D(launch_ptsz, "cuLaunchKernel_ptsz");
+	D(launch_ex, "cuLaunchKernelEx");
+	D(coop, "cuLaunchCooperativeKernel");
+	D(stream_sync, "cuStreamSynchronize");
+	D(memcpy_htod, "cuMemcpyHtoD_v2");
+	D(graph_create, "cuGraphCreate");
+	D(graph_add, "cuGraphAddKernelNode");
+	D(graph_inst, "cuGraphInstantiateWithFlags");
+	D(graph_launch, "cuGraphLaunch");
+#undef D
+}
+#endif
+
+#ifdef APP_DIRECT
+CUresult cuInit(unsigned);
+CUresult cuModuleLoadData(void **, const void *);
+CUresult cuModuleGetFunction(void **, void *, const char *);
+CUresult cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+			void **, void **);
+CUresult cuLaunchKernel_ptsz(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			     void *, void **, void **);
+CUresult cuLaunchKernelEx(const launch_config *, void *, void **, void **);
+CUresult cuLaunchCooperativeKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				   void *, void **);
+CUresult cuStreamSynchronize(void *);
+CUresult cuMemcpyHtoD_v2(u64, const void *, size_t);
+CUresult cuGraphCreate(void **, unsigned);
+CUresult cuGraphAddKernelNode(void **, void *, void *, size_t, const kernel_node_params *);
+CUresult cuGraphInstantiateWithFlags(void **, void *, unsigned long long);
+CUresult cuGraphLaunch(void *, void *);
+static void load_direct(struct api *a)
+{
+	a->init = cuInit;
+	a->mod_load = cuModuleLoadData;
+	a->mod_fn = cuModuleGetFunction;
+	a->launch = cuLaunchKernel;
+	a->launch_ptsz = cuLaunchKernel_ptsz;
+	a->launch_ex = cuLaunchKernelEx;
+	a->coop = cuLaunchCooperativeKernel;
+	a->stream_sync = cuStreamSynchronize;
+	a->memcpy_htod = cuMemcpyHtoD_v2;
+	a->graph_create = cuGraphCreate;
+	a->graph_add = cuGraphAddKernelNode;
+	a->graph_inst = cuGraphInstantiateWithFlags;
+	a->graph_launch = cuGraphLaunch;
+}
+#endif
+
+/* A fatbin container header (magic, version 1, header 16 bytes, 0 bytes). */
+static const uint32_t fatbin[4] = {0xBA55ED50u, 0x00100001u, 0, 0};
+
+static struct api A;
+static void *f_vec, *f_gemm;
+
+static void load_code(void)
+{
+	void *m;
+	if (A.library) {
+		void *kvec, *kgemm;
+		CHECK(A.lib_load(&m, fatbin, NULL, NULL, 0, NULL, NULL, 0));
+		CHECK(A.lib_kernel(&kvec, m, "_Z6vecAddPfS_S_i"));
+		CHECK(A.lib_kernel(&kgemm, m, "_Z4gemmPKfS0_Pfi"));
+		f_vec = kvec; /* a CUkernel launched as a CUfunction */
+		CHECK(A.kernel_fn(&f_gemm, kgemm));
+	} else {
+		CHECK(A.mod_load(&m, fatbin));
+		CHECK(A.mod_fn(&f_vec, m, "_Z6vecAddPfS_S_i"));
+		CHECK(A.mod_fn(&f_gemm, m, "_Z4gemmPKfS0_Pfi"));
+	}
+}
+
+/* basic: nvec vecAdd launches, then one each of the other launch paths, a
+ * stream sync and a 4096-byte HtoD copy. */
+static void basic(int nvec)
+{
+	static char dev[4096], host[4096];
+	for (int i = 0; i < nvec; i++)
+		CHECK(A.launch(f_vec, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL));
+	CHECK(A.launch_ptsz(f_gemm, 8, 8, 1, 16, 16, 1, 2048, NULL, NULL, NULL));
+	launch_config c = {2, 3, 4, 32, 2, 1, 0, (void *)0x1234, NULL, 0};
+	CHECK(A.launch_ex(&c, f_vec, NULL, NULL));
+	CHECK(A.coop(f_gemm, 1, 1, 1, 64, 1, 1, 0, (void *)0x77, NULL));
+	CHECK(A.stream_sync(NULL));
+	memset(host, 7, sizeof host);
+	CHECK(A.memcpy_htod((u64)(uintptr_t)dev, host, sizeof host));
+	if (dev[4095] != 7)
+		exit(1);
+	if (A.ctx_sync) /* a different ABI: must reach the driver untouched */
+		CHECK(A.ctx_sync((void *)0x5ca1ab1e));
+}
+
+static void graph(void)
+{
+	void *g, *n, *exec;
+	kernel_node_params p1 = {f_vec, 5, 1, 1, 128, 1, 1, 0, NULL, NULL};
+	kernel_node_params p2 = {f_gemm, 3, 3, 1, 8, 8, 1, 512, NULL, NULL};
+	CHECK(A.graph_create(&g, 0));
+	CHECK(A.graph_add(&n, g, NULL, 0, &p1));
+	CHECK(A.graph_add(&n, g, NULL, 0, &p2));
+	CHECK(A.graph_inst(&exec, g, 0));
+	CHECK(A.graph_launch(exec, (void *)0x99));
+	CHECK(A.graph_launch(exec, (void *)0x99));
+}
+
+static void *thread_main(void *arg)
+{
+	int n = (int)(intptr_t)arg;
+	for (int i = 0; i < n; i++)
+		CHECK(A.launch(f_vec, 1 + (unsigned)i % 3, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+	return NULL;
+}
+
+static double now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+	const char *scenario = argc > 2 ? argv[2] : "basic";
+	mode = argc > 1 ? argv[1] : "cudart";
+	setvbuf(stdout, NULL, _IOLBF, 0);
+#ifdef APP_DIRECT
+	if (strcmp(mode, "direct") != 0) {
+		fprintf(stderr, "app-direct: mode must be direct\n");
+		return 2;
+	}
+	load_direct(&A);
+#else
+	cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	need(cuda, "libcuda.so.1");
+	if (strcmp(mode, "cudart") == 0)
+		load_cudart(&A);
+	else if (strcmp(mode, "dlsym") == 0)
+		load_dlsym(&A);
+	else {
+		fprintf(stderr, "app: unknown mode %s\n", mode);
+		return 2;
+	}
+#endif
+	CHECK(A.init(0));
+	load_code();
+	if (strcmp(scenario, "basic") == 0) {
+		basic(argc > 3 ? atoi(argv[3]) : 5);
+	} else if (strcmp(scenario, "graph") == 0) {
+		graph();
+	} else if (strcmp(scenario, "unnamed") == 0) {
+		void *(*quiet)(const char *) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_quiet_function"), "mock_quiet_function");
+		void *f = quiet("_Z9hiddenKernv");
+		CHECK(A.launch(f, 7, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
+		CHECK(A.launch(f, 7, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
+	} else if (strcmp(scenario, "fork") == 0) {
+		CHECK(A.launch(f_vec, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+		CHECK(A.launch(f_vec, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+		fflush(stdout);
+		pid_t c = fork();
+		if (c == 0) {
+			for (int i = 0; i < 3; i++)
+				CHECK(A.launch(f_gemm, 2, 2, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+			_exit(0);
+		}
+		int st;
+		waitpid(c, &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			return 1;
+		CHECK(A.launch(f_vec, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+		printf("app: fork child exited 0\n");
+	} else if (strcmp(scenario, "threads") == 0) {
+		pthread_t t[4];
+		for (int i = 0; i < 4; i++)
+			pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)250);
+		for (int i = 0; i < 4; i++)
+			pthread_join(t[i], NULL);
+	} else if (strcmp(scenario, "slow") == 0) {
+		int n = argc > 3 ? atoi(argv[3]) : 100;
+		for (int i = 0; i < n; i++) {
+			CHECK(A.launch(f_vec, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL));
+			usleep(10000);
+			if (i == 0) {
+				printf("app: first launch done\n");
+				fflush(stdout);
+			}
+		}
+	} else if (strcmp(scenario, "bench") == 0) {
+		long n = argc > 3 ? atol(argv[3]) : 1000000;
+		for (long i = 0; i < 1000; i++) /* warm up: first-call paths */
+			A.launch(f_vec, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+		double t0 = now_ns();
+		for (long i = 0; i < n; i++)
+			A.launch(f_vec, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+		double t1 = now_ns();
+		printf("bench: launches=%ld ns_per_launch=%.2f\n", n, (t1 - t0) / (double)n);
+		return 0;
+	} else {
+		fprintf(stderr, "app: unknown scenario %s\n", scenario);
+		return 2;
+	}
+	void (*report)(FILE *) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_report"), "mock_report");
+	printf("app: mode=%s scenario=%s done\n", mode, scenario);
+	report(stdout);
+	return 0;
+}

@@ -1,0 +1,436 @@
+/*
+ * mock_libcuda.c - a MOCK of the CUDA driver (libcuda.so.1) for the shim's
+ * tests on machines without a GPU. It is named and built as libcuda.so.1 in
+ * a temporary directory and found through LD_LIBRARY_PATH. It runs no
+ * kernels: modules, libraries, kernels, functions and graphs are host
+ * objects, and every launch only updates counters that the test app prints
+ * (mock_report), so that an application's output with and without the shim
+ * can be compared.
+ *
+ * Like the real driver it exports the cu* entry points and answers
+ * cuGetProcAddress(_v2) by (name, flags, version), with per-thread-stream
+ * variants for flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM. Two
+ * deliberate differences exercise the shim's fallbacks:
+ *   - cuGetProcAddress("cuLaunchKernelEx") returns an internal function,
+ *     not the exported symbol (the shim must still wrap it, by name);
+ *   - cuGetProcAddress("cuCtxSynchronize", version >= 13000) returns a
+ *     function taking a CUcontext (like CUDA 13's cuCtxSynchronize_v2),
+ *     which the shim must not wrap with the void signature.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long cuuint64_t;
+
+#define EXPORT __attribute__((visibility("default")))
+
+struct mock_fn {
+	uint32_t magic; /* 'FUNC' or 'KERN' */
+	uint32_t id;
+	char name[256];
+	struct mock_fn *next;
+	struct mock_fn *func; /* KERN: its CUfunction */
+};
+struct mock_mod {
+	uint32_t magic; /* 'MODU' */
+	struct mock_fn *fns;
+};
+struct mock_node {
+	struct mock_fn *f;
+	unsigned grid[3], block[3], shmem;
+};
+struct mock_graph {
+	int n;
+	struct mock_node nodes[16];
+};
+
+static uint32_t next_id = 1;
+static uint64_t n_launch, n_ptsz, n_ex, n_coop, n_graph, n_sync, n_memcpy, checksum;
+static int inited;
+
+#define ADD(v, x) __atomic_fetch_add(&(v), (x), __ATOMIC_RELAXED)
+
+static void count_launch(struct mock_fn *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			 unsigned bz, int ptsz)
+{
+	ADD(n_launch, 1);
+	if (ptsz)
+		ADD(n_ptsz, 1);
+	ADD(checksum, (uint64_t)(f ? f->id : 0) * 1000003u + (uint64_t)gx * gy * gz * bx * by * bz);
+}
+
+static struct mock_fn *as_fn(void *p)
+{
+	struct mock_fn *f = p;
+	if (f == NULL)
+		return NULL;
+	if (f->magic == 0x4b45524e) /* a CUkernel launched as a CUfunction */
+		return f;
+	return f->magic == 0x46554e43 ? f : NULL;
+}
+
+EXPORT CUresult cuInit(unsigned flags)
+{
+	(void)flags;
+	inited = 1;
+	return 0;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *v)
+{
+	*v = 13000;
+	return 0;
+}
+
+static __thread int cur_device;
+EXPORT void mock_set_device(int d) { cur_device = d; }
+
+EXPORT CUresult cuCtxGetDevice(int *d)
+{
+	*d = cur_device;
+	return 0;
+}
+
+static struct mock_mod *new_mod(void)
+{
+	struct mock_mod *m = calloc(1, sizeof *m);
+	m->magic = 0x4d4f4455;
+	return m;
+}
+
+static struct mock_fn *mod_fn(struct mock_mod *m, const char *name, uint32_t magic)
+{
+	for (struct mock_fn *f = m->fns; f; f = f->next)
+		if (f->magic == magic && strcmp(f->name, name) == 0)
+			return f;
+	struct mock_fn *f = calloc(1, sizeof *f);
+	f->magic = magic;
+	f->id = next_id++;
+	snprintf(f->name, sizeof f->name, "%s", name);
+	f->next = m->fns;
+	m->fns = f;
+	return f;
+}
+
+EXPORT CUresult cuModuleLoad(void **m, const char *path)
+{
+	if (!inited)
+		return 3;
+	(void)path;
+	*m = new_mod();
+	return 0;
+}
+EXPORT CUresult cuModuleLoadData(void **m, const void *img)
+{
+	if (!inited || img == NULL)
+		return inited ? 1 : 3;
+	*m = new_mod();
+	return 0;
+}
+EXPORT CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, void *o, void **v)
+{
+	(void)n, (void)o, (void)v;
+	return cuModuleLoadData(m, img);
+}
+EXPORT CUresult cuModuleLoadFatBinary(void **m, const void *img) { return cuModuleLoadData(m, img); }
+
+EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name)
+{
+	struct mock_mod *mod = m;
+	if (mod == NULL || mod->magic != 0x4d4f4455 || name == NULL)
+		return 400; /* CUDA_ERROR_INVALID_HANDLE */
+	*f = mod_fn(mod, name, 0x46554e43);
+	return 0;
+}
+
+/* mock_quiet_function: a function handle obtained behind the shim's back
+ * (no cu* entry point), so the shim names it through cuFuncGetName. */
+EXPORT void *mock_quiet_function(const char *name)
+{
+	static struct mock_mod *m;
+	if (m == NULL)
+		m = new_mod();
+	return mod_fn(m, name, 0x46554e43);
+}
+
+EXPORT CUresult cuFuncGetName(const char **name, void *f)
+{
+	struct mock_fn *fn = as_fn(f);
+	if (fn == NULL)
+		return 400;
+	*name = fn->name;
+	return 0;
+}
+
+EXPORT CUresult cuLibraryLoadData(void **lib, const void *code, void *jo, void **jv, unsigned nj, void *lo,
+				  void **lv, unsigned nl)
+{
+	(void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
+	return cuModuleLoadData(lib, code);
+}
+EXPORT CUresult cuLibraryLoadFromFile(void **lib, const char *path, void *jo, void **jv, unsigned nj, void *lo,
+				      void **lv, unsigned nl)
+{
+	(void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
+	return cuModuleLoad(lib, path);
+}
+EXPORT CUresult cuLibraryGetKernel(void **k, void *lib, const char *name)
+{
+	struct mock_mod *mod = lib;
+	if (mod == NULL || mod->magic != 0x4d4f4455 || name == NULL)
+		return 400;
+	*k = mod_fn(mod, name, 0x4b45524e);
+	return 0;
+}
+EXPORT CUresult cuKernelGetFunction(void **f, void *k)
+{
+	struct mock_fn *kern = k;
+	if (kern == NULL || kern->magic != 0x4b45524e)
+		return 400;
+	if (kern->func == NULL) {
+		struct mock_fn *fn = calloc(1, sizeof *fn);
+		*fn = *kern;
+		fn->magic = 0x46554e43;
+		fn->next = NULL;
+		kern->func = fn;
+	}
+	*f = kern->func;
+	return 0;
+}
+
+static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		       int ptsz)
+{
+	struct mock_fn *fn = as_fn(f);
+	if (fn == NULL)
+		return 400;
+	if (!gx || !gy || !gz || !bx || !by || !bz)
+		return 1;
+	count_launch(fn, gx, gy, gz, bx, by, bz, ptsz);
+	return 0;
+}
+
+EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			       unsigned bz, unsigned shm, void *st, void **p, void **e)
+{
+	(void)shm, (void)st, (void)p, (void)e;
+	return launch(f, gx, gy, gz, bx, by, bz, 0);
+}
+EXPORT CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+				    unsigned bz, unsigned shm, void *st, void **p, void **e)
+{
+	(void)shm, (void)st, (void)p, (void)e;
+	return launch(f, gx, gy, gz, bx, by, bz, 1);
+}
+
+typedef struct {
+	unsigned gx, gy, gz, bx, by, bz, shm;
+	void *stream;
+	void *attrs;
+	unsigned nattrs;
+} mock_launch_config;
+
+EXPORT CUresult cuLaunchKernelEx(const mock_launch_config *c, void *f, void **p, void **e)
+{
+	(void)p, (void)e;
+	ADD(n_ex, 1);
+	return launch(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, 0);
+}
+EXPORT CUresult cuLaunchKernelEx_ptsz(const mock_launch_config *c, void *f, void **p, void **e)
+{
+	(void)p, (void)e;
+	ADD(n_ex, 1);
+	return launch(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, 1);
+}
+/* What cuGetProcAddress hands out for cuLaunchKernelEx: not an export. */
+static CUresult internal_launch_ex(const mock_launch_config *c, void *f, void **p, void **e)
+{
+	return cuLaunchKernelEx(c, f, p, e);
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+					  unsigned by, unsigned bz, unsigned shm, void *st, void **p)
+{
+	(void)shm, (void)st, (void)p;
+	ADD(n_coop, 1);
+	return launch(f, gx, gy, gz, bx, by, bz, 0);
+}
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+					       unsigned by, unsigned bz, unsigned shm, void *st, void **p)
+{
+	(void)shm, (void)st, (void)p;
+	ADD(n_coop, 1);
+	return launch(f, gx, gy, gz, bx, by, bz, 1);
+}
+
+EXPORT CUresult cuStreamSynchronize(void *st)
+{
+	(void)st;
+	ADD(n_sync, 1);
+	return 0;
+}
+EXPORT CUresult cuStreamSynchronize_ptsz(void *st) { return cuStreamSynchronize(st); }
+EXPORT CUresult cuCtxSynchronize(void)
+{
+	ADD(n_sync, 1);
+	return 0;
+}
+/* Like CUDA 13's cuCtxSynchronize_v2: a different signature. */
+static CUresult ctx_sync_v2(void *ctx)
+{
+	if (ctx != (void *)0x5ca1ab1e)
+		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	ADD(n_sync, 1);
+	return 0;
+}
+
+EXPORT CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n)
+{
+	memcpy((void *)dst, src, n);
+	ADD(n_memcpy, 1);
+	return 0;
+}
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
+{
+	memcpy(dst, (const void *)src, n);
+	ADD(n_memcpy, 1);
+	return 0;
+}
+
+/* Graphs: kernel nodes only. */
+typedef struct {
+	void *func;
+	unsigned gx, gy, gz, bx, by, bz, shm;
+	void **params, **extra;
+} mock_kernel_node_params;
+typedef struct {
+	void *func;
+	unsigned gx, gy, gz, bx, by, bz, shm;
+	void **params, **extra;
+	void *kern, *ctx;
+} mock_kernel_node_params_v2;
+
+EXPORT CUresult cuGraphCreate(void **g, unsigned flags)
+{
+	(void)flags;
+	*g = calloc(1, sizeof(struct mock_graph));
+	return 0;
+}
+EXPORT CUresult cuGraphAddKernelNode(void **node, void *g, void *deps, size_t ndeps, const mock_kernel_node_params *p)
+{
+	struct mock_graph *gr = g;
+	(void)deps, (void)ndeps;
+	if (gr->n == 16)
+		return 2;
+	struct mock_node *n = &gr->nodes[gr->n++];
+	n->f = as_fn(p->func);
+	n->grid[0] = p->gx, n->grid[1] = p->gy, n->grid[2] = p->gz;
+	n->block[0] = p->bx, n->block[1] = p->by, n->block[2] = p->bz;
+	n->shmem = p->shm;
+	*node = n;
+	return 0;
+}
+EXPORT CUresult cuGraphGetNodes(void *g, void **nodes, size_t *num)
+{
+	struct mock_graph *gr = g;
+	if (nodes != NULL)
+		for (int i = 0; i < gr->n && (size_t)i < *num; i++)
+			nodes[i] = &gr->nodes[i];
+	*num = (size_t)gr->n;
+	return 0;
+}
+EXPORT CUresult cuGraphNodeGetType(void *node, int *type)
+{
+	(void)node;
+	*type = 0; /* CU_GRAPH_NODE_TYPE_KERNEL */
+	return 0;
+}
+EXPORT CUresult cuGraphKernelNodeGetParams_v2(void *node, mock_kernel_node_params_v2 *p)
+{
+	struct mock_node *n = node;
+	memset(p, 0, sizeof *p);
+	p->func = n->f;
+	p->gx = n->grid[0], p->gy = n->grid[1], p->gz = n->grid[2];
+	p->bx = n->block[0], p->by = n->block[1], p->bz = n->block[2];
+	p->shm = n->shmem;
+	return 0;
+}
+EXPORT CUresult cuGraphInstantiateWithFlags(void **exec, void *g, unsigned long long flags)
+{
+	(void)flags;
+	struct mock_graph *e = malloc(sizeof *e);
+	*e = *(struct mock_graph *)g;
+	*exec = e;
+	return 0;
+}
+EXPORT CUresult cuGraphLaunch(void *exec, void *st)
+{
+	struct mock_graph *e = exec;
+	(void)st;
+	ADD(n_graph, 1);
+	for (int i = 0; i < e->n; i++) {
+		struct mock_node *n = &e->nodes[i];
+		launch(n->f, n->grid[0], n->grid[1], n->grid[2], n->block[0], n->block[1], n->block[2], 0);
+	}
+	return 0;
+}
+
+/* mock_report prints the counters: the application's "output". */
+EXPORT void mock_report(FILE *out)
+{
+	fprintf(out, "mock: launches=%llu ptsz=%llu ex=%llu coop=%llu graph=%llu sync=%llu memcpy=%llu checksum=%llu\n",
+		(unsigned long long)n_launch, (unsigned long long)n_ptsz, (unsigned long long)n_ex,
+		(unsigned long long)n_coop, (unsigned long long)n_graph, (unsigned long long)n_sync,
+		(unsigned long long)n_memcpy, (unsigned long long)checksum);
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, int *status);
+
+struct entry {
+	const char *name;
+	void *legacy, *ptds;
+};
+#define E(n) {#n, (void *)n, NULL}
+#define P(n) {#n, (void *)n, (void *)n##_ptsz}
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags);
+static const struct entry table[] = {
+	E(cuInit), E(cuDriverGetVersion), E(cuCtxGetDevice), E(cuModuleLoad), E(cuModuleLoadData),
+	E(cuModuleLoadDataEx), E(cuModuleLoadFatBinary), E(cuModuleGetFunction), E(cuLibraryLoadData),
+	E(cuLibraryLoadFromFile), E(cuLibraryGetKernel), E(cuKernelGetFunction), E(cuFuncGetName),
+	P(cuLaunchKernel), {"cuLaunchKernelEx", (void *)internal_launch_ex, (void *)cuLaunchKernelEx_ptsz},
+	P(cuLaunchCooperativeKernel), P(cuStreamSynchronize), E(cuGraphCreate), E(cuGraphAddKernelNode),
+	E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, NULL},
+	{"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2, NULL},
+};
+
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, int *status)
+{
+	if (status)
+		*status = 0;
+	*pfn = NULL;
+	if (strcmp(sym, "cuGetProcAddress") == 0) {
+		*pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+		return 0;
+	}
+	if (strcmp(sym, "cuCtxSynchronize") == 0) {
+		*pfn = ver >= 13000 ? (void *)ctx_sync_v2 : (void *)cuCtxSynchronize;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+		if (strcmp(table[i].name, sym) == 0) {
+			*pfn = (flags & 2) && table[i].ptds ? table[i].ptds : table[i].legacy;
+			return 0;
+		}
+	if (status)
+		*status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
+	return 500;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags)
+{
+	return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
