@@ -19,17 +19,14 @@ done
 [[ -x "$b/bin/gpuprobe" ]] || { echo "gpu-bundle: bin/gpuprobe missing (make build)" >&2; exit 1; }
 cp Makefile "$b/"
 cp scripts/*.sh "$b/scripts/"
-for d in testdata/bpf testdata/cuda; do
-	[[ -d "$d" ]] && cp -r "$d" "$b/testdata/"
-done
-[[ -f testdata/config.yaml ]] && cp testdata/config.yaml "$b/testdata/"
-for c in conformance shared/conformance ../shared/conformance; do
-	if [[ -d "$c/tests" ]]; then
-		cp -r "$c" "$b/conformance"
-		break
-	fi
-done
-[[ -d "$b/conformance" ]] || echo "gpu-bundle: warning: no conformance data found" >&2
+# testdata: eBPF objects and sources, CUDA samples, SASS-comparison twins,
+# the conformance data, the default config.
+cp -r testdata/. "$b/testdata/"
+if [[ ! -d "$b/testdata/conformance/tests" ]]; then
+	for c in ../shared/conformance shared/conformance; do
+		[[ -d "$c/tests" ]] && { cp -r "$c" "$b/conformance"; break; }
+	done
+fi
 
 mkdir -p "$(dirname "$dst")"
 tar -C "$stage" -czf "$dst" gpuprobe

@@ -8,8 +8,8 @@
 # Environment:
 #   GPUPROBE_BIN      the gpuprobe CLI (default bin/gpuprobe)
 #   CONFORMANCE_DIR   bpf_conformance data with tests/ and negative/ (default:
-#                     the first of conformance/, shared/conformance/,
-#                     ../shared/conformance/ that exists)
+#                     the first of testdata/conformance/, conformance/,
+#                     shared/conformance/, ../shared/conformance/ that exists)
 #   GPU_ARCH          ptxas target (default: from nvidia-smi, e.g. sm_90)
 #   GPU_TEST_OUT      where step logs go (default build/gpu-test; also copied
 #                     to $OUT when that is set, as on the device runner)
@@ -80,7 +80,7 @@ fi
 
 conf=${CONFORMANCE_DIR:-}
 if [[ -z "$conf" ]]; then
-	for d in conformance shared/conformance ../shared/conformance; do
+	for d in testdata/conformance conformance shared/conformance ../shared/conformance; do
 		[[ -d "$d/tests" ]] && { conf=$(cd "$d" && pwd); break; }
 	done
 fi
@@ -127,7 +127,7 @@ if [[ -x "$bin" ]]; then
 fi
 
 if [[ -f scripts/sass-compare.sh ]]; then
-	step "SASS comparison vs nvcc" sass-compare.log bash scripts/sass-compare.sh
+	step "SASS comparison vs nvcc" sass-compare.log env ARCH="$arch" bash scripts/sass-compare.sh "$bin"
 	if [[ -s "$out/sass-compare.log" ]]; then
 		echo "---- SASS comparison ----"
 		tail -15 "$out/sass-compare.log"
