@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/record"
 )
@@ -373,6 +375,42 @@ func TestCollectorKilled(t *testing.T) {
 	if got := first + rest; got != plain {
 		t.Errorf("output:\n%s\nwant:\n%s", got, plain)
 	}
+}
+
+// TestTimestamps: launch timestamps are CLOCK_MONOTONIC and keep their
+// scale once the shim switches to the TSC (50 ms after load): the app
+// sleeps 10 ms between launches.
+func TestTimestamps(t *testing.T) {
+	b := binaries(t)
+	a := startAgent(t, 256, 1024, agent.Options{})
+	before := monotonic(t)
+	if _, errOut, err := run(t, b, preload(b, a.path), b.app, "cudart", "slow", "30"); err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	after := monotonic(t)
+	ss := a.waitGone(t, 1)
+	st := readRing(t, ss[0].ring)
+	if len(st.launches) != 30 {
+		t.Fatalf("%d launches, want 30", len(st.launches))
+	}
+	for i, l := range st.launches {
+		if l.EnqueueNS < before || l.ReturnNS > after || l.ReturnNS < l.EnqueueNS || l.ReturnNS-l.EnqueueNS > 1_000_000 {
+			t.Errorf("launch %d: enqueue %d return %d, outside [%d, %d] or longer than 1 ms", i, l.EnqueueNS, l.ReturnNS, before, after)
+		}
+		if i > 0 {
+			if d := l.EnqueueNS - st.launches[i-1].EnqueueNS; d < 9_500_000 || d > 200_000_000 {
+				t.Errorf("launch %d: %d ns after the previous one, want about 10 ms", i, d)
+			}
+		}
+	}
+}
+
+func monotonic(t *testing.T) uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return uint64(ts.Nano())
 }
 
 // TestTrace: GPUPROBE_TRACE=PATH logs the lookups, the wrappers, the first

@@ -212,6 +212,61 @@ static inline uint64_t gp_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* clock.c: TSC timestamps converted to CLOCK_MONOTONIC (see clock.c). */
+struct gp_cal {
+	uint64_t mono, tsc; /* anchor */
+	uint64_t mult;      /* ns per tick, 32.32 fixed point */
+	uint64_t recal;     /* ticks after which to refit (about 1 s) */
+};
+extern GP_HIDDEN int gp_tsc_on;      /* timestamps come from the TSC */
+extern GP_HIDDEN int gp_tsc_pending; /* the TSC is usable, not fitted yet */
+extern GP_HIDDEN struct gp_cal gp_cals[2];
+extern GP_HIDDEN uint32_t gp_cal_cur;
+GP_HIDDEN void gp_recalibrate(void);
+
+/* A pair of launch-path timestamps: gp_stamp_begin before the call,
+ * gp_stamp_end after it, both as CLOCK_MONOTONIC ns. */
+struct gp_stamp {
+	uint64_t t0, t1;
+	int tsc;
+};
+static inline void gp_stamp_begin(struct gp_stamp *s)
+{
+#if defined(__x86_64__)
+	s->tsc = __atomic_load_n(&gp_tsc_on, __ATOMIC_ACQUIRE);
+	if (GP_LIKELY(s->tsc)) {
+		s->t0 = __builtin_ia32_rdtsc();
+		return;
+	}
+#else
+	s->tsc = 0;
+#endif
+	s->t0 = gp_now();
+}
+static inline void gp_stamp_end(struct gp_stamp *s)
+{
+#if defined(__x86_64__)
+	if (GP_LIKELY(s->tsc)) {
+		uint64_t c = __builtin_ia32_rdtsc();
+		const struct gp_cal *k = &gp_cals[__atomic_load_n(&gp_cal_cur, __ATOMIC_ACQUIRE)];
+		uint64_t d0 = s->t0 - k->tsc, d1 = c - k->tsc;
+		if (GP_UNLIKELY(s->t0 < k->tsc || d1 > k->recal)) {
+			/* Before this anchor (another thread refitted) or due. */
+			gp_recalibrate();
+			s->t1 = gp_now();
+			s->t0 = s->t1 - (uint64_t)(((unsigned __int128)(c - s->t0) * k->mult) >> 32);
+			return;
+		}
+		s->t0 = k->mono + (uint64_t)(((unsigned __int128)d0 * k->mult) >> 32);
+		s->t1 = k->mono + (uint64_t)(((unsigned __int128)d1 * k->mult) >> 32);
+		return;
+	}
+#endif
+	s->t1 = gp_now();
+	if (GP_UNLIKELY(gp_tsc_pending))
+		gp_recalibrate(); /* the first fit, 50 ms or more after load */
+}
+
 /* handles.c */
 GP_HIDDEN void gp_name_set(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN int gp_name_copy(uint64_t from, uint64_t to);

@@ -61,10 +61,11 @@ static CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	void *ring = gp_session();
 	if (ring == NULL)
 		return real(GP_A_LAUNCH);
-	uint64_t t0 = gp_now();
+	struct gp_stamp ts;
+	gp_stamp_begin(&ts);
 	CUresult r = real(GP_A_LAUNCH);
-	uint64_t t1 = gp_now();
-	gp_launch_record(ring, GP_API_LAUNCH_KERNEL, gp_next_launch_id(), t0, t1, (uint64_t)f, gx, gy, gz, bx,
+	gp_stamp_end(&ts);
+	gp_launch_record(ring, GP_API_LAUNCH_KERNEL, gp_next_launch_id(), ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
 			 by, bz, shmem, gp_stream(s, st), r, gp_device());
 	return r;
 }
@@ -81,10 +82,11 @@ static CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	void *ring = gp_session();
 	if (ring == NULL || cfg == NULL)
 		return real(GP_A_LAUNCH_EX);
-	uint64_t t0 = gp_now();
+	struct gp_stamp ts;
+	gp_stamp_begin(&ts);
 	CUresult r = real(GP_A_LAUNCH_EX);
-	uint64_t t1 = gp_now();
-	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX, gp_next_launch_id(), t0, t1, (uint64_t)f, cfg->gridDimX,
+	gp_stamp_end(&ts);
+	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX, gp_next_launch_id(), ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
 			 cfg->sharedMemBytes, gp_stream(s, cfg->hStream), r, gp_device());
 	return r;
@@ -104,10 +106,11 @@ static CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	void *ring = gp_session();
 	if (ring == NULL)
 		return real(GP_A_LAUNCH_COOP);
-	uint64_t t0 = gp_now();
+	struct gp_stamp ts;
+	gp_stamp_begin(&ts);
 	CUresult r = real(GP_A_LAUNCH_COOP);
-	uint64_t t1 = gp_now();
-	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL, gp_next_launch_id(), t0, t1, (uint64_t)f, gx,
+	gp_stamp_end(&ts);
+	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL, gp_next_launch_id(), ts.t0, ts.t1, (uint64_t)f, gx,
 			 gy, gz, bx, by, bz, shmem, gp_stream(s, st), r, gp_device());
 	return r;
 }
@@ -284,9 +287,10 @@ static CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 	void *ring = gp_session();
 	if (ring == NULL)
 		return real(GP_A_GRAPH_LAUNCH);
-	uint64_t t0 = gp_now();
+	struct gp_stamp ts;
+	gp_stamp_begin(&ts);
 	CUresult r = real(GP_A_GRAPH_LAUNCH);
-	uint64_t t1 = gp_now();
+	gp_stamp_end(&ts);
 	struct gp_gentry *e = gp_graph_find((uint64_t)exec, 0);
 	const struct gp_graph *g = e ? __atomic_load_n(&e->graph, __ATOMIC_ACQUIRE) : NULL;
 	GP_COUNT(graph_launches, 1);
@@ -296,7 +300,7 @@ static CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 	uint64_t stream = gp_stream(s, st);
 	for (uint32_t i = 0; i < g->n; i++) {
 		const struct gp_gnode *k = &g->nodes[i];
-		gp_launch_record(ring, GP_API_GRAPH_LAUNCH, gp_next_launch_id(), t0, t1, k->func, k->grid[0],
+		gp_launch_record(ring, GP_API_GRAPH_LAUNCH, gp_next_launch_id(), ts.t0, ts.t1, k->func, k->grid[0],
 				 k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->shmem, stream, r,
 				 dev);
 	}

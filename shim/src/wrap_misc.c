@@ -31,13 +31,14 @@ static CUresult gp_i_STREAM_SYNC(struct gp_slot *s, GP_P_STREAM_SYNC)
 	void *ring = gp_session();
 	if (ring == NULL)
 		return real(st);
-	uint64_t t0 = gp_now();
+	struct gp_stamp ts;
+	gp_stamp_begin(&ts);
 	CUresult r = real(st);
-	uint64_t t1 = gp_now();
+	gp_stamp_end(&ts);
 	uint64_t stream = (uint64_t)st;
 	if (stream == 0 && s->ptsz)
 		stream = GP_CU_STREAM_PER_THREAD;
-	gp_sync_record(ring, GP_SYNC_STREAM, stream, t0, t1);
+	gp_sync_record(ring, GP_SYNC_STREAM, stream, ts.t0, ts.t1);
 	return r;
 }
 GP_DEFINE_API(STREAM_SYNC)
@@ -55,10 +56,11 @@ static CUresult gp_i_CTX_SYNC(struct gp_slot *s)
 	void *ring = gp_session();
 	if (ring == NULL)
 		return real();
-	uint64_t t0 = gp_now();
+	struct gp_stamp ts;
+	gp_stamp_begin(&ts);
 	CUresult r = real();
-	uint64_t t1 = gp_now();
-	gp_sync_record(ring, GP_SYNC_CONTEXT, 0, t0, t1);
+	gp_stamp_end(&ts);
+	gp_sync_record(ring, GP_SYNC_CONTEXT, 0, ts.t0, ts.t1);
 	return r;
 }
 static CUresult gp_w_CTX_SYNC_0(void);
@@ -106,14 +108,15 @@ static void gp_memcpy_record(void *ring, uint16_t kind, uint16_t flags, uint64_t
 		void *ring = gp_session();                                           \
 		if (ring == NULL)                                                    \
 			return real(GP_A_##ID);                                      \
-		uint64_t t0 = gp_now();                                              \
+		struct gp_stamp ts;                                                  \
+		gp_stamp_begin(&ts);                                                 \
 		CUresult r = real(GP_A_##ID);                                        \
-		uint64_t t1 = gp_now();                                              \
+		gp_stamp_end(&ts);                                                   \
 		uint64_t stream = (uint64_t)(STREAM);                                \
 		if (stream == 0 && s->ptsz && (FLAGS))                               \
 			stream = GP_CU_STREAM_PER_THREAD;                            \
 		if (r == CUDA_SUCCESS)                                               \
-			gp_memcpy_record(ring, KIND, FLAGS, (uint64_t)(N), stream, t0, t1); \
+			gp_memcpy_record(ring, KIND, FLAGS, (uint64_t)(N), stream, ts.t0, ts.t1); \
 		return r;                                                            \
 	}                                                                            \
 	GP_DEFINE_API(ID)
