@@ -63,6 +63,9 @@ extensions:
         memory:
           max_traces: 100000
   jaeger_query:
+    # On by default in v2: Jaeger would trace its own API calls and export
+    # them to localhost:4317, and wait ~10s for that at shutdown.
+    enable_tracing: false
     storage:
       traces: memstore
     http:
@@ -90,8 +93,7 @@ func StartJaeger(ctx context.Context, bin, dir string) (*Jaeger, error) {
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, ports[0], ports[1], ports[2]), 0o644); err != nil {
 		return nil, fmt.Errorf("jaeger config: %w", err)
 	}
-	// Jaeger's own tracer would export to localhost:4317: keep it off.
-	p, err := Start("jaeger", bin, []string{"--config", cfg}, dir, []string{"OTEL_TRACES_EXPORTER=none", "OTEL_SDK_DISABLED=true"})
+	p, err := Start("jaeger", bin, []string{"--config", cfg}, dir, nil)
 	if err != nil {
 		return nil, err
 	}
