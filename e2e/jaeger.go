@@ -85,6 +85,10 @@ exporters:
 // StartJaeger writes a config into dir and starts Jaeger, waiting (bounded)
 // until the query API answers and the OTLP port accepts connections.
 func StartJaeger(ctx context.Context, bin, dir string) (*Jaeger, error) {
+	return retryOnPortClash(func() (*Jaeger, error) { return startJaeger(ctx, bin, dir) })
+}
+
+func startJaeger(ctx context.Context, bin, dir string) (*Jaeger, error) {
 	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -131,6 +132,20 @@ func Eventually(ctx context.Context, timeout, interval time.Duration, cond func(
 		case <-time.After(interval):
 		}
 	}
+}
+
+// retryOnPortClash runs start up to 3 times while it fails because a port
+// that FreePorts picked was taken by another process in the meantime (the
+// error then carries the backend's "address already in use" log line).
+func retryOnPortClash[T any](start func() (T, error)) (T, error) {
+	var v T
+	var err error
+	for range 3 {
+		if v, err = start(); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return v, err
+		}
+	}
+	return v, err
 }
 
 func errOrNone(err error) error {

@@ -153,3 +153,42 @@ func TestFreePorts(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+func TestRetryOnPortClash(t *testing.T) {
+	tests := []struct {
+		name      string
+		errs      []error // returned by successive calls; nil = success
+		wantCalls int
+		wantErr   bool
+	}{
+		{"first try", []error{nil}, 1, false},
+		{"clash then success", []error{errors.New("listen tcp 127.0.0.1:1: bind: address already in use"), nil}, 2, false},
+		{"other errors are not retried", []error{errors.New("bad config"), nil}, 1, true},
+		{"gives up after 3", []error{
+			errors.New("address already in use"), errors.New("address already in use"),
+			errors.New("address already in use"), nil,
+		}, 3, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			v, err := retryOnPortClash(func() (int, error) {
+				err := tc.errs[calls]
+				calls++
+				if err != nil {
+					return 0, err
+				}
+				return 7, nil
+			})
+			if calls != tc.wantCalls {
+				t.Errorf("%d calls, want %d", calls, tc.wantCalls)
+			}
+			if (err != nil) != tc.wantErr {
+				t.Errorf("err = %v, want error: %v", err, tc.wantErr)
+			}
+			if err == nil && v != 7 {
+				t.Errorf("value %d, want 7", v)
+			}
+		})
+	}
+}

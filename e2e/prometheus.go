@@ -36,6 +36,10 @@ const prometheusConfig = `global:
 // StartPrometheus starts Prometheus with its data and config in dir,
 // listening on 127.0.0.1, and waits (bounded) until it is ready.
 func StartPrometheus(ctx context.Context, bin, dir string) (*Prometheus, error) {
+	return retryOnPortClash(func() (*Prometheus, error) { return startPrometheus(ctx, bin, dir) })
+}
+
+func startPrometheus(ctx context.Context, bin, dir string) (*Prometheus, error) {
 	ports, err := FreePorts(1)
 	if err != nil {
 		return nil, err
