@@ -78,6 +78,7 @@ $(OCB):
 # ocb generates the sources and tidies their go.mod; compilation is ours so
 # that a source change only costs an incremental `go build`.
 $(OTELCOL_SRC)/components.go: builder-config.yaml go.mod go.sum | $(OCB)
+	@mkdir -p $(dir $(OTELCOL_SRC))
 	$(OCB) --config builder-config.yaml --skip-compilation
 	@touch $@
 
