@@ -1,0 +1,285 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/record"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+func init() {
+	Register(&Command{
+		Name:    "agent-dump",
+		Summary: "(testing) serve the agent socket without a collector and print what the shim records",
+		Run:     runAgentDump,
+	})
+}
+
+// dumpSession is one connected client and what it wrote.
+type dumpSession struct {
+	peer     *agent.Peer
+	ring     *shm.Ring
+	cons     *shm.Consumer
+	gone     bool // disconnected; drained once more, then finished
+	finished bool
+
+	names                              map[uint64]string // function handle → kernel name
+	launches, nameRecs, syncs, memcpys int
+	errors, unnamed                    int
+	byKernel                           map[string]int
+	apis                               map[record.LaunchAPI]int
+	memcpyBytes                        uint64
+	firstErr                           error
+}
+
+// dumper is the state of agent-dump.
+type dumper struct {
+	out      io.Writer
+	verbose  bool
+	slotSize uint32
+	slots    uint32
+
+	mu       sync.Mutex
+	sessions []*dumpSession
+}
+
+func (d *dumper) connect(p *agent.Peer) ([]agent.Offer, error) {
+	ring, err := shm.CreateRing(d.slotSize, d.slots)
+	if err != nil {
+		return nil, fmt.Errorf("creating a %d×%d-byte ring: %w", d.slots, d.slotSize, err)
+	}
+	s := &dumpSession{peer: p, ring: ring, cons: ring.NewConsumer(shm.ConsumerOptions{}),
+		names: map[uint64]string{}, byKernel: map[string]int{}, apis: map[record.LaunchAPI]int{}}
+	d.mu.Lock()
+	d.sessions = append(d.sessions, s)
+	d.mu.Unlock()
+	fmt.Fprintf(d.out, "agent-dump: session %d: pid %d (%s) connected\n", p.Session, p.PID, p.Hello.Name)
+	return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}, nil
+}
+
+func (d *dumper) disconnect(p *agent.Peer) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.sessions {
+		if s.peer == p {
+			s.gone = true
+		}
+	}
+}
+
+// decode accounts one record of session s.
+func (d *dumper) decode(s *dumpSession, r shm.Record) {
+	fail := func(err error) {
+		s.errors++
+		if s.firstErr == nil {
+			s.firstErr = fmt.Errorf("ticket %d: %w", r.Ticket, err)
+		}
+	}
+	p, err := record.ParsePrefix(r.Payload)
+	if err != nil {
+		fail(err)
+		return
+	}
+	switch p.Type {
+	case record.TypeLaunch:
+		var l record.Launch
+		if err := l.Decode(r.Payload); err != nil {
+			fail(err)
+			return
+		}
+		s.launches++
+		name, ok := s.names[l.Function]
+		if !ok {
+			name = fmt.Sprintf("unnamed %#x", l.Function)
+			s.unnamed++
+		}
+		s.byKernel[name]++
+		s.apis[l.API]++
+		if d.verbose {
+			fmt.Fprintf(d.out, "launch pid=%d tid=%d id=%d %s grid=%dx%dx%d block=%dx%dx%d shm=%d stream=%#x dev=%d api=%v result=%d call=%dns\n",
+				l.PID, l.TID, l.LaunchID, name, l.Grid[0], l.Grid[1], l.Grid[2], l.Block[0], l.Block[1], l.Block[2],
+				l.SharedMem, l.Stream, l.Device, l.API, l.Result, l.ReturnNS-l.EnqueueNS)
+		}
+	case record.TypeKernelName:
+		var k record.KernelName
+		if err := k.Decode(r.Payload); err != nil {
+			fail(err)
+			return
+		}
+		s.names[k.Function] = k.Name
+		s.nameRecs++
+		if d.verbose {
+			fmt.Fprintf(d.out, "kernel_name pid=%d function=%#x module=%#x truncated=%v %s\n", k.PID, k.Function, k.Module, k.Truncated, k.Name)
+		}
+	case record.TypeSync:
+		var y record.Sync
+		if err := y.Decode(r.Payload); err != nil {
+			fail(err)
+			return
+		}
+		s.syncs++
+		if d.verbose {
+			fmt.Fprintf(d.out, "sync pid=%d %v stream=%#x %dns\n", y.PID, y.Kind, y.Stream, y.EndNS-y.StartNS)
+		}
+	case record.TypeMemcpy:
+		var m record.Memcpy
+		if err := m.Decode(r.Payload); err != nil {
+			fail(err)
+			return
+		}
+		s.memcpys++
+		s.memcpyBytes += m.Bytes
+		if d.verbose {
+			fmt.Fprintf(d.out, "memcpy pid=%d %v %d bytes stream=%#x %dns\n", m.PID, m.Kind, m.Bytes, m.Stream, m.EndNS-m.StartNS)
+		}
+	default:
+		if d.verbose {
+			fmt.Fprintf(d.out, "record %v (%d bytes)\n", p.Type, p.Size)
+		}
+	}
+}
+
+// poll drains every ring once and returns how many sessions have finished.
+func (d *dumper) poll() int {
+	d.mu.Lock()
+	ss := append([]*dumpSession(nil), d.sessions...)
+	d.mu.Unlock()
+	finished := 0
+	for _, s := range ss {
+		if s.finished {
+			finished++
+			continue
+		}
+		d.mu.Lock()
+		gone := s.gone
+		d.mu.Unlock()
+		s.cons.Read(0, func(r shm.Record) { d.decode(s, r) })
+		if gone { // the client is gone and its ring was drained after that
+			s.finished = true
+			finished++
+		}
+	}
+	return finished
+}
+
+// summary prints one line per session, one per kernel, and a total line.
+func (d *dumper) summary() (total int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var launches, names, syncs, memcpys, errs int
+	var dropped uint64
+	for _, s := range d.sessions {
+		st := s.ring.Stats()
+		fmt.Fprintf(d.out, "agent-dump: session %d pid %d (%s): launches=%d names=%d syncs=%d memcpys=%d (%d bytes) unnamed=%d dropped=%d errors=%d apis=%v\n",
+			s.peer.Session, s.peer.PID, s.peer.Hello.Name, s.launches, s.nameRecs, s.syncs, s.memcpys, s.memcpyBytes,
+			s.unnamed, st.Dropped+st.Oversize, s.errors, s.apis)
+		if s.firstErr != nil {
+			fmt.Fprintf(d.out, "agent-dump: session %d: first error: %v\n", s.peer.Session, s.firstErr)
+		}
+		ks := make([]string, 0, len(s.byKernel))
+		for k := range s.byKernel {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		for _, k := range ks {
+			fmt.Fprintf(d.out, "agent-dump:   %8d  %s\n", s.byKernel[k], k)
+		}
+		launches += s.launches
+		names += s.nameRecs
+		syncs += s.syncs
+		memcpys += s.memcpys
+		errs += s.errors
+		dropped += st.Dropped + st.Oversize
+	}
+	fmt.Fprintf(d.out, "agent-dump: total clients=%d launches=%d names=%d syncs=%d memcpys=%d dropped=%d errors=%d\n",
+		len(d.sessions), launches, names, syncs, memcpys, dropped, errs)
+	return launches
+}
+
+func (d *dumper) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.sessions {
+		s.ring.Close()
+	}
+}
+
+// dumpStop is closed by tests to stop agent-dump (signals do it otherwise).
+var dumpStop = make(chan struct{})
+
+func runAgentDump(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("agent-dump", stderr)
+	socket := fs.String("socket", config.DefaultSocket, "socket path to serve")
+	slots := fs.Uint("slots", 65536, "slots of each client's launch ring (a power of two)")
+	slotSize := fs.Uint("slot-size", 512, "bytes of one ring slot (multiple of 8; kernel names longer than the slot are truncated)")
+	exitAfter := fs.Int("exit-after", 0, "exit once this many clients have come and gone (0: run until SIGINT/SIGTERM)")
+	timeout := fs.Duration("timeout", 0, "exit after this long in any case (0: no limit)")
+	verbose := fs.Bool("v", false, "print every record")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "gpuprobe agent-dump: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *slots > 1<<24 || *slotSize > shm.MaxSlotSize {
+		fmt.Fprintf(stderr, "gpuprobe agent-dump: --slots %d or --slot-size %d too large\n", *slots, *slotSize)
+		return 2
+	}
+	d := &dumper{out: stdout, verbose: *verbose, slots: uint32(*slots), slotSize: uint32(*slotSize)}
+	if err := os.MkdirAll(filepath.Dir(*socket), 0o755); err != nil {
+		fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+		return 1
+	}
+	srv, err := agent.Listen(agent.Options{Path: *socket}, agent.Callbacks{Connect: d.connect, Disconnect: d.disconnect})
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "agent-dump: listening on %s\n", *socket)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	var deadline <-chan time.Time
+	if *timeout > 0 {
+		deadline = time.After(*timeout)
+	}
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-sig:
+			break loop
+		case <-dumpStop:
+			break loop
+		case <-deadline:
+			fmt.Fprintf(stdout, "agent-dump: --timeout %v reached\n", *timeout)
+			break loop
+		case <-tick.C:
+			if n := d.poll(); *exitAfter > 0 && n >= *exitAfter {
+				break loop
+			}
+		}
+	}
+	srv.Close()
+	d.poll()
+	d.summary()
+	d.close()
+	return 0
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/gpuprobe/gpuprobe/config"
+)
+
+func init() {
+	Register(&Command{
+		Name:    "run",
+		Summary: "run a CUDA application with the gpuprobe shim (libgpuprobe.so) attached",
+		Run:     runRun,
+	})
+}
+
+// ShimName is the file name of the in-application shim.
+const ShimName = "libgpuprobe.so"
+
+// runOpts are the parsed flags of `gpuprobe run`.
+type runOpts struct {
+	socket string   // agent socket (GPUPROBE_SOCKET)
+	shim   string   // path of libgpuprobe.so
+	trace  string   // GPUPROBE_TRACE value ("" = leave as is)
+	argv   []string // the application and its arguments
+}
+
+func parseRun(args []string, stderr io.Writer) (*runOpts, error) {
+	fs := newFlags("run", stderr)
+	o := &runOpts{}
+	defSocket := os.Getenv("GPUPROBE_SOCKET")
+	if defSocket == "" {
+		defSocket = config.DefaultSocket
+	}
+	fs.StringVar(&o.socket, "socket", defSocket, "agent socket of the gpuprobe receiver (default: $GPUPROBE_SOCKET, else the receiver's default)")
+	fs.StringVar(&o.shim, "shim", "", "path of "+ShimName+" (default: $GPUPROBE_SHIM, else next to the gpuprobe binary)")
+	fs.StringVar(&o.trace, "trace", "", "log what the shim intercepts: 1 = stderr, or a file path (sets GPUPROBE_TRACE)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gpuprobe run [--socket PATH] [--shim PATH] [--trace 1|FILE] -- APP [ARGS...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	o.argv = fs.Args()
+	if len(o.argv) == 0 {
+		fs.Usage()
+		return nil, errors.New("no application given")
+	}
+	if o.socket == "" {
+		return nil, errors.New("--socket: empty path")
+	}
+	return o, nil
+}
+
+// findShim returns the shim to preload: --shim, else $GPUPROBE_SHIM, else
+// libgpuprobe.so in the directory of the gpuprobe executable (bin/).
+func findShim(flagPath string, exe func() (string, error)) (string, error) {
+	p := flagPath
+	if p == "" {
+		p = os.Getenv("GPUPROBE_SHIM")
+	}
+	if p == "" {
+		self, err := exe()
+		if err != nil {
+			return "", fmt.Errorf("locating the gpuprobe binary to find %s next to it: %w", ShimName, err)
+		}
+		if r, err := filepath.EvalSymlinks(self); err == nil {
+			self = r
+		}
+		p = filepath.Join(filepath.Dir(self), ShimName)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("shim path %s: %w", p, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("shim %s: %w (build it with `make bin/%s`, or pass --shim)", abs, err, ShimName)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("shim %s is not a regular file", abs)
+	}
+	return abs, nil
+}
+
+// runEnv returns environ with the shim preloaded (appended to an existing
+// LD_PRELOAD, once) and the socket (and trace) set.
+func runEnv(environ []string, shim, socket, trace string) []string {
+	out := make([]string, 0, len(environ)+3)
+	preload := ""
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "LD_PRELOAD":
+			preload = v
+			continue
+		case "GPUPROBE_SOCKET":
+			continue
+		case "GPUPROBE_TRACE":
+			if trace != "" {
+				continue
+			}
+		}
+		out = append(out, kv)
+	}
+	has := false
+	for _, p := range strings.FieldsFunc(preload, func(r rune) bool { return r == ':' || r == ' ' }) {
+		if p == shim {
+			has = true
+		}
+	}
+	switch {
+	case preload == "":
+		preload = shim
+	case !has:
+		preload += ":" + shim
+	}
+	out = append(out, "LD_PRELOAD="+preload, "GPUPROBE_SOCKET="+socket)
+	if trace != "" {
+		out = append(out, "GPUPROBE_TRACE="+trace)
+	}
+	return out
+}
+
+// execApp replaces this process with the application (tests replace it).
+var execApp = func(path string, argv, env []string) error { return syscall.Exec(path, argv, env) }
+
+func runRun(args []string, stdout, stderr io.Writer) int {
+	o, err := parseRun(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "gpuprobe run:", err)
+		}
+		return 2
+	}
+	shim, err := findShim(o.shim, os.Executable)
+	if err != nil {
+		fmt.Fprintln(stderr, "gpuprobe run:", err)
+		return 2
+	}
+	path, err := exec.LookPath(o.argv[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuprobe run: application %q: %v\n", o.argv[0], err)
+		return 127
+	}
+	env := runEnv(os.Environ(), shim, o.socket, o.trace)
+	if err := execApp(path, o.argv, env); err != nil {
+		fmt.Fprintf(stderr, "gpuprobe run: exec %s: %v\n", path, err)
+		return 126
+	}
+	return 0
+}

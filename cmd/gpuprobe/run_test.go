@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/record"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+func envValue(env []string, key string) (string, int) {
+	v, n := "", 0
+	for _, kv := range env {
+		if k, val, _ := strings.Cut(kv, "="); k == key {
+			v, n = val, n+1
+		}
+	}
+	return v, n
+}
+
+func TestRunEnv(t *testing.T) {
+	const shim = "/opt/gp/libgpuprobe.so"
+	cases := []struct {
+		name        string
+		environ     []string
+		trace       string
+		wantPreload string
+		wantTrace   string
+	}{
+		{"fresh", []string{"PATH=/bin"}, "", shim, ""},
+		{"appends to LD_PRELOAD", []string{"LD_PRELOAD=/a.so", "PATH=/bin"}, "", "/a.so:" + shim, ""},
+		{"space-separated LD_PRELOAD", []string{"LD_PRELOAD=/a.so /b.so"}, "", "/a.so /b.so:" + shim, ""},
+		{"already preloaded", []string{"LD_PRELOAD=/a.so:" + shim}, "", "/a.so:" + shim, ""},
+		{"replaces the socket", []string{"GPUPROBE_SOCKET=/old.sock"}, "", shim, ""},
+		{"keeps an existing trace", []string{"GPUPROBE_TRACE=/t.log"}, "", shim, "/t.log"},
+		{"--trace wins", []string{"GPUPROBE_TRACE=/t.log"}, "1", shim, "1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := runEnv(c.environ, shim, "/run/x.sock", c.trace)
+			if v, n := envValue(env, "LD_PRELOAD"); v != c.wantPreload || n != 1 {
+				t.Errorf("LD_PRELOAD=%q (%d times), want %q once", v, n, c.wantPreload)
+			}
+			if v, n := envValue(env, "GPUPROBE_SOCKET"); v != "/run/x.sock" || n != 1 {
+				t.Errorf("GPUPROBE_SOCKET=%q (%d times)", v, n)
+			}
+			if v, n := envValue(env, "GPUPROBE_TRACE"); v != c.wantTrace || n > 1 {
+				t.Errorf("GPUPROBE_TRACE=%q (%d times), want %q", v, n, c.wantTrace)
+			}
+			if v, _ := envValue(env, "PATH"); slices.Contains(c.environ, "PATH=/bin") && v != "/bin" {
+				t.Errorf("PATH lost: %v", env)
+			}
+		})
+	}
+}
+
+func TestFindShim(t *testing.T) {
+	dir := t.TempDir()
+	shim := filepath.Join(dir, ShimName)
+	if err := os.WriteFile(shim, []byte("ELF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe := func() (string, error) { return filepath.Join(dir, "gpuprobe"), nil }
+	noExe := func() (string, error) { return filepath.Join(t.TempDir(), "gpuprobe"), nil }
+	cases := []struct {
+		name, flag, env string
+		exe             func() (string, error)
+		want, wantErr   string
+	}{
+		{"next to the binary", "", "", exe, shim, ""},
+		{"--shim", shim, "", noExe, shim, ""},
+		{"GPUPROBE_SHIM", "", shim, noExe, shim, ""},
+		{"missing next to the binary", "", "", noExe, "", "make bin/libgpuprobe.so"},
+		{"--shim is a directory", dir, "", exe, "", "not a regular file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("GPUPROBE_SHIM", c.env)
+			got, err := findShim(c.flag, c.exe)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("got %q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}
+
+func TestRunCommand(t *testing.T) {
+	dir := t.TempDir()
+	shim := filepath.Join(dir, ShimName)
+	os.WriteFile(shim, []byte("ELF"), 0o644)
+	var gotPath string
+	var gotArgv, gotEnv []string
+	old := execApp
+	execApp = func(path string, argv, env []string) error { gotPath, gotArgv, gotEnv = path, argv, env; return nil }
+	defer func() { execApp = old }()
+	t.Setenv("GPUPROBE_SOCKET", "")
+
+	cases := []struct {
+		name     string
+		args     []string
+		code     int
+		stderr   string
+		socket   string
+		wantArgv []string
+	}{
+		{"runs the app", []string{"--shim", shim, "--socket", "/tmp/a.sock", "--", "sh", "-c", "exit 3"}, 0, "", "/tmp/a.sock", []string{"sh", "-c", "exit 3"}},
+		{"default socket", []string{"--shim", shim, "--", "true"}, 0, "", config.DefaultSocket, []string{"true"}},
+		{"no app", []string{"--shim", shim}, 2, "no application given", "", nil},
+		{"unknown app", []string{"--shim", shim, "--", "no-such-program-gpuprobe"}, 127, `application "no-such-program-gpuprobe"`, "", nil},
+		{"missing shim", []string{"--shim", filepath.Join(dir, "nope.so"), "--", "true"}, 2, "nope.so", "", nil},
+		{"bad flag", []string{"--bogus", "--", "true"}, 2, "flag provided but not defined", "", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			gotPath, gotArgv, gotEnv = "", nil, nil
+			var stdout, stderr bytes.Buffer
+			code := runRun(c.args, &stdout, &stderr)
+			if code != c.code || !strings.Contains(stderr.String(), c.stderr) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, stderr.String(), c.code, c.stderr)
+			}
+			if c.code != 0 {
+				return
+			}
+			if want, _ := exec.LookPath(c.wantArgv[0]); gotPath != want || !slices.Equal(gotArgv, c.wantArgv) {
+				t.Errorf("exec %q %q, want %q %q", gotPath, gotArgv, want, c.wantArgv)
+			}
+			if v, _ := envValue(gotEnv, "GPUPROBE_SOCKET"); v != c.socket {
+				t.Errorf("GPUPROBE_SOCKET=%q, want %q", v, c.socket)
+			}
+			if v, _ := envValue(gotEnv, "LD_PRELOAD"); !strings.HasSuffix(v, shim) {
+				t.Errorf("LD_PRELOAD=%q, want it to end with %s", v, shim)
+			}
+		})
+	}
+}
+
+// startDump runs agent-dump in the background; stop() ends it and returns
+// its output.
+func startDump(t *testing.T, args ...string) (socket string, stop func() string) {
+	t.Helper()
+	socket = filepath.Join(t.TempDir(), "agent.sock")
+	dumpStop = make(chan struct{})
+	var out, errb bytes.Buffer
+	done := make(chan int)
+	go func() { done <- runAgentDump(append([]string{"--socket", socket}, args...), &out, &errb) }()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(socket); err == nil {
+			break
+		}
+		if i == 500 {
+			t.Fatalf("agent-dump did not listen: %s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var code int
+	stopped := false
+	return socket, func() string {
+		if !stopped {
+			stopped = true
+			select {
+			case code = <-done:
+			case <-time.After(100 * time.Millisecond):
+				close(dumpStop)
+				code = <-done
+			}
+		}
+		if code != 0 {
+			t.Errorf("agent-dump exit %d: %s", code, errb.String())
+		}
+		return out.String()
+	}
+}
+
+func TestAgentDump(t *testing.T) {
+	socket, stop := startDump(t, "--exit-after", "1", "--slot-size", "256", "-v")
+	s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "dump-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := shm.NewRing(s.Region(agent.RoleLaunchRing, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(r interface{ Append([]byte) []byte }) {
+		b := r.Append(nil)
+		p, _ := record.ParsePrefix(b)
+		if res := ring.Produce(uint32(p.Type), b); res != shm.Published {
+			t.Fatalf("produce: %v", res)
+		}
+	}
+	put(&record.KernelName{Function: 7, PID: 1, Name: "_Z6vecAddPfS_S_i"})
+	for i := range 3 {
+		put(&record.Launch{LaunchID: uint64(i + 1), PID: 1, Function: 7, Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{256, 1, 1}})
+	}
+	put(&record.Launch{LaunchID: 9, PID: 1, Function: 8, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}})
+	put(&record.Sync{PID: 1, Kind: record.SyncStream})
+	put(&record.Memcpy{PID: 1, Bytes: 4096, Kind: record.MemcpyHostToDevice})
+	s.Close()
+	out := stop()
+	for _, want := range []string{
+		"agent-dump: total clients=1 launches=4 names=1 syncs=1 memcpys=1 dropped=0 errors=0",
+		"       3  _Z6vecAddPfS_S_i",
+		"       1  unnamed 0x8",
+		"launch pid=1 tid=0 id=2 _Z6vecAddPfS_S_i grid=4x1x1 block=256x1x1",
+		"(dump-test): launches=4 names=1 syncs=1 memcpys=1 (4096 bytes) unnamed=1",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRunWithShim: `gpuprobe run` (exec replaced by a child process) starts
+// the shim's test app against the MOCK libcuda, and agent-dump sees every
+// launch. Needs gcc.
+func TestRunWithShim(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found")
+	}
+	dir := t.TempDir()
+	srcs, _ := filepath.Glob("../../shim/src/*.c")
+	steps := [][]string{
+		append([]string{"-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-I../../shim/src", "-I../../shm/include",
+			"-I../../record/include", "-o", filepath.Join(dir, ShimName)}, append(srcs, "-ldl", "-lpthread")...),
+		{"-O2", "-fPIC", "-shared", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(dir, "libcuda.so.1"),
+			"../../shim/testdata/mock_libcuda.c"},
+		{"-O2", "-o", filepath.Join(dir, "app"), "../../shim/testdata/app.c", "-ldl", "-lpthread"},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command("gcc", s...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", s, err, out)
+		}
+	}
+	old := execApp
+	var appOut bytes.Buffer
+	execApp = func(path string, argv, env []string) error {
+		cmd := exec.Command(path, argv[1:]...)
+		cmd.Env = append(env, "LD_LIBRARY_PATH="+dir)
+		cmd.Stdout, cmd.Stderr = &appOut, &appOut
+		return cmd.Run()
+	}
+	defer func() { execApp = old }()
+	socket, stop := startDump(t, "--exit-after", "1")
+	var stderr bytes.Buffer
+	if code := runRun([]string{"--shim", filepath.Join(dir, ShimName), "--socket", socket, "--",
+		filepath.Join(dir, "app"), "cudart", "basic", "20"}, &bytes.Buffer{}, &stderr); code != 0 {
+		t.Fatalf("gpuprobe run: exit %d: %s\n%s", code, stderr.String(), appOut.String())
+	}
+	out := stop()
+	if !strings.Contains(appOut.String(), "mock: launches=23 ") {
+		t.Errorf("app output: %s", appOut.String())
+	}
+	for _, want := range []string{
+		"agent-dump: total clients=1 launches=23 names=2 syncs=1 memcpys=1 dropped=0 errors=0",
+		"      21  _Z6vecAddPfS_S_i",
+		"       2  _Z4gemmPKfS0_Pfi",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agent-dump output lacks %q:\n%s", want, out)
+		}
+	}
+}
