@@ -1,0 +1,48 @@
+"""matmul.py - the shim spike's PyTorch sample (scripts/gpu-shim-spike.sh).
+
+    python3 matmul.py            ITERS 256x256 matmuls; prints a checksum
+    python3 matmul.py --count    the same under torch.profiler, and prints
+                                 "app: launches=K", the kernels CUPTI saw
+                                 (run without the shim: the reference count)
+
+The output without --count depends only on the computation, so it must be
+identical with and without the shim.
+"""
+import sys
+
+import torch
+
+ITERS = 20
+
+
+def work():
+    torch.manual_seed(0)
+    a = torch.randn(256, 256, device="cuda")
+    b = torch.randn(256, 256, device="cuda")
+    c = a
+    for _ in range(ITERS):
+        c = torch.matmul(c, b) / 16.0
+    torch.cuda.synchronize()
+    return c
+
+
+def main():
+    if "--count" in sys.argv:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            work()
+        kernels = 0
+        for evt in prof.events():
+            if str(getattr(evt, "device_type", "")).endswith("CUDA"):
+                name = evt.name
+                if not name.startswith(("Memcpy", "Memset", "[memory]")):
+                    kernels += 1
+        print("app: launches=%d" % kernels)
+        return
+    c = work()
+    print("matmul: iters=%d checksum=%.6e c[3,5]=%.6f" % (ITERS, c.double().sum().item(), c[3, 5].item()))
+
+
+if __name__ == "__main__":
+    main()
