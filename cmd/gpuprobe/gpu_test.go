@@ -63,7 +63,7 @@ func TestPtxArch(t *testing.T) {
 
 func TestGPURunnerWithoutGPU(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"conformance", "-gpu", "../../../shared/conformance/tests/add.data"}, &stdout, &stderr)
+	code := run([]string{"conformance", "-gpu", "../../testdata/conformance/tests/add.data"}, &stdout, &stderr)
 	if code == 0 {
 		t.Skip("a GPU is present: the runner ran")
 	}

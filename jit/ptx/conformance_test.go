@@ -17,11 +17,11 @@ import (
 )
 
 // conformanceDir is where the bpf_conformance data lives
-// ($GPUPROBE_CONFORMANCE, default ../shared/conformance next to the repo).
+// ($GPUPROBE_CONFORMANCE, default testdata/conformance).
 func conformanceDir(t testing.TB) string {
 	dir := os.Getenv("GPUPROBE_CONFORMANCE")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "conformance")
+		dir = filepath.Join("..", "..", "testdata", "conformance")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "tests")); err != nil {
 		t.Fatalf("conformance data not found (set GPUPROBE_CONFORMANCE to the directory holding tests/): %v", err)
