@@ -1,0 +1,119 @@
+package progmaps
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// Instance is one application's set of map regions: every client of the
+// agent socket gets its own, so values and records never mix between
+// processes.
+type Instance struct {
+	PID     uint32    // the application's pid
+	Src     uint32    // the receiver's source id of the application's launch ring
+	Process string    // the application's process name (from its HELLO)
+	Created time.Time // start time of the cumulative metrics
+	arrays  []arrayInst
+	rings   []ringInst
+}
+
+type arrayInst struct {
+	def *Def
+	arr *shm.Array
+}
+
+type ringInst struct {
+	def      *Def
+	ring     *shm.Ring
+	cons     *shm.Consumer
+	lastDrop uint64 // ring drop counters already reported
+}
+
+// NewInstance creates the regions of defs for one application.
+func NewInstance(defs []*Def, pid, src uint32, process string, now time.Time) (*Instance, error) {
+	in := &Instance{PID: pid, Src: src, Process: process, Created: now}
+	for _, d := range defs {
+		spec := shm.Spec{Kind: d.Kind, ValueSize: d.ValueSize, MaxEntries: d.Keys, Lanes: d.Lanes,
+			ID: d.ID, Name: "gpuprobe-map-" + d.Name}
+		if d.Kind == shm.KindRing {
+			spec.ValueSize = d.SlotSize
+		}
+		r, err := shm.Create(spec)
+		if err != nil {
+			in.Close()
+			return nil, fmt.Errorf("map %q of %s: %w", d.Name, d.Object, err)
+		}
+		if d.Kind == shm.KindRing {
+			g, err := shm.NewRing(r)
+			if err != nil {
+				r.Close()
+				in.Close()
+				return nil, fmt.Errorf("map %q: %w", d.Name, err)
+			}
+			in.rings = append(in.rings, ringInst{def: d, ring: g, cons: g.NewConsumer(shm.ConsumerOptions{})})
+			continue
+		}
+		a, err := shm.NewArray(r)
+		if err != nil {
+			r.Close()
+			in.Close()
+			return nil, fmt.Errorf("map %q: %w", d.Name, err)
+		}
+		in.arrays = append(in.arrays, arrayInst{def: d, arr: a})
+	}
+	return in, nil
+}
+
+// Offers are the regions to hand to the application, role 3 (map) with the
+// map's name.
+func (in *Instance) Offers() []agent.Offer {
+	out := make([]agent.Offer, 0, len(in.arrays)+len(in.rings))
+	for _, a := range in.arrays {
+		out = append(out, agent.Offer{Role: agent.RoleMap, Name: a.def.Name, Region: a.arr.Region()})
+	}
+	for _, g := range in.rings {
+		out = append(out, agent.Offer{Role: agent.RoleMap, Name: g.def.Name, Region: g.ring.Region()})
+	}
+	return out
+}
+
+// Array returns the region of the array map name, or nil.
+func (in *Instance) Array(name string) *shm.Array {
+	for _, a := range in.arrays {
+		if a.def.Name == name {
+			return a.arr
+		}
+	}
+	return nil
+}
+
+// Ring returns the region of the ring-buffer map name, or nil.
+func (in *Instance) Ring(name string) *shm.Ring {
+	for _, g := range in.rings {
+		if g.def.Name == name {
+			return g.ring
+		}
+	}
+	return nil
+}
+
+// Close unmaps and closes every region of the instance.
+func (in *Instance) Close() error {
+	var errs []error
+	for _, a := range in.arrays {
+		if err := a.arr.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("map %q: %w", a.def.Name, err))
+		}
+	}
+	for _, g := range in.rings {
+		if err := g.ring.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("map %q: %w", g.def.Name, err))
+		}
+	}
+	in.arrays, in.rings = nil, nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,255 @@
+package progmaps
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/receiver/internal/btfdecode"
+	"github.com/gpuprobe/gpuprobe/shm"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+// ScopeName is the instrumentation scope of user-program telemetry.
+const ScopeName = "github.com/gpuprobe/gpuprobe/receiver/progmaps"
+
+// AttrMapName is the span attribute naming the ring-buffer map of a record.
+const AttrMapName = "gpuprobe.map.name"
+
+// AttrClockMapped is false on spans and events whose GPU timestamps could
+// not be mapped onto the host clock (no calibration record of the device
+// yet): they are placed at the time the collector read them instead.
+const AttrClockMapped = "gpuprobe.clock.mapped"
+
+// traceBuf accumulates spans per application.
+type traceBuf struct {
+	td     ptrace.Traces
+	byPID  map[uint32]ptrace.SpanSlice
+	nSpans int
+}
+
+func (b *traceBuf) reset() {
+	b.td = ptrace.NewTraces()
+	b.byPID = map[uint32]ptrace.SpanSlice{}
+	b.nSpans = 0
+}
+
+// TakeTraces returns the spans built since the last call.
+func (c *Collector) TakeTraces() ptrace.Traces {
+	td := c.tr.td
+	c.tr.reset()
+	return td
+}
+
+// SpanCount is the number of spans waiting in TakeTraces.
+func (c *Collector) SpanCount() int { return c.tr.nSpans }
+
+func (c *Collector) spansOf(in *Instance) ptrace.SpanSlice {
+	if ss, ok := c.tr.byPID[in.PID]; ok {
+		return ss
+	}
+	rs := c.tr.td.ResourceSpans().AppendEmpty()
+	a := rs.Resource().Attributes()
+	a.PutInt("process.pid", int64(in.PID))
+	if in.Process != "" {
+		a.PutStr("process.executable.name", in.Process)
+	}
+	switch {
+	case c.o.ServiceName != "":
+		a.PutStr("service.name", c.o.ServiceName)
+	case in.Process != "":
+		a.PutStr("service.name", in.Process)
+	default:
+		a.PutStr("service.name", "unknown_service:cuda")
+	}
+	sc := rs.ScopeSpans().AppendEmpty()
+	sc.Scope().SetName(ScopeName)
+	ss := sc.Spans()
+	c.tr.byPID[in.PID] = ss
+	return ss
+}
+
+// batch is the span that collects the events of one ring in one read.
+type batch struct {
+	span       ptrace.Span
+	open       bool
+	n          int
+	start, end pcommon.Timestamp
+}
+
+func (b *batch) close() {
+	if b.open {
+		b.span.SetStartTimestamp(b.start)
+		b.span.SetEndTimestamp(b.end)
+		b.span.Attributes().PutInt("gpuprobe.map.records", int64(b.n))
+		b.open = false
+	}
+}
+
+// ReadRings reads up to max records (per ring) from every ring-buffer map
+// of in and turns them into spans (records with start and end fields) or
+// span events. It returns the records read.
+func (c *Collector) ReadRings(in *Instance, now time.Time, max int) int {
+	total := 0
+	for i := range in.rings {
+		g := &in.rings[i]
+		var b batch
+		total += g.cons.Read(max, func(r shm.Record) {
+			c.counters.Records++
+			fs, err := g.def.Dec.DecodeInto(c.fields, r.Payload)
+			c.fields = fs
+			if err != nil {
+				c.counters.Invalid++
+				return
+			}
+			if g.def.ringSpan {
+				c.recordSpan(in, g.def, fs, now)
+			} else {
+				c.recordEvent(in, g.def, fs, now, &b)
+			}
+		})
+		b.close()
+		st := g.ring.Stats()
+		cs := g.cons.Stats()
+		d := st.Dropped + st.Oversize + cs.Stalled + cs.Corrupt
+		c.counters.Dropped += d - g.lastDrop
+		g.lastDrop = d
+	}
+	return total
+}
+
+// gpuTime maps a %globaltimer reading of the record's device onto the host
+// clock; without a calibration it returns now and false.
+func (c *Collector) gpuTime(in *Instance, d *Def, fs []btfdecode.Field, ns uint64, now time.Time) (pcommon.Timestamp, bool) {
+	var dev uint32
+	switch {
+	case d.devField >= 0:
+		dev = uint32(fs[d.devField].Uint)
+	case c.o.Device != nil:
+		dev = c.o.Device(in.Src)
+	}
+	if r, ok := c.o.Clock.GPUToReal(dev, ns); ok {
+		return pcommon.Timestamp(r), true
+	}
+	return pcommon.NewTimestampFromTime(now), false
+}
+
+func (c *Collector) recordSpan(in *Instance, d *Def, fs []btfdecode.Field, now time.Time) {
+	h := d.Dec.Span()
+	startNS, endNS := fs[h.Start].Uint, fs[h.End].Uint
+	sp := c.spansOf(in).AppendEmpty()
+	sp.SetTraceID(newTraceID())
+	sp.SetSpanID(newSpanID())
+	sp.SetName(d.Name)
+	sp.SetKind(ptrace.SpanKindInternal)
+	end, ok := c.gpuTime(in, d, fs, endNS, now)
+	start := end - pcommon.Timestamp(endNS-startNS)
+	if endNS < startNS {
+		start = end
+	}
+	if ok {
+		start, _ = c.gpuTime(in, d, fs, startNS, now)
+		start = min(start, end)
+	} else {
+		c.counters.Unmapped++
+	}
+	sp.SetStartTimestamp(start)
+	sp.SetEndTimestamp(end)
+	a := sp.Attributes()
+	a.EnsureCapacity(len(fs) + 2)
+	a.PutStr(AttrMapName, d.Name)
+	if !ok {
+		a.PutBool(AttrClockMapped, false)
+	}
+	putFields(a, d, fs)
+	c.tr.nSpans++
+	c.counters.SpansBuilt++
+}
+
+func (c *Collector) recordEvent(in *Instance, d *Def, fs []btfdecode.Field, now time.Time, b *batch) {
+	ts, ok := pcommon.NewTimestampFromTime(now), true
+	if d.tsField >= 0 {
+		ts, ok = c.gpuTime(in, d, fs, fs[d.tsField].Uint, now)
+		if !ok {
+			c.counters.Unmapped++
+		}
+	}
+	if b.open && b.n >= c.o.MaxEventsPerSpan {
+		b.close()
+	}
+	if !b.open {
+		b.span = c.spansOf(in).AppendEmpty()
+		b.span.SetTraceID(newTraceID())
+		b.span.SetSpanID(newSpanID())
+		b.span.SetName(d.Name)
+		b.span.SetKind(ptrace.SpanKindInternal)
+		b.span.Attributes().PutStr(AttrMapName, d.Name)
+		b.open, b.n, b.start, b.end = true, 0, ts, ts
+		c.tr.nSpans++
+		c.counters.SpansBuilt++
+	}
+	b.n++
+	b.start, b.end = min(b.start, ts), max(b.end, ts)
+	ev := b.span.Events().AppendEmpty()
+	ev.SetName(d.Name)
+	ev.SetTimestamp(ts)
+	a := ev.Attributes()
+	a.EnsureCapacity(len(fs) + 1)
+	if !ok {
+		a.PutBool(AttrClockMapped, false)
+	}
+	putFields(a, d, fs)
+	c.counters.EventsBuilt++
+}
+
+// putFields writes the record's fields (except the timestamps used for the
+// span or event) as attributes named after the field paths.
+func putFields(a pcommon.Map, d *Def, fs []btfdecode.Field) {
+	for i := range fs {
+		if isTime(d, i) {
+			continue
+		}
+		f := &fs[i]
+		switch f.Kind {
+		case btfdecode.KindInt:
+			a.PutInt(f.Name, f.Int)
+		case btfdecode.KindUint:
+			a.PutInt(f.Name, int64(f.Uint))
+		case btfdecode.KindBool:
+			a.PutBool(f.Name, f.Uint != 0)
+		case btfdecode.KindFloat:
+			a.PutDouble(f.Name, f.Float)
+		case btfdecode.KindString, btfdecode.KindEnum:
+			a.PutStr(f.Name, f.Str)
+		case btfdecode.KindBytes:
+			a.PutEmptyBytes(f.Name).FromRaw(f.Bytes)
+		}
+	}
+}
+
+func isTime(d *Def, i int) bool {
+	for _, t := range d.tids {
+		if t == i {
+			return true
+		}
+	}
+	return false
+}
+
+func newTraceID() pcommon.TraceID {
+	var id [16]byte
+	a, b := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		id[i], id[8+i] = byte(a>>(8*i)), byte(b>>(8*i))
+	}
+	return id
+}
+
+func newSpanID() pcommon.SpanID {
+	var id [8]byte
+	a := rand.Uint64() | 1
+	for i := range 8 {
+		id[i] = byte(a >> (8 * i))
+	}
+	return id
+}
