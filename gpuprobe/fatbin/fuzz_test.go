@@ -36,6 +36,7 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		_, _ = NewFile(bytes.NewReader(b))
+		_, _ = CubinKernels(b)
 	})
 }
 

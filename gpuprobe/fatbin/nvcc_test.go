@@ -3,8 +3,10 @@ package fatbin_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -234,6 +236,39 @@ func TestExternalFiles(t *testing.T) {
 			}
 			_, err = f.PTX()
 			t.Logf("%s: %d containers, %d ELF, %d PTX entries; PTX(): %v", file, len(f.Containers), count[fatbin.KindELF], count[fatbin.KindPTX], err)
+		})
+	}
+}
+
+func TestCubinKernels(t *testing.T) {
+	tk := fatbintest.Find(t)
+	sm := fmt.Sprintf("sm_%d", tk.Archs()[1])
+	tests := []struct {
+		src  string
+		want []string
+	}{
+		{"control.cu", []string{"_Z7collatzPiii", "_Z7globalsPi", "_Z9findFirstPKiiiPi"}},
+		{"vectoradd.cu", []string{"_Z9vectorAddPKfS0_Pfi"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.src, func(t *testing.T) {
+			file := fatbintest.Build(t, fatbintest.Source(t, tt.src), "k.cubin", "-cubin", "-arch", sm)
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := fatbin.CubinKernels(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("kernels %q, want %q", got, tt.want)
+			}
+			// Truncated: a clear error, never a panic.
+			if _, err := fatbin.CubinKernels(data[:len(data)/2]); err == nil || !strings.Contains(err.Error(), "offset") {
+				t.Errorf("truncated cubin: %v, want an error with an offset", err)
+			}
 		})
 	}
 }
