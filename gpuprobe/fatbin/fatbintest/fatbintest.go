@@ -131,18 +131,34 @@ func Gencode(archs ...int) []string {
 	return out
 }
 
-// Source returns the path of a sample in testdata/cuda of the repository.
+// Source returns the path of a sample in testdata/cuda of the repository:
+// the checkout the test was built from, or, for a test binary carried to
+// another machine, GPUPROBE_REPO or the working directory and its parents.
 func Source(tb testing.TB, name string) string {
 	tb.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		tb.Fatal("fatbintest: cannot locate the repository")
+	var roots []string
+	if r := os.Getenv("GPUPROBE_REPO"); r != "" {
+		roots = append(roots, r)
 	}
-	p := filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "cuda", name)
-	if _, err := os.Stat(p); err != nil {
-		tb.Fatalf("fatbintest: sample %s: %v", name, err)
+	if _, file, _, ok := runtime.Caller(0); ok {
+		roots = append(roots, filepath.Join(filepath.Dir(file), "..", "..", ".."))
 	}
-	return p
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			roots = append(roots, d)
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	for _, r := range roots {
+		p := filepath.Join(r, "testdata", "cuda", name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	tb.Fatalf("fatbintest: sample testdata/cuda/%s not found (set GPUPROBE_REPO to the repository root)", name)
+	return ""
 }
 
 // Build runs nvcc on src with args (which must not contain -o) and
