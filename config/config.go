@@ -101,6 +101,11 @@ type LimitsConfig struct {
 	// MaxThreadSeries is the number of per-thread series kept (threadhist);
 	// 0 keeps only the distributions.
 	MaxThreadSeries int `mapstructure:"max_thread_series"`
+	// PerThreadSeries asks for one series per thread (built-in thread
+	// counts) or per lane (user per-thread/per-warp arrays) where a launch
+	// or key has at most MaxThreadSeries active threads; the distributions
+	// are always emitted.
+	PerThreadSeries bool `mapstructure:"per_thread_series"`
 	// MaxPendingLaunches caps launches waiting for their device or
 	// completion records; beyond it the oldest is emitted as it is.
 	MaxPendingLaunches int `mapstructure:"max_pending_launches"`

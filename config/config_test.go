@@ -43,7 +43,7 @@ func TestLoadYAML(t *testing.T) {
 			c.Kernels = KernelsConfig{Include: []string{"^matmul", "gemm"}, Exclude: []string{"warmup"}}
 			c.Sampling = SamplingConfig{OneIn: 10, MinDuration: 5 * time.Microsecond}
 			c.Buffers = BuffersConfig{RingSlots: 4096, SlotSize: 256, MaxThreads: 65536, MapEntries: 512}
-			c.Limits = LimitsConfig{MaxKernelNames: 20, MaxThreadSeries: 0, MaxPendingLaunches: 1000,
+			c.Limits = LimitsConfig{MaxKernelNames: 20, MaxThreadSeries: 16, PerThreadSeries: true, MaxPendingLaunches: 1000,
 				LaunchTimeout: 2 * time.Second, MaxMapKeys: 64}
 			c.PollInterval = 5 * time.Millisecond
 			c.HostProbes = HostProbesConfig{Enabled: true, LibraryPaths: []string{"/usr/lib/x86_64-linux-gnu"}}
@@ -114,6 +114,7 @@ func TestValidateErrors(t *testing.T) {
 		{"max_threads zero", func(c *Config) { c.Buffers.MaxThreads = 0 }, "buffers::max_threads: must be between 1 and 134217728, got 0"},
 		{"map_entries zero", func(c *Config) { c.Buffers.MapEntries = 0 }, "buffers::map_entries: must be between 1 and 16777216, got 0"},
 		{"max_kernel_names zero", func(c *Config) { c.Limits.MaxKernelNames = 0 }, "limits::max_kernel_names: must be between 1 and 100000, got 0"},
+		{"per_thread_series without series", func(c *Config) { c.Limits.PerThreadSeries, c.Limits.MaxThreadSeries = true, 0 }, "limits::per_thread_series: needs limits::max_thread_series ≥ 1, got 0"},
 		{"max_thread_series negative", func(c *Config) { c.Limits.MaxThreadSeries = -1 }, "limits::max_thread_series: must be between 0 and 1048576, got -1"},
 		{"max_pending zero", func(c *Config) { c.Limits.MaxPendingLaunches = 0 }, "limits::max_pending_launches: must be between 1 and 4194304, got 0"},
 		{"launch_timeout zero", func(c *Config) { c.Limits.LaunchTimeout = 0 }, "limits::launch_timeout: must be > 0, got 0s"},

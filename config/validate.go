@@ -206,6 +206,9 @@ func (m *LimitsConfig) validate(l *errs) {
 	if m.MaxThreadSeries < 0 || m.MaxThreadSeries > maxThreadSeries {
 		l.add("limits::max_thread_series", "must be between 0 and %d, got %d", maxThreadSeries, m.MaxThreadSeries)
 	}
+	if m.PerThreadSeries && m.MaxThreadSeries == 0 {
+		l.add("limits::per_thread_series", "needs limits::max_thread_series ≥ 1, got 0")
+	}
 	if m.MaxPendingLaunches < 1 || m.MaxPendingLaunches > maxPendingCap {
 		l.add("limits::max_pending_launches", "must be between 1 and %d, got %d", maxPendingCap, m.MaxPendingLaunches)
 	}

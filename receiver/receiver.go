@@ -15,6 +15,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadata"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/progmaps"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/component"
@@ -37,8 +38,9 @@ type source struct {
 	consumer *shm.Consumer
 	// last counters seen, to turn the ring's totals into deltas
 	lastDropped, lastOversize, lastStalled uint64
-	closing                                bool // the producer went away: read what is left, then close
-	owned                                  bool // the receiver created the ring and closes it
+	closing                                bool               // the producer went away: read what is left, then close
+	owned                                  bool               // the receiver created the ring and closes it
+	maps                                   *progmaps.Instance // the application's user map regions, or nil
 }
 
 // gpuReceiver is the instance shared by the traces and metrics handles.
@@ -62,6 +64,10 @@ type gpuReceiver struct {
 	patched  uint64
 	patchErr uint64
 	spansErr uint64
+	defs     []*progmaps.Def      // GPU maps of the configured programs
+	col      *progmaps.Collector  // user maps → pdata (poll goroutine only)
+	retired  []*progmaps.Instance // map regions of gone applications, reported once more then closed
+	mapStats progmaps.Counters    // last counters seen, for deltas
 }
 
 func newReceiver(set receiver.Settings, cfg *config.Config) (*gpuReceiver, error) {
@@ -94,6 +100,13 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return fmt.Errorf("gpuprobe: telemetry: %w", err)
 	}
+	defs, err := progmaps.Load(r.cfg.Programs, progmaps.Options{
+		MaxThreads: r.cfg.Buffers.MaxThreads, MapEntries: r.cfg.Buffers.MapEntries})
+	if err != nil {
+		tel.Shutdown()
+		return fmt.Errorf("gpuprobe: %w", err)
+	}
+	r.defs = defs
 	r.tel = tel
 	r.driver = detectDriver(r.cfg.HostProbes.LibraryPaths)
 	logDriverOnce(r.log, r.driver, r.cfg)
@@ -114,6 +127,16 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		Demangle:           demangle.Short,
 		ServiceName:        r.cfg.Resource.ServiceName,
 		Clock:              mapper,
+		PerThreadSeries:    r.cfg.Limits.PerThreadSeries,
+		MaxThreadSeries:    r.cfg.Limits.MaxThreadSeries,
+	})
+	r.col = progmaps.NewCollector(progmaps.CollectorOptions{
+		MaxMapKeys:      r.cfg.Limits.MaxMapKeys,
+		PerThreadSeries: r.cfg.Limits.PerThreadSeries,
+		MaxThreadSeries: r.cfg.Limits.MaxThreadSeries,
+		ServiceName:     r.cfg.Resource.ServiceName,
+		Clock:           mapper,
+		Device:          r.tr.LastDevice,
 	})
 	if err := r.listen(); err != nil {
 		r.tel.Shutdown()
@@ -153,15 +176,21 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch ring for pid %d: %w", p.PID, err)
 	}
-	id := r.addSource(ring, true)
-	r.mu.Lock()
-	for _, s := range r.sources {
-		if s.id == id {
-			r.bySess[p.Session] = s
+	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}
+	var maps *progmaps.Instance
+	if len(r.defs) > 0 {
+		maps, err = progmaps.NewInstance(r.defs, uint32(p.PID), 0, p.Hello.Name, time.Now())
+		if err != nil {
+			ring.Close()
+			return nil, fmt.Errorf("map regions for pid %d: %w", p.PID, err)
 		}
+		offers = append(offers, maps.Offers()...)
 	}
+	s := r.addSource(ring, true, maps)
+	r.mu.Lock()
+	r.bySess[p.Session] = s
 	r.mu.Unlock()
-	return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}, nil
+	return offers, nil
 }
 
 func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
@@ -176,15 +205,19 @@ func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
 // AddRing makes the receiver consume ring as one producer process's stream
 // and returns its source id. The agent server calls it for every
 // connection; tests call it with rings they produce into.
-func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 { return r.addSource(ring, false) }
+func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 { return r.addSource(ring, false, nil).id }
 
-func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool) uint32 {
+func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance) *source {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nextSrc++
-	r.sources = append(r.sources, &source{id: r.nextSrc, ring: ring, owned: owned,
-		consumer: ring.NewConsumer(shm.ConsumerOptions{})})
-	return r.nextSrc
+	s := &source{id: r.nextSrc, ring: ring, owned: owned, maps: maps,
+		consumer: ring.NewConsumer(shm.ConsumerOptions{})}
+	if maps != nil {
+		maps.Src = s.id
+	}
+	r.sources = append(r.sources, s)
+	return s
 }
 
 // RemoveRing stops consuming the ring of source id after a last read.
@@ -236,6 +269,9 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 		s.consumer.Read(maxReadPerPoll, func(rec shm.Record) {
 			_ = r.tr.Handle(s.id, rec.Payload, now) // invalid records are counted
 		})
+		if s.maps != nil {
+			r.col.ReadRings(s.maps, now, maxReadPerPoll)
+		}
 		st := s.ring.Stats()
 		cs := s.consumer.Stats()
 		dropped += (st.Dropped - s.lastDropped) + (st.Oversize - s.lastOversize) + (cs.Stalled - s.lastStalled)
@@ -252,17 +288,22 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 	r.tr.Expire(now)
 	after := r.tr.Counters()
 	dropped += after.RecordsInvalid - before.RecordsInvalid
+	mc := r.col.Counters()
+	dropped += (mc.Dropped - r.mapStats.Dropped) + (mc.Invalid - r.mapStats.Invalid)
+	mapRead := mc.Records - r.mapStats.Records
+	r.mapStats = mc
 	r.dropped += dropped
 	if r.tel != nil {
-		r.tel.GpuprobeReceiverRecordsRead.Add(ctx, int64(after.RecordsRead-before.RecordsRead))
+		r.tel.GpuprobeReceiverRecordsRead.Add(ctx, int64(after.RecordsRead-before.RecordsRead+mapRead))
 		r.tel.GpuprobeReceiverRecordsDropped.Add(ctx, int64(dropped))
 		r.tel.GpuprobeReceiverLaunchesEvicted.Add(ctx, int64(after.LaunchesEvicted-before.LaunchesEvicted+
 			after.LaunchesExpired-before.LaunchesExpired))
 	}
-	if r.tr.SpanCount() == 0 {
+	if r.tr.SpanCount() == 0 && r.col.SpanCount() == 0 {
 		return
 	}
 	td := r.tr.TakeTraces()
+	r.col.TakeTraces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	if tc == nil {
 		return
 	}
@@ -284,6 +325,12 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 	}
 	clear(r.sources[len(kept):])
 	r.sources = kept
+	for _, s := range gone {
+		if s.maps != nil {
+			r.retired = append(r.retired, s.maps)
+			s.maps = nil
+		}
+	}
 	r.mu.Unlock()
 	for _, s := range gone {
 		if s.owned {
@@ -298,7 +345,7 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 	c := r.tr.Counters()
 	return []translate.SelfMetric{
-		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead},
+		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead + r.mapStats.Records},
 		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, or invalid).", Value: r.dropped},
 		{Name: "gpuprobe.receiver.launches.evicted", Unit: "{launch}", Desc: "Launches emitted before all their records arrived.", Value: c.LaunchesEvicted + c.LaunchesExpired},
 		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.spansErr},
@@ -310,11 +357,24 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 	r.mu.Lock()
 	mc := r.metrics
+	retired := r.retired
+	r.retired = nil
+	var live []*progmaps.Instance
+	for _, s := range r.sources {
+		if s.maps != nil {
+			live = append(live, s.maps)
+		}
+	}
 	r.mu.Unlock()
+	defer closeInstances(r.log, retired)
 	if mc == nil {
 		return
 	}
 	md := r.tr.Metrics(now, r.selfMetrics())
+	if len(r.defs) > 0 {
+		sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
+		r.col.AppendMetrics(sm, append(live, retired...), now)
+	}
 	if err := mc.ConsumeMetrics(ctx, md); err != nil {
 		r.log.Debug("gpuprobe: metrics refused by the pipeline", zap.Error(err))
 	}
@@ -346,7 +406,21 @@ func (r *gpuReceiver) shutdown(ctx context.Context) error {
 	all := append([]*source(nil), r.sources...)
 	r.mu.Unlock()
 	r.dropSources(all)
+	r.mu.Lock()
+	retired := r.retired
+	r.retired = nil
+	r.mu.Unlock()
+	closeInstances(r.log, retired)
 	return errors.Join(errs...)
+}
+
+// closeInstances releases the map regions of applications that are gone.
+func closeInstances(log *zap.Logger, ins []*progmaps.Instance) {
+	for _, in := range ins {
+		if err := in.Close(); err != nil {
+			log.Debug("gpuprobe: closing map regions", zap.Error(err))
+		}
+	}
 }
 
 // monoOffset reads CLOCK_REALTIME − CLOCK_MONOTONIC of this host.

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"slices"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
@@ -17,6 +18,7 @@ const (
 	MetricWarpDuration   = "gpu.cuda.warp.execution.duration"
 	MetricWarpExitSkew   = "gpu.cuda.warp.exit_skew"
 	MetricThreadExecs    = "gpu.cuda.thread.executions"
+	MetricThreadSeries   = "gpu.cuda.thread.executions.by_thread"
 	MetricMemcpySize     = "gpu.cuda.memcpy.size"
 	MetricMemcpyDuration = "gpu.cuda.memcpy.duration"
 )
@@ -100,6 +102,9 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 			}
 		}
 	}
+	if t.o.PerThreadSeries {
+		t.appendThreadSeries(sm, all, ts)
+	}
 	if len(t.mcOrder) > 0 {
 		size := newSum(sm, MetricMemcpySize, "By", "Bytes copied by memory copy calls.")
 		dur := newExpHist(sm, MetricMemcpyDuration, "s", "Duration of memory copy calls.")
@@ -135,6 +140,34 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 		}
 		return false
 	})
+}
+
+// appendThreadSeries writes one cumulative sum per thread index of small
+// grids (Options.PerThreadSeries).
+func (t *Translator) appendThreadSeries(sm pmetric.MetricSlice, all []*series, ts pcommon.Timestamp) {
+	dps := newSum(sm, MetricThreadSeries, "{execution}",
+		"Executions of the probed code per thread, for launches of at most limits::max_thread_series threads.")
+	var idx []uint32
+	for _, s := range all {
+		for _, d := range s.devs {
+			if len(d.perThread) == 0 {
+				continue
+			}
+			idx = idx[:0]
+			for i := range d.perThread {
+				idx = append(idx, i)
+			}
+			slices.Sort(idx)
+			for _, i := range idx {
+				dp := dps.AppendEmpty()
+				dp.SetStartTimestamp(t.start)
+				dp.SetTimestamp(ts)
+				dp.SetIntValue(int64(d.perThread[i]))
+				kernelAttrs(dp.Attributes(), s.name, d.device)
+				dp.Attributes().PutInt("cuda.thread.index", int64(i))
+			}
+		}
+	}
 }
 
 func kernelAttrs(a pcommon.Map, name string, dev uint32) {

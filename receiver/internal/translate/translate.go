@@ -43,6 +43,8 @@ type Options struct {
 	ProcessName        func(pid uint32) string
 	ServiceName        string // resource service.name override
 	Clock              *clock.Mapper
+	PerThreadSeries    bool // per-thread execution-count series for small grids
+	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
 }
 
 // Counters are the translator's own counts (self-telemetry).
@@ -103,6 +105,7 @@ type Translator struct {
 	mcOrder []memcpyKey
 	devices map[uint32]string // device index → UUID string
 	procs   map[uint32]string // pid → executable name
+	lastDev map[uint32]uint32 // source → device of its latest launch
 
 	traces   ptrace.Traces
 	byPID    map[uint32]ptrace.SpanSlice
@@ -153,6 +156,7 @@ func New(o Options) *Translator {
 		memcpy:  map[memcpyKey]*memcpySeries{},
 		devices: map[uint32]string{},
 		procs:   map[uint32]string{},
+		lastDev: map[uint32]uint32{},
 		start:   pcommon.NewTimestampFromTime(time.Now()),
 	}
 	t.other = &series{name: OtherKernel}
@@ -277,7 +281,17 @@ func (t *Translator) kernelOf(src uint32, fn uint64) *kernel {
 	return k
 }
 
+// LastDevice is the device of the latest launch read from source src (0
+// before any).
+func (t *Translator) LastDevice(src uint32) uint32 { return t.lastDev[src] }
+
 func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
+	if d, ok := t.lastDev[src]; !ok || d != r.Device {
+		if len(t.lastDev) >= 4096 {
+			clear(t.lastDev)
+		}
+		t.lastDev[src] = r.Device
+	}
 	k := t.kernelOf(src, r.Function)
 	if !k.include {
 		t.counters.LaunchesFilter++
@@ -378,10 +392,29 @@ func (t *Translator) onThreadCount(src uint32, tc *record.ThreadCount) {
 	if l != nil && l.have {
 		s, dev = l.k.series, l.rec.Device
 	}
-	h := &s.dev(dev).threadExec
+	ds := s.dev(dev)
+	h := &ds.threadExec
 	for _, c := range tc.Counts {
 		h.Record(float64(c))
 	}
+	if !t.o.PerThreadSeries || l == nil || !l.have || launchThreads(&l.rec) > uint64(t.o.MaxThreadSeries) {
+		return
+	}
+	if ds.perThread == nil {
+		ds.perThread = map[uint32]uint64{}
+	}
+	for i, c := range tc.Counts {
+		idx := tc.FirstThread + uint32(i)
+		if _, ok := ds.perThread[idx]; ok || len(ds.perThread) < t.o.MaxThreadSeries {
+			ds.perThread[idx] += c
+		}
+	}
+}
+
+// launchThreads is the number of threads of the launch.
+func launchThreads(r *record.Launch) uint64 {
+	return uint64(r.Grid[0]) * uint64(r.Grid[1]) * uint64(r.Grid[2]) *
+		uint64(r.Block[0]) * uint64(r.Block[1]) * uint64(r.Block[2])
 }
 
 // expectedWarps is the number of warps of the launch.
@@ -539,4 +572,5 @@ type devSeries struct {
 	warpExec   exphist.Hist
 	warpSkew   exphist.Hist
 	threadExec exphist.Hist
+	perThread  map[uint32]uint64 // thread index → executions (Options.PerThreadSeries), bounded
 }
