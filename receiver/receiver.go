@@ -17,6 +17,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadata"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/progmaps"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
+	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
@@ -30,6 +31,15 @@ import (
 // is left waits in the ring, and a ring that stays full drops and counts.
 const maxReadPerPoll = 1 << 16
 
+// The names ring: every client also gets a ring whose slots hold the
+// largest KernelName record, so long C++ kernel names are never cut (see
+// record/include/gpuprobe_record.h). It is read before the launch ring.
+const (
+	RoleNameRing     agent.Role = 4                                             // agent descriptor role of the names ring
+	NameRingSlotSize            = shm.SlotHeaderSize + record.MaxKernelNameSize // bytes per slot
+	NameRingSlots               = 256                                           // slots (≈ 1 MiB per client)
+)
+
 // source is one ring the receiver consumes, with the id that scopes its
 // launch ids and function handles (one producer process).
 type source struct {
@@ -41,6 +51,9 @@ type source struct {
 	closing                                bool               // the producer went away: read what is left, then close
 	owned                                  bool               // the receiver created the ring and closes it
 	maps                                   *progmaps.Instance // the application's user map regions, or nil
+	names                                  *shm.Ring          // the names ring (owned), or nil
+	namesCons                              *shm.Consumer
+	namesDropped                           uint64
 }
 
 // gpuReceiver is the instance shared by the traces and metrics handles.
@@ -176,17 +189,24 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch ring for pid %d: %w", p.PID, err)
 	}
-	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}
+	names, err := shm.CreateRing(NameRingSlotSize, NameRingSlots)
+	if err != nil {
+		ring.Close()
+		return nil, fmt.Errorf("names ring for pid %d: %w", p.PID, err)
+	}
+	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
+		{Role: RoleNameRing, Name: "names", Region: names.Region()}}
 	var maps *progmaps.Instance
 	if len(r.defs) > 0 {
 		maps, err = progmaps.NewInstance(r.defs, uint32(p.PID), 0, p.Hello.Name, time.Now())
 		if err != nil {
 			ring.Close()
+			names.Close()
 			return nil, fmt.Errorf("map regions for pid %d: %w", p.PID, err)
 		}
 		offers = append(offers, maps.Offers()...)
 	}
-	s := r.addSource(ring, true, maps)
+	s := r.addSource(ring, true, maps, names)
 	r.mu.Lock()
 	r.bySess[p.Session] = s
 	r.mu.Unlock()
@@ -205,9 +225,9 @@ func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
 // AddRing makes the receiver consume ring as one producer process's stream
 // and returns its source id. The agent server calls it for every
 // connection; tests call it with rings they produce into.
-func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 { return r.addSource(ring, false, nil).id }
+func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 { return r.addSource(ring, false, nil, nil).id }
 
-func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance) *source {
+func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring) *source {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nextSrc++
@@ -215,6 +235,9 @@ func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Insta
 		consumer: ring.NewConsumer(shm.ConsumerOptions{})}
 	if maps != nil {
 		maps.Src = s.id
+	}
+	if names != nil {
+		s.names, s.namesCons = names, names.NewConsumer(shm.ConsumerOptions{})
 	}
 	r.sources = append(r.sources, s)
 	return s
@@ -266,6 +289,15 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 	before := r.tr.Counters()
 	var dropped uint64
 	for _, s := range sources {
+		if s.namesCons != nil {
+			s.namesCons.Read(maxReadPerPoll, func(rec shm.Record) {
+				_ = r.tr.Handle(s.id, rec.Payload, now)
+			})
+			st, cs := s.names.Stats(), s.namesCons.Stats()
+			d := st.Dropped + st.Oversize + cs.Stalled
+			dropped += d - s.namesDropped
+			s.namesDropped = d
+		}
 		s.consumer.Read(maxReadPerPoll, func(rec shm.Record) {
 			_ = r.tr.Handle(s.id, rec.Payload, now) // invalid records are counted
 		})
@@ -338,6 +370,11 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 				r.log.Debug("gpuprobe: closing a launch ring", zap.Error(err))
 			}
 		}
+		if s.names != nil {
+			if err := s.names.Close(); err != nil {
+				r.log.Debug("gpuprobe: closing a names ring", zap.Error(err))
+			}
+		}
 	}
 }
 
@@ -350,6 +387,7 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.launches.evicted", Unit: "{launch}", Desc: "Launches emitted before all their records arrived.", Value: c.LaunchesEvicted + c.LaunchesExpired},
 		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.spansErr},
 		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched},
+		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr},
 	}
 }

@@ -1,6 +1,9 @@
 package record
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // LaunchSize is the size of a Launch record.
 const LaunchSize = 96
@@ -224,6 +227,30 @@ func (k *KernelName) Append(b []byte) []byte {
 	put16(r, 30, flags)
 	copy(r[KernelNameHeaderSize:], name)
 	return b
+}
+
+// MaxKernelNameSize is the size of the largest KernelName record (a name of
+// MaxKernelNameLen bytes). The receiver's names ring (agent role 4) has
+// slots that hold it, so no name up to MaxKernelNameLen is cut.
+const MaxKernelNameSize = KernelNameHeaderSize + MaxKernelNameLen
+
+// AppendFit is Append for a ring whose records can be at most maxSize
+// bytes (a slot's payload): a name that does not fit is cut at a UTF-8
+// character boundary and flagged truncated, so the reader marks it instead
+// of the record being lost. maxSize below KernelNameHeaderSize+8 leaves a
+// one-byte name.
+func (k *KernelName) AppendFit(b []byte, maxSize int) []byte {
+	room := min(max(maxSize&^7-KernelNameHeaderSize, 1), MaxKernelNameLen)
+	if len(k.Name) <= room {
+		return k.Append(b)
+	}
+	cut := room
+	for cut > 1 && !utf8.RuneStart(k.Name[cut]) {
+		cut--
+	}
+	t := *k
+	t.Name, t.Truncated = k.Name[:cut], true
+	return t.Append(b)
 }
 
 func align8(n int) int { return (n + 7) &^ 7 }

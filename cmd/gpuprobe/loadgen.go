@@ -139,7 +139,16 @@ func runLoadgen(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpuprobe loadgen: launch ring:", err)
 		return 1
 	}
-	st := generate(ring, o)
+	// Kernel names go to the names ring (role 4) whose slots hold any name;
+	// without one they are cut to fit a launch-ring slot and flagged.
+	names := ring
+	if nr := sess.Region(roleNameRing, ""); nr != nil {
+		if names, err = shm.NewRing(nr); err != nil {
+			fmt.Fprintln(stderr, "gpuprobe loadgen: names ring:", err)
+			return 1
+		}
+	}
+	st := generate(ring, names, o)
 	fmt.Fprintf(stdout, "loadgen: %d launches, %d records published, %d dropped (ring full), %d oversize\n",
 		o.launches, st.published, st.dropped, st.oversize)
 	return 0
@@ -148,7 +157,11 @@ func runLoadgen(args []string, stdout, stderr io.Writer) int {
 // generate writes the synthetic stream: a device and a calibration record,
 // kernel names, then per launch a launch record, its warp records (as the
 // GPU's exit probe writes them), a completion, and now and then a memcpy.
-func generate(ring *shm.Ring, o *loadgenOpts) loadgenStats {
+// roleNameRing is the agent role of the names ring (receiver.RoleNameRing;
+// not imported, to keep the collector out of this binary).
+const roleNameRing agent.Role = 4
+
+func generate(ring, names *shm.Ring, o *loadgenOpts) loadgenStats {
 	var st loadgenStats
 	buf := make([]byte, 0, 4096)
 	put := func(r interface{ Append([]byte) []byte }) {
@@ -165,7 +178,8 @@ func generate(ring *shm.Ring, o *loadgenOpts) loadgenStats {
 		ComputeCap: 90, Name: "synthetic (gpuprobe loadgen)"})
 	calibrate()
 	for i, k := range o.kernels {
-		put(&record.KernelName{Function: uint64(i + 1), PID: pid, Name: k})
+		buf = (&record.KernelName{Function: uint64(i + 1), PID: pid, Name: k}).AppendFit(buf[:0], names.MaxPayload())
+		st.add(names.Produce(uint32(record.TypeKernelName), buf))
 	}
 	blocks := uint64(o.grid[0]) * uint64(o.grid[1]) * uint64(o.grid[2])
 	warpsPerBlock := (uint64(o.block[0])*uint64(o.block[1])*uint64(o.block[2]) + 31) / 32

@@ -66,7 +66,20 @@ struct gp_rec_launch {
 #define GP_KERNEL_NAME_TRUNCATED 1
 
 /* Type 2, 32 + name_len rounded up to 8: function handle -> mangled name,
- * written once per handle before its first launch. */
+ * written once per handle before its first launch.
+ *
+ * Long names: C++ kernel names often exceed a launch-ring slot (128 bytes
+ * by default leave 112 bytes of payload, an 80-byte name). Every client is
+ * also handed a names ring (agent role GP_ROLE_NAME_RING, region name
+ * "names") whose slots hold the largest record (GP_NAME_RING_SLOT bytes,
+ * slot header included): write kernel_name records there. The collector
+ * reads the names ring before the launch ring on every poll, so a name
+ * published before its launch is always seen first. A producer without a
+ * names ring cuts the name at a UTF-8 boundary to fit its slot and sets
+ * GP_KERNEL_NAME_TRUNCATED; the collector marks such names with a trailing
+ * "..." (U+2026) and counts them, so nothing is lost silently. */
+#define GP_ROLE_NAME_RING 4
+#define GP_NAME_RING_SLOT (16 + 32 + GP_KERNEL_NAME_MAX)
 struct gp_rec_kernel_name {
 	struct gp_rec_prefix h;
 	uint64_t function; /* CUfunction */

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
@@ -57,7 +58,11 @@ type Counters struct {
 	LaunchesOrphan  uint64 // device records whose launch record never came
 	LaunchesFilter  uint64 // launches of kernels excluded by kernels::include/exclude
 	SpansSampledOut uint64 // launch spans not emitted because of sampling
+	NamesTruncated  uint64 // kernel names that arrived cut by their producer
 }
+
+// TruncatedMarker ends a kernel name that its producer had to cut.
+const TruncatedMarker = "…"
 
 type srcKey struct {
 	src uint32
@@ -106,6 +111,7 @@ type Translator struct {
 	devices map[uint32]string // device index → UUID string
 	procs   map[uint32]string // pid → executable name
 	lastDev map[uint32]uint32 // source → device of its latest launch
+	names   map[string]string // mangled → demangled, bounded by maxNameCache
 
 	traces   ptrace.Traces
 	byPID    map[uint32]ptrace.SpanSlice
@@ -157,6 +163,7 @@ func New(o Options) *Translator {
 		devices: map[uint32]string{},
 		procs:   map[uint32]string{},
 		lastDev: map[uint32]uint32{},
+		names:   map[string]string{},
 		start:   pcommon.NewTimestampFromTime(time.Now()),
 	}
 	t.other = &series{name: OtherKernel}
@@ -246,12 +253,60 @@ func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
 	if _, ok := t.kernels[key]; ok {
 		return
 	}
-	name := t.o.Demangle(k.Name)
+	mangled, name := k.Name, ""
+	if k.Truncated {
+		// A cut mangled name does not demangle: show it as it is, marked.
+		t.counters.NamesTruncated++
+		mangled += TruncatedMarker
+		name = mangled
+	} else {
+		name = t.demangle(k.Name)
+	}
+	if len(t.kernels) >= maxKernelHandles {
+		t.forgetKernels()
+	}
 	t.kernels[key] = &kernel{
-		mangled: k.Name,
+		mangled: mangled,
 		name:    name,
 		series:  t.seriesFor(name),
 		include: t.o.Filter.Match(k.Name, name),
+	}
+}
+
+// Bounds of the name caches: function handles remembered (over all
+// sources) and demangled names cached.
+const (
+	maxKernelHandles = 1 << 16
+	maxNameCache     = 1 << 14
+)
+
+// demangle returns the span name of a mangled name, cached: every process
+// (source) names the same kernels again.
+func (t *Translator) demangle(mangled string) string {
+	if n, ok := t.names[mangled]; ok {
+		return n
+	}
+	n := t.o.Demangle(mangled)
+	if len(t.names) >= maxNameCache {
+		clear(t.names)
+	}
+	t.names[mangled] = n
+	return n
+}
+
+// forgetKernels drops the handle → kernel bindings that no pending launch
+// uses; a later launch of a forgotten handle is named by its handle.
+func (t *Translator) forgetKernels() {
+	used := map[*kernel]bool{}
+	for _, l := range t.pending {
+		if l.k != nil {
+			used[l.k] = true
+		}
+	}
+	for key, k := range t.kernels {
+		if !used[k] {
+			delete(t.kernels, key)
+		}
 	}
 }
 
@@ -275,8 +330,11 @@ func (t *Translator) kernelOf(src uint32, fn uint64) *kernel {
 		return k
 	}
 	// A launch of a function never named: name it by its handle.
-	name := fmt.Sprintf("function@%#x", fn)
+	name := "function@0x" + strconv.FormatUint(fn, 16)
 	k := &kernel{mangled: name, name: name, series: t.seriesFor(name), include: t.o.Filter.Match(name)}
+	if len(t.kernels) >= maxKernelHandles {
+		t.forgetKernels()
+	}
 	t.kernels[srcKey{src, fn}] = k
 	return k
 }

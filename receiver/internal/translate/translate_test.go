@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -367,13 +368,13 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 func BenchmarkLaunchesToPdata(b *testing.B) {
 	var s stream
 	s.calibrate(0)
-	s.add(&record.KernelName{Function: 1, Name: "k"})
+	s.add(&record.KernelName{Function: 1, Name: "_ZN7cutlass6KernelINS_4gemm6kernel4GemmIfEEEEvNT_6ParamsE"})
 	const perBatch = 1000
 	for id := range uint64(perBatch) {
 		s.launch(id+1, 1, 1000*(id+1), 1, 128, 4, true)
 	}
 	now := time.Now()
-	tr := newTr(Options{ExpectWarps: true})
+	tr := newTr(Options{ExpectWarps: true, Demangle: demangle.Short})
 	b.ResetTimer()
 	for i := range b.N {
 		for _, r := range s.b {
