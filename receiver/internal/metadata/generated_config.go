@@ -106,10 +106,61 @@ func (ms *GpuCudaMemcpySizeMetricConfig) Validate() error {
 	return nil
 }
 
+// GpuCudaThreadExecutionsByThreadMetricAttributeKey specifies the key of an attribute for the gpu.cuda.thread.executions.by_thread metric.
+type GpuCudaThreadExecutionsByThreadMetricAttributeKey string
+
+const (
+	GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName GpuCudaThreadExecutionsByThreadMetricAttributeKey = "code.function.name"
+	GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex  GpuCudaThreadExecutionsByThreadMetricAttributeKey = "cuda.device.index"
+	GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex  GpuCudaThreadExecutionsByThreadMetricAttributeKey = "cuda.thread.index"
+)
+
+// GpuCudaThreadExecutionsByThreadMetricConfig provides config for the gpu.cuda.thread.executions.by_thread metric.
+type GpuCudaThreadExecutionsByThreadMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                              `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaThreadExecutionsByThreadMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaThreadExecutionsByThreadMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaThreadExecutionsByThreadMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex:
+		default:
+			return fmt.Errorf("metric gpu.cuda.thread.executions.by_thread doesn't have an attribute %v, valid attributes: [code.function.name, cuda.device.index, cuda.thread.index]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
 // MetricsConfig provides config for gpuprobe metrics.
 type MetricsConfig struct {
-	GpuCudaKernelLaunches GpuCudaKernelLaunchesMetricConfig `mapstructure:"gpu.cuda.kernel.launches"`
-	GpuCudaMemcpySize     GpuCudaMemcpySizeMetricConfig     `mapstructure:"gpu.cuda.memcpy.size"`
+	GpuCudaKernelLaunches           GpuCudaKernelLaunchesMetricConfig           `mapstructure:"gpu.cuda.kernel.launches"`
+	GpuCudaMemcpySize               GpuCudaMemcpySizeMetricConfig               `mapstructure:"gpu.cuda.memcpy.size"`
+	GpuCudaThreadExecutionsByThread GpuCudaThreadExecutionsByThreadMetricConfig `mapstructure:"gpu.cuda.thread.executions.by_thread"`
 }
 
 func DefaultMetricsConfig() MetricsConfig {
@@ -123,6 +174,11 @@ func DefaultMetricsConfig() MetricsConfig {
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []GpuCudaMemcpySizeMetricAttributeKey{GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind},
+		},
+		GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
 		},
 	}
 }

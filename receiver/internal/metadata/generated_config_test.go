@@ -36,6 +36,11 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaMemcpySizeMetricAttributeKey{GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind},
 					},
+					GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
+					},
 				},
 			},
 		},
@@ -53,6 +58,11 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaMemcpySizeMetricAttributeKey{GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind},
 					},
+					GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
+					},
 				},
 			},
 		},
@@ -60,7 +70,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
@@ -85,6 +95,18 @@ func TestGpuCudaMemcpySizeMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.memcpy.size doesn't have an attribute invalid, valid attributes: [cuda.device.index, cuda.memcpy.kind]")
 
 	cfg = DefaultMetricsConfig().GpuCudaMemcpySize
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaThreadExecutionsByThreadMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaThreadExecutionsByThread
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaThreadExecutionsByThreadMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.thread.executions.by_thread doesn't have an attribute invalid, valid attributes: [code.function.name, cuda.device.index, cuda.thread.index]")
+
+	cfg = DefaultMetricsConfig().GpuCudaThreadExecutionsByThread
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

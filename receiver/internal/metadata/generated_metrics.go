@@ -69,11 +69,16 @@ var MetricsInfo = metricsInfo{
 		Name:       "gpu.cuda.memcpy.size",
 		Attributes: []string{"cuda.device.index", "cuda.memcpy.kind"},
 	},
+	GpuCudaThreadExecutionsByThread: metricInfo{
+		Name:       "gpu.cuda.thread.executions.by_thread",
+		Attributes: []string{"code.function.name", "cuda.device.index", "cuda.thread.index"},
+	},
 }
 
 type metricsInfo struct {
-	GpuCudaKernelLaunches metricInfo
-	GpuCudaMemcpySize     metricInfo
+	GpuCudaKernelLaunches           metricInfo
+	GpuCudaMemcpySize               metricInfo
+	GpuCudaThreadExecutionsByThread metricInfo
 }
 
 type metricInfo struct {
@@ -269,16 +274,114 @@ func newMetricGpuCudaMemcpySize(cfg GpuCudaMemcpySizeMetricConfig) metricGpuCuda
 	return m
 }
 
+type metricGpuCudaThreadExecutionsByThread struct {
+	data          pmetric.Metric                              // data buffer for generated metric.
+	config        GpuCudaThreadExecutionsByThreadMetricConfig // metric config provided by user.
+	capacity      int                                         // max observed number of data points added to the metric.
+	aggDataPoints []int64                                     // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.thread.executions.by_thread metric with initial data.
+func (m *metricGpuCudaThreadExecutionsByThread) init() {
+	m.data.SetName("gpu.cuda.thread.executions.by_thread")
+	m.data.SetDescription("Executions of the probed code per thread, for launches of at most limits::max_thread_series threads (only with limits::per_thread_series).")
+	m.data.SetUnit("{execution}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaThreadExecutionsByThread) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, codeFunctionNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaThreadIndexAttributeValue int64) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName) {
+		dp.Attributes().PutStr("code.function.name", codeFunctionNameAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex) {
+		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex) {
+		dp.Attributes().PutInt("cuda.thread.index", cudaThreadIndexAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaThreadExecutionsByThread) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaThreadExecutionsByThread) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaThreadExecutionsByThread(cfg GpuCudaThreadExecutionsByThreadMetricConfig) metricGpuCudaThreadExecutionsByThread {
+	m := metricGpuCudaThreadExecutionsByThread{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
 // MetricsBuilder provides an interface for scrapers to report metrics while taking care of all the transformations
 // required to produce metric representation defined in metadata and user config.
 type MetricsBuilder struct {
-	config                      MetricsBuilderConfig // config of the metrics builder.
-	startTime                   pcommon.Timestamp    // start time that will be applied to all recorded data points.
-	metricsCapacity             int                  // maximum observed number of metrics per resource.
-	metricsBuffer               pmetric.Metrics      // accumulates metrics data before emitting.
-	buildInfo                   component.BuildInfo  // contains version information.
-	metricGpuCudaKernelLaunches metricGpuCudaKernelLaunches
-	metricGpuCudaMemcpySize     metricGpuCudaMemcpySize
+	config                                MetricsBuilderConfig // config of the metrics builder.
+	startTime                             pcommon.Timestamp    // start time that will be applied to all recorded data points.
+	metricsCapacity                       int                  // maximum observed number of metrics per resource.
+	metricsBuffer                         pmetric.Metrics      // accumulates metrics data before emitting.
+	buildInfo                             component.BuildInfo  // contains version information.
+	metricGpuCudaKernelLaunches           metricGpuCudaKernelLaunches
+	metricGpuCudaMemcpySize               metricGpuCudaMemcpySize
+	metricGpuCudaThreadExecutionsByThread metricGpuCudaThreadExecutionsByThread
 }
 
 // MetricBuilderOption applies changes to default metrics builder.
@@ -300,12 +403,13 @@ func WithStartTime(startTime pcommon.Timestamp) MetricBuilderOption {
 }
 func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, options ...MetricBuilderOption) *MetricsBuilder {
 	mb := &MetricsBuilder{
-		config:                      mbc,
-		startTime:                   pcommon.NewTimestampFromTime(time.Now()),
-		metricsBuffer:               pmetric.NewMetrics(),
-		buildInfo:                   settings.BuildInfo,
-		metricGpuCudaKernelLaunches: newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
-		metricGpuCudaMemcpySize:     newMetricGpuCudaMemcpySize(mbc.Metrics.GpuCudaMemcpySize),
+		config:                                mbc,
+		startTime:                             pcommon.NewTimestampFromTime(time.Now()),
+		metricsBuffer:                         pmetric.NewMetrics(),
+		buildInfo:                             settings.BuildInfo,
+		metricGpuCudaKernelLaunches:           newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
+		metricGpuCudaMemcpySize:               newMetricGpuCudaMemcpySize(mbc.Metrics.GpuCudaMemcpySize),
+		metricGpuCudaThreadExecutionsByThread: newMetricGpuCudaThreadExecutionsByThread(mbc.Metrics.GpuCudaThreadExecutionsByThread),
 	}
 
 	for _, op := range options {
@@ -373,6 +477,7 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	ils.Metrics().EnsureCapacity(mb.metricsCapacity)
 	mb.metricGpuCudaKernelLaunches.emit(ils.Metrics())
 	mb.metricGpuCudaMemcpySize.emit(ils.Metrics())
+	mb.metricGpuCudaThreadExecutionsByThread.emit(ils.Metrics())
 
 	for _, op := range options {
 		op.apply(rm)
@@ -402,6 +507,11 @@ func (mb *MetricsBuilder) RecordGpuCudaKernelLaunchesDataPoint(ts pcommon.Timest
 // RecordGpuCudaMemcpySizeDataPoint adds a data point to gpu.cuda.memcpy.size metric.
 func (mb *MetricsBuilder) RecordGpuCudaMemcpySizeDataPoint(ts pcommon.Timestamp, val int64, cudaDeviceIndexAttributeValue int64, cudaMemcpyKindAttributeValue AttributeCudaMemcpyKind) {
 	mb.metricGpuCudaMemcpySize.recordDataPoint(mb.startTime, ts, val, cudaDeviceIndexAttributeValue, cudaMemcpyKindAttributeValue.String())
+}
+
+// RecordGpuCudaThreadExecutionsByThreadDataPoint adds a data point to gpu.cuda.thread.executions.by_thread metric.
+func (mb *MetricsBuilder) RecordGpuCudaThreadExecutionsByThreadDataPoint(ts pcommon.Timestamp, val int64, codeFunctionNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaThreadIndexAttributeValue int64) {
+	mb.metricGpuCudaThreadExecutionsByThread.recordDataPoint(mb.startTime, ts, val, codeFunctionNameAttributeValue, cudaDeviceIndexAttributeValue, cudaThreadIndexAttributeValue)
 }
 
 // Reset resets metrics builder to its initial state. It should be used when external metrics source is restarted,

@@ -60,6 +60,7 @@ func TestMetricsBuilder(t *testing.T) {
 			aggMap := make(map[string]string) // contains the aggregation strategies for each metric name
 			aggMap["gpu.cuda.kernel.launches"] = mb.metricGpuCudaKernelLaunches.config.AggregationStrategy
 			aggMap["gpu.cuda.memcpy.size"] = mb.metricGpuCudaMemcpySize.config.AggregationStrategy
+			aggMap["gpu.cuda.thread.executions.by_thread"] = mb.metricGpuCudaThreadExecutionsByThread.config.AggregationStrategy
 
 			expectedWarnings := 0
 			if tt.metricsSet != testDataSetReag {
@@ -80,12 +81,19 @@ func TestMetricsBuilder(t *testing.T) {
 			if tt.name == "reaggregate_set" {
 				mb.RecordGpuCudaMemcpySizeDataPoint(ts, 3, 18, AttributeCudaMemcpyKindDtoh)
 			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuCudaThreadExecutionsByThreadDataPoint(ts, 1, "code.function.name-val", 17, 17)
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaThreadExecutionsByThreadDataPoint(ts, 3, "code.function.name-val-2", 18, 18)
+			}
 
 			res := pcommon.NewResource()
 			metrics := mb.Emit(WithResource(res))
 			if tt.name == "reaggregate_set" {
 				assert.Empty(t, mb.metricGpuCudaKernelLaunches.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaMemcpySize.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaThreadExecutionsByThread.aggDataPoints)
 			}
 
 			if tt.expectEmpty {
@@ -209,6 +217,60 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok := dp.Attributes().Get("cuda.device.index")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("cuda.memcpy.kind")
+						assert.False(t, ok)
+					}
+				case "gpu.cuda.thread.executions.by_thread":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.thread.executions.by_thread"], "Found a duplicate in the metrics slice: gpu.cuda.thread.executions.by_thread")
+						validatedMetrics["gpu.cuda.thread.executions.by_thread"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Executions of the probed code per thread, for launches of at most limits::max_thread_series threads (only with limits::per_thread_series).", mi.Description())
+						assert.Equal(t, "{execution}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						codeFunctionNameAttrVal, ok := dp.Attributes().Get("code.function.name")
+						assert.True(t, ok)
+						assert.Equal(t, "code.function.name-val", codeFunctionNameAttrVal.Str())
+						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
+						assert.True(t, ok)
+						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
+						cudaThreadIndexAttrVal, ok := dp.Attributes().Get("cuda.thread.index")
+						assert.True(t, ok)
+						assert.EqualValues(t, 17, cudaThreadIndexAttrVal.Int())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.thread.executions.by_thread"], "Found a duplicate in the metrics slice: gpu.cuda.thread.executions.by_thread")
+						validatedMetrics["gpu.cuda.thread.executions.by_thread"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Executions of the probed code per thread, for launches of at most limits::max_thread_series threads (only with limits::per_thread_series).", mi.Description())
+						assert.Equal(t, "{execution}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["gpu.cuda.thread.executions.by_thread"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("code.function.name")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.index")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.thread.index")
 						assert.False(t, ok)
 					}
 				}
