@@ -35,9 +35,9 @@ const maxReadPerPoll = 1 << 16
 // largest KernelName record, so long C++ kernel names are never cut (see
 // record/include/gpuprobe_record.h). It is read before the launch ring.
 const (
-	RoleNameRing     agent.Role = 4                                             // agent descriptor role of the names ring
-	NameRingSlotSize            = shm.SlotHeaderSize + record.MaxKernelNameSize // bytes per slot
-	NameRingSlots               = 256                                           // slots (≈ 1 MiB per client)
+	RoleNameRing     = agent.RoleNameRing                            // agent descriptor role of the names ring
+	NameRingSlotSize = shm.SlotHeaderSize + record.MaxKernelNameSize // bytes per slot
+	NameRingSlots    = 256                                           // slots (≈ 1 MiB per client)
 )
 
 // source is one ring the receiver consumes, with the id that scopes its

@@ -55,7 +55,7 @@
 //	  0  u32  session   server-assigned session id
 //	  4  u32  count     number of regions (and descriptors), <= 32
 //	  8  ...  count descriptors of 64 bytes:
-//	            0  u32  role         1 launch ring, 2 mailbox, 3 map;
+//	            0  u32  role         1 launch ring, 2 mailbox, 3 map, 4 names ring;
 //	                                 others owner-defined
 //	            4  u16  kind         shm region kind (1 ring ... 5 mailbox)
 //	            6  u16  flags        0

@@ -69,6 +69,7 @@ const (
 	RoleLaunchRing Role = 1 // the shim writes launch records here
 	RoleMailbox    Role = 2 // GPU host-call mailbox
 	RoleMap        Role = 3 // a GPU map of a program (Name = map name)
+	RoleNameRing   Role = 4 // the shim writes kernel-name records here (large slots)
 )
 
 // Hello is what a client says about itself.
