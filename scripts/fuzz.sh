@@ -13,7 +13,7 @@ failed=0
 while IFS= read -r hit; do
 	file=${hit%%:*}
 	name=$(sed -E 's/.*func (Fuzz[A-Za-z0-9_]*)\(.*/\1/' <<<"${hit#*:}")
-	pkg=./$(dirname "$file")
+	pkg=./$(dirname "${file#./}")
 	echo "==> $pkg $name ($fuzztime)"
 	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg"; then
 		passed=$((passed + 1))
