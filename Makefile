@@ -40,6 +40,7 @@ FUZZTIME ?= 30s
 # Every Go source of the main module (nested modules such as the generated
 # collector under build/ and tool caches are left out).
 GO_SRCS := $(shell find . -name '*.go' -not -path './build/*' -not -path './.cache/*' -not -path './.dev/*' 2>/dev/null)
+GO_BUILD_SRCS := $(filter-out %_test.go ./e2e/%,$(GO_SRCS))
 GO_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
 
 # testdata/bpf/bpf.mk (written with the ELF loader) adds the clang-built eBPF
@@ -55,7 +56,7 @@ all: build ## build every package, bin/gpuprobe and the testdata eBPF objects
 build: bin/gpuprobe $(BPF_OBJECTS) ## same as all
 	$(GO) build $(GOFLAGS_BUILD) ./...
 
-bin/gpuprobe: $(GO_SRCS) go.mod go.sum
+bin/gpuprobe: $(GO_BUILD_SRCS) go.mod go.sum
 	@mkdir -p bin
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe
 
@@ -82,7 +83,7 @@ $(OTELCOL_SRC)/components.go: builder-config.yaml go.mod go.sum | $(OCB)
 	$(OCB) --config builder-config.yaml --skip-compilation
 	@touch $@
 
-bin/otelcol-gpuprobe: $(OTELCOL_SRC)/components.go $(GO_SRCS) go.mod go.sum
+bin/otelcol-gpuprobe: $(OTELCOL_SRC)/components.go $(GO_BUILD_SRCS) go.mod go.sum
 	@mkdir -p bin
 	cd $(OTELCOL_SRC) && CGO_ENABLED=$(OTELCOL_CGO) $(GO) build $(GOFLAGS_BUILD) -mod=mod -o $(CURDIR)/$@ .
 
