@@ -258,7 +258,7 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	defer close(r.done)
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
-	lastMetrics := time.Now()
+	var lastMetrics time.Time // zero: the first poll emits, so self-metrics show at once
 	for {
 		select {
 		case <-ctx.Done():
