@@ -20,3 +20,12 @@ __global__ void vectorAddN(const float *a, const float *b, float *c, int n)
     if (i < n)
         c[i] = a[i] + b[i];
 }
+
+// vectorAddGS: the same sum with a grid-stride loop, launched with a few
+// blocks per SM (the usual production form; one warp record per resident
+// warp instead of one per 32 elements).
+__global__ void vectorAddGS(const float *a, const float *b, float *c, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        c[i] = a[i] + b[i];
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/internal/cuda"
+	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// emptyProbes are an entry and an exit program that return at once: the
+// cost of the call sites alone.
+func emptyProbes() []*jit.Program {
+	mk := func(kind jit.ProbeKind, sec string) *jit.Program {
+		return &jit.Program{Name: "empty_" + kind.String(), Section: sec, Kind: kind, Target: "*",
+			Insns: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}}
+	}
+	return []*jit.Program{mk(jit.ProbeEntry, "kprobe/*"), mk(jit.ProbeExit, "kretprobe/*")}
+}
+
+// benchConfig is one way of running a kernel.
+type benchConfig struct {
+	name  string
+	progs func() ([]*jit.Program, error)
+}
+
+// timedLaunch is one kernel of the benchmark with its device buffers.
+type timedLaunch struct {
+	s      *sample
+	in     *instance
+	fn     *cuda.Function
+	params []uint64
+}
+
+// bench times each config of each benchmark kernel: per round, one batch
+// of launches per config, interleaved; the figure is the median batch time
+// per launch. A consumer goroutine drains kernel_phases' ring all along, as
+// the collector would, and the ring's drops are reported.
+func (r *runner) bench(vec, gemm []byte) {
+	const n = 1 << 24
+	const m = 2048
+	blocksGS := uint32(r.sms * 4)
+	kernels := []*sample{
+		{name: "vectorAddN 2^24", ptx: vec, kernel: "_Z10vectorAddNPKfS0_Pfi",
+			grid: cuda.Dim3{X: n / 256, Y: 1, Z: 1}, block: cuda.Dim3{X: 256, Y: 1, Z: 1},
+			bufs: [][]byte{make([]byte, 4*n), make([]byte, 4*n), make([]byte, 4*n)}, out: 2, scalars: []uint64{n}},
+		{name: fmt.Sprintf("vectorAddGS 2^24 (%d blocks)", blocksGS), ptx: vec, kernel: "_Z11vectorAddGSPKfS0_Pfi",
+			grid: cuda.Dim3{X: blocksGS, Y: 1, Z: 1}, block: cuda.Dim3{X: 256, Y: 1, Z: 1},
+			bufs: [][]byte{make([]byte, 4*n), make([]byte, 4*n), make([]byte, 4*n)}, out: 2, scalars: []uint64{n}},
+		{name: "sgemm 2048", ptx: gemm, kernel: "_Z5sgemmPKfS0_Pfi",
+			grid: cuda.Dim3{X: m / 16, Y: m / 16, Z: 1}, block: cuda.Dim3{X: 16, Y: 16, Z: 1},
+			bufs: [][]byte{make([]byte, 4*m*m), make([]byte, 4*m*m), make([]byte, 4*m*m)}, out: 2, scalars: []uint64{m}},
+	}
+	configs := []benchConfig{
+		{"uninstrumented", nil},
+		{"empty probe", func() ([]*jit.Program, error) { return emptyProbes(), nil }},
+		{"kernel_phases", func() ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }},
+	}
+	for _, k := range kernels {
+		if err := r.benchKernel(k, configs); err != nil {
+			r.result("bench "+k.name, err, "")
+		}
+	}
+}
+
+func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
+	var ptrs []cuda.DevicePtr
+	defer func() {
+		for _, p := range ptrs {
+			r.c.MemFree(p)
+		}
+	}()
+	var params []uint64
+	for _, b := range s.bufs {
+		p, err := r.c.MemAlloc(uint64(len(b)))
+		if err != nil {
+			return err
+		}
+		ptrs = append(ptrs, p)
+		if err := r.c.Memset(p, 0, uint64(len(b))); err != nil {
+			return err
+		}
+		params = append(params, uint64(p))
+	}
+	params = append(params, s.scalars...)
+
+	runs := make([]*timedLaunch, len(configs))
+	for i, cf := range configs {
+		var in *instance
+		var err error
+		t0 := time.Now()
+		if cf.progs == nil {
+			in, err = load(r.c, s.ptx, nil, 0, 0)
+		} else {
+			progs, perr := cf.progs()
+			if perr != nil {
+				return perr
+			}
+			in, err = r.patched(s, progs, inject.Options{}, 1<<16)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", cf.name, err)
+		}
+		defer in.close()
+		loadTime := time.Since(t0)
+		fn, err := in.mod.Function(s.kernel)
+		if err != nil {
+			return err
+		}
+		tl := &timedLaunch{s: s, in: in, fn: fn, params: params}
+		if in.rep != nil {
+			tl.params = append(append([]uint64(nil), params...), uint64(i+1))
+		}
+		if g := in.rings[probes.KernelPhasesRingMap]; g != nil {
+			// The collector's part: a consumer that keeps draining the ring.
+			c := g.NewConsumer(shm.ConsumerOptions{})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for ctx.Err() == nil {
+					if c.Read(0, func(shm.Record) {}) == 0 {
+						time.Sleep(20 * time.Microsecond)
+					}
+				}
+			}()
+			defer func() { cancel(); <-done }() // before in.close unmaps the ring
+		}
+		runs[i] = tl
+		fmt.Printf("    %s / %s: module load (inject+JIT) %v\n", s.name, cf.name, loadTime.Round(time.Microsecond))
+	}
+	// Warm up.
+	for _, tl := range runs {
+		if err := r.batchTime(tl, 2, nil); err != nil {
+			return err
+		}
+	}
+	samples := make([][]float64, len(runs))
+	for round := 0; round < r.rounds; round++ {
+		for i, tl := range runs {
+			if err := r.batchTime(tl, r.batch, &samples[i]); err != nil {
+				return fmt.Errorf("%s: %w", configs[i].name, err)
+			}
+		}
+	}
+	base := median(samples[0])
+	var parts []string
+	for i, cf := range configs {
+		med := median(samples[i])
+		part := fmt.Sprintf("%s %.1fµs (%.3fx)", cf.name, med, med/base)
+		if g := runs[i].in.rings[probes.KernelPhasesRingMap]; g != nil {
+			st := g.Stats()
+			part += fmt.Sprintf(" [ring: %d dropped]", st.Dropped)
+		}
+		parts = append(parts, part)
+	}
+	r.result("bench "+s.name, nil, strings.Join(parts, "; "))
+	return nil
+}
+
+// batchTime launches tl n times back to back and records the mean time
+// per launch in µs (host clock around the batch, after a synchronize).
+func (r *runner) batchTime(tl *timedLaunch, n int, out *[]float64) error {
+	if err := r.c.Synchronize(); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		if err := tl.fn.Launch(tl.s.grid, tl.s.block, 0, tl.params...); err != nil {
+			return err
+		}
+	}
+	if err := r.c.Synchronize(); err != nil {
+		return err
+	}
+	d := time.Since(t0)
+	if out != nil {
+		*out = append(*out, float64(d.Microseconds())/float64(n))
+	}
+	return nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
+	"github.com/gpuprobe/gpuprobe/internal/cuda"
+	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/ptx"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// instance is one loaded module (patched or not) with the regions its
+// probes' maps live in, sized for launches of at most maxThreads threads.
+type instance struct {
+	c      *cuda.Context
+	mod    *cuda.Module
+	rep    *inject.Report
+	rings  map[string]*shm.Ring
+	arrays map[string]*shm.Array
+	host   []*shm.Region
+	dev    []cuda.DevicePtr
+}
+
+// deviceOnly names maps the host never reads: they go to device memory,
+// so the probes do not pay PCIe round trips for them.
+var deviceOnly = map[string]bool{"kp_start": true}
+
+// load loads a module and binds every global of the report: map globals
+// to host-registered shm regions (or device memory for deviceOnly maps),
+// lanes globals to the lanes, launch id globals to 0.
+func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64, ringSlots uint32) (*instance, error) {
+	mod, err := c.LoadModule(module)
+	if err != nil {
+		return nil, fmt.Errorf("load module: %w", err)
+	}
+	in := &instance{c: c, mod: mod, rep: rep, rings: map[string]*shm.Ring{}, arrays: map[string]*shm.Array{}}
+	if rep == nil {
+		return in, nil
+	}
+	bases := map[*jit.Map]uint64{}
+	lanes := map[*jit.Map]uint64{}
+	for _, g := range rep.Globals {
+		var v uint64
+		switch g.Kind {
+		case ptx.GlobalMap, ptx.GlobalMapLanes:
+			if g.MapDef == nil {
+				return nil, fmt.Errorf("global %s: no map definition", g.Name)
+			}
+			if _, ok := bases[g.MapDef]; !ok {
+				b, l, err := in.region(g.MapDef, maxThreads, ringSlots)
+				if err != nil {
+					return nil, fmt.Errorf("map %s: %w", g.MapDef.Name, err)
+				}
+				bases[g.MapDef], lanes[g.MapDef] = b, l
+			}
+			v = bases[g.MapDef]
+			if g.Kind == ptx.GlobalMapLanes {
+				v = lanes[g.MapDef]
+			}
+		case ptx.GlobalMailbox, ptx.GlobalLaunchID:
+			v = 0 // no host calls in these checks; launch ids come by parameter
+		}
+		if err := in.setGlobal(g.Name, v); err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// setGlobal writes a module-scope u64.
+func (in *instance) setGlobal(name string, v uint64) error {
+	p, n, err := in.mod.Global(name)
+	if err != nil {
+		return err
+	}
+	if n != 8 {
+		return fmt.Errorf("global %s has %d bytes, want 8", name, n)
+	}
+	return in.c.MemcpyHtoD(p, binary.LittleEndian.AppendUint64(nil, v))
+}
+
+// region creates the storage of one map and returns its device base and
+// lanes.
+func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uint64, uint64, error) {
+	var (
+		kind  shm.Kind
+		lanes = uint64(1)
+	)
+	switch m.Type {
+	case jit.MapTypeGPURingbuf:
+		slot := (shm.SlotHeaderSize + m.ValueSize + 7) &^ 7
+		g, err := shm.CreateRing(max(slot, 24), ringSlots)
+		if err != nil {
+			return 0, 0, err
+		}
+		in.rings[m.Name] = g
+		base, err := in.register(g.Region())
+		return base, 1, err
+	case jit.MapTypeGPUArray:
+		kind = shm.KindArray
+	case jit.MapTypePerThreadArray:
+		kind, lanes = shm.KindPerThreadArray, maxThreads
+	case jit.MapTypePerWarpArray:
+		kind, lanes = shm.KindPerWarpArray, (maxThreads+31)/32
+	default:
+		return 0, 0, nil // host-path maps are not attached here
+	}
+	if deviceOnly[m.Name] {
+		stride := (uint64(m.ValueSize) + 7) &^ 7
+		n := shm.DataOffset + uint64(m.MaxEntries)*lanes*stride
+		p, err := in.c.MemAlloc(n)
+		if err != nil {
+			return 0, 0, err
+		}
+		in.dev = append(in.dev, p)
+		return uint64(p), lanes, in.c.Memset(p, 0, n)
+	}
+	a, err := shm.CreateArray(kind, m.ValueSize, m.MaxEntries, uint32(lanes))
+	if err != nil {
+		return 0, 0, err
+	}
+	in.arrays[m.Name] = a
+	base, err := in.register(a.Region())
+	return base, lanes, err
+}
+
+// register maps a host region into the device's address space.
+func (in *instance) register(r *shm.Region) (uint64, error) {
+	b := r.Bytes()
+	p, err := in.c.HostRegister(unsafe.Pointer(&b[0]), uintptr(len(b)), cuda.HostRegisterDeviceMap|cuda.HostRegisterPortable)
+	if err != nil {
+		return 0, err
+	}
+	in.host = append(in.host, r)
+	return uint64(p), nil
+}
+
+// close releases everything.
+func (in *instance) close() {
+	for _, r := range in.host {
+		b := r.Bytes()
+		in.c.HostUnregister(unsafe.Pointer(&b[0]))
+		r.Close()
+	}
+	for _, p := range in.dev {
+		in.c.MemFree(p)
+	}
+	in.mod.Unload()
+}

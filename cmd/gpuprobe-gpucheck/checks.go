@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/internal/cuda"
+	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/record"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// sample is one kernel launch with its inputs.
+type sample struct {
+	name    string
+	ptx     []byte
+	kernel  string // symbol
+	grid    cuda.Dim3
+	block   cuda.Dim3
+	bufs    [][]byte // device buffers, in parameter order, initial contents
+	out     int      // index of the output buffer
+	scalars []uint64 // parameters after the buffers
+}
+
+func (s *sample) threads() uint64 {
+	return uint64(s.grid.X) * uint64(s.grid.Y) * uint64(s.grid.Z) * uint64(s.block.X) * uint64(s.block.Y) * uint64(s.block.Z)
+}
+
+func (s *sample) warps() uint64 {
+	per := (uint64(s.block.X)*uint64(s.block.Y)*uint64(s.block.Z) + 31) / 32
+	return uint64(s.grid.X) * uint64(s.grid.Y) * uint64(s.grid.Z) * per
+}
+
+// window is the %globaltimer interval around a launch.
+type window struct{ start, end uint64 }
+
+// run launches the sample's kernel of in once (with launch id lid when the
+// module was patched with a launch parameter) on fresh buffers and returns
+// the output buffer and the kernel's window.
+func (r *runner) run(s *sample, in *instance, lid uint64) ([]byte, window, error) {
+	fn, err := in.mod.Function(s.kernel)
+	if err != nil {
+		return nil, window{}, err
+	}
+	var params []uint64
+	var ptrs []cuda.DevicePtr
+	defer func() {
+		for _, p := range ptrs {
+			r.c.MemFree(p)
+		}
+	}()
+	for _, b := range s.bufs {
+		p, err := r.c.MemAlloc(uint64(len(b)))
+		if err != nil {
+			return nil, window{}, err
+		}
+		ptrs = append(ptrs, p)
+		if err := r.c.MemcpyHtoD(p, b); err != nil {
+			return nil, window{}, err
+		}
+		params = append(params, uint64(p))
+	}
+	params = append(params, s.scalars...)
+	if in.rep != nil && len(in.rep.Kernels) > 0 && in.rep.Kernels[0].Launch != nil {
+		params = append(params, lid)
+	}
+	if err := r.timerFn.Launch(cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 1, Y: 1, Z: 1}, 0, uint64(r.timerBuf)); err != nil {
+		return nil, window{}, err
+	}
+	if err := fn.Launch(s.grid, s.block, 0, params...); err != nil {
+		return nil, window{}, err
+	}
+	if err := r.timerFn.Launch(cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 1, Y: 1, Z: 1}, 0, uint64(r.timerBuf)+8); err != nil {
+		return nil, window{}, err
+	}
+	if err := r.c.Synchronize(); err != nil {
+		return nil, window{}, fmt.Errorf("kernel %s: %w", s.kernel, err)
+	}
+	out := make([]byte, len(s.bufs[s.out]))
+	if err := r.c.MemcpyDtoH(out, ptrs[s.out]); err != nil {
+		return nil, window{}, err
+	}
+	tb := make([]byte, 16)
+	if err := r.c.MemcpyDtoH(tb, r.timerBuf); err != nil {
+		return nil, window{}, err
+	}
+	return out, window{binary.LittleEndian.Uint64(tb), binary.LittleEndian.Uint64(tb[8:])}, nil
+}
+
+// patched injects progs into the sample's kernel and loads the result.
+func (r *runner) patched(s *sample, progs []*jit.Program, opts inject.Options, ringSlots uint32) (*instance, error) {
+	opts.Kernels = []string{s.kernel}
+	opts.Strict = true
+	out, rep, err := inject.Inject(s.ptx, progs, opts)
+	if err != nil {
+		return nil, err
+	}
+	return load(r.c, out, rep, s.threads(), ringSlots)
+}
+
+func floats(n int, f func(i int) float32) []byte {
+	b := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f(i)))
+	}
+	return b
+}
+
+func ints(n int, f func(i int) int32) []byte {
+	b := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(f(i)))
+	}
+	return b
+}
+
+// samples are the checked launches: odd sizes so that the last warp is
+// partial and threads leave early through the bounds check.
+func samples(vec, gemm, exits []byte) []*sample {
+	const n = 1<<20 + 100
+	const m = 256 // GEMM size
+	const e = 100003
+	return []*sample{
+		{name: "vectorAddN", ptx: vec, kernel: "_Z10vectorAddNPKfS0_Pfi",
+			grid: cuda.Dim3{X: (n + 255) / 256, Y: 1, Z: 1}, block: cuda.Dim3{X: 256, Y: 1, Z: 1},
+			bufs: [][]byte{floats(n, func(i int) float32 { return float32(i) * 0.5 }), floats(n, func(i int) float32 { return 1 / float32(i+1) }), make([]byte, 4*n)},
+			out:  2, scalars: []uint64{n}},
+		{name: "vectorAdd (block 96)", ptx: vec, kernel: "_Z9vectorAddPKfS0_Pf",
+			grid: cuda.Dim3{X: 683, Y: 1, Z: 1}, block: cuda.Dim3{X: 96, Y: 1, Z: 1},
+			bufs: [][]byte{floats(683*96, func(i int) float32 { return float32(i) }), floats(683*96, func(i int) float32 { return 3 }), make([]byte, 4*683*96)},
+			out:  2},
+		{name: "sgemm 256", ptx: gemm, kernel: "_Z5sgemmPKfS0_Pfi",
+			grid: cuda.Dim3{X: m / 16, Y: m / 16, Z: 1}, block: cuda.Dim3{X: 16, Y: 16, Z: 1},
+			bufs: [][]byte{floats(m*m, func(i int) float32 { return float32(i%7) - 3 }), floats(m*m, func(i int) float32 { return float32(i%5) * 0.25 }), make([]byte, 4*m*m)},
+			out:  2, scalars: []uint64{m}},
+		{name: "multiExit", ptx: exits, kernel: "_ZN6sample9multiExitEPKiPii",
+			grid: cuda.Dim3{X: (e + 127) / 128, Y: 1, Z: 1}, block: cuda.Dim3{X: 128, Y: 1, Z: 1},
+			bufs: [][]byte{ints(e, func(i int) int32 { return int32(i%37) - 5 }), ints(e, func(i int) int32 { return 0x5a5a5a5a })},
+			out:  1, scalars: []uint64{e}},
+	}
+}
+
+// checks runs every correctness check.
+func (r *runner) checks(vec, gemm, exits []byte) {
+	for _, s := range samples(vec, gemm, exits) {
+		base, err := load(r.c, s.ptx, nil, 0, 0)
+		if err != nil {
+			r.result(s.name+": unpatched", err, "")
+			continue
+		}
+		want, _, err := r.run(s, base, 0)
+		base.close()
+		if err != nil {
+			r.result(s.name+": unpatched", err, "")
+			continue
+		}
+		r.result(s.name+": kernel_phases", r.checkPhases(s, want), fmt.Sprintf("%d warps, %d threads", s.warps(), s.threads()))
+	}
+	vs := samples(vec, gemm, exits)
+	r.result("vectorAdd: threadhist", r.checkThreadhist(vs[1]), "")
+	r.result("vectorAdd: kernelretsnoop", r.checkRetsnoop(vs[1]), "")
+	r.result("vectorAddN: memcount", r.checkMemcount(vs[0]), "")
+}
+
+// checkPhases runs the kernel_phases probes and checks their records and
+// the kernel's output.
+func (r *runner) checkPhases(s *sample, want []byte) error {
+	progs, err := probes.Load(probes.KernelPhases)
+	if err != nil {
+		return err
+	}
+	in, err := r.patched(s, progs, inject.Options{}, 1<<20)
+	if err != nil {
+		return err
+	}
+	defer in.close()
+	const lid = 0x1234_0000_0042
+	got, win, err := r.run(s, in, lid)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return errors.New("output differs from the unpatched kernel's")
+	}
+	ring := in.rings[probes.KernelPhasesRingMap]
+	seen := map[[4]uint32]bool{}
+	var lanes uint64
+	var bad error
+	n := ring.NewConsumer(shm.ConsumerOptions{}).Read(0, func(rec shm.Record) {
+		var w record.Warp
+		if err := w.Decode(rec.Payload); err != nil {
+			bad = err
+			return
+		}
+		k := [4]uint32{w.Block[0], w.Block[1], w.Block[2], w.Warp}
+		switch {
+		case w.LaunchID != lid:
+			bad = fmt.Errorf("record launch id %#x, want %#x", w.LaunchID, lid)
+		case seen[k]:
+			bad = fmt.Errorf("two records for block %v warp %d", w.Block, w.Warp)
+		case w.StartNS < win.start || w.EndNS > win.end:
+			bad = fmt.Errorf("warp times [%d, %d] outside the kernel window [%d, %d]", w.StartNS, w.EndNS, win.start, win.end)
+		case w.Block[0] >= s.grid.X || w.Block[1] >= s.grid.Y || w.Block[2] >= s.grid.Z:
+			bad = fmt.Errorf("block %v outside the grid", w.Block)
+		}
+		seen[k] = true
+		lanes += uint64(w.ActiveLanes())
+	})
+	if bad != nil {
+		return bad
+	}
+	st := ring.Stats()
+	if uint64(n) != s.warps() {
+		return fmt.Errorf("%d warp records, want %d (ring: %+v)", n, s.warps(), st)
+	}
+	if lanes != s.threads() {
+		return fmt.Errorf("active lanes sum to %d, want %d threads", lanes, s.threads())
+	}
+	if st.Dropped != 0 {
+		return fmt.Errorf("%d records dropped", st.Dropped)
+	}
+	return nil
+}
+
+func (r *runner) object(name string) ([]*jit.Program, error) {
+	return jit.LoadELF(filepath.Join(r.bpfDir, name+".o"))
+}
+
+// checkThreadhist: every thread counted once, every block fully.
+func (r *runner) checkThreadhist(s *sample) error {
+	progs, err := r.object("threadhist")
+	if err != nil {
+		return err
+	}
+	in, err := r.patched(s, progs, inject.Options{}, 2)
+	if err != nil {
+		return err
+	}
+	defer in.close()
+	if _, _, err := r.run(s, in, 7); err != nil {
+		return err
+	}
+	runs, blocks := in.arrays["thread_runs"], in.arrays["block_threads"]
+	for t := uint64(0); t < s.threads(); t++ {
+		v, err := runs.Uint64(0, t)
+		if err != nil {
+			return err
+		}
+		if v != 1 {
+			return fmt.Errorf("thread %d counted %d times, want 1", t, v)
+		}
+	}
+	for b := uint64(0); b < uint64(min(s.grid.X, 1024)); b++ {
+		v, err := blocks.Uint64(b, 0)
+		if err != nil {
+			return err
+		}
+		if v != uint64(s.block.X) {
+			return fmt.Errorf("block %d: %d threads, want %d", b, v, s.block.X)
+		}
+	}
+	return nil
+}
+
+// checkRetsnoop: one record per thread, each inside the kernel's window.
+func (r *runner) checkRetsnoop(s *sample) error {
+	progs, err := r.object("kernelretsnoop")
+	if err != nil {
+		return err
+	}
+	in, err := r.patched(s, progs, inject.Options{}, 1<<17)
+	if err != nil {
+		return err
+	}
+	defer in.close()
+	_, win, err := r.run(s, in, 9)
+	if err != nil {
+		return err
+	}
+	var bad error
+	seen := map[[2]uint64]bool{}
+	n := in.rings["exits"].NewConsumer(shm.ConsumerOptions{}).Read(0, func(rec shm.Record) {
+		p := rec.Payload
+		if len(p) < 64 {
+			bad = fmt.Errorf("record of %d bytes", len(p))
+			return
+		}
+		bx, tx, ts := binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[24:]), binary.LittleEndian.Uint64(p[48:])
+		if ts < win.start || ts > win.end {
+			bad = fmt.Errorf("exit time %d outside [%d, %d]", ts, win.start, win.end)
+		}
+		seen[[2]uint64{bx, tx}] = true
+	})
+	if bad != nil {
+		return bad
+	}
+	if uint64(n) != s.threads() || uint64(len(seen)) != s.threads() {
+		return fmt.Errorf("%d records for %d distinct threads, want %d", n, len(seen), s.threads())
+	}
+	return nil
+}
+
+// checkMemcount: two 4-byte loads and one 4-byte store per element.
+func (r *runner) checkMemcount(s *sample) error {
+	progs, err := r.object("memcount")
+	if err != nil {
+		return err
+	}
+	in, err := r.patched(s, progs, inject.Options{}, 2)
+	if err != nil {
+		return err
+	}
+	defer in.close()
+	if _, _, err := r.run(s, in, 11); err != nil {
+		return err
+	}
+	n := s.scalars[0]
+	want := []uint64{2 * n, n, 8 * n, 4 * n}
+	for k, w := range want {
+		v, err := in.arrays["mem_counters"].Uint64(uint64(k), 0)
+		if err != nil {
+			return err
+		}
+		if v != w {
+			return fmt.Errorf("counter %d = %d, want %d", k, v, w)
+		}
+	}
+	return nil
+}

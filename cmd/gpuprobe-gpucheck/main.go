@@ -1,0 +1,145 @@
+// Command gpuprobe-gpucheck checks the PTX injector on a GPU (it is built
+// here and carried to the GPU machine; it needs libcuda.so.1 at run time).
+// Given the PTX of testdata/cuda/inject/*.cu (nvcc -ptx there), it patches
+// each sample kernel with kernel_phases (and threadhist, kernelretsnoop,
+// memcount from testdata/bpf), binds the probes' maps to host-registered
+// shm regions, launches with known grids and checks, exactly:
+//
+//   - kernel_phases: one warp record per warp, each with the launch id
+//     passed in the hidden parameter, its (block, warp) unique, its times
+//     inside the kernel's %globaltimer window, the active lanes summing to
+//     the threads of the grid, no drops;
+//   - threadhist: every thread counted once, every block's count = block size;
+//   - kernelretsnoop: one record per thread, timestamps in the window;
+//   - memcount: loads, stores and bytes equal to what the kernel does;
+//   - the kernel's output bit-identical to the unpatched module's.
+//
+// Then it times unpatched vs an empty probe vs kernel_phases (interleaved
+// batches, median) and prints a table.
+//
+//	gpuprobe-gpucheck -ptx DIR [-bpf DIR] [-rounds N]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpuprobe/gpuprobe/internal/cuda"
+)
+
+func main() {
+	dir := flag.String("ptx", "build/gpu-inject", "directory with vectoradd.ptx, gemm.ptx and exits.ptx (nvcc -ptx of testdata/cuda/inject)")
+	bpf := flag.String("bpf", "testdata/bpf", "directory with the clang-built testdata programs (threadhist.o, kernelretsnoop.o, memcount.o)")
+	rounds := flag.Int("rounds", 15, "timing rounds (each config once per round, interleaved)")
+	batch := flag.Int("batch", 20, "launches per timed batch")
+	noBench := flag.Bool("nobench", false, "skip the timing")
+	flag.Parse()
+
+	r := &runner{bpfDir: *bpf, rounds: *rounds, batch: *batch}
+	if err := r.setup(); err != nil {
+		fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)
+		os.Exit(2)
+	}
+	defer r.c.Release()
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(*dir, name))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)
+			os.Exit(2)
+		}
+		return b
+	}
+	vec, gemm, exits := read("vectoradd.ptx"), read("gemm.ptx"), read("exits.ptx")
+
+	r.checks(vec, gemm, exits)
+	if !*noBench {
+		r.bench(vec, gemm)
+	}
+	fmt.Println()
+	fmt.Printf("== gpuprobe-gpucheck on %s ==\n", r.device)
+	for _, row := range r.rows {
+		fmt.Println(row)
+	}
+	fmt.Printf("%d passed, %d failed\n", r.passed, r.failed)
+	if r.failed > 0 {
+		os.Exit(1)
+	}
+}
+
+// runner holds the device and the results.
+type runner struct {
+	bpfDir        string
+	rounds, batch int
+	c             *cuda.Context
+	device, arch  string
+	sms           int
+	timer         *cuda.Module
+	timerFn       *cuda.Function
+	timerBuf      cuda.DevicePtr
+	rows          []string
+	passed        int
+	failed        int
+}
+
+func (r *runner) setup() error {
+	if err := cuda.Init(); err != nil {
+		return err
+	}
+	d, err := cuda.GetDevice(0)
+	if err != nil {
+		return err
+	}
+	if r.device, err = d.Name(); err != nil {
+		return err
+	}
+	if r.arch, err = d.Arch(); err != nil {
+		return err
+	}
+	if r.sms, err = d.Attribute(cuda.AttrMultiprocessorCount); err != nil {
+		return err
+	}
+	r.device += " (" + r.arch + ")"
+	if r.c, err = d.PrimaryContext(); err != nil {
+		return err
+	}
+	if r.timer, err = r.c.LoadModule([]byte(timerPTX)); err != nil {
+		return fmt.Errorf("timer module: %w", err)
+	}
+	if r.timerFn, err = r.timer.Function("gpuprobe_now"); err != nil {
+		return err
+	}
+	r.timerBuf, err = r.c.MemAlloc(16)
+	return err
+}
+
+// timerPTX stores %globaltimer at its argument: launched on the same
+// stream right before and after a kernel, it brackets the kernel's window.
+const timerPTX = `.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry gpuprobe_now(.param .u64 out)
+{
+	.reg .b64 %rd<3>;
+	ld.param.u64 %rd1, [out];
+	mov.u64 %rd2, %globaltimer;
+	st.global.u64 [%rd1], %rd2;
+	ret;
+}
+`
+
+// result records one check.
+func (r *runner) result(name string, err error, detail string) {
+	status := "PASS"
+	if err != nil {
+		status, detail = "FAIL", err.Error()
+		r.failed++
+	} else {
+		r.passed++
+	}
+	row := fmt.Sprintf("%-44s %-4s %s", name, status, strings.ReplaceAll(detail, "\n", " "))
+	fmt.Println("==> " + row)
+	r.rows = append(r.rows, row)
+}
