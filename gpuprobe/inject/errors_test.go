@@ -37,7 +37,7 @@ func TestErrors(t *testing.T) {
 		{"strict: one program unmatched", exits, []*jit.Program{emptyProbe(jit.ProbeEntry, "exits"), emptyProbe(jit.ProbeExit, "gone")}, Options{Strict: true},
 			[]string{`"gone" (program empty_exit)`}, true},
 		{"restricted away", exits, []*jit.Program{emptyProbe(jit.ProbeEntry, "*")}, Options{Kernels: []string{"other"}},
-			[]string{"restricted to other"}, true},
+			[]string{`kernel "*" (program empty_entry) not found among the kernels selected by other`}, true},
 		{"target too old", old, []*jit.Program{emptyProbe(jit.ProbeEntry, "exits")}, Options{},
 			[]string{"module targets sm_52; the probes need sm_70 or newer"}, false},
 		{"raise without arch", old, []*jit.Program{emptyProbe(jit.ProbeEntry, "exits")}, Options{RaiseTarget: true},

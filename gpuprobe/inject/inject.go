@@ -51,8 +51,9 @@ var ErrNoKernel = errors.New("no kernel of the module is targeted")
 // NoKernelError says that programs target kernels the module does not
 // have, and lists the kernels it has.
 type NoKernelError struct {
-	Targets []string // the targets that matched nothing
-	Kernels []string // the kernels of the module
+	Targets  []string // the targets that matched nothing, with their programs
+	Selected []string // Options.Kernels, when it restricted the kernels
+	Kernels  []string // the kernels of the module
 }
 
 // Error lists the targets and the kernels present.
@@ -61,7 +62,11 @@ func (e *NoKernelError) Error() string {
 	if len(e.Kernels) > 0 {
 		ks = strings.Join(e.Kernels, ", ")
 	}
-	return fmt.Sprintf("inject: kernel %s not found; the module has kernels: %s", strings.Join(e.Targets, ", "), ks)
+	sel := ""
+	if len(e.Selected) > 0 {
+		sel = " among the kernels selected by " + strings.Join(e.Selected, ", ")
+	}
+	return fmt.Sprintf("inject: kernel %s not found%s; the module has kernels: %s", strings.Join(e.Targets, ", "), sel, ks)
 }
 
 // Unwrap returns ErrNoKernel.
@@ -213,9 +218,7 @@ func noKernel(progs []*jit.Program, calls [][]*ptxmod.Func, kernels []*ptxmod.Fu
 			e.Targets = append(e.Targets, strconv.Quote(t)+" (program "+p.Name+")")
 		}
 	}
-	if len(only) > 0 {
-		e.Targets = append(e.Targets, "restricted to "+strings.Join(only, ", "))
-	}
+	e.Selected = only
 	for _, k := range kernels {
 		names := kernelNames(k.Name)
 		if len(names) > 1 {
