@@ -18,7 +18,7 @@ import (
 )
 
 // samplePTX builds testdata/cuda/inject/NAME.cu into PTX for arch.
-func samplePTX(t *testing.T, name, arch string) []byte {
+func samplePTX(t testing.TB, name, arch string) []byte {
 	t.Helper()
 	src := fatbintest.Source(t, filepath.Join("inject", name+".cu"))
 	out := fatbintest.Build(t, src, name+"."+arch+".ptx", "-ptx", "-O3", "-arch", arch)
@@ -30,7 +30,7 @@ func samplePTX(t *testing.T, name, arch string) []byte {
 }
 
 // readTestdata reads a file of testdata/cuda/inject.
-func readTestdata(t *testing.T, name string) []byte {
+func readTestdata(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(fatbintest.Source(t, filepath.Join("inject", name)))
 	if err != nil {
