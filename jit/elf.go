@@ -39,18 +39,29 @@ func LoadELF(path string) ([]*Program, error) {
 	return progs, nil
 }
 
-// LoadELFBytes is LoadELF for an object held in memory.
+// LoadELFBytes is LoadELF for an object held in memory. The object is
+// validated (see checkELF, MaxObjectSize) before it is parsed, so malformed
+// input gets an error naming the section and file offset at fault, in time
+// proportional to its size.
 func LoadELFBytes(obj []byte) ([]*Program, error) {
-	return LoadELFReader(bytes.NewReader(obj))
-}
-
-// LoadELFReader is LoadELF for an object read through r.
-func LoadELFReader(r io.ReaderAt) ([]*Program, error) {
-	spec, err := parseCollectionSpec(r)
+	if err := checkELF(obj); err != nil {
+		return nil, fmt.Errorf("parse eBPF object: %w", err)
+	}
+	spec, err := parseCollectionSpec(bytes.NewReader(obj))
 	if err != nil {
 		return nil, err
 	}
 	return LoadSpec(spec)
+}
+
+// LoadELFReader is LoadELF for an object read through r. It reads at most
+// MaxObjectSize bytes into memory and then works as LoadELFBytes.
+func LoadELFReader(r io.ReaderAt) ([]*Program, error) {
+	obj, err := io.ReadAll(io.NewSectionReader(r, 0, MaxObjectSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read eBPF object: %w", err)
+	}
+	return LoadELFBytes(obj)
 }
 
 // parseCollectionSpec runs cilium/ebpf's ELF reader. The reader is third-party
@@ -159,6 +170,9 @@ func convertProgram(name string, ps *ebpf.ProgramSpec, specMaps map[string]*ebpf
 	}
 	insns := make(asm.Instructions, len(ps.Instructions))
 	copy(insns, ps.Instructions)
+	if err := checkHelperCalls(insns); err != nil {
+		return nil, err
+	}
 	if err := resolveCalls(insns); err != nil {
 		return nil, err
 	}
@@ -167,6 +181,18 @@ func convertProgram(name string, ps *ebpf.ProgramSpec, specMaps map[string]*ebpf
 		return nil, err
 	}
 	return p, nil
+}
+
+// checkHelperCalls rejects helper calls whose immediate is negative:
+// cilium/ebpf keeps such immediates as they are (placeholders for patching),
+// but no helper has a negative id and the stream would not marshal.
+func checkHelperCalls(insns asm.Instructions) error {
+	for i := range insns {
+		if insns[i].IsBuiltinCall() && insns[i].Constant < 0 {
+			return fmt.Errorf("insn %d: call to helper %d, which is not a helper id", i, insns[i].Constant)
+		}
+	}
+	return nil
 }
 
 // resolveCalls gives every bpf-to-bpf call (and function-pointer load) and
