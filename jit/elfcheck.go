@@ -197,17 +197,25 @@ func (c *elfChecker) header() error {
 			info:    bo.Uint32(h[44:]),
 			entsize: bo.Uint64(h[56:]),
 		}
-		if s.hasData() && (s.off > uint64(len(d)) || s.size > uint64(len(d))-s.off) {
-			return &ELFError{Section: s.label(), Offset: off, Reason: fmt.Sprintf("data [%#x, +%#x) lies outside the %d-byte file", s.off, s.size, len(d))}
-		}
 	}
-	if c.secs[shstrndx].typ != elf.SHT_STRTAB {
-		return &ELFError{Section: c.secs[shstrndx].label(), Offset: c.secs[shstrndx].hdrOff, Reason: fmt.Sprintf("section name table has type %v, want SHT_STRTAB", c.secs[shstrndx].typ)}
+	strs := &c.secs[shstrndx]
+	if strs.typ != elf.SHT_STRTAB {
+		return &ELFError{Section: strs.label(), Offset: strs.hdrOff, Reason: fmt.Sprintf("section name table has type %v, want SHT_STRTAB", strs.typ)}
+	}
+	return c.inFile(strs)
+}
+
+// inFile checks that a section's contents lie within the file.
+func (c *elfChecker) inFile(s *elfSection) error {
+	n := uint64(len(c.data))
+	if s.hasData() && (s.off > n || s.size > n-s.off) {
+		return &ELFError{Section: s.label(), Offset: s.hdrOff, Reason: fmt.Sprintf("data [%#x, +%#x) lies outside the %d-byte file", s.off, s.size, n)}
 	}
 	return nil
 }
 
-// names resolves the section names through the section name table.
+// names resolves the section names through the section name table, then
+// checks that every section's contents lie within the file.
 func (c *elfChecker) names() error {
 	shstrndx := int(c.bo.Uint16(c.data[62:]))
 	tab := c.sectionData(&c.secs[shstrndx])
@@ -218,6 +226,11 @@ func (c *elfChecker) names() error {
 			return &ELFError{Section: s.label(), Offset: s.hdrOff, Reason: "name: " + err.Error()}
 		}
 		s.name = name
+	}
+	for i := range c.secs {
+		if err := c.inFile(&c.secs[i]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

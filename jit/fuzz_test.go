@@ -31,6 +31,7 @@ func FuzzLoadELF(f *testing.F) {
 		}
 		f.Add(data)
 	}
+	f.Add(buildObject(2, 3)) // no BTF, no debug info: small, so mutations reach its headers
 	f.Fuzz(func(t *testing.T, data []byte) {
 		progs, err := jit.LoadELFBytes(data)
 		if err != nil {
