@@ -24,20 +24,12 @@ func init() {
 // Exit status: 0 when every selected GPU program was accepted and compiled,
 // 1 when one was not, 2 on a usage or load error.
 func runCompile(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("compile", stderr)
+	fs := newUsageFlags("compile", "usage: gpuprobe compile [-arch sm_90] [-prog a,b] [-comments] [-entry] FILE.o", stderr)
 	arch := fs.String("arch", ptx.DefaultArch, "PTX .target (sm_70 or newer)")
 	only := fs.String("prog", "", "compile only these programs (comma-separated names)")
 	comments := fs.Bool("comments", false, "annotate the PTX with each eBPF instruction and its source line")
 	entry := fs.Bool("entry", false, "add a standalone test .entry per program (ptx.TestKernel), so the module can be launched")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpuprobe compile [-arch sm_90] [-prog a,b] [-comments] [-entry] FILE.o")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
+	if !parseArgs(fs, args, false) {
 		return 2
 	}
 	file := fs.Arg(0)

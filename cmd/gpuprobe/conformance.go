@@ -16,19 +16,11 @@ func init() {
 }
 
 func runConformance(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("conformance", stderr)
+	fs := newUsageFlags("conformance", "usage: gpuprobe conformance [-gpu] [-negative] [-v] PATH...", stderr)
 	gpu := fs.Bool("gpu", false, "run the programs as PTX on the GPU instead of the interpreter")
 	negative := fs.Bool("negative", false, "expect every file to be rejected (by the assembler, the verifier, a run-time fault or a wrong result)")
 	verbose := fs.Bool("v", false, "print a line for every file, with the rejection reason under -negative")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpuprobe conformance [-gpu] [-negative] [-v] PATH...")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
+	if !parseArgs(fs, args, true) {
 		return 2
 	}
 	files, err := conformance.Files(fs.Args())

@@ -25,18 +25,10 @@ func init() {
 // was read (a file without PTX included), 1 when an entry could not be
 // decompressed or parsed, 2 on a usage or read error.
 func runInspect(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("inspect", stderr)
+	fs := newUsageFlags("inspect", "usage: gpuprobe inspect [-all] [-sass] FILE", stderr)
 	all := fs.Bool("all", false, "also list relocatable fatbins (__nv_relfatbin) of files that have linked ones, like cuobjdump -all")
 	sass := fs.Bool("sass", false, "list the kernels of each ELF (SASS) entry too")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpuprobe inspect [-all] [-sass] FILE")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
+	if !parseArgs(fs, args, false) {
 		return 2
 	}
 	file := fs.Arg(0)

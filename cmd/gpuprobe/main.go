@@ -75,6 +75,31 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// newUsageFlags is newFlags with a usage text: the line, then the flags.
+func newUsageFlags(name, line string, stderr io.Writer) *flag.FlagSet {
+	fs := newFlags(name, stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, line)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseArgs parses a command's flags and checks its operands: exactly one
+// when many is false, at least one when it is true. It returns false, after
+// the flag package's message or the usage text, when the command should
+// exit with status 2.
+func parseArgs(fs *flag.FlagSet, args []string, many bool) bool {
+	if err := fs.Parse(args); err != nil {
+		return false
+	}
+	if n := fs.NArg(); n == 0 || (!many && n != 1) {
+		fs.Usage()
+		return false
+	}
+	return true
+}
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -34,7 +34,7 @@ type runOpts struct {
 }
 
 func parseRun(args []string, stderr io.Writer) (*runOpts, error) {
-	fs := newFlags("run", stderr)
+	fs := newUsageFlags("run", "usage: gpuprobe run [--socket PATH] [--shim PATH] [--trace 1|FILE] -- APP [ARGS...]", stderr)
 	o := &runOpts{}
 	defSocket := os.Getenv("GPUPROBE_SOCKET")
 	if defSocket == "" {
@@ -43,10 +43,6 @@ func parseRun(args []string, stderr io.Writer) (*runOpts, error) {
 	fs.StringVar(&o.socket, "socket", defSocket, "agent socket of the gpuprobe receiver (default: $GPUPROBE_SOCKET, else the receiver's default)")
 	fs.StringVar(&o.shim, "shim", "", "path of "+ShimName+" (default: $GPUPROBE_SHIM, else next to the gpuprobe binary)")
 	fs.StringVar(&o.trace, "trace", "", "log what the shim intercepts: 1 = stderr, or a file path (sets GPUPROBE_TRACE)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpuprobe run [--socket PATH] [--shim PATH] [--trace 1|FILE] -- APP [ARGS...]")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
