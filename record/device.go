@@ -50,17 +50,13 @@ func (w *Warp) Decode(b []byte) error {
 		EndNS:      le64(b, 48),
 		MinExitNS:  le64(b, 56),
 	}
-	switch {
-	case w.ActiveMask == 0:
+	if w.ActiveMask == 0 {
 		return &DecodeError{Type: TypeWarp, Field: "active_mask", Offset: 36, Reason: "must be nonzero"}
-	case w.MinExitNS < w.StartNS:
-		return &DecodeError{Type: TypeWarp, Field: "min_exit_ns", Offset: 56,
-			Reason: fmt.Sprintf("%d is before start_ns %d", w.MinExitNS, w.StartNS)}
-	case w.EndNS < w.MinExitNS:
-		return &DecodeError{Type: TypeWarp, Field: "end_ns", Offset: 48,
-			Reason: fmt.Sprintf("%d is before min_exit_ns %d", w.EndNS, w.MinExitNS)}
 	}
-	return nil
+	if err := notBefore(TypeWarp, "min_exit_ns", 56, w.MinExitNS, "start_ns", w.StartNS); err != nil {
+		return err
+	}
+	return notBefore(TypeWarp, "end_ns", 48, w.EndNS, "min_exit_ns", w.MinExitNS)
 }
 
 // Append appends the encoded record to b.

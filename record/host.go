@@ -73,10 +73,7 @@ func (m *Memcpy) Decode(b []byte) error {
 	if m.Kind > MemcpyPeer {
 		return &DecodeError{Type: TypeMemcpy, Field: "kind", Offset: 52, Reason: fmt.Sprintf("unknown kind %d", m.Kind)}
 	}
-	if m.EndNS < m.StartNS {
-		return &DecodeError{Type: TypeMemcpy, Field: "end_ns", Offset: 24, Reason: fmt.Sprintf("%d is before start_ns %d", m.EndNS, m.StartNS)}
-	}
-	return nil
+	return notBefore(TypeMemcpy, "end_ns", 24, m.EndNS, "start_ns", m.StartNS)
 }
 
 // Append appends the encoded record to b.
@@ -157,10 +154,8 @@ func (s *Sync) Decode(b []byte) error {
 		return &DecodeError{Type: TypeSync, Field: "kind", Offset: 44, Reason: fmt.Sprintf("unknown kind %d", s.Kind)}
 	case le16(b, 46) != 0:
 		return &DecodeError{Type: TypeSync, Field: "reserved", Offset: 46, Reason: "must be zero"}
-	case s.EndNS < s.StartNS:
-		return &DecodeError{Type: TypeSync, Field: "end_ns", Offset: 16, Reason: fmt.Sprintf("%d is before start_ns %d", s.EndNS, s.StartNS)}
 	}
-	return nil
+	return notBefore(TypeSync, "end_ns", 16, s.EndNS, "start_ns", s.StartNS)
 }
 
 // Append appends the encoded record to b.

@@ -101,11 +101,7 @@ func (l *Launch) Decode(b []byte) error {
 			return &DecodeError{Type: TypeLaunch, Field: n, Offset: 76 + 4*i, Reason: "must be ≥ 1, got 0"}
 		}
 	}
-	if l.ReturnNS < l.EnqueueNS {
-		return &DecodeError{Type: TypeLaunch, Field: "return_ns", Offset: 32,
-			Reason: fmt.Sprintf("%d is before enqueue_ns %d", l.ReturnNS, l.EnqueueNS)}
-	}
-	return nil
+	return notBefore(TypeLaunch, "return_ns", 32, l.ReturnNS, "enqueue_ns", l.EnqueueNS)
 }
 
 // Append appends the encoded record to b.

@@ -115,9 +115,9 @@ func ParsePrefix(b []byte) (Prefix, error) {
 
 // putPrefix writes the prefix into b[0:8].
 func putPrefix(b []byte, t Type, size int) {
-	binary.LittleEndian.PutUint16(b, uint16(t))
-	binary.LittleEndian.PutUint16(b[2:], Version)
-	binary.LittleEndian.PutUint32(b[4:], uint32(size))
+	put16(b, 0, uint16(t))
+	put16(b, 2, Version)
+	put32(b, 4, uint32(size))
 }
 
 // grow appends n zero bytes to b and returns the new slice and the new part.
@@ -149,6 +149,15 @@ func check(b []byte, t Type, size int) error {
 		return &DecodeError{Type: t, Field: "size", Offset: 4, Reason: fmt.Sprintf("must be %d, got %d", size, p.Size)}
 	}
 	return nil
+}
+
+// notBefore returns nil when the time t of field (at offset off) is not
+// before the time e of the field named earlier, else a DecodeError.
+func notBefore(typ Type, field string, off int, t uint64, earlier string, e uint64) error {
+	if t >= e {
+		return nil
+	}
+	return &DecodeError{Type: typ, Field: field, Offset: off, Reason: fmt.Sprintf("%d is before %s %d", t, earlier, e)}
 }
 
 // Split calls fn with each record of buf, a concatenation of records, and
