@@ -65,27 +65,10 @@ func mapValue(all []pmetric.Metrics, name string, key int64) (int64, bool) {
 // regions it was handed (as the GPU would) and checks spans and metrics.
 func TestUserMapsThroughAgent(t *testing.T) {
 	obj := buildUserProg(t, "usermaps")
-	f := NewFactory()
 	cfg := testConfig(t)
 	cfg.Programs = []config.ProgramConfig{{Path: obj}}
 	cfg.Buffers.MaxThreads = 1024
-	set := receivertest.NewNopSettings(f.Type())
-	traces, metrics := new(consumertest.TracesSink), new(consumertest.MetricsSink)
-	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := f.CreateMetrics(context.Background(), set, cfg, metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := componenttest.NewNopHost()
-	if err := tr.Start(context.Background(), host); err != nil {
-		t.Fatal(err)
-	}
-	if err := mr.Start(context.Background(), host); err != nil {
-		t.Fatal(err)
-	}
+	tr, mr, traces, metrics := startBoth(t, cfg)
 	defer tr.Shutdown(context.Background())
 	defer mr.Shutdown(context.Background())
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -96,6 +97,31 @@ func TestInvalidConfigRejected(t *testing.T) {
 	}
 }
 
+// startBoth creates the traces and the metrics receiver of cfg (one shared
+// instance), with sinks, and starts both; the caller shuts them down.
+func startBoth(t *testing.T, cfg *config.Config) (tr, mr component.Component, traces *consumertest.TracesSink, metrics *consumertest.MetricsSink) {
+	t.Helper()
+	f := NewFactory()
+	set := receivertest.NewNopSettings(f.Type())
+	traces, metrics = new(consumertest.TracesSink), new(consumertest.MetricsSink)
+	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err = f.CreateMetrics(context.Background(), set, cfg, metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := componenttest.NewNopHost()
+	if err := tr.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	if err := mr.Start(context.Background(), host); err != nil {
+		t.Fatal(err)
+	}
+	return tr, mr, traces, metrics
+}
+
 func monoNow(t *testing.T) uint64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
@@ -107,26 +133,9 @@ func monoNow(t *testing.T) uint64 {
 // TestRingToPdata drives the receiver through a real shm ring written by a
 // Go producer in the documented layout and checks spans and metrics.
 func TestRingToPdata(t *testing.T) {
-	f := NewFactory()
 	cfg := testConfig(t)
 	cfg.Limits.MaxKernelNames = 2
-	set := receivertest.NewNopSettings(f.Type())
-	traces, metrics := new(consumertest.TracesSink), new(consumertest.MetricsSink)
-	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := f.CreateMetrics(context.Background(), set, cfg, metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := componenttest.NewNopHost()
-	if err := tr.Start(context.Background(), host); err != nil {
-		t.Fatal(err)
-	}
-	if err := mr.Start(context.Background(), host); err != nil {
-		t.Fatal(err)
-	}
+	tr, mr, traces, metrics := startBoth(t, cfg)
 	ring, err := shm.CreateRing(cfg.Buffers.SlotSize, 1024)
 	if err != nil {
 		t.Fatal(err)
