@@ -1,10 +1,10 @@
 package progmaps
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/btfdecode"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/otelid"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -138,8 +138,8 @@ func (c *Collector) recordSpan(in *Instance, d *Def, fs []btfdecode.Field, now t
 	h := d.Dec.Span()
 	startNS, endNS := fs[h.Start].Uint, fs[h.End].Uint
 	sp := c.spansOf(in).AppendEmpty()
-	sp.SetTraceID(newTraceID())
-	sp.SetSpanID(newSpanID())
+	sp.SetTraceID(otelid.NewTraceID())
+	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetName(d.Name)
 	sp.SetKind(ptrace.SpanKindInternal)
 	end, ok := c.gpuTime(in, d, fs, endNS, now)
@@ -179,8 +179,8 @@ func (c *Collector) recordEvent(in *Instance, d *Def, fs []btfdecode.Field, now 
 	}
 	if !b.open {
 		b.span = c.spansOf(in).AppendEmpty()
-		b.span.SetTraceID(newTraceID())
-		b.span.SetSpanID(newSpanID())
+		b.span.SetTraceID(otelid.NewTraceID())
+		b.span.SetSpanID(otelid.NewSpanID())
 		b.span.SetName(d.Name)
 		b.span.SetKind(ptrace.SpanKindInternal)
 		b.span.Attributes().PutStr(AttrMapName, d.Name)
@@ -234,22 +234,4 @@ func isTime(d *Def, i int) bool {
 		}
 	}
 	return false
-}
-
-func newTraceID() pcommon.TraceID {
-	var id [16]byte
-	a, b := rand.Uint64(), rand.Uint64()
-	for i := range 8 {
-		id[i], id[8+i] = byte(a>>(8*i)), byte(b>>(8*i))
-	}
-	return id
-}
-
-func newSpanID() pcommon.SpanID {
-	var id [8]byte
-	a := rand.Uint64() | 1
-	for i := range 8 {
-		id[i] = byte(a >> (8 * i))
-	}
-	return id
 }

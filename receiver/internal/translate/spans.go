@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpuprobe/gpuprobe/receiver/internal/otelid"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -106,10 +107,10 @@ func (t *Translator) mono(ns uint64) pcommon.Timestamp {
 func (t *Translator) launchSpans(l *launch) {
 	r := &l.rec
 	ss := t.spansOf(r.PID)
-	tid := newTraceID()
+	tid := otelid.NewTraceID()
 	root := ss.AppendEmpty()
 	root.SetTraceID(tid)
-	rootID := newSpanID()
+	rootID := otelid.NewSpanID()
 	root.SetSpanID(rootID)
 	root.SetName(l.k.name)
 	root.SetKind(ptrace.SpanKindInternal)
@@ -122,10 +123,7 @@ func (t *Translator) launchSpans(l *launch) {
 	a.PutStr("cuda.kernel.mangled_name", l.k.mangled)
 	a.PutInt("cuda.launch.id", int64(r.LaunchID))
 	a.PutStr("cuda.launch.api", r.API.String())
-	a.PutInt("cuda.device.index", int64(r.Device))
-	if u, ok := t.devices[r.Device]; ok {
-		a.PutStr("cuda.device.uuid", u)
-	}
+	t.putDevice(a, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))
 	a.PutInt("cuda.grid.x", int64(r.Grid[0]))
 	a.PutInt("cuda.grid.y", int64(r.Grid[1]))
@@ -144,7 +142,7 @@ func (t *Translator) launchSpans(l *launch) {
 	child := func(name string, s, e pcommon.Timestamp) {
 		c := ss.AppendEmpty()
 		c.SetTraceID(tid)
-		c.SetSpanID(newSpanID())
+		c.SetSpanID(otelid.NewSpanID())
 		c.SetParentSpanID(rootID)
 		c.SetName(name)
 		c.SetStartTimestamp(s)
@@ -175,42 +173,49 @@ func (t *Translator) launchSpans(l *launch) {
 }
 
 func (t *Translator) onSync(s *record.Sync) {
-	if !sampled(srcKey{s.PID, s.StartNS}, t.o.SampleOneIn) {
+	a, ok := t.hostSpan(SpanSync, s.PID, s.StartNS, s.EndNS)
+	if !ok {
 		return
 	}
-	sp := t.spansOf(s.PID).AppendEmpty()
-	sp.SetTraceID(newTraceID())
-	sp.SetSpanID(newSpanID())
-	sp.SetName(SpanSync)
-	sp.SetStartTimestamp(t.mono(s.StartNS))
-	sp.SetEndTimestamp(t.mono(s.EndNS))
-	a := sp.Attributes()
 	a.PutStr("cuda.sync.kind", s.Kind.String())
 	a.PutInt("cuda.device.index", int64(s.Device))
 	a.PutInt("cuda.stream", int64(s.Stream))
 	a.PutInt("thread.id", int64(s.TID))
-	t.nSpans++
 }
 
 func (t *Translator) memcpySpan(m *record.Memcpy) {
-	if !sampled(srcKey{m.PID, m.StartNS}, t.o.SampleOneIn) {
+	a, ok := t.hostSpan(SpanMemcpy, m.PID, m.StartNS, m.EndNS)
+	if !ok {
 		return
 	}
-	sp := t.spansOf(m.PID).AppendEmpty()
-	sp.SetTraceID(newTraceID())
-	sp.SetSpanID(newSpanID())
-	sp.SetName(SpanMemcpy)
-	sp.SetStartTimestamp(t.mono(m.StartNS))
-	sp.SetEndTimestamp(t.mono(m.EndNS))
-	a := sp.Attributes()
 	a.PutStr("cuda.memcpy.kind", m.Kind.String())
 	a.PutInt("cuda.memcpy.size", int64(m.Bytes))
 	a.PutBool("cuda.memcpy.async", m.Flags&record.MemcpyAsync != 0)
-	a.PutInt("cuda.device.index", int64(m.Device))
-	if u, ok := t.devices[m.Device]; ok {
-		a.PutStr("cuda.device.uuid", u)
-	}
+	t.putDevice(a, m.Device)
 	a.PutInt("cuda.stream", int64(m.Stream))
 	a.PutInt("thread.id", int64(m.TID))
+}
+
+// hostSpan appends the span of a host call (a sync or a copy) of process
+// pid and returns its attributes, or false when sampling drops the call.
+func (t *Translator) hostSpan(name string, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
+	if !sampled(srcKey{pid, startNS}, t.o.SampleOneIn) {
+		return pcommon.Map{}, false
+	}
+	sp := t.spansOf(pid).AppendEmpty()
+	sp.SetTraceID(otelid.NewTraceID())
+	sp.SetSpanID(otelid.NewSpanID())
+	sp.SetName(name)
+	sp.SetStartTimestamp(t.mono(startNS))
+	sp.SetEndTimestamp(t.mono(endNS))
 	t.nSpans++
+	return sp.Attributes(), true
+}
+
+// putDevice puts the device index and, when known, its UUID.
+func (t *Translator) putDevice(a pcommon.Map, dev uint32) {
+	a.PutInt("cuda.device.index", int64(dev))
+	if u, ok := t.devices[dev]; ok {
+		a.PutStr("cuda.device.uuid", u)
+	}
 }

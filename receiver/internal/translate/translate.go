@@ -11,7 +11,6 @@ package translate
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -584,24 +583,6 @@ func sampled(k srcKey, n uint32) bool {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x%uint64(n) == 0
-}
-
-func newTraceID() pcommon.TraceID {
-	var id [16]byte
-	a, b := rand.Uint64(), rand.Uint64()
-	for i := range 8 {
-		id[i], id[8+i] = byte(a>>(8*i)), byte(b>>(8*i))
-	}
-	return id
-}
-
-func newSpanID() pcommon.SpanID {
-	var id [8]byte
-	a := rand.Uint64() | 1
-	for i := range 8 {
-		id[i] = byte(a >> (8 * i))
-	}
-	return id
 }
 
 // dev returns the per-device aggregate of a series.
