@@ -115,30 +115,11 @@ func narrow(op asm.JumpOp, j32 bool, d, s value, cond bool) (value, value) {
 		}
 	}
 	if !cond {
-		switch op {
-		case asm.JEq:
-			op = asm.JNE
-		case asm.JNE:
-			op = asm.JEq
-		case asm.JGT:
-			op = asm.JLE
-		case asm.JGE:
-			op = asm.JLT
-		case asm.JLT:
-			op = asm.JGE
-		case asm.JLE:
-			op = asm.JGT
-		case asm.JSGT:
-			op = asm.JSLE
-		case asm.JSGE:
-			op = asm.JSLT
-		case asm.JSLT:
-			op = asm.JSGE
-		case asm.JSLE:
-			op = asm.JSGT
-		default: // JSet false: d & s == 0
+		neg, ok := negated[op]
+		if !ok { // JSet false: d & s == 0
 			return d, s
 		}
+		op = neg
 	}
 	switch op {
 	case asm.JEq:
@@ -154,48 +135,16 @@ func narrow(op asm.JumpOp, j32 bool, d, s value, cond bool) (value, value) {
 		} else if c, ok := d.isConst(); ok {
 			s = exclude(s, c)
 		}
-	case asm.JGT, asm.JLT:
-		if op == asm.JLT {
-			d, s = s, d
-		}
-		// d > s
-		if s.umin == math.MaxUint64 || d.umax == 0 {
+	case asm.JGT, asm.JGE, asm.JSGT, asm.JSGE:
+		var ok bool
+		if d, s, ok = order(op, d, s); !ok {
 			return emptyValue(), emptyValue()
 		}
-		d.umin = max(d.umin, s.umin+1)
-		s.umax = min(s.umax, d.umax-1)
-		if op == asm.JLT {
-			d, s = s, d
-		}
-	case asm.JGE, asm.JLE:
-		if op == asm.JLE {
-			d, s = s, d
-		}
-		d.umin = max(d.umin, s.umin)
-		s.umax = min(s.umax, d.umax)
-		if op == asm.JLE {
-			d, s = s, d
-		}
-	case asm.JSGT, asm.JSLT:
-		if op == asm.JSLT {
-			d, s = s, d
-		}
-		if s.smin == math.MaxInt64 || d.smax == math.MinInt64 {
+	case asm.JLT, asm.JLE, asm.JSLT, asm.JSLE:
+		// d < s is s > d.
+		var ok bool
+		if s, d, ok = order(mirrored[op], s, d); !ok {
 			return emptyValue(), emptyValue()
-		}
-		d.smin = max(d.smin, s.smin+1)
-		s.smax = min(s.smax, d.smax-1)
-		if op == asm.JSLT {
-			d, s = s, d
-		}
-	case asm.JSGE, asm.JSLE:
-		if op == asm.JSLE {
-			d, s = s, d
-		}
-		d.smin = max(d.smin, s.smin)
-		s.smax = min(s.smax, d.smax)
-		if op == asm.JSLE {
-			d, s = s, d
 		}
 	case asm.JSet:
 		if _, ok := s.isConst(); ok && d.umin == 0 {
@@ -205,6 +154,47 @@ func narrow(op asm.JumpOp, j32 bool, d, s value, cond bool) (value, value) {
 	d.sync()
 	s.sync()
 	return d, s
+}
+
+// negated is the jump that is taken when op is not (JSet has none).
+var negated = map[asm.JumpOp]asm.JumpOp{
+	asm.JEq: asm.JNE, asm.JNE: asm.JEq,
+	asm.JGT: asm.JLE, asm.JLE: asm.JGT,
+	asm.JGE: asm.JLT, asm.JLT: asm.JGE,
+	asm.JSGT: asm.JSLE, asm.JSLE: asm.JSGT,
+	asm.JSGE: asm.JSLT, asm.JSLT: asm.JSGE,
+}
+
+// mirrored is the jump with the operands swapped, for the "less" jumps.
+var mirrored = map[asm.JumpOp]asm.JumpOp{
+	asm.JLT: asm.JGT, asm.JLE: asm.JGE,
+	asm.JSLT: asm.JSGT, asm.JSLE: asm.JSGE,
+}
+
+// order narrows d and s by "d op s", op one of JGT, JGE, JSGT and JSGE; it
+// returns false when no values satisfy it.
+func order(op asm.JumpOp, d, s value) (value, value, bool) {
+	switch op {
+	case asm.JGT:
+		if s.umin == math.MaxUint64 || d.umax == 0 {
+			return d, s, false
+		}
+		d.umin = max(d.umin, s.umin+1)
+		s.umax = min(s.umax, d.umax-1)
+	case asm.JGE:
+		d.umin = max(d.umin, s.umin)
+		s.umax = min(s.umax, d.umax)
+	case asm.JSGT:
+		if s.smin == math.MaxInt64 || d.smax == math.MinInt64 {
+			return d, s, false
+		}
+		d.smin = max(d.smin, s.smin+1)
+		s.smax = min(s.smax, d.smax-1)
+	case asm.JSGE:
+		d.smin = max(d.smin, s.smin)
+		s.smax = min(s.smax, d.smax)
+	}
+	return d, s, true
 }
 
 // exclude removes c from the ends of v's ranges.
