@@ -29,14 +29,14 @@ func evalALU(op asm.ALUOp, alu32 bool, le bool, dst, src uint64, imm int64) uint
 				r = d / s
 			}
 		case asm.SDiv:
-			r = uint32(sdiv32(int32(d), int32(s)))
+			r = uint32(sdiv(int32(d), int32(s)))
 		case asm.Mod:
 			r = d
 			if s != 0 {
 				r = d % s
 			}
 		case asm.SMod:
-			r = uint32(smod32(int32(d), int32(s)))
+			r = uint32(smod(int32(d), int32(s)))
 		case asm.Or:
 			r = d | s
 		case asm.And:
@@ -77,14 +77,14 @@ func evalALU(op asm.ALUOp, alu32 bool, le bool, dst, src uint64, imm int64) uint
 		}
 		return dst / src
 	case asm.SDiv:
-		return uint64(sdiv64(int64(dst), int64(src)))
+		return uint64(sdiv(int64(dst), int64(src)))
 	case asm.Mod:
 		if src == 0 {
 			return dst
 		}
 		return dst % src
 	case asm.SMod:
-		return uint64(smod64(int64(dst), int64(src)))
+		return uint64(smod(int64(dst), int64(src)))
 	case asm.Or:
 		return dst | src
 	case asm.And:
@@ -113,27 +113,9 @@ func evalALU(op asm.ALUOp, alu32 bool, le bool, dst, src uint64, imm int64) uint
 	return 0
 }
 
-func sdiv32(d, s int32) int32 {
-	switch {
-	case s == 0:
-		return 0
-	case s == -1:
-		return -d // INT_MIN / -1 wraps to INT_MIN
-	}
-	return d / s
-}
-
-func smod32(d, s int32) int32 {
-	switch {
-	case s == 0:
-		return d
-	case s == -1:
-		return 0
-	}
-	return d % s
-}
-
-func sdiv64(d, s int64) int64 {
+// sdiv is eBPF's signed division: by zero gives 0, and by -1 negates
+// (INT_MIN / -1 wraps to INT_MIN).
+func sdiv[T int32 | int64](d, s T) T {
 	switch {
 	case s == 0:
 		return 0
@@ -143,7 +125,9 @@ func sdiv64(d, s int64) int64 {
 	return d / s
 }
 
-func smod64(d, s int64) int64 {
+// smod is eBPF's signed modulo: by zero gives the dividend, by -1 gives 0;
+// the sign follows the dividend.
+func smod[T int32 | int64](d, s T) T {
 	switch {
 	case s == 0:
 		return d

@@ -197,14 +197,7 @@ func checkALU(ins *asm.Instruction, raw uint8) string {
 	if ins.Offset != 0 {
 		return fmt.Sprintf("reserved offset field must be zero, got %d", ins.Offset)
 	}
-	if op.Source() == asm.ImmSource {
-		if ins.Src != 0 {
-			return fmt.Sprintf("reserved src field must be zero with an immediate operand, got %d", ins.Src)
-		}
-	} else if ins.Constant != 0 {
-		return fmt.Sprintf("reserved imm field must be zero with a register operand, got %d", ins.Constant)
-	}
-	return ""
+	return checkOperand(ins)
 }
 
 func checkJump(ins *asm.Instruction, raw uint8) string {
@@ -267,7 +260,13 @@ func checkJump(ins *asm.Instruction, raw uint8) string {
 		}
 		return fmt.Sprintf("call with src %d is not supported (0 = helper, 1 = local function)", ins.Src)
 	}
-	if op.Source() == asm.ImmSource {
+	return checkOperand(ins)
+}
+
+// checkOperand checks the field an ALU or jump instruction does not use:
+// src with an immediate operand, imm with a register one.
+func checkOperand(ins *asm.Instruction) string {
+	if ins.OpCode.Source() == asm.ImmSource {
 		if ins.Src != 0 {
 			return fmt.Sprintf("reserved src field must be zero with an immediate operand, got %d", ins.Src)
 		}
