@@ -247,18 +247,16 @@ func resolveCalls(insns asm.Instructions) error {
 
 // checkCalls makes sure every bpf-to-bpf call, resolved here or already
 // concrete in the object, lands on the first slot of an instruction of the
-// program. offsets are the raw slot of each instruction; end is the total.
+// program. offsets are the raw slot of each instruction; end is the total;
+// offsets ascend, so a target is found by binary search.
 func checkCalls(insns asm.Instructions, offsets []asm.RawInstructionOffset, end asm.RawInstructionOffset) error {
-	starts := make(map[int64]bool, len(offsets))
-	for _, o := range offsets {
-		starts[int64(o)] = true
-	}
 	for i := range insns {
 		if !insns[i].IsFunctionReference() {
 			continue
 		}
 		target := int64(offsets[i]) + 1 + insns[i].Constant
-		if target < 0 || target >= int64(end) || !starts[target] {
+		k := sort.Search(len(offsets), func(k int) bool { return int64(offsets[k]) >= target })
+		if target < 0 || target >= int64(end) || k == len(offsets) || int64(offsets[k]) != target {
 			return fmt.Errorf("insn %d: bpf-to-bpf call to slot %d, which is not an instruction of the program (%d slots)", i, target, end)
 		}
 	}

@@ -388,6 +388,39 @@ func TestLoadSpecLinking(t *testing.T) {
 			err: "insn 0: map load without a map reference",
 		},
 		{
+			name: "concrete call into a map load",
+			insns: asm.Instructions{
+				asm.Instruction{OpCode: asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call), Src: asm.PseudoCall, Constant: 1},
+				asm.LoadMapPtr(asm.R1, 0).WithReference("arr"), // slots 1, 2: the call lands on 2
+				asm.Return(),
+			},
+			err: "insn 0: bpf-to-bpf call to slot 2, which is not an instruction of the program (4 slots)",
+		},
+		{
+			name: "concrete call past the end",
+			insns: asm.Instructions{
+				asm.Instruction{OpCode: asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call), Src: asm.PseudoCall, Constant: 5},
+				asm.Return(),
+			},
+			err: "insn 0: bpf-to-bpf call to slot 6, which is not an instruction of the program (2 slots)",
+		},
+		{
+			name: "concrete call before the start",
+			insns: asm.Instructions{
+				asm.Return(),
+				asm.Instruction{OpCode: asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call), Src: asm.PseudoCall, Constant: -3},
+			},
+			err: "insn 1: bpf-to-bpf call to slot -1",
+		},
+		{
+			name: "negative helper id",
+			insns: asm.Instructions{
+				asm.Instruction{OpCode: asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call), Constant: -5},
+				asm.Return(),
+			},
+			err: "insn 0: call to helper -5, which is not a helper id",
+		},
+		{
 			name: "duplicate symbol",
 			insns: asm.Instructions{
 				asm.Mov.Imm(asm.R0, 0),

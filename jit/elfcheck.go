@@ -29,7 +29,7 @@ const (
 	// calls, so its output can grow with that product: a 5.6 MB object of
 	// 2000 programs calling one 80K-instruction function took 26 s and
 	// 3.7 GB to load.
-	maxLinkedInsns = 1 << 21
+	maxLinkedInsns = 1 << 20
 )
 
 // ELF layout constants (ELF64; the gABI).
@@ -53,7 +53,8 @@ type ELFError struct {
 	Reason  string // what is wrong
 }
 
-// Error reads like `section 5 ".maps" at file offset 0x3170: reason`.
+// Error reads like `malformed ELF: section 5 ".maps" at file offset 0x3170:
+// reason` (the header's offset, or the record's).
 func (e *ELFError) Error() string {
 	if e.Section == "" {
 		return fmt.Sprintf("malformed ELF at file offset %#x: %s", e.Offset, e.Reason)
@@ -101,7 +102,7 @@ type elfChecker struct {
 // checkELF validates the structure of an eBPF object before cilium/ebpf
 // parses it: headers, sections, symbols and relocations lie within the file,
 // counts and names are bounded, and the BTF headers agree with their sections.
-// It runs in time linear in the size of the object.
+// Its time and memory grow with the size of the object (n log n at worst).
 func checkELF(data []byte) error {
 	if len(data) > MaxObjectSize {
 		return &ELFError{Offset: MaxObjectSize, Reason: fmt.Sprintf("object of %d bytes exceeds the %d-byte (16 MiB) limit", len(data), MaxObjectSize)}

@@ -487,8 +487,8 @@ func TestLoadELFLinkingBound(t *testing.T) {
 		want            string // "" = loads
 	}{
 		{"small", 3, 100, ""},
-		{"many programs, long callee", 300, 8000, "300 programs × 8600 instructions exceed the linking limit of 2097152"},
-		{"under the limit", 16, 1 << 16, ""},
+		{"many programs, long callee", 300, 8000, "300 programs × 8600 instructions exceed the linking limit of 1048576"},
+		{"under the limit", 8, 1 << 16, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -520,9 +520,9 @@ func TestLoadELFLinkingBound(t *testing.T) {
 }
 
 // BenchmarkLoadELFLargest loads the costliest object the checks accept: two
-// programs that each link a copy of a function of about 1M instructions.
+// programs that each link a copy of a function of about 512K instructions.
 func BenchmarkLoadELFLargest(b *testing.B) {
-	data := buildObject(2, 1<<20-4)
+	data := buildObject(2, 1<<19-4)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		if _, err := jit.LoadELFBytes(data); err != nil {
