@@ -10,6 +10,18 @@
 #define _GNU_SOURCE
 #include "gp.h"
 
+/* GP_OUT(r, p): what a call that returned r wrote to its out parameter p,
+ * or 0 when it failed or p is NULL. */
+#define GP_OUT(r, p) ((r) == CUDA_SUCCESS && (p) ? *(p) : 0)
+
+/* gp_load_image classifies the in-memory image a load through api was
+ * given and returns what to pass the driver (gp_patch_image's choice). */
+static const void *gp_load_image(const char *api, const void *image, struct gp_image *img)
+{
+	gp_session();
+	gp_image_classify(image, img);
+	return gp_patch_image(api, img);
+}
 
 /* ---- modules --------------------------------------------------------- */
 
@@ -22,7 +34,7 @@ static CUresult gp_i_MOD_LOAD(struct gp_slot *s, GP_P_MOD_LOAD)
 	GP_FORWARD_OR_FAIL(real);
 	gp_session();
 	CUresult r = real(mod, fname);
-	gp_module_loaded("cuModuleLoad", r == CUDA_SUCCESS && mod ? (uint64_t)*mod : 0, &img, r);
+	gp_module_loaded("cuModuleLoad", (uint64_t)GP_OUT(r, mod), &img, r);
 	return r;
 }
 GP_DEFINE_API(MOD_LOAD)
@@ -35,10 +47,8 @@ static CUresult gp_i_MOD_LOAD_DATA(struct gp_slot *s, GP_P_MOD_LOAD_DATA)
 	CUresult (*real)(GP_P_MOD_LOAD_DATA) = GP_REAL(MOD_LOAD_DATA, s);
 	struct gp_image img;
 	GP_FORWARD_OR_FAIL(real);
-	gp_session();
-	gp_image_classify(image, &img);
-	CUresult r = real(mod, gp_patch_image("cuModuleLoadData", &img));
-	gp_module_loaded("cuModuleLoadData", r == CUDA_SUCCESS && mod ? (uint64_t)*mod : 0, &img, r);
+	CUresult r = real(mod, gp_load_image("cuModuleLoadData", image, &img));
+	gp_module_loaded("cuModuleLoadData", (uint64_t)GP_OUT(r, mod), &img, r);
 	return r;
 }
 GP_DEFINE_API(MOD_LOAD_DATA)
@@ -52,10 +62,8 @@ static CUresult gp_i_MOD_LOAD_DATA_EX(struct gp_slot *s, GP_P_MOD_LOAD_DATA_EX)
 	CUresult (*real)(GP_P_MOD_LOAD_DATA_EX) = GP_REAL(MOD_LOAD_DATA_EX, s);
 	struct gp_image img;
 	GP_FORWARD_OR_FAIL(real);
-	gp_session();
-	gp_image_classify(image, &img);
-	CUresult r = real(mod, gp_patch_image("cuModuleLoadDataEx", &img), nopt, opts, vals);
-	gp_module_loaded("cuModuleLoadDataEx", r == CUDA_SUCCESS && mod ? (uint64_t)*mod : 0, &img, r);
+	CUresult r = real(mod, gp_load_image("cuModuleLoadDataEx", image, &img), nopt, opts, vals);
+	gp_module_loaded("cuModuleLoadDataEx", (uint64_t)GP_OUT(r, mod), &img, r);
 	return r;
 }
 GP_DEFINE_API(MOD_LOAD_DATA_EX)
@@ -68,10 +76,8 @@ static CUresult gp_i_MOD_LOAD_FATBIN(struct gp_slot *s, GP_P_MOD_LOAD_FATBIN)
 	CUresult (*real)(GP_P_MOD_LOAD_FATBIN) = GP_REAL(MOD_LOAD_FATBIN, s);
 	struct gp_image img;
 	GP_FORWARD_OR_FAIL(real);
-	gp_session();
-	gp_image_classify(fatbin, &img);
-	CUresult r = real(mod, gp_patch_image("cuModuleLoadFatBinary", &img));
-	gp_module_loaded("cuModuleLoadFatBinary", r == CUDA_SUCCESS && mod ? (uint64_t)*mod : 0, &img, r);
+	CUresult r = real(mod, gp_load_image("cuModuleLoadFatBinary", fatbin, &img));
+	gp_module_loaded("cuModuleLoadFatBinary", (uint64_t)GP_OUT(r, mod), &img, r);
 	return r;
 }
 GP_DEFINE_API(MOD_LOAD_FATBIN)
@@ -86,8 +92,7 @@ static CUresult gp_i_MOD_GET_FUNCTION(struct gp_slot *s, GP_P_MOD_GET_FUNCTION)
 	CUresult r = real(fn, mod, name);
 	if (r == CUDA_SUCCESS && fn && name)
 		gp_name_set((uint64_t)*fn, (uint64_t)mod, name);
-	GP_TRACE("cuModuleGetFunction(%p, \"%s\") = %d, %p", (void *)mod, name ? name : "(null)", r,
-		 r == CUDA_SUCCESS && fn ? (void *)*fn : NULL);
+	GP_TRACE("cuModuleGetFunction(%p, \"%s\") = %d, %p", (void *)mod, name ? name : "(null)", r, (void *)GP_OUT(r, fn));
 	return r;
 }
 GP_DEFINE_API(MOD_GET_FUNCTION)
@@ -104,10 +109,8 @@ static CUresult gp_i_LIB_LOAD_DATA(struct gp_slot *s, GP_P_LIB_LOAD_DATA)
 	CUresult (*real)(GP_P_LIB_LOAD_DATA) = GP_REAL(LIB_LOAD_DATA, s);
 	struct gp_image img;
 	GP_FORWARD_OR_FAIL(real);
-	gp_session();
-	gp_image_classify(code, &img);
-	CUresult r = real(lib, gp_patch_image("cuLibraryLoadData", &img), jopts, jvals, njopt, lopts, lvals, nlopt);
-	gp_module_loaded("cuLibraryLoadData", r == CUDA_SUCCESS && lib ? (uint64_t)*lib : 0, &img, r);
+	CUresult r = real(lib, gp_load_image("cuLibraryLoadData", code, &img), jopts, jvals, njopt, lopts, lvals, nlopt);
+	gp_module_loaded("cuLibraryLoadData", (uint64_t)GP_OUT(r, lib), &img, r);
 	return r;
 }
 GP_DEFINE_API(LIB_LOAD_DATA)
@@ -124,7 +127,7 @@ static CUresult gp_i_LIB_LOAD_FILE(struct gp_slot *s, GP_P_LIB_LOAD_FILE)
 	GP_FORWARD_OR_FAIL(real);
 	gp_session();
 	CUresult r = real(lib, fname, jopts, jvals, njopt, lopts, lvals, nlopt);
-	gp_module_loaded("cuLibraryLoadFromFile", r == CUDA_SUCCESS && lib ? (uint64_t)*lib : 0, &img, r);
+	gp_module_loaded("cuLibraryLoadFromFile", (uint64_t)GP_OUT(r, lib), &img, r);
 	return r;
 }
 GP_DEFINE_API(LIB_LOAD_FILE)
@@ -139,8 +142,7 @@ static CUresult gp_i_LIB_GET_KERNEL(struct gp_slot *s, GP_P_LIB_GET_KERNEL)
 	CUresult r = real(k, lib, name);
 	if (r == CUDA_SUCCESS && k && name)
 		gp_name_set((uint64_t)*k, (uint64_t)lib, name);
-	GP_TRACE("cuLibraryGetKernel(%p, \"%s\") = %d, %p", (void *)lib, name ? name : "(null)", r,
-		 r == CUDA_SUCCESS && k ? (void *)*k : NULL);
+	GP_TRACE("cuLibraryGetKernel(%p, \"%s\") = %d, %p", (void *)lib, name ? name : "(null)", r, (void *)GP_OUT(r, k));
 	return r;
 }
 GP_DEFINE_API(LIB_GET_KERNEL)
@@ -155,7 +157,7 @@ static CUresult gp_i_KERNEL_GET_FUNCTION(struct gp_slot *s, GP_P_KERNEL_GET_FUNC
 	CUresult r = real(fn, k);
 	if (r == CUDA_SUCCESS && fn && *fn)
 		gp_name_copy((uint64_t)k, (uint64_t)*fn);
-	GP_TRACE("cuKernelGetFunction(%p) = %d, %p (%s)", (void *)k, r, r == CUDA_SUCCESS && fn ? (void *)*fn : NULL,
+	GP_TRACE("cuKernelGetFunction(%p) = %d, %p (%s)", (void *)k, r, (void *)GP_OUT(r, fn),
 		 gp_name_of((uint64_t)k) ? gp_name_of((uint64_t)k) : "unnamed");
 	return r;
 }
@@ -178,7 +180,7 @@ static CUresult gp_i_LINK_CREATE(struct gp_slot *s, GP_P_LINK_CREATE)
 	CUresult (*real)(GP_P_LINK_CREATE) = GP_REAL(LINK_CREATE, s);
 	GP_FORWARD_OR_FAIL(real);
 	CUresult r = real(nopt, opts, vals, state);
-	GP_TRACE("cuLinkCreate(%u options) = %d, state %p", nopt, r, r == CUDA_SUCCESS && state ? (void *)*state : NULL);
+	GP_TRACE("cuLinkCreate(%u options) = %d, state %p", nopt, r, (void *)GP_OUT(r, state));
 	return r;
 }
 GP_DEFINE_API(LINK_CREATE)
@@ -226,8 +228,7 @@ static CUresult gp_i_LINK_COMPLETE(struct gp_slot *s, GP_P_LINK_COMPLETE)
 	CUresult (*real)(GP_P_LINK_COMPLETE) = GP_REAL(LINK_COMPLETE, s);
 	GP_FORWARD_OR_FAIL(real);
 	CUresult r = real(state, cubin, size);
-	GP_TRACE("cuLinkComplete(state %p) = %d, cubin %p, %zu bytes", (void *)state, r,
-		 r == CUDA_SUCCESS && cubin ? *cubin : NULL, r == CUDA_SUCCESS && size ? *size : 0);
+	GP_TRACE("cuLinkComplete(state %p) = %d, cubin %p, %zu bytes", (void *)state, r, GP_OUT(r, cubin), GP_OUT(r, size));
 	return r;
 }
 GP_DEFINE_API(LINK_COMPLETE)
