@@ -134,19 +134,14 @@ func (p *parser) expression() node {
 		return &exprN{kind: exUnary, op: operators[code].name, args: []node{a}}
 	case code == "cl":
 		p.pos += 2
-		e := &exprN{kind: exCall}
-		for p.peek() != 'E' {
-			a := p.expression()
-			if a == nil {
-				return nil
-			}
-			e.args = append(e.args, a)
+		args, ok := p.listToE(p.expression)
+		if !ok {
+			return nil
 		}
-		p.pos++
-		if len(e.args) == 0 {
+		if len(args) == 0 {
 			return p.fail("call expression without a callee")
 		}
-		return e
+		return &exprN{kind: exCall, args: args}
 	case code == "cv":
 		p.pos += 2
 		p.convType++
@@ -158,14 +153,10 @@ func (p *parser) expression() node {
 		e := &exprN{kind: exCast, typ: t}
 		if p.consume('_') {
 			e.op = "list"
-			for p.peek() != 'E' {
-				a := p.expression()
-				if a == nil {
-					return nil
-				}
-				e.args = append(e.args, a)
+			var ok bool
+			if e.args, ok = p.listToE(p.expression); !ok {
+				return nil
 			}
-			p.pos++
 			return e
 		}
 		a := p.expression()
@@ -182,14 +173,10 @@ func (p *parser) expression() node {
 				return nil
 			}
 		}
-		for p.peek() != 'E' {
-			a := p.expression()
-			if a == nil {
-				return nil
-			}
-			e.args = append(e.args, a)
+		var ok bool
+		if e.args, ok = p.listToE(p.expression); !ok {
+			return nil
 		}
-		p.pos++
 		return e
 	case code == "dc", code == "sc", code == "cc", code == "rc":
 		p.pos += 2

@@ -433,16 +433,23 @@ func (p *parser) templateArgs() []node {
 	p.pos++ // I
 	saved := p.lastName
 	defer func() { p.lastName = saved }()
-	args := []node{}
+	args, _ := p.listToE(p.templateArg) // nil when one fails
+	return args
+}
+
+// listToE parses items with item up to an 'E', which it consumes. The list
+// is empty but not nil when there are none; ok is false when an item fails.
+func (p *parser) listToE(item func() node) (list []node, ok bool) {
+	list = []node{}
 	for p.peek() != 'E' {
-		a := p.templateArg()
-		if a == nil {
-			return nil
+		n := item()
+		if n == nil {
+			return nil, false
 		}
-		args = append(args, a)
+		list = append(list, n)
 	}
 	p.pos++
-	return args
+	return list, true
 }
 
 func (p *parser) templateArg() node {
@@ -458,16 +465,11 @@ func (p *parser) templateArg() node {
 		return p.exprPrimary()
 	case 'J', 'I': // old GCC manglings wrote argument packs as I...E
 		p.pos++
-		pk := &packN{}
-		for p.peek() != 'E' {
-			a := p.templateArg()
-			if a == nil {
-				return nil
-			}
-			pk.elems = append(pk.elems, a)
+		elems, ok := p.listToE(p.templateArg)
+		if !ok {
+			return nil
 		}
-		p.pos++
-		return pk
+		return &packN{elems: elems}
 	case 0:
 		return p.fail("name ends inside template arguments")
 	}
