@@ -239,14 +239,7 @@ func (t *thread) exec() error {
 			}
 			v := load(b)
 			if o.code&0xe0 == 0x80 { // sign-extending
-				switch len(b) {
-				case 1:
-					v = uint64(int64(int8(v)))
-				case 2:
-					v = uint64(int64(int16(v)))
-				case 4:
-					v = uint64(int64(int32(v)))
-				}
+				v = signExtend(v, 8*len(b))
 			}
 			r[o.dst] = v
 		case 0x02: // ST
@@ -321,14 +314,7 @@ func alu64(o *op, d *uint64, s uint64) {
 	case 0xa0:
 		*d ^= s
 	case 0xb0:
-		switch o.ext {
-		case 8:
-			s = uint64(int64(int8(s)))
-		case 16:
-			s = uint64(int64(int16(s)))
-		case 32:
-			s = uint64(int64(int32(s)))
-		}
+		s = signExtend(s, int(o.ext))
 		*d = s
 	case 0xc0:
 		*d = uint64(int64(*d) >> (s & 63))
@@ -495,4 +481,18 @@ func (t *thread) atomicOp(o *op, b []byte) {
 	if o.imm&1 != 0 {
 		r[o.src] = old
 	}
+}
+
+// signExtend sign-extends the low 8, 16 or 32 bits of v to 64; any other
+// width leaves v as it is.
+func signExtend(v uint64, bits int) uint64 {
+	switch bits {
+	case 8:
+		return uint64(int64(int8(v)))
+	case 16:
+		return uint64(int64(int16(v)))
+	case 32:
+		return uint64(int64(int32(v)))
+	}
+	return v
 }

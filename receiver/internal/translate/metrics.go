@@ -175,23 +175,24 @@ func kernelAttrs(a pcommon.Map, name string, dev uint32) {
 	a.PutInt("cuda.device.index", int64(dev))
 }
 
-func newSum(sm pmetric.MetricSlice, name, unit, desc string) pmetric.NumberDataPointSlice {
+// newMetric appends a metric with its name, unit and description.
+func newMetric(sm pmetric.MetricSlice, name, unit, desc string) pmetric.Metric {
 	m := sm.AppendEmpty()
 	m.SetName(name)
 	m.SetUnit(unit)
 	m.SetDescription(desc)
-	s := m.SetEmptySum()
+	return m
+}
+
+func newSum(sm pmetric.MetricSlice, name, unit, desc string) pmetric.NumberDataPointSlice {
+	s := newMetric(sm, name, unit, desc).SetEmptySum()
 	s.SetIsMonotonic(true)
 	s.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 	return s.DataPoints()
 }
 
 func newExpHist(sm pmetric.MetricSlice, name, unit, desc string) pmetric.ExponentialHistogramDataPointSlice {
-	m := sm.AppendEmpty()
-	m.SetName(name)
-	m.SetUnit(unit)
-	m.SetDescription(desc)
-	h := m.SetEmptyExponentialHistogram()
+	h := newMetric(sm, name, unit, desc).SetEmptyExponentialHistogram()
 	h.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 	return h.DataPoints()
 }
