@@ -23,6 +23,17 @@ static const void *gp_load_image(const char *api, const void *image, struct gp_i
 	return gp_patch_image(api, img);
 }
 
+/* gp_found records and traces what a kernel lookup through api returned:
+ * handle (0 when there is none) is the kernel name of module (a CUmodule
+ * or CUlibrary). */
+static void gp_found(const char *api, CUresult r, uint64_t handle, uint64_t module, const char *name)
+{
+	if (handle && name)
+		gp_name_set(handle, module, name);
+	GP_TRACE("%s(%p, \"%s\") = %d, %p", api, (void *)(uintptr_t)module, name ? name : "(null)", r,
+		 (void *)(uintptr_t)handle);
+}
+
 /* ---- modules --------------------------------------------------------- */
 
 #define GP_P_MOD_LOAD CUmodule *mod, const char *fname
@@ -90,9 +101,7 @@ static CUresult gp_i_MOD_GET_FUNCTION(struct gp_slot *s, GP_P_MOD_GET_FUNCTION)
 	CUresult (*real)(GP_P_MOD_GET_FUNCTION) = GP_REAL(MOD_GET_FUNCTION, s);
 	GP_FORWARD_OR_FAIL(real);
 	CUresult r = real(fn, mod, name);
-	if (r == CUDA_SUCCESS && fn && name)
-		gp_name_set((uint64_t)*fn, (uint64_t)mod, name);
-	GP_TRACE("cuModuleGetFunction(%p, \"%s\") = %d, %p", (void *)mod, name ? name : "(null)", r, (void *)GP_OUT(r, fn));
+	gp_found("cuModuleGetFunction", r, (uint64_t)GP_OUT(r, fn), (uint64_t)mod, name);
 	return r;
 }
 GP_DEFINE_API(MOD_GET_FUNCTION)
@@ -140,9 +149,7 @@ static CUresult gp_i_LIB_GET_KERNEL(struct gp_slot *s, GP_P_LIB_GET_KERNEL)
 	CUresult (*real)(GP_P_LIB_GET_KERNEL) = GP_REAL(LIB_GET_KERNEL, s);
 	GP_FORWARD_OR_FAIL(real);
 	CUresult r = real(k, lib, name);
-	if (r == CUDA_SUCCESS && k && name)
-		gp_name_set((uint64_t)*k, (uint64_t)lib, name);
-	GP_TRACE("cuLibraryGetKernel(%p, \"%s\") = %d, %p", (void *)lib, name ? name : "(null)", r, (void *)GP_OUT(r, k));
+	gp_found("cuLibraryGetKernel", r, (uint64_t)GP_OUT(r, k), (uint64_t)lib, name);
 	return r;
 }
 GP_DEFINE_API(LIB_GET_KERNEL)
