@@ -435,7 +435,8 @@ func TestTrace(t *testing.T) {
 		"not wrapped: cuCtxSynchronize",
 		"first call: cuLaunchKernel (dynamic slot 0",
 		"cuLibraryLoadData: fatbin image",
-		`", "_Z6vecAddPfS_S_i") = 0, 0x`,
+		`cuLibraryGetKernel(0x`,
+		`, "_Z6vecAddPfS_S_i") = 0, 0x`,
 		"connected to " + a.path,
 		"summary: launches=8 graph_launches=0 names=2 loads=1 syncs=1 memcpys=1 records=12 not_written=0",
 	} {
