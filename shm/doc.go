@@ -134,6 +134,76 @@
 // Accounting: every record offered is exactly one of delivered, dropped,
 // oversize, or (only with dead producers) stalled.
 //
+// # Ring buffer: device-side reservation (opt-in)
+//
+// With the protocol above every GPU record does a sys-scope atomic with a
+// return on head, in host memory: a PCIe round trip, and all producers of
+// the GPU serialize on that one address. Device-side reservation (jit/ptx
+// Options.RingDevice) keeps the counters in a 64-byte block of DEVICE
+// memory, so that a published record costs only posted writes over PCIe.
+// The ring region, its slots and the consumer are unchanged; one control
+// word is added:
+//
+//	off 448 u64 dev_dropped  host mirror of the device block's dropped
+//	                         (producers: atomic max); Stats adds it to dropped
+//
+// Device block (device memory, allocated and filled by the loader from
+// Ring.DeviceBlock, its address in the program's ring_device global; one
+// block per ring, so all producers of a ring must be on one device):
+//
+//	off 0  u64 head      tickets taken (gpu-scope atomic add)
+//	off 8  u64 tail      the host tail as last read (gpu-scope max): a
+//	                     lower bound of the real tail
+//	off 16 u64 dropped   records dropped without a ticket (gpu-scope add)
+//	off 24 u64 refresh   %globaltimer of the last tail refresh
+//	off 32 u32 slots     slot_count, copied from the ring header
+//	off 36 u32 slot_size slot_size, copied from the ring header
+//
+// In device mode the region's head (off 128) is a MIRROR: producers raise it
+// (atomic max) only for late drops (step D5), so it may lag the tickets
+// taken. Producer (each path straight-line; no thread ever waits):
+//
+//	D0. len > slot_size-16: as step 1 above (oversize).
+//	D1. tl = load-acquire.gpu(block.tail); h = load(block.head). If
+//	    h - tl >= slot_count the ring looks full: if no producer re-read the
+//	    host tail in the last RingDeviceRefreshNS (1 µs; claimed with an
+//	    exchange on block.refresh), read tl = load-acquire.sys(host tail),
+//	    max it into block.tail (release), max block.dropped into
+//	    dev_dropped, and go on to D2 if h - tl < slot_count now. Otherwise
+//	    n = atomic add(block.dropped, 1)+1; if n is a multiple of 32, atomic
+//	    max(dev_dropped, n); return "dropped". No ticket was taken.
+//	D2. t = atomic fetch-add(block.head, 1) (gpu scope, in L2).
+//	D3. If t - tl >= slot_count (racing producers overshot the cached tail):
+//	    tl = load-acquire.sys(host tail); max it into block.tail; if still
+//	    t - tl >= slot_count, go to D5.
+//	D4. Write len, type, payload; store-release.sys seq = t+1. Published.
+//	D5. Late drop: atomic max(host head, t+1); then release-add 1 to
+//	    slot_drops[t & mask]; add 1 to dropped; return "dropped".
+//
+// Why the consumer (unchanged, above) stays correct. Published records:
+// step 1 needs only seq, and a slot is written only for a ticket t with
+// t - tl < slot_count where tl <= the real tail (tail only grows; the block
+// holds values read from it, and the acquire/release chain host tail →
+// block.tail → producer orders the write after the consumer's last read of
+// the slot's previous record). So no record overwrites an unread one.
+// Drops: step 2 needs, for the c drop increments it sees in slot s while at
+// t, that every ticket t' behind them satisfies t' < H (H = host head read
+// after the acquire of slot_drops). D5 raises head to t'+1 BEFORE its
+// release-add to slot_drops, so H > t' for every increment seen; and every
+// ticket below H was taken (tickets are handed out in order). While the
+// consumer sits at t, tail <= t, so each taken ticket t' >= t+slot_count of
+// slot s fails D3 and ends in D5. Hence c <= later + [t dropped] with later
+// = (H-1-t)/slot_count as before, and c > later still proves t dropped; a
+// lagging H only makes the consumer wait. Drops at D1 take no ticket and
+// leave nothing to resolve. A lagging head also means H <= t does not prove
+// the ring empty: the consumer then looks at the next slots (up to 16), and
+// a published later ticket proves t was taken, so the stall timeout (step
+// 3) still covers a producer that died between D2 and D4.
+//
+// Accounting as above, with dropped = dropped + dev_dropped. dev_dropped
+// lags the device count by fewer than 32 drops until the next refresh or
+// the 32nd drop; a loader may copy block.dropped to it after a launch.
+//
 // # Mailbox (kind 5)
 //
 // GPU threads post host-call requests (trace_printk, puts, host map

@@ -44,11 +44,14 @@ func (p ProduceResult) String() string {
 
 // RingStats are the counters of a ring's control block.
 type RingStats struct {
-	Head     uint64 // tickets taken by producers
-	Tail     uint64 // tickets resolved by the consumer (as last stored)
-	Dropped  uint64 // records dropped because the ring was full
-	Oversize uint64 // records rejected as larger than a slot
-	Stalled  uint64 // tickets the consumer skipped after the stall timeout
+	Head    uint64 // tickets taken by producers
+	Tail    uint64 // tickets resolved by the consumer (as last stored)
+	Dropped uint64 // records dropped because the ring was full (DeviceDropped included)
+	// DeviceDropped is the part of Dropped that device-side reservation
+	// dropped without a ticket (the host mirror; 0 with the host protocol).
+	DeviceDropped uint64
+	Oversize      uint64 // records rejected as larger than a slot
+	Stalled       uint64 // tickets the consumer skipped after the stall timeout
 }
 
 // CreateRing creates a ring region of slots slots (a power of two) of
@@ -100,12 +103,14 @@ func (g *Ring) slotAcked(t uint64) *uint32   { return (*uint32)(unsafe.Add(g.ack
 
 // Stats reads the ring's counters.
 func (g *Ring) Stats() RingStats {
+	dev := atomic.LoadUint64(g.devDropped())
 	return RingStats{
-		Head:     atomic.LoadUint64(g.head()),
-		Tail:     atomic.LoadUint64(g.tail()),
-		Dropped:  atomic.LoadUint64(g.dropped()),
-		Oversize: atomic.LoadUint64(g.oversize()),
-		Stalled:  atomic.LoadUint64(g.stalled()),
+		Head:          atomic.LoadUint64(g.head()),
+		Tail:          atomic.LoadUint64(g.tail()),
+		Dropped:       atomic.LoadUint64(g.dropped()) + dev,
+		DeviceDropped: dev,
+		Oversize:      atomic.LoadUint64(g.oversize()),
+		Stalled:       atomic.LoadUint64(g.stalled()),
 	}
 }
 
@@ -249,11 +254,16 @@ func (c *Consumer) resolve(t uint64) bool {
 	acked := g.slotAcked(t)
 	cnt := atomic.LoadUint32(g.slotDrops(t)) - atomic.LoadUint32(acked)
 	h := atomic.LoadUint64(g.head())
-	if h <= t {
+	var later uint64
+	if h > t {
+		later = (h - 1 - t) / g.slots
+	} else if !g.takenBeyond(t) {
+		// Empty. (With device-side reservation head is a mirror that may
+		// lag; a later ticket published proves t was taken, so the stall
+		// timeout below still applies to a producer that died.)
 		c.stuck = false
-		return false // empty
+		return false
 	}
-	later := (h - 1 - t) / g.slots
 	if uint64(cnt) > later {
 		atomic.StoreUint32(acked, atomic.LoadUint32(acked)+1)
 		c.stats.Skipped++

@@ -56,6 +56,16 @@ struct gpbr_header {
 #define GPBR_RING_DROPPED 256u  /* u64, producers: atomic add */
 #define GPBR_RING_OVERSIZE 320u /* u64, producers: atomic add */
 #define GPBR_RING_STALLED 384u  /* u64, consumer: store */
+/* Device-side reservation (opt-in, shm/doc.go): the host mirror of the
+ * device block's drop count, and the device block's layout. */
+#define GPBR_RING_DEV_DROPPED 448u /* u64, GPU producers: atomic max */
+#define GPBR_RING_DEVICE_BLOCK_SIZE 64u
+#define GPBR_RING_DEVICE_HEAD 0u       /* u64: tickets taken (gpu atomics) */
+#define GPBR_RING_DEVICE_TAIL 8u       /* u64: host tail as last read */
+#define GPBR_RING_DEVICE_DROPPED 16u   /* u64: drops without a ticket */
+#define GPBR_RING_DEVICE_REFRESH 24u   /* u64: globaltimer of last refresh */
+#define GPBR_RING_DEVICE_SLOTS 32u     /* u32: slot_count */
+#define GPBR_RING_DEVICE_SLOT_SIZE 36u /* u32: slot_size */
 
 #define GPBR_MAILBOX_TIMEOUT_NS 128u /* u64, creator */
 #define GPBR_MAILBOX_SERVED 192u     /* u64, host */
