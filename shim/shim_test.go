@@ -394,11 +394,11 @@ func TestTimestamps(t *testing.T) {
 		t.Fatalf("%d launches, want 30", len(st.launches))
 	}
 	for i, l := range st.launches {
-		if l.EnqueueNS < before || l.ReturnNS > after || l.ReturnNS < l.EnqueueNS || l.ReturnNS-l.EnqueueNS > 1_000_000 {
-			t.Errorf("launch %d: enqueue %d return %d, outside [%d, %d] or longer than 1 ms", i, l.EnqueueNS, l.ReturnNS, before, after)
+		if l.EnqueueNS < before || l.ReturnNS > after || l.ReturnNS < l.EnqueueNS || l.ReturnNS-l.EnqueueNS > 100_000_000 {
+			t.Errorf("launch %d: enqueue %d return %d, outside [%d, %d] or longer than 100 ms (a scale error, not load)", i, l.EnqueueNS, l.ReturnNS, before, after)
 		}
 		if i > 0 {
-			if d := l.EnqueueNS - st.launches[i-1].EnqueueNS; d < 9_500_000 || d > 200_000_000 {
+			if d := l.EnqueueNS - st.launches[i-1].EnqueueNS; d < 9_000_000 || d > 1_000_000_000 {
 				t.Errorf("launch %d: %d ns after the previous one, want about 10 ms", i, d)
 			}
 		}
