@@ -4,7 +4,8 @@
 # then runs bin/gpuprobe-gpucheck (built on a machine with Go:
 # `go build -o bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck`), which patches
 # them with kernel_phases and the testdata/bpf programs, checks the records
-# and outputs exactly, times uninstrumented vs empty probe vs kernel_phases,
+# and outputs exactly, times uninstrumented vs empty probe vs kernel_phases
+# with the old (host) and the device-side ring reservation (-ringmode),
 # and prints a short table last. Exit status non-zero if a check failed.
 #
 # Environment: GPUCHECK_BIN (default bin/gpuprobe-gpucheck), NVCC (default

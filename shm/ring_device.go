@@ -132,8 +132,13 @@ func (d *DeviceReserver) drop() {
 // GPU side does this every RingDeviceDropMirror drops and at every tail
 // refresh; a loader may do it after a launch with a device-to-host copy).
 func (d *DeviceReserver) Flush() {
-	maxU64(d.g.devDropped(), atomic.LoadUint64(d.word(RingDeviceDropped)))
+	d.g.RaiseDeviceDropped(atomic.LoadUint64(d.word(RingDeviceDropped)))
 }
+
+// RaiseDeviceDropped raises the host mirror of a device block's drop count
+// to n (never lowers it): what a loader does after a launch with the count
+// it copied from the device block.
+func (g *Ring) RaiseDeviceDropped(n uint64) { maxU64(g.devDropped(), n) }
 
 // DeviceDropped returns the device block's count of drops without a ticket.
 func (d *DeviceReserver) DeviceDropped() uint64 {

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/internal/cuda"
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/ptx"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -28,9 +29,15 @@ func emptyProbes() []*jit.Program {
 
 // benchConfig is one way of running a kernel.
 type benchConfig struct {
-	name  string
-	progs func() ([]*jit.Program, error)
+	name   string
+	progs  func() ([]*jit.Program, error)
+	device bool // device-side ring reservation
+	slow   bool // capped: one launch per batch, slowRounds rounds
 }
+
+// slowRounds caps the rounds of slow configs (the old ring protocol costs
+// about 1.5 s per vectorAddN launch).
+const slowRounds = 3
 
 // timedLaunch is one kernel of the benchmark with its device buffers.
 type timedLaunch struct {
@@ -60,9 +67,12 @@ func (r *runner) bench(vec, gemm []byte) {
 			bufs: [][]byte{make([]byte, 4*m*m), make([]byte, 4*m*m), make([]byte, 4*m*m)}, out: 2, scalars: []uint64{m}},
 	}
 	configs := []benchConfig{
-		{"uninstrumented", nil},
-		{"empty probe", func() ([]*jit.Program, error) { return emptyProbes(), nil }},
-		{"kernel_phases", func() ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }},
+		{name: "uninstrumented"},
+		{name: "empty probe", progs: func() ([]*jit.Program, error) { return emptyProbes(), nil }},
+	}
+	for _, m := range r.modes {
+		configs = append(configs, benchConfig{name: "kernel_phases " + m.name, device: m.device, slow: !m.device,
+			progs: func() ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }})
 	}
 	for _, k := range kernels {
 		if err := r.benchKernel(k, configs); err != nil {
@@ -104,7 +114,7 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 			if perr != nil {
 				return perr
 			}
-			in, err = r.patched(s, progs, inject.Options{}, 1<<16)
+			in, err = r.patched(s, progs, inject.Options{PTX: ptx.Options{RingDevice: cf.device}}, 1<<16)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", cf.name, err)
@@ -138,15 +148,26 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 		fmt.Printf("    %s / %s: module load (inject+JIT) %v\n", s.name, cf.name, loadTime.Round(time.Microsecond))
 	}
 	// Warm up.
-	for _, tl := range runs {
-		if err := r.batchTime(tl, 2, nil); err != nil {
+	for i, tl := range runs {
+		n := 2
+		if configs[i].slow {
+			n = 1
+		}
+		if err := r.batchTime(tl, n, nil); err != nil {
 			return err
 		}
 	}
 	samples := make([][]float64, len(runs))
 	for round := 0; round < r.rounds; round++ {
 		for i, tl := range runs {
-			if err := r.batchTime(tl, r.batch, &samples[i]); err != nil {
+			n := r.batch
+			if configs[i].slow {
+				if round >= slowRounds {
+					continue
+				}
+				n = 1
+			}
+			if err := r.batchTime(tl, n, &samples[i]); err != nil {
 				return fmt.Errorf("%s: %w", configs[i].name, err)
 			}
 		}
@@ -157,6 +178,9 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 		med := median(samples[i])
 		part := fmt.Sprintf("%s %.1fµs (%.3fx)", cf.name, med, med/base)
 		if g := runs[i].in.rings[probes.KernelPhasesRingMap]; g != nil {
+			if err := runs[i].in.flushDrops(); err != nil {
+				return err
+			}
 			st := g.Stats()
 			part += fmt.Sprintf(" [ring: %d dropped]", st.Dropped)
 		}

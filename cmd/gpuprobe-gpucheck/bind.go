@@ -22,6 +22,7 @@ type instance struct {
 	arrays map[string]*shm.Array
 	host   []*shm.Region
 	dev    []cuda.DevicePtr
+	blocks map[string]cuda.DevicePtr // ring name -> device reservation block
 }
 
 // deviceOnly names maps the host never reads: they go to device memory,
@@ -36,7 +37,7 @@ func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64,
 	if err != nil {
 		return nil, fmt.Errorf("load module: %w", err)
 	}
-	in := &instance{c: c, mod: mod, rep: rep, rings: map[string]*shm.Ring{}, arrays: map[string]*shm.Array{}}
+	in := &instance{c: c, mod: mod, rep: rep, rings: map[string]*shm.Ring{}, arrays: map[string]*shm.Array{}, blocks: map[string]cuda.DevicePtr{}}
 	if rep == nil {
 		return in, nil
 	}
@@ -45,7 +46,7 @@ func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64,
 	for _, g := range rep.Globals {
 		var v uint64
 		switch g.Kind {
-		case ptx.GlobalMap, ptx.GlobalMapLanes:
+		case ptx.GlobalMap, ptx.GlobalMapLanes, ptx.GlobalRingDevice:
 			if g.MapDef == nil {
 				return nil, fmt.Errorf("global %s: no map definition", g.Name)
 			}
@@ -57,8 +58,15 @@ func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64,
 				bases[g.MapDef], lanes[g.MapDef] = b, l
 			}
 			v = bases[g.MapDef]
-			if g.Kind == ptx.GlobalMapLanes {
+			switch g.Kind {
+			case ptx.GlobalMapLanes:
 				v = lanes[g.MapDef]
+			case ptx.GlobalRingDevice:
+				b, err := in.deviceBlock(g.MapDef.Name)
+				if err != nil {
+					return nil, fmt.Errorf("map %s: %w", g.MapDef.Name, err)
+				}
+				v = uint64(b)
 			}
 		case ptx.GlobalMailbox, ptx.GlobalLaunchID:
 			v = 0 // no host calls in these checks; launch ids come by parameter
@@ -68,6 +76,43 @@ func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64,
 		}
 	}
 	return in, nil
+}
+
+// deviceBlock returns the device reservation block of ring name (shm/doc.go,
+// "Device-side reservation"), allocating and filling it on first use: one
+// block per ring, shared by every program that writes the ring.
+func (in *instance) deviceBlock(name string) (cuda.DevicePtr, error) {
+	if p, ok := in.blocks[name]; ok {
+		return p, nil
+	}
+	g := in.rings[name]
+	if g == nil {
+		return 0, fmt.Errorf("ring %s has no region", name)
+	}
+	p, err := in.c.MemAlloc(shm.RingDeviceBlockSize)
+	if err != nil {
+		return 0, err
+	}
+	in.dev = append(in.dev, p)
+	if err := in.c.MemcpyHtoD(p, g.DeviceBlock()); err != nil {
+		return 0, err
+	}
+	in.blocks[name] = p
+	return p, nil
+}
+
+// flushDrops raises each device-reservation ring's host drop mirror to the
+// device block's count (the loader's end-of-launch flush; the GPU code
+// raises it every 32 drops). Call it after a synchronize.
+func (in *instance) flushDrops() error {
+	for name, p := range in.blocks {
+		b := make([]byte, shm.RingDeviceBlockSize)
+		if err := in.c.MemcpyDtoH(b, p); err != nil {
+			return err
+		}
+		in.rings[name].RaiseDeviceDropped(binary.LittleEndian.Uint64(b[shm.RingDeviceDropped:]))
+	}
+	return nil
 }
 
 // setGlobal writes a module-scope u64.

@@ -12,6 +12,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/internal/cuda"
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/ptx"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -160,7 +161,9 @@ func (r *runner) checks(vec, gemm, exits []byte) {
 			r.result(s.name+": unpatched", err, "")
 			continue
 		}
-		r.result(s.name+": kernel_phases", r.checkPhases(s, want), fmt.Sprintf("%d warps, %d threads", s.warps(), s.threads()))
+		for _, m := range r.modes {
+			r.result(s.name+": kernel_phases ("+m.name+")", r.checkPhases(s, want, m.device), fmt.Sprintf("%d warps, %d threads", s.warps(), s.threads()))
+		}
 	}
 	vs := samples(vec, gemm, exits)
 	r.result("vectorAdd: threadhist", r.checkThreadhist(vs[1]), "")
@@ -170,12 +173,12 @@ func (r *runner) checks(vec, gemm, exits []byte) {
 
 // checkPhases runs the kernel_phases probes and checks their records and
 // the kernel's output.
-func (r *runner) checkPhases(s *sample, want []byte) error {
+func (r *runner) checkPhases(s *sample, want []byte, device bool) error {
 	progs, err := probes.Load(probes.KernelPhases)
 	if err != nil {
 		return err
 	}
-	in, err := r.patched(s, progs, inject.Options{}, 1<<20)
+	in, err := r.patched(s, progs, inject.Options{PTX: ptx.Options{RingDevice: device}}, 1<<20)
 	if err != nil {
 		return err
 	}
@@ -215,7 +218,13 @@ func (r *runner) checkPhases(s *sample, want []byte) error {
 	if bad != nil {
 		return bad
 	}
+	if err := in.flushDrops(); err != nil {
+		return err
+	}
 	st := ring.Stats()
+	if device && len(in.blocks) == 0 {
+		return errors.New("device reservation asked for, but the module has no ring_device global")
+	}
 	if uint64(n) != s.warps() {
 		return fmt.Errorf("%d warp records, want %d (ring: %+v)", n, s.warps(), st)
 	}

@@ -17,7 +17,14 @@
 // Then it times unpatched vs an empty probe vs kernel_phases (interleaved
 // batches, median) and prints a table.
 //
-//	gpuprobe-gpucheck -ptx DIR [-bpf DIR] [-rounds N]
+// kernel_phases runs with the ring protocol(s) of -ringmode: "old" (host
+// reservation: a sys-scope atomic on the ring's head in host memory per
+// record), "device" (device-side reservation, jit/ptx Options.RingDevice)
+// or "both" (default; the benchmark then prints both side by side). The old
+// mode's timed launches are capped (one launch per batch, three rounds):
+// it costs about 1.5 s per vectorAddN launch.
+//
+//	gpuprobe-gpucheck -ptx DIR [-bpf DIR] [-rounds N] [-ringmode old|device|both]
 package main
 
 import (
@@ -36,9 +43,15 @@ func main() {
 	rounds := flag.Int("rounds", 15, "timing rounds (each config once per round, interleaved)")
 	batch := flag.Int("batch", 20, "launches per timed batch")
 	noBench := flag.Bool("nobench", false, "skip the timing")
+	ringMode := flag.String("ringmode", "both", "ring protocol of kernel_phases: old (host reservation), device (device-side reservation) or both")
 	flag.Parse()
 
-	r := &runner{bpfDir: *bpf, rounds: *rounds, batch: *batch}
+	modes, err := parseRingMode(*ringMode)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)
+		os.Exit(2)
+	}
+	r := &runner{bpfDir: *bpf, rounds: *rounds, batch: *batch, modes: modes}
 	if err := r.setup(); err != nil {
 		fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)
 		os.Exit(2)
@@ -69,8 +82,29 @@ func main() {
 	}
 }
 
+// ringMode is one ring protocol kernel_phases is checked and timed with.
+type ringMode struct {
+	name   string // "old" or "device"
+	device bool   // jit/ptx Options.RingDevice
+}
+
+// parseRingMode turns the -ringmode flag into the modes to run.
+func parseRingMode(s string) ([]ringMode, error) {
+	old, dev := ringMode{"old", false}, ringMode{"device", true}
+	switch s {
+	case "old":
+		return []ringMode{old}, nil
+	case "device":
+		return []ringMode{dev}, nil
+	case "both":
+		return []ringMode{old, dev}, nil
+	}
+	return nil, fmt.Errorf("-ringmode %q: want old, device or both", s)
+}
+
 // runner holds the device and the results.
 type runner struct {
+	modes         []ringMode
 	bpfDir        string
 	rounds, batch int
 	c             *cuda.Context

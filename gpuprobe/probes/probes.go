@@ -37,6 +37,15 @@ const (
 	KernelPhasesExit     = "kernel_phases_exit"  // exit program
 )
 
+// KernelPhasesRingDevice says that kernel_phases should be compiled with
+// device-side ring reservation (jit/ptx Options.RingDevice; shm/doc.go):
+// one record per warp then costs posted PCIe writes instead of a
+// serialized sys-scope atomic. A loader that sets it allocates the ring's
+// device block (shm.Ring.DeviceBlock) and stores its address in the
+// ring_device global; while that global is 0 the probe uses the host
+// protocol, so setting it is always safe.
+const KernelPhasesRingDevice = true
+
 // objects maps each built-in probe set to its embedded ELF object.
 var objects = map[string][]byte{
 	KernelPhases: kernelPhasesObj,

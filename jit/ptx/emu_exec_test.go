@@ -544,6 +544,11 @@ func (e *emu) atomic(fr *emuFrame, parts []string, a []string) error {
 		nv = old ^ x
 	case "exch":
 		nv = x
+	case "max", "min": // unsigned (the only kinds generated code uses)
+		nv = old
+		if (op == "max") == (mask(x, w) > mask(old, w)) {
+			nv = x
+		}
 	case "cas":
 		y, err := e.val(fr, a[3])
 		if err != nil {

@@ -9,14 +9,17 @@ const (
 	funcMemcpy   = "memcpy"   // (dst, src, n): byte copy, 8 bytes at a time when both are aligned
 	funcHostcall = "hostcall" // (mailbox, helper, a1..a5, p1, n1, p2, n2, str) -> ret: a mailbox request
 	funcRingout  = "ringout"  // (ring, data, size) -> 0 or -errno: one ring buffer record
+	// (ring, data, size, dev) -> 0 or -errno: one record with device-side reservation
+	funcRingoutDev = "ringoutdev"
 )
 
-var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout}
+var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout, funcRingoutDev}
 
 var supportParams = map[string][]string{
-	funcMemcpy:   {"dst", "src", "n"},
-	funcHostcall: {"mb", "helper", "a1", "a2", "a3", "a4", "a5", "p1", "n1", "p2", "n2", "str"},
-	funcRingout:  {"ring", "data", "size"},
+	funcMemcpy:     {"dst", "src", "n"},
+	funcHostcall:   {"mb", "helper", "a1", "a2", "a3", "a4", "a5", "p1", "n1", "p2", "n2", "str"},
+	funcRingout:    {"ring", "data", "size"},
+	funcRingoutDev: {"ring", "data", "size", "dev"},
 }
 
 // need marks a support routine as used and returns its PTX name.
@@ -25,8 +28,11 @@ func (c *compiler) need(name string) string {
 		c.needed = make(map[string]bool)
 	}
 	c.needed[name] = true
-	if name == funcRingout {
+	if name == funcRingout || name == funcRingoutDev {
 		c.needed[funcMemcpy] = true
+	}
+	if name == funcRingoutDev {
+		c.needed[funcRingout] = true
 	}
 	return c.o.Prefix + "_" + name
 }
@@ -127,6 +133,8 @@ func (c *compiler) genSupport() {
 			c.genHostcall()
 		case funcRingout:
 			c.genRingout()
+		case funcRingoutDev:
+			c.genRingoutDev()
 		}
 		e.raw("}\n\n")
 	}
@@ -316,6 +324,123 @@ func (c *compiler) genRingout() {
 	e.op("ret")
 	e.label("$Lfull")
 	e.op("red.relaxed.sys.add.u64 ", at(ringDropped), ", 1")
+	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
+	e.op("ret")
+	e.label("$Loversize")
+	e.op("red.relaxed.sys.add.u64 ", at(ringOversize), ", 1")
+	e.op("st.param.b64 [__ret], ", i64(-errE2BIG))
+	e.op("ret")
+	e.label("$Lnoring")
+	e.op("st.param.b64 [__ret], ", i64(-errNOENT))
+	e.op("ret")
+}
+
+// ringRefreshNS is how often, at most, producers of a ring with
+// device-side reservation that find it full re-read the host's tail (one
+// PCIe round trip by one thread; everyone else uses the cached copy).
+const ringRefreshNS = 1000
+
+// ringDropMirror: the host mirror of the device drop count is raised every
+// this many drops (a power of two), and at every tail refresh.
+const ringDropMirror = 32
+
+// genRingoutDev writes the producer of device-side reservation (shm/doc.go,
+// "Device-side reservation"): tickets come from a gpu-scope atomic on the
+// device block, so a published record costs posted writes over PCIe and
+// no round trip. Never waits. Params: ring=%x20 data=%x21 size=%x22
+// dev=%x23. With dev == 0 it is the host protocol (ringout).
+func (c *compiler) genRingoutDev() {
+	e := &c.e
+	at := func(off int) string { return "[%x20+" + strconv.Itoa(off) + "]" }
+	dv := func(off int) string { return "[%x23+" + strconv.Itoa(off) + "]" }
+	e.op("setp.eq.u64 %z0, %x20, 0")
+	e.op("@%z0 bra $Lnoring")
+	e.op("setp.ne.u64 %z0, %x23, 0")
+	e.op("@%z0 bra $Ldev")
+	c.callFunc(c.o.Prefix+"_"+funcRingout, "%x0", "%x20", "%x21", "%x22")
+	e.op("st.param.b64 [__ret], %x0")
+	e.op("ret")
+	e.label("$Ldev")
+	// slot_count and slot_size come from the device block (the loader
+	// copies them from the ring header), not over PCIe.
+	e.op("ld.relaxed.gpu.u32 %y0, ", dv(devSlots))
+	e.op("ld.relaxed.gpu.u32 %y1, ", dv(devSlotSize))
+	e.op("cvt.u64.u32 %x0, %y0")
+	e.op("cvt.u64.u32 %x1, %y1")
+	e.op("setp.eq.u64 %z0, %x0, 0")
+	e.op("@%z0 bra $Lnoring")
+	e.op("sub.s64 %x2, %x1, ", strconv.Itoa(slotHeader))
+	e.op("setp.gt.u64 %z0, %x22, %x2")
+	e.op("@%z0 bra $Loversize")
+	// Step D1: a full-looking ring drops without taking a ticket.
+	e.op("ld.acquire.gpu.u64 %x3, ", dv(devTail))
+	e.op("ld.relaxed.gpu.u64 %x4, ", dv(devHead))
+	e.op("sub.s64 %x5, %x4, %x3")
+	e.op("setp.ge.u64 %z0, %x5, %x0")
+	e.op("@%z0 bra $Lfull")
+	// Step D2: take a ticket.
+	e.label("$Ltake")
+	e.op("atom.relaxed.gpu.add.u64 %x6, ", dv(devHead), ", 1")
+	e.op("sub.s64 %x7, %x0, 1")
+	e.op("and.b64 %x7, %x6, %x7")
+	e.op("sub.s64 %x5, %x6, %x3")
+	e.op("setp.lt.u64 %z0, %x5, %x0")
+	e.op("@%z0 bra $Lwrite")
+	// Step D3: racing producers overshot the cached tail: read the host's.
+	e.op("ld.acquire.sys.u64 %x3, ", at(ringTail))
+	e.op("red.release.gpu.max.u64 ", dv(devTail), ", %x3")
+	e.op("sub.s64 %x5, %x6, %x3")
+	e.op("setp.ge.u64 %z0, %x5, %x0")
+	e.op("@%z0 bra $Llate")
+	// Step D4: write the record, publish with a release store of seq.
+	e.label("$Lwrite")
+	e.op("mad.lo.u64 %x8, %x7, %x1, %x20")
+	e.op("add.s64 %x8, %x8, ", strconv.Itoa(dataOffset))
+	e.op("st.u32 [%x8+8], %x22")
+	e.op("st.u32 [%x8+12], ", strconv.Itoa(RingRecordType))
+	e.op("add.s64 %x9, %x8, ", strconv.Itoa(slotHeader))
+	c.callFunc(c.o.Prefix+"_"+funcMemcpy, "", "%x9", "%x21", "%x22")
+	e.op("add.s64 %x10, %x6, 1")
+	e.op("st.release.sys.u64 [%x8], %x10")
+	e.op("st.param.b64 [__ret], 0")
+	e.op("ret")
+	// Step D5: a ticket that cannot be published: raise the host head
+	// mirror to cover it, then count it in its slot's drop counter (release:
+	// after the mirror), and in dropped.
+	e.label("$Llate")
+	e.op("add.s64 %x10, %x6, 1")
+	e.op("red.relaxed.sys.max.u64 ", at(ringHead), ", %x10")
+	e.op("mad.lo.u64 %x8, %x0, %x1, %x20")
+	e.op("mad.lo.u64 %x8, %x7, 4, %x8")
+	e.op("red.release.sys.add.u32 [%x8+", strconv.Itoa(dataOffset), "], 1")
+	e.op("red.relaxed.sys.add.u64 ", at(ringDropped), ", 1")
+	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
+	e.op("ret")
+	// Full: one thread per refresh interval re-reads the host's tail; if
+	// the consumer has made room, take a ticket after all.
+	e.label("$Lfull")
+	e.op("mov.u64 %x10, %globaltimer")
+	e.op("ld.relaxed.gpu.u64 %x11, ", dv(devRefresh))
+	e.op("sub.s64 %x12, %x10, %x11")
+	e.op("setp.lt.u64 %z0, %x12, ", strconv.Itoa(ringRefreshNS))
+	e.op("@%z0 bra $Ldrop")
+	e.op("atom.relaxed.gpu.exch.b64 %x11, ", dv(devRefresh), ", %x10")
+	e.op("sub.s64 %x12, %x10, %x11")
+	e.op("setp.lt.u64 %z0, %x12, ", strconv.Itoa(ringRefreshNS))
+	e.op("@%z0 bra $Ldrop")
+	e.op("ld.acquire.sys.u64 %x3, ", at(ringTail))
+	e.op("red.release.gpu.max.u64 ", dv(devTail), ", %x3")
+	e.op("ld.relaxed.gpu.u64 %x13, ", dv(devDropped))
+	e.op("red.relaxed.sys.max.u64 ", at(ringDevDrops), ", %x13")
+	e.op("sub.s64 %x5, %x4, %x3")
+	e.op("setp.lt.u64 %z0, %x5, %x0")
+	e.op("@%z0 bra $Ltake")
+	e.label("$Ldrop")
+	e.op("atom.relaxed.gpu.add.u64 %x13, ", dv(devDropped), ", 1")
+	e.op("add.s64 %x13, %x13, 1")
+	e.op("and.b64 %x14, %x13, ", strconv.Itoa(ringDropMirror-1))
+	e.op("setp.ne.u64 %z0, %x14, 0")
+	e.op("@!%z0 red.relaxed.sys.max.u64 ", at(ringDevDrops), ", %x13")
 	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
 	e.op("ret")
 	e.label("$Loversize")

@@ -10,10 +10,19 @@ const (
 	hdrMaxEntries = 36 // u32: ring, mailbox: number of slots
 	hdrStride     = 40 // u32: bytes between slots
 
-	ringHead     = 128 // u64: tickets taken
-	ringTail     = 192 // u64: next ticket the consumer reads
-	ringDropped  = 256 // u64: records dropped, ring full
-	ringOversize = 320 // u64: records larger than a slot
+	ringHead     = 128                // u64: tickets taken
+	ringTail     = 192                // u64: next ticket the consumer reads
+	ringDropped  = 256                // u64: records dropped, ring full
+	ringOversize = 320                // u64: records larger than a slot
+	ringDevDrops = shm.RingDevDropped // u64: device-side reservation: mirror of the device block's dropped
+
+	// The device block of device-side reservation (shm.RingDevice*).
+	devHead     = shm.RingDeviceHead     // u64: tickets taken (gpu-scope atomics)
+	devTail     = shm.RingDeviceTail     // u64: the host tail as last seen (a lower bound)
+	devDropped  = shm.RingDeviceDropped  // u64: records dropped before taking a ticket
+	devRefresh  = shm.RingDeviceRefresh  // u64: %globaltimer of the last tail refresh
+	devSlots    = shm.RingDeviceSlots    // u32: slot_count, copied from the ring header
+	devSlotSize = shm.RingDeviceSlotSize // u32: slot_size, copied from the ring header
 
 	slotHeader = shm.SlotHeaderSize // seq u64, len u32, type u32
 

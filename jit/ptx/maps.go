@@ -288,9 +288,30 @@ func (c *compiler) perfEventOutput(i int) error {
 	gen := func(k int) error {
 		g := c.addGlobal(GlobalMap, c.p.Maps[k].Name)
 		e.op("ld.global.u64 %h0, [", g, "]")
+		if c.o.RingDevice {
+			d := c.ringDeviceGlobal(c.p.Maps[k].Name)
+			e.op("ld.global.u64 %h1, [", d, "]")
+			c.callFunc(c.need(funcRingoutDev), "%r0", "%h0", "%r4", "%r5", "%h1")
+			return nil
+		}
 		c.callFunc(c.need(funcRingout), "%r0", "%h0", "%r4", "%r5")
 		return nil
 	}
 	fallback := func() { e.op("mov.u64 %r0, ", i64(-errINVAL)) }
 	return c.dispatch(asm.R2, rings, static, gen, fallback)
+}
+
+// ringDeviceGlobal declares, once, the global that holds the device
+// address of ring mapName's reservation block, named after the map's base
+// global, and returns its name.
+func (c *compiler) ringDeviceGlobal(mapName string) string {
+	name := c.o.Prefix + "_map_" + Sanitize(mapName) + "_dev"
+	if c.globalSet == nil {
+		c.globalSet = make(map[string]bool)
+	}
+	if !c.globalSet[name] {
+		c.globalSet[name] = true
+		c.globals = append(c.globals, Global{Name: name, Kind: GlobalRingDevice, Map: mapName})
+	}
+	return name
 }

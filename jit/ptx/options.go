@@ -46,6 +46,13 @@ type Options struct {
 	// byte-wise slow path). A misaligned access then faults the kernel the
 	// probe runs in, so only set it for code known to be aligned.
 	AssumeAligned bool
+	// RingDevice turns on device-side reservation for GPU ring buffers
+	// (shm/doc.go, "Device-side reservation"): tickets, a cached tail and
+	// the count of full-ring drops live in a 64-byte device-memory block
+	// whose address the loader stores in the map's GlobalRingDevice global,
+	// so a record costs posted writes over PCIe and no round trip. While
+	// that global is 0 the record takes the host-memory protocol.
+	RingDevice bool
 	// Comments writes each eBPF instruction (and its BTF source line, when
 	// known) as a PTX comment above its code.
 	Comments bool
@@ -121,10 +128,11 @@ type GlobalKind int
 // Kinds of module-scope globals. The injector writes each with
 // cuModuleGetGlobal + cuMemcpyHtoD before the first launch.
 const (
-	GlobalMap      GlobalKind = iota + 1 // u64: device address of the map's shm region (0: not attached)
-	GlobalMailbox                        // u64: device address of the host-call mailbox region (0: none)
-	GlobalLaunchID                       // u64: id of the current launch (helper 606)
-	GlobalMapLanes                       // u64: the lanes field of a per-thread/per-warp map's region header (0: not attached)
+	GlobalMap        GlobalKind = iota + 1 // u64: device address of the map's shm region (0: not attached)
+	GlobalMailbox                          // u64: device address of the host-call mailbox region (0: none)
+	GlobalLaunchID                         // u64: id of the current launch (helper 606)
+	GlobalMapLanes                         // u64: the lanes field of a per-thread/per-warp map's region header (0: not attached)
+	GlobalRingDevice                       // u64: device address of a ring's device reservation block (Options.RingDevice; 0: host protocol)
 )
 
 // String names the kind.
@@ -138,6 +146,8 @@ func (k GlobalKind) String() string {
 		return "launch_id"
 	case GlobalMapLanes:
 		return "map_lanes"
+	case GlobalRingDevice:
+		return "ring_device"
 	}
 	return fmt.Sprintf("GlobalKind(%d)", int(k))
 }
@@ -146,7 +156,7 @@ func (k GlobalKind) String() string {
 type Global struct {
 	Name string     // PTX symbol
 	Kind GlobalKind // what it holds
-	Map  string     // for GlobalMap and GlobalMapLanes: the map's name in jit.Program.Maps
+	Map  string     // for GlobalMap, GlobalMapLanes and GlobalRingDevice: the map's name in jit.Program.Maps
 }
 
 // Func is a compiled program: one .func (plus a .func per bpf-to-bpf
