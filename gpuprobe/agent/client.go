@@ -25,6 +25,7 @@ type MappedRegion struct {
 // Session is a client's connection to the agent socket.
 type Session struct {
 	conn    *net.UnixConn
+	nextReq uint32         // id of the last PATCH sent
 	ID      uint32         // server-assigned session id
 	Regions []MappedRegion // in the server's order
 }
@@ -123,6 +124,7 @@ func readFrameFds(c *net.UnixConn, fds *[]int) (FrameType, []byte, error) {
 	read := func(b []byte) error {
 		for len(b) > 0 {
 			n, oobn, _, _, err := c.ReadMsgUnix(b, oob)
+			n, oobn = max(n, 0), max(oobn, 0) // a failed recvmsg may report -1
 			if oobn > 0 {
 				got, perr := parseRights(oob[:oobn])
 				if fds != nil {

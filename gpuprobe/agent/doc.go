@@ -29,7 +29,8 @@
 //	off size field
 //	  0  u32  magic    0x41425047, the bytes "GPBA"
 //	  4  u16  version  protocol version, 1
-//	  6  u16  type     1 HELLO, 2 WELCOME, 3 ERROR (others reserved)
+//	  6  u16  type     1 HELLO, 2 WELCOME, 3 ERROR, 4 PATCH, 5 PATCHED,
+//	                   6 NOPATCH (others reserved)
 //	  8  u32  length   payload bytes that follow (<= 65536)
 //	 12  ...  payload
 //
@@ -74,4 +75,86 @@
 //	                   4 unsupported version, 5 too many connections
 //	  4  u32  msg_len  bytes of message, <= 1024
 //	  8  ...  message  UTF-8, for logs and error messages
+//
+// # Patching
+//
+// After WELCOME the client may send PATCH frames, one at a time; the
+// server answers each with PATCHED or NOPATCH (Callbacks.Patch decides;
+// with no callback every answer is NOPATCH code 4). Any other frame after
+// WELCOME is answered with ERROR code 1 ("frame after WELCOME") and ends
+// the session. The server reads a PATCH whenever it comes and must send
+// its answer within Options.PatchTimeout (default 10 s); the client bounds
+// its own wait (the shim: GPUPROBE_TIMEOUT_MS) and on a timeout loads the
+// original image. Answers echo the request id, so a client that gave up
+// on a request skips its late answer.
+//
+// PATCH (client → server):
+//
+//	off size field
+//	  0  u32  id          request id, echoed in the answer
+//	  4  u32  arch        the device's SM number (90 for sm_90)
+//	  8  u32  api         1 cuModuleLoadData*, 2 cuLibraryLoadData (informational)
+//	 12  u32  flags       bit 0: the image is in a memfd passed with the frame
+//	                      (SCM_RIGHTS, exactly one descriptor); else inline
+//	 16  u64  image_size  bytes of the image (<= 256 MiB)
+//	 24  ...  image       inline only: image_size bytes (the frame limit applies)
+//
+// The image is what the application handed the driver: a fatbin
+// container (the shim follows a wrapper to its container), a cubin or PTX
+// text. The server picks the PTX entry of the highest architecture not
+// above arch, injects the configured probes, and answers.
+//
+// PATCHED (server → client), sent with exactly one descriptor: a memfd
+// holding image_size bytes, the patched PTX with its terminating NUL, to
+// load with the same API the application called:
+//
+//	off size field
+//	  0  u32  id          the request's id
+//	  4  u32  kernels     number of kernel descriptors
+//	  8  u32  globals     number of global descriptors
+//	 12  u32  flags       0
+//	 16  u64  image_size
+//	 24  ...  kernels descriptors, then globals descriptors
+//
+// Kernel descriptor (a patched kernel; its hidden launch-id parameter,
+// a .u64, goes at kernelParams[param_index], the array growing by one, or
+// at param_offset in a CU_LAUNCH_PARAM_BUFFER_POINTER buffer):
+//
+//	  0  u32  param_index
+//	  4  u32  param_offset
+//	  8  u32  name_len    1..4096
+//	 12  ...  name        the mangled kernel name
+//
+// Global descriptor (a module-scope .u64 to set with cuModuleGetGlobal /
+// cuLibraryGetGlobal and a copy before the first launch):
+//
+//	  0  u32  kind        1 region: device address of WELCOME region
+//	                        [region] (cuMemHostRegister DEVICEMAP, then
+//	                        cuMemHostGetDevicePointer) plus value;
+//	                      2 const: value;
+//	                      3 ring block: the device reservation block of the
+//	                        ring in WELCOME region [region]: cuMemAlloc of
+//	                        size bytes, filled with init, once per region
+//	                        and process, shared by every module;
+//	                      4 device alloc: size bytes of zeroed device
+//	                        memory private to the module; globals with the
+//	                        same region number share one allocation
+//	  4  u32  region      WELCOME region index (1, 3) or allocation number (4)
+//	  8  u64  value
+//	 16  u64  size        bytes to allocate (3, 4)
+//	 24  u32  name_len    1..4096
+//	 28  u32  init_len    <= 256 and <= size
+//	 32  ...  name, then init
+//
+// The whole description must fit one frame (64 KiB); a module whose
+// description does not is answered with NOPATCH code 3.
+//
+// NOPATCH (server → client):
+//
+//	off size field
+//	  0  u32  id       the request's id
+//	  4  u32  code     1 no PTX for the device, 2 no kernel targeted,
+//	                   3 error, 4 patching disabled
+//	  8  u32  msg_len  <= 1024
+//	 12  ...  message
 package agent

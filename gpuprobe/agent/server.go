@@ -27,6 +27,7 @@ type Options struct {
 	AllowedGIDs      []uint32      // admitted gids
 	HandshakeTimeout time.Duration // deadline of the whole handshake (default 5 s)
 	MaxConns         int           // most live connections (default 256)
+	PatchTimeout     time.Duration // bound on answering one PATCH once read (default DefaultPatchTimeout)
 	Logger           *zap.Logger   // default: no logging
 }
 
@@ -55,6 +56,10 @@ type Callbacks struct {
 	// Disconnect is called once for every peer whose Connect succeeded, when
 	// the client goes away or the server closes.
 	Disconnect func(p *Peer)
+	// Patch answers a client's PATCH (nil: every PATCH gets NOPATCH code
+	// 4). A *NoPatch error is sent as is; any other error as NOPATCH code
+	// 3 with its text. Calls for one peer never overlap.
+	Patch func(p *Peer, req *PatchRequest) (*Patched, error)
 }
 
 // Stats count the server's connections.
@@ -99,6 +104,9 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 	}
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 5 * time.Second
+	}
+	if opts.PatchTimeout <= 0 {
+		opts.PatchTimeout = DefaultPatchTimeout
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 256
@@ -316,18 +324,9 @@ func (s *Server) handle(c *net.UnixConn) {
 	s.accepted.Add(1)
 	log.Info("agent: client connected", zap.Int("regions", len(offers)))
 	c.SetDeadline(time.Time{})
-	// The session lasts until the client closes (or Close closes us). No
-	// client frames are defined after the handshake yet: any byte is a
-	// protocol error.
-	var b [1]byte
-	_, err = c.Read(b[:])
-	if err == nil {
-		c.SetWriteDeadline(time.Now().Add(s.opts.HandshakeTimeout))
-		s.refuse(c, CodeProtocol, "no frames are expected after WELCOME")
-		log.Warn("agent: client sent data after the handshake; closing")
-	} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		log.Debug("agent: connection ended", zap.Error(err))
-	}
+	// The session lasts until the client closes (or Close closes us); in
+	// between, the client may send PATCH requests.
+	s.serve(c, peer, log)
 	s.disconnect(peer)
 	log.Info("agent: client disconnected")
 }

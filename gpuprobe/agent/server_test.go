@@ -383,7 +383,7 @@ func TestConnectErrorAndDataAfterHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	sess.conn.Write([]byte("junk"))
+	sess.conn.Write([]byte("junkjunkjunk"))
 	waitGone(t, o)
 	sess.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	ft, p, err := readFrame(sess.conn)

@@ -30,6 +30,9 @@ const (
 	FrameHello   FrameType = 1 // client → server: who is connecting
 	FrameWelcome FrameType = 2 // server → client: the regions, with their memfds
 	FrameError   FrameType = 3 // server → client: why the connection is refused
+	FramePatch   FrameType = 4 // client → server: a code image to patch
+	FramePatched FrameType = 5 // server → client: the patched image and how to bind it
+	FrameNoPatch FrameType = 6 // server → client: the image is not patched, and why
 )
 
 // ErrorCode classifies an ERROR frame.
@@ -127,7 +130,7 @@ func parseFrameHeader(h []byte) (FrameType, uint32, error) {
 		return 0, 0, &ProtocolError{CodeVersion, fmt.Sprintf("protocol version %d at offset 4, this side speaks %d", v, Version)}
 	}
 	t := FrameType(le.Uint16(h[6:]))
-	if t < FrameHello || t > FrameError {
+	if t < FrameHello || t > FrameNoPatch {
 		return 0, 0, &ProtocolError{CodeProtocol, fmt.Sprintf("unknown frame type %d at offset 6", t)}
 	}
 	n := le.Uint32(h[8:])

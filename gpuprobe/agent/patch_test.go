@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func samplePatched() *Patched {
+	return &Patched{ID: 7, Image: []byte(".version 7.8\n.target sm_90\n\x00"),
+		Kernels: []PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pfi", ParamIndex: 4, ParamOffset: 32}},
+		Globals: []PatchedGlobal{
+			{Name: "p0_map_kp_warps", Kind: GlobalRegion, Region: 2},
+			{Name: "p0_ring_dev_kp_warps", Kind: GlobalRingBlock, Region: 2, Size: 64, Init: bytes.Repeat([]byte{1}, 64)},
+			{Name: "p1_map_kp_start", Kind: GlobalDeviceAlloc, Region: 0, Size: 4096},
+			{Name: "p1_lanes_kp_start", Kind: GlobalConst, Value: 2048},
+		}}
+}
+
+func TestPatchedRoundTrip(t *testing.T) {
+	a := samplePatched()
+	frame, err := MarshalPatched(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, n, err := parseFrameHeader(frame)
+	if err != nil || typ != FramePatched || int(n) != len(frame)-FrameHeader {
+		t.Fatalf("header: %v %d %v", typ, n, err)
+	}
+	got, size, err := UnmarshalPatched(frame[FrameHeader:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size != uint64(len(a.Image)) {
+		t.Errorf("image size %d, want %d", size, len(a.Image))
+	}
+	got.Image = a.Image
+	if !reflect.DeepEqual(got, a) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, a)
+	}
+}
+
+func TestPatchedCorrupt(t *testing.T) {
+	frame, err := MarshalPatched(samplePatched())
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := frame[FrameHeader:]
+	put32 := func(off int, v uint32) []byte {
+		b := append([]byte(nil), good...)
+		binary.LittleEndian.PutUint32(b[off:], v)
+		return b
+	}
+	kernelName := patchHeader + 8
+	firstGlobal := patchHeader + kernelHeader + len("_Z9vectorAddPKfS0_Pfi")
+	tests := []struct {
+		name string
+		p    []byte
+		want string
+	}{
+		{"short", good[:10], "offset 0"},
+		{"flags", put32(12, 1), "offset 12: flags"},
+		{"too many kernels", put32(4, 1<<20), "offset 4"},
+		{"kernel name length", put32(kernelName, 0), "offset 32: name length 0"},
+		{"kernel name past end", put32(kernelName, 60000), "offset 32"},
+		{"global kind", put32(firstGlobal, 9), "kind 9 unknown"},
+		{"init larger than block", put32(firstGlobal+32+len("p0_map_kp_warps")+28, 65), "65 init bytes"},
+		{"truncated", good[:len(good)-1], "offset"},
+		{"trailing", append(append([]byte(nil), good...), 0), "1 trailing bytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := UnmarshalPatched(tc.p)
+			var pe *ProtocolError
+			if !errors.As(err, &pe) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want a protocol error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPatchRequestFrames(t *testing.T) {
+	img := []byte("// ptx\n.version 7.0\n")
+	tests := []struct {
+		name  string
+		memfd bool
+		edit  func([]byte) []byte
+		want  string // "" = valid
+	}{
+		{"inline", false, nil, ""},
+		{"memfd", true, nil, ""},
+		{"size mismatch", false, func(p []byte) []byte { return p[:len(p)-1] }, "but 19 bytes follow"},
+		{"memfd with inline bytes", true, func(p []byte) []byte { return append(p, 1) }, "want 0"},
+		{"unknown flag", false, func(p []byte) []byte { p[12] |= 2; return p }, "offset 12"},
+		{"huge", true, func(p []byte) []byte { binary.LittleEndian.PutUint64(p[16:], MaxImage+1); return p }, "offset 16"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			frame, err := MarshalPatch(&PatchRequest{ID: 3, Arch: 90, API: APILibrary, Image: img}, tc.memfd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := append([]byte(nil), frame[FrameHeader:]...)
+			if tc.edit != nil {
+				p = tc.edit(p)
+			}
+			r, flags, size, err := UnmarshalPatch(p)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("got %v, want an error with %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil || r.ID != 3 || r.Arch != 90 || r.API != APILibrary || size != uint64(len(img)) {
+				t.Fatalf("got %+v %d %v", r, size, err)
+			}
+			if tc.memfd != (flags&PatchImageMemfd != 0) || (!tc.memfd && !bytes.Equal(r.Image, img)) {
+				t.Fatalf("flags %#x image %q", flags, r.Image)
+			}
+		})
+	}
+}
+
+// TestPatchOverSocket runs PATCH through a real server: the image arrives
+// whole through its memfd, PATCHED comes back with its image, a *NoPatch
+// from the owner reaches the client as is, and the session stays usable.
+func TestPatchOverSocket(t *testing.T) {
+	o := newOwner(t)
+	cb := o.callbacks()
+	big := bytes.Repeat([]byte("// a long PTX comment line\n"), 20000) // > MaxPayload: must go by memfd
+	cb.Patch = func(p *Peer, req *PatchRequest) (*Patched, error) {
+		switch {
+		case bytes.Equal(req.Image, big) && req.Arch == 90:
+			a := samplePatched()
+			a.Image = append([]byte("patched:"), req.Image[:64]...)
+			return a, nil
+		case string(req.Image) == "cubin":
+			return nil, &NoPatch{Code: NoPatchNoPTX, Message: "no PTX entry for sm_90"}
+		}
+		return nil, errors.New("inject failed")
+	}
+	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "a.sock")}, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sess, err := Dial(s.Path(), Hello{Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+
+	tests := []struct {
+		image   []byte
+		code    NoPatchCode // 0: PATCHED
+		message string
+	}{
+		{big, 0, ""},
+		{[]byte("cubin"), NoPatchNoPTX, "no PTX entry for sm_90"},
+		{[]byte("other"), NoPatchError, "inject failed"},
+		{big, 0, ""},
+	}
+	for i, tc := range tests {
+		a, err := sess.Patch(PatchRequest{Arch: 90, API: APIModule, Image: tc.image}, 10*time.Second)
+		if tc.code != 0 {
+			var np *NoPatch
+			if !errors.As(err, &np) || np.Code != tc.code || np.Message != tc.message {
+				t.Fatalf("request %d: got %v, want NOPATCH %v %q", i, err, tc.code, tc.message)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		want := samplePatched()
+		want.ID, want.Image = uint32(i+1), append([]byte("patched:"), big[:64]...)
+		if !reflect.DeepEqual(a, want) {
+			t.Fatalf("request %d:\n got %+v\nwant %+v", i, a, want)
+		}
+	}
+}
+
+func TestPatchWithoutCallback(t *testing.T) {
+	o := newOwner(t)
+	s := listen(t, o, Options{})
+	sess, err := Dial(s.Path(), Hello{Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	_, err = sess.Patch(PatchRequest{Arch: 80, Image: []byte("x")}, 5*time.Second)
+	var np *NoPatch
+	if !errors.As(err, &np) || np.Code != NoPatchDisabled {
+		t.Fatalf("got %v, want NOPATCH disabled", err)
+	}
+}
