@@ -120,31 +120,31 @@
 // a .u64, goes at kernelParams[param_index], the array growing by one, or
 // at param_offset in a CU_LAUNCH_PARAM_BUFFER_POINTER buffer):
 //
-//	  0  u32  param_index
-//	  4  u32  param_offset
-//	  8  u32  name_len    1..4096
-//	 12  ...  name        the mangled kernel name
+//	 0  u32  param_index
+//	 4  u32  param_offset
+//	 8  u32  name_len    1..4096
+//	12  ...  name        the mangled kernel name
 //
 // Global descriptor (a module-scope .u64 to set with cuModuleGetGlobal /
 // cuLibraryGetGlobal and a copy before the first launch):
 //
-//	  0  u32  kind        1 region: device address of WELCOME region
-//	                        [region] (cuMemHostRegister DEVICEMAP, then
-//	                        cuMemHostGetDevicePointer) plus value;
-//	                      2 const: value;
-//	                      3 ring block: the device reservation block of the
-//	                        ring in WELCOME region [region]: cuMemAlloc of
-//	                        size bytes, filled with init, once per region
-//	                        and process, shared by every module;
-//	                      4 device alloc: size bytes of zeroed device
-//	                        memory private to the module; globals with the
-//	                        same region number share one allocation
-//	  4  u32  region      WELCOME region index (1, 3) or allocation number (4)
-//	  8  u64  value
-//	 16  u64  size        bytes to allocate (3, 4)
-//	 24  u32  name_len    1..4096
-//	 28  u32  init_len    <= 256 and <= size
-//	 32  ...  name, then init
+//	 0  u32  kind        1 region: device address of WELCOME region
+//	                       [region] (cuMemHostRegister DEVICEMAP, then
+//	                       cuMemHostGetDevicePointer) plus value;
+//	                     2 const: value;
+//	                     3 ring block: the device reservation block of the
+//	                       ring in WELCOME region [region]: cuMemAlloc of
+//	                       size bytes, filled with init, once per region
+//	                       and process, shared by every module;
+//	                     4 device alloc: size bytes of zeroed device
+//	                       memory private to the module; globals with the
+//	                       same region number share one allocation
+//	 4  u32  region      WELCOME region index (1, 3) or allocation number (4)
+//	 8  u64  value
+//	16  u64  size        bytes to allocate (3, 4)
+//	24  u32  name_len    1..4096
+//	28  u32  init_len    <= 256 and <= size
+//	32  ...  name, then init
 //
 // The whole description must fit one frame (64 KiB); a module whose
 // description does not is answered with NOPATCH code 3.
