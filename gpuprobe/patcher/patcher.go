@@ -1,0 +1,244 @@
+// Package patcher is the collector's answer to a shim's PATCH (package
+// agent): it finds the PTX of a code image that suits the device, splices
+// the configured probes into it (gpuprobe/inject, cached), and describes
+// what the shim must do before the first launch: where each patched
+// kernel's hidden launch-id parameter goes and how to set each module
+// global (a shared-memory region's device address, a constant, a ring's
+// device reservation block, or device memory private to the module).
+package patcher
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
+	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/ptx"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// Options configure a Patcher.
+type Options struct {
+	// Programs are the GPU programs to inject (e.g. kernel_phases and the
+	// configured objects).
+	Programs []*jit.Program
+	// DeviceOnly names maps the host never reads: they live in device
+	// memory private to each module (agent.GlobalDeviceAlloc) rather than
+	// in a shared region.
+	DeviceOnly []string
+	// MaxThreads sizes device-only per-thread and per-warp maps (threads of
+	// one launch); 0 means 1<<20.
+	MaxThreads uint32
+	// RingDevice compiles ring writes with device-side reservation
+	// (shm/doc.go); a ring's binding then needs its device block.
+	RingDevice bool
+	// Inject are further injection options (Arch, RaiseTarget, LaunchID
+	// and PTX.RingDevice are set by the patcher).
+	Inject inject.Options
+	// CacheEntries and CacheBytes bound the injection cache (defaults 256
+	// entries, 256 MiB).
+	CacheEntries, CacheBytes int
+}
+
+// Binding says where one map of the programs lives for one client.
+type Binding struct {
+	Region    uint32 // index of the map's region in the client's WELCOME
+	Lanes     uint64 // the region's lanes (per-thread and per-warp arrays), else 1
+	RingBlock []byte // rings with RingDevice: initial device block (shm.Ring.DeviceBlock)
+}
+
+// Binder returns the binding of a map by name, or false when the client
+// has no region for it.
+type Binder func(mapName string) (Binding, bool)
+
+// Patcher answers PATCH requests. It is safe for concurrent use.
+type Patcher struct {
+	opts       Options
+	deviceOnly map[string]bool
+	inj        *inject.Injector
+}
+
+// New returns a Patcher for a program set.
+func New(opts Options) (*Patcher, error) {
+	if len(opts.Programs) == 0 {
+		return nil, errors.New("patcher: no programs to inject")
+	}
+	if opts.MaxThreads == 0 {
+		opts.MaxThreads = 1 << 20
+	}
+	if opts.CacheEntries == 0 {
+		opts.CacheEntries = 256
+	}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = 256 << 20
+	}
+	inj, err := inject.NewInjector(opts.CacheEntries, opts.CacheBytes)
+	if err != nil {
+		return nil, fmt.Errorf("patcher: %w", err)
+	}
+	p := &Patcher{opts: opts, deviceOnly: map[string]bool{}, inj: inj}
+	for _, n := range opts.DeviceOnly {
+		p.deviceOnly[n] = true
+	}
+	return p, nil
+}
+
+// CacheStats returns the injection cache's counters.
+func (p *Patcher) CacheStats() inject.CacheStats { return p.inj.Stats() }
+
+// noPatch builds the *agent.NoPatch errors Patch returns.
+func noPatch(code agent.NoPatchCode, format string, args ...any) error {
+	return &agent.NoPatch{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// SelectPTX returns the PTX text of an image that suits a device of SM
+// arch: the PTX entry of the highest architecture not above arch (loose
+// PTX text always suits). It fails with code NoPatchNoPTX when there is
+// none.
+func SelectPTX(image []byte, arch uint32) ([]byte, error) {
+	f, err := fatbin.ParseImage(image)
+	if err != nil {
+		return nil, noPatch(agent.NoPatchError, "parsing the %d-byte image: %v", len(image), err)
+	}
+	entries, err := f.PTX()
+	if errors.Is(err, fatbin.ErrNoPTX) {
+		return nil, noPatch(agent.NoPatchNoPTX, "the %s image has no PTX (SASS only)", f.Kind)
+	}
+	if err != nil {
+		return nil, noPatch(agent.NoPatchError, "%v", err)
+	}
+	var best []*fatbin.Entry
+	var have []string
+	for _, e := range entries {
+		have = append(have, e.ArchName())
+		switch {
+		case e.Arch > arch:
+		case len(best) == 0 || e.Arch > best[0].Arch:
+			best = []*fatbin.Entry{e}
+		case e.Arch == best[0].Arch:
+			best = append(best, e)
+		}
+	}
+	if len(best) == 0 {
+		sort.Strings(have)
+		return nil, noPatch(agent.NoPatchNoPTX, "no PTX entry for sm_%d or older (the image has %s)", arch, strings.Join(have, ", "))
+	}
+	if len(best) > 1 {
+		return nil, noPatch(agent.NoPatchError, "%d PTX entries for %s (separate translation units cannot be loaded as one module)", len(best), best[0].ArchName())
+	}
+	text, err := best[0].PTX()
+	if err != nil {
+		return nil, noPatch(agent.NoPatchError, "PTX entry %s: %v", best[0].ArchName(), err)
+	}
+	return text, nil
+}
+
+// Patch patches the image of a PATCH request for one client, whose map
+// regions bind resolves. Errors are *agent.NoPatch.
+func (p *Patcher) Patch(req *agent.PatchRequest, bind Binder) (*agent.Patched, error) {
+	text, err := SelectPTX(req.Image, req.Arch)
+	if err != nil {
+		return nil, err
+	}
+	opts := p.opts.Inject
+	opts.Arch = fmt.Sprintf("sm_%d", req.Arch)
+	opts.RaiseTarget = true
+	opts.LaunchID = inject.LaunchIDParam
+	opts.PTX.RingDevice = p.opts.RingDevice
+	out, rep, err := p.inj.Inject(text, p.opts.Programs, opts)
+	if errors.Is(err, inject.ErrNoKernel) {
+		return nil, noPatch(agent.NoPatchNoKernel, "%v", err)
+	}
+	if err != nil {
+		return nil, noPatch(agent.NoPatchError, "%v", err)
+	}
+	a := &agent.Patched{Image: append(out, 0)}
+	for _, k := range rep.Kernels {
+		if k.Launch == nil {
+			return nil, noPatch(agent.NoPatchError, "kernel %s: no launch-id parameter in the report", k.Name)
+		}
+		a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: k.Name,
+			ParamIndex: uint32(k.Launch.Index), ParamOffset: uint32(k.Launch.Offset)})
+	}
+	if a.Globals, err = p.globals(rep.Globals, bind); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// globals turns the report's globals into the shim's instructions.
+func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGlobal, error) {
+	allocs := map[*jit.Map]uint32{} // device-only map → allocation number
+	var out []agent.PatchedGlobal
+	for _, g := range gs {
+		pg := agent.PatchedGlobal{Name: g.Name, Kind: agent.GlobalConst}
+		switch g.Kind {
+		case ptx.GlobalMap, ptx.GlobalMapLanes, ptx.GlobalRingDevice:
+			m := g.MapDef
+			if m == nil {
+				return nil, noPatch(agent.NoPatchError, "global %s (program %s): no map definition", g.Name, g.Program)
+			}
+			if p.deviceOnly[m.Name] {
+				lanes, size, err := p.deviceSize(m)
+				if err != nil {
+					return nil, err
+				}
+				switch g.Kind {
+				case ptx.GlobalMap:
+					n, ok := allocs[m]
+					if !ok {
+						n = uint32(len(allocs))
+						allocs[m] = n
+					}
+					pg.Kind, pg.Region, pg.Size = agent.GlobalDeviceAlloc, n, size
+				case ptx.GlobalMapLanes:
+					pg.Value = lanes
+				}
+				break
+			}
+			b, ok := bind(m.Name)
+			if !ok {
+				return nil, noPatch(agent.NoPatchError, "map %s of program %s has no region for this client", m.Name, g.Program)
+			}
+			switch g.Kind {
+			case ptx.GlobalMap:
+				pg.Kind, pg.Region = agent.GlobalRegion, b.Region
+			case ptx.GlobalMapLanes:
+				pg.Value = b.Lanes
+			case ptx.GlobalRingDevice:
+				if len(b.RingBlock) > 0 { // else 0: the host protocol
+					pg.Kind, pg.Region, pg.Size = agent.GlobalRingBlock, b.Region, shm.RingDeviceBlockSize
+					pg.Init = b.RingBlock
+				}
+			}
+		case ptx.GlobalMailbox, ptx.GlobalLaunchID:
+			// 0: no host-call mailbox yet (host-call helpers fail fast);
+			// the launch id comes by parameter.
+		default:
+			return nil, noPatch(agent.NoPatchError, "global %s: unknown kind %v", g.Name, g.Kind)
+		}
+		out = append(out, pg)
+	}
+	return out, nil
+}
+
+// deviceSize returns the lanes and bytes of a device-only map: a region
+// header followed by MaxEntries × lanes values of 8-byte aligned size.
+func (p *Patcher) deviceSize(m *jit.Map) (uint64, uint64, error) {
+	lanes := uint64(1)
+	switch m.Type {
+	case jit.MapTypePerThreadArray:
+		lanes = uint64(p.opts.MaxThreads)
+	case jit.MapTypePerWarpArray:
+		lanes = (uint64(p.opts.MaxThreads) + 31) / 32
+	case jit.MapTypeGPUArray:
+	default:
+		return 0, 0, noPatch(agent.NoPatchError, "map %s: type %d cannot live in device memory only", m.Name, m.Type)
+	}
+	stride := (uint64(m.ValueSize) + 7) &^ 7
+	return lanes, shm.DataOffset + uint64(m.MaxEntries)*lanes*stride, nil
+}
