@@ -8,10 +8,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadata"
@@ -54,6 +57,10 @@ type source struct {
 	names                                  *shm.Ring          // the names ring (owned), or nil
 	namesCons                              *shm.Consumer
 	namesDropped                           uint64
+	warps                                  *shm.Ring // the kernel_phases ring (owned), or nil
+	warpsCons                              *shm.Consumer
+	warpsDropped                           uint64
+	bind                                   map[string]patcher.Binding // map name → region in the client's WELCOME
 }
 
 // gpuReceiver is the instance shared by the traces and metrics handles.
@@ -73,9 +80,10 @@ type gpuReceiver struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	driver   driverStatus
-	dropped  uint64 // records dropped (ring full, oversize, stalled, invalid)
-	patched  uint64
-	patchErr uint64
+	dropped  uint64        // records dropped (ring full, oversize, stalled, invalid)
+	patched  atomic.Uint64 // modules patched (agent goroutines)
+	patchErr atomic.Uint64 // modules not patched
+	patcher  *patcher.Patcher
 	spansErr uint64
 	defs     []*progmaps.Def      // GPU maps of the configured programs
 	col      *progmaps.Collector  // user maps → pdata (poll goroutine only)
@@ -121,6 +129,10 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	r.defs = defs
 	r.tel = tel
+	if r.patcher, err = r.newPatcher(); err != nil {
+		tel.Shutdown()
+		return err
+	}
 	r.driver = detectDriver(r.cfg.HostProbes.LibraryPaths)
 	logDriverOnce(r.log, r.driver, r.cfg)
 
@@ -176,7 +188,7 @@ func (r *gpuReceiver) listen() error {
 		Path: r.cfg.Agent.Socket, Mode: mode,
 		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
 		Logger: r.log,
-	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect})
+	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch})
 	if err != nil {
 		return fmt.Errorf("gpuprobe: agent::socket %s: %w", r.cfg.Agent.Socket, err)
 	}
@@ -206,8 +218,25 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 		}
 		offers = append(offers, maps.Offers()...)
 	}
+	var warps *shm.Ring
+	if r.cfg.Probes.KernelPhases {
+		warps, err = shm.CreateRing(WarpRingSlotSize, WarpRingSlots)
+		if err != nil {
+			ring.Close()
+			names.Close()
+			if maps != nil {
+				maps.Close()
+			}
+			return nil, fmt.Errorf("kernel_phases ring for pid %d: %w", p.PID, err)
+		}
+		offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: probes.KernelPhasesRingMap, Region: warps.Region()})
+	}
 	s := r.addSource(ring, true, maps, names)
 	r.mu.Lock()
+	if warps != nil {
+		s.warps, s.warpsCons = warps, warps.NewConsumer(shm.ConsumerOptions{})
+	}
+	s.bind = bindings(offers, warps)
 	r.bySess[p.Session] = s
 	r.mu.Unlock()
 	return offers, nil
@@ -301,6 +330,15 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 		s.consumer.Read(maxReadPerPoll, func(rec shm.Record) {
 			_ = r.tr.Handle(s.id, rec.Payload, now) // invalid records are counted
 		})
+		if s.warpsCons != nil {
+			s.warpsCons.Read(maxReadPerPoll, func(rec shm.Record) {
+				_ = r.tr.Handle(s.id, rec.Payload, now)
+			})
+			st, cs := s.warps.Stats(), s.warpsCons.Stats()
+			d := st.Dropped + st.Oversize + cs.Stalled
+			dropped += d - s.warpsDropped
+			s.warpsDropped = d
+		}
 		if s.maps != nil {
 			r.col.ReadRings(s.maps, now, maxReadPerPoll)
 		}
@@ -375,6 +413,11 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 				r.log.Debug("gpuprobe: closing a names ring", zap.Error(err))
 			}
 		}
+		if s.warps != nil {
+			if err := s.warps.Close(); err != nil {
+				r.log.Debug("gpuprobe: closing a kernel_phases ring", zap.Error(err))
+			}
+		}
 	}
 }
 
@@ -386,9 +429,9 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, or invalid).", Value: r.dropped},
 		{Name: "gpuprobe.receiver.launches.evicted", Unit: "{launch}", Desc: "Launches emitted before all their records arrived.", Value: c.LaunchesEvicted + c.LaunchesExpired},
 		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.spansErr},
-		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched},
+		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched.Load()},
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
-		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr},
+		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr.Load()},
 	}
 }
 

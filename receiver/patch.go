@@ -1,0 +1,105 @@
+package receiver
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/record"
+	"github.com/gpuprobe/gpuprobe/shm"
+	"go.uber.org/zap"
+)
+
+// The kernel_phases ring: with probes::kernel_phases on, every client also
+// gets a ring (role 3, map name kp_warps) that the patched kernels write
+// one record.Warp per warp into; the receiver reads it after the launch
+// ring and feeds the records to the same translator.
+const (
+	WarpRingSlotSize = shm.SlotHeaderSize + record.WarpSize // bytes per slot
+	WarpRingSlots    = 1 << 18                              // slots (20 MiB per client)
+)
+
+// newPatcher builds the patcher of the configured probes: kernel_phases
+// (when on) and the GPU programs of programs[] (those named in attach, or
+// all). It returns nil when there is nothing to inject.
+func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
+	var progs []*jit.Program
+	if r.cfg.Probes.KernelPhases {
+		kp, err := probes.Load(probes.KernelPhases)
+		if err != nil {
+			return nil, fmt.Errorf("gpuprobe: probes::kernel_phases: %w", err)
+		}
+		progs = append(progs, kp...)
+	}
+	for i, pc := range r.cfg.Programs {
+		ps, err := jit.LoadELF(pc.Path)
+		if err != nil {
+			return nil, fmt.Errorf("gpuprobe: programs[%d] (%s): %w", i, pc.Path, err)
+		}
+		for _, p := range ps {
+			if len(pc.Attach) == 0 || slices.Contains(pc.Attach, p.Name) {
+				progs = append(progs, p)
+			}
+		}
+	}
+	if len(progs) == 0 {
+		return nil, nil
+	}
+	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: []string{probes.KernelPhasesStartMap},
+		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice})
+	if err != nil {
+		return nil, fmt.Errorf("gpuprobe: %w", err)
+	}
+	return p, nil
+}
+
+// bindings records, for one client, where each map's region is in its
+// WELCOME: the index, the lanes, and for the rings the receiver reads
+// with device-side reservation (kp_warps) the initial device block.
+func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding {
+	out := map[string]patcher.Binding{}
+	for i, o := range offers {
+		if o.Role != agent.RoleMap {
+			continue
+		}
+		b := patcher.Binding{Region: uint32(i), Lanes: uint64(o.Region.Header().Lanes)}
+		if warps != nil && o.Region == warps.Region() {
+			b.RingBlock = warps.DeviceBlock()
+		}
+		out[o.Name] = b
+	}
+	return out
+}
+
+// onPatch answers a client's PATCH with the configured probes, bound to
+// the client's regions, and counts the outcome.
+func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+	if r.patcher == nil {
+		return nil, &agent.NoPatch{Code: agent.NoPatchDisabled, Message: "no GPU probes are configured (probes::kernel_phases off, no programs)"}
+	}
+	r.mu.Lock()
+	s := r.bySess[p.Session]
+	r.mu.Unlock()
+	if s == nil {
+		return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: fmt.Sprintf("session %d is not known", p.Session)}
+	}
+	start := time.Now()
+	a, err := r.patcher.Patch(req, func(name string) (patcher.Binding, bool) {
+		b, ok := s.bind[name]
+		return b, ok
+	})
+	if err != nil {
+		r.patchErr.Add(1)
+		r.log.Info("gpuprobe: module not patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
+			zap.Int("image_bytes", len(req.Image)), zap.Error(err))
+		return nil, err
+	}
+	r.patched.Add(1)
+	r.log.Debug("gpuprobe: module patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
+		zap.Int("kernels", len(a.Kernels)), zap.Duration("took", time.Since(start)))
+	return a, nil
+}

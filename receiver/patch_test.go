@@ -1,0 +1,122 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/record"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// TestPatchAndWarpRing drives the patching path end to end without a GPU:
+// a client dials the real agent socket, gets a kernel_phases ring (role 3,
+// kp_warps), sends a PTX image and gets it back patched with globals bound
+// to that ring; warp records written into the ring (as the patched kernel
+// would) reach the launch's span; a bad image is counted as a failure.
+func TestPatchAndWarpRing(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Probes.KernelPhases = true
+	tr, mr, traces, _ := startBoth(t, cfg)
+	defer mr.Shutdown(context.Background())
+	defer tr.Shutdown(context.Background())
+	r := tr.(*handle).r
+
+	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	warpIdx := -1
+	for i, reg := range sess.Regions {
+		if reg.Role == agent.RoleMap && reg.Name == probes.KernelPhasesRingMap {
+			warpIdx = i
+		}
+	}
+	if warpIdx < 0 {
+		t.Fatalf("no %s region in WELCOME: %+v", probes.KernelPhasesRingMap, sess.Regions)
+	}
+
+	img, err := os.ReadFile(filepath.Join("..", "testdata", "cuda", "inject", "exits.ptx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: img}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Kernels) == 0 || !strings.Contains(string(a.Image), "__gpuprobe_launch_id") {
+		t.Fatalf("not patched: %d kernels", len(a.Kernels))
+	}
+	var region, block bool
+	for _, g := range a.Globals {
+		switch g.Kind {
+		case agent.GlobalRegion:
+			region = int(g.Region) == warpIdx
+		case agent.GlobalRingBlock:
+			block = int(g.Region) == warpIdx && len(g.Init) == shm.RingDeviceBlockSize
+		}
+	}
+	if !region || !block {
+		t.Fatalf("globals do not bind region %d (kp_warps): %+v", warpIdx, a.Globals)
+	}
+	_, err = sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: []byte("not an image at all")}, 30*time.Second)
+	var np *agent.NoPatch
+	if !errors.As(err, &np) || np.Code != agent.NoPatchError {
+		t.Fatalf("bad image: %v", err)
+	}
+	if p, f := r.patched.Load(), r.patchErr.Load(); p != 1 || f != 1 {
+		t.Fatalf("modules patched %d, failures %d; want 1 and 1", p, f)
+	}
+
+	// 2 blocks of 64 threads: 4 warps.
+	launches, err := shm.NewRing(sess.Region(agent.RoleLaunchRing, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warps, err := shm.NewRing(sess.Regions[warpIdx].Region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := monoNow(t)
+	l := &record.Launch{LaunchID: 9, PID: uint32(os.Getpid()), EnqueueNS: now, ReturnNS: now + 100, Function: 1,
+		Grid: [3]uint32{2, 1, 1}, Block: [3]uint32{64, 1, 1}}
+	if res := launches.Produce(uint32(record.TypeLaunch), l.Append(nil)); res != shm.Published {
+		t.Fatal(res)
+	}
+	for i := range uint32(4) {
+		w := &record.Warp{LaunchID: 9, Block: [3]uint32{i / 2, 0, 0}, Warp: i % 2, ActiveMask: ^uint32(0),
+			StartNS: now + 1000, MinExitNS: now + 2000, EndNS: now + 2500}
+		if res := warps.Produce(uint32(record.TypeWarp), w.Append(nil)); res != shm.Published {
+			t.Fatal(res)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // polls read the launch and the warps
+	c := &record.Completion{LaunchID: 9, CompleteNS: now + 3000}
+	launches.Produce(uint32(record.TypeCompletion), c.Append(nil))
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, td := range traces.AllTraces() {
+			rs := td.ResourceSpans()
+			for i := range rs.Len() {
+				ss := rs.At(i).ScopeSpans().At(0).Spans()
+				for j := range ss.Len() {
+					if v, ok := ss.At(j).Attributes().Get("cuda.warps.observed"); ok {
+						if v.Int() != 4 {
+							t.Fatalf("cuda.warps.observed %d, want 4", v.Int())
+						}
+						return
+					}
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no span with cuda.warps.observed after 10 s (%d spans)", traces.SpanCount())
+}
