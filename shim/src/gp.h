@@ -182,6 +182,22 @@ static inline void *gp_real(struct gp_slot *s)
 	} while (0)
 
 /* session.c */
+#define GP_MAX_REGIONS 32u
+/* A WELCOME region: its memfd, kept for patched modules' globals. */
+struct gp_region {
+	int fd;         /* -1 once dropped */
+	uint16_t kind;  /* shm region kind */
+	uint64_t size;  /* bytes */
+	void *host;     /* mapping, once bound (patch.c) */
+	uint64_t dev;   /* device address of host, once registered */
+	uint64_t block; /* ring-block device allocation, once made */
+	uint64_t block_size;
+};
+extern GP_HIDDEN struct gp_region gp_regions[GP_MAX_REGIONS];
+extern GP_HIDDEN uint32_t gp_nregions;
+extern GP_HIDDEN int gp_timeout_ms;
+GP_HIDDEN int gp_agent_exchange(const uint8_t *frame, size_t n, int sendfd, uint32_t id, uint32_t *type,
+				uint8_t **payload, uint32_t *plen, int *recvfd);
 extern GP_HIDDEN void *gp_ring_base; /* the launch ring, or NULL */
 extern GP_HIDDEN uint32_t gp_gen;    /* session generation (bumped per handshake) */
 GP_HIDDEN void gp_connect(void);
@@ -291,8 +307,29 @@ struct gp_image {
 };
 GP_HIDDEN void gp_image_classify(const void *p, struct gp_image *img);
 GP_HIDDEN const char *gp_image_kind_name(int kind);
-GP_HIDDEN const void *gp_patch_image(const char *api, struct gp_image *img);
 GP_HIDDEN void gp_module_loaded(const char *api, uint64_t module, const struct gp_image *img, CUresult r);
+
+/* patch.c */
+#define GP_MAX_PARAMS 1024 /* kernelParams entries a patched launch can pass */
+#define GP_XBUF 32768      /* bytes of a patched launch's extra buffer */
+struct gp_pfunc_info {
+	uint32_t index, offset; /* the hidden launch id: kernelParams index, buffer offset */
+};
+struct gp_patch {
+	const char *api;
+	int lib, active;
+	uint8_t *payload; /* PATCHED */
+	uint32_t plen;
+	void *image;      /* the patched PTX (memfd mapping) */
+	size_t image_size;
+};
+GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *img, struct gp_patch *pp);
+GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module);
+GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name);
+GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to);
+GP_HIDDEN const struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);
+/* gp_any_patched: some module was patched (launches look functions up). */
+extern GP_HIDDEN int gp_any_patched;
 
 /* trace.c */
 extern GP_HIDDEN int gp_trace_fd;

@@ -101,20 +101,6 @@ GP_HIDDEN const char *gp_image_kind_name(int kind)
 	return "unknown";
 }
 
-/*
- * gp_patch_image is where a later step sends the image to the collector
- * (content hash first, so the collector can answer from its cache), waits a
- * bounded time for the patched image, and returns it for the driver to load
- * instead. NOT YET: the injector is not wired in, so this returns the
- * original image unchanged and the application loads exactly what it asked
- * for.
- */
-GP_HIDDEN const void *gp_patch_image(const char *api, struct gp_image *img)
-{
-	(void)api;
-	return img->ptr;
-}
-
 /* Loaded modules and libraries: handle -> image, for the trace and for the
  * later patching step (which must map device globals per module). */
 struct gp_module {

@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -34,6 +35,9 @@ GP_HIDDEN int gp_state = GP_IDLE;
 
 static size_t gp_ring_size;
 static int gp_sock = -1;
+GP_HIDDEN int gp_timeout_ms = GP_DEFAULT_TIMEOUT_MS;
+GP_HIDDEN struct gp_region gp_regions[GP_MAX_REGIONS];
+GP_HIDDEN uint32_t gp_nregions;
 static uint32_t gp_pid_cache;
 static uint64_t gp_id_counter;
 
@@ -94,7 +98,6 @@ GP_HIDDEN uint32_t gp_device(void)
 #define GP_FRAME_WELCOME 2u
 #define GP_FRAME_ERROR 3u
 #define GP_MAX_PAYLOAD 65536u
-#define GP_MAX_REGIONS 32u
 #define GP_DESC_SIZE 64u
 #define GP_ROLE_LAUNCH_RING 1u
 
@@ -187,6 +190,89 @@ static int gp_send_all(int fd, const uint8_t *buf, size_t n, uint64_t deadline)
 	return 0;
 }
 
+/* gp_regions_drop closes the kept region memfds (the mappings of bound
+ * regions stay: device code may use them). */
+static void gp_regions_drop(void)
+{
+	for (uint32_t i = 0; i < gp_nregions; i++)
+		if (gp_regions[i].fd >= 0)
+			close(gp_regions[i].fd), gp_regions[i].fd = -1;
+	gp_nregions = 0;
+}
+
+/* gp_agent_exchange sends one frame (with sendfd as SCM_RIGHTS when >= 0)
+ * on the session socket and reads frames until one of want_type (or
+ * FRAME_ERROR) whose first u32 is id arrives, within timeout_ms. The
+ * payload (malloc'd) and at most one received descriptor are returned.
+ * Callers serialise (patch.c holds its lock). */
+GP_HIDDEN int gp_agent_exchange(const uint8_t *frame, size_t n, int sendfd, uint32_t id, uint32_t *type,
+				uint8_t **payload, uint32_t *plen, int *recvfd)
+{
+	uint64_t deadline = gp_now() + (uint64_t)gp_timeout_ms * 1000000u;
+	int fd = gp_sock, err;
+	*payload = NULL, *recvfd = -1;
+	if (fd < 0)
+		return -ENOTCONN;
+	if (sendfd >= 0) {
+		union {
+			struct cmsghdr h;
+			char b[CMSG_SPACE(sizeof(int))];
+		} cb;
+		memset(&cb, 0, sizeof cb);
+		struct iovec iov = {.iov_base = (void *)frame, .iov_len = n};
+		struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b, .msg_controllen = sizeof cb.b};
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &sendfd, sizeof(int));
+		if ((err = gp_wait(fd, POLLOUT, deadline)) != 0)
+			return err;
+		ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (r < 0)
+			return -errno;
+		if ((err = gp_send_all(fd, frame + r, n - (size_t)r, deadline)) != 0)
+			return err;
+	} else if ((err = gp_send_all(fd, frame, n, deadline)) != 0) {
+		return err;
+	}
+	for (;;) {
+		uint8_t hdr[12];
+		int fds[GP_MAX_REGIONS], nfds = 0;
+		if ((err = gp_recv_all(fd, hdr, sizeof hdr, fds, &nfds, deadline)) != 0)
+			goto out;
+		uint32_t len = gp_le32(hdr + 8), t = gp_le16(hdr + 6);
+		if (gp_le32(hdr) != GP_MAGIC || gp_le16(hdr + 4) != GP_PROTO || len > GP_MAX_PAYLOAD) {
+			err = -EPROTO;
+			goto out;
+		}
+		uint8_t *p = malloc(len ? len : 1);
+		if (p == NULL) {
+			err = -ENOMEM;
+			goto out;
+		}
+		if ((err = gp_recv_all(fd, p, len, fds, &nfds, deadline)) != 0) {
+			free(p);
+			goto out;
+		}
+		if (t == GP_FRAME_ERROR || (len >= 4 && gp_le32(p) == id)) {
+			*type = t, *payload = p, *plen = len;
+			if (nfds > 0)
+				*recvfd = fds[0];
+			for (int i = 1; i < nfds; i++)
+				close(fds[i]);
+			return 0;
+		}
+		/* A late answer to a request given up on: skip it. */
+		free(p);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		continue;
+	out:
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		return err;
+	}
+}
+
 /* gp_handshake connects and maps the launch ring; returns 0 or -errno and
  * a reason. */
 static int gp_handshake(const char *path, int timeout_ms, const char **why)
@@ -267,6 +353,14 @@ static int gp_handshake(const char *path, int timeout_ms, const char **why)
 		uint32_t role = gp_le32(d);
 		uint16_t kind = gp_le16(d + 4);
 		uint64_t size = gp_le64(d + 8);
+		/* Every region is kept (its memfd) for patched modules' globals,
+		 * which are mapped on first use (patch.c). */
+		gp_regions[i].fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+		gp_regions[i].size = size;
+		gp_regions[i].kind = kind;
+		gp_regions[i].host = NULL;
+		gp_regions[i].dev = 0, gp_regions[i].block = 0, gp_regions[i].block_size = 0;
+		gp_nregions = i + 1;
 		if (ring != NULL || role != GP_ROLE_LAUNCH_RING || kind != GPBR_KIND_RING ||
 		    size < GPBR_DATA_OFFSET || size > ((uint64_t)1 << 40))
 			continue; /* other roles: later steps (maps, mailbox) */
@@ -293,6 +387,7 @@ static int gp_handshake(const char *path, int timeout_ms, const char **why)
 		 ((struct gpbr_header *)ring)->stride);
 	free(payload);
 	gp_sock = fd;
+	gp_timeout_ms = timeout_ms;
 	gp_ring_size = ring_size;
 	__atomic_add_fetch(&gp_gen, 1, __ATOMIC_RELEASE);
 	__atomic_store_n(&gp_ring_base, ring, __ATOMIC_RELEASE);
@@ -300,6 +395,7 @@ static int gp_handshake(const char *path, int timeout_ms, const char **why)
 fail:
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
+	gp_regions_drop();
 	free(payload);
 	close(fd);
 	return err;
@@ -356,6 +452,7 @@ static void gp_atfork_child(void)
 	if (gp_sock >= 0)
 		close(gp_sock);
 	gp_sock = -1;
+	gp_regions_drop();
 	gp_pid_cache = 0;
 	gp_self.tid = 0;
 	gp_state = GP_IDLE;

@@ -44,6 +44,55 @@ static inline void gp_launch_record(void *ring, uint32_t api, uint64_t id, uint6
 	GP_COUNT(launches, 1);
 }
 
+/* Per-thread launch buffers of patched launches: kernelParams with the
+ * launch id appended, and a copy of a CU_LAUNCH_PARAM_BUFFER_POINTER
+ * buffer with the launch id written at its offset. */
+static __thread void *gp_pbuf[GP_MAX_PARAMS + 1];
+static __thread uint64_t gp_plid;
+static __thread uint64_t gp_xbuf[GP_XBUF / 8];
+static __thread size_t gp_xsize;
+static __thread void *gp_xextra[5];
+
+/* gp_patch_args rewrites *params or *extra of a launch of f when f is a
+ * patched kernel: its hidden parameter gets the launch id. */
+static inline void gp_patch_args(uint64_t f, uint64_t id, void ***params, void ***extra)
+{
+	if (GP_LIKELY(!__atomic_load_n(&gp_any_patched, __ATOMIC_ACQUIRE)))
+		return;
+	const struct gp_pfunc_info *pf = gp_pfunc_find(f);
+	if (pf == NULL)
+		return;
+	gp_plid = id;
+	if (*params != NULL || (*extra == NULL && pf->index == 0)) {
+		void **in = *params;
+		for (uint32_t i = 0; i < pf->index; i++)
+			gp_pbuf[i] = in[i];
+		gp_pbuf[pf->index] = &gp_plid;
+		*params = gp_pbuf;
+		return;
+	}
+	void **e = *extra, *buf = NULL;
+	size_t *size = NULL;
+	for (int i = 0; e != NULL && i < 64 && e[i] != (void *)0; i += 2) {
+		if (e[i] == (void *)1)
+			buf = e[i + 1];
+		else if (e[i] == (void *)2)
+			size = e[i + 1];
+		else
+			return; /* an unknown key: leave the launch alone */
+	}
+	if (buf == NULL || size == NULL || *size > GP_XBUF)
+		return;
+	size_t n = *size > (size_t)pf->offset + 8 ? *size : (size_t)pf->offset + 8;
+	memcpy(gp_xbuf, buf, *size);
+	memcpy((uint8_t *)gp_xbuf + pf->offset, &gp_plid, 8);
+	gp_xsize = n;
+	gp_xextra[0] = (void *)1, gp_xextra[1] = gp_xbuf;
+	gp_xextra[2] = (void *)2, gp_xextra[3] = &gp_xsize;
+	gp_xextra[4] = (void *)0;
+	*extra = gp_xextra;
+}
+
 static inline uint64_t gp_stream(const struct gp_slot *s, CUstream st)
 {
 	uint64_t v = (uint64_t)st;
@@ -61,11 +110,13 @@ static CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	void *ring = gp_session();
 	if (ring == NULL)
 		return real(GP_A_LAUNCH);
+	uint64_t id = gp_next_launch_id();
+	gp_patch_args((uint64_t)f, id, &params, &extra);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = real(GP_A_LAUNCH);
 	gp_stamp_end(&ts);
-	gp_launch_record(ring, GP_API_LAUNCH_KERNEL, gp_next_launch_id(), ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
+	gp_launch_record(ring, GP_API_LAUNCH_KERNEL, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
 			 by, bz, shmem, gp_stream(s, st), r, gp_device());
 	return r;
 }
@@ -82,11 +133,13 @@ static CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	void *ring = gp_session();
 	if (ring == NULL || cfg == NULL)
 		return real(GP_A_LAUNCH_EX);
+	uint64_t id = gp_next_launch_id();
+	gp_patch_args((uint64_t)f, id, &params, &extra);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = real(GP_A_LAUNCH_EX);
 	gp_stamp_end(&ts);
-	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX, gp_next_launch_id(), ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
+	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
 			 cfg->sharedMemBytes, gp_stream(s, cfg->hStream), r, gp_device());
 	return r;
@@ -106,11 +159,14 @@ static CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	void *ring = gp_session();
 	if (ring == NULL)
 		return real(GP_A_LAUNCH_COOP);
+	uint64_t id = gp_next_launch_id();
+	void **extra = NULL;
+	gp_patch_args((uint64_t)f, id, &params, &extra);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = real(GP_A_LAUNCH_COOP);
 	gp_stamp_end(&ts);
-	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL, gp_next_launch_id(), ts.t0, ts.t1, (uint64_t)f, gx,
+	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL, id, ts.t0, ts.t1, (uint64_t)f, gx,
 			 gy, gz, bx, by, bz, shmem, gp_stream(s, st), r, gp_device());
 	return r;
 }

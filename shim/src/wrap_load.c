@@ -15,21 +15,37 @@
 #define GP_OUT(r, p) ((r) == CUDA_SUCCESS && (p) ? *(p) : 0)
 
 /* gp_load_image classifies the in-memory image a load through api was
- * given and returns what to pass the driver (gp_patch_image's choice). */
-static const void *gp_load_image(const char *api, const void *image, struct gp_image *img)
+ * given and returns what to pass the driver: the patched image (patch.c)
+ * or the original. */
+static const void *gp_load_image(const char *api, int lib, const void *image, struct gp_image *img,
+				 struct gp_patch *pp)
 {
 	gp_session();
 	gp_image_classify(image, img);
-	return gp_patch_image(api, img);
+	return gp_patch_begin(api, lib, img, pp);
 }
+
+/* GP_LOAD(call_with_IMG, out): runs the load with the patched image, and
+ * if that or the binding fails, again with the original (fail open). */
+#define GP_LOAD(api, lib, image, out, ...)                                               \
+	struct gp_image img;                                                             \
+	struct gp_patch pp;                                                              \
+	const void *IMG = gp_load_image(api, lib, image, &img, &pp);                     \
+	CUresult r = real(__VA_ARGS__);                                                  \
+	if (IMG != (image) && gp_patch_finish(&pp, r, (uint64_t)GP_OUT(r, out)) != 0) { \
+		IMG = (image);                                                           \
+		r = real(__VA_ARGS__);                                                   \
+	}
 
 /* gp_found records and traces what a kernel lookup through api returned:
  * handle (0 when there is none) is the kernel name of module (a CUmodule
  * or CUlibrary). */
 static void gp_found(const char *api, CUresult r, uint64_t handle, uint64_t module, const char *name)
 {
-	if (handle && name)
+	if (handle && name) {
 		gp_name_set(handle, module, name);
+		gp_patch_lookup(handle, module, name);
+	}
 	GP_TRACE("%s(%p, \"%s\") = %d, %p", api, (void *)(uintptr_t)module, name ? name : "(null)", r,
 		 (void *)(uintptr_t)handle);
 }
@@ -56,9 +72,8 @@ GP_EXPORT_AS(MOD_LOAD, 0, cuModuleLoad)
 static CUresult gp_i_MOD_LOAD_DATA(struct gp_slot *s, GP_P_MOD_LOAD_DATA)
 {
 	CUresult (*real)(GP_P_MOD_LOAD_DATA) = GP_REAL(MOD_LOAD_DATA, s);
-	struct gp_image img;
 	GP_FORWARD_OR_FAIL(real);
-	CUresult r = real(mod, gp_load_image("cuModuleLoadData", image, &img));
+	GP_LOAD("cuModuleLoadData", 0, image, mod, mod, IMG);
 	gp_module_loaded("cuModuleLoadData", (uint64_t)GP_OUT(r, mod), &img, r);
 	return r;
 }
@@ -71,9 +86,8 @@ GP_EXPORT_AS(MOD_LOAD_DATA, 0, cuModuleLoadData)
 static CUresult gp_i_MOD_LOAD_DATA_EX(struct gp_slot *s, GP_P_MOD_LOAD_DATA_EX)
 {
 	CUresult (*real)(GP_P_MOD_LOAD_DATA_EX) = GP_REAL(MOD_LOAD_DATA_EX, s);
-	struct gp_image img;
 	GP_FORWARD_OR_FAIL(real);
-	CUresult r = real(mod, gp_load_image("cuModuleLoadDataEx", image, &img), nopt, opts, vals);
+	GP_LOAD("cuModuleLoadDataEx", 0, image, mod, mod, IMG, nopt, opts, vals);
 	gp_module_loaded("cuModuleLoadDataEx", (uint64_t)GP_OUT(r, mod), &img, r);
 	return r;
 }
@@ -85,9 +99,8 @@ GP_EXPORT_AS(MOD_LOAD_DATA_EX, 0, cuModuleLoadDataEx)
 static CUresult gp_i_MOD_LOAD_FATBIN(struct gp_slot *s, GP_P_MOD_LOAD_FATBIN)
 {
 	CUresult (*real)(GP_P_MOD_LOAD_FATBIN) = GP_REAL(MOD_LOAD_FATBIN, s);
-	struct gp_image img;
 	GP_FORWARD_OR_FAIL(real);
-	CUresult r = real(mod, gp_load_image("cuModuleLoadFatBinary", fatbin, &img));
+	GP_LOAD("cuModuleLoadFatBinary", 0, fatbin, mod, mod, IMG);
 	gp_module_loaded("cuModuleLoadFatBinary", (uint64_t)GP_OUT(r, mod), &img, r);
 	return r;
 }
@@ -116,9 +129,8 @@ GP_EXPORT_AS(MOD_GET_FUNCTION, 0, cuModuleGetFunction)
 static CUresult gp_i_LIB_LOAD_DATA(struct gp_slot *s, GP_P_LIB_LOAD_DATA)
 {
 	CUresult (*real)(GP_P_LIB_LOAD_DATA) = GP_REAL(LIB_LOAD_DATA, s);
-	struct gp_image img;
 	GP_FORWARD_OR_FAIL(real);
-	CUresult r = real(lib, gp_load_image("cuLibraryLoadData", code, &img), jopts, jvals, njopt, lopts, lvals, nlopt);
+	GP_LOAD("cuLibraryLoadData", 1, code, lib, lib, IMG, jopts, jvals, njopt, lopts, lvals, nlopt);
 	gp_module_loaded("cuLibraryLoadData", (uint64_t)GP_OUT(r, lib), &img, r);
 	return r;
 }
@@ -162,8 +174,10 @@ static CUresult gp_i_KERNEL_GET_FUNCTION(struct gp_slot *s, GP_P_KERNEL_GET_FUNC
 	CUresult (*real)(GP_P_KERNEL_GET_FUNCTION) = GP_REAL(KERNEL_GET_FUNCTION, s);
 	GP_FORWARD_OR_FAIL(real);
 	CUresult r = real(fn, k);
-	if (r == CUDA_SUCCESS && fn && *fn)
+	if (r == CUDA_SUCCESS && fn && *fn) {
 		gp_name_copy((uint64_t)k, (uint64_t)*fn);
+		gp_patch_alias((uint64_t)k, (uint64_t)*fn);
+	}
 	GP_TRACE("cuKernelGetFunction(%p) = %d, %p (%s)", (void *)k, r, (void *)GP_OUT(r, fn),
 		 gp_name_of((uint64_t)k) ? gp_name_of((uint64_t)k) : "unnamed");
 	return r;

@@ -1,0 +1,561 @@
+/*
+ * patch.c - loading patched code (wire format: package gpuprobe/agent,
+ * doc.go, "Patching").
+ *
+ * At a load of an in-memory image that may carry PTX, the shim sends the
+ * image to the collector (PATCH: inline when small, else in a memfd) with
+ * the device's SM number, and waits at most GPUPROBE_TIMEOUT_MS for the
+ * answer. On PATCHED it loads the patched PTX with the call the application
+ * made, sets each module global the answer describes (a WELCOME region's
+ * device address, a constant, a ring's device reservation block, or zeroed
+ * device memory of the module) and remembers which kernels of the module
+ * take the hidden launch-id parameter, and where. Any failure unloads
+ * what was loaded and loads the original image (fail open), logged once.
+ *
+ * Everything here runs at load time, under one lock; the launch path only
+ * reads the patched-function table (gp_pfunc_find, lock-free).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "gp.h"
+
+#define GP_FRAME_PATCH 4u
+#define GP_FRAME_PATCHED 5u
+#define GP_FRAME_NOPATCH 6u
+#define GP_INLINE_MAX (65536u - 24u)
+#define GP_DEVATTR_CC_MAJOR 75
+#define GP_DEVATTR_CC_MINOR 76
+#define GP_HOSTREG_PORTABLE 1u
+#define GP_HOSTREG_DEVICEMAP 2u
+
+static pthread_mutex_t gp_patch_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t gp_req_id;
+static int gp_warned;
+GP_HIDDEN int gp_any_patched;
+
+/* Driver entry points used here (the real ones, never the wrappers). */
+static struct {
+	CUresult (*ctx_get_device)(CUdevice *);
+	CUresult (*dev_attr)(int *, int, CUdevice);
+	CUresult (*host_register)(void *, size_t, unsigned);
+	CUresult (*host_dev_ptr)(CUdeviceptr *, void *, unsigned);
+	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+	CUresult (*mem_free)(CUdeviceptr);
+	CUresult (*memset8)(CUdeviceptr, unsigned char, size_t);
+	CUresult (*htod)(CUdeviceptr, const void *, size_t);
+	CUresult (*mod_global)(CUdeviceptr *, size_t *, CUmodule, const char *);
+	CUresult (*lib_global)(CUdeviceptr *, size_t *, CUlibrary, const char *);
+	CUresult (*mod_unload)(CUmodule);
+	CUresult (*lib_unload)(CUlibrary);
+	int looked;
+} gp_drv;
+
+static void gp_drv_init(void)
+{
+	if (gp_drv.looked)
+		return;
+#define S(f, n) *(void **)&gp_drv.f = gp_cuda_sym(n)
+	S(ctx_get_device, "cuCtxGetDevice");
+	S(dev_attr, "cuDeviceGetAttribute");
+	S(host_register, "cuMemHostRegister_v2");
+	if (gp_drv.host_register == NULL)
+		S(host_register, "cuMemHostRegister");
+	S(host_dev_ptr, "cuMemHostGetDevicePointer_v2");
+	S(mem_alloc, "cuMemAlloc_v2");
+	S(mem_free, "cuMemFree_v2");
+	S(memset8, "cuMemsetD8_v2");
+	S(htod, "cuMemcpyHtoD_v2");
+	S(mod_global, "cuModuleGetGlobal_v2");
+	S(lib_global, "cuLibraryGetGlobal");
+	S(mod_unload, "cuModuleUnload");
+	S(lib_unload, "cuLibraryUnload");
+#undef S
+	gp_drv.looked = 1;
+}
+
+static uint32_t rd32(const uint8_t *b)
+{
+	uint32_t v;
+	memcpy(&v, b, 4);
+	return v;
+}
+static uint64_t rd64(const uint8_t *b)
+{
+	uint64_t v;
+	memcpy(&v, b, 8);
+	return v;
+}
+
+/* gp_fail logs a failed patch: the first always (when tracing), later
+ * ones only when tracing. */
+static void gp_fail(const char *api, const char *what, int code)
+{
+	if (!gp_warned) {
+		gp_warned = 1;
+		GP_TRACE("%s: patching failed (%s, %d); loading the original image (later failures are traced only)",
+			 api, what, code);
+		return;
+	}
+	GP_TRACE("%s: patching failed (%s, %d); loading the original image", api, what, code);
+}
+
+/* ---- patched functions (read at launch) --------------------------------- */
+
+struct gp_pfunc {
+	uint64_t handle; /* atomic: CUfunction or CUkernel */
+	uint32_t index, offset;
+};
+#define GP_PFUNCS 4096
+static struct gp_pfunc gp_pfuncs[GP_PFUNCS];
+
+static uint32_t gp_hash(uint64_t h) { return (uint32_t)((h * 0x9E3779B97F4A7C15ull) >> 52); }
+
+static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset)
+{
+	uint32_t h = gp_hash(handle);
+	for (uint32_t i = 0; i < 64 && handle; i++) {
+		struct gp_pfunc *e = &gp_pfuncs[(h + i) % GP_PFUNCS];
+		uint64_t k = __atomic_load_n(&e->handle, __ATOMIC_ACQUIRE);
+		if (k != handle && k != 0)
+			continue;
+		if (k == 0) {
+			/* Fill the entry before publishing its handle. */
+			uint64_t zero = 0;
+			e->index = index, e->offset = offset;
+			if (!__atomic_compare_exchange_n(&e->handle, &zero, handle, 0, __ATOMIC_ACQ_REL,
+							 __ATOMIC_ACQUIRE) &&
+			    zero != handle)
+				continue;
+		}
+		return;
+	}
+	GP_TRACE("patched-function table full: %p launches without its launch id", (void *)handle);
+}
+
+GP_HIDDEN const struct gp_pfunc_info *gp_pfunc_find(uint64_t handle)
+{
+	uint32_t h = gp_hash(handle);
+	for (uint32_t i = 0; i < 64; i++) {
+		const struct gp_pfunc *e = &gp_pfuncs[(h + i) % GP_PFUNCS];
+		uint64_t k = __atomic_load_n(&e->handle, __ATOMIC_ACQUIRE);
+		if (k == handle)
+			return (const struct gp_pfunc_info *)&e->index;
+		if (k == 0)
+			return NULL;
+	}
+	return NULL;
+}
+
+/* ---- patched modules ---------------------------------------------------- */
+
+struct gp_pkernel {
+	uint32_t index, offset;
+	char *name;
+};
+struct gp_pmod {
+	uint64_t module; /* atomic */
+	uint32_t n;
+	struct gp_pkernel *k;
+};
+#define GP_PMODS 1024
+static struct gp_pmod gp_pmods[GP_PMODS];
+
+static struct gp_pmod *gp_pmod_find(uint64_t module, int create)
+{
+	uint32_t h = gp_hash(module) % GP_PMODS;
+	for (uint32_t i = 0; i < 64 && module; i++) {
+		struct gp_pmod *m = &gp_pmods[(h + i) % GP_PMODS];
+		uint64_t k = __atomic_load_n(&m->module, __ATOMIC_ACQUIRE);
+		if (k == module)
+			return m;
+		if (k != 0)
+			continue;
+		if (!create)
+			return NULL;
+		if (__atomic_compare_exchange_n(&m->module, &k, module, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+		    k == module)
+			return m;
+	}
+	return NULL;
+}
+
+/* gp_patch_lookup is called for every kernel lookup: a kernel of a patched
+ * module gets its handle into the patched-function table. */
+GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name)
+{
+	if (handle == 0 || name == NULL)
+		return;
+	struct gp_pmod *m = gp_pmod_find(module, 0);
+	if (m == NULL)
+		return;
+	struct gp_pkernel *k = __atomic_load_n(&m->k, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; k && i < m->n; i++)
+		if (strcmp(k[i].name, name) == 0) {
+			gp_pfunc_set(handle, k[i].index, k[i].offset);
+			return;
+		}
+}
+
+/* gp_patch_alias: handle to (a CUfunction of a CUkernel) launches like from. */
+GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to)
+{
+	const struct gp_pfunc_info *p = gp_pfunc_find(from);
+	if (p != NULL)
+		gp_pfunc_set(to, p->index, p->offset);
+}
+
+/* ---- the exchange ------------------------------------------------------- */
+
+/* gp_arch returns the current device's SM number (0: unknown). */
+static uint32_t gp_arch(void)
+{
+	CUdevice d = 0;
+	int maj = 0, min = 0;
+	if (gp_drv.ctx_get_device == NULL || gp_drv.dev_attr == NULL || gp_drv.ctx_get_device(&d) != CUDA_SUCCESS ||
+	    gp_drv.dev_attr(&maj, GP_DEVATTR_CC_MAJOR, d) != CUDA_SUCCESS ||
+	    gp_drv.dev_attr(&min, GP_DEVATTR_CC_MINOR, d) != CUDA_SUCCESS || maj <= 0 || min < 0)
+		return 0;
+	return (uint32_t)(maj * 10 + min);
+}
+
+/* gp_request sends PATCH for img and returns the answer's payload (PATCHED
+ * only; NULL otherwise) and its image memfd. */
+static uint8_t *gp_request(const char *api, int lib, const struct gp_image *img, uint32_t *plen, int *imgfd)
+{
+	uint32_t arch = gp_arch();
+	if (arch == 0) {
+		gp_fail(api, "device compute capability unknown", 0);
+		return NULL;
+	}
+	uint32_t id = ++gp_req_id;
+	int inl = img->size <= GP_INLINE_MAX, memfd = -1;
+	size_t n = 12 + 24 + (inl ? img->size : 0);
+	uint8_t *f = malloc(n), *payload = NULL;
+	uint32_t type = 0;
+	if (f == NULL)
+		return NULL;
+	uint32_t hdr[3] = {0x41425047u, 1u | GP_FRAME_PATCH << 16, (uint32_t)(n - 12)};
+	uint32_t fix[4] = {id, arch, lib ? 2u : 1u, inl ? 0u : 1u};
+	uint64_t size = img->size;
+	memcpy(f, hdr, 12);
+	memcpy(f + 12, fix, 16);
+	memcpy(f + 28, &size, 8);
+	if (inl) {
+		memcpy(f + 36, img->data, img->size);
+	} else {
+		memfd = memfd_create("gpuprobe-image", MFD_CLOEXEC);
+		const uint8_t *p = img->data;
+		size_t left = img->size;
+		while (memfd >= 0 && left > 0) {
+			ssize_t w = write(memfd, p, left);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				close(memfd);
+				memfd = -1;
+				break;
+			}
+			p += w, left -= (size_t)w;
+		}
+		if (memfd < 0) {
+			free(f);
+			gp_fail(api, "memfd for the image", -errno);
+			return NULL;
+		}
+	}
+	int err = gp_agent_exchange(f, n, memfd, id, &type, &payload, plen, imgfd);
+	free(f);
+	if (memfd >= 0)
+		close(memfd);
+	if (err) {
+		gp_fail(api, err == -ETIMEDOUT ? "no answer within GPUPROBE_TIMEOUT_MS" : "agent socket", err);
+		return NULL;
+	}
+	if (type != GP_FRAME_PATCHED) {
+		uint32_t code = type == GP_FRAME_NOPATCH && *plen >= 12 ? rd32(payload + 4) : 0;
+		uint32_t ml = type == GP_FRAME_NOPATCH && *plen >= 12 ? rd32(payload + 8) : 0;
+		if (ml > *plen - 12)
+			ml = 0;
+		GP_TRACE("%s: not patched (frame type %u, code %u: %.*s)", api, type, code, (int)ml,
+			 ml ? (const char *)payload + 12 : "");
+		free(payload);
+		if (*imgfd >= 0)
+			close(*imgfd), *imgfd = -1;
+		return NULL;
+	}
+	if (*imgfd < 0) {
+		free(payload);
+		gp_fail(api, "PATCHED without its image", 0);
+		return NULL;
+	}
+	return payload;
+}
+
+/* ---- binding ------------------------------------------------------------ */
+
+/* gp_region_dev returns the device address of WELCOME region i, mapping
+ * and registering it (DEVICEMAP, PORTABLE) the first time. */
+static int gp_region_dev(uint32_t i, uint64_t *dev)
+{
+	struct gp_region *r = &gp_regions[i];
+	if (r->dev) {
+		*dev = r->dev;
+		return 0;
+	}
+	if (r->fd < 0 || r->size == 0 || gp_drv.host_register == NULL || gp_drv.host_dev_ptr == NULL)
+		return -ENOENT;
+	if (r->host == NULL) {
+		void *m = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+		if (m == MAP_FAILED)
+			return -errno;
+		r->host = m;
+	}
+	CUresult c = gp_drv.host_register(r->host, r->size, GP_HOSTREG_DEVICEMAP | GP_HOSTREG_PORTABLE);
+	CUdeviceptr d = 0;
+	if (c == CUDA_SUCCESS)
+		c = gp_drv.host_dev_ptr(&d, r->host, 0);
+	if (c != CUDA_SUCCESS || d == 0)
+		return c ? c : -EFAULT;
+	r->dev = d;
+	*dev = d;
+	return 0;
+}
+
+/* gp_ring_block returns region i's device reservation block, allocating
+ * it (size bytes, init then zeros) the first time. */
+static int gp_ring_block(uint32_t i, uint64_t size, const uint8_t *init, uint32_t ilen, uint64_t *dev)
+{
+	struct gp_region *r = &gp_regions[i];
+	if (r->block) {
+		if (r->block_size != size)
+			return -EINVAL;
+		*dev = r->block;
+		return 0;
+	}
+	CUdeviceptr d = 0;
+	if (gp_drv.mem_alloc == NULL || gp_drv.memset8 == NULL || gp_drv.htod == NULL)
+		return -ENOENT;
+	CUresult c = gp_drv.mem_alloc(&d, size);
+	if (c == CUDA_SUCCESS)
+		c = gp_drv.memset8(d, 0, size);
+	if (c == CUDA_SUCCESS && ilen)
+		c = gp_drv.htod(d, init, ilen);
+	if (c != CUDA_SUCCESS) {
+		if (d && gp_drv.mem_free)
+			gp_drv.mem_free(d);
+		return c;
+	}
+	r->block = *dev = d, r->block_size = size;
+	return 0;
+}
+
+#define GP_MOD_ALLOCS 16
+struct gp_allocs {
+	uint32_t n;
+	uint32_t num[GP_MOD_ALLOCS];
+	uint64_t size[GP_MOD_ALLOCS];
+	CUdeviceptr dev[GP_MOD_ALLOCS];
+};
+
+static int gp_module_alloc(struct gp_allocs *a, uint32_t num, uint64_t size, uint64_t *dev)
+{
+	for (uint32_t i = 0; i < a->n; i++)
+		if (a->num[i] == num) {
+			if (a->size[i] != size)
+				return -EINVAL;
+			*dev = a->dev[i];
+			return 0;
+		}
+	if (a->n == GP_MOD_ALLOCS || gp_drv.mem_alloc == NULL || gp_drv.memset8 == NULL || size == 0)
+		return -ENOSPC;
+	CUdeviceptr d = 0;
+	CUresult c = gp_drv.mem_alloc(&d, size);
+	if (c == CUDA_SUCCESS)
+		c = gp_drv.memset8(d, 0, size);
+	if (c != CUDA_SUCCESS) {
+		if (d && gp_drv.mem_free)
+			gp_drv.mem_free(d);
+		return c;
+	}
+	a->num[a->n] = num, a->size[a->n] = size, a->dev[a->n++] = d;
+	*dev = d;
+	return 0;
+}
+
+/* gp_bind sets the globals of a loaded patched module and records its
+ * kernels; returns 0, or nonzero with what in *why. */
+static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
+{
+	const uint8_t *p = pp->payload, *end = pp->payload + pp->plen;
+	uint32_t nk = rd32(p + 4), ng = rd32(p + 8);
+	struct gp_allocs allocs = {0};
+	struct gp_pkernel *ks = NULL;
+	int err = 0;
+	p += 24;
+	if (nk == 0 || nk > 65536 || (ks = calloc(nk, sizeof *ks)) == NULL)
+		return *why = "kernel descriptors", -EINVAL;
+	for (uint32_t i = 0; i < nk; i++) {
+		if (end - p < 12 || rd32(p + 8) == 0 || rd32(p + 8) > (uint64_t)(end - p - 12)) {
+			*why = "PATCHED kernel descriptor out of bounds", err = -EPROTO;
+			goto fail;
+		}
+		uint32_t nl = rd32(p + 8);
+		ks[i].index = rd32(p), ks[i].offset = rd32(p + 4);
+		if (ks[i].index >= GP_MAX_PARAMS || (uint64_t)ks[i].offset + 8 > GP_XBUF) {
+			*why = "hidden parameter past the shim's launch buffers", err = -E2BIG;
+			goto fail;
+		}
+		ks[i].name = strndup((const char *)p + 12, nl);
+		if (ks[i].name == NULL) {
+			*why = "malloc", err = -ENOMEM;
+			goto fail;
+		}
+		p += 12 + nl;
+	}
+	for (uint32_t i = 0; i < ng; i++) {
+		if (end - p < 32) {
+			*why = "PATCHED global descriptor out of bounds", err = -EPROTO;
+			goto fail;
+		}
+		uint32_t kind = rd32(p), region = rd32(p + 4), nl = rd32(p + 24), il = rd32(p + 28);
+		uint64_t value = rd64(p + 8), size = rd64(p + 16);
+		if (nl == 0 || nl > 4096 || il > 256 || (uint64_t)nl + il > (uint64_t)(end - p - 32)) {
+			*why = "PATCHED global descriptor out of bounds", err = -EPROTO;
+			goto fail;
+		}
+		char name[4097];
+		memcpy(name, p + 32, nl);
+		name[nl] = 0;
+		const uint8_t *init = p + 32 + nl;
+		p += 32 + nl + il;
+		uint64_t v = 0;
+		switch (kind) {
+		case 1:
+			if (region >= gp_nregions || value > gp_regions[region].size) {
+				*why = "global's region is not in WELCOME", err = -EINVAL;
+				goto fail;
+			}
+			err = gp_region_dev(region, &v);
+			v += value;
+			*why = "registering a region (cuMemHostRegister DEVICEMAP)";
+			break;
+		case 2:
+			v = value;
+			break;
+		case 3:
+			if (region >= gp_nregions || il > size || size == 0 || size > ((uint64_t)1 << 30)) {
+				*why = "ring block's region or size", err = -EINVAL;
+				goto fail;
+			}
+			err = gp_ring_block(region, size, init, il, &v);
+			*why = "ring device block (cuMemAlloc)";
+			break;
+		case 4:
+			if (size > ((uint64_t)1 << 36)) {
+				*why = "device allocation size", err = -EINVAL;
+				goto fail;
+			}
+			err = gp_module_alloc(&allocs, region, size, &v);
+			*why = "module device memory (cuMemAlloc)";
+			break;
+		default:
+			*why = "unknown global kind", err = -EINVAL;
+			goto fail;
+		}
+		if (err)
+			goto fail;
+		CUdeviceptr g = 0;
+		size_t gsz = 0;
+		CUresult c = pp->lib ? (gp_drv.lib_global ? gp_drv.lib_global(&g, &gsz, (CUlibrary)module, name) : -1)
+				     : (gp_drv.mod_global ? gp_drv.mod_global(&g, &gsz, (CUmodule)module, name) : -1);
+		if (c != CUDA_SUCCESS || gsz != 8) {
+			*why = "module global lookup (cuModuleGetGlobal)", err = c ? c : -EINVAL;
+			goto fail;
+		}
+		if (gp_drv.htod == NULL || (c = gp_drv.htod(g, &v, 8)) != CUDA_SUCCESS) {
+			*why = "setting a module global (cuMemcpyHtoD)", err = c ? c : -ENOENT;
+			goto fail;
+		}
+		GP_TRACE("%s: global %s (kind %u) = %#llx", pp->api, name, kind, (unsigned long long)v);
+	}
+	struct gp_pmod *m = gp_pmod_find(module, 1);
+	if (m == NULL) {
+		*why = "patched-module table full", err = -ENOSPC;
+		goto fail;
+	}
+	/* A reused handle: the old kernel list is leaked (a lookup may read it). */
+	m->n = 0;
+	__atomic_store_n(&m->k, ks, __ATOMIC_RELEASE);
+	__atomic_store_n(&m->n, nk, __ATOMIC_RELEASE);
+	__atomic_store_n(&gp_any_patched, 1, __ATOMIC_RELEASE);
+	return 0;
+fail:
+	for (uint32_t i = 0; i < allocs.n; i++)
+		if (gp_drv.mem_free)
+			gp_drv.mem_free(allocs.dev[i]);
+	for (uint32_t i = 0; ks && i < nk; i++)
+		free(ks[i].name);
+	free(ks);
+	return err ? err : -EINVAL;
+}
+
+GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *img, struct gp_patch *pp)
+{
+	memset(pp, 0, sizeof *pp);
+	pp->api = api, pp->lib = lib;
+	if (__atomic_load_n(&gp_state, __ATOMIC_ACQUIRE) != GP_READY || img->size == 0 ||
+	    (img->kind != GP_IMG_PTX && img->kind != GP_IMG_FATBIN && img->kind != GP_IMG_FATBIN_WRAPPER))
+		return img->ptr;
+	pthread_mutex_lock(&gp_patch_mu);
+	gp_drv_init();
+	int fd = -1;
+	uint8_t *payload = gp_request(api, lib, img, &pp->plen, &fd);
+	if (payload == NULL) {
+		pthread_mutex_unlock(&gp_patch_mu);
+		return img->ptr;
+	}
+	uint64_t size = pp->plen >= 24 ? rd64(payload + 16) : 0;
+	void *m = MAP_FAILED;
+	if (pp->plen >= 24 && size > 0 && size <= ((uint64_t)256 << 20))
+		m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED || ((const char *)m)[size - 1] != 0) {
+		if (m != MAP_FAILED)
+			munmap(m, size);
+		free(payload);
+		gp_fail(api, "PATCHED image unreadable or not NUL-terminated", 0);
+		pthread_mutex_unlock(&gp_patch_mu);
+		return img->ptr;
+	}
+	pp->payload = payload, pp->image = m, pp->image_size = size, pp->active = 1;
+	return m;
+}
+
+GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module)
+{
+	if (!pp->active)
+		return 0;
+	const char *why = "loading the patched PTX";
+	int err = r;
+	if (r == CUDA_SUCCESS && module != 0 && (err = gp_bind(pp, module, &why)) == 0)
+		GP_TRACE("%s: loaded the patched image (%zu bytes), handle %p", pp->api, pp->image_size, (void *)module);
+	else if (r == CUDA_SUCCESS && module != 0) {
+		if (pp->lib && gp_drv.lib_unload)
+			gp_drv.lib_unload((CUlibrary)module);
+		else if (!pp->lib && gp_drv.mod_unload)
+			gp_drv.mod_unload((CUmodule)module);
+	}
+	if (err)
+		gp_fail(pp->api, why, err);
+	munmap(pp->image, pp->image_size);
+	free(pp->payload);
+	pp->active = 0;
+	pthread_mutex_unlock(&gp_patch_mu);
+	return err ? -1 : 0;
+}
