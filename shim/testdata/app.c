@@ -10,7 +10,10 @@
  *                        through cuModuleLoadData
  *   app-direct direct SCENARIO  linked with -lcuda, calls the symbols
  *
- * Scenarios: basic (default), graph, fork, unnamed, threads, slow, bench N.
+ * Scenarios: basic (default), graph, fork, unnamed, threads, slow, bench N,
+ * ptx FILE (loads a real PTX file, launches its vectorAdd by kernelParams
+ * and by a CU_LAUNCH_PARAM_BUFFER_POINTER buffer, and prints what the MOCK
+ * driver received: the extra launch-id parameter, the module's globals).
  * The output (stdout) depends only on what the driver did, so it must be
  * identical with and without the shim.
  */
@@ -238,6 +241,60 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
+/* ptx: load PTX text from file with the mode's load call, launch
+ * vectorAdd(a, b, c) twice (kernelParams, then an extra buffer with
+ * cuLaunchKernelEx) and print what the driver got beyond the 3 params. */
+static void ptx(const char *file)
+{
+	FILE *f = fopen(file, "r");
+	static char text[1 << 20];
+	size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+	if (f == NULL || n == 0) {
+		fprintf(stderr, "app: cannot read %s\n", file);
+		exit(2);
+	}
+	fclose(f);
+	text[n] = 0;
+	void *m, *fn;
+	const char *name = "_Z9vectorAddPKfS0_Pf";
+	if (A.library) {
+		void *k;
+		CHECK(A.lib_load(&m, text, NULL, NULL, 0, NULL, NULL, 0));
+		CHECK(A.lib_kernel(&k, m, name));
+		CHECK(A.kernel_fn(&fn, k));
+	} else {
+		CHECK(A.mod_load(&m, text));
+		CHECK(A.mod_fn(&fn, m, name));
+	}
+	void (*last)(void ***, void ***) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_last_launch"), "mock_last_launch");
+	void (*globals)(FILE *, void *) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_report_globals"), "mock_report_globals");
+	u64 a = 0xa0, b = 0xb0, c = 0xc0;
+	void *params[3] = {&a, &b, &c};
+	void **gp, **ge;
+	CHECK(A.launch(fn, 2, 1, 1, 64, 1, 1, 0, NULL, params, NULL));
+	last(&gp, &ge);
+	printf("app: params-launch same=%d", gp == params);
+	if (gp != params) /* a copy: the app's 3, then the launch id */
+		printf(" p0=%d p1=%d p2=%d extra=%llu", gp[0] == &a, gp[1] == &b, gp[2] == &c, *(u64 *)gp[3]);
+	printf("\n");
+	u64 buf[3] = {a, b, c};
+	size_t size = sizeof buf;
+	void *extra[] = {(void *)1, buf, (void *)2, &size, (void *)0};
+	launch_config cfg = {2, 1, 1, 64, 1, 1, 0, NULL, NULL, 0};
+	CHECK(A.launch_ex(&cfg, fn, NULL, extra));
+	last(&gp, &ge);
+	printf("app: buffer-launch same=%d", ge == extra);
+	if (ge != extra && ge[0] == (void *)1 && ge[2] == (void *)2) {
+		u64 *nb = ge[1];
+		size_t ns = *(size_t *)ge[3];
+		printf(" size=%zu copied=%d", ns, nb[0] == a && nb[1] == b && nb[2] == c);
+		if (ns >= 32)
+			printf(" extra=%llu", nb[3]);
+	}
+	printf("\n");
+	globals(stdout, m);
+}
+
 static double now_ns(void)
 {
 	struct timespec ts;
@@ -311,6 +368,8 @@ int main(int argc, char **argv)
 				fflush(stdout);
 			}
 		}
+	} else if (strcmp(scenario, "ptx") == 0) {
+		ptx(argc > 3 ? argv[3] : "");
 	} else if (strcmp(scenario, "bench") == 0) {
 		long n = argc > 3 ? atol(argv[3]) : 1000000;
 		for (long i = 0; i < 1000; i++) /* warm up: first-call paths */

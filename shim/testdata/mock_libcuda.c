@@ -35,9 +35,16 @@ struct mock_fn {
 	struct mock_fn *next;
 	struct mock_fn *func; /* KERN: its CUfunction */
 };
+struct mock_global {
+	char name[128];
+	uint64_t value; /* the global's "device" storage */
+	struct mock_global *next;
+};
 struct mock_mod {
 	uint32_t magic; /* 'MODU' */
 	struct mock_fn *fns;
+	char *ptx; /* a PTX image's text */
+	struct mock_global *globals;
 };
 struct mock_node {
 	struct mock_fn *f;
@@ -124,11 +131,159 @@ EXPORT CUresult cuModuleLoad(void **m, const char *path)
 	*m = new_mod();
 	return 0;
 }
+/* is_ptx: the image is PTX text (starts with a comment or a directive). */
+static int is_ptx(const char *p)
+{
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	return *p == '/' || *p == '.';
+}
+
+/* The last launch's kernelParams and extra, for the test app. */
+static void **last_params, **last_extra;
+EXPORT void mock_last_launch(void ***params, void ***extra)
+{
+	*params = last_params;
+	*extra = last_extra;
+}
+
 EXPORT CUresult cuModuleLoadData(void **m, const void *img)
 {
 	if (!inited || img == NULL)
 		return inited ? 1 : 3;
-	*m = new_mod();
+	struct mock_mod *mod = new_mod();
+	if (is_ptx(img)) {
+		/* A real driver would fail to compile broken PTX: the mock
+		 * refuses PTX without a .version directive. */
+		if (strstr(img, ".version") == NULL) {
+			free(mod);
+			return 218; /* CUDA_ERROR_INVALID_PTX */
+		}
+		mod->ptx = strdup(img);
+		/* MOCK_IMAGE_OUT: where the last loaded PTX is written. */
+		const char *out = getenv("MOCK_IMAGE_OUT");
+		FILE *f = out && out[0] ? fopen(out, "w") : NULL;
+		if (f) {
+			fputs(img, f);
+			fclose(f);
+		}
+	}
+	*m = mod;
+	return 0;
+}
+
+EXPORT CUresult cuModuleUnload(void *m)
+{
+	struct mock_mod *mod = m;
+	if (mod == NULL || mod->magic != 0x4d4f4455)
+		return 400;
+	mod->magic = 0; /* leaked: handles into it may still be printed */
+	return 0;
+}
+EXPORT CUresult cuLibraryUnload(void *l) { return cuModuleUnload(l); }
+
+/* Module globals: a PTX module has the .global variables its text
+ * declares (found by name); MOCK_FAIL_GLOBAL makes every lookup fail. */
+EXPORT CUresult cuModuleGetGlobal_v2(uint64_t *dptr, size_t *bytes, void *m, const char *name)
+{
+	struct mock_mod *mod = m;
+	if (mod == NULL || mod->magic != 0x4d4f4455 || name == NULL)
+		return 400;
+	const char *fail = getenv("MOCK_FAIL_GLOBAL");
+	if ((fail && fail[0]) || mod->ptx == NULL)
+		return 500;
+	char decl[160];
+	snprintf(decl, sizeof decl, ".u64 %s", name);
+	const char *at = strstr(mod->ptx, decl);
+	if (at == NULL) /* the module declares no such .u64 */
+		return 500;
+	struct mock_global *g;
+	for (g = mod->globals; g; g = g->next)
+		if (strcmp(g->name, name) == 0)
+			break;
+	if (g == NULL) {
+		g = calloc(1, sizeof *g);
+		snprintf(g->name, sizeof g->name, "%s", name);
+		g->next = mod->globals;
+		mod->globals = g;
+	}
+	*dptr = (uint64_t)(uintptr_t)&g->value;
+	*bytes = 8;
+	return 0;
+}
+EXPORT CUresult cuLibraryGetGlobal(uint64_t *dptr, size_t *bytes, void *lib, const char *name)
+{
+	return cuModuleGetGlobal_v2(dptr, bytes, lib, name);
+}
+
+/* mock_report_globals prints the globals of a module, sorted by the order
+ * they were set (newest first). */
+EXPORT void mock_report_globals(FILE *out, void *m)
+{
+	struct mock_mod *mod = m;
+	for (struct mock_global *g = mod ? mod->globals : NULL; g; g = g->next)
+		fprintf(out, "mock: global %s=%#llx\n", g->name, (unsigned long long)g->value);
+}
+
+/* Device memory: cuMemAlloc hands out host memory (so memset and copies
+ * work); cuMemHostRegister + cuMemHostGetDevicePointer map a host range to
+ * host + MOCK_DEVMAP_OFFSET. Each is printed to stderr for the test. */
+#define MOCK_DEVMAP_OFFSET 0x100000000000ull
+EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
+{
+	(void)dev;
+	if (attr == 75) /* compute capability major */
+		*v = 9;
+	else if (attr == 76) /* minor */
+		*v = 0;
+	else
+		return 1;
+	return 0;
+}
+static struct {
+	void *host;
+	size_t size;
+} hostregs[64];
+static int nhostregs;
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags)
+{
+	if (p == NULL || size == 0 || !(flags & 2) || nhostregs == 64)
+		return 1;
+	for (int i = 0; i < nhostregs; i++)
+		if (hostregs[i].host == p)
+			return 712; /* CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED */
+	hostregs[nhostregs].host = p, hostregs[nhostregs++].size = size;
+	fprintf(stderr, "mock: hostreg dev=%#llx size=%zu\n", (unsigned long long)((uintptr_t)p + MOCK_DEVMAP_OFFSET),
+		size);
+	return 0;
+}
+EXPORT CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flags)
+{
+	(void)flags;
+	for (int i = 0; i < nhostregs; i++)
+		if ((char *)p >= (char *)hostregs[i].host && (char *)p < (char *)hostregs[i].host + hostregs[i].size) {
+			*d = (uintptr_t)p + MOCK_DEVMAP_OFFSET;
+			return 0;
+		}
+	return 1;
+}
+EXPORT CUresult cuMemAlloc_v2(uint64_t *d, size_t size)
+{
+	void *p = malloc(size ? size : 1);
+	memset(p, 0xAB, size); /* like uninitialised device memory */
+	*d = (uint64_t)(uintptr_t)p;
+	fprintf(stderr, "mock: alloc dev=%#llx size=%zu\n", (unsigned long long)*d, size);
+	return 0;
+}
+EXPORT CUresult cuMemFree_v2(uint64_t d)
+{
+	fprintf(stderr, "mock: free dev=%#llx\n", (unsigned long long)d);
+	free((void *)(uintptr_t)d);
+	return 0;
+}
+EXPORT CUresult cuMemsetD8_v2(uint64_t d, unsigned char v, size_t n)
+{
+	memset((void *)(uintptr_t)d, v, n);
 	return 0;
 }
 EXPORT CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, void *o, void **v)
@@ -217,7 +372,8 @@ static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned 
 EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 			       unsigned bz, unsigned shm, void *st, void **p, void **e)
 {
-	(void)shm, (void)st, (void)p, (void)e;
+	(void)shm, (void)st;
+	last_params = p, last_extra = e;
 	return launch(f, gx, gy, gz, bx, by, bz, 0);
 }
 EXPORT CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -236,7 +392,7 @@ typedef struct {
 
 EXPORT CUresult cuLaunchKernelEx(const mock_launch_config *c, void *f, void **p, void **e)
 {
-	(void)p, (void)e;
+	last_params = p, last_extra = e;
 	ADD(n_ex, 1);
 	return launch(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, 0);
 }
@@ -398,7 +554,12 @@ struct entry {
 #define P(n) {#n, (void *)n, (void *)n##_ptsz}
 EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags);
 static const struct entry table[] = {
-	E(cuInit), E(cuDriverGetVersion), E(cuCtxGetDevice), E(cuModuleLoad), E(cuModuleLoadData),
+	E(cuInit), E(cuDriverGetVersion), E(cuModuleUnload), E(cuLibraryUnload), E(cuLibraryGetGlobal),
+	{"cuModuleGetGlobal", (void *)cuModuleGetGlobal_v2, NULL}, E(cuDeviceGetAttribute),
+	{"cuMemHostRegister", (void *)cuMemHostRegister_v2, NULL},
+	{"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2, NULL},
+	{"cuMemAlloc", (void *)cuMemAlloc_v2, NULL}, {"cuMemFree", (void *)cuMemFree_v2, NULL},
+	{"cuMemsetD8", (void *)cuMemsetD8_v2, NULL}, E(cuCtxGetDevice), E(cuModuleLoad), E(cuModuleLoadData),
 	E(cuModuleLoadDataEx), E(cuModuleLoadFatBinary), E(cuModuleGetFunction), E(cuLibraryLoadData),
 	E(cuLibraryLoadFromFile), E(cuLibraryGetKernel), E(cuKernelGetFunction), E(cuFuncGetName),
 	P(cuLaunchKernel), {"cuLaunchKernelEx", (void *)internal_launch_ex, (void *)cuLaunchKernelEx_ptsz},

@@ -1,0 +1,278 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// patchAgent is a real agent server whose Patch callback is the real
+// gpuprobe/patcher (kernel_phases), bound like the receiver binds it: the
+// launch ring is WELCOME region 0, the kp_warps ring region 1 (with its
+// device block).
+type patchAgent struct {
+	*testAgent
+	mu      sync.Mutex
+	answers []*agent.Patched
+}
+
+func startPatchAgent(t *testing.T, answer func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error)) *patchAgent {
+	t.Helper()
+	progs, err := probes.Load(probes.KernelPhases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: []string{probes.KernelPhasesStartMap},
+		MaxThreads: 4096, RingDevice: probes.KernelPhasesRingDevice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &patchAgent{testAgent: &testAgent{path: filepath.Join(t.TempDir(), "agent.sock")}}
+	var warps []*shm.Ring
+	srv, err := agent.Listen(agent.Options{Path: a.path}, agent.Callbacks{
+		Connect: func(p *agent.Peer) ([]agent.Offer, error) {
+			ring, err := newRing()
+			if err != nil {
+				return nil, err
+			}
+			w, err := shm.CreateRing(80, 256)
+			if err != nil {
+				ring.Close()
+				return nil, err
+			}
+			a.mu.Lock()
+			a.sessions = append(a.sessions, &session{peer: p, ring: ring})
+			warps = append(warps, w)
+			a.mu.Unlock()
+			return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
+				{Role: agent.RoleMap, Name: probes.KernelPhasesRingMap, Region: w.Region()}}, nil
+		},
+		Disconnect: func(*agent.Peer) {
+			a.mu.Lock()
+			a.gone++
+			a.mu.Unlock()
+		},
+		Patch: func(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+			a.mu.Lock()
+			w := warps[len(warps)-1]
+			a.mu.Unlock()
+			ans, err := answer(pt, req, func(name string) (patcher.Binding, bool) {
+				if name != probes.KernelPhasesRingMap {
+					return patcher.Binding{}, false
+				}
+				return patcher.Binding{Region: 1, Lanes: 1, RingBlock: w.DeviceBlock()}, true
+			})
+			if ans != nil {
+				a.mu.Lock()
+				a.answers = append(a.answers, ans)
+				a.mu.Unlock()
+			}
+			return ans, err
+		},
+	})
+	if err != nil {
+		t.Fatalf("agent.Listen: %v", err)
+	}
+	a.srv = srv
+	t.Cleanup(func() {
+		srv.Close()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, s := range a.sessions {
+			s.ring.Close()
+		}
+		for _, w := range warps {
+			w.Close()
+		}
+	})
+	return a
+}
+
+var (
+	devRe    = regexp.MustCompile(`mock: (hostreg|alloc) dev=(0x[0-9a-f]+) size=(\d+)`)
+	globalRe = regexp.MustCompile(`mock: global (\S+)=(0x[0-9a-f]+|0)`)
+	extraRe  = regexp.MustCompile(`extra=(\d+)`)
+)
+
+// mockDevices parses the MOCK driver's device memory log: device address
+// → size, per kind (hostreg, alloc).
+func mockDevices(stderr string) map[string]map[uint64]uint64 {
+	out := map[string]map[uint64]uint64{"hostreg": {}, "alloc": {}}
+	for _, m := range devRe.FindAllStringSubmatch(stderr, -1) {
+		d, _ := strconv.ParseUint(m[2], 0, 64)
+		s, _ := strconv.ParseUint(m[3], 10, 64)
+		out[m[1]][d] = s
+	}
+	return out
+}
+
+// TestPatchLoad runs the test app on a real nvcc-built PTX under the shim
+// with the MOCK driver, against a real agent whose Patch callback is
+// gpuprobe/patcher, and checks what the driver got.
+func TestPatchLoad(t *testing.T) {
+	b := binaries(t)
+	src := fatbintest.Source(t, filepath.Join("inject", "vectoradd.cu"))
+	ptxFile := fatbintest.Build(t, src, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
+	orig, err := os.ReadFile(ptxFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+		if r.Arch != 90 {
+			return nil, fmt.Errorf("arch %d, want 90 (the MOCK device)", r.Arch)
+		}
+		return p.Patch(r, bind)
+	}
+	nopatch := func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error) {
+		return nil, &agent.NoPatch{Code: agent.NoPatchNoKernel, Message: "test: nothing targeted"}
+	}
+	slow := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+		time.Sleep(1500 * time.Millisecond)
+		return p.Patch(r, bind)
+	}
+	tests := []struct {
+		name    string
+		mode    string // app mode: dlsym loads a module, cudart a library
+		answer  func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error)
+		env     []string
+		patched bool
+	}{
+		{"module", "dlsym", patch, nil, true},
+		{"library", "cudart", patch, nil, true},
+		{"direct", "direct", patch, nil, true},
+		{"nopatch", "dlsym", nopatch, nil, false},
+		{"timeout", "dlsym", slow, []string{"GPUPROBE_TIMEOUT_MS=300"}, false},
+		{"global-fails", "cudart", patch, []string{"MOCK_FAIL_GLOBAL=1"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startPatchAgent(t, tc.answer)
+			imgOut := filepath.Join(t.TempDir(), "loaded.ptx")
+			env := append(preload(b, a.path), "MOCK_IMAGE_OUT="+imgOut, "GPUPROBE_TRACE=1")
+			env = append(env, tc.env...)
+			stdout, stderr, err := run(t, b, env, b.program(tc.mode), tc.mode, "ptx", ptxFile)
+			if err != nil {
+				t.Fatalf("app: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+			}
+			ss := a.waitGone(t, 1)
+			st := readRing(t, ss[0].ring)
+			loaded, err := os.ReadFile(imgOut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(stdout), "\n")
+			if len(st.launches) != 2 || len(lines) < 2 {
+				t.Fatalf("%d launch records, stdout:\n%s\nstderr:\n%s", len(st.launches), stdout, stderr)
+			}
+			if !tc.patched {
+				if string(loaded) != string(orig) {
+					t.Errorf("the driver loaded %d bytes, not the original %d-byte PTX", len(loaded), len(orig))
+				}
+				if lines[0] != "app: params-launch same=1" || lines[1] != "app: buffer-launch same=1" {
+					t.Errorf("an unpatched kernel's launch was changed:\n%s", stdout)
+				}
+				if globalRe.MatchString(stdout) {
+					t.Errorf("globals set on an unpatched module:\n%s", stdout)
+				}
+				if !strings.Contains(stderr, "loading the original image") && !strings.Contains(stderr, "not patched") {
+					t.Errorf("no trace of the fail-open:\n%s", stderr)
+				}
+				return
+			}
+			a.mu.Lock()
+			if len(a.answers) != 1 {
+				a.mu.Unlock()
+				t.Fatalf("%d PATCHED answers, want 1", len(a.answers))
+			}
+			ans := a.answers[0]
+			a.mu.Unlock()
+			if want := strings.TrimRight(string(ans.Image), "\x00"); string(loaded) != want {
+				t.Errorf("the driver loaded %d bytes, not the %d-byte patched PTX", len(loaded), len(want))
+			}
+			if string(loaded) == string(orig) {
+				t.Errorf("the driver loaded the original PTX")
+			}
+			var k *agent.PatchedKernel
+			for i := range ans.Kernels {
+				if ans.Kernels[i].Name == "_Z9vectorAddPKfS0_Pf" {
+					k = &ans.Kernels[i]
+				}
+			}
+			if k == nil || k.ParamIndex != 3 || k.ParamOffset != 24 {
+				t.Fatalf("PATCHED kernels %+v: want vectorAdd's launch id at index 3, offset 24", ans.Kernels)
+			}
+			wantP := fmt.Sprintf("app: params-launch same=0 p0=1 p1=1 p2=1 extra=%d", st.launches[0].LaunchID)
+			wantB := fmt.Sprintf("app: buffer-launch same=0 size=32 copied=1 extra=%d", st.launches[1].LaunchID)
+			if lines[0] != wantP || lines[1] != wantB {
+				t.Errorf("launches got\n%s\n%s\nwant\n%s\n%s", lines[0], lines[1], wantP, wantB)
+			}
+			if st.launches[0].LaunchID == st.launches[1].LaunchID {
+				t.Errorf("both launches have id %d", st.launches[0].LaunchID)
+			}
+			devs := mockDevices(stderr)
+			got := map[string]uint64{}
+			for _, m := range globalRe.FindAllStringSubmatch(stdout, -1) {
+				got[m[1]], _ = strconv.ParseUint(m[2], 0, 64)
+			}
+			if len(got) != len(ans.Globals) || len(ans.Globals) == 0 {
+				t.Errorf("%d globals set, PATCHED has %d: %v", len(got), len(ans.Globals), got)
+			}
+			for _, g := range ans.Globals {
+				v, ok := got[g.Name]
+				if !ok {
+					t.Errorf("global %s (%v) not set", g.Name, g.Kind)
+					continue
+				}
+				switch g.Kind {
+				case agent.GlobalRegion:
+					if _, ok := devs["hostreg"][v-g.Value]; !ok {
+						t.Errorf("global %s = %#x: not a registered region's device address + %d (%v)", g.Name, v, g.Value, devs["hostreg"])
+					}
+				case agent.GlobalConst:
+					if v != g.Value {
+						t.Errorf("global %s = %#x, want %#x", g.Name, v, g.Value)
+					}
+				case agent.GlobalRingBlock, agent.GlobalDeviceAlloc:
+					if s, ok := devs["alloc"][v]; !ok || s != g.Size {
+						t.Errorf("global %s (%v) = %#x: not a %d-byte allocation (%v)", g.Name, g.Kind, v, g.Size, devs["alloc"])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPatchNoSession: with no collector the app loads its own image and
+// launches unchanged.
+func TestPatchNoSession(t *testing.T) {
+	b := binaries(t)
+	src := fatbintest.Source(t, filepath.Join("inject", "vectoradd.cu"))
+	ptxFile := fatbintest.Build(t, src, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
+	imgOut := filepath.Join(t.TempDir(), "loaded.ptx")
+	env := append(preload(b, filepath.Join(t.TempDir(), "none.sock")), "MOCK_IMAGE_OUT="+imgOut)
+	stdout, stderr, err := run(t, b, env, b.app, "dlsym", "ptx", ptxFile)
+	if err != nil {
+		t.Fatalf("app: %v\n%s%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "app: params-launch same=1\napp: buffer-launch same=1\n") || extraRe.MatchString(stdout) {
+		t.Errorf("launches changed without a session:\n%s", stdout)
+	}
+	loaded, err1 := os.ReadFile(imgOut)
+	orig, err2 := os.ReadFile(ptxFile)
+	if err := errors.Join(err1, err2); err != nil || string(loaded) != string(orig) {
+		t.Errorf("loaded image differs from the original (%v)", err)
+	}
+}
