@@ -28,8 +28,8 @@ struct gp_name {
 struct gp_entry {
 	uint64_t key;          /* handle; 0 = empty (atomic) */
 	struct gp_name *name;  /* atomic */
-	uint32_t gen;          /* session generation of the last name record */
-	uint32_t pad;
+	uint32_t gen;          /* session generation of the last name record (claimed) */
+	uint32_t pub;          /* ... once that record is in the ring (atomic) */
 };
 
 #define GP_HBITS 16
@@ -184,21 +184,30 @@ GP_HIDDEN void gp_name_emit(void *ring, uint64_t f)
 		if (f == 0 || (e = gp_resolve_unknown(f)) == NULL)
 			return;
 	}
+	if (GP_LIKELY(__atomic_load_n(&e->pub, __ATOMIC_ACQUIRE) == gen))
+		return;
 	g = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
-	if (GP_LIKELY(g == gen))
-		return;
 	n = __atomic_load_n(&e->name, __ATOMIC_ACQUIRE);
-	if (n == NULL || !__atomic_compare_exchange_n(&e->gen, &g, gen, 0, __ATOMIC_ACQ_REL,
-						       __ATOMIC_RELAXED))
+	if (n == NULL)
 		return;
-	if (n->len == 0)
+	if (g == gen || !__atomic_compare_exchange_n(&e->gen, &g, gen, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		/* Another thread is writing the name record: wait (bounded) so
+		 * that this launch's record comes after it in the ring. */
+		for (int i = 0; i < 100000 && __atomic_load_n(&e->pub, __ATOMIC_ACQUIRE) != gen; i++)
+#if defined(__x86_64__)
+			__builtin_ia32_pause();
+#else
+			;
+#endif
 		return;
-
+	}
 	const struct gpbr_header *h = ring;
 	uint32_t room = h->stride - GPBR_SLOT_HEADER, len = n->len;
 	uint16_t flags = n->flags;
-	if (room < sizeof(struct gp_rec_kernel_name) + 8)
+	if (n->len == 0 || room < sizeof(struct gp_rec_kernel_name) + 8) {
+		__atomic_store_n(&e->pub, gen, __ATOMIC_RELEASE);
 		return;
+	}
 	if (len > room - sizeof(struct gp_rec_kernel_name)) {
 		len = (room - sizeof(struct gp_rec_kernel_name)) & ~7u;
 		flags |= GP_KERNEL_NAME_TRUNCATED;
@@ -217,5 +226,6 @@ GP_HIDDEN void gp_name_emit(void *ring, uint64_t f)
 	k->flags = flags;
 	memcpy(k->name, n->s, len);
 	gp_produce(ring, GP_REC_KERNEL_NAME, buf, size);
+	__atomic_store_n(&e->pub, gen, __ATOMIC_RELEASE);
 	GP_COUNT(names, 1);
 }
