@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -42,6 +43,7 @@ type dumpSession struct {
 	apis                               map[record.LaunchAPI]int
 	memcpyBytes                        uint64
 	firstErr                           error
+	patch                              *dumpPatch // --patch mode
 }
 
 // dumper is the state of agent-dump.
@@ -50,6 +52,7 @@ type dumper struct {
 	verbose  bool
 	slotSize uint32
 	slots    uint32
+	patcher  *patcher.Patcher // --patch: answer PATCH with kernel_phases
 
 	mu       sync.Mutex
 	sessions []*dumpSession
@@ -62,11 +65,20 @@ func (d *dumper) connect(p *agent.Peer) ([]agent.Offer, error) {
 	}
 	s := &dumpSession{peer: p, ring: ring, cons: ring.NewConsumer(shm.ConsumerOptions{}),
 		names: map[uint64]string{}, byKernel: map[string]int{}, apis: map[record.LaunchAPI]int{}}
+	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}
+	if d.patcher != nil {
+		o, err := d.patchOffer(s)
+		if err != nil {
+			ring.Close()
+			return nil, err
+		}
+		offers = append(offers, o)
+	}
 	d.mu.Lock()
 	d.sessions = append(d.sessions, s)
 	d.mu.Unlock()
 	fmt.Fprintf(d.out, "agent-dump: session %d: pid %d (%s) connected\n", p.Session, p.PID, p.Hello.Name)
-	return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}, nil
+	return offers, nil
 }
 
 func (d *dumper) disconnect(p *agent.Peer) {
@@ -107,6 +119,7 @@ func (d *dumper) decode(s *dumpSession, r shm.Record) {
 		}
 		s.byKernel[name]++
 		s.apis[l.API]++
+		d.patchLaunch(s, name, &l)
 		if d.verbose {
 			fmt.Fprintf(d.out, "launch pid=%d tid=%d id=%d %s grid=%dx%dx%d block=%dx%dx%d shm=%d stream=%#x dev=%d api=%v result=%d call=%dns\n",
 				l.PID, l.TID, l.LaunchID, name, l.Grid[0], l.Grid[1], l.Grid[2], l.Block[0], l.Block[1], l.Block[2],
@@ -166,6 +179,7 @@ func (d *dumper) poll() int {
 		gone := s.gone
 		d.mu.Unlock()
 		s.cons.Read(0, func(r shm.Record) { d.decode(s, r) })
+		d.patchPoll(s)
 		if gone { // the client is gone and its ring was drained after that
 			s.finished = true
 			finished++
@@ -188,6 +202,7 @@ func (d *dumper) summary() (total int) {
 		if s.firstErr != nil {
 			fmt.Fprintf(d.out, "agent-dump: session %d: first error: %v\n", s.peer.Session, s.firstErr)
 		}
+		d.patchSummary(s)
 		ks := make([]string, 0, len(s.byKernel))
 		for k := range s.byKernel {
 			ks = append(ks, k)
@@ -213,6 +228,9 @@ func (d *dumper) close() {
 	defer d.mu.Unlock()
 	for _, s := range d.sessions {
 		s.ring.Close()
+		if s.patch != nil {
+			s.patch.warps.Close()
+		}
 	}
 }
 
@@ -227,6 +245,7 @@ func runAgentDump(args []string, stdout, stderr io.Writer) int {
 	exitAfter := fs.Int("exit-after", 0, "exit once this many clients have come and gone (0: run until SIGINT/SIGTERM)")
 	timeout := fs.Duration("timeout", 0, "exit after this long in any case (0: no limit)")
 	verbose := fs.Bool("v", false, "print every record")
+	patch := fs.Bool("patch", false, "answer PATCH with the kernel_phases probe and count its warp records (no collector needed)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -242,11 +261,20 @@ func runAgentDump(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	d := &dumper{out: stdout, verbose: *verbose, slots: uint32(*slots), slotSize: uint32(*slotSize)}
+	cb := agent.Callbacks{Connect: d.connect, Disconnect: d.disconnect}
+	if *patch {
+		p, err := newPatcher()
+		if err != nil {
+			fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+			return 1
+		}
+		d.patcher, cb.Patch = p, d.onPatch
+	}
 	if err := os.MkdirAll(filepath.Dir(*socket), 0o755); err != nil {
 		fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
 		return 1
 	}
-	srv, err := agent.Listen(agent.Options{Path: *socket}, agent.Callbacks{Connect: d.connect, Disconnect: d.disconnect})
+	srv, err := agent.Listen(agent.Options{Path: *socket}, cb)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
 		return 1
