@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,9 +23,8 @@ import (
 // launch ring is WELCOME region 0, the kp_warps ring region 1 (with its
 // device block).
 type patchAgent struct {
-	*testAgent
-	mu      sync.Mutex
-	answers []*agent.Patched
+	*testAgent // its mu also guards answers
+	answers    []*agent.Patched
 }
 
 func startPatchAgent(t *testing.T, answer func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error)) *patchAgent {
