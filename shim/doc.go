@@ -51,8 +51,9 @@
 //
 // # Not yet
 //
-// gp_patch_image (image.c) is where the patched image will come from; today
-// it returns the original. dlsym(RTLD_NEXT, ...) lookups are passed through
+// Patched modules' device-alloc memory is not freed at unload, graph
+// launches of patched kernels are not rewritten, and file loads are not
+// patched (README.md, "Patching"). dlsym(RTLD_NEXT, ...) lookups are passed through
 // to glibc untouched (with the caller's return address, so other
 // interposers keep working) and are not wrapped.
 package shim
