@@ -20,6 +20,7 @@
 # Environment: NVCC (default nvcc), E2E_OUT (logs, default build/gpu-e2e;
 # copied to $OUT if set), ITERS (vectorAdd iterations, default 2).
 set -uo pipefail
+export GPUPROBE_PATCH=1 # patching is opt-in (see shim/README.md)
 
 cd "$(dirname "$0")/.."
 root=$PWD

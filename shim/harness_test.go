@@ -222,7 +222,7 @@ func readRing(tb testing.TB, ring *shm.Ring) *stream {
 func run(tb testing.TB, b *built, env []string, prog string, args ...string) (string, string, error) {
 	tb.Helper()
 	cmd := exec.Command(prog, args...)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=", "GPUPROBE_SOCKET=", "GPUPROBE_DISABLE=")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=", "GPUPROBE_SOCKET=", "GPUPROBE_DISABLE=", "GPUPROBE_PATCH=")
 	cmd.Env = append(cmd.Env, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -231,7 +231,7 @@ func run(tb testing.TB, b *built, env []string, prog string, args ...string) (st
 }
 
 func preload(b *built, socket string) []string {
-	return []string{"LD_PRELOAD=" + b.shim, "GPUPROBE_SOCKET=" + socket}
+	return []string{"LD_PRELOAD=" + b.shim, "GPUPROBE_SOCKET=" + socket, "GPUPROBE_PATCH=1"}
 }
 
 // program returns the binary for an app mode.

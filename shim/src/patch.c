@@ -509,7 +509,7 @@ GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *
 {
 	memset(pp, 0, sizeof *pp);
 	pp->api = api, pp->lib = lib;
-	if (__atomic_load_n(&gp_state, __ATOMIC_ACQUIRE) != GP_READY || img->size == 0 ||
+	if (__atomic_load_n(&gp_state, __ATOMIC_ACQUIRE) != GP_READY || !gp_patch_enabled || img->size == 0 ||
 	    (img->kind != GP_IMG_PTX && img->kind != GP_IMG_FATBIN && img->kind != GP_IMG_FATBIN_WRAPPER))
 		return img->ptr;
 	pthread_mutex_lock(&gp_patch_mu);

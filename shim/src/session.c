@@ -403,6 +403,8 @@ fail:
 
 /* gp_connect runs the handshake once (per process or fork child); callers
  * that arrive while it runs do not wait: they record nothing meanwhile. */
+GP_HIDDEN int gp_patch_enabled;
+
 GP_HIDDEN void gp_connect(void)
 {
 	int idle = GP_IDLE;
@@ -426,6 +428,8 @@ GP_HIDDEN void gp_connect(void)
 		else
 			GP_TRACE("GPUPROBE_TIMEOUT_MS=%s is not 1..60000; using %d", t, ms);
 	}
+	const char *pe = getenv("GPUPROBE_PATCH");
+	gp_patch_enabled = pe && strcmp(pe, "1") == 0;
 	const char *off = getenv("GPUPROBE_DISABLE");
 	if (off && off[0] && strcmp(off, "0") != 0) {
 		GP_TRACE("GPUPROBE_DISABLE is set: forwarding only");
