@@ -95,9 +95,16 @@ rec=$(field recorded "$d")
 drop=$(grep 'patched modules=' "$d" | sed -n 's/.* dropped=\([0-9]*\).*/\1/p')
 want_launches=$(sed -n 's/^app: launches=\([0-9]*\)/\1/p' "$out/plain.txt")
 launches=$(sed -n 's/^agent-dump: total .* launches=\([0-9]*\) .*/\1/p' "$d")
-[[ ${mods:-0} -ge 1 ]] && row "module patched" ok "modules=$mods" || row "module patched" FAIL "see $d and $out/patched.trace.txt"
-[[ -n $launches && $launches == "$want_launches" ]] && row "launch records" ok "$launches" ||
+if [[ ${mods:-0} -ge 1 ]]; then
+	row "module patched" ok "modules=$mods"
+else
+	row "module patched" FAIL "see $d and $out/patched.trace.txt"
+fi
+if [[ -n $launches && $launches == "$want_launches" ]]; then
+	row "launch records" ok "$launches"
+else
 	row "launch records" FAIL "recorded ${launches:-?}, app launched ${want_launches:-?}"
+fi
 if [[ -n $exp && $exp -gt 0 && $exp == "$rec" && ${drop:-1} == 0 ]]; then
 	row "warp records == warps launched" ok "$rec"
 else
