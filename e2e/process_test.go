@@ -43,7 +43,7 @@ func TestProcessStop(t *testing.T) {
 			if exited, _ := p.Exited(); !exited {
 				t.Error("process still running after Stop")
 			}
-			if err := Eventually(context.Background(), 2*time.Second, 20*time.Millisecond, func(context.Context) error {
+			if err := Eventually(context.Background(), 15*time.Second, 20*time.Millisecond, func(context.Context) error {
 				if !groupGone(p.Pid()) {
 					return errors.New("process group still has members")
 				}
@@ -101,7 +101,7 @@ func TestWaitReady(t *testing.T) {
 				t.Errorf("check called %d times, want %d", calls, tc.readyAt)
 			}
 			if tc.wantInLog != "" {
-				if err := Eventually(context.Background(), 2*time.Second, 20*time.Millisecond, func(context.Context) error {
+				if err := Eventually(context.Background(), 15*time.Second, 20*time.Millisecond, func(context.Context) error {
 					if !strings.Contains(p.Logs(), tc.wantInLog) {
 						return errors.New("log line missing")
 					}
