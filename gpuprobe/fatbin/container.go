@@ -122,10 +122,12 @@ type Entry struct {
 	UncompressedSize uint64 // bytes once inflated (0 if uncompressed)
 	Major, Minor     uint16 // PTX ISA version (7.8) for PTX; 1.7 for nvcc 11.8 cubins
 	Arch             uint32 // SM architecture number: 52, 80, 90, ...
+	ArchSpecific     bool   // built for the arch-specific variant: sm_90a, sm_100a
 	Flags            Flags
 	Name             string // identifier (fatbinary -ident), "" when absent
 	Options          string // ptxas options recorded for a PTX entry
 	payload          []byte // PayloadSize bytes as stored
+	header           []byte // HeaderSize bytes as stored, nil for loose images
 }
 
 // Compression returns how the payload is stored.
@@ -139,8 +141,19 @@ func (e *Entry) Compression() Compression {
 	return CompressionNone
 }
 
-// ArchName returns "sm_80" for Arch 80.
-func (e *Entry) ArchName() string { return fmt.Sprintf("sm_%d", e.Arch) }
+// ArchName returns "sm_80" for Arch 80, "sm_90a" for an arch-specific
+// entry, the way cuobjdump names it.
+func (e *Entry) ArchName() string {
+	if e.ArchSpecific {
+		return fmt.Sprintf("sm_%da", e.Arch)
+	}
+	return fmt.Sprintf("sm_%d", e.Arch)
+}
+
+// Header returns the entry header as stored (HeaderSize bytes), for
+// fields this package does not decode. It is nil for a loose cubin or
+// PTX image. The slice aliases the parsed input.
+func (e *Entry) Header() []byte { return e.header }
 
 // Raw returns the payload as stored in the container (compressed or not,
 // padding included). The slice aliases the parsed input.
@@ -273,6 +286,7 @@ func parseEntry(b []byte, base int64) (*Entry, int, error) {
 			e.PayloadSize, uint64(len(b))-uint64(e.HeaderSize))
 	}
 	hdr := b[:e.HeaderSize]
+	e.header = hdr
 	if nameSize > 0 {
 		s, err := headerString(hdr, nameOff, nameSize, base, 32)
 		if err != nil {

@@ -56,6 +56,24 @@
 // Entry.Data removes the NULs, so that it equals what cuobjdump
 // --extract-ptx writes.
 //
+// # CUDA 13
+//
+// Checked against nvcc/cuobjdump 13.0 output (testdata/cuda/nvcc13): the
+// container and entry layout is unchanged (PTX entries carry PTX ISA 9.0,
+// cubins entry version 1.8). Cubins use ELF ABI version 8 (EI_OSABI 0x41):
+// the SM moved from the low byte of e_flags to bits 8..15, and the
+// arch-specific "a" from 0x800 to the low bits (0x8 in LLVM, 0x2 in what
+// nvcc 13 writes for sm_100a); CubinArch reads both layouts. Executables
+// and shared libraries linked by nvcc 13 hold a second container in
+// .nv_fatbin, ahead of the application's: kernel-less cubins (one per
+// target) from libcudart_static. cuobjdump lists it, so File lists it,
+// first, numbered with the others. The wrapper of .nvFatBinSegment points
+// at the application's container; the other one is not reached from it.
+//
+// The "a" of an arch-specific entry inside a container (cuobjdump lists
+// libtorch's sm_100a entries as sm_100a) is not decoded yet: its entry
+// header field is unknown. Entry.Header returns the raw header for that.
+//
 // # Errors
 //
 // Parsing never panics. Corrupt or truncated input gives a *FormatError

@@ -170,26 +170,52 @@ func ParseImage(image []byte) (*File, error) {
 
 // cubinEntry describes a loose cubin as an entry.
 func cubinEntry(image []byte) *Entry {
-	e := &Entry{Kind: KindELF, PayloadSize: uint64(len(image)), payload: image, Arch: cubinArch(image)}
+	arch, specific := CubinArch(image)
+	e := &Entry{Kind: KindELF, PayloadSize: uint64(len(image)), payload: image, Arch: arch, ArchSpecific: specific}
 	if len(image) > 4 && image[4] == 2 {
 		e.Flags |= Flag64Bit
 	}
 	return e
 }
 
-// cubinArch returns the SM of a cubin with the ELF ABI of CUDA 11 and 12
-// (EI_ABIVERSION 7: the SM in the low byte of e_flags), or 0 when the
-// cubin uses a layout this package does not know.
-func cubinArch(image []byte) uint32 {
-	const eiABIVersion = 8
-	if len(image) < 52 || image[eiABIVersion] != 7 {
-		return 0
+// Cubin e_flags, in the two layouts NVIDIA has used. EI_ABIVERSION tells
+// them apart: 7 (CUDA 11 and 12, and older) keeps the SM in the low byte,
+// 8 (CUDA 13) moves it to bits 8..15.
+const (
+	eiABIVersion     = 8 // e_ident index of the ELF ABI version
+	abiVersionCUDA13 = 8
+
+	efSMv7       = 0xff  // ABI 7: the SM
+	efArchSpecV7 = 0x800 // ABI 7: arch-specific variant (sm_90a), EF_CUDA_ACCELERATORS_V1
+	efSMShiftV8  = 8     // ABI 8: the SM is (e_flags >> 8) & 0xff
+	// ABI 8: arch-specific variant. LLVM names 0x8 EF_CUDA_ACCELERATORS;
+	// nvcc 13 writes 0x2 in the sm_100a to sm_121a cubins that cuobjdump
+	// 13 lists as "a" (and 0x4 in plain sm_80, sm_90 ones). Either counts.
+	efArchSpecV8 = 0x8 | 0x2
+)
+
+// CubinArch returns the SM of a cubin and whether it is built for the
+// arch-specific variant ("a": sm_90a, sm_100a), from its ELF header. It
+// reads both e_flags layouts: ABI version 7 and older (CUDA 11, 12: SM in
+// the low byte, "a" at 0x800) and ABI version 8 (CUDA 13: SM in bits
+// 8..15, "a" in the low bits). It returns 0 for an image that is not an
+// ELF file or uses a layout this package does not know.
+func CubinArch(image []byte) (sm uint32, archSpecific bool) {
+	if len(image) < 52 || !bytes.HasPrefix(image, []byte("\x7fELF")) {
+		return 0, false
 	}
 	off := 48 // e_flags in a 64-bit ELF header
 	if image[4] == 1 {
 		off = 36
 	}
-	return binary.LittleEndian.Uint32(image[off:]) & 0xff
+	flags := binary.LittleEndian.Uint32(image[off:])
+	switch v := image[eiABIVersion]; {
+	case v < abiVersionCUDA13:
+		return flags & efSMv7, flags&efArchSpecV7 != 0
+	case v == abiVersionCUDA13:
+		return flags >> efSMShiftV8 & 0xff, flags&efArchSpecV8 != 0
+	}
+	return 0, false
 }
 
 // ptxEntry describes loose PTX text (up to its first NUL) as an entry.

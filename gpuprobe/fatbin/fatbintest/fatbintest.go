@@ -234,9 +234,19 @@ func List(tb testing.TB, file string, all bool) []Listed {
 		args = append([]string{"-all"}, args...)
 	}
 	out := Cuobjdump(tb, filepath.Dir(file), append(args, file)...)
+	res, err := ParseListing(out)
+	if err != nil {
+		tb.Fatalf("fatbintest: %v", err)
+	}
+	return res
+}
+
+// ParseListing parses the "ELF file    1: name" and "PTX file    1:
+// name" lines of cuobjdump --list-elf --list-ptx output, in order; other
+// lines are skipped.
+func ParseListing(out string) ([]Listed, error) {
 	var res []Listed
-	for _, line := range strings.Split(out, "\n") {
-		// "PTX file    1: va.1.sm_80.ptx"
+	for i, line := range strings.Split(out, "\n") {
 		head, name, ok := strings.Cut(line, ": ")
 		if !ok {
 			continue
@@ -247,11 +257,11 @@ func List(tb testing.TB, file string, all bool) []Listed {
 		}
 		n, err := strconv.Atoi(f[2])
 		if err != nil {
-			tb.Fatalf("fatbintest: cuobjdump listing line %q: %v", line, err)
+			return nil, fmt.Errorf("cuobjdump listing line %d %q: %w", i+1, line, err)
 		}
 		res = append(res, Listed{Kind: f[0], N: n, Name: strings.TrimSpace(name)})
 	}
-	return res
+	return res, nil
 }
 
 // Ptxas assembles a PTX file for arch ("sm_90") with -v and returns the
