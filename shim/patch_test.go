@@ -172,14 +172,15 @@ func TestPatchLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			lines := strings.Split(strings.TrimSpace(stdout), "\n")
-			if len(st.launches) != 2 || len(lines) < 2 {
+			if len(st.launches) != 3 || len(lines) < 3 {
 				t.Fatalf("%d launch records, stdout:\n%s\nstderr:\n%s", len(st.launches), stdout, stderr)
 			}
 			if !tc.patched {
 				if string(loaded) != string(orig) {
 					t.Errorf("the driver loaded %d bytes, not the original %d-byte PTX", len(loaded), len(orig))
 				}
-				if lines[0] != "app: params-launch same=1" || lines[1] != "app: buffer-launch same=1" {
+				if lines[0] != "app: params-launch same=1" || lines[1] != "app: buffer-launch same=1" ||
+					lines[2] != "app: graph-node n=3 p0=1 p1=1 p2=1 same=1" {
 					t.Errorf("an unpatched kernel's launch was changed:\n%s", stdout)
 				}
 				if globalRe.MatchString(stdout) {
@@ -216,6 +217,16 @@ func TestPatchLoad(t *testing.T) {
 			wantB := fmt.Sprintf("app: buffer-launch same=0 size=32 copied=1 extra=%d", st.launches[1].LaunchID)
 			if lines[0] != wantP || lines[1] != wantB {
 				t.Errorf("launches got\n%s\n%s\nwant\n%s\n%s", lines[0], lines[1], wantP, wantB)
+			}
+			// The graph node's reserved id (high bit set) reached the driver
+			// as the node's 4th parameter, and the graph launch's record
+			// carries the same id.
+			wantG := fmt.Sprintf("app: graph-node n=4 p0=1 p1=1 p2=1 extra=%d same=1", st.launches[2].LaunchID)
+			if lines[2] != wantG {
+				t.Errorf("graph node got\n%s\nwant\n%s", lines[2], wantG)
+			}
+			if st.launches[2].LaunchID>>63 != 1 {
+				t.Errorf("graph node launch id %#x: not a reserved graph-node id", st.launches[2].LaunchID)
 			}
 			if st.launches[0].LaunchID == st.launches[1].LaunchID {
 				t.Errorf("both launches have id %d", st.launches[0].LaunchID)
@@ -265,7 +276,8 @@ func TestPatchNoSession(t *testing.T) {
 	if err != nil {
 		t.Fatalf("app: %v\n%s%s", err, stdout, stderr)
 	}
-	if !strings.Contains(stdout, "app: params-launch same=1\napp: buffer-launch same=1\n") || extraRe.MatchString(stdout) {
+	if !strings.Contains(stdout, "app: params-launch same=1\napp: buffer-launch same=1\napp: graph-node n=3 p0=1 p1=1 p2=1 same=1\n") ||
+		extraRe.MatchString(stdout) {
 		t.Errorf("launches changed without a session:\n%s", stdout)
 	}
 	loaded, err1 := os.ReadFile(imgOut)

@@ -68,6 +68,24 @@ typedef struct {
 	CUcontext ctx;
 } GPkernelNodeParams;
 
+/* CUgraphNodeParams (CUDA 12.2+, cuGraphAddNode and friends): the node
+ * type, then a 232-byte union whose kernel member is
+ * CUDA_KERNEL_NODE_PARAMS_v3 (the v2 layout), then 8 reserved bytes. */
+typedef struct {
+	int type;
+	int reserved0[3];
+	union {
+		long long reserved1[29];
+		GPkernelNodeParams kernel;
+	} u;
+	long long reserved2;
+} GPgraphNodeParams;
+
+/* CUgraphEdgeData (CUDA 12.3+): 8 bytes, passed through untouched. */
+typedef struct {
+	unsigned char from_port, to_port, type, reserved[5];
+} GPgraphEdgeData;
+
 /* __fatBinC_Wrapper_t: what nvcc's host stub registers. */
 #define GP_FATBIN_WRAPPER_MAGIC 0x466243B1u
 #define GP_FATBIN_CONTAINER_MAGIC 0xBA55ED50u

@@ -73,6 +73,21 @@
 	  "cuGraphInstantiateWithParams_ptsz", 2, 12000, 0)                                        \
 	X(GRAPH_INST_V2, "cuGraphInstantiate", "cuGraphInstantiate", "cuGraphInstantiate_v2", 0,  \
 	  -1, 0)                                                                                   \
+	X(GRAPH_ADD_KNODE, "cuGraphAddKernelNode", "cuGraphAddKernelNode", NULL, 0, 10000, 12000) \
+	X(GRAPH_ADD_KNODE2, "cuGraphAddKernelNode", "cuGraphAddKernelNode_v2", NULL, 0, 12000, 0) \
+	X(GRAPH_KNODE_SET, "cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams", NULL, 0,   \
+	  10000, 12000)                                                                            \
+	X(GRAPH_KNODE_SET2, "cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", NULL,  \
+	  0, 12000, 0)                                                                             \
+	X(GRAPH_EXEC_KNODE_SET, "cuGraphExecKernelNodeSetParams",                                 \
+	  "cuGraphExecKernelNodeSetParams", NULL, 0, 10010, 12000)                                 \
+	X(GRAPH_EXEC_KNODE_SET2, "cuGraphExecKernelNodeSetParams",                                \
+	  "cuGraphExecKernelNodeSetParams_v2", NULL, 0, 12000, 0)                                  \
+	X(GRAPH_ADD_NODE, "cuGraphAddNode", "cuGraphAddNode", NULL, 0, 12020, 12030)              \
+	X(GRAPH_ADD_NODE2, "cuGraphAddNode", "cuGraphAddNode_v2", NULL, 0, 12030, 0)              \
+	X(GRAPH_NODE_SET, "cuGraphNodeSetParams", "cuGraphNodeSetParams", NULL, 0, 12020, 0)     \
+	X(GRAPH_EXEC_NODE_SET, "cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", NULL, 0,   \
+	  12020, 0)                                                                                \
 	X(STREAM_SYNC, "cuStreamSynchronize", "cuStreamSynchronize", "cuStreamSynchronize_ptsz",  \
 	  2, 0, 0)                                                                                 \
 	X(CTX_SYNC, "cuCtxSynchronize", "cuCtxSynchronize", NULL, 0, -1, 0)                       \
@@ -333,6 +348,11 @@ GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module);
 GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to);
 GP_HIDDEN const struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);
+/* Graph kernel nodes of patched kernels carry a reserved launch id: the
+ * high bit set, then a counter (wrap_graph.c). */
+#define GP_GRAPH_ID_BIT ((uint64_t)1 << 63)
+GP_HIDDEN uint64_t gp_graph_node_id(uint64_t func, void **params, void **extra);
+GP_HIDDEN void gp_graph_exec_node_set(uint64_t exec, uint64_t node, uint64_t func, uint64_t id);
 /* gp_any_patched: some module was patched (launches look functions up). */
 extern GP_HIDDEN int gp_any_patched;
 

@@ -177,7 +177,8 @@ GP_EXPORT_AS(LAUNCH_COOP, 1, cuLaunchCooperativeKernel_ptsz)
 /* ---- graphs ------------------------------------------------------------ */
 
 struct gp_gnode {
-	uint64_t func;
+	uint64_t node;
+	uint64_t func, id; /* atomic: cuGraphExec*NodeSetParams may change them */
 	unsigned grid[3], block[3], shmem;
 };
 struct gp_graph {
@@ -240,7 +241,9 @@ static void gp_graph_collect(const struct gp_graph_api *api, CUgraph g, struct g
 				if (api->kparams(nodes[i], &p) != CUDA_SUCCESS)
 					continue;
 				struct gp_gnode *k = &out->nodes[out->n++];
+				k->node = (uint64_t)nodes[i];
 				k->func = p.func ? (uint64_t)p.func : (uint64_t)p.kern;
+				k->id = gp_graph_node_id(k->func, p.kernelParams, p.extra);
 				k->grid[0] = p.gridDimX, k->grid[1] = p.gridDimY, k->grid[2] = p.gridDimZ;
 				k->block[0] = p.blockDimX, k->block[1] = p.blockDimY, k->block[2] = p.blockDimZ;
 				k->shmem = p.sharedMemBytes;
@@ -255,8 +258,8 @@ static void gp_graph_collect(const struct gp_graph_api *api, CUgraph g, struct g
 }
 
 /* gp_graph_instantiated records the kernel nodes of a new executable graph
- * (cuGraphExec*Update and per-node parameter changes after instantiation
- * are not followed). */
+ * (cuGraphExec*Update is not followed; cuGraphExec*NodeSetParams of a
+ * kernel node is, see wrap_graph.c). */
 static void gp_graph_instantiated(CUgraphExec exec, CUgraph g)
 {
 	static struct gp_graph_api api;
@@ -286,6 +289,19 @@ static void gp_graph_instantiated(CUgraphExec exec, CUgraph g)
 	 * cuGraphLaunch may still read it. */
 	__atomic_store_n(&e->graph, gr, __ATOMIC_RELEASE);
 	GP_TRACE("graph exec %p instantiated with %u kernel nodes", (void *)exec, gr->n);
+}
+
+/* gp_graph_exec_node_set follows cuGraphExec*NodeSetParams of a kernel
+ * node: its function and launch id (0: none) in the executable graph. */
+GP_HIDDEN void gp_graph_exec_node_set(uint64_t exec, uint64_t node, uint64_t func, uint64_t id)
+{
+	struct gp_gentry *e = gp_graph_find(exec, 0);
+	struct gp_graph *g = e ? __atomic_load_n(&e->graph, __ATOMIC_ACQUIRE) : NULL;
+	for (uint32_t i = 0; g != NULL && i < g->n; i++)
+		if (g->nodes[i].node == node) {
+			__atomic_store_n(&g->nodes[i].func, func, __ATOMIC_RELEASE);
+			__atomic_store_n(&g->nodes[i].id, id, __ATOMIC_RELEASE);
+		}
 }
 
 #define GP_P_GRAPH_INST_FLAGS CUgraphExec *exec, CUgraph g, unsigned long long flags
@@ -356,7 +372,10 @@ static CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 	uint64_t stream = gp_stream(s, st);
 	for (uint32_t i = 0; i < g->n; i++) {
 		const struct gp_gnode *k = &g->nodes[i];
-		gp_launch_record(ring, GP_API_GRAPH_LAUNCH, gp_next_launch_id(), ts.t0, ts.t1, k->func, k->grid[0],
+		/* A patched kernel's node has its launch id in its parameters. */
+		uint64_t id = __atomic_load_n(&k->id, __ATOMIC_ACQUIRE);
+		uint64_t f = __atomic_load_n(&k->func, __ATOMIC_ACQUIRE);
+		gp_launch_record(ring, GP_API_GRAPH_LAUNCH, id ? id : gp_next_launch_id(), ts.t0, ts.t1, f, k->grid[0],
 				 k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->shmem, stream, r,
 				 dev);
 	}

@@ -12,8 +12,9 @@
  *
  * Scenarios: basic (default), graph, fork, unnamed, threads, slow, bench N,
  * ptx FILE (loads a real PTX file, launches its vectorAdd by kernelParams
- * and by a CU_LAUNCH_PARAM_BUFFER_POINTER buffer, and prints what the MOCK
- * driver received: the extra launch-id parameter, the module's globals).
+ * and by a CU_LAUNCH_PARAM_BUFFER_POINTER buffer and from a graph kernel
+ * node, and prints what the MOCK driver received: the extra launch-id
+ * parameter, the module's globals).
  * The output (stdout) depends only on what the driver did, so it must be
  * identical with and without the shim.
  */
@@ -292,6 +293,21 @@ static void ptx(const char *file)
 			printf(" extra=%llu", nb[3]);
 	}
 	printf("\n");
+	/* A kernel node built explicitly: what the driver kept of its
+	 * parameters (the app's 3 values, then a patched kernel's launch id). */
+	int (*node_params)(void *, u64 *, int) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_node_params"), "mock_node_params");
+	void *g, *node, *exec;
+	kernel_node_params kp = {fn, 2, 1, 1, 64, 1, 1, 0, params, NULL};
+	CHECK(A.graph_create(&g, 0));
+	CHECK(A.graph_add(&node, g, NULL, 0, &kp));
+	u64 v[8];
+	int nv = node_params(node, v, 8);
+	printf("app: graph-node n=%d p0=%d p1=%d p2=%d", nv, nv > 0 && v[0] == a, nv > 1 && v[1] == b, nv > 2 && v[2] == c);
+	if (nv > 3)
+		printf(" extra=%llu", v[3]);
+	printf(" same=%d\n", kp.params == params);
+	CHECK(A.graph_inst(&exec, g, 0));
+	CHECK(A.graph_launch(exec, NULL));
 	globals(stdout, m);
 }
 

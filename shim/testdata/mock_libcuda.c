@@ -34,6 +34,7 @@ struct mock_fn {
 	char name[256];
 	struct mock_fn *next;
 	struct mock_fn *func; /* KERN: its CUfunction */
+	int nparams;          /* .param count of its PTX .entry (-1: unknown) */
 };
 struct mock_global {
 	char name[128];
@@ -46,9 +47,15 @@ struct mock_mod {
 	char *ptx; /* a PTX image's text */
 	struct mock_global *globals;
 };
+#define MOCK_NODE_PARAMS 8
 struct mock_node {
 	struct mock_fn *f;
 	unsigned grid[3], block[3], shmem;
+	/* Like the driver, a node keeps copies of its parameter values (8
+	 * bytes each here: the test kernels take pointers and the u64 id). */
+	int nparams;
+	uint64_t values[MOCK_NODE_PARAMS];
+	void *ptrs[MOCK_NODE_PARAMS];
 };
 struct mock_graph {
 	int n;
@@ -102,6 +109,21 @@ EXPORT CUresult cuCtxGetDevice(int *d)
 	return 0;
 }
 
+/* ptx_nparams counts the .param entries of .entry name in a PTX text. */
+static int ptx_nparams(const char *ptx, const char *name)
+{
+	char key[300];
+	snprintf(key, sizeof key, ".entry %s(", name);
+	const char *p = ptx ? strstr(ptx, key) : NULL;
+	if (p == NULL)
+		return -1;
+	const char *end = strchr(p, ')');
+	int n = 0;
+	for (p += strlen(key); end && (p = strstr(p, ".param")) != NULL && p < end; p += 6)
+		n++;
+	return n;
+}
+
 static struct mock_mod *new_mod(void)
 {
 	struct mock_mod *m = calloc(1, sizeof *m);
@@ -117,6 +139,7 @@ static struct mock_fn *mod_fn(struct mock_mod *m, const char *name, uint32_t mag
 	struct mock_fn *f = calloc(1, sizeof *f);
 	f->magic = magic;
 	f->id = next_id++;
+	f->nparams = ptx_nparams(m->ptx, name);
 	snprintf(f->name, sizeof f->name, "%s", name);
 	f->next = m->fns;
 	m->fns = f;
@@ -470,6 +493,20 @@ typedef struct {
 	void *kern, *ctx;
 } mock_kernel_node_params_v2;
 
+/* node_params copies a node's parameter values: as many as the kernel's
+ * PTX declares (a patched kernel: its own plus the launch id). */
+static void node_params(struct mock_node *n, void **params, void **extra)
+{
+	n->nparams = 0;
+	if (n->f == NULL || n->f->nparams <= 0 || params == NULL || extra != NULL)
+		return;
+	n->nparams = n->f->nparams > MOCK_NODE_PARAMS ? MOCK_NODE_PARAMS : n->f->nparams;
+	for (int i = 0; i < n->nparams; i++) {
+		memcpy(&n->values[i], params[i], 8);
+		n->ptrs[i] = &n->values[i];
+	}
+}
+
 EXPORT CUresult cuGraphCreate(void **g, unsigned flags)
 {
 	(void)flags;
@@ -487,8 +524,17 @@ EXPORT CUresult cuGraphAddKernelNode(void **node, void *g, void *deps, size_t nd
 	n->grid[0] = p->gx, n->grid[1] = p->gy, n->grid[2] = p->gz;
 	n->block[0] = p->bx, n->block[1] = p->by, n->block[2] = p->bz;
 	n->shmem = p->shm;
+	node_params(n, p->params, p->extra);
 	*node = n;
 	return 0;
+}
+/* mock_node_params: what the driver kept of a node's parameters. */
+EXPORT int mock_node_params(void *node, uint64_t *out, int max)
+{
+	struct mock_node *n = node;
+	for (int i = 0; i < n->nparams && i < max; i++)
+		out[i] = n->values[i];
+	return n->nparams;
 }
 EXPORT CUresult cuGraphGetNodes(void *g, void **nodes, size_t *num)
 {
@@ -513,6 +559,7 @@ EXPORT CUresult cuGraphKernelNodeGetParams_v2(void *node, mock_kernel_node_param
 	p->gx = n->grid[0], p->gy = n->grid[1], p->gz = n->grid[2];
 	p->bx = n->block[0], p->by = n->block[1], p->bz = n->block[2];
 	p->shm = n->shmem;
+	p->params = n->nparams ? n->ptrs : NULL;
 	return 0;
 }
 EXPORT CUresult cuGraphInstantiateWithFlags(void **exec, void *g, unsigned long long flags)
@@ -520,6 +567,9 @@ EXPORT CUresult cuGraphInstantiateWithFlags(void **exec, void *g, unsigned long 
 	(void)flags;
 	struct mock_graph *e = malloc(sizeof *e);
 	*e = *(struct mock_graph *)g;
+	for (int i = 0; i < e->n; i++)
+		for (int j = 0; j < e->nodes[i].nparams; j++)
+			e->nodes[i].ptrs[j] = &e->nodes[i].values[j];
 	*exec = e;
 	return 0;
 }
