@@ -212,9 +212,8 @@ extern GP_HIDDEN struct gp_region gp_regions[GP_MAX_REGIONS];
 extern GP_HIDDEN uint32_t gp_nregions;
 extern GP_HIDDEN int gp_timeout_ms;
 /* GPUPROBE_PATCH=1: ask the collector to patch loaded images. Off by
- * default until kernel nodes added with cuGraphAddKernelNode get the hidden
- * launch-id parameter: a patched kernel launched without it would read past
- * its parameters. */
+ * default: a patched kernel launched without its hidden launch-id parameter
+ * (by a path the shim does not wrap) would read past its parameters. */
 extern GP_HIDDEN int gp_patch_enabled;
 GP_HIDDEN int gp_agent_exchange(const uint8_t *frame, size_t n, int sendfd, uint32_t id, uint32_t *type,
 				uint8_t **payload, uint32_t *plen, int *recvfd);

@@ -25,6 +25,13 @@
 /* CUDA_KERNEL_NODE_PARAMS (v1): GPkernelNodeParams up to extra. */
 #define GP_KNODE_V1_SIZE offsetof(GPkernelNodeParams, kern)
 
+/* The layouts cuda.h (12.x) fixes: v1 kernel node params 56 bytes,
+ * CUgraphNodeParams 256 with the kernel member at 16. */
+_Static_assert(GP_KNODE_V1_SIZE == 56, "CUDA_KERNEL_NODE_PARAMS_v1 layout");
+_Static_assert(sizeof(GPkernelNodeParams) == 72, "CUDA_KERNEL_NODE_PARAMS_v2 layout");
+_Static_assert(sizeof(GPgraphNodeParams) == 256, "CUgraphNodeParams size");
+_Static_assert(offsetof(GPgraphNodeParams, u.kernel) == 16, "CUgraphNodeParams kernel offset");
+
 static uint64_t gp_graph_ids;
 
 /* gp_graph_next_id returns a fresh reserved graph-node launch id. */
