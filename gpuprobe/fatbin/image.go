@@ -188,10 +188,12 @@ const (
 	efSMv7       = 0xff  // ABI 7: the SM
 	efArchSpecV7 = 0x800 // ABI 7: arch-specific variant (sm_90a), EF_CUDA_ACCELERATORS_V1
 	efSMShiftV8  = 8     // ABI 8: the SM is (e_flags >> 8) & 0xff
-	// ABI 8: arch-specific variant. LLVM names 0x8 EF_CUDA_ACCELERATORS;
-	// nvcc 13 writes 0x2 in the sm_100a to sm_121a cubins that cuobjdump
-	// 13 lists as "a" (and 0x4 in plain sm_80, sm_90 ones). Either counts.
-	efArchSpecV8 = 0x8 | 0x2
+	// ABI 8: arch-specific variant. LLVM names 0x8 EF_CUDA_ACCELERATORS.
+	// 0x2 is NOT it: on the H100 machine nvcc 13.0 wrote the same e_flags
+	// (0x6006402) for -arch sm_100 and sm_100a, and the same (0x6005a04) for
+	// sm_90 and sm_90a, so in this layout the header alone does not tell
+	// the "a" variant apart; 0x2 marks the sm_100+ family.
+	efArchSpecV8 = 0x8
 )
 
 // CubinArch returns the SM of a cubin and whether it is built for the
