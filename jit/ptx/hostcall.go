@@ -303,16 +303,7 @@ func (c *compiler) genRingout() {
 	e.op("and.b64 %x7, %x6, %x7")
 	e.op("setp.ge.u64 %z0, %x5, %x0")
 	e.op("@%z0 bra $Llate")
-	e.op("mad.lo.u64 %x8, %x7, %x1, %x20")
-	e.op("add.s64 %x8, %x8, ", strconv.Itoa(dataOffset))
-	e.op("st.u32 [%x8+8], %x22")
-	e.op("st.u32 [%x8+12], ", strconv.Itoa(RingRecordType))
-	e.op("add.s64 %x9, %x8, ", strconv.Itoa(slotHeader))
-	c.callFunc(c.o.Prefix+"_"+funcMemcpy, "", "%x9", "%x21", "%x22")
-	e.op("add.s64 %x10, %x6, 1")
-	e.op("st.release.sys.u64 [%x8], %x10")
-	e.op("st.param.b64 [__ret], 0")
-	e.op("ret")
+	c.ringPublish()
 	e.label("$Llate")
 	// Racing producers overshot: count the drop, globally and in the
 	// slot's drop counter, so the consumer can skip the ticket.
@@ -326,8 +317,33 @@ func (c *compiler) genRingout() {
 	e.op("red.relaxed.sys.add.u64 ", at(ringDropped), ", 1")
 	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
 	e.op("ret")
+	c.ringRejects()
+}
+
+// ringPublish writes ticket %x6's record into slot %x7 of ring %x20 (slot
+// size %x1): length, type, the payload (%x21, %x22 bytes), then the
+// release store of seq = ticket+1 that publishes it; returns 0. Shared by
+// both producers (shm/doc.go, "Ring buffer", step 5).
+func (c *compiler) ringPublish() {
+	e := &c.e
+	e.op("mad.lo.u64 %x8, %x7, %x1, %x20")
+	e.op("add.s64 %x8, %x8, ", strconv.Itoa(dataOffset))
+	e.op("st.u32 [%x8+8], %x22")
+	e.op("st.u32 [%x8+12], ", strconv.Itoa(RingRecordType))
+	e.op("add.s64 %x9, %x8, ", strconv.Itoa(slotHeader))
+	c.callFunc(c.o.Prefix+"_"+funcMemcpy, "", "%x9", "%x21", "%x22")
+	e.op("add.s64 %x10, %x6, 1")
+	e.op("st.release.sys.u64 [%x8], %x10")
+	e.op("st.param.b64 [__ret], 0")
+	e.op("ret")
+}
+
+// ringRejects writes the $Loversize (counted, -E2BIG) and $Lnoring
+// (-ENOENT) exits shared by both producers.
+func (c *compiler) ringRejects() {
+	e := &c.e
 	e.label("$Loversize")
-	e.op("red.relaxed.sys.add.u64 ", at(ringOversize), ", 1")
+	e.op("red.relaxed.sys.add.u64 [%x20+", strconv.Itoa(ringOversize), "], 1")
 	e.op("st.param.b64 [__ret], ", i64(-errE2BIG))
 	e.op("ret")
 	e.label("$Lnoring")
@@ -394,16 +410,7 @@ func (c *compiler) genRingoutDev() {
 	e.op("@%z0 bra $Llate")
 	// Step D4: write the record, publish with a release store of seq.
 	e.label("$Lwrite")
-	e.op("mad.lo.u64 %x8, %x7, %x1, %x20")
-	e.op("add.s64 %x8, %x8, ", strconv.Itoa(dataOffset))
-	e.op("st.u32 [%x8+8], %x22")
-	e.op("st.u32 [%x8+12], ", strconv.Itoa(RingRecordType))
-	e.op("add.s64 %x9, %x8, ", strconv.Itoa(slotHeader))
-	c.callFunc(c.o.Prefix+"_"+funcMemcpy, "", "%x9", "%x21", "%x22")
-	e.op("add.s64 %x10, %x6, 1")
-	e.op("st.release.sys.u64 [%x8], %x10")
-	e.op("st.param.b64 [__ret], 0")
-	e.op("ret")
+	c.ringPublish()
 	// Step D5: a ticket that cannot be published: raise the host head
 	// mirror to cover it, then count it in its slot's drop counter (release:
 	// after the mirror), and in dropped.
@@ -443,13 +450,7 @@ func (c *compiler) genRingoutDev() {
 	e.op("@!%z0 red.relaxed.sys.max.u64 ", at(ringDevDrops), ", %x13")
 	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
 	e.op("ret")
-	e.label("$Loversize")
-	e.op("red.relaxed.sys.add.u64 ", at(ringOversize), ", 1")
-	e.op("st.param.b64 [__ret], ", i64(-errE2BIG))
-	e.op("ret")
-	e.label("$Lnoring")
-	e.op("st.param.b64 [__ret], ", i64(-errNOENT))
-	e.op("ret")
+	c.ringRejects()
 }
 
 // hostCall writes a host-call helper: r0 = the host's answer, or
