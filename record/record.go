@@ -27,15 +27,16 @@ type Type uint16
 
 // Record types.
 const (
-	TypeLaunch      Type = 1 // Launch: a kernel launch seen by the shim
-	TypeKernelName  Type = 2 // KernelName: function handle → name, once per handle
-	TypeWarp        Type = 3 // Warp: one warp's execution, written by the GPU
-	TypeCompletion  Type = 4 // Completion: the host saw the launch complete
-	TypeMemcpy      Type = 5 // Memcpy: one memory copy
-	TypeSync        Type = 6 // Sync: one synchronisation call
-	TypeCalibration Type = 7 // Calibration: host and GPU clocks read together
-	TypeThreadCount Type = 8 // ThreadCount: per-thread execution counts (threadhist)
-	TypeDevice      Type = 9 // Device: index → UUID, name and SM count
+	TypeLaunch      Type = 1  // Launch: a kernel launch seen by the shim
+	TypeKernelName  Type = 2  // KernelName: function handle → name, once per handle
+	TypeWarp        Type = 3  // Warp: one warp's execution, written by the GPU
+	TypeCompletion  Type = 4  // Completion: the host saw the launch complete
+	TypeMemcpy      Type = 5  // Memcpy: one memory copy
+	TypeSync        Type = 6  // Sync: one synchronisation call
+	TypeCalibration Type = 7  // Calibration: host and GPU clocks read together
+	TypeThreadCount Type = 8  // ThreadCount: per-thread execution counts (threadhist)
+	TypeDevice      Type = 9  // Device: index → UUID, name and SM count
+	TypeHostCall    Type = 10 // HostCall: a CUDA API call seen by a host uprobe
 )
 
 // Version is the layout version of every type defined here.
@@ -66,6 +67,7 @@ var typeNames = [...]string{
 	TypeCalibration: "calibration",
 	TypeThreadCount: "thread_count",
 	TypeDevice:      "device",
+	TypeHostCall:    "host_call",
 }
 
 // Prefix is the common 8-byte prefix of every record.
