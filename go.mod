@@ -69,4 +69,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-tool go.opentelemetry.io/collector/cmd/mdatagen
+tool (
+	github.com/cilium/ebpf/cmd/bpf2go
+	go.opentelemetry.io/collector/cmd/mdatagen
+)
