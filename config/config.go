@@ -118,10 +118,23 @@ type LimitsConfig struct {
 
 // HostProbesConfig controls host-side uprobes (loaded into Linux).
 type HostProbesConfig struct {
+	// Enabled attaches the built-in uprobes on libcudart and libcuda.
 	Enabled bool `mapstructure:"enabled"`
 	// LibraryPaths are searched for libcuda/libcudart (absolute directories
-	// or files); empty: the dynamic loader's usual places.
+	// or files), on top of ldconfig and the running processes.
 	LibraryPaths []string `mapstructure:"library_paths"`
+	// Ldconfig also probes the libraries `ldconfig -p` lists.
+	Ldconfig bool `mapstructure:"ldconfig"`
+	// ScanInterval is how often /proc is scanned for processes that map a
+	// CUDA library not probed yet (containers included); 0 turns the scan
+	// off.
+	ScanInterval time.Duration `mapstructure:"scan_interval"`
+	// ApproximateKernels turns launch→sync intervals of processes without
+	// the shim into approximate kernel spans.
+	ApproximateKernels bool `mapstructure:"approximate_kernels"`
+	// HostCallGrace is how long a host launch call waits for the shim's
+	// launch record it belongs to before it is emitted on its own.
+	HostCallGrace time.Duration `mapstructure:"host_call_grace"`
 }
 
 // ResourceConfig overrides resource attributes.
@@ -146,6 +159,8 @@ const (
 	DefaultMaxMapKeys         = 256
 	DefaultPollInterval       = 10 * time.Millisecond
 	DefaultMetricsInterval    = 10 * time.Second
+	DefaultScanInterval       = time.Second            // host_probes::scan_interval
+	DefaultHostCallGrace      = 100 * time.Millisecond // host_probes::host_call_grace
 )
 
 // Default returns the default configuration.
@@ -172,5 +187,11 @@ func Default() *Config {
 		},
 		PollInterval:    DefaultPollInterval,
 		MetricsInterval: DefaultMetricsInterval,
+		HostProbes: HostProbesConfig{
+			Ldconfig:           true,
+			ScanInterval:       DefaultScanInterval,
+			ApproximateKernels: true,
+			HostCallGrace:      DefaultHostCallGrace,
+		},
 	}
 }

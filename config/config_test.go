@@ -46,7 +46,8 @@ func TestLoadYAML(t *testing.T) {
 			c.Limits = LimitsConfig{MaxKernelNames: 20, MaxThreadSeries: 16, PerThreadSeries: true, MaxPendingLaunches: 1000,
 				LaunchTimeout: 2 * time.Second, MaxMapKeys: 64}
 			c.PollInterval = 5 * time.Millisecond
-			c.HostProbes = HostProbesConfig{Enabled: true, LibraryPaths: []string{"/usr/lib/x86_64-linux-gnu"}}
+			c.HostProbes = HostProbesConfig{Enabled: true, LibraryPaths: []string{"/usr/lib/x86_64-linux-gnu"},
+				Ldconfig: false, ScanInterval: 2 * time.Second, ApproximateKernels: false, HostCallGrace: 50 * time.Millisecond}
 			c.Resource.ServiceName = "trainer"
 			return c
 		}},
@@ -124,6 +125,8 @@ func TestValidateErrors(t *testing.T) {
 		{"metrics_interval zero", func(c *Config) { c.MetricsInterval = 0 }, "metrics_interval: must be between 10ms and 1h0m0s, got 0s"},
 		{"library path relative", func(c *Config) { c.HostProbes.LibraryPaths = []string{"lib"} }, `host_probes::library_paths[0]: must be an absolute path, got "lib"`},
 		{"library path empty", func(c *Config) { c.HostProbes.LibraryPaths = []string{"/lib", ""} }, "host_probes::library_paths[1]: must not be empty"},
+		{"scan_interval too short", func(c *Config) { c.HostProbes.ScanInterval = time.Millisecond }, "host_probes::scan_interval: must be 0 (off) or between 100ms and 1h0m0s, got 1ms"},
+		{"host_call_grace negative", func(c *Config) { c.HostProbes.HostCallGrace = -time.Second }, "host_probes::host_call_grace: must be between 0s and 1m0s, got -1s"},
 		{"service name control", func(c *Config) { c.Resource.ServiceName = "a\nb" }, `resource::service_name: must not contain control characters, got "a\nb"`},
 	}
 	for _, tt := range tests {

@@ -76,6 +76,12 @@ func (c *Config) Validate() error {
 			l.add(key, "must be an absolute path, got %q", p)
 		}
 	}
+	if d := c.HostProbes.ScanInterval; d != 0 && (d < 100*time.Millisecond || d > time.Hour) {
+		l.add("host_probes::scan_interval", "must be 0 (off) or between 100ms and 1h0m0s, got %s", d)
+	}
+	if d := c.HostProbes.HostCallGrace; d < 0 || d > time.Minute {
+		l.add("host_probes::host_call_grace", "must be between 0s and 1m0s, got %s", d)
+	}
 	if strings.ContainsFunc(c.Resource.ServiceName, isControl) {
 		l.add("resource::service_name", "must not contain control characters, got %q", c.Resource.ServiceName)
 	}
