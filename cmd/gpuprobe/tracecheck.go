@@ -22,6 +22,7 @@ func init() {
 // span is one span of the file exporter's output, flattened.
 type span struct {
 	pid        int64
+	exe        string
 	trace      pcommon.TraceID
 	id, parent pcommon.SpanID
 	name       string
@@ -73,15 +74,18 @@ func loadSpans(path string) ([]*span, error) {
 		}
 		for i := range td.ResourceSpans().Len() {
 			rs := td.ResourceSpans().At(i)
-			pid := int64(-1)
+			pid, exe := int64(-1), ""
 			if v, ok := rs.Resource().Attributes().Get("process.pid"); ok {
 				pid = v.Int()
+			}
+			if v, ok := rs.Resource().Attributes().Get("process.executable.name"); ok {
+				exe = v.Str()
 			}
 			for j := range rs.ScopeSpans().Len() {
 				ss := rs.ScopeSpans().At(j).Spans()
 				for k := range ss.Len() {
 					s := ss.At(k)
-					out = append(out, &span{pid: pid, trace: s.TraceID(), id: s.SpanID(), parent: s.ParentSpanID(),
+					out = append(out, &span{pid: pid, exe: exe, trace: s.TraceID(), id: s.SpanID(), parent: s.ParentSpanID(),
 						name: s.Name(), start: uint64(s.StartTimestamp()), end: uint64(s.EndTimestamp()), attrs: s.Attributes()})
 				}
 			}
@@ -110,6 +114,8 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 	metrics := fs.String("metrics", "", "metrics written by the file exporter (JSON lines), for --launchlate")
 	nestedPID := fs.Int64("nested-pid", 0, "a process run with the shim: its launch spans must have a host launch-call parent")
 	approxPID := fs.Int64("approx-pid", 0, "a process run without the shim: it must have approximate kernel spans")
+	nestedExe := fs.String("nested-exe", "", "like --nested-pid, by process.executable.name")
+	approxExe := fs.String("approx-exe", "", "like --approx-pid, by process.executable.name")
 	launches := fs.Int("launches", 0, "launches each checked process made (exact)")
 	tolNS := fs.Uint64("tol-ns", 5000, "clock tolerance between host-probe and shim timestamps, ns")
 	launchlate := fs.String("launchlate", "", "metric name prefix of launchlate's delay histogram: compare it with the shim's queued phases of --nested-pid")
@@ -145,11 +151,17 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%-44s %-5s %s\n", "check", "result", "detail")
 	t.row("spans read", len(spans) > 0, "%d spans in %s", len(spans), *traces)
 
-	if *nestedPID != 0 {
+	inNested := func(s *span) bool {
+		return (*nestedPID != 0 && s.pid == *nestedPID) || (*nestedExe != "" && s.exe == *nestedExe)
+	}
+	inApprox := func(s *span) bool {
+		return (*approxPID != 0 && s.pid == *approxPID) || (*approxExe != "" && s.exe == *approxExe)
+	}
+	if *nestedPID != 0 || *nestedExe != "" {
 		var n, nested, phases, contained int
 		var queued []uint64
 		for _, s := range spans {
-			if s.pid != *nestedPID || !s.has("cuda.launch.id") || s.has("cuda.api.category") {
+			if !inNested(s) || !s.has("cuda.launch.id") || s.has("cuda.api.category") {
 				continue
 			}
 			n++
@@ -169,7 +181,7 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 		}
-		t.row("shim: launch spans", *launches == 0 || n == *launches, "pid %d: %d launch spans, want %d", *nestedPID, n, *launches)
+		t.row("shim: launch spans", *launches == 0 || n == *launches, "%d launch spans, want %d", n, *launches)
 		t.row("shim: host launch call is the parent", n > 0 && nested == n, "%d of %d launch spans", nested, n)
 		t.row("shim: launch starts inside its host call", n > 0 && contained == n, "%d of %d (tolerance %d ns)", contained, n, *tolNS)
 		t.row("shim: device phases under the launch", n > 0 && phases == n, "%d of %d launch spans have cuda.executing", phases, n)
@@ -177,11 +189,11 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 			checkLaunchLate(t, *metrics, *launchlate, queued)
 		}
 	}
-	if *approxPID != 0 {
+	if *approxPID != 0 || *approxExe != "" {
 		var n, parented, ordered int
 		names := map[string]int{}
 		for _, s := range spans {
-			if s.pid != *approxPID {
+			if !inApprox(s) {
 				continue
 			}
 			if v, ok := s.attrs.Get("cuda.kernel.approximate"); !ok || !v.Bool() {
@@ -198,11 +210,11 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		var host int
 		for _, s := range spans {
-			if s.pid == *approxPID && s.has("cuda.api.category") {
+			if inApprox(s) && s.has("cuda.api.category") {
 				host++
 			}
 		}
-		t.row("no shim: host call spans", host > 0, "pid %d: %d host API spans", *approxPID, host)
+		t.row("no shim: host call spans", host > 0, "%d host API spans", host)
 		t.row("no shim: approximate kernel spans", n > 0 && (*launches == 0 || n == *launches), "%d, want %d; by name %v", n, *launches, names)
 		t.row("no shim: approximate span under its launch call", n > 0 && parented == n, "%d of %d", parented, n)
 		t.row("no shim: approximate span end ≥ start", n > 0 && ordered == n, "%d of %d", ordered, n)
