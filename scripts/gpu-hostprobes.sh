@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# gpu-hostprobes.sh: issue 5's checks on the GPU machine, from prebuilt
+# binaries (no Go there), as root (uprobes):
+#
+#   bin/otelcol-gpuprobe  the collector (host_probes on, kernel_phases,
+#                         testdata/bpf/launchlate.o), file exporters
+#   bin/gpuprobe          `run` (the shim launcher) and `tracecheck`
+#   bin/libgpuprobe.so    the shim
+#   bin/hostprobe.test    optional: the hostprobe package's test binary, for
+#                         the uprobe-hit benchmark on this machine
+#
+# It builds testdata/cuda/shim/vectoradd.cu with PTX and `-cudart shared`,
+# starts the collector, then runs two copies of the app: vectoradd_shim
+# under `gpuprobe run` (patched, launch records) and vectoradd_noshim
+# plainly; stops the collector and checks with `gpuprobe tracecheck`:
+#   - every launch span of the shim process has a host launch call
+#     (cudaLaunchKernel, uprobe on libcudart) as its parent, starts inside
+#     it, and has its device phases below it;
+#   - the shim-less process has exactly one approximate kernel span per
+#     launch, each under its host launch call;
+#   - launchlate's launch delays (uprobe on cudaLaunchKernel → first
+#     instruction of block 0, both on CLOCK_MONOTONIC through the
+#     collector's clock offset) agree with the shim's queued phases within
+#     one log2 bucket;
+# then times a launch-heavy loop (empty kernels) with and without the host
+# probes attached, interleaved, as ratios.
+#
+# Environment: NVCC, HP_OUT (default build/gpu-hostprobes; copied to $OUT),
+# ITERS (vectorAdd iterations, default 20), ROUNDS (launch-loop rounds, 5).
+set -uo pipefail
+export GPUPROBE_PATCH=1
+
+cd "$(dirname "$0")/.."
+root=$PWD
+out=${HP_OUT:-$root/build/gpu-hostprobes}
+nvcc=${NVCC:-nvcc}
+iters=${ITERS:-20}
+rounds=${ROUNDS:-5}
+mkdir -p "$out"
+rows=()
+failed=0
+col_pid=
+
+row() {
+	rows+=("$(printf '%-44s %-5s %s' "$1" "$2" "$3")")
+	[[ $2 == FAIL ]] && failed=1
+}
+
+finish() {
+	[[ -n $col_pid ]] && kill "$col_pid" 2>/dev/null
+	[[ -n ${OUT:-} ]] && cp -r "$out" "$OUT/" 2>/dev/null
+	echo
+	printf '%-44s %-5s %s\n' "check" "result" "detail"
+	printf '%s\n' "${rows[@]}"
+	exit "$failed"
+}
+
+for f in bin/otelcol-gpuprobe bin/gpuprobe bin/libgpuprobe.so testdata/bpf/launchlate.o; do
+	[[ -e $f ]] || { row "prebuilt $f" FAIL "missing"; finish; }
+done
+
+app=$out/vectoradd_shim
+if ! "$nvcc" -O3 -cudart shared -gencode arch=compute_90,code=compute_90 -o "$app" testdata/cuda/shim/vectoradd.cu >"$out/nvcc.txt" 2>&1; then
+	row "nvcc -cudart shared (PTX)" FAIL "see $out/nvcc.txt"
+	finish
+fi
+cp "$app" "$out/vectoradd_noshim"
+cp "$app" "$out/vectoradd_loop"
+row "nvcc -cudart shared (PTX)" ok "$app"
+
+sock=$out/agent.sock
+rm -f "$sock" "$out"/traces.json "$out"/metrics.json
+cat >"$out/config.yaml" <<EOF
+receivers:
+  gpuprobe:
+    agent:
+      socket: $sock
+    probes:
+      kernel_phases: true
+    programs:
+      - path: $root/testdata/bpf/launchlate.o
+    host_probes:
+      enabled: true
+      scan_interval: 200ms
+    poll_interval: 5ms
+    metrics_interval: 500ms
+exporters:
+  file/traces:
+    path: $out/traces.json
+  file/metrics:
+    path: $out/metrics.json
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    traces:
+      receivers: [gpuprobe]
+      exporters: [file/traces]
+    metrics:
+      receivers: [gpuprobe]
+      exporters: [file/metrics]
+EOF
+
+bin/otelcol-gpuprobe --config "$out/config.yaml" >"$out/collector.log" 2>&1 &
+col_pid=$!
+for _ in $(seq 200); do
+	[[ -S $sock ]] && grep -q "host probes" "$out/collector.log" && break
+	sleep 0.05
+done
+if [[ ! -S $sock ]]; then
+	row "collector started" FAIL "see $out/collector.log"
+	finish
+fi
+sleep 0.5
+row "collector started" ok "$(grep -m1 -o 'host probes[^"]*' "$out/collector.log")"
+
+timeout 120 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so -- "$app" run "$iters" >"$out/shim.txt" 2>"$out/shim.err"
+rc=$?
+"$out/vectoradd_noshim" run "$iters" >"$out/noshim.txt" 2>"$out/noshim.err"
+rc2=$?
+if [[ $rc == 0 && $rc2 == 0 ]] && cmp -s "$out/shim.txt" "$out/noshim.txt"; then
+	row "apps ran, output identical" ok "$(head -1 "$out/noshim.txt")"
+else
+	row "apps ran, output identical" FAIL "rc $rc/$rc2; diff $out/shim.txt $out/noshim.txt"
+fi
+want=$(sed -n 's/^app: launches=\([0-9]*\)/\1/p' "$out/noshim.txt")
+
+sleep 2.5 # launch timeout, one metrics interval
+kill -TERM "$col_pid"
+wait "$col_pid"
+col_pid=
+
+bin/gpuprobe tracecheck --traces "$out/traces.json" --metrics "$out/metrics.json" \
+	--nested-exe vectoradd_shim --approx-exe vectoradd_noshim --launches "${want:-0}" \
+	--launchlate "${LAUNCHLATE_METRIC:-gpuprobe.map.delay_log2_ns}" >"$out/tracecheck.txt" 2>&1
+while IFS= read -r line; do
+	[[ $line == check* || -z $line ]] && continue
+	name=${line:0:44}
+	res=$(awk '{print $0}' <<<"${line:45:5}" | tr -d ' ')
+	row "${name%"${name##*[! ]}"}" "$res" "${line:51}"
+done <"$out/tracecheck.txt"
+
+# Launch-heavy loop: empty kernels, host probes attached (collector on) or
+# not, interleaved rounds; ns per launch as the app measures it.
+loop() { "$out/vectoradd_loop" bench 100000 | sed -n 's/.*ns_per_launch=\([0-9.]*\).*/\1/p'; }
+plain=() probed=()
+for r in $(seq "$rounds"); do
+	plain+=("$(loop)")
+	bin/otelcol-gpuprobe --config "$out/config.yaml" >>"$out/collector2.log" 2>&1 &
+	col_pid=$!
+	for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
+	sleep 1 # host probes attach after the socket is up
+	probed+=("$(loop)")
+	kill -TERM "$col_pid"
+	wait "$col_pid"
+	col_pid=
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+mp=$(median "${plain[@]}")
+mq=$(median "${probed[@]}")
+ratio=$(awk -v a="$mq" -v b="$mp" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }')
+echo "plain ${plain[*]}" >"$out/loop.txt"
+echo "probed ${probed[*]}" >>"$out/loop.txt"
+row "launch loop: probed / plain (median ns)" ok "$mq / $mp = ${ratio}x over $rounds rounds"
+
+if [[ -x bin/hostprobe.test ]]; then
+	(cd gpuprobe/hostprobe 2>/dev/null || cd .; "$root/bin/hostprobe.test" -test.run '^$' -test.bench . -test.benchtime 200000x -test.count 3) >"$out/bench.txt" 2>&1
+	row "uprobe hit benchmark" ok "$(grep -m3 'ns/' "$out/bench.txt" | tr -s ' ' | tr '\n' ';')"
+fi
+finish
