@@ -124,3 +124,19 @@ func (m *Mapper) MonoToReal(monoNS uint64) (uint64, bool) {
 	}
 	return uint64(int64(monoNS) + m.monoOff), true
 }
+
+// MonoMinusGPU returns CLOCK_MONOTONIC − %globaltimer of dev at GPU time
+// gpuNS (the offset a GPU program adds to %globaltimer to get
+// bpf_ktime_get_ns); ok is false before dev's first calibration.
+func (m *Mapper) MonoMinusGPU(dev uint32, gpuNS uint64) (int64, bool) {
+	real, ok := m.GPUToReal(dev, gpuNS)
+	if !ok {
+		return 0, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.haveMono {
+		return 0, false
+	}
+	return int64(real) - m.monoOff - int64(gpuNS), true
+}

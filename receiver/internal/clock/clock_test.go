@@ -83,3 +83,23 @@ func TestWindowForgetsOldPoints(t *testing.T) {
 		t.Fatalf("GPUToReal = %d, want %d", got, uint64(real0+20e9))
 	}
 }
+
+func TestMonoMinusGPU(t *testing.T) {
+	m := New()
+	if _, ok := m.MonoMinusGPU(0, 1000); ok {
+		t.Fatal("MonoMinusGPU before any calibration: ok")
+	}
+	const gpuOff = 1_795_000_000_000_000_000 // globaltimer ≈ Unix time
+	const realOff = 1_700_000_000_000_000_000
+	for i := uint64(0); i < 4; i++ {
+		mono := 5_000_000_000 + i*1_000_000_000
+		m.AddCalibration(2, mono+gpuOff, mono, mono+realOff)
+	}
+	got, ok := m.MonoMinusGPU(2, 9_000_000_000+gpuOff)
+	if !ok || got != -gpuOff {
+		t.Fatalf("MonoMinusGPU = %d, %v; want %d", got, ok, int64(-gpuOff))
+	}
+	if _, ok := m.MonoMinusGPU(1, 5); ok {
+		t.Fatal("MonoMinusGPU of an uncalibrated device: ok")
+	}
+}
