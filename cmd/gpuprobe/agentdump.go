@@ -16,6 +16,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -43,7 +44,8 @@ type dumpSession struct {
 	apis                               map[record.LaunchAPI]int
 	memcpyBytes                        uint64
 	firstErr                           error
-	patch                              *dumpPatch // --patch mode
+	acct                               *accounting // launches and device records, for the checks
+	patch                              *dumpPatch  // --patch mode
 }
 
 // dumper is the state of agent-dump.
@@ -52,7 +54,9 @@ type dumper struct {
 	verbose  bool
 	slotSize uint32
 	slots    uint32
-	patcher  *patcher.Patcher // --patch: answer PATCH with kernel_phases
+	patcher  *patcher.Patcher // --patch: answer PATCH with the program set
+	progs    *dumpProgs       // --patch: the program set and its maps
+	checks   checkOptions
 
 	mu       sync.Mutex
 	sessions []*dumpSession
@@ -64,15 +68,18 @@ func (d *dumper) connect(p *agent.Peer) ([]agent.Offer, error) {
 		return nil, fmt.Errorf("creating a %d×%d-byte ring: %w", d.slots, d.slotSize, err)
 	}
 	s := &dumpSession{peer: p, ring: ring, cons: ring.NewConsumer(shm.ConsumerOptions{}),
-		names: map[uint64]string{}, byKernel: map[string]int{}, apis: map[record.LaunchAPI]int{}}
+		names: map[uint64]string{}, byKernel: map[string]int{}, apis: map[record.LaunchAPI]int{}, acct: newAccounting()}
 	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}
 	if d.patcher != nil {
-		o, err := d.patchOffer(s)
+		o, err := d.patchOffers(s)
 		if err != nil {
 			ring.Close()
+			if s.patch != nil {
+				s.patch.close()
+			}
 			return nil, err
 		}
-		offers = append(offers, o)
+		offers = append(offers, o...)
 	}
 	d.mu.Lock()
 	d.sessions = append(d.sessions, s)
@@ -119,7 +126,7 @@ func (d *dumper) decode(s *dumpSession, r shm.Record) {
 		}
 		s.byKernel[name]++
 		s.apis[l.API]++
-		d.patchLaunch(s, name, &l)
+		s.acct.launch(name, &l)
 		if d.verbose {
 			fmt.Fprintf(d.out, "launch pid=%d tid=%d id=%d %s grid=%dx%dx%d block=%dx%dx%d shm=%d stream=%#x dev=%d api=%v result=%d call=%dns\n",
 				l.PID, l.TID, l.LaunchID, name, l.Grid[0], l.Grid[1], l.Grid[2], l.Block[0], l.Block[1], l.Block[2],
@@ -229,7 +236,7 @@ func (d *dumper) close() {
 	for _, s := range d.sessions {
 		s.ring.Close()
 		if s.patch != nil {
-			s.patch.warps.Close()
+			s.patch.close()
 		}
 	}
 }
@@ -245,7 +252,15 @@ func runAgentDump(args []string, stdout, stderr io.Writer) int {
 	exitAfter := fs.Int("exit-after", 0, "exit once this many clients have come and gone (0: run until SIGINT/SIGTERM)")
 	timeout := fs.Duration("timeout", 0, "exit after this long in any case (0: no limit)")
 	verbose := fs.Bool("v", false, "print every record")
-	patch := fs.Bool("patch", false, "answer PATCH with the kernel_phases probe and count its warp records (no collector needed)")
+	patch := fs.Bool("patch", false, "answer PATCH with the program set (--probes, --programs) and check what the probes record (no collector needed)")
+	builtins := fs.String("probes", probes.KernelPhases, "--patch: comma-separated built-in probe sets (\"\" for none)")
+	objects := fs.String("programs", "", "--patch: comma-separated eBPF objects whose GPU programs are injected too (before the built-in ones)")
+	target := fs.String("target", "", "--patch: retarget the objects' GPU programs to this kernel name or pattern (\"*\": every kernel)")
+	lanes := fs.Uint("lanes", 1<<20, "--patch: lanes (threads of one launch) of per-thread arrays")
+	ringSlots := fs.Uint("ring-slots", 1<<18, "--patch: slots of each program ring (a power of two)")
+	expect := fs.String("expect", "", "application output whose `launches NAME COUNT` lines the recorded launches must match")
+	racy := fs.Bool("racy-thread-counts", false, "per-thread counters may lose updates of concurrent launches: check each is between 1 and its launches")
+	summaryPath := fs.String("summary", "", "write a JSON summary (per-kernel and per-launch counts, checks) to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -260,15 +275,37 @@ func runAgentDump(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpuprobe agent-dump: --slots %d or --slot-size %d too large\n", *slots, *slotSize)
 		return 2
 	}
-	d := &dumper{out: stdout, verbose: *verbose, slots: uint32(*slots), slotSize: uint32(*slotSize)}
+	if *ringSlots > 1<<24 || *lanes > 1<<28 || *lanes == 0 {
+		fmt.Fprintf(stderr, "gpuprobe agent-dump: --ring-slots %d (at most 1<<24) or --lanes %d (1..1<<28) out of range\n", *ringSlots, *lanes)
+		return 2
+	}
+	stdout = &lockedWriter{w: stdout} // the server's goroutines print too
+	d := &dumper{out: stdout, verbose: *verbose, slots: uint32(*slots), slotSize: uint32(*slotSize),
+		checks: checkOptions{racy: *racy, summary: *summaryPath}}
+	if *expect != "" {
+		e, err := readExpect(*expect)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+			return 2
+		}
+		d.checks.expect = e
+	}
 	cb := agent.Callbacks{Connect: d.connect, Disconnect: d.disconnect}
 	if *patch {
-		p, err := newPatcher()
+		progs, err := loadDumpProgs(splitList(*builtins), splitList(*objects), *target, uint32(*lanes), uint32(*ringSlots))
+		if err != nil {
+			fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+			return 2
+		}
+		p, err := progs.newPatcher()
 		if err != nil {
 			fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
 			return 1
 		}
-		d.patcher, cb.Patch = p, d.onPatch
+		d.progs, d.patcher, cb.Patch = progs, p, d.onPatch
+	} else if *builtins != probes.KernelPhases || *objects != "" || *target != "" {
+		fmt.Fprintf(stderr, "gpuprobe agent-dump: --probes, --programs and --target need --patch\n")
+		return 2
 	}
 	if err := os.MkdirAll(filepath.Dir(*socket), 0o755); err != nil {
 		fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
@@ -308,6 +345,27 @@ loop:
 	srv.Close()
 	d.poll()
 	d.summary()
+	failed, err := d.report()
 	d.close()
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+		return 1
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdout, "agent-dump: %d checks failed\n", failed)
+		return 3
+	}
 	return 0
+}
+
+// lockedWriter serialises the writes of several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

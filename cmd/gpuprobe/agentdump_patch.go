@@ -2,55 +2,242 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
-// warpSlots is the size of each client's kp_warps ring in --patch mode.
-const warpSlots = 1 << 18
-
-// dumpPatch is one session's --patch state: its kp_warps ring and what was
-// patched and recorded.
-type dumpPatch struct {
-	warps    *shm.Ring
-	cons     *shm.Consumer
-	patched  map[string]bool // kernel names patched (mangled)
-	modules  int             // modules patched
-	expected uint64          // warps of launches of patched kernels
-	recorded int             // warp records read
-	errors   int
+// exitLayout is where a ring record keeps a thread's coordinates and its
+// exit time: the byte offsets of the u64 members block_x, block_y,
+// block_z, thread_x, thread_y, thread_z and timestamp_ns of the map's
+// value struct (kernelretsnoop's struct exit_event).
+type exitLayout struct {
+	coord [6]uint32
+	ts    uint32
+	size  uint32 // bytes a record needs
 }
 
-// newPatcher returns the kernel_phases patcher of --patch mode.
-func newPatcher() (*patcher.Patcher, error) {
-	progs, err := probes.Load(probes.KernelPhases)
-	if err != nil {
-		return nil, fmt.Errorf("loading kernel_phases: %w", err)
+// exitMembers are the members an exit-record ring's value must have, in
+// exitLayout.coord order, then the timestamp.
+var exitMembers = []string{"block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z", "timestamp_ns"}
+
+// dumpProgs is the program set of --patch and the regions each client
+// gets for its maps.
+type dumpProgs struct {
+	progs      []*jit.Program
+	maps       []*jit.Map            // GPU maps that get a WELCOME region, by first use
+	exits      map[string]exitLayout // rings of per-thread exit records
+	phases     bool                  // kernel_phases is in the set
+	lanes      uint32                // lanes of per-thread arrays
+	ringSlots  uint32                // slots of each program ring
+	deviceOnly []string
+}
+
+// loadDumpProgs loads the objects' GPU programs (retargeted to target
+// when it is not empty) and then the built-in probe sets, in that order:
+// the objects' exit probes run before kernel_phases', so their times are
+// at most the warp's end.
+func loadDumpProgs(builtins, objects []string, target string, lanes, ringSlots uint32) (*dumpProgs, error) {
+	d := &dumpProgs{exits: map[string]exitLayout{}, lanes: lanes, ringSlots: ringSlots}
+	if target != "" {
+		if _, err := filepath.Match(target, ""); err != nil {
+			return nil, fmt.Errorf("--target %q: %w", target, err)
+		}
 	}
-	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: []string{probes.KernelPhasesStartMap},
-		RingDevice: probes.KernelPhasesRingDevice})
+	for _, obj := range objects {
+		ps, err := jit.LoadELF(obj)
+		if err != nil {
+			return nil, fmt.Errorf("--programs: %w", err)
+		}
+		if err := d.exitLayouts(obj, ps); err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			if !p.IsGPU() {
+				continue // host programs (uprobes) need the collector
+			}
+			if target != "" {
+				p.Target = target
+			}
+			d.progs = append(d.progs, p)
+		}
+	}
+	for _, b := range builtins {
+		ps, err := probes.Load(b)
+		if err != nil {
+			return nil, fmt.Errorf("--probes: %w", err)
+		}
+		if b == probes.KernelPhases {
+			d.phases = true
+			d.deviceOnly = append(d.deviceOnly, probes.KernelPhasesStartMap)
+		}
+		d.progs = append(d.progs, ps...)
+	}
+	if len(d.progs) == 0 {
+		return nil, fmt.Errorf("--patch: no GPU programs (--probes %q, --programs %q)", strings.Join(builtins, ","), strings.Join(objects, ","))
+	}
+	seen := map[string]bool{}
+	for _, n := range d.deviceOnly {
+		seen[n] = true
+	}
+	for _, p := range d.progs {
+		for _, m := range p.Maps {
+			// Host-path maps (array, hash) get a plain array region too:
+			// the patcher wants a region for every map global, and their
+			// host calls fail fast anyway while the shim maps no mailbox.
+			if !seen[m.Name] {
+				seen[m.Name] = true
+				d.maps = append(d.maps, m)
+			}
+		}
+	}
+	if len(d.maps)+1 > agent.MaxRegions {
+		return nil, fmt.Errorf("--patch: %d maps need regions, a WELCOME holds %d", len(d.maps), agent.MaxRegions-1)
+	}
+	return d, nil
+}
+
+// exitLayouts finds, with the object's BTF, the ring maps whose values are
+// per-thread exit records.
+func (d *dumpProgs) exitLayouts(obj string, ps []*jit.Program) error {
+	spec, err := ebpf.LoadCollectionSpec(obj)
 	if err != nil {
-		return nil, fmt.Errorf("kernel_phases patcher: %w", err)
+		return fmt.Errorf("--programs: %s: BTF of the maps: %w", obj, err)
+	}
+	for name, ms := range spec.Maps {
+		if uint32(ms.Type) != uint32(jit.MapTypeGPURingbuf) || ms.Value == nil {
+			continue
+		}
+		st, ok := btf.UnderlyingType(ms.Value).(*btf.Struct)
+		if !ok {
+			continue
+		}
+		var l exitLayout
+		found := 0
+		for i, want := range exitMembers {
+			for _, m := range st.Members {
+				if m.Name != want {
+					continue
+				}
+				if sz, err := btf.Sizeof(m.Type); err != nil || sz != 8 || m.Offset%64 != 0 {
+					return fmt.Errorf("--programs: %s: map %s: member %s must be an aligned u64", obj, name, want)
+				}
+				off := m.Offset.Bytes()
+				if i < 6 {
+					l.coord[i] = off
+				} else {
+					l.ts = off
+				}
+				l.size = max(l.size, off+8)
+				found++
+			}
+		}
+		if found == len(exitMembers) {
+			d.exits[name] = l
+		}
+	}
+	return nil
+}
+
+// newPatcher returns the patcher of --patch mode.
+func (d *dumpProgs) newPatcher() (*patcher.Patcher, error) {
+	p, err := patcher.New(patcher.Options{Programs: d.progs, DeviceOnly: d.deviceOnly,
+		MaxThreads: d.lanes, RingDevice: probes.KernelPhasesRingDevice})
+	if err != nil {
+		return nil, fmt.Errorf("patcher: %w", err)
 	}
 	return p, nil
 }
 
-// patchOffer creates a session's kp_warps ring and its WELCOME offer.
-func (d *dumper) patchOffer(s *dumpSession) (agent.Offer, error) {
-	w, err := shm.CreateRing(record.WarpSize+shm.SlotHeaderSize, warpSlots) // 80-byte slots
-	if err != nil {
-		return agent.Offer{}, fmt.Errorf("kp_warps ring: %w", err)
-	}
-	s.patch = &dumpPatch{warps: w, cons: w.NewConsumer(shm.ConsumerOptions{}), patched: map[string]bool{}}
-	return agent.Offer{Role: agent.RoleMap, Name: probes.KernelPhasesRingMap, Region: w.Region()}, nil
+// progRing is one program ring of a session and what was read from it.
+type progRing struct {
+	name    string
+	ring    *shm.Ring
+	cons    *shm.Consumer
+	exit    *exitLayout // per-thread exit records
+	warps   bool        // kernel_phases' record.Warp ring
+	records int
+	errors  int
 }
 
-// onPatch answers a client's PATCH with kernel_phases; kp_warps is WELCOME
-// region 1.
+// dumpPatch is one session's --patch state: the regions of its maps and
+// what was patched and recorded.
+type dumpPatch struct {
+	rings   []*progRing
+	arrays  map[string]*shm.Array
+	binds   map[string]patcher.Binding
+	patched map[string]bool // kernel names patched (mangled)
+	modules int             // modules patched
+	refused int             // PATCH requests answered NOPATCH
+}
+
+// patchOffers creates the regions of a session's maps (regions 1.. of
+// its WELCOME, after the launch ring).
+func (d *dumper) patchOffers(s *dumpSession) ([]agent.Offer, error) {
+	s.patch = &dumpPatch{arrays: map[string]*shm.Array{}, binds: map[string]patcher.Binding{},
+		patched: map[string]bool{}}
+	var offers []agent.Offer
+	for _, m := range d.progs.maps {
+		idx := uint32(len(offers) + 1)
+		switch m.Type {
+		case jit.MapTypeGPURingbuf:
+			slot := max((shm.SlotHeaderSize+m.ValueSize+7)&^7, 24)
+			if m.Name == probes.KernelPhasesRingMap {
+				slot = record.WarpSize + shm.SlotHeaderSize
+			}
+			g, err := shm.CreateRing(slot, d.progs.ringSlots)
+			if err != nil {
+				return nil, fmt.Errorf("ring %s (%d slots of %d bytes): %w", m.Name, d.progs.ringSlots, slot, err)
+			}
+			pr := &progRing{name: m.Name, ring: g, cons: g.NewConsumer(shm.ConsumerOptions{}),
+				warps: m.Name == probes.KernelPhasesRingMap && d.progs.phases}
+			if l, ok := d.progs.exits[m.Name]; ok {
+				pr.exit = &l
+			}
+			s.patch.rings = append(s.patch.rings, pr)
+			s.patch.binds[m.Name] = patcher.Binding{Region: idx, Lanes: 1, RingBlock: g.DeviceBlock()}
+			offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: m.Name, Region: g.Region()})
+		default:
+			kind, lanes := shm.KindArray, uint32(1)
+			switch m.Type {
+			case jit.MapTypePerThreadArray:
+				kind, lanes = shm.KindPerThreadArray, d.progs.lanes
+			case jit.MapTypePerWarpArray:
+				kind, lanes = shm.KindPerWarpArray, (d.progs.lanes+31)/32
+			}
+			a, err := shm.CreateArray(kind, m.ValueSize, m.MaxEntries, lanes)
+			if err != nil {
+				return nil, fmt.Errorf("array %s (%d entries × %d lanes): %w", m.Name, m.MaxEntries, lanes, err)
+			}
+			s.patch.arrays[m.Name] = a
+			s.patch.binds[m.Name] = patcher.Binding{Region: idx, Lanes: uint64(lanes)}
+			offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: m.Name, Region: a.Region()})
+		}
+	}
+	return offers, nil
+}
+
+// closePatch releases a session's map regions.
+func (p *dumpPatch) close() {
+	for _, r := range p.rings {
+		r.ring.Close()
+	}
+	for _, a := range p.arrays {
+		a.Close()
+	}
+}
+
+// onPatch answers a client's PATCH with the program set, bound to the
+// client's regions.
 func (d *dumper) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
 	d.mu.Lock()
 	var s *dumpSession
@@ -63,14 +250,14 @@ func (d *dumper) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched
 	if s == nil || s.patch == nil {
 		return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: "unknown session"}
 	}
-	block := s.patch.warps.DeviceBlock()
 	a, err := d.patcher.Patch(req, func(name string) (patcher.Binding, bool) {
-		if name != probes.KernelPhasesRingMap {
-			return patcher.Binding{}, false
-		}
-		return patcher.Binding{Region: 1, Lanes: 1, RingBlock: block}, true
+		b, ok := s.patch.binds[name]
+		return b, ok
 	})
 	if err != nil {
+		d.mu.Lock()
+		s.patch.refused++
+		d.mu.Unlock()
 		fmt.Fprintf(d.out, "agent-dump: session %d: not patched: %v\n", p.Session, err)
 		return nil, err
 	}
@@ -85,42 +272,53 @@ func (d *dumper) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched
 	return a, nil
 }
 
-// patchLaunch counts the warps a launch of a patched kernel runs.
-func (d *dumper) patchLaunch(s *dumpSession, name string, l *record.Launch) {
-	if s.patch == nil || l.Result != 0 {
-		return
-	}
-	d.mu.Lock()
-	ok := s.patch.patched[name]
-	d.mu.Unlock()
-	if !ok {
-		return
-	}
-	threads := uint64(l.Block[0]) * uint64(l.Block[1]) * uint64(l.Block[2])
-	s.patch.expected += uint64(l.Grid[0]) * uint64(l.Grid[1]) * uint64(l.Grid[2]) * ((threads + 31) / 32)
-}
-
-// patchPoll drains a session's kp_warps ring.
+// patchPoll drains a session's program rings.
 func (d *dumper) patchPoll(s *dumpSession) {
 	if s.patch == nil {
 		return
 	}
-	s.patch.cons.Read(0, func(r shm.Record) {
-		var w record.Warp
-		if err := w.Decode(r.Payload); err != nil {
-			s.patch.errors++
-			return
-		}
-		s.patch.recorded++
-	})
+	for _, r := range s.patch.rings {
+		r.cons.Read(0, func(rec shm.Record) {
+			r.records++
+			switch {
+			case r.warps:
+				var w record.Warp
+				if err := w.Decode(rec.Payload); err != nil {
+					r.errors++
+					s.acct.fail("warp record", err)
+					return
+				}
+				s.acct.warp(&w)
+			case r.exit != nil:
+				if err := s.acct.exit(r.exit, rec.Payload); err != nil {
+					r.errors++
+					s.acct.fail("exit record of "+r.name, err)
+				}
+			}
+		})
+	}
 }
 
-// patchSummary prints a session's warp accounting.
+// patchSummary prints a session's patch accounting.
 func (d *dumper) patchSummary(s *dumpSession) {
 	if s.patch == nil {
 		return
 	}
-	st := s.patch.warps.Stats()
-	fmt.Fprintf(d.out, "agent-dump: session %d: patched modules=%d kernels=%d warps expected=%d recorded=%d dropped=%d errors=%d\n",
-		s.peer.Session, s.patch.modules, len(s.patch.patched), s.patch.expected, s.patch.recorded, st.Dropped+st.Oversize, s.patch.errors)
+	var kp *progRing
+	for _, r := range s.patch.rings {
+		st := r.ring.Stats()
+		fmt.Fprintf(d.out, "agent-dump: session %d: ring %s: records=%d dropped=%d errors=%d\n",
+			s.peer.Session, r.name, r.records, st.Dropped+st.Oversize, r.errors)
+		if r.warps {
+			kp = r
+		}
+	}
+	line := fmt.Sprintf("agent-dump: session %d: patched modules=%d kernels=%d refused=%d", s.peer.Session,
+		s.patch.modules, len(s.patch.patched), s.patch.refused)
+	if kp != nil {
+		st := kp.ring.Stats()
+		line += fmt.Sprintf(" warps expected=%d recorded=%d dropped=%d errors=%d",
+			s.acct.expectedWarps(s.patch.patched), kp.records, st.Dropped+st.Oversize, kp.errors)
+	}
+	fmt.Fprintln(d.out, line)
 }
