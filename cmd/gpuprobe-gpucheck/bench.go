@@ -9,11 +9,8 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
-	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/internal/cuda"
 	"github.com/gpuprobe/gpuprobe/jit"
-	"github.com/gpuprobe/gpuprobe/jit/ptx"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -30,9 +27,9 @@ func emptyProbes() []*jit.Program {
 // benchConfig is one way of running a kernel.
 type benchConfig struct {
 	name   string
-	progs  func() ([]*jit.Program, error)
-	device bool // device-side ring reservation
-	slow   bool // capped: one launch per batch, slowRounds rounds
+	progs  func(kernel string) ([]*jit.Program, error) // nil: uninstrumented
+	device bool                                        // device-side ring reservation
+	slow   bool                                        // capped: one launch per batch, slowRounds rounds
 }
 
 // slowRounds caps the rounds of slow configs (the old ring protocol costs
@@ -66,14 +63,7 @@ func (r *runner) bench(vec, gemm []byte) {
 			grid: cuda.Dim3{X: m / 16, Y: m / 16, Z: 1}, block: cuda.Dim3{X: 16, Y: 16, Z: 1},
 			bufs: [][]byte{make([]byte, 4*m*m), make([]byte, 4*m*m), make([]byte, 4*m*m)}, out: 2, scalars: []uint64{m}},
 	}
-	configs := []benchConfig{
-		{name: "uninstrumented"},
-		{name: "empty probe", progs: func() ([]*jit.Program, error) { return emptyProbes(), nil }},
-	}
-	for _, m := range r.modes {
-		configs = append(configs, benchConfig{name: "kernel_phases " + m.name, device: m.device, slow: !m.device,
-			progs: func() ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }})
-	}
+	configs := r.benchConfigs()
 	for _, k := range kernels {
 		if err := r.benchKernel(k, configs); err != nil {
 			r.result("bench "+k.name, err, "")
@@ -103,24 +93,14 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 	params = append(params, s.scalars...)
 
 	runs := make([]*timedLaunch, len(configs))
+	loads := make([]loadTimes, len(configs))
 	for i, cf := range configs {
-		var in *instance
-		var err error
-		t0 := time.Now()
-		if cf.progs == nil {
-			in, err = load(r.c, s.ptx, nil, 0, 0)
-		} else {
-			progs, perr := cf.progs()
-			if perr != nil {
-				return perr
-			}
-			in, err = r.patched(s, progs, inject.Options{PTX: ptx.Options{RingDevice: cf.device}}, 1<<16)
-		}
+		in, lt, err := r.loadTimed(s, cf)
 		if err != nil {
 			return fmt.Errorf("%s: %w", cf.name, err)
 		}
 		defer in.close()
-		loadTime := time.Since(t0)
+		loads[i] = lt
 		fn, err := in.mod.Function(s.kernel)
 		if err != nil {
 			return err
@@ -129,7 +109,7 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 		if in.rep != nil {
 			tl.params = append(append([]uint64(nil), params...), uint64(i+1))
 		}
-		if g := in.rings[probes.KernelPhasesRingMap]; g != nil {
+		for _, g := range in.rings {
 			// The collector's part: a consumer that keeps draining the ring.
 			c := g.NewConsumer(shm.ConsumerOptions{})
 			ctx, cancel := context.WithCancel(context.Background())
@@ -145,16 +125,21 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 			defer func() { cancel(); <-done }() // before in.close unmaps the ring
 		}
 		runs[i] = tl
-		fmt.Printf("    %s / %s: module load (inject+JIT) %v\n", s.name, cf.name, loadTime.Round(time.Microsecond))
+		fmt.Printf("    %s / %s: inject first %v, cached %v; module load (JIT) %v\n", s.name, cf.name,
+			lt.injectFirst.Round(time.Microsecond), lt.injectCached.Round(time.Microsecond), lt.load.Round(time.Microsecond))
 	}
-	// Warm up.
+	// Warm up; a config whose launch takes longer than slowLaunch is capped.
 	for i, tl := range runs {
 		n := 2
 		if configs[i].slow {
 			n = 1
 		}
-		if err := r.batchTime(tl, n, nil); err != nil {
+		var w []float64
+		if err := r.batchTime(tl, n, &w); err != nil {
 			return err
+		}
+		if w[0] > slowLaunchUS {
+			configs[i].slow = true
 		}
 	}
 	samples := make([][]float64, len(runs))
@@ -177,14 +162,19 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 	for i, cf := range configs {
 		med := median(samples[i])
 		part := fmt.Sprintf("%s %.1fµs (%.3fx)", cf.name, med, med/base)
-		if g := runs[i].in.rings[probes.KernelPhasesRingMap]; g != nil {
-			if err := runs[i].in.flushDrops(); err != nil {
-				return err
-			}
-			st := g.Stats()
-			part += fmt.Sprintf(" [ring: %d dropped]", st.Dropped)
+		if err := runs[i].in.flushDrops(); err != nil {
+			return err
+		}
+		var dropped uint64
+		for _, g := range runs[i].in.rings {
+			dropped += g.Stats().Dropped
+		}
+		if len(runs[i].in.rings) > 0 {
+			part += fmt.Sprintf(" [rings: %d dropped]", dropped)
 		}
 		parts = append(parts, part)
+		r.benchRows = append(r.benchRows, benchRow{kernel: s.name, config: cf.name, medianUS: med, ratio: med / base,
+			rounds: len(samples[i]), batch: batchOf(cf, r.batch), dropped: dropped, load: loads[i], loadBase: loads[0].load})
 	}
 	r.result("bench "+s.name, nil, strings.Join(parts, "; "))
 	return nil

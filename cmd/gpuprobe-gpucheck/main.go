@@ -24,7 +24,13 @@
 // mode's timed launches are capped (one launch per batch, three rounds):
 // it costs about 1.5 s per vectorAddN launch.
 //
-//	gpuprobe-gpucheck -ptx DIR [-bpf DIR] [-rounds N] [-ringmode old|device|both]
+// -configs chooses the bench configs (uninstrumented, empty, kernel_phases,
+// kernelretsnoop and threadhist: the testdata objects retargeted to the
+// bench kernel, device-side ring reservation); each row also gets the
+// module-load latency it adds (injection first and from the cache, plus
+// the patched module's load minus the original's); -csv writes them.
+//
+//	gpuprobe-gpucheck -ptx DIR [-bpf DIR] [-rounds N] [-ringmode old|device|both] [-configs LIST] [-csv FILE] [-nocheck]
 package main
 
 import (
@@ -43,6 +49,9 @@ func main() {
 	rounds := flag.Int("rounds", 15, "timing rounds (each config once per round, interleaved)")
 	batch := flag.Int("batch", 20, "launches per timed batch")
 	noBench := flag.Bool("nobench", false, "skip the timing")
+	noCheck := flag.Bool("nocheck", false, "skip the correctness checks (timing only)")
+	configs := flag.String("configs", "uninstrumented,empty,kernel_phases", "bench configs, comma-separated: "+strings.Join(benchConfigNames, ", "))
+	csvPath := flag.String("csv", "", "write the bench results to this CSV file")
 	ringMode := flag.String("ringmode", "both", "ring protocol of kernel_phases: old (host reservation), device (device-side reservation) or both")
 	flag.Parse()
 
@@ -51,7 +60,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)
 		os.Exit(2)
 	}
-	r := &runner{bpfDir: *bpf, rounds: *rounds, batch: *batch, modes: modes}
+	cfgs, err := parseBenchConfigs(*configs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)
+		os.Exit(2)
+	}
+	r := &runner{bpfDir: *bpf, rounds: *rounds, batch: *batch, modes: modes, configs: cfgs}
 	if err := r.setup(); err != nil {
 		fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)
 		os.Exit(2)
@@ -67,9 +81,15 @@ func main() {
 	}
 	vec, gemm, exits := read("vectoradd.ptx"), read("gemm.ptx"), read("exits.ptx")
 
-	r.checks(vec, gemm, exits)
+	if !*noCheck {
+		r.checks(vec, gemm, exits)
+	}
 	if !*noBench {
 		r.bench(vec, gemm)
+		if err := r.printBench(*csvPath); err != nil {
+			fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)
+			os.Exit(2)
+		}
 	}
 	fmt.Println()
 	fmt.Printf("== gpuprobe-gpucheck on %s ==\n", r.device)
@@ -105,6 +125,8 @@ func parseRingMode(s string) ([]ringMode, error) {
 // runner holds the device and the results.
 type runner struct {
 	modes         []ringMode
+	configs       []string // bench configs (-configs)
+	benchRows     []benchRow
 	bpfDir        string
 	rounds, batch int
 	c             *cuda.Context
