@@ -108,10 +108,12 @@ func (t *Translator) launchSpans(l *launch) {
 	r := &l.rec
 	ss := t.spansOf(r.PID)
 	tid := otelid.NewTraceID()
+	parent := t.hostParents(ss, l, tid)
 	root := ss.AppendEmpty()
 	root.SetTraceID(tid)
 	rootID := otelid.NewSpanID()
 	root.SetSpanID(rootID)
+	root.SetParentSpanID(parent)
 	root.SetName(l.k.name)
 	root.SetKind(ptrace.SpanKindInternal)
 	start, end := t.mono(r.EnqueueNS), t.mono(r.ReturnNS)
@@ -151,6 +153,7 @@ func (t *Translator) launchSpans(l *launch) {
 		end = max(end, e)
 	}
 	child(SpanLaunchCall, start, t.mono(r.ReturnNS))
+	t.hostChildren(ss, l, tid, rootID)
 
 	execEnd := t.mono(r.ReturnNS)
 	if l.warps > 0 {

@@ -45,6 +45,12 @@ type Options struct {
 	Clock              *clock.Mapper
 	PerThreadSeries    bool // per-thread execution-count series for small grids
 	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
+
+	// Host probes (HostCall and KernelName records from HostProbeSource).
+	HostProbes           bool          // host probes are attached: shim launches wait for their thread's host calls from the start
+	HostCallGrace        time.Duration // longest wait of a host call for the records it joins with (default 100 ms)
+	MaxHostCalls         int           // bound of each per-process queue of host calls (default 4096)
+	NoApproximateKernels bool          // no approximate kernel spans for processes without the shim
 }
 
 // Counters are the translator's own counts (self-telemetry).
@@ -58,6 +64,14 @@ type Counters struct {
 	LaunchesFilter  uint64 // launches of kernels excluded by kernels::include/exclude
 	SpansSampledOut uint64 // launch spans not emitted because of sampling
 	NamesTruncated  uint64 // kernel names that arrived cut by their producer
+
+	HostCalls          uint64 // host call records handled
+	HostCallsMatched   uint64 // host launch calls nested with a shim launch
+	HostCallsUnmatched uint64 // host launch calls of shim processes emitted alone after the grace
+	HostCallsEvicted   uint64 // host calls handled before their time because a per-process bound was reached
+	HostProcsEvicted   uint64 // processes whose host calls were flushed because maxHostProcs was reached
+	ApproxSpans        uint64 // approximate kernel spans (shim-less launch closed by a sync)
+	ApproxUnclosed     uint64 // shim-less launches no sync closed within LaunchTimeout
 }
 
 // TruncatedMarker ends a kernel name that its producer had to cut.
@@ -91,6 +105,9 @@ type launch struct {
 	lastEnd    uint64
 	maxSkew    uint64
 	buffered   []warpTimes // warp durations seen before the launch record
+	host       []*hostCall // host launch calls nested with it (host probes)
+	hth        *hostThread // the host state of its thread, while registered there
+	holdSince  time.Time   // when it first waited for host calls of its thread
 }
 
 type warpTimes struct{ exec, skew uint64 }
@@ -112,6 +129,11 @@ type Translator struct {
 	lastDev map[uint32]uint32 // source → device of its latest launch
 	names   map[string]string // mangled → demangled, bounded by maxNameCache
 
+	hosts        map[uint32]*hostProc // pid → host-call state
+	hostNames    map[pidHandle]hostName
+	oldHostNames map[pidHandle]hostName
+	hostDur      hostDurations
+
 	traces   ptrace.Traces
 	byPID    map[uint32]ptrace.SpanSlice
 	nSpans   int
@@ -128,6 +150,7 @@ type Translator struct {
 	dt record.ThreadCount
 	dd record.Device
 	db record.Calibration
+	dh record.HostCall
 }
 
 // New returns a Translator.
@@ -153,6 +176,12 @@ func New(o Options) *Translator {
 	if o.Clock == nil {
 		o.Clock = clock.New()
 	}
+	if o.HostCallGrace <= 0 {
+		o.HostCallGrace = DefaultHostCallGrace
+	}
+	if o.MaxHostCalls < 1 {
+		o.MaxHostCalls = DefaultMaxHostCalls
+	}
 	t := &Translator{
 		o:       o,
 		kernels: map[srcKey]*kernel{},
@@ -163,6 +192,7 @@ func New(o Options) *Translator {
 		procs:   map[uint32]string{},
 		lastDev: map[uint32]uint32{},
 		names:   map[string]string{},
+		hosts:   map[uint32]*hostProc{},
 		start:   pcommon.NewTimestampFromTime(time.Now()),
 	}
 	t.other = &series{name: OtherKernel}
@@ -215,7 +245,11 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dk.Decode(rec); err != nil {
 			return err
 		}
-		t.onKernelName(src, &t.dk)
+		if src == HostProbeSource {
+			t.onHostKernelName(&t.dk)
+		} else {
+			t.onKernelName(src, &t.dk)
+		}
 	case record.TypeCalibration:
 		if err := t.db.Decode(rec); err != nil {
 			return err
@@ -241,6 +275,11 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.devices[t.dd.Device] = t.dd.UUIDString()
+	case record.TypeHostCall:
+		if err := t.dh.Decode(rec); err != nil {
+			return err
+		}
+		t.onHostCall(&t.dh, now)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
 	}
@@ -351,6 +390,9 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	}
 	k := t.kernelOf(src, r.Function)
 	if !k.include {
+		if src != HostProbeSource {
+			t.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
+		}
 		t.counters.LaunchesFilter++
 		if l := t.pending[srcKey{src, r.LaunchID}]; l != nil {
 			l.done = true
@@ -370,6 +412,9 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		t.recordWarp(l, w)
 	}
 	l.buffered = nil
+	if src != HostProbeSource {
+		t.onShimLaunch(r.PID, l, now)
+	}
 	t.maybeFinish(l, now)
 }
 
@@ -483,7 +528,7 @@ func (t *Translator) maybeFinish(l *launch, now time.Time) {
 	if !l.have || !l.completed {
 		return
 	}
-	if !t.o.ExpectWarps || l.warps >= expectedWarps(&l.rec) {
+	if (!t.o.ExpectWarps || l.warps >= expectedWarps(&l.rec)) && !t.holdForHost(l, now) {
 		t.finish(l, now)
 	}
 }
@@ -497,7 +542,7 @@ func (t *Translator) Expire(now time.Time) {
 			continue
 		}
 		switch {
-		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace:
+		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace && !t.holdForHost(l, now):
 			t.finish(l, now)
 		case now.Sub(l.created) >= t.o.LaunchTimeout:
 			if l.have {
@@ -515,12 +560,14 @@ func (t *Translator) Expire(now time.Time) {
 		t.qhead++
 	}
 	t.compactQueue()
+	t.expireHost(now)
 }
 
 // finish turns a launch into metrics and (sampled) spans and forgets it.
 func (t *Translator) finish(l *launch, now time.Time) {
 	l.done = true
 	delete(t.pending, l.key)
+	l.unregister()
 	if !l.have {
 		t.counters.LaunchesOrphan++
 		return

@@ -1,0 +1,305 @@
+package translate
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/receiver/internal/otelid"
+	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+// Approximate kernel spans of processes without the shim.
+//
+// Without the shim nothing reports when a kernel ran, but the host calls
+// bound it: it was enqueued by a launch call and had finished when a
+// synchronisation that covers its stream returned. Per (process, stream)
+// a FIFO holds the launch calls that returned successfully; a sync call
+// that returned closes the launches that had returned before the sync was
+// entered:
+//
+//   - cudaStreamSynchronize / cuStreamSynchronize (and _ptsz) on stream S
+//     close the launches on S;
+//   - cudaDeviceSynchronize / cuCtxSynchronize close every launch of the
+//     process (one context per process is assumed: the records carry no
+//     device or context);
+//   - a synchronous copy (cudaMemcpy, cuMemcpy*_v2 without Async) closes the
+//     launches on the legacy default stream (stream 0); cudaMemcpy_ptds
+//     closes those on the calling thread's per-thread default stream. The
+//     legacy stream's implicit synchronisation with other blocking streams
+//     is not modelled: which streams are blocking is not known, so their
+//     launches wait for their own sync;
+//   - cudaEventSynchronize / cuEventSynchronize close nothing: the event's
+//     stream (and what was recorded before it) is not in the record.
+//
+// Streams: stream 0 is the legacy default stream, as is 0x1
+// (CU_STREAM_LEGACY); 0x2 (CU_STREAM_PER_THREAD), and stream 0 passed to a
+// _ptsz/_ptds entry point, name the calling thread's per-thread default
+// stream.
+//
+// The approximate span goes from the launch call's enter_ns to the sync's
+// exit_ns, is a child of the launch call's span (same trace), is named by
+// the kernel and carries cuda.kernel.approximate = true and
+// cuda.kernel.approximate.closed_by = the sync's API. A launch no sync
+// closes within LaunchTimeout is emitted as a plain host call and counted
+// (Counters.ApproxUnclosed).
+
+// streamKey identifies a stream of one process: a handle, with the thread
+// for a per-thread default stream.
+type streamKey struct {
+	stream uint64
+	tid    uint32 // only for the per-thread default stream
+}
+
+// Special stream handles of the CUDA APIs.
+const (
+	streamLegacy    = 0x1 // CU_STREAM_LEGACY, cudaStreamLegacy
+	streamPerThread = 0x2 // CU_STREAM_PER_THREAD, cudaStreamPerThread
+)
+
+// keyOf maps a stream argument of api called by thread tid to its key.
+func keyOf(api record.HostAPI, stream uint64, tid uint32) streamKey {
+	switch {
+	case stream == streamLegacy:
+		return streamKey{}
+	case stream == streamPerThread, stream == 0 && apiInfo(api).perThread:
+		return streamKey{stream: streamPerThread, tid: tid}
+	}
+	return streamKey{stream: stream}
+}
+
+// openLaunch is a shim-less launch waiting for the sync that closes it.
+type openLaunch struct {
+	call   *hostCall
+	kernel hostName
+	at     time.Time // when it was opened (for LaunchTimeout)
+}
+
+// deferCall queues c of p in enter_ns order until its grace has passed.
+func (t *Translator) deferCall(p *hostProc, c *hostCall, now time.Time) {
+	if len(p.deferred)-p.dhead >= t.o.MaxHostCalls {
+		t.counters.HostCallsEvicted++
+		t.releaseOne(p, now)
+	}
+	p.deferred = append(p.deferred, c)
+	i := len(p.deferred) - 1
+	for i > p.dhead && p.deferred[i-1].rec.EnterNS > c.rec.EnterNS {
+		p.deferred[i] = p.deferred[i-1]
+		i--
+	}
+	p.deferred[i] = c
+}
+
+// releaseDeferred handles the deferred calls of p whose grace has passed
+// (all of them with force), in enter_ns order. A call waits until every
+// call before it in that order is released.
+func (t *Translator) releaseDeferred(p *hostProc, now time.Time, force bool) {
+	for p.dhead < len(p.deferred) {
+		c := p.deferred[p.dhead]
+		if !c.taken && !force && now.Sub(c.arrived) < t.hostGrace() {
+			break
+		}
+		t.releaseOne(p, now)
+	}
+	p.deferred, p.dhead = compact(p.deferred, p.dhead)
+}
+
+// releaseOne handles the first deferred call of p.
+func (t *Translator) releaseOne(p *hostProc, now time.Time) {
+	c := p.deferred[p.dhead]
+	p.deferred[p.dhead] = nil
+	p.dhead++
+	if c.taken {
+		return
+	}
+	c.taken = true
+	// The calls of the same thread inside c are its children.
+	for _, d := range p.deferred[p.dhead:] {
+		if d.rec.EnterNS > c.rec.ExitNS {
+			break
+		}
+		if !d.taken && d.rec.TID == c.rec.TID && d.rec.ExitNS <= c.rec.ExitNS {
+			d.taken = true
+			c.children = append(c.children, d)
+		}
+	}
+	t.handleReleased(p, c, now)
+}
+
+// handleReleased turns a released call into spans or opens it as a
+// shim-less launch, and applies its closing rule.
+func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
+	r := &c.rec
+	returned := r.Flags&record.HostCallReturned != 0
+	switch r.API.Category() {
+	case record.HostCatLaunch:
+		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
+			t.openLaunch(p, c, now)
+			return
+		}
+		t.emitStandalone(p, c)
+		return
+	case record.HostCatSync:
+		t.emitStandalone(p, c)
+		if !returned {
+			return
+		}
+		switch r.API {
+		case record.HostCudaStreamSynchronize, record.HostCudaStreamSynchronizePts,
+			record.HostCuStreamSynchronize, record.HostCuStreamSynchronizePtsz:
+			t.closeStream(p, keyOf(r.API, r.Args[0], r.TID), r)
+		case record.HostCudaDeviceSynchronize, record.HostCuCtxSynchronize:
+			for k := range p.streams {
+				t.closeStream(p, k, r)
+			}
+		}
+	case record.HostCatMemcpy:
+		t.emitStandalone(p, c)
+		if returned && !apiInfo(r.API).async {
+			t.closeStream(p, keyOf(r.API, 0, r.TID), r)
+		}
+	default:
+		t.emitStandalone(p, c)
+	}
+}
+
+// openLaunch adds a shim-less launch to its stream's FIFO.
+func (t *Translator) openLaunch(p *hostProc, c *hostCall, now time.Time) {
+	if p.nOpen >= t.o.MaxHostCalls {
+		t.evictOpen(p)
+	}
+	k := keyOf(c.rec.API, c.rec.Args[5], c.rec.TID)
+	p.streams[k] = append(p.streams[k], &openLaunch{call: c, kernel: t.launchKernel(c), at: now})
+	p.nOpen++
+}
+
+// evictOpen emits the oldest open launch of p as a plain host call.
+func (t *Translator) evictOpen(p *hostProc) {
+	var oldest streamKey
+	var at time.Time
+	found := false
+	for k, q := range p.streams {
+		if !found || q[0].at.Before(at) {
+			oldest, at, found = k, q[0].at, true
+		}
+	}
+	if !found {
+		return
+	}
+	q := p.streams[oldest]
+	t.counters.HostCallsEvicted++
+	t.emitStandalone(p, q[0].call)
+	p.dropOpen(oldest, q[1:])
+}
+
+// dropOpen stores the rest q of a stream's FIFO.
+func (p *hostProc) dropOpen(k streamKey, q []*openLaunch) {
+	p.nOpen -= len(p.streams[k]) - len(q)
+	if len(q) == 0 {
+		delete(p.streams, k)
+	} else {
+		p.streams[k] = q
+	}
+}
+
+// closeStream closes the launches on stream k of p that returned before
+// sync was entered.
+func (t *Translator) closeStream(p *hostProc, k streamKey, sync *record.HostCall) {
+	q := p.streams[k]
+	if len(q) == 0 {
+		return
+	}
+	kept := make([]*openLaunch, 0, 1)
+	for _, ol := range q {
+		if ol.call.rec.ExitNS <= sync.EnterNS {
+			t.emitApprox(p, ol, sync)
+		} else {
+			kept = append(kept, ol)
+		}
+	}
+	p.dropOpen(k, kept)
+}
+
+// expireOpen emits the launches of p no sync closed within LaunchTimeout.
+func (t *Translator) expireOpen(p *hostProc, now time.Time) {
+	for k, q := range p.streams {
+		n := 0
+		for n < len(q) && now.Sub(q[n].at) >= t.o.LaunchTimeout {
+			t.counters.ApproxUnclosed++
+			t.emitStandalone(p, q[n].call)
+			n++
+		}
+		if n > 0 {
+			p.dropOpen(k, q[n:])
+		}
+	}
+}
+
+// launchKernel names the kernel of a launch call: by the handle of the
+// call, or for a runtime call by that of a driver launch call nested in it
+// (the runtime's argument is the host stub), from the host probes'
+// KernelName records; else "kernel 0x<handle>".
+func (t *Translator) launchKernel(c *hostCall) hostName {
+	h := c.rec.Args[0]
+	if !apiInfo(c.rec.API).driver {
+		for _, d := range c.children {
+			if d.rec.API.Category() == record.HostCatLaunch && apiInfo(d.rec.API).driver {
+				h = d.rec.Args[0]
+				break
+			}
+		}
+	}
+	if n, ok := t.hostKernelName(c.rec.PID, h); ok {
+		return n
+	}
+	return hostName{name: "kernel 0x" + strconv.FormatUint(h, 16)}
+}
+
+// emitStandalone emits c and its children as a trace of their own.
+func (t *Translator) emitStandalone(p *hostProc, c *hostCall) {
+	if !sampled(srcKey{p.pid, c.rec.EnterNS}, t.o.SampleOneIn) {
+		return
+	}
+	kernel := ""
+	if c.rec.API.Category() == record.HostCatLaunch {
+		if n := t.launchKernel(c); n.mangled != "" {
+			kernel = n.name
+		}
+	}
+	t.emitTree(t.spansOf(p.pid), c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
+}
+
+// emitApprox emits launch ol, closed by sync, with its approximate kernel
+// span.
+func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall) {
+	t.counters.ApproxSpans++
+	if !sampled(srcKey{p.pid, ol.call.rec.EnterNS}, t.o.SampleOneIn) {
+		return
+	}
+	ss := t.spansOf(p.pid)
+	tr := otelid.NewTraceID()
+	r := &ol.call.rec
+	parent := t.emitTree(ss, ol.call, tr, pcommon.SpanID{}, ol.kernel.name)
+	sp := ss.AppendEmpty()
+	sp.SetTraceID(tr)
+	sp.SetSpanID(otelid.NewSpanID())
+	sp.SetParentSpanID(parent)
+	sp.SetName(ol.kernel.name)
+	sp.SetKind(ptrace.SpanKindInternal)
+	start := t.mono(r.EnterNS)
+	sp.SetStartTimestamp(start)
+	sp.SetEndTimestamp(max(start, t.mono(sync.ExitNS)))
+	t.nSpans++
+	a := sp.Attributes()
+	a.EnsureCapacity(14)
+	a.PutStr("code.function.name", ol.kernel.name)
+	if ol.kernel.mangled != "" {
+		a.PutStr("cuda.kernel.mangled_name", ol.kernel.mangled)
+	}
+	a.PutBool("cuda.kernel.approximate", true)
+	a.PutStr("cuda.kernel.approximate.closed_by", sync.API.String())
+	putLaunchArgs(a, r)
+	a.PutInt("process.pid", int64(r.PID))
+	a.PutInt("thread.id", int64(r.TID))
+}

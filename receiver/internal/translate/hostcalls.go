@@ -1,0 +1,416 @@
+package translate
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/record"
+)
+
+// HostProbeSource is the source id of the records of the built-in host
+// probes (uprobes on libcudart and libcuda: HostCall and KernelName
+// records of many processes). The receiver numbers its shim sources from 1
+// up, one per agent connection, so this value never names one.
+const HostProbeSource uint32 = math.MaxUint32
+
+// DefaultHostCallGrace is how long a host call waits for the records it
+// joins with when Options.HostCallGrace is 0.
+const DefaultHostCallGrace = 100 * time.Millisecond
+
+// DefaultMaxHostCalls bounds each per-process structure of host calls when
+// Options.MaxHostCalls is 0.
+const DefaultMaxHostCalls = 4096
+
+// Bounds of the host-call state that have no option.
+const (
+	maxHostProcs     = 4096 // processes with host-call state
+	maxHostThreads   = 4096 // threads remembered per process
+	maxHostPerLaunch = 8    // host calls nested with one shim launch
+)
+
+// hostCall is one host call waiting to be turned into spans.
+type hostCall struct {
+	rec      record.HostCall
+	arrived  time.Time
+	taken    bool        // consumed out of a queue (nested under another call, or matched)
+	children []*hostCall // calls of the same thread made inside this one
+}
+
+// hostThread is what the translator knows of one application thread.
+type hostThread struct {
+	// lastExit is the latest exit_ns of a call of this thread that has
+	// arrived. Host calls come from one kernel ring buffer, written when a
+	// call returns, so the calls of one thread arrive in the order they
+	// returned: once a call that returned after a shim launch's return_ns
+	// has arrived, every host call enclosing or inside that launch has too.
+	lastExit uint64
+	launches []*launch // pending shim launches of this thread with their launch record
+}
+
+// hostProc is the host-call state of one process.
+//
+// Which processes run with the shim: a pid is "with the shim" from the
+// first Launch record of it that arrives from a shim source (any source
+// but HostProbeSource) on. Until then none of its host calls is committed
+// to being shim-less: each waits Options.HostCallGrace after its arrival
+// in the deferred queue, so a fresh process whose first shim records are
+// read after its first host calls still nests them. A call that has waited
+// the grace is handled as a shim-less process's call (approximate kernel
+// spans). When the first shim launch record arrives, the launch calls still
+// deferred move to the unmatched list, where shim launches take them.
+type hostProc struct {
+	pid        uint32
+	shim       bool // a shim launch record of pid arrived
+	hostSeen   bool // a host call of pid arrived
+	noHost     bool // a shim launch waited the grace without any host call of pid: stop holding its launches
+	lastActive time.Time
+	threads    map[uint32]*hostThread
+
+	// Launch calls of a shim process that no pending shim launch took yet,
+	// in arrival order; emitted alone after the grace.
+	unmatched []*hostCall
+	uhead     int
+
+	// Other calls (and, before the shim is known, launch calls too), in
+	// enter_ns order; handled after the grace, when the calls nested in
+	// them (which return, so arrive, first) are in.
+	deferred []*hostCall
+	dhead    int
+
+	// Shim-less launches waiting for the sync that closes them, per stream.
+	streams map[streamKey][]*openLaunch
+	nOpen   int
+}
+
+func (p *hostProc) thread(tid uint32) *hostThread {
+	if th, ok := p.threads[tid]; ok {
+		return th
+	}
+	if len(p.threads) >= maxHostThreads {
+		for k, th := range p.threads {
+			if len(th.launches) == 0 {
+				delete(p.threads, k)
+			}
+		}
+	}
+	th := &hostThread{}
+	p.threads[tid] = th
+	return th
+}
+
+// idle reports whether p holds nothing that still has to be emitted.
+func (p *hostProc) idle() bool {
+	if p.uhead < len(p.unmatched) || p.dhead < len(p.deferred) || p.nOpen > 0 {
+		return false
+	}
+	for _, th := range p.threads {
+		if len(th.launches) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *Translator) hostGrace() time.Duration { return t.o.HostCallGrace }
+
+// hostProcOf returns the host-call state of pid, creating it.
+func (t *Translator) hostProcOf(pid uint32, now time.Time) *hostProc {
+	if p, ok := t.hosts[pid]; ok {
+		p.lastActive = now
+		return p
+	}
+	if len(t.hosts) >= maxHostProcs {
+		t.evictHostProcs(now)
+	}
+	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, streams: map[streamKey][]*openLaunch{}}
+	t.hosts[pid] = p
+	return p
+}
+
+// evictHostProcs forgets the processes with nothing pending; if all have
+// something, it flushes the least recently active one.
+func (t *Translator) evictHostProcs(now time.Time) {
+	var oldest *hostProc
+	for pid, p := range t.hosts {
+		if p.idle() {
+			delete(t.hosts, pid)
+			continue
+		}
+		if oldest == nil || p.lastActive.Before(oldest.lastActive) {
+			oldest = p
+		}
+	}
+	if len(t.hosts) < maxHostProcs || oldest == nil {
+		return
+	}
+	t.counters.HostProcsEvicted++
+	t.flushHostProc(oldest, now)
+	for _, th := range oldest.threads {
+		for _, l := range th.launches {
+			l.hth = nil
+		}
+	}
+	delete(t.hosts, oldest.pid)
+}
+
+// flushHostProc emits everything p holds, as if its grace and timeouts
+// had passed.
+func (t *Translator) flushHostProc(p *hostProc, now time.Time) {
+	t.releaseDeferred(p, now, true)
+	for ; p.uhead < len(p.unmatched); p.uhead++ {
+		if c := p.unmatched[p.uhead]; !c.taken {
+			t.counters.HostCallsUnmatched++
+			t.emitStandalone(p, c)
+		}
+	}
+	p.unmatched, p.uhead = p.unmatched[:0], 0
+	for k, q := range p.streams {
+		for _, ol := range q {
+			t.counters.ApproxUnclosed++
+			t.emitStandalone(p, ol.call)
+		}
+		delete(p.streams, k)
+	}
+	p.nOpen = 0
+}
+
+func (t *Translator) onHostCall(c *record.HostCall, now time.Time) {
+	t.counters.HostCalls++
+	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(t.hostDur) {
+		t.hostDur[c.API].Record(float64(c.ExitNS-c.EnterNS) / 1e9)
+	}
+	p := t.hostProcOf(c.PID, now)
+	p.hostSeen = true
+	th := p.thread(c.TID)
+	th.lastExit = max(th.lastExit, c.ExitNS)
+	hc := &hostCall{rec: *c, arrived: now}
+	if p.shim && c.API.Category() == record.HostCatLaunch {
+		t.matchOrWait(p, hc)
+	} else {
+		t.deferCall(p, hc, now)
+	}
+	t.releaseDeferred(p, now, false)
+	t.finishSettled(th, now)
+}
+
+// onHostKernelName binds a (pid, handle) of the host probes to its name.
+func (t *Translator) onHostKernelName(k *record.KernelName) {
+	key := pidHandle{k.PID, k.Function}
+	if _, ok := t.hostNames[key]; ok {
+		return
+	}
+	n := hostName{mangled: k.Name}
+	if k.Truncated {
+		t.counters.NamesTruncated++
+		n.mangled += TruncatedMarker
+		n.name = n.mangled
+	} else {
+		n.name = t.demangle(k.Name)
+	}
+	if len(t.hostNames) >= maxKernelHandles {
+		// Two generations: the names used since the last turn survive it.
+		t.oldHostNames, t.hostNames = t.hostNames, map[pidHandle]hostName{}
+	}
+	t.hostNames[key] = n
+}
+
+type pidHandle struct {
+	pid    uint32
+	handle uint64
+}
+
+type hostName struct{ mangled, name string }
+
+// hostKernelName returns the name of a function handle of pid from the
+// host probes' KernelName records.
+func (t *Translator) hostKernelName(pid uint32, handle uint64) (hostName, bool) {
+	key := pidHandle{pid, handle}
+	if n, ok := t.hostNames[key]; ok {
+		return n, true
+	}
+	if n, ok := t.oldHostNames[key]; ok {
+		if len(t.hostNames) < maxKernelHandles {
+			t.hostNames[key] = n
+		}
+		return n, true
+	}
+	return hostName{}, false
+}
+
+// matches reports whether host launch call c belongs with shim launch r: a
+// runtime call of the same thread encloses the shim's [enqueue, return]
+// interval; a driver call of the same thread overlaps it (the shim wraps the
+// driver entry point, so the driver call normally lies inside it).
+func matches(c *record.HostCall, r *record.Launch) bool {
+	if c.TID != r.TID {
+		return false
+	}
+	if apiInfo(c.API).driver {
+		return c.EnterNS <= r.ReturnNS && c.ExitNS >= r.EnqueueNS
+	}
+	return c.Flags&record.HostCallReturned != 0 && c.EnterNS <= r.EnqueueNS && c.ExitNS >= r.ReturnNS
+}
+
+// matchOrWait nests launch call c of a shim process under a pending shim
+// launch of its thread, or keeps it in the unmatched list for the grace.
+func (t *Translator) matchOrWait(p *hostProc, c *hostCall) {
+	if th := p.threads[c.rec.TID]; th != nil {
+		for i := len(th.launches) - 1; i >= 0; i-- {
+			l := th.launches[i]
+			if len(l.host) < maxHostPerLaunch && matches(&c.rec, &l.rec) {
+				l.host = append(l.host, c)
+				t.counters.HostCallsMatched++
+				return
+			}
+		}
+	}
+	if len(p.unmatched)-p.uhead >= t.o.MaxHostCalls {
+		// Full: the oldest goes out alone now.
+		for p.uhead < len(p.unmatched) {
+			old := p.unmatched[p.uhead]
+			p.unmatched[p.uhead] = nil
+			p.uhead++
+			if !old.taken {
+				t.counters.HostCallsEvicted++
+				t.emitStandalone(p, old)
+				break
+			}
+		}
+	}
+	p.unmatched = append(p.unmatched, c)
+	p.unmatched, p.uhead = compact(p.unmatched, p.uhead)
+}
+
+// compact moves the live part of a queue to its front when the consumed
+// part is large.
+func compact[T any](q []T, head int) ([]T, int) {
+	if head > 64 && head*2 > len(q) {
+		n := copy(q, q[head:])
+		clear(q[n:])
+		return q[:n], 0
+	}
+	return q, head
+}
+
+// onShimLaunch registers the launch record of a shim source with the host
+// state of its process: the process is with the shim from now on, and the
+// launch takes the unmatched host launch calls that belong with it.
+//
+// Every shim process is remembered (so that host calls arriving later are
+// not taken for a shim-less process's), but its launches register with
+// their thread (to nest host calls and wait for them) only when host probes
+// are on or the process has sent host calls.
+func (t *Translator) onShimLaunch(pid uint32, l *launch, now time.Time) {
+	p := t.hostProcOf(pid, now)
+	if !p.shim {
+		p.shim = true
+		t.moveDeferredLaunches(p)
+	}
+	if l == nil || (!t.o.HostProbes && !p.hostSeen) {
+		return
+	}
+	th := p.thread(l.rec.TID)
+	th.launches = append(th.launches, l)
+	l.hth = th
+	for i := p.uhead; i < len(p.unmatched) && len(l.host) < maxHostPerLaunch; i++ {
+		c := p.unmatched[i]
+		if !c.taken && matches(&c.rec, &l.rec) {
+			c.taken = true
+			l.host = append(l.host, c)
+			t.counters.HostCallsMatched++
+		}
+	}
+}
+
+// moveDeferredLaunches moves the launch calls still deferred into the
+// unmatched list (the process turned out to run with the shim).
+func (t *Translator) moveDeferredLaunches(p *hostProc) {
+	n := len(p.unmatched)
+	for _, c := range p.deferred[p.dhead:] {
+		if !c.taken && c.rec.API.Category() == record.HostCatLaunch {
+			c.taken = true
+			p.unmatched = append(p.unmatched, &hostCall{rec: c.rec, arrived: c.arrived})
+		}
+	}
+	if len(p.unmatched) > n {
+		slices.SortStableFunc(p.unmatched[p.uhead:], func(a, b *hostCall) int { return a.arrived.Compare(b.arrived) })
+	}
+}
+
+// holdForHost reports whether finished launch l must still wait for host
+// calls of its thread: its process sends host calls (or host probes are
+// on and it has not shown that it sends none), and no call of the thread
+// that returned after the launch has arrived yet. It waits at most
+// HostCallGrace from the first time it was held.
+func (t *Translator) holdForHost(l *launch, now time.Time) bool {
+	th := l.hth
+	if th == nil || th.lastExit > l.rec.ReturnNS {
+		return false
+	}
+	p := t.hosts[l.rec.PID]
+	if p == nil || (!p.hostSeen && (!t.o.HostProbes || p.noHost)) {
+		return false
+	}
+	if l.holdSince.IsZero() {
+		l.holdSince = now
+	}
+	if now.Sub(l.holdSince) < t.hostGrace() {
+		return true
+	}
+	if !p.hostSeen {
+		p.noHost = true
+	}
+	return false
+}
+
+// finishSettled finishes the held launches of th that the latest host call
+// of the thread settled.
+func (t *Translator) finishSettled(th *hostThread, now time.Time) {
+	var done []*launch
+	for _, l := range th.launches {
+		if !l.holdSince.IsZero() && th.lastExit > l.rec.ReturnNS {
+			done = append(done, l)
+		}
+	}
+	for _, l := range done {
+		if !l.done {
+			t.finish(l, now)
+		}
+	}
+}
+
+// unregister removes l from its thread's pending launches.
+func (l *launch) unregister() {
+	th := l.hth
+	if th == nil {
+		return
+	}
+	l.hth = nil
+	if i := slices.Index(th.launches, l); i >= 0 {
+		th.launches = slices.Delete(th.launches, i, i+1)
+	}
+}
+
+// expireHost emits the host calls that waited long enough: unmatched
+// launch calls after the grace, deferred calls after the grace, shim-less
+// launches never closed after LaunchTimeout.
+func (t *Translator) expireHost(now time.Time) {
+	for _, p := range t.hosts {
+		for p.uhead < len(p.unmatched) {
+			c := p.unmatched[p.uhead]
+			if !c.taken {
+				if now.Sub(c.arrived) < t.hostGrace() {
+					break
+				}
+				t.counters.HostCallsUnmatched++
+				t.emitStandalone(p, c)
+			}
+			p.unmatched[p.uhead] = nil
+			p.uhead++
+		}
+		p.unmatched, p.uhead = compact(p.unmatched, p.uhead)
+		t.releaseDeferred(p, now, false)
+		t.expireOpen(p, now)
+	}
+}

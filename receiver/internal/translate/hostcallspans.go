@@ -1,0 +1,242 @@
+package translate
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/otelid"
+	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+// Metric names of the host probes (documented in receiver/README.md and
+// metadata.yaml).
+const (
+	MetricHostCallDuration = "gpu.cuda.host.call.duration"
+	MetricApproxKernels    = "gpu.cuda.kernel.approximate.spans"
+)
+
+// hostAPISlots is one more than the largest HostAPI number.
+const hostAPISlots = 128
+
+// apiMeta is what spans and rules need of a HostAPI, precomputed.
+type apiMeta struct {
+	name      string
+	category  string
+	async     bool
+	driver    bool
+	perThread bool // a _ptsz/_ptds entry point: stream 0 is the per-thread default stream
+}
+
+var apiTable = func() (tab [hostAPISlots]apiMeta) {
+	for i := range tab {
+		a := record.HostAPI(i)
+		tab[i] = apiMeta{name: a.String(), category: a.Category().String(), async: a.Async(), driver: a.Driver(),
+			perThread: strings.HasSuffix(a.String(), "_ptsz") || strings.HasSuffix(a.String(), "_ptds")}
+	}
+	return tab
+}()
+
+// apiInfo returns the precomputed facts of a.
+func apiInfo(a record.HostAPI) *apiMeta {
+	if int(a) < len(apiTable) {
+		return &apiTable[a]
+	}
+	return &apiTable[0]
+}
+
+// emitTree appends the span of c under parent (empty: a root) in trace tr,
+// then its children under it, and returns its span id. kernel is the
+// kernel name of a launch call ("" when unknown).
+func (t *Translator) emitTree(ss ptrace.SpanSlice, c *hostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
+	id := t.hostCallSpan(ss, &c.rec, tr, parent, kernel)
+	for _, d := range c.children {
+		k := ""
+		if d.rec.API.Category() == record.HostCatLaunch {
+			k = kernel
+		}
+		t.emitTree(ss, d, tr, id, k)
+	}
+	return id
+}
+
+// hostCallSpan appends the span of one host API call and returns its id.
+func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
+	m := apiInfo(r.API)
+	sp := ss.AppendEmpty()
+	id := otelid.NewSpanID()
+	sp.SetTraceID(tr)
+	sp.SetSpanID(id)
+	sp.SetParentSpanID(parent)
+	sp.SetName(m.name)
+	sp.SetKind(ptrace.SpanKindInternal)
+	sp.SetStartTimestamp(t.mono(r.EnterNS))
+	sp.SetEndTimestamp(t.mono(r.ExitNS))
+	t.nSpans++
+
+	a := sp.Attributes()
+	a.EnsureCapacity(16)
+	a.PutStr("code.function.name", m.name)
+	a.PutStr("cuda.api.category", m.category)
+	a.PutInt("process.pid", int64(r.PID))
+	a.PutInt("thread.id", int64(r.TID))
+	a.PutBool("cuda.api.async", m.async)
+	if r.Flags&record.HostCallReturned != 0 {
+		a.PutInt("cuda.api.return_code", int64(r.Ret))
+		if r.Ret != 0 {
+			sp.Status().SetCode(ptrace.StatusCodeError)
+			if m.driver {
+				sp.Status().SetMessage("CUresult " + strconv.Itoa(int(r.Ret)))
+			} else {
+				sp.Status().SetMessage("cudaError_t " + strconv.Itoa(int(r.Ret)))
+			}
+		}
+	} else {
+		a.PutBool("cuda.api.returned", false)
+	}
+	if r.Flags&record.HostCallArgsFaulted != 0 {
+		a.PutBool("cuda.api.args_faulted", true)
+	}
+	switch r.API.Category() {
+	case record.HostCatLaunch:
+		putLaunchArgs(a, r)
+		if kernel != "" {
+			a.PutStr("cuda.kernel.name", kernel)
+		}
+	case record.HostCatMemcpy:
+		a.PutInt("cuda.memcpy.size", int64(r.Args[2]))
+		a.PutStr("cuda.memcpy.kind", memcpyKind(r).String())
+		if m.async {
+			a.PutInt("cuda.stream", int64(r.Args[4]))
+		}
+	case record.HostCatAlloc:
+		a.PutInt("cuda.memory.size", int64(r.Args[0]))
+		a.PutInt("cuda.memory.address", int64(r.Args[1]))
+		if m.async {
+			a.PutInt("cuda.stream", int64(r.Args[4]))
+		}
+	case record.HostCatFree:
+		a.PutInt("cuda.memory.address", int64(r.Args[0]))
+		if m.async {
+			a.PutInt("cuda.stream", int64(r.Args[4]))
+		}
+	case record.HostCatSync:
+		switch r.API {
+		case record.HostCudaEventSynchronize, record.HostCuEventSynchronize:
+			a.PutInt("cuda.event", int64(r.Args[0]))
+		case record.HostCudaDeviceSynchronize, record.HostCuCtxSynchronize:
+		default:
+			a.PutInt("cuda.stream", int64(r.Args[0]))
+		}
+	case record.HostCatGraphLaunch:
+		a.PutInt("cuda.graph.exec", int64(r.Args[0]))
+		a.PutInt("cuda.stream", int64(r.Args[5]))
+	}
+	return id
+}
+
+// memcpyKind is the direction of a copy call: the probe's argument, else
+// what the driver entry point implies.
+func memcpyKind(r *record.HostCall) record.MemcpyKind {
+	if k := record.MemcpyKind(r.Args[3]); k != record.MemcpyUnknown && k <= record.MemcpyPeer {
+		return k
+	}
+	switch r.API {
+	case record.HostCuMemcpyHtoD, record.HostCuMemcpyHtoDAsync:
+		return record.MemcpyHostToDevice
+	case record.HostCuMemcpyDtoH, record.HostCuMemcpyDtoHAsync:
+		return record.MemcpyDeviceToHost
+	case record.HostCuMemcpyDtoD, record.HostCuMemcpyDtoDAsync:
+		return record.MemcpyDeviceToDevice
+	}
+	return record.MemcpyUnknown
+}
+
+// putLaunchArgs puts the grid, block, shared memory and stream of a launch
+// call, named as on the shim's launch spans.
+func putLaunchArgs(a pcommon.Map, r *record.HostCall) {
+	g, b := r.Grid(), r.Block()
+	a.PutInt("cuda.grid.x", int64(g[0]))
+	a.PutInt("cuda.grid.y", int64(g[1]))
+	a.PutInt("cuda.grid.z", int64(g[2]))
+	a.PutInt("cuda.block.x", int64(b[0]))
+	a.PutInt("cuda.block.y", int64(b[1]))
+	a.PutInt("cuda.block.z", int64(b[2]))
+	a.PutInt("cuda.shared_memory.size", int64(uint32(r.Args[4])))
+	a.PutInt("cuda.stream", int64(r.Args[5]))
+}
+
+// hostParents emits the runtime launch calls nested with shim launch l
+// (outermost first, each inside the previous) in trace tr and returns the
+// innermost one's span id, the launch span's parent (empty when none).
+func (t *Translator) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
+	var parent pcommon.SpanID
+	var runtime []*hostCall
+	for _, c := range l.host {
+		if !apiInfo(c.rec.API).driver {
+			runtime = append(runtime, c)
+		}
+	}
+	slices.SortStableFunc(runtime, func(a, b *hostCall) int {
+		if a.rec.EnterNS != b.rec.EnterNS {
+			return cmpU64(a.rec.EnterNS, b.rec.EnterNS)
+		}
+		return cmpU64(b.rec.ExitNS, a.rec.ExitNS)
+	})
+	for _, c := range runtime {
+		parent = t.hostCallSpan(ss, &c.rec, tr, parent, l.k.name)
+	}
+	return parent
+}
+
+// hostChildren emits the driver launch calls nested with shim launch l
+// under its span.
+func (t *Translator) hostChildren(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID, launchSpan pcommon.SpanID) {
+	for _, c := range l.host {
+		if apiInfo(c.rec.API).driver {
+			t.hostCallSpan(ss, &c.rec, tr, launchSpan, l.k.name)
+		}
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// appendHostMetrics writes the host call duration histograms (per API) and
+// the count of approximate kernel spans.
+func (t *Translator) appendHostMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+	dur := newExpHist(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.")
+	for _, a := range record.HostAPIs() {
+		h := &t.hostDur[a]
+		if h.Count() == 0 {
+			continue
+		}
+		dp := dur.AppendEmpty()
+		dp.SetStartTimestamp(t.start)
+		dp.SetTimestamp(ts)
+		h.CopyTo(dp)
+		dp.Attributes().PutStr("cuda.api.name", apiInfo(a).name)
+		dp.Attributes().PutStr("cuda.api.category", apiInfo(a).category)
+	}
+	if t.counters.ApproxSpans > 0 {
+		dp := newSum(sm, MetricApproxKernels, "{span}",
+			"Approximate kernel spans (launch call to the sync that covered it) of processes without the shim.").AppendEmpty()
+		dp.SetStartTimestamp(t.start)
+		dp.SetTimestamp(ts)
+		dp.SetIntValue(int64(t.counters.ApproxSpans))
+	}
+}
+
+// hostDurations holds one histogram per HostAPI number.
+type hostDurations [hostAPISlots]exphist.Hist
