@@ -17,6 +17,7 @@ const (
 	HelperMapLookupElem     HelperID = 1   // void *(map, key)
 	HelperMapUpdateElem     HelperID = 2   // long (map, key, value, flags)
 	HelperMapDeleteElem     HelperID = 3   // long (map, key)
+	HelperKtimeGetNs        HelperID = 5   // u64 (): CLOCK_MONOTONIC ns (%globaltimer + the collector's offset)
 	HelperTracePrintk       HelperID = 6   // long (fmt, fmt_size, ...): host call
 	HelperGetCurrentPidTgid HelperID = 14  // u64 (): the application's tgid<<32 | pid
 	HelperPerfEventOutput   HelperID = 25  // long (ctx, map, flags, data, size): GPU ring buffer
@@ -56,6 +57,19 @@ const (
 	MapTypeGPURingbuf     MapType = 1527 // GPU ring buffer, written by perf_event_output
 	MapTypePerWarpArray   MapType = 1600 // one value per warp per key, inline on the GPU (ours)
 )
+
+// MapFlagMmapable is Linux's BPF_F_MMAPABLE. A BPF_MAP_TYPE_ARRAY with it
+// is a kernel map shared by host and GPU programs: the collector creates
+// it in Linux, the application maps it and registers it with the device,
+// and GPU programs access its values inline (see Map.Mmapable).
+const MapFlagMmapable = 1 << 10
+
+// Mmapable says whether m is a BPF_MAP_TYPE_ARRAY with BPF_F_MMAPABLE:
+// its values lie at key × align8(ValueSize) from the start of the mapping,
+// with no shm header, and GPU programs read and write them in place.
+func (m *Map) Mmapable() bool {
+	return m != nil && m.Type == MapTypeArray && m.Flags&MapFlagMmapable != 0
+}
 
 // ProbeKind says where in a CUDA kernel a GPU program runs.
 type ProbeKind int

@@ -426,41 +426,40 @@ func TestLoop(t *testing.T) {
 	}
 }
 
+// TestLaunchlate runs both halves of launchlate: the host half (a uprobe)
+// stores its bpf_ktime_get_ns in the shared kernel map; the GPU half takes
+// bpf_ktime_get_ns on the GPU, which is %globaltimer plus the collector's
+// offset (Env.HostClock here), so the delay is right whatever the offset
+// between the two clocks.
 func TestLaunchlate(t *testing.T) {
 	host := loadProg(t, "launchlate", "launch_host")
 	gpu := prepare(t, loadProg(t, "launchlate", "launch_gpu"))
-	const launchNs, offsetNs = 1_000_000, 500
+	const launchNs = 1_000_000
 	tests := []struct {
 		name   string
 		delay  uint64
+		offset int64 // CLOCK_MONOTONIC - %globaltimer
 		bucket uint64
 	}{
-		{"0 ns", 0, 0},
-		{"1 ns", 1, 0},
-		{"2 ns", 2, 1},
-		{"3 ns", 3, 1},
-		{"1 us", 1000, 9},
-		{"2^40 ns", 1 << 40, 40},
+		{"0 ns", 0, 500, 0},
+		{"1 ns", 1, 500, 0},
+		{"2 ns", 2, -500, 1},
+		{"3 ns", 3, 500, 1},
+		{"1 us, GPU clock ahead", 1000, -1 << 40, 9},
+		{"2^40 ns, GPU clock behind", 1 << 40, 1 << 50, 40},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			maps := interp.NewMaps()
-			// The host half (a uprobe; bpf_ktime_get_ns supplied here) writes
-			// the launch time; the collector writes the clock offset.
-			hostEnv := &interp.Env{Maps: maps, Helpers: map[int32]interp.HelperFunc{
-				5: func(*interp.HelperCall) (uint64, error) { return launchNs, nil },
-			}}
+			hostEnv := &interp.Env{Maps: maps, HostClock: func() uint64 { return launchNs }}
 			if _, err := interp.Run(host, nil, hostEnv); err != nil {
 				t.Fatalf("host half: %v", err)
 			}
-			off := binary.LittleEndian.AppendUint64(nil, offsetNs)
-			if err := maps.Update("launch_clock", binary.LittleEndian.AppendUint32(nil, 1), off); err != nil {
-				t.Fatal(err)
-			}
-			now := func() uint64 { return launchNs + offsetNs + tt.delay }
+			globaltimer := uint64(int64(launchNs+tt.delay) - tt.offset)
 			g := grid{[3]uint64{3}, [3]uint64{64}}
 			g.each(maps, func(env *interp.Env) {
-				env.Timer = now
+				env.Timer = func() uint64 { return globaltimer }
+				env.HostClock = func() uint64 { return uint64(int64(env.Timer()) + tt.offset) }
 				want := uint64(0)
 				if env.ThreadIdx == [3]uint64{} {
 					want = tt.bucket
@@ -478,6 +477,10 @@ func TestLaunchlate(t *testing.T) {
 				if got := mustValue(t, v, err); got != want {
 					t.Errorf("bucket %d: %d, want %d", b, got, want)
 				}
+			}
+			v, err := maps.Value("launch_clock", 1)
+			if got := mustValue(t, v, err); got != tt.delay {
+				t.Errorf("launch_clock[1] (last delay) = %d, want %d", got, tt.delay)
 			}
 			if tt.delay > 1 && tt.bucket != uint64(bits.Len64(tt.delay)-1) {
 				t.Fatalf("test table: bucket of %d is log2", tt.delay)

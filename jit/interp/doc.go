@@ -31,5 +31,9 @@
 // through r1..r3; exit (507) ends the thread with r0 = 0. The warp helpers
 // 600..605 aggregate r1 over the lanes that reached the same call (same
 // instruction, same call depth); in Run the warp has one lane.
-// Env.Helpers adds helpers (the conformance runner's helper 5).
+// get_globaltimer (502) is Env.Timer; ktime_get_ns (5) is Env.HostClock, or
+// Env.Timer without one (as the PTX without a clock region). An array (2)
+// with BPF_F_MMAPABLE, a kernel map shared with host programs, is an
+// ordinary array here. Env.Helpers adds or overrides helpers (the
+// conformance runner's helper 5, "unwind", replaces ktime_get_ns).
 package interp

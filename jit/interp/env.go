@@ -3,6 +3,7 @@ package interp
 import (
 	"fmt"
 	"io"
+	"time"
 )
 
 // Env is what one GPU thread sees: its coordinates in the launch, the ids
@@ -25,6 +26,11 @@ type Env struct {
 	// Unix epoch from the host clock.
 	Timer func() uint64
 
+	// HostClock returns bpf_ktime_get_ns (helper 5), CLOCK_MONOTONIC in
+	// ns: on the GPU, %globaltimer plus the collector's offset. Nil means
+	// the Timer unchanged, as on a GPU without a clock region.
+	HostClock func() uint64
+
 	// Maps holds map contents across runs. Nil gives each Run a fresh,
 	// unobservable store.
 	Maps *Maps
@@ -36,6 +42,14 @@ type Env struct {
 	// bpf_conformance "unwind" helper 5). They take precedence over the
 	// built-in ABI.
 	Helpers map[int32]HelperFunc
+}
+
+// timer is %globaltimer: Timer, or the host's Unix time in ns.
+func (e *Env) timer() uint64 {
+	if e.Timer != nil {
+		return e.Timer()
+	}
+	return uint64(time.Now().UnixNano())
 }
 
 // HelperFunc implements a helper call. The returned value goes to r0; an

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"strings"
-	"time"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -112,10 +111,12 @@ func (t *thread) helper(pc int, id int32) error {
 		t.write(s + "\n")
 		r[0] = 0
 	case jit.HelperGetGlobalTimer:
-		if env.Timer != nil {
-			r[0] = env.Timer()
+		r[0] = env.timer()
+	case jit.HelperKtimeGetNs:
+		if env.HostClock != nil {
+			r[0] = env.HostClock()
 		} else {
-			r[0] = uint64(time.Now().UnixNano())
+			r[0] = env.timer()
 		}
 	case jit.HelperGetBlockIdx:
 		return t.put3(pc, "get_block_idx", env.BlockIdx)

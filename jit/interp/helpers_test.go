@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -59,17 +60,22 @@ exit`
 
 func TestMapsArrayTypes(t *testing.T) {
 	tests := []struct {
-		typ  jit.MapType
-		read func(m *Maps, e *Env) ([]byte, error)
+		typ   jit.MapType
+		flags uint32
+		read  func(m *Maps, e *Env) ([]byte, error)
 	}{
-		{jit.MapTypeGPUArray, func(m *Maps, e *Env) ([]byte, error) { return m.Value("counts", 1) }},
-		{jit.MapTypeArray, func(m *Maps, e *Env) ([]byte, error) { return m.Value("counts", 1) }},
-		{jit.MapTypePerThreadArray, func(m *Maps, e *Env) ([]byte, error) { return m.ThreadValue("counts", e.GlobalThreadID(), 1) }},
-		{jit.MapTypePerWarpArray, func(m *Maps, e *Env) ([]byte, error) { return m.WarpValue("counts", e.GlobalWarpID(), 1) }},
+		{jit.MapTypeGPUArray, 0, func(m *Maps, e *Env) ([]byte, error) { return m.Value("counts", 1) }},
+		{jit.MapTypeArray, 0, func(m *Maps, e *Env) ([]byte, error) { return m.Value("counts", 1) }},
+		// A kernel map shared with host programs: an ordinary array here.
+		{jit.MapTypeArray, jit.MapFlagMmapable, func(m *Maps, e *Env) ([]byte, error) { return m.Value("counts", 1) }},
+		{jit.MapTypePerThreadArray, 0, func(m *Maps, e *Env) ([]byte, error) { return m.ThreadValue("counts", e.GlobalThreadID(), 1) }},
+		{jit.MapTypePerWarpArray, 0, func(m *Maps, e *Env) ([]byte, error) { return m.WarpValue("counts", e.GlobalWarpID(), 1) }},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprint(tt.typ), func(t *testing.T) {
-			p := program(t, strings.ReplaceAll(counterProg, "r6val", "5"), arrayMap("counts", tt.typ, 8, 4))
+		t.Run(fmt.Sprintf("%d flags %#x", tt.typ, tt.flags), func(t *testing.T) {
+			m := arrayMap("counts", tt.typ, 8, 4)
+			m.Flags = tt.flags
+			p := program(t, strings.ReplaceAll(counterProg, "r6val", "5"), m)
 			maps := NewMaps()
 			// Threads 0 and 1 of block 0, and thread 0 of block 1 (a different warp).
 			envs := []*Env{
@@ -309,6 +315,36 @@ exit`, id)
 				t.Fatalf("r0 = %#x, want %#x", r0, tt.want)
 			}
 		})
+	}
+}
+
+// TestKtime: bpf_ktime_get_ns (5) is Env.HostClock, or Env.Timer without
+// one (as the PTX without a clock region); Env.Helpers[5] (the conformance
+// runner's "unwind") overrides it.
+func TestKtime(t *testing.T) {
+	timer := func() uint64 { return 1000 }
+	tests := []struct {
+		name string
+		env  *Env
+		want uint64
+	}{
+		{"host clock", &Env{Timer: timer, HostClock: func() uint64 { return 77_000 }}, 77_000},
+		{"no host clock: the timer", &Env{Timer: timer}, 1000},
+		{"overridden", &Env{Timer: timer, HostClock: func() uint64 { return 77_000 }, Helpers: map[int32]HelperFunc{
+			5: func(c *HelperCall) (uint64, error) { return c.Args[0], nil }}}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r0, err := Run(program(t, "mov %r1, 3\ncall 5\nexit"), nil, tt.env)
+			if err != nil || r0 != tt.want {
+				t.Fatalf("r0 = %d, %v; want %d", r0, err, tt.want)
+			}
+		})
+	}
+	before := uint64(time.Now().UnixNano())
+	r0, err := Run(program(t, "call 5\nexit"), nil, &Env{})
+	if err != nil || r0 < before {
+		t.Fatalf("default clock: r0 = %d, %v; want the host's Unix ns (>= %d)", r0, err, before)
 	}
 }
 

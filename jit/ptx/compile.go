@@ -262,6 +262,8 @@ func (c *compiler) addGlobal(kind GlobalKind, mapName string) string {
 		name = c.o.Prefix + "_launch_id"
 	case GlobalMapLanes:
 		name = c.o.Prefix + "_map_" + Sanitize(mapName) + "_lanes"
+	case GlobalClock:
+		name = c.o.Prefix + "_clock"
 	}
 	if c.globalSet == nil {
 		c.globalSet = make(map[string]bool)

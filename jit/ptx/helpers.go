@@ -69,19 +69,36 @@ func (c *compiler) helper(i int, id int32) error {
 	case jit.HelperGetLaunchID:
 		g := c.addGlobal(GlobalLaunchID, "")
 		e.op("ld.global.u64 %r0, [", g, "]")
-	case 5:
-		if !c.o.Conformance {
-			return c.errf(i, "unknown helper %d", id)
+	case jit.HelperKtimeGetNs:
+		if c.o.Conformance {
+			// bpf_conformance's "unwind" has id 5 too: it returns its
+			// argument, and a zero result ends the program (r0 = 0).
+			e.op("mov.b64 %r0, %r1")
+			e.op("setp.eq.u64 %q0, %r0, 0")
+			e.op("@%q0 bra $Lend")
+			break
 		}
-		// bpf_conformance's "unwind": returns its argument, and a zero
-		// result ends the program (r0 = 0).
-		e.op("mov.b64 %r0, %r1")
-		e.op("setp.eq.u64 %q0, %r0, 0")
-		e.op("@%q0 bra $Lend")
+		c.ktime()
 	default:
 		return c.errf(i, "unknown helper %d", id)
 	}
 	return nil
+}
+
+// ktime writes bpf_ktime_get_ns: r0 = %globaltimer + the offset
+// CLOCK_MONOTONIC − %globaltimer (an i64) that the collector keeps current
+// at the address in the GlobalClock global, or %globaltimer unchanged while
+// that global is 0 (no clock region). The offset is read with a sys-scope
+// relaxed load: the host rewrites it while kernels run, and a weak load
+// could be served from a stale L1 line.
+func (c *compiler) ktime() {
+	e := &c.e
+	g := c.addGlobal(GlobalClock, "")
+	e.op("ld.global.u64 %h0, [", g, "]")
+	e.op("mov.u64 %r0, %globaltimer")
+	e.op("setp.ne.u64 %q0, %h0, 0")
+	e.op("@%q0 ld.relaxed.sys.u64 %h1, [%h0]")
+	e.op("@%q0 add.s64 %r0, %r0, %h1")
 }
 
 // special writes r0 = a 32-bit special register.

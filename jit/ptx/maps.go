@@ -39,7 +39,7 @@ func (c *compiler) ldImm(i int, ins *asm.Instruction) error {
 		g := c.addGlobal(GlobalMap, m.Name)
 		e.op("ld.global.u64 %h0, [", g, "]")
 		e.op("setp.eq.u64 %q0, %h0, 0")
-		e.op("add.s64 ", d, ", %h0, ", u64(dataOffset+off))
+		e.op("add.s64 ", d, ", %h0, ", u64(valuesAt(m)+off))
 		e.op("@%q0 mov.u64 ", d, ", 0")
 	default:
 		return c.errf(i, "LD_IMM64 with src %d is not supported", ins.Src)
@@ -138,6 +138,16 @@ func isGPUArray(t jit.MapType) bool {
 
 func align8(v uint32) uint64 { return (uint64(v) + 7) &^ 7 }
 
+// valuesAt is the offset of a map's first value from the address in its
+// GlobalMap global: 0 for a kernel map (BPF_F_MMAPABLE array, no header),
+// the shm data offset otherwise.
+func valuesAt(m *jit.Map) uint64 {
+	if m.Mmapable() {
+		return 0
+	}
+	return dataOffset
+}
+
 // mapHelper writes map_lookup_elem, map_update_elem or map_delete_elem.
 func (c *compiler) mapHelper(i int, id jit.HelperID) error {
 	e := &c.e
@@ -148,7 +158,7 @@ func (c *compiler) mapHelper(i int, id jit.HelperID) error {
 	gen := func(k int) error {
 		m := c.p.Maps[k]
 		switch {
-		case isGPUArray(m.Type):
+		case isGPUArray(m.Type), m.Mmapable():
 			return c.gpuArrayOp(i, id, m)
 		case m.Type == jit.MapTypeGPURingbuf:
 			if id == jit.HelperMapLookupElem {
@@ -173,8 +183,8 @@ func (c *compiler) mapHelper(i int, id jit.HelperID) error {
 
 // arraySlot writes %r0 = the address of the value of key %h1 for the
 // calling thread (per-thread array), warp (per-warp array) or everyone
-// (array), or 0 when the key or lane is out of range or the map is not
-// attached.
+// (array, kernel map), or 0 when the key or lane is out of range or the map
+// is not attached.
 func (c *compiler) arraySlot(m *jit.Map) {
 	e := &c.e
 	g := c.addGlobal(GlobalMap, m.Name)
@@ -182,7 +192,7 @@ func (c *compiler) arraySlot(m *jit.Map) {
 	e.op("setp.eq.u64 %q1, %h2, 0")
 	e.op("setp.ge.or.u64 %q1, %h1, ", u64(uint64(m.MaxEntries)), ", %q1")
 	e.op("mov.b64 %h5, %h1")
-	if m.Type != jit.MapTypeGPUArray {
+	if m.Type == jit.MapTypePerThreadArray || m.Type == jit.MapTypePerWarpArray {
 		lanes := c.addGlobal(GlobalMapLanes, m.Name)
 		e.op("ld.global.u64 %h3, [", lanes, "]")
 		c.threadID("%h4", "%h", "%g")
@@ -193,12 +203,21 @@ func (c *compiler) arraySlot(m *jit.Map) {
 		e.op("mad.lo.u64 %h5, %h1, %h3, %h4")
 	}
 	e.op("mul.lo.u64 %h5, %h5, ", u64(align8(m.ValueSize)))
-	e.op("add.s64 %h5, %h5, %h2")
-	e.op("add.s64 %r0, %h5, ", strconv.Itoa(dataOffset))
+	if off := valuesAt(m); off != 0 {
+		e.op("add.s64 %h5, %h5, %h2")
+		e.op("add.s64 %r0, %h5, ", strconv.FormatUint(off, 10))
+	} else {
+		e.op("add.s64 %r0, %h5, %h2")
+	}
 	e.op("@%q1 mov.u64 %r0, 0")
 }
 
-// gpuArrayOp writes a map helper on a GPU-resident array, inline.
+// gpuArrayOp writes a map helper on a GPU-resident array or a kernel map
+// (BPF_F_MMAPABLE array in host memory the device maps), inline. The
+// returned pointer goes to the map's memory as it is: the program's own
+// loads through it are generic (weak) loads, which the L1 may serve from a
+// line cached earlier in the same launch (L1 is not coherent with host
+// writes, and is invalidated between launches); see doc.go, "Kernel maps".
 func (c *compiler) gpuArrayOp(i int, id jit.HelperID, m *jit.Map) error {
 	e := &c.e
 	if m.KeySize != 4 {

@@ -390,7 +390,7 @@ func TestCompileErrors(t *testing.T) {
 		{"falls through", asm.Instructions{asm.Mov.Imm(asm.R0, 1)}, nil, Options{}, "insn 0: the function that starts at insn 0 falls through"},
 		{"jump outside", asm.Instructions{ja(5), asm.Return()}, nil, Options{}, "insn 0: jump offset 5"},
 		{"unknown helper", asm.Instructions{call(12345), asm.Return()}, nil, Options{}, "insn 0: unknown helper 12345"},
-		{"conformance helper off", asm.Instructions{call(5), asm.Return()}, nil, Options{}, "unknown helper 5"},
+		{"helper not in the ABI", asm.Instructions{call(4), asm.Return()}, nil, Options{}, "unknown helper 4"},
 		{"callx off", asm.Instructions{{OpCode: asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call).SetSource(asm.RegSource), Dst: asm.R1}, asm.Return()}, nil, Options{}, "callx"},
 		{"write r10", asm.Instructions{asm.Mov.Imm(asm.R10, 1), asm.Return()}, nil, Options{}, "insn 0: r10 is read-only"},
 		{"missing map", asm.Instructions{mapPtr(asm.R1, "nope"), asm.Return()}, nil, Options{}, `insn 0: map "nope" is not among`},

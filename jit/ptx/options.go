@@ -133,6 +133,7 @@ const (
 	GlobalLaunchID                         // u64: id of the current launch (helper 606)
 	GlobalMapLanes                         // u64: the lanes field of a per-thread/per-warp map's region header (0: not attached)
 	GlobalRingDevice                       // u64: device address of a ring's device reservation block (Options.RingDevice; 0: host protocol)
+	GlobalClock                            // u64: device address of the i64 CLOCK_MONOTONIC − %globaltimer (helper 5; 0: no offset)
 )
 
 // String names the kind.
@@ -148,6 +149,8 @@ func (k GlobalKind) String() string {
 		return "map_lanes"
 	case GlobalRingDevice:
 		return "ring_device"
+	case GlobalClock:
+		return "clock"
 	}
 	return fmt.Sprintf("GlobalKind(%d)", int(k))
 }

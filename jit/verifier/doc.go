@@ -85,7 +85,8 @@
 // # Conformance programs
 //
 // The bpf_conformance suite calls helper 5 ("unwind", one number) directly
-// and through callx: pass ConformanceHelpers in Options.Helpers. callx
+// and through callx: pass ConformanceHelpers in Options.Helpers, which
+// replace the ABI's helper 5 (ktime_get_ns, no arguments). callx
 // names its register in dst (newer LLVM) or, when dst is 0, in imm (older
 // LLVM); the register must hold a known helper id.
 package verifier

@@ -52,6 +52,7 @@ var abi = map[jit.HelperID]Signature{
 	jit.HelperMapLookupElem:     {Name: "map_lookup_elem", Args: [5]ArgType{ArgMap, ArgMapKey}, Ret: RetMapValueOrNull},
 	jit.HelperMapUpdateElem:     {Name: "map_update_elem", Args: [5]ArgType{ArgMap, ArgMapKey, ArgMapValue, ArgScalar}},
 	jit.HelperMapDeleteElem:     {Name: "map_delete_elem", Args: [5]ArgType{ArgMap, ArgMapKey}},
+	jit.HelperKtimeGetNs:        {Name: "ktime_get_ns"},
 	jit.HelperTracePrintk:       {Name: "trace_printk", Args: [5]ArgType{ArgMem, ArgSize}},
 	jit.HelperGetCurrentPidTgid: {Name: "get_current_pid_tgid"},
 	jit.HelperPerfEventOutput:   {Name: "perf_event_output", Args: [5]ArgType{ArgAnything, ArgRingbuf, ArgScalar, ArgMem, ArgSize}},
@@ -76,7 +77,8 @@ var abi = map[jit.HelperID]Signature{
 }
 
 // ConformanceHelpers are the helpers the bpf_conformance suite calls: id 5
-// is its "unwind" test helper (one scalar argument, returned).
+// is its "unwind" test helper (one scalar argument, returned). It replaces
+// ktime_get_ns (also id 5) when passed in Options.Helpers.
 var ConformanceHelpers = map[jit.HelperID]Signature{
 	5: {Name: "unwind", Args: [5]ArgType{ArgScalar}},
 }

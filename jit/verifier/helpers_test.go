@@ -1,6 +1,7 @@
 package verifier
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf/asm"
@@ -130,19 +131,39 @@ func TestHelpers(t *testing.T) {
 	})
 }
 
+// TestConformanceHelperOption: id 5 is ktime_get_ns (no arguments) in the
+// GPU ABI and bpf_conformance's "unwind" (one scalar) with
+// ConformanceHelpers, which take precedence.
 func TestConformanceHelperOption(t *testing.T) {
-	p := &jit.Program{Insns: ins(asm.Mov.Imm(asm.R1, -1), asm.FnKtimeGetNs.Call(), asm.Mov.Imm(asm.R0, 2), asm.Return())}
-	if _, err := Verify(p, Options{}); err == nil {
-		t.Fatal("helper 5 accepted without ConformanceHelpers")
+	ptrArg := &jit.Program{Insns: ins(asm.Mov.Reg(asm.R1, asm.R10), asm.FnKtimeGetNs.Call(), asm.Return())}
+	withArg := &jit.Program{Insns: ins(asm.Mov.Imm(asm.R1, -1), asm.FnKtimeGetNs.Call(), asm.Mov.Imm(asm.R0, 2), asm.Return())}
+	tests := []struct {
+		name    string
+		p       *jit.Program
+		opts    Options
+		wantErr string
+	}{
+		{"ktime_get_ns ignores r1", ptrArg, Options{}, ""},
+		{"ktime_get_ns with r1 set", withArg, Options{}, ""},
+		{"unwind with its argument", withArg, Options{Helpers: ConformanceHelpers}, ""},
+		{"unwind of a pointer", ptrArg, Options{Helpers: ConformanceHelpers}, "unwind: argument r1 must be a number"},
 	}
-	if _, err := Verify(p, Options{Helpers: ConformanceHelpers}); err != nil {
-		t.Fatalf("helper 5 rejected with ConformanceHelpers: %v", err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Verify(tt.p, tt.opts)
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("err %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 	if s, ok := HelperSignature(jit.HelperMapLookupElem); !ok || s.Name != "map_lookup_elem" || s.Ret != RetMapValueOrNull {
 		t.Fatalf("HelperSignature(1) = %+v, %v", s, ok)
 	}
-	if _, ok := HelperSignature(5); ok {
-		t.Fatal("helper 5 is not in the GPU ABI")
+	if s, ok := HelperSignature(jit.HelperKtimeGetNs); !ok || s.Name != "ktime_get_ns" || s.Args != [5]ArgType{} {
+		t.Fatalf("HelperSignature(5) = %+v, %v: want ktime_get_ns without arguments", s, ok)
 	}
 }
 

@@ -1,19 +1,23 @@
 // launchlate: how long a launch waits between the host's cudaLaunchKernel
 // and the first instruction of the kernel on the GPU.
 //
-// Host half: a uprobe on cudaLaunchKernel stores CLOCK_MONOTONIC in
-// launch_clock[0]. The collector keeps launch_clock[1] = globaltimer -
-// monotonic (its clock calibration), so the GPU half can put the host time
-// on the GPU's clock. GPU half: thread (0,0,0) of each block computes the
-// delay and adds it to a log2 histogram in a GPU array.
+// Host half: a uprobe on cudaLaunchKernel stores bpf_ktime_get_ns()
+// (CLOCK_MONOTONIC) in launch_clock[0]. GPU half: thread (0,0,0) of each
+// block reads it and takes bpf_ktime_get_ns() on the GPU, which gpuprobe
+// computes as %globaltimer plus the collector's calibrated offset
+// (CLOCK_MONOTONIC - %globaltimer), so both ends are on one clock. It adds
+// the delay to a log2 histogram in a GPU array and leaves the last delay in
+// launch_clock[1], where host programs and the collector can read it.
+//
+// launch_clock is a kernel map: the collector creates it in Linux with
+// BPF_F_MMAPABLE, the application maps it and registers it with the device,
+// and the GPU half reads and writes it in place.
 #include "gpuprobe.h"
 
 #define CLOCK_LAUNCH 0
-#define CLOCK_OFFSET 1
+#define CLOCK_LAST_DELAY 1
 #define BUCKETS 64
 
-// Written by a host program, read by GPU programs: a plain array (host path
-// for the GPU), mmapable so that the collector can mirror it.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2);
@@ -49,14 +53,14 @@ int launch_gpu(void *ctx)
 
 	u32 key = CLOCK_LAUNCH;
 	u64 *launch = bpf_map_lookup_elem(&launch_clock, &key);
-	key = CLOCK_OFFSET;
-	u64 *offset = bpf_map_lookup_elem(&launch_clock, &key);
-	if (!launch || !offset || *launch == 0)
+	if (!launch || *launch == 0)
 		return 0;
 
-	u64 now = bpf_get_globaltimer();
-	u64 start = *launch + *offset;
+	u64 now = bpf_ktime_get_ns();
+	u64 start = *launch;
 	u64 delay = now > start ? now - start : 0;
+	key = CLOCK_LAST_DELAY;
+	bpf_map_update_elem(&launch_clock, &key, &delay, BPF_ANY);
 
 	u32 bucket = 0;
 #pragma clang loop unroll(disable)
