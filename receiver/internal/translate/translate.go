@@ -183,17 +183,18 @@ func New(o Options) *Translator {
 		o.MaxHostCalls = DefaultMaxHostCalls
 	}
 	t := &Translator{
-		o:       o,
-		kernels: map[srcKey]*kernel{},
-		byName:  map[string]*series{},
-		pending: map[srcKey]*launch{},
-		memcpy:  map[memcpyKey]*memcpySeries{},
-		devices: map[uint32]string{},
-		procs:   map[uint32]string{},
-		lastDev: map[uint32]uint32{},
-		names:   map[string]string{},
-		hosts:   map[uint32]*hostProc{},
-		start:   pcommon.NewTimestampFromTime(time.Now()),
+		o:         o,
+		kernels:   map[srcKey]*kernel{},
+		byName:    map[string]*series{},
+		pending:   map[srcKey]*launch{},
+		memcpy:    map[memcpyKey]*memcpySeries{},
+		devices:   map[uint32]string{},
+		procs:     map[uint32]string{},
+		lastDev:   map[uint32]uint32{},
+		names:     map[string]string{},
+		hosts:     map[uint32]*hostProc{},
+		hostNames: map[pidHandle]hostName{},
+		start:     pcommon.NewTimestampFromTime(time.Now()),
 	}
 	t.other = &series{name: OtherKernel}
 	t.resetTraces()
