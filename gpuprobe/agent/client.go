@@ -19,7 +19,33 @@ const DefaultDialTimeout = 5 * time.Second
 // MappedRegion is a region a session received, mapped in this process.
 type MappedRegion struct {
 	RegionInfo             // as described by the server
-	Region     *shm.Region // the mapped region (header validated)
+	Region     *shm.Region // the mapped region (header validated); nil for a headerless one
+	Raw        []byte      // a headerless region (FlagNoHeader): its RegionSize bytes, mapped shared
+	rawFile    *os.File
+}
+
+// mapRaw maps a headerless region (a kernel map's fd) read-write, shared.
+func mapRaw(f *os.File, info RegionInfo) (MappedRegion, error) {
+	if info.RegionSize == 0 || info.RegionSize > 1<<40 {
+		return MappedRegion{}, fmt.Errorf("headerless region of %d bytes", info.RegionSize)
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(info.RegionSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return MappedRegion{}, fmt.Errorf("mmap of %d bytes: %w", info.RegionSize, err)
+	}
+	return MappedRegion{RegionInfo: info, Raw: b, rawFile: f}, nil
+}
+
+// close unmaps the region.
+func (m *MappedRegion) close() error {
+	if m.Region != nil {
+		return m.Region.Close()
+	}
+	err := unix.Munmap(m.Raw)
+	if cerr := m.rawFile.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Session is a client's connection to the agent socket.
@@ -100,6 +126,17 @@ func handshake(c *net.UnixConn, hello []byte) (*Session, error) {
 	s := &Session{conn: c, ID: w.Session}
 	for i, info := range w.Regions {
 		f := os.NewFile(uintptr(fds[i]), "agent-region-"+info.Name)
+		if info.Flags&FlagNoHeader != 0 {
+			m, err := mapRaw(f, info)
+			if err != nil {
+				f.Close()
+				closeFds(i + 1)
+				s.closeRegions()
+				return nil, fmt.Errorf("region %d (%q): %w", i, info.Name, err)
+			}
+			s.Regions = append(s.Regions, m)
+			continue
+		}
 		r, err := shm.MapFile(f, info.Kind)
 		if err == nil && r.Header().RegionSize != info.RegionSize {
 			r.Close()
@@ -198,10 +235,21 @@ func (s *Session) Region(role Role, name string) *shm.Region {
 	return nil
 }
 
+// Raw returns the mapping of the first headerless region of the given role
+// and name ("" matches any name), or nil.
+func (s *Session) Raw(role Role, name string) []byte {
+	for _, r := range s.Regions {
+		if r.Role == role && r.Raw != nil && (name == "" || r.Name == name) {
+			return r.Raw
+		}
+	}
+	return nil
+}
+
 func (s *Session) closeRegions() error {
 	var first error
-	for _, r := range s.Regions {
-		if err := r.Region.Close(); err != nil && first == nil {
+	for i := range s.Regions {
+		if err := s.Regions[i].close(); err != nil && first == nil {
 			first = err
 		}
 	}

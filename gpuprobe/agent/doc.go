@@ -28,7 +28,8 @@
 //
 //	off size field
 //	  0  u32  magic    0x41425047, the bytes "GPBA"
-//	  4  u16  version  protocol version, 1
+//	  4  u16  version  protocol version, 2 (version 1 had no descriptor
+//	                   flags; its peers are answered with ERROR code 4)
 //	  6  u16  type     1 HELLO, 2 WELCOME, 3 ERROR, 4 PATCH, 5 PATCHED,
 //	                   6 NOPATCH (others reserved)
 //	  8  u32  length   payload bytes that follow (<= 65536)
@@ -48,25 +49,45 @@
 //	 12  ...  name      process name, UTF-8, not NUL-terminated
 //
 // WELCOME (server → client). The frame is sent with one sendmsg whose
-// SCM_RIGHTS control message carries exactly count memfds, in descriptor
-// order; the client receives them with the frame's first bytes (recvmsg with
-// room for 32 descriptors) and must close any it does not use:
+// SCM_RIGHTS control message carries exactly count descriptors (memfds, or
+// a BPF map's fd for a kernel map), in descriptor order; the client
+// receives them with the frame's first bytes (recvmsg with room for 32
+// descriptors) and must close any it does not use:
 //
 //	off size field
 //	  0  u32  session   server-assigned session id
 //	  4  u32  count     number of regions (and descriptors), <= 32
 //	  8  ...  count descriptors of 64 bytes:
-//	            0  u32  role         1 launch ring, 2 mailbox, 3 map, 4 names ring;
-//	                                 others owner-defined
-//	            4  u16  kind         shm region kind (1 ring ... 5 mailbox)
-//	            6  u16  flags        0
-//	            8  u64  region_size  bytes to mmap (the region header's)
-//	           16  u32  id           the region header's id
+//	            0  u32  role         1 launch ring, 2 mailbox, 3 map, 4 names ring,
+//	                                 5 kernel map, 6 clock; others owner-defined
+//	            4  u16  kind         shm region kind (1 ring ... 5 mailbox); for
+//	                                 a headerless region, its layout (2 array)
+//	            6  u16  flags        bit 0: no shm header; other bits 0
+//	            8  u64  region_size  bytes to mmap (the region header's, or
+//	                                 for a headerless region a multiple of 4096)
+//	           16  u32  id           the region header's id (headerless: 0)
 //	           20  u32  reserved     0
 //	           24  u8   name[40]     NUL-padded UTF-8 (e.g. the map name)
 //
 // The client maps each descriptor MAP_SHARED (region_size bytes) and checks
-// its shm header (gpbr_check in shm/include/gpuprobe_shm.h) before use.
+// its shm header (gpbr_check in shm/include/gpuprobe_shm.h) before use,
+// except for a region with flags bit 0, which has no header.
+//
+// Role 5, kernel map: the descriptor is the fd of a Linux
+// BPF_MAP_TYPE_ARRAY created with BPF_F_MMAPABLE, which the collector's host
+// programs (uprobes) use too; name is the map's name. Mapped read-write, its
+// bytes [0, max_entries × round_up(value_size, 8)), rounded up to the page
+// size, are the values: key k at k × round_up(value_size, 8) (Linux's
+// mmapable array layout). The shim registers the mapping with
+// cuMemHostRegister (DEVICEMAP | PORTABLE) so GPU programs read and write
+// the values in place; if that fails, globals bound to it stay 0 (the GPU
+// programs see the map as absent) and the application runs on.
+//
+// Role 6, clock: an shm array (kind 2) of one 8-byte value, the i64
+// CLOCK_MONOTONIC − %globaltimer in ns, which the collector rewrites from
+// its clock calibration; GPU programs add it to %globaltimer for
+// bpf_ktime_get_ns. Bound like role 5 (no clock region, or a failed
+// registration: the global stays 0 and bpf_ktime_get_ns is %globaltimer).
 //
 // ERROR (server → client), after which the server closes the connection:
 //
@@ -130,7 +151,10 @@
 //
 //	 0  u32  kind        1 region: device address of WELCOME region
 //	                       [region] (cuMemHostRegister DEVICEMAP, then
-//	                       cuMemHostGetDevicePointer) plus value;
+//	                       cuMemHostGetDevicePointer) plus value; for a
+//	                       kernel map or clock region (roles 5, 6) a
+//	                       failed registration gives 0 instead of
+//	                       failing the module;
 //	                     2 const: value;
 //	                     3 ring block: the device reservation block of the
 //	                       ring in WELCOME region [region]: cuMemAlloc of

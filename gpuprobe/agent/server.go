@@ -40,12 +40,35 @@ type Peer struct {
 	Hello   Hello  // what the client said
 }
 
-// Offer is a region the owner hands to a client.
+// Offer is a region the owner hands to a client: an shm region, or (Region
+// nil) any mappable file descriptor without an shm header, such as a
+// BPF_F_MMAPABLE BPF map's fd (RoleKernelMap).
 type Offer struct {
 	Role   Role        // what the region is for
 	Name   string      // e.g. the map name (<= 40 bytes)
 	Region *shm.Region // the region; its memfd is sent, the region stays the owner's
+	FD     int         // Region nil: the descriptor to send (it stays the owner's)
+	Size   uint64      // Region nil: bytes the client maps, a multiple of 4096
+	Kind   shm.Kind    // Region nil: the layout, for the descriptor (a kernel map: shm.KindArray)
 }
+
+// descriptor returns the WELCOME descriptor of an offer and the fd to send.
+func (o Offer) descriptor() (RegionInfo, int, error) {
+	if o.Region != nil {
+		h := o.Region.Header()
+		return RegionInfo{Role: o.Role, Kind: h.Kind, RegionSize: h.RegionSize, ID: h.ID, Name: o.Name}, int(o.Region.File().Fd()), nil
+	}
+	switch {
+	case o.FD < 0:
+		return RegionInfo{}, -1, fmt.Errorf("has no region and fd %d", o.FD)
+	case o.Size == 0 || o.Size%pageSize != 0:
+		return RegionInfo{}, -1, fmt.Errorf("fd %d: size %d is not a positive multiple of %d", o.FD, o.Size, pageSize)
+	}
+	return RegionInfo{Role: o.Role, Kind: o.Kind, Flags: FlagNoHeader, RegionSize: o.Size, Name: o.Name}, o.FD, nil
+}
+
+// pageSize is the unit of headerless regions' sizes.
+const pageSize = 4096
 
 // Callbacks connect the server to its owner (the receiver).
 type Callbacks struct {
@@ -315,6 +338,15 @@ func (s *Server) handle(c *net.UnixConn) {
 		s.refuse(c, CodeServer, err.Error())
 		return
 	}
+	for i, o := range offers {
+		if _, _, err := o.descriptor(); err != nil {
+			s.failed.Add(1)
+			log.Warn("agent: bad offer", zap.Int("offer", i), zap.String("name", o.Name), zap.Error(err))
+			s.refuse(c, CodeServer, fmt.Sprintf("offer %d (%q): %v", i, o.Name, err))
+			s.disconnect(peer)
+			return
+		}
+	}
 	if err := s.welcome(c, peer, offers); err != nil {
 		s.failed.Add(1)
 		log.Warn("agent: sending WELCOME failed", zap.Error(err))
@@ -342,12 +374,12 @@ func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) error {
 	w := Welcome{Session: p.Session}
 	fds := make([]int, 0, len(offers))
 	for i, o := range offers {
-		if o.Region == nil {
-			return fmt.Errorf("offer %d (%q) has no region", i, o.Name)
+		d, fd, err := o.descriptor()
+		if err != nil {
+			return fmt.Errorf("offer %d (%q, role %d): %w", i, o.Name, o.Role, err)
 		}
-		h := o.Region.Header()
-		w.Regions = append(w.Regions, RegionInfo{Role: o.Role, Kind: h.Kind, RegionSize: h.RegionSize, ID: h.ID, Name: o.Name})
-		fds = append(fds, int(o.Region.File().Fd()))
+		w.Regions = append(w.Regions, d)
+		fds = append(fds, fd)
 	}
 	frame, err := MarshalWelcome(w)
 	if err != nil {

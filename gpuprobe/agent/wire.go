@@ -12,7 +12,7 @@ import (
 // Protocol constants (see the package comment).
 const (
 	Magic          = 0x41425047 // "GPBA" little-endian
-	Version        = 1          // protocol version
+	Version        = 2          // protocol version (2: descriptor flags, headerless regions)
 	FrameHeader    = 12         // bytes of a frame header
 	MaxPayload     = 65536      // largest frame payload
 	MaxNameLen     = 256        // largest process name in HELLO
@@ -73,6 +73,19 @@ const (
 	RoleMailbox    Role = 2 // GPU host-call mailbox
 	RoleMap        Role = 3 // a GPU map of a program (Name = map name)
 	RoleNameRing   Role = 4 // the shim writes kernel-name records here (large slots)
+	RoleKernelMap  Role = 5 // a BPF_F_MMAPABLE BPF array shared by host and GPU programs (Name = map name; no header)
+	RoleClock      Role = 6 // an array of one i64: CLOCK_MONOTONIC − %globaltimer, for bpf_ktime_get_ns on the GPU
+)
+
+// DescFlags are the flags of a WELCOME region descriptor.
+type DescFlags uint16
+
+// Descriptor flags.
+const (
+	// FlagNoHeader: the region has no shm header (a kernel map's fd): map
+	// region_size bytes of it as they are.
+	FlagNoHeader DescFlags = 1
+	knownFlags             = FlagNoHeader
 )
 
 // Hello is what a client says about itself.
@@ -84,11 +97,12 @@ type Hello struct {
 
 // RegionInfo describes one region of a WELCOME.
 type RegionInfo struct {
-	Role       Role     // what the region is for
-	Kind       shm.Kind // shm region kind
-	RegionSize uint64   // bytes to map
-	ID         uint32   // the region header's id
-	Name       string   // e.g. the map name (<= 40 bytes)
+	Role       Role      // what the region is for
+	Kind       shm.Kind  // shm region kind (headerless regions: the layout, e.g. shm.KindArray)
+	Flags      DescFlags // FlagNoHeader for a headerless region
+	RegionSize uint64    // bytes to map
+	ID         uint32    // the region header's id
+	Name       string    // e.g. the map name (<= 40 bytes)
 }
 
 // Welcome is the server's answer to a HELLO (the descriptors travel beside
@@ -200,9 +214,13 @@ func MarshalWelcome(w Welcome) ([]byte, error) {
 		if len(r.Name) > MaxRegionName {
 			return nil, fmt.Errorf("agent: region %d name %q exceeds %d bytes", i, r.Name, MaxRegionName)
 		}
+		if r.Flags&^knownFlags != 0 {
+			return nil, fmt.Errorf("agent: region %d (%q) flags %#x: only %#x are defined", i, r.Name, r.Flags, knownFlags)
+		}
 		var d [DescriptorSize]byte
 		le.PutUint32(d[0:], uint32(r.Role))
 		le.PutUint16(d[4:], uint16(r.Kind))
+		le.PutUint16(d[6:], uint16(r.Flags))
 		le.PutUint64(d[8:], r.RegionSize)
 		le.PutUint32(d[16:], r.ID)
 		copy(d[24:], r.Name)
@@ -229,8 +247,9 @@ func UnmarshalWelcome(p []byte) (Welcome, error) {
 	for i := uint32(0); i < n; i++ {
 		d := p[8+i*DescriptorSize : 8+(i+1)*DescriptorSize]
 		off := 8 + i*DescriptorSize
-		if f := le.Uint16(d[6:]); f != 0 {
-			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("descriptor %d flags %#x at payload offset %d, want 0", i, f, off+6)}
+		f := DescFlags(le.Uint16(d[6:]))
+		if f&^knownFlags != 0 {
+			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("descriptor %d flags %#x at payload offset %d: only %#x are defined", i, f, off+6, knownFlags)}
 		}
 		if r := le.Uint32(d[20:]); r != 0 {
 			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("descriptor %d reserved %#x at payload offset %d, want 0", i, r, off+20)}
@@ -239,7 +258,7 @@ func UnmarshalWelcome(p []byte) (Welcome, error) {
 		if j := bytes.IndexByte(name, 0); j >= 0 {
 			name = name[:j]
 		}
-		w.Regions = append(w.Regions, RegionInfo{Role: Role(le.Uint32(d)), Kind: shm.Kind(le.Uint16(d[4:])),
+		w.Regions = append(w.Regions, RegionInfo{Role: Role(le.Uint32(d)), Kind: shm.Kind(le.Uint16(d[4:])), Flags: f,
 			RegionSize: le.Uint64(d[8:]), ID: le.Uint32(d[16:]), Name: string(name)})
 	}
 	return w, nil

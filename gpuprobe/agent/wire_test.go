@@ -28,17 +28,28 @@ func TestWireRoundTrip(t *testing.T) {
 	w := Welcome{Session: 9, Regions: []RegionInfo{
 		{Role: RoleLaunchRing, Kind: shm.KindRing, RegionSize: 8192, ID: 1, Name: "launches"},
 		{Role: RoleMap, Kind: shm.KindPerThreadArray, RegionSize: 1 << 20, ID: 2, Name: strings.Repeat("m", MaxRegionName)},
+		{Role: RoleKernelMap, Kind: shm.KindArray, Flags: FlagNoHeader, RegionSize: 4096, Name: "launch_clock"},
+		{Role: RoleClock, Kind: shm.KindArray, RegionSize: 4096, ID: 3, Name: "clock"},
 	}}
 	b, err := MarshalWelcome(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) != FrameHeader+8+2*DescriptorSize {
+	if len(b) != FrameHeader+8+4*DescriptorSize {
 		t.Fatalf("WELCOME is %d bytes", len(b))
 	}
-	// The documented byte layout: descriptor 1's region_size at payload 8+64+8.
-	if v := binary.LittleEndian.Uint64(b[FrameHeader+8+DescriptorSize+8:]); v != 1<<20 {
+	// The documented byte layout: version 2 at frame offset 4; descriptor
+	// 1's region_size at payload 8+64+8; descriptor 2's role at payload
+	// 8+128 and its flags (bit 0: no header) at 8+128+6.
+	le := binary.LittleEndian
+	if v := le.Uint16(b[4:]); v != 2 {
+		t.Fatalf("frame version %d, want 2", v)
+	}
+	if v := le.Uint64(b[FrameHeader+8+DescriptorSize+8:]); v != 1<<20 {
 		t.Fatalf("region_size field holds %d", v)
+	}
+	if r, f := le.Uint32(b[FrameHeader+8+2*DescriptorSize:]), le.Uint16(b[FrameHeader+8+2*DescriptorSize+6:]); r != 5 || f != 1 {
+		t.Fatalf("kernel map descriptor: role %d flags %d, want 5 and 1", r, f)
 	}
 	ft, p, err := readFrame(bytes.NewReader(b))
 	if err != nil || ft != FrameWelcome {
@@ -67,12 +78,22 @@ func TestWireRejects(t *testing.T) {
 		}(), "exceeds 40"},
 		{"welcome count lies", func() error { _, err := UnmarshalWelcome([]byte{0, 0, 0, 0, 2, 0, 0, 0}); return err }(), "does not hold 2"},
 		{"welcome count huge", func() error { _, err := UnmarshalWelcome([]byte{0, 0, 0, 0, 99, 0, 0, 0}); return err }(), "exceeds 32"},
-		{"descriptor flags", func() error {
+		{"unknown descriptor flags", func() error {
 			p := make([]byte, 8+DescriptorSize)
-			p[4], p[8+6] = 1, 1
+			p[4], p[8+6] = 1, 2
 			_, err := UnmarshalWelcome(p)
 			return err
-		}(), "payload offset 14"},
+		}(), "descriptor 0 flags 0x2 at payload offset 14"},
+		{"marshal unknown flags", func() error {
+			_, err := MarshalWelcome(Welcome{Regions: []RegionInfo{{Name: "k", Flags: 4}}})
+			return err
+		}(), `region 0 ("k") flags 0x4`},
+		{"version 1 frame", func() error {
+			b := MarshalError(CodeServer, "x")
+			b[4] = 1
+			_, _, err := readFrame(bytes.NewReader(b))
+			return err
+		}(), "protocol version 1 at offset 4, this side speaks 2"},
 		{"error length lies", UnmarshalError([]byte{1, 0, 0, 0, 9, 0, 0, 0, 'a'}), "msg_len 9"},
 	}
 	for _, tc := range tests {

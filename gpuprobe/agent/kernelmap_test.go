@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// kernelArray creates a real BPF_MAP_TYPE_ARRAY with BPF_F_MMAPABLE in the
+// kernel (needs root, as CI runs).
+func kernelArray(t *testing.T, entries uint32) *ebpf.Map {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("creating a BPF map needs root (CI runs as root); run go test as root")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatalf("RemoveMemlock: %v", err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "launch_clock", Type: ebpf.Array, KeySize: 4, ValueSize: 8,
+		MaxEntries: entries, Flags: unix.BPF_F_MMAPABLE})
+	if err != nil {
+		t.Fatalf("creating a BPF_F_MMAPABLE array: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// serveOffers runs a server whose every client gets offers.
+func serveOffers(t *testing.T, offers []Offer) *Server {
+	t.Helper()
+	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "agent.sock")}, Callbacks{
+		Connect: func(*Peer) ([]Offer, error) { return offers, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestKernelMapOffer hands a client a real BPF array's fd (RoleKernelMap,
+// no header) beside a clock region (RoleClock, an shm array): the client
+// maps the BPF map, sees a value written through the map's Update, and a
+// value it writes is what the map's Lookup returns.
+func TestKernelMapOffer(t *testing.T) {
+	m := kernelArray(t, 2)
+	clock, err := shm.CreateArray(shm.KindArray, 8, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { clock.Close() }) // after the server's cleanup: it reads the region's fd
+	s := serveOffers(t, []Offer{
+		{Role: RoleKernelMap, Name: "launch_clock", FD: m.FD(), Size: 4096, Kind: shm.KindArray},
+		{Role: RoleClock, Name: "clock", Region: clock.Region()},
+	})
+	sess, err := Dial(s.Path(), Hello{Name: "kernel-map"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	want := []RegionInfo{
+		{Role: RoleKernelMap, Kind: shm.KindArray, Flags: FlagNoHeader, RegionSize: 4096, Name: "launch_clock"},
+		{Role: RoleClock, Kind: shm.KindArray, RegionSize: clock.Region().Header().RegionSize, Name: "clock"},
+	}
+	if len(sess.Regions) != len(want) {
+		t.Fatalf("%d regions, want %d", len(sess.Regions), len(want))
+	}
+	for i, w := range want {
+		if got := sess.Regions[i].RegionInfo; got != w {
+			t.Errorf("region %d: %+v, want %+v", i, got, w)
+		}
+	}
+	if sess.Region(RoleClock, "clock") == nil || sess.Regions[0].Region != nil {
+		t.Fatalf("the clock region is not an shm region, or the kernel map is one")
+	}
+	raw := sess.Raw(RoleKernelMap, "launch_clock")
+	if len(raw) != 4096 {
+		t.Fatalf("kernel map mapping is %d bytes, want 4096", len(raw))
+	}
+	le := binary.LittleEndian
+	tests := []struct {
+		name  string
+		key   uint32
+		value uint64
+		viaFD bool // written with the map's Update (else through the mapping)
+	}{
+		{"kernel write, client reads", 0, 0x1122334455667788, true},
+		{"client write, kernel reads", 1, 42, false},
+		{"kernel overwrite", 0, 7, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.viaFD {
+				if err := m.Update(tt.key, tt.value, ebpf.UpdateAny); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				le.PutUint64(raw[8*tt.key:], tt.value)
+			}
+			var v uint64
+			if err := m.Lookup(tt.key, &v); err != nil {
+				t.Fatal(err)
+			}
+			if got := le.Uint64(raw[8*tt.key:]); got != tt.value || v != tt.value {
+				t.Fatalf("key %d: mapping holds %#x, Lookup %#x; want %#x", tt.key, got, v, tt.value)
+			}
+		})
+	}
+}
+
+// TestKernelMapOfferRejects: a bad fd-only offer refuses the client with
+// code 3 naming the offer; a size beyond the BPF map's mmapable area fails
+// the client's mmap with an error naming the region.
+func TestKernelMapOfferRejects(t *testing.T) {
+	m := kernelArray(t, 2)
+	tests := []struct {
+		name     string
+		offer    Offer
+		wantCode ErrorCode
+		want     string
+	}{
+		{"no fd", Offer{Role: RoleKernelMap, Name: "k", FD: -1, Size: 4096}, CodeServer, `offer 0 ("k"): has no region and fd -1`},
+		{"size 0", Offer{Role: RoleKernelMap, Name: "k", FD: m.FD()}, CodeServer, "size 0 is not a positive multiple of 4096"},
+		{"size not in pages", Offer{Role: RoleKernelMap, Name: "k", FD: m.FD(), Size: 100}, CodeServer, "size 100"},
+		{"larger than the map", Offer{Role: RoleKernelMap, Name: "k", FD: m.FD(), Size: 8192}, 0, `region 0 ("k"): mmap of 8192 bytes`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := serveOffers(t, []Offer{tt.offer})
+			sess, err := Dial(s.Path(), Hello{Name: "x"})
+			if err == nil {
+				sess.Close()
+				t.Fatal("Dial succeeded")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+			var pe *ProtocolError
+			if tt.wantCode != 0 && (!errors.As(err, &pe) || pe.Code != tt.wantCode) {
+				t.Fatalf("error %v, want code %v", err, tt.wantCode)
+			}
+		})
+	}
+}
