@@ -86,7 +86,11 @@ func childOf(t *testing.T, c, p ptrace.Span) {
 func attrsEqual(t *testing.T, s ptrace.Span, want map[string]any) {
 	t.Helper()
 	for k, w := range want {
-		if v, ok := s.Attributes().Get(k); !ok || v.AsRaw() != w {
+		v, ok := s.Attributes().Get(k)
+		switch {
+		case !ok:
+			t.Errorf("%s: no %s, want %v", s.Name(), k, w)
+		case v.AsRaw() != w:
 			t.Errorf("%s: %s = %v, want %v", s.Name(), k, v.AsRaw(), w)
 		}
 	}
