@@ -46,14 +46,20 @@ type Options struct {
 
 // Binding says where one map of the programs lives for one client.
 type Binding struct {
-	Region    uint32 // index of the map's region in the client's WELCOME
+	Region    uint32 // index of the map's region in the client's WELCOME (a kernel map's: its RoleKernelMap region)
 	Lanes     uint64 // the region's lanes (per-thread and per-warp arrays), else 1
 	RingBlock []byte // rings with RingDevice: initial device block (shm.Ring.DeviceBlock)
 }
 
 // Binder returns the binding of a map by name, or false when the client
-// has no region for it.
+// has no region for it. Asked for ClockBinding, it returns the client's
+// RoleClock region (false: none).
 type Binder func(mapName string) (Binding, bool)
+
+// ClockBinding is the name a Binder is asked for the clock region (the
+// i64 CLOCK_MONOTONIC − %globaltimer that bpf_ktime_get_ns adds on the
+// GPU). No map can have it: map names are C identifiers.
+const ClockBinding = "<clock>"
 
 // Patcher answers PATCH requests. It is safe for concurrent use.
 type Patcher struct {
@@ -201,6 +207,11 @@ func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGloba
 				break
 			}
 			b, ok := bind(m.Name)
+			if !ok && m.Mmapable() {
+				// A kernel map the collector could not create (no BPF,
+				// no permission): the GPU programs see it as absent.
+				break
+			}
 			if !ok {
 				return nil, noPatch(agent.NoPatchError, "map %s of program %s has no region for this client", m.Name, g.Program)
 			}
@@ -214,6 +225,12 @@ func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGloba
 					pg.Kind, pg.Region, pg.Size = agent.GlobalRingBlock, b.Region, shm.RingDeviceBlockSize
 					pg.Init = b.RingBlock
 				}
+			}
+		case ptx.GlobalClock:
+			// The offset is the clock region's first value; without one
+			// the global stays 0 and bpf_ktime_get_ns is %globaltimer.
+			if b, ok := bind(ClockBinding); ok {
+				pg.Kind, pg.Region, pg.Value = agent.GlobalRegion, b.Region, shm.DataOffset
 			}
 		case ptx.GlobalMailbox, ptx.GlobalLaunchID:
 			// 0: no host-call mailbox yet (host-call helpers fail fast);

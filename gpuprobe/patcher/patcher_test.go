@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/ptxmod"
+	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/jit/ptx"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -199,5 +202,102 @@ func TestPatchCached(t *testing.T) {
 	}
 	if st := p.CacheStats(); st.Hits != 1 || st.Misses != 1 {
 		t.Fatalf("cache stats %+v, want 1 hit 1 miss", st)
+	}
+}
+
+// launchlate builds testdata/bpf/launchlate.c with clang and returns its GPU
+// program (it reads the kernel map launch_clock and calls
+// bpf_ktime_get_ns).
+func launchlate(t *testing.T) []*jit.Program {
+	t.Helper()
+	clang, err := exec.LookPath("clang")
+	if err != nil {
+		t.Fatalf("clang is needed to build testdata/bpf/launchlate.c: %v", err)
+	}
+	obj := filepath.Join(t.TempDir(), "launchlate.o")
+	src := filepath.Join("..", "..", "testdata", "bpf", "launchlate.c")
+	if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c", src, "-o", obj).CombinedOutput(); err != nil {
+		t.Fatalf("clang: %v\n%s", err, out)
+	}
+	progs, err := jit.LoadELF(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gpu []*jit.Program
+	for _, p := range progs {
+		if p.IsGPU() {
+			gpu = append(gpu, p)
+		}
+	}
+	if len(gpu) != 1 {
+		t.Fatalf("launchlate has %d GPU programs, want 1", len(gpu))
+	}
+	return gpu
+}
+
+// TestPatchKernelMapAndClock binds launchlate's globals: the kernel map
+// launch_clock to its RoleKernelMap region (no header: value 0), the clock
+// global to the RoleClock region's first value (value shm.DataOffset); a
+// client without them gets 0 for both (the map is absent on the GPU and
+// bpf_ktime_get_ns is %globaltimer), while a missing region for an
+// ordinary map still refuses the patch.
+func TestPatchKernelMapAndClock(t *testing.T) {
+	p, err := New(Options{Programs: launchlate(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := build(t, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
+	binder := func(regions map[string]uint32) Binder {
+		return func(name string) (Binding, bool) {
+			r, ok := regions[name]
+			return Binding{Region: r, Lanes: 1}, ok
+		}
+	}
+	region := func(i uint32, v uint64) agent.PatchedGlobal {
+		return agent.PatchedGlobal{Kind: agent.GlobalRegion, Region: i, Value: v}
+	}
+	zero := agent.PatchedGlobal{Kind: agent.GlobalConst}
+	tests := []struct {
+		name    string
+		regions map[string]uint32
+		want    map[string]agent.PatchedGlobal // global name suffix → binding
+		wantErr string
+	}{
+		{"all bound", map[string]uint32{"launch_clock": 3, ClockBinding: 4, "delay_log2_ns": 5},
+			map[string]agent.PatchedGlobal{"_map_launch_clock": region(3, 0), "_clock": region(4, shm.DataOffset), "_map_delay_log2_ns": region(5, 0)}, ""},
+		{"no kernel map, no clock", map[string]uint32{"delay_log2_ns": 1},
+			map[string]agent.PatchedGlobal{"_map_launch_clock": zero, "_clock": zero, "_map_delay_log2_ns": region(1, 0)}, ""},
+		{"no region for a GPU array", map[string]uint32{"launch_clock": 3, ClockBinding: 4}, nil,
+			"map delay_log2_ns of program launch_gpu has no region"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := p.Patch(&agent.PatchRequest{Arch: 80, Image: img}, binder(tc.regions))
+			if tc.wantErr != "" {
+				var np *agent.NoPatch
+				if !errors.As(err, &np) || !strings.Contains(np.Message, tc.wantErr) {
+					t.Fatalf("got %v, want NOPATCH with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]agent.PatchedGlobal{}
+			for _, g := range a.Globals {
+				for suffix := range tc.want {
+					if strings.HasSuffix(g.Name, "launch_gpu"+suffix) {
+						g.Name = ""
+						got[suffix] = g
+					}
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("globals %+v, want %+v (all: %+v)", got, tc.want, a.Globals)
+			}
+			if _, err := ptx.Assemble(context.Background(), string(a.Image[:len(a.Image)-1]), "sm_80"); err != nil {
+				t.Fatalf("ptxas: %v", err)
+			}
+		})
 	}
 }
