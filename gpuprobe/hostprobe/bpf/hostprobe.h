@@ -1,0 +1,52 @@
+/* Minimal, self-contained declarations for the host probes' eBPF program:
+ * fixed-width types, the few map types and helpers it uses (numbers from the
+ * kernel's UAPI include/uapi/linux/bpf.h), BTF map-definition macros and the
+ * x86-64 struct pt_regs (UAPI arch/x86/include/uapi/asm/ptrace.h layout).
+ * Nothing here depends on installed headers, so the generated object is the
+ * same on every machine with the same clang. */
+#ifndef GPUPROBE_HOSTPROBE_H
+#define GPUPROBE_HOSTPROBE_H
+
+#ifndef __TARGET_ARCH_x86
+#error "host probes are x86-64 only: generate with bpf2go -target amd64"
+#endif
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef int __s32;
+typedef long long __s64;
+
+#define SEC(name) __attribute__((section(name), used))
+#define __always_inline inline __attribute__((always_inline))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+enum {
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+
+#define BPF_ANY 0
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
+static long (*bpf_probe_read_user)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)112;
+static long (*bpf_probe_read_user_str)(void *dst, __u32 size, const void *unsafe_ptr) = (void *)114;
+static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
+static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;
+static __u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
+
+/* The registers at a uprobe: the layout of the x86-64 UAPI struct pt_regs,
+ * which is also the kernel's (the program context of a uprobe). */
+struct pt_regs {
+	unsigned long r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8;
+	unsigned long rax, rcx, rdx, rsi, rdi, orig_rax, rip, cs, eflags, rsp, ss;
+};
+
+#endif

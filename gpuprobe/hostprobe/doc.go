@@ -1,0 +1,63 @@
+// Package hostprobe puts eBPF uprobes and uretprobes on the CUDA runtime
+// (libcudart) and driver (libcuda) entry points that gpuprobe follows, in
+// every process that maps the probed file, and turns each returned call
+// into a record.HostCall (type 10) and each successful cuModuleGetFunction
+// or cuLibraryGetKernel into a record.KernelName, ready for the
+// translator's Handle.
+//
+// The eBPF program is bpf/cudahost.bpf.c, compiled by bpf2go for x86-64
+// only (-target amd64; `make generate`) into the committed
+// cudahost_x86_bpfel.go/.o. It needs no kernel BTF (no CO-RE): uprobes
+// through the perf uprobe PMU, BPF ring buffers (Linux 5.8) and LRU hashes.
+//
+// Use:
+//
+//	p, err := hostprobe.Load(hostprobe.Options{})
+//	if errors.Is(err, hostprobe.ErrUnsupported) {
+//		// report err once (it says why: privilege, lockdown, kernel) and go on without host probes
+//	}
+//	defer p.Close()
+//	a, err := p.Attach("/usr/lib/x86_64-linux-gnu/libcuda.so.1")
+//	// a.Attached: symbols probed; a.Missing: known symbols the file lacks
+//	for {
+//		rec, err := p.Read(ctx, buf[:0]) // one record per call
+//		if errors.Is(err, hostprobe.ErrClosed) || ctx.Err() != nil {
+//			break
+//		}
+//		if err != nil {
+//			continue // a sample that did not decode: counted in Stats
+//		}
+//		translator.Handle(src, rec, time.Now())
+//	}
+//
+// How a call is seen: the uprobe at the function's first instruction saves
+// the six register arguments (rdi, rsi, rdx, rcx, r8, r9), and per API the
+// stack arguments (cuLaunchKernel's blockDimZ, sharedMemBytes and hStream
+// at rsp+8, +16, +24; cudaLaunchKernel's sharedMem and stream at rsp+8,
+// +16) or the launch config that the first argument points to
+// (CUlaunchConfig, cudaLaunchConfig_t: grid, block, shared memory at 24,
+// stream at 32), in an LRU hash keyed by thread and API. A dim3 passed by
+// value takes two registers under the SysV ABI (x | y<<32, then z). The
+// uretprobe reads the return value (the low 32 bits of rax, sign-extended:
+// CUresult and cudaError_t are 32-bit), for allocations the pointer stored
+// through the out-parameter (0 when the call failed), and for the name
+// functions the handle and up to 240 bytes of the name (longer names are
+// cut and flagged truncated), and sends one event through the ring buffer.
+// Nested calls (cudaLaunchKernel calling cuLaunchKernel) are two events.
+// Timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns); pid and tid are those
+// of the initial PID namespace.
+//
+// Losses are bounded and counted, never blocking the application: a full
+// ring buffer drops the event (Stats.Dropped); a call whose thread died
+// before returning stays in the LRU hash until newer calls evict it
+// (Options.MaxPending); a call already running when its probes were
+// attached has no entry state and gives no event. Argument memory that
+// cannot be read (a page not present) sets record.HostCallArgsFaulted and
+// leaves those words 0.
+//
+// Attach works on shared libraries and on executables with a statically
+// linked runtime (their .symtab), by device and inode, so a library reached
+// through /proc/<pid>/root of a container is the same file as on the host.
+// A stripped library keeps its exported symbols in .dynsym; Attachment
+// reports which known symbols a file lacks and whether it had a .symtab.
+package hostprobe

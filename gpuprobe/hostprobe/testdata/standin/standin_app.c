@@ -1,0 +1,164 @@
+/* STAND-IN application for tests of gpuprobe/hostprobe: calls every CUDA
+ * runtime and driver entry point that the host probes know, through the
+ * stand-in libcudart/libcuda, with distinctive arguments (the expected
+ * values are in the Go test's table, hostprobe_test.go). No GPU work.
+ *
+ *   standin_app all         call everything once; print "pid=P thread_tid=T"
+ *   standin_app wait        print "ready", wait for a line on stdin, then as all
+ *   standin_app loop N      N calls of cuCtxSynchronize; print "ns_per_call=X"
+ *
+ * cuStreamSynchronize_ptsz is called from a second thread, whose tid is the
+ * thread_tid printed. */
+#define _GNU_SOURCE
+#include "standin_cuda.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#define P(v) ((void *)(uintptr_t)(v))
+
+static void *kargs[2];
+static pid_t thread_tid;
+
+static void *sync_thread(void *arg)
+{
+	(void)arg;
+	thread_tid = (pid_t)syscall(SYS_gettid);
+	cuStreamSynchronize_ptsz((CUstream)P(0xac15));
+	return NULL;
+}
+
+static int all(void)
+{
+	dim3 g = {7, 3, 2}, b = {64, 6, 5};
+	void *vp;
+	CUdeviceptr dp;
+	CUfunction fn;
+	CUkernel kern;
+	pthread_t th;
+	char longname[301];
+
+	/* Launches (the runtime's launch the driver's in turn). */
+	cudaLaunchKernel(P(0x1001000), g, b, kargs, 1234, (cudaStream_t)P(0xabc0));
+	cudaLaunchKernel_ptsz(P(0x1002000), g, b, kargs, 1235, (cudaStream_t)P(0xabc1));
+	cudaLaunchConfig_t rc = {g, b, 1236, (cudaStream_t)P(0xabc2), NULL, 0};
+	cudaLaunchKernelExC(&rc, P(0x1003000), kargs);
+	rc.dynamicSmemBytes = 1237;
+	rc.stream = (cudaStream_t)P(0xabc3);
+	cudaLaunchKernelExC_ptsz(&rc, P(0x1004000), kargs);
+	cudaLaunchCooperativeKernel(P(0x1009000), g, b, kargs, 1238, (cudaStream_t)P(0xabc9));
+	cuLaunchKernel((CUfunction)P(0x2005000), 7, 3, 2, 64, 6, 5, 1239, (CUstream)P(0xabc5), kargs, NULL);
+	cuLaunchKernel_ptsz((CUfunction)P(0x2006000), 7, 3, 2, 64, 6, 5, 1240, (CUstream)P(0xabc6), kargs, NULL);
+	CUlaunchConfig dc = {7, 3, 2, 64, 6, 5, 1241, (CUstream)P(0xabc7), NULL, 0};
+	cuLaunchKernelEx(&dc, (CUfunction)P(0x2007000), kargs, NULL);
+	dc.sharedMemBytes = 1242;
+	dc.hStream = (CUstream)P(0xabc8);
+	cuLaunchKernelEx_ptsz(&dc, (CUfunction)P(0x2008000), kargs, NULL);
+	cuLaunchCooperativeKernel((CUfunction)P(0x200a000), 7, 3, 2, 64, 6, 5, 1243, (CUstream)P(0xabca), kargs);
+
+	/* Copies. */
+	cudaMemcpy(P(0xd020), P(0x5020), 4097, cudaMemcpyHostToDevice);
+	cudaMemcpy_ptds(P(0xd021), P(0x5021), 4098, cudaMemcpyHostToHost);
+	cudaMemcpyAsync(P(0xd022), P(0x5022), 4099, cudaMemcpyDeviceToHost, (cudaStream_t)P(0xabd2));
+	cudaMemcpyAsync_ptsz(P(0xd023), P(0x5023), 4100, cudaMemcpyDefault, (cudaStream_t)P(0xabd3));
+	cuMemcpyHtoD_v2(0xd024, P(0x5024), 4101);
+	cuMemcpyDtoH_v2(P(0xd025), 0x5025, 4102);
+	cuMemcpyDtoD_v2(0xd026, 0x5026, 4103);
+	cuMemcpyHtoDAsync_v2(0xd027, P(0x5027), 4104, (CUstream)P(0xabd7));
+	cuMemcpyDtoHAsync_v2(P(0xd028), 0x5028, 4105, (CUstream)P(0xabd8));
+	cuMemcpyDtoDAsync_v2(0xd029, 0x5029, 4106, (CUstream)P(0xabd9));
+	cuMemcpy(0xd030, 0x5030, 4107);
+	cuMemcpyAsync(0xd031, 0x5031, 4108, (CUstream)P(0xabe1));
+
+	/* Allocations. */
+	cudaMalloc(&vp, 5001);
+	cuMemAlloc_v2(&dp, 5002);
+	cudaMallocAsync(&vp, 5003, (cudaStream_t)P(0xabf2));
+	cuMemAllocAsync(&dp, 5004, (CUstream)P(0xabf3));
+	cudaMallocHost(&vp, 5005);
+	cuMemAllocHost_v2(&vp, 5006);
+	cudaMallocManaged(&vp, 5007, 1);
+	cuMemAllocManaged(&dp, 5008, 1);
+
+	/* Frees. */
+	cudaFree(P(0xf050));
+	cuMemFree_v2(0xf051);
+	cudaFreeAsync(P(0xf052), (cudaStream_t)P(0xac02));
+	cuMemFreeAsync(0xf053, (CUstream)P(0xac03));
+	cudaFreeHost(P(0xf054));
+	cuMemFreeHost(P(0xf055));
+
+	/* Synchronisation. */
+	cudaStreamSynchronize((cudaStream_t)P(0xac10));
+	cudaStreamSynchronize_ptsz((cudaStream_t)P(0xac11));
+	cudaDeviceSynchronize();
+	cudaEventSynchronize((cudaEvent_t)P(0xac13));
+	cuStreamSynchronize((CUstream)P(0xac14));
+	if (pthread_create(&th, NULL, sync_thread, NULL) != 0 || pthread_join(th, NULL) != 0) {
+		perror("pthread");
+		return 1;
+	}
+	cuCtxSynchronize();
+	cuEventSynchronize((CUevent)P(0xac17));
+
+	/* Graph launches. */
+	cudaGraphLaunch((cudaGraphExec_t)P(0x6a70), (cudaStream_t)P(0xac20));
+	cudaGraphLaunch_ptsz((cudaGraphExec_t)P(0x6a71), (cudaStream_t)P(0xac21));
+	cuGraphLaunch((CUgraphExec)P(0x6a72), (CUstream)P(0xac22));
+	cuGraphLaunch_ptsz((CUgraphExec)P(0x6a73), (CUstream)P(0xac23));
+
+	/* Kernel names: one short, one longer than the probe's 240-byte cap,
+	 * one that fails (no record). */
+	cuModuleGetFunction(&fn, (CUmodule)P(0x30d0), "_Z6vecAddPfS_S_i");
+	memset(longname, 'x', sizeof(longname) - 1);
+	memcpy(longname, "_Z4long", 7);
+	longname[sizeof(longname) - 1] = 0;
+	cuLibraryGetKernel(&kern, (CUlibrary)P(0x30d1), longname);
+	cuModuleGetFunction(&fn, (CUmodule)P(0x30d2), "missing");
+
+	printf("pid=%d thread_tid=%d\n", (int)getpid(), (int)thread_tid);
+	return 0;
+}
+
+static int loop(long n)
+{
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (long i = 0; i < n; i++)
+		cuCtxSynchronize();
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+	printf("ns_per_call=%.3f\n", ns / (double)n);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	char line[16];
+
+	if (argc == 2 && strcmp(argv[1], "all") == 0)
+		return all();
+	if (argc == 2 && strcmp(argv[1], "wait") == 0) {
+		printf("ready\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 2;
+		return all();
+	}
+	if (argc == 3 && strcmp(argv[1], "loop") == 0) {
+		long n = strtol(argv[2], NULL, 10);
+		if (n < 1) {
+			fprintf(stderr, "standin_app: loop count %s must be ≥ 1\n", argv[2]);
+			return 2;
+		}
+		return loop(n);
+	}
+	fprintf(stderr, "usage: standin_app all | wait | loop N\n");
+	return 2;
+}
