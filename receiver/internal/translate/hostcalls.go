@@ -46,6 +46,7 @@ type hostThread struct {
 	// has arrived, every host call enclosing or inside that launch has too.
 	lastExit uint64
 	launches []*launch // pending shim launches of this thread with their launch record
+	held     int       // how many of them wait for host calls (holdSince set)
 }
 
 // hostProc is the host-call state of one process.
@@ -258,6 +259,9 @@ func (t *Translator) matchOrWait(p *hostProc, c *hostCall) {
 	if th := p.threads[c.rec.TID]; th != nil {
 		for i := len(th.launches) - 1; i >= 0; i-- {
 			l := th.launches[i]
+			if l.rec.ReturnNS < c.rec.EnterNS {
+				break // this and older launches of the thread returned before c began
+			}
 			if len(l.host) < maxHostPerLaunch && matches(&c.rec, &l.rec) {
 				l.host = append(l.host, c)
 				t.counters.HostCallsMatched++
@@ -315,7 +319,15 @@ func (t *Translator) onShimLaunch(pid uint32, l *launch, now time.Time) {
 	l.hth = th
 	for i := p.uhead; i < len(p.unmatched) && len(l.host) < maxHostPerLaunch; i++ {
 		c := p.unmatched[i]
-		if !c.taken && matches(&c.rec, &l.rec) {
+		if c.taken || c.rec.TID != l.rec.TID {
+			continue
+		}
+		if c.rec.EnterNS > l.rec.ReturnNS {
+			// The calls of one thread arrive in the order they returned:
+			// every later one of this thread began after the launch too.
+			break
+		}
+		if matches(&c.rec, &l.rec) {
 			c.taken = true
 			l.host = append(l.host, c)
 			t.counters.HostCallsMatched++
@@ -354,6 +366,7 @@ func (t *Translator) holdForHost(l *launch, now time.Time) bool {
 	}
 	if l.holdSince.IsZero() {
 		l.holdSince = now
+		th.held++
 	}
 	if now.Sub(l.holdSince) < t.hostGrace() {
 		return true
@@ -367,6 +380,9 @@ func (t *Translator) holdForHost(l *launch, now time.Time) bool {
 // finishSettled finishes the held launches of th that the latest host call
 // of the thread settled.
 func (t *Translator) finishSettled(th *hostThread, now time.Time) {
+	if th.held == 0 {
+		return
+	}
 	var done []*launch
 	for _, l := range th.launches {
 		if !l.holdSince.IsZero() && th.lastExit > l.rec.ReturnNS {
@@ -387,6 +403,9 @@ func (l *launch) unregister() {
 		return
 	}
 	l.hth = nil
+	if !l.holdSince.IsZero() {
+		th.held--
+	}
 	if i := slices.Index(th.launches, l); i >= 0 {
 		th.launches = slices.Delete(th.launches, i, i+1)
 	}

@@ -175,6 +175,9 @@ func putLaunchArgs(a pcommon.Map, r *record.HostCall) {
 // innermost one's span id, the launch span's parent (empty when none).
 func (t *Translator) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
 	var parent pcommon.SpanID
+	if len(l.host) == 0 {
+		return parent
+	}
 	var runtime []*hostCall
 	for _, c := range l.host {
 		if !apiInfo(c.rec.API).driver {
