@@ -7,30 +7,39 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/shm"
+	"golang.org/x/sys/unix"
 )
 
 // Instance is one application's set of map regions: every client of the
 // agent socket gets its own, so values and records never mix between
-// processes.
+// processes. NewHostInstance makes the one Instance of the host programs'
+// kernel maps.
 type Instance struct {
 	PID     uint32    // the application's pid
 	Src     uint32    // the receiver's source id of the application's launch ring
 	Process string    // the application's process name (from its HELLO)
 	Created time.Time // start time of the cumulative metrics
-	arrays  []arrayInst
-	rings   []ringInst
+	// Host is true for the one instance of host programs' kernel maps
+	// (NewHostInstance): its data is not per application, so metrics carry
+	// no process.pid and spans take the process from the record.
+	Host   bool
+	arrays []arrayInst
+	rings  []ringInst
 }
 
 type arrayInst struct {
-	def *Def
-	arr *shm.Array
+	def  *Def
+	arr  *shm.Array  // shm arrays; nil for a kernel map
+	src  arraySource // arr, or a kernel array
+	kmem []byte      // kernel arrays: the mmap of the map, if any, to unmap
 }
 
 type ringInst struct {
 	def      *Def
 	ring     *shm.Ring
 	cons     *shm.Consumer
-	lastDrop uint64 // ring drop counters already reported
+	lastDrop uint64      // ring drop counters already reported
+	kr       *kernelRing // a kernel BPF_MAP_TYPE_RINGBUF instead of ring/cons
 }
 
 // NewInstance creates the regions of defs for one application.
@@ -63,7 +72,7 @@ func NewInstance(defs []*Def, pid, src uint32, process string, now time.Time) (*
 			in.Close()
 			return nil, fmt.Errorf("map %q: %w", d.Name, err)
 		}
-		in.arrays = append(in.arrays, arrayInst{def: d, arr: a})
+		in.arrays = append(in.arrays, arrayInst{def: d, arr: a, src: a})
 	}
 	return in, nil
 }
@@ -73,10 +82,14 @@ func NewInstance(defs []*Def, pid, src uint32, process string, now time.Time) (*
 func (in *Instance) Offers() []agent.Offer {
 	out := make([]agent.Offer, 0, len(in.arrays)+len(in.rings))
 	for _, a := range in.arrays {
-		out = append(out, agent.Offer{Role: agent.RoleMap, Name: a.def.Name, Region: a.arr.Region()})
+		if a.arr != nil {
+			out = append(out, agent.Offer{Role: agent.RoleMap, Name: a.def.Name, Region: a.arr.Region()})
+		}
 	}
 	for _, g := range in.rings {
-		out = append(out, agent.Offer{Role: agent.RoleMap, Name: g.def.Name, Region: g.ring.Region()})
+		if g.ring != nil {
+			out = append(out, agent.Offer{Role: agent.RoleMap, Name: g.def.Name, Region: g.ring.Region()})
+		}
 	}
 	return out
 }
@@ -105,12 +118,25 @@ func (in *Instance) Ring(name string) *shm.Ring {
 func (in *Instance) Close() error {
 	var errs []error
 	for _, a := range in.arrays {
-		if err := a.arr.Close(); err != nil {
+		var err error
+		switch {
+		case a.arr != nil:
+			err = a.arr.Close()
+		case a.kmem != nil:
+			err = unix.Munmap(a.kmem)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("map %q: %w", a.def.Name, err))
 		}
 	}
 	for _, g := range in.rings {
-		if err := g.ring.Close(); err != nil {
+		var err error
+		if g.kr != nil {
+			err = g.kr.r.Close()
+		} else {
+			err = g.ring.Close()
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("map %q: %w", g.def.Name, err))
 		}
 	}

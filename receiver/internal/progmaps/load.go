@@ -64,6 +64,9 @@ type Def struct {
 	devField   int     // ring records: index of a device field, or -1
 	tids       []int   // ring records: fields that are not span attributes
 	metricBase string  // "gpuprobe.map.<name>"
+	hostClock  bool    // host programs' maps: times are CLOCK_MONOTONIC, not %globaltimer
+	pidField   int     // host ring records: index of a pid field, or -1
+	pidIsTgid  bool    // ... which is a pid_tgid (tgid in the upper 32 bits)
 }
 
 // field says how one decoded field of an array value is reported.
@@ -175,7 +178,7 @@ func newDef(path string, m *jit.Map, ms *ebpf.MapSpec, o Options) (*Def, error) 
 		return nil, errors.New("value size 0")
 	}
 	d := &Def{Object: path, Name: m.Name, Type: m.Type, ValueSize: m.ValueSize, Lanes: 1,
-		metricBase: "gpuprobe.map." + m.Name, tsField: -1, devField: -1}
+		metricBase: "gpuprobe.map." + m.Name, tsField: -1, devField: -1, pidField: -1}
 	entries := m.MaxEntries
 	if entries == 0 {
 		entries = o.MapEntries
@@ -215,20 +218,29 @@ func newDef(path string, m *jit.Map, ms *ebpf.MapSpec, o Options) (*Def, error) 
 	if ms != nil {
 		vt = ms.Value
 	}
+	if err := d.compile(vt); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// compile builds the decoder of the value type vt (nil: raw words of
+// d.ValueSize bytes) and the metric and ring-record fields.
+func (d *Def) compile(vt btf.Type) error {
 	if vt == nil {
-		vt = rawType(m.ValueSize)
+		vt = rawType(d.ValueSize)
 	}
 	dec, err := btfdecode.New(vt)
 	if err != nil {
-		return nil, fmt.Errorf("value type: %w", err)
+		return fmt.Errorf("value type: %w", err)
 	}
-	if dec.Size() > int(m.ValueSize) {
-		return nil, fmt.Errorf("value type %s is %d bytes, larger than the value size %d", dec.TypeName(), dec.Size(), m.ValueSize)
+	if dec.Size() > int(d.ValueSize) {
+		return fmt.Errorf("value type %s is %d bytes, larger than the value size %d", dec.TypeName(), dec.Size(), d.ValueSize)
 	}
 	d.Dec = dec
 	d.fields = compileFields(d.metricBase, dec, memberTags(vt))
 	d.classifyRing()
-	return d, nil
+	return nil
 }
 
 // rawType is the value type of a map without BTF (legacy "maps" section):

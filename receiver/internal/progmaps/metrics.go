@@ -37,6 +37,7 @@ type Counters struct {
 	KeysOver    uint64 // keys beyond MaxMapKeys at the last emission
 	SpansBuilt  uint64 // spans made from ring records
 	EventsBuilt uint64 // span events made from ring records
+	ReadErrors  uint64 // kernel maps that could not be read (host programs' arrays and rings)
 }
 
 // Collector converts the contents of Instances into pdata. It is not safe
@@ -109,6 +110,12 @@ func (c *Collector) AppendMetrics(sm pmetric.MetricSlice, ins []*Instance, now t
 		start := pcommon.NewTimestampFromTime(in.Created)
 		for i := range in.arrays {
 			a := &in.arrays[i]
+			if r, ok := a.src.(refresher); ok {
+				if err := r.refresh(); err != nil {
+					c.counters.ReadErrors++
+					continue
+				}
+			}
 			if a.def.Kind == shm.KindArray {
 				over += c.plainArray(set, in, a, start, ts)
 			} else {
@@ -128,7 +135,7 @@ func (c *Collector) AppendMetrics(sm pmetric.MetricSlice, ins []*Instance, now t
 // value copies the value of key for lane out of shared memory and decodes
 // it; ok is false for an all-zero (untouched) value.
 func (c *Collector) value(a *arrayInst, key, lane uint64) ([]btfdecode.Field, bool) {
-	v, err := a.arr.Value(key, lane)
+	v, err := a.src.Value(key, lane)
 	if err != nil {
 		return nil, false
 	}
@@ -177,12 +184,14 @@ func pointAttrs(a pcommon.Map, in *Instance, key uint64, fd *field) {
 	for n, ix := range fd.index {
 		a.PutInt(indexAttr(n), ix)
 	}
-	a.PutInt("process.pid", int64(in.PID))
+	if !in.Host {
+		a.PutInt("process.pid", int64(in.PID))
+	}
 }
 
 func (c *Collector) plainArray(set *metricSet, in *Instance, a *arrayInst, start, ts pcommon.Timestamp) uint64 {
 	var emitted, over uint64
-	for key := range uint64(a.arr.Keys()) {
+	for key := range uint64(a.src.Keys()) {
 		fs, ok := c.value(a, key, 0)
 		if !ok {
 			continue
@@ -232,12 +241,12 @@ func (c *Collector) laneArray(set *metricSet, in *Instance, a *arrayInst, start,
 		laneAttr = "cuda.warp.index"
 	}
 	var lanes []laneValue
-	for key := range uint64(a.arr.Keys()) {
+	for key := range uint64(a.src.Keys()) {
 		clear(hists)
 		lanes = lanes[:0]
 		keepLanes := c.o.PerThreadSeries
 		active := 0
-		for lane := range uint64(a.arr.Lanes()) {
+		for lane := range uint64(a.src.Lanes()) {
 			fs, ok := c.value(a, key, lane)
 			if !ok {
 				continue

@@ -24,13 +24,13 @@ const AttrClockMapped = "gpuprobe.clock.mapped"
 // traceBuf accumulates spans per application.
 type traceBuf struct {
 	td     ptrace.Traces
-	byPID  map[uint32]ptrace.SpanSlice
+	byPID  map[uint64]ptrace.SpanSlice // by resourceKey
 	nSpans int
 }
 
 func (b *traceBuf) reset() {
 	b.td = ptrace.NewTraces()
-	b.byPID = map[uint32]ptrace.SpanSlice{}
+	b.byPID = map[uint64]ptrace.SpanSlice{}
 	b.nSpans = 0
 }
 
@@ -44,13 +44,27 @@ func (c *Collector) TakeTraces() ptrace.Traces {
 // SpanCount is the number of spans waiting in TakeTraces.
 func (c *Collector) SpanCount() int { return c.tr.nSpans }
 
-func (c *Collector) spansOf(in *Instance) ptrace.SpanSlice {
-	if ss, ok := c.tr.byPID[in.PID]; ok {
+// resourceKey separates the spans of host programs (by the record's pid,
+// 0 when unknown) from those of applications' GPU maps.
+func resourceKey(in *Instance, pid uint32) uint64 {
+	if in.Host {
+		return 1<<32 | uint64(pid)
+	}
+	return uint64(pid)
+}
+
+// spansOf returns the span slice of process pid (in.PID for application
+// instances; from the record for the host instance).
+func (c *Collector) spansOf(in *Instance, pid uint32) ptrace.SpanSlice {
+	key := resourceKey(in, pid)
+	if ss, ok := c.tr.byPID[key]; ok {
 		return ss
 	}
 	rs := c.tr.td.ResourceSpans().AppendEmpty()
 	a := rs.Resource().Attributes()
-	a.PutInt("process.pid", int64(in.PID))
+	if !in.Host || pid != 0 {
+		a.PutInt("process.pid", int64(pid))
+	}
 	if in.Process != "" {
 		a.PutStr("process.executable.name", in.Process)
 	}
@@ -59,14 +73,36 @@ func (c *Collector) spansOf(in *Instance) ptrace.SpanSlice {
 		a.PutStr("service.name", c.o.ServiceName)
 	case in.Process != "":
 		a.PutStr("service.name", in.Process)
+	case in.Host:
+		a.PutStr("service.name", "unknown_service")
 	default:
 		a.PutStr("service.name", "unknown_service:cuda")
 	}
 	sc := rs.ScopeSpans().AppendEmpty()
 	sc.Scope().SetName(ScopeName)
 	ss := sc.Spans()
-	c.tr.byPID[in.PID] = ss
+	c.tr.byPID[key] = ss
 	return ss
+}
+
+// pidOf is the process of a record: the application's for GPU maps; for
+// host programs' records their pid / tgid / pid_tgid field, or 0.
+func pidOf(in *Instance, d *Def, fs []btfdecode.Field) uint32 {
+	if !in.Host {
+		return in.PID
+	}
+	if d.pidField < 0 {
+		return 0
+	}
+	f := &fs[d.pidField]
+	v := f.Uint
+	if f.Kind == btfdecode.KindInt {
+		v = uint64(f.Int)
+	}
+	if d.pidIsTgid {
+		v >>= 32 // bpf_get_current_pid_tgid: tgid in the upper half
+	}
+	return uint32(v)
 }
 
 // batch is the span that collects the events of one ring in one read.
@@ -74,6 +110,7 @@ type batch struct {
 	span       ptrace.Span
 	open       bool
 	n          int
+	pid        uint32
 	start, end pcommon.Timestamp
 }
 
@@ -93,6 +130,10 @@ func (c *Collector) ReadRings(in *Instance, now time.Time, max int) int {
 	total := 0
 	for i := range in.rings {
 		g := &in.rings[i]
+		if g.kr != nil {
+			total += c.readKernelRing(in, g, now, max)
+			continue
+		}
 		var b batch
 		total += g.cons.Read(max, func(r shm.Record) {
 			c.counters.Records++
@@ -120,7 +161,16 @@ func (c *Collector) ReadRings(in *Instance, now time.Time, max int) int {
 
 // gpuTime maps a %globaltimer reading of the record's device onto the host
 // clock; without a calibration it returns now and false.
+//
+// Host programs' records (d.hostClock) carry bpf_ktime_get_ns, which is
+// CLOCK_MONOTONIC: they are mapped with the monotonic offset instead.
 func (c *Collector) gpuTime(in *Instance, d *Def, fs []btfdecode.Field, ns uint64, now time.Time) (pcommon.Timestamp, bool) {
+	if d.hostClock {
+		if r, ok := c.o.Clock.MonoToReal(ns); ok {
+			return pcommon.Timestamp(r), true
+		}
+		return pcommon.NewTimestampFromTime(now), false
+	}
 	var dev uint32
 	switch {
 	case d.devField >= 0:
@@ -137,7 +187,7 @@ func (c *Collector) gpuTime(in *Instance, d *Def, fs []btfdecode.Field, ns uint6
 func (c *Collector) recordSpan(in *Instance, d *Def, fs []btfdecode.Field, now time.Time) {
 	h := d.Dec.Span()
 	startNS, endNS := fs[h.Start].Uint, fs[h.End].Uint
-	sp := c.spansOf(in).AppendEmpty()
+	sp := c.spansOf(in, pidOf(in, d, fs)).AppendEmpty()
 	sp.SetTraceID(otelid.NewTraceID())
 	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetName(d.Name)
@@ -174,11 +224,13 @@ func (c *Collector) recordEvent(in *Instance, d *Def, fs []btfdecode.Field, now 
 			c.counters.Unmapped++
 		}
 	}
-	if b.open && b.n >= c.o.MaxEventsPerSpan {
+	pid := pidOf(in, d, fs)
+	if b.open && (b.n >= c.o.MaxEventsPerSpan || b.pid != pid) {
 		b.close()
 	}
 	if !b.open {
-		b.span = c.spansOf(in).AppendEmpty()
+		b.pid = pid
+		b.span = c.spansOf(in, pid).AppendEmpty()
 		b.span.SetTraceID(otelid.NewTraceID())
 		b.span.SetSpanID(otelid.NewSpanID())
 		b.span.SetName(d.Name)
