@@ -13,13 +13,22 @@ trap 'rm -rf "$stage"' EXIT
 b=$stage/gpuprobe
 mkdir -p "$b/bin" "$b/scripts" "$b/testdata"
 
-for f in bin/gpuprobe bin/otelcol-gpuprobe; do
-	[[ -x "$f" ]] && cp "$f" "$b/bin/"
+# gpuprobe, the shim and gpuprobe-gpucheck are needed by gpu-test's parts
+# (inject, samples, bench, e2e, graphnode); the collector and the shim's test
+# binary are optional.
+for f in bin/gpuprobe bin/libgpuprobe.so bin/gpuprobe-gpucheck bin/otelcol-gpuprobe bin/shim.test; do
+	[[ -e "$f" ]] && cp "$f" "$b/bin/"
 done
-[[ -x "$b/bin/gpuprobe" ]] || { echo "gpu-bundle: bin/gpuprobe missing (make build)" >&2; exit 1; }
+for f in gpuprobe libgpuprobe.so gpuprobe-gpucheck; do
+	[[ -e "$b/bin/$f" ]] || { echo "gpu-bundle: bin/$f missing (make bin/gpuprobe bin/libgpuprobe.so; CGO_ENABLED=1 go build -o bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck)" >&2; exit 1; }
+done
+for f in kernelretsnoop threadhist launchlate memcount; do
+	[[ -e "testdata/bpf/$f.o" ]] || { echo "gpu-bundle: testdata/bpf/$f.o missing (make -f testdata/bpf/bpf.mk bpf-objects)" >&2; exit 1; }
+done
 cp Makefile "$b/"
 cp scripts/*.sh "$b/scripts/"
-# testdata: eBPF objects and sources, CUDA samples, SASS-comparison twins,
+# testdata: eBPF objects and sources, CUDA samples (testdata/cuda/samples,
+# shim, inject), SASS-comparison twins,
 # the conformance data, the default config.
 cp -r testdata/. "$b/testdata/"
 if [[ ! -d "$b/testdata/conformance/tests" ]]; then

@@ -53,11 +53,12 @@ configs=${CONFIGS:-phases retsnoop threadhist launchlate}
 mkdir -p "$out"
 rows=()
 failed=0
+nfail=0
 
 row() { # SAMPLE CONFIG CHECK RESULT DETAIL
-	rows+=("$(printf '%-17s %-10s %-34s %-4s %s' "$1" "$2" "$3" "$4" "$5")")
-	[[ $4 == FAIL ]] && failed=1
-	printf '==> %-17s %-10s %-34s %-4s %s\n' "$1" "$2" "$3" "$4" "$5"
+	rows+=("$(printf '%-17s %-10s %-38s %-4s %s' "$1" "$2" "$3" "$4" "$5")")
+	[[ $4 == FAIL ]] && failed=1 && nfail=$((nfail + 1))
+	printf '==> %-17s %-10s %-38s %-4s %s\n' "$1" "$2" "$3" "$4" "$5"
 }
 
 finish() {
@@ -66,8 +67,9 @@ finish() {
 	local gpu
 	gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) || gpu="(nvidia-smi failed)"
 	echo "---- gpu-samples on ${gpu%%$'\n'*} ----"
-	printf '%-17s %-10s %-34s %-4s %s\n' sample config check res detail
+	printf '%-17s %-10s %-38s %-4s %s\n' sample config check res detail
 	printf '%s\n' "${rows[@]}"
+	echo "$((${#rows[@]} - nfail)) passed, $nfail failed (gpu-samples)"
 	exit "$failed"
 }
 

@@ -13,6 +13,18 @@
 #   GPU_ARCH          ptxas target (default: from nvidia-smi, e.g. sm_90)
 #   GPU_TEST_OUT      where step logs go (default build/gpu-test; also copied
 #                     to $OUT when that is set, as on the device runner)
+#   PARTS             comma-separated parts to run (default all, in this
+#                     order; each fits one 10-minute device call):
+#                     conformance  bpf_conformance on the GPU, interp, negative
+#                     ptxas        testdata/bpf PTX through ptxas
+#                     sass         SASS comparison vs nvcc
+#                     inject       scripts/gpu-inject-check.sh (checks only)
+#                     samples      scripts/gpu-samples.sh (5 samples x 4 configs)
+#                     bench        scripts/gpu-bench.sh (kernel ratios, load
+#                                  latency, shim cost per launch)
+#                     e2e          scripts/gpu-e2e.sh
+#                     graphnode    scripts/gpu-graphnode.sh
+#                     e.g. PARTS=samples,bench make gpu-test
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -23,6 +35,13 @@ mkdir -p "$out"
 
 rows=()
 failed=0
+all_parts=conformance,ptxas,sass,inject,samples,bench,e2e,graphnode
+parts=${PARTS:-$all_parts}
+for p in ${parts//,/ }; do
+	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
+done
+# want PART: whether PARTS names it.
+want() { [[ ,$parts, == *,$1,* ]]; }
 
 # row STEP RESULT DETAIL: one line of the final table.
 row() {
@@ -87,7 +106,7 @@ fi
 
 # ---- steps ------------------------------------------------------------------
 
-if [[ -x "$bin" ]]; then
+if [[ -x "$bin" ]] && want conformance; then
 	if [[ -n "$conf" && -d "$conf/tests" ]]; then
 		step "conformance tests, GPU PTX" conformance-gpu.log "$bin" conformance -gpu "$conf/tests"
 		step "conformance tests, interp" conformance-interp.log "$bin" conformance "$conf/tests"
@@ -97,6 +116,8 @@ if [[ -x "$bin" ]]; then
 	else
 		row "conformance" FAIL "no conformance data: set CONFORMANCE_DIR (with tests/ and negative/)"
 	fi
+fi
+if [[ -x "$bin" ]] && want ptxas; then
 
 	# Every testdata GPU program: verified, compiled to a test entry, and
 	# assembled by this machine's ptxas for this GPU.
@@ -126,7 +147,9 @@ if [[ -x "$bin" ]]; then
 	fi
 fi
 
-if [[ -f scripts/sass-compare.sh ]]; then
+if ! want sass; then
+	:
+elif [[ -f scripts/sass-compare.sh ]]; then
 	step "SASS comparison vs nvcc" sass-compare.log env ARCH="$arch" bash scripts/sass-compare.sh "$bin"
 	if [[ -s "$out/sass-compare.log" ]]; then
 		echo "---- SASS comparison ----"
@@ -135,6 +158,27 @@ if [[ -f scripts/sass-compare.sh ]]; then
 else
 	row "SASS comparison vs nvcc" SKIP "scripts/sass-compare.sh not written yet"
 fi
+
+# tailstep NAME LOG FROM CMD...: step, then the log from the line matching
+# FROM (its table) to the end.
+tailstep() {
+	local name=$1 log=$2 from=$3
+	shift 3
+	step "$name" "$log" "$@"
+	if [[ -s "$out/$log" ]]; then
+		echo "---- $name ----"
+		sed -n "/$from/,\$p" "$out/$log" | tail -80
+	fi
+}
+
+want inject && tailstep "inject check (gpucheck)" inject-check.log '^== gpuprobe-gpucheck' \
+	env GPU_INJECT_OUT="$out/gpu-inject" bash scripts/gpu-inject-check.sh -nobench -ringmode device
+want samples && tailstep "e2e samples (5 x 4 configs)" samples.log '^---- gpu-samples' \
+	env SAMPLES_OUT="$out/gpu-samples" bash scripts/gpu-samples.sh
+want bench && tailstep "bench (ratios, load, launch)" bench.log '^== bench on' \
+	env BENCH_OUT="$out/gpu-bench" bash scripts/gpu-bench.sh
+want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out/gpu-e2e" bash scripts/gpu-e2e.sh
+want graphnode && step "graph node patched" graphnode.log bash scripts/gpu-graphnode.sh
 
 # ---- report -----------------------------------------------------------------
 
