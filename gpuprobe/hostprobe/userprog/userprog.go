@@ -178,7 +178,9 @@ func selectPrograms(progs []*jit.Program, attach []string, path string) (host, g
 				}
 				return nil, nil, fmt.Errorf("%s: attach[%d]: no program %q (it has: %s)", path, j, name, strings.Join(names, ", "))
 			}
-			sel = append(sel, progs[k])
+			if !slices.Contains(sel, progs[k]) { // a name listed twice loads once
+				sel = append(sel, progs[k])
+			}
 		}
 	}
 	for _, p := range sel {

@@ -428,18 +428,18 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
-// TestAttachFilter loads only the programs attach names.
+// TestAttachFilter loads only the programs attach names, each once.
 func TestAttachFilter(t *testing.T) {
 	requireRoot(t)
 	dir, _ := buildTarget(t)
-	set, err := Load(buildBPF(t, "hostprog"), Options{Attach: []string{"on_return"}, Resolve: SearchDirs(dir)})
+	set, err := Load(buildBPF(t, "hostprog"), Options{Attach: []string{"on_return", "on_return"}, Resolve: SearchDirs(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer set.Close()
 	reps := set.Programs()
 	if len(reps) != 1 || reps[0].Name != "on_return" || !reps[0].Return {
-		t.Fatalf("programs %+v, want on_return only", reps)
+		t.Fatalf("programs %+v, want on_return only, once (listed twice)", reps)
 	}
 	if sh := set.SharedMaps(); len(sh) != 0 {
 		t.Errorf("shared maps %+v: on_gpu is not selected and on_return does not use shared", sh)
@@ -510,5 +510,54 @@ func TestParseLdconfig(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+}
+
+// BenchmarkProbedCall runs target.c's loop of 100000 probed_add calls
+// without programs, with the uprobe of partial.c (an array add), and with
+// hostprog.c's uprobe + uretprobe (maps, a hash and two ring records per
+// call); ns/call includes the loop itself, so the cost of the probes is
+// the difference to "bare". Ring records are drained between runs.
+func BenchmarkProbedCall(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Fatal("needs root")
+	}
+	const calls = 100000
+	dir, target := buildTarget(b)
+	for _, bc := range []struct {
+		name, obj string
+		attach    []string
+	}{
+		{"bare", "", nil},
+		{"uprobe_array", "partial", []string{"good"}},
+		{"uprobe_uretprobe_rings", "hostprog", []string{"on_enter", "on_return"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var set *Set
+			if bc.obj != "" {
+				var err error
+				if set, err = Load(buildBPF(b, bc.obj), Options{Attach: bc.attach, Resolve: SearchDirs(dir)}); err != nil {
+					b.Fatal(err)
+				}
+				defer set.Close()
+			}
+			b.ResetTimer()
+			for range b.N {
+				cmd := exec.Command(target, "100000")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("%v\n%s", err, out)
+				}
+				if set != nil {
+					b.StopTimer()
+					for _, m := range set.Maps() {
+						if m.Spec.Type == ebpf.RingBuf {
+							drain(b, m.Map)
+						}
+					}
+					b.StartTimer()
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/calls, "ns/call")
+		})
 	}
 }

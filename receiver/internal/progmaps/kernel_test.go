@@ -321,3 +321,41 @@ func TestKernelRingsToSpans(t *testing.T) {
 		t.Errorf("unmapped %d, want 2 (one span, one event)", c2.Counters().Unmapped)
 	}
 }
+
+// BenchmarkKernelArrayMetrics: one emission of a 1024-key u64 kernel array
+// with every key set, read through the mapping (mmapable) or copied with
+// one lookup per key (plain).
+func BenchmarkKernelArrayMetrics(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Fatal("needs root")
+	}
+	const keys = 1024
+	for _, bc := range []struct {
+		name  string
+		flags uint32
+	}{{"mmapable", unix.BPF_F_MMAPABLE}, {"plain", 0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			spec := &ebpf.MapSpec{Name: "bench", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: keys, Flags: bc.flags}
+			m, err := ebpf.NewMap(spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			for k := uint32(0); k < keys; k++ {
+				if err := m.Update(k, uint64(k+1), ebpf.UpdateAny); err != nil {
+					b.Fatal(err)
+				}
+			}
+			in, err := NewHostInstance([]KernelMap{{Object: "x.o", Name: "bench", Spec: spec, Map: m}}, time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer in.Close()
+			c := NewCollector(CollectorOptions{MaxMapKeys: keys})
+			b.ResetTimer()
+			for range b.N {
+				c.AppendMetrics(pmetric.NewMetricSlice(), []*Instance{in}, time.Now())
+			}
+		})
+	}
+}
