@@ -358,3 +358,40 @@ func TestAgentDumpPatchesSamples(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentDumpLaunchlate: with launchlate, launch_clock (a kernel map of
+// the host half) gets no region, and the delay histogram check passes
+// exactly when the histogram is empty.
+func TestAgentDumpLaunchlate(t *testing.T) {
+	obj := buildTestObject(t, "launchlate")
+	for _, tt := range []struct {
+		name   string
+		bucket int // -1: none
+		want   string
+	}{{"empty", -1, "launchlate histogram (delay_log2_ns): ok"}, {"one delay", 7, "launchlate histogram (delay_log2_ns): FAIL 1 delays"}} {
+		t.Run(tt.name, func(t *testing.T) {
+			socket, stop := startDumpRC(t, "--exit-after", "1", "--patch", "--probes=", "--programs", obj, "--target", "*")
+			s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "launchlate"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: samplePTX(t, "kAffinePTX")}, 10*time.Second); err != nil {
+				t.Fatalf("PATCH: %v", err)
+			}
+			if s.Region(agent.RoleMap, "launch_clock") != nil {
+				t.Error("launch_clock got a region; it is a kernel map agent-dump cannot provide")
+			}
+			if tt.bucket >= 0 {
+				a, err := shm.NewArray(s.Region(agent.RoleMap, "delay_log2_ns"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				a.AddUint64(uint64(tt.bucket), 0, 1)
+			}
+			s.Close()
+			if out, _ := stop(); !strings.Contains(out, "agent-dump: check "+tt.want) {
+				t.Errorf("output lacks %q:\n%s", tt.want, out)
+			}
+		})
+	}
+}

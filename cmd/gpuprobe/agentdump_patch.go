@@ -91,9 +91,15 @@ func loadDumpProgs(builtins, objects []string, target string, lanes, ringSlots u
 	}
 	for _, p := range d.progs {
 		for _, m := range p.Maps {
-			// Host-path maps (array, hash) get a plain array region too:
-			// the patcher wants a region for every map global, and their
-			// host calls fail fast anyway while the shim maps no mailbox.
+			// Kernel maps (BPF_F_MMAPABLE, e.g. launchlate's launch_clock)
+			// need a BPF map shared with host programs: agent-dump loads
+			// none, so the GPU programs see them as absent (the patcher
+			// binds 0). Other host-path maps get a plain array region: the
+			// patcher wants one for every map global, and their host calls
+			// fail fast while the shim maps no mailbox.
+			if m.Mmapable() {
+				continue
+			}
 			if !seen[m.Name] {
 				seen[m.Name] = true
 				d.maps = append(d.maps, m)
