@@ -90,6 +90,11 @@ type SharedMap struct {
 	Size uint64    // page-rounded max_entries × round_up(value_size, 8)
 }
 
+// ErrNoHostPrograms is returned (wrapped) by Load for an object with no
+// host program selected: GPU-only objects are not an error for a caller
+// that loads every configured object.
+var ErrNoHostPrograms = errors.New("no host program (uprobe/ or uretprobe/ section) to load")
+
 // Linux map type numbers used here (the jit has no ring-buffer constant).
 const (
 	mapTypeRingbuf = jit.MapType(ebpf.RingBuf)
@@ -99,7 +104,7 @@ const (
 // loads the programs into Linux and attaches them. A program that cannot be
 // loaded (verifier, GPU-only map) fails Load; a program that cannot be
 // attached somewhere is reported in Programs and the rest still attaches.
-// Load fails when the object has no host program to load (none selected).
+// Load fails with ErrNoHostPrograms when no host program is selected.
 func Load(path string, o Options) (*Set, error) {
 	if o.Resolve == nil {
 		o.Resolve = DefaultResolve
@@ -124,7 +129,7 @@ func Load(path string, o Options) (*Set, error) {
 		return nil, err
 	}
 	if len(host) == 0 {
-		return nil, fmt.Errorf("%s: no host program (uprobe/ or uretprobe/ section) to load", path)
+		return nil, fmt.Errorf("%s: %w", path, ErrNoHostPrograms)
 	}
 	s := &Set{path: path, spec: spec, maps: map[string]*ebpf.Map{}, resolve: o.Resolve}
 	mapSpecs, err := s.planMaps(host, gpu)

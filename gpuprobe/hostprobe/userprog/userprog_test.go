@@ -419,6 +419,9 @@ func TestLoadErrors(t *testing.T) {
 				set.Close()
 				t.Fatal("Load succeeded")
 			}
+			if errors.Is(err, ErrNoHostPrograms) != (tc.name == "only GPU programs selected") {
+				t.Errorf("errors.Is(err, ErrNoHostPrograms) = %v", errors.Is(err, ErrNoHostPrograms))
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
