@@ -198,15 +198,30 @@ static inline void *gp_real(struct gp_slot *s)
 
 /* session.c */
 #define GP_MAX_REGIONS 32u
-/* A WELCOME region: its memfd, kept for patched modules' globals. */
+/* Agent protocol version (gpuprobe/agent, doc.go); 2 added descriptor
+ * flags (bit 0: the region has no shm header). */
+#define GP_PROTO 2u
+#define GP_DESC_NOHEADER 1u
+/* Region roles the shim treats specially. A kernel map (a BPF_F_MMAPABLE
+ * BPF array's fd, no header) and the clock region are optional: if they
+ * cannot be registered, globals bound to them stay 0 and the module loads
+ * anyway (the GPU programs see the map as absent, ktime as %globaltimer). */
+#define GP_ROLE_LAUNCH_RING 1u
+#define GP_ROLE_KERNEL_MAP 5u
+#define GP_ROLE_CLOCK 6u
+/* A WELCOME region: its descriptor, kept for patched modules' globals. */
 struct gp_region {
 	int fd;         /* -1 once dropped */
+	uint32_t role;  /* GP_ROLE_* or owner-defined */
 	uint16_t kind;  /* shm region kind */
+	uint16_t flags; /* descriptor flags (GP_DESC_NOHEADER) */
 	uint64_t size;  /* bytes */
 	void *host;     /* mapping, once bound (patch.c) */
 	uint64_t dev;   /* device address of host, once registered */
 	uint64_t block; /* ring-block device allocation, once made */
 	uint64_t block_size;
+	int failed;     /* mapping or registration failed: not retried */
+	int unbound;    /* an optional region's failure was logged and counted */
 };
 extern GP_HIDDEN struct gp_region gp_regions[GP_MAX_REGIONS];
 extern GP_HIDDEN uint32_t gp_nregions;
@@ -225,6 +240,17 @@ GP_HIDDEN uint32_t gp_tid(void);
 GP_HIDDEN uint64_t gp_next_launch_id(void);
 GP_HIDDEN uint32_t gp_device(void);
 
+/* wrap_launch.c: gp_ring_prefault faults the new session's ring in;
+ * gp_rec_device is gp_device without a driver call when the process sees
+ * one device. */
+GP_HIDDEN void gp_ring_prefault(void);
+GP_HIDDEN uint32_t gp_device_slow(void);
+extern GP_HIDDEN int gp_ndev;
+static inline uint32_t gp_rec_device(void)
+{
+	return GP_LIKELY(__atomic_load_n(&gp_ndev, __ATOMIC_RELAXED) == 1) ? 0 : gp_device_slow();
+}
+
 extern GP_HIDDEN int gp_state;
 enum { GP_IDLE = 0, GP_CONNECTING = 1, GP_READY = 2, GP_OFF = 3 };
 
@@ -235,8 +261,10 @@ static inline void *gp_session(void)
 	void *r = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
 	if (GP_LIKELY(r != NULL))
 		return r;
-	if (__atomic_load_n(&gp_state, __ATOMIC_RELAXED) == GP_IDLE)
+	if (__atomic_load_n(&gp_state, __ATOMIC_RELAXED) == GP_IDLE) {
 		gp_connect();
+		gp_ring_prefault();
+	}
 	return __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
 }
 
@@ -368,6 +396,7 @@ GP_HIDDEN void gp_tracef(const char *fmt, ...) __attribute__((format(printf, 1, 
  * tracing, so the hot path pays nothing otherwise). */
 struct gp_stats {
 	uint64_t launches, graph_launches, published, dropped, names, loads, syncs, memcpys;
+	uint64_t unbound; /* optional regions (kernel map, clock) that could not be registered: always counted */
 };
 extern GP_HIDDEN struct gp_stats gp_stats;
 #define GP_COUNT(field, n)                                                              \

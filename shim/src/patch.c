@@ -240,7 +240,7 @@ static uint8_t *gp_request(const char *api, int lib, const struct gp_image *img,
 	uint32_t type = 0;
 	if (f == NULL)
 		return NULL;
-	uint32_t hdr[3] = {0x41425047u, 1u | GP_FRAME_PATCH << 16, (uint32_t)(n - 12)};
+	uint32_t hdr[3] = {0x41425047u, GP_PROTO | GP_FRAME_PATCH << 16, (uint32_t)(n - 12)};
 	uint32_t fix[4] = {id, arch, lib ? 2u : 1u, inl ? 0u : 1u};
 	uint64_t size = img->size;
 	memcpy(f, hdr, 12);
@@ -300,7 +300,10 @@ static uint8_t *gp_request(const char *api, int lib, const struct gp_image *img,
 /* ---- binding ------------------------------------------------------------ */
 
 /* gp_region_dev returns the device address of WELCOME region i, mapping
- * and registering it (DEVICEMAP, PORTABLE) the first time. */
+ * and registering it (DEVICEMAP, PORTABLE) the first time. A kernel map's
+ * fd (no header) is mapped the same way: MAP_SHARED of a BPF_F_MMAPABLE
+ * array gives its values at offset 0. A region that failed is not retried,
+ * so every later module binds it the same way (and pays no syscalls). */
 static int gp_region_dev(uint32_t i, uint64_t *dev)
 {
 	struct gp_region *r = &gp_regions[i];
@@ -308,23 +311,47 @@ static int gp_region_dev(uint32_t i, uint64_t *dev)
 		*dev = r->dev;
 		return 0;
 	}
-	if (r->fd < 0 || r->size == 0 || gp_drv.host_register == NULL || gp_drv.host_dev_ptr == NULL)
+	if (r->failed || r->fd < 0 || r->size == 0 || gp_drv.host_register == NULL || gp_drv.host_dev_ptr == NULL)
 		return -ENOENT;
 	if (r->host == NULL) {
 		void *m = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-		if (m == MAP_FAILED)
+		if (m == MAP_FAILED) {
+			r->failed = 1;
 			return -errno;
+		}
 		r->host = m;
 	}
 	CUresult c = gp_drv.host_register(r->host, r->size, GP_HOSTREG_DEVICEMAP | GP_HOSTREG_PORTABLE);
 	CUdeviceptr d = 0;
 	if (c == CUDA_SUCCESS)
 		c = gp_drv.host_dev_ptr(&d, r->host, 0);
-	if (c != CUDA_SUCCESS || d == 0)
+	if (c != CUDA_SUCCESS || d == 0) {
+		r->failed = 1;
 		return c ? c : -EFAULT;
+	}
 	r->dev = d;
 	*dev = d;
 	return 0;
+}
+
+/* gp_region_optional: a region whose failure leaves its globals 0 rather
+ * than failing the module (see GP_ROLE_KERNEL_MAP in gp.h). */
+static int gp_region_optional(uint32_t i)
+{
+	return gp_regions[i].role == GP_ROLE_KERNEL_MAP || gp_regions[i].role == GP_ROLE_CLOCK;
+}
+
+/* gp_unbound logs, once per region, that an optional region could not be
+ * registered, and counts it (always: this is load time, not launch). */
+static void gp_unbound(const char *api, uint32_t i, int code)
+{
+	if (gp_regions[i].unbound)
+		return;
+	gp_regions[i].unbound = 1;
+	__atomic_fetch_add(&gp_stats.unbound, 1, __ATOMIC_RELAXED);
+	GP_TRACE("%s: region %u (role %u, %llu bytes) cannot be registered with the device (%d): "
+		 "its globals stay 0, the GPU programs see it as absent",
+		 api, i, gp_regions[i].role, (unsigned long long)gp_regions[i].size, code);
 }
 
 /* gp_ring_block returns region i's device reservation block, allocating
@@ -442,6 +469,11 @@ static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
 				goto fail;
 			}
 			err = gp_region_dev(region, &v);
+			if (err && gp_region_optional(region)) {
+				gp_unbound(pp->api, region, err);
+				err = 0, v = 0;
+				break;
+			}
 			v += value;
 			*why = "registering a region (cuMemHostRegister DEVICEMAP)";
 			break;

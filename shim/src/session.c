@@ -93,13 +93,11 @@ GP_HIDDEN uint32_t gp_device(void)
 /* ---- handshake ------------------------------------------------------- */
 
 #define GP_MAGIC 0x41425047u
-#define GP_PROTO 1u
 #define GP_FRAME_HELLO 1u
 #define GP_FRAME_WELCOME 2u
 #define GP_FRAME_ERROR 3u
 #define GP_MAX_PAYLOAD 65536u
 #define GP_DESC_SIZE 64u
-#define GP_ROLE_LAUNCH_RING 1u
 
 static uint32_t gp_le32(const uint8_t *b) { return b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24; }
 static uint16_t gp_le16(const uint8_t *b) { return (uint16_t)(b[0] | b[1] << 8); }
@@ -351,17 +349,21 @@ static int gp_handshake(const char *path, int timeout_ms, const char **why)
 	for (uint32_t i = 0; i < count; i++) {
 		const uint8_t *d = payload + 8 + i * GP_DESC_SIZE;
 		uint32_t role = gp_le32(d);
-		uint16_t kind = gp_le16(d + 4);
+		uint16_t kind = gp_le16(d + 4), flags = gp_le16(d + 6);
 		uint64_t size = gp_le64(d + 8);
-		/* Every region is kept (its memfd) for patched modules' globals,
-		 * which are mapped on first use (patch.c). */
+		/* Every region is kept (its descriptor) for patched modules'
+		 * globals, which are mapped on first use (patch.c). A region with
+		 * flags this shim does not know is kept unusable (size 0). */
 		gp_regions[i].fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-		gp_regions[i].size = size;
+		gp_regions[i].size = flags & ~GP_DESC_NOHEADER ? 0 : size;
+		gp_regions[i].role = role;
 		gp_regions[i].kind = kind;
+		gp_regions[i].flags = flags;
 		gp_regions[i].host = NULL;
 		gp_regions[i].dev = 0, gp_regions[i].block = 0, gp_regions[i].block_size = 0;
+		gp_regions[i].failed = 0, gp_regions[i].unbound = 0;
 		gp_nregions = i + 1;
-		if (ring != NULL || role != GP_ROLE_LAUNCH_RING || kind != GPBR_KIND_RING ||
+		if (ring != NULL || role != GP_ROLE_LAUNCH_RING || kind != GPBR_KIND_RING || flags != 0 ||
 		    size < GPBR_DATA_OFFSET || size > ((uint64_t)1 << 40))
 			continue; /* other roles: later steps (maps, mailbox) */
 		void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);

@@ -3,20 +3,90 @@
  * cuLaunchCooperativeKernel (with their _ptsz variants) and cuGraphLaunch,
  * plus graph instantiation (to know the kernel nodes a graph launch runs).
  *
- * The hot path: two CLOCK_MONOTONIC reads (vDSO), the real call, a lookup
- * of the function's name entry (lock-free), one launch record produced into
- * the shared ring (one atomic add on its head, a release store). No
- * syscalls, locks or allocations; with no session it only forwards.
+ * The hot path: two TSC reads, the real call, a lookup of the function's
+ * name entry (lock-free), one launch record produced into the shared ring
+ * (one atomic add on its head, a release store). No syscalls, locks or
+ * allocations; with no session it only forwards.
+ *
+ * What keeps it cheap (issue 4 budget: 100 ns added per launch):
+ *   - the gp_i_* launch bodies are always inlined into each wrapper, so a
+ *     wrapper's slot is a constant and its arguments are not shifted by one
+ *     register (and stack slot) to make room for the slot pointer; the
+ *     forwarding path ends in a tail jump to the driver;
+ *   - a process that sees one device never asks the driver for the device
+ *     of a launch (gp_rec_device);
+ *   - the launch ring's pages are faulted in at the handshake
+ *     (gp_ring_prefault), not one page fault every few launches during the
+ *     ring's first lap.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "gp.h"
 
+/* Always inlined into the wrappers (see above). */
+#define GP_HOT static inline __attribute__((always_inline))
+
+/* ---- the device of a record -------------------------------------------- */
+
+/* gp_ndev: 0 not known yet, 1 the process sees one device (cuDeviceGetCount
+ * is fixed for the life of a process, CUDA_VISIBLE_DEVICES applied), 2
+ * several or unknown: ask cuCtxGetDevice per record. */
+GP_HIDDEN int gp_ndev;
+
+GP_HIDDEN uint32_t gp_device_slow(void)
+{
+	int n = __atomic_load_n(&gp_ndev, __ATOMIC_ACQUIRE);
+	if (n == 0) {
+		CUresult (*count)(int *) = (CUresult(*)(int *))gp_cuda_sym("cuDeviceGetCount");
+		int c = 0;
+		if (count == NULL)
+			n = 2;
+		else if (count(&c) == CUDA_SUCCESS)
+			n = c == 1 ? 1 : 2;
+		/* else: not initialised yet; ask again at the next record */
+		if (n != 0) {
+			__atomic_store_n(&gp_ndev, n, __ATOMIC_RELEASE);
+			GP_TRACE("devices: %s", n == 1 ? "one (records say device 0 without asking the driver)"
+							: "several or unknown (cuCtxGetDevice per record)");
+		}
+	}
+	return n == 1 ? 0 : gp_device();
+}
+
+/* ---- the launch ring's pages ------------------------------------------- */
+
+/* At most this much of a ring is faulted in ahead (bytes). */
+#define GP_PREFAULT_MAX ((uint64_t)256 << 20)
+
+/* gp_ring_prefault faults in the pages of the session's launch ring, once
+ * per session (handshake), so that the ring's first lap does not take a
+ * page fault (about a microsecond) every 4096/slot-size records. A kernel
+ * without MADV_POPULATE_WRITE (before 5.14) keeps faulting lazily. */
+GP_HIDDEN void gp_ring_prefault(void)
+{
+	static uint32_t done_gen;
+	void *ring = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+	uint32_t g = __atomic_load_n(&gp_gen, __ATOMIC_ACQUIRE), d = __atomic_load_n(&done_gen, __ATOMIC_ACQUIRE);
+	if (ring == NULL || d == g || !__atomic_compare_exchange_n(&done_gen, &d, g, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return;
+	/* region_size was checked against the mapping by gpbr_check. */
+	uint64_t size = ((const struct gpbr_header *)ring)->region_size;
+	if (size > GP_PREFAULT_MAX)
+		size = GP_PREFAULT_MAX;
+#ifdef MADV_POPULATE_WRITE
+	int r = madvise(ring, size, MADV_POPULATE_WRITE);
+	GP_TRACE("launch ring: %llu bytes faulted in%s", (unsigned long long)size, r ? " (failed: lazily)" : "");
+#else
+	(void)size;
+#endif
+}
+
 /* gp_launch_record writes the launch record (and, first, the function's
  * name record if this session has not had it). */
-static inline void gp_launch_record(void *ring, uint32_t api, uint64_t id, uint64_t t0, uint64_t t1,
+GP_HOT void gp_launch_record(void *ring, uint32_t api, uint64_t id, uint64_t t0, uint64_t t1,
 				    uint64_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 				    unsigned by, unsigned bz, unsigned shmem, uint64_t stream, CUresult r,
 				    uint32_t device)
@@ -53,12 +123,10 @@ static __thread uint64_t gp_xbuf[GP_XBUF / 8];
 static __thread size_t gp_xsize;
 static __thread void *gp_xextra[5];
 
-/* gp_patch_args rewrites *params or *extra of a launch of f when f is a
- * patched kernel: its hidden parameter gets the launch id. */
-static inline void gp_patch_args(uint64_t f, uint64_t id, void ***params, void ***extra)
+/* gp_patch_args_slow rewrites *params or *extra of a launch of f when f is
+ * a patched kernel: its hidden parameter gets the launch id. */
+static __attribute__((noinline)) void gp_patch_args_slow(uint64_t f, uint64_t id, void ***params, void ***extra)
 {
-	if (GP_LIKELY(!__atomic_load_n(&gp_any_patched, __ATOMIC_ACQUIRE)))
-		return;
 	const struct gp_pfunc_info *pf = gp_pfunc_find(f);
 	if (pf == NULL)
 		return;
@@ -93,7 +161,14 @@ static inline void gp_patch_args(uint64_t f, uint64_t id, void ***params, void *
 	*extra = gp_xextra;
 }
 
-static inline uint64_t gp_stream(const struct gp_slot *s, CUstream st)
+/* gp_patch_args: inlined check, the copy out of line (patched launches only). */
+GP_HOT void gp_patch_args(uint64_t f, uint64_t id, void ***params, void ***extra)
+{
+	if (GP_UNLIKELY(__atomic_load_n(&gp_any_patched, __ATOMIC_ACQUIRE)))
+		gp_patch_args_slow(f, id, params, extra);
+}
+
+GP_HOT uint64_t gp_stream(const struct gp_slot *s, CUstream st)
 {
 	uint64_t v = (uint64_t)st;
 	return v == 0 && s->ptsz ? GP_CU_STREAM_PER_THREAD : v;
@@ -103,7 +178,7 @@ static inline uint64_t gp_stream(const struct gp_slot *s, CUstream st)
 	CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
 		unsigned shmem, CUstream st, void **params, void **extra
 #define GP_A_LAUNCH f, gx, gy, gz, bx, by, bz, shmem, st, params, extra
-static CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
+GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 {
 	CUresult (*real)(GP_P_LAUNCH) = GP_REAL(LAUNCH, s);
 	GP_FORWARD_OR_FAIL(real);
@@ -117,7 +192,7 @@ static CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	CUresult r = real(GP_A_LAUNCH);
 	gp_stamp_end(&ts);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
-			 by, bz, shmem, gp_stream(s, st), r, gp_device());
+			 by, bz, shmem, gp_stream(s, st), r, gp_rec_device());
 	return r;
 }
 GP_DEFINE_API(LAUNCH)
@@ -126,7 +201,7 @@ GP_EXPORT_AS(LAUNCH, 1, cuLaunchKernel_ptsz)
 
 #define GP_P_LAUNCH_EX const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra
 #define GP_A_LAUNCH_EX cfg, f, params, extra
-static CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
+GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 {
 	CUresult (*real)(GP_P_LAUNCH_EX) = GP_REAL(LAUNCH_EX, s);
 	GP_FORWARD_OR_FAIL(real);
@@ -141,7 +216,7 @@ static CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	gp_stamp_end(&ts);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
-			 cfg->sharedMemBytes, gp_stream(s, cfg->hStream), r, gp_device());
+			 cfg->sharedMemBytes, gp_stream(s, cfg->hStream), r, gp_rec_device());
 	return r;
 }
 GP_DEFINE_API(LAUNCH_EX)
@@ -152,7 +227,7 @@ GP_EXPORT_AS(LAUNCH_EX, 1, cuLaunchKernelEx_ptsz)
 	CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
 		unsigned shmem, CUstream st, void **params
 #define GP_A_LAUNCH_COOP f, gx, gy, gz, bx, by, bz, shmem, st, params
-static CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
+GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 {
 	CUresult (*real)(GP_P_LAUNCH_COOP) = GP_REAL(LAUNCH_COOP, s);
 	GP_FORWARD_OR_FAIL(real);
@@ -167,7 +242,7 @@ static CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	CUresult r = real(GP_A_LAUNCH_COOP);
 	gp_stamp_end(&ts);
 	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL, id, ts.t0, ts.t1, (uint64_t)f, gx,
-			 gy, gz, bx, by, bz, shmem, gp_stream(s, st), r, gp_device());
+			 gy, gz, bx, by, bz, shmem, gp_stream(s, st), r, gp_rec_device());
 	return r;
 }
 GP_DEFINE_API(LAUNCH_COOP)
@@ -352,7 +427,7 @@ GP_EXPORT_AS(GRAPH_INST_V2, 1, cuGraphInstantiate_v2)
  * the graph launch call's timestamps and stream. */
 #define GP_P_GRAPH_LAUNCH CUgraphExec exec, CUstream st
 #define GP_A_GRAPH_LAUNCH exec, st
-static CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
+GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 {
 	CUresult (*real)(GP_P_GRAPH_LAUNCH) = GP_REAL(GRAPH_LAUNCH, s);
 	GP_FORWARD_OR_FAIL(real);
@@ -368,7 +443,7 @@ static CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 	GP_COUNT(graph_launches, 1);
 	if (g == NULL)
 		return r;
-	uint32_t dev = gp_device();
+	uint32_t dev = gp_rec_device();
 	uint64_t stream = gp_stream(s, st);
 	for (uint32_t i = 0; i < g->n; i++) {
 		const struct gp_gnode *k = &g->nodes[i];

@@ -15,7 +15,7 @@ static void gp_sync_record(void *ring, uint16_t kind, uint64_t stream, uint64_t 
 		.stream = stream,
 		.pid = gp_pid(),
 		.tid = gp_tid(),
-		.device = gp_device(),
+		.device = gp_rec_device(),
 		.kind = kind,
 	};
 	gp_produce(ring, GP_REC_SYNC, &rec, sizeof rec);
@@ -90,7 +90,7 @@ static void gp_memcpy_record(void *ring, uint16_t kind, uint16_t flags, uint64_t
 		.stream = stream,
 		.pid = gp_pid(),
 		.tid = gp_tid(),
-		.device = gp_device(),
+		.device = gp_rec_device(),
 		.kind = kind,
 		.flags = flags,
 	};

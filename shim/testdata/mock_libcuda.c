@@ -109,6 +109,14 @@ EXPORT CUresult cuCtxGetDevice(int *d)
 	return 0;
 }
 
+/* Devices the process sees: MOCK_DEVICE_COUNT, default 1. */
+EXPORT CUresult cuDeviceGetCount(int *n)
+{
+	const char *e = getenv("MOCK_DEVICE_COUNT");
+	*n = e && e[0] ? atoi(e) : 1;
+	return 0;
+}
+
 /* ptx_nparams counts the .param entries of .entry name in a PTX text. */
 static int ptx_nparams(const char *ptx, const char *name)
 {
@@ -268,16 +276,25 @@ static struct {
 	size_t size;
 } hostregs[64];
 static int nhostregs;
+/* The log line carries the range's first u64 (first=), so a test can tell
+ * which memory was registered; MOCK_FAIL_HOSTREG_FIRST=<value> makes the
+ * registration of a range whose first u64 is that value fail. */
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags)
 {
-	if (p == NULL || size == 0 || !(flags & 2) || nhostregs == 64)
+	if (p == NULL || size < 8 || !(flags & 2) || nhostregs == 64)
 		return 1;
 	for (int i = 0; i < nhostregs; i++)
 		if (hostregs[i].host == p)
 			return 712; /* CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED */
+	unsigned long long first = *(volatile uint64_t *)p;
+	const char *fail = getenv("MOCK_FAIL_HOSTREG_FIRST");
+	if (fail && fail[0] && strtoull(fail, NULL, 0) == first) {
+		fprintf(stderr, "mock: hostreg failed size=%zu first=%#llx\n", size, first);
+		return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+	}
 	hostregs[nhostregs].host = p, hostregs[nhostregs++].size = size;
-	fprintf(stderr, "mock: hostreg dev=%#llx size=%zu\n", (unsigned long long)((uintptr_t)p + MOCK_DEVMAP_OFFSET),
-		size);
+	fprintf(stderr, "mock: hostreg dev=%#llx size=%zu first=%#llx\n",
+		(unsigned long long)((uintptr_t)p + MOCK_DEVMAP_OFFSET), size, first);
 	return 0;
 }
 EXPORT CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flags)
@@ -609,7 +626,7 @@ static const struct entry table[] = {
 	{"cuMemHostRegister", (void *)cuMemHostRegister_v2, NULL},
 	{"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2, NULL},
 	{"cuMemAlloc", (void *)cuMemAlloc_v2, NULL}, {"cuMemFree", (void *)cuMemFree_v2, NULL},
-	{"cuMemsetD8", (void *)cuMemsetD8_v2, NULL}, E(cuCtxGetDevice), E(cuModuleLoad), E(cuModuleLoadData),
+	{"cuMemsetD8", (void *)cuMemsetD8_v2, NULL}, E(cuCtxGetDevice), E(cuDeviceGetCount), E(cuModuleLoad), E(cuModuleLoadData),
 	E(cuModuleLoadDataEx), E(cuModuleLoadFatBinary), E(cuModuleGetFunction), E(cuLibraryLoadData),
 	E(cuLibraryLoadFromFile), E(cuLibraryGetKernel), E(cuKernelGetFunction), E(cuFuncGetName),
 	P(cuLaunchKernel), {"cuLaunchKernelEx", (void *)internal_launch_ex, (void *)cuLaunchKernelEx_ptsz},
