@@ -70,7 +70,44 @@
 //     (dropped, counted), -E2BIG (larger than a slot, counted) or -ENOENT
 //     (ring not attached). Records have slot type RingRecordType (0).
 //   - Direct value loads (global data, src = BPF_PSEUDO_MAP_VALUE) give
-//     base + 512 + offset.
+//     base + 512 + offset (a kernel map: base + offset).
+//
+// # Kernel maps
+//
+// A plain array (type 2) with BPF_F_MMAPABLE (jit.MapFlagMmapable) is a
+// kernel map: the collector creates it in Linux and loads the object's host
+// programs against it; the application maps the map's fd and registers it
+// with the device. Its global holds the device address of that mapping,
+// which has no shm header: the value of key k is at base +
+// k*align8(value_size) (Linux's mmapable array layout). Lookups and updates
+// compile inline like a 1503 array's (NULL / -E2BIG out of range, NULL /
+// -E2BIG while the global is 0, delete -EINVAL); no mailbox request is made.
+// Other host maps keep the mailbox path.
+//
+// Freshness: the pointer a lookup returns goes to the program, whose loads
+// through it are generic weak loads (ld, default cache operator .ca). The
+// PTX memory model gives a weak load no guarantee of observing a write by
+// another agent without synchronisation, and in practice the SM's L1 can
+// serve a line it cached earlier in the same launch; L1 is not kept
+// coherent with host writes but starts each launch clean. So a program
+// sees what the host wrote before the launch began (launchlate's case: the
+// uprobe on cudaLaunchKernel runs before the launch is queued); a host
+// write during a long kernel may reach threads late. The loads this package
+// emits itself where the host writes concurrently (the clock offset, the
+// mailbox, ring tails) are ld.relaxed.sys (ld.volatile has the same
+// synchronisation semantics, per the PTX ISA), which is never served stale.
+// How fresh kernel-map values are on real hardware is to be measured on the
+// GPU machine.
+//
+// # Clock
+//
+// bpf_ktime_get_ns (helper 5) is CLOCK_MONOTONIC, like Linux's: r0 =
+// %globaltimer + offset, where offset (an i64, CLOCK_MONOTONIC −
+// %globaltimer, kept current by the collector from its clock calibration)
+// is read with ld.relaxed.sys at the address in PREFIX_clock (GlobalClock).
+// While PREFIX_clock is 0 (no clock region) it returns %globaltimer
+// unchanged, so host and GPU timestamps then differ by the clocks' offset.
+// With Options.Conformance, id 5 is bpf_conformance's "unwind" instead.
 //
 // PREFIX_launch_id holds the launch id for helper 606; PREFIX_mailbox the
 // device address of the host-call mailbox region.
@@ -92,7 +129,8 @@
 //
 // # Helpers inline
 //
-// 14 pid_tgid = Options.PidTgid; 502 %globaltimer; 503/504/505/508 store
+// 5 ktime_get_ns (above); 14 pid_tgid = Options.PidTgid; 502 %globaltimer;
+// 503/504/505/508 store
 // %ctaid/%ntid/%tid/%nctaid x, y, z through r1, r2, r3; 506 membar.sys;
 // 509/510/511 %smid/%warpid/%laneid. Warp helpers work over the active
 // lanes (activemask): 600 leader = lowest active lane; 601/602/603
