@@ -103,6 +103,17 @@ func (a *Array) AddUint64(key, lane, delta uint64) (uint64, error) {
 	return atomic.AddUint64(p, delta), nil
 }
 
+// StoreUint64 atomically stores v in the first 8 bytes of the value of key
+// for lane (a value the GPU reads while the host updates it).
+func (a *Array) StoreUint64(key, lane, v uint64) error {
+	p, err := a.word(key, lane)
+	if err != nil {
+		return err
+	}
+	atomic.StoreUint64(p, v)
+	return nil
+}
+
 func (a *Array) word(key, lane uint64) (*uint64, error) {
 	if a.valueSize < 8 {
 		return nil, fmt.Errorf("shm: %v value size is %d bytes, an 8-byte counter does not fit", a.kind, a.valueSize)

@@ -98,6 +98,15 @@ func TestArrayCounters(t *testing.T) {
 	if v := binary.LittleEndian.Uint64(ma.Region().Bytes()[DataOffset+(1*8+7)*8:]); v != 8000 {
 		t.Fatalf("raw layout: %d", v)
 	}
+	if err := a.StoreUint64(2, 3, 0xfeedface); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := ma.Uint64(2, 3); err != nil || v != 0xfeedface {
+		t.Fatalf("after StoreUint64: %#x, %v", v, err)
+	}
+	if err := a.StoreUint64(1<<40, 0, 1); err == nil {
+		t.Fatal("StoreUint64 out of range: no error")
+	}
 	small, err := CreateArray(KindArray, 4, 2, 0)
 	if err != nil {
 		t.Fatal(err)
