@@ -98,10 +98,10 @@ func TestArrayCounters(t *testing.T) {
 	if v := binary.LittleEndian.Uint64(ma.Region().Bytes()[DataOffset+(1*8+7)*8:]); v != 8000 {
 		t.Fatalf("raw layout: %d", v)
 	}
-	if err := a.StoreUint64(2, 3, 0xfeedface); err != nil {
+	if err := a.StoreUint64(0, 3, 0xfeedface); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := ma.Uint64(2, 3); err != nil || v != 0xfeedface {
+	if v, err := ma.Uint64(0, 3); err != nil || v != 0xfeedface {
 		t.Fatalf("after StoreUint64: %#x, %v", v, err)
 	}
 	if err := a.StoreUint64(1<<40, 0, 1); err == nil {
