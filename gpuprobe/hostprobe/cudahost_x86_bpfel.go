@@ -48,6 +48,7 @@ const (
 	cudahostProgExitPlain   = "exit_plain"
 	cudahostProgExitStack2  = "exit_stack2"
 	cudahostProgExitStack3  = "exit_stack3"
+	cudahostVarWakeupBytes  = "wakeup_bytes"
 )
 
 // loadCudahost returns the embedded CollectionSpec for cudahost.
@@ -119,6 +120,7 @@ type cudahostMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudahostVariableSpecs struct {
+	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // cudahostObjects contains all objects after they have been loaded into the kernel.
@@ -158,6 +160,7 @@ func (m *cudahostMaps) Close() error {
 //
 // It can be passed to loadCudahostObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudahostVariables struct {
+	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // cudahostPrograms contains all programs after they have been loaded into the kernel.

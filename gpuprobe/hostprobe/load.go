@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
@@ -30,6 +31,7 @@ var ErrClosed = errors.New("hostprobe: probes are closed")
 const (
 	DefaultRingSize   = 4 << 20 // bytes of the events ring buffer
 	DefaultMaxPending = 16384   // calls in flight tracked between entry and return
+	DefaultMaxDelay   = 50 * time.Millisecond
 )
 
 // Options configure Load. The zero value gives the defaults.
@@ -41,6 +43,11 @@ type Options struct {
 	// oldest are evicted first, so a thread that dies mid-call leaks
 	// nothing for good (0: DefaultMaxPending).
 	MaxPending int
+	// MaxDelay is the longest an event waits in the ring buffer before
+	// Read returns it (0: DefaultMaxDelay, at most 10 s). The kernel wakes
+	// the reader only once an eighth of the ring is filled: waking it on
+	// every event would cost each probed call microseconds more.
+	MaxDelay time.Duration
 
 	// perfLinks forces one perf-event uprobe per symbol even where the
 	// kernel has uprobe_multi links (tests of the fallback).
@@ -50,11 +57,12 @@ type Options struct {
 // Probes is the loaded eBPF collection: attach it to libraries with
 // Attach, read its records with Read, release it with Close.
 type Probes struct {
-	coll   *ebpf.Collection
-	multi  bool // attach with uprobe_multi links
-	drops  *ebpf.Map
-	ring   *ringbuf.Reader
-	closed atomic.Bool
+	coll     *ebpf.Collection
+	multi    bool // attach with uprobe_multi links
+	maxDelay time.Duration
+	drops    *ebpf.Map
+	ring     *ringbuf.Reader
+	closed   atomic.Bool
 
 	readMu sync.Mutex // one Read at a time: guards rec
 	rec    ringbuf.Record
@@ -73,7 +81,7 @@ func Load(opts Options) (*Probes, error) {
 	if runtime.GOARCH != "amd64" {
 		return nil, fmt.Errorf("hostprobe: the probes are built for x86-64, this is %s: %w", runtime.GOARCH, ErrUnsupported)
 	}
-	ring, pending, err := opts.sizes()
+	ring, pending, delay, err := opts.sizes()
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +97,9 @@ func Load(opts Options) (*Probes, error) {
 	}
 	spec.Maps[cudahostMapEvents].MaxEntries = uint32(ring)
 	spec.Maps[cudahostMapEntries].MaxEntries = uint32(pending)
+	if err := spec.Variables[cudahostVarWakeupBytes].Set(uint64(ring / 8)); err != nil {
+		return nil, fmt.Errorf("hostprobe: setting wakeup_bytes: %w", err)
+	}
 	// uprobe_multi (Linux 6.6) attaches a program to many functions with
 	// one link and detaches them with one RCU wait; perf-event uprobes
 	// (one per function, Linux 5.15 for the cookie) wait once each, about
@@ -108,25 +119,31 @@ func Load(opts Options) (*Probes, error) {
 		coll.Close()
 		return nil, fmt.Errorf("hostprobe: opening the events ring buffer: %w", err)
 	}
-	return &Probes{coll: coll, multi: multi, drops: coll.Maps[cudahostMapDrops], ring: rd, files: map[fileKey]*Attachment{}}, nil
+	return &Probes{coll: coll, multi: multi, maxDelay: delay, drops: coll.Maps[cudahostMapDrops], ring: rd, files: map[fileKey]*Attachment{}}, nil
 }
 
-func (o Options) sizes() (ring, pending int, err error) {
-	ring, pending = o.RingSize, o.MaxPending
+func (o Options) sizes() (ring, pending int, delay time.Duration, err error) {
+	ring, pending, delay = o.RingSize, o.MaxPending, o.MaxDelay
 	if ring == 0 {
 		ring = DefaultRingSize
 	}
 	if pending == 0 {
 		pending = DefaultMaxPending
 	}
+	if delay == 0 {
+		delay = DefaultMaxDelay
+	}
 	page := os.Getpagesize()
 	if ring < page || ring&(ring-1) != 0 || ring > 1<<30 {
-		return 0, 0, fmt.Errorf("hostprobe: Options.RingSize %d must be a power of two from the page size (%d) to 1 GiB", o.RingSize, page)
+		return 0, 0, 0, fmt.Errorf("hostprobe: Options.RingSize %d must be a power of two from the page size (%d) to 1 GiB", o.RingSize, page)
 	}
 	if pending < 1 || pending > 1<<24 {
-		return 0, 0, fmt.Errorf("hostprobe: Options.MaxPending %d must be 1..%d", o.MaxPending, 1<<24)
+		return 0, 0, 0, fmt.Errorf("hostprobe: Options.MaxPending %d must be 1..%d", o.MaxPending, 1<<24)
 	}
-	return ring, pending, nil
+	if delay < 0 || delay > 10*time.Second {
+		return 0, 0, 0, fmt.Errorf("hostprobe: Options.MaxDelay %v must be 0 (default) to 10s", o.MaxDelay)
+	}
+	return ring, pending, delay, nil
 }
 
 // Capability bits (linux/capability.h).

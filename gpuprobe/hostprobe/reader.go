@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
 )
@@ -46,7 +47,8 @@ func (p *Probes) kernelDrops() uint64 {
 	return n
 }
 
-// Read waits for the next event and appends it to dst encoded as one
+// Read waits for the next event (at most Options.MaxDelay after the kernel
+// wrote it) and appends it to dst encoded as one
 // record (record.HostCall or record.KernelName), ready for the
 // translator. When ctx is done, Read still returns the events already in
 // the ring buffer, then ctx's error: a cancelled ctx drains. After Close,
@@ -64,9 +66,14 @@ func (p *Probes) Read(ctx context.Context, dst []byte) ([]byte, error) {
 	stop := context.AfterFunc(ctx, func() { _ = p.ring.Flush() })
 	defer stop()
 	for {
+		// The kernel wakes us only once the ring fills up to its
+		// threshold: the deadline picks up the rest within MaxDelay.
+		p.ring.SetDeadline(time.Now().Add(p.maxDelay))
 		err := p.ring.ReadInto(&p.rec)
 		switch {
 		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue
 		case errors.Is(err, ringbuf.ErrFlushed):
 			if ctx.Err() != nil {
 				return dst, ctx.Err()

@@ -7,7 +7,8 @@
  * stack arguments or the launch-config struct they point to) are saved in
  * an LRU hash keyed by thread and API; at return one event with entry and
  * exit times, the raw arguments and the return value goes out through a BPF
- * ring buffer. Go (decode.go) turns raw words into record.HostCall and
+ * ring buffer, waking the reader only when wakeup_bytes are pending.
+ * Go (decode.go) turns raw words into record.HostCall and
  * record.KernelName. A full ring drops the event and counts it in `drops`.
  * A call whose thread dies never returns: its entry stays in the LRU hash
  * until newer calls evict it.
@@ -106,6 +107,19 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
+/* Wake the reader only once this many bytes wait in the ring (set by Go;
+ * 0: on every event). A wakeup per event costs the probed thread about as
+ * much as the probe itself on a small machine; the reader polls with a
+ * deadline for the rest. */
+volatile const __u64 wakeup_bytes = 0;
+
+static __always_inline __u64 submit_flags(void)
+{
+	if (!wakeup_bytes)
+		return 0;
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline void count_drop(void)
 {
 	__u32 zero = 0;
@@ -177,7 +191,7 @@ static __always_inline int emit_name(struct pt_regs *ctx, __u32 api, struct entr
 	/* NAME_CAP+2 bytes: up to NAME_CAP+1 characters, so a name longer than
 	 * NAME_CAP is seen as such and flagged truncated in Go. */
 	ev->name_len = bpf_probe_read_user_str(ev->name, NAME_CAP + 2, (void *)e->regs[2]);
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, submit_flags());
 	return 0;
 }
 
@@ -221,7 +235,7 @@ static __always_inline int on_exit(struct pt_regs *ctx, __u32 api, int shape)
 	}
 	__builtin_memcpy(ev->regs, e->regs, sizeof(ev->regs));
 	__builtin_memcpy(ev->extra, e->extra, sizeof(ev->extra));
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, submit_flags());
 	bpf_map_delete_elem(&entries, &k);
 	return 0;
 }

@@ -30,6 +30,9 @@ enum {
 };
 
 #define BPF_ANY 0
+#define BPF_RB_NO_WAKEUP 1
+#define BPF_RB_FORCE_WAKEUP 2
+#define BPF_RB_AVAIL_DATA 0
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
@@ -41,6 +44,7 @@ static long (*bpf_probe_read_user_str)(void *dst, __u32 size, const void *unsafe
 static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
 static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;
 static __u64 (*bpf_get_attach_cookie)(void *ctx) = (void *)174;
+static __u64 (*bpf_ringbuf_query)(void *ringbuf, __u64 flags) = (void *)134;
 
 /* The registers at a uprobe: the layout of the x86-64 UAPI struct pt_regs,
  * which is also the kernel's (the program context of a uprobe). */
