@@ -60,7 +60,8 @@ bin/gpuprobe: $(GO_BUILD_SRCS) go.mod go.sum
 	@mkdir -p bin
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe
 
-generate: ## regenerate mdatagen code from receiver/metadata.yaml
+generate: ## regenerate mdatagen code and the host probes' bpf2go bindings
+	$(GO) generate ./gpuprobe/hostprobe
 	@if [[ -f receiver/metadata.yaml ]]; then \
 		$(GO) tool mdatagen receiver/metadata.yaml; \
 	else \
