@@ -103,17 +103,29 @@ EXPORT CUresult cuDriverGetVersion(int *v)
 static __thread int cur_device;
 EXPORT void mock_set_device(int d) { cur_device = d; }
 
+/* The current device: mock_set_device's, else MOCK_CURRENT_DEVICE, else 0. */
 EXPORT CUresult cuCtxGetDevice(int *d)
 {
-	*d = cur_device;
+	static int env = -1;
+	int e = __atomic_load_n(&env, __ATOMIC_RELAXED);
+	if (e < 0) {
+		const char *s = getenv("MOCK_CURRENT_DEVICE");
+		e = s && s[0] ? atoi(s) : 0;
+		__atomic_store_n(&env, e, __ATOMIC_RELAXED);
+	}
+	*d = cur_device ? cur_device : e;
 	return 0;
 }
 
-/* Devices the process sees: MOCK_DEVICE_COUNT, default 1. */
+/* Devices the process sees: MOCK_DEVICE_COUNT, default 1; a negative count
+ * fails like a driver not initialised yet (CUDA_ERROR_NOT_INITIALIZED). */
 EXPORT CUresult cuDeviceGetCount(int *n)
 {
 	const char *e = getenv("MOCK_DEVICE_COUNT");
-	*n = e && e[0] ? atoi(e) : 1;
+	int c = e && e[0] ? atoi(e) : 1;
+	if (c < 0)
+		return 3;
+	*n = c;
 	return 0;
 }
 
