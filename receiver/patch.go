@@ -63,7 +63,15 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding {
 	out := map[string]patcher.Binding{}
 	for i, o := range offers {
-		if o.Role != agent.RoleMap {
+		switch o.Role {
+		case agent.RoleKernelMap:
+			out[o.Name] = patcher.Binding{Region: uint32(i), Lanes: 1}
+			continue
+		case agent.RoleClock:
+			out[patcher.ClockBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
+			continue
+		case agent.RoleMap:
+		default:
 			continue
 		}
 		b := patcher.Binding{Region: uint32(i), Lanes: uint64(o.Region.Header().Lanes)}

@@ -61,6 +61,7 @@ type source struct {
 	warpsCons                              *shm.Consumer
 	warpsDropped                           uint64
 	bind                                   map[string]patcher.Binding // map name → region in the client's WELCOME
+	clock                                  *shm.Array                 // the client's clock region (role 6), or nil
 }
 
 // gpuReceiver is the instance shared by the traces and metrics handles.
@@ -89,6 +90,8 @@ type gpuReceiver struct {
 	col      *progmaps.Collector  // user maps → pdata (poll goroutine only)
 	retired  []*progmaps.Instance // map regions of gone applications, reported once more then closed
 	mapStats progmaps.Counters    // last counters seen, for deltas
+	host     *hostSide            // uprobes and host programs in Linux
+	mapper   *clock.Mapper
 }
 
 func newReceiver(set receiver.Settings, cfg *config.Config) (*gpuReceiver, error) {
@@ -136,24 +139,29 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	r.driver = detectDriver(r.cfg.HostProbes.LibraryPaths)
 	logDriverOnce(r.log, r.driver, r.cfg)
 
+	r.host = startHost(r.log, r.cfg)
 	mapper := clock.New()
+	r.mapper = mapper
 	if off, err := monoOffset(); err == nil {
 		mapper.SetMonoOffset(off)
 	}
 	r.tr = translate.New(translate.Options{
-		MaxKernelNames:     r.cfg.Limits.MaxKernelNames,
-		MaxPendingLaunches: r.cfg.Limits.MaxPendingLaunches,
-		LaunchTimeout:      r.cfg.Limits.LaunchTimeout,
-		CompletionGrace:    2 * r.cfg.PollInterval,
-		SampleOneIn:        r.cfg.Sampling.OneIn,
-		MinDuration:        r.cfg.Sampling.MinDuration,
-		ExpectWarps:        r.cfg.Probes.KernelPhases && r.driver.found,
-		Filter:             filter,
-		Demangle:           demangle.Short,
-		ServiceName:        r.cfg.Resource.ServiceName,
-		Clock:              mapper,
-		PerThreadSeries:    r.cfg.Limits.PerThreadSeries,
-		MaxThreadSeries:    r.cfg.Limits.MaxThreadSeries,
+		MaxKernelNames:       r.cfg.Limits.MaxKernelNames,
+		MaxPendingLaunches:   r.cfg.Limits.MaxPendingLaunches,
+		LaunchTimeout:        r.cfg.Limits.LaunchTimeout,
+		CompletionGrace:      2 * r.cfg.PollInterval,
+		SampleOneIn:          r.cfg.Sampling.OneIn,
+		MinDuration:          r.cfg.Sampling.MinDuration,
+		ExpectWarps:          r.cfg.Probes.KernelPhases && r.driver.found,
+		Filter:               filter,
+		Demangle:             demangle.Short,
+		ServiceName:          r.cfg.Resource.ServiceName,
+		Clock:                mapper,
+		PerThreadSeries:      r.cfg.Limits.PerThreadSeries,
+		MaxThreadSeries:      r.cfg.Limits.MaxThreadSeries,
+		HostProbes:           r.host.probes != nil,
+		HostCallGrace:        max(r.cfg.HostProbes.HostCallGrace, time.Nanosecond),
+		NoApproximateKernels: !r.cfg.HostProbes.ApproximateKernels,
 	})
 	r.col = progmaps.NewCollector(progmaps.CollectorOptions{
 		MaxMapKeys:      r.cfg.Limits.MaxMapKeys,
@@ -165,6 +173,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	})
 	if err := r.listen(); err != nil {
 		r.tel.Shutdown()
+		_ = r.host.close()
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -231,8 +240,16 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 		}
 		offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: probes.KernelPhasesRingMap, Region: warps.Region()})
 	}
+	offers = append(offers, r.host.offers()...)
+	clk, err := newClockRegion()
+	if err != nil {
+		r.log.Debug("gpuprobe: no clock region for a client; its GPU programs' bpf_ktime_get_ns is %globaltimer", zap.Error(err))
+	} else {
+		offers = append(offers, agent.Offer{Role: agent.RoleClock, Name: "clock", Region: clk.Region()})
+	}
 	s := r.addSource(ring, true, maps, names)
 	r.mu.Lock()
+	s.clock = clk
 	if warps != nil {
 		s.warps, s.warpsCons = warps, warps.NewConsumer(shm.ConsumerOptions{})
 	}
@@ -317,6 +334,7 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 
 	before := r.tr.Counters()
 	var dropped uint64
+	r.pollHost(now, sources)
 	for _, s := range sources {
 		if s.namesCons != nil {
 			s.namesCons.Read(maxReadPerPoll, func(rec shm.Record) {
@@ -418,13 +436,18 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 				r.log.Debug("gpuprobe: closing a kernel_phases ring", zap.Error(err))
 			}
 		}
+		if s.clock != nil {
+			if err := s.clock.Close(); err != nil {
+				r.log.Debug("gpuprobe: closing a clock region", zap.Error(err))
+			}
+		}
 	}
 }
 
 // selfMetrics are the receiver's own counters in the metrics stream.
 func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 	c := r.tr.Counters()
-	return []translate.SelfMetric{
+	return append([]translate.SelfMetric{
 		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead + r.mapStats.Records},
 		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, or invalid).", Value: r.dropped},
 		{Name: "gpuprobe.receiver.launches.evicted", Unit: "{launch}", Desc: "Launches emitted before all their records arrived.", Value: c.LaunchesEvicted + c.LaunchesExpired},
@@ -432,7 +455,7 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched.Load()},
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr.Load()},
-	}
+	}, r.hostSelfMetrics()...)
 }
 
 func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
@@ -446,13 +469,16 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 			live = append(live, s.maps)
 		}
 	}
+	if r.host != nil && r.host.maps != nil {
+		live = append(live, r.host.maps)
+	}
 	r.mu.Unlock()
 	defer closeInstances(r.log, retired)
 	if mc == nil {
 		return
 	}
 	md := r.tr.Metrics(now, r.selfMetrics())
-	if len(r.defs) > 0 {
+	if len(live)+len(retired) > 0 {
 		sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
 		r.col.AppendMetrics(sm, append(live, retired...), now)
 	}
@@ -492,6 +518,9 @@ func (r *gpuReceiver) shutdown(ctx context.Context) error {
 	r.retired = nil
 	r.mu.Unlock()
 	closeInstances(r.log, retired)
+	if err := r.host.close(); err != nil {
+		errs = append(errs, fmt.Errorf("gpuprobe: closing host probes: %w", err))
+	}
 	return errors.Join(errs...)
 }
 

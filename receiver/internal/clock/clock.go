@@ -125,18 +125,20 @@ func (m *Mapper) MonoToReal(monoNS uint64) (uint64, bool) {
 	return uint64(int64(monoNS) + m.monoOff), true
 }
 
-// MonoMinusGPU returns CLOCK_MONOTONIC − %globaltimer of dev at GPU time
-// gpuNS (the offset a GPU program adds to %globaltimer to get
-// bpf_ktime_get_ns); ok is false before dev's first calibration.
-func (m *Mapper) MonoMinusGPU(dev uint32, gpuNS uint64) (int64, bool) {
-	real, ok := m.GPUToReal(dev, gpuNS)
-	if !ok {
-		return 0, false
-	}
+// MonoMinusGPU returns CLOCK_MONOTONIC − %globaltimer of dev at host time
+// monoNS: the offset a GPU program adds to %globaltimer to get
+// bpf_ktime_get_ns. ok is false before dev's first calibration.
+func (m *Mapper) MonoMinusGPU(dev uint32, monoNS uint64) (int64, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.haveMono {
+	d := m.devices[dev]
+	if d == nil || d.n == 0 || !m.haveMono {
 		return 0, false
 	}
-	return int64(real) - m.monoOff - int64(gpuNS), true
+	// The GPU time at monoNS (slope 1 is close enough to pick the point),
+	// then the fitted line there.
+	realNow := int64(monoNS) + m.monoOff
+	gpu := uint64(int64(d.x0) + realNow - int64(d.y0) - int64(math.Round(d.a)))
+	real := int64(d.y0) + int64(math.Round(d.a+d.slope*float64(int64(gpu-d.x0))))
+	return real - m.monoOff - int64(gpu), true
 }
