@@ -67,9 +67,10 @@ type Probes struct {
 	readMu sync.Mutex // one Read at a time: guards rec
 	rec    ringbuf.Record
 
-	mu       sync.Mutex // guards files, dropped0
-	files    map[fileKey]*Attachment
-	dropped0 uint64 // drops counted when the map was closed
+	mu        sync.Mutex // guards files, dropped0, dropsDone
+	files     map[fileKey]*Attachment
+	dropped0  uint64 // drops counted just before the map was closed
+	dropsDone bool   // dropped0 is final
 
 	read, decodeErrs atomic.Uint64
 }
@@ -221,7 +222,7 @@ func (p *Probes) Close() error {
 	}
 	errs := []error{p.ring.Close()}
 	p.mu.Lock()
-	p.dropped0 = p.kernelDrops()
+	p.dropped0, p.dropsDone = p.kernelDrops(), true
 	for k, a := range p.files {
 		errs = append(errs, a.close())
 		delete(p.files, k)

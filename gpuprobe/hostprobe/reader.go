@@ -26,7 +26,7 @@ func (p *Probes) Stats() Stats {
 	s := Stats{Read: p.read.Load(), DecodeErrors: p.decodeErrs.Load()}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed.Load() {
+	if p.dropsDone {
 		s.Dropped = p.dropped0
 	} else {
 		s.Dropped = p.kernelDrops()
