@@ -1,0 +1,184 @@
+package receiver
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+// standinDir holds the STAND-IN libcuda/libcudart and the application that
+// calls them (gpuprobe/hostprobe/testdata/standin): they export the same
+// symbols and signatures as NVIDIA's libraries and do no GPU work.
+const standinDir = "../gpuprobe/hostprobe/testdata/standin"
+
+// buildStandin builds the stand-in libraries and application into a new
+// directory and returns it.
+func buildStandin(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	gcc := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("gcc", append([]string{"-O2", "-Wall", "-Werror", "-fno-ipa-icf", "-I", standinDir}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	src := func(n string) string { return filepath.Join(standinDir, n) }
+	cuda, rt := filepath.Join(d, "libcuda.so.1"), filepath.Join(d, "libcudart.so.13")
+	gcc("-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", cuda, src("standin_libcuda.c"))
+	gcc("-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", rt, src("standin_libcudart.c"), cuda)
+	gcc("-o", filepath.Join(d, "standin_app"), src("standin_app.c"), rt, cuda, "-Wl,-rpath,"+d, "-lpthread")
+	return d
+}
+
+// TestHostProbesThroughReceiver runs the receiver with host_probes on and
+// the stand-in libraries as its only library path, starts the stand-in
+// application after the receiver (a process the watcher never saw), and
+// checks the spans: one host call span per API the application called, in
+// the application's process, and approximate kernel spans for its launches
+// (it runs without the shim) under their launch calls.
+func TestHostProbesThroughReceiver(t *testing.T) {
+	dir := buildStandin(t)
+	cfg := testConfig(t)
+	cfg.HostProbes.Enabled = true
+	cfg.HostProbes.LibraryPaths = []string{dir}
+	cfg.HostProbes.Ldconfig = false
+	cfg.HostProbes.ScanInterval = 0
+	cfg.HostProbes.HostCallGrace = 20 * time.Millisecond
+	cfg.Limits.LaunchTimeout = 200 * time.Millisecond
+	tr, mr, traces, metrics := startBoth(t, cfg)
+	defer mr.Shutdown(context.Background())
+	defer tr.Shutdown(context.Background())
+
+	r := tr.(*handle).r
+	waitFor(t, "both stand-in libraries attached", func() bool { return r.host.stats().libraries == 2 })
+
+	out, err := exec.Command(filepath.Join(dir, "standin_app"), "all").Output()
+	if err != nil {
+		t.Fatalf("standin_app all: %v", err)
+	}
+	pid := -1
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "pid="); ok {
+			pid, _ = strconv.Atoi(v)
+		}
+	}
+	if pid <= 0 {
+		t.Fatalf("standin_app printed no pid: %q", out)
+	}
+
+	// Every API the host probes know is called once by "all".
+	want := map[string]bool{"cudaLaunchKernel": true, "cuLaunchKernel": true, "cudaMemcpy": true, "cuMemAlloc_v2": true,
+		"cudaFree": true, "cuCtxSynchronize": true, "cudaStreamSynchronize": true, "cuGraphLaunch": true}
+	var got map[string]int
+	var approx, approxParented int
+	waitFor(t, "host call spans of every category", func() bool {
+		got, approx, approxParented = hostSpans(traces.AllTraces(), int64(pid))
+		for n := range want {
+			if got[n] == 0 {
+				return false
+			}
+		}
+		return approx > 0
+	})
+	// cuLaunchKernel is also called by the runtime stand-in's
+	// cudaLaunchKernel, as the real runtime does.
+	want["cuLaunchKernel"] = false
+	for n, once := range want {
+		if once && got[n] != 1 {
+			t.Errorf("%s: %d spans, want 1 (all: %v)", n, got[n], got)
+		}
+	}
+	if got["cuLaunchKernel"] < 2 {
+		t.Errorf("cuLaunchKernel: %d spans, want the direct call and the runtime's", got["cuLaunchKernel"])
+	}
+	if approxParented != approx {
+		t.Errorf("%d of %d approximate kernel spans have a host launch call as parent", approxParented, approx)
+	}
+	waitFor(t, "host self-metrics", func() bool {
+		return selfValue(metrics, "gpuprobe.receiver.host_calls.read") > 0 &&
+			selfValue(metrics, "gpuprobe.receiver.host_probes.libraries") == 2
+	})
+	if d := selfValue(metrics, "gpuprobe.receiver.host_calls.dropped"); d != 0 {
+		t.Errorf("host_calls.dropped = %d", d)
+	}
+}
+
+// hostSpans counts the host call spans of pid by name, its approximate
+// kernel spans, and those whose parent is a host launch call.
+func hostSpans(all []ptrace.Traces, pid int64) (names map[string]int, approx, parented int) {
+	names = map[string]int{}
+	launchCalls := map[[8]byte]bool{}
+	var approxParents [][8]byte
+	for _, td := range all {
+		for i := range td.ResourceSpans().Len() {
+			rs := td.ResourceSpans().At(i)
+			if v, ok := rs.Resource().Attributes().Get("process.pid"); !ok || v.Int() != pid {
+				continue
+			}
+			for j := range rs.ScopeSpans().Len() {
+				ss := rs.ScopeSpans().At(j).Spans()
+				for k := range ss.Len() {
+					s := ss.At(k)
+					if c, ok := s.Attributes().Get("cuda.api.category"); ok {
+						names[s.Name()]++
+						if c.Str() == "launch" {
+							launchCalls[s.SpanID()] = true
+						}
+					}
+					if v, ok := s.Attributes().Get("cuda.kernel.approximate"); ok && v.Bool() {
+						approx++
+						approxParents = append(approxParents, s.ParentSpanID())
+					}
+				}
+			}
+		}
+	}
+	for _, p := range approxParents {
+		if launchCalls[p] {
+			parented++
+		}
+	}
+	return names, approx, parented
+}
+
+// selfValue is the latest value of a self-metric (a sum) in the sink.
+func selfValue(sink *consumertest.MetricsSink, name string) int64 {
+	all := sink.AllMetrics()
+	for i := len(all) - 1; i >= 0; i-- {
+		rms := all[i].ResourceMetrics()
+		for a := range rms.Len() {
+			sms := rms.At(a).ScopeMetrics()
+			for b := range sms.Len() {
+				ms := sms.At(b).Metrics()
+				for c := range ms.Len() {
+					m := ms.At(c)
+					if m.Name() == name && m.Type() == pmetric.MetricTypeSum && m.Sum().DataPoints().Len() > 0 {
+						return m.Sum().DataPoints().At(0).IntValue()
+					}
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
