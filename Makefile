@@ -60,6 +60,14 @@ bin/gpuprobe: $(GO_BUILD_SRCS) go.mod go.sum
 	@mkdir -p bin
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe
 
+# The in-application shim (bin/libgpuprobe.so) and its test binary.
+-include shim/shim.mk
+
+# The cgo GPU check binary (run on the GPU machine by the gpu-* scripts).
+bin/gpuprobe-gpucheck: $(GO_BUILD_SRCS) go.mod go.sum
+	@mkdir -p bin
+	CGO_ENABLED=1 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe-gpucheck
+
 generate: ## regenerate mdatagen code and the host probes' bpf2go bindings
 	$(GO) generate ./gpuprobe/hostprobe
 	@if [[ -f receiver/metadata.yaml ]]; then \
@@ -125,11 +133,11 @@ e2e: bin/gpuprobe bin/otelcol-gpuprobe backends ## end-to-end test against real 
 # ---- GPU machine -----------------------------------------------------------
 
 # Runs on the GPU machine without Go, from the prebuilt binaries in bin/.
-gpu-test: ## GPU conformance + SASS comparison from prebuilt bin/ (no Go needed)
+gpu-test: ## every GPU check from prebuilt bin/ (no Go needed); PARTS=samples,bench,... selects parts
 	bash scripts/gpu-test.sh
 
 # Everything gpu-test needs, in one archive to carry to the GPU machine.
-gpu-bundle: bin/gpuprobe bin/otelcol-gpuprobe $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
+gpu-bundle: bin/gpuprobe bin/otelcol-gpuprobe bin/libgpuprobe.so bin/gpuprobe-gpucheck $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
 	bash scripts/gpu-bundle.sh build/gpu-bundle.tar.gz
 
 # ---- performance and fuzzing ------------------------------------------------
@@ -148,4 +156,4 @@ distclean: clean ## also remove the project-local tool cache
 	rm -rf .cache
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
