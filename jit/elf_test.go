@@ -38,7 +38,7 @@ func TestLoadELFObjects(t *testing.T) {
 			u64Map("thread_runs", jit.MapTypePerThreadArray, 1),
 			u64Map("block_threads", jit.MapTypeGPUArray, 1024)}}}},
 		{"launchlate", []wantProg{
-			{"launch_gpu", jit.ProbeEntry, vectorAdd, []jit.Map{
+			{"launch_gpu", jit.ProbeEntry, "vectorAdd", []jit.Map{
 				{Name: "launch_clock", Type: jit.MapTypeArray, KeySize: 4, ValueSize: 8, MaxEntries: 2, Flags: 1 << 10},
 				u64Map("delay_log2_ns", jit.MapTypeGPUArray, 64)}},
 			{"launch_host", jit.ProbeUprobe, "libcudart.so:cudaLaunchKernel", []jit.Map{

@@ -50,8 +50,8 @@ func TestCompile(t *testing.T) {
 		{
 			name: "GPU and host halves", object: "launchlate", rc: 0,
 			stdout: []string{
-				"// program launch_gpu: section \"kprobe/_Z9vectorAddPKfS0_Pf\", entry probe of kernel _Z9vectorAddPKfS0_Pf",
-				"verifier: accepted (66 instructions, 1 function, 1 loop",
+				"// program launch_gpu: section \"kprobe/vectorAdd\", entry probe of kernel vectorAdd",
+				"verifier: accepted (63 instructions, 1 function, 1 loop",
 				".func (.param .b64 __ret) gpuprobe_launch_gpu(",
 				"// program launch_host: section \"uprobe/libcudart.so:cudaLaunchKernel\", uprobe on libcudart.so:cudaLaunchKernel",
 				"host program: loaded into Linux",

@@ -43,7 +43,7 @@ int launch_host(void *ctx)
 	return 0;
 }
 
-SEC("kprobe/_Z9vectorAddPKfS0_Pf")
+SEC("kprobe/vectorAdd")
 int launch_gpu(void *ctx)
 {
 	u64 tx, ty, tz;
