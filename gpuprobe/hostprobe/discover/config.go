@@ -56,7 +56,7 @@ func fromConfigPath(key, p string) ([]Library, error) {
 	}
 	source := "config " + key
 	if !fi.IsDir() {
-		l, err := libraryFile(p, source, true)
+		l, err := libraryFile(p, source, KindUnknown, true)
 		if err != nil {
 			return nil, err
 		}
@@ -75,7 +75,7 @@ func fromConfigPath(key, p string) ([]Library, error) {
 		if KindOfName(e.Name()) == KindUnknown {
 			continue
 		}
-		l, err := libraryFile(filepath.Join(p, e.Name()), source, false)
+		l, err := libraryFile(filepath.Join(p, e.Name()), source, KindUnknown, false)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -91,10 +91,10 @@ func fromConfigPath(key, p string) ([]Library, error) {
 	return libs, errors.Join(errs...)
 }
 
-// libraryFile resolves symlinks in path and classifies the file: by its
-// name (the link's or the target's), else, when bySymbols, by the CUDA
-// entry points it defines.
-func libraryFile(path, source string, bySymbols bool) (Library, error) {
+// libraryFile resolves symlinks in path and classifies the file: as hint
+// when that is known (ldconfig's soname), else by its name (the link's or
+// the target's), else, when bySymbols, by the CUDA entry points it defines.
+func libraryFile(path, source string, hint Kind, bySymbols bool) (Library, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return Library{}, err
@@ -103,7 +103,10 @@ func libraryFile(path, source string, bySymbols bool) (Library, error) {
 	if err != nil {
 		return Library{}, err
 	}
-	kind := KindOfName(path)
+	kind := hint
+	if kind == KindUnknown {
+		kind = KindOfName(path)
+	}
 	if kind == KindUnknown {
 		kind = KindOfName(real)
 	}

@@ -5,6 +5,8 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sync"
 )
 
@@ -51,15 +53,19 @@ func inspectELF(path string) (info elfInfo, err error) {
 			err = fmt.Errorf("%s: malformed ELF: %v", path, r)
 		}
 	}()
-	f, err := elf.Open(path)
+	file, err := os.Open(path)
 	if err != nil {
-		var fe *elf.FormatError
-		if errors.As(err, &fe) {
-			return elfInfo{}, fmt.Errorf("%s: %w (%v)", path, errNotELF, fe)
-		}
 		return elfInfo{}, err
 	}
-	defer f.Close()
+	defer file.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(file, magic[:]); err != nil || string(magic[:]) != elf.ELFMAG {
+		return elfInfo{}, fmt.Errorf("%s: %w", path, errNotELF)
+	}
+	f, err := elf.NewFile(file)
+	if err != nil {
+		return elfInfo{}, fmt.Errorf("%s: malformed ELF: %w", path, err)
+	}
 	info.executable = f.Type == elf.ET_EXEC
 	if f.Type == elf.ET_DYN {
 		for _, p := range f.Progs {

@@ -209,7 +209,6 @@ func requireRoot(t testing.TB) {
 	}
 }
 
-
 func containsAll(s string, subs ...string) bool {
 	for _, sub := range subs {
 		if !strings.Contains(s, sub) {

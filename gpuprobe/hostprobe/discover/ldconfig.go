@@ -26,6 +26,10 @@ type LdconfigEntry struct {
 // ldconfigTimeout bounds one run of ldconfig.
 const ldconfigTimeout = 10 * time.Second
 
+// ldconfigWaitDelay bounds the wait for ldconfig's output to close after
+// it was killed (a child of a wrapper script could hold it open).
+var ldconfigWaitDelay = time.Second
+
 // ldconfigCandidates are tried in order; the last one is looked up in PATH.
 var ldconfigCandidates = []string{"/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"}
 
@@ -46,6 +50,7 @@ func FromLdconfig(ctx context.Context) ([]Library, error) {
 	cmd := exec.CommandContext(ctx, bin, "-p")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
+	cmd.WaitDelay = ldconfigWaitDelay
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("ldconfig: %s -p: %w (stderr: %q)", bin, err, strings.TrimSpace(stderr.String()))
@@ -91,17 +96,13 @@ func librariesFromLdconfig(entries []LdconfigEntry, goarch string) []Library {
 	seen := map[Key]bool{}
 	for _, e := range entries {
 		kind := KindOfName(e.Name)
-		if kind == KindUnknown {
-			kind = KindOfName(e.Path)
-		}
 		if kind == KindUnknown || (want != "" && !hasFlag(e.Flags, want)) {
 			continue
 		}
-		l, err := libraryFile(e.Path, "ldconfig", false)
+		l, err := libraryFile(e.Path, "ldconfig", kind, false)
 		if err != nil {
 			continue // stale cache entry or unreadable file
 		}
-		l.Kind = kind
 		if !seen[l.Key()] {
 			seen[l.Key()] = true
 			libs = append(libs, l)
