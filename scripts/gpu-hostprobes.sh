@@ -115,9 +115,9 @@ fi
 sleep 0.5
 row "collector started" ok "$(grep -m1 -o 'host probes[^"]*' "$out/collector.log")"
 
-timeout 120 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so -- "$app" run "$iters" >"$out/shim.txt" 2>"$out/shim.err"
+timeout 120 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so -- "$app" sync "$iters" >"$out/shim.txt" 2>"$out/shim.err"
 rc=$?
-"$out/vectoradd_noshim" run "$iters" >"$out/noshim.txt" 2>"$out/noshim.err"
+"$out/vectoradd_noshim" sync "$iters" >"$out/noshim.txt" 2>"$out/noshim.err"
 rc2=$?
 if [[ $rc == 0 && $rc2 == 0 ]] && cmp -s "$out/shim.txt" "$out/noshim.txt"; then
 	row "apps ran, output identical" ok "$(head -1 "$out/noshim.txt")"

@@ -3,6 +3,7 @@
 // with -cudart shared.
 //
 //   vectoradd run [ITERS]    ITERS × (vectorAdd + scale) on 2^20 floats;
+//   vectoradd sync [ITERS]   the same, synchronising after every kernel
 //                            prints a checksum and "app: launches=2*ITERS"
 //   vectoradd bench [N]      N launches of an empty kernel; prints the host
 //                            time per launch (enqueue only) and
@@ -78,9 +79,16 @@ int main(int argc, char **argv)
 	CHECK(cudaMalloc(&dc, bytes));
 	CHECK(cudaMemcpy(da, a, bytes, cudaMemcpyHostToDevice));
 	CHECK(cudaMemcpy(db, b, bytes, cudaMemcpyHostToDevice));
+	/* "sync": every kernel waits for the previous one to finish, so each
+	 * launch's queueing is its own (host probes' launch latency checks). */
+	int sync = strcmp(mode, "sync") == 0;
 	for (long it = 0; it < iters; it++) {
 		vectorAdd<<<(n + 255) / 256, 256>>>(da, db, dc, n);
+		if (sync)
+			CHECK(cudaDeviceSynchronize());
 		scale<<<(n + 255) / 256, 256>>>(dc, 1.5f, n);
+		if (sync)
+			CHECK(cudaDeviceSynchronize());
 	}
 	CHECK(cudaGetLastError());
 	CHECK(cudaMemcpy(c, dc, bytes, cudaMemcpyDeviceToHost));
