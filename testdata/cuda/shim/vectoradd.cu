@@ -3,8 +3,8 @@
 // with -cudart shared.
 //
 //   vectoradd run [ITERS]    ITERS × (vectorAdd + scale) on 2^20 floats;
-//   vectoradd sync [ITERS]   the same, synchronising after every kernel
 //                            prints a checksum and "app: launches=2*ITERS"
+//   vectoradd sync [ITERS]   the same, synchronising after every kernel
 //   vectoradd bench [N]      N launches of an empty kernel; prints the host
 //                            time per launch (enqueue only) and
 //                            "app: launches=N+1000" (1000 warm-up launches)
