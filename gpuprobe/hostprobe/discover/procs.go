@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -74,6 +75,7 @@ type Scanner struct {
 
 	scanNo uint64
 	pids   map[int]*pidState
+	buf    [4096]byte // /proc/<pid>/stat, read on every scan
 	exes   exeCache
 
 	mu    sync.Mutex
@@ -191,7 +193,7 @@ func (s *Scanner) Scan() ([]Library, error) {
 // whether the process is alive.
 func (s *Scanner) scanPID(pid int, self Key) (parsed, exeChecks, bad uint64, ok bool) {
 	dir := filepath.Join(s.procRoot, strconv.Itoa(pid))
-	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	b, err := readSmall(filepath.Join(dir, "stat"), s.buf[:])
 	if err != nil {
 		if !isGone(err) {
 			s.log.Debug("discover: reading stat", zap.Int("pid", pid), zap.Error(err))
@@ -360,4 +362,45 @@ func (s *Scanner) aggregate() []Library {
 func mkdev(major, minor uint32) uint64 {
 	ma, mi := uint64(major), uint64(minor)
 	return (mi & 0xff) | ((ma & 0xfff) << 8) | ((mi &^ 0xff) << 12) | ((ma &^ 0xfff) << 32)
+}
+
+// readSmall reads a small one-line proc file into buf with three system
+// calls (no stat, no poller registration: this runs for every process on
+// every scan). A file longer than buf is an error.
+func readSmall(path string, buf []byte) ([]byte, error) {
+	fd, err := openRetry(path)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	n := 0
+	for n < len(buf) {
+		m, err := syscall.Read(fd, buf[n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			return buf[:n], nil
+		}
+		n += m
+		// proc files of one line are generated whole by the first read:
+		// a short read ending the line is the end (a second read would
+		// make the kernel generate the text again to find EOF).
+		if n < len(buf) && buf[n-1] == '\n' {
+			return buf[:n], nil
+		}
+	}
+	return nil, fmt.Errorf("%s: longer than %d bytes", path, len(buf))
+}
+
+func openRetry(path string) (int, error) {
+	for {
+		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != syscall.EINTR {
+			return fd, err
+		}
+	}
 }
