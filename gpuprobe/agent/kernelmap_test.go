@@ -151,3 +151,37 @@ func TestKernelMapOfferRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelMapSize: the offered size is the BPF array's mmapable area,
+// which a mapping may not exceed (TestKernelMapOfferRejects).
+func TestKernelMapSize(t *testing.T) {
+	tests := []struct {
+		value, entries uint32
+		want           uint64
+	}{
+		{8, 2, 4096},
+		{12, 2, 4096}, // values are 8-byte aligned: 16 bytes each
+		{8, 512, 4096},
+		{8, 513, 8192},
+		{4, 1024, 8192},
+		{1 << 20, 4096, 1 << 32},
+	}
+	for _, tt := range tests {
+		if got := KernelMapSize(tt.value, tt.entries); got != tt.want {
+			t.Errorf("KernelMapSize(%d, %d) = %d, want %d", tt.value, tt.entries, got, tt.want)
+		}
+	}
+	m := kernelArray(t, 513)
+	s := serveOffers(t, []Offer{{Role: RoleKernelMap, Name: "big", FD: m.FD(), Size: KernelMapSize(8, 513), Kind: shm.KindArray}})
+	sess, err := Dial(s.Path(), Hello{Name: "x"})
+	if err != nil {
+		t.Fatalf("a 513-entry map offered with KernelMapSize: %v", err)
+	}
+	defer sess.Close()
+	if err := m.Update(uint32(512), uint64(99), ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.LittleEndian.Uint64(sess.Raw(RoleKernelMap, "big")[512*8:]); got != 99 {
+		t.Fatalf("key 512 through the mapping = %d, want 99", got)
+	}
+}

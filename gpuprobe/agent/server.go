@@ -70,6 +70,14 @@ func (o Offer) descriptor() (RegionInfo, int, error) {
 // pageSize is the unit of headerless regions' sizes.
 const pageSize = 4096
 
+// KernelMapSize is the Size to offer for a BPF_F_MMAPABLE array of
+// maxEntries values of valueSize bytes: its mmapable bytes, max_entries ×
+// round_up(value_size, 8) rounded up to the page size (Linux's layout).
+func KernelMapSize(valueSize, maxEntries uint32) uint64 {
+	n := uint64(maxEntries) * ((uint64(valueSize) + 7) &^ 7)
+	return (n + pageSize - 1) &^ (pageSize - 1)
+}
+
 // Callbacks connect the server to its owner (the receiver).
 type Callbacks struct {
 	// Connect is called after a client's handshake passed; it returns the
