@@ -87,7 +87,9 @@ static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_perf_event_output)(void *ctx, void *map, __u64 flags,
 				     void *data, __u64 size) = (void *)25;
 
-/* Host programs only (uprobe/...): not part of the GPU ABI. */
+/* CLOCK_MONOTONIC ns. On the GPU: %globaltimer plus the collector's
+ * calibrated offset, so host and GPU programs share one clock (without a
+ * clock region it is %globaltimer alone). */
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 
 /* bpftime's GPU helpers. */
