@@ -107,6 +107,9 @@
 // is read with ld.relaxed.sys at the address in PREFIX_clock (GlobalClock).
 // While PREFIX_clock is 0 (no clock region) it returns %globaltimer
 // unchanged, so host and GPU timestamps then differ by the clocks' offset.
+// Each call reads host memory over the bus (one load, about a PCIe round
+// trip: to be measured on the GPU machine), so where only GPU-side
+// differences matter get_globaltimer (502) is cheaper.
 // With Options.Conformance, id 5 is bpf_conformance's "unwind" instead.
 //
 // PREFIX_launch_id holds the launch id for helper 606; PREFIX_mailbox the
