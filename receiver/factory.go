@@ -45,6 +45,7 @@ func createTraces(_ context.Context, set receiver.Settings, cfg component.Config
 		return nil, err
 	}
 	h.r.setTraces(next)
+	h.detach = func() { h.r.setTraces(nil) }
 	return h, nil
 }
 
@@ -54,5 +55,6 @@ func createMetrics(_ context.Context, set receiver.Settings, cfg component.Confi
 		return nil, err
 	}
 	h.r.setMetrics(next)
+	h.detach = func() { h.r.setMetrics(nil) }
 	return h, nil
 }

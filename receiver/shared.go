@@ -45,9 +45,13 @@ type handle struct {
 		start(ctx context.Context, host component.Host) error
 		stop(ctx context.Context, wasStarted bool) error
 	}
-	mu   sync.Mutex
-	up   bool
-	down bool
+	// detach stops the shared receiver from sending this signal once its
+	// handle is shut down: the collector may stop this signal's exporters
+	// while the other signal's handle keeps the receiver running.
+	detach func()
+	mu     sync.Mutex
+	up     bool
+	down   bool
 }
 
 // Start starts the shared receiver if this is its first started handle.
@@ -72,7 +76,11 @@ func (h *handle) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	h.down = true
-	return h.e.stop(ctx, h.up)
+	err := h.e.stop(ctx, h.up) // the last handle drains to its consumer first
+	if h.detach != nil {
+		h.detach()
+	}
+	return err
 }
 
 // acquire returns a new handle on the instance for k, building it with mk if
