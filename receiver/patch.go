@@ -41,6 +41,9 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 			return nil, fmt.Errorf("gpuprobe: programs[%d] (%s): %w", i, pc.Path, err)
 		}
 		for _, p := range ps {
+			if !p.IsGPU() {
+				continue // host programs are loaded into Linux (hostprobes.go)
+			}
 			if len(pc.Attach) == 0 || slices.Contains(pc.Attach, p.Name) {
 				progs = append(progs, p)
 			}
