@@ -57,7 +57,6 @@ nfail=0
 
 row() { # SAMPLE CONFIG CHECK RESULT DETAIL
 	rows+=("$(printf '%-17s %-10s %-38s %-4s %s' "$1" "$2" "$3" "$4" "$5")")
-	echo "${rows[-1]}" >&2 # progress, in case the caller's time runs out
 	[[ $4 == FAIL ]] && failed=1 && nfail=$((nfail + 1))
 	printf '==> %-17s %-10s %-38s %-4s %s\n' "$1" "$2" "$3" "$4" "$5"
 }
