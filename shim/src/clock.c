@@ -7,10 +7,13 @@
  * across CPUs), the shim reads the TSC (rdtsc, about 10 ns) and converts
  * ticks to CLOCK_MONOTONIC ns with a line fitted between two anchors, each
  * a clock_gettime/rdtsc pair: the first taken when the library loads, the
- * next at least 50 ms later, then one about every second. Until the first
- * fit, and on other clocksources or architectures, timestamps are
- * clock_gettime. The fit's error is a few ns per second of drift, far below
- * the microseconds the records resolve.
+ * next at least 5 ms later (a fit good to a few ppm, so that short-lived
+ * processes and the first launches get the cheap path soon), then one at
+ * least 50 ms later, then one about every second. Until the first fit, and
+ * on other clocksources or architectures, timestamps are clock_gettime;
+ * while the first fit is pending, whether it is due is checked with the
+ * TSC, not a third clock_gettime per launch. The fit's error is a few ns
+ * per second of drift, far below the microseconds the records resolve.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -55,21 +58,57 @@ __attribute__((constructor)) static void gp_clock_init(void)
 	gp_tsc_pending = 1;
 }
 
+/* The first fit spans at least GP_CAL_FIRST_NS, the second GP_CAL_NEXT_NS,
+ * later ones about GP_CAL_EVERY_NS. */
+#define GP_CAL_FIRST_NS 5000000ull
+#define GP_CAL_NEXT_NS 50000000ull
+#define GP_CAL_EVERY_NS 1000000000ull
+/* A rough rate needs this much time after the load anchor. */
+#define GP_CAL_RATE_NS 1000000ull
+
+/* gp_first_due: the TSC value at which the first fit is due, estimated
+ * from the load anchor and a pair at least GP_CAL_RATE_NS later (0: not
+ * yet), so that the pending check is one rdtsc instead of a clock read. */
+static uint64_t gp_first_due;
+
+/* gp_first_pending reports whether the first fit is not due yet. */
+static int gp_first_pending(void)
+{
+	uint64_t due = __atomic_load_n(&gp_first_due, __ATOMIC_RELAXED);
+	if (due != 0)
+		return __builtin_ia32_rdtsc() < due;
+	uint64_t m = gp_now(), c = __builtin_ia32_rdtsc();
+	uint64_t dm = m - gp_anchor.mono, dc = c - gp_anchor.tsc;
+	if (m < gp_anchor.mono || c < gp_anchor.tsc || dm < GP_CAL_RATE_NS)
+		return 1; /* too early for a rate: clock reads until then */
+	due = gp_anchor.tsc + (uint64_t)((unsigned __int128)dc * GP_CAL_FIRST_NS / dm);
+	__atomic_store_n(&gp_first_due, due, __ATOMIC_RELAXED);
+	return c < due;
+}
+
 GP_HIDDEN void gp_recalibrate(void)
 {
 	uint64_t m, c;
-	if (!gp_tsc_usable || gp_now() - gp_anchor.mono < 50000000u ||
-	    __atomic_exchange_n(&gp_cal_busy, 1, __ATOMIC_ACQUIRE))
+	if (!gp_tsc_usable)
+		return;
+	int first = !__atomic_load_n(&gp_tsc_on, __ATOMIC_ACQUIRE);
+	uint64_t span = first ? GP_CAL_FIRST_NS : GP_CAL_NEXT_NS;
+	if (first && gp_first_pending())
+		return;
+	if (gp_now() - gp_anchor.mono < span || __atomic_exchange_n(&gp_cal_busy, 1, __ATOMIC_ACQUIRE))
 		return;
 	gp_pair(&m, &c);
 	uint64_t dm = m - gp_anchor.mono, dc = c - gp_anchor.tsc;
-	if (m > gp_anchor.mono && c > gp_anchor.tsc && dm >= 50000000u) {
+	if (m > gp_anchor.mono && c > gp_anchor.tsc && dm >= span) {
 		uint32_t next = gp_cal_cur ^ 1;
 		struct gp_cal *k = &gp_cals[next];
 		k->mono = m;
 		k->tsc = c;
 		k->mult = (uint64_t)(((unsigned __int128)dm << 32) / dc);
-		k->recal = k->mult ? (uint64_t)(((unsigned __int128)1000000000u << 32) / k->mult) : ~0ull;
+		/* The first fit is refitted after GP_CAL_NEXT_NS, later ones
+		 * after GP_CAL_EVERY_NS (in ticks). */
+		uint64_t every = first ? GP_CAL_NEXT_NS : GP_CAL_EVERY_NS;
+		k->recal = k->mult ? (uint64_t)(((unsigned __int128)every << 32) / k->mult) : ~0ull;
 		__atomic_store_n(&gp_cal_cur, next, __ATOMIC_RELEASE);
 		__atomic_store_n(&gp_tsc_on, 1, __ATOMIC_RELEASE);
 		__atomic_store_n(&gp_tsc_pending, 0, __ATOMIC_RELEASE);
