@@ -104,7 +104,10 @@ static struct gp_entry *gp_find(uint64_t key, int create)
 static void gp_publish(struct gp_entry *e, struct gp_name *n)
 {
 	__atomic_store_n(&e->name, n, __ATOMIC_RELEASE);
-	__atomic_store_n(&e->gen, 0, __ATOMIC_RELEASE); /* announce (again) */
+	/* Announce (again): a launch skips the name record while pub equals
+	 * the session generation, so both are reset. */
+	__atomic_store_n(&e->pub, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->gen, 0, __ATOMIC_RELEASE);
 }
 
 GP_HIDDEN void gp_name_set(uint64_t handle, uint64_t module, const char *name)
