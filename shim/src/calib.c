@@ -80,6 +80,7 @@ static struct {
 	CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			   CUstream, void **, void **);
 	CUresult (*stream_sync)(CUstream);
+	CUresult (*capture_mode)(int *); /* cuThreadExchangeStreamCaptureMode */
 	int looked, ok;
 } gp_cal_drv;
 
@@ -110,6 +111,7 @@ static void gp_cal_init(void)
 	S(stream_create, "cuStreamCreate");
 	S(launch, "cuLaunchKernel");
 	S(stream_sync, "cuStreamSynchronize");
+	S(capture_mode, "cuThreadExchangeStreamCaptureMode");
 #undef S
 	gp_cal_drv.ok = gp_cal_drv.ctx_get_current && gp_cal_drv.ctx_get_device && gp_cal_drv.mod_load_data &&
 			gp_cal_drv.mod_get_function && gp_cal_drv.host_alloc && gp_cal_drv.host_dev_ptr &&
@@ -158,6 +160,11 @@ GP_HIDDEN void gp_calibrate(void)
 			break;
 		}
 	}
+	/* A module may load lazily while the application captures a graph in
+	 * global mode; our module load, launch and sync would invalidate that
+	 * capture. CU_STREAM_CAPTURE_MODE_RELAXED (2) for this thread makes
+	 * them legal; the application's mode is restored below. */
+	int mode = 2, relaxed = gp_cal_drv.capture_mode != NULL && gp_cal_drv.capture_mode(&mode) == CUDA_SUCCESS;
 	uint64_t now = gp_now();
 	if (c == NULL || c->broken || (c->ctx == ctx && now - c->last < GP_CAL_EVERY_NS))
 		goto out;
@@ -203,8 +210,20 @@ GP_HIDDEN void gp_calibrate(void)
 		.uncertainty_ns = w > 0xffffffffu ? 0xffffffffu : (uint32_t)w,
 	};
 	gp_produce(ring, GP_REC_CALIBRATION, &rec, sizeof rec);
+	/* Seed the clock region (CLOCK_MONOTONIC - %globaltimer, read by GPU
+	 * programs' bpf_ktime_get_ns) at once: the collector's refined value
+	 * comes a poll later, after the first kernels may have run. */
+	for (uint32_t i = 0; i < gp_nregions; i++) {
+		struct gp_region *g = &gp_regions[i];
+		if (g->role == GP_ROLE_CLOCK && g->host != NULL && g->size >= GPBR_DATA_OFFSET + 8) {
+			uint64_t *p = (uint64_t *)((char *)g->host + GPBR_DATA_OFFSET);
+			__atomic_store_n(p, c->blk[2] - c->blk[1], __ATOMIC_RELEASE);
+		}
+	}
 	GP_TRACE("calibration: device %d gpu-mono %lld ns (+/- %llu ns)", dev,
 		 (long long)(c->blk[1] - c->blk[2]), (unsigned long long)w);
 out:
+	if (relaxed)
+		gp_cal_drv.capture_mode(&mode);
 	__atomic_store_n(&gp_cal_busy, 0, __ATOMIC_RELEASE);
 }

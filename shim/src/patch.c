@@ -53,6 +53,7 @@ static struct {
 	CUresult (*lib_global)(CUdeviceptr *, size_t *, CUlibrary, const char *);
 	CUresult (*mod_unload)(CUmodule);
 	CUresult (*lib_unload)(CUlibrary);
+	CUresult (*capture_mode)(int *); /* cuThreadExchangeStreamCaptureMode */
 	int looked;
 } gp_drv;
 
@@ -75,6 +76,7 @@ static void gp_drv_init(void)
 	S(lib_global, "cuLibraryGetGlobal");
 	S(mod_unload, "cuModuleUnload");
 	S(lib_unload, "cuLibraryUnload");
+	S(capture_mode, "cuThreadExchangeStreamCaptureMode");
 #undef S
 	gp_drv.looked = 1;
 }
@@ -575,6 +577,12 @@ GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module)
 		return 0;
 	const char *why = "loading the patched PTX";
 	int err = r;
+	/* CUDA 13's runtime loads a module at its first launch, which may be
+	 * inside a global-mode stream capture: binding (host registration,
+	 * allocations, copies) would invalidate the application's capture.
+	 * CU_STREAM_CAPTURE_MODE_RELAXED (2) for this thread makes it legal;
+	 * the application's mode is restored after. */
+	int mode = 2, relaxed = gp_drv.capture_mode != NULL && gp_drv.capture_mode(&mode) == CUDA_SUCCESS;
 	if (r == CUDA_SUCCESS && module != 0 && (err = gp_bind(pp, module, &why)) == 0)
 		GP_TRACE("%s: loaded the patched image (%zu bytes), handle %p", pp->api, pp->image_size, (void *)module);
 	else if (r == CUDA_SUCCESS && module != 0) {
@@ -583,6 +591,8 @@ GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module)
 		else if (!pp->lib && gp_drv.mod_unload)
 			gp_drv.mod_unload((CUmodule)module);
 	}
+	if (relaxed)
+		gp_drv.capture_mode(&mode);
 	if (err)
 		gp_fail(pp->api, why, err);
 	munmap(pp->image, pp->image_size);
