@@ -2,6 +2,7 @@ package translate
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -82,6 +83,9 @@ func (t *Translator) processName(pid uint32) string {
 	} else {
 		n = ProcName(pid)
 	}
+	if n == "" {
+		return "" // gone or unreadable: not cached, a later record may know it
+	}
 	if len(t.procs) > 4096 {
 		clear(t.procs)
 	}
@@ -89,9 +93,15 @@ func (t *Translator) processName(pid uint32) string {
 	return n
 }
 
-// ProcName reads the executable name of pid from /proc/PID/comm ("" if gone).
+// ProcName returns the executable name of pid: the base name of
+// /proc/PID/exe, else /proc/PID/comm (cut at 15 bytes by the kernel), ""
+// if the process is gone.
 func ProcName(pid uint32) string {
-	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/comm")
+	dir := "/proc/" + strconv.FormatUint(uint64(pid), 10)
+	if exe, err := os.Readlink(dir + "/exe"); err == nil && exe != "" {
+		return filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
+	}
+	b, err := os.ReadFile(dir + "/comm")
 	if err != nil {
 		return ""
 	}

@@ -280,6 +280,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dh.Decode(rec); err != nil {
 			return err
 		}
+		t.processName(t.dh.PID) // while the process is alive: spans are built later
 		t.onHostCall(&t.dh, now)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
@@ -383,6 +384,7 @@ func (t *Translator) kernelOf(src uint32, fn uint64) *kernel {
 func (t *Translator) LastDevice(src uint32) uint32 { return t.lastDev[src] }
 
 func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
+	t.processName(r.PID) // while the process is alive: spans are built later
 	if d, ok := t.lastDev[src]; !ok || d != r.Device {
 		if len(t.lastDev) >= 4096 {
 			clear(t.lastDev)
