@@ -134,6 +134,9 @@ col_pid=
 bin/gpuprobe tracecheck --traces "$out/traces.json" --metrics "$out/metrics.json" \
 	--nested-exe vectoradd_shim --approx-exe vectoradd_noshim --launches "${want:-0}" \
 	--launchlate "${LAUNCHLATE_METRIC:-gpuprobe.map.delay_log2_ns}" >"$out/tracecheck.txt" 2>&1
+gzip -k "$out/traces.json" "$out/metrics.json"
+mkdir -p "$out/first"
+mv "$out"/*.json.gz "$out/first/"
 while IFS= read -r line; do
 	[[ $line == check* || -z $line ]] && continue
 	name=${line:0:44}
@@ -145,6 +148,7 @@ done <"$out/tracecheck.txt"
 # not, interleaved rounds; ns per launch as the app measures it.
 loop() { "$out/vectoradd_loop" bench 100000 | sed -n 's/.*ns_per_launch=\([0-9.]*\).*/\1/p'; }
 plain=() probed=()
+sed -i "s|$out/traces.json|$out/loop-traces.json|; s|$out/metrics.json|$out/loop-metrics.json|" "$out/config.yaml"
 for r in $(seq "$rounds"); do
 	plain+=("$(loop)")
 	bin/otelcol-gpuprobe --config "$out/config.yaml" >>"$out/collector2.log" 2>&1 &

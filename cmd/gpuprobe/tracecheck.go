@@ -150,6 +150,11 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 	t := &checkTable{w: stdout}
 	fmt.Fprintf(stdout, "%-44s %-5s %s\n", "check", "result", "detail")
 	t.row("spans read", len(spans) > 0, "%d spans in %s", len(spans), *traces)
+	procs := map[string]int{}
+	for _, s := range spans {
+		procs[fmt.Sprintf("%s(%d)", s.exe, s.pid)]++
+	}
+	t.row("processes (spans each)", true, "%v", procs)
 
 	inNested := func(s *span) bool {
 		return (*nestedPID != 0 && s.pid == *nestedPID) || (*nestedExe != "" && s.exe == *nestedExe)
