@@ -48,7 +48,11 @@ row() {
 
 finish() {
 	[[ -n $col_pid ]] && kill "$col_pid" 2>/dev/null
-	[[ -n ${OUT:-} ]] && cp -r "$out" "$OUT/" 2>/dev/null
+	if [[ -n ${OUT:-} ]]; then
+		mkdir -p "$OUT/gpu-hostprobes"
+		cp "$out"/*.txt "$out"/*.log "$out"/*.yaml "$OUT/gpu-hostprobes/" 2>/dev/null
+		cp -r "$out/first" "$OUT/gpu-hostprobes/" 2>/dev/null
+	fi
 	echo
 	printf '%-44s %-5s %s\n' "check" "result" "detail"
 	printf '%s\n' "${rows[@]}"
