@@ -25,5 +25,7 @@ shim: bin/libgpuprobe.so ## build the in-application shim bin/libgpuprobe.so
 shim-test: ## the shim's tests (mock driver, real agent socket)
 	$(GO) test -count=1 ./shim
 
+# SHIM_BENCH_BASELINE=/path/libgpuprobe.so: another build measured in the
+# same rounds (before/after figures).
 shim-bench: ## what a wrapped launch costs (mock driver), ns per launch
-	$(GO) test -run '^$$' -bench LaunchOverhead -benchtime 10000000x -count 5 ./shim
+	GPUPROBE_BENCH_BASELINE=$(SHIM_BENCH_BASELINE) $(GO) test -run '^$$' -bench LaunchOverhead -benchtime 10000000x -count 5 ./shim

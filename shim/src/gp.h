@@ -327,7 +327,7 @@ static inline void gp_stamp_end(struct gp_stamp *s)
 #endif
 	s->t1 = gp_now();
 	if (GP_UNLIKELY(gp_tsc_pending))
-		gp_recalibrate(); /* the first fit, 50 ms or more after load */
+		gp_recalibrate(); /* the first fit, 5 ms or more after load */
 }
 
 /* handles.c */
