@@ -38,13 +38,19 @@ GP_HIDDEN int gp_ndev;
 
 GP_HIDDEN uint32_t gp_device_slow(void)
 {
+	static CUresult (*count)(int *);
+	static int looked;
 	int n = __atomic_load_n(&gp_ndev, __ATOMIC_ACQUIRE);
 	if (n == 0) {
-		CUresult (*count)(int *) = (CUresult(*)(int *))gp_cuda_sym("cuDeviceGetCount");
+		if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+			__atomic_store_n(&count, (CUresult(*)(int *))gp_cuda_sym("cuDeviceGetCount"), __ATOMIC_RELEASE);
+			__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+		}
 		int c = 0;
-		if (count == NULL)
+		CUresult (*fn)(int *) = __atomic_load_n(&count, __ATOMIC_ACQUIRE);
+		if (fn == NULL)
 			n = 2;
-		else if (count(&c) == CUDA_SUCCESS)
+		else if (fn(&c) == CUDA_SUCCESS)
 			n = c == 1 ? 1 : 2;
 		/* else: not initialised yet; ask again at the next record */
 		if (n != 0) {
