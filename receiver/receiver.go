@@ -308,7 +308,15 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	for {
 		select {
 		case <-ctx.Done():
-			r.pollOnce(context.Background(), time.Now()) // drain what is there
+			now := time.Now()
+			r.pollOnce(context.Background(), now) // drain what is there
+			// Emit what still waits for records (nothing is lost at
+			// shutdown), then the last metrics.
+			r.tr.Expire(now.Add(r.cfg.Limits.LaunchTimeout + time.Minute))
+			r.mu.Lock()
+			tc := r.traces
+			r.mu.Unlock()
+			r.sendTraces(context.Background(), tc)
 			r.emitMetrics(context.Background(), time.Now())
 			return
 		case now := <-poll.C:
@@ -387,6 +395,11 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 		r.tel.GpuprobeReceiverLaunchesEvicted.Add(ctx, int64(after.LaunchesEvicted-before.LaunchesEvicted+
 			after.LaunchesExpired-before.LaunchesExpired))
 	}
+	r.sendTraces(ctx, tc)
+}
+
+// sendTraces hands the spans built so far to the traces consumer tc.
+func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 	if r.tr.SpanCount() == 0 && r.col.SpanCount() == 0 {
 		return
 	}

@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"context"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,9 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/gpuprobe/gpuprobe/record"
+	"github.com/gpuprobe/gpuprobe/shm"
 )
 
 // TestNoMetricsAfterMetricsShutdown: the collector may shut down the
@@ -59,5 +63,45 @@ func TestNoMetricsAfterMetricsShutdown(t *testing.T) {
 	}
 	if n := late.Load(); n != 0 {
 		t.Fatalf("%d metrics batches sent after the metrics receiver was shut down", n)
+	}
+}
+
+// TestShutdownFlushesPending: launches still waiting for records (here a
+// completion that never comes, with a long launch timeout) are emitted at
+// shutdown, not lost.
+func TestShutdownFlushesPending(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Limits.LaunchTimeout = time.Hour
+	tr, mr, traces, metrics := startBoth(t, cfg)
+	ring, err := shm.CreateRing(cfg.Buffers.SlotSize, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ring.Close()
+	tr.(*handle).r.AddRing(ring)
+	now := monoNow(t)
+	for _, r := range []interface{ Append([]byte) []byte }{
+		&record.KernelName{Function: 1, PID: uint32(os.Getpid()), Name: "_Z4waitv"},
+		&record.Launch{LaunchID: 1, PID: uint32(os.Getpid()), TID: 1, EnqueueNS: now, ReturnNS: now + 100,
+			Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}},
+	} {
+		b := r.Append(nil)
+		p, _ := record.ParsePrefix(b)
+		if res := ring.Produce(uint32(p.Type), b); res != shm.Published {
+			t.Fatalf("produce: %v", res)
+		}
+	}
+	waitFor(t, "the records read", func() bool { return selfValue(metrics, "gpuprobe.receiver.records.read") >= 2 })
+	if traces.SpanCount() != 0 {
+		t.Fatalf("%d spans before shutdown, want 0 (the launch waits for its completion)", traces.SpanCount())
+	}
+	if err := mr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Shutdown(context.Background()); err != nil { // the last handle: drains to the traces consumer
+		t.Fatal(err)
+	}
+	if n := traces.SpanCount(); n != 2 {
+		t.Fatalf("%d spans after shutdown, want 2 (the launch and its launch call)", n)
 	}
 }

@@ -99,6 +99,7 @@ type launch struct {
 	done       bool
 	completed  bool
 	completeAt time.Time
+	warpsAt    time.Time // when Expire first saw every warp in (no completion record yet)
 	completeNS uint64
 	warps      uint64
 	firstStart uint64
@@ -547,6 +548,16 @@ func (t *Translator) Expire(now time.Time) {
 		switch {
 		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace && !t.holdForHost(l, now):
 			t.finish(l, now)
+		case l.have && !l.completed && t.o.ExpectWarps && l.warps >= expectedWarps(&l.rec) &&
+			now.Sub(l.created) < t.o.LaunchTimeout:
+			// Every warp reported: the kernel is over. The shim writes
+			// no completion records, so after a grace for one (a
+			// producer that does write them) the launch is done.
+			if l.warpsAt.IsZero() {
+				l.warpsAt = now
+			} else if now.Sub(l.warpsAt) >= t.o.CompletionGrace && !t.holdForHost(l, now) {
+				t.finish(l, now)
+			}
 		case now.Sub(l.created) >= t.o.LaunchTimeout:
 			if l.have {
 				t.counters.LaunchesExpired++

@@ -416,3 +416,33 @@ func BenchmarkOverloadMemory(b *testing.B) {
 		runtime.KeepAlive(tr)
 	}
 }
+
+// TestFinishWithoutCompletion: the shim writes no completion records; a
+// launch whose warps have all reported is emitted after CompletionGrace
+// (no completion child), not held until LaunchTimeout.
+func TestFinishWithoutCompletion(t *testing.T) {
+	var s stream
+	s.calibrate(0)
+	s.add(&record.KernelName{Function: 0xf, Name: "k"})
+	s.launch(1, 0xf, 10_000, 2, 64, 4, false)
+	tr := newTr(Options{ExpectWarps: true, CompletionGrace: 10 * time.Millisecond, LaunchTimeout: time.Hour})
+	now := time.Now()
+	feed(t, tr, &s, now)
+	steps := []struct {
+		at      time.Duration
+		pending int
+	}{{0, 1}, {5 * time.Millisecond, 1}, {11 * time.Millisecond, 0}}
+	for _, st := range steps {
+		tr.Expire(now.Add(st.at))
+		if tr.Pending() != st.pending {
+			t.Fatalf("after %s: %d pending, want %d", st.at, tr.Pending(), st.pending)
+		}
+	}
+	by := spanByName(tr.TakeTraces())
+	if len(by[SpanExecuting]) != 1 || len(by[SpanCompletion]) != 0 {
+		t.Fatalf("spans %v: want an executing phase and no completion", keys(by))
+	}
+	if c := tr.Counters(); c.LaunchesExpired != 0 {
+		t.Fatalf("counted as expired: %+v", c)
+	}
+}
