@@ -45,6 +45,7 @@ func createTraces(_ context.Context, set receiver.Settings, cfg component.Config
 		return nil, err
 	}
 	h.r.setTraces(next)
+	h.flush = h.r.requestFlush // launches still pending go out before the pipeline stops
 	h.detach = func() { h.r.setTraces(nil) }
 	return h, nil
 }

@@ -91,6 +91,7 @@ type gpuReceiver struct {
 	retired  []*progmaps.Instance // map regions of gone applications, reported once more then closed
 	mapStats progmaps.Counters    // last counters seen, for deltas
 	host     *hostSide            // uprobes and host programs in Linux
+	flushc   chan chan struct{}   // flush requests to the poll loop
 	mapper   *clock.Mapper
 }
 
@@ -177,7 +178,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done = cancel, make(chan struct{})
+	r.cancel, r.done, r.flushc = cancel, make(chan struct{}), make(chan chan struct{})
 	go r.loop(ctx, mapper)
 	return nil
 }
@@ -308,17 +309,12 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	for {
 		select {
 		case <-ctx.Done():
-			now := time.Now()
-			r.pollOnce(context.Background(), now) // drain what is there
-			// Emit what still waits for records (nothing is lost at
-			// shutdown), then the last metrics.
-			r.tr.Expire(now.Add(r.cfg.Limits.LaunchTimeout + time.Minute))
-			r.mu.Lock()
-			tc := r.traces
-			r.mu.Unlock()
-			r.sendTraces(context.Background(), tc)
+			r.flushTraces()
 			r.emitMetrics(context.Background(), time.Now())
 			return
+		case ch := <-r.flushc:
+			r.flushTraces()
+			close(ch)
 		case now := <-poll.C:
 			if off, err := monoOffset(); err == nil {
 				mapper.SetMonoOffset(off)
@@ -329,6 +325,40 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 				r.emitMetrics(ctx, now)
 			}
 		}
+	}
+}
+
+// flushTraces reads what the rings hold and emits every launch still
+// waiting for records, so nothing is lost when the traces pipeline stops.
+func (r *gpuReceiver) flushTraces() {
+	now := time.Now()
+	r.pollOnce(context.Background(), now)
+	r.tr.Expire(now.Add(r.cfg.Limits.LaunchTimeout + time.Minute))
+	r.mu.Lock()
+	tc := r.traces
+	r.mu.Unlock()
+	r.sendTraces(context.Background(), tc)
+}
+
+// requestFlush has the poll loop run flushTraces and waits for it (the
+// traces handle's Shutdown, while the metrics handle keeps the receiver
+// running). It returns at once when the loop is not running.
+func (r *gpuReceiver) requestFlush(ctx context.Context) {
+	if r.flushc == nil || r.done == nil {
+		return
+	}
+	ch := make(chan struct{})
+	select {
+	case r.flushc <- ch:
+	case <-r.done:
+		return
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-ch:
+	case <-r.done:
+	case <-ctx.Done():
 	}
 }
 

@@ -45,9 +45,10 @@ type handle struct {
 		start(ctx context.Context, host component.Host) error
 		stop(ctx context.Context, wasStarted bool) error
 	}
-	// detach stops the shared receiver from sending this signal once its
-	// handle is shut down: the collector may stop this signal's exporters
-	// while the other signal's handle keeps the receiver running.
+	// flush (before stop) and detach (after) end this signal's stream
+	// when its handle is shut down: the collector may stop this signal's
+	// exporters while the other signal's handle keeps the receiver running.
+	flush  func(ctx context.Context)
 	detach func()
 	mu     sync.Mutex
 	up     bool
@@ -76,6 +77,9 @@ func (h *handle) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	h.down = true
+	if h.flush != nil && h.up {
+		h.flush(ctx)
+	}
 	err := h.e.stop(ctx, h.up) // the last handle drains to its consumer first
 	if h.detach != nil {
 		h.detach()

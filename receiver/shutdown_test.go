@@ -105,3 +105,35 @@ func TestShutdownFlushesPending(t *testing.T) {
 		t.Fatalf("%d spans after shutdown, want 2 (the launch and its launch call)", n)
 	}
 }
+
+// TestTracesShutdownFlushes: the collector stops the traces receiver first
+// (its exporters next) while the metrics handle keeps the receiver
+// running; pending launches must reach the traces consumer before.
+func TestTracesShutdownFlushes(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Limits.LaunchTimeout = time.Hour
+	tr, mr, traces, metrics := startBoth(t, cfg)
+	ring, err := shm.CreateRing(cfg.Buffers.SlotSize, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ring.Close()
+	tr.(*handle).r.AddRing(ring)
+	now := monoNow(t)
+	b := (&record.Launch{LaunchID: 1, PID: uint32(os.Getpid()), TID: 1, EnqueueNS: now, ReturnNS: now + 100,
+		Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}}).Append(nil)
+	if res := ring.Produce(uint32(record.TypeLaunch), b); res != shm.Published {
+		t.Fatalf("produce: %v", res)
+	}
+	waitFor(t, "the record read", func() bool { return selfValue(metrics, "gpuprobe.receiver.records.read") >= 1 })
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := traces.SpanCount()
+	if err := mr.Shutdown(context.Background()); err != nil { // before the ring it reads is closed
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d spans after the traces handle's shutdown, want 2", n)
+	}
+}
