@@ -95,6 +95,12 @@ func loadSpans(path string) ([]*span, error) {
 	return out, err
 }
 
+// sameExe matches an executable name, also as the kernel's comm cuts it
+// (15 bytes) when only /proc/PID/comm was readable.
+func sameExe(got, want string) bool {
+	return want != "" && (got == want || (len(got) == 15 && strings.HasPrefix(want, got)))
+}
+
 type checkTable struct {
 	w      io.Writer
 	failed bool
@@ -157,10 +163,10 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 	t.row("processes (spans each)", true, "%v", procs)
 
 	inNested := func(s *span) bool {
-		return (*nestedPID != 0 && s.pid == *nestedPID) || (*nestedExe != "" && s.exe == *nestedExe)
+		return (*nestedPID != 0 && s.pid == *nestedPID) || sameExe(s.exe, *nestedExe)
 	}
 	inApprox := func(s *span) bool {
-		return (*approxPID != 0 && s.pid == *approxPID) || (*approxExe != "" && s.exe == *approxExe)
+		return (*approxPID != 0 && s.pid == *approxPID) || sameExe(s.exe, *approxExe)
 	}
 	if *nestedPID != 0 || *nestedExe != "" {
 		var n, nested, phases, contained int
