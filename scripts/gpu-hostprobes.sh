@@ -172,6 +172,37 @@ echo "plain ${plain[*]}" >"$out/loop.txt"
 echo "probed ${probed[*]}" >>"$out/loop.txt"
 row "launch loop: probed / plain (median ns)" ok "$mq / $mp = ${ratio}x over $rounds rounds"
 
+# One probed call in isolation: the STAND-IN libraries (same symbols as
+# libcuda/libcudart, no GPU work) and their app's loop of cuCtxSynchronize,
+# without and with the collector's host probes attached to them; the
+# collector's CPU time over the probed loop.
+sd=$out/standin
+mkdir -p "$sd"
+S=gpuprobe/hostprobe/testdata/standin
+if gcc -O2 -fno-ipa-icf -I $S -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$sd/libcuda.so.1" $S/standin_libcuda.c &&
+	gcc -O2 -fno-ipa-icf -I $S -shared -fPIC -Wl,-soname,libcudart.so.13 -o "$sd/libcudart.so.13" $S/standin_libcudart.c "$sd/libcuda.so.1" &&
+	gcc -O2 -fno-ipa-icf -I $S -o "$sd/standin_app" $S/standin_app.c "$sd/libcudart.so.13" "$sd/libcuda.so.1" -Wl,-rpath,"$sd" -lpthread; then
+	sed -e "s|scan_interval: 200ms|scan_interval: 0s\n      ldconfig: false\n      library_paths: [$sd]|" -e "/programs:/,+1d" \
+		-e "s|$out/loop-traces.json|$out/standin-traces.json|; s|$out/loop-metrics.json|$out/standin-metrics.json|" \
+		-e "s|$sock|$sd/agent.sock|" "$out/config.yaml" >"$sd/config.yaml"
+	base=$("$sd/standin_app" loop 200000 | sed -n 's/ns_per_call=//p')
+	bin/otelcol-gpuprobe --config "$sd/config.yaml" >"$sd/collector.log" 2>&1 &
+	col_pid=$!
+	for _ in $(seq 100); do grep -q "host probes attached" "$sd/collector.log" && break; sleep 0.05; done
+	sleep 0.5
+	t0=$(awk '{print $14+$15}' /proc/$col_pid/stat)
+	s0=$(date +%s.%N)
+	probed=$("$sd/standin_app" loop 1000000 | sed -n 's/ns_per_call=//p')
+	s1=$(date +%s.%N)
+	sleep 0.3
+	t1=$(awk '{print $14+$15}' /proc/$col_pid/stat)
+	kill -TERM "$col_pid"
+	wait "$col_pid"
+	col_pid=
+	row "uprobe hit (stand-in cuCtxSynchronize)" ok "$probed ns per probed call vs $base ns unprobed (entry + return probe)"
+	row "collector CPU on the probed loop" ok "$(awk -v t=$((t1 - t0)) -v a="$s0" -v b="$s1" -v hz="$(getconf CLK_TCK)" 'BEGIN { d = b - a + 0.3; r = 1e6 / (b - a); printf "%.2f core at %.0f calls/s = %.2f core per 100k calls/s", t / hz / d, r, t / hz / d * 1e5 / r }')"
+fi
+
 if [[ -x bin/hostprobe.test ]]; then
 	(cd gpuprobe/hostprobe 2>/dev/null || cd .; "$root/bin/hostprobe.test" -test.run '^$' -test.bench UprobeHit -test.benchtime 100000x -test.count 3) >"$out/bench.txt" 2>&1
 	row "uprobe hit benchmark" ok "$(grep 'UprobeHit' "$out/bench.txt" | tr -s ' \t' ' ' | tr '\n' ';')"
