@@ -185,14 +185,16 @@ if gcc -O2 -fno-ipa-icf -I $S -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$sd/lib
 	sed -e "s|scan_interval: 200ms|scan_interval: 0s\n      ldconfig: false\n      library_paths: [$sd]|" -e "/programs:/,+1d" \
 		-e "s|$out/loop-traces.json|$out/standin-traces.json|; s|$out/loop-metrics.json|$out/standin-metrics.json|" \
 		-e "s|$sock|$sd/agent.sock|" "$out/config.yaml" >"$sd/config.yaml"
-	base=$("$sd/standin_app" loop 200000 | sed -n 's/ns_per_call=//p')
+	# LD_LIBRARY_PATH first: the GPU machine's own LD_LIBRARY_PATH names the
+	# real libcuda, which would win over the app's RUNPATH.
+	base=$(LD_LIBRARY_PATH=$sd "$sd/standin_app" loop 200000 | sed -n 's/ns_per_call=//p')
 	bin/otelcol-gpuprobe --config "$sd/config.yaml" >"$sd/collector.log" 2>&1 &
 	col_pid=$!
 	for _ in $(seq 100); do grep -q "host probes attached" "$sd/collector.log" && break; sleep 0.05; done
 	sleep 0.5
 	t0=$(awk '{print $14+$15}' /proc/$col_pid/stat)
 	s0=$(date +%s.%N)
-	probed=$("$sd/standin_app" loop 1000000 | sed -n 's/ns_per_call=//p')
+	probed=$(LD_LIBRARY_PATH=$sd "$sd/standin_app" loop 1000000 | sed -n 's/ns_per_call=//p')
 	s1=$(date +%s.%N)
 	sleep 0.3
 	t1=$(awk '{print $14+$15}' /proc/$col_pid/stat)
