@@ -206,7 +206,7 @@ if gcc -O2 -fno-ipa-icf -I $S -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$sd/lib
 fi
 
 if [[ -x bin/hostprobe.test ]]; then
-	(cd gpuprobe/hostprobe 2>/dev/null || cd .; "$root/bin/hostprobe.test" -test.run '^$' -test.bench UprobeHit -test.benchtime 100000x -test.count 3) >"$out/bench.txt" 2>&1
+	(cd gpuprobe/hostprobe 2>/dev/null || cd .; env -u LD_LIBRARY_PATH "$root/bin/hostprobe.test" -test.run '^$' -test.bench UprobeHit -test.benchtime 100000x -test.count 3) >"$out/bench.txt" 2>&1
 	row "uprobe hit benchmark" ok "$(grep 'UprobeHit' "$out/bench.txt" | tr -s ' \t' ' ' | tr '\n' ';')"
 fi
 finish
