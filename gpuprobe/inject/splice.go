@@ -40,7 +40,11 @@ func (k *kernelPlan) add(kind jit.ProbeKind, prog, fn string) {
 	case jit.ProbeEntry:
 		k.entry = append(k.entry, c)
 	case jit.ProbeExit:
-		k.exit = append(k.exit, c)
+		// Exit probes run in reverse order, like deferred calls: the
+		// first program (kernel_phases, which brackets the others)
+		// enters first and leaves last, so its warp window covers the
+		// other programs' probes.
+		k.exit = append([]probeCall{c}, k.exit...)
 	case jit.ProbeMemCapture:
 		k.mem = append(k.mem, c)
 	}
