@@ -42,16 +42,28 @@ type dumpProgs struct {
 	deviceOnly []string
 }
 
-// loadDumpProgs loads the objects' GPU programs (retargeted to target
-// when it is not empty) and then the built-in probe sets, in that order:
-// the objects' exit probes run before kernel_phases', so their times are
-// at most the warp's end.
+// loadDumpProgs loads the built-in probe sets and then the objects' GPU
+// programs (retargeted to target when it is not empty), in that order, as
+// the receiver does: exit probes run in reverse order, so the objects'
+// exit probes run before kernel_phases' and their times are at most the
+// warp's end.
 func loadDumpProgs(builtins, objects []string, target string, lanes, ringSlots uint32) (*dumpProgs, error) {
 	d := &dumpProgs{exits: map[string]exitLayout{}, lanes: lanes, ringSlots: ringSlots}
 	if target != "" {
 		if _, err := filepath.Match(target, ""); err != nil {
 			return nil, fmt.Errorf("--target %q: %w", target, err)
 		}
+	}
+	for _, b := range builtins {
+		ps, err := probes.Load(b)
+		if err != nil {
+			return nil, fmt.Errorf("--probes: %w", err)
+		}
+		if b == probes.KernelPhases {
+			d.phases = true
+			d.deviceOnly = append(d.deviceOnly, probes.KernelPhasesStartMap)
+		}
+		d.progs = append(d.progs, ps...)
 	}
 	for _, obj := range objects {
 		ps, err := jit.LoadELF(obj)
@@ -70,17 +82,6 @@ func loadDumpProgs(builtins, objects []string, target string, lanes, ringSlots u
 			}
 			d.progs = append(d.progs, p)
 		}
-	}
-	for _, b := range builtins {
-		ps, err := probes.Load(b)
-		if err != nil {
-			return nil, fmt.Errorf("--probes: %w", err)
-		}
-		if b == probes.KernelPhases {
-			d.phases = true
-			d.deviceOnly = append(d.deviceOnly, probes.KernelPhasesStartMap)
-		}
-		d.progs = append(d.progs, ps...)
 	}
 	if len(d.progs) == 0 {
 		return nil, fmt.Errorf("--patch: no GPU programs (--probes %q, --programs %q)", strings.Join(builtins, ","), strings.Join(objects, ","))
