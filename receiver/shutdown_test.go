@@ -66,74 +66,57 @@ func TestNoMetricsAfterMetricsShutdown(t *testing.T) {
 	}
 }
 
-// TestShutdownFlushesPending: launches still waiting for records (here a
-// completion that never comes, with a long launch timeout) are emitted at
-// shutdown, not lost.
-func TestShutdownFlushesPending(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Limits.LaunchTimeout = time.Hour
-	tr, mr, traces, metrics := startBoth(t, cfg)
-	ring, err := shm.CreateRing(cfg.Buffers.SlotSize, 64)
-	if err != nil {
-		t.Fatal(err)
+// TestShutdownFlushes: launches still waiting for records (here a
+// completion that never comes, with a long launch timeout) are emitted when
+// the receiver stops, not lost: by the last handle's drain, or by the
+// traces handle's Shutdown while the metrics handle keeps the receiver
+// running (the collector then stops the traces exporters next).
+func TestShutdownFlushes(t *testing.T) {
+	tests := []struct {
+		name        string
+		tracesFirst bool
+	}{
+		{"metrics handle first, traces last", false},
+		{"traces handle first", true},
 	}
-	defer ring.Close()
-	tr.(*handle).r.AddRing(ring)
-	now := monoNow(t)
-	for _, r := range []interface{ Append([]byte) []byte }{
-		&record.KernelName{Function: 1, PID: uint32(os.Getpid()), Name: "_Z4waitv"},
-		&record.Launch{LaunchID: 1, PID: uint32(os.Getpid()), TID: 1, EnqueueNS: now, ReturnNS: now + 100,
-			Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}},
-	} {
-		b := r.Append(nil)
-		p, _ := record.ParsePrefix(b)
-		if res := ring.Produce(uint32(p.Type), b); res != shm.Published {
-			t.Fatalf("produce: %v", res)
-		}
-	}
-	waitFor(t, "the records read", func() bool { return selfValue(metrics, "gpuprobe.receiver.records.read") >= 2 })
-	if traces.SpanCount() != 0 {
-		t.Fatalf("%d spans before shutdown, want 0 (the launch waits for its completion)", traces.SpanCount())
-	}
-	if err := mr.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Shutdown(context.Background()); err != nil { // the last handle: drains to the traces consumer
-		t.Fatal(err)
-	}
-	if n := traces.SpanCount(); n != 2 {
-		t.Fatalf("%d spans after shutdown, want 2 (the launch and its launch call)", n)
-	}
-}
-
-// TestTracesShutdownFlushes: the collector stops the traces receiver first
-// (its exporters next) while the metrics handle keeps the receiver
-// running; pending launches must reach the traces consumer before.
-func TestTracesShutdownFlushes(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Limits.LaunchTimeout = time.Hour
-	tr, mr, traces, metrics := startBoth(t, cfg)
-	ring, err := shm.CreateRing(cfg.Buffers.SlotSize, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ring.Close()
-	tr.(*handle).r.AddRing(ring)
-	now := monoNow(t)
-	b := (&record.Launch{LaunchID: 1, PID: uint32(os.Getpid()), TID: 1, EnqueueNS: now, ReturnNS: now + 100,
-		Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}}).Append(nil)
-	if res := ring.Produce(uint32(record.TypeLaunch), b); res != shm.Published {
-		t.Fatalf("produce: %v", res)
-	}
-	waitFor(t, "the record read", func() bool { return selfValue(metrics, "gpuprobe.receiver.records.read") >= 1 })
-	if err := tr.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	n := traces.SpanCount()
-	if err := mr.Shutdown(context.Background()); err != nil { // before the ring it reads is closed
-		t.Fatal(err)
-	}
-	if n != 2 {
-		t.Fatalf("%d spans after the traces handle's shutdown, want 2", n)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Limits.LaunchTimeout = time.Hour
+			tr, mr, traces, metrics := startBoth(t, cfg)
+			ring, err := shm.CreateRing(cfg.Buffers.SlotSize, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ring.Close()
+			tr.(*handle).r.AddRing(ring)
+			now := monoNow(t)
+			b := (&record.Launch{LaunchID: 1, PID: uint32(os.Getpid()), TID: 1, EnqueueNS: now, ReturnNS: now + 100,
+				Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}}).Append(nil)
+			if res := ring.Produce(uint32(record.TypeLaunch), b); res != shm.Published {
+				t.Fatalf("produce: %v", res)
+			}
+			waitFor(t, "the record read", func() bool { return selfValue(metrics, "gpuprobe.receiver.records.read") >= 1 })
+			if n := traces.SpanCount(); n != 0 {
+				t.Fatalf("%d spans before shutdown, want 0 (the launch waits for its completion)", n)
+			}
+			first, second := mr, tr
+			if tt.tracesFirst {
+				first, second = tr, mr
+			}
+			if err := first.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			n := traces.SpanCount()
+			if err := second.Shutdown(context.Background()); err != nil { // before the ring it reads is closed
+				t.Fatal(err)
+			}
+			if !tt.tracesFirst {
+				n = traces.SpanCount()
+			}
+			if n != 2 {
+				t.Fatalf("%d spans after the traces handle's shutdown, want 2 (the launch and its launch call)", n)
+			}
+		})
 	}
 }
