@@ -387,7 +387,11 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 			_ = r.tr.Handle(s.id, rec.Payload, now) // invalid records are counted
 		})
 		if s.warpsCons != nil {
-			s.warpsCons.Read(maxReadPerPoll, func(rec shm.Record) {
+			// Warp records fold into their pending launch (no pdata per
+			// record), so the whole ring is read each poll: a bound here
+			// only made a busy ring overflow (the last launches of a
+			// burst lost every warp).
+			s.warpsCons.Read(WarpRingSlots, func(rec shm.Record) {
 				_ = r.tr.Handle(s.id, rec.Payload, now)
 			})
 			st, cs := s.warps.Stats(), s.warpsCons.Stats()
