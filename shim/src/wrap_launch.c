@@ -323,8 +323,16 @@ static void gp_graph_collect(const struct gp_graph_api *api, CUgraph g, struct g
 					continue;
 				struct gp_gnode *k = &out->nodes[out->n++];
 				k->node = (uint64_t)nodes[i];
-				k->func = p.func ? (uint64_t)p.func : (uint64_t)p.kern;
+				/* A node captured from a launch through a CUkernel (the
+				 * CUDA 12+ runtime's way) reports the context's
+				 * CUfunction and the CUkernel: the patched-kernel table
+				 * and the name records know the CUkernel. */
+				k->func = p.kern ? (uint64_t)p.kern : (uint64_t)p.func;
 				k->id = gp_graph_node_id(k->func, p.kernelParams, p.extra);
+				if (k->id == 0 && p.kern && p.func) {
+					k->func = (uint64_t)p.func;
+					k->id = gp_graph_node_id(k->func, p.kernelParams, p.extra);
+				}
 				k->grid[0] = p.gridDimX, k->grid[1] = p.gridDimY, k->grid[2] = p.gridDimZ;
 				k->block[0] = p.blockDimX, k->block[1] = p.blockDimY, k->block[2] = p.blockDimZ;
 				k->shmem = p.sharedMemBytes;
