@@ -77,6 +77,9 @@ type Scanner struct {
 	pids   map[int]*pidState
 	buf    [4096]byte // /proc/<pid>/stat, read on every scan
 	exes   exeCache
+	// checked counts ELF inspections per executable (tests: a verdict is
+	// cached even while other processes on the machine come and go).
+	checked map[Key]int
 
 	mu    sync.Mutex
 	stats ScanStats
@@ -292,6 +295,10 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 	info, miss, err := s.exes.get(exe, exePath)
 	if miss {
 		exeChecks = 1
+		if s.checked == nil || len(s.checked) > 4096 {
+			s.checked = map[Key]int{}
+		}
+		s.checked[exe.key()]++
 	}
 	if err != nil || info.kind() != KindStaticRuntime {
 		return libs, exe, exeChecks, bad, nil
