@@ -1,0 +1,127 @@
+package translate
+
+// A launch's end of life: when it is complete enough to emit, and turning
+// it into metrics and spans.
+
+import (
+	"time"
+)
+
+// maybeFinish emits a launch as soon as every record it waits for is in.
+func (t *Translator) maybeFinish(l *launch, now time.Time) {
+	if !l.have || !l.completed {
+		return
+	}
+	if (!t.o.ExpectWarps || l.warps >= expectedWarps(&l.rec)) && !t.holdForHost(l, now) {
+		t.finish(l, now)
+	}
+}
+
+// Expire emits launches that waited long enough: completed ones after the
+// completion grace, any after LaunchTimeout. Call it once per poll.
+func (t *Translator) Expire(now time.Time) {
+	for i := t.qhead; i < len(t.queue); i++ {
+		l := t.queue[i]
+		if l.done {
+			continue
+		}
+		switch {
+		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace && !t.holdForHost(l, now):
+			t.finish(l, now)
+		case l.have && !l.completed && t.o.ExpectWarps && l.warps >= expectedWarps(&l.rec) &&
+			now.Sub(l.created) < t.o.LaunchTimeout:
+			// Every warp reported: the kernel is over. The shim writes
+			// no completion records, so after a grace for one (a
+			// producer that does write them) the launch is done.
+			if l.warpsAt.IsZero() {
+				l.warpsAt = now
+			} else if now.Sub(l.warpsAt) >= t.o.CompletionGrace && !t.holdForHost(l, now) {
+				t.finish(l, now)
+			}
+		case now.Sub(l.created) >= t.o.LaunchTimeout:
+			if l.have {
+				t.counters.LaunchesExpired++
+				t.finish(l, now)
+			} else {
+				t.counters.LaunchesOrphan++
+				l.done = true
+				delete(t.pending, l.key)
+			}
+		}
+	}
+	for t.qhead < len(t.queue) && t.queue[t.qhead].done {
+		t.queue[t.qhead] = nil
+		t.qhead++
+	}
+	t.compactQueue()
+	t.expireHost(now)
+}
+
+// finish turns a launch into metrics and (sampled) spans and forgets it.
+func (t *Translator) finish(l *launch, now time.Time) {
+	l.done = true
+	delete(t.pending, l.key)
+	l.unregister()
+	if !l.have {
+		t.counters.LaunchesOrphan++
+		return
+	}
+	t.counters.LaunchesEmitted++
+	s := l.k.series.dev(l.rec.Device)
+	s.launches++
+	execNS, haveExec := l.execNS()
+	if haveExec {
+		s.exec.Record(float64(execNS) / 1e9)
+	}
+	if q, ok := t.queueNS(l); ok {
+		s.queue.Record(float64(q) / 1e9)
+	}
+	if !sampled(l.key, t.o.SampleOneIn) {
+		t.counters.SpansSampledOut++
+		return
+	}
+	if haveExec && time.Duration(execNS) < t.o.MinDuration {
+		t.counters.SpansSampledOut++
+		return
+	}
+	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < t.o.MinDuration {
+		t.counters.SpansSampledOut++
+		return
+	}
+	t.launchSpans(l)
+}
+
+// execNS is the device execution time: first warp start → last warp end.
+func (l *launch) execNS() (uint64, bool) {
+	if l.warps == 0 {
+		return 0, false
+	}
+	return l.lastEnd - l.firstStart, true
+}
+
+// queueNS is host enqueue → first warp start, through the clock mapping.
+func (t *Translator) queueNS(l *launch) (uint64, bool) {
+	if l.warps == 0 {
+		return 0, false
+	}
+	startReal, ok1 := t.o.Clock.GPUToReal(l.rec.Device, l.firstStart)
+	enqReal, ok2 := t.o.Clock.MonoToReal(l.rec.EnqueueNS)
+	if !ok1 || !ok2 || startReal < enqReal {
+		return 0, ok1 && ok2 // clocks disagree by less than their uncertainty: 0
+	}
+	return startReal - enqReal, true
+}
+
+// sampled keeps one launch in n, deterministically on (source, launch id).
+func sampled(k srcKey, n uint32) bool {
+	if n <= 1 {
+		return true
+	}
+	x := k.id ^ uint64(k.src)<<48
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x%uint64(n) == 0
+}
