@@ -258,7 +258,17 @@ func TestPatchLoad(t *testing.T) {
 					if s, ok := devs["alloc"][v]; !ok || s != g.Size {
 						t.Errorf("global %s (%v) = %#x: not a %d-byte allocation (%v)", g.Name, g.Kind, v, g.Size, devs["alloc"])
 					}
+					// The app unloads the module at the end: its
+					// device-only maps are freed with it; a ring
+					// block belongs to the session's region and stays.
+					freed := strings.Contains(stderr, fmt.Sprintf("mock: free dev=%#x\n", v))
+					if want := g.Kind == agent.GlobalDeviceAlloc; freed != want {
+						t.Errorf("global %s (%v) = %#x: freed at unload %v, want %v", g.Name, g.Kind, v, freed, want)
+					}
 				}
+			}
+			if !strings.Contains(stdout, "app: unloaded") {
+				t.Errorf("the app did not unload its module:\n%s", stdout)
 			}
 		})
 	}

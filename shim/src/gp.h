@@ -54,6 +54,8 @@
 	X(MOD_LOAD_DATA_EX, "cuModuleLoadDataEx", "cuModuleLoadDataEx", NULL, 0, 0, 0)            \
 	X(MOD_LOAD_FATBIN, "cuModuleLoadFatBinary", "cuModuleLoadFatBinary", NULL, 0, 0, 0)       \
 	X(MOD_GET_FUNCTION, "cuModuleGetFunction", "cuModuleGetFunction", NULL, 0, 0, 0)          \
+	X(MOD_UNLOAD, "cuModuleUnload", "cuModuleUnload", NULL, 0, 0, 0)                          \
+	X(LIB_UNLOAD, "cuLibraryUnload", "cuLibraryUnload", NULL, 0, 12000, 0)                    \
 	X(LIB_LOAD_DATA, "cuLibraryLoadData", "cuLibraryLoadData", NULL, 0, 12000, 0)             \
 	X(LIB_LOAD_FILE, "cuLibraryLoadFromFile", "cuLibraryLoadFromFile", NULL, 0, 12000, 0)     \
 	X(LIB_GET_KERNEL, "cuLibraryGetKernel", "cuLibraryGetKernel", NULL, 0, 12000, 0)          \
@@ -372,6 +374,7 @@ struct gp_patch {
 };
 GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *img, struct gp_patch *pp);
 GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module);
+GP_HIDDEN void gp_patch_unloaded(uint64_t module);
 GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to);
 GP_HIDDEN const struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);

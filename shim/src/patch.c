@@ -164,6 +164,8 @@ struct gp_pmod {
 	uint64_t module; /* atomic */
 	uint32_t n;
 	struct gp_pkernel *k;
+	uint32_t nallocs;     /* device memory of its device-only maps, */
+	CUdeviceptr *allocs;  /* freed when the module is unloaded */
 };
 #define GP_PMODS 1024
 static struct gp_pmod gp_pmods[GP_PMODS];
@@ -528,6 +530,11 @@ static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
 	__atomic_store_n(&m->k, ks, __ATOMIC_RELEASE);
 	__atomic_store_n(&m->n, nk, __ATOMIC_RELEASE);
 	__atomic_store_n(&gp_any_patched, 1, __ATOMIC_RELEASE);
+	m->allocs = allocs.n ? calloc(allocs.n, sizeof *m->allocs) : NULL;
+	if (m->allocs != NULL) {
+		memcpy(m->allocs, allocs.dev, allocs.n * sizeof *m->allocs);
+		m->nallocs = allocs.n;
+	}
 	return 0;
 fail:
 	for (uint32_t i = 0; i < allocs.n; i++)
@@ -600,4 +607,25 @@ GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module)
 	pp->active = 0;
 	pthread_mutex_unlock(&gp_patch_mu);
 	return err ? -1 : 0;
+}
+
+
+/* gp_patch_unloaded forgets a patched module the application unloaded
+ * (cuModuleUnload, cuLibraryUnload): its kernels are no longer looked up
+ * and the device memory of its device-only maps is freed. Not the launch
+ * path. */
+GP_HIDDEN void gp_patch_unloaded(uint64_t module)
+{
+	pthread_mutex_lock(&gp_patch_mu);
+	struct gp_pmod *m = gp_pmod_find(module, 0);
+	if (m != NULL) {
+		__atomic_store_n(&m->n, 0, __ATOMIC_RELEASE); /* the list itself is leaked: a lookup may read it */
+		for (uint32_t i = 0; i < m->nallocs; i++)
+			if (gp_drv.mem_free)
+				gp_drv.mem_free(m->allocs[i]);
+		GP_TRACE("module %p unloaded: %u device allocations freed", (void *)module, m->nallocs);
+		free(m->allocs);
+		m->allocs = NULL, m->nallocs = 0;
+	}
+	pthread_mutex_unlock(&gp_patch_mu);
 }

@@ -65,6 +65,7 @@ struct api {
 	CUresult (*graph_inst)(void **, void *, unsigned long long);
 	CUresult (*graph_launch)(void *, void *);
 	CUresult (*ctx_sync)(void *); /* the version-13000 answer: takes a context */
+	CUresult (*unload)(void *);   /* cuModuleUnload, or cuLibraryUnload for libraries */
 	int library;                  /* load code as a library (cudart 13 style) */
 };
 
@@ -120,6 +121,7 @@ static void load_cudart(struct api *a)
 	a->graph_inst = gpa(g, "cuGraphInstantiateWithFlags", 11040, 1);
 	a->graph_launch = gpa(g, "cuGraphLaunch", 10000, 1);
 	a->ctx_sync = gpa(g, "cuCtxSynchronize", 13000, 1);
+	a->unload = gpa(g, "cuLibraryUnload", 12000, 1);
 	a->library = 1;
 }
 
@@ -139,6 +141,7 @@ static void load_dlsym(struct api *a)
 	D(graph_add, "cuGraphAddKernelNode");
 	D(graph_inst, "cuGraphInstantiateWithFlags");
 	D(graph_launch, "cuGraphLaunch");
+	D(unload, "cuModuleUnload");
 #undef D
 }
 #endif
@@ -160,6 +163,7 @@ CUresult cuGraphCreate(void **, unsigned);
 CUresult cuGraphAddKernelNode(void **, void *, void *, size_t, const kernel_node_params *);
 CUresult cuGraphInstantiateWithFlags(void **, void *, unsigned long long);
 CUresult cuGraphLaunch(void *, void *);
+CUresult cuModuleUnload(void *);
 static void load_direct(struct api *a)
 {
 	a->init = cuInit;
@@ -173,6 +177,7 @@ static void load_direct(struct api *a)
 	a->memcpy_htod = cuMemcpyHtoD_v2;
 	a->graph_create = cuGraphCreate;
 	a->graph_add = cuGraphAddKernelNode;
+	a->unload = cuModuleUnload;
 	a->graph_inst = cuGraphInstantiateWithFlags;
 	a->graph_launch = cuGraphLaunch;
 }
@@ -309,6 +314,9 @@ static void ptx(const char *file)
 	CHECK(A.graph_inst(&exec, g, 0));
 	CHECK(A.graph_launch(exec, NULL));
 	globals(stdout, m);
+	/* Unloading frees the patched module's device-only map memory. */
+	CHECK(A.unload(m));
+	printf("app: unloaded\n");
 }
 
 static double now_ns(void)
