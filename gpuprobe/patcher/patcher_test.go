@@ -143,8 +143,7 @@ func checkGlobals(t *testing.T, a *agent.Patched) {
 		switch {
 		case g.Kind == agent.GlobalRegion && g.Region != 2,
 			g.Kind == agent.GlobalRingBlock && (g.Region != 2 || len(g.Init) != shm.RingDeviceBlockSize),
-			// kp_start: 128 warp lanes × 8 slots (launch id % 8) × {start, launch}
-			g.Kind == agent.GlobalDeviceAlloc && (g.Region != 0 || g.Size != shm.DataOffset+128*8*16):
+			g.Kind == agent.GlobalDeviceAlloc && (g.Region != 0 || g.Size != shm.DataOffset+128*8):
 			t.Errorf("global %+v", g)
 		case strings.Contains(g.Name, "lanes") && g.Kind == agent.GlobalConst && g.Value != 128:
 			t.Errorf("lanes global %s = %d, want 4096/32", g.Name, g.Value)

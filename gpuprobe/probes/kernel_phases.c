@@ -5,9 +5,8 @@
 // 3) into a GPU ring buffer, so the collector can build the "executing"
 // phase of each launch span and the per-warp histograms.
 //
-//   entry (kprobe/*): the warp's leader lane stores %globaltimer and the
-//     launch id in a per-warp array (one slot per warp of the grid and
-//     launch id % KP_SLOTS).
+//   entry (kprobe/*): the warp's leader lane stores %globaltimer in a
+//     per-warp array (one u64 per warp of the grid).
 //   exit (kretprobe/*): every lane reads %globaltimer; the warp helpers
 //     reduce the lanes' exit times to min and max over the active lanes,
 //     and the leader writes the record: launch id (helper 606), block,
@@ -36,24 +35,14 @@ struct warp_record {
 	u64 min_exit_ns;
 };
 
-// kp_start: the start time of each warp of a launch, one lane per warp of
-// the grid, under key launch id % KP_SLOTS with the launch id beside it:
-// launches of the module's kernels running at once on several streams use
-// the same lanes, and a slot of another launch must not be taken for this
-// one's start. The host never reads it, so the loader may put it in device
-// memory.
-#define KP_SLOTS 8
-
-struct kp_start_val {
-	u64 start;
-	u64 launch;
-};
-
+// kp_start: the start time of each warp of the launch (keyed by 0, one lane
+// per warp of the grid). The host never reads it, so the loader may put it
+// in device memory.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERGPUWARP_ARRAY_MAP);
-	__uint(max_entries, KP_SLOTS);
+	__uint(max_entries, 1);
 	__type(key, u32);
-	__type(value, struct kp_start_val);
+	__type(value, u64);
 } kp_start SEC(".maps");
 
 // kp_warps: the ring the collector reads; one record per warp.
@@ -67,19 +56,14 @@ struct {
 SEC("kprobe/*")
 int kernel_phases_entry(void *ctx)
 {
-	struct kp_start_val *s;
-	u64 id;
-	u32 key;
+	u32 zero = 0;
+	u64 *start;
 
 	if (!gpuprobe_warp_is_leader())
 		return 0;
-	id = gpuprobe_get_launch_id();
-	key = (u32)(id & (KP_SLOTS - 1));
-	s = bpf_map_lookup_elem(&kp_start, &key);
-	if (s) {
-		s->start = bpf_get_globaltimer();
-		s->launch = id;
-	}
+	start = bpf_map_lookup_elem(&kp_start, &zero);
+	if (start)
+		*start = bpf_get_globaltimer();
 	return 0;
 }
 
@@ -92,8 +76,8 @@ int kernel_phases_exit(void *ctx)
 	u64 last = gpuprobe_warp_max_u64(now);
 	u64 mask = gpuprobe_warp_active_mask();
 	u64 x, y, z, tx, ty, tz, nx, ny, nz;
-	struct kp_start_val *s;
-	u32 key;
+	u32 zero = 0;
+	u64 *start;
 
 	if (!gpuprobe_warp_is_leader())
 		return 0;
@@ -111,10 +95,9 @@ int kernel_phases_exit(void *ctx)
 	r.sm_id = bpf_get_sm_id();
 	r.active_mask = mask;
 	r.start_ns = first;
-	key = (u32)(r.launch_id & (KP_SLOTS - 1));
-	s = bpf_map_lookup_elem(&kp_start, &key);
-	if (s && s->launch == r.launch_id && s->start != 0 && s->start <= first)
-		r.start_ns = s->start;
+	start = bpf_map_lookup_elem(&kp_start, &zero);
+	if (start && *start != 0 && *start <= first)
+		r.start_ns = *start;
 	r.end_ns = last;
 	r.min_exit_ns = first;
 	bpf_perf_event_output(ctx, &kp_warps, 0, &r, sizeof(r));
