@@ -56,7 +56,11 @@ all: build ## build every package, bin/gpuprobe and the testdata eBPF objects
 build: bin/gpuprobe $(BPF_OBJECTS) ## same as all
 	$(GO) build $(GOFLAGS_BUILD) ./...
 
-bin/gpuprobe: $(GO_BUILD_SRCS) go.mod go.sum
+# eBPF objects embedded with go:embed (the built-in GPU probes, the host
+# probes' bpf2go output): a rebuilt object must rebuild the binaries.
+GO_EMBEDS := $(wildcard gpuprobe/probes/*.o gpuprobe/hostprobe/*_bpfel.o)
+
+bin/gpuprobe: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 	@mkdir -p bin
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe
 
@@ -92,7 +96,7 @@ $(OTELCOL_SRC)/components.go: builder-config.yaml go.mod go.sum | $(OCB)
 	$(OCB) --config builder-config.yaml --skip-compilation
 	@touch $@
 
-bin/otelcol-gpuprobe: $(OTELCOL_SRC)/components.go $(GO_BUILD_SRCS) go.mod go.sum
+bin/otelcol-gpuprobe: $(OTELCOL_SRC)/components.go $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 	@mkdir -p bin
 	cd $(OTELCOL_SRC) && CGO_ENABLED=$(OTELCOL_CGO) $(GO) build $(GOFLAGS_BUILD) -mod=mod -o $(CURDIR)/$@ .
 
