@@ -34,6 +34,7 @@ type loadgenOpts struct {
 	grid, block [3]uint32
 	maxWarps    int
 	memcpyEvery int
+	noComplete  bool // no completion records: launches stay pending (shutdown flush tests)
 }
 
 func parseDim3(flagName, s string) ([3]uint32, error) {
@@ -62,6 +63,7 @@ func parseLoadgen(args []string, stderr io.Writer) (*loadgenOpts, error) {
 	grid := fs.String("grid", "1,1,1", "grid dimensions X,Y,Z")
 	block := fs.String("block", "128,1,1", "block dimensions X,Y,Z")
 	fs.IntVar(&o.maxWarps, "max-warps", 64, "most warp records written per launch (all warps if the launch has fewer)")
+	fs.BoolVar(&o.noComplete, "no-completion", false, "write no completion records (as the shim): launches wait for their warps or limits::launch_timeout")
 	fs.IntVar(&o.memcpyEvery, "memcpy-every", 10, "write a memcpy record every N launches (0: never)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -205,7 +207,9 @@ func generate(ring, names *shm.Ring, o *loadgenOpts) loadgenStats {
 			put(&record.Warp{LaunchID: id, Block: [3]uint32{uint32(w / warpsPerBlock), 0, 0}, Warp: uint32(w % warpsPerBlock),
 				SMID: uint32(w % 132), ActiveMask: 0xffffffff, StartNS: s, MinExitNS: s + 15000, EndNS: s + 20000 + w%7*100})
 		}
-		put(&record.Completion{LaunchID: id, CompleteNS: enq + 40000, Device: 0, How: record.SeenByStreamSync})
+		if !o.noComplete {
+			put(&record.Completion{LaunchID: id, CompleteNS: enq + 40000, Device: 0, How: record.SeenByStreamSync})
+		}
 		if o.memcpyEvery > 0 && n%o.memcpyEvery == 0 {
 			put(&record.Memcpy{Bytes: 1 << 20, StartNS: enq + 41000, EndNS: enq + 141000, PID: pid,
 				TID: uint32(unix.Gettid()), Kind: record.MemcpyDeviceToHost})

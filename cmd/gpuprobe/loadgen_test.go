@@ -37,11 +37,29 @@ func TestLoadgenFlags(t *testing.T) {
 // TestLoadgenThroughAgent starts the receiver, runs loadgen against its real
 // agent socket, and checks the spans and metrics that come out.
 func TestLoadgenThroughAgent(t *testing.T) {
+	tests := []struct {
+		name  string
+		extra []string
+		spans int // per launch
+	}{
+		// launch, call, queued, executing, completion
+		{"with completions", nil, 5},
+		// as the shim: no completion records; the launches wait (launch
+		// timeout 1h) and are emitted by the traces handle's Shutdown
+		{"no completions, flushed at shutdown", []string{"--no-completion"}, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { loadgenThroughAgent(t, tt.extra, tt.spans) })
+	}
+}
+
+func loadgenThroughAgent(t *testing.T, extra []string, perLaunch int) {
 	f := gpureceiver.NewFactory()
 	cfg := f.CreateDefaultConfig().(*config.Config)
 	cfg.Agent.Socket = filepath.Join(t.TempDir(), "agent.sock")
 	cfg.PollInterval = time.Millisecond
 	cfg.MetricsInterval = 10 * time.Millisecond
+	cfg.Limits.LaunchTimeout = time.Hour
 	set := receivertest.NewNopSettings(f.Type())
 	traces, metrics := new(consumertest.TracesSink), new(consumertest.MetricsSink)
 	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
@@ -59,18 +77,22 @@ func TestLoadgenThroughAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"loadgen", "--socket", cfg.Agent.Socket, "--launches", "50", "--kernels", "_Z1av,_Z1bv",
-		"--grid", "2,1,1", "--block", "64,1,1", "--memcpy-every", "0"}, &stdout, &stderr)
+	args := append([]string{"loadgen", "--socket", cfg.Agent.Socket, "--launches", "50", "--kernels", "_Z1av,_Z1bv",
+		"--grid", "2,1,1", "--block", "64,1,1", "--memcpy-every", "0"}, extra...)
+	code := run(args, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("loadgen exit %d: %s", code, stderr.String())
 	}
 	if !strings.Contains(stdout.String(), "0 dropped") {
 		t.Fatalf("loadgen: %s", stdout.String())
 	}
-	// 50 launches × (launch, call, queued, executing, completion).
+	want := 50 * perLaunch
 	deadline := time.Now().Add(10 * time.Second)
-	for traces.SpanCount() < 250 && time.Now().Before(deadline) {
+	for perLaunch == 5 && traces.SpanCount() < want && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
+	}
+	for perLaunch != 5 && len(metrics.AllMetrics()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // a few polls: every record read
 	}
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -78,8 +100,8 @@ func TestLoadgenThroughAgent(t *testing.T) {
 	if err := mr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := traces.SpanCount(); got != 250 {
-		t.Fatalf("%d spans, want 250", got)
+	if got := traces.SpanCount(); got != want {
+		t.Fatalf("%d spans, want %d", got, want)
 	}
 	names := map[string]int{}
 	for _, td := range traces.AllTraces() {
@@ -94,6 +116,9 @@ func TestLoadgenThroughAgent(t *testing.T) {
 		if names[n] != 25 {
 			t.Errorf("%d %q launch spans, want 25 (%v)", names[n], n, names)
 		}
+	}
+	if c := names["cuda.completion"]; (perLaunch == 5) != (c == 50) {
+		t.Errorf("%d completion spans with %d spans per launch", c, perLaunch)
 	}
 	if len(metrics.AllMetrics()) == 0 {
 		t.Fatal("no metrics")
