@@ -80,7 +80,6 @@ static struct {
 	CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			   CUstream, void **, void **);
 	CUresult (*stream_sync)(CUstream);
-	CUresult (*capture_mode)(int *); /* cuThreadExchangeStreamCaptureMode */
 	int looked, ok;
 } gp_cal_drv;
 
@@ -111,7 +110,6 @@ static void gp_cal_init(void)
 	S(stream_create, "cuStreamCreate");
 	S(launch, "cuLaunchKernel");
 	S(stream_sync, "cuStreamSynchronize");
-	S(capture_mode, "cuThreadExchangeStreamCaptureMode");
 #undef S
 	gp_cal_drv.ok = gp_cal_drv.ctx_get_current && gp_cal_drv.ctx_get_device && gp_cal_drv.mod_load_data &&
 			gp_cal_drv.mod_get_function && gp_cal_drv.host_alloc && gp_cal_drv.host_dev_ptr &&
@@ -160,11 +158,9 @@ GP_HIDDEN void gp_calibrate(void)
 			break;
 		}
 	}
-	/* A module may load lazily while the application captures a graph in
-	 * global mode; our module load, launch and sync would invalidate that
-	 * capture. CU_STREAM_CAPTURE_MODE_RELAXED (2) for this thread makes
-	 * them legal; the application's mode is restored below. */
-	int mode = 2, relaxed = gp_cal_drv.capture_mode != NULL && gp_cal_drv.capture_mode(&mode) == CUDA_SUCCESS;
+	/* Our module load, launch and sync must not disturb an application's
+	 * stream capture (see gp_capture_relax). */
+	int mode, relaxed = gp_capture_relax(&mode);
 	uint64_t now = gp_now();
 	if (c == NULL || c->broken || (c->ctx == ctx && now - c->last < GP_CAL_EVERY_NS))
 		goto out;
@@ -223,7 +219,6 @@ GP_HIDDEN void gp_calibrate(void)
 	GP_TRACE("calibration: device %d gpu-mono %lld ns (+/- %llu ns)", dev,
 		 (long long)(c->blk[1] - c->blk[2]), (unsigned long long)w);
 out:
-	if (relaxed)
-		gp_cal_drv.capture_mode(&mode);
+	gp_capture_restore(relaxed, mode);
 	__atomic_store_n(&gp_cal_busy, 0, __ATOMIC_RELEASE);
 }

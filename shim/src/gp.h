@@ -375,6 +375,8 @@ struct gp_patch {
 GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *img, struct gp_patch *pp);
 GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module);
 GP_HIDDEN void gp_patch_unloaded(uint64_t module);
+GP_HIDDEN int gp_capture_relax(int *mode);
+GP_HIDDEN void gp_capture_restore(int relaxed, int mode);
 GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to);
 GP_HIDDEN const struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);

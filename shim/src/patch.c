@@ -584,12 +584,9 @@ GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module)
 		return 0;
 	const char *why = "loading the patched PTX";
 	int err = r;
-	/* CUDA 13's runtime loads a module at its first launch, which may be
-	 * inside a global-mode stream capture: binding (host registration,
-	 * allocations, copies) would invalidate the application's capture.
-	 * CU_STREAM_CAPTURE_MODE_RELAXED (2) for this thread makes it legal;
-	 * the application's mode is restored after. */
-	int mode = 2, relaxed = gp_drv.capture_mode != NULL && gp_drv.capture_mode(&mode) == CUDA_SUCCESS;
+	/* Binding (host registration, allocations, copies) may run inside an
+	 * application's stream capture (see gp_capture_relax). */
+	int mode, relaxed = gp_capture_relax(&mode);
 	if (r == CUDA_SUCCESS && module != 0 && (err = gp_bind(pp, module, &why)) == 0)
 		GP_TRACE("%s: loaded the patched image (%zu bytes), handle %p", pp->api, pp->image_size, (void *)module);
 	else if (r == CUDA_SUCCESS && module != 0) {
@@ -598,8 +595,7 @@ GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module)
 		else if (!pp->lib && gp_drv.mod_unload)
 			gp_drv.mod_unload((CUmodule)module);
 	}
-	if (relaxed)
-		gp_drv.capture_mode(&mode);
+	gp_capture_restore(relaxed, mode);
 	if (err)
 		gp_fail(pp->api, why, err);
 	munmap(pp->image, pp->image_size);
@@ -628,4 +624,24 @@ GP_HIDDEN void gp_patch_unloaded(uint64_t module)
 		m->allocs = NULL, m->nallocs = 0;
 	}
 	pthread_mutex_unlock(&gp_patch_mu);
+}
+
+/* gp_capture_relax switches this thread to CU_STREAM_CAPTURE_MODE_RELAXED
+ * (2) and returns 1, with the application's mode in *mode, or 0 when the
+ * driver cannot. CUDA 13's runtime loads a module at its first launch,
+ * which may be inside a global-mode stream capture; the shim's own driver
+ * calls there (binding a patched module, calibrating) would otherwise
+ * invalidate the application's capture. */
+GP_HIDDEN int gp_capture_relax(int *mode)
+{
+	gp_drv_init();
+	*mode = 2;
+	return gp_drv.capture_mode != NULL && gp_drv.capture_mode(mode) == CUDA_SUCCESS;
+}
+
+/* gp_capture_restore gives the thread back the mode gp_capture_relax saved. */
+GP_HIDDEN void gp_capture_restore(int relaxed, int mode)
+{
+	if (relaxed)
+		gp_drv.capture_mode(&mode);
 }

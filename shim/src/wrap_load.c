@@ -121,16 +121,20 @@ GP_DEFINE_API(MOD_GET_FUNCTION)
 GP_EXPORT_AS(MOD_GET_FUNCTION, 0, cuModuleGetFunction)
 
 /* Unloads: a patched module's device-only map memory is freed with it. */
+static CUresult gp_unloaded(CUresult r, uint64_t handle)
+{
+	if (r == CUDA_SUCCESS)
+		gp_patch_unloaded(handle);
+	return r;
+}
+
 #define GP_P_MOD_UNLOAD CUmodule mod
 #define GP_A_MOD_UNLOAD mod
 static CUresult gp_i_MOD_UNLOAD(struct gp_slot *s, GP_P_MOD_UNLOAD)
 {
 	CUresult (*real)(GP_P_MOD_UNLOAD) = GP_REAL(MOD_UNLOAD, s);
 	GP_FORWARD_OR_FAIL(real);
-	CUresult r = real(mod);
-	if (r == CUDA_SUCCESS)
-		gp_patch_unloaded((uint64_t)mod);
-	return r;
+	return gp_unloaded(real(mod), (uint64_t)mod);
 }
 GP_DEFINE_API(MOD_UNLOAD)
 GP_EXPORT_AS(MOD_UNLOAD, 0, cuModuleUnload)
@@ -141,10 +145,7 @@ static CUresult gp_i_LIB_UNLOAD(struct gp_slot *s, GP_P_LIB_UNLOAD)
 {
 	CUresult (*real)(GP_P_LIB_UNLOAD) = GP_REAL(LIB_UNLOAD, s);
 	GP_FORWARD_OR_FAIL(real);
-	CUresult r = real(lib);
-	if (r == CUDA_SUCCESS)
-		gp_patch_unloaded((uint64_t)lib);
-	return r;
+	return gp_unloaded(real(lib), (uint64_t)lib);
 }
 GP_DEFINE_API(LIB_UNLOAD)
 GP_EXPORT_AS(LIB_UNLOAD, 0, cuLibraryUnload)
