@@ -9,35 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/hostprobetest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
-
-// standinDir holds the STAND-IN libcuda/libcudart and the application that
-// calls them (gpuprobe/hostprobe/testdata/standin): they export the same
-// symbols and signatures as NVIDIA's libraries and do no GPU work.
-const standinDir = "../gpuprobe/hostprobe/testdata/standin"
-
-// buildStandin builds the stand-in libraries and application into a new
-// directory and returns it.
-func buildStandin(t *testing.T) string {
-	t.Helper()
-	d := t.TempDir()
-	gcc := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("gcc", append([]string{"-O2", "-Wall", "-Werror", "-fno-ipa-icf", "-I", standinDir}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	src := func(n string) string { return filepath.Join(standinDir, n) }
-	cuda, rt := filepath.Join(d, "libcuda.so.1"), filepath.Join(d, "libcudart.so.13")
-	gcc("-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", cuda, src("standin_libcuda.c"))
-	gcc("-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", rt, src("standin_libcudart.c"), cuda)
-	gcc("-o", filepath.Join(d, "standin_app"), src("standin_app.c"), rt, cuda, "-Wl,-rpath,"+d, "-lpthread")
-	return d
-}
 
 // TestHostProbesThroughReceiver runs the receiver with host_probes on and
 // the stand-in libraries as its only library path, starts the stand-in
@@ -46,7 +22,7 @@ func buildStandin(t *testing.T) string {
 // the application's process, and approximate kernel spans for its launches
 // (it runs without the shim) under their launch calls.
 func TestHostProbesThroughReceiver(t *testing.T) {
-	dir := buildStandin(t)
+	dir := hostprobetest.Build(t).Dir
 	cfg := testConfig(t)
 	cfg.HostProbes.Enabled = true
 	cfg.HostProbes.LibraryPaths = []string{dir}

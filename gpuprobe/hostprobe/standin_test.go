@@ -4,8 +4,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/hostprobetest"
 )
 
 // standins are the STAND-IN libraries and applications of
@@ -20,37 +21,12 @@ type standins struct {
 
 const standinSrc = "testdata/standin"
 
-// standinCFlags: -fno-ipa-icf so that gcc never folds one stand-in function
-// into a jump to another (that would add a nested probed call).
-var standinCFlags = []string{"-O2", "-Wall", "-Werror", "-fno-ipa-icf", "-I", standinSrc}
-
-func gcc(tb testing.TB, args ...string) {
-	tb.Helper()
-	cmd := exec.Command("gcc", append(append([]string{}, standinCFlags...), args...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
+func gcc(tb testing.TB, args ...string) { tb.Helper(); hostprobetest.GCC(tb, args...) }
 
 func buildStandins(tb testing.TB) standins {
 	tb.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		tb.Fatalf("the stand-in libraries are built with gcc, which is not installed: %v", err)
-	}
-	d := tb.TempDir()
-	s := standins{
-		dir:       d,
-		libcuda:   filepath.Join(d, "libcuda.so.1"),
-		libcudart: filepath.Join(d, "libcudart.so.13"),
-		app:       filepath.Join(d, "standin_app"),
-		appStatic: filepath.Join(d, "standin_app_static"),
-	}
-	src := func(n string) string { return filepath.Join(standinSrc, n) }
-	gcc(tb, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", s.libcuda, src("standin_libcuda.c"))
-	gcc(tb, "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", s.libcudart, src("standin_libcudart.c"), s.libcuda)
-	gcc(tb, "-o", s.app, src("standin_app.c"), s.libcudart, s.libcuda, "-Wl,-rpath,"+d, "-lpthread")
-	gcc(tb, "-o", s.appStatic, src("standin_app.c"), src("standin_libcudart.c"), s.libcuda, "-Wl,-rpath,"+d, "-lpthread")
-	return s
+	b := hostprobetest.Build(tb)
+	return standins{dir: b.Dir, libcuda: b.Libcuda, libcudart: b.Libcudart, app: b.App, appStatic: b.AppStatic}
 }
 
 // variant builds libcuda with extra flags (e.g. -DSTANDIN_OMIT_SOME) under name.
