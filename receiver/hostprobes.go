@@ -301,15 +301,14 @@ func (r *gpuReceiver) pollHost(now time.Time, sources []*source) {
 	if err != nil {
 		return
 	}
+	r.mu.Lock() // s.clock is set under it (onConnect)
+	defer r.mu.Unlock()
 	for _, s := range sources {
-		r.mu.Lock()
-		clk := s.clock
-		r.mu.Unlock()
-		if clk == nil {
+		if s.clock == nil {
 			continue
 		}
 		if off, ok := r.mapper.MonoMinusGPU(r.tr.LastDevice(s.id), mono); ok {
-			_ = clk.StoreUint64(0, 0, uint64(off))
+			_ = s.clock.StoreUint64(0, 0, uint64(off))
 		}
 	}
 }
