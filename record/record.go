@@ -37,6 +37,7 @@ const (
 	TypeThreadCount Type = 8  // ThreadCount: per-thread execution counts (threadhist)
 	TypeDevice      Type = 9  // Device: index → UUID, name and SM count
 	TypeHostCall    Type = 10 // HostCall: a CUDA API call seen by a host uprobe
+	TypeExec        Type = 11 // Exec: one launch's device window, aggregated on the GPU
 )
 
 // Version is the layout version of every type defined here.
@@ -68,6 +69,7 @@ var typeNames = [...]string{
 	TypeThreadCount: "thread_count",
 	TypeDevice:      "device",
 	TypeHostCall:    "host_call",
+	TypeExec:        "exec",
 }
 
 // Prefix is the common 8-byte prefix of every record.

@@ -27,6 +27,7 @@ func sampleRecords() []decoder {
 		&Calibration{MonoNS: 1e9, RealtimeNS: 1.7e18, GPUNS: 5e8, Device: 1, UncertaintyNS: 300},
 		&ThreadCount{LaunchID: 7, FirstThread: 256, Counts: []uint64{1, 2, 3}},
 		&Device{Device: 1, PID: 100, UUID: [16]byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, SMCount: 132, ComputeCap: 90, Name: "NVIDIA H100 80GB HBM3"},
+		&Exec{LaunchID: 7, StartNS: 100, EndNS: 80100, Blocks: 65536, Threads: 1 << 24},
 	}
 }
 
@@ -90,7 +91,7 @@ func mutate(rec decoder, fn func(b []byte)) []byte {
 
 func TestDecodeErrors(t *testing.T) {
 	s := sampleRecords()
-	launch, name, warp, memcpy, sync, calib, tc := s[0], s[1], s[3], s[5], s[6], s[7], s[8]
+	launch, name, warp, memcpy, sync, calib, tc, exec := s[0], s[1], s[3], s[5], s[6], s[7], s[8], s[10]
 	u16 := func(off int, v uint16) func([]byte) {
 		return func(b []byte) { binary.LittleEndian.PutUint16(b[off:], v) }
 	}
@@ -120,6 +121,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"name_len zero", &KernelName{}, mutate(name, u16(28, 0)), "name_len", 28, "must be 1..4096, got 0"},
 		{"name_len vs size", &KernelName{}, mutate(name, u16(28, 17)), "size", 4, "must be 56 for name_len 17, got 48"},
 		{"name size small", &KernelName{}, mutate(name, u32(4, 24)), "size", 4, "must be ≥ 32, got 24"},
+		{"exec no blocks", &Exec{}, mutate(exec, u64(32, 0)), "blocks", 32, "must be nonzero"},
+		{"exec end before start", &Exec{}, mutate(exec, u64(24, 99)), "end_ns", 24, "99 is before start_ns 100"},
 		{"warp no lanes", &Warp{}, mutate(warp, u32(36, 0)), "active_mask", 36, "must be nonzero"},
 		{"warp exit before start", &Warp{}, mutate(warp, u64(56, 5)), "min_exit_ns", 56, "5 is before start_ns 10"},
 		{"warp end before exit", &Warp{}, mutate(warp, u64(48, 60)), "end_ns", 48, "60 is before min_exit_ns 70"},
@@ -183,7 +186,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(r.Append(nil))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}} {
+		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}} {
 			if err := d.Decode(b); err != nil {
 				continue
 			}

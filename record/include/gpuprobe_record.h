@@ -27,6 +27,8 @@ enum gp_rec_type {
 	GP_REC_CALIBRATION = 7,
 	GP_REC_THREAD_COUNT = 8,
 	GP_REC_DEVICE = 9,
+	GP_REC_HOST_CALL = 10, /* written by the collector's host uprobes, not the shim */
+	GP_REC_EXEC = 11,      /* written by the GPU (kernel_phases), not the shim */
 };
 
 /* Common 8-byte prefix. */

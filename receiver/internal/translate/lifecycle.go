@@ -12,7 +12,7 @@ func (t *Translator) maybeFinish(l *launch, now time.Time) {
 	if !l.have || !l.completed {
 		return
 	}
-	if (!t.o.ExpectWarps || l.warps >= expectedWarps(&l.rec)) && !t.holdForHost(l, now) {
+	if (!t.o.ExpectWarps || l.deviceDone()) && !t.holdForHost(l, now) {
 		t.finish(l, now)
 	}
 }
@@ -28,7 +28,7 @@ func (t *Translator) Expire(now time.Time) {
 		switch {
 		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace && !t.holdForHost(l, now):
 			t.finish(l, now)
-		case l.have && !l.completed && t.o.ExpectWarps && l.warps >= expectedWarps(&l.rec) &&
+		case l.have && !l.completed && t.o.ExpectWarps && l.deviceDone() &&
 			now.Sub(l.created) < t.o.LaunchTimeout:
 			// Every warp reported: the kernel is over. The shim writes
 			// no completion records, so after a grace for one (a
@@ -91,17 +91,18 @@ func (t *Translator) finish(l *launch, now time.Time) {
 	t.launchSpans(l)
 }
 
-// execNS is the device execution time: first warp start → last warp end.
+// execNS is the device execution time: first block (warp) start → last
+// block (warp) end.
 func (l *launch) execNS() (uint64, bool) {
-	if l.warps == 0 {
+	if !l.hasDevice() {
 		return 0, false
 	}
 	return l.lastEnd - l.firstStart, true
 }
 
-// queueNS is host enqueue → first warp start, through the clock mapping.
+// queueNS is host enqueue → first block start, through the clock mapping.
 func (t *Translator) queueNS(l *launch) (uint64, bool) {
-	if l.warps == 0 {
+	if !l.hasDevice() {
 		return 0, false
 	}
 	startReal, ok1 := t.o.Clock.GPUToReal(l.rec.Device, l.firstStart)

@@ -166,10 +166,16 @@ func (t *Translator) launchSpans(l *launch) {
 	t.hostChildren(ss, l, tid, rootID)
 
 	execEnd := t.mono(r.ReturnNS)
+	if l.exec != nil {
+		a.PutInt("cuda.blocks.observed", int64(l.exec.Blocks))
+		a.PutInt("cuda.threads.observed", int64(l.exec.Threads))
+	}
 	if l.warps > 0 {
 		a.PutInt("cuda.warps.observed", int64(l.warps))
 		a.PutInt("cuda.warps.expected", int64(expectedWarps(r)))
 		a.PutInt("cuda.warp.exit_skew.max", int64(l.maxSkew))
+	}
+	if l.hasDevice() {
 		fs, ok1 := t.o.Clock.GPUToReal(r.Device, l.firstStart)
 		le, ok2 := t.o.Clock.GPUToReal(r.Device, l.lastEnd)
 		if ok1 && ok2 {

@@ -64,6 +64,7 @@ type Counters struct {
 	LaunchesFilter  uint64 // launches of kernels excluded by kernels::include/exclude
 	SpansSampledOut uint64 // launch spans not emitted because of sampling
 	NamesTruncated  uint64 // kernel names that arrived cut by their producer
+	ExecDuplicate   uint64 // device windows for a launch that already had one (graph replays)
 
 	HostCalls          uint64 // host call records handled
 	HostCallsMatched   uint64 // host launch calls nested with a shim launch
@@ -102,6 +103,7 @@ type launch struct {
 	warpsAt    time.Time // when Expire first saw every warp in (no completion record yet)
 	completeNS uint64
 	warps      uint64
+	exec       *record.Exec // the launch's device window from kernel_phases (nil until it comes)
 	firstStart uint64
 	lastEnd    uint64
 	maxSkew    uint64
@@ -144,6 +146,7 @@ type Translator struct {
 	// decode scratch
 	dl record.Launch
 	dw record.Warp
+	de record.Exec
 	dc record.Completion
 	dk record.KernelName
 	dm record.Memcpy
@@ -238,6 +241,11 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.onWarp(src, &t.dw, now)
+	case record.TypeExec:
+		if err := t.de.Decode(rec); err != nil {
+			return err
+		}
+		t.onExec(src, &t.de, now)
 	case record.TypeCompletion:
 		if err := t.dc.Decode(rec); err != nil {
 			return err
@@ -475,6 +483,36 @@ func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
 	}
 	t.maybeFinish(l, now)
 }
+
+// onExec takes a launch's device window, aggregated on the GPU: it stands
+// for all of the launch's warps. A second window for the same launch id (a
+// CUDA graph replaying a node whose launch id is fixed) keeps the first.
+func (t *Translator) onExec(src uint32, e *record.Exec, now time.Time) {
+	key := srcKey{src, e.LaunchID}
+	l := t.pending[key]
+	if l == nil {
+		l = t.newPending(key, now)
+	} else if l.exec != nil {
+		t.counters.ExecDuplicate++
+		return
+	}
+	x := *e
+	l.exec = &x
+	if l.warps == 0 || e.StartNS < l.firstStart {
+		l.firstStart = e.StartNS
+	}
+	l.lastEnd = max(l.lastEnd, e.EndNS)
+	t.maybeFinish(l, now)
+}
+
+// deviceDone says whether every device record the launch waits for is in:
+// its Exec window, or one Warp record per warp.
+func (l *launch) deviceDone() bool {
+	return l.exec != nil || l.warps >= expectedWarps(&l.rec)
+}
+
+// hasDevice says whether the launch has device times (firstStart, lastEnd).
+func (l *launch) hasDevice() bool { return l.exec != nil || l.warps > 0 }
 
 func (t *Translator) recordWarp(l *launch, w warpTimes) {
 	s := l.k.series.dev(l.rec.Device)
