@@ -12,6 +12,7 @@
  *   handles.c    function handle -> kernel name table, name records
  *   image.c      classifying code images; the patching hook
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
+ *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
  *
  * Only dlsym and the cu* entry points are exported (-fvisibility=hidden).
  */
@@ -256,6 +257,73 @@ static inline uint32_t gp_rec_device(void)
 extern GP_HIDDEN int gp_state;
 enum { GP_IDLE = 0, GP_CONNECTING = 1, GP_READY = 2, GP_OFF = 3 };
 
+/*
+ * Self-timing build (selftime.c): -DGP_SELFTIME=1 builds
+ * bin/libgpuprobe-selftime.so, whose launch wrappers time their own
+ * instructions with the TSC (rdtscp) at entry, just before the forwarded
+ * driver call, just after it and at exit, into per-thread counters, and
+ * print one "gpuprobe selftime:" line at process exit. With GP_SELFTIME 0
+ * (the default, every production build) none of it exists.
+ */
+#ifndef GP_SELFTIME
+#define GP_SELFTIME 0
+#endif
+#if GP_SELFTIME
+#if !defined(__x86_64__)
+#error "GP_SELFTIME needs x86-64 (rdtsc)"
+#endif
+/* One thread's launch timings. Written only by its thread (relaxed atomic
+ * stores: plain moves on x86-64), read by the exit summary. */
+struct gp_st_thread {
+	uint64_t launches;     /* launch wrapper calls that reached the driver */
+	uint64_t pre, post;    /* ticks: entry to before the call, after it to exit */
+	uint64_t forwarded;    /* timed launches with no session (forward only) */
+	uint64_t handshakes;   /* launches that ran the handshake: not timed */
+	uint64_t slow;         /* launches through gp_patch_args_slow */
+	uint64_t handshake_at; /* TSC when this thread last began a handshake */
+	struct gp_st_thread *next; /* registry of live threads (selftime.c) */
+	int registered;
+};
+extern GP_HIDDEN __thread struct gp_st_thread gp_st __attribute__((tls_model("initial-exec")));
+extern GP_HIDDEN int gp_st_rdtscp; /* the CPU has rdtscp (set at load) */
+GP_HIDDEN void gp_st_register(void);
+
+/* gp_st_now reads the TSC once every earlier instruction has executed and
+ * its loads are done (rdtscp; "lfence; rdtsc" on a CPU without it), so an
+ * interval between two reads ends when the work in it has completed: see
+ * selftime.c for why no fence follows the read. */
+static inline uint64_t gp_st_now(void)
+{
+	uint32_t lo, hi;
+	if (GP_LIKELY(gp_st_rdtscp))
+		__asm__ __volatile__("rdtscp" : "=a"(lo), "=d"(hi) : : "rcx", "memory");
+	else
+		__asm__ __volatile__("lfence\n\trdtsc" : "=a"(lo), "=d"(hi) : : "memory");
+	return (uint64_t)hi << 32 | lo;
+}
+
+#define GP_ST_ADD(field, v) __atomic_store_n(&gp_st.field, gp_st.field + (v), __ATOMIC_RELAXED)
+
+/* gp_st_done accounts one launch: its stamps at entry, before the call,
+ * after it and at exit; recorded is 0 for a forward-only launch. A launch
+ * that ran the handshake (milliseconds, once per process) is counted but
+ * not timed. Called after the exit stamp: not part of what is timed. */
+static inline void gp_st_done(uint64_t entry, uint64_t call, uint64_t ret, uint64_t exit, int recorded)
+{
+	if (GP_UNLIKELY(!gp_st.registered))
+		gp_st_register();
+	GP_ST_ADD(launches, 1);
+	if (GP_UNLIKELY(gp_st.handshake_at >= entry)) {
+		GP_ST_ADD(handshakes, 1);
+		return;
+	}
+	GP_ST_ADD(pre, call - entry);
+	GP_ST_ADD(post, exit - ret);
+	if (!recorded)
+		GP_ST_ADD(forwarded, 1);
+}
+#endif
+
 /* gp_session returns the launch ring, starting the handshake at the first
  * call of the process (or of a fork child); NULL: record nothing. */
 static inline void *gp_session(void)
@@ -264,6 +332,9 @@ static inline void *gp_session(void)
 	if (GP_LIKELY(r != NULL))
 		return r;
 	if (__atomic_load_n(&gp_state, __ATOMIC_RELAXED) == GP_IDLE) {
+#if GP_SELFTIME
+		__atomic_store_n(&gp_st.handshake_at, gp_st_now(), __ATOMIC_RELAXED);
+#endif
 		gp_connect();
 		gp_ring_prefault();
 	}

@@ -18,6 +18,18 @@
  *   - the launch ring's pages are faulted in at the handshake
  *     (gp_ring_prefault), not one page fault every few launches during the
  *     ring's first lap.
+ *
+ * Self-timing (GP_SELFTIME=1, bin/libgpuprobe-selftime.so; selftime.c):
+ * each launch body reads the TSC at its start (GP_ST_BEGIN), just before
+ * and just after the forwarded call (GP_ST_CALL) and at its end
+ * (GP_ST_END, or GP_ST_FORWARD on the forward-only path), so the shim's
+ * own instructions around the real call are measured on every launch.
+ * Outside the stamps: the application's call into the wrapper, its
+ * prologue and epilogue, and the few moves and pushes that set up the
+ * driver call's arguments (the compiler places them after the stamp); the
+ * stamps also make the compiler spill a few more registers, which is
+ * timed. In production builds the macros are nothing, and the forward-only
+ * path is still a tail jump.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -28,6 +40,37 @@
 
 /* Always inlined into the wrappers (see above). */
 #define GP_HOT static inline __attribute__((always_inline))
+
+#if GP_SELFTIME
+/* The stamps of one launch: entry, before the call, after it. */
+#define GP_ST_BEGIN() uint64_t gp_st_e = gp_st_now(), gp_st_c = 0, gp_st_r = 0
+/* GP_ST_CALL(call): the forwarded call, stamped just before and after. */
+#define GP_ST_CALL(call)                         \
+	({                                       \
+		gp_st_c = gp_st_now();           \
+		CUresult gp_st_v_ = (call);      \
+		gp_st_r = gp_st_now();           \
+		gp_st_v_;                        \
+	})
+/* GP_ST_END(recorded): the exit stamp, then the accounting. */
+#define GP_ST_END(recorded)                                                  \
+	do {                                                                 \
+		uint64_t gp_st_x = gp_st_now();                              \
+		gp_st_done(gp_st_e, gp_st_c, gp_st_r, gp_st_x, (recorded)); \
+	} while (0)
+/* GP_ST_FORWARD(call): the forward-only path's call, stamped and counted. */
+#define GP_ST_FORWARD(call)                            \
+	({                                             \
+		CUresult gp_st_f_ = GP_ST_CALL(call);  \
+		GP_ST_END(0);                          \
+		gp_st_f_;                              \
+	})
+#else
+#define GP_ST_BEGIN() do { } while (0)
+#define GP_ST_CALL(call) (call)
+#define GP_ST_END(recorded) do { } while (0)
+#define GP_ST_FORWARD(call) (call)
+#endif
 
 /* ---- the device of a record -------------------------------------------- */
 
@@ -133,6 +176,9 @@ static __thread void *gp_xextra[5];
  * a patched kernel: its hidden parameter gets the launch id. */
 static __attribute__((noinline)) void gp_patch_args_slow(uint64_t f, uint64_t id, void ***params, void ***extra)
 {
+#if GP_SELFTIME
+	GP_ST_ADD(slow, 1);
+#endif
 	const struct gp_pfunc_info *pf = gp_pfunc_find(f);
 	if (pf == NULL)
 		return;
@@ -186,19 +232,21 @@ GP_HOT uint64_t gp_stream(const struct gp_slot *s, CUstream st)
 #define GP_A_LAUNCH f, gx, gy, gz, bx, by, bz, shmem, st, params, extra
 GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 {
+	GP_ST_BEGIN();
 	CUresult (*real)(GP_P_LAUNCH) = GP_REAL(LAUNCH, s);
 	GP_FORWARD_OR_FAIL(real);
 	void *ring = gp_session();
 	if (ring == NULL)
-		return real(GP_A_LAUNCH);
+		return GP_ST_FORWARD(real(GP_A_LAUNCH));
 	uint64_t id = gp_next_launch_id();
 	gp_patch_args((uint64_t)f, id, &params, &extra);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
-	CUresult r = real(GP_A_LAUNCH);
+	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
 	gp_stamp_end(&ts);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
 			 by, bz, shmem, gp_stream(s, st), r, gp_rec_device());
+	GP_ST_END(1);
 	return r;
 }
 GP_DEFINE_API(LAUNCH)
@@ -209,20 +257,22 @@ GP_EXPORT_AS(LAUNCH, 1, cuLaunchKernel_ptsz)
 #define GP_A_LAUNCH_EX cfg, f, params, extra
 GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 {
+	GP_ST_BEGIN();
 	CUresult (*real)(GP_P_LAUNCH_EX) = GP_REAL(LAUNCH_EX, s);
 	GP_FORWARD_OR_FAIL(real);
 	void *ring = gp_session();
 	if (ring == NULL || cfg == NULL)
-		return real(GP_A_LAUNCH_EX);
+		return GP_ST_FORWARD(real(GP_A_LAUNCH_EX));
 	uint64_t id = gp_next_launch_id();
 	gp_patch_args((uint64_t)f, id, &params, &extra);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
-	CUresult r = real(GP_A_LAUNCH_EX);
+	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
 	gp_stamp_end(&ts);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
 			 cfg->sharedMemBytes, gp_stream(s, cfg->hStream), r, gp_rec_device());
+	GP_ST_END(1);
 	return r;
 }
 GP_DEFINE_API(LAUNCH_EX)
@@ -235,20 +285,22 @@ GP_EXPORT_AS(LAUNCH_EX, 1, cuLaunchKernelEx_ptsz)
 #define GP_A_LAUNCH_COOP f, gx, gy, gz, bx, by, bz, shmem, st, params
 GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 {
+	GP_ST_BEGIN();
 	CUresult (*real)(GP_P_LAUNCH_COOP) = GP_REAL(LAUNCH_COOP, s);
 	GP_FORWARD_OR_FAIL(real);
 	void *ring = gp_session();
 	if (ring == NULL)
-		return real(GP_A_LAUNCH_COOP);
+		return GP_ST_FORWARD(real(GP_A_LAUNCH_COOP));
 	uint64_t id = gp_next_launch_id();
 	void **extra = NULL;
 	gp_patch_args((uint64_t)f, id, &params, &extra);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
-	CUresult r = real(GP_A_LAUNCH_COOP);
+	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));
 	gp_stamp_end(&ts);
 	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL, id, ts.t0, ts.t1, (uint64_t)f, gx,
 			 gy, gz, bx, by, bz, shmem, gp_stream(s, st), r, gp_rec_device());
+	GP_ST_END(1);
 	return r;
 }
 GP_DEFINE_API(LAUNCH_COOP)
@@ -443,20 +495,23 @@ GP_EXPORT_AS(GRAPH_INST_V2, 1, cuGraphInstantiate_v2)
 #define GP_A_GRAPH_LAUNCH exec, st
 GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 {
+	GP_ST_BEGIN();
 	CUresult (*real)(GP_P_GRAPH_LAUNCH) = GP_REAL(GRAPH_LAUNCH, s);
 	GP_FORWARD_OR_FAIL(real);
 	void *ring = gp_session();
 	if (ring == NULL)
-		return real(GP_A_GRAPH_LAUNCH);
+		return GP_ST_FORWARD(real(GP_A_GRAPH_LAUNCH));
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
-	CUresult r = real(GP_A_GRAPH_LAUNCH);
+	CUresult r = GP_ST_CALL(real(GP_A_GRAPH_LAUNCH));
 	gp_stamp_end(&ts);
 	struct gp_gentry *e = gp_graph_find((uint64_t)exec, 0);
 	const struct gp_graph *g = e ? __atomic_load_n(&e->graph, __ATOMIC_ACQUIRE) : NULL;
 	GP_COUNT(graph_launches, 1);
-	if (g == NULL)
+	if (g == NULL) {
+		GP_ST_END(1);
 		return r;
+	}
 	uint32_t dev = gp_rec_device();
 	uint64_t stream = gp_stream(s, st);
 	for (uint32_t i = 0; i < g->n; i++) {
@@ -468,6 +523,7 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 				 k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->shmem, stream, r,
 				 dev);
 	}
+	GP_ST_END(1);
 	return r;
 }
 GP_DEFINE_API(GRAPH_LAUNCH)
