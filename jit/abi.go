@@ -42,6 +42,11 @@ const (
 	HelperWarpActiveCount HelperID = 604 // u64 (): number of active lanes
 	HelperWarpActiveMask  HelperID = 605 // u64 (): activemask of the warp
 	HelperGetLaunchID     HelperID = 606 // u64 (): id of the current launch (0 if unknown)
+
+	// Our device-memory helpers, for aggregating on the GPU.
+	HelperAtomicMaxU64 HelperID = 607 // long (u64 *p, u64 v): *p = max(*p, v) atomically (unsigned); 0
+	HelperAtomicMinU64 HelperID = 608 // long (u64 *p, u64 v): *p = min(*p, v) atomically (unsigned); 0
+	HelperFenceGPU     HelperID = 609 // long (): fence.acq_rel.gpu (device scope, cheaper than 506); 0
 )
 
 // MapType is the type number of a map definition (bpftime's numbering for GPU
@@ -56,7 +61,13 @@ const (
 	MapTypeGPUArray       MapType = 1503 // array shared by all GPU threads, inline on the GPU
 	MapTypeGPURingbuf     MapType = 1527 // GPU ring buffer, written by perf_event_output
 	MapTypePerWarpArray   MapType = 1600 // one value per warp per key, inline on the GPU (ours)
+	MapTypePerBlockArray  MapType = 1601 // one value per thread block per key, in shared memory (ours)
 )
+
+// MaxBlockMapBytes bounds a per-block array (max_entries × 8-byte aligned
+// value size): it takes shared memory from every block of the kernels it
+// is spliced into.
+const MaxBlockMapBytes = 1024
 
 // MapFlagMmapable is Linux's BPF_F_MMAPABLE. A BPF_MAP_TYPE_ARRAY with it
 // is a kernel map shared by host and GPU programs: the collector creates

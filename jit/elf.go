@@ -342,9 +342,13 @@ const (
 // checkGPUMap validates the definition of a GPU-resident map.
 func checkGPUMap(m *Map) error {
 	switch m.Type {
-	case MapTypePerThreadArray, MapTypeGPUArray, MapTypePerWarpArray:
+	case MapTypePerThreadArray, MapTypeGPUArray, MapTypePerWarpArray, MapTypePerBlockArray:
 		if m.KeySize != 4 {
 			return fmt.Errorf("key size %d, want 4 (a u32 index)", m.KeySize)
+		}
+		if m.Type == MapTypePerBlockArray && uint64(m.MaxEntries)*((uint64(m.ValueSize)+7)&^7) > MaxBlockMapBytes {
+			return fmt.Errorf("%d entries of %d bytes is more than the %d bytes of shared memory a per-block array may take",
+				m.MaxEntries, m.ValueSize, MaxBlockMapBytes)
 		}
 	case MapTypeGPURingbuf:
 	default:

@@ -15,12 +15,13 @@ import (
 )
 
 // The kernel_phases ring: with probes::kernel_phases on, every client also
-// gets a ring (role 3, map name kp_warps) that the patched kernels write
-// one record.Warp per warp into; the receiver reads it after the launch
-// ring and feeds the records to the same translator.
+// gets a ring (role 3, map name kp_exec) that the patched kernels write
+// one record.Exec per launch into; the receiver reads it after the launch
+// ring and feeds the records to the same translator. A slot also fits a
+// record.Warp, for producers of per-warp records.
 const (
-	WarpRingSlotSize = shm.SlotHeaderSize + record.WarpSize // bytes per slot
-	WarpRingSlots    = 1 << 18                              // slots (20 MiB per client)
+	ExecRingSlotSize = shm.SlotHeaderSize + max(record.ExecSize, record.WarpSize) // bytes per slot
+	ExecRingSlots    = 1 << 16                                                    // slots (5 MiB per client)
 )
 
 // newPatcher builds the patcher of the configured probes: kernel_phases
@@ -52,7 +53,7 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 	if len(progs) == 0 {
 		return nil, nil
 	}
-	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: []string{probes.KernelPhasesStartMap},
+	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprobe: %w", err)
@@ -62,7 +63,7 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 
 // bindings records, for one client, where each map's region is in its
 // WELCOME: the index, the lanes, and for the rings the receiver reads
-// with device-side reservation (kp_warps) the initial device block.
+// with device-side reservation (kp_exec) the initial device block.
 func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding {
 	out := map[string]patcher.Binding{}
 	for i, o := range offers {

@@ -64,7 +64,7 @@ func TestPatchAndWarpRing(t *testing.T) {
 		}
 	}
 	if !region || !block {
-		t.Fatalf("globals do not bind region %d (kp_warps): %+v", warpIdx, a.Globals)
+		t.Fatalf("globals do not bind region %d (kp_exec): %+v", warpIdx, a.Globals)
 	}
 	_, err = sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: []byte("not an image at all")}, 30*time.Second)
 	var np *agent.NoPatch

@@ -68,7 +68,7 @@ func TestUserMapsThroughAgent(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Programs = []config.ProgramConfig{{Path: obj}}
 	cfg.Buffers.MaxThreads = 1024
-	cfg.Probes.KernelPhases = false // its kp_warps region is TestPatchAndWarpRing's
+	cfg.Probes.KernelPhases = false // its kp_exec region is TestPatchAndWarpRing's
 	tr, mr, traces, metrics := startBoth(t, cfg)
 	defer tr.Shutdown(context.Background())
 	defer mr.Shutdown(context.Background())

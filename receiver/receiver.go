@@ -230,7 +230,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	}
 	var warps *shm.Ring
 	if r.cfg.Probes.KernelPhases {
-		warps, err = shm.CreateRing(WarpRingSlotSize, WarpRingSlots)
+		warps, err = shm.CreateRing(ExecRingSlotSize, ExecRingSlots)
 		if err != nil {
 			ring.Close()
 			names.Close()
@@ -387,11 +387,10 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 			_ = r.tr.Handle(s.id, rec.Payload, now) // invalid records are counted
 		})
 		if s.warpsCons != nil {
-			// Warp records fold into their pending launch (no pdata per
-			// record), so the whole ring is read each poll: a bound here
-			// only made a busy ring overflow (the last launches of a
-			// burst lost every warp).
-			s.warpsCons.Read(WarpRingSlots, func(rec shm.Record) {
+			// Exec (and Warp) records fold into their pending launch (no
+			// pdata per record), so the whole ring is read each poll: a
+			// bound here only made a busy ring overflow.
+			s.warpsCons.Read(ExecRingSlots, func(rec shm.Record) {
 				_ = r.tr.Handle(s.id, rec.Payload, now)
 			})
 			st, cs := s.warps.Stats(), s.warpsCons.Stats()

@@ -11,7 +11,7 @@
 # answers the shim's PATCH with the kernel_phases probe), and checks:
 #   - the output is identical (the patched kernels compute the same thing);
 #   - the module was patched, and every launch was recorded;
-#   - warp records == warps launched (grid x ceil(block/32) per launch of a
+#   - device windows == launches (one kernel_phases record.Exec per launch of a
 #     patched kernel), none dropped;
 # then the same with the collector answering too late (fail open: same
 # output, nothing patched). Prints a short table last; exit 1 if a check
@@ -106,9 +106,9 @@ else
 	row "launch records" FAIL "recorded ${launches:-?}, app launched ${want_launches:-?}"
 fi
 if [[ -n $exp && $exp -gt 0 && $exp == "$rec" && ${drop:-1} == 0 ]]; then
-	row "warp records == warps launched" ok "$rec"
+	row "device windows == launches" ok "$rec"
 else
-	row "warp records == warps launched" FAIL "expected ${exp:-?} recorded ${rec:-?} dropped ${drop:-?}"
+	row "device windows == launches" FAIL "expected ${exp:-?} recorded ${rec:-?} dropped ${drop:-?}"
 fi
 
 # Fail open: a collector that answers after the shim gave up (1 ms).

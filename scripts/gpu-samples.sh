@@ -20,11 +20,12 @@
 #   output       the application's output is bit-identical to the plain run
 #   launch counts  launch records per kernel == the sample's printed counts
 #   kernels patched every kernel the sample launched was patched
-#   warp records   per launch id: one kernel_phases record per warp, each
-#                  (block, warp) once per run, lanes == threads, none dropped
+#   device windows per launch id: one kernel_phases record.Exec per run,
+#                  blocks == grid blocks, threads == grid x block, none dropped
 #   exit records   one per thread per launch, each exit time inside the
-#                  device window [first warp start, last warp end] of a
-#                  launch that has the thread (from kernel_phases; tolerance 0)
+#                  device window [first block start, last block end] of a
+#                  launch that has the thread (from kernel_phases; tolerance
+#                  64 ns, two %globaltimer steps)
 #   per-thread counts  threadhist's counter of every thread slot == the
 #                  launches that have it (multistream: between 1 and that,
 #                  concurrent launches race on the non-atomic add)
@@ -86,9 +87,9 @@ declare -A src=([vectoradd-static]=testdata/cuda/shim/vectoradd.cu [vectoradd-sh
 	[ptxload]=testdata/cuda/samples/ptxload.cu)
 declare -A extra=([vectoradd-shared]="-cudart shared" [ptxload]="-lcuda")
 # args SAMPLE [long]: the sample's command-line arguments (a run of a few
-# seconds for the SIGKILL case; vectoradd's 2000 iterations: each of its
-# patched launches writes 32768 warp records, about 5 ms when the ring
-# overflows, so 20000 outlasted the 150 s timeout).
+# seconds for the SIGKILL case; vectoradd's 2000 iterations: with the old
+# per-warp kernel_phases each patched launch wrote 32768 warp records,
+# about 5 ms when the ring overflowed, so 20000 outlasted the 150 s timeout).
 args() {
 	local long=${2:-}
 	case $1 in

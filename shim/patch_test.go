@@ -20,7 +20,7 @@ import (
 
 // patchAgent is a real agent server whose Patch callback is the real
 // gpuprobe/patcher (kernel_phases), bound like the receiver binds it: the
-// launch ring is WELCOME region 0, the kp_warps ring region 1 (with its
+// launch ring is WELCOME region 0, the kp_exec ring region 1 (with its
 // device block).
 type patchAgent struct {
 	*testAgent // its mu also guards answers
@@ -33,7 +33,7 @@ func startPatchAgent(t *testing.T, answer func(*patcher.Patcher, *agent.PatchReq
 	if err != nil {
 		t.Fatal(err)
 	}
-	pt, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: []string{probes.KernelPhasesStartMap},
+	pt, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
 		MaxThreads: 4096, RingDevice: probes.KernelPhasesRingDevice})
 	if err != nil {
 		t.Fatal(err)

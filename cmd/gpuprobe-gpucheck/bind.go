@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"unsafe"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
@@ -27,7 +28,13 @@ type instance struct {
 
 // deviceOnly names maps the host never reads: they go to device memory,
 // so the probes do not pay PCIe round trips for them.
-var deviceOnly = map[string]bool{"kp_start": true}
+var deviceOnly = func() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range probes.KernelPhasesDeviceOnly {
+		m[n] = true
+	}
+	return m
+}()
 
 // load loads a module and binds every global of the report: map globals
 // to host-registered shm regions (or device memory for deviceOnly maps),

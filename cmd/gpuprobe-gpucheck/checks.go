@@ -192,28 +192,15 @@ func (r *runner) checkPhases(s *sample, want []byte, device bool) error {
 		return errors.New("output differs from the unpatched kernel's")
 	}
 	ring := in.rings[probes.KernelPhasesRingMap]
-	seen := map[[4]uint32]bool{}
-	var lanes uint64
+	var recs []record.Exec
 	var bad error
-	n := ring.NewConsumer(shm.ConsumerOptions{}).Read(0, func(rec shm.Record) {
-		var w record.Warp
-		if err := w.Decode(rec.Payload); err != nil {
+	ring.NewConsumer(shm.ConsumerOptions{}).Read(0, func(rec shm.Record) {
+		var e record.Exec
+		if err := e.Decode(rec.Payload); err != nil {
 			bad = err
 			return
 		}
-		k := [4]uint32{w.Block[0], w.Block[1], w.Block[2], w.Warp}
-		switch {
-		case w.LaunchID != lid:
-			bad = fmt.Errorf("record launch id %#x, want %#x", w.LaunchID, lid)
-		case seen[k]:
-			bad = fmt.Errorf("two records for block %v warp %d", w.Block, w.Warp)
-		case w.StartNS < win.start || w.EndNS > win.end:
-			bad = fmt.Errorf("warp times [%d, %d] outside the kernel window [%d, %d]", w.StartNS, w.EndNS, win.start, win.end)
-		case w.Block[0] >= s.grid.X || w.Block[1] >= s.grid.Y || w.Block[2] >= s.grid.Z:
-			bad = fmt.Errorf("block %v outside the grid", w.Block)
-		}
-		seen[k] = true
-		lanes += uint64(w.ActiveLanes())
+		recs = append(recs, e)
 	})
 	if bad != nil {
 		return bad
@@ -225,13 +212,21 @@ func (r *runner) checkPhases(s *sample, want []byte, device bool) error {
 	if device && len(in.blocks) == 0 {
 		return errors.New("device reservation asked for, but the module has no ring_device global")
 	}
-	if uint64(n) != s.warps() {
-		return fmt.Errorf("%d warp records, want %d (ring: %+v)", n, s.warps(), st)
+	if len(recs) != 1 {
+		return fmt.Errorf("%d device-window records, want 1 per launch (ring: %+v)", len(recs), st)
 	}
-	if lanes != s.threads() {
-		return fmt.Errorf("active lanes sum to %d, want %d threads", lanes, s.threads())
-	}
-	if st.Dropped != 0 {
+	e := recs[0]
+	blocks := uint64(s.grid.X) * uint64(s.grid.Y) * uint64(s.grid.Z)
+	switch {
+	case e.LaunchID != lid:
+		return fmt.Errorf("record launch id %#x, want %#x", e.LaunchID, lid)
+	case e.Blocks != blocks:
+		return fmt.Errorf("record counts %d blocks, want %d", e.Blocks, blocks)
+	case e.Threads != s.threads():
+		return fmt.Errorf("record counts %d threads, want %d", e.Threads, s.threads())
+	case e.StartNS < win.start || e.EndNS > win.end:
+		return fmt.Errorf("device window [%d, %d] outside the kernel window [%d, %d]", e.StartNS, e.EndNS, win.start, win.end)
+	case st.Dropped != 0:
 		return fmt.Errorf("%d records dropped", st.Dropped)
 	}
 	return nil

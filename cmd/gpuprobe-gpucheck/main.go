@@ -5,10 +5,10 @@
 // memcount from testdata/bpf), binds the probes' maps to host-registered
 // shm regions, launches with known grids and checks, exactly:
 //
-//   - kernel_phases: one warp record per warp, each with the launch id
-//     passed in the hidden parameter, its (block, warp) unique, its times
-//     inside the kernel's %globaltimer window, the active lanes summing to
-//     the threads of the grid, no drops;
+//   - kernel_phases: one device-window record (record.Exec) per launch,
+//     with the launch id passed in the hidden parameter, the grid's blocks
+//     and threads, its window inside the kernel's %globaltimer window, no
+//     drops;
 //   - threadhist: every thread counted once, every block's count = block size;
 //   - kernelretsnoop: one record per thread, timestamps in the window;
 //   - memcount: loads, stores and bytes equal to what the kernel does;
@@ -22,7 +22,7 @@
 // record), "device" (device-side reservation, jit/ptx Options.RingDevice)
 // or "both" (default; the benchmark then prints both side by side). The old
 // mode's timed launches are capped (one launch per batch, three rounds):
-// it costs about 1.5 s per vectorAddN launch.
+// with one record per warp it cost about 1.5 s per vectorAddN launch.
 //
 // -configs chooses the bench configs (uninstrumented, empty, kernel_phases,
 // kernelretsnoop and threadhist: the testdata objects retargeted to the

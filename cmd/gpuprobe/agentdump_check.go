@@ -51,6 +51,13 @@ type warpStat struct {
 	outside        int               // records of a block outside the grid (checked at the end)
 }
 
+// execStat is what kernel_phases recorded for one launch id: one
+// record.Exec per run of the launch (a graph node's replays share an id).
+type execStat struct {
+	records, blocks, threads uint64
+	wins                     []interval // each run's device window
+}
+
 // exitRec is one per-thread exit record.
 type exitRec struct {
 	c  [6]uint32
@@ -61,12 +68,15 @@ type exitRec struct {
 type accounting struct {
 	launches []launchInfo
 	warpByID map[uint64]*warpStat
+	execByID map[uint64]*execStat
 	exits    []exitRec
 	errs     int
 	firstErr string
 }
 
-func newAccounting() *accounting { return &accounting{warpByID: map[uint64]*warpStat{}} }
+func newAccounting() *accounting {
+	return &accounting{warpByID: map[uint64]*warpStat{}, execByID: map[uint64]*execStat{}}
+}
 
 func (a *accounting) fail(what string, err error) {
 	a.errs++
@@ -91,6 +101,30 @@ func (a *accounting) warp(w *record.Warp) {
 	st.start = min(st.start, w.StartNS)
 	st.end = max(st.end, w.EndNS)
 	st.cells[[4]uint32{w.Block[0], w.Block[1], w.Block[2], w.Warp}]++
+}
+
+func (a *accounting) exec(e *record.Exec) {
+	st := a.execByID[e.LaunchID]
+	if st == nil {
+		st = &execStat{}
+		a.execByID[e.LaunchID] = st
+	}
+	st.records++
+	st.blocks += e.Blocks
+	st.threads += e.Threads
+	st.wins = append(st.wins, interval{e.StartNS, e.EndNS})
+}
+
+// window is the device window of launch id: from its Exec records, else
+// from its Warp records (earliest warp start, latest warp end).
+func (a *accounting) windows(id uint64) []interval {
+	if st := a.execByID[id]; st != nil {
+		return st.wins
+	}
+	if st := a.warpByID[id]; st != nil {
+		return []interval{{st.start, st.end}}
+	}
+	return nil
 }
 
 func (a *accounting) exit(l *exitLayout, p []byte) error {

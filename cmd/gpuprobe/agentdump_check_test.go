@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -51,7 +52,8 @@ type fault int
 
 const (
 	faultNone        fault = iota
-	faultLoseWarp          // one warp record missing (its window too)
+	faultLoseExec          // one launch's device window (Exec record) missing
+	faultExecBlocks        // one device window counts a block too many
 	faultDupExit           // one thread's exit recorded twice, another's not
 	faultLateExit          // one exit time after its launch's last warp end
 	faultDoubleCount       // one per-thread counter slot incremented twice
@@ -61,8 +63,8 @@ const (
 
 // simulate plays the GPU (and the shim) for a session patched with
 // kernel_phases, kernelretsnoop and threadhist: launch records, one
-// record.Warp per warp, one exit record per thread inside the warp's
-// window, the per-thread and per-block counters.
+// record.Exec per run of a launch, one exit record per thread inside its
+// warp's time, the per-thread and per-block counters.
 func simulate(t *testing.T, s *agent.Session, launches []simLaunch, f fault) {
 	t.Helper()
 	ring := func(role agent.Role, name string) *shm.Ring {
@@ -79,7 +81,7 @@ func simulate(t *testing.T, s *agent.Session, launches []simLaunch, f fault) {
 		}
 		return a
 	}
-	lr, kp, ex := ring(agent.RoleLaunchRing, ""), ring(agent.RoleMap, "kp_warps"), ring(agent.RoleMap, "exits")
+	lr, kp, ex := ring(agent.RoleLaunchRing, ""), ring(agent.RoleMap, probes.KernelPhasesRingMap), ring(agent.RoleMap, "exits")
 	runs, blocks := array("thread_runs"), array("block_threads")
 	put := func(g *shm.Ring, typ uint32, b []byte) {
 		if res := g.Produce(typ, b); res != shm.Published {
@@ -88,7 +90,7 @@ func simulate(t *testing.T, s *agent.Session, launches []simLaunch, f fault) {
 	}
 	put(lr, uint32(record.TypeKernelName), (&record.KernelName{Function: 1, PID: 1, Name: "ptx_affine"}).Append(nil))
 	now := uint64(1_000_000)
-	first := true
+	first, firstExec := true, true
 	for _, l := range launches {
 		rec := record.Launch{LaunchID: l.id, PID: 1, Function: 1, Grid: l.grid, Block: l.block}
 		if l.runs > 1 { // the captured launch, never executed
@@ -98,17 +100,14 @@ func simulate(t *testing.T, s *agent.Session, launches []simLaunch, f fault) {
 		for range max(l.runs, 1) {
 			put(lr, uint32(record.TypeLaunch), rec.Append(nil))
 			bt := l.block[0] * l.block[1] * l.block[2]
+			runStart := now
 			for bz := range l.grid[2] {
 				for by := range l.grid[1] {
 					for bx := range l.grid[0] {
 						for w := range (bt + 31) / 32 {
-							start, end := now, now+500
+							start := now
 							now += 1000
 							lanes := min(bt-32*w, 32)
-							if !(f == faultLoseWarp && first) {
-								put(kp, 0, (&record.Warp{LaunchID: l.id, Block: [3]uint32{bx, by, bz}, Warp: w,
-									ActiveMask: uint32(uint64(1)<<lanes - 1), StartNS: start, EndNS: end, MinExitNS: start + 10}).Append(nil))
-							}
 							for lane := range lanes {
 								tl := 32*w + lane
 								tx, ty, tz := tl%l.block[0], tl/l.block[0]%l.block[1], tl/(l.block[0]*l.block[1])
@@ -139,6 +138,14 @@ func simulate(t *testing.T, s *agent.Session, launches []simLaunch, f fault) {
 					}
 				}
 			}
+			ex := record.Exec{LaunchID: l.id, StartNS: runStart, EndNS: now, Blocks: uint64(l.grid[0] * l.grid[1] * l.grid[2]), Threads: l.threads()}
+			if f == faultExecBlocks && firstExec {
+				ex.Blocks++
+			}
+			if !(f == faultLoseExec && firstExec) {
+				put(kp, 0, ex.Append(nil))
+			}
+			firstExec = false
 		}
 	}
 	switch f {
@@ -172,8 +179,9 @@ func TestAgentDumpChecks(t *testing.T) {
 		{name: "right", expect: "launches ptx_affine 4\n"},
 		{name: "launch count off", expect: "launches ptx_affine 5\n", fail: []string{"launch counts"}},
 		{name: "other kernel", expect: "launches ptx_affine 4\nlaunches other 1\n", fail: []string{"launch counts", "kernels patched"}},
-		{name: "lost warp record", fault: faultLoseWarp, expect: "launches ptx_affine 4\n",
-			fail: []string{"warp records per launch", "exit records (exits)"}}, // the first exits precede the launch's window
+		{name: "lost device window", fault: faultLoseExec, expect: "launches ptx_affine 4\n",
+			fail: []string{"device windows per launch", "exit records (exits)"}}, // the first launch's exits precede the second's window
+		{name: "device window blocks off", fault: faultExecBlocks, expect: "launches ptx_affine 4\n", fail: []string{"device windows per launch"}},
 		{name: "duplicate exit", fault: faultDupExit, expect: "launches ptx_affine 4\n", fail: []string{"exit records (exits)"}},
 		{name: "late exit", fault: faultLateExit, expect: "launches ptx_affine 4\n", fail: []string{"exit records (exits)"}},
 		{name: "thread counted twice", fault: faultDoubleCount, expect: "launches ptx_affine 4\n", fail: []string{"per-thread counts (thread_runs)"}, racy: true},
@@ -223,7 +231,7 @@ func TestAgentDumpChecks(t *testing.T) {
 			for _, c := range sum.Sessions[0].Checks {
 				got[c.Name] = c.OK
 			}
-			for _, name := range []string{"launch counts", "kernels patched", "warp records per launch", "exit records (exits)",
+			for _, name := range []string{"launch counts", "kernels patched", "device windows per launch", "exit records (exits)",
 				"per-thread counts (thread_runs)", "per-block counts (block_threads)"} {
 				ok, ran := got[name]
 				want := !contains(tt.fail, name)

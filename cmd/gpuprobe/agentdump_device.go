@@ -88,6 +88,49 @@ func checkWarps(a *accounting, ls []*launchInfo, dropped uint64) checkResult {
 	return okf(name, "%d launch ids, %d warp records = warps launched", len(groups), records)
 }
 
+// checkExecs: for every launch, one kernel_phases Exec record per run of
+// the launch, with the launch's blocks and threads and a window that does
+// not end before it starts; no record of an unknown launch id.
+func checkExecs(a *accounting, ls []*launchInfo, dropped uint64) checkResult {
+	const name = "device windows per launch"
+	groups := groupByID(ls)
+	var bad []string
+	var records uint64
+	for id, g := range groups {
+		st := a.execByID[id]
+		if st == nil {
+			bad = append(bad, fmt.Sprintf("launch %#x (%s): no device window", id, g.l.Kernel))
+			continue
+		}
+		records += st.records
+		n := uint64(g.n)
+		switch {
+		case st.records != n:
+			bad = append(bad, fmt.Sprintf("launch %#x (%s): %d device windows, want %d", id, g.l.Kernel, st.records, n))
+		case st.blocks != g.l.blocks()*n:
+			bad = append(bad, fmt.Sprintf("launch %#x (%s): %d blocks, want %d", id, g.l.Kernel, st.blocks, g.l.blocks()*n))
+		case st.threads != g.l.threads()*n:
+			bad = append(bad, fmt.Sprintf("launch %#x (%s): %d threads, want %d", id, g.l.Kernel, st.threads, g.l.threads()*n))
+		}
+	}
+	for id, st := range a.execByID {
+		if groups[id] == nil {
+			bad = append(bad, fmt.Sprintf("%d device windows of launch id %#x, which no executed launch of a patched kernel has", st.records, id))
+		}
+	}
+	if dropped > 0 {
+		bad = append(bad, fmt.Sprintf("%d device-window records dropped", dropped))
+	}
+	if len(ls) == 0 {
+		bad = append(bad, "no executed launch of a patched kernel")
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return failf(name, "%d problems, first: %s", len(bad), bad[0])
+	}
+	return okf(name, "%d launch ids, %d device windows = runs, blocks and threads exact", len(groups), records)
+}
+
 // interval is a closed time interval on %globaltimer.
 type interval struct{ lo, hi uint64 }
 
@@ -117,8 +160,10 @@ func checkExits(a *accounting, ls []*launchInfo, ring string, dropped uint64, wi
 		}
 		s.n++
 		want += l.threads()
-		if st := a.warpByID[l.ID]; windows && st != nil {
-			s.wins = append(s.wins, interval{st.start - exitTolNS, st.end + exitTolNS})
+		if windows {
+			for _, w := range a.windows(l.ID) {
+				s.wins = append(s.wins, interval{w.lo - exitTolNS, w.hi + exitTolNS})
+			}
 		}
 	}
 	list := make([]*shapeWindows, 0, len(shapes))

@@ -61,7 +61,7 @@ func loadDumpProgs(builtins, objects []string, target string, lanes, ringSlots u
 		}
 		if b == probes.KernelPhases {
 			d.phases = true
-			d.deviceOnly = append(d.deviceOnly, probes.KernelPhasesStartMap)
+			d.deviceOnly = append(d.deviceOnly, probes.KernelPhasesDeviceOnly...)
 		}
 		d.progs = append(d.progs, ps...)
 	}
@@ -98,8 +98,8 @@ func loadDumpProgs(builtins, objects []string, target string, lanes, ringSlots u
 			// binds 0). Other host-path maps get a plain array region: the
 			// patcher wants one for every map global, and their host calls
 			// fail fast while the shim maps no mailbox.
-			if m.Mmapable() {
-				continue
+			if m.Mmapable() || m.Type == jit.MapTypePerBlockArray {
+				continue // per-block arrays live in shared memory: nothing to bind
 			}
 			if !seen[m.Name] {
 				seen[m.Name] = true
@@ -199,7 +199,7 @@ func (d *dumper) patchOffers(s *dumpSession) ([]agent.Offer, error) {
 		case jit.MapTypeGPURingbuf:
 			slot := max((shm.SlotHeaderSize+m.ValueSize+7)&^7, 24)
 			if m.Name == probes.KernelPhasesRingMap {
-				slot = record.WarpSize + shm.SlotHeaderSize
+				slot = max(record.WarpSize, record.ExecSize) + shm.SlotHeaderSize
 			}
 			g, err := shm.CreateRing(slot, d.progs.ringSlots)
 			if err != nil {
@@ -289,6 +289,16 @@ func (d *dumper) patchPoll(s *dumpSession) {
 			r.records++
 			switch {
 			case r.warps:
+				if p, err := record.ParsePrefix(rec.Payload); err == nil && p.Type == record.TypeExec {
+					var e record.Exec
+					if err := e.Decode(rec.Payload); err != nil {
+						r.errors++
+						s.acct.fail("exec record", err)
+						return
+					}
+					s.acct.exec(&e)
+					return
+				}
 				var w record.Warp
 				if err := w.Decode(rec.Payload); err != nil {
 					r.errors++
@@ -324,8 +334,13 @@ func (d *dumper) patchSummary(s *dumpSession) {
 		s.patch.modules, len(s.patch.patched), s.patch.refused)
 	if kp != nil {
 		st := kp.ring.Stats()
-		line += fmt.Sprintf(" warps expected=%d recorded=%d dropped=%d errors=%d",
-			s.acct.expectedWarps(s.patch.patched), kp.records, st.Dropped+st.Oversize, kp.errors)
+		if len(s.acct.warpByID) > 0 && len(s.acct.execByID) == 0 {
+			line += fmt.Sprintf(" warps expected=%d recorded=%d dropped=%d errors=%d",
+				s.acct.expectedWarps(s.patch.patched), kp.records, st.Dropped+st.Oversize, kp.errors)
+		} else {
+			line += fmt.Sprintf(" windows expected=%d recorded=%d dropped=%d errors=%d",
+				len(s.acct.patchedLaunches(s.patch.patched)), kp.records, st.Dropped+st.Oversize, kp.errors)
+		}
 	}
 	fmt.Fprintln(d.out, line)
 }

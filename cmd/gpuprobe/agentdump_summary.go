@@ -41,7 +41,11 @@ func (d *dumper) evaluate(s *dumpSession) []checkResult {
 	}
 	if kp != nil {
 		st := kp.ring.Stats()
-		out = append(out, checkWarps(a, ls, st.Dropped+st.Oversize))
+		if len(a.warpByID) > 0 && len(a.execByID) == 0 {
+			out = append(out, checkWarps(a, ls, st.Dropped+st.Oversize))
+		} else {
+			out = append(out, checkExecs(a, ls, st.Dropped+st.Oversize))
+		}
 	}
 	for _, r := range p.rings {
 		if r.exit != nil {
@@ -70,6 +74,7 @@ type launchSummary struct {
 	Threads     uint64 `json:"threads"`
 	Warps       uint64 `json:"warps"`
 	WarpRecords uint64 `json:"warp_records,omitempty"`
+	ExecRecords uint64 `json:"exec_records,omitempty"`
 	Lanes       uint64 `json:"active_lanes,omitempty"`
 	StartNS     uint64 `json:"device_start_ns,omitempty"`
 	EndNS       uint64 `json:"device_end_ns,omitempty"`
@@ -112,6 +117,9 @@ func (d *dumper) sessionSummary(s *dumpSession, checks []checkResult) sessionSum
 		ls := launchSummary{launchInfo: *l, Threads: l.threads(), Warps: l.warps()}
 		if st := a.warpByID[l.ID]; st != nil {
 			ls.WarpRecords, ls.Lanes, ls.StartNS, ls.EndNS = st.records, st.lanes, st.start, st.end
+		}
+		if st := a.execByID[l.ID]; st != nil && len(st.wins) > 0 {
+			ls.ExecRecords, ls.StartNS, ls.EndNS = st.records, st.wins[0].lo, st.wins[0].hi
 		}
 		ss.PerLaunch = append(ss.PerLaunch, ls)
 	}

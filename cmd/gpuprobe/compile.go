@@ -50,6 +50,7 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		funcs  []*ptx.Func
 		failed int
 		body   strings.Builder
+		shared = map[string]uint64{} // .shared variables declared in the module so far
 	)
 	for _, p := range progs {
 		fmt.Fprintf(&body, "\n// program %s: section %q, %s\n", p.Name, p.Section, describe(p))
@@ -82,7 +83,14 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		if *entry {
 			fmt.Fprintf(&body, "//   test entry %s\n", ptx.TestEntry(f))
 		} else {
-			body.WriteString(f.Text())
+			sh, err := ptx.SharedDecls(shared, f)
+			if err != nil {
+				failed++
+				fmt.Fprintf(&body, "//   FAILED: %s\n", comment(err.Error()))
+				fmt.Fprintf(stderr, "gpuprobe compile: %s: program %s: %v\n", file, p.Name, err)
+				continue
+			}
+			body.WriteString(sh + f.Decls + f.Body)
 		}
 		funcs = append(funcs, f)
 	}

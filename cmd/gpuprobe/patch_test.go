@@ -29,7 +29,7 @@ func TestPatch(t *testing.T) {
 		{"kernel_phases by default", []string{ptxFile}, 0, []string{
 			"kernel _Z10vectorAddNPKfS0_Pfi: entry [kernel_phases_entry] exit [kernel_phases_exit] (1 sites)",
 			"kernel vectorAddC:", "launch id: parameter 4 at offset 32",
-			"global gpuprobe_kernel_phases_exit_map_kp_warps (map kp_warps) of kernel_phases_exit",
+			"global gpuprobe_kernel_phases_exit_map_kp_exec (map kp_exec) of kernel_phases_exit",
 		}, "", true},
 		{"one kernel, programs from objects", []string{"-prog", threadhist + "," + memcount, "-kernel", "vectorAdd", ptxFile}, 0, []string{
 			"kernel _Z9vectorAddPKfS0_Pf: entry [] exit [threadhist] (1 sites) memcapture [memcount] (3 sites)",

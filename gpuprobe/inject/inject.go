@@ -176,7 +176,7 @@ func Inject(module []byte, progs []*jit.Program, opts Options) ([]byte, *Report,
 	}
 	rep.Unmatched = unmatched
 
-	s := &splicer{m: m, opts: opts, target: target, kernels: map[*ptxmod.Func]*kernelPlan{}}
+	s := &splicer{m: m, opts: opts, target: target, kernels: map[*ptxmod.Func]*kernelPlan{}, shared: map[string]uint64{}}
 	if err := s.compile(progs, calls, rep); err != nil {
 		return nil, nil, err
 	}
@@ -361,8 +361,12 @@ func (s *splicer) compile(progs []*jit.Program, calls [][]*ptxmod.Func, rep *Rep
 				return fmt.Errorf("inject: program %s: %w", p.Name, err)
 			}
 		}
+		sh, err := ptx.SharedDecls(s.shared, f)
+		if err != nil {
+			return fmt.Errorf("inject: program %s: %w", p.Name, err)
+		}
 		fmt.Fprintf(&s.moduleText, "\n// gpuprobe: program %s (%s)\n", p.Name, p.Section)
-		s.moduleText.WriteString(f.Text())
+		s.moduleText.WriteString(sh + f.Decls + f.Body)
 		pr := ProgramReport{Name: p.Name, Kind: p.Kind, Func: f.Name}
 		for _, k := range calls[i] {
 			pr.Kernels = append(pr.Kernels, k.Name)

@@ -57,6 +57,7 @@ type splicer struct {
 	target     string
 	kernels    map[*ptxmod.Func]*kernelPlan
 	moduleText strings.Builder
+	shared     map[string]uint64 // .shared variables declared in moduleText (ptx.SharedDecls)
 	skips      int
 }
 

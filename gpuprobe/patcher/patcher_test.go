@@ -37,7 +37,7 @@ func newPatcher(t *testing.T) *Patcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Options{Programs: progs, DeviceOnly: []string{probes.KernelPhasesStartMap},
+	p, err := New(Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
 		MaxThreads: 4096, RingDevice: probes.KernelPhasesRingDevice})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func newPatcher(t *testing.T) *Patcher {
 	return p
 }
 
-// ringBinder binds kp_warps to WELCOME region 2, with a device block.
+// ringBinder binds kp_exec to WELCOME region 2, with a device block.
 func ringBinder(t *testing.T) Binder {
 	g, err := shm.CreateRing(80, 64)
 	if err != nil {
@@ -63,8 +63,8 @@ func ringBinder(t *testing.T) Binder {
 // TestPatchFatbin patches a fatbin with PTX for two architectures: the
 // entry of the highest architecture not above the device's is chosen, the
 // result assembles for the device, every kernel gets its launch parameter
-// and the globals say how to bind kp_warps (region 2, its device block)
-// and kp_start (one device allocation shared by both programs).
+// and the globals say how to bind kp_exec (region 2, its device block)
+// and kp_table (one device allocation shared by both programs).
 func TestPatchFatbin(t *testing.T) {
 	img := build(t, "vectoradd.70-80.fatbin", "-fatbin", "-O3",
 		"-gencode", "arch=compute_70,code=compute_70", "-gencode", "arch=compute_80,code=compute_80")
@@ -143,14 +143,14 @@ func checkGlobals(t *testing.T, a *agent.Patched) {
 		switch {
 		case g.Kind == agent.GlobalRegion && g.Region != 2,
 			g.Kind == agent.GlobalRingBlock && (g.Region != 2 || len(g.Init) != shm.RingDeviceBlockSize),
-			g.Kind == agent.GlobalDeviceAlloc && (g.Region != 0 || g.Size != shm.DataOffset+128*8):
+			g.Kind == agent.GlobalDeviceAlloc && (g.Region != 0 || g.Size != shm.DataOffset+64*65*128):
 			t.Errorf("global %+v", g)
-		case strings.Contains(g.Name, "lanes") && g.Kind == agent.GlobalConst && g.Value != 128:
-			t.Errorf("lanes global %s = %d, want 4096/32", g.Name, g.Value)
+		case strings.Contains(g.Name, "kp_block"):
+			t.Errorf("global %s: the shared-memory map needs no binding", g.Name)
 		}
 	}
-	// kp_warps in the exit program: base and device block; kp_start in both
-	// programs: one allocation each (number 0) plus its lanes.
+	// kp_exec in the exit program: base and device block; kp_table in both
+	// programs: one allocation each (number 0).
 	if kinds[agent.GlobalRegion] != 1 || kinds[agent.GlobalRingBlock] != 1 || kinds[agent.GlobalDeviceAlloc] != 2 {
 		t.Errorf("globals by kind %v: %+v", kinds, a.Globals)
 	}
@@ -170,7 +170,7 @@ func TestPatchErrors(t *testing.T) {
 	}{
 		{"cubin only", cubin, ringBinder(t), agent.NoPatchNoPTX, "no PTX (SASS only)"},
 		{"garbage", []byte("\x01\x02\x03\x04garbage"), ringBinder(t), agent.NoPatchError, "unrecognised code image"},
-		{"no region for the ring", ptxText, none, agent.NoPatchError, "map kp_warps of program kernel_phases_exit has no region"},
+		{"no region for the ring", ptxText, none, agent.NoPatchError, "map kp_exec of program kernel_phases_exit has no region"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,106 +1,207 @@
 //go:build ignore
 
-// kernel_phases: gpuprobe's built-in probe set. It times every warp of every
-// kernel it is attached to and writes ONE record per warp (record.Warp, type
-// 3) into a GPU ring buffer, so the collector can build the "executing"
-// phase of each launch span and the per-warp histograms.
+// kernel_phases: gpuprobe's built-in probe set. It measures each launch's
+// device window (first block start → last block end) and writes ONE record
+// per launch (record.Exec, type 11) into a GPU ring buffer, so the collector
+// can build the "queued" and "executing" phases of each launch span.
 //
-//   entry (kprobe/*): the warp's leader lane stores %globaltimer in a
-//     per-warp array (one u64 per warp of the grid).
-//   exit (kretprobe/*): every lane reads %globaltimer; the warp helpers
-//     reduce the lanes' exit times to min and max over the active lanes,
-//     and the leader writes the record: launch id (helper 606), block,
-//     warp index in the block, SM, active mask, start, last exit, first
-//     exit.
+// The aggregation happens on the GPU, in three levels, because anything a
+// kernel like vectorAdd does per warp in global memory costs more than the
+// kernel (an H100 spike: one atomic per warp on 64..128 striped counters
+// doubled vectorAdd's time; this scheme adds about 4%):
+//
+//   block   kp_block (shared memory, one word per block): every warp's
+//           leader counts its active lanes at exit; the warp that brings
+//           the count to the block's thread count is the block's last.
+//           The word carries a tag (launch id × block) so that shared
+//           memory left over by an earlier block is never mistaken for
+//           ours; every warp's leader initialises it at entry with a
+//           compare-and-swap, so no barrier is needed and a warp that
+//           exits early cannot be overwritten.
+//   stripe  kp_table (device memory, private to the module): the block's
+//           start (thread 0 at entry) and end (its last warp) go to the
+//           cell of stripe (linear block id % KP_STRIPES) of the launch's
+//           slot (launch id % KP_SLOTS) with atomic max (the start as its
+//           complement), and the block counts itself there; the stripe's
+//           last block moves the stripe into the launch cell and resets it.
+//   launch  the last stripe to finish writes the record and resets the
+//           launch cell, so the slot is clean for a later launch.
 //
 // The target "*" means every kernel of the module (gpuprobe/inject matches
 // section targets as patterns). Build: go generate ./gpuprobe/probes.
 #include "gpuprobe.h"
 
-#define WARP_RECORD_TYPE 3
-#define WARP_RECORD_VERSION 1
+#define EXEC_RECORD_TYPE 11
+#define EXEC_RECORD_VERSION 1
 
-// struct warp_record is record.Warp (record/device.go), 64 bytes.
-struct warp_record {
+#define KP_SLOTS 64    /* launches of one module executing at once */
+#define KP_STRIPES 64  /* cells a launch's blocks are spread over */
+
+// struct exec_record is record.Exec (record/exec.go), 48 bytes.
+struct exec_record {
 	u16 type;
 	u16 version;
 	u32 size;
 	u64 launch_id;
-	u32 block_x, block_y, block_z;
-	u32 warp;
-	u32 sm_id;
-	u32 active_mask;
 	u64 start_ns;
 	u64 end_ns;
-	u64 min_exit_ns;
+	u64 blocks;
+	u64 threads;
 };
 
-// kp_start: the start time of each warp of the launch (keyed by 0, one lane
-// per warp of the grid). The host never reads it, so the loader may put it
-// in device memory.
+// struct kp_word is the block's shared word: lanes that exited, and the
+// tag of the block that owns it.
+struct kp_word {
+	u32 count;
+	u32 tag;
+};
+
+// struct kp_cell is one stripe (or the launch total) of a launch slot, one
+// 128-byte line each so that stripes do not share an L2 line.
+struct kp_cell {
+	u64 nstart; /* ~ earliest start (atomic max of the complement) */
+	u64 end;    /* latest end */
+	u64 blocks; /* blocks (stripe cell) or stripes (launch cell) done */
+	u64 pad[13];
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_PERGPUWARP_ARRAY_MAP);
+	__uint(type, BPF_MAP_TYPE_PERGPUBLOCK_ARRAY_MAP);
 	__uint(max_entries, 1);
 	__type(key, u32);
-	__type(value, u64);
-} kp_start SEC(".maps");
+	__type(value, struct kp_word);
+} kp_block SEC(".maps");
 
-// kp_warps: the ring the collector reads; one record per warp.
+// kp_table: KP_SLOTS × (1 launch cell + KP_STRIPES stripe cells). The host
+// never reads it: the loader puts it in device memory, zeroed.
+struct {
+	__uint(type, BPF_MAP_TYPE_GPU_ARRAY_MAP);
+	__uint(max_entries, KP_SLOTS * (KP_STRIPES + 1));
+	__type(key, u32);
+	__type(value, struct kp_cell);
+} kp_table SEC(".maps");
+
+// kp_exec: the ring the collector reads; one record per launch.
 struct {
 	__uint(type, BPF_MAP_TYPE_GPU_RINGBUF_MAP);
-	__uint(max_entries, 1 << 22);
+	__uint(max_entries, 1 << 16);
 	__type(key, u32);
-	__type(value, struct warp_record);
-} kp_warps SEC(".maps");
+	__type(value, struct exec_record);
+} kp_exec SEC(".maps");
+
+static __always_inline u64 linear_block(u64 *nblocks)
+{
+	u64 x, y, z, nx, ny, nz;
+
+	bpf_get_block_idx(&x, &y, &z);
+	bpf_get_grid_dim(&nx, &ny, &nz);
+	*nblocks = nx * ny * nz;
+	return (z * ny + y) * nx + x;
+}
+
+static __always_inline u32 block_tag(u64 lid, u64 block)
+{
+	u64 h = (lid * 0x9E3779B97F4A7C15ULL) ^ (block * 0xC2B2AE3D27D4EB4FULL);
+
+	return (u32)(h >> 32) | 1; /* never 0: 0 marks a released word */
+}
 
 SEC("kprobe/*")
 int kernel_phases_entry(void *ctx)
 {
-	u32 zero = 0;
-	u64 *start;
+	u32 zero = 0, key;
+	u64 lid, block, nblocks, tx, ty, tz, w, want;
+	struct kp_word *b;
+	struct kp_cell *c;
 
 	if (!gpuprobe_warp_is_leader())
 		return 0;
-	start = bpf_map_lookup_elem(&kp_start, &zero);
-	if (start)
-		*start = bpf_get_globaltimer();
+	lid = gpuprobe_get_launch_id();
+	if (lid == 0)
+		return 0;
+	b = bpf_map_lookup_elem(&kp_block, &zero);
+	if (!b)
+		return 0;
+	block = linear_block(&nblocks);
+	want = (u64)block_tag(lid, block) << 32; /* count 0, our tag */
+	w = *(u64 *)b;
+	if (w >> 32 != want >> 32)
+		__sync_val_compare_and_swap((u64 *)b, w, want);
+	bpf_get_thread_idx(&tx, &ty, &tz);
+	if (tx | ty | tz)
+		return 0;
+	key = (u32)(lid % KP_SLOTS) * (KP_STRIPES + 1) + 1 + (u32)(block % KP_STRIPES);
+	c = bpf_map_lookup_elem(&kp_table, &key);
+	if (c)
+		gpuprobe_atomic_max_u64(&c->nstart, ~bpf_get_globaltimer());
 	return 0;
 }
 
 SEC("kretprobe/*")
 int kernel_phases_exit(void *ctx)
 {
-	struct warp_record r = {};
-	u64 now = bpf_get_globaltimer();
-	u64 first = gpuprobe_warp_min_u64(now);
-	u64 last = gpuprobe_warp_max_u64(now);
-	u64 mask = gpuprobe_warp_active_mask();
-	u64 x, y, z, tx, ty, tz, nx, ny, nz;
-	u32 zero = 0;
-	u64 *start;
+	struct exec_record r = {};
+	u32 zero = 0, key, old;
+	u64 lid, now, lanes, block, nblocks, bx, by, bz, threads, want, done, stripes, nstart, end;
+	struct kp_word *b;
+	struct kp_cell *c, *l;
 
+	lanes = gpuprobe_warp_active_count();
 	if (!gpuprobe_warp_is_leader())
 		return 0;
-	r.type = WARP_RECORD_TYPE;
-	r.version = WARP_RECORD_VERSION;
+	now = bpf_get_globaltimer();
+	lid = gpuprobe_get_launch_id();
+	if (lid == 0)
+		return 0;
+	b = bpf_map_lookup_elem(&kp_block, &zero);
+	if (!b)
+		return 0;
+	bpf_get_block_dim(&bx, &by, &bz);
+	threads = bx * by * bz;
+	old = __sync_fetch_and_add(&b->count, (u32)lanes);
+	if (old + lanes != threads)
+		return 0;
+	/* The block's last warp. Release the word: a replay of this launch
+	 * (a CUDA graph) may get the same shared memory and the same tag. */
+	*(u64 *)b = 0;
+	block = linear_block(&nblocks);
+	key = (u32)(lid % KP_SLOTS) * (KP_STRIPES + 1);
+	l = bpf_map_lookup_elem(&kp_table, &key);
+	key += 1 + (u32)(block % KP_STRIPES);
+	c = bpf_map_lookup_elem(&kp_table, &key);
+	if (!c || !l)
+		return 0;
+	gpuprobe_atomic_max_u64(&c->end, now);
+	want = nblocks / KP_STRIPES + (block % KP_STRIPES < nblocks % KP_STRIPES ? 1 : 0);
+	done = __sync_fetch_and_add(&c->blocks, 1);
+	if (done + 1 != want)
+		return 0;
+	/* The stripe's last block: move the stripe into the launch cell. */
+	gpuprobe_fence_gpu();
+	nstart = __sync_lock_test_and_set(&c->nstart, 0);
+	end = __sync_lock_test_and_set(&c->end, 0);
+	__sync_lock_test_and_set(&c->blocks, 0);
+	gpuprobe_atomic_max_u64(&l->nstart, nstart);
+	gpuprobe_atomic_max_u64(&l->end, end);
+	gpuprobe_fence_gpu();
+	stripes = nblocks < KP_STRIPES ? nblocks : KP_STRIPES;
+	done = __sync_fetch_and_add(&l->blocks, 1);
+	if (done + 1 != stripes)
+		return 0;
+	/* The launch's last stripe: write the record, reset the slot. */
+	gpuprobe_fence_gpu();
+	nstart = __sync_lock_test_and_set(&l->nstart, 0);
+	end = __sync_lock_test_and_set(&l->end, 0);
+	__sync_lock_test_and_set(&l->blocks, 0);
+	r.type = EXEC_RECORD_TYPE;
+	r.version = EXEC_RECORD_VERSION;
 	r.size = sizeof(r);
-	r.launch_id = gpuprobe_get_launch_id();
-	bpf_get_block_idx(&x, &y, &z);
-	r.block_x = x;
-	r.block_y = y;
-	r.block_z = z;
-	bpf_get_thread_idx(&tx, &ty, &tz);
-	bpf_get_block_dim(&nx, &ny, &nz);
-	r.warp = ((tz * ny + ty) * nx + tx) / 32;
-	r.sm_id = bpf_get_sm_id();
-	r.active_mask = mask;
-	r.start_ns = first;
-	start = bpf_map_lookup_elem(&kp_start, &zero);
-	if (start && *start != 0 && *start <= first)
-		r.start_ns = *start;
-	r.end_ns = last;
-	r.min_exit_ns = first;
-	bpf_perf_event_output(ctx, &kp_warps, 0, &r, sizeof(r));
+	r.launch_id = lid;
+	r.start_ns = nstart ? ~nstart : end;
+	r.end_ns = end;
+	r.blocks = nblocks;
+	r.threads = nblocks * threads;
+	bpf_perf_event_output(ctx, &kp_exec, 0, &r, sizeof(r));
 	return 0;
 }
 

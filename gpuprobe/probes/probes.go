@@ -4,13 +4,16 @@
 // clang at run time. `go generate ./gpuprobe/probes` rebuilds them; the tests
 // rebuild them with clang and fail when a committed object is stale.
 //
-// kernel_phases (kernel_phases.c) times every warp of the kernels it is
-// attached to: the entry program stores the warp's start time in a per-warp
-// array (map kp_start, type 1600), the exit program writes one record.Warp
-// per warp into a GPU ring buffer (map kp_warps, type 1527) with the launch
-// id, the block, the warp index, the SM, the active lanes, the start, the
-// first and the last lane exit. Its sections target "*": every kernel of a
-// module (gpuprobe/inject matches targets as patterns).
+// kernel_phases (kernel_phases.c) measures each launch's device window on
+// the GPU and writes one record.Exec per launch into a GPU ring buffer (map
+// kp_exec, type 1527): launch id, earliest block start, latest block end,
+// blocks and threads. The aggregation is done by the probes themselves: a
+// per-block word in shared memory (map kp_block, type 1601) finds each
+// block's last warp, a device-memory table (map kp_table, type 1503, never
+// read by the host) collects the blocks of a launch in striped cells, and
+// the launch's last block writes the record and resets its slot. Its
+// sections target "*": every kernel of a module (gpuprobe/inject matches
+// targets as patterns).
 package probes
 
 import (
@@ -31,16 +34,17 @@ const KernelPhases = "kernel_phases"
 
 // Map and program names of kernel_phases, for loaders and decoders.
 const (
-	KernelPhasesStartMap = "kp_start"            // per-warp array (1600): the warp's start time
-	KernelPhasesRingMap  = "kp_warps"            // GPU ring buffer (1527): record.Warp records
+	KernelPhasesBlockMap = "kp_block"            // per-block array (1601, shared memory): the block's exit count
+	KernelPhasesTableMap = "kp_table"            // GPU array (1503), device memory only: per-launch cells
+	KernelPhasesRingMap  = "kp_exec"             // GPU ring buffer (1527): record.Exec records
 	KernelPhasesEntry    = "kernel_phases_entry" // entry program
 	KernelPhasesExit     = "kernel_phases_exit"  // exit program
 )
 
 // KernelPhasesRingDevice says that kernel_phases should be compiled with
 // device-side ring reservation (jit/ptx Options.RingDevice; shm/doc.go):
-// one record per warp then costs posted PCIe writes instead of a
-// serialized sys-scope atomic. A loader that sets it allocates the ring's
+// a record then costs posted PCIe writes instead of a serialized
+// sys-scope atomic. A loader that sets it allocates the ring's
 // device block (shm.Ring.DeviceBlock) and stores its address in the
 // ring_device global; while that global is 0 the probe uses the host
 // protocol, so setting it is always safe.
@@ -50,6 +54,10 @@ const KernelPhasesRingDevice = true
 var objects = map[string][]byte{
 	KernelPhases: kernelPhasesObj,
 }
+
+// KernelPhasesDeviceOnly lists the maps of kernel_phases that the host never
+// reads; a loader puts them in device memory private to each module.
+var KernelPhasesDeviceOnly = []string{KernelPhasesTableMap}
 
 // Names lists the built-in probe sets.
 func Names() []string {

@@ -78,7 +78,8 @@ func TestKernelPhasesVerifies(t *testing.T) {
 			t.Errorf("program %s: %v", p.Name, err)
 		}
 		for _, m := range p.Maps {
-			want := map[string]jit.MapType{KernelPhasesStartMap: jit.MapTypePerWarpArray, KernelPhasesRingMap: jit.MapTypeGPURingbuf}[m.Name]
+			want := map[string]jit.MapType{KernelPhasesBlockMap: jit.MapTypePerBlockArray, KernelPhasesTableMap: jit.MapTypeGPUArray,
+				KernelPhasesRingMap: jit.MapTypeGPURingbuf}[m.Name]
 			if m.Type != want {
 				t.Errorf("map %s: type %d, want %d", m.Name, m.Type, want)
 			}
@@ -89,9 +90,13 @@ func TestKernelPhasesVerifies(t *testing.T) {
 	}
 }
 
-// TestKernelPhasesWarp runs the entry and exit programs on one warp in the
-// interpreter and checks the single record.Warp the leader writes.
-func TestKernelPhasesWarp(t *testing.T) {
+// TestKernelPhasesExec runs the entry and exit programs over whole grids
+// in the interpreter, warp by warp, blocks interleaved and warps exiting
+// in scrambled order (some in two divergent halves), and checks the one
+// record.Exec the launch's last block writes: the earliest block start
+// (thread 0 at entry), the latest exit, the blocks and threads. A second
+// launch that reuses the slot (launch id + 64) must find it reset.
+func TestKernelPhasesExec(t *testing.T) {
 	progs, err := Load(KernelPhases)
 	if err != nil {
 		t.Fatal(err)
@@ -107,59 +112,107 @@ func TestKernelPhasesWarp(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		lanes    int
-		block    [3]uint64
+		grid     [3]uint64
 		blockDim [3]uint64
-		tid0     [3]uint64 // thread index of lane 0
-		warp     uint32
 	}{
-		{"full warp", 32, [3]uint64{3, 0, 0}, [3]uint64{256, 1, 1}, [3]uint64{64, 0, 0}, 2},
-		{"partial warp", 5, [3]uint64{0, 0, 0}, [3]uint64{100, 1, 1}, [3]uint64{96, 0, 0}, 3},
-		{"2-D block", 16, [3]uint64{1, 2, 0}, [3]uint64{16, 16, 1}, [3]uint64{0, 6, 0}, 3},
-		{"one lane", 1, [3]uint64{7, 1, 1}, [3]uint64{1, 1, 1}, [3]uint64{0, 0, 0}, 0},
+		{"one block, one lane", [3]uint64{1, 1, 1}, [3]uint64{1, 1, 1}},
+		{"partial last warp", [3]uint64{3, 1, 1}, [3]uint64{100, 1, 1}},
+		{"2-D grid and block", [3]uint64{5, 3, 1}, [3]uint64{16, 6, 1}},
+		{"more blocks than stripes", [3]uint64{70, 2, 1}, [3]uint64{64, 1, 1}},
+		{"3-D", [3]uint64{2, 2, 3}, [3]uint64{8, 4, 2}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			base := &interp.Env{BlockIdx: tc.block, BlockDim: tc.blockDim, GridDim: [3]uint64{8, 4, 2},
-				ThreadIdx: tc.tid0, SMID: 17, LaunchID: 0xabc0042}
-			now := uint64(1_000_000)
-			base.Timer = func() uint64 { return now }
-			lanes := interp.WarpLanes(base, nil, tc.lanes)
-			if _, err := interp.RunWarp(entry, lanes); err != nil {
-				t.Fatal(err)
-			}
-			// Lane i leaves at 2_000_000 + 37*i (in reverse lane order).
-			for i := range lanes {
-				exitAt := uint64(2_000_000 + 37*(tc.lanes-1-i))
-				lanes[i].Env.Timer = func() uint64 { return exitAt }
-			}
-			if _, err := interp.RunWarp(exit, lanes); err != nil {
-				t.Fatal(err)
-			}
-			recs, err := base.Maps.Drain(KernelPhasesRingMap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(recs) != 1 {
-				t.Fatalf("%d records, want 1 per warp", len(recs))
-			}
-			var w record.Warp
-			if err := w.Decode(recs[0]); err != nil {
-				t.Fatal(err)
-			}
-			want := record.Warp{
-				LaunchID:   0xabc0042,
-				Block:      [3]uint32{uint32(tc.block[0]), uint32(tc.block[1]), uint32(tc.block[2])},
-				Warp:       tc.warp,
-				SMID:       17,
-				ActiveMask: uint32(uint64(1)<<tc.lanes - 1),
-				StartNS:    1_000_000,
-				EndNS:      uint64(2_000_000 + 37*(tc.lanes-1)),
-				MinExitNS:  2_000_000,
-			}
-			if w != want {
-				t.Errorf("record\n got %+v\nwant %+v", w, want)
+			maps := interp.NewMaps()
+			for run, lid := range []uint64{0xabc0042, 0xabc0042 + 64} {
+				blocks := tc.grid[0] * tc.grid[1] * tc.grid[2]
+				bt := tc.blockDim[0] * tc.blockDim[1] * tc.blockDim[2]
+				base := uint64(1_000_000 * (run + 1))
+				type warp struct {
+					lanes []interp.Lane
+					block uint64
+				}
+				var warps []warp
+				// Entries: block b's threads read the timer at base + 10*b.
+				for b := range blocks {
+					idx := [3]uint64{b % tc.grid[0], b / tc.grid[0] % tc.grid[1], b / (tc.grid[0] * tc.grid[1])}
+					for w := uint64(0); w*32 < bt; w++ {
+						n := int(min(32, bt-32*w))
+						at := base + 10*b
+						env := &interp.Env{BlockIdx: idx, BlockDim: tc.blockDim, GridDim: tc.grid, LaunchID: lid, Maps: maps,
+							Timer: func() uint64 { return at }}
+						lanes := interp.WarpLanes(env, nil, n)
+						for i := range lanes {
+							tl := 32*w + uint64(i)
+							lanes[i].Env.ThreadIdx = [3]uint64{tl % tc.blockDim[0], tl / tc.blockDim[0] % tc.blockDim[1], tl / (tc.blockDim[0] * tc.blockDim[1])}
+						}
+						warps = append(warps, warp{lanes, b})
+					}
+				}
+				// Interleave the blocks' entries: the last warp of every
+				// block enters first.
+				for i := len(warps) - 1; i >= 0; i-- {
+					if _, err := interp.RunWarp(entry, warps[i].lanes); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Exits in a scrambled order; every third warp exits in
+				// two halves (divergent exits). Exit times grow with the
+				// order, the last one is the launch's end.
+				var end uint64
+				order := make([]int, len(warps))
+				for i := range order {
+					order[i] = (i*7 + 3) % len(warps)
+				}
+				if !isPermutation(order) {
+					for i := range order {
+						order[i] = len(warps) - 1 - i
+					}
+				}
+				for k, i := range order {
+					at := base + 500_000 + uint64(k)*3
+					end = at
+					for j := range warps[i].lanes {
+						warps[i].lanes[j].Env.Timer = func() uint64 { return at }
+					}
+					ls := warps[i].lanes
+					if k%3 == 0 && len(ls) > 1 {
+						if _, err := interp.RunWarp(exit, ls[:len(ls)/2]); err != nil {
+							t.Fatal(err)
+						}
+						ls = ls[len(ls)/2:]
+					}
+					if _, err := interp.RunWarp(exit, ls); err != nil {
+						t.Fatal(err)
+					}
+				}
+				recs, err := maps.Drain(KernelPhasesRingMap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(recs) != 1 {
+					t.Fatalf("run %d: %d records, want 1 per launch", run, len(recs))
+				}
+				var e record.Exec
+				if err := e.Decode(recs[0]); err != nil {
+					t.Fatal(err)
+				}
+				want := record.Exec{LaunchID: lid, StartNS: base, EndNS: end, Blocks: blocks, Threads: blocks * bt}
+				if e != want {
+					t.Errorf("run %d: record\n got %+v\nwant %+v", run, e, want)
+				}
 			}
 		})
 	}
+}
+
+func isPermutation(p []int) bool {
+	seen := make([]bool, len(p))
+	for _, v := range p {
+		if v < 0 || v >= len(p) || seen[v] {
+			return false
+		}
+		seen[v] = true
+	}
+	return true
 }

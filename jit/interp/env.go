@@ -113,17 +113,24 @@ func WarpLanes(base *Env, ctx []byte, n int) []Lane {
 
 // globalThreadID is the linear id of the thread in the whole grid.
 func (e *Env) globalThreadID() uint64 {
-	dim := func(v uint64) uint64 {
-		if v == 0 {
-			return 1
-		}
-		return v
-	}
-	gx, gy := dim(e.GridDim[0]), dim(e.GridDim[1])
-	bx, by, bz := dim(e.BlockDim[0]), dim(e.BlockDim[1]), dim(e.BlockDim[2])
-	block := e.BlockIdx[0] + e.BlockIdx[1]*gx + e.BlockIdx[2]*gx*gy
+	bx, by, bz := dim1(e.BlockDim[0]), dim1(e.BlockDim[1]), dim1(e.BlockDim[2])
 	inBlock := e.ThreadIdx[0] + e.ThreadIdx[1]*bx + e.ThreadIdx[2]*bx*by
-	return block*bx*by*bz + inBlock
+	return e.blockID()*bx*by*bz + inBlock
+}
+
+// blockID is the linear block index, which per-block maps (1601) are
+// keyed by.
+func (e *Env) blockID() uint64 {
+	gx, gy := dim1(e.GridDim[0]), dim1(e.GridDim[1])
+	return e.BlockIdx[0] + e.BlockIdx[1]*gx + e.BlockIdx[2]*gx*gy
+}
+
+// dim1 is a launch dimension, a zero one counting as 1.
+func dim1(v uint64) uint64 {
+	if v == 0 {
+		return 1
+	}
+	return v
 }
 
 // GlobalThreadID is the linear thread id that per-thread maps (1502) are

@@ -141,6 +141,22 @@ func (t *thread) helper(pc int, id int32) error {
 		t.pc, t.atCollective, t.collective = pc, true, jit.HelperID(id)
 	case jit.HelperGetLaunchID:
 		r[0] = env.LaunchID
+	case jit.HelperAtomicMaxU64, jit.HelperAtomicMinU64:
+		// Threads of the interpreter run one at a time: a plain
+		// read-modify-write is atomic.
+		b, err := t.mem(r[1], 8, true)
+		if err != nil {
+			return t.fail(pc, "atomic_%s_u64: pointer r1: %v", map[bool]string{true: "max", false: "min"}[id == int32(jit.HelperAtomicMaxU64)], err)
+		}
+		old := binary.LittleEndian.Uint64(b)
+		if id == int32(jit.HelperAtomicMaxU64) {
+			binary.LittleEndian.PutUint64(b, max(old, r[2]))
+		} else {
+			binary.LittleEndian.PutUint64(b, min(old, r[2]))
+		}
+		r[0] = 0
+	case jit.HelperFenceGPU:
+		r[0] = 0
 	default:
 		return t.fail(pc, "unknown helper %d", id)
 	}

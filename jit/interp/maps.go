@@ -102,7 +102,7 @@ func (m *Maps) declare(def *jit.Map) (*mapState, error) {
 			return nil, fmt.Errorf("map %q: %d bytes of values is more than the interpreter holds (1 GiB)", def.Name, size)
 		}
 		s.array = m.addRegion(&region{data: make([]byte, size), elem: int(def.ValueSize), writable: true})
-	case jit.MapTypePerThreadArray, jit.MapTypePerWarpArray:
+	case jit.MapTypePerThreadArray, jit.MapTypePerWarpArray, jit.MapTypePerBlockArray:
 		if def.KeySize != 4 {
 			return nil, fmt.Errorf("map %q: array key size is %d, must be 4", def.Name, def.KeySize)
 		}
@@ -137,7 +137,7 @@ func (m *Maps) copyRegion(s *mapState, id uint64) uint64 {
 // lookup returns the address of the value for key (0 = not found).
 func (m *Maps) lookup(s *mapState, key []byte, env *Env) uint64 {
 	switch s.def.Type {
-	case jit.MapTypeArray, jit.MapTypeGPUArray, jit.MapTypePerThreadArray, jit.MapTypePerWarpArray:
+	case jit.MapTypeArray, jit.MapTypeGPUArray, jit.MapTypePerThreadArray, jit.MapTypePerWarpArray, jit.MapTypePerBlockArray:
 		k := binary.LittleEndian.Uint32(key)
 		if k >= s.def.MaxEntries {
 			return 0
@@ -148,6 +148,10 @@ func (m *Maps) lookup(s *mapState, key []byte, env *Env) uint64 {
 			base = m.copyRegion(s, env.globalThreadID())
 		case jit.MapTypePerWarpArray:
 			base = m.copyRegion(s, env.globalThreadID()/32)
+		case jit.MapTypePerBlockArray:
+			// One copy per block, zeroed when first used (on a GPU the
+			// block's shared memory is not zeroed: programs set it).
+			base = m.copyRegion(s, env.blockID())
 		}
 		return base + uint64(k)*uint64(s.def.ValueSize)
 	case jit.MapTypeHash:
@@ -261,6 +265,13 @@ func (m *Maps) ThreadValue(name string, thread uint64, key uint32) ([]byte, erro
 	return m.copyValue(name, jit.MapTypePerThreadArray, thread, key)
 }
 
+// BlockValue returns a copy of the value at key of a per-block array (1601)
+// for the linear block index; a block that never touched the map reads
+// zeros.
+func (m *Maps) BlockValue(name string, block uint64, key uint32) ([]byte, error) {
+	return m.copyValue(name, jit.MapTypePerBlockArray, block, key)
+}
+
 // WarpValue returns a copy of the value at key of a per-warp array (1600)
 // for the global warp id (see Env.GlobalWarpID).
 func (m *Maps) WarpValue(name string, warp uint64, key uint32) ([]byte, error) {
@@ -321,8 +332,8 @@ func (m *Maps) Update(name string, key, value []byte) error {
 	if len(key) != int(s.def.KeySize) || len(value) != int(s.def.ValueSize) {
 		return fmt.Errorf("map %q: key/value are %d/%d bytes, want %d/%d", name, len(key), len(value), s.def.KeySize, s.def.ValueSize)
 	}
-	if s.def.Type == jit.MapTypePerThreadArray || s.def.Type == jit.MapTypePerWarpArray {
-		return fmt.Errorf("map %q: per-thread and per-warp arrays are written by programs only", name)
+	if s.def.Type == jit.MapTypePerThreadArray || s.def.Type == jit.MapTypePerWarpArray || s.def.Type == jit.MapTypePerBlockArray {
+		return fmt.Errorf("map %q: per-thread, per-warp and per-block arrays are written by programs only", name)
 	}
 	if rc := m.update(s, key, value, flagAny, nil); rc != 0 {
 		return fmt.Errorf("map %q: update failed with errno %d", name, -rc)

@@ -40,6 +40,7 @@ type compiler struct {
 
 	globals   []Global
 	globalSet map[string]bool
+	shared    []Shared
 	needed    map[string]bool // support routines in use
 	uniq      int             // counter for internal labels
 	cur       *fn
@@ -90,6 +91,7 @@ func Compile(p *jit.Program, opts Options) (*Func, error) {
 		Name:    c.funcs[0].name,
 		Arch:    o.Arch,
 		Globals: c.globals,
+		Shared:  c.shared,
 		Decls:   decls.take(),
 		Body:    body.take(),
 	}, nil

@@ -37,6 +37,17 @@ func (c *compiler) helper(i int, id int32) error {
 	case jit.HelperGPUMembar:
 		e.op("membar.sys")
 		e.op("mov.u64 %r0, 0")
+	case jit.HelperFenceGPU:
+		if c.sm >= 70 {
+			e.op("fence.acq_rel.gpu")
+		} else {
+			e.op("membar.gl")
+		}
+		e.op("mov.u64 %r0, 0")
+	case jit.HelperAtomicMaxU64:
+		c.atomicMinMax("max")
+	case jit.HelperAtomicMinU64:
+		c.atomicMinMax("min")
 	case jit.HelperExit:
 		// The thread ends here: the rest of the kernel does not run for it.
 		e.op("exit")
@@ -187,4 +198,27 @@ func (c *compiler) warpReduce(op string) {
 	}
 	e.op("bra ", loop)
 	e.label(done)
+}
+
+// atomicMinMax writes helpers 607/608: *r1 = op(*r1, r2) with a red (no
+// value returned, the warp does not wait) on a global or shared address;
+// a .local (stack) or misaligned address takes a plain load/op/store, as
+// mem.go's atomics do (PTX atomics are undefined on .local, and the stack
+// is private to the thread).
+func (c *compiler) atomicMinMax(op string) {
+	e := &c.e
+	plain, done := c.newLabel(), c.newLabel()
+	e.op("mov.b64 %t12, %r1")
+	e.op("isspacep.local %p6, %t12")
+	e.op("and.b64 %t13, %t12, 7")
+	e.op("setp.ne.or.u64 %p6, %t13, 0, %p6")
+	e.op("@%p6 bra ", plain)
+	e.op("red.", op, ".u64 [%t12], %r2")
+	e.op("bra.uni ", done)
+	e.label(plain)
+	c.load("%t13", "%t12", 0, asm.DWord, false, alignUnknown)
+	e.op(op, ".u64 %t13, %t13, %r2")
+	c.store("%t13", "%t12", 0, asm.DWord, alignUnknown)
+	e.label(done)
+	e.op("mov.u64 %r0, 0")
 }

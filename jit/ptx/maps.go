@@ -133,7 +133,21 @@ func (c *compiler) dispatch(reg asm.Register, cands []int, static bool, gen func
 }
 
 func isGPUArray(t jit.MapType) bool {
-	return t == jit.MapTypeGPUArray || t == jit.MapTypePerThreadArray || t == jit.MapTypePerWarpArray
+	return t == jit.MapTypeGPUArray || t == jit.MapTypePerThreadArray || t == jit.MapTypePerWarpArray ||
+		t == jit.MapTypePerBlockArray
+}
+
+// sharedFor declares, once, the .shared variable of per-block array m and
+// returns its name.
+func (c *compiler) sharedFor(m *jit.Map) string {
+	name := "gpuprobe_blk_" + Sanitize(m.Name)
+	for _, s := range c.shared {
+		if s.Name == name {
+			return name
+		}
+	}
+	c.shared = append(c.shared, Shared{Name: name, Map: m.Name, Size: uint64(m.MaxEntries) * align8(m.ValueSize)})
+	return name
 }
 
 func align8(v uint32) uint64 { return (uint64(v) + 7) &^ 7 }
@@ -142,7 +156,7 @@ func align8(v uint32) uint64 { return (uint64(v) + 7) &^ 7 }
 // GlobalMap global: 0 for a kernel map (BPF_F_MMAPABLE array, no header),
 // the shm data offset otherwise.
 func valuesAt(m *jit.Map) uint64 {
-	if m.Mmapable() {
+	if m.Mmapable() || m.Type == jit.MapTypePerBlockArray {
 		return 0
 	}
 	return dataOffset
@@ -182,15 +196,22 @@ func (c *compiler) mapHelper(i int, id jit.HelperID) error {
 }
 
 // arraySlot writes %r0 = the address of the value of key %h1 for the
-// calling thread (per-thread array), warp (per-warp array) or everyone
-// (array, kernel map), or 0 when the key or lane is out of range or the map
-// is not attached.
+// calling thread (per-thread array), warp (per-warp array), block
+// (per-block array: a generic address into the block's shared memory) or
+// everyone (array, kernel map), or 0 when the key or lane is out of range
+// or the map is not attached.
 func (c *compiler) arraySlot(m *jit.Map) {
 	e := &c.e
-	g := c.addGlobal(GlobalMap, m.Name)
-	e.op("ld.global.u64 %h2, [", g, "]")
-	e.op("setp.eq.u64 %q1, %h2, 0")
-	e.op("setp.ge.or.u64 %q1, %h1, ", u64(uint64(m.MaxEntries)), ", %q1")
+	if m.Type == jit.MapTypePerBlockArray {
+		e.op("mov.u64 %h2, ", c.sharedFor(m))
+		e.op("cvta.shared.u64 %h2, %h2")
+		e.op("setp.ge.u64 %q1, %h1, ", u64(uint64(m.MaxEntries)))
+	} else {
+		g := c.addGlobal(GlobalMap, m.Name)
+		e.op("ld.global.u64 %h2, [", g, "]")
+		e.op("setp.eq.u64 %q1, %h2, 0")
+		e.op("setp.ge.or.u64 %q1, %h1, ", u64(uint64(m.MaxEntries)), ", %q1")
+	}
 	e.op("mov.b64 %h5, %h1")
 	if m.Type == jit.MapTypePerThreadArray || m.Type == jit.MapTypePerWarpArray {
 		lanes := c.addGlobal(GlobalMapLanes, m.Name)

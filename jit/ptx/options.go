@@ -174,13 +174,60 @@ type Func struct {
 	Name    string   // PTX name of the entry .func
 	Arch    string   // the .target the code was generated for
 	Globals []Global // module-scope globals the injector must set
+	Shared  []Shared // module-scope .shared variables (per-block arrays, 1601)
 	Decls   string   // module-scope text: globals and .func prototypes
 	Body    string   // the .func definitions
 }
 
+// Shared is the .shared variable that holds a per-block array (map type
+// 1601). Its name depends only on the map's name, so that the programs of
+// one object spliced into one module (an entry and an exit probe) share
+// it; whoever splices several programs declares each name once (see
+// SharedDecls).
+type Shared struct {
+	Name string // PTX symbol
+	Map  string // the map's name
+	Size uint64 // bytes: max_entries × 8-byte aligned value size
+}
+
+// Decl is the module-scope declaration of s.
+func (s Shared) Decl() string {
+	return ".shared .align 8 .b8 " + s.Name + "[" + strconv.FormatUint(s.Size, 10) + "];\n"
+}
+
+// SharedDecls declares, once each, the .shared variables of programs to be
+// spliced into one module (seen carries the names already declared there
+// and is updated; nil for a fresh module). Two programs that use a
+// per-block map of the same name with different sizes cannot share a
+// module.
+func SharedDecls(seen map[string]uint64, fs ...*Func) (string, error) {
+	if seen == nil {
+		seen = map[string]uint64{}
+	}
+	var b strings.Builder
+	for _, f := range fs {
+		for _, s := range f.Shared {
+			if size, ok := seen[s.Name]; ok {
+				if size != s.Size {
+					return "", fmt.Errorf("per-block map %q is %d bytes in program %s and %d bytes in another program of the module", s.Map, s.Size, f.Name, size)
+				}
+				continue
+			}
+			seen[s.Name] = s.Size
+			b.WriteString(s.Decl())
+		}
+	}
+	return b.String(), nil
+}
+
 // Text is the declarations followed by the definitions: what to splice
-// into a module (after its .version/.target/.address_size header).
-func (f *Func) Text() string { return f.Decls + f.Body }
+// into a module (after its .version/.target/.address_size header). It
+// declares f's .shared variables too; to splice several programs into
+// one module, use SharedDecls and each program's Decls and Body instead.
+func (f *Func) Text() string {
+	sh, _ := SharedDecls(nil, f) // one program: no conflict possible
+	return sh + f.Decls + f.Body
+}
 
 // Global returns the global of the given kind (and map name for GlobalMap).
 func (f *Func) Global(kind GlobalKind, mapName string) (Global, bool) {

@@ -35,8 +35,13 @@ func TestModule(fs ...*Func) string {
 		return ""
 	}
 	e.raw(Header(fs[0].Arch))
+	sh, err := SharedDecls(nil, fs...)
+	if err != nil {
+		sh = "// " + err.Error() + "\n" // ptxas then names the duplicate
+	}
+	e.raw(sh)
 	for _, f := range fs {
-		e.raw(f.Text())
+		e.raw(f.Decls + f.Body)
 	}
 	for _, f := range fs {
 		testEntry(&e, f)

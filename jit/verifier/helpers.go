@@ -74,6 +74,9 @@ var abi = map[jit.HelperID]Signature{
 	jit.HelperWarpActiveCount:   {Name: "warp_active_count"},
 	jit.HelperWarpActiveMask:    {Name: "warp_active_mask"},
 	jit.HelperGetLaunchID:       {Name: "get_launch_id"},
+	jit.HelperAtomicMaxU64:      {Name: "atomic_max_u64", Args: [5]ArgType{ArgOut8, ArgScalar}},
+	jit.HelperAtomicMinU64:      {Name: "atomic_min_u64", Args: [5]ArgType{ArgOut8, ArgScalar}},
+	jit.HelperFenceGPU:          {Name: "fence_gpu"},
 }
 
 // ConformanceHelpers are the helpers the bpf_conformance suite calls: id 5

@@ -51,6 +51,7 @@ typedef __s64 s64;
 #define BPF_MAP_TYPE_GPU_ARRAY_MAP 1503      /* one copy, in GPU-visible memory */
 #define BPF_MAP_TYPE_GPU_RINGBUF_MAP 1527    /* GPU ring buffer */
 #define BPF_MAP_TYPE_PERGPUWARP_ARRAY_MAP 1600 /* one value per warp (gpuprobe) */
+#define BPF_MAP_TYPE_PERGPUBLOCK_ARRAY_MAP 1601 /* one value per thread block, in shared memory, not zeroed (gpuprobe) */
 
 /* Update flags. */
 #define BPF_ANY 0
@@ -114,6 +115,14 @@ static __u64 (*gpuprobe_warp_max_u64)(__u64 v) = (void *)603;
 static __u64 (*gpuprobe_warp_active_count)(void) = (void *)604;
 static __u64 (*gpuprobe_warp_active_mask)(void) = (void *)605;
 static __u64 (*gpuprobe_get_launch_id)(void) = (void *)606;
+
+/* gpuprobe's helpers for aggregating on the GPU: *p = max/min(*p, v),
+ * atomically and without waiting (a reduction), on a map value (global or
+ * shared memory) or the stack; and a device-scope fence, cheaper than
+ * bpf_gpu_membar's system scope. */
+static long (*gpuprobe_atomic_max_u64)(__u64 *p, __u64 v) = (void *)607;
+static long (*gpuprobe_atomic_min_u64)(__u64 *p, __u64 v) = (void *)608;
+static long (*gpuprobe_fence_gpu)(void) = (void *)609;
 
 /* bpf_printk with the format on the stack (GPU programs have no global
  * data, like libbpf's BPF_NO_GLOBAL_DATA variant). */

@@ -200,10 +200,10 @@ func selectPrograms(progs []*jit.Program, attach []string, path string) (host, g
 }
 
 // isGPUOnly reports whether t is one of the map types that live in GPU
-// memory (bpftime's 1502/1503/1527 and our 1600).
+// memory (bpftime's 1502/1503/1527 and our 1600/1601).
 func isGPUOnly(t jit.MapType) bool {
 	switch t {
-	case jit.MapTypePerThreadArray, jit.MapTypeGPUArray, jit.MapTypeGPURingbuf, jit.MapTypePerWarpArray:
+	case jit.MapTypePerThreadArray, jit.MapTypeGPUArray, jit.MapTypeGPURingbuf, jit.MapTypePerWarpArray, jit.MapTypePerBlockArray:
 		return true
 	}
 	return false
