@@ -22,7 +22,8 @@
 # Environment: ROUNDS (default 7), BATCH (default 10), NVCC, GPU_ARCH (e.g.
 # sm_90; default from nvidia-smi), BENCH_OUT (default build/gpu-bench),
 # LAUNCH_ROUNDS / LAUNCH_N (gpu-launch-cost.sh's ROUNDS and N; defaults 5,
-# 100000), PARTS (kernels,launch; default both).
+# 100000), PARTS (kernels,launch; default both), BENCH_CONFIGS (gpucheck
+# -configs; default all five).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -47,7 +48,7 @@ if [[ ,$parts, == *,kernels,* ]]; then
 			"$nvcc" -ptx -O3 -arch="$GPU_ARCH" -o "$out/$s.ptx" "testdata/cuda/inject/$s.cu" || status=1
 		done
 		CUDA_CACHE_DISABLE=1 "$bin" -ptx "$out" -bpf testdata/bpf -nocheck -ringmode device \
-			-configs uninstrumented,empty,kernel_phases,kernelretsnoop,threadhist \
+			-configs "${BENCH_CONFIGS:-uninstrumented,empty,kernel_phases,kernelretsnoop,threadhist}" \
 			-rounds "${ROUNDS:-7}" -batch "${BATCH:-10}" -csv "$out/bench.csv" >"$out/gpucheck.log" 2>&1 || status=1
 		sed -n '/^== bench on/,$p' "$out/gpucheck.log"
 		if [[ -s $out/bench.csv ]]; then
