@@ -13,16 +13,25 @@
 #           shim hands out through cuGetProcAddress (a dynamic wrapper);
 #   driver  cuLaunchKernel called directly (-lcuda: the shim's export).
 # Each runs in ROUNDS interleaved rounds (at least 7) of three
-# configurations:
+# configurations, four when bin/libgpuprobe-selftime.so exists
+# (make bin/libgpuprobe-selftime.so):
 #   plain      no shim
 #   forward    shim loaded, no collector (forwards only)
 #   recording  shim recording into `gpuprobe agent-dump`'s ring
+#   selftime   as recording, with the self-timing shim: it times its own
+#              instructions around the driver call on every launch (rdtscp
+#              at entry, before and after the call, and at exit; see
+#              shim/src/selftime.c) and prints a "gpuprobe selftime:" line
+#              at exit
 # pinned to CPU $PIN_CPU with taskset when present (agent-dump to another
 # CPU). It prints the median ns per launch of each, its range, and the
 # difference to plain, the driver's cuCtxGetDevice cost (what each record
 # pays in a process that sees several GPUs; with one GPU the shim does not
-# call it), and rdtsc/clock_gettime costs. The last table is the cudart one:
-# its "recording" row's third field is the added cost gpu-bench.sh checks.
+# call it), and rdtsc/clock_gettime costs. The selftime row adds the
+# medians over rounds of the shim's own ns per launch (and its pre-call
+# and post-call parts): a direct figure, free of the driver's jitter that
+# the end-to-end difference carries. The last table is the cudart one: its
+# "recording" row's third field is the added cost gpu-bench.sh checks.
 # Environment: ROUNDS (default 7, at least 7), N (launches per process,
 # default 100000), BURST (launches between waits, default 32), PIN_CPU
 # (default 2), OUT_DIR.
@@ -31,6 +40,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 gp=$root/bin/gpuprobe
 shim=$root/bin/libgpuprobe.so
+stshim=$root/bin/libgpuprobe-selftime.so
 out=${OUT_DIR:-$root/build/gpu-launch-cost}
 rounds=${ROUNDS:-7}
 ((rounds < 7)) && rounds=7
@@ -155,22 +165,36 @@ if command -v taskset >/dev/null && (($(nproc) > 1)); then
 	pin2=(taskset -c "$(((cpu + 1) % $(nproc)))")
 fi
 ns() { sed -n 's/.*ns_per_launch=//p' "$1"; }
+# selfns FILE: "mean pre post" of the selftime line in FILE.
+selfns() { sed -n 's|^gpuprobe selftime: launches [0-9]*, shim ns/launch mean \([^ ]*\) (pre \([^,]*\), post \([^)]*\)).*|\1 \2 \3|p' "$1" | head -1; }
+selftime=0
+[[ -e $stshim ]] && selftime=1
 modes=(driver cudart)
-for m in "${modes[@]}"; do : >"$out/$m.plain"; : >"$out/$m.forward"; : >"$out/$m.recording"; done
+for m in "${modes[@]}"; do : >"$out/$m.plain"; : >"$out/$m.forward"; : >"$out/$m.recording"; : >"$out/$m.selftime"; : >"$out/$m.self"; done
+# record SHIM MODE OUT DUMP: one launchbench run of MODE under SHIM,
+# recording into a fresh agent-dump (its output in DUMP); the run's in OUT.
+record() {
+	local sock=$out/agent.sock dpid rc
+	rm -f "$sock"
+	"${pin2[@]}" "$gp" agent-dump --socket "$sock" --exit-after 1 --slot-size 512 --slots 65536 --timeout 120s \
+		>"$4" 2>&1 &
+	dpid=$!
+	for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
+	"$gp" run --socket "$sock" --shim "$1" -- "${pin[@]}" "$out/launchbench" "$2" "$n" "$burst" >"$3" 2>&1
+	rc=$?
+	wait "$dpid"
+	return $rc
+}
 for r in $(seq "$rounds"); do
 	for m in "${modes[@]}"; do
 		"${pin[@]}" "$out/launchbench" "$m" "$n" "$burst" >"$out/p.txt" 2>&1 && ns "$out/p.txt" >>"$out/$m.plain"
 		LD_PRELOAD=$shim GPUPROBE_SOCKET=/nonexistent/agent.sock "${pin[@]}" "$out/launchbench" "$m" "$n" "$burst" \
 			>"$out/f.txt" 2>&1 && ns "$out/f.txt" >>"$out/$m.forward"
-		sock=$out/agent.sock
-		rm -f "$sock"
-		"${pin2[@]}" "$gp" agent-dump --socket "$sock" --exit-after 1 --slot-size 512 --slots 65536 --timeout 120s \
-			>"$out/dump.$m.$r.txt" 2>&1 &
-		dpid=$!
-		for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
-		"$gp" run --socket "$sock" --shim "$shim" -- "${pin[@]}" "$out/launchbench" "$m" "$n" "$burst" >"$out/r.txt" 2>&1 &&
-			ns "$out/r.txt" >>"$out/$m.recording"
-		wait "$dpid"
+		record "$shim" "$m" "$out/r.txt" "$out/dump.$m.$r.txt" && ns "$out/r.txt" >>"$out/$m.recording"
+		if ((selftime)); then
+			record "$stshim" "$m" "$out/s.txt" "$out/dump.$m.$r.selftime.txt" && ns "$out/s.txt" >>"$out/$m.selftime"
+			selfns "$out/s.txt" >>"$out/$m.self"
+		fi
 	done
 done
 "${pin[@]}" "$out/launchbench" facts >"$out/facts.txt" 2>&1
@@ -181,6 +205,7 @@ echo
 echo "launch cost on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
 echo "$rounds interleaved rounds x $n launches in bursts of $burst (only launch calls timed), ${pin[*]:-not pinned}"
 grep -h "facts:" "$out/facts.txt" || echo "facts: failed: $(tail -2 "$out/facts.txt")"
+((selftime)) && echo "selftime: the shim's own instructions per launch, timed inside it (median over rounds; pre/post: before/after the driver call)"
 echo "records: $(grep -h "total clients" "$out"/dump.*.txt | awk '{for (i = 1; i <= NF; i++) if ($i ~ /^(launches|dropped)=/) {split($i, kv, "="); s[kv[1]] += kv[2]}} END {printf "launches=%d dropped=%d", s["launches"], s["dropped"]}')"
 for m in "${modes[@]}"; do
 	p=$(med "$out/$m.plain"); f=$(med "$out/$m.forward"); c=$(med "$out/$m.recording")
@@ -193,4 +218,13 @@ for m in "${modes[@]}"; do
 	printf '%-17s %10.1f %12s %20s\n' "${pre}plain" "$p" "" "$(spread "$out/$m.plain")"
 	printf '%-17s %10.1f %+11.1f %20s\n' "${pre}forward" "$f" "$(awk -v a="$f" -v b="$p" 'BEGIN{print a-b}')" "$(spread "$out/$m.forward")"
 	printf '%-17s %10.1f %+11.1f %20s\n' "${pre}recording" "$c" "$(awk -v a="$c" -v b="$p" 'BEGIN{print a-b}')" "$(spread "$out/$m.recording")"
+	if ((selftime)); then
+		s=$(med "$out/$m.selftime")
+		awk '{print $1}' "$out/$m.self" >"$out/$m.self.mean"
+		awk '{print $2}' "$out/$m.self" >"$out/$m.self.pre"
+		awk '{print $3}' "$out/$m.self" >"$out/$m.self.post"
+		printf '%-17s %10.1f %+11.1f %20s  self %.1f ns/launch (pre %.1f, post %.1f; %s)\n' "${pre}selftime" "$s" \
+			"$(awk -v a="$s" -v b="$p" 'BEGIN{print a-b}')" "$(spread "$out/$m.selftime")" "$(med "$out/$m.self.mean")" \
+			"$(med "$out/$m.self.pre")" "$(med "$out/$m.self.post")" "$(spread "$out/$m.self.mean")"
+	fi
 done
