@@ -10,7 +10,7 @@ const ExecSize = 48
 //	offset  0  prefix {u16 type = 11, u16 version = 1, u32 size = 48}
 //	offset  8  u64 launch_id    the Launch it belongs to (helper 606)
 //	offset 16  u64 start_ns     %globaltimer, earliest block start (thread 0 of the block at entry)
-//	offset 24  u64 end_ns       %globaltimer, latest block end (its last warp at exit)
+//	offset 24  u64 end_ns       %globaltimer, latest block end (read by its last warp after the block's count completes)
 //	offset 32  u64 blocks       blocks that finished (the grid's block count)
 //	offset 40  u64 threads      threads that passed an exit probe
 //

@@ -12,7 +12,10 @@
 //
 //   block   kp_block (shared memory, one word per block): every warp's
 //           leader counts its active lanes at exit; the warp that brings
-//           the count to the block's thread count is the block's last.
+//           the count to the block's thread count is the block's last,
+//           and reads the block's end after that, so the end follows
+//           every exit of the block (the other programs' exit probes run
+//           before kernel_phases').
 //           The word carries a tag (launch id × block) so that shared
 //           memory left over by an earlier block is never mistaken for
 //           ours; every warp's leader initialises it at entry with a
@@ -208,7 +211,7 @@ static __noinline int block_done(u64 lid, u64 now, u64 threads)
 	return publish(lid, l, nblocks, threads);
 }
 
-static __noinline int exit_leader(u64 lid, u64 now, u64 lanes)
+static __noinline int exit_leader(u64 lid, u64 lanes)
 {
 	u32 zero = 0, old;
 	u64 bx, by, bz, threads;
@@ -223,9 +226,12 @@ static __noinline int exit_leader(u64 lid, u64 now, u64 lanes)
 	if (old + lanes != threads)
 		return 0;
 	/* The block's last warp. Release the word: a replay of this launch
-	 * (a CUDA graph) may get the same shared memory and the same tag. */
+	 * (a CUDA graph) may get the same shared memory and the same tag. The
+	 * block's end is read now, after every other warp's count: each of
+	 * them ran its exit probes (and any other program's) before counting,
+	 * so the end is at or after every exit of the block. */
 	*(u64 *)b = 0;
-	return block_done(lid, now, threads);
+	return block_done(lid, bpf_get_globaltimer(), threads);
 }
 
 SEC("kretprobe/*")
@@ -239,7 +245,7 @@ int kernel_phases_exit(void *ctx)
 	lid = gpuprobe_get_launch_id();
 	if (lid == 0)
 		return 0;
-	return exit_leader(lid, bpf_get_globaltimer(), lanes);
+	return exit_leader(lid, lanes);
 }
 
 char LICENSE[] SEC("license") = "GPL";
