@@ -230,7 +230,7 @@ func (e *emu) exec(fr *emuFrame, s *emuStmt) (string, bool, error) {
 	case "exit":
 		e.exited = true
 		return "", false, nil
-	case "membar":
+	case "membar", "fence":
 		return "", false, nil
 	case "mov":
 		if strings.HasPrefix(a[0], "{") { // unpack

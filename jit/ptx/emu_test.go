@@ -64,6 +64,7 @@ var (
 	emuHeaderRe = regexp.MustCompile(`^(?:\.visible )?\.(?:func|entry) (?:\(\.param \.b64 (\w+)\) )?([\w$]+)\((.*)\)$`)
 	emuRegRe    = regexp.MustCompile(`^\.reg \.(\w+) (%[\w$]+)(?:<(\d+)>)?$`)
 	emuLocalRe  = regexp.MustCompile(`^\.local \.align \d+ \.b(\d+) ([\w$]+)(?:\[(\d+)\])?$`)
+	emuSharedRe = regexp.MustCompile(`^\.shared \.align 8 \.b8 ([\w$]+)\[(\d+)\]$`)
 )
 
 // newEmu parses a module written by this package.
@@ -79,6 +80,18 @@ func newEmu(module string) (*emu, error) {
 			fields := strings.Fields(strings.TrimSuffix(line, ";"))
 			name := fields[len(fields)-1]
 			e.globals[name] = e.alloc(8, false, name).base
+		case f == nil && strings.HasPrefix(line, ".shared"):
+			// One thread runs, so one block: the variable is a plain
+			// (non-.local) allocation whose generic address is its own.
+			m := emuSharedRe.FindStringSubmatch(strings.TrimSuffix(line, ";"))
+			if m == nil {
+				return nil, fmt.Errorf("line %d: bad .shared %q", n+1, line)
+			}
+			if _, dup := e.globals[m[1]]; dup {
+				return nil, fmt.Errorf("line %d: %s declared twice", n+1, m[1])
+			}
+			size, _ := strconv.Atoi(m[2])
+			e.globals[m[1]] = e.alloc(size, false, m[1]).base
 		case f == nil && (strings.HasPrefix(line, ".func") || strings.HasPrefix(line, ".visible")):
 			if strings.HasSuffix(line, ";") {
 				continue // prototype

@@ -11,7 +11,8 @@ import (
 // ldImm writes LD_IMM64: a constant, a map reference (an opaque handle,
 // see mapHandleBase) or the address of a map value (direct value access,
 // used for global data): the map region's base + shm.DataOffset + offset,
-// or NULL while the map is not attached.
+// or NULL while the map is not attached; for a per-block array, the
+// generic address of the calling block's value of key 0 plus offset.
 func (c *compiler) ldImm(i int, ins *asm.Instruction) error {
 	if !ins.OpCode.IsDWordLoad() {
 		return c.errf(i, "legacy packet access (LD_ABS/LD_IND) is not supported")
@@ -36,6 +37,16 @@ func (c *compiler) ldImm(i int, ins *asm.Instruction) error {
 			return err
 		}
 		off := uint64(ins.Constant) >> 32
+		if m.Type == jit.MapTypePerBlockArray {
+			// Key 0 of the calling block's values (as the interpreter).
+			if err := c.checkBlockMap(i, m); err != nil {
+				return err
+			}
+			e.op("mov.u64 ", d, ", ", c.sharedFor(m))
+			e.op("cvta.shared.u64 ", d, ", ", d)
+			e.op("add.s64 ", d, ", ", d, ", ", u64(off))
+			return nil
+		}
 		g := c.addGlobal(GlobalMap, m.Name)
 		e.op("ld.global.u64 %h0, [", g, "]")
 		e.op("setp.eq.u64 %q0, %h0, 0")
@@ -137,10 +148,31 @@ func isGPUArray(t jit.MapType) bool {
 		t == jit.MapTypePerBlockArray
 }
 
-// sharedFor declares, once, the .shared variable of per-block array m and
-// returns its name.
+// SharedName is the PTX name of the .shared variable that holds per-block
+// array mapName (map type 1601). It depends on the map's name only, not
+// on Options.Prefix, so that the programs of one object spliced into one
+// module (an entry and an exit probe, each with its own prefix) address
+// the same block-local values.
+func SharedName(mapName string) string { return "gpuprobe_blk_" + Sanitize(mapName) }
+
+// checkBlockMap rejects a per-block array that PTX cannot declare or that
+// would take more than jit.MaxBlockMapBytes of every block's shared memory.
+func (c *compiler) checkBlockMap(i int, m *jit.Map) error {
+	size := uint64(m.MaxEntries) * align8(m.ValueSize)
+	switch {
+	case m.ValueSize == 0 || m.MaxEntries == 0:
+		return c.errf(i, "per-block map %q: value size %d, max_entries %d: both must be non-zero", m.Name, m.ValueSize, m.MaxEntries)
+	case size > jit.MaxBlockMapBytes:
+		return c.errf(i, "per-block map %q: %d entries of %d bytes take %d bytes of shared memory per block, more than the %d allowed",
+			m.Name, m.MaxEntries, align8(m.ValueSize), size, jit.MaxBlockMapBytes)
+	}
+	return nil
+}
+
+// sharedFor declares, once, the .shared variable of per-block array m
+// (checked by checkBlockMap) and returns its name.
 func (c *compiler) sharedFor(m *jit.Map) string {
-	name := "gpuprobe_blk_" + Sanitize(m.Name)
+	name := SharedName(m.Name)
 	for _, s := range c.shared {
 		if s.Name == name {
 			return name
@@ -246,6 +278,11 @@ func (c *compiler) gpuArrayOp(i int, id jit.HelperID, m *jit.Map) error {
 	}
 	if m.ValueSize == 0 {
 		return c.errf(i, "map %q: value size 0", m.Name)
+	}
+	if m.Type == jit.MapTypePerBlockArray {
+		if err := c.checkBlockMap(i, m); err != nil {
+			return err
+		}
 	}
 	switch id {
 	case jit.HelperMapLookupElem:
