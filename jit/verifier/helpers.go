@@ -24,6 +24,7 @@ const (
 	ArgSize                    // bounded size of the preceding ArgMem
 	ArgOut8                    // pointer to 8 writable bytes, written by the helper
 	ArgString                  // pointer to a readable string (the host reads up to its NUL or the region's end)
+	ArgAtomic8                 // pointer to 8 readable and writable bytes of the stack or a map value, 8-byte aligned: read-modify-write by the helper
 )
 
 // RetType says what a helper returns in r0.
@@ -74,8 +75,8 @@ var abi = map[jit.HelperID]Signature{
 	jit.HelperWarpActiveCount:   {Name: "warp_active_count"},
 	jit.HelperWarpActiveMask:    {Name: "warp_active_mask"},
 	jit.HelperGetLaunchID:       {Name: "get_launch_id"},
-	jit.HelperAtomicMaxU64:      {Name: "atomic_max_u64", Args: [5]ArgType{ArgOut8, ArgScalar}},
-	jit.HelperAtomicMinU64:      {Name: "atomic_min_u64", Args: [5]ArgType{ArgOut8, ArgScalar}},
+	jit.HelperAtomicMaxU64:      {Name: "atomic_max_u64", Args: [5]ArgType{ArgAtomic8, ArgScalar}},
+	jit.HelperAtomicMinU64:      {Name: "atomic_min_u64", Args: [5]ArgType{ArgAtomic8, ArgScalar}},
 	jit.HelperFenceGPU:          {Name: "fence_gpu"},
 }
 
@@ -189,6 +190,10 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 			if err := v.helperMem(st, i, sig.Name, r, 1, false, "string"); err != nil {
 				return err
 			}
+		case ArgAtomic8:
+			if err := v.helperAtomic(st, i, sig.Name, r); err != nil {
+				return err
+			}
 		}
 	}
 	// Results: r0 set, r1-r5 clobbered.
@@ -226,6 +231,28 @@ func (v *verifier) helperMem(st *state, i int, name string, r asm.Register, size
 	if err != nil {
 		if e, ok := err.(*Error); ok {
 			e.Reason = fmt.Sprintf("%s: %s argument r%d: %s", name, what, r, e.Reason)
+		}
+		return err
+	}
+	return nil
+}
+
+// helperAtomic checks that argument register r points to 8 bytes a helper
+// may read, modify and write atomically: a map value (not read-only) or
+// the stack (bytes already written), 8-byte aligned. The context is not
+// accepted: it is the probe's input, not an accumulator.
+func (v *verifier) helperAtomic(st *state, i int, name string, r asm.Register) error {
+	p := st.cur().regs[r]
+	switch p.kind {
+	case kStack, kMapValue:
+	case kMapValueNul:
+		return v.errorf(i, "%s: pointer argument r%d may be NULL: null-check the result of map_lookup_elem%s first", name, r, originText(p))
+	default:
+		return v.errorf(i, "%s: argument r%d must point to a map value or the stack, got %s", name, r, p.describe())
+	}
+	if _, err := v.access(st, i, r, p, 0, 8, accAtomic, nil); err != nil {
+		if e, ok := err.(*Error); ok {
+			e.Reason = fmt.Sprintf("%s: pointer argument r%d: %s", name, r, e.Reason)
 		}
 		return err
 	}
