@@ -21,8 +21,12 @@
 // up to MaxFrames frames; r6..r9 are callee-saved.
 //
 // Helpers: map lookup/update/delete on hash (1), array (2), GPU array
-// (1503), per-thread array (1502, one copy per Env.GlobalThreadID) and
-// per-warp array (1600, one copy per Env.GlobalWarpID); perf_event_output
+// (1503), per-thread array (1502, one copy per Env.GlobalThreadID),
+// per-warp array (1600, one copy per Env.GlobalWarpID) and per-block array
+// (1601, one copy per Env.GlobalBlockID, shared by the block's threads;
+// zeros until a thread of the block writes it, where on a GPU the block's
+// shared memory holds whatever was there, so programs that initialise
+// their values behave the same on both); perf_event_output
 // appends a record to a GPU ring buffer (1527) whose MaxEntries bytes hold
 // records of 8 + payload rounded up to 8 bytes, and returns -ENOSPC (-28)
 // and counts a drop when full; trace_printk formats %d %i %u %x %X %o %c %s
@@ -31,6 +35,9 @@
 // through r1..r3; exit (507) ends the thread with r0 = 0. The warp helpers
 // 600..605 aggregate r1 over the lanes that reached the same call (same
 // instruction, same call depth); in Run the warp has one lane.
+// atomic_max_u64/atomic_min_u64 (607/608) set the u64 at r1 to the
+// unsigned max/min of it and r2 and return 0 (threads run one at a time,
+// so a plain read-modify-write is atomic); fence_gpu (609) returns 0.
 // get_globaltimer (502) is Env.Timer; ktime_get_ns (5) is Env.HostClock, or
 // Env.Timer without one (as the PTX without a clock region). An array (2)
 // with BPF_F_MMAPABLE, a kernel map shared with host programs, is an

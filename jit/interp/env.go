@@ -141,6 +141,11 @@ func (e *Env) GlobalThreadID() uint64 { return e.globalThreadID() }
 // GlobalThreadID / 32.
 func (e *Env) GlobalWarpID() uint64 { return e.globalThreadID() / 32 }
 
+// GlobalBlockID is the id per-block maps (1601) are keyed by: the linear
+// block index BlockIdx.x + BlockIdx.y × GridDim.x + BlockIdx.z × GridDim.x
+// × GridDim.y.
+func (e *Env) GlobalBlockID() uint64 { return e.blockID() }
+
 // Error is a run-time fault of the program: an out-of-bounds access, a
 // bad helper argument, a call stack overflow. It names the instruction.
 type Error struct {

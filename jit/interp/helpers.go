@@ -143,19 +143,25 @@ func (t *thread) helper(pc int, id int32) error {
 		r[0] = env.LaunchID
 	case jit.HelperAtomicMaxU64, jit.HelperAtomicMinU64:
 		// Threads of the interpreter run one at a time: a plain
-		// read-modify-write is atomic.
+		// read-modify-write is atomic. Unsigned, as red.max/min.u64.
+		isMax := id == int32(jit.HelperAtomicMaxU64)
 		b, err := t.mem(r[1], 8, true)
 		if err != nil {
-			return t.fail(pc, "atomic_%s_u64: pointer r1: %v", map[bool]string{true: "max", false: "min"}[id == int32(jit.HelperAtomicMaxU64)], err)
+			if isMax {
+				return t.fail(pc, "atomic_max_u64: pointer r1: %v", err)
+			}
+			return t.fail(pc, "atomic_min_u64: pointer r1: %v", err)
 		}
-		old := binary.LittleEndian.Uint64(b)
-		if id == int32(jit.HelperAtomicMaxU64) {
-			binary.LittleEndian.PutUint64(b, max(old, r[2]))
+		v := binary.LittleEndian.Uint64(b)
+		if isMax {
+			v = max(v, r[2])
 		} else {
-			binary.LittleEndian.PutUint64(b, min(old, r[2]))
+			v = min(v, r[2])
 		}
+		binary.LittleEndian.PutUint64(b, v)
 		r[0] = 0
 	case jit.HelperFenceGPU:
+		// One thread at a time: every write is already visible.
 		r[0] = 0
 	default:
 		return t.fail(pc, "unknown helper %d", id)

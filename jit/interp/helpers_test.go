@@ -70,6 +70,7 @@ func TestMapsArrayTypes(t *testing.T) {
 		{jit.MapTypeArray, jit.MapFlagMmapable, func(m *Maps, e *Env) ([]byte, error) { return m.Value("counts", 1) }},
 		{jit.MapTypePerThreadArray, 0, func(m *Maps, e *Env) ([]byte, error) { return m.ThreadValue("counts", e.GlobalThreadID(), 1) }},
 		{jit.MapTypePerWarpArray, 0, func(m *Maps, e *Env) ([]byte, error) { return m.WarpValue("counts", e.GlobalWarpID(), 1) }},
+		{jit.MapTypePerBlockArray, 0, func(m *Maps, e *Env) ([]byte, error) { return m.BlockValue("counts", e.GlobalBlockID(), 1) }},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d flags %#x", tt.typ, tt.flags), func(t *testing.T) {
@@ -77,11 +78,14 @@ func TestMapsArrayTypes(t *testing.T) {
 			m.Flags = tt.flags
 			p := program(t, strings.ReplaceAll(counterProg, "r6val", "5"), m)
 			maps := NewMaps()
-			// Threads 0 and 1 of block 0, and thread 0 of block 1 (a different warp).
+			// Threads 0 and 1 of block 0, thread 0 of block 1 (a different
+			// warp and block), and thread 40 of block 0 (the block's
+			// second warp).
 			envs := []*Env{
 				{Maps: maps, BlockDim: [3]uint64{64, 1, 1}, GridDim: [3]uint64{2, 1, 1}},
 				{Maps: maps, BlockDim: [3]uint64{64, 1, 1}, GridDim: [3]uint64{2, 1, 1}, ThreadIdx: [3]uint64{1}},
 				{Maps: maps, BlockDim: [3]uint64{64, 1, 1}, GridDim: [3]uint64{2, 1, 1}, BlockIdx: [3]uint64{1}},
+				{Maps: maps, BlockDim: [3]uint64{64, 1, 1}, GridDim: [3]uint64{2, 1, 1}, ThreadIdx: [3]uint64{40}},
 			}
 			for _, e := range envs {
 				if r0, err := Run(p, nil, e); err != nil || r0 != 0 {
@@ -89,10 +93,11 @@ func TestMapsArrayTypes(t *testing.T) {
 				}
 			}
 			want := map[jit.MapType][]uint64{
-				jit.MapTypeGPUArray:       {15, 15, 15},
-				jit.MapTypeArray:          {15, 15, 15},
-				jit.MapTypePerThreadArray: {5, 5, 5},
-				jit.MapTypePerWarpArray:   {10, 10, 5},
+				jit.MapTypeGPUArray:       {20, 20, 20, 20},
+				jit.MapTypeArray:          {20, 20, 20, 20},
+				jit.MapTypePerThreadArray: {5, 5, 5, 5},
+				jit.MapTypePerWarpArray:   {10, 10, 5, 5},
+				jit.MapTypePerBlockArray:  {15, 15, 5, 15},
 			}[tt.typ]
 			for i, e := range envs {
 				v, err := tt.read(maps, e)
