@@ -53,6 +53,13 @@ func TestLoadELFObjects(t *testing.T) {
 		{"warpagg", []wantProg{{"warpagg", jit.ProbeExit, vectorAdd, []jit.Map{
 			u64Map("warp_exits", jit.MapTypePerWarpArray, 1),
 			{Name: "warps", Type: jit.MapTypeGPURingbuf, KeySize: 4, ValueSize: 56, MaxEntries: 1 << 16}}}}},
+		{"blockagg", []wantProg{
+			{"blockagg_enter", jit.ProbeEntry, vectorAdd, []jit.Map{u64Map("block_exits", jit.MapTypePerBlockArray, 1)}},
+			{"blockagg_exit", jit.ProbeExit, vectorAdd, []jit.Map{
+				u64Map("block_exits", jit.MapTypePerBlockArray, 1),
+				{Name: "launch_cell", Type: jit.MapTypeGPUArray, KeySize: 4, ValueSize: 32, MaxEntries: 1},
+				{Name: "launches", Type: jit.MapTypeGPURingbuf, KeySize: 4, ValueSize: 32, MaxEntries: 1 << 16}}},
+		}},
 		{"callfunc", []wantProg{{"callfunc", jit.ProbeEntry, vectorAdd, []jit.Map{
 			u64Map("mixed", jit.MapTypeGPUArray, 1024)}}}},
 		{"loop", []wantProg{{"collatz", jit.ProbeEntry, vectorAdd, []jit.Map{

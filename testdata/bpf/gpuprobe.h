@@ -51,7 +51,12 @@ typedef __s64 s64;
 #define BPF_MAP_TYPE_GPU_ARRAY_MAP 1503      /* one copy, in GPU-visible memory */
 #define BPF_MAP_TYPE_GPU_RINGBUF_MAP 1527    /* GPU ring buffer */
 #define BPF_MAP_TYPE_PERGPUWARP_ARRAY_MAP 1600 /* one value per warp (gpuprobe) */
-#define BPF_MAP_TYPE_PERGPUBLOCK_ARRAY_MAP 1601 /* one value per thread block, in shared memory, not zeroed (gpuprobe) */
+#define BPF_MAP_TYPE_PERGPUBLOCK_ARRAY_MAP 1601 /* one value per thread block, in the block's shared memory (gpuprobe) */
+/* A per-block array's values are NOT zeroed when a block starts (they hold
+ * whatever an earlier block left in that shared memory): programs set them
+ * first, e.g. claimed with a tagged compare-and-swap at entry (blockagg.c).
+ * max_entries × 8-aligned value size is at most 1 KiB; the host cannot read
+ * or write them. */
 
 /* Update flags. */
 #define BPF_ANY 0
@@ -117,9 +122,11 @@ static __u64 (*gpuprobe_warp_active_mask)(void) = (void *)605;
 static __u64 (*gpuprobe_get_launch_id)(void) = (void *)606;
 
 /* gpuprobe's helpers for aggregating on the GPU: *p = max/min(*p, v),
- * atomically and without waiting (a reduction), on a map value (global or
- * shared memory) or the stack; and a device-scope fence, cheaper than
- * bpf_gpu_membar's system scope. */
+ * unsigned, atomically and without waiting (a reduction), on an 8-byte
+ * aligned u64 of a map value (global or shared memory; on the stack, a
+ * plain read-modify-write); and a device-scope fence (fence.acq_rel.gpu),
+ * cheaper than bpf_gpu_membar's system scope, to order a block's updates
+ * before the atomic that publishes them. All three return 0. */
 static long (*gpuprobe_atomic_max_u64)(__u64 *p, __u64 v) = (void *)607;
 static long (*gpuprobe_atomic_min_u64)(__u64 *p, __u64 v) = (void *)608;
 static long (*gpuprobe_fence_gpu)(void) = (void *)609;
