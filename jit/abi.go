@@ -61,7 +61,7 @@ const (
 	MapTypeGPUArray       MapType = 1503 // array shared by all GPU threads, inline on the GPU
 	MapTypeGPURingbuf     MapType = 1527 // GPU ring buffer, written by perf_event_output
 	MapTypePerWarpArray   MapType = 1600 // one value per warp per key, inline on the GPU (ours)
-	MapTypePerBlockArray  MapType = 1601 // one value per thread block per key, in shared memory (ours)
+	MapTypePerBlockArray  MapType = 1601 // one value per thread block per key, in the block's shared memory, not zeroed (ours)
 )
 
 // MaxBlockMapBytes bounds a per-block array (max_entries × 8-byte aligned

@@ -1,6 +1,9 @@
 package jit_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -192,5 +195,67 @@ func TestBlockaggSharedVariable(t *testing.T) {
 	}
 	if n := strings.Count(ptx.TestModule(fs...), ".shared "); n != 1 {
 		t.Errorf("the module of both programs declares %d .shared variables, want 1", n)
+	}
+}
+
+// TestLoadELFPerBlockLimits: the loader rejects per-block arrays that do
+// not fit the 1 KiB of shared memory they may take, naming the map.
+func TestLoadELFPerBlockLimits(t *testing.T) {
+	hdr, err := filepath.Abs(filepath.Join(bpfDir, "gpuprobe.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		key     string
+		value   string
+		entries int
+		wantErr string // "" = loads
+	}{
+		{"1 KiB", "u32", "u64", 128, ""},
+		{"12-byte values take 16", "u32", "struct { u32 a[3]; }", 64, ""},
+		{"one entry over", "u32", "u64", 129, `map "blk" (type 1601): 129 entries of 8 bytes (8 with 8-byte alignment) take 1032 bytes of shared memory per block, more than the 1024`},
+		{"aligned size over", "u32", "struct { u32 a[3]; }", 65, `map "blk" (type 1601): 65 entries of 12 bytes (16 with 8-byte alignment) take 1040 bytes`},
+		{"key not a u32", "u64", "u64", 1, `map "blk" (type 1601): key size 8, want 4`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := fmt.Sprintf(`#include %q
+struct {
+	__uint(type, BPF_MAP_TYPE_PERGPUBLOCK_ARRAY_MAP);
+	__uint(max_entries, %d);
+	__type(key, %s);
+	__type(value, %s);
+} blk SEC(".maps");
+
+SEC("kretprobe/_Z6kernelv")
+int probe(void *ctx)
+{
+	%s k = 0;
+	void *v = bpf_map_lookup_elem(&blk, &k);
+	return v != 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
+`, hdr, tt.entries, tt.key, tt.value, tt.key)
+			c := filepath.Join(dir, "blk.c")
+			if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			obj := filepath.Join(dir, "blk.o")
+			if err := compileBPF(c, obj); err != nil {
+				t.Fatal(err)
+			}
+			progs, err := jit.LoadELF(obj)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("rejected: %v", err)
+			case tt.wantErr == "" && (len(progs) != 1 || progs[0].Maps[0].Type != jit.MapTypePerBlockArray):
+				t.Fatalf("loaded %v", progNames(progs))
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -346,9 +346,10 @@ func checkGPUMap(m *Map) error {
 		if m.KeySize != 4 {
 			return fmt.Errorf("key size %d, want 4 (a u32 index)", m.KeySize)
 		}
-		if m.Type == MapTypePerBlockArray && uint64(m.MaxEntries)*((uint64(m.ValueSize)+7)&^7) > MaxBlockMapBytes {
-			return fmt.Errorf("%d entries of %d bytes is more than the %d bytes of shared memory a per-block array may take",
-				m.MaxEntries, m.ValueSize, MaxBlockMapBytes)
+		stride := (uint64(m.ValueSize) + 7) &^ 7
+		if m.Type == MapTypePerBlockArray && uint64(m.MaxEntries)*stride > MaxBlockMapBytes {
+			return fmt.Errorf("%d entries of %d bytes (%d with 8-byte alignment) take %d bytes of shared memory per block, more than the %d a per-block array may take",
+				m.MaxEntries, m.ValueSize, stride, uint64(m.MaxEntries)*stride, MaxBlockMapBytes)
 		}
 	case MapTypeGPURingbuf:
 	default:

@@ -8,7 +8,8 @@
 // (memcpy, ring output, mailbox requests), and the module-scope globals they
 // read. Every module-scope name starts with Options.Prefix (default
 // "gpuprobe_" + the program name), so any number of programs can share a
-// module. The entry has the signature
+// module; the exception is the .shared variable of a per-block array,
+// named after its map so that programs share it (Per-block arrays, below). The entry has the signature
 //
 //	.func (.param .b64 ret) PREFIX (.param .b64 ctx, .param .b64 ctx_len)
 //
@@ -51,7 +52,7 @@
 // An LD_IMM64 map reference puts an opaque handle in the register; helpers
 // find the map from the last load of the handle in the same straight-line
 // block, or else compare the handle against every map at run time. Each map
-// has a `.global .u64 PREFIX_map_NAME` that the injector sets to the device
+// but a per-block array has a `.global .u64 PREFIX_map_NAME` that the injector sets to the device
 // address of the map's shm region (0: not attached, lookups give NULL);
 // per-thread (1502) and per-warp (1600) arrays also have
 // PREFIX_map_NAME_lanes = the region header's lanes field, kept in device
@@ -71,6 +72,29 @@
 //     (ring not attached). Records have slot type RingRecordType (0).
 //   - Direct value loads (global data, src = BPF_PSEUDO_MAP_VALUE) give
 //     base + 512 + offset (a kernel map: base + offset).
+//
+// # Per-block arrays
+//
+// A per-block array (1601) lives in shared memory, not in an shm region:
+// the compiler declares a module-scope `.shared .align 8 .b8
+// gpuprobe_blk_NAME[max_entries × align8(value_size)]` (SharedName; listed
+// in Func.Shared, not in Func.Globals, so there is nothing to bind). Its
+// name depends on the map's name only, not on Options.Prefix, so the
+// programs of one object spliced into one module (an entry and an exit
+// probe) share the block's values; whoever splices several programs into a
+// module declares each variable once with SharedDecls (Func.Text does it
+// for one program), and two maps of one name but different sizes cannot
+// share a module. A lookup returns the generic address (cvta.shared) of
+// key k's value, base + k*align8(value_size), or NULL for k ≥ max_entries;
+// update copies as for the other GPU arrays; delete gives -EINVAL; a
+// direct value load gives key 0 plus the offset. Loads, stores and atomics
+// through the pointer are generic, so they reach shared memory (atomics
+// take the atom/red path: isspacep.local is false there). The variable
+// takes shared memory from every block of the kernel, so it is capped at
+// jit.MaxBlockMapBytes (1 KiB) per map, and it is NOT zeroed when a block
+// starts: programs initialise their values (for example the first warp
+// of the block, at entry, with a tagged compare-and-swap, since other
+// warps may already be running; testdata/bpf/blockagg.c).
 //
 // # Kernel maps
 //
@@ -140,4 +164,10 @@
 // sum/min/max of a u64 with redux.sync (sm_80+: the sum adds four 16-bit
 // chunks, min/max reduce high words then low words) or a shfl.sync loop
 // over the active lanes before sm_80; 604 popc(activemask); 605 activemask.
+// 607/608 atomic_max_u64/atomic_min_u64: `red.max.u64`/`red.min.u64` (no
+// result, the thread does not wait) on the generic address in r1, global
+// or shared; a .local (stack) or misaligned address takes a plain
+// load/max/store instead, as the atomics above; r0 = 0. 609 fence_gpu:
+// `fence.acq_rel.gpu` (device scope; 506's membar.sys also orders against
+// the host and costs more), r0 = 0.
 package ptx

@@ -35,7 +35,9 @@
 //   - a lookup result is NULL-checked before it is dereferenced, passed to
 //     a helper or moved by arithmetic;
 //   - r10 is never written; map handles are never used in arithmetic;
-//   - atomics are naturally aligned;
+//   - atomics are naturally aligned, and so is the u64 that
+//     atomic_max_u64/atomic_min_u64 (607/608) update, which must be a
+//     writable map value or stack bytes already written (not the context);
 //   - helpers exist in the GPU ABI (jit/abi.go) and get the argument types
 //     of their signature (see HelperSignature); their return value is typed
 //     (map_lookup_elem returns "map value or NULL" of its map);
