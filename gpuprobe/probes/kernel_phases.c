@@ -14,8 +14,10 @@
 //           leader counts its active lanes at exit; the warp that brings
 //           the count to the block's thread count is the block's last,
 //           and reads the block's end after that, so the end follows
-//           every exit of the block (the other programs' exit probes run
-//           before kernel_phases').
+//           every exit of the block (other programs' exit probes run
+//           before kernel_phases'). Nothing is written to memory before
+//           the leader test: locals stored there would cost every thread
+//           local-memory traffic (a zeroed record did: 12x on vectorAdd).
 //           The word carries a tag (launch id × block) so that shared
 //           memory left over by an earlier block is never mistaken for
 //           ours; every warp's leader initialises it at entry with a
@@ -109,20 +111,20 @@ static __always_inline u32 block_tag(u64 lid, u64 block)
 	return (u32)(h >> 32) | 1; /* never 0: 0 marks a released word */
 }
 
-/* Everything below the first test of each program runs in one lane per
- * warp (or per block) and lives in __noinline functions: their stack frames
- * (map keys, the helpers' outputs, the record) are then touched only where
- * they run. Inlined, clang hoists the stores of zeroed locals above the
- * leader test and every thread pays them in local memory (on vectorAdd 2^24
- * that was 12x the kernel). */
-
-static __noinline int entry_leader(u64 lid)
+SEC("kprobe/*")
+int kernel_phases_entry(void *ctx)
 {
-	u32 zero = 0, key;
-	u64 block, nblocks, tx, ty, tz, w, want;
+	u32 zero, key;
+	u64 lid, block, nblocks, tx, ty, tz, w, want;
 	struct kp_word *b;
 	struct kp_cell *c;
 
+	if (!gpuprobe_warp_is_leader())
+		return 0;
+	lid = gpuprobe_get_launch_id();
+	if (lid == 0)
+		return 0;
+	zero = 0;
 	b = bpf_map_lookup_elem(&kp_block, &zero);
 	if (!b)
 		return 0;
@@ -141,82 +143,22 @@ static __noinline int entry_leader(u64 lid)
 	return 0;
 }
 
-SEC("kprobe/*")
-int kernel_phases_entry(void *ctx)
+SEC("kretprobe/*")
+int kernel_phases_exit(void *ctx)
 {
-	u64 lid;
+	struct exec_record r;
+	u32 zero, key, old;
+	u64 lid, lanes, block, nblocks, bx, by, bz, threads, want, done, stripes, nstart, end;
+	struct kp_word *b;
+	struct kp_cell *c, *l;
 
+	lanes = gpuprobe_warp_active_count();
 	if (!gpuprobe_warp_is_leader())
 		return 0;
 	lid = gpuprobe_get_launch_id();
 	if (lid == 0)
 		return 0;
-	return entry_leader(lid);
-}
-
-/* publish writes the launch's record and resets its launch cell. */
-static __noinline int publish(u64 lid, struct kp_cell *l, u64 nblocks, u64 threads)
-{
-	struct exec_record r;
-	u64 nstart, end;
-
-	gpuprobe_fence_gpu();
-	nstart = __sync_lock_test_and_set(&l->nstart, 0);
-	end = __sync_lock_test_and_set(&l->end, 0);
-	__sync_lock_test_and_set(&l->blocks, 0);
-	r.type = EXEC_RECORD_TYPE;
-	r.version = EXEC_RECORD_VERSION;
-	r.size = sizeof(r);
-	r.launch_id = lid;
-	r.start_ns = nstart ? ~nstart : end;
-	r.end_ns = end;
-	r.blocks = nblocks;
-	r.threads = nblocks * threads;
-	bpf_perf_event_output(0, &kp_exec, 0, &r, sizeof(r));
-	return 0;
-}
-
-/* block_done runs in the block's last warp: it adds the block to its
- * stripe; the stripe's last block folds the stripe into the launch cell,
- * and the launch's last stripe publishes. */
-static __noinline int block_done(u64 lid, u64 now, u64 threads)
-{
-	u32 key;
-	u64 block, nblocks, want, done, stripes, nstart, end;
-	struct kp_cell *c, *l;
-
-	block = linear_block(&nblocks);
-	key = (u32)(lid % KP_SLOTS) * (KP_STRIPES + 1);
-	l = bpf_map_lookup_elem(&kp_table, &key);
-	key += 1 + (u32)(block % KP_STRIPES);
-	c = bpf_map_lookup_elem(&kp_table, &key);
-	if (!c || !l)
-		return 0;
-	gpuprobe_atomic_max_u64(&c->end, now);
-	want = nblocks / KP_STRIPES + (block % KP_STRIPES < nblocks % KP_STRIPES ? 1 : 0);
-	done = __sync_fetch_and_add(&c->blocks, 1);
-	if (done + 1 != want)
-		return 0;
-	gpuprobe_fence_gpu();
-	nstart = __sync_lock_test_and_set(&c->nstart, 0);
-	end = __sync_lock_test_and_set(&c->end, 0);
-	__sync_lock_test_and_set(&c->blocks, 0);
-	gpuprobe_atomic_max_u64(&l->nstart, nstart);
-	gpuprobe_atomic_max_u64(&l->end, end);
-	gpuprobe_fence_gpu();
-	stripes = nblocks < KP_STRIPES ? nblocks : KP_STRIPES;
-	done = __sync_fetch_and_add(&l->blocks, 1);
-	if (done + 1 != stripes)
-		return 0;
-	return publish(lid, l, nblocks, threads);
-}
-
-static __noinline int exit_leader(u64 lid, u64 lanes)
-{
-	u32 zero = 0, old;
-	u64 bx, by, bz, threads;
-	struct kp_word *b;
-
+	zero = 0;
 	b = bpf_map_lookup_elem(&kp_block, &zero);
 	if (!b)
 		return 0;
@@ -231,21 +173,48 @@ static __noinline int exit_leader(u64 lid, u64 lanes)
 	 * them ran its exit probes (and any other program's) before counting,
 	 * so the end is at or after every exit of the block. */
 	*(u64 *)b = 0;
-	return block_done(lid, bpf_get_globaltimer(), threads);
-}
-
-SEC("kretprobe/*")
-int kernel_phases_exit(void *ctx)
-{
-	u64 lid, lanes;
-
-	lanes = gpuprobe_warp_active_count();
-	if (!gpuprobe_warp_is_leader())
+	u64 now = bpf_get_globaltimer();
+	block = linear_block(&nblocks);
+	key = (u32)(lid % KP_SLOTS) * (KP_STRIPES + 1);
+	l = bpf_map_lookup_elem(&kp_table, &key);
+	key += 1 + (u32)(block % KP_STRIPES);
+	c = bpf_map_lookup_elem(&kp_table, &key);
+	if (!c || !l)
 		return 0;
-	lid = gpuprobe_get_launch_id();
-	if (lid == 0)
+	gpuprobe_atomic_max_u64(&c->end, now);
+	want = nblocks / KP_STRIPES + (block % KP_STRIPES < nblocks % KP_STRIPES ? 1 : 0);
+	done = __sync_fetch_and_add(&c->blocks, 1);
+	if (done + 1 != want)
 		return 0;
-	return exit_leader(lid, lanes);
+	/* The stripe's last block: move the stripe into the launch cell. */
+	gpuprobe_fence_gpu();
+	nstart = __sync_lock_test_and_set(&c->nstart, 0);
+	end = __sync_lock_test_and_set(&c->end, 0);
+	__sync_lock_test_and_set(&c->blocks, 0);
+	gpuprobe_atomic_max_u64(&l->nstart, nstart);
+	gpuprobe_atomic_max_u64(&l->end, end);
+	gpuprobe_fence_gpu();
+	stripes = nblocks < KP_STRIPES ? nblocks : KP_STRIPES;
+	done = __sync_fetch_and_add(&l->blocks, 1);
+	if (done + 1 != stripes)
+		return 0;
+	/* The launch's last stripe: write the record, reset the slot. */
+	gpuprobe_fence_gpu();
+	nstart = __sync_lock_test_and_set(&l->nstart, 0);
+	end = __sync_lock_test_and_set(&l->end, 0);
+	__sync_lock_test_and_set(&l->blocks, 0);
+	r.type = EXEC_RECORD_TYPE;
+	r.version = EXEC_RECORD_VERSION;
+	r.size = sizeof(r);
+	r.launch_id = lid;
+	r.start_ns = nstart ? ~nstart : end;
+	r.end_ns = end;
+	r.blocks = nblocks;
+	r.threads = nblocks * threads;
+	/* ctx is not passed: kept for here, it would be spilled to the stack
+	 * by every thread. */
+	bpf_perf_event_output(0, &kp_exec, 0, &r, sizeof(r));
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "GPL";
