@@ -24,7 +24,8 @@
 //           compare-and-swap, so no barrier is needed and a warp that
 //           exits early cannot be overwritten.
 //   stripe  kp_table (device memory, private to the module): the block's
-//           start (thread 0 at entry) and end (its last warp) go to the
+//           start (the warp whose compare-and-swap installed the tag, the
+//           block's first to arrive) and end (its last warp) go to the
 //           cell of stripe (linear block id % KP_STRIPES) of the launch's
 //           slot (launch id % KP_SLOTS) with atomic max (the start as its
 //           complement), and the block counts itself there; the stripe's
@@ -115,7 +116,7 @@ SEC("kprobe/*")
 int kernel_phases_entry(void *ctx)
 {
 	u32 zero, key;
-	u64 lid, block, nblocks, tx, ty, tz, w, want;
+	u64 lid, block, nblocks, w, want;
 	struct kp_word *b;
 	struct kp_cell *c;
 
@@ -131,10 +132,13 @@ int kernel_phases_entry(void *ctx)
 	block = linear_block(&nblocks);
 	want = (u64)block_tag(lid, block) << 32; /* count 0, our tag */
 	w = *(u64 *)b;
-	if (w >> 32 != want >> 32)
-		__sync_val_compare_and_swap((u64 *)b, w, want);
-	bpf_get_thread_idx(&tx, &ty, &tz);
-	if (tx | ty | tz)
+	if (w >> 32 == want >> 32)
+		return 0; /* another warp of the block came first */
+	/* The warp whose compare-and-swap installs the tag is the block's
+	 * first to arrive, so its start is the block's: warps of a block
+	 * start in any order, and thread 0's warp can start after another
+	 * warp has already exited (96 ns after one, on the H100). */
+	if (__sync_val_compare_and_swap((u64 *)b, w, want) != w)
 		return 0;
 	key = (u32)(lid % KP_SLOTS) * (KP_STRIPES + 1) + 1 + (u32)(block % KP_STRIPES);
 	c = bpf_map_lookup_elem(&kp_table, &key);

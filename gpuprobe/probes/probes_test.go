@@ -94,7 +94,7 @@ func TestKernelPhasesVerifies(t *testing.T) {
 // in the interpreter, warp by warp, blocks interleaved and warps exiting
 // in scrambled order (some in two divergent halves), and checks the one
 // record.Exec the launch's last block writes: the earliest block start
-// (thread 0 at entry), the latest exit, the blocks and threads. A second
+// (the first warp of a block to enter, not thread 0's), the latest exit, the blocks and threads. A second
 // launch that reuses the slot (launch id + 64) must find it reset.
 func TestKernelPhasesExec(t *testing.T) {
 	progs, err := Load(KernelPhases)
@@ -133,12 +133,16 @@ func TestKernelPhasesExec(t *testing.T) {
 					block uint64
 				}
 				var warps []warp
-				// Entries: block b's threads read the timer at base + 10*b.
+				// Entries: warp w of block b reads the timer at
+				// base + 10*b + (warps-1-w): the block's last warp
+				// enters first (below) and is its earliest start, so
+				// a start taken from thread 0's warp would be late.
+				nw := (bt + 31) / 32
 				for b := range blocks {
 					idx := [3]uint64{b % tc.grid[0], b / tc.grid[0] % tc.grid[1], b / (tc.grid[0] * tc.grid[1])}
 					for w := uint64(0); w*32 < bt; w++ {
 						n := int(min(32, bt-32*w))
-						at := base + 10*b
+						at := base + 10*b + (nw - 1 - w)
 						env := &interp.Env{BlockIdx: idx, BlockDim: tc.blockDim, GridDim: tc.grid, LaunchID: lid, Maps: maps,
 							Timer: func() uint64 { return at }}
 						lanes := interp.WarpLanes(env, nil, n)
