@@ -32,9 +32,13 @@
 # and post-call parts): a direct figure, free of the driver's jitter that
 # the end-to-end difference carries. The last table is the cudart one: its
 # "recording" row's third field is the added cost gpu-bench.sh checks.
+# With BASE_SHIM (and BASE_STSHIM) set to another build of the shim (say,
+# the last commit's, to measure a change), two more configurations run in
+# the same rounds: base-recording and base-selftime, and the table gives
+# the change against them.
 # Environment: ROUNDS (default 7, at least 7), N (launches per process,
 # default 100000), BURST (launches between waits, default 32), PIN_CPU
-# (default 2), OUT_DIR.
+# (default 2), OUT_DIR, BASE_SHIM, BASE_STSHIM.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -169,8 +173,14 @@ ns() { sed -n 's/.*ns_per_launch=//p' "$1"; }
 selfns() { sed -n 's|^gpuprobe selftime: launches [0-9]*, shim ns/launch mean \([^ ]*\) (pre \([^,]*\), post \([^)]*\)).*|\1 \2 \3|p' "$1" | head -1; }
 selftime=0
 [[ -e $stshim ]] && selftime=1
+base=${BASE_SHIM:-} stbase=${BASE_STSHIM:-}
+[[ -z $base || -e $base ]] || { echo "gpu-launch-cost: BASE_SHIM $base missing"; exit 1; }
+[[ -z $stbase || -e $stbase ]] || { echo "gpu-launch-cost: BASE_STSHIM $stbase missing"; exit 1; }
+((selftime)) || stbase=
 modes=(driver cudart)
-for m in "${modes[@]}"; do : >"$out/$m.plain"; : >"$out/$m.forward"; : >"$out/$m.recording"; : >"$out/$m.selftime"; : >"$out/$m.self"; done
+for m in "${modes[@]}"; do
+	for c in plain forward recording selftime self base-recording base-selftime base-self; do : >"$out/$m.$c"; done
+done
 # record SHIM MODE OUT DUMP: one launchbench run of MODE under SHIM,
 # recording into a fresh agent-dump (its output in DUMP); the run's in OUT.
 record() {
@@ -195,6 +205,13 @@ for r in $(seq "$rounds"); do
 			record "$stshim" "$m" "$out/s.txt" "$out/dump.$m.$r.selftime.txt" && ns "$out/s.txt" >>"$out/$m.selftime"
 			selfns "$out/s.txt" >>"$out/$m.self"
 		fi
+		if [[ -n $base ]]; then
+			record "$base" "$m" "$out/b.txt" "$out/dump.$m.$r.base.txt" && ns "$out/b.txt" >>"$out/$m.base-recording"
+		fi
+		if [[ -n $stbase ]]; then
+			record "$stbase" "$m" "$out/bs.txt" "$out/dump.$m.$r.base-selftime.txt" && ns "$out/bs.txt" >>"$out/$m.base-selftime"
+			selfns "$out/bs.txt" >>"$out/$m.base-self"
+		fi
 	done
 done
 "${pin[@]}" "$out/launchbench" facts >"$out/facts.txt" 2>&1
@@ -218,13 +235,24 @@ for m in "${modes[@]}"; do
 	printf '%-17s %10.1f %12s %20s\n' "${pre}plain" "$p" "" "$(spread "$out/$m.plain")"
 	printf '%-17s %10.1f %+11.1f %20s\n' "${pre}forward" "$f" "$(awk -v a="$f" -v b="$p" 'BEGIN{print a-b}')" "$(spread "$out/$m.forward")"
 	printf '%-17s %10.1f %+11.1f %20s\n' "${pre}recording" "$c" "$(awk -v a="$c" -v b="$p" 'BEGIN{print a-b}')" "$(spread "$out/$m.recording")"
-	if ((selftime)); then
-		s=$(med "$out/$m.selftime")
-		awk '{print $1}' "$out/$m.self" >"$out/$m.self.mean"
-		awk '{print $2}' "$out/$m.self" >"$out/$m.self.pre"
-		awk '{print $3}' "$out/$m.self" >"$out/$m.self.post"
-		printf '%-17s %10.1f %+11.1f %20s  self %.1f ns/launch (pre %.1f, post %.1f; %s)\n' "${pre}selftime" "$s" \
-			"$(awk -v a="$s" -v b="$p" 'BEGIN{print a-b}')" "$(spread "$out/$m.selftime")" "$(med "$out/$m.self.mean")" \
-			"$(med "$out/$m.self.pre")" "$(med "$out/$m.self.post")" "$(spread "$out/$m.self.mean")"
+	if [[ -n $base ]]; then
+		b=$(med "$out/$m.base-recording")
+		printf '%-17s %10.1f %+11.1f %20s  (recording - this: %+.1f)\n' "${pre}base-recording" "$b" \
+			"$(awk -v a="$b" -v b="$p" 'BEGIN{print a-b}')" "$(spread "$out/$m.base-recording")" \
+			"$(awk -v a="$c" -v b="$b" 'BEGIN{print a-b}')"
 	fi
+	# selfrow NAME CONFIG: a selftime row (CONFIG's end-to-end times and
+	# the shim's own ns per launch).
+	selfrow() {
+		local s
+		s=$(med "$out/$m.$2")
+		awk '{print $1}' "$out/$m.${2%time}" >"$out/$m.$2.mean"
+		awk '{print $2}' "$out/$m.${2%time}" >"$out/$m.$2.pre"
+		awk '{print $3}' "$out/$m.${2%time}" >"$out/$m.$2.post"
+		printf '%-17s %10.1f %+11.1f %20s  self %.1f ns/launch (pre %.1f, post %.1f; %s)\n' "$1" "$s" \
+			"$(awk -v a="$s" -v b="$p" 'BEGIN{print a-b}')" "$(spread "$out/$m.$2")" "$(med "$out/$m.$2.mean")" \
+			"$(med "$out/$m.$2.pre")" "$(med "$out/$m.$2.post")" "$(spread "$out/$m.$2.mean")"
+	}
+	((selftime)) && selfrow "${pre}selftime" selftime
+	[[ -n $stbase ]] && selfrow "${pre}base-selftime" base-selftime
 done
