@@ -68,7 +68,7 @@ bin/gpuprobe: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 -include shim/shim.mk
 
 # The cgo GPU check binary (run on the GPU machine by the gpu-* scripts).
-bin/gpuprobe-gpucheck: $(GO_BUILD_SRCS) go.mod go.sum
+bin/gpuprobe-gpucheck: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe-gpucheck
 
