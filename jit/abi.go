@@ -47,6 +47,13 @@ const (
 	HelperAtomicMaxU64 HelperID = 607 // long (u64 *p, u64 v): *p = max(*p, v) atomically (unsigned); 0
 	HelperAtomicMinU64 HelperID = 608 // long (u64 *p, u64 v): *p = min(*p, v) atomically (unsigned); 0
 	HelperFenceGPU     HelperID = 609 // long (): fence.acq_rel.gpu (device scope, cheaper than 506); 0
+
+	// Our launch-geometry helpers: the value in r0 (503/504/508 write x, y
+	// and z through stack pointers, which costs every calling warp
+	// local-memory stores and loads).
+	HelperBlockLinearID HelperID = 610 // u64 (): the block's linear index in the grid, (z*ny + y)*nx + x
+	HelperGridBlocks    HelperID = 611 // u64 (): blocks in the grid, nx*ny*nz
+	HelperBlockThreads  HelperID = 612 // u64 (): threads in a block, ntid.x*ntid.y*ntid.z
 )
 
 // MapType is the type number of a map definition (bpftime's numbering for GPU

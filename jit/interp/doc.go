@@ -38,6 +38,8 @@
 // atomic_max_u64/atomic_min_u64 (607/608) set the u64 at r1 to the
 // unsigned max/min of it and r2 and return 0 (threads run one at a time,
 // so a plain read-modify-write is atomic); fence_gpu (609) returns 0.
+// block_linear_id, grid_blocks and block_threads (610..612) are computed
+// from Env.BlockIdx, Env.GridDim and Env.BlockDim.
 // get_globaltimer (502) is Env.Timer; ktime_get_ns (5) is Env.HostClock, or
 // Env.Timer without one (as the PTX without a clock region). An array (2)
 // with BPF_F_MMAPABLE, a kernel map shared with host programs, is an

@@ -169,5 +169,8 @@
 // or shared; a .local (stack) or misaligned address takes a plain
 // load/max/store instead, as the atomics above; r0 = 0. 609 fence_gpu:
 // `fence.acq_rel.gpu` (device scope; 506's membar.sys also orders against
-// the host and costs more), r0 = 0.
+// the host and costs more), r0 = 0. 610 block_linear_id
+// ((%ctaid.z*%nctaid.y + %ctaid.y)*%nctaid.x + %ctaid.x), 611 grid_blocks
+// (%nctaid.x*y*z) and 612 block_threads (%ntid.x*y*z), in 64 bits, in r0:
+// unlike 503/504/508 they write nothing to the stack.
 package ptx

@@ -40,6 +40,9 @@ func sext(v uint64, w int) uint64 {
 }
 
 func (e *emu) special(name string) (uint64, bool) {
+	if v, ok := e.geom[name]; ok {
+		return v, true
+	}
 	switch name {
 	case "%tid.x", "%tid.y", "%tid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z", "%laneid", "%warpid", "%smid":
 		return 0, true

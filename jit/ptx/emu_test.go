@@ -58,6 +58,9 @@ type emu struct {
 	exited  bool
 	// hook runs on every %globaltimer read (a stand-in for a host thread).
 	hook func(e *emu)
+	// geom overrides special registers (e.g. "%ctaid.y"); the rest read
+	// as one thread of a one-block grid.
+	geom map[string]uint64
 }
 
 var (

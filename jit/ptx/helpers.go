@@ -77,6 +77,19 @@ func (c *compiler) helper(i int, id int32) error {
 	case jit.HelperWarpActiveMask:
 		e.op("activemask.b32 %g0")
 		e.op("cvt.u64.u32 %r0, %g0")
+	case jit.HelperBlockLinearID:
+		// (z*ny + y)*nx + x in 64 bits: grids reach 2^31 x 2^16 x 2^16.
+		c.special64("%h0", "%ctaid.z")
+		c.special64("%h1", "%nctaid.y")
+		c.special64("%h2", "%ctaid.y")
+		e.op("mad.lo.u64 %h0, %h0, %h1, %h2")
+		c.special64("%h1", "%nctaid.x")
+		c.special64("%h2", "%ctaid.x")
+		e.op("mad.lo.u64 %r0, %h0, %h1, %h2")
+	case jit.HelperGridBlocks:
+		c.product3("%nctaid")
+	case jit.HelperBlockThreads:
+		c.product3("%ntid")
 	case jit.HelperGetLaunchID:
 		g := c.addGlobal(GlobalLaunchID, "")
 		e.op("ld.global.u64 %r0, [", g, "]")
@@ -116,6 +129,22 @@ func (c *compiler) ktime() {
 func (c *compiler) special(reg string) {
 	c.e.op("mov.u32 %g0, ", reg)
 	c.e.op("cvt.u64.u32 %r0, %g0")
+}
+
+// special64 writes dst = a 32-bit special register, zero-extended.
+func (c *compiler) special64(dst, reg string) {
+	c.e.op("mov.u32 %g0, ", reg)
+	c.e.op("cvt.u64.u32 ", dst, ", %g0")
+}
+
+// product3 writes r0 = x*y*z of a special register vector, in 64 bits.
+func (c *compiler) product3(reg string) {
+	c.special64("%h0", reg+".x")
+	c.special64("%h1", reg+".y")
+	e := &c.e
+	e.op("mul.lo.u64 %h0, %h0, %h1")
+	c.special64("%h1", reg+".z")
+	e.op("mul.lo.u64 %r0, %h0, %h1")
 }
 
 // xyz writes the x, y and z of a special register vector through the

@@ -109,6 +109,37 @@ func TestSimpleHelpers(t *testing.T) {
 	}
 }
 
+// TestGeometryHelpers runs 610..612 on a 3-D block of a 3-D grid: each
+// value must combine the right special registers, in 64 bits.
+func TestGeometryHelpers(t *testing.T) {
+	big := map[string]uint64{
+		"%ctaid.x": 0, "%ctaid.y": 2, "%ctaid.z": 3, // the harness indexes its result by x
+		"%nctaid.x": 2147483647, "%nctaid.y": 65535, "%nctaid.z": 4,
+		"%ntid.x": 8, "%ntid.y": 4, "%ntid.z": 2,
+	}
+	tests := []struct {
+		name string
+		id   jit.HelperID
+		want uint64
+	}{
+		{"block linear id", jit.HelperBlockLinearID, (3*65535 + 2) * 2147483647},
+		{"grid blocks", jit.HelperGridBlocks, 2147483647 * 65535 * 4},
+		{"block threads", jit.HelperBlockThreads, 8 * 4 * 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := compileProg(t, asm.Instructions{asm.Mov.Imm(asm.R0, 9), call(tt.id), asm.Return()}, nil, Options{})
+			got, _, err := emuRun(f, nil, 0, func(e *emu) { e.geom = big })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("r0 = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestLaunchID(t *testing.T) {
 	f := compileProg(t, asm.Instructions{call(jit.HelperGetLaunchID), asm.Return()}, nil, Options{})
 	got, _, err := emuRun(f, nil, 0, func(e *emu) { setGlobal(e, f, GlobalLaunchID, "", 4242) })

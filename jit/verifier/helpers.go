@@ -78,6 +78,9 @@ var abi = map[jit.HelperID]Signature{
 	jit.HelperAtomicMaxU64:      {Name: "atomic_max_u64", Args: [5]ArgType{ArgAtomic8, ArgScalar}},
 	jit.HelperAtomicMinU64:      {Name: "atomic_min_u64", Args: [5]ArgType{ArgAtomic8, ArgScalar}},
 	jit.HelperFenceGPU:          {Name: "fence_gpu"},
+	jit.HelperBlockLinearID:     {Name: "block_linear_id"},
+	jit.HelperGridBlocks:        {Name: "grid_blocks"},
+	jit.HelperBlockThreads:      {Name: "block_threads"},
 }
 
 // ConformanceHelpers are the helpers the bpf_conformance suite calls: id 5

@@ -131,6 +131,14 @@ static long (*gpuprobe_atomic_max_u64)(__u64 *p, __u64 v) = (void *)607;
 static long (*gpuprobe_atomic_min_u64)(__u64 *p, __u64 v) = (void *)608;
 static long (*gpuprobe_fence_gpu)(void) = (void *)609;
 
+/* gpuprobe's launch-geometry helpers, returned in a register: the block's
+ * linear index in the grid ((z*ny + y)*nx + x), the grid's blocks and a
+ * block's threads. bpf_get_block_idx and friends write through pointers
+ * to the stack, which costs every calling warp local-memory traffic. */
+static __u64 (*gpuprobe_block_linear_id)(void) = (void *)610;
+static __u64 (*gpuprobe_grid_blocks)(void) = (void *)611;
+static __u64 (*gpuprobe_block_threads)(void) = (void *)612;
+
 /* bpf_printk with the format on the stack (GPU programs have no global
  * data, like libbpf's BPF_NO_GLOBAL_DATA variant). */
 #define bpf_printk(fmt, ...)                                            \
