@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,18 +156,47 @@ func TestPatchLoad(t *testing.T) {
 		{"timeout", "dlsym", slow, []string{"GPUPROBE_TIMEOUT_MS=300"}, false},
 		{"global-fails", "cudart", patch, []string{"MOCK_FAIL_GLOBAL=1"}, false},
 	}
+	// Each case runs again with the PTX loaded by path (scenario ptxfile:
+	// cuModuleLoad, or cuLibraryLoadFromFile with options), which the shim
+	// reads and patches like the in-memory text.
+	for _, tc := range tests[:len(tests):len(tests)] {
+		tc.name += "-file"
+		tests = append(tests, tc)
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			byPath, scenario := strings.HasSuffix(tc.name, "-file"), "ptx"
+			if byPath {
+				scenario = "ptxfile"
+			}
+			var sentMu sync.Mutex
+			var sent []string // the PTX images the collector was sent
+			answer := tc.answer
+			tc.answer = func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+				if strings.Contains(string(r.Image), ".entry _Z9vectorAdd") {
+					sentMu.Lock()
+					sent = append(sent, string(r.Image))
+					sentMu.Unlock()
+				}
+				return answer(p, r, bind)
+			}
 			a := startPatchAgent(t, tc.answer)
 			imgOut := filepath.Join(t.TempDir(), "loaded.ptx")
 			env := append(preload(b, a.path), "MOCK_IMAGE_OUT="+imgOut, "GPUPROBE_TRACE=1")
 			env = append(env, tc.env...)
-			stdout, stderr, err := run(t, b, env, b.program(tc.mode), tc.mode, "ptx", ptxFile)
+			stdout, stderr, err := run(t, b, env, b.program(tc.mode), tc.mode, scenario, ptxFile)
 			if err != nil {
 				t.Fatalf("app: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 			}
 			ss := a.waitGone(t, 1)
 			st := readRing(t, ss[0].ring)
+			sentMu.Lock()
+			// A slow collector may not have read the request yet.
+			if strings.HasPrefix(tc.name, "timeout") && len(sent) == 0 {
+				sent = []string{string(orig)}
+			}
+			checkFileLoad(t, tc.mode, byPath, tc.patched, ptxFile, string(orig), sent, st, stderr)
+			sentMu.Unlock()
 			loaded, err := os.ReadFile(imgOut)
 			if err != nil {
 				t.Fatal(err)

@@ -427,6 +427,14 @@ struct gp_image {
 	const char *path;  /* GP_IMG_FILE */
 };
 GP_HIDDEN void gp_image_classify(const void *p, struct gp_image *img);
+/* The largest image file read for patching, and the largest patched image
+ * taken from the collector (256 MiB). */
+#define GP_IMAGE_MAX ((uint64_t)256 << 20)
+/* gp_image_read_file reads and classifies the image file of a file load
+ * (cuModuleLoad, cuLibraryLoadFromFile): a NUL-terminated malloc'd copy,
+ * img->ptr, to free after the load; NULL with *why and *err (-errno) when
+ * it is not a readable regular file of 1..GP_IMAGE_MAX bytes. Load path. */
+GP_HIDDEN void *gp_image_read_file(const char *path, struct gp_image *img, const char **why, int *err);
 GP_HIDDEN const char *gp_image_kind_name(int kind);
 GP_HIDDEN void gp_module_loaded(const char *api, uint64_t module, const struct gp_image *img, CUresult r);
 

@@ -5,11 +5,18 @@
  * Code images come as a fatbin wrapper (__fatBinC_Wrapper_t, magic
  * 0x466243B1, pointing at a fatbin), a fatbin container (magic 0xBA55ED50),
  * an ELF cubin, or NUL-terminated PTX text; cuModuleLoad and
- * cuLibraryLoadFromFile take a path instead. The shim only classifies and
- * sizes them (the parsing is the collector's, in Go).
+ * cuLibraryLoadFromFile take a path instead: when the session may patch,
+ * gp_image_read_file reads the file (bounded by GP_IMAGE_MAX) so that it is
+ * classified like an in-memory image. The shim only classifies and sizes
+ * images (the parsing is the collector's, in Go).
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gp.h"
 
@@ -82,6 +89,82 @@ GP_HIDDEN void gp_image_classify(const void *ptr, struct gp_image *img)
 			img->size = strlen((const char *)p);
 		}
 	}
+}
+
+/* Zero bytes after a file's contents: the classifier reads fixed headers
+ * (16 bytes of a fatbin, 64 of an ELF) and PTX up to its NUL, so a short
+ * file is classified without reading past its copy. */
+#define GP_FILE_PAD 64
+
+GP_HIDDEN void *gp_image_read_file(const char *path, struct gp_image *img, const char **why, int *err)
+{
+	struct stat st;
+	uint8_t *buf = NULL;
+	int fd = -1;
+	memset(img, 0, sizeof *img);
+	img->kind = GP_IMG_FILE, img->path = path;
+	*err = 0;
+	if (path == NULL)
+		return *why = "no path", NULL;
+	do
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	while (fd < 0 && errno == EINTR);
+	if (fd < 0)
+		return *why = "open", *err = -errno, NULL;
+	if (fstat(fd, &st) != 0) {
+		*why = "fstat", *err = -errno;
+		goto fail;
+	}
+	/* A FIFO or device would block or never end: regular files only. */
+	if (!S_ISREG(st.st_mode) || st.st_size <= 0) {
+		*why = "not a regular file, or empty", *err = -EINVAL;
+		goto fail;
+	}
+	if ((uint64_t)st.st_size > GP_IMAGE_MAX) {
+		*why = "larger than GP_IMAGE_MAX", *err = -EFBIG;
+		goto fail;
+	}
+	size_t n = (size_t)st.st_size, got = 0;
+	if ((buf = calloc(1, n + GP_FILE_PAD)) == NULL) {
+		*why = "malloc", *err = -ENOMEM;
+		goto fail;
+	}
+	/* Read one byte more than stat said: a file that grew meanwhile is
+	 * not what the size was checked for (the pad has room for it). */
+	while (got < n + 1) {
+		ssize_t r = read(fd, buf + got, n + 1 - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			*why = "read", *err = -errno;
+			goto fail;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	if (got != n) {
+		*why = "the file changed size while being read", *err = -EAGAIN;
+		goto fail;
+	}
+	buf[n] = 0;
+	close(fd);
+	/* A fatbin wrapper holds a pointer into its process: meaningless in a
+	 * file, and never followed. */
+	if (n >= 4 && gp_rd32(buf) == GP_FATBIN_WRAPPER_MAGIC) {
+		img->ptr = img->data = buf;
+		img->kind = GP_IMG_UNKNOWN;
+	} else {
+		gp_image_classify(buf, img);
+	}
+	img->path = path;
+	if (img->size > n) /* a header that claims more than the file holds */
+		img->size = 0;
+	return buf;
+fail:
+	free(buf);
+	close(fd);
+	return NULL;
 }
 
 GP_HIDDEN const char *gp_image_kind_name(int kind)

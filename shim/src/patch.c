@@ -563,7 +563,7 @@ GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *
 	}
 	uint64_t size = pp->plen >= 24 ? rd64(payload + 16) : 0;
 	void *m = MAP_FAILED;
-	if (pp->plen >= 24 && size > 0 && size <= ((uint64_t)256 << 20))
+	if (pp->plen >= 24 && size > 0 && size <= GP_IMAGE_MAX)
 		m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED || ((const char *)m)[size - 1] != 0) {

@@ -3,11 +3,16 @@
  * cuLibraryLoad*, cuModuleGetFunction, cuLibraryGetKernel,
  * cuKernelGetFunction, and the cuLink* family (recorded only).
  *
- * Every load classifies its image and passes it through gp_patch_image (the
- * hook where patched images will come from; today the original image).
+ * Every in-memory load classifies its image and passes it through
+ * gp_patch_begin (patch.c), which returns the patched image or the
+ * original. File loads (cuModuleLoad, cuLibraryLoadFromFile) read the file
+ * when the session may patch and go the same way (gp_fload_begin below).
  * Lookups record handle -> kernel name for the launch records.
  */
 #define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
 #include "gp.h"
 
 /* GP_OUT(r, p): what a call that returned r wrote to its out parameter p,
@@ -50,18 +55,90 @@ static void gp_found(const char *api, CUresult r, uint64_t handle, uint64_t modu
 		 (void *)(uintptr_t)handle);
 }
 
+/* ---- file loads ------------------------------------------------------- */
+
+/* A file load (cuModuleLoad, cuLibraryLoadFromFile) is patched like a load
+ * of the same bytes. When the session may patch, the shim reads the file
+ * (gp_image_read_file: a regular file of 1..GP_IMAGE_MAX bytes) and
+ * classifies it; PTX text or a fatbin goes to the collector, and patched
+ * PTX is loaded with the data variant of the same family (cuModuleLoadData;
+ * cuLibraryLoadData with the application's JIT and library options), so
+ * kernel lookups, globals and unloads work on the handle the application
+ * gets exactly as for a data load. Anything else (the file cannot be read,
+ * is too large or bears no PTX; NOPATCH, no answer; a failed patched load
+ * or binding) forwards the application's own call unchanged, and the
+ * driver reads the file itself (its error, e.g. for a missing file, is what
+ * the application sees). */
+struct gp_fload {
+	struct gp_image img;
+	struct gp_patch pp;
+	const void *patched; /* the patched PTX to load with the data variant, or NULL */
+	void *data;          /* the driver's data variant */
+};
+
+/* gp_data_fn returns the driver's entry point name (cached in *cache). */
+static void *gp_data_fn(void **cache, const char *name)
+{
+	void *p = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+	if (p == NULL && (p = gp_cuda_sym(name)) != NULL)
+		__atomic_store_n(cache, p, __ATOMIC_RELEASE);
+	return p;
+}
+
+static void gp_fload_begin(const char *api, int lib, const char *fname, void **cache, const char *data_name,
+			   struct gp_fload *f)
+{
+	const char *why = NULL;
+	int err = 0;
+	memset(f, 0, sizeof *f);
+	f->img.kind = GP_IMG_FILE, f->img.path = fname;
+	gp_session();
+	if (__atomic_load_n(&gp_state, __ATOMIC_ACQUIRE) != GP_READY || !gp_patch_enabled)
+		return;
+	if ((f->data = gp_data_fn(cache, data_name)) == NULL) {
+		GP_TRACE("%s(\"%s\"): the driver has no %s: loading the file unpatched", api, fname ? fname : "(null)",
+			 data_name);
+		return;
+	}
+	void *copy = gp_image_read_file(fname, &f->img, &why, &err);
+	if (copy == NULL) {
+		GP_TRACE("%s(\"%s\"): not read for patching (%s, %d): the driver loads the file", api,
+			 fname ? fname : "(null)", why, err);
+		return;
+	}
+	if (f->img.size == 0 || (f->img.kind != GP_IMG_PTX && f->img.kind != GP_IMG_FATBIN))
+		GP_TRACE("%s(\"%s\"): image kind %s (%zu bytes), no PTX to patch: the driver loads the file", api,
+			 fname, gp_image_kind_name(f->img.kind), f->img.size);
+	else {
+		const void *p = gp_patch_begin(api, lib, &f->img, &f->pp);
+		if (p != f->img.ptr)
+			f->patched = p;
+	}
+	/* Sent (or not to be sent): the copy is not needed for the load. */
+	free(copy);
+	f->img.ptr = f->img.data = NULL;
+}
+
 /* ---- modules --------------------------------------------------------- */
 
 #define GP_P_MOD_LOAD CUmodule *mod, const char *fname
 #define GP_A_MOD_LOAD mod, fname
+static void *gp_mod_load_data;
 static CUresult gp_i_MOD_LOAD(struct gp_slot *s, GP_P_MOD_LOAD)
 {
 	CUresult (*real)(GP_P_MOD_LOAD) = GP_REAL(MOD_LOAD, s);
-	struct gp_image img = {.kind = GP_IMG_FILE, .path = fname};
+	struct gp_fload f;
+	CUresult r;
 	GP_FORWARD_OR_FAIL(real);
-	gp_session();
-	CUresult r = real(mod, fname);
-	gp_module_loaded("cuModuleLoad", (uint64_t)GP_OUT(r, mod), &img, r);
+	gp_fload_begin("cuModuleLoad", 0, fname, &gp_mod_load_data, "cuModuleLoadData", &f);
+	if (f.patched) {
+		r = ((CUresult(*)(CUmodule *, const void *))f.data)(mod, f.patched);
+		if (gp_patch_finish(&f.pp, r, (uint64_t)GP_OUT(r, mod)) == 0)
+			goto loaded;
+	}
+	r = real(mod, fname);
+loaded:
+	gp_module_loaded("cuModuleLoad", (uint64_t)GP_OUT(r, mod), &f.img, r);
 	return r;
 }
 GP_DEFINE_API(MOD_LOAD)
@@ -152,6 +229,41 @@ GP_EXPORT_AS(LIB_UNLOAD, 0, cuLibraryUnload)
 
 /* ---- libraries (CUDA 12+) -------------------------------------------- */
 
+/* CU_LIBRARY_BINARY_IS_PRESERVED: the driver may read the code it was
+ * given until cuLibraryUnload instead of copying it. A patched image is
+ * unmapped once loaded, so the patched load of cuLibraryLoadData is given
+ * the application's library options without it (the option is only a
+ * memory hint); with cuLibraryLoadFromFile it is invalid
+ * (CUDA_ERROR_INVALID_VALUE), so such a file load is not patched and the
+ * driver answers the application's call. */
+#define GP_LIB_BINARY_IS_PRESERVED 1
+#define GP_LIB_OPTS 8
+
+static int gp_lib_preserved(const CUlibraryOption *o, unsigned n)
+{
+	for (unsigned i = 0; o != NULL && i < n; i++)
+		if (o[i] == GP_LIB_BINARY_IS_PRESERVED)
+			return 1;
+	return 0;
+}
+
+/* gp_lib_unpreserved copies the n options o/v without
+ * CU_LIBRARY_BINARY_IS_PRESERVED into o2/v2 (GP_LIB_OPTS entries) and
+ * returns how many are left; -1 when they do not fit (then the load is
+ * not patched). */
+static int gp_lib_unpreserved(const CUlibraryOption *o, void **v, unsigned n, CUlibraryOption *o2, void **v2)
+{
+	unsigned k = 0;
+	for (unsigned i = 0; i < n; i++) {
+		if (o[i] == GP_LIB_BINARY_IS_PRESERVED)
+			continue;
+		if (k == GP_LIB_OPTS)
+			return -1;
+		o2[k] = o[i], v2[k++] = v ? v[i] : NULL;
+	}
+	return (int)k;
+}
+
 #define GP_P_LIB_LOAD_DATA                                                                          \
 	CUlibrary *lib, const void *code, CUjit_option *jopts, void **jvals, unsigned int njopt,   \
 		CUlibraryOption *lopts, void **lvals, unsigned int nlopt
@@ -159,8 +271,22 @@ GP_EXPORT_AS(LIB_UNLOAD, 0, cuLibraryUnload)
 static CUresult gp_i_LIB_LOAD_DATA(struct gp_slot *s, GP_P_LIB_LOAD_DATA)
 {
 	CUresult (*real)(GP_P_LIB_LOAD_DATA) = GP_REAL(LIB_LOAD_DATA, s);
+	CUlibraryOption lo[GP_LIB_OPTS];
+	void *lv[GP_LIB_OPTS];
+	int nl = -2; /* the patched load's library options: the application's */
 	GP_FORWARD_OR_FAIL(real);
-	GP_LOAD("cuLibraryLoadData", 1, code, lib, lib, IMG, jopts, jvals, njopt, lopts, lvals, nlopt);
+	if (gp_lib_preserved(lopts, nlopt) && (nl = gp_lib_unpreserved(lopts, lvals, nlopt, lo, lv)) < 0) {
+		/* Too many options to copy: no patching (rare enough). */
+		gp_session();
+		struct gp_image img;
+		gp_image_classify(code, &img);
+		GP_TRACE("cuLibraryLoadData: %u library options with CU_LIBRARY_BINARY_IS_PRESERVED: not patched", nlopt);
+		CUresult r = real(lib, code, jopts, jvals, njopt, lopts, lvals, nlopt);
+		gp_module_loaded("cuLibraryLoadData", (uint64_t)GP_OUT(r, lib), &img, r);
+		return r;
+	}
+	GP_LOAD("cuLibraryLoadData", 1, code, lib, lib, IMG, jopts, jvals, njopt, IMG != code && nl >= 0 ? lo : lopts,
+		IMG != code && nl >= 0 ? lv : lvals, IMG != code && nl >= 0 ? (unsigned)nl : nlopt);
 	gp_module_loaded("cuLibraryLoadData", (uint64_t)GP_OUT(r, lib), &img, r);
 	return r;
 }
@@ -171,14 +297,30 @@ GP_EXPORT_AS(LIB_LOAD_DATA, 0, cuLibraryLoadData)
 	CUlibrary *lib, const char *fname, CUjit_option *jopts, void **jvals, unsigned int njopt,  \
 		CUlibraryOption *lopts, void **lvals, unsigned int nlopt
 #define GP_A_LIB_LOAD_FILE lib, fname, jopts, jvals, njopt, lopts, lvals, nlopt
+static void *gp_lib_load_data;
 static CUresult gp_i_LIB_LOAD_FILE(struct gp_slot *s, GP_P_LIB_LOAD_FILE)
 {
 	CUresult (*real)(GP_P_LIB_LOAD_FILE) = GP_REAL(LIB_LOAD_FILE, s);
-	struct gp_image img = {.kind = GP_IMG_FILE, .path = fname};
+	struct gp_fload f;
+	CUresult r;
 	GP_FORWARD_OR_FAIL(real);
-	gp_session();
-	CUresult r = real(lib, fname, jopts, jvals, njopt, lopts, lvals, nlopt);
-	gp_module_loaded("cuLibraryLoadFromFile", (uint64_t)GP_OUT(r, lib), &img, r);
+	if (gp_lib_preserved(lopts, nlopt)) {
+		/* Invalid with a file: the driver says so (not patched). */
+		gp_session();
+		memset(&f, 0, sizeof f);
+		f.img.kind = GP_IMG_FILE, f.img.path = fname;
+		GP_TRACE("cuLibraryLoadFromFile(\"%s\"): CU_LIBRARY_BINARY_IS_PRESERVED: not patched",
+			 fname ? fname : "(null)");
+	} else
+		gp_fload_begin("cuLibraryLoadFromFile", 1, fname, &gp_lib_load_data, "cuLibraryLoadData", &f);
+	if (f.patched) {
+		r = ((CUresult(*)(GP_P_LIB_LOAD_DATA))f.data)(lib, f.patched, jopts, jvals, njopt, lopts, lvals, nlopt);
+		if (gp_patch_finish(&f.pp, r, (uint64_t)GP_OUT(r, lib)) == 0)
+			goto loaded;
+	}
+	r = real(lib, fname, jopts, jvals, njopt, lopts, lvals, nlopt);
+loaded:
+	gp_module_loaded("cuLibraryLoadFromFile", (uint64_t)GP_OUT(r, lib), &f.img, r);
 	return r;
 }
 GP_DEFINE_API(LIB_LOAD_FILE)
@@ -215,8 +357,12 @@ static CUresult gp_i_KERNEL_GET_FUNCTION(struct gp_slot *s, GP_P_KERNEL_GET_FUNC
 GP_DEFINE_API(KERNEL_GET_FUNCTION)
 GP_EXPORT_AS(KERNEL_GET_FUNCTION, 0, cuKernelGetFunction)
 
-/* ---- cuLink* (recorded only: the linked cubin is loaded, and seen, by a
- * later cuModuleLoadData) -------------------------------------------------- */
+/* ---- cuLink* (traced only) ----------------------------------------------
+ * cuLinkComplete's output is a cubin (SASS, no PTX): the application loads
+ * it with cuModuleLoadData(Ex) or cuLibraryLoadData, where it is recorded
+ * like any image (kind elf) and not patched, as there is no PTX to patch.
+ * PTX given to the linker (cuLinkAddData/cuLinkAddFile, CU_JIT_INPUT_PTX)
+ * is compiled into that cubin and never reaches a load. */
 
 static const char *gp_jit_input(CUjitInputType t)
 {

@@ -14,7 +14,10 @@
  * ptx FILE (loads a real PTX file, launches its vectorAdd by kernelParams
  * and by a CU_LAUNCH_PARAM_BUFFER_POINTER buffer and from a graph kernel
  * node, and prints what the MOCK driver received: the extra launch-id
- * parameter, the module's globals).
+ * parameter, the module's globals), ptxfile FILE (the same, but the file is
+ * loaded by path: cuModuleLoad, or cuLibraryLoadFromFile with one JIT and
+ * one library option in cudart mode), loadfile FILE (loads FILE by path,
+ * prints the result; on success launches its vectorAdd once and unloads).
  * The output (stdout) depends only on what the driver did, so it must be
  * identical with and without the shim.
  */
@@ -49,6 +52,8 @@ struct api {
 	CUresult (*mod_load)(void **, const void *);
 	CUresult (*mod_fn)(void **, void *, const char *);
 	CUresult (*lib_load)(void **, const void *, void *, void **, unsigned, void *, void **, unsigned);
+	CUresult (*mod_load_file)(void **, const char *);
+	CUresult (*lib_load_file)(void **, const char *, int *, void **, unsigned, int *, void **, unsigned);
 	CUresult (*lib_kernel)(void **, void *, const char *);
 	CUresult (*kernel_fn)(void **, void *);
 	CUresult (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
@@ -108,6 +113,7 @@ static void load_cudart(struct api *a)
 	gpa2_t g = (gpa2_t)gpa(g0, "cuGetProcAddress", 13000, 1);
 	a->init = gpa(g, "cuInit", 2000, 1);
 	a->lib_load = gpa(g, "cuLibraryLoadData", 12000, 1);
+	a->lib_load_file = gpa(g, "cuLibraryLoadFromFile", 12000, 1);
 	a->lib_kernel = gpa(g, "cuLibraryGetKernel", 12000, 1);
 	a->kernel_fn = gpa(g, "cuKernelGetFunction", 12000, 1);
 	a->launch = gpa(g, "cuLaunchKernel", 4000, 1);
@@ -130,6 +136,7 @@ static void load_dlsym(struct api *a)
 #define D(field, name) a->field = need(dlsym(cuda, name), name)
 	D(init, "cuInit");
 	D(mod_load, "cuModuleLoadData");
+	D(mod_load_file, "cuModuleLoad");
 	D(mod_fn, "cuModuleGetFunction");
 	D(launch, "cuLaunchKernel");
 	D(launch_ptsz, "cuLaunchKernel_ptsz");
@@ -149,6 +156,7 @@ static void load_dlsym(struct api *a)
 #ifdef APP_DIRECT
 CUresult cuInit(unsigned);
 CUresult cuModuleLoadData(void **, const void *);
+CUresult cuModuleLoad(void **, const char *);
 CUresult cuModuleGetFunction(void **, void *, const char *);
 CUresult cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
 			void **, void **);
@@ -168,6 +176,7 @@ static void load_direct(struct api *a)
 {
 	a->init = cuInit;
 	a->mod_load = cuModuleLoadData;
+	a->mod_load_file = cuModuleLoad;
 	a->mod_fn = cuModuleGetFunction;
 	a->launch = cuLaunchKernel;
 	a->launch_ptsz = cuLaunchKernel_ptsz;
@@ -247,31 +256,69 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
-/* ptx: load PTX text from file with the mode's load call, launch
- * vectorAdd(a, b, c) twice (kernelParams, then an extra buffer with
- * cuLaunchKernelEx) and print what the driver got beyond the 3 params. */
-static void ptx(const char *file)
+/* Library loads of the ptx scenarios pass one JIT option
+ * (CU_JIT_MAX_REGISTERS 64) and one library option, which the MOCK driver
+ * logs: CU_LIBRARY_BINARY_IS_PRESERVED 1 with data, and with a file
+ * CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE 0x1234, or
+ * CU_LIBRARY_BINARY_IS_PRESERVED (invalid there) when APP_LIB_PRESERVE=1. */
+static int jopt[1] = {0};
+static void *jval[1] = {(void *)(uintptr_t)64};
+static int lopt_data[1] = {1};
+static void *lval_data[1] = {(void *)(uintptr_t)1};
+static int lopt_file[1] = {0};
+static void *lval_file[1] = {(void *)(uintptr_t)0x1234};
+
+/* load_file loads the code file path with the mode's file call. */
+static CUresult load_file(void **m, const char *path)
 {
-	FILE *f = fopen(file, "r");
-	static char text[1 << 20];
-	size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-	if (f == NULL || n == 0) {
-		fprintf(stderr, "app: cannot read %s\n", file);
-		exit(2);
-	}
-	fclose(f);
-	text[n] = 0;
-	void *m, *fn;
+	const char *e = getenv("APP_LIB_PRESERVE");
+	if (A.library && e && strcmp(e, "1") == 0)
+		return A.lib_load_file(m, path, jopt, jval, 1, lopt_data, lval_data, 1);
+	if (A.library)
+		return A.lib_load_file(m, path, jopt, jval, 1, lopt_file, lval_file, 1);
+	return A.mod_load_file(m, path);
+}
+
+/* vector_add returns the function of vectorAdd in the module (or library) m. */
+static void *vector_add(void *m)
+{
+	void *fn;
 	const char *name = "_Z9vectorAddPKfS0_Pf";
 	if (A.library) {
 		void *k;
-		CHECK(A.lib_load(&m, text, NULL, NULL, 0, NULL, NULL, 0));
 		CHECK(A.lib_kernel(&k, m, name));
 		CHECK(A.kernel_fn(&fn, k));
 	} else {
-		CHECK(A.mod_load(&m, text));
 		CHECK(A.mod_fn(&fn, m, name));
 	}
+	return fn;
+}
+
+/* ptx: load PTX text from file with the mode's load call (by path with
+ * by_path), launch vectorAdd(a, b, c) twice (kernelParams, then an extra
+ * buffer with cuLaunchKernelEx) and print what the driver got beyond the 3
+ * params. */
+static void ptx(const char *file, int by_path)
+{
+	void *m, *fn;
+	if (by_path) {
+		CHECK(load_file(&m, file));
+	} else {
+		FILE *f = fopen(file, "r");
+		static char text[1 << 20];
+		size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+		if (f == NULL || n == 0) {
+			fprintf(stderr, "app: cannot read %s\n", file);
+			exit(2);
+		}
+		fclose(f);
+		text[n] = 0;
+		if (A.library)
+			CHECK(A.lib_load(&m, text, jopt, jval, 1, lopt_data, lval_data, 1));
+		else
+			CHECK(A.mod_load(&m, text));
+	}
+	fn = vector_add(m);
 	void (*last)(void ***, void ***) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_last_launch"), "mock_last_launch");
 	void (*globals)(FILE *, void *) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_report_globals"), "mock_report_globals");
 	u64 a = 0xa0, b = 0xb0, c = 0xc0;
@@ -392,8 +439,23 @@ int main(int argc, char **argv)
 				fflush(stdout);
 			}
 		}
-	} else if (strcmp(scenario, "ptx") == 0) {
-		ptx(argc > 3 ? argv[3] : "");
+	} else if (strcmp(scenario, "ptx") == 0 || strcmp(scenario, "ptxfile") == 0) {
+		ptx(argc > 3 ? argv[3] : "", strcmp(scenario, "ptxfile") == 0);
+	} else if (strcmp(scenario, "loadfile") == 0) {
+		void *m;
+		CUresult r = load_file(&m, argc > 3 ? argv[3] : "");
+		printf("app: file-load r=%d\n", r);
+		if (r == 0) {
+			u64 a = 0xa0, b = 0xb0, c = 0xc0;
+			void *params[3] = {&a, &b, &c};
+			void (*last)(void ***, void ***) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_last_launch"), "mock_last_launch");
+			void **gp, **ge;
+			CHECK(A.launch(vector_add(m), 2, 1, 1, 64, 1, 1, 0, NULL, params, NULL));
+			last(&gp, &ge);
+			printf("app: params-launch same=%d\n", gp == params);
+			CHECK(A.unload(m));
+			printf("app: unloaded\n");
+		}
 	} else if (strcmp(scenario, "bench") == 0) {
 		long n = argc > 3 ? atol(argv[3]) : 1000000;
 		for (long i = 0; i < 1000; i++) /* warm up: first-call paths */

@@ -166,14 +166,6 @@ static struct mock_fn *mod_fn(struct mock_mod *m, const char *name, uint32_t mag
 	return f;
 }
 
-EXPORT CUresult cuModuleLoad(void **m, const char *path)
-{
-	if (!inited)
-		return 3;
-	(void)path;
-	*m = new_mod();
-	return 0;
-}
 /* is_ptx: the image is PTX text (starts with a comment or a directive). */
 static int is_ptx(const char *p)
 {
@@ -213,6 +205,53 @@ EXPORT CUresult cuModuleLoadData(void **m, const void *img)
 	}
 	*m = mod;
 	return 0;
+}
+
+/* File loads read the file like the driver: a missing or unreadable file
+ * is CUDA_ERROR_FILE_NOT_FOUND (301), and its bytes are loaded like
+ * cuModuleLoadData's image (so MOCK_IMAGE_OUT gets a PTX file's text). Each
+ * is logged to stderr ("mock: cuModuleLoad path=... r=..."), so a test can
+ * tell a file load from the data load of its bytes. */
+static CUresult load_file(void **m, const char *path)
+{
+	if (!inited)
+		return 3;
+	FILE *f = path ? fopen(path, "rb") : NULL;
+	if (f == NULL)
+		return 301; /* CUDA_ERROR_FILE_NOT_FOUND */
+	size_t cap = 1 << 16, n = 0;
+	char *buf = malloc(cap + 1);
+	for (size_t r; (r = fread(buf + n, 1, cap - n, f)) > 0;) {
+		n += r;
+		if (n == cap)
+			buf = realloc(buf, (cap *= 2) + 1);
+	}
+	fclose(f);
+	buf[n] = 0;
+	CUresult r = n ? cuModuleLoadData(m, buf) : 200; /* CUDA_ERROR_INVALID_IMAGE */
+	free(buf);
+	return r;
+}
+EXPORT CUresult cuModuleLoad(void **m, const char *path)
+{
+	CUresult r = load_file(m, path);
+	fprintf(stderr, "mock: cuModuleLoad path=%s r=%d\n", path ? path : "(null)", r);
+	return r;
+}
+
+/* The JIT and library options a library load got, for the test: the count
+ * and the first of each. File loads are always logged, data loads only
+ * when they have options. */
+static void log_opts(const char *api, const char *path, const int *jo, void **jv, unsigned nj, const int *lo,
+		     void **lv, unsigned nl, CUresult r)
+{
+	fprintf(stderr, "mock: %s%s%s njopt=%u", api, path ? " path=" : "", path ? path : "", nj);
+	if (nj && jo && jv)
+		fprintf(stderr, " jopt0=%d jval0=%p", jo[0], jv[0]);
+	fprintf(stderr, " nlopt=%u", nl);
+	if (nl && lo && lv)
+		fprintf(stderr, " lopt0=%d lval0=%p", lo[0], lv[0]);
+	fprintf(stderr, " r=%d\n", r);
 }
 
 EXPORT CUresult cuModuleUnload(void *m)
@@ -373,17 +412,25 @@ EXPORT CUresult cuFuncGetName(const char **name, void *f)
 	return 0;
 }
 
-EXPORT CUresult cuLibraryLoadData(void **lib, const void *code, void *jo, void **jv, unsigned nj, void *lo,
+EXPORT CUresult cuLibraryLoadData(void **lib, const void *code, int *jo, void **jv, unsigned nj, int *lo,
 				  void **lv, unsigned nl)
 {
-	(void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
-	return cuModuleLoadData(lib, code);
+	CUresult r = cuModuleLoadData(lib, code);
+	if (nj || nl) /* only loads with options are logged (tests want stderr quiet otherwise) */
+		log_opts("cuLibraryLoadData", NULL, jo, jv, nj, lo, lv, nl, r);
+	return r;
 }
-EXPORT CUresult cuLibraryLoadFromFile(void **lib, const char *path, void *jo, void **jv, unsigned nj, void *lo,
+EXPORT CUresult cuLibraryLoadFromFile(void **lib, const char *path, int *jo, void **jv, unsigned nj, int *lo,
 				      void **lv, unsigned nl)
 {
-	(void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
-	return cuModuleLoad(lib, path);
+	CUresult r = 1; /* CUDA_ERROR_INVALID_VALUE: CU_LIBRARY_BINARY_IS_PRESERVED is for data only */
+	for (unsigned i = 0; i < nl && lo; i++)
+		if (lo[i] == 1)
+			goto out;
+	r = load_file(lib, path);
+out:
+	log_opts("cuLibraryLoadFromFile", path ? path : "(null)", jo, jv, nj, lo, lv, nl, r);
+	return r;
 }
 EXPORT CUresult cuLibraryGetKernel(void **k, void *lib, const char *name)
 {
