@@ -45,7 +45,7 @@ func (t *Translator) Expire(now time.Time) {
 			} else {
 				t.counters.LaunchesOrphan++
 				l.done = true
-				delete(t.pending, l.key)
+				t.drop(l)
 			}
 		}
 	}
@@ -60,7 +60,7 @@ func (t *Translator) Expire(now time.Time) {
 // finish turns a launch into metrics and (sampled) spans and forgets it.
 func (t *Translator) finish(l *launch, now time.Time) {
 	l.done = true
-	delete(t.pending, l.key)
+	t.drop(l)
 	l.unregister()
 	if !l.have {
 		t.counters.LaunchesOrphan++
@@ -76,7 +76,7 @@ func (t *Translator) finish(l *launch, now time.Time) {
 	if q, ok := t.queueNS(l); ok {
 		s.queue.Record(float64(q) / 1e9)
 	}
-	if !sampled(l.key, t.o.SampleOneIn) {
+	if !sampled(l.sampleKey(), t.o.SampleOneIn) {
 		t.counters.SpansSampledOut++
 		return
 	}
@@ -111,6 +111,17 @@ func (t *Translator) queueNS(l *launch) (uint64, bool) {
 		return 0, ok1 && ok2 // clocks disagree by less than their uncertainty: 0
 	}
 	return startReal - enqReal, true
+}
+
+// sampleKey is what sampling keeps or drops a launch on: its (source,
+// launch id), or for a run of a graph node (source, replay ordinal), so
+// that the kernel nodes of one graph launch are kept or dropped together
+// (their replay counts agree) and the replays of one node are sampled.
+func (l *launch) sampleKey() srcKey {
+	if l.chain != nil {
+		return srcKey{l.key.src, GraphIDBit | l.replay}
+	}
+	return l.key
 }
 
 // sampled keeps one launch in n, deterministically on (source, launch id).

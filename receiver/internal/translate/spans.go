@@ -134,6 +134,9 @@ func (t *Translator) launchSpans(l *launch) {
 	a.PutStr("code.function.name", l.k.name)
 	a.PutStr("cuda.kernel.mangled_name", l.k.mangled)
 	a.PutInt("cuda.launch.id", int64(r.LaunchID))
+	if l.chain != nil {
+		a.PutInt("cuda.graph.replay", int64(l.replay))
+	}
 	a.PutStr("cuda.launch.api", r.API.String())
 	t.putDevice(a, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))

@@ -64,7 +64,7 @@ type Counters struct {
 	LaunchesFilter  uint64 // launches of kernels excluded by kernels::include/exclude
 	SpansSampledOut uint64 // launch spans not emitted because of sampling
 	NamesTruncated  uint64 // kernel names that arrived cut by their producer
-	ExecDuplicate   uint64 // device windows for a launch that already had one (graph replays)
+	ExecDuplicate   uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
 
 	HostCalls          uint64 // host call records handled
 	HostCallsMatched   uint64 // host launch calls nested with a shim launch
@@ -111,6 +111,12 @@ type launch struct {
 	host       []*hostCall // host launch calls nested with it (host probes)
 	hth        *hostThread // the host state of its thread, while registered there
 	holdSince  time.Time   // when it first waited for host calls of its thread
+
+	// A run of a CUDA graph node (launch id with GraphIDBit): its node and
+	// replay ordinal (how many launch records of its id came before its
+	// own); chain is nil for other launches.
+	chain  *replayChain
+	replay uint64
 }
 
 type warpTimes struct{ exec, skew uint64 }
@@ -125,6 +131,12 @@ type Translator struct {
 	pending map[srcKey]*launch
 	queue   []*launch // FIFO of pending launches (done ones are skipped)
 	qhead   int
+
+	// Runs of CUDA graph nodes are not in pending but in graphs.
+	graphs     map[srcKey]*replayChain // graph node (GraphIDBit id) → its runs
+	nGraph     int                     // pending runs of graph nodes
+	graphSweep uint32                  // sweeps of graphs (replayChain.touch)
+
 	memcpy  map[memcpyKey]*memcpySeries
 	mcOrder []memcpyKey
 	devices map[uint32]string // device index → UUID string
@@ -191,6 +203,7 @@ func New(o Options) *Translator {
 		kernels:   map[srcKey]*kernel{},
 		byName:    map[string]*series{},
 		pending:   map[srcKey]*launch{},
+		graphs:    map[srcKey]*replayChain{},
 		memcpy:    map[memcpyKey]*memcpySeries{},
 		devices:   map[uint32]string{},
 		procs:     map[uint32]string{},
@@ -209,7 +222,7 @@ func New(o Options) *Translator {
 func (t *Translator) Counters() Counters { return t.counters }
 
 // Pending is the number of launches waiting for more records.
-func (t *Translator) Pending() int { return len(t.pending) }
+func (t *Translator) Pending() int { return len(t.pending) + t.nGraph }
 
 // Handle decodes one record from source src (one producer process
 // connection) and folds it into the state. now is the wall clock, used for
@@ -347,8 +360,8 @@ func (t *Translator) demangle(mangled string) string {
 // uses; a later launch of a forgotten handle is named by its handle.
 func (t *Translator) forgetKernels() {
 	used := map[*kernel]bool{}
-	for _, l := range t.pending {
-		if l.k != nil {
+	for _, l := range t.queue[t.qhead:] {
+		if !l.done && l.k != nil {
 			used[l.k] = true
 		}
 	}
@@ -401,20 +414,24 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		t.lastDev[src] = r.Device
 	}
 	k := t.kernelOf(src, r.Function)
+	key := srcKey{src, r.LaunchID}
 	if !k.include {
 		if src != HostProbeSource {
 			t.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
 		}
 		t.counters.LaunchesFilter++
-		if l := t.pending[srcKey{src, r.LaunchID}]; l != nil {
+		if key.id&GraphIDBit != 0 {
+			t.graphFiltered(key)
+		} else if l := t.pending[key]; l != nil {
 			l.done = true
 			delete(t.pending, l.key)
 		}
 		return
 	}
-	key := srcKey{src, r.LaunchID}
-	l := t.pending[key]
-	if l == nil {
+	var l *launch
+	if key.id&GraphIDBit != 0 {
+		l = t.graphLaunchRun(key, r, now) // a replay of a graph node: its own run
+	} else if l = t.pending[key]; l == nil {
 		l = t.newPending(key, now)
 	} else if l.have {
 		return // duplicate launch id: keep the first
@@ -424,6 +441,9 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		t.recordWarp(l, w)
 	}
 	l.buffered = nil
+	if l.chain != nil {
+		t.graphLaunched(l)
+	}
 	if src != HostProbeSource {
 		t.onShimLaunch(r.PID, l, now)
 	}
@@ -431,13 +451,27 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 }
 
 func (t *Translator) newPending(key srcKey, now time.Time) *launch {
-	for len(t.pending) >= t.o.MaxPendingLaunches {
-		t.evictOldest(now)
-	}
+	t.makeRoom(now)
 	l := &launch{key: key, created: now}
 	t.pending[key] = l
 	t.queue = append(t.queue, l)
 	return l
+}
+
+// makeRoom evicts the oldest launches while MaxPendingLaunches are pending.
+func (t *Translator) makeRoom(now time.Time) {
+	for len(t.pending)+t.nGraph >= t.o.MaxPendingLaunches {
+		t.evictOldest(now)
+	}
+}
+
+// drop forgets launch l (done).
+func (t *Translator) drop(l *launch) {
+	if l.chain != nil {
+		t.dropRun(l)
+		return
+	}
+	delete(t.pending, l.key)
 }
 
 func (t *Translator) evictOldest(now time.Time) {
@@ -464,8 +498,10 @@ func (t *Translator) compactQueue() {
 
 func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
 	key := srcKey{src, w.LaunchID}
-	l := t.pending[key]
-	if l == nil {
+	var l *launch
+	if key.id&GraphIDBit != 0 {
+		l = t.graphWarpRun(key, now)
+	} else if l = t.pending[key]; l == nil {
 		l = t.newPending(key, now)
 	}
 	exec := w.EndNS - w.StartNS
@@ -485,12 +521,17 @@ func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
 }
 
 // onExec takes a launch's device window, aggregated on the GPU: it stands
-// for all of the launch's warps. A second window for the same launch id (a
-// CUDA graph replaying a node whose launch id is fixed) keeps the first.
+// for all of the launch's warps. The windows of a CUDA graph node (whose
+// launch id is the same for every replay) go to its runs in order (see
+// graph.go); a second window for any other launch id keeps the first.
 func (t *Translator) onExec(src uint32, e *record.Exec, now time.Time) {
 	key := srcKey{src, e.LaunchID}
-	l := t.pending[key]
-	if l == nil {
+	var l *launch
+	if key.id&GraphIDBit != 0 {
+		if l = t.graphExecRun(key, e, now); l == nil {
+			return
+		}
+	} else if l = t.pending[key]; l == nil {
 		l = t.newPending(key, now)
 	} else if l.exec != nil {
 		t.counters.ExecDuplicate++
@@ -521,7 +562,13 @@ func (t *Translator) recordWarp(l *launch, w warpTimes) {
 }
 
 func (t *Translator) onCompletion(src uint32, c *record.Completion, now time.Time) {
-	l := t.pending[srcKey{src, c.LaunchID}]
+	key := srcKey{src, c.LaunchID}
+	var l *launch
+	if key.id&GraphIDBit != 0 {
+		l = t.graphCompletionRun(key)
+	} else {
+		l = t.pending[key]
+	}
 	if l == nil {
 		return // already emitted (timeout) or filtered out
 	}
@@ -530,18 +577,28 @@ func (t *Translator) onCompletion(src uint32, c *record.Completion, now time.Tim
 }
 
 func (t *Translator) onThreadCount(src uint32, tc *record.ThreadCount) {
-	l := t.pending[srcKey{src, tc.LaunchID}]
-	var s *series = t.other
-	dev := uint32(0)
-	if l != nil && l.have {
-		s, dev = l.k.series, l.rec.Device
+	key := srcKey{src, tc.LaunchID}
+	var k *kernel // nil: launch unknown
+	var dev uint32
+	var threads uint64
+	if key.id&GraphIDBit != 0 {
+		// Every replay of a graph node is the same kernel on the same grid.
+		if c := t.graphs[key]; c != nil && c.k != nil {
+			k, dev, threads = c.k, c.dev, c.threads
+		}
+	} else if l := t.pending[key]; l != nil && l.have {
+		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
+	}
+	s := t.other
+	if k != nil {
+		s = k.series
 	}
 	ds := s.dev(dev)
 	h := &ds.threadExec
 	for _, c := range tc.Counts {
 		h.Record(float64(c))
 	}
-	if !t.o.PerThreadSeries || l == nil || !l.have || launchThreads(&l.rec) > uint64(t.o.MaxThreadSeries) {
+	if !t.o.PerThreadSeries || k == nil || threads > uint64(t.o.MaxThreadSeries) {
 		return
 	}
 	if ds.perThread == nil {

@@ -1,0 +1,282 @@
+package translate
+
+// Replays of CUDA graphs. The shim fixes the launch id of a kernel node of
+// an executable graph when the graph is instantiated (the id is baked into
+// the patched kernel's parameters, with GraphIDBit set), so every
+// cuGraphLaunch of that graph writes a launch record with the same id for
+// the node, and the device probes write one Exec (or one set of Warp)
+// records with that id per run of the node. CUDA serialises the launches
+// of one executable graph, so the k-th launch record of an id goes with
+// the k-th device window of that id: each record kind is paired in FIFO
+// order with the oldest run of the id that still lacks a record of that
+// kind, whatever the order in which the kinds arrive.
+
+import (
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/record"
+)
+
+// GraphIDBit marks the launch ids of kernel nodes of CUDA graphs
+// (GP_GRAPH_ID_BIT in shim/src/gp.h): one id for every replay of the node.
+const GraphIDBit = uint64(1) << 63
+
+// maxGraphNodes bounds the graph nodes whose replays are counted; beyond
+// it, nodes with nothing pending are forgotten (their replay ordinals start
+// over).
+const maxGraphNodes = 1 << 16
+
+// replayClockSlack is how far, once mapped to realtime, a device window may
+// end before a launch call began and still be paired with it (clock
+// calibration error). A window that ended earlier than that belongs to an
+// earlier replay whose launch record was lost or already gone.
+const replayClockSlack = time.Millisecond
+
+// replayChain is the state of one graph node (source, launch id): its
+// runs (launches) still pending, queued by what they wait for, and the
+// replay count.
+type replayChain struct {
+	live  int    // runs pending
+	next  uint64 // replay ordinal of the next launch record
+	touch uint32 // t.graphSweep when last used
+
+	wantLaunch runQueue // runs with device records and no launch record
+	wantExec   runQueue // runs with no Exec window (that will run on the device)
+	wantWarps  runQueue // runs with a launch record and fewer warps than its grid has
+	wantDone   runQueue // runs with a launch record and no completion record
+	collect    *launch  // the run without launch record that Warp records go to
+
+	// From the latest launch record: the node's kernel, device, threads
+	// and warps (the same for every replay).
+	k       *kernel
+	dev     uint32
+	threads uint64
+	warps   uint64
+}
+
+// runQueue is a FIFO of the runs of one node that wait for one kind of
+// record. Runs that no longer wait are dropped lazily from the front, and
+// done ones from anywhere when they make up most of it.
+type runQueue struct {
+	q    []*launch
+	head int
+}
+
+func (r *runQueue) push(l *launch, live int) {
+	if n := len(r.q) - r.head; n >= 16 && n > 2*live {
+		w := 0
+		for _, x := range r.q[r.head:] {
+			if !x.done {
+				r.q[w] = x
+				w++
+			}
+		}
+		clear(r.q[w:])
+		r.q, r.head = r.q[:w], 0
+	}
+	r.q = append(r.q, l)
+}
+
+// front returns the oldest run that wants is true of (nil if none),
+// dropping the runs before it.
+func (r *runQueue) front(wants func(*launch) bool) *launch {
+	for r.head < len(r.q) {
+		if l := r.q[r.head]; wants(l) {
+			return l
+		}
+		r.q[r.head] = nil
+		r.head++
+	}
+	r.q, r.head = r.q[:0], 0
+	return nil
+}
+
+// pop drops the front run (the one front returned).
+func (r *runQueue) pop() {
+	r.q[r.head] = nil
+	r.head++
+	r.q, r.head = compact(r.q, r.head)
+}
+
+func (r *runQueue) reset() { r.q, r.head = nil, 0 }
+
+func wantsLaunch(l *launch) bool { return !l.done && !l.have }
+func wantsExec(l *launch) bool   { return !l.done && l.exec == nil }
+func wantsWarps(l *launch) bool  { return !l.done && l.warps < expectedWarps(&l.rec) }
+func wantsDone(l *launch) bool   { return !l.done && !l.completed }
+
+// chain returns the state of graph node key, creating it.
+func (t *Translator) chain(key srcKey) *replayChain {
+	c := t.graphs[key]
+	if c == nil {
+		if len(t.graphs) >= maxGraphNodes {
+			t.sweepGraphs()
+		}
+		c = &replayChain{}
+		t.graphs[key] = c
+	}
+	c.touch = t.graphSweep
+	return c
+}
+
+// sweepGraphs forgets the nodes with nothing pending that were not used
+// since the last sweep, or, if that frees nothing, all with nothing pending.
+func (t *Translator) sweepGraphs() {
+	for _, stale := range [2]bool{true, false} {
+		for key, c := range t.graphs {
+			if c.live == 0 && (!stale || c.touch != t.graphSweep) {
+				delete(t.graphs, key)
+			}
+		}
+		if len(t.graphs) < maxGraphNodes {
+			break
+		}
+	}
+	t.graphSweep++
+}
+
+// newRun adds a pending run of graph node key.
+func (t *Translator) newRun(c *replayChain, key srcKey, now time.Time) *launch {
+	t.makeRoom(now)
+	l := &launch{key: key, created: now, chain: c}
+	c.live++
+	t.nGraph++
+	t.queue = append(t.queue, l)
+	return l
+}
+
+// dropRun forgets run l (done) of its node.
+func (t *Translator) dropRun(l *launch) {
+	c := l.chain
+	t.nGraph--
+	if c.live--; c.live == 0 {
+		c.wantLaunch.reset()
+		c.wantExec.reset()
+		c.wantWarps.reset()
+		c.wantDone.reset()
+	}
+	if c.collect == l {
+		c.collect = nil
+	}
+}
+
+// endedBefore reports whether device time gpuEnd of dev lies more than
+// replayClockSlack before host time monoStart, both mapped to realtime
+// (false while either mapping is unknown).
+func (t *Translator) endedBefore(dev uint32, gpuEnd, monoStart uint64) bool {
+	e, ok1 := t.o.Clock.GPUToReal(dev, gpuEnd)
+	s, ok2 := t.o.Clock.MonoToReal(monoStart)
+	return ok1 && ok2 && e+uint64(replayClockSlack) < s
+}
+
+// graphLaunchRun returns the run that launch record r of graph node key
+// goes with: the oldest run with device records and no launch record, else
+// a new one. A failed launch (nothing ran) gets a run of its own. Runs
+// whose device window ended before the launch call began are orphans (their
+// launch record is lost): they are dropped on the way.
+func (t *Translator) graphLaunchRun(key srcKey, r *record.Launch, now time.Time) *launch {
+	c := t.chain(key)
+	if r.Result == 0 {
+		for {
+			l := c.wantLaunch.front(wantsLaunch)
+			if l == nil {
+				break
+			}
+			c.wantLaunch.pop()
+			if t.endedBefore(r.Device, l.lastEnd, r.EnqueueNS) {
+				t.finish(l, now) // counted as an orphan
+				continue
+			}
+			return l
+		}
+	}
+	return t.newRun(c, key, now)
+}
+
+// graphLaunched queues run l, which just got its launch record, for the
+// records it still lacks and numbers it.
+func (t *Translator) graphLaunched(l *launch) {
+	c := l.chain
+	r := &l.rec
+	l.replay = c.next
+	c.next++
+	c.k, c.dev, c.threads, c.warps = l.k, r.Device, launchThreads(r), expectedWarps(r)
+	if r.Result != 0 {
+		return
+	}
+	if l.exec == nil {
+		c.wantExec.push(l, c.live)
+	}
+	if l.warps < c.warps {
+		c.wantWarps.push(l, c.live)
+	}
+	if !l.completed {
+		c.wantDone.push(l, c.live)
+	}
+}
+
+// graphExecRun returns the run that device window e of graph node key goes
+// with: the oldest run that has none, else a new one; nil when the window
+// ended before that run's launch call began (its own launch record is
+// lost or gone: the window is an orphan).
+func (t *Translator) graphExecRun(key srcKey, e *record.Exec, now time.Time) *launch {
+	c := t.chain(key)
+	if l := c.wantExec.front(wantsExec); l != nil {
+		if l.have && t.endedBefore(l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
+			t.counters.LaunchesOrphan++
+			return nil
+		}
+		c.wantExec.pop()
+		return l
+	}
+	l := t.newRun(c, key, now)
+	c.wantLaunch.push(l, c.live)
+	return l
+}
+
+// graphWarpRun returns the run that a Warp record of graph node key goes
+// with: the oldest run with a launch record and fewer warps than its grid,
+// else the run without launch record that collects warps (until its Exec
+// window or as many warps as the node's grid has came), else a new one.
+func (t *Translator) graphWarpRun(key srcKey, now time.Time) *launch {
+	c := t.chain(key)
+	if l := c.wantWarps.front(wantsWarps); l != nil {
+		return l
+	}
+	if l := c.collect; l != nil && !l.have && l.exec == nil && (c.warps == 0 || l.warps < c.warps) {
+		return l
+	}
+	l := t.newRun(c, key, now)
+	c.wantLaunch.push(l, c.live)
+	c.wantExec.push(l, c.live)
+	c.collect = l
+	return l
+}
+
+// graphCompletionRun returns the oldest run of graph node key with a
+// launch record and no completion record (nil if none).
+func (t *Translator) graphCompletionRun(key srcKey) *launch {
+	c := t.graphs[key]
+	if c == nil {
+		return nil
+	}
+	l := c.wantDone.front(wantsDone)
+	if l != nil {
+		c.wantDone.pop()
+	}
+	return l
+}
+
+// graphFiltered drops the oldest run of graph node key that waits for its
+// launch record, whose launch record came for a kernel filtered out.
+func (t *Translator) graphFiltered(key srcKey) {
+	c := t.graphs[key]
+	if c == nil {
+		return
+	}
+	if l := c.wantLaunch.front(wantsLaunch); l != nil {
+		c.wantLaunch.pop()
+		l.done = true
+		t.drop(l)
+	}
+}
