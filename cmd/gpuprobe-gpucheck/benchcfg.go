@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -83,6 +84,12 @@ func (r *runner) benchConfigs() []benchConfig {
 				progs: func(k string) ([]*jit.Program, error) { return r.retargeted(c, k) }})
 		}
 	}
+	for _, path := range r.variants {
+		name := strings.TrimSuffix(filepath.Base(path), ".o")
+		progs := func(string) ([]*jit.Program, error) { return jit.LoadELF(path) }
+		out = append(out, benchConfig{name: name, device: true, progs: progs},
+			benchConfig{name: name + " aligned", device: true, aligned: true, progs: progs})
+	}
 	return out
 }
 
@@ -112,7 +119,7 @@ func (r *runner) loadTimed(s *sample, cf benchConfig) (*instance, loadTimes, err
 	if err != nil {
 		return nil, lt, err
 	}
-	opts := inject.Options{Kernels: []string{s.kernel}, Strict: true, PTX: ptx.Options{RingDevice: cf.device}}
+	opts := inject.Options{Kernels: []string{s.kernel}, Strict: true, PTX: ptx.Options{RingDevice: cf.device, AssumeAligned: cf.aligned}}
 	t0 := time.Now()
 	if _, _, err := inj.Inject(s.ptx, progs, opts); err != nil {
 		return nil, lt, err

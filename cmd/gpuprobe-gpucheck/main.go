@@ -53,6 +53,7 @@ func main() {
 	configs := flag.String("configs", "uninstrumented,empty,kernel_phases", "bench configs, comma-separated: "+strings.Join(benchConfigNames, ", "))
 	csvPath := flag.String("csv", "", "write the bench results to this CSV file")
 	ringMode := flag.String("ringmode", "both", "ring protocol of kernel_phases: old (host reservation), device (device-side reservation) or both")
+	variants := flag.String("variants", "", "extra bench configs: eBPF objects (comma-separated) whose GPU programs are timed like kernel_phases (device ring), each also compiled with ptx.Options.AssumeAligned; named by file")
 	flag.Parse()
 
 	modes, err := parseRingMode(*ringMode)
@@ -66,6 +67,9 @@ func main() {
 		os.Exit(2)
 	}
 	r := &runner{bpfDir: *bpf, rounds: *rounds, batch: *batch, modes: modes, configs: cfgs}
+	if *variants != "" {
+		r.variants = strings.Split(*variants, ",")
+	}
 	if err := r.setup(); err != nil {
 		fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)
 		os.Exit(2)
@@ -126,6 +130,7 @@ func parseRingMode(s string) ([]ringMode, error) {
 type runner struct {
 	modes         []ringMode
 	configs       []string // bench configs (-configs)
+	variants      []string // eBPF objects timed as extra configs (-variants)
 	benchRows     []benchRow
 	bpfDir        string
 	rounds, batch int
