@@ -93,7 +93,7 @@ declare -A extra=([vectoradd-shared]="-cudart shared" [ptxload]="-lcuda")
 args() {
 	local long=${2:-}
 	case $1 in
-	vectoradd-*) if [[ -n $long ]]; then echo "run 2000"; else echo "run ${ITERS_vectoradd:-1}"; fi ;;
+	vectoradd-*) if [[ -n $long ]]; then echo "run 10000"; else echo "run ${ITERS_vectoradd:-1}"; fi ;;
 	multistream) if [[ -n $long ]]; then echo 300; else echo "${ITERS_multistream:-3}"; fi ;;
 	graph) if [[ -n $long ]]; then echo 3000; else echo "${ITERS_graph:-5}"; fi ;;
 	ptxload) if [[ -n $long ]]; then echo 3000; else echo "${ITERS_ptxload:-4}"; fi ;;
