@@ -407,7 +407,6 @@ static inline void gp_stamp_end(struct gp_stamp *s)
 GP_HIDDEN void gp_name_set(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN int gp_name_copy(uint64_t from, uint64_t to);
 GP_HIDDEN void gp_name_emit(void *ring, uint64_t function);
-GP_HIDDEN void gp_name_prefetch(uint64_t function);
 GP_HIDDEN const char *gp_name_of(uint64_t handle);
 
 /* image.c */
@@ -489,21 +488,6 @@ extern GP_HIDDEN struct gp_stats gp_stats;
 		if (GP_UNLIKELY(gp_trace_fd >= 0))                                      \
 			__atomic_fetch_add(&gp_stats.field, (n), __ATOMIC_RELAXED);    \
 	} while (0)
-
-/* gp_ring_prefetch asks for the cache lines of the slot that the ring's
- * next record will most likely take (the one at head), for writing. It is
- * issued before the driver call, so the lines (last written a lap ago, so
- * cold) arrive while the driver works instead of being fetched by the
- * record's stores after it, where they stalled the next locked instruction
- * (ours or the driver's). Only a hint: a wrong guess (another thread took
- * that ticket) costs nothing but the prefetch. */
-static inline void gp_ring_prefetch(void *ring, uint32_t len)
-{
-	uint64_t hd = __atomic_load_n(gpbr_u64(ring, GPBR_RING_HEAD), __ATOMIC_RELAXED);
-	const char *s = (const char *)gpbr_ring_slot(ring, hd);
-	__builtin_prefetch(s, 1, 3);
-	__builtin_prefetch(s + GPBR_SLOT_HEADER + len - 1, 1, 3);
-}
 
 /* gp_produce writes one record into the ring and counts the outcome. */
 static inline void gp_produce(void *ring, uint32_t type, const void *rec, uint32_t len)

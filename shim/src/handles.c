@@ -177,14 +177,6 @@ static struct gp_entry *gp_resolve_unknown(uint64_t f)
 	return e;
 }
 
-/* gp_name_prefetch asks for the cache line of f's table entry (the first
- * probe, where nearly every handle sits), which gp_name_emit reads after
- * the driver call; see gp_ring_prefetch. */
-GP_HIDDEN void gp_name_prefetch(uint64_t f)
-{
-	__builtin_prefetch(&gp_tab[gp_hash(f)], 0, 3);
-}
-
 GP_HIDDEN void gp_name_emit(void *ring, uint64_t f)
 {
 	uint32_t gen = __atomic_load_n(&gp_gen, __ATOMIC_ACQUIRE), g;

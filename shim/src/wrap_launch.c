@@ -163,15 +163,6 @@ GP_HOT void gp_launch_record(void *ring, uint32_t api, uint64_t id, uint64_t t0,
 	GP_COUNT(launches, 1);
 }
 
-/* gp_launch_prefetch: before the driver call, the lines the launch record
- * will write (its ring slot) and read (the function's name entry), so that
- * their misses overlap the driver's work (gp_ring_prefetch). */
-GP_HOT void gp_launch_prefetch(void *ring, uint64_t f)
-{
-	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
-	gp_name_prefetch(f);
-}
-
 /* Per-thread launch buffers of patched launches: kernelParams with the
  * launch id appended, and a copy of a CU_LAUNCH_PARAM_BUFFER_POINTER
  * buffer with the launch id written at its offset. */
@@ -249,7 +240,6 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH));
 	uint64_t id = gp_next_launch_id();
 	gp_patch_args((uint64_t)f, id, &params, &extra);
-	gp_launch_prefetch(ring, (uint64_t)f);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
@@ -275,7 +265,6 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH_EX));
 	uint64_t id = gp_next_launch_id();
 	gp_patch_args((uint64_t)f, id, &params, &extra);
-	gp_launch_prefetch(ring, (uint64_t)f);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
@@ -305,7 +294,6 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	uint64_t id = gp_next_launch_id();
 	void **extra = NULL;
 	gp_patch_args((uint64_t)f, id, &params, &extra);
-	gp_launch_prefetch(ring, (uint64_t)f);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));
@@ -513,7 +501,6 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 	void *ring = gp_session();
 	if (ring == NULL)
 		return GP_ST_FORWARD(real(GP_A_GRAPH_LAUNCH));
-	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_GRAPH_LAUNCH));
