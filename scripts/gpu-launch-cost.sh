@@ -253,6 +253,6 @@ for m in "${modes[@]}"; do
 			"$(awk -v a="$s" -v b="$p" 'BEGIN{print a-b}')" "$(spread "$out/$m.$2")" "$(med "$out/$m.$2.mean")" \
 			"$(med "$out/$m.$2.pre")" "$(med "$out/$m.$2.post")" "$(spread "$out/$m.$2.mean")"
 	}
-	((selftime)) && selfrow "${pre}selftime" selftime
-	[[ -n $stbase ]] && selfrow "${pre}base-selftime" base-selftime
+	if ((selftime)); then selfrow "${pre}selftime" selftime; fi
+	if [[ -n $stbase ]]; then selfrow "${pre}base-selftime" base-selftime; fi
 done
