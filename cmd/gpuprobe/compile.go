@@ -68,7 +68,9 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(&body, "//   verifier: accepted (%s, %s, %s, call depth %d, stack %d bytes)\n",
 			plural(len(p.Insns), "instruction"), plural(len(res.Funcs), "function"), plural(len(res.BackEdges), "loop"),
 			res.MaxCallDepth, maxStack(res))
-		f, err := ptx.Compile(p, opts)
+		po := opts
+		po.Verified = res
+		f, err := ptx.Compile(p, po)
 		if err != nil {
 			failed++
 			fmt.Fprintf(&body, "//   compiler: FAILED: %s\n", comment(err.Error()))

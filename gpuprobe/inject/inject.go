@@ -337,7 +337,8 @@ func (s *splicer) compile(progs []*jit.Program, calls [][]*ptxmod.Func, rep *Rep
 		if len(calls[i]) == 0 {
 			continue
 		}
-		if _, err := verifier.Verify(p, verifier.Options{CtxSize: ctxSize(p.Kind)}); err != nil {
+		res, err := verifier.Verify(p, verifier.Options{CtxSize: ctxSize(p.Kind)})
+		if err != nil {
 			return fmt.Errorf("inject: program %s: verifier: %w", p.Name, err)
 		}
 		prefix := "gpuprobe_" + ptx.Sanitize(p.Name)
@@ -352,6 +353,7 @@ func (s *splicer) compile(progs []*jit.Program, calls [][]*ptxmod.Func, rep *Rep
 		}
 		po := s.opts.PTX
 		po.Arch, po.Prefix = s.target, prefix
+		po.Verified = res // its alignment proofs drop run-time checks
 		f, err := ptx.Compile(p, po)
 		if err != nil {
 			return fmt.Errorf("inject: program %s: %w", p.Name, err)

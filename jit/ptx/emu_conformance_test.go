@@ -2,6 +2,7 @@ package ptx
 
 import (
 	"encoding/binary"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 	"path/filepath"
 	"testing"
 
@@ -35,7 +36,10 @@ func emuRunAt(f *Func, mem []byte, misalign int, shift uint64, setup func(e *emu
 
 // TestConformanceEmulated runs every conformance program through its
 // generated PTX in the interpreter above, with the memory aligned and
-// misaligned (which exercises the byte-wise paths), and checks r0.
+// misaligned (which exercises the byte-wise paths), and checks r0; then
+// again compiled with the verifier's alignment proofs (Options.Verified):
+// the memory is the context there, whose accesses keep their run-time
+// check, and the emulator faults on any misaligned access that lost it.
 func TestConformanceEmulated(t *testing.T) {
 	for _, path := range conformanceFiles(t) {
 		c, err := conformance.ParseFile(path)
@@ -46,19 +50,26 @@ func TestConformanceEmulated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := Compile(p, Options{Conformance: true})
+		res, err := verifier.Verify(p, verifier.Options{CtxSize: len(c.Mem), Helpers: verifier.ConformanceHelpers})
 		if err != nil {
-			t.Errorf("%s: %v", filepath.Base(path), err)
+			t.Errorf("%s: verifier: %v", filepath.Base(path), err)
 			continue
 		}
-		for _, mis := range []int{0, 1, 3} {
-			got, _, err := emuRun(f, c.Mem, mis, nil)
+		for _, o := range []Options{{Conformance: true}, {Conformance: true, Verified: res}} {
+			f, err := Compile(p, o)
 			if err != nil {
-				t.Errorf("%s (mem at +%d): %v", filepath.Base(path), mis, err)
+				t.Errorf("%s: %v", filepath.Base(path), err)
 				continue
 			}
-			if got != c.Result {
-				t.Errorf("%s (mem at +%d): r0 = %#x, want %#x", filepath.Base(path), mis, got, c.Result)
+			for _, mis := range []int{0, 1, 3} {
+				got, _, err := emuRun(f, c.Mem, mis, nil)
+				if err != nil {
+					t.Errorf("%s (mem at +%d, proofs %v): %v", filepath.Base(path), mis, o.Verified != nil, err)
+					continue
+				}
+				if got != c.Result {
+					t.Errorf("%s (mem at +%d, proofs %v): r0 = %#x, want %#x", filepath.Base(path), mis, o.Verified != nil, got, c.Result)
+				}
 			}
 		}
 	}

@@ -45,9 +45,9 @@ func (c *compiler) helper(i int, id int32) error {
 		}
 		e.op("mov.u64 %r0, 0")
 	case jit.HelperAtomicMaxU64:
-		c.atomicMinMax("max")
+		c.atomicMinMax(i, "max")
 	case jit.HelperAtomicMinU64:
-		c.atomicMinMax("min")
+		c.atomicMinMax(i, "min")
 	case jit.HelperExit:
 		// The thread ends here: the rest of the kernel does not run for it.
 		e.op("exit")
@@ -155,7 +155,7 @@ func (c *compiler) xyz(i int, reg string) {
 		e.op("mov.u32 %g0, ", reg, comp)
 		e.op("cvt.u64.u32 %h0, %g0")
 		r := regNames[1+k]
-		c.store("%h0", r, 0, asm.DWord, alignUnknown)
+		c.store("%h0", r, 0, asm.DWord, c.proven(i))
 	}
 	e.op("mov.u64 %r0, 0")
 }
@@ -233,21 +233,25 @@ func (c *compiler) warpReduce(op string) {
 // value returned, the warp does not wait) on a global or shared address;
 // a .local (stack) or misaligned address takes a plain load/op/store, as
 // mem.go's atomics do (PTX atomics are undefined on .local, and the stack
-// is private to the thread).
-func (c *compiler) atomicMinMax(op string) {
+// is private to the thread). The alignment test goes when the verifier
+// proved r1 aligned (instruction i).
+func (c *compiler) atomicMinMax(i int, op string) {
 	e := &c.e
+	al := c.proven(i)
 	plain, done := c.newLabel(), c.newLabel()
 	e.op("mov.b64 %t12, %r1")
 	e.op("isspacep.local %p6, %t12")
-	e.op("and.b64 %t13, %t12, 7")
-	e.op("setp.ne.or.u64 %p6, %t13, 0, %p6")
+	if al != alignYes {
+		e.op("and.b64 %t13, %t12, 7")
+		e.op("setp.ne.or.u64 %p6, %t13, 0, %p6")
+	}
 	e.op("@%p6 bra ", plain)
 	e.op("red.", op, ".u64 [%t12], %r2")
 	e.op("bra.uni ", done)
 	e.label(plain)
-	c.load("%t13", "%t12", 0, asm.DWord, false, alignUnknown)
+	c.load("%t13", "%t12", 0, asm.DWord, false, al)
 	e.op(op, ".u64 %t13, %t13, %r2")
-	c.store("%t13", "%t12", 0, asm.DWord, alignUnknown)
+	c.store("%t13", "%t12", 0, asm.DWord, al)
 	e.label(done)
 	e.op("mov.u64 %r0, 0")
 }

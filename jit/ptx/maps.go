@@ -286,7 +286,7 @@ func (c *compiler) gpuArrayOp(i int, id jit.HelperID, m *jit.Map) error {
 	}
 	switch id {
 	case jit.HelperMapLookupElem:
-		c.load("%h1", "%r2", 0, asm.Word, false, alignUnknown)
+		c.load("%h1", "%r2", 0, asm.Word, false, c.proven(i))
 		c.arraySlot(m)
 	case jit.HelperMapUpdateElem:
 		// Linux's array semantics: flags beyond BPF_EXIST (BPF_F_LOCK
@@ -300,7 +300,7 @@ func (c *compiler) gpuArrayOp(i int, id jit.HelperID, m *jit.Map) error {
 		e.op("setp.eq.u64 %q2, %h6, 1")
 		e.op("mov.u64 %r0, ", i64(-errEXIST))
 		e.op("@%q2 bra ", done)
-		c.load("%h1", "%r2", 0, asm.Word, false, alignUnknown)
+		c.load("%h1", "%r2", 0, asm.Word, false, c.proven(i))
 		c.arraySlot(m)
 		e.op("setp.eq.u64 %q2, %r0, 0")
 		e.op("mov.u64 %h7, %r0")

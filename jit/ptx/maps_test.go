@@ -2,6 +2,8 @@ package ptx
 
 import (
 	"encoding/binary"
+	"fmt"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 	"strings"
 	"testing"
 
@@ -29,17 +31,20 @@ func lookupAdd(key int32) asm.Instructions {
 	}
 }
 
+// arrayCase is one lookup-and-add run against a 4-key map.
+type arrayCase struct {
+	name    string
+	typ     jit.MapType
+	key     int32
+	lanes   uint64 // for per-thread/per-warp maps
+	attach  bool
+	slot    int // index of the value slot the thread should get
+	want    uint64
+	wantVal uint64
+}
+
 func TestGPUArrayMaps(t *testing.T) {
-	tests := []struct {
-		name    string
-		typ     jit.MapType
-		key     int32
-		lanes   uint64 // for per-thread/per-warp maps
-		attach  bool
-		slot    int // index of the value slot the thread should get
-		want    uint64
-		wantVal uint64
-	}{
+	tests := []arrayCase{
 		{"array key 2", jit.MapTypeGPUArray, 2, 0, true, 2, 15, 15},
 		{"array key out of range", jit.MapTypeGPUArray, 4, 0, true, -1, 99, 0},
 		{"array not attached", jit.MapTypeGPUArray, 1, 0, false, -1, 99, 0},
@@ -48,36 +53,59 @@ func TestGPUArrayMaps(t *testing.T) {
 		{"per-warp key 3", jit.MapTypePerWarpArray, 3, 2, true, 6, 15, 15},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			m := &jit.Map{Name: "counts", Type: tt.typ, KeySize: 4, ValueSize: 8, MaxEntries: 4}
-			f := compileProg(t, lookupAdd(tt.key), []*jit.Map{m}, Options{})
-			var r *emuRegion
-			got, _, err := emuRun(f, nil, 0, func(e *emu) {
-				lanes := max(tt.lanes, 1)
-				r = e.alloc(dataOffset+int(4*lanes*8), false, "counts")
-				for i := 0; i < int(4*lanes); i++ {
-					binary.LittleEndian.PutUint64(r.data[dataOffset+8*i:], 10)
-				}
-				if tt.attach {
-					setGlobal(e, f, GlobalMap, "counts", r.base)
-				}
-				if tt.typ != jit.MapTypeGPUArray {
-					setGlobal(e, f, GlobalMapLanes, "counts", tt.lanes)
-				}
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tt.want {
-				t.Fatalf("r0 = %d, want %d", got, tt.want)
-			}
-			for i := 0; i*8+dataOffset < len(r.data); i++ {
-				v := binary.LittleEndian.Uint64(r.data[dataOffset+8*i:])
-				if i == tt.slot && v != tt.wantVal || i != tt.slot && v != 10 {
-					t.Errorf("slot %d = %d after the run", i, v)
-				}
-			}
-		})
+		for _, proofs := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/proofs=%v", tt.name, proofs), func(t *testing.T) { runLookupAdd(t, tt, proofs) })
+		}
+	}
+}
+
+// runLookupAdd runs lookupAdd on the emulator. With proofs, the program is
+// compiled with the verifier's alignment proofs: its key load and value
+// accesses (stack and map value) lose their run-time alignment check,
+// which the PTX must show, and must still run right.
+func runLookupAdd(t *testing.T, tt arrayCase, proofs bool) {
+	m := &jit.Map{Name: "counts", Type: tt.typ, KeySize: 4, ValueSize: 8, MaxEntries: 4}
+	p := &jit.Program{Name: "t", Insns: lookupAdd(tt.key), Maps: []*jit.Map{m}}
+	var o Options
+	if proofs {
+		res, err := verifier.Verify(p, verifier.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Verified = res
+	}
+	f, err := Compile(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checks := strings.Count(f.Body, "and.b64 %t9, %t8, "); proofs != (checks == 0) {
+		t.Fatalf("%d run-time alignment checks with proofs=%v", checks, proofs)
+	}
+	var r *emuRegion
+	got, _, err := emuRun(f, nil, 0, func(e *emu) {
+		lanes := max(tt.lanes, 1)
+		r = e.alloc(dataOffset+int(4*lanes*8), false, "counts")
+		for i := 0; i < int(4*lanes); i++ {
+			binary.LittleEndian.PutUint64(r.data[dataOffset+8*i:], 10)
+		}
+		if tt.attach {
+			setGlobal(e, f, GlobalMap, "counts", r.base)
+		}
+		if tt.typ != jit.MapTypeGPUArray {
+			setGlobal(e, f, GlobalMapLanes, "counts", tt.lanes)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != tt.want {
+		t.Fatalf("r0 = %d, want %d", got, tt.want)
+	}
+	for i := 0; i*8+dataOffset < len(r.data); i++ {
+		v := binary.LittleEndian.Uint64(r.data[dataOffset+8*i:])
+		if i == tt.slot && v != tt.wantVal || i != tt.slot && v != 10 {
+			t.Errorf("slot %d = %d after the run", i, v)
+		}
 	}
 }
 

@@ -15,24 +15,33 @@ const (
 	alignNo                   // misaligned: go byte by byte
 )
 
-// staticAlign is what we know of base+off for an access of n bytes. The
-// frame pointer r10 is 8-byte aligned; other pointers are checked at run
-// time, because a misaligned access would fault the kernel the probe is in
-// (unless Options.AssumeAligned).
-func (c *compiler) staticAlign(base asm.Register, off int64, n int) align {
+// staticAlign is what we know of base+off for an access of n bytes by
+// instruction i. The frame pointer r10 is 8-byte aligned; other pointers
+// are checked at run time, because a misaligned access would fault the
+// kernel the probe is in, unless the verifier proved the access aligned
+// (Options.Verified) or Options.AssumeAligned.
+func (c *compiler) staticAlign(i int, base asm.Register, off int64, n int) align {
 	if n == 1 {
 		return alignYes
 	}
 	if base != asm.R10 {
-		if c.o.AssumeAligned {
-			return alignYes
-		}
-		return alignUnknown
+		return c.proven(i)
 	}
 	if off%int64(n) == 0 {
 		return alignYes
 	}
 	return alignNo
+}
+
+// proven is the alignment of the pointer accesses of instruction i (a load,
+// store, atomic or helper call) whose base is not r10: known when the
+// verifier proved them aligned or the options trust every pointer, else
+// checked at run time.
+func (c *compiler) proven(i int) align {
+	if c.o.AssumeAligned || (c.o.Verified != nil && c.o.Verified.ProvenAligned(i)) {
+		return alignYes
+	}
+	return alignUnknown
 }
 
 var sizeSuffix = map[asm.Size]string{asm.Byte: "8", asm.Half: "16", asm.Word: "32", asm.DWord: "64"}
@@ -139,7 +148,7 @@ func (c *compiler) ldx(i int, ins *asm.Instruction) error {
 		return c.errf(i, "sign-extending load of 8 bytes is not defined")
 	}
 	off := int64(ins.Offset)
-	c.load(d, regNames[ins.Src], off, size, signed, c.staticAlign(ins.Src, off, size.Sizeof()))
+	c.load(d, regNames[ins.Src], off, size, signed, c.staticAlign(i, ins.Src, off, size.Sizeof()))
 	return nil
 }
 
@@ -164,7 +173,7 @@ func (c *compiler) st(i int, ins *asm.Instruction) error {
 		return c.errf(i, "register r%d out of range", ins.Dst)
 	}
 	off := int64(ins.Offset)
-	c.store(v, regNames[ins.Dst], off, size, c.staticAlign(ins.Dst, off, size.Sizeof()))
+	c.store(v, regNames[ins.Dst], off, size, c.staticAlign(i, ins.Dst, off, size.Sizeof()))
 	return nil
 }
 
@@ -175,7 +184,7 @@ func (c *compiler) stx(i int, ins *asm.Instruction) error {
 		return c.errf(i, "unknown store encoding")
 	}
 	off := int64(ins.Offset)
-	c.store(regNames[ins.Src], regNames[ins.Dst], off, size, c.staticAlign(ins.Dst, off, size.Sizeof()))
+	c.store(regNames[ins.Src], regNames[ins.Dst], off, size, c.staticAlign(i, ins.Dst, off, size.Sizeof()))
 	return nil
 }
 
@@ -229,7 +238,7 @@ func (c *compiler) atomic(i int, ins *asm.Instruction) error {
 		e.op("bra.uni ", done)
 	}
 	e.label(plain)
-	al := c.staticAlign(ins.Dst, off, size.Sizeof())
+	al := c.staticAlign(i, ins.Dst, off, size.Sizeof())
 	c.load("%t13", "%t12", 0, size, false, al)
 	switch name {
 	case "add", "and", "or", "xor":

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 )
 
 // DefaultArch is the .target of generated PTX when Options.Arch is empty.
@@ -46,6 +47,13 @@ type Options struct {
 	// byte-wise slow path). A misaligned access then faults the kernel the
 	// probe runs in, so only set it for code known to be aligned.
 	AssumeAligned bool
+	// Verified is the verifier's result for this program (verifier.Verify
+	// of the same instructions). Its alignment proofs then replace the
+	// run-time check of every load, store and helper pointer argument it
+	// proved naturally aligned (Result.ProvenAligned: not through the
+	// context, whose alignment is the caller's). Stack, map values and
+	// the loader's regions are 8-byte aligned, as the proofs assume.
+	Verified *verifier.Result
 	// RingDevice turns on device-side reservation for GPU ring buffers
 	// (shm/doc.go, "Device-side reservation"): tickets, a cached tail and
 	// the count of full-ring drops live in a 64-byte device-memory block

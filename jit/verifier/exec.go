@@ -283,6 +283,9 @@ func (v *verifier) access(st *state, i int, reg asm.Register, base value, off in
 	}
 	lo, hi := base.smin+off, base.smax+off+int64(size)
 	where := func() string { return rangeText(lo, hi, size) }
+	if base.kind == kCtx {
+		v.ctxAccess[i] = true
+	}
 	// Alignment (natural, at most 8), assuming 8-byte aligned regions.
 	if size > 1 && min(int(base.tz), tzOfInt(off)) < min(tzOfInt(int64(size)), 3) {
 		switch mode {

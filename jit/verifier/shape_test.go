@@ -254,18 +254,23 @@ func TestAlignment(t *testing.T) {
 		insns     asm.Instructions
 		ctx       int
 		unaligned []int
+		ctxAccess []int // CtxAccess
+		proven    []int // instructions ProvenAligned must report
 		wantErr   string
 	}{
-		{name: "aligned stack", insns: ins(stdw(asm.R10, -8, 0), asm.LoadMem(asm.R0, asm.R10, -8, asm.DWord), asm.Return())},
+		{name: "aligned stack", insns: ins(stdw(asm.R10, -8, 0), asm.LoadMem(asm.R0, asm.R10, -8, asm.DWord), asm.Return()),
+			proven: []int{0, 1}},
 		{name: "unaligned stack", insns: ins(stdw(asm.R10, -16, 0), stdw(asm.R10, -8, 0),
-			asm.LoadMem(asm.R0, asm.R10, -12, asm.DWord), asm.Return()), unaligned: []int{2}},
-		{name: "unaligned context", ctx: 12, insns: ins(asm.LoadMem(asm.R0, asm.R1, 2, asm.DWord), asm.Return()), unaligned: []int{0}},
+			asm.LoadMem(asm.R0, asm.R10, -12, asm.DWord), asm.Return()), unaligned: []int{2}, proven: []int{0, 1}},
+		{name: "unaligned context", ctx: 12, insns: ins(asm.LoadMem(asm.R0, asm.R1, 2, asm.DWord), asm.Return()), unaligned: []int{0},
+			ctxAccess: []int{0}},
 		{name: "stride of 8 is aligned", ctx: 64, insns: ins(
 			asm.LoadMem(asm.R3, asm.R1, 0, asm.Byte), asm.And.Imm(asm.R3, 7), asm.LSh.Imm(asm.R3, 3),
-			asm.Add.Reg(asm.R1, asm.R3), asm.LoadMem(asm.R0, asm.R1, 0, asm.DWord), asm.Return())},
+			asm.Add.Reg(asm.R1, asm.R3), asm.LoadMem(asm.R0, asm.R1, 0, asm.DWord), asm.Return()), ctxAccess: []int{0, 4}},
 		{name: "stride of 4 is not aligned for 8", ctx: 64, insns: ins(
 			asm.LoadMem(asm.R3, asm.R1, 0, asm.Byte), asm.And.Imm(asm.R3, 7), asm.LSh.Imm(asm.R3, 2),
-			asm.Add.Reg(asm.R1, asm.R3), asm.LoadMem(asm.R0, asm.R1, 0, asm.DWord), asm.Return()), unaligned: []int{4}},
+			asm.Add.Reg(asm.R1, asm.R3), asm.LoadMem(asm.R0, asm.R1, 0, asm.DWord), asm.Return()), unaligned: []int{4},
+			ctxAccess: []int{0, 4}},
 		{name: "unaligned atomic", insns: ins(stdw(asm.R10, -16, 0), stdw(asm.R10, -8, 0), asm.Mov.Imm(asm.R1, 1),
 			asm.AddAtomic.Mem(asm.R10, asm.R1, asm.DWord, -12), asm.Mov.Imm(asm.R0, 0), asm.Return()),
 			wantErr: "atomic access at offset -12 size 8 is not naturally aligned"},
@@ -288,6 +293,19 @@ func TestAlignment(t *testing.T) {
 			for _, i := range tc.unaligned {
 				if !res.IsUnaligned(i) {
 					t.Fatalf("IsUnaligned(%d) = false", i)
+				}
+			}
+			if !reflect.DeepEqual(res.CtxAccess, tc.ctxAccess) {
+				t.Fatalf("ctx accesses %v, want %v", res.CtxAccess, tc.ctxAccess)
+			}
+			for _, i := range tc.proven {
+				if !res.ProvenAligned(i) {
+					t.Fatalf("ProvenAligned(%d) = false", i)
+				}
+			}
+			for _, i := range append(tc.unaligned, tc.ctxAccess...) {
+				if res.ProvenAligned(i) {
+					t.Fatalf("ProvenAligned(%d) = true for an unaligned or context access", i)
 				}
 			}
 		})

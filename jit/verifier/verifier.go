@@ -66,10 +66,29 @@ type Result struct {
 	// multiple of the access size (given 8-byte aligned stack, context and
 	// map values): the compiler must split them into byte accesses.
 	Unaligned []int
+	// CtxAccess lists memory accesses (and helper calls with a pointer
+	// argument) that go through a pointer into the context on some path.
+	// Their alignment is the context's, which the caller provides: a
+	// compiler that trusts the proofs above for other accesses keeps its
+	// run-time check for these.
+	CtxAccess []int
 	// Steps is the number of abstract instruction steps taken.
 	Steps int
 	// States is the number of basic-block states analysed.
 	States int
+}
+
+// ProvenAligned reports whether instruction i, a memory access or a helper
+// call with pointer arguments, is naturally aligned on every path without
+// trusting the context's alignment: it is in neither Unaligned nor
+// CtxAccess.
+func (r *Result) ProvenAligned(i int) bool {
+	return !r.IsUnaligned(i) && !sortedHas(r.CtxAccess, i)
+}
+
+func sortedHas(sorted []int, i int) bool {
+	k := sort.SearchInts(sorted, i)
+	return k < len(sorted) && sorted[k] == i
 }
 
 // IsUnaligned reports whether instruction i is in Unaligned.
@@ -111,6 +130,7 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		opts:      opts,
 		reached:   make([]bool, len(p.Insns)),
 		unaligned: make([]bool, len(p.Insns)),
+		ctxAccess: make([]bool, len(p.Insns)),
 		stackUse:  make([]int64, len(g.funcs)),
 		ids:       make(map[key]int32),
 		maxSteps:  opts.MaxSteps,
@@ -154,6 +174,7 @@ type verifier struct {
 	queue     keyHeap
 	reached   []bool
 	unaligned []bool
+	ctxAccess []bool
 	stackUse  []int64 // lowest stack offset used, per function
 	ids       map[key]int32
 	steps     int
@@ -369,6 +390,9 @@ func (v *verifier) result() *Result {
 		}
 		if v.unaligned[i] {
 			r.Unaligned = append(r.Unaligned, i)
+		}
+		if v.ctxAccess[i] {
+			r.CtxAccess = append(r.CtxAccess, i)
 		}
 	}
 	return r
