@@ -106,6 +106,15 @@ static __always_inline u32 block_tag(u64 lid, u64 block)
 	return (u32)(h >> 32) | 1; /* never 0: 0 marks a released word */
 }
 
+/* block_word returns the block's shared word (NULL only if the map is
+ * absent). */
+static __always_inline struct kp_word *block_word(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&kp_block, &zero);
+}
+
 /* Every warp runs these probes, so their common paths keep to registers:
  * the geometry comes from helpers 610..612 (503/504/508 write through the
  * stack, and those local-memory stores and loads were most of the cost on
@@ -115,7 +124,7 @@ static __always_inline u32 block_tag(u64 lid, u64 block)
 SEC("kprobe/*")
 int kernel_phases_entry(void *ctx)
 {
-	u32 zero, key;
+	u32 key;
 	u64 now, lid, block, w, want;
 	struct kp_word *b;
 	struct kp_cell *c;
@@ -127,11 +136,7 @@ int kernel_phases_entry(void *ctx)
 	 * exit of the block comes after the block's start. */
 	now = bpf_get_globaltimer();
 	lid = gpuprobe_get_launch_id();
-	if (lid == 0)
-		return 0;
-	zero = 0;
-	b = bpf_map_lookup_elem(&kp_block, &zero);
-	if (!b)
+	if (lid == 0 || !(b = block_word()))
 		return 0;
 	block = gpuprobe_block_linear_id();
 	want = (u64)block_tag(lid, block) << 32; /* count 0, our tag */
@@ -211,7 +216,7 @@ static __always_inline int block_done(u64 lid, u64 threads)
 SEC("kretprobe/*")
 int kernel_phases_exit(void *ctx)
 {
-	u32 zero, old;
+	u32 old;
 	u64 lid, lanes, threads;
 	struct kp_word *b;
 
@@ -219,11 +224,7 @@ int kernel_phases_exit(void *ctx)
 	if (!gpuprobe_warp_is_leader())
 		return 0;
 	lid = gpuprobe_get_launch_id();
-	if (lid == 0)
-		return 0;
-	zero = 0;
-	b = bpf_map_lookup_elem(&kp_block, &zero);
-	if (!b)
+	if (lid == 0 || !(b = block_word()))
 		return 0;
 	threads = gpuprobe_block_threads();
 	old = __sync_fetch_and_add(&b->count, (u32)lanes);
