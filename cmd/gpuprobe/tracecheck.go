@@ -125,6 +125,8 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 	launches := fs.Int("launches", 0, "launches each checked process made (exact)")
 	tolNS := fs.Uint64("tol-ns", 5000, "clock tolerance between host-probe and shim timestamps, ns")
 	launchlate := fs.String("launchlate", "", "metric name prefix of launchlate's delay histogram: compare it with the shim's queued phases of --nested-pid")
+	graphExe := fs.String("graph-exe", "", "a process that launched a CUDA graph --graph-replays times: every kernel node must have one launch span per replay")
+	graphReplays := fs.Int("graph-replays", 0, "times --graph-exe launched its graph")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -138,11 +140,7 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	byID := map[[24]byte]*span{}
-	key := func(t pcommon.TraceID, s pcommon.SpanID) (k [24]byte) {
-		copy(k[:16], t[:])
-		copy(k[16:], s[:])
-		return k
-	}
+	key := spanKey
 	children := map[[24]byte][]*span{}
 	for _, s := range spans {
 		byID[key(s.trace, s.id)] = s
@@ -229,6 +227,9 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 		t.row("no shim: approximate kernel spans", n > 0 && (*launches == 0 || n == *launches), "%d, want %d; by name %v", n, *launches, names)
 		t.row("no shim: approximate span under its launch call", n > 0 && parented == n, "%d of %d", parented, n)
 		t.row("no shim: approximate span end ≥ start", n > 0 && ordered == n, "%d of %d", ordered, n)
+	}
+	if *graphExe != "" {
+		checkGraphReplays(t, spans, func(s *span) []*span { return children[key(s.trace, s.id)] }, *graphExe, *graphReplays)
 	}
 	if t.failed {
 		return 1

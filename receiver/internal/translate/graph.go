@@ -1,8 +1,9 @@
 package translate
 
-// Replays of CUDA graphs. The shim fixes the launch id of a kernel node of
-// an executable graph when the graph is instantiated (the id is baked into
-// the patched kernel's parameters, with GraphIDBit set), so every
+// Replays of CUDA graphs. The launch id of a kernel node of an executable
+// graph is fixed (baked into the patched kernel's parameters): the shim
+// numbers explicit kernel nodes with GraphIDBit set, and a node captured
+// from a stream keeps the id of the launch it was captured from, so every
 // cuGraphLaunch of that graph writes a launch record with the same id for
 // the node, and the device probes write one Exec (or one set of Warp)
 // records with that id per run of the node. CUDA serialises the launches
@@ -104,6 +105,45 @@ func wantsLaunch(l *launch) bool { return !l.done && !l.have }
 func wantsExec(l *launch) bool   { return !l.done && l.exec == nil }
 func wantsWarps(l *launch) bool  { return !l.done && l.warps < expectedWarps(&l.rec) }
 func wantsDone(l *launch) bool   { return !l.done && !l.completed }
+
+// isGraph reports whether key is a graph node: an id with GraphIDBit (a
+// node the shim numbered: explicit kernel nodes), or one that a
+// cuGraphLaunch record carried (a node captured from a stream keeps the id
+// of the launch it was captured from; see adoptCaptured).
+func (t *Translator) isGraph(key srcKey) bool {
+	if key.id&GraphIDBit != 0 {
+		return true
+	}
+	_, ok := t.graphs[key]
+	return ok
+}
+
+// adoptCaptured makes key a graph node at the first cuGraphLaunch record
+// that carries it. A stream-captured launch wrote a launch record with
+// that id when it was captured, and never ran: it is dropped (counted in
+// LaunchesCaptured). Device records that reached it meanwhile (a replay's
+// window read before its launch record) become the node's first run.
+func (t *Translator) adoptCaptured(key srcKey, now time.Time) {
+	c := t.chain(key)
+	p := t.pending[key]
+	if p == nil {
+		return
+	}
+	p.done = true
+	delete(t.pending, key)
+	t.counters.LaunchesCaptured++
+	if p.exec == nil && p.warps == 0 {
+		return
+	}
+	l := t.newRun(c, key, now)
+	l.exec, l.warps, l.buffered = p.exec, p.warps, p.buffered
+	l.firstStart, l.lastEnd, l.maxSkew = p.firstStart, p.lastEnd, p.maxSkew
+	c.wantLaunch.push(l, c.live)
+	if l.exec == nil {
+		c.wantExec.push(l, c.live)
+		c.collect = l
+	}
+}
 
 // chain returns the state of graph node key, creating it.
 func (t *Translator) chain(key srcKey) *replayChain {

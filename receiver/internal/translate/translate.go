@@ -55,16 +55,17 @@ type Options struct {
 
 // Counters are the translator's own counts (self-telemetry).
 type Counters struct {
-	RecordsRead     uint64 // records handed to Handle
-	RecordsInvalid  uint64 // records that failed to decode
-	LaunchesEmitted uint64 // launches finished and turned into metrics
-	LaunchesEvicted uint64 // launches emitted early because MaxPendingLaunches was reached
-	LaunchesExpired uint64 // launches emitted after LaunchTimeout without all records
-	LaunchesOrphan  uint64 // device records whose launch record never came
-	LaunchesFilter  uint64 // launches of kernels excluded by kernels::include/exclude
-	SpansSampledOut uint64 // launch spans not emitted because of sampling
-	NamesTruncated  uint64 // kernel names that arrived cut by their producer
-	ExecDuplicate   uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
+	RecordsRead      uint64 // records handed to Handle
+	RecordsInvalid   uint64 // records that failed to decode
+	LaunchesEmitted  uint64 // launches finished and turned into metrics
+	LaunchesEvicted  uint64 // launches emitted early because MaxPendingLaunches was reached
+	LaunchesExpired  uint64 // launches emitted after LaunchTimeout without all records
+	LaunchesOrphan   uint64 // device records whose launch record never came
+	LaunchesFilter   uint64 // launches of kernels excluded by kernels::include/exclude
+	SpansSampledOut  uint64 // launch spans not emitted because of sampling
+	NamesTruncated   uint64 // kernel names that arrived cut by their producer
+	ExecDuplicate    uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
+	LaunchesCaptured uint64 // stream-captured launches (never run): dropped at their graph node's first cuGraphLaunch record
 
 	HostCalls          uint64 // host call records handled
 	HostCallsMatched   uint64 // host launch calls nested with a shim launch
@@ -420,7 +421,7 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 			t.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
 		}
 		t.counters.LaunchesFilter++
-		if key.id&GraphIDBit != 0 {
+		if t.isGraph(key) {
 			t.graphFiltered(key)
 		} else if l := t.pending[key]; l != nil {
 			l.done = true
@@ -428,8 +429,11 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		}
 		return
 	}
+	if r.API == record.APIGraphLaunch && !t.isGraph(key) {
+		t.adoptCaptured(key, now)
+	}
 	var l *launch
-	if key.id&GraphIDBit != 0 {
+	if t.isGraph(key) {
 		l = t.graphLaunchRun(key, r, now) // a replay of a graph node: its own run
 	} else if l = t.pending[key]; l == nil {
 		l = t.newPending(key, now)
@@ -499,7 +503,7 @@ func (t *Translator) compactQueue() {
 func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
 	key := srcKey{src, w.LaunchID}
 	var l *launch
-	if key.id&GraphIDBit != 0 {
+	if t.isGraph(key) {
 		l = t.graphWarpRun(key, now)
 	} else if l = t.pending[key]; l == nil {
 		l = t.newPending(key, now)
@@ -527,7 +531,7 @@ func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
 func (t *Translator) onExec(src uint32, e *record.Exec, now time.Time) {
 	key := srcKey{src, e.LaunchID}
 	var l *launch
-	if key.id&GraphIDBit != 0 {
+	if t.isGraph(key) {
 		if l = t.graphExecRun(key, e, now); l == nil {
 			return
 		}
@@ -564,7 +568,7 @@ func (t *Translator) recordWarp(l *launch, w warpTimes) {
 func (t *Translator) onCompletion(src uint32, c *record.Completion, now time.Time) {
 	key := srcKey{src, c.LaunchID}
 	var l *launch
-	if key.id&GraphIDBit != 0 {
+	if t.isGraph(key) {
 		l = t.graphCompletionRun(key)
 	} else {
 		l = t.pending[key]
@@ -581,7 +585,7 @@ func (t *Translator) onThreadCount(src uint32, tc *record.ThreadCount) {
 	var k *kernel // nil: launch unknown
 	var dev uint32
 	var threads uint64
-	if key.id&GraphIDBit != 0 {
+	if t.isGraph(key) {
 		// Every replay of a graph node is the same kernel on the same grid.
 		if c := t.graphs[key]; c != nil && c.k != nil {
 			k, dev, threads = c.k, c.dev, c.threads
