@@ -24,6 +24,8 @@
 #                                  latency, shim cost per launch)
 #                     e2e          scripts/gpu-e2e.sh
 #                     graphnode    scripts/gpu-graphnode.sh
+#                     graphspans   scripts/gpu-graph-spans.sh (needs
+#                                  bin/otelcol-gpuprobe)
 #                     e.g. PARTS=samples,bench make gpu-test
 set -uo pipefail
 
@@ -35,7 +37,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,samples,bench,e2e,graphnode
+all_parts=conformance,ptxas,sass,inject,samples,bench,e2e,graphnode,graphspans
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -179,6 +181,7 @@ want bench && tailstep "bench (ratios, load, launch)" bench.log '^== bench on' \
 	env BENCH_OUT="$out/gpu-bench" bash scripts/gpu-bench.sh
 want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out/gpu-e2e" bash scripts/gpu-e2e.sh
 want graphnode && step "graph node patched" graphnode.log bash scripts/gpu-graphnode.sh
+want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu-graph-spans.sh
 
 # ---- report -----------------------------------------------------------------
 
