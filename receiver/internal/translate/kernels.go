@@ -1,0 +1,102 @@
+package translate
+
+// Kernel names: the shim's name records (function handle → mangled name),
+// demangled once per name, and the per-kernel series they key.
+
+import (
+	"strconv"
+
+	"github.com/gpuprobe/gpuprobe/record"
+)
+
+// onKernelName records a function handle's kernel name (the first wins).
+func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
+	key := srcKey{src, k.Function}
+	if _, ok := t.kernels[key]; ok {
+		return
+	}
+	mangled, name := k.Name, ""
+	if k.Truncated {
+		// A cut mangled name does not demangle: show it as it is, marked.
+		t.counters.NamesTruncated++
+		mangled += TruncatedMarker
+		name = mangled
+	} else {
+		name = t.demangle(k.Name)
+	}
+	if len(t.kernels) >= maxKernelHandles {
+		t.forgetKernels()
+	}
+	t.kernels[key] = &kernel{
+		mangled: mangled,
+		name:    name,
+		series:  t.seriesFor(name),
+		include: t.o.Filter.Match(k.Name, name),
+	}
+}
+
+// Bounds of the name caches: function handles remembered (over all
+// sources) and demangled names cached.
+const (
+	maxKernelHandles = 1 << 16
+	maxNameCache     = 1 << 14
+)
+
+// demangle returns the span name of a mangled name, cached: every process
+// (source) names the same kernels again.
+func (t *Translator) demangle(mangled string) string {
+	if n, ok := t.names[mangled]; ok {
+		return n
+	}
+	n := t.o.Demangle(mangled)
+	if len(t.names) >= maxNameCache {
+		clear(t.names)
+	}
+	t.names[mangled] = n
+	return n
+}
+
+// forgetKernels drops the handle → kernel bindings that no pending launch
+// uses; a later launch of a forgotten handle is named by its handle.
+func (t *Translator) forgetKernels() {
+	used := map[*kernel]bool{}
+	for _, l := range t.queue[t.qhead:] {
+		if !l.done && l.k != nil {
+			used[l.k] = true
+		}
+	}
+	for key, k := range t.kernels {
+		if !used[k] {
+			delete(t.kernels, key)
+		}
+	}
+}
+
+// seriesFor returns the metric series of a kernel name, folding names beyond
+// MaxKernelNames into "other".
+func (t *Translator) seriesFor(name string) *series {
+	if s, ok := t.byName[name]; ok {
+		return s
+	}
+	if len(t.byName) >= t.o.MaxKernelNames {
+		return t.other
+	}
+	s := &series{name: name}
+	t.byName[name] = s
+	t.order = append(t.order, s)
+	return s
+}
+
+func (t *Translator) kernelOf(src uint32, fn uint64) *kernel {
+	if k, ok := t.kernels[srcKey{src, fn}]; ok {
+		return k
+	}
+	// A launch of a function never named: name it by its handle.
+	name := "function@0x" + strconv.FormatUint(fn, 16)
+	k := &kernel{mangled: name, name: name, series: t.seriesFor(name), include: t.o.Filter.Match(name)}
+	if len(t.kernels) >= maxKernelHandles {
+		t.forgetKernels()
+	}
+	t.kernels[srcKey{src, fn}] = k
+	return k
+}
