@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -138,6 +139,36 @@ func TestUnnamedFunction(t *testing.T) {
 	checkLaunches(t, st, ss[0].peer.PID, []want{w, w})
 	if len(st.nameRecs) != 1 {
 		t.Errorf("%d kernel-name records, want 1", len(st.nameRecs))
+	}
+}
+
+// TestRenamedHandle: a function handle the driver reuses for another kernel
+// is announced again with its new name before its next launch.
+func TestRenamedHandle(t *testing.T) {
+	b := binaries(t)
+	a := startAgent(t, 256, 1024, agent.Options{})
+	if _, errOut, err := run(t, b, preload(b, a.path), b.app, "dlsym", "rename"); err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	ss := a.waitGone(t, 1)
+	st := readRing(t, ss[0].ring)
+	if len(st.launches) != 4 {
+		t.Fatalf("%d launches, want 4", len(st.launches))
+	}
+	f := st.launches[0].Function
+	var names []string
+	for _, k := range st.nameRecs {
+		if k.Function == f {
+			names = append(names, k.Name)
+		}
+	}
+	if want := []string{vecAdd, "_Z7renamedv"}; !slices.Equal(names, want) {
+		t.Fatalf("name records of handle %#x: %q, want %q", f, names, want)
+	}
+	for i, l := range st.launches {
+		if l.Function != f {
+			t.Errorf("launch %d of function %#x, want %#x", i, l.Function, f)
+		}
 	}
 }
 

@@ -197,6 +197,7 @@ static const uint32_t fatbin[4] = {0xBA55ED50u, 0x00100001u, 0, 0};
 
 static struct api A;
 static void *f_vec, *f_gemm;
+static void *code_mod; /* the module of f_vec (module paths only) */
 
 static void load_code(void)
 {
@@ -212,6 +213,7 @@ static void load_code(void)
 		CHECK(A.mod_load(&m, fatbin));
 		CHECK(A.mod_fn(&f_vec, m, "_Z6vecAddPfS_S_i"));
 		CHECK(A.mod_fn(&f_gemm, m, "_Z4gemmPKfS0_Pfi"));
+		code_mod = m;
 	}
 }
 
@@ -407,6 +409,26 @@ int main(int argc, char **argv)
 		void *f = quiet("_Z9hiddenKernv");
 		CHECK(A.launch(f, 7, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
 		CHECK(A.launch(f, 7, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL));
+	} else if (strcmp(scenario, "rename") == 0) {
+		/* The driver reuses a function handle for another kernel (as
+		 * after an unload and another load): the new name must be
+		 * announced before the handle's next launch. */
+		void (*reuse)(void *, const char *) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_reuse_function"), "mock_reuse_function");
+		void *f2 = NULL;
+		if (code_mod == NULL) {
+			fprintf(stderr, "app: rename needs a module path (mode direct or dlsym)\n");
+			return 2;
+		}
+		CHECK(A.launch(f_vec, 3, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+		CHECK(A.launch(f_vec, 3, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+		reuse(f_vec, "_Z7renamedv");
+		CHECK(A.mod_fn(&f2, code_mod, "_Z7renamedv"));
+		if (f2 != f_vec) {
+			fprintf(stderr, "app: the mock did not reuse the handle\n");
+			return 2;
+		}
+		CHECK(A.launch(f2, 3, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+		CHECK(A.launch(f2, 3, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
 	} else if (strcmp(scenario, "fork") == 0) {
 		CHECK(A.launch(f_vec, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
 		CHECK(A.launch(f_vec, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));

@@ -403,6 +403,16 @@ EXPORT void *mock_quiet_function(const char *name)
 	return mod_fn(m, name, 0x46554e43);
 }
 
+/* mock_reuse_function renames function handle f, as a driver that reuses
+ * a freed handle for another kernel: cuModuleGetFunction of that name in
+ * f's module then returns f. */
+EXPORT void mock_reuse_function(void *f, const char *name)
+{
+	struct mock_fn *fn = as_fn(f);
+	if (fn != NULL)
+		snprintf(fn->name, sizeof fn->name, "%s", name);
+}
+
 EXPORT CUresult cuFuncGetName(const char **name, void *f)
 {
 	struct mock_fn *fn = as_fn(f);
