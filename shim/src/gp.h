@@ -407,6 +407,32 @@ static inline void gp_stamp_end(struct gp_stamp *s)
 GP_HIDDEN void gp_name_set(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN int gp_name_copy(uint64_t from, uint64_t to);
 GP_HIDDEN void gp_name_emit(void *ring, uint64_t function);
+/* A thread's handles whose name record is in this session's ring, direct-
+ * mapped by handle, so that a launch of one does not read the shared
+ * table: its 1.5 MiB hold one random line per handle, which the driver's
+ * own work tends to evict between two launches. gp_names_epoch moves when
+ * any handle is (re)named, which empties every thread's cache. */
+struct gp_seen {
+	uint64_t f;
+	uint32_t gen, epoch;
+};
+#define GP_SEEN 16
+extern GP_HIDDEN __thread struct gp_seen gp_seen[GP_SEEN] __attribute__((tls_model("initial-exec")));
+extern GP_HIDDEN uint32_t gp_names_epoch;
+static inline struct gp_seen *gp_seen_slot(uint64_t f)
+{
+	return &gp_seen[(f * 0x9E3779B97F4A7C15ull) >> 60];
+}
+/* gp_name_emit_fast: gp_name_emit, unless this thread saw f's name record
+ * go into this session's ring since f was last named. */
+static inline void gp_name_emit_fast(void *ring, uint64_t f)
+{
+	const struct gp_seen *s = gp_seen_slot(f);
+	if (GP_LIKELY(s->f == f && s->gen == __atomic_load_n(&gp_gen, __ATOMIC_ACQUIRE) &&
+		      s->epoch == __atomic_load_n(&gp_names_epoch, __ATOMIC_ACQUIRE)))
+		return;
+	gp_name_emit(ring, f);
+}
 GP_HIDDEN const char *gp_name_of(uint64_t handle);
 
 /* image.c */

@@ -101,13 +101,26 @@ static struct gp_entry *gp_find(uint64_t key, int create)
 	return NULL;
 }
 
+GP_HIDDEN __thread struct gp_seen gp_seen[GP_SEEN] __attribute__((tls_model("initial-exec")));
+GP_HIDDEN uint32_t gp_names_epoch;
+
 static void gp_publish(struct gp_entry *e, struct gp_name *n)
 {
 	__atomic_store_n(&e->name, n, __ATOMIC_RELEASE);
 	/* Announce (again): a launch skips the name record while pub equals
-	 * the session generation, so both are reset. */
+	 * the session generation, so both are reset, and so are the threads'
+	 * caches of announced handles. */
 	__atomic_store_n(&e->pub, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&e->gen, 0, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&gp_names_epoch, 1, __ATOMIC_ACQ_REL);
+}
+
+/* gp_seen_mark notes in this thread's cache that f's name record of
+ * session gen is in the ring (epoch: gp_names_epoch when that was read). */
+static void gp_seen_mark(uint64_t f, uint32_t gen, uint32_t epoch)
+{
+	struct gp_seen *s = gp_seen_slot(f);
+	s->f = f, s->gen = gen, s->epoch = epoch;
 }
 
 GP_HIDDEN void gp_name_set(uint64_t handle, uint64_t module, const char *name)
@@ -179,6 +192,8 @@ static struct gp_entry *gp_resolve_unknown(uint64_t f)
 
 GP_HIDDEN void gp_name_emit(void *ring, uint64_t f)
 {
+	/* The epoch is read first: a rename after it leaves the mark stale. */
+	uint32_t epoch = __atomic_load_n(&gp_names_epoch, __ATOMIC_ACQUIRE);
 	uint32_t gen = __atomic_load_n(&gp_gen, __ATOMIC_ACQUIRE), g;
 	struct gp_entry *e = gp_find(f, 0);
 	struct gp_name *n;
@@ -187,8 +202,10 @@ GP_HIDDEN void gp_name_emit(void *ring, uint64_t f)
 		if (f == 0 || (e = gp_resolve_unknown(f)) == NULL)
 			return;
 	}
-	if (GP_LIKELY(__atomic_load_n(&e->pub, __ATOMIC_ACQUIRE) == gen))
+	if (GP_LIKELY(__atomic_load_n(&e->pub, __ATOMIC_ACQUIRE) == gen)) {
+		gp_seen_mark(f, gen, epoch);
 		return;
+	}
 	g = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
 	n = __atomic_load_n(&e->name, __ATOMIC_ACQUIRE);
 	if (n == NULL)
@@ -230,5 +247,6 @@ GP_HIDDEN void gp_name_emit(void *ring, uint64_t f)
 	memcpy(k->name, n->s, len);
 	gp_produce(ring, GP_REC_KERNEL_NAME, buf, size);
 	__atomic_store_n(&e->pub, gen, __ATOMIC_RELEASE);
+	gp_seen_mark(f, gen, epoch);
 	GP_COUNT(names, 1);
 }

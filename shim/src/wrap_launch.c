@@ -142,7 +142,7 @@ GP_HOT void gp_launch_record(void *ring, uint32_t api, uint64_t id, uint64_t t0,
 {
 	if (GP_UNLIKELY(!gx || !gy || !gz || !bx || !by || !bz))
 		return; /* an invalid launch: the driver refused it */
-	gp_name_emit(ring, f);
+	gp_name_emit_fast(ring, f);
 	struct gp_rec_launch rec = {
 		.h = {.type = GP_REC_LAUNCH, .version = GP_REC_VERSION, .size = sizeof rec},
 		.launch_id = id,
