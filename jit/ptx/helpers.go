@@ -233,19 +233,14 @@ func (c *compiler) warpReduce(op string) {
 // value returned, the warp does not wait) on a global or shared address;
 // a .local (stack) or misaligned address takes a plain load/op/store, as
 // mem.go's atomics do (PTX atomics are undefined on .local, and the stack
-// is private to the thread). The alignment test goes when the verifier
-// proved r1 aligned (instruction i).
+// is private to the thread). atomicGuard drops the tests the verifier's
+// facts about r1 (instruction i) make needless.
 func (c *compiler) atomicMinMax(i int, op string) {
 	e := &c.e
 	al := c.proven(i)
 	plain, done := c.newLabel(), c.newLabel()
 	e.op("mov.b64 %t12, %r1")
-	e.op("isspacep.local %p6, %t12")
-	if al != alignYes {
-		e.op("and.b64 %t13, %t12, 7")
-		e.op("setp.ne.or.u64 %p6, %t13, 0, %p6")
-	}
-	e.op("@%p6 bra ", plain)
+	c.atomicGuard(i, 8, plain)
 	e.op("red.", op, ".u64 [%t12], %r2")
 	e.op("bra.uni ", done)
 	e.label(plain)

@@ -81,6 +81,12 @@ func runLookupAdd(t *testing.T, tt arrayCase, proofs bool) {
 	if checks := strings.Count(f.Body, "and.b64 %t9, %t8, "); proofs != (checks == 0) {
 		t.Fatalf("%d run-time alignment checks with proofs=%v", checks, proofs)
 	}
+	// The atomic add goes through the map value: with the verifier's
+	// facts it needs no .local test (the emulator faults on an atomic on
+	// .local, so a wrong drop fails the run below).
+	if tests := strings.Count(f.Body, "isspacep.local"); proofs != (tests == 0) {
+		t.Fatalf("%d .local tests with proofs=%v", tests, proofs)
+	}
 	var r *emuRegion
 	got, _, err := emuRun(f, nil, 0, func(e *emu) {
 		lanes := max(tt.lanes, 1)

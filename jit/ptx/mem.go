@@ -226,10 +226,7 @@ func (c *compiler) atomic(i int, ins *asm.Instruction) error {
 	e.op("add.s64 %t12, ", base, ", ", i64(off))
 	plain, done := c.newLabel(), c.newLabel()
 	if ins.Dst != asm.R10 {
-		e.op("isspacep.local %p6, %t12")
-		e.op("and.b64 %t13, %t12, ", strconv.Itoa(size.Sizeof()-1))
-		e.op("setp.ne.or.u64 %p6, %t13, 0, %p6")
-		e.op("@%p6 bra ", plain)
+		c.atomicGuard(i, size.Sizeof(), plain)
 		if size == asm.DWord {
 			c.atomic64(name, fetch, s)
 		} else {
@@ -266,6 +263,31 @@ func (c *compiler) atomic(i int, ins *asm.Instruction) error {
 	}
 	e.label(done)
 	return nil
+}
+
+// atomicGuard branches to plain when the address in %t12 of instruction
+// i's atomic cannot take a PTX atomic: on the stack (.local, where atomics
+// are undefined) or misaligned. The verifier's facts drop either test: a
+// pointer into a map value on every path is never on the stack, and a
+// proven-aligned access needs no alignment test.
+func (c *compiler) atomicGuard(i, n int, plain string) {
+	e := &c.e
+	local := c.o.Verified == nil || !c.o.Verified.MapValueOnly(i)
+	aligned := c.proven(i) == alignYes
+	if local {
+		e.op("isspacep.local %p6, %t12")
+	}
+	if !aligned {
+		e.op("and.b64 %t13, %t12, ", strconv.Itoa(n-1))
+		if local {
+			e.op("setp.ne.or.u64 %p6, %t13, 0, %p6")
+		} else {
+			e.op("setp.ne.u64 %p6, %t13, 0")
+		}
+	}
+	if local || !aligned {
+		e.op("@%p6 bra ", plain)
+	}
 }
 
 func (c *compiler) atomic64(name string, fetch bool, s string) {

@@ -186,3 +186,32 @@ func TestHelperAlignment(t *testing.T) {
 		t.Fatalf("unaligned %v, want [4]", res.Unaligned)
 	}
 }
+
+// TestMapValueAccess: accesses through a map value on every path are
+// listed (the compiler drops its .local test for them); a helper whose key
+// is on the stack and a stack access are not.
+func TestMapValueAccess(t *testing.T) {
+	// Indexes count Program.Insns entries (lddw is one).
+	p := &jit.Program{Maps: testMaps, Insns: link(cat(ins(
+		asm.LoadMapPtr(asm.R1, 0).WithReference("arr"), stdw(asm.R10, -8, 0)), // 0, 1
+		stackPtr(asm.R2, -8), // 2, 3
+		ins(asm.FnMapLookupElem.Call(), // 4: key on the stack
+			asm.JEq.Imm(asm.R0, 0, "out"),               // 5
+			asm.Mov.Imm(asm.R1, 1),                      // 6
+			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),    // 7: map value
+			asm.LoadMem(asm.R3, asm.R10, -8, asm.DWord), // 8: stack
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),    // 9
+			asm.Return())))}
+	res, err := Verify(p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.MapValueOnly(7) {
+		t.Errorf("insn 7 (atomic on a map value) not in %v", res.MapValueAccess)
+	}
+	for _, i := range []int{1, 4, 8} {
+		if res.MapValueOnly(i) {
+			t.Errorf("insn %d (stack) in MapValueAccess %v", i, res.MapValueAccess)
+		}
+	}
+}

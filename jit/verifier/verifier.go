@@ -72,6 +72,10 @@ type Result struct {
 	// compiler that trusts the proofs above for other accesses keeps its
 	// run-time check for these.
 	CtxAccess []int
+	// MapValueAccess lists memory accesses (and helper calls with pointer
+	// arguments) whose pointers point into a map value on every path:
+	// never the stack, so a compiler needs no test for .local memory.
+	MapValueAccess []int
 	// Steps is the number of abstract instruction steps taken.
 	Steps int
 	// States is the number of basic-block states analysed.
@@ -90,6 +94,9 @@ func sortedHas(sorted []int, i int) bool {
 	k := sort.SearchInts(sorted, i)
 	return k < len(sorted) && sorted[k] == i
 }
+
+// MapValueOnly reports whether instruction i is in MapValueAccess.
+func (r *Result) MapValueOnly(i int) bool { return sortedHas(r.MapValueAccess, i) }
 
 // IsUnaligned reports whether instruction i is in Unaligned.
 func (r *Result) IsUnaligned(i int) bool {
@@ -131,6 +138,7 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		reached:   make([]bool, len(p.Insns)),
 		unaligned: make([]bool, len(p.Insns)),
 		ctxAccess: make([]bool, len(p.Insns)),
+		valAccess: make([]int8, len(p.Insns)),
 		stackUse:  make([]int64, len(g.funcs)),
 		ids:       make(map[key]int32),
 		maxSteps:  opts.MaxSteps,
@@ -175,6 +183,7 @@ type verifier struct {
 	reached   []bool
 	unaligned []bool
 	ctxAccess []bool
+	valAccess []int8 // 0: no access seen, 1: map values only, 2: something else too
 	stackUse  []int64 // lowest stack offset used, per function
 	ids       map[key]int32
 	steps     int
@@ -393,6 +402,9 @@ func (v *verifier) result() *Result {
 		}
 		if v.ctxAccess[i] {
 			r.CtxAccess = append(r.CtxAccess, i)
+		}
+		if v.valAccess[i] == 1 {
+			r.MapValueAccess = append(r.MapValueAccess, i)
 		}
 	}
 	return r
