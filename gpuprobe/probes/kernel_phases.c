@@ -9,7 +9,7 @@
 // kernel like vectorAdd does per warp in global memory costs more than the
 // kernel (an H100 spike: one atomic per warp on 64..128 striped counters
 // doubled vectorAdd's time). Measured on the H100 (gpu-bench.sh, ratio to
-// the uninstrumented kernel in the same run): 1.76x on vectorAdd with one
+// the uninstrumented kernel in the same run): 1.69x on vectorAdd with one
 // thread per element (2^24 threads: the probes' per-warp instructions are
 // as many as the kernel's own), 1.04x grid-stride, 1.006x on a SGEMM:
 //
