@@ -183,7 +183,7 @@ type verifier struct {
 	reached   []bool
 	unaligned []bool
 	ctxAccess []bool
-	valAccess []int8 // 0: no access seen, 1: map values only, 2: something else too
+	valAccess []int8  // 0: no access seen, 1: map values only, 2: something else too
 	stackUse  []int64 // lowest stack offset used, per function
 	ids       map[key]int32
 	steps     int
