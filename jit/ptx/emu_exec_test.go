@@ -487,9 +487,23 @@ func (e *emu) ldst(fr *emuFrame, parts []string, a []string) error {
 		fr.params[name] = x
 		return nil
 	}
+	// checkSpace: a .local access must land in local memory (the
+	// compiler addresses stack slots directly).
+	checkSpace := func(addr uint64) error {
+		if parts[1] != "local" {
+			return nil
+		}
+		if r, _, err := e.region(addr, w/8); err == nil && !r.local {
+			return fmt.Errorf("%s.local at %#x outside local memory", parts[0], addr)
+		}
+		return nil
+	}
 	if parts[0] == "ld" {
 		addr, err := e.address(fr, a[1])
 		if err != nil {
+			return err
+		}
+		if err := checkSpace(addr); err != nil {
 			return err
 		}
 		x, err := e.read(addr, w/8)
@@ -503,6 +517,9 @@ func (e *emu) ldst(fr *emuFrame, parts []string, a []string) error {
 	}
 	addr, err := e.address(fr, a[0])
 	if err != nil {
+		return err
+	}
+	if err := checkSpace(addr); err != nil {
 		return err
 	}
 	x, err := e.val(fr, a[1])

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
 )
 
 // align says what is known at compile time about an address's alignment.
@@ -44,6 +46,17 @@ func (c *compiler) proven(i int) align {
 	return alignUnknown
 }
 
+// stackSlot is the .local address of r10+off when base is the frame
+// pointer of the function being compiled: an access to it then skips the
+// generic-to-local resolution (r10 is never written, so it always is
+// __stack + jit.StackSize).
+func (c *compiler) stackSlot(base string, off int64) (string, bool) {
+	if base != regNames[asm.R10] || c.cur == nil || !c.cur.stack {
+		return "", false
+	}
+	return "[__stack+" + strconv.FormatInt(int64(jit.StackSize)+off, 10) + "]", true
+}
+
 var sizeSuffix = map[asm.Size]string{asm.Byte: "8", asm.Half: "16", asm.Word: "32", asm.DWord: "64"}
 
 // load writes dst = *(size *)(base+off), zero- or sign-extended to 64 bits.
@@ -57,6 +70,10 @@ func (c *compiler) load(dst, base string, off int64, size asm.Size, signed bool,
 		ty = ".s" + sx
 	}
 	if al == alignYes {
+		if a, ok := c.stackSlot(base, off); ok {
+			e.op("ld.local", ty, " ", dst, ", ", a)
+			return
+		}
 		e.op("ld", ty, " ", dst, ", ", addr(base, off))
 		return
 	}
@@ -96,6 +113,10 @@ func (c *compiler) store(val, base string, off int64, size asm.Size, al align) {
 	n := size.Sizeof()
 	ty := ".u" + sizeSuffix[size]
 	if al == alignYes {
+		if a, ok := c.stackSlot(base, off); ok {
+			e.op("st.local", ty, " ", a, ", ", val)
+			return
+		}
 		e.op("st", ty, " ", addr(base, off), ", ", val)
 		return
 	}
