@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,16 +46,7 @@ func writeGraphTraces(t *testing.T, nodes, replays int, edit func(node, replay i
 			x.SetEndTimestamp(pcommon.Timestamp(start + 800))
 		}
 	}
-	var m ptrace.JSONMarshaler
-	js, err := m.MarshalTraces(td)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "traces.json")
-	if err := os.WriteFile(p, append(js, '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return writeTracesFile(t, td)
 }
 
 func TestTraceCheckGraphReplays(t *testing.T) {

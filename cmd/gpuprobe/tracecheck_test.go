@@ -53,6 +53,13 @@ func writeTraces(t *testing.T, nestOK bool) string {
 	ap := add(b, 6, 5, "vectorAdd", 1000, 30000)
 	ap.Attributes().PutBool("cuda.kernel.approximate", true)
 
+	return writeTracesFile(t, td)
+}
+
+// writeTracesFile writes td as one JSON line, as the file exporter does,
+// and returns the file's path.
+func writeTracesFile(t *testing.T, td ptrace.Traces) string {
+	t.Helper()
 	var m ptrace.JSONMarshaler
 	js, err := m.MarshalTraces(td)
 	if err != nil {
