@@ -140,14 +140,13 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	byID := map[[24]byte]*span{}
-	key := spanKey
 	children := map[[24]byte][]*span{}
 	for _, s := range spans {
-		byID[key(s.trace, s.id)] = s
+		byID[spanKey(s.trace, s.id)] = s
 	}
 	for _, s := range spans {
 		if !s.parent.IsEmpty() {
-			k := key(s.trace, s.parent)
+			k := spanKey(s.trace, s.parent)
 			children[k] = append(children[k], s)
 		}
 	}
@@ -174,14 +173,14 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 				continue
 			}
 			n++
-			p := byID[key(s.trace, s.parent)]
+			p := byID[spanKey(s.trace, s.parent)]
 			if p != nil && p.str("cuda.api.category") == "launch" {
 				nested++
 				if p.start <= s.start+*tolNS && s.start <= p.end+*tolNS {
 					contained++
 				}
 			}
-			for _, c := range children[key(s.trace, s.id)] {
+			for _, c := range children[spanKey(s.trace, s.id)] {
 				if c.name == "cuda.executing" {
 					phases++
 				}
@@ -210,7 +209,7 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 			}
 			n++
 			names[s.name]++
-			if p := byID[key(s.trace, s.parent)]; p != nil && p.str("cuda.api.category") == "launch" {
+			if p := byID[spanKey(s.trace, s.parent)]; p != nil && p.str("cuda.api.category") == "launch" {
 				parented++
 			}
 			if s.end >= s.start {
@@ -229,7 +228,7 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 		t.row("no shim: approximate span end ≥ start", n > 0 && ordered == n, "%d of %d", ordered, n)
 	}
 	if *graphExe != "" {
-		checkGraphReplays(t, spans, func(s *span) []*span { return children[key(s.trace, s.id)] }, *graphExe, *graphReplays)
+		checkGraphReplays(t, spans, func(s *span) []*span { return children[spanKey(s.trace, s.id)] }, *graphExe, *graphReplays)
 	}
 	if t.failed {
 		return 1

@@ -40,10 +40,8 @@
 //     with Options.Verified (gpuprobe/inject always passes it) an access
 //     that verifier.Result.ProvenAligned reports (stack or map value, never
 //     the context, whose alignment is the caller's) goes without the check,
-//     and so do the key loads and output stores of helpers. On the H100
-//     kernel_phases went from 2.13x to 1.76x on a one-thread-per-element
-//     vectorAdd (each the ratio to the uninstrumented kernel in its own
-//     run). Options.AssumeAligned drops every check.
+//     and so do the key loads and output stores of helpers.
+//     Options.AssumeAligned drops every check.
 //   - PTX atomics are undefined on .local memory, so an atomic whose address
 //     is on the stack (isspacep.local) or misaligned becomes a plain
 //     read-modify-write (the stack is private to the thread).

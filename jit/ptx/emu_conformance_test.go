@@ -2,11 +2,11 @@ package ptx
 
 import (
 	"encoding/binary"
-	"github.com/gpuprobe/gpuprobe/jit/verifier"
 	"path/filepath"
 	"testing"
 
 	"github.com/gpuprobe/gpuprobe/jit/conformance"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 )
 
 // emuRun runs f's test entry as one thread in the PTX interpreter, with

@@ -126,10 +126,7 @@ func (c *compiler) ktime() {
 }
 
 // special writes r0 = a 32-bit special register.
-func (c *compiler) special(reg string) {
-	c.e.op("mov.u32 %g0, ", reg)
-	c.e.op("cvt.u64.u32 %r0, %g0")
-}
+func (c *compiler) special(reg string) { c.special64("%r0", reg) }
 
 // special64 writes dst = a 32-bit special register, zero-extended.
 func (c *compiler) special64(dst, reg string) {
@@ -152,8 +149,7 @@ func (c *compiler) product3(reg string) {
 func (c *compiler) xyz(i int, reg string) {
 	e := &c.e
 	for k, comp := range []string{".x", ".y", ".z"} {
-		e.op("mov.u32 %g0, ", reg, comp)
-		e.op("cvt.u64.u32 %h0, %g0")
+		c.special64("%h0", reg+comp)
 		r := regNames[1+k]
 		c.store("%h0", r, 0, asm.DWord, c.proven(i))
 	}

@@ -3,13 +3,13 @@ package ptx
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/gpuprobe/gpuprobe/jit/verifier"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 )
 
 // lookupAdd looks up key, adds 5 to the u64 value atomically and returns

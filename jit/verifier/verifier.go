@@ -99,10 +99,7 @@ func sortedHas(sorted []int, i int) bool {
 func (r *Result) MapValueOnly(i int) bool { return sortedHas(r.MapValueAccess, i) }
 
 // IsUnaligned reports whether instruction i is in Unaligned.
-func (r *Result) IsUnaligned(i int) bool {
-	k := sort.SearchInts(r.Unaligned, i)
-	return k < len(r.Unaligned) && r.Unaligned[k] == i
-}
+func (r *Result) IsUnaligned(i int) bool { return sortedHas(r.Unaligned, i) }
 
 // Verify checks that p is safe to run inside a CUDA kernel. A rejection is
 // returned as an *Error naming the instruction and the reason.

@@ -130,7 +130,7 @@ func (t *Translator) adoptCaptured(key srcKey, now time.Time) {
 		return
 	}
 	p.done = true
-	delete(t.pending, key)
+	t.drop(p)
 	t.counters.LaunchesCaptured++
 	if p.exec == nil && p.warps == 0 {
 		return

@@ -112,7 +112,7 @@ type launch struct {
 	hth        *hostThread // the host state of its thread, while registered there
 	holdSince  time.Time   // when it first waited for host calls of its thread
 
-	// A run of a CUDA graph node (launch id with GraphIDBit): its node and
+	// A run of a CUDA graph node (see graph.go, isGraph): its node and
 	// replay ordinal (how many launch records of its id came before its
 	// own); chain is nil for other launches.
 	chain  *replayChain
@@ -133,7 +133,7 @@ type Translator struct {
 	qhead   int
 
 	// Runs of CUDA graph nodes are not in pending but in graphs.
-	graphs     map[srcKey]*replayChain // graph node (GraphIDBit id) → its runs
+	graphs     map[srcKey]*replayChain // graph node (id with GraphIDBit, or adopted from a capture) → its runs
 	nGraph     int                     // pending runs of graph nodes
 	graphSweep uint32                  // sweeps of graphs (replayChain.touch)
 
