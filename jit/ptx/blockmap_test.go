@@ -3,6 +3,7 @@ package ptx
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 )
 
 // Per-block arrays (map type 1601) and the helpers 607..609, through the
@@ -82,38 +84,59 @@ func TestPerBlockArrayLookup(t *testing.T) {
 		{"huge key", -1, 1, 99, -1, 4},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			m := blockMap("counts", 8, uint32(tt.slots))
-			f := compileProg(t, lookupAdd(tt.key), []*jit.Map{m}, Options{})
-			if len(f.Globals) != 0 {
-				t.Errorf("globals %+v: a per-block array binds none", f.Globals)
-			}
-			if len(f.Shared) != 1 || f.Shared[0] != (Shared{Name: SharedName("counts"), Map: "counts", Size: uint64(8 * tt.slots)}) {
-				t.Errorf("Shared = %+v", f.Shared)
-			}
-			e, err := newEmu(TestModule(f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := e.alloc(8, false, "result")
-			var got uint64
-			for range tt.runs {
-				if _, err := e.call(TestEntry(f), []uint64{0, 0, res.base}); err != nil {
-					t.Fatal(err)
-				}
-				got = binary.LittleEndian.Uint64(res.data)
-			}
-			if got != tt.want {
-				t.Fatalf("r0 = %d, want %d", got, tt.want)
-			}
-			mem := sharedBytes(t, e, "counts")
-			for i := range tt.slots {
-				v := binary.LittleEndian.Uint64(mem[8*i:])
-				if want := uint64(5 * tt.runs); i == tt.slot && v != want || i != tt.slot && v != 0 {
-					t.Errorf("slot %d = %d after %d runs", i, v, tt.runs)
-				}
-			}
-		})
+		for _, proofs := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/proofs=%v", tt.name, proofs), func(t *testing.T) { runBlockLookup(t, tt.key, tt.runs, tt.want, tt.slot, tt.slots, proofs) })
+		}
+	}
+}
+
+// runBlockLookup runs lookupAdd on a per-block array with slots entries,
+// runs times in one block, and checks r0 (want) and which slot holds the
+// sum (-1: none). With proofs (the verifier's result), the key is folded
+// in and the value's accesses use the .shared space, which the emulator
+// checks lands in the .shared variable.
+func runBlockLookup(t *testing.T, key int32, runs int, want uint64, slot, slots int, proofs bool) {
+	m := blockMap("counts", 8, uint32(slots))
+	p := &jit.Program{Name: "t", Insns: lookupAdd(key), Maps: []*jit.Map{m}}
+	var o Options
+	if proofs {
+		res, err := verifier.Verify(p, verifier.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Verified = res
+	}
+	f := compileProg(t, p.Insns, p.Maps, o)
+	if shared := strings.Contains(f.Body, "red.shared.add.u64") && strings.Contains(f.Body, "ld.shared.u64"); shared != proofs {
+		t.Fatalf("shared-space accesses %v with proofs=%v:\n%s", shared, proofs, f.Body)
+	}
+	if len(f.Globals) != 0 {
+		t.Errorf("globals %+v: a per-block array binds none", f.Globals)
+	}
+	if len(f.Shared) != 1 || f.Shared[0] != (Shared{Name: SharedName("counts"), Map: "counts", Size: uint64(8 * slots)}) {
+		t.Errorf("Shared = %+v", f.Shared)
+	}
+	e, err := newEmu(TestModule(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := e.alloc(8, false, "result")
+	var got uint64
+	for range runs {
+		if _, err := e.call(TestEntry(f), []uint64{0, 0, res.base}); err != nil {
+			t.Fatal(err)
+		}
+		got = binary.LittleEndian.Uint64(res.data)
+	}
+	if got != want {
+		t.Fatalf("r0 = %d, want %d", got, want)
+	}
+	mem := sharedBytes(t, e, "counts")
+	for i := range slots {
+		v := binary.LittleEndian.Uint64(mem[8*i:])
+		if want := uint64(5 * runs); i == slot && v != want || i != slot && v != 0 {
+			t.Errorf("slot %d = %d after %d runs", i, v, runs)
+		}
 	}
 }
 
@@ -310,41 +333,67 @@ func TestAtomicMinMaxHelpers(t *testing.T) {
 		{"min, misaligned shared (plain path)", "blk", 3, jit.HelperAtomicMinU64, 9, 8, 8},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			maps := []*jit.Map{
-				{Name: "arr", Type: jit.MapTypeGPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 1},
-				blockMap("blk", 16, 1),
-			}
-			f := compileProg(t, minMaxProg(tt.where, tt.off, tt.id, tt.init, tt.v), maps, Options{})
-			op := map[jit.HelperID]string{jit.HelperAtomicMaxU64: "red.max.u64", jit.HelperAtomicMinU64: "red.min.u64"}[tt.id]
-			if !strings.Contains(f.Body, op) {
-				t.Errorf("no %s in the PTX", op)
-			}
-			var arr *emuRegion
-			got, e, err := emuRun(f, nil, 0, func(e *emu) {
-				if tt.where == "arr" {
-					arr = region(e, f, GlobalMap, "arr", 16)
-				}
+		// With the verifier's facts (aligned cases: it rejects a
+		// misaligned atomic), a map value's space is known: the red is
+		// .global or .shared, and the emulator checks the address is.
+		modes := []bool{false}
+		if tt.off%8 == 0 {
+			modes = append(modes, true)
+		}
+		for _, proofs := range modes {
+			t.Run(fmt.Sprintf("%s/proofs=%v", tt.name, proofs), func(t *testing.T) {
+				runMinMax(t, tt.where, tt.off, tt.id, tt.init, tt.v, tt.want, proofs)
 			})
-			if err != nil {
-				t.Fatal(err) // the emulator fails an atomic on .local or a misaligned access
-			}
-			if got != tt.want {
-				t.Fatalf("r0 = %#x, want %#x", got, tt.want)
-			}
-			var mem []byte
-			switch tt.where {
-			case "arr":
-				mem = arr.data[dataOffset:]
-			case "blk":
-				mem = sharedBytes(t, e, "blk")
-			default:
-				return
-			}
-			if v := binary.LittleEndian.Uint64(mem[tt.off:]); v != tt.want {
-				t.Errorf("memory holds %#x, want %#x", v, tt.want)
-			}
-		})
+		}
+	}
+}
+
+// runMinMax runs minMaxProg (where, off, id, initial, v) and checks r0
+// and the memory (want); proofs compiles with the verifier's result.
+func runMinMax(t *testing.T, where string, off int32, id jit.HelperID, initial, v, want uint64, proofs bool) {
+	maps := []*jit.Map{
+		{Name: "arr", Type: jit.MapTypeGPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 1},
+		blockMap("blk", 16, 1),
+	}
+	p := &jit.Program{Name: "t", Insns: minMaxProg(where, off, id, initial, v), Maps: maps}
+	var o Options
+	space := ""
+	if proofs {
+		res, err := verifier.Verify(p, verifier.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Verified = res
+		space = map[string]string{"arr": ".global", "blk": ".shared"}[where]
+	}
+	f := compileProg(t, p.Insns, maps, o)
+	op := "red" + space + map[jit.HelperID]string{jit.HelperAtomicMaxU64: ".max.u64", jit.HelperAtomicMinU64: ".min.u64"}[id]
+	if !strings.Contains(f.Body, op) {
+		t.Errorf("no %s in the PTX", op)
+	}
+	var arr *emuRegion
+	got, e, err := emuRun(f, nil, 0, func(e *emu) {
+		if where == "arr" {
+			arr = region(e, f, GlobalMap, "arr", 16)
+		}
+	})
+	if err != nil {
+		t.Fatal(err) // the emulator fails an atomic on .local or a misaligned access
+	}
+	if got != want {
+		t.Fatalf("r0 = %#x, want %#x", got, want)
+	}
+	var mem []byte
+	switch where {
+	case "arr":
+		mem = arr.data[dataOffset:]
+	case "blk":
+		mem = sharedBytes(t, e, "blk")
+	default:
+		return
+	}
+	if got := binary.LittleEndian.Uint64(mem[off:]); got != want {
+		t.Errorf("memory holds %#x, want %#x", got, want)
 	}
 }
 

@@ -487,17 +487,7 @@ func (e *emu) ldst(fr *emuFrame, parts []string, a []string) error {
 		fr.params[name] = x
 		return nil
 	}
-	// checkSpace: a .local access must land in local memory (the
-	// compiler addresses stack slots directly).
-	checkSpace := func(addr uint64) error {
-		if parts[1] != "local" {
-			return nil
-		}
-		if r, _, err := e.region(addr, w/8); err == nil && !r.local {
-			return fmt.Errorf("%s.local at %#x outside local memory", parts[0], addr)
-		}
-		return nil
-	}
+	checkSpace := func(addr uint64) error { return e.checkSpace(parts, addr, w/8) }
 	if parts[0] == "ld" {
 		addr, err := e.address(fr, a[1])
 		if err != nil {
@@ -529,6 +519,29 @@ func (e *emu) ldst(fr *emuFrame, parts []string, a []string) error {
 	return e.write(addr, w/8, mask(x, w))
 }
 
+// checkSpace checks that an access of n bytes at addr in the state space
+// its opcode names (parts[1]) lands there: a .local access in local memory
+// (the compiler addresses stack slots directly), a .shared one in a .shared
+// variable (the compiler addresses per-block map values in the shared
+// space when the verifier proves them so), a .global one elsewhere.
+func (e *emu) checkSpace(parts []string, addr uint64, n int) error {
+	switch parts[1] {
+	case "local":
+		if r, _, err := e.region(addr, n); err == nil && !r.local {
+			return fmt.Errorf("%s.local at %#x outside local memory", parts[0], addr)
+		}
+	case "shared":
+		if r, _, err := e.region(addr, n); err == nil && !r.shared {
+			return fmt.Errorf("%s.shared at %#x outside shared memory (in %s)", parts[0], addr, r.name)
+		}
+	case "global":
+		if r, _, err := e.region(addr, n); err == nil && (r.shared || r.local) {
+			return fmt.Errorf("%s.global at %#x outside global memory (in %s)", parts[0], addr, r.name)
+		}
+	}
+	return nil
+}
+
 func (e *emu) atomic(fr *emuFrame, parts []string, a []string) error {
 	ty := parts[len(parts)-1]
 	op := parts[len(parts)-2]
@@ -543,6 +556,9 @@ func (e *emu) atomic(fr *emuFrame, parts []string, a []string) error {
 	}
 	if r, _, err := e.region(addr, w/8); err == nil && r.local {
 		return fmt.Errorf("atomic on .local memory at %#x (undefined in PTX)", addr)
+	}
+	if err := e.checkSpace(parts, addr, w/8); err != nil {
+		return err
 	}
 	old, err := e.read(addr, w/8)
 	if err != nil {

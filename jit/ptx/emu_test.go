@@ -41,10 +41,11 @@ type emuLocal struct {
 }
 
 type emuRegion struct {
-	base  uint64
-	data  []byte
-	local bool
-	name  string
+	base   uint64
+	data   []byte
+	local  bool
+	shared bool // a .shared variable
+	name   string
 }
 
 // emu is a module plus memory and the state of one thread.
@@ -94,7 +95,9 @@ func newEmu(module string) (*emu, error) {
 				return nil, fmt.Errorf("line %d: %s declared twice", n+1, m[1])
 			}
 			size, _ := strconv.Atoi(m[2])
-			e.globals[m[1]] = e.alloc(size, false, m[1]).base
+			r := e.alloc(size, false, m[1])
+			r.shared = true
+			e.globals[m[1]] = r.base
 		case f == nil && (strings.HasPrefix(line, ".func") || strings.HasPrefix(line, ".visible")):
 			if strings.HasSuffix(line, ";") {
 				continue // prototype

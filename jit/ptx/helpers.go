@@ -236,8 +236,13 @@ func (c *compiler) atomicMinMax(i int, op string) {
 	al := c.proven(i)
 	plain, done := c.newLabel(), c.newLabel()
 	e.op("mov.b64 %t12, %r1")
-	c.atomicGuard(i, 8, plain)
-	e.op("red.", op, ".u64 [%t12], %r2")
+	space := c.atomicSpace(i)
+	if space != "" {
+		e.op("cvta.to", space, ".u64 %t12, %t12")
+	} else {
+		c.atomicGuard(i, 8, plain)
+	}
+	e.op("red", space, ".", op, ".u64 [%t12], %r2")
 	e.op("bra.uni ", done)
 	e.label(plain)
 	c.load("%t13", "%t12", 0, asm.DWord, false, al)

@@ -265,6 +265,20 @@ func (c *compiler) arraySlot(m *jit.Map) {
 	e.op("@%q1 mov.u64 %r0, 0")
 }
 
+// arrayKey writes %h1 = the 4-byte key that map helper call i points to
+// with r2: the number itself when the verifier found it to be the same on
+// every path (Result.ConstKeys), which spares the stack store's round trip
+// and lets ptxas fold the bounds check and the address; a load otherwise.
+func (c *compiler) arrayKey(i int) {
+	if v := c.o.Verified; v != nil {
+		if k, ok := v.ConstKeys[i]; ok {
+			c.e.op("mov.u64 %h1, ", u64(k&0xffffffff))
+			return
+		}
+	}
+	c.load("%h1", "%r2", 0, asm.Word, false, c.proven(i))
+}
+
 // gpuArrayOp writes a map helper on a GPU-resident array or a kernel map
 // (BPF_F_MMAPABLE array in host memory the device maps), inline. The
 // returned pointer goes to the map's memory as it is: the program's own
@@ -286,7 +300,7 @@ func (c *compiler) gpuArrayOp(i int, id jit.HelperID, m *jit.Map) error {
 	}
 	switch id {
 	case jit.HelperMapLookupElem:
-		c.load("%h1", "%r2", 0, asm.Word, false, c.proven(i))
+		c.arrayKey(i)
 		c.arraySlot(m)
 	case jit.HelperMapUpdateElem:
 		// Linux's array semantics: flags beyond BPF_EXIST (BPF_F_LOCK
@@ -300,7 +314,7 @@ func (c *compiler) gpuArrayOp(i int, id jit.HelperID, m *jit.Map) error {
 		e.op("setp.eq.u64 %q2, %h6, 1")
 		e.op("mov.u64 %r0, ", i64(-errEXIST))
 		e.op("@%q2 bra ", done)
-		c.load("%h1", "%r2", 0, asm.Word, false, c.proven(i))
+		c.arrayKey(i)
 		c.arraySlot(m)
 		e.op("setp.eq.u64 %q2, %r0, 0")
 		e.op("mov.u64 %h7, %r0")

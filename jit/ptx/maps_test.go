@@ -87,6 +87,19 @@ func runLookupAdd(t *testing.T, tt arrayCase, proofs bool) {
 	if tests := strings.Count(f.Body, "isspacep.local"); proofs != (tests == 0) {
 		t.Fatalf("%d .local tests with proofs=%v", tests, proofs)
 	}
+	// The key is a known number: with the verifier's facts it is not
+	// loaded from the stack, and the add is a .global red (the emulator
+	// checks the address is not shared or local). Global memory is never
+	// addressed as .shared.
+	if loaded := strings.Contains(f.Body, "mov.u64 %h1, "+u64(uint64(uint32(tt.key)))); proofs != loaded {
+		t.Fatalf("constant key %d in the code: %v with proofs=%v", tt.key, loaded, proofs)
+	}
+	if global := strings.Contains(f.Body, "red.global.add.u64"); global != proofs {
+		t.Fatalf("global-space atomic %v with proofs=%v", global, proofs)
+	}
+	if strings.Contains(f.Body, ".shared") {
+		t.Fatalf("a global map accessed as .shared:\n%s", f.Body)
+	}
 	var r *emuRegion
 	got, _, err := emuRun(f, nil, 0, func(e *emu) {
 		lanes := max(tt.lanes, 1)

@@ -169,8 +169,57 @@ func (c *compiler) ldx(i int, ins *asm.Instruction) error {
 		return c.errf(i, "sign-extending load of 8 bytes is not defined")
 	}
 	off := int64(ins.Offset)
-	c.load(d, regNames[ins.Src], off, size, signed, c.staticAlign(i, ins.Src, off, size.Sizeof()))
+	al := c.staticAlign(i, ins.Src, off, size.Sizeof())
+	if c.inShared(i, al) {
+		ty := ".u" + sizeSuffix[size]
+		if signed {
+			ty = ".s" + sizeSuffix[size]
+		}
+		c.e.op("cvta.to.shared.u64 %t8, ", regNames[ins.Src])
+		c.e.op("ld.shared", ty, " ", d, ", ", addr("%t8", off))
+		return nil
+	}
+	c.load(d, regNames[ins.Src], off, size, signed, al)
 	return nil
+}
+
+// inShared reports whether access i, of alignment al, goes to shared
+// memory on every path (a per-block array's value, Result.BlockMapAccess),
+// so that it can use the .shared space: ptxas then emits a shared-memory
+// instruction rather than a generic one and its window arithmetic.
+func (c *compiler) inShared(i int, al align) bool {
+	return al == alignYes && c.o.Verified != nil && c.o.Verified.BlockMapOnly(i)
+}
+
+// atomicSpace is the state space of atomic access i (an atomic
+// instruction, or helper 607/608) when the verifier knows it and proved
+// it aligned: ".shared" (a per-block array's value) or ".global" (any
+// other map value); "" otherwise. A known space needs no guard, and ptxas
+// emits a plain RED/ATOM: a generic one also carries a test for a shared
+// address and an emulation loop, and the warp waits for the test's
+// predicate, so a generic red costs a round trip.
+func (c *compiler) atomicSpace(i int) string {
+	v := c.o.Verified
+	switch {
+	case v == nil || c.proven(i) != alignYes:
+		return ""
+	case v.BlockMapOnly(i):
+		return ".shared"
+	case v.GlobalMapOnly(i):
+		return ".global"
+	}
+	return ""
+}
+
+// storeAt writes store instruction i: *(size *)(base+off) = val.
+func (c *compiler) storeAt(i int, val string, base asm.Register, off int64, size asm.Size) {
+	al := c.staticAlign(i, base, off, size.Sizeof())
+	if c.inShared(i, al) {
+		c.e.op("cvta.to.shared.u64 %t8, ", regNames[base])
+		c.e.op("st.shared.u", sizeSuffix[size], " ", addr("%t8", off), ", ", val)
+		return
+	}
+	c.store(val, regNames[base], off, size, al)
 }
 
 // st writes ST (store of an immediate).
@@ -193,8 +242,7 @@ func (c *compiler) st(i int, ins *asm.Instruction) error {
 	if ins.Dst > asm.R10 {
 		return c.errf(i, "register r%d out of range", ins.Dst)
 	}
-	off := int64(ins.Offset)
-	c.store(v, regNames[ins.Dst], off, size, c.staticAlign(i, ins.Dst, off, size.Sizeof()))
+	c.storeAt(i, v, ins.Dst, int64(ins.Offset), size)
 	return nil
 }
 
@@ -204,8 +252,7 @@ func (c *compiler) stx(i int, ins *asm.Instruction) error {
 	if !checkSize(size) || ins.OpCode.Mode() != asm.MemMode {
 		return c.errf(i, "unknown store encoding")
 	}
-	off := int64(ins.Offset)
-	c.store(regNames[ins.Src], regNames[ins.Dst], off, size, c.staticAlign(i, ins.Dst, off, size.Sizeof()))
+	c.storeAt(i, regNames[ins.Src], ins.Dst, int64(ins.Offset), size)
 	return nil
 }
 
@@ -247,11 +294,17 @@ func (c *compiler) atomic(i int, ins *asm.Instruction) error {
 	e.op("add.s64 %t12, ", base, ", ", i64(off))
 	plain, done := c.newLabel(), c.newLabel()
 	if ins.Dst != asm.R10 {
-		c.atomicGuard(i, size.Sizeof(), plain)
-		if size == asm.DWord {
-			c.atomic64(name, fetch, s)
+		space := c.atomicSpace(i)
+		if space != "" {
+			// Never the stack, and aligned: no guard.
+			e.op("cvta.to", space, ".u64 %t12, %t12")
 		} else {
-			c.atomic32(name, fetch, s)
+			c.atomicGuard(i, size.Sizeof(), plain)
+		}
+		if size == asm.DWord {
+			c.atomic64(space, name, fetch, s)
+		} else {
+			c.atomic32(space, name, fetch, s)
 		}
 		e.op("bra.uni ", done)
 	}
@@ -311,36 +364,41 @@ func (c *compiler) atomicGuard(i, n int, plain string) {
 	}
 }
 
-func (c *compiler) atomic64(name string, fetch bool, s string) {
+// atomic64 writes a 64-bit atomic on [%t12] in state space space ("" for
+// generic, ".shared").
+func (c *compiler) atomic64(space, name string, fetch bool, s string) {
 	e := &c.e
+	atom := "atom" + space + "."
 	switch name {
 	case "cas":
-		e.op("atom.cas.b64 %r0, [%t12], %r0, ", s)
+		e.op(atom, "cas.b64 %r0, [%t12], %r0, ", s)
 	case "exch":
-		e.op("atom.exch.b64 ", s, ", [%t12], ", s)
+		e.op(atom, "exch.b64 ", s, ", [%t12], ", s)
 	default:
 		ty := ".b64"
 		if name == "add" {
 			ty = ".u64"
 		}
 		if fetch {
-			e.op("atom.", name, ty, " ", s, ", [%t12], ", s)
+			e.op(atom, name, ty, " ", s, ", [%t12], ", s)
 		} else {
-			e.op("red.", name, ty, " [%t12], ", s)
+			e.op("red", space, ".", name, ty, " [%t12], ", s)
 		}
 	}
 }
 
-func (c *compiler) atomic32(name string, fetch bool, s string) {
+// atomic32 is atomic64 on 32 bits.
+func (c *compiler) atomic32(space, name string, fetch bool, s string) {
 	e := &c.e
+	atom := "atom" + space + "."
 	e.op("cvt.u32.u64 %w4, ", s)
 	switch name {
 	case "cas":
 		e.op("cvt.u32.u64 %w5, %r0")
-		e.op("atom.cas.b32 %w6, [%t12], %w5, %w4")
+		e.op(atom, "cas.b32 %w6, [%t12], %w5, %w4")
 		e.op("cvt.u64.u32 %r0, %w6")
 	case "exch":
-		e.op("atom.exch.b32 %w6, [%t12], %w4")
+		e.op(atom, "exch.b32 %w6, [%t12], %w4")
 		e.op("cvt.u64.u32 ", s, ", %w6")
 	default:
 		ty := ".b32"
@@ -348,10 +406,10 @@ func (c *compiler) atomic32(name string, fetch bool, s string) {
 			ty = ".u32"
 		}
 		if fetch {
-			e.op("atom.", name, ty, " %w6, [%t12], %w4")
+			e.op(atom, name, ty, " %w6, [%t12], %w4")
 			e.op("cvt.u64.u32 ", s, ", %w6")
 		} else {
-			e.op("red.", name, ty, " [%t12], %w4")
+			e.op("red", space, ".", name, ty, " [%t12], %w4")
 		}
 	}
 }

@@ -286,11 +286,14 @@ func (v *verifier) access(st *state, i int, reg asm.Register, base value, off in
 	if base.kind == kCtx {
 		v.ctxAccess[i] = true
 	}
-	k := int8(2) // 1: a map value; 2: anything else (max: over all paths and pointers)
+	k := accOther
 	if base.kind == kMapValue {
-		k = 1
+		k = accValue
+		if v.p.Maps[base.m].Type == jit.MapTypePerBlockArray {
+			k = accBlockValue
+		}
 	}
-	v.valAccess[i] = max(v.valAccess[i], k)
+	v.valAccess[i] |= k
 	// Alignment (natural, at most 8), assuming 8-byte aligned regions.
 	if size > 1 && min(int(base.tz), tzOfInt(off)) < min(tzOfInt(int64(size)), 3) {
 		switch mode {

@@ -167,6 +167,10 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 			if err := v.helperMem(st, i, sig.Name, r, int64(size), false, what); err != nil {
 				return err
 			}
+			if at == ArgMapKey {
+				c, ok := v.stackConst(st, r, size)
+				v.noteKey(i, c, ok)
+			}
 		case ArgMem:
 			if a+1 >= len(sig.Args) || sig.Args[a+1] != ArgSize {
 				return v.errorf(i, "%s: signature has a memory argument without a size", sig.Name)
@@ -260,6 +264,17 @@ func (v *verifier) helperAtomic(st *state, i int, name string, r asm.Register) e
 		return err
 	}
 	return nil
+}
+
+// stackConst returns the size bytes register r points to when r points to
+// the stack at a known offset and those bytes hold a known number (at most
+// 8 bytes).
+func (v *verifier) stackConst(st *state, r asm.Register, size uint32) (uint64, bool) {
+	p := st.cur().regs[r]
+	if p.kind != kStack || p.smin != p.smax || size > 8 || int(p.frame) >= len(st.frames) {
+		return 0, false
+	}
+	return st.frames[p.frame].known(p.smin, int(size))
 }
 
 // originText names the lookup call a nullable pointer came from.

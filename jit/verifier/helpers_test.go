@@ -215,3 +215,56 @@ func TestMapValueAccess(t *testing.T) {
 		}
 	}
 }
+
+// TestConstKeys: a map helper's key is reported when the stack bytes it
+// points to hold the same known number on every path, however they were
+// written, and not when any path leaves a byte unknown or different.
+func TestConstKeys(t *testing.T) {
+	// Every program ends with: r1 = arr (lddw); r2 = r10-8; call lookup;
+	// r0 = 0; exit. The call is the fourth instruction from the end.
+	tail := cat(ins(asm.LoadMapPtr(asm.R1, 0).WithReference("arr")), stackPtr(asm.R2, -8),
+		ins(asm.FnMapLookupElem.Call(), asm.Mov.Imm(asm.R0, 0).WithSymbol("out"), asm.Return()))
+	unknownR6 := ins(call(jit.HelperKtimeGetNs), asm.Mov.Reg(asm.R6, asm.R0))
+	cases := []struct {
+		name string
+		pre  asm.Instructions
+		want uint64
+		ok   bool
+	}{
+		{"word immediate", ins(asm.StoreImm(asm.R10, -8, 7, asm.Word)), 7, true},
+		{"word register", ins(asm.Mov.Imm(asm.R3, 9), asm.StoreMem(asm.R10, -8, asm.R3, asm.Word)), 9, true},
+		{"dword spill, low word read", ins(asm.LoadImm(asm.R3, 0x1122334455667788, asm.DWord),
+			asm.StoreMem(asm.R10, -8, asm.R3, asm.DWord)), 0x55667788, true},
+		{"bytes", ins(asm.StoreImm(asm.R10, -8, 1, asm.Byte), asm.StoreImm(asm.R10, -7, 2, asm.Byte),
+			asm.StoreImm(asm.R10, -6, 0, asm.Half)), 0x0201, true},
+		{"one byte overwritten by an unknown", cat(unknownR6, ins(asm.StoreImm(asm.R10, -8, 5, asm.Word),
+			asm.StoreMem(asm.R10, -7, asm.R6, asm.Byte))), 0, false},
+		{"unknown register", cat(unknownR6, ins(asm.StoreMem(asm.R10, -8, asm.R6, asm.Word))), 0, false},
+		{"same on both paths", cat(unknownR6, ins(asm.StoreImm(asm.R10, -8, 3, asm.Word),
+			asm.JEq.Imm(asm.R6, 0, "join"), asm.StoreImm(asm.R10, -8, 3, asm.Word),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("join"))), 3, true},
+		{"different on two paths", cat(unknownR6, ins(asm.StoreImm(asm.R10, -8, 3, asm.Word),
+			asm.JEq.Imm(asm.R6, 0, "join"), asm.StoreImm(asm.R10, -8, 4, asm.Word),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("join"))), 0, false},
+		{"helper output over the key", cat(ins(stdw(asm.R10, -8, 3)), stackPtr(asm.R1, -8),
+			stackPtr(asm.R2, -16), stackPtr(asm.R3, -24), ins(call(jit.HelperGetThreadIdx))), 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			insns := link(cat(tc.pre, tail))
+			p := &jit.Program{Maps: testMaps, Insns: insns}
+			res, err := Verify(p, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			callIdx := len(insns) - 3
+			got, ok := res.ConstKeys[callIdx]
+			if ok != tc.ok || got != tc.want {
+				t.Fatalf("ConstKeys[%d] = %#x, %v; want %#x, %v (all: %v)", callIdx, got, ok, tc.want, tc.ok, res.ConstKeys)
+			}
+			if len(res.ConstKeys) > 1 {
+				t.Fatalf("ConstKeys %v: only the lookup has a key", res.ConstKeys)
+			}
+		})
+	}
+}

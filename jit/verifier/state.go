@@ -9,11 +9,37 @@ const stackSlots = jit.StackSize / 8
 
 // slot is one 8-byte stack slot: which bytes were written and, when the
 // whole slot was written at once from a register or an immediate, the value
-// (a "spill"), so that pointers survive being stored and loaded back.
+// (a "spill"), so that pointers survive being stored and loaded back. Bytes
+// stored from a known number keep that number (kmask, kval: byte b in bits
+// 8b..8b+7), so that a map key built on the stack is known at the call.
 type slot struct {
 	v     value
-	init  uint8 // bit b set: byte b of the slot was written
+	kval  uint64 // known bytes' values; bytes outside kmask are 0
+	init  uint8  // bit b set: byte b of the slot was written
+	kmask uint8  // bit b set: byte b of the slot holds a known number
 	spill bool
+}
+
+// byteMask widens kmask bit b to byte b of a uint64.
+func byteMask(kmask uint8) uint64 {
+	var m uint64
+	for b := uint(0); b < 8; b++ {
+		if kmask&(1<<b) != 0 {
+			m |= 0xff << (8 * b)
+		}
+	}
+	return m
+}
+
+// joinKnown keeps the bytes known, and equal, in both x and y.
+func joinKnown(x, y *slot) (uint64, uint8) {
+	k := x.kmask & y.kmask
+	for b := uint(0); b < 8; b++ {
+		if (x.kval^y.kval)>>(8*b)&0xff != 0 {
+			k &^= 1 << b
+		}
+	}
+	return x.kval & byteMask(k), k
 }
 
 // stackArea is the stack of one frame.
@@ -98,6 +124,7 @@ func (s *state) joinFrom(o *state, widening bool) bool {
 				continue
 			}
 			n := slot{init: x.init & y.init}
+			n.kval, n.kmask = joinKnown(x, y)
 			if x.spill && y.spill {
 				n.v = merge(x.v, y.v)
 				n.spill = n.v.kind != kUninit
@@ -179,36 +206,68 @@ func (fr *frame) written(lo, hi int64) (int64, bool) {
 // stored value when it is known (register or immediate), nil otherwise.
 func (fr *frame) store(off int64, size int, v *value) {
 	k, b := stackOff(off)
+	c, known := uint64(0), v != nil && v.kind == kScalar && v.umin == v.umax
+	if known {
+		c = v.umin
+	}
 	if size == 8 && b == 0 && v != nil {
-		if n := (slot{v: *v, init: 0xff, spill: true}); fr.stack[k] != n {
+		n := slot{v: *v, init: 0xff, spill: true}
+		if known {
+			n.kval, n.kmask = c, 0xff
+		}
+		if fr.stack[k] != n {
 			fr.mut()[k] = n
 		}
 		return
 	}
-	for o := off; o < off+int64(size); o++ {
-		k, b := stackOff(o)
+	for j := 0; j < size; j++ {
+		k, b := stackOff(off + int64(j))
 		n := fr.stack[k]
 		if n.spill {
 			n.spill, n.v = false, value{}
 		}
 		n.init |= 1 << b
+		n.kval &^= 0xff << (8 * b)
+		n.kmask &^= 1 << b
+		if known {
+			n.kval |= (c >> (8 * j) & 0xff) << (8 * b)
+			n.kmask |= 1 << b
+		}
 		if n != fr.stack[k] {
 			fr.mut()[k] = n
 		}
 	}
 }
 
+// known returns the size bytes at constant offset off as a little-endian
+// number when every one of them holds a known number (size at most 8).
+func (fr *frame) known(off int64, size int) (uint64, bool) {
+	var c uint64
+	for j := 0; j < size; j++ {
+		k, b := stackOff(off + int64(j))
+		s := &fr.stack[k]
+		if s.kmask&(1<<b) == 0 {
+			return 0, false
+		}
+		c |= (s.kval >> (8 * b) & 0xff) << (8 * j)
+	}
+	return c, true
+}
+
 // clobber records a write somewhere in [lo, hi) whose exact place is unknown:
-// spilled values there are no longer reliable; no byte becomes written.
+// spilled values and known bytes there are no longer reliable; no byte
+// becomes written.
 func (fr *frame) clobber(lo, hi int64) {
 	for o := lo; o < hi; o++ {
-		k, _ := stackOff(o)
-		if !fr.stack[k].spill {
+		k, b := stackOff(o)
+		if s := fr.stack[k]; !s.spill && s.kmask&(1<<b) == 0 {
 			continue
 		}
 		s := &fr.mut()[k]
 		if s.spill {
 			s.spill, s.v = false, value{}
 		}
+		s.kval &^= 0xff << (8 * b)
+		s.kmask &^= 1 << b
 	}
 }

@@ -76,6 +76,19 @@ type Result struct {
 	// arguments) whose pointers point into a map value on every path:
 	// never the stack, so a compiler needs no test for .local memory.
 	MapValueAccess []int
+	// BlockMapAccess lists the accesses of MapValueAccess whose pointers
+	// point into a per-block array's value (shared memory) on every path:
+	// a compiler can address them in the shared space.
+	BlockMapAccess []int
+	// GlobalMapAccess lists the other accesses of MapValueAccess: their
+	// pointers point into map values in global memory (device memory, or
+	// host memory the device maps) on every path.
+	GlobalMapAccess []int
+	// ConstKeys maps each map helper call (lookup, update, delete) whose
+	// key is the same known number on every path to that number (keys of
+	// at most 8 bytes, little-endian): a compiler can use the value in
+	// place of loading the key from the stack.
+	ConstKeys map[int]uint64
 	// Steps is the number of abstract instruction steps taken.
 	Steps int
 	// States is the number of basic-block states analysed.
@@ -97,6 +110,19 @@ func sortedHas(sorted []int, i int) bool {
 
 // MapValueOnly reports whether instruction i is in MapValueAccess.
 func (r *Result) MapValueOnly(i int) bool { return sortedHas(r.MapValueAccess, i) }
+
+// BlockMapOnly reports whether instruction i is in BlockMapAccess.
+func (r *Result) BlockMapOnly(i int) bool { return sortedHas(r.BlockMapAccess, i) }
+
+// GlobalMapOnly reports whether instruction i is in GlobalMapAccess.
+func (r *Result) GlobalMapOnly(i int) bool { return sortedHas(r.GlobalMapAccess, i) }
+
+// What an access's pointer pointed to, over all paths (bits of valAccess).
+const (
+	accValue      uint8 = 1 << iota // a map value in global memory
+	accBlockValue                   // a per-block array's value (shared memory)
+	accOther                        // the stack or the context
+)
 
 // IsUnaligned reports whether instruction i is in Unaligned.
 func (r *Result) IsUnaligned(i int) bool { return sortedHas(r.Unaligned, i) }
@@ -135,7 +161,8 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		reached:   make([]bool, len(p.Insns)),
 		unaligned: make([]bool, len(p.Insns)),
 		ctxAccess: make([]bool, len(p.Insns)),
-		valAccess: make([]int8, len(p.Insns)),
+		valAccess: make([]uint8, len(p.Insns)),
+		keys:      make([]keyFact, len(p.Insns)),
 		stackUse:  make([]int64, len(g.funcs)),
 		ids:       make(map[key]int32),
 		maxSteps:  opts.MaxSteps,
@@ -180,8 +207,9 @@ type verifier struct {
 	reached   []bool
 	unaligned []bool
 	ctxAccess []bool
-	valAccess []int8  // 0: no access seen, 1: map values only, 2: something else too
-	stackUse  []int64 // lowest stack offset used, per function
+	valAccess []uint8   // per access: what its pointers pointed to (accValue, ...), over all paths
+	keys      []keyFact // map helper calls: the key, when known
+	stackUse  []int64   // lowest stack offset used, per function
 	ids       map[key]int32
 	steps     int
 	states    int
@@ -400,11 +428,50 @@ func (v *verifier) result() *Result {
 		if v.ctxAccess[i] {
 			r.CtxAccess = append(r.CtxAccess, i)
 		}
-		if v.valAccess[i] == 1 {
+		if a := v.valAccess[i]; a != 0 && a&accOther == 0 {
 			r.MapValueAccess = append(r.MapValueAccess, i)
+			switch a {
+			case accBlockValue:
+				r.BlockMapAccess = append(r.BlockMapAccess, i)
+			case accValue:
+				r.GlobalMapAccess = append(r.GlobalMapAccess, i)
+			}
+		}
+		if f := v.keys[i]; f.state == keyConst {
+			if r.ConstKeys == nil {
+				r.ConstKeys = make(map[int]uint64)
+			}
+			r.ConstKeys[i] = f.val
 		}
 	}
 	return r
+}
+
+// keyFact is what the analysis knows of one map helper call's key over
+// the paths seen so far.
+type keyFact struct {
+	state uint8 // keyUnseen, keyConst or keyVaries
+	val   uint64
+}
+
+const (
+	keyUnseen = iota
+	keyConst
+	keyVaries
+)
+
+// noteKey records that call i passes key c (known is false: a key that is
+// not a known number on this path).
+func (v *verifier) noteKey(i int, c uint64, known bool) {
+	f := &v.keys[i]
+	switch {
+	case !known:
+		f.state = keyVaries
+	case f.state == keyUnseen:
+		f.state, f.val = keyConst, c
+	case f.state == keyConst && f.val != c:
+		f.state = keyVaries
+	}
 }
 
 // keyHeap orders pending blocks by instruction, then call chain (a binary
