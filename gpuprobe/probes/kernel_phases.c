@@ -13,7 +13,7 @@
 // thread per element (2^24 threads: the probes' per-warp instructions are
 // as many as the kernel's own), 1.04-1.06x grid-stride, 1.006x on a SGEMM:
 //
-//   block   kp_block (shared memory, one word per block): every warp's
+//   block   kp_block (shared memory, one value per block): every warp's
 //           leader counts its active lanes at exit; the warp that brings
 //           the count to the block's thread count is the block's last,
 //           and reads the block's end after that, so the end follows
@@ -21,19 +21,20 @@
 //           before kernel_phases'). Nothing is written to memory before
 //           the leader test: locals stored there would cost every thread
 //           local-memory traffic (a zeroed record did: 12x on vectorAdd).
-//           The word carries a tag (launch id × block) so that shared
-//           memory left over by an earlier block is never mistaken for
-//           ours; every warp's leader initialises it at entry with a
+//           The count's word carries a tag (launch id, block) so that
+//           shared memory left over by an earlier block is never mistaken
+//           for ours; every warp's leader initialises it at entry with a
 //           compare-and-swap, so no barrier is needed and a warp that
-//           exits early cannot be overwritten.
+//           exits early cannot be overwritten. The warp whose swap
+//           installs the tag is the block's first to arrive: it keeps the
+//           block's start (read before its swap) next to the word.
 //   stripe  kp_table (device memory, private to the module): the block's
-//           start (read at entry, before its compare-and-swap, by the
-//           warp whose swap installed the tag: the block's first to
-//           arrive) and end (its last warp) go to the
-//           cell of stripe (linear block id % KP_STRIPES) of the launch's
-//           slot (launch id % KP_SLOTS) with atomic max (the start as its
-//           complement), and the block counts itself there; the stripe's
-//           last block moves the stripe into the launch cell and resets it.
+//           last warp adds the block's start and end to the cell of
+//           stripe (linear block id % KP_STRIPES) of the launch's slot
+//           (launch id % KP_SLOTS) with atomic max (the start as its
+//           complement), and counts the block there; the stripe's last
+//           block moves the stripe into the launch cell and resets it.
+//           Entry probes touch only shared memory.
 //   launch  the last stripe to finish writes the record and resets the
 //           launch cell, so the slot is clean for a later launch.
 //
@@ -59,11 +60,14 @@ struct exec_record {
 	u64 threads;
 };
 
-// struct kp_word is the block's shared word: lanes that exited, and the
-// tag of the block that owns it.
+// struct kp_word is the block's shared value: lanes that exited and the
+// tag of the block that owns it (one word, installed with one
+// compare-and-swap), and the block's start, which its last warp folds into
+// the launch with its end.
 struct kp_word {
 	u32 count;
 	u32 tag;
+	u64 start;
 };
 
 // struct kp_cell is one stripe (or the launch total) of a launch slot, one
@@ -99,11 +103,12 @@ struct {
 	__type(value, struct exec_record);
 } kp_exec SEC(".maps");
 
+/* block_tag: our launch and block, in 32 bits: blocks of one launch never
+ * share a tag, and a tag left by another launch matches ours with
+ * probability 2^-32. */
 static __always_inline u32 block_tag(u64 lid, u64 block)
 {
-	u64 h = (lid * 0x9E3779B97F4A7C15ULL) ^ (block * 0xC2B2AE3D27D4EB4FULL);
-
-	return (u32)(h >> 32) | 1; /* never 0: 0 marks a released word */
+	return ((u32)lid * 0x9E3779B1u + (u32)block) | 1; /* never 0: 0 marks a released word */
 }
 
 /* block_word returns the block's shared word (NULL only if the map is
@@ -124,35 +129,34 @@ static __always_inline struct kp_word *block_word(void)
 SEC("kprobe/*")
 int kernel_phases_entry(void *ctx)
 {
-	u32 key;
-	u64 now, lid, block, w, want;
+	u64 now, lid, w, want;
 	struct kp_word *b;
-	struct kp_cell *c;
 
 	if (!gpuprobe_warp_is_leader())
 		return 0;
-	/* Read before the compare-and-swap below: a warp that finds the tag
-	 * found it after the winner's swap, so after this read, and so every
-	 * exit of the block comes after the block's start. */
-	now = bpf_get_globaltimer();
 	lid = gpuprobe_get_launch_id();
 	if (lid == 0 || !(b = block_word()))
 		return 0;
-	block = gpuprobe_block_linear_id();
-	want = (u64)block_tag(lid, block) << 32; /* count 0, our tag */
+	want = (u64)block_tag(lid, gpuprobe_block_linear_id()) << 32; /* count 0, our tag */
 	w = *(u64 *)b;
 	if (w >> 32 == want >> 32)
 		return 0; /* another warp of the block came first */
+	/* Read before the compare-and-swap below: a warp that finds the tag
+	 * (above, or by failing the swap) found it after the winner's swap,
+	 * so after this read, and so every exit of the block comes after the
+	 * block's start. */
+	now = bpf_get_globaltimer();
 	/* The warp whose compare-and-swap installs the tag is the block's
 	 * first to arrive, so its start is the block's: warps of a block
 	 * start in any order, and thread 0's warp can start after another
 	 * warp has already exited (96 ns after one, on the H100). */
 	if (__sync_val_compare_and_swap((u64 *)b, w, want) != w)
 		return 0;
-	key = (u32)(lid % KP_SLOTS) * (KP_STRIPES + 1) + 1 + (u32)(block % KP_STRIPES);
-	c = bpf_map_lookup_elem(&kp_table, &key);
-	if (c)
-		gpuprobe_atomic_max_u64(&c->nstart, ~now);
+	/* Kept in shared memory for the block's last warp, which adds it to
+	 * the launch with the end: nothing goes to global memory at entry
+	 * (a lookup and an atomic there for every block cost 9% on
+	 * vectorAdd). This warp counts itself at exit, after this store. */
+	b->start = now;
 	return 0;
 }
 
@@ -161,7 +165,7 @@ int kernel_phases_entry(void *ctx)
  * writes the record (its stack stores only happen on that path). Inline:
  * a bpf-to-bpf call costs the kernel a second stack frame and 4 more
  * registers (34, a 75% occupancy cap on a 256-thread vectorAdd). */
-static __always_inline int block_done(u64 lid, u64 threads)
+static __always_inline int block_done(u64 lid, u64 threads, u64 start)
 {
 	struct exec_record r;
 	u32 key;
@@ -172,17 +176,21 @@ static __always_inline int block_done(u64 lid, u64 threads)
 	block = gpuprobe_block_linear_id();
 	nblocks = gpuprobe_grid_blocks();
 	key = (u32)(lid % KP_SLOTS) * (KP_STRIPES + 1);
-	l = bpf_map_lookup_elem(&kp_table, &key);
 	key += 1 + (u32)(block % KP_STRIPES);
 	c = bpf_map_lookup_elem(&kp_table, &key);
-	if (!c || !l)
+	if (!c)
 		return 0;
+	gpuprobe_atomic_max_u64(&c->nstart, ~start);
 	gpuprobe_atomic_max_u64(&c->end, now);
 	want = nblocks / KP_STRIPES + (block % KP_STRIPES < nblocks % KP_STRIPES ? 1 : 0);
 	done = __sync_fetch_and_add(&c->blocks, 1);
 	if (done + 1 != want)
 		return 0;
 	/* The stripe's last block: move the stripe into the launch cell. */
+	key = (u32)(lid % KP_SLOTS) * (KP_STRIPES + 1);
+	l = bpf_map_lookup_elem(&kp_table, &key);
+	if (!l)
+		return 0;
 	gpuprobe_fence_gpu();
 	nstart = __sync_lock_test_and_set(&c->nstart, 0);
 	end = __sync_lock_test_and_set(&c->end, 0);
@@ -217,7 +225,7 @@ SEC("kretprobe/*")
 int kernel_phases_exit(void *ctx)
 {
 	u32 old;
-	u64 lid, lanes, threads;
+	u64 lid, lanes, threads, start;
 	struct kp_word *b;
 
 	lanes = gpuprobe_warp_active_count();
@@ -230,13 +238,15 @@ int kernel_phases_exit(void *ctx)
 	old = __sync_fetch_and_add(&b->count, (u32)lanes);
 	if (old + lanes != threads)
 		return 0;
-	/* The block's last warp. Release the word: a replay of this launch
-	 * (a CUDA graph) may get the same shared memory and the same tag. The
-	 * block's end is read after every other warp's count: each of them
-	 * ran its exit probes (and any other program's) before counting, so
-	 * the end is at or after every exit of the block. */
+	/* The block's last warp. Its count follows every other warp's, and
+	 * so the first warp's store of the start. Release the word: a replay
+	 * of this launch (a CUDA graph) may get the same shared memory and the
+	 * same tag. The block's end is read after every other warp's count:
+	 * each of them ran its exit probes (and any other program's) before
+	 * counting, so the end is at or after every exit of the block. */
+	start = b->start;
 	*(u64 *)b = 0;
-	return block_done(lid, threads);
+	return block_done(lid, threads, start);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -34,7 +34,7 @@ const KernelPhases = "kernel_phases"
 
 // Map and program names of kernel_phases, for loaders and decoders.
 const (
-	KernelPhasesBlockMap = "kp_block"            // per-block array (1601, shared memory): the block's exit count
+	KernelPhasesBlockMap = "kp_block"            // per-block array (1601, shared memory): the block's exit count, tag and start
 	KernelPhasesTableMap = "kp_table"            // GPU array (1503), device memory only: per-launch cells
 	KernelPhasesRingMap  = "kp_exec"             // GPU ring buffer (1527): record.Exec records
 	KernelPhasesEntry    = "kernel_phases_entry" // entry program
