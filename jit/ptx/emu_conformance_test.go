@@ -41,6 +41,12 @@ func emuRunAt(f *Func, mem []byte, misalign int, shift uint64, setup func(e *emu
 // the memory is the context there, whose accesses keep their run-time
 // check, and the emulator faults on any misaligned access that lost it.
 func TestConformanceEmulated(t *testing.T) {
+	decided := 0 // jumps the proofs compile away: the suite runs them
+	defer func() {
+		if decided < 100 {
+			t.Errorf("only %d decided jumps in the suite: the proofs' branch folding is hardly run", decided)
+		}
+	}()
 	for _, path := range conformanceFiles(t) {
 		c, err := conformance.ParseFile(path)
 		if err != nil {
@@ -55,6 +61,7 @@ func TestConformanceEmulated(t *testing.T) {
 			t.Errorf("%s: verifier: %v", filepath.Base(path), err)
 			continue
 		}
+		decided += len(res.Decided)
 		for _, o := range []Options{{Conformance: true}, {Conformance: true, Verified: res}} {
 			f, err := Compile(p, o)
 			if err != nil {

@@ -38,8 +38,14 @@ func TestBlockAggHelpers(t *testing.T) {
 			asm.LoadMem(asm.R1, asm.R0, 8, asm.DWord), asm.Add.Imm(asm.R1, 1), asm.StoreMem(asm.R0, 8, asm.R1, asm.DWord)), out)},
 		{name: "per-block value bounds", insns: cat(lookupBlk, ins(asm.LoadMem(asm.R1, asm.R0, 12, asm.DWord)), out),
 			wantErr: "map value access at offset 12 size 8 exceeds value size 16", wantIdx: 6},
-		{name: "per-block lookup not null-checked", insns: cat(lookup("blk"), ins(asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord)), out),
+		// A per-block array is always there: a known key in range finds
+		// its value (no NULL check needed); any other key may not.
+		{name: "per-block lookup, key in range, not null-checked", insns: cat(lookup("blk"), ins(asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord)), out)},
+		{name: "per-block lookup, key out of range, not null-checked", insns: cat(lookupKey("blk", 2), ins(asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord)), out),
 			wantErr: "r0 may be NULL here", wantIdx: 5},
+		{name: "per-block lookup, unknown key, not null-checked", insns: cat(ins(call(jit.HelperKtimeGetNs),
+			asm.StoreMem(asm.R10, -4, asm.R0, asm.Word)), lookup("blk")[1:], ins(asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord)), out),
+			wantErr: "r0 may be NULL here", wantIdx: 6},
 		{name: "per-block update and delete", insns: cat(ins(asm.StoreImm(asm.R10, -4, 1, asm.Word), stdw(asm.R10, -24, 0), stdw(asm.R10, -16, 0),
 			asm.LoadMapPtr(asm.R1, 0).WithReference("blk")), stackPtr(asm.R2, -4), stackPtr(asm.R3, -24), ins(asm.Mov.Imm(asm.R4, 0),
 			asm.FnMapUpdateElem.Call(), asm.LoadMapPtr(asm.R1, 0).WithReference("blk")), stackPtr(asm.R2, -4), ins(
@@ -56,7 +62,7 @@ func TestBlockAggHelpers(t *testing.T) {
 			ins(asm.LoadMem(asm.R0, asm.R10, -8, asm.DWord), asm.Return()))},
 		{name: "min on unwritten stack", insns: cat(stackPtr(asm.R1, -8), minMax(jit.HelperAtomicMinU64), ins(asm.Return())),
 			wantErr: "atomic_min_u64: pointer argument r1: stack byte at r10-8 is read before it is written", wantIdx: 3},
-		{name: "max on an unchecked lookup", insns: cat(lookup("blk"), ins(asm.Mov.Reg(asm.R1, asm.R0)), minMax(jit.HelperAtomicMaxU64), ins(asm.Return())),
+		{name: "max on an unchecked lookup", insns: cat(lookup("arr"), ins(asm.Mov.Reg(asm.R1, asm.R0)), minMax(jit.HelperAtomicMaxU64), ins(asm.Return())),
 			wantErr: "atomic_max_u64: pointer argument r1 may be NULL: null-check the result of map_lookup_elem (insn 4) first", wantIdx: 7},
 		{name: "max past the value", insns: cat(lookupBlk, ins(asm.Mov.Reg(asm.R1, asm.R0), asm.Add.Imm(asm.R1, 16)), minMax(jit.HelperAtomicMaxU64), out),
 			wantErr: "atomic_max_u64: pointer argument r1: map value access at offset 16 size 8 exceeds value size 16", wantIdx: 9},
@@ -119,5 +125,39 @@ func TestBlockAggSignatures(t *testing.T) {
 		if !ok || s.Name != tt.name || s.Args != tt.args || s.Ret != RetScalar {
 			t.Errorf("HelperSignature(%d) = %+v, %v; want %s %v returning a number", tt.id, s, ok, tt.name, tt.args)
 		}
+	}
+}
+
+// TestDecided: a NULL check of a per-block lookup with a key in range,
+// and a compare of known numbers, take one way on every run (the compiler
+// drops them); a NULL check of a lookup that may fail does not.
+func TestDecided(t *testing.T) {
+	tests := []struct {
+		name  string
+		insns asm.Instructions
+		want  map[int]bool // conditional jump index -> always taken
+	}{
+		{"per-block, key in range", cat(lookup("blk"), nullChecked, out), map[int]bool{5: false}},
+		{"per-block, key out of range", cat(lookupKey("blk", 2), nullChecked, out), nil},
+		{"GPU array", cat(lookup("arr"), nullChecked, out), nil},
+		{"known numbers", ins(asm.Mov.Imm(asm.R1, 3), asm.JGT.Imm(asm.R1, 2, "out"), asm.Mov.Imm(asm.R0, 1),
+			asm.Return(), asm.Mov.Imm(asm.R0, 0).WithSymbol("out"), asm.Return()), map[int]bool{1: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &jit.Program{Maps: aggMaps, Insns: link(tt.insns)}
+			res, err := Verify(p, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Decided) != len(tt.want) {
+				t.Fatalf("Decided = %v, want %v", res.Decided, tt.want)
+			}
+			for i, w := range tt.want {
+				if got, ok := res.Decided[i]; !ok || got != w {
+					t.Fatalf("Decided = %v, want %v", res.Decided, tt.want)
+				}
+			}
+		})
 	}
 }

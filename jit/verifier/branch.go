@@ -47,6 +47,9 @@ func (v *verifier) branch(ctx int32, i int, st *state) error {
 		nullIfTaken := jop == asm.JEq
 		settle(taken, ins.Src, s, nullIfTaken)
 		settle(fall, ins.Src, s, !nullIfTaken)
+	case !j32 && (jop == asm.JEq || jop == asm.JNE) && (d.kind == kMapValue && isNull(s) || regSrc && s.kind == kMapValue && isNull(d)):
+		// A map value pointer is never NULL.
+		okT, okF = jop == asm.JNE, jop == asm.JEq
 	case d.kind == kScalar && s.kind == kScalar:
 		dT, sT := narrow(jop, j32, d, s, true)
 		dF, sF := narrow(jop, j32, d, s, false)
@@ -64,6 +67,12 @@ func (v *verifier) branch(ctx int32, i int, st *state) error {
 				fall.cur().regs[ins.Src] = sF
 			}
 		}
+	}
+	if okT {
+		v.edges[i] |= edgeTaken
+	}
+	if okF {
+		v.edges[i] |= edgeFall
 	}
 	if okT {
 		v.flow(ctx, v.g.target[i], taken)

@@ -128,6 +128,7 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 		return v.errorf(i, "unknown helper %d: not in the GPU helper ABI", id)
 	}
 	mapIdx := int32(-1)
+	blockKey := false // a per-block array and a known key in range
 	for a, at := range sig.Args {
 		r := asm.Register(a + 1)
 		arg := fr.regs[r]
@@ -170,6 +171,7 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 			if at == ArgMapKey {
 				c, ok := v.stackConst(st, r, size)
 				v.noteKey(i, c, ok)
+				blockKey = ok && m.Type == jit.MapTypePerBlockArray && c < uint64(m.MaxEntries)
 			}
 		case ArgMem:
 			if a+1 >= len(sig.Args) || sig.Args[a+1] != ArgSize {
@@ -205,7 +207,12 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 	}
 	// Results: r0 set, r1-r5 clobbered.
 	ret := unknown()
-	if sig.Ret == RetMapValueOrNull && mapIdx >= 0 {
+	switch {
+	case sig.Ret == RetMapValueOrNull && blockKey:
+		// A per-block array is always there (shared memory): a key in
+		// range finds its value.
+		ret = value{kind: kMapValue, m: mapIdx, tz: 3}
+	case sig.Ret == RetMapValueOrNull && mapIdx >= 0:
 		id := v.lookupID(i, st)
 		st.forgetID(id)
 		ret = value{kind: kMapValueNul, m: mapIdx, id: id, origin: int32(i), tz: 3}

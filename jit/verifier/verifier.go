@@ -89,6 +89,10 @@ type Result struct {
 	// at most 8 bytes, little-endian): a compiler can use the value in
 	// place of loading the key from the stack.
 	ConstKeys map[int]uint64
+	// Decided maps each conditional jump that every run takes the same
+	// way to that way (true: always taken, false: never taken), such as a
+	// NULL check of a pointer the analysis knows to be a map value.
+	Decided map[int]bool
 	// Steps is the number of abstract instruction steps taken.
 	Steps int
 	// States is the number of basic-block states analysed.
@@ -163,6 +167,7 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		ctxAccess: make([]bool, len(p.Insns)),
 		valAccess: make([]uint8, len(p.Insns)),
 		keys:      make([]keyFact, len(p.Insns)),
+		edges:     make([]uint8, len(p.Insns)),
 		stackUse:  make([]int64, len(g.funcs)),
 		ids:       make(map[key]int32),
 		maxSteps:  opts.MaxSteps,
@@ -209,6 +214,7 @@ type verifier struct {
 	ctxAccess []bool
 	valAccess []uint8   // per access: what its pointers pointed to (accValue, ...), over all paths
 	keys      []keyFact // map helper calls: the key, when known
+	edges     []uint8   // conditional jumps: edgeTaken, edgeFall as some run takes them
 	stackUse  []int64   // lowest stack offset used, per function
 	ids       map[key]int32
 	steps     int
@@ -437,6 +443,12 @@ func (v *verifier) result() *Result {
 				r.GlobalMapAccess = append(r.GlobalMapAccess, i)
 			}
 		}
+		if e := v.edges[i]; e == edgeTaken || e == edgeFall {
+			if r.Decided == nil {
+				r.Decided = make(map[int]bool)
+			}
+			r.Decided[i] = e == edgeTaken
+		}
 		if f := v.keys[i]; f.state == keyConst {
 			if r.ConstKeys == nil {
 				r.ConstKeys = make(map[int]uint64)
@@ -446,6 +458,12 @@ func (v *verifier) result() *Result {
 	}
 	return r
 }
+
+// Edges of a conditional jump that some run takes (bits of edges).
+const (
+	edgeTaken uint8 = 1 << iota
+	edgeFall
+)
 
 // keyFact is what the analysis knows of one map helper call's key over
 // the paths seen so far.

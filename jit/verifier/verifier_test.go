@@ -45,9 +45,12 @@ func ins(list ...asm.Instruction) asm.Instructions { return list }
 
 // lookup emits key = 0 at r10-4 and r0 = map_lookup_elem(&m, &key); the call
 // is the 5th instruction (index 4 from the start of the sequence).
-func lookup(m string) asm.Instructions {
+func lookup(m string) asm.Instructions { return lookupKey(m, 0) }
+
+// lookupKey is lookup with key k.
+func lookupKey(m string, k int32) asm.Instructions {
 	return ins(
-		asm.StoreImm(asm.R10, -4, 0, asm.Word),
+		asm.StoreImm(asm.R10, -4, int64(k), asm.Word),
 		asm.LoadMapPtr(asm.R1, 0).WithReference(m),
 		asm.Mov.Reg(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, -4),
