@@ -275,6 +275,14 @@ func (c *compiler) arrayKey(i int) {
 			c.e.op("mov.u64 %h1, ", u64(k&0xffffffff))
 			return
 		}
+		// A key in this function's frame is a .local load of its slot,
+		// which ptxas can forward from the store that wrote it.
+		if off, ok := v.StackKeys[i]; ok && off%4 == 0 {
+			if a, ok := c.stackSlot(regNames[asm.R10], off); ok {
+				c.e.op("ld.local.u32 %h1, ", a)
+				return
+			}
+		}
 	}
 	c.load("%h1", "%r2", 0, asm.Word, false, c.proven(i))
 }

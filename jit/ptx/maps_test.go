@@ -458,3 +458,49 @@ func TestCompileErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestStackKeyLoad: a key the verifier cannot know, in the program's own
+// frame, is loaded with ld.local from its slot under the proofs (ptxas
+// forwards it from the store), and the lookup finds the right value.
+func TestStackKeyLoad(t *testing.T) {
+	insns := append(asm.Instructions{
+		call(jit.HelperKtimeGetNs),
+		asm.RSh.Imm(asm.R0, 63), // 0 at run time; 0 or 1 to the verifier
+		asm.Add.Imm(asm.R0, 2),
+		asm.StoreMem(asm.R10, -4, asm.R0, asm.Word),
+	}, lookupAdd(0)[1:]...)
+	m := &jit.Map{Name: "counts", Type: jit.MapTypeGPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 4}
+	p := &jit.Program{Name: "t", Insns: insns, Maps: []*jit.Map{m}}
+	for _, proofs := range []bool{false, true} {
+		var o Options
+		if proofs {
+			res, err := verifier.Verify(p, verifier.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := res.ConstKeys[8]; ok {
+				t.Fatalf("ConstKeys %v: the key is not known", res.ConstKeys)
+			}
+			o.Verified = res
+		}
+		f, err := Compile(p, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if local := strings.Contains(f.Body, "ld.local.u32 %h1, [__stack+508]"); local != proofs {
+			t.Fatalf("key loaded from its slot %v with proofs=%v", local, proofs)
+		}
+		var r *emuRegion
+		got, _, err := emuRun(f, nil, 0, func(e *emu) {
+			r = e.alloc(dataOffset+4*8, false, "counts")
+			binary.LittleEndian.PutUint64(r.data[dataOffset+2*8:], 10)
+			setGlobal(e, f, GlobalMap, "counts", r.base)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != 15 {
+			t.Fatalf("proofs=%v: r0 = %d, want 15 (key 2)", proofs, got)
+		}
+	}
+}

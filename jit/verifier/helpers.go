@@ -170,7 +170,10 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 			}
 			if at == ArgMapKey {
 				c, ok := v.stackConst(st, r, size)
-				v.noteKey(i, c, ok)
+				v.keys[i].note(c, ok)
+				p := st.cur().regs[r]
+				own := p.kind == kStack && p.smin == p.smax && int(p.frame) == len(st.frames)-1
+				v.keyAt[i].note(uint64(p.smin), own)
 				blockKey = ok && m.Type == jit.MapTypePerBlockArray && c < uint64(m.MaxEntries)
 			}
 		case ArgMem:

@@ -262,6 +262,9 @@ func TestConstKeys(t *testing.T) {
 			if ok != tc.ok || got != tc.want {
 				t.Fatalf("ConstKeys[%d] = %#x, %v; want %#x, %v (all: %v)", callIdx, got, ok, tc.want, tc.ok, res.ConstKeys)
 			}
+			if off, ok := res.StackKeys[callIdx]; !ok || off != -8 || len(res.StackKeys) != 1 {
+				t.Fatalf("StackKeys = %v, want the call's key at r10-8", res.StackKeys)
+			}
 			if len(res.ConstKeys) > 1 {
 				t.Fatalf("ConstKeys %v: only the lookup has a key", res.ConstKeys)
 			}

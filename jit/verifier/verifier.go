@@ -89,6 +89,11 @@ type Result struct {
 	// at most 8 bytes, little-endian): a compiler can use the value in
 	// place of loading the key from the stack.
 	ConstKeys map[int]uint64
+	// StackKeys maps each map helper call whose key pointer points, on
+	// every path, into the calling function's own stack frame at the same
+	// offset to that offset from r10: a compiler can load the key from the
+	// frame directly.
+	StackKeys map[int]int64
 	// Decided maps each conditional jump that every run takes the same
 	// way to that way (true: always taken, false: never taken), such as a
 	// NULL check of a pointer the analysis knows to be a map value.
@@ -167,6 +172,7 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		ctxAccess: make([]bool, len(p.Insns)),
 		valAccess: make([]uint8, len(p.Insns)),
 		keys:      make([]keyFact, len(p.Insns)),
+		keyAt:     make([]keyFact, len(p.Insns)),
 		edges:     make([]uint8, len(p.Insns)),
 		stackUse:  make([]int64, len(g.funcs)),
 		ids:       make(map[key]int32),
@@ -214,6 +220,7 @@ type verifier struct {
 	ctxAccess []bool
 	valAccess []uint8   // per access: what its pointers pointed to (accValue, ...), over all paths
 	keys      []keyFact // map helper calls: the key, when known
+	keyAt     []keyFact // map helper calls: the key's offset in the caller's own frame
 	edges     []uint8   // conditional jumps: edgeTaken, edgeFall as some run takes them
 	stackUse  []int64   // lowest stack offset used, per function
 	ids       map[key]int32
@@ -455,6 +462,12 @@ func (v *verifier) result() *Result {
 			}
 			r.ConstKeys[i] = f.val
 		}
+		if f := v.keyAt[i]; f.state == keyConst {
+			if r.StackKeys == nil {
+				r.StackKeys = make(map[int]int64)
+			}
+			r.StackKeys[i] = int64(f.val)
+		}
 	}
 	return r
 }
@@ -465,8 +478,8 @@ const (
 	edgeFall
 )
 
-// keyFact is what the analysis knows of one map helper call's key over
-// the paths seen so far.
+// keyFact is what the analysis knows of one number (a map helper call's
+// key, or where its key pointer points) over the paths seen so far.
 type keyFact struct {
 	state uint8 // keyUnseen, keyConst or keyVaries
 	val   uint64
@@ -478,10 +491,9 @@ const (
 	keyVaries
 )
 
-// noteKey records that call i passes key c (known is false: a key that is
-// not a known number on this path).
-func (v *verifier) noteKey(i int, c uint64, known bool) {
-	f := &v.keys[i]
+// note records that this path gives c (known is false: a path on which it
+// is not a known number).
+func (f *keyFact) note(c uint64, known bool) {
 	switch {
 	case !known:
 		f.state = keyVaries
