@@ -9,9 +9,10 @@
 // kernel like vectorAdd does per warp in global memory costs more than the
 // kernel (an H100 spike: one atomic per warp on 64..128 striped counters
 // doubled vectorAdd's time). Measured on the H100 (gpu-bench.sh, ratio to
-// the uninstrumented kernel in the same run): 1.65x on vectorAdd with one
-// thread per element (2^24 threads: the probes' per-warp instructions are
-// as many as the kernel's own), 1.04-1.06x grid-stride, 1.006x on a SGEMM:
+// the uninstrumented kernel in the same run): 1.53x on vectorAdd with one
+// thread per element (2^24 threads: what the probes add to a warp is as
+// long as the kernel's own work), 1.04-1.06x grid-stride, 1.006x on a
+// SGEMM:
 //
 //   block   kp_block (shared memory, one value per block): every warp's
 //           leader counts its active lanes at exit; the warp that brings

@@ -42,6 +42,15 @@
 //     the context, whose alignment is the caller's) goes without the check,
 //     and so do the key loads and output stores of helpers.
 //     Options.AssumeAligned drops every check.
+//   - The verifier's other facts, with Options.Verified: a map key known on
+//     every path is a constant (no load, and ptxas folds the bounds check),
+//     one in the function's own frame an ld.local of its slot; accesses
+//     proven to reach a per-block array's value use .shared, atomics proven
+//     to reach another map value use .global (no guard, and no test for a
+//     shared address that a generic atomic makes the warp wait for); a
+//     conditional jump that every run takes one way (Result.Decided, such
+//     as the NULL check of a per-block lookup with a key in range) is a bra
+//     or nothing.
 //   - PTX atomics are undefined on .local memory, so an atomic whose address
 //     is on the stack (isspacep.local) or misaligned becomes a plain
 //     read-modify-write (the stack is private to the thread).
@@ -94,7 +103,8 @@
 // update copies as for the other GPU arrays; delete gives -EINVAL; a
 // direct value load gives key 0 plus the offset. Loads, stores and atomics
 // through the pointer are generic, so they reach shared memory (atomics
-// take the atom/red path: isspacep.local is false there). The variable
+// take the atom/red path: isspacep.local is false there), or .shared where
+// the verifier proves the pointer is a per-block value on every path. The variable
 // takes shared memory from every block of the kernel, so it is capped at
 // jit.MaxBlockMapBytes (1 KiB) per map, and it is NOT zeroed when a block
 // starts: programs initialise their values (for example the first warp
