@@ -89,6 +89,20 @@ func (m *Map) Mmapable() bool {
 	return m != nil && m.Type == MapTypeArray && m.Flags&MapFlagMmapable != 0
 }
 
+// DeviceArray reports whether the GPU code indexes m itself: a GPU array,
+// a per-thread, per-warp or per-block array, or an mmapable array. Its
+// helpers compute the value's address from the key, with no host call.
+func (m *Map) DeviceArray() bool {
+	if m == nil {
+		return false
+	}
+	switch m.Type {
+	case MapTypeGPUArray, MapTypePerThreadArray, MapTypePerWarpArray, MapTypePerBlockArray:
+		return true
+	}
+	return m.Mmapable()
+}
+
 // ProbeKind says where in a CUDA kernel a GPU program runs.
 type ProbeKind int
 

@@ -94,6 +94,10 @@ func runLookupAdd(t *testing.T, tt arrayCase, proofs bool) {
 	if loaded := strings.Contains(f.Body, "mov.u64 %h1, "+u64(uint64(uint32(tt.key)))); proofs != loaded {
 		t.Fatalf("constant key %d in the code: %v with proofs=%v", tt.key, loaded, proofs)
 	}
+	// Nothing reads the key's stack slot then: its store is dead.
+	if stored := strings.Contains(f.Body, "st.local"); stored == proofs {
+		t.Fatalf("key stored to the stack %v with proofs=%v", stored, proofs)
+	}
 	if global := strings.Contains(f.Body, "red.global.add.u64"); global != proofs {
 		t.Fatalf("global-space atomic %v with proofs=%v", global, proofs)
 	}

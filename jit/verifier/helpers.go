@@ -165,10 +165,17 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 			if at == ArgMapValue {
 				size, what = m.ValueSize, "value"
 			}
-			if err := v.helperMem(st, i, sig.Name, r, int64(size), false, what); err != nil {
+			// A key's read is noted apart: the compiler folds a known
+			// key of an array it indexes itself, and then its bytes are
+			// not read (see deadStores).
+			v.keyRead = at == ArgMapKey
+			err := v.helperMem(st, i, sig.Name, r, int64(size), false, what)
+			v.keyRead = false
+			if err != nil {
 				return err
 			}
 			if at == ArgMapKey {
+				v.keyMap[i].note(uint64(mapIdx), true)
 				c, ok := v.stackConst(st, r, size)
 				v.keys[i].note(c, ok)
 				p := st.cur().regs[r]
@@ -201,6 +208,11 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 		case ArgString:
 			if err := v.helperMem(st, i, sig.Name, r, 1, false, "string"); err != nil {
 				return err
+			}
+			// The helper reads up to the NUL: every byte from the
+			// pointer to the end of the frame may be read.
+			if p := st.cur().regs[r]; p.kind == kStack && int(p.frame) < len(st.frames) {
+				v.noteStackRead(i, st.frames[p.frame].fn, p.smin, 0)
 			}
 		case ArgAtomic8:
 			if err := v.helperAtomic(st, i, sig.Name, r); err != nil {

@@ -94,6 +94,13 @@ type Result struct {
 	// offset to that offset from r10: a compiler can load the key from the
 	// frame directly.
 	StackKeys map[int]int64
+	// DeadStores lists the stores to the stack at r10+off whose bytes no
+	// run reads (loads, atomics and helpers, through any pointer) before
+	// they are overwritten or their function returns, counting as unread
+	// the key of a map helper call in ConstKeys on an array the compiler
+	// indexes itself (jit.Map.DeviceArray): the compiler folds that key,
+	// so its store need not be written.
+	DeadStores []int
 	// Decided maps each conditional jump that every run takes the same
 	// way to that way (true: always taken, false: never taken), such as a
 	// NULL check of a pointer the analysis knows to be a map value.
@@ -133,6 +140,9 @@ const (
 	accOther                        // the stack or the context
 )
 
+// DeadStore reports whether instruction i is in DeadStores.
+func (r *Result) DeadStore(i int) bool { return sortedHas(r.DeadStores, i) }
+
 // IsUnaligned reports whether instruction i is in Unaligned.
 func (r *Result) IsUnaligned(i int) bool { return sortedHas(r.Unaligned, i) }
 
@@ -164,19 +174,22 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		return nil, err
 	}
 	v := &verifier{
-		p:         p,
-		g:         g,
-		opts:      opts,
-		reached:   make([]bool, len(p.Insns)),
-		unaligned: make([]bool, len(p.Insns)),
-		ctxAccess: make([]bool, len(p.Insns)),
-		valAccess: make([]uint8, len(p.Insns)),
-		keys:      make([]keyFact, len(p.Insns)),
-		keyAt:     make([]keyFact, len(p.Insns)),
-		edges:     make([]uint8, len(p.Insns)),
-		stackUse:  make([]int64, len(g.funcs)),
-		ids:       make(map[key]int32),
-		maxSteps:  opts.MaxSteps,
+		p:          p,
+		g:          g,
+		opts:       opts,
+		reached:    make([]bool, len(p.Insns)),
+		unaligned:  make([]bool, len(p.Insns)),
+		ctxAccess:  make([]bool, len(p.Insns)),
+		valAccess:  make([]uint8, len(p.Insns)),
+		keys:       make([]keyFact, len(p.Insns)),
+		keyAt:      make([]keyFact, len(p.Insns)),
+		keyMap:     make([]keyFact, len(p.Insns)),
+		keyBytes:   make(map[int][]stackRange),
+		stackReads: make(map[int][]stackRange),
+		edges:      make([]uint8, len(p.Insns)),
+		stackUse:   make([]int64, len(g.funcs)),
+		ids:        make(map[key]int32),
+		maxSteps:   opts.MaxSteps,
 	}
 	if v.maxSteps <= 0 {
 		v.maxSteps = DefaultMaxSteps
@@ -207,30 +220,34 @@ type block struct {
 }
 
 type verifier struct {
-	p         *jit.Program
-	g         *cfg
-	opts      Options
-	ctxs      []callCtx
-	ctxIndex  map[[2]int]int32
-	blocks    [][]block // per call chain, per instruction
-	pool      []*state  // states free for reuse
-	queue     keyHeap
-	reached   []bool
-	unaligned []bool
-	ctxAccess []bool
-	valAccess []uint8   // per access: what its pointers pointed to (accValue, ...), over all paths
-	keys      []keyFact // map helper calls: the key, when known
-	keyAt     []keyFact // map helper calls: the key's offset in the caller's own frame
-	edges     []uint8   // conditional jumps: edgeTaken, edgeFall as some run takes them
-	stackUse  []int64   // lowest stack offset used, per function
-	ids       map[key]int32
-	steps     int
-	states    int
-	maxSteps  int
-	maxDepth  int
-	curCtx    int32
-	exitR0    value // r0 over every exit of the entry function (for tests)
-	exitSeen  bool
+	p          *jit.Program
+	g          *cfg
+	opts       Options
+	ctxs       []callCtx
+	ctxIndex   map[[2]int]int32
+	blocks     [][]block // per call chain, per instruction
+	pool       []*state  // states free for reuse
+	queue      keyHeap
+	reached    []bool
+	unaligned  []bool
+	ctxAccess  []bool
+	valAccess  []uint8              // per access: what its pointers pointed to (accValue, ...), over all paths
+	keys       []keyFact            // map helper calls: the key, when known
+	keyAt      []keyFact            // map helper calls: the key's offset in the caller's own frame
+	keyMap     []keyFact            // map helper calls: the map (index in Program.Maps)
+	keyBytes   map[int][]stackRange // map helper calls: stack bytes the key was read from
+	stackReads map[int][]stackRange // other frame bytes each instruction reads
+	keyRead    bool                 // the access being checked is a map helper's key read
+	edges      []uint8              // conditional jumps: edgeTaken, edgeFall as some run takes them
+	stackUse   []int64              // lowest stack offset used, per function
+	ids        map[key]int32
+	steps      int
+	states     int
+	maxSteps   int
+	maxDepth   int
+	curCtx     int32
+	exitR0     value // r0 over every exit of the entry function (for tests)
+	exitSeen   bool
 }
 
 func (v *verifier) errorf(i int, format string, args ...any) error {
@@ -469,6 +486,7 @@ func (v *verifier) result() *Result {
 			r.StackKeys[i] = int64(f.val)
 		}
 	}
+	r.DeadStores = v.deadStores(r)
 	return r
 }
 

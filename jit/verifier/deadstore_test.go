@@ -1,0 +1,62 @@
+package verifier
+
+import (
+	"testing"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
+)
+
+// TestDeadStores: a store to the frame is dead when no run reads its
+// bytes before they are overwritten or the function returns; a known key
+// of an array lookup (which the compiler folds) is not a read, any other
+// read is (loads, keys of host maps and unknown keys, helper buffers,
+// strings up to the frame's end, reads on one branch only).
+func TestDeadStores(t *testing.T) {
+	lookupAt := func(m string, off int32) asm.Instructions {
+		return cat(ins(asm.LoadMapPtr(asm.R1, 0).WithReference(m)), stackPtr(asm.R2, off), ins(asm.FnMapLookupElem.Call()))
+	}
+	tests := []struct {
+		name  string
+		insns asm.Instructions
+		dead  []int
+	}{
+		{"known key of an array lookup", cat(ins(asm.StoreImm(asm.R10, -4, 1, asm.Word)), lookupAt("arr", -4), ret0), []int{0}},
+		{"known key of a host map", cat(ins(stdw(asm.R10, -8, 1)), lookupAt("hash", -8), ret0), nil},
+		{"unknown key", cat(ins(call(jit.HelperKtimeGetNs), asm.StoreMem(asm.R10, -4, asm.R0, asm.Word)), lookupAt("arr", -4), ret0), nil},
+		{"never read", ins(stdw(asm.R10, -8, 1), asm.Mov.Imm(asm.R0, 0), asm.Return()), []int{0}},
+		{"overwritten before the read", ins(stdw(asm.R10, -8, 1), stdw(asm.R10, -8, 2),
+			asm.LoadMem(asm.R0, asm.R10, -8, asm.DWord), asm.Return()), []int{0}},
+		{"half overwritten", ins(stdw(asm.R10, -8, 1), asm.StoreImm(asm.R10, -8, 2, asm.Word),
+			asm.LoadMem(asm.R0, asm.R10, -8, asm.DWord), asm.Return()), nil},
+		{"read on one branch", ins(stdw(asm.R10, -8, 1), call(jit.HelperKtimeGetNs), asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.LoadMem(asm.R0, asm.R10, -8, asm.DWord), asm.Return(),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"), asm.Return()), nil},
+		{"read through a pointer", cat(ins(stdw(asm.R10, -16, 1)), stackPtr(asm.R3, -16),
+			ins(asm.LoadMem(asm.R0, asm.R3, 0, asm.DWord), asm.Return())), nil},
+		{"string read up to its NUL", cat(ins(asm.StoreImm(asm.R10, -8, 'a', asm.Byte), asm.StoreImm(asm.R10, -7, 0, asm.Byte)),
+			stackPtr(asm.R1, -8), ins(call(jit.HelperPuts)), ret0), nil},
+		{"key then record in the same slot", cat(ins(asm.StoreImm(asm.R10, -8, 0, asm.Word)), lookupAt("arr", -8),
+			ins(stdw(asm.R10, -8, 7)), stackPtr(asm.R4, -8), ins(asm.LoadMapPtr(asm.R2, 0).WithReference("ring"),
+				asm.Mov.Imm(asm.R1, 0), asm.Mov.Imm(asm.R3, 0), asm.Mov.Imm(asm.R5, 8), asm.FnPerfEventOutput.Call()), ret0),
+			[]int{0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &jit.Program{Maps: testMaps, Insns: link(tt.insns)}
+			res, err := Verify(p, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.DeadStores) != len(tt.dead) {
+				t.Fatalf("DeadStores = %v, want %v", res.DeadStores, tt.dead)
+			}
+			for k, i := range tt.dead {
+				if res.DeadStores[k] != i {
+					t.Fatalf("DeadStores = %v, want %v", res.DeadStores, tt.dead)
+				}
+			}
+		})
+	}
+}
