@@ -11,7 +11,6 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuprobe/gpuprobe/jit"
-	"github.com/gpuprobe/gpuprobe/jit/verifier"
 )
 
 // Per-block arrays (map type 1601) and the helpers 607..609, through the
@@ -97,16 +96,7 @@ func TestPerBlockArrayLookup(t *testing.T) {
 // checks lands in the .shared variable.
 func runBlockLookup(t *testing.T, key int32, runs int, want uint64, slot, slots int, proofs bool) {
 	m := blockMap("counts", 8, uint32(slots))
-	p := &jit.Program{Name: "t", Insns: lookupAdd(key), Maps: []*jit.Map{m}}
-	var o Options
-	if proofs {
-		res, err := verifier.Verify(p, verifier.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Verified = res
-	}
-	f := compileProg(t, p.Insns, p.Maps, o)
+	f := compileProofs(t, &jit.Program{Name: "t", Insns: lookupAdd(key), Maps: []*jit.Map{m}}, proofs)
 	if shared := strings.Contains(f.Body, "red.shared.add.u64") && strings.Contains(f.Body, "ld.shared.u64"); shared != proofs {
 		t.Fatalf("shared-space accesses %v with proofs=%v:\n%s", shared, proofs, f.Body)
 	}
@@ -355,18 +345,11 @@ func runMinMax(t *testing.T, where string, off int32, id jit.HelperID, initial, 
 		{Name: "arr", Type: jit.MapTypeGPUArray, KeySize: 4, ValueSize: 16, MaxEntries: 1},
 		blockMap("blk", 16, 1),
 	}
-	p := &jit.Program{Name: "t", Insns: minMaxProg(where, off, id, initial, v), Maps: maps}
-	var o Options
+	f := compileProofs(t, &jit.Program{Name: "t", Insns: minMaxProg(where, off, id, initial, v), Maps: maps}, proofs)
 	space := ""
 	if proofs {
-		res, err := verifier.Verify(p, verifier.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Verified = res
 		space = map[string]string{"arr": ".global", "blk": ".shared"}[where]
 	}
-	f := compileProg(t, p.Insns, maps, o)
 	op := "red" + space + map[jit.HelperID]string{jit.HelperAtomicMaxU64: ".max.u64", jit.HelperAtomicMinU64: ".min.u64"}[id]
 	if !strings.Contains(f.Body, op) {
 		t.Errorf("no %s in the PTX", op)

@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 )
 
 func call(id jit.HelperID) asm.Instruction {
@@ -25,6 +26,20 @@ func stImm64(off int16, v int32) asm.Instruction {
 // ja is an unconditional jump by a raw offset.
 func ja(off int16) asm.Instruction {
 	return asm.Instruction{OpCode: asm.Ja.Op(asm.ImmSource), Offset: off}
+}
+
+// compileProofs compiles p, with the verifier's result when proofs.
+func compileProofs(t *testing.T, p *jit.Program, proofs bool) *Func {
+	t.Helper()
+	var o Options
+	if proofs {
+		res, err := verifier.Verify(p, verifier.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Verified = res
+	}
+	return compileProg(t, p.Insns, p.Maps, o)
 }
 
 func compileProg(t *testing.T, insns asm.Instructions, maps []*jit.Map, o Options) *Func {

@@ -65,19 +65,7 @@ func TestGPUArrayMaps(t *testing.T) {
 // which the PTX must show, and must still run right.
 func runLookupAdd(t *testing.T, tt arrayCase, proofs bool) {
 	m := &jit.Map{Name: "counts", Type: tt.typ, KeySize: 4, ValueSize: 8, MaxEntries: 4}
-	p := &jit.Program{Name: "t", Insns: lookupAdd(tt.key), Maps: []*jit.Map{m}}
-	var o Options
-	if proofs {
-		res, err := verifier.Verify(p, verifier.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Verified = res
-	}
-	f, err := Compile(p, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := compileProofs(t, &jit.Program{Name: "t", Insns: lookupAdd(tt.key), Maps: []*jit.Map{m}}, proofs)
 	if checks := strings.Count(f.Body, "and.b64 %t9, %t8, "); proofs != (checks == 0) {
 		t.Fatalf("%d run-time alignment checks with proofs=%v", checks, proofs)
 	}

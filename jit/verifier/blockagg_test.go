@@ -2,6 +2,7 @@ package verifier
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -145,18 +146,8 @@ func TestDecided(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &jit.Program{Maps: aggMaps, Insns: link(tt.insns)}
-			res, err := Verify(p, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Decided) != len(tt.want) {
+			if res := verifyOK(t, aggMaps, tt.insns); !maps.Equal(res.Decided, tt.want) {
 				t.Fatalf("Decided = %v, want %v", res.Decided, tt.want)
-			}
-			for i, w := range tt.want {
-				if got, ok := res.Decided[i]; !ok || got != w {
-					t.Fatalf("Decided = %v, want %v", res.Decided, tt.want)
-				}
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package verifier
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf/asm"
@@ -44,18 +45,8 @@ func TestDeadStores(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &jit.Program{Maps: testMaps, Insns: link(tt.insns)}
-			res, err := Verify(p, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.DeadStores) != len(tt.dead) {
+			if res := verifyOK(t, testMaps, tt.insns); !slices.Equal(res.DeadStores, tt.dead) {
 				t.Fatalf("DeadStores = %v, want %v", res.DeadStores, tt.dead)
-			}
-			for k, i := range tt.dead {
-				if res.DeadStores[k] != i {
-					t.Fatalf("DeadStores = %v, want %v", res.DeadStores, tt.dead)
-				}
 			}
 		})
 	}

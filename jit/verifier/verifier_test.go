@@ -60,6 +60,16 @@ func lookupKey(m string, k int32) asm.Instructions {
 
 var ret0 = ins(asm.Mov.Imm(asm.R0, 0), asm.Return())
 
+// verifyOK links insns, verifies them with maps and fails t on a rejection.
+func verifyOK(t *testing.T, maps []*jit.Map, insns asm.Instructions) *Result {
+	t.Helper()
+	res, err := Verify(&jit.Program{Maps: maps, Insns: link(insns)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // nullChecked ends at "out" if r0 is NULL.
 var nullChecked = ins(asm.JEq.Imm(asm.R0, 0, "out"))
 
