@@ -143,7 +143,7 @@ func checkGlobals(t *testing.T, a *agent.Patched) {
 		switch {
 		case g.Kind == agent.GlobalRegion && g.Region != 2,
 			g.Kind == agent.GlobalRingBlock && (g.Region != 2 || len(g.Init) != shm.RingDeviceBlockSize),
-			g.Kind == agent.GlobalDeviceAlloc && (g.Region != 0 || g.Size != shm.DataOffset+64*65*128):
+			g.Kind == agent.GlobalDeviceAlloc && (g.Region != 0 || g.Size != shm.DataOffset+256*65*32):
 			t.Errorf("global %+v", g)
 		case strings.Contains(g.Name, "kp_block"):
 			t.Errorf("global %s: the shared-memory map needs no binding", g.Name)

@@ -9,9 +9,9 @@
 // kernel like vectorAdd does per warp in global memory costs more than the
 // kernel (an H100 spike: one atomic per warp on 64..128 striped counters
 // doubled vectorAdd's time). Measured on the H100 (gpu-bench.sh, ratio to
-// the uninstrumented kernel in the same run): 1.53x on vectorAdd with one
+// the uninstrumented kernel in the same run): 1.51x on vectorAdd with one
 // thread per element (2^24 threads: what the probes add to a warp is as
-// long as the kernel's own work), 1.04-1.06x grid-stride, 1.006x on a
+// long as the kernel's own work), 1.03-1.06x grid-stride, 1.005x on a
 // SGEMM:
 //
 //   block   kp_block (shared memory, one value per block): every warp's
@@ -46,7 +46,7 @@
 #define EXEC_RECORD_TYPE 11
 #define EXEC_RECORD_VERSION 1
 
-#define KP_SLOTS 64    /* launches of one module executing at once */
+#define KP_SLOTS 256   /* launches of one module executing at once */
 #define KP_STRIPES 64  /* cells a launch's blocks are spread over */
 
 // struct exec_record is record.Exec (record/exec.go), 48 bytes.
@@ -72,12 +72,14 @@ struct kp_word {
 };
 
 // struct kp_cell is one stripe (or the launch total) of a launch slot, one
-// 128-byte line each so that stripes do not share an L2 line.
+// 32-byte L2 sector each. Cells of 128 bytes (a line each) with 64 slots
+// measured the same on the H100 (vectorAddN 1.574x against 1.581x, same
+// run) in the same 520 KiB: 256 launches of a module may now execute at once.
 struct kp_cell {
 	u64 nstart; /* ~ earliest start (atomic max of the complement) */
 	u64 end;    /* latest end */
 	u64 blocks; /* blocks (stripe cell) or stripes (launch cell) done */
-	u64 pad[13];
+	u64 pad;
 };
 
 struct {

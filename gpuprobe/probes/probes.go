@@ -41,6 +41,12 @@ const (
 	KernelPhasesExit     = "kernel_phases_exit"  // exit program
 )
 
+// KernelPhasesSlots is how many launches of one module kernel_phases tracks
+// at once (KP_SLOTS in kernel_phases.c): launch id modulo this picks a
+// launch's cells in kp_table, so launches that many ids apart must not
+// execute at the same time.
+const KernelPhasesSlots = 256
+
 // KernelPhasesRingDevice says that kernel_phases should be compiled with
 // device-side ring reservation (jit/ptx Options.RingDevice; shm/doc.go):
 // a record then costs posted PCIe writes instead of a serialized

@@ -83,6 +83,9 @@ func TestKernelPhasesVerifies(t *testing.T) {
 			if m.Type != want {
 				t.Errorf("map %s: type %d, want %d", m.Name, m.Type, want)
 			}
+			if m.Name == KernelPhasesTableMap && m.MaxEntries != KernelPhasesSlots*65 {
+				t.Errorf("map %s: %d cells, want KernelPhasesSlots × 65 = %d (KP_SLOTS and KernelPhasesSlots differ)", m.Name, m.MaxEntries, KernelPhasesSlots*65)
+			}
 		}
 	}
 	if _, err := Load("nope"); err == nil {
@@ -95,7 +98,8 @@ func TestKernelPhasesVerifies(t *testing.T) {
 // in scrambled order (some in two divergent halves), and checks the one
 // record.Exec the launch's last block writes: the earliest block start
 // (the first warp of a block to enter, not thread 0's), the latest exit, the blocks and threads. A second
-// launch that reuses the slot (launch id + 64) must find it reset.
+// launch that reuses the slot (launch id + KernelPhasesSlots) must find it
+// reset.
 func TestKernelPhasesExec(t *testing.T) {
 	progs, err := Load(KernelPhases)
 	if err != nil {
@@ -124,7 +128,9 @@ func TestKernelPhasesExec(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			maps := interp.NewMaps()
-			for run, lid := range []uint64{0xabc0042, 0xabc0042 + 64} {
+			// The second launch takes the first one's slot after it,
+			// and finds its cells reset.
+			for run, lid := range []uint64{0xabc0042, 0xabc0042 + KernelPhasesSlots} {
 				blocks := tc.grid[0] * tc.grid[1] * tc.grid[2]
 				bt := tc.blockDim[0] * tc.blockDim[1] * tc.blockDim[2]
 				base := uint64(1_000_000 * (run + 1))
