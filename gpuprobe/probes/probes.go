@@ -9,7 +9,7 @@
 // kp_exec, type 1527): launch id, earliest block start, latest block end,
 // blocks and threads. The aggregation is done by the probes themselves: a
 // per-block word in shared memory (map kp_block, type 1601) finds each
-// block's last warp, a device-memory table (map kp_table, type 1503, never
+// block's last thread, a device-memory table (map kp_table, type 1503, never
 // read by the host) collects the blocks of a launch in striped cells, and
 // the launch's last block writes the record and resets its slot. Its
 // sections target "*": every kernel of a module (gpuprobe/inject matches
