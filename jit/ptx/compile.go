@@ -44,6 +44,7 @@ type compiler struct {
 	needed    map[string]bool // support routines in use
 	uniq      int             // counter for internal labels
 	cur       *fn
+	slots     map[int64]string // the current function's frame slots kept in registers
 
 	e emitter
 }
@@ -290,6 +291,10 @@ func (c *compiler) genFunc(f *fn) error {
 	e.raw("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<16>;\n\t.reg .b32 %w<16>;\n\t.reg .pred %p<8>;\n")
 	e.raw("\t.reg .b64 %h<16>;\n\t.reg .b32 %g<16>;\n\t.reg .pred %q<8>;\n")
 	e.raw("\t.reg .b32 %bud;\n\t.reg .b64 %budp;\n")
+	c.slots = c.promoteSlots(f)
+	if len(c.slots) > 0 {
+		e.raw("\t.reg .b64 %fs<", strconv.Itoa(len(c.slots)), ">;\n")
+	}
 	if f.main && f.calls {
 		e.raw("\t.local .align 4 .b32 __budslot;\n")
 	}

@@ -169,6 +169,10 @@ func (c *compiler) ldx(i int, ins *asm.Instruction) error {
 		return c.errf(i, "sign-extending load of 8 bytes is not defined")
 	}
 	off := int64(ins.Offset)
+	if r, ok := c.frameReg(ins.Src, off, size); ok && !signed {
+		c.e.op("mov.b64 ", d, ", ", r)
+		return nil
+	}
 	al := c.staticAlign(i, ins.Src, off, size.Sizeof())
 	if c.inShared(i, al) {
 		ty := ".u" + sizeSuffix[size]
@@ -222,6 +226,10 @@ func (c *compiler) deadStore(i int) bool {
 
 // storeAt writes store instruction i: *(size *)(base+off) = val.
 func (c *compiler) storeAt(i int, val string, base asm.Register, off int64, size asm.Size) {
+	if r, ok := c.frameReg(base, off, size); ok {
+		c.e.op("mov.b64 ", r, ", ", val)
+		return
+	}
 	al := c.staticAlign(i, base, off, size.Sizeof())
 	if c.inShared(i, al) {
 		c.e.op("cvta.to.shared.u64 %t8, ", regNames[base])

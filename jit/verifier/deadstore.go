@@ -75,10 +75,8 @@ func (v *verifier) deadStores(r *Result) []int {
 		}
 	}
 	for i, ranges := range v.keyBytes {
-		if _, ok := r.ConstKeys[i]; ok {
-			if m := v.keyMap[i]; m.state == keyConst && v.p.Maps[m.val].DeviceArray() {
-				continue // the compiler folds this key
-			}
+		if v.keyHow(r, i) == keyFolded {
+			continue // the compiler folds this key
 		}
 		for _, s := range ranges {
 			add(i, s)
@@ -162,6 +160,45 @@ func (v *verifier) deadStores(r *Result) []int {
 	}
 	sort.Ints(dead)
 	return dead
+}
+
+// How the compiler gets the key of a map helper call (keyHow).
+const (
+	keyThroughPointer = iota // a load through r2 (or a host call copies it)
+	keyFolded                // a known number: no read at all
+	keyFromFrame             // a load from the caller's own frame slot
+)
+
+// keyHow says how the compiler reads call i's key; it must match
+// jit/ptx's arrayKey.
+func (v *verifier) keyHow(r *Result, i int) int {
+	m := v.keyMap[i]
+	if m.state != keyConst || !v.p.Maps[m.val].DeviceArray() {
+		return keyThroughPointer
+	}
+	if _, ok := r.ConstKeys[i]; ok {
+		return keyFolded
+	}
+	if off, ok := r.StackKeys[i]; ok && off%4 == 0 {
+		return keyFromFrame
+	}
+	return keyThroughPointer
+}
+
+// escapes returns, per function, the frame bytes accessed through a
+// pointer other than r10 (Result.StackEscaped): those seen by access, and
+// the keys the compiler reads through their pointer.
+func (v *verifier) escapes(r *Result) []stackBits {
+	esc := v.escaped
+	for i, ranges := range v.keyBytes {
+		if v.keyHow(r, i) != keyThroughPointer {
+			continue
+		}
+		for _, s := range ranges {
+			esc[s.fn].set(s.lo, s.hi)
+		}
+	}
+	return esc
 }
 
 // directStore returns the frame bytes a plain store at r10+off writes.

@@ -317,6 +317,9 @@ func (v *verifier) access(st *state, i int, reg asm.Register, base value, off in
 		if mode == accRead || mode == accAtomic {
 			v.noteStackRead(i, fr.fn, lo, hi)
 		}
+		if reg != asm.R10 && !v.keyRead {
+			v.escaped[fr.fn].set(lo, hi)
+		}
 		if mode == accRead || mode == accAtomic {
 			if o, ok := fr.written(lo, hi); !ok {
 				return value{}, v.errorf(i, "stack byte at r10%+d is read before it is written", o)

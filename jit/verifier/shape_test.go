@@ -243,6 +243,10 @@ func TestResult(t *testing.T) {
 		Unaligned:    nil,
 	}
 	res.Steps, res.States = 0, 0
+	if res.StackEscaped(0, -jit.StackSize, 0) || res.StackEscaped(5, -jit.StackSize, 0) {
+		t.Errorf("escaped frame bytes: every access is at r10+off")
+	}
+	res.escaped = nil
 	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("result\n%+v, want\n%+v", res, want)
 	}

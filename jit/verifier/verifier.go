@@ -101,6 +101,9 @@ type Result struct {
 	// indexes itself (jit.Map.DeviceArray): the compiler folds that key,
 	// so its store need not be written.
 	DeadStores []int
+	// escaped: per function (as Funcs), the frame bytes some run accesses
+	// through a pointer other than r10 (see StackEscaped).
+	escaped []stackBits
 	// Decided maps each conditional jump that every run takes the same
 	// way to that way (true: always taken, false: never taken), such as a
 	// NULL check of a pointer the analysis knows to be a map value.
@@ -139,6 +142,24 @@ const (
 	accBlockValue                   // a per-block array's value (shared memory)
 	accOther                        // the stack or the context
 )
+
+// StackEscaped reports whether some run accesses any of the bytes
+// [lo, hi) (offsets from r10) of the frame of the function that starts at
+// instruction start through a pointer other than r10 itself: a helper's
+// argument, a copy of r10 in another register. The key of a map helper
+// call counts unless the compiler reads it itself: folded (a ConstKeys
+// call) or loaded from the frame (a StackKeys call at an offset that is a
+// multiple of 4), on an array the compiler indexes (jit.Map.DeviceArray).
+// Bytes that never escape are only ever accessed at r10+off, so a
+// compiler may keep them in registers.
+func (r *Result) StackEscaped(start int, lo, hi int64) bool {
+	for k, f := range r.Funcs {
+		if f.Start == start && k < len(r.escaped) {
+			return r.escaped[k].any(lo, hi)
+		}
+	}
+	return true
+}
 
 // DeadStore reports whether instruction i is in DeadStores.
 func (r *Result) DeadStore(i int) bool { return sortedHas(r.DeadStores, i) }
@@ -186,6 +207,7 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		keyMap:     make([]keyFact, len(p.Insns)),
 		keyBytes:   make(map[int][]stackRange),
 		stackReads: make(map[int][]stackRange),
+		escaped:    make([]stackBits, len(g.funcs)),
 		edges:      make([]uint8, len(p.Insns)),
 		stackUse:   make([]int64, len(g.funcs)),
 		ids:        make(map[key]int32),
@@ -237,6 +259,7 @@ type verifier struct {
 	keyMap     []keyFact            // map helper calls: the map (index in Program.Maps)
 	keyBytes   map[int][]stackRange // map helper calls: stack bytes the key was read from
 	stackReads map[int][]stackRange // other frame bytes each instruction reads
+	escaped    []stackBits          // per function: frame bytes accessed through a pointer other than r10
 	keyRead    bool                 // the access being checked is a map helper's key read
 	edges      []uint8              // conditional jumps: edgeTaken, edgeFall as some run takes them
 	stackUse   []int64              // lowest stack offset used, per function
@@ -487,6 +510,7 @@ func (v *verifier) result() *Result {
 		}
 	}
 	r.DeadStores = v.deadStores(r)
+	r.escaped = v.escapes(r)
 	return r
 }
 

@@ -1,0 +1,106 @@
+package ptx
+
+import (
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
+)
+
+// TestFrameSlots runs programs that keep values in frame slots across
+// helper calls, with and without the verifier's facts, on the emulator:
+// with them, a slot that is only ever stored and loaded whole at r10+off
+// (or read as a loaded key) is a register (no st.local/ld.local for it),
+// a slot also reached through a pointer stays in memory, and every program
+// returns the same value either way.
+func TestFrameSlots(t *testing.T) {
+	unknown := seq(call(jit.HelperKtimeGetNs), asm.RSh.Imm(asm.R0, 63)) // 0 at run time, 0 or 1 to the verifier
+	tests := []struct {
+		name     string
+		insns    asm.Instructions
+		want     uint64
+		inRegs   []int64 // slots kept in registers under the proofs
+		inMemory []int64 // slots that stay in local memory
+	}{
+		{"spills across calls", concat(
+			seq(asm.Mov.Imm(asm.R6, 5), asm.StoreMem(asm.R10, -8, asm.R6, asm.DWord),
+				stImm64(-16, 7)),
+			unknown,
+			seq(asm.LoadMem(asm.R1, asm.R10, -8, asm.DWord), asm.LoadMem(asm.R2, asm.R10, -16, asm.DWord),
+				asm.Add.Reg(asm.R1, asm.R2), asm.StoreMem(asm.R10, -8, asm.R1, asm.DWord)),
+			unknown,
+			seq(asm.LoadMem(asm.R0, asm.R10, -8, asm.DWord), asm.Return())), 12, []int64{-8, -16}, nil},
+		{"a slot reached through a pointer", concat(
+			seq(stImm64(-8, 4), stImm64(-16, 9),
+				asm.Mov.Reg(asm.R3, asm.R10), asm.Add.Imm(asm.R3, -16), asm.Mov.Imm(asm.R4, 10),
+				asm.StoreMem(asm.R3, 0, asm.R4, asm.DWord)),
+			unknown,
+			seq(asm.LoadMem(asm.R1, asm.R10, -8, asm.DWord), asm.LoadMem(asm.R0, asm.R10, -16, asm.DWord),
+				asm.Add.Reg(asm.R0, asm.R1), asm.Return())), 14, []int64{-8}, []int64{-16}},
+		{"a slot read in halves as keys", concat(
+			unknown,
+			seq(asm.LoadImm(asm.R6, 3<<32|1, asm.DWord), asm.Add.Reg(asm.R6, asm.R0), asm.StoreMem(asm.R10, -8, asm.R6, asm.DWord)),
+			keyLookup(-8), seq(asm.Mov.Reg(asm.R7, asm.R0)), // counts[1] = 10
+			keyLookup(-4), seq(asm.Add.Reg(asm.R0, asm.R7), asm.Return())), // + counts[3] = 30
+			40, []int64{-8}, nil},
+	}
+	for _, tt := range tests {
+		for _, proofs := range []bool{false, true} {
+			m := &jit.Map{Name: "counts", Type: jit.MapTypeGPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 4}
+			f := compileProofs(t, &jit.Program{Name: "t", Insns: tt.insns, Maps: []*jit.Map{m}}, proofs)
+			got, _, err := emuRun(f, nil, 0, func(e *emu) {
+				r := e.alloc(dataOffset+4*8, false, "counts")
+				for k := range 4 {
+					binary.LittleEndian.PutUint64(r.data[dataOffset+8*k:], uint64(10*k))
+				}
+				if _, ok := f.Global(GlobalMap, "counts"); ok {
+					setGlobal(e, f, GlobalMap, "counts", r.base)
+				}
+			})
+			if err != nil {
+				t.Fatalf("%s, proofs=%v: %v", tt.name, proofs, err)
+			}
+			if got != tt.want {
+				t.Errorf("%s, proofs=%v: r0 = %d, want %d", tt.name, proofs, got, tt.want)
+			}
+			for _, off := range tt.inRegs {
+				slot := "[__stack+" + itoa(512+off) + "]"
+				if inMem := strings.Contains(f.Body, slot); inMem == proofs {
+					t.Errorf("%s, proofs=%v: slot r10%d in local memory: %v", tt.name, proofs, off, inMem)
+				}
+			}
+			for _, off := range tt.inMemory {
+				if proofs && !strings.Contains(f.Body, "[__stack+"+itoa(512+off)+"]") && !strings.Contains(f.Body, "%r3") {
+					t.Errorf("%s: slot r10%d not in local memory", tt.name, off)
+				}
+			}
+		}
+	}
+}
+
+// keyLookup looks up counts with the key at r10+off; NULL gives 99.
+func keyLookup(off int32) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, off),
+		mapPtr(asm.R1, "counts"), call(jit.HelperMapLookupElem),
+		asm.Instruction{OpCode: asm.JNE.Op(asm.ImmSource), Dst: asm.R0, Constant: 0, Offset: 2},
+		asm.Mov.Imm(asm.R0, 99), asm.Return(),
+		asm.LoadMem(asm.R0, asm.R0, 0, asm.DWord),
+	}
+}
+
+func seq(list ...asm.Instruction) asm.Instructions { return list }
+
+func concat(parts ...asm.Instructions) asm.Instructions {
+	var out asm.Instructions
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
