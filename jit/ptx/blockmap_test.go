@@ -100,6 +100,13 @@ func runBlockLookup(t *testing.T, key int32, runs int, want uint64, slot, slots 
 	if shared := strings.Contains(f.Body, "red.shared.add.u64") && strings.Contains(f.Body, "ld.shared.u64"); shared != proofs {
 		t.Fatalf("shared-space accesses %v with proofs=%v:\n%s", shared, proofs, f.Body)
 	}
+	// With the proofs and a key in range the value's byte is known, so
+	// the accesses name the variable: no generic-to-shared conversion.
+	if proofs && key >= 0 && int(key) < slots {
+		if strings.Contains(f.Body, "cvta.to.shared") || !strings.Contains(f.Body, "["+SharedName("counts")+"+") {
+			t.Fatalf("key %d in range: accesses do not name the variable:\n%s", key, f.Body)
+		}
+	}
 	if len(f.Globals) != 0 {
 		t.Errorf("globals %+v: a per-block array binds none", f.Globals)
 	}

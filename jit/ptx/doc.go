@@ -45,7 +45,9 @@
 //   - The verifier's other facts, with Options.Verified: a map key known on
 //     every path is a constant (no load, and ptxas folds the bounds check),
 //     one in the function's own frame an ld.local of its slot; accesses
-//     proven to reach a per-block array's value use .shared, atomics proven
+//     proven to reach a per-block array's value use .shared (naming the
+//     variable and byte when the verifier knows them, Result.BlockAddrs,
+//     with no generic-to-shared conversion), atomics proven
 //     to reach another map value use .global (no guard, and no test for a
 //     shared address that a generic atomic makes the warp wait for); a
 //     conditional jump that every run takes one way (Result.Decided, such

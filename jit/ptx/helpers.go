@@ -237,9 +237,12 @@ func (c *compiler) atomicMinMax(i int, op string) {
 	plain, done := c.newLabel(), c.newLabel()
 	e.op("mov.b64 %t12, %r1")
 	space := c.atomicSpace(i)
-	if space != "" {
-		e.op("cvta.to", space, ".u64 %t12, %t12")
-	} else {
+	switch space {
+	case ".shared":
+		c.sharedAtomicAddr(i)
+	case ".global":
+		e.op("cvta.to.global.u64 %t12, %t12")
+	default:
 		c.atomicGuard(i, 8, plain)
 	}
 	e.op("red", space, ".", op, ".u64 [%t12], %r2")

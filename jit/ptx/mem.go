@@ -179,8 +179,7 @@ func (c *compiler) ldx(i int, ins *asm.Instruction) error {
 		if signed {
 			ty = ".s" + sizeSuffix[size]
 		}
-		c.e.op("cvta.to.shared.u64 %t8, ", regNames[ins.Src])
-		c.e.op("ld.shared", ty, " ", d, ", ", addr("%t8", off))
+		c.e.op("ld.shared", ty, " ", d, ", ", c.sharedAddr(i, regNames[ins.Src], off))
 		return nil
 	}
 	c.load(d, regNames[ins.Src], off, size, signed, al)
@@ -193,6 +192,29 @@ func (c *compiler) ldx(i int, ins *asm.Instruction) error {
 // instruction rather than a generic one and its window arithmetic.
 func (c *compiler) inShared(i int, al align) bool {
 	return al == alignYes && c.o.Verified != nil && c.o.Verified.BlockMapOnly(i)
+}
+
+// sharedAddr is the .shared address operand of access i at base+off (a
+// generic pointer into a per-block value): [symbol+byte] when the verifier
+// knows the byte (Result.BlockAddrs), so ptxas needs no window arithmetic;
+// otherwise %t8, converted from the generic address.
+func (c *compiler) sharedAddr(i int, base string, off int64) string {
+	if a, ok := c.o.Verified.BlockAddrs[i]; ok {
+		return "[" + c.sharedFor(c.p.Maps[a.Map]) + "+" + strconv.FormatInt(a.Off, 10) + "]"
+	}
+	c.e.op("cvta.to.shared.u64 %t8, ", base)
+	return addr("%t8", off)
+}
+
+// sharedAtomicAddr sets %t12, the address of atomic access i that is
+// generic in %t12 now, to its .shared address.
+func (c *compiler) sharedAtomicAddr(i int) {
+	if a, ok := c.o.Verified.BlockAddrs[i]; ok {
+		c.e.op("mov.u64 %t12, ", c.sharedFor(c.p.Maps[a.Map]))
+		c.e.op("add.u64 %t12, %t12, ", strconv.FormatInt(a.Off, 10))
+		return
+	}
+	c.e.op("cvta.to.shared.u64 %t12, %t12")
 }
 
 // atomicSpace is the state space of atomic access i (an atomic
@@ -232,8 +254,7 @@ func (c *compiler) storeAt(i int, val string, base asm.Register, off int64, size
 	}
 	al := c.staticAlign(i, base, off, size.Sizeof())
 	if c.inShared(i, al) {
-		c.e.op("cvta.to.shared.u64 %t8, ", regNames[base])
-		c.e.op("st.shared.u", sizeSuffix[size], " ", addr("%t8", off), ", ", val)
+		c.e.op("st.shared.u", sizeSuffix[size], " ", c.sharedAddr(i, regNames[base], off), ", ", val)
 		return
 	}
 	c.store(val, regNames[base], off, size, al)
@@ -318,10 +339,12 @@ func (c *compiler) atomic(i int, ins *asm.Instruction) error {
 	plain, done := c.newLabel(), c.newLabel()
 	if ins.Dst != asm.R10 {
 		space := c.atomicSpace(i)
-		if space != "" {
-			// Never the stack, and aligned: no guard.
-			e.op("cvta.to", space, ".u64 %t12, %t12")
-		} else {
+		switch space {
+		case ".shared":
+			c.sharedAtomicAddr(i) // never the stack, and aligned: no guard
+		case ".global":
+			e.op("cvta.to.global.u64 %t12, %t12")
+		default:
 			c.atomicGuard(i, size.Sizeof(), plain)
 		}
 		if size == asm.DWord {

@@ -152,3 +152,42 @@ func TestDecided(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockAddrs: an access to a per-block value found with a known key,
+// or through a direct value address, gets its byte in the block's copy of
+// the map; an unknown key or a pointer that differs between paths does
+// not.
+func TestBlockAddrs(t *testing.T) {
+	load8 := ins(asm.LoadMem(asm.R1, asm.R0, 8, asm.DWord))
+	tests := []struct {
+		name  string
+		insns asm.Instructions
+		at    int // the access
+		want  *BlockAddr
+	}{
+		// blk: 16-byte values, so key 1 starts at byte 16.
+		{"key 1, +8", cat(lookupKey("blk", 1), load8, out), 5, &BlockAddr{Map: 0, Off: 24}},
+		{"direct value address, +8", ins(asm.LoadMapValue(asm.R0, 0, 4).WithReference("blk"),
+			asm.LoadMem(asm.R1, asm.R0, 4, asm.DWord), asm.Mov.Imm(asm.R0, 0), asm.Return()), 1, &BlockAddr{Map: 0, Off: 8}},
+		{"unknown key", cat(ins(call(jit.HelperKtimeGetNs), asm.RSh.Imm(asm.R0, 63), asm.StoreMem(asm.R10, -4, asm.R0, asm.Word)),
+			lookupKey("blk", 0)[1:], nullChecked, load8, out), 8, nil},
+		{"key 0 or 1 by path", cat(ins(call(jit.HelperKtimeGetNs), asm.StoreImm(asm.R10, -4, 0, asm.Word),
+			asm.JEq.Imm(asm.R0, 0, "k"), asm.StoreImm(asm.R10, -4, 1, asm.Word), asm.Mov.Imm(asm.R0, 0).WithSymbol("k")),
+			lookupKey("blk", 0)[1:], nullChecked, load8, out), 11, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := verifyOK(t, aggMaps, tt.insns)
+			got, ok := res.BlockAddrs[tt.at]
+			if tt.want == nil {
+				if ok {
+					t.Fatalf("BlockAddrs[%d] = %+v, want none (all: %v)", tt.at, got, res.BlockAddrs)
+				}
+				return
+			}
+			if !ok || got != *tt.want {
+				t.Fatalf("BlockAddrs[%d] = %+v, %v; want %+v (all: %v)", tt.at, got, ok, *tt.want, res.BlockAddrs)
+			}
+		})
+	}
+}

@@ -162,6 +162,9 @@ func (v *verifier) ldImm(st *state, i int, ins *asm.Instruction) error {
 	}
 	p := ptr(kMapValue, off)
 	p.m = m
+	if v.p.Maps[m].Type == jit.MapTypePerBlockArray {
+		p.bo = 1 // key 0's value
+	}
 	fr.regs[ins.Dst] = p
 	return nil
 }
@@ -360,6 +363,10 @@ func (v *verifier) access(st *state, i int, reg asm.Register, base value, off in
 		}
 		if mode != accRead && m.Flags&mapFlagRdonlyProg != 0 {
 			return value{}, v.errorf(i, "map %q is read-only for programs", m.Name)
+		}
+		if m.Type == jit.MapTypePerBlockArray {
+			at := uint64(base.m)<<32 | uint64(int64(base.bo-1)+lo)
+			v.blockAt[i].note(at, base.bo != 0 && base.smin == base.smax)
 		}
 	}
 	return unknownBits(uint(size * 8)), nil

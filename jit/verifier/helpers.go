@@ -225,8 +225,9 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 	switch {
 	case sig.Ret == RetMapValueOrNull && blockKey:
 		// A per-block array is always there (shared memory): a key in
-		// range finds its value.
-		ret = value{kind: kMapValue, m: mapIdx, tz: 3}
+		// range finds its value, at key × the 8-aligned value size.
+		m := v.p.Maps[mapIdx]
+		ret = value{kind: kMapValue, m: mapIdx, tz: 3, bo: int32(v.keys[i].val*(uint64(m.ValueSize+7)&^7)) + 1}
 	case sig.Ret == RetMapValueOrNull && mapIdx >= 0:
 		id := v.lookupID(i, st)
 		st.forgetID(id)

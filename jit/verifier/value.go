@@ -55,6 +55,7 @@ type value struct {
 	m      int32 // kMapValue, kMapValueNul, kMapHandle: index in Program.Maps
 	id     int32 // kMapValueNul: links copies of one lookup result (0 = none)
 	origin int32 // kMapValueNul: index of the lookup call (-1 = several)
+	bo     int32 // kMapValue of a per-block array: 1 + where the value starts in the block's copy of the map (0: not known)
 	umin   uint64
 	umax   uint64
 	smin   int64
@@ -225,6 +226,9 @@ func join(a, b value) value {
 	}
 	if a.origin != b.origin {
 		r.origin = -1
+	}
+	if a.bo != b.bo {
+		r.bo = 0
 	}
 	return r
 }

@@ -89,6 +89,12 @@ type Result struct {
 	// at most 8 bytes, little-endian): a compiler can use the value in
 	// place of loading the key from the stack.
 	ConstKeys map[int]uint64
+	// BlockAddrs gives, for each access of BlockMapAccess that reaches the
+	// same byte of a per-block array on every path (a value found with a
+	// known key, at a known offset), that map (index in Program.Maps) and
+	// byte in the block's copy of the map: a compiler can address it in
+	// the shared space directly.
+	BlockAddrs map[int]BlockAddr
 	// StackKeys maps each map helper call whose key pointer points, on
 	// every path, into the calling function's own stack frame at the same
 	// offset to that offset from r10: a compiler can load the key from the
@@ -205,6 +211,7 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		keys:       make([]keyFact, len(p.Insns)),
 		keyAt:      make([]keyFact, len(p.Insns)),
 		keyMap:     make([]keyFact, len(p.Insns)),
+		blockAt:    make([]keyFact, len(p.Insns)),
 		keyBytes:   make(map[int][]stackRange),
 		stackReads: make(map[int][]stackRange),
 		escaped:    make([]stackBits, len(g.funcs)),
@@ -257,6 +264,7 @@ type verifier struct {
 	keys       []keyFact            // map helper calls: the key, when known
 	keyAt      []keyFact            // map helper calls: the key's offset in the caller's own frame
 	keyMap     []keyFact            // map helper calls: the map (index in Program.Maps)
+	blockAt    []keyFact            // per-block value accesses: map<<32 | byte in the block's copy
 	keyBytes   map[int][]stackRange // map helper calls: stack bytes the key was read from
 	stackReads map[int][]stackRange // other frame bytes each instruction reads
 	escaped    []stackBits          // per function: frame bytes accessed through a pointer other than r10
@@ -502,6 +510,12 @@ func (v *verifier) result() *Result {
 			}
 			r.ConstKeys[i] = f.val
 		}
+		if f := v.blockAt[i]; f.state == keyConst && v.valAccess[i] == accBlockValue {
+			if r.BlockAddrs == nil {
+				r.BlockAddrs = make(map[int]BlockAddr)
+			}
+			r.BlockAddrs[i] = BlockAddr{Map: int(f.val >> 32), Off: int64(uint32(f.val))}
+		}
 		if f := v.keyAt[i]; f.state == keyConst {
 			if r.StackKeys == nil {
 				r.StackKeys = make(map[int]int64)
@@ -512,6 +526,12 @@ func (v *verifier) result() *Result {
 	r.DeadStores = v.deadStores(r)
 	r.escaped = v.escapes(r)
 	return r
+}
+
+// BlockAddr is a byte of a per-block array's block copy (Result.BlockAddrs).
+type BlockAddr struct {
+	Map int   // index in Program.Maps
+	Off int64 // byte offset in the block's copy of the map
 }
 
 // Edges of a conditional jump that some run takes (bits of edges).
