@@ -9,9 +9,9 @@
 // kernel like vectorAdd does per warp in global memory costs more than the
 // kernel (an H100 spike: one atomic per warp on 64..128 striped counters
 // doubled vectorAdd's time). Measured on the H100 (gpu-bench.sh, ratio to
-// the uninstrumented kernel in the same run): 1.41x on vectorAdd with one
+// the uninstrumented kernel in the same run): 1.40x on vectorAdd with one
 // thread per element (2^24 threads: what the probes add to a warp is as
-// long as the kernel's own work), 1.03-1.06x grid-stride, 1.005x on a
+// long as the kernel's own work), 1.02-1.06x grid-stride, 1.005x on a
 // SGEMM:
 //
 //   block   kp_block (shared memory, one value per block): every thread
