@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/asm"
+
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/jit/bpfasm"
 	"github.com/gpuprobe/gpuprobe/jit/conformance"
@@ -62,8 +64,8 @@ func FuzzCompile(f *testing.F) {
 }
 
 // FuzzDifferential runs random verified programs in the reference
-// interpreter and, through their PTX, in the PTX interpreter of the tests:
-// r0 must agree. Programs that call helpers other than the conformance
+// interpreter and, through their PTX (compiled without and with the
+// verifier's facts), in the PTX interpreter of the tests: r0 must agree. Programs that call helpers other than the conformance
 // suite's are skipped (their results depend on the environment).
 func FuzzDifferential(f *testing.F) {
 	for k, path := range conformanceFiles(f) {
@@ -87,6 +89,13 @@ func FuzzDifferential(f *testing.F) {
 		if len(mem) > 64 {
 			mem = mem[:64]
 		}
+		if len(mem) == 0 {
+			// The emulator passes NULL for an empty context, the
+			// interpreter an address: give r1 an address in both, so
+			// that a compare of r1 against a number shows up as
+			// address-dependent below.
+			mem = []byte{0}
+		}
 		insns, err := bpfasm.Decode(code)
 		if err != nil || len(insns) > 256 {
 			return
@@ -97,7 +106,8 @@ func FuzzDifferential(f *testing.F) {
 			}
 		}
 		p := &jit.Program{Name: "fuzz", Insns: insns}
-		if _, err := verifier.Verify(p, verifier.Options{CtxSize: len(mem)}); err != nil {
+		res, err := verifier.Verify(p, verifier.Options{CtxSize: len(mem)})
+		if err != nil {
 			return
 		}
 		want, err := interp.Run(p, append([]byte(nil), mem...), &interp.Env{Helpers: conformance.Helpers()})
@@ -114,15 +124,49 @@ func FuzzDifferential(f *testing.F) {
 		}
 		// A result computed from addresses (verified programs may do
 		// arithmetic on pointers) differs between machines: skip those.
-		again, _, err := emuRunAt(fn, mem, 0, 0x123458, nil)
-		if err != nil {
-			t.Fatalf("PTX run at another address: %v\n%v", err, insns)
+		for _, shift := range []uint64{0x123458, 0x7f00_0000_0000} { // nearby, and far up (compares against numbers flip)
+			again, _, err := emuRunAt(fn, mem, 0, shift, nil)
+			if err != nil {
+				t.Fatalf("PTX run at another address: %v\n%v", err, insns)
+			}
+			if again != got {
+				t.Skip("result depends on addresses")
+			}
 		}
-		if again != got {
-			t.Skip("result depends on addresses")
+		// The verifier's facts (alignment, dead stores, frame slots in
+		// registers, decided jumps) must not change the result: compiled
+		// with them, run at the same addresses, r0 is the same.
+		fv, err := Compile(p, Options{Conformance: true, Verified: res})
+		if err != nil {
+			t.Fatalf("verified program does not compile with the proofs: %v\n%v", err, insns)
+		}
+		if with, _, err := emuRun(fv, mem, 0, nil); err != nil || with != got {
+			t.Fatalf("PTX with the proofs: r0 = %#x, %v; without: %#x\n%v", with, err, got, insns)
 		}
 		if got != want {
+			if usesContextValue(insns) {
+				t.Skip("r0 may come from the context's address, which differs from the interpreter's")
+			}
 			t.Fatalf("PTX r0 = %#x, interpreter r0 = %#x\n%v", got, want, insns)
 		}
 	})
+}
+
+// usesContextValue reports whether r1 (the context pointer at entry) is
+// used as a value anywhere: in arithmetic, a compare or a store of the
+// register, rather than only as the base of a load or store.
+func usesContextValue(insns asm.Instructions) bool {
+	for _, ins := range insns {
+		cls := ins.OpCode.Class()
+		reg := ins.OpCode.Source() == asm.RegSource
+		switch {
+		case cls.IsALU() && (ins.Dst == asm.R1 || reg && ins.Src == asm.R1):
+			return true
+		case cls.IsJump() && (ins.Dst == asm.R1 || reg && ins.Src == asm.R1):
+			return true
+		case cls == asm.StXClass && ins.Src == asm.R1:
+			return true
+		}
+	}
+	return false
 }
