@@ -17,8 +17,8 @@ import (
 )
 
 // FuzzCompile decodes random instruction words; the compiler must never
-// panic, and every program the verifier accepts must compile to PTX that
-// ptxas accepts.
+// panic, and every program the verifier accepts must compile, with and
+// without the verifier's facts, to PTX that ptxas accepts.
 func FuzzCompile(f *testing.F) {
 	_, progs := conformancePrograms(f)
 	// Every 8th conformance program seeds the corpus (all of them go
@@ -45,12 +45,17 @@ func FuzzCompile(f *testing.F) {
 		p := &jit.Program{Name: "fuzz", Insns: insns}
 		// Whatever the verifier says, compiling must not panic.
 		_, _ = Compile(p, Options{Conformance: true})
-		if _, err := verifier.Verify(p, verifier.Options{CtxSize: int(ctxSize)}); err != nil {
+		res, err := verifier.Verify(p, verifier.Options{CtxSize: int(ctxSize)})
+		if err != nil {
 			return
 		}
 		fn, err := Compile(p, Options{Conformance: true})
 		if err != nil {
 			t.Fatalf("verified program does not compile: %v\n%v", err, insns)
+		}
+		fv, err := Compile(p, Options{Conformance: true, Verified: res})
+		if err != nil {
+			t.Fatalf("verified program does not compile with the proofs: %v\n%v", err, insns)
 		}
 		if !runPtxas {
 			return
@@ -59,6 +64,9 @@ func FuzzCompile(f *testing.F) {
 		defer cancel()
 		if _, err := Assemble(ctx, TestModule(fn), DefaultArch); err != nil {
 			t.Fatalf("ptxas rejects a verified program: %v\n%v", err, insns)
+		}
+		if _, err := Assemble(ctx, TestModule(fv), DefaultArch); err != nil {
+			t.Fatalf("ptxas rejects a verified program compiled with the proofs: %v\n%v", err, insns)
 		}
 	})
 }
