@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -351,10 +352,56 @@ func (c *compiler) genFunc(f *fn) error {
 func (c *compiler) commentInsn(i int) {
 	ins := c.insns[i]
 	text := strconv.Itoa(i) + ": " + fmt.Sprint(ins)
+	if f := c.facts(i); f != "" {
+		text += "   [" + f + "]"
+	}
 	if src := ins.Source(); src != nil {
 		text += "   ; " + src.String()
 	}
 	c.e.comment(text)
+}
+
+// facts lists what the verifier proved about instruction i that changes
+// its code (for Options.Comments): folded or frame-loaded keys, dead
+// stores, frame slots in registers, known shared bytes, state spaces,
+// decided jumps.
+func (c *compiler) facts(i int) string {
+	v := c.o.Verified
+	if v == nil {
+		return ""
+	}
+	var fs []string
+	if k, ok := v.ConstKeys[i]; ok {
+		fs = append(fs, "key "+strconv.FormatUint(k, 10)+" folded")
+	} else if off, ok := v.StackKeys[i]; ok {
+		fs = append(fs, "key at r10"+strconv.FormatInt(off, 10))
+	}
+	if v.DeadStore(i) {
+		fs = append(fs, "dead store: not written")
+	}
+	ins := &c.insns[i]
+	base := ins.Dst
+	switch ins.OpCode.Class() {
+	case asm.LdXClass:
+		base = ins.Src
+	case asm.StClass, asm.StXClass:
+	default:
+		base = asm.R0
+	}
+	if r, ok := c.slots[slotOf(int64(ins.Offset))]; ok && base == asm.R10 {
+		fs = append(fs, "slot in "+r)
+	}
+	if a, ok := v.BlockAddrs[i]; ok {
+		fs = append(fs, "shared "+c.p.Maps[a.Map].Name+"+"+strconv.FormatInt(a.Off, 10))
+	} else if v.BlockMapOnly(i) {
+		fs = append(fs, "shared")
+	} else if v.GlobalMapOnly(i) {
+		fs = append(fs, "global")
+	}
+	if taken, ok := v.Decided[i]; ok {
+		fs = append(fs, map[bool]string{true: "always taken", false: "never taken"}[taken])
+	}
+	return strings.Join(fs, "; ")
 }
 
 // insn writes the code of instruction i.

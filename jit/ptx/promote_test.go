@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 )
 
 // TestFrameSlots runs programs that keep values in frame slots across
@@ -104,3 +105,30 @@ func concat(parts ...asm.Instructions) asm.Instructions {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// TestFactComments: with Options.Comments, each instruction's comment names
+// what the verifier's facts changed in its code.
+func TestFactComments(t *testing.T) {
+	m := &jit.Map{Name: "counts", Type: jit.MapTypePerBlockArray, KeySize: 4, ValueSize: 8, MaxEntries: 4}
+	p := &jit.Program{Name: "t", Insns: lookupAdd(1), Maps: []*jit.Map{m}}
+	res, err := verifier.Verify(p, verifier.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Compile(p, Options{Verified: res, Comments: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"[dead store: not written]", "[key 1 folded]", "[always taken]", "[shared counts+8]"} {
+		if !strings.Contains(f.Body, want) {
+			t.Errorf("no %q in the comments:\n%s", want, f.Body)
+		}
+	}
+	plain, err := Compile(p, Options{Comments: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain.Body, "folded") {
+		t.Errorf("facts in the comments without the verifier's result:\n%s", plain.Body)
+	}
+}
