@@ -45,7 +45,7 @@ type compiler struct {
 	needed    map[string]bool // support routines in use
 	uniq      int             // counter for internal labels
 	cur       *fn
-	slots     map[int64]string // the current function's frame slots kept in registers
+	slots     map[int64]frameCell // the current function's frame cells kept in registers
 
 	e emitter
 }
@@ -388,8 +388,8 @@ func (c *compiler) facts(i int) string {
 	default:
 		base = asm.R0
 	}
-	if r, ok := c.slots[slotOf(int64(ins.Offset))]; ok && base == asm.R10 {
-		fs = append(fs, "slot in "+r)
+	if cell, ok := c.slots[int64(ins.Offset)]; ok && base == asm.R10 {
+		fs = append(fs, "slot in "+cell.reg)
 	}
 	if a, ok := v.BlockAddrs[i]; ok {
 		fs = append(fs, "shared "+c.p.Maps[a.Map].Name+"+"+strconv.FormatInt(a.Off, 10))

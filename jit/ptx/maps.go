@@ -278,12 +278,7 @@ func (c *compiler) arrayKey(i int) {
 		// A key in this function's frame is a .local load of its slot,
 		// which ptxas can forward from the store that wrote it.
 		if off, ok := v.StackKeys[i]; ok && off%4 == 0 {
-			if r, ok := c.slots[slotOf(off)]; ok {
-				if off%8 == 0 {
-					c.e.op("and.b64 %h1, ", r, ", 4294967295")
-				} else {
-					c.e.op("shr.u64 %h1, ", r, ", 32")
-				}
+			if c.frameKey(off) {
 				return
 			}
 			if a, ok := c.stackSlot(regNames[asm.R10], off); ok {

@@ -452,8 +452,9 @@ func TestCompileErrors(t *testing.T) {
 }
 
 // TestStackKeyLoad: a key the verifier cannot know, in the program's own
-// frame, is loaded with ld.local from its slot under the proofs (ptxas
-// forwards it from the store), and the lookup finds the right value.
+// frame, is read under the proofs from the register that keeps its 4-byte
+// cell (no stack store or load at all), and the lookup finds the right
+// value.
 func TestStackKeyLoad(t *testing.T) {
 	insns := append(asm.Instructions{
 		call(jit.HelperKtimeGetNs),
@@ -479,8 +480,11 @@ func TestStackKeyLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if local := strings.Contains(f.Body, "ld.local.u32 %h1, [__stack+508]"); local != proofs {
-			t.Fatalf("key loaded from its slot %v with proofs=%v", local, proofs)
+		if inReg := strings.Contains(f.Body, "mov.b64 %h1, %fs"); inReg != proofs {
+			t.Fatalf("key read from its register %v with proofs=%v", inReg, proofs)
+		}
+		if inMem := strings.Contains(f.Body, "[__stack+508]"); inMem == proofs {
+			t.Fatalf("key slot in local memory %v with proofs=%v", inMem, proofs)
 		}
 		var r *emuRegion
 		got, _, err := emuRun(f, nil, 0, func(e *emu) {

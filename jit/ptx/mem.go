@@ -2,6 +2,7 @@ package ptx
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -169,8 +170,8 @@ func (c *compiler) ldx(i int, ins *asm.Instruction) error {
 		return c.errf(i, "sign-extending load of 8 bytes is not defined")
 	}
 	off := int64(ins.Offset)
-	if r, ok := c.frameReg(ins.Src, off, size); ok && !signed {
-		c.e.op("mov.b64 ", d, ", ", r)
+	if cell, ok := c.frameReg(ins.Src, off, size); ok && !signed {
+		c.e.op("mov.b64 ", d, ", ", cell.reg)
 		return nil
 	}
 	al := c.staticAlign(i, ins.Src, off, size.Sizeof())
@@ -248,8 +249,14 @@ func (c *compiler) deadStore(i int) bool {
 
 // storeAt writes store instruction i: *(size *)(base+off) = val.
 func (c *compiler) storeAt(i int, val string, base asm.Register, off int64, size asm.Size) {
-	if r, ok := c.frameReg(base, off, size); ok {
-		c.e.op("mov.b64 ", r, ", ", val)
+	if cell, ok := c.frameReg(base, off, size); ok {
+		if cell.size == 4 && strings.HasPrefix(val, "%") {
+			// A register's low 32 bits (an immediate is already
+			// truncated by st).
+			c.e.op("and.b64 ", cell.reg, ", ", val, ", 4294967295")
+		} else {
+			c.e.op("mov.b64 ", cell.reg, ", ", val)
+		}
 		return
 	}
 	al := c.staticAlign(i, base, off, size.Sizeof())

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
 )
 
 // Frame slots in registers.
@@ -25,22 +27,37 @@ func slotOf(off int64) int64 {
 	return -((-off + 7) &^ 7)
 }
 
-// promoteSlots returns the register of each slot of f's frame that lives
-// in one (nil without the verifier's facts).
-func (c *compiler) promoteSlots(f *fn) map[int64]string {
+// frameCell is a frame slot, or one 4-byte half of one, kept in a register.
+type frameCell struct {
+	reg  string
+	size int // 8, or 4: the register holds the half zero-extended
+}
+
+// promoteSlots returns the cells of f's frame that live in registers, by
+// offset from r10 (nil without the verifier's facts). A slot qualifies when
+// no pointer reaches it and every access is the whole slot, or every access
+// is one of its 4-byte halves (a u32 key, say); keys the compiler loads
+// from the frame may read either kind.
+func (c *compiler) promoteSlots(f *fn) map[int64]frameCell {
 	v := c.o.Verified
 	if v == nil || !f.stack {
 		return nil
 	}
+	whole := map[int64]bool{}  // slot accessed whole
+	halves := map[int64]bool{} // slot accessed in 4-byte halves
 	used := map[int64]bool{}
 	bad := map[int64]bool{}
-	whole := func(off int64, n int) {
-		if n == 8 && off%8 == 0 {
-			used[off] = true
-			return
-		}
-		for s := slotOf(off); s < off+int64(max(n, 1)); s += 8 {
-			bad[s] = true
+	access := func(off int64, n int) {
+		s := slotOf(off)
+		switch {
+		case n == 8 && off%8 == 0:
+			whole[s], used[s] = true, true
+		case n == 4 && off%4 == 0:
+			halves[s], used[s] = true, true
+		default:
+			for s := slotOf(off); s < off+int64(max(n, 1)); s += 8 {
+				bad[s] = true
+			}
 		}
 	}
 	for i := f.start; i < f.end; i++ {
@@ -49,51 +66,72 @@ func (c *compiler) promoteSlots(f *fn) map[int64]string {
 		switch cls := ins.OpCode.Class(); {
 		case cls == asm.LdXClass && ins.Src == asm.R10:
 			if ins.OpCode.Mode() != asm.MemMode {
-				n = 0 // sign-extending: never whole
+				n = 0 // sign-extending: never kept
 			}
-			whole(off, n)
+			access(off, n)
 		case (cls == asm.StClass || cls == asm.StXClass) && ins.Dst == asm.R10:
 			switch {
 			case ins.OpCode.Mode() != asm.MemMode:
-				whole(off, 0) // an atomic on the frame
+				access(off, 0) // an atomic on the frame
 			case !v.DeadStore(i):
-				whole(off, n)
+				access(off, n)
 			}
 		case ins.IsBuiltinCall():
 			if _, folded := v.ConstKeys[i]; !folded {
 				if k, ok := v.StackKeys[i]; ok && k%4 == 0 {
-					used[slotOf(k)] = true // read by arrayKey
+					used[slotOf(k)] = true // read by arrayKey, either kind
 				}
 			}
 		}
 	}
-	var regs map[int64]string
-	for off := range used {
-		if bad[off] || v.StackEscaped(f.start, off, off+8) {
+	var cells map[int64]frameCell
+	k := 0
+	name := func() string {
+		k++
+		return "%fs" + strconv.Itoa(k-1)
+	}
+	for s := int64(-8); s >= -int64(jit.StackSize); s -= 8 { // stable names, by offset
+		if !used[s] || bad[s] || whole[s] && halves[s] || v.StackEscaped(f.start, s, s+8) {
 			continue
 		}
-		if regs == nil {
-			regs = make(map[int64]string)
+		if cells == nil {
+			cells = make(map[int64]frameCell)
 		}
-		regs[off] = ""
-	}
-	// Stable names, by offset.
-	k := 0
-	for off := int64(-8); off >= -512 && k < len(regs); off -= 8 {
-		if _, ok := regs[off]; ok {
-			regs[off] = "%fs" + strconv.Itoa(k)
-			k++
+		if halves[s] {
+			cells[s] = frameCell{name(), 4}
+			cells[s+4] = frameCell{name(), 4}
+		} else {
+			cells[s] = frameCell{name(), 8}
 		}
 	}
-	return regs
+	return cells
 }
 
-// frameReg returns the register of the whole slot at r10+off when it lives
-// in one.
-func (c *compiler) frameReg(base asm.Register, off int64, size asm.Size) (string, bool) {
-	if base != asm.R10 || size != asm.DWord || off%8 != 0 {
-		return "", false
+// frameReg returns the cell that holds the size bytes at base+off when
+// base is r10 and they live in a register.
+func (c *compiler) frameReg(base asm.Register, off int64, size asm.Size) (frameCell, bool) {
+	if base != asm.R10 {
+		return frameCell{}, false
 	}
-	r, ok := c.slots[off]
-	return r, ok
+	cell, ok := c.slots[off]
+	return cell, ok && cell.size == size.Sizeof()
+}
+
+// frameKey writes %h1 = the 4-byte key at r10+off from the register that
+// holds it, if one does.
+func (c *compiler) frameKey(off int64) bool {
+	if cell, ok := c.slots[off]; ok && cell.size == 4 {
+		c.e.op("mov.b64 %h1, ", cell.reg)
+		return true
+	}
+	cell, ok := c.slots[slotOf(off)]
+	if !ok || cell.size != 8 {
+		return false
+	}
+	if off%8 == 0 {
+		c.e.op("and.b64 %h1, ", cell.reg, ", 4294967295")
+	} else {
+		c.e.op("shr.u64 %h1, ", cell.reg, ", 32")
+	}
+	return true
 }
