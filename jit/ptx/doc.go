@@ -53,8 +53,9 @@
 //     conditional jump that every run takes one way (Result.Decided, such
 //     as the NULL check of a per-block lookup with a key in range) is a bra
 //     or nothing; a store to the frame that no run reads is not written;
-//     a frame slot that is only stored and loaded whole at r10+off (no
-//     pointer reaches it: Result.StackEscaped) is a register (promote.go).
+//     a frame slot that is only stored and loaded at r10+off, whole or as
+//     4-byte halves (no pointer reaches it: Result.StackEscaped), is one
+//     register or two (promote.go).
 //   - PTX atomics are undefined on .local memory, so an atomic whose address
 //     is on the stack (isspacep.local) or misaligned becomes a plain
 //     read-modify-write (the stack is private to the thread).

@@ -15,9 +15,10 @@ import (
 // store and load (STL/LDL through L1) in the kernel the probe runs in. With
 // the verifier's facts, a slot that no run reaches through a pointer other
 // than r10 (Result.StackEscaped), and that the function only stores and
-// loads whole at r10+off, is a PTX register instead: ptxas allocates it
-// like any other value. Keys the compiler loads from the frame
-// (Result.StackKeys) may read half of such a slot.
+// loads at r10+off, whole or as 4-byte halves (a u32 key built at run
+// time), is a PTX register instead, or two: ptxas allocates them like any
+// other value. Keys the compiler loads from the frame (Result.StackKeys)
+// may read a half of either kind.
 
 // slotOf is the 8-byte slot (its offset from r10) that holds byte off.
 func slotOf(off int64) int64 {
