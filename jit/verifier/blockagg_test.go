@@ -191,3 +191,17 @@ func TestBlockAddrs(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockAddrsPerCall: a function that looks up the key it is given,
+// called with key 0 and then key 1, reaches two different values: its
+// accesses have no single byte.
+func TestBlockAddrsPerCall(t *testing.T) {
+	insns := cat(
+		ins(asm.Mov.Imm(asm.R1, 0), asm.Call.Label("f"), asm.Mov.Imm(asm.R1, 1), asm.Call.Label("f"), asm.Return()),
+		ins(asm.StoreMem(asm.R10, -4, asm.R1, asm.Word).WithSymbol("f")), lookupKey("blk", 0)[1:],
+		ins(asm.LoadMem(asm.R0, asm.R0, 0, asm.DWord), asm.Return()))
+	res := verifyOK(t, aggMaps, insns)
+	if a, ok := res.BlockAddrs[10]; ok {
+		t.Fatalf("BlockAddrs[10] = %+v: keys 0 and 1 reach different bytes (all: %v)", a, res.BlockAddrs)
+	}
+}

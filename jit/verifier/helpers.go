@@ -128,7 +128,7 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 		return v.errorf(i, "unknown helper %d: not in the GPU helper ABI", id)
 	}
 	mapIdx := int32(-1)
-	blockKey := false // a per-block array and a known key in range
+	blockKey := int64(-1) // a per-block array and a known key in range: where its value starts
 	for a, at := range sig.Args {
 		r := asm.Register(a + 1)
 		arg := fr.regs[r]
@@ -181,7 +181,9 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 				p := st.cur().regs[r]
 				own := p.kind == kStack && p.smin == p.smax && int(p.frame) == len(st.frames)-1
 				v.keyAt[i].note(uint64(p.smin), own)
-				blockKey = ok && m.Type == jit.MapTypePerBlockArray && c < uint64(m.MaxEntries)
+				if ok && m.Type == jit.MapTypePerBlockArray && c < uint64(m.MaxEntries) {
+					blockKey = int64(c) * int64((m.ValueSize+7)&^7) // this path's key
+				}
 			}
 		case ArgMem:
 			if a+1 >= len(sig.Args) || sig.Args[a+1] != ArgSize {
@@ -223,11 +225,10 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 	// Results: r0 set, r1-r5 clobbered.
 	ret := unknown()
 	switch {
-	case sig.Ret == RetMapValueOrNull && blockKey:
+	case sig.Ret == RetMapValueOrNull && blockKey >= 0:
 		// A per-block array is always there (shared memory): a key in
 		// range finds its value, at key × the 8-aligned value size.
-		m := v.p.Maps[mapIdx]
-		ret = value{kind: kMapValue, m: mapIdx, tz: 3, bo: int32(v.keys[i].val*(uint64(m.ValueSize+7)&^7)) + 1}
+		ret = value{kind: kMapValue, m: mapIdx, tz: 3, bo: int32(blockKey) + 1}
 	case sig.Ret == RetMapValueOrNull && mapIdx >= 0:
 		id := v.lookupID(i, st)
 		st.forgetID(id)
