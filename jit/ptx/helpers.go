@@ -236,15 +236,7 @@ func (c *compiler) atomicMinMax(i int, op string) {
 	al := c.proven(i)
 	plain, done := c.newLabel(), c.newLabel()
 	e.op("mov.b64 %t12, %r1")
-	space := c.atomicSpace(i)
-	switch space {
-	case ".shared":
-		c.sharedAtomicAddr(i)
-	case ".global":
-		e.op("cvta.to.global.u64 %t12, %t12")
-	default:
-		c.atomicGuard(i, 8, plain)
-	}
+	space := c.atomicAddr(i, 8, plain)
 	e.op("red", space, ".", op, ".u64 [%t12], %r2")
 	e.op("bra.uni ", done)
 	e.label(plain)

@@ -218,6 +218,23 @@ func (c *compiler) sharedAtomicAddr(i int) {
 	c.e.op("cvta.to.shared.u64 %t12, %t12")
 }
 
+// atomicAddr prepares %t12, the generic address of atomic access i of n
+// bytes, and returns the state space to use (atomicSpace): converted for a
+// known space, which needs no guard; else guarded, branching to plain for
+// the stack or a misaligned address.
+func (c *compiler) atomicAddr(i, n int, plain string) string {
+	space := c.atomicSpace(i)
+	switch space {
+	case ".shared":
+		c.sharedAtomicAddr(i)
+	case ".global":
+		c.e.op("cvta.to.global.u64 %t12, %t12")
+	default:
+		c.atomicGuard(i, n, plain)
+	}
+	return space
+}
+
 // atomicSpace is the state space of atomic access i (an atomic
 // instruction, or helper 607/608) when the verifier knows it and proved
 // it aligned: ".shared" (a per-block array's value) or ".global" (any
@@ -345,15 +362,7 @@ func (c *compiler) atomic(i int, ins *asm.Instruction) error {
 	e.op("add.s64 %t12, ", base, ", ", i64(off))
 	plain, done := c.newLabel(), c.newLabel()
 	if ins.Dst != asm.R10 {
-		space := c.atomicSpace(i)
-		switch space {
-		case ".shared":
-			c.sharedAtomicAddr(i) // never the stack, and aligned: no guard
-		case ".global":
-			e.op("cvta.to.global.u64 %t12, %t12")
-		default:
-			c.atomicGuard(i, size.Sizeof(), plain)
-		}
+		space := c.atomicAddr(i, size.Sizeof(), plain)
 		if size == asm.DWord {
 			c.atomic64(space, name, fetch, s)
 		} else {
@@ -418,7 +427,7 @@ func (c *compiler) atomicGuard(i, n int, plain string) {
 }
 
 // atomic64 writes a 64-bit atomic on [%t12] in state space space ("" for
-// generic, ".shared").
+// generic, ".shared" or ".global").
 func (c *compiler) atomic64(space, name string, fetch bool, s string) {
 	e := &c.e
 	atom := "atom" + space + "."
