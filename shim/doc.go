@@ -22,6 +22,10 @@
 //   - launches: cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel
 //     (all with _ptsz), cuGraphLaunch(_ptsz) (one record per kernel node,
 //     learnt at cuGraphInstantiateWithFlags/WithParams/_v2);
+//   - capture: cuStreamBeginCapture(_v2), cuStreamBeginCaptureToGraph,
+//     cuStreamEndCapture (all with _ptsz): a launch captured into a graph
+//     does not run, so it writes no launch record (asked of the driver
+//     only while a capture is open; the graph's cuGraphLaunch records it);
 //   - cuStreamSynchronize(_ptsz), cuCtxSynchronize, cuMemcpy(Async),
 //     cuMemcpyHtoD/DtoH/DtoD(Async)_v2 (sync and memcpy records).
 //

@@ -16,6 +16,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -202,7 +203,7 @@ func TestPatchLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			lines := strings.Split(strings.TrimSpace(stdout), "\n")
-			if len(st.launches) != 3 || len(lines) < 3 {
+			if len(st.launches) != 4 || len(lines) < 4 {
 				t.Fatalf("%d launch records, stdout:\n%s\nstderr:\n%s", len(st.launches), stdout, stderr)
 			}
 			if !tc.patched {
@@ -210,7 +211,8 @@ func TestPatchLoad(t *testing.T) {
 					t.Errorf("the driver loaded %d bytes, not the original %d-byte PTX", len(loaded), len(orig))
 				}
 				if lines[0] != "app: params-launch same=1" || lines[1] != "app: buffer-launch same=1" ||
-					lines[2] != "app: graph-node n=3 p0=1 p1=1 p2=1 same=1" {
+					lines[2] != "app: graph-node n=3 p0=1 p1=1 p2=1 same=1" ||
+					lines[3] != "app: captured-launch same=1" {
 					t.Errorf("an unpatched kernel's launch was changed:\n%s", stdout)
 				}
 				if globalRe.MatchString(stdout) {
@@ -257,6 +259,13 @@ func TestPatchLoad(t *testing.T) {
 			}
 			if st.launches[2].LaunchID>>63 != 1 {
 				t.Errorf("graph node launch id %#x: not a reserved graph-node id", st.launches[2].LaunchID)
+			}
+			// The captured launch wrote no record; the run of its node
+			// (launch record 3) carries the id it passed to the driver.
+			wantC := fmt.Sprintf("app: captured-launch same=0 extra=%d", st.launches[3].LaunchID)
+			if lines[3] != wantC || st.launches[3].API != record.APIGraphLaunch || st.launches[3].Stream != 0x77 {
+				t.Errorf("captured launch got\n%s (record: %v on stream %#x)\nwant\n%s (a cuGraphLaunch record on 0x77)",
+					lines[3], st.launches[3].API, st.launches[3].Stream, wantC)
 			}
 			if st.launches[0].LaunchID == st.launches[1].LaunchID {
 				t.Errorf("both launches have id %d", st.launches[0].LaunchID)

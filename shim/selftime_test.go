@@ -185,9 +185,10 @@ func TestSelftime(t *testing.T) {
 		{name: "launch first", collect: "record", prog: []string{"launchfirst", "500"}, records: 500, launches: 500, handshake: 1, threads: 1},
 		{name: "launch first, no collector", prog: []string{"launchfirst", "50"}, records: -1, launches: 50, forwarded: 49, handshake: 1, threads: 1},
 		{name: "bench", collect: "record", prog: []string{"cudart", "bench", "20000"}, records: 21000, launches: 21000, threads: 1},
-		// A patched module: its two launches take the slow path, the graph
-		// launch does not.
-		{name: "patched", collect: "patch", prog: []string{"dlsym", "ptx"}, records: 3, launches: 3, slow: 2, threads: 1},
+		// A patched module: its two launches and the captured one take the
+		// slow path, the two graph launches do not; the captured launch
+		// writes no record.
+		{name: "patched", collect: "patch", prog: []string{"dlsym", "ptx"}, records: 4, launches: 5, slow: 3, threads: 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -125,6 +125,35 @@ func TestGraphLaunch(t *testing.T) {
 	}
 }
 
+// TestCaptureLaunch: launches captured into a graph write no launch
+// record (they do not run); the graph's launches record its nodes, and
+// launches outside the capture, during and after it, are recorded.
+func TestCaptureLaunch(t *testing.T) {
+	b := binaries(t)
+	ws := []want{
+		{vecAdd, [3]uint32{4, 1, 1}, [3]uint32{256, 1, 1}, 0, 0x55, record.APILaunchKernel},
+		{vecAdd, [3]uint32{2, 1, 1}, [3]uint32{32, 1, 1}, 0, 0x55, record.APILaunchKernel},
+	}
+	for range 2 {
+		ws = append(ws, want{vecAdd, [3]uint32{6, 1, 1}, [3]uint32{64, 1, 1}, 0, 0x77, record.APIGraphLaunch},
+			want{gemm, [3]uint32{3, 3, 1}, [3]uint32{8, 8, 1}, 512, 0x77, record.APIGraphLaunch})
+	}
+	ws = append(ws, want{vecAdd, [3]uint32{7, 1, 1}, [3]uint32{16, 1, 1}, 0, 0x66, record.APILaunchKernel})
+	for _, mode := range []string{"cudart", "dlsym", "direct"} {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgent(t, 256, 1024, agent.Options{})
+			env := append(preload(b, a.path), "GPUPROBE_TRACE=1")
+			if _, errOut, err := run(t, b, env, b.program(mode), mode, "capture"); err != nil {
+				t.Fatalf("%v\n%s", err, errOut)
+			} else if !strings.Contains(errOut, "captured=2 ") {
+				t.Errorf("the trace summary does not count 2 captured launches:\n%s", errOut)
+			}
+			ss := a.waitGone(t, 1)
+			checkLaunches(t, readRing(t, ss[0].ring), ss[0].peer.PID, ws)
+		})
+	}
+}
+
 // TestUnnamedFunction: a handle the shim never saw created is named through
 // cuFuncGetName at its first launch, once.
 func TestUnnamedFunction(t *testing.T) {
@@ -469,7 +498,7 @@ func TestTrace(t *testing.T) {
 		`cuLibraryGetKernel(0x`,
 		`, "_Z6vecAddPfS_S_i") = 0, 0x`,
 		"connected to " + a.path,
-		"summary: launches=8 graph_launches=0 names=2 loads=1 syncs=1 memcpys=1 records=12 not_written=0",
+		"summary: launches=8 graph_launches=0 captured=0 names=2 loads=1 syncs=1 memcpys=1 records=12 not_written=0",
 	} {
 		if !strings.Contains(text, s) {
 			t.Errorf("trace lacks %q:\n%s", s, text)

@@ -36,7 +36,8 @@ func samplePTX(t *testing.T, name string) []byte {
 }
 
 // simLaunch is one launch the simulated GPU runs: runs > 1 is a graph
-// kernel node launched that many times (one id, a captured launch first).
+// kernel node launched that many times (one id, the node of a launch
+// captured from a stream).
 type simLaunch struct {
 	id          uint64
 	grid, block [3]uint32
@@ -51,14 +52,15 @@ func (l simLaunch) threads() uint64 {
 type fault int
 
 const (
-	faultNone        fault = iota
-	faultLoseExec          // one launch's device window (Exec record) missing
-	faultExecBlocks        // one device window counts a block too many
-	faultDupExit           // one thread's exit recorded twice, another's not
-	faultLateExit          // one exit time after its launch's last warp end
-	faultDoubleCount       // one per-thread counter slot incremented twice
-	faultLostUpdate        // one counter update lost (as a concurrent race would)
-	faultBlockCount        // one block_threads count off by one
+	faultNone           fault = iota
+	faultLoseExec             // one launch's device window (Exec record) missing
+	faultExecBlocks           // one device window counts a block too many
+	faultDupExit              // one thread's exit recorded twice, another's not
+	faultLateExit             // one exit time after its launch's last warp end
+	faultDoubleCount          // one per-thread counter slot incremented twice
+	faultLostUpdate           // one counter update lost (as a concurrent race would)
+	faultBlockCount           // one block_threads count off by one
+	faultCapturedRecord       // a launch record for the captured launch, which never ran
 )
 
 // simulate plays the GPU (and the shim) for a session patched with
@@ -93,8 +95,10 @@ func simulate(t *testing.T, s *agent.Session, launches []simLaunch, f fault) {
 	first, firstExec := true, true
 	for _, l := range launches {
 		rec := record.Launch{LaunchID: l.id, PID: 1, Function: 1, Grid: l.grid, Block: l.block}
-		if l.runs > 1 { // the captured launch, never executed
-			put(lr, uint32(record.TypeLaunch), rec.Append(nil))
+		if l.runs > 1 { // a graph node's runs: cuGraphLaunch records
+			if f == faultCapturedRecord { // what the shim wrote before capture.c
+				put(lr, uint32(record.TypeLaunch), rec.Append(nil))
+			}
 			rec.API = record.APIGraphLaunch
 		}
 		for range max(l.runs, 1) {
@@ -188,6 +192,7 @@ func TestAgentDumpChecks(t *testing.T) {
 		{name: "lost update, exact", fault: faultLostUpdate, expect: "launches ptx_affine 4\n", fail: []string{"per-thread counts (thread_runs)"}},
 		{name: "lost update, racy", fault: faultLostUpdate, expect: "launches ptx_affine 4\n", racy: true},
 		{name: "block count off", fault: faultBlockCount, expect: "launches ptx_affine 4\n", fail: []string{"per-block counts (block_threads)"}},
+		{name: "captured launch recorded", fault: faultCapturedRecord, expect: "launches ptx_affine 4\n", fail: []string{"launch counts"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -242,8 +247,12 @@ func TestAgentDumpChecks(t *testing.T) {
 			if wantCode := map[bool]int{true: 3, false: 0}[len(tt.fail) > 0]; code != wantCode || sum.Failed != len(tt.fail) {
 				t.Errorf("exit code %d with %d failed checks, want %d and %d\n%s", code, sum.Failed, wantCode, len(tt.fail), out)
 			}
-			if s := sum.Sessions[0]; s.Captured != 1 || s.Launches["ptx_affine"] != 4 || s.ExitRecords == 0 {
-				t.Errorf("summary: captured %d, launches %v, exit records %d; want 1, 4, > 0", s.Captured, s.Launches, s.ExitRecords)
+			captured := 0
+			if tt.fault == faultCapturedRecord {
+				captured = 1
+			}
+			if s := sum.Sessions[0]; s.Captured != captured || s.Launches["ptx_affine"] != 4 || s.ExitRecords == 0 {
+				t.Errorf("summary: captured %d, launches %v, exit records %d; want %d, 4, > 0", s.Captured, s.Launches, s.ExitRecords, captured)
 			}
 		})
 	}
@@ -316,7 +325,7 @@ func TestAgentDumpPatchesSamples(t *testing.T) {
 		kernels []string // as the sample prints them
 	}{
 		{"multistream", build("multistream"), []string{"_Z9stencil2dPKjPjii", "_ZN2gp6cube3dILi3EEEvPjiii", "ms_digest", "ms_mix1d"}},
-		{"graph", build("graph"), []string{"_Z6blur2dPKjPjii", "g_fold", "g_scale"}},
+		{"graph", build("graph"), []string{"_Z6blur2dPKjPjii", "g_fold", "g_never", "g_scale"}}, // g_never: patched, never launched
 		{"ptxload affine", samplePTX(t, "kAffinePTX"), []string{"ptx_affine"}},
 		{"ptxload grid2d (sm_52)", samplePTX(t, "kGridPTX"), []string{"ptx_grid2d"}},
 	}

@@ -127,6 +127,7 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 	launchlate := fs.String("launchlate", "", "metric name prefix of launchlate's delay histogram: compare it with the shim's queued phases of --nested-pid")
 	graphExe := fs.String("graph-exe", "", "a process that launched a CUDA graph --graph-replays times: every kernel node must have one launch span per replay")
 	graphReplays := fs.Int("graph-replays", 0, "times --graph-exe launched its graph")
+	absentKernel := fs.String("absent-kernel", "", "with --graph-exe: a kernel (part of its mangled name) that the process captured into a graph and never launched: it must have no span")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -229,6 +230,9 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	if *graphExe != "" {
 		checkGraphReplays(t, spans, func(s *span) []*span { return children[spanKey(s.trace, s.id)] }, *graphExe, *graphReplays)
+		if *absentKernel != "" {
+			checkAbsentKernel(t, spans, *graphExe, *absentKernel)
+		}
 	}
 	if t.failed {
 		return 1

@@ -2,6 +2,7 @@ package main
 
 import (
 	"sort"
+	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 )
@@ -73,6 +74,19 @@ func checkGraphReplays(t *checkTable, spans []*span, children func(*span) []*spa
 		"%d of %d nodes have replays 0..%d once each (%d spans)", complete, nodes, replays-1, total)
 	t.row("graph: each replay has its device phase", total > 0 && executing == total, "%d of %d replay spans have cuda.executing", executing, total)
 	t.row("graph: replays' device windows distinct", nodes > 0 && distinct == nodes, "%d of %d nodes", distinct, nodes)
+}
+
+// checkAbsentKernel checks that process exe has no span of a kernel whose
+// mangled name contains kernel: one it only captured into a graph that it
+// never launched, so the kernel never ran.
+func checkAbsentKernel(t *checkTable, spans []*span, exe, kernel string) {
+	n := 0
+	for _, s := range spans {
+		if sameExe(s.exe, exe) && strings.Contains(s.str("cuda.kernel.mangled_name"), kernel) {
+			n++
+		}
+	}
+	t.row("graph: no span for a captured launch that never ran", n == 0, "%d spans of %s", n, kernel)
 }
 
 // spanKey identifies a span within the file: trace id and span id.

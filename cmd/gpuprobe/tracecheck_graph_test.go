@@ -80,3 +80,38 @@ func TestTraceCheckGraphReplays(t *testing.T) {
 		})
 	}
 }
+
+func TestTraceCheckAbsentKernel(t *testing.T) {
+	tests := []struct {
+		name  string
+		never bool // one span of the never-launched kernel
+		code  int
+		want  string
+	}{
+		{"absent", false, 0, "0 spans of g_never"},
+		{"a span of the captured launch", true, 1, "1 spans of g_never"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeGraphTraces(t, 2, 3, func(n, r int, l ptrace.Span) bool {
+				l.Attributes().PutStr("cuda.kernel.mangled_name", "_Z7g_scalePjij")
+				if tt.never && n == 1 && r == 0 {
+					// An extra span, as the capture-time launch record gave
+					// after launch_timeout.
+					x := ptrace.NewSpan()
+					l.CopyTo(x)
+					x.Attributes().PutStr("cuda.kernel.mangled_name", "_Z7g_neverPji")
+					x.Attributes().Remove("cuda.graph.replay")
+					x.SetSpanID(pcommon.SpanID{0xee})
+					x.CopyTo(l)
+				}
+				return true
+			})
+			var out, errb bytes.Buffer
+			code := runTraceCheck([]string{"--traces", p, "--graph-exe", "graph", "--graph-replays", "3", "--absent-kernel", "g_never"}, &out, &errb)
+			if code != tt.code || !strings.Contains(out.String(), tt.want) {
+				t.Fatalf("code %d, want %d; output lacks %q:\n%s%s", code, tt.code, tt.want, out.String(), errb.String())
+			}
+		})
+	}
+}

@@ -91,6 +91,14 @@
 	X(GRAPH_NODE_SET, "cuGraphNodeSetParams", "cuGraphNodeSetParams", NULL, 0, 12020, 0)     \
 	X(GRAPH_EXEC_NODE_SET, "cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", NULL, 0,   \
 	  12020, 0)                                                                                \
+	X(CAPTURE_BEGIN, "cuStreamBeginCapture", "cuStreamBeginCapture_v2",                       \
+	  "cuStreamBeginCapture_v2_ptsz", 2, 10010, 0)                                             \
+	X(CAPTURE_BEGIN1, "cuStreamBeginCapture", "cuStreamBeginCapture",                         \
+	  "cuStreamBeginCapture_ptsz", 2, 10000, 10010)                                            \
+	X(CAPTURE_TO_GRAPH, "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph",         \
+	  "cuStreamBeginCaptureToGraph_ptsz", 2, 12030, 0)                                         \
+	X(CAPTURE_END, "cuStreamEndCapture", "cuStreamEndCapture", "cuStreamEndCapture_ptsz", 2,  \
+	  10000, 0)                                                                                \
 	X(STREAM_SYNC, "cuStreamSynchronize", "cuStreamSynchronize", "cuStreamSynchronize_ptsz",  \
 	  2, 0, 0)                                                                                 \
 	X(CTX_SYNC, "cuCtxSynchronize", "cuCtxSynchronize", NULL, 0, -1, 0)                       \
@@ -252,6 +260,25 @@ extern GP_HIDDEN int gp_ndev;
 static inline uint32_t gp_rec_device(void)
 {
 	return GP_LIKELY(__atomic_load_n(&gp_ndev, __ATOMIC_RELAXED) == 1) ? 0 : gp_device_slow();
+}
+
+/* capture.c: gp_captures counts the streams in a stream capture (begun
+ * and not ended); while it is not 0, a launch asks the driver whether its
+ * stream captures (gp_captured_slow): a captured launch does not run, so it
+ * writes no launch record (its graph's cuGraphLaunch does). */
+extern GP_HIDDEN uint32_t gp_captures;
+GP_HIDDEN int gp_captured_slow(uint64_t stream);
+static inline int gp_captured(uint64_t stream)
+{
+	return GP_UNLIKELY(__atomic_load_n(&gp_captures, __ATOMIC_RELAXED) != 0) && gp_captured_slow(stream);
+}
+
+/* gp_stream is the stream a call names: the per-thread default stream's
+ * handle for stream 0 in a _ptsz variant. */
+static inline uint64_t gp_stream(const struct gp_slot *s, CUstream st)
+{
+	uint64_t v = (uint64_t)st;
+	return v == 0 && s->ptsz ? GP_CU_STREAM_PER_THREAD : v;
 }
 
 extern GP_HIDDEN int gp_state;
@@ -505,7 +532,7 @@ GP_HIDDEN void gp_tracef(const char *fmt, ...) __attribute__((format(printf, 1, 
 /* Counters for the trace summary (relaxed atomics, bumped only when
  * tracing, so the hot path pays nothing otherwise). */
 struct gp_stats {
-	uint64_t launches, graph_launches, published, dropped, names, loads, syncs, memcpys;
+	uint64_t launches, graph_launches, captured, published, dropped, names, loads, syncs, memcpys;
 	uint64_t unbound; /* optional regions (kernel map, clock) that could not be registered: always counted */
 };
 extern GP_HIDDEN struct gp_stats gp_stats;

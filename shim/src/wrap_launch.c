@@ -142,6 +142,8 @@ GP_HOT void gp_launch_record(void *ring, uint32_t api, uint64_t id, uint64_t t0,
 {
 	if (GP_UNLIKELY(!gx || !gy || !gz || !bx || !by || !bz))
 		return; /* an invalid launch: the driver refused it */
+	if (gp_captured(stream))
+		return; /* captured into a graph: it runs at cuGraphLaunch */
 	gp_name_emit_fast(ring, f);
 	struct gp_rec_launch rec = {
 		.h = {.type = GP_REC_LAUNCH, .version = GP_REC_VERSION, .size = sizeof rec},
@@ -218,12 +220,6 @@ GP_HOT void gp_patch_args(uint64_t f, uint64_t id, void ***params, void ***extra
 {
 	if (GP_UNLIKELY(__atomic_load_n(&gp_any_patched, __ATOMIC_ACQUIRE)))
 		gp_patch_args_slow(f, id, params, extra);
-}
-
-GP_HOT uint64_t gp_stream(const struct gp_slot *s, CUstream st)
-{
-	uint64_t v = (uint64_t)st;
-	return v == 0 && s->ptsz ? GP_CU_STREAM_PER_THREAD : v;
 }
 
 #define GP_P_LAUNCH                                                                                 \

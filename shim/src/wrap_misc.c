@@ -35,10 +35,7 @@ static CUresult gp_i_STREAM_SYNC(struct gp_slot *s, GP_P_STREAM_SYNC)
 	gp_stamp_begin(&ts);
 	CUresult r = real(st);
 	gp_stamp_end(&ts);
-	uint64_t stream = (uint64_t)st;
-	if (stream == 0 && s->ptsz)
-		stream = GP_CU_STREAM_PER_THREAD;
-	gp_sync_record(ring, GP_SYNC_STREAM, stream, ts.t0, ts.t1);
+	gp_sync_record(ring, GP_SYNC_STREAM, gp_stream(s, st), ts.t0, ts.t1);
 	return r;
 }
 GP_DEFINE_API(STREAM_SYNC)

@@ -10,7 +10,7 @@
  *                        through cuModuleLoadData
  *   app-direct direct SCENARIO  linked with -lcuda, calls the symbols
  *
- * Scenarios: basic (default), graph, fork, unnamed, threads, slow, bench N,
+ * Scenarios: basic (default), graph, capture, fork, unnamed, threads, slow, bench N,
  * ptx FILE (loads a real PTX file, launches its vectorAdd by kernelParams
  * and by a CU_LAUNCH_PARAM_BUFFER_POINTER buffer and from a graph kernel
  * node, and prints what the MOCK driver received: the extra launch-id
@@ -69,6 +69,8 @@ struct api {
 	CUresult (*graph_add)(void **, void *, void *, size_t, const kernel_node_params *);
 	CUresult (*graph_inst)(void **, void *, unsigned long long);
 	CUresult (*graph_launch)(void *, void *);
+	CUresult (*capture_begin)(void *, int);
+	CUresult (*capture_end)(void *, void **);
 	CUresult (*ctx_sync)(void *); /* the version-13000 answer: takes a context */
 	CUresult (*unload)(void *);   /* cuModuleUnload, or cuLibraryUnload for libraries */
 	int library;                  /* load code as a library (cudart 13 style) */
@@ -126,6 +128,8 @@ static void load_cudart(struct api *a)
 	a->graph_add = gpa(g, "cuGraphAddKernelNode", 10000, 1);
 	a->graph_inst = gpa(g, "cuGraphInstantiateWithFlags", 11040, 1);
 	a->graph_launch = gpa(g, "cuGraphLaunch", 10000, 1);
+	a->capture_begin = gpa(g, "cuStreamBeginCapture", 10010, 1);
+	a->capture_end = gpa(g, "cuStreamEndCapture", 10000, 1);
 	a->ctx_sync = gpa(g, "cuCtxSynchronize", 13000, 1);
 	a->unload = gpa(g, "cuLibraryUnload", 12000, 1);
 	a->library = 1;
@@ -148,6 +152,8 @@ static void load_dlsym(struct api *a)
 	D(graph_add, "cuGraphAddKernelNode");
 	D(graph_inst, "cuGraphInstantiateWithFlags");
 	D(graph_launch, "cuGraphLaunch");
+	D(capture_begin, "cuStreamBeginCapture_v2");
+	D(capture_end, "cuStreamEndCapture");
 	D(unload, "cuModuleUnload");
 #undef D
 }
@@ -171,6 +177,8 @@ CUresult cuGraphCreate(void **, unsigned);
 CUresult cuGraphAddKernelNode(void **, void *, void *, size_t, const kernel_node_params *);
 CUresult cuGraphInstantiateWithFlags(void **, void *, unsigned long long);
 CUresult cuGraphLaunch(void *, void *);
+CUresult cuStreamBeginCapture_v2(void *, int);
+CUresult cuStreamEndCapture(void *, void **);
 CUresult cuModuleUnload(void *);
 static void load_direct(struct api *a)
 {
@@ -189,6 +197,8 @@ static void load_direct(struct api *a)
 	a->unload = cuModuleUnload;
 	a->graph_inst = cuGraphInstantiateWithFlags;
 	a->graph_launch = cuGraphLaunch;
+	a->capture_begin = cuStreamBeginCapture_v2;
+	a->capture_end = cuStreamEndCapture;
 }
 #endif
 
@@ -248,6 +258,24 @@ static void graph(void)
 	CHECK(A.graph_inst(&exec, g, 0));
 	CHECK(A.graph_launch(exec, (void *)0x99));
 	CHECK(A.graph_launch(exec, (void *)0x99));
+}
+
+/* capture: a graph captured from stream 0x66 (two launches), launched
+ * twice on stream 0x77, with a launch on another stream while the capture
+ * is open and one on 0x66 after it. */
+static void capture(void)
+{
+	void *g, *exec;
+	CHECK(A.launch(f_vec, 4, 1, 1, 256, 1, 1, 0, (void *)0x55, NULL, NULL));
+	CHECK(A.capture_begin((void *)0x66, 0));
+	CHECK(A.launch(f_vec, 6, 1, 1, 64, 1, 1, 0, (void *)0x66, NULL, NULL));
+	CHECK(A.launch(f_vec, 2, 1, 1, 32, 1, 1, 0, (void *)0x55, NULL, NULL));
+	CHECK(A.launch(f_gemm, 3, 3, 1, 8, 8, 1, 512, (void *)0x66, NULL, NULL));
+	CHECK(A.capture_end((void *)0x66, &g));
+	CHECK(A.graph_inst(&exec, g, 0));
+	CHECK(A.graph_launch(exec, (void *)0x77));
+	CHECK(A.graph_launch(exec, (void *)0x77));
+	CHECK(A.launch(f_vec, 7, 1, 1, 16, 1, 1, 0, (void *)0x66, NULL, NULL));
 }
 
 static void *thread_main(void *arg)
@@ -362,6 +390,19 @@ static void ptx(const char *file, int by_path)
 	printf(" same=%d\n", kp.params == params);
 	CHECK(A.graph_inst(&exec, g, 0));
 	CHECK(A.graph_launch(exec, NULL));
+	/* A launch captured from a stream: it runs (and is recorded) at its
+	 * graph's launch, with the launch id its node kept. */
+	void *cg, *cexec;
+	CHECK(A.capture_begin((void *)0x66, 0));
+	CHECK(A.launch(fn, 3, 1, 1, 64, 1, 1, 0, (void *)0x66, params, NULL));
+	last(&gp, &ge);
+	printf("app: captured-launch same=%d", gp == params);
+	if (gp != params)
+		printf(" extra=%llu", *(u64 *)gp[3]);
+	printf("\n");
+	CHECK(A.capture_end((void *)0x66, &cg));
+	CHECK(A.graph_inst(&cexec, cg, 0));
+	CHECK(A.graph_launch(cexec, (void *)0x77));
 	globals(stdout, m);
 	/* Unloading frees the patched module's device-only map memory. */
 	CHECK(A.unload(m));
@@ -404,6 +445,8 @@ int main(int argc, char **argv)
 		basic(argc > 3 ? atoi(argv[3]) : 5);
 	} else if (strcmp(scenario, "graph") == 0) {
 		graph();
+	} else if (strcmp(scenario, "capture") == 0) {
+		capture();
 	} else if (strcmp(scenario, "unnamed") == 0) {
 		void *(*quiet)(const char *) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_quiet_function"), "mock_quiet_function");
 		void *f = quiet("_Z9hiddenKernv");

@@ -466,6 +466,13 @@ EXPORT CUresult cuKernelGetFunction(void **f, void *k)
 	return 0;
 }
 
+/* Stream capture (one stream at a time): a launch into the capturing
+ * stream becomes a node of its graph instead of running. */
+static void *cap_stream;
+static struct mock_graph *cap_graph;
+static CUresult capture_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			       unsigned bz, unsigned shm, void **p, void **e);
+
 static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		       int ptsz)
 {
@@ -481,8 +488,9 @@ static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned 
 EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 			       unsigned bz, unsigned shm, void *st, void **p, void **e)
 {
-	(void)shm, (void)st;
 	last_params = p, last_extra = e;
+	if (cap_graph != NULL && st == cap_stream)
+		return capture_launch(f, gx, gy, gz, bx, by, bz, shm, p, e);
 	return launch(f, gx, gy, gz, bx, by, bz, 0);
 }
 EXPORT CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -671,6 +679,36 @@ EXPORT CUresult cuGraphLaunch(void *exec, void *st)
 	return 0;
 }
 
+static CUresult capture_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			       unsigned bz, unsigned shm, void **p, void **e)
+{
+	void *node;
+	mock_kernel_node_params kp = {f, gx, gy, gz, bx, by, bz, shm, p, e};
+	return cuGraphAddKernelNode(&node, cap_graph, NULL, 0, &kp);
+}
+EXPORT CUresult cuStreamBeginCapture_v2(void *st, int mode)
+{
+	(void)mode;
+	if (st == NULL || cap_graph != NULL)
+		return 401; /* CUDA_ERROR_ILLEGAL_STATE */
+	cap_graph = calloc(1, sizeof *cap_graph);
+	cap_stream = st;
+	return 0;
+}
+EXPORT CUresult cuStreamEndCapture(void *st, void **g)
+{
+	if (cap_graph == NULL || st != cap_stream)
+		return 401;
+	*g = cap_graph;
+	cap_graph = NULL, cap_stream = NULL;
+	return 0;
+}
+EXPORT CUresult cuStreamIsCapturing(void *st, int *status)
+{
+	*status = cap_graph != NULL && st == cap_stream; /* ACTIVE or NONE */
+	return 0;
+}
+
 /* mock_report prints the counters: the application's "output". */
 EXPORT void mock_report(FILE *out)
 {
@@ -700,7 +738,8 @@ static const struct entry table[] = {
 	E(cuLibraryLoadFromFile), E(cuLibraryGetKernel), E(cuKernelGetFunction), E(cuFuncGetName),
 	P(cuLaunchKernel), {"cuLaunchKernelEx", (void *)internal_launch_ex, (void *)cuLaunchKernelEx_ptsz},
 	P(cuLaunchCooperativeKernel), P(cuStreamSynchronize), E(cuGraphCreate), E(cuGraphAddKernelNode),
-	E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, NULL},
+	E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, NULL},
+	E(cuStreamEndCapture), E(cuStreamIsCapturing), {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, NULL},
 	{"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2, NULL},
 };
 

@@ -8,12 +8,12 @@ import (
 )
 
 // TestGraphCaptured: a graph captured from a stream. The captured launch
-// wrote a launch record (a plain API) with id 7 and never ran; every
-// cuGraphLaunch then writes a record with that same id, without
-// GraphIDBit, and each run writes a window with it. The capture must give
-// no span, and each replay must be its own span with its own window,
-// whether the first window is read before the first cuGraphLaunch record
-// or after it.
+// never ran; every cuGraphLaunch writes a record with its id (7), without
+// GraphIDBit, and each run writes a window with it. The shim writes no
+// record for the captured launch (shim/src/capture.c); older shims wrote
+// one with a plain API. The capture must give no span, and each replay
+// must be its own span with its own window, whether the first window is
+// read before the first cuGraphLaunch record or after it.
 func TestGraphCaptured(t *testing.T) {
 	const id, n, gap = 7, 3, 100_000
 	launch := func(api record.LaunchAPI, enq uint64) rec {
@@ -26,17 +26,26 @@ func TestGraphCaptured(t *testing.T) {
 	}
 	capture := launch(record.APILaunchKernel, 5_000)
 	tests := []struct {
-		name  string
-		order []rec
+		name     string
+		order    []rec
+		captured uint64 // LaunchesCaptured: captured launch records dropped
 	}{
 		{"launch records before windows", []rec{capture,
 			launch(record.APIGraphLaunch, replayEnq(0, gap)), window(0),
 			launch(record.APIGraphLaunch, replayEnq(1, gap)), launch(record.APIGraphLaunch, replayEnq(2, gap)),
-			window(1), window(2)}},
+			window(1), window(2)}, 1},
 		{"first window before the first cuGraphLaunch record", []rec{capture,
 			window(0), launch(record.APIGraphLaunch, replayEnq(0, gap)),
 			window(1), launch(record.APIGraphLaunch, replayEnq(1, gap)),
-			launch(record.APIGraphLaunch, replayEnq(2, gap)), window(2)}},
+			launch(record.APIGraphLaunch, replayEnq(2, gap)), window(2)}, 1},
+		{"no capture record", []rec{
+			launch(record.APIGraphLaunch, replayEnq(0, gap)), window(0),
+			window(1), launch(record.APIGraphLaunch, replayEnq(1, gap)),
+			launch(record.APIGraphLaunch, replayEnq(2, gap)), window(2)}, 0},
+		{"no capture record, first window first", []rec{
+			window(0), launch(record.APIGraphLaunch, replayEnq(0, gap)),
+			launch(record.APIGraphLaunch, replayEnq(1, gap)), window(1),
+			launch(record.APIGraphLaunch, replayEnq(2, gap)), window(2)}, 0},
 	}
 	node := graphNode{id, 0xa, "ka", 1_000, 5_000}
 	for _, tt := range tests {
@@ -50,7 +59,7 @@ func TestGraphCaptured(t *testing.T) {
 				t.Fatalf("%d still pending", p)
 			}
 			c := tr.Counters()
-			if c.LaunchesCaptured != 1 || c.LaunchesEmitted != n || c.ExecDuplicate != 0 || c.LaunchesOrphan != 0 {
+			if c.LaunchesCaptured != tt.captured || c.LaunchesEmitted != n || c.ExecDuplicate != 0 || c.LaunchesOrphan != 0 {
 				t.Fatalf("counters %+v", c)
 			}
 			td := tr.TakeTraces()

@@ -119,10 +119,11 @@ func (t *Translator) isGraph(key srcKey) bool {
 }
 
 // adoptCaptured makes key a graph node at the first cuGraphLaunch record
-// that carries it. A stream-captured launch wrote a launch record with
-// that id when it was captured, and never ran: it is dropped (counted in
-// LaunchesCaptured). Device records that reached it meanwhile (a replay's
-// window read before its launch record) become the node's first run.
+// that carries it. Shims before capture.c wrote a launch record with that
+// id when the launch was captured, and it never ran: it is dropped
+// (counted in LaunchesCaptured). Device records that reached the key
+// meanwhile (a replay's window read before its launch record) become the
+// node's first run.
 func (t *Translator) adoptCaptured(key srcKey, now time.Time) {
 	c := t.chain(key)
 	p := t.pending[key]
@@ -131,7 +132,9 @@ func (t *Translator) adoptCaptured(key srcKey, now time.Time) {
 	}
 	p.done = true
 	t.drop(p)
-	t.counters.LaunchesCaptured++
+	if p.have {
+		t.counters.LaunchesCaptured++
+	}
 	if p.exec == nil && p.warps == 0 {
 		return
 	}

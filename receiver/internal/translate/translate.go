@@ -64,7 +64,7 @@ type Counters struct {
 	SpansSampledOut  uint64 // launch spans not emitted because of sampling
 	NamesTruncated   uint64 // kernel names that arrived cut by their producer
 	ExecDuplicate    uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
-	LaunchesCaptured uint64 // stream-captured launches (never run): dropped at their graph node's first cuGraphLaunch record
+	LaunchesCaptured uint64 // launch records of stream-captured launches (never run; shims before capture.c wrote them): dropped at their graph node's first cuGraphLaunch record
 
 	HostCalls          uint64 // host call records handled
 	HostCallsMatched   uint64 // host launch calls nested with a shim launch

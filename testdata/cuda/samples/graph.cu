@@ -11,6 +11,10 @@
 // arithmetic: exact). Prints the launches of each kernel (graph kernel nodes
 // x ITERS) and a checksum; the output must be identical with and without
 // gpuprobe.
+//
+// Before that, g_never is captured into a graph that is instantiated and
+// destroyed without a launch: it never runs, so gpuprobe must report no
+// launch of it (a captured launch writes no launch record).
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -55,6 +59,14 @@ extern "C" __global__ void g_fold(uint32_t *acc, const uint32_t *v, int n)
 		acc[i] = gp_mix(acc[i] ^ v[i]) + 1;
 }
 
+// g_never: captured, instantiated, never launched (it would zero v).
+extern "C" __global__ void g_never(uint32_t *v, int n)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		v[i] = 0;
+}
+
 static const char *const kScale = "g_scale", *const kBlur = "_Z6blur2dPKjPjii", *const kFold = "g_fold";
 
 int main(int argc, char **argv)
@@ -78,6 +90,12 @@ int main(int argc, char **argv)
 	const dim3 b3(192), g3((N + 191) / 192);
 	cudaGraph_t graph;
 	cudaGraphExec_t exec;
+	CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+	g_never<<<g1, b1, 0, st>>>(d_acc, N);
+	CHECK(cudaStreamEndCapture(st, &graph));
+	CHECK(cudaGraphInstantiateWithFlags(&exec, graph, 0));
+	CHECK(cudaGraphExecDestroy(exec));
+	CHECK(cudaGraphDestroy(graph));
 	CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
 	CHECK(cudaMemcpyAsync(d_v, h_seed, bytes, cudaMemcpyHostToDevice, st));
 	g_scale<<<g1, b1, 0, st>>>(d_v, N, 5u);

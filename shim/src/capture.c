@@ -1,0 +1,164 @@
+/*
+ * capture.c - stream capture: cuStreamBeginCapture (v1 and _v2),
+ * cuStreamBeginCaptureToGraph and cuStreamEndCapture, with their per-thread
+ * variants.
+ *
+ * A launch into a stream that is capturing does not run: it becomes a node
+ * of the graph the capture builds, and it runs at each cuGraphLaunch of that
+ * graph, which writes its launch records (wrap_launch.c). So a captured
+ * launch must write no launch record, or the collector would wait for a
+ * device window that never comes and report a launch that never ran. It
+ * still takes a launch id and, if the kernel is patched, passes it as the
+ * hidden parameter: the node keeps it, and every run of the node carries it.
+ *
+ * The launch path cannot ask the driver about every launch (that would be a
+ * call per launch, for the few launches that are captured). It asks only
+ * while some capture is open: gp_captures counts the streams that began a
+ * capture and have not ended it, and while it is 0 the check is one relaxed
+ * load. A stream joined to a capture through an event is not in the table,
+ * but its origin is, so its launches are asked about too.
+ *
+ * A capture that is never ended (its stream destroyed mid-capture, which is
+ * an application error) keeps the count above 0: launches then ask the
+ * driver each time, which costs time but stays correct.
+ */
+#define _GNU_SOURCE
+#include "gp.h"
+
+/* CUstreamCaptureStatus: CU_STREAM_CAPTURE_STATUS_NONE. */
+#define GP_CAPTURE_NONE 0
+
+/* Open captures' origin streams: 0 is a free slot (the legacy stream
+ * cannot capture). More at once than this makes the count sticky. */
+#define GP_CAPTURES 64
+static uint64_t gp_capture_streams[GP_CAPTURES];
+static int gp_capture_overflow;
+GP_HIDDEN uint32_t gp_captures;
+
+typedef CUresult (*gp_is_capturing_fn)(CUstream, int *);
+
+/* gp_is_capturing returns the driver's cuStreamIsCapturing (NULL if it has
+ * none), looked up once. */
+static gp_is_capturing_fn gp_is_capturing(void)
+{
+	static gp_is_capturing_fn fn;
+	static int looked;
+	if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&fn, (gp_is_capturing_fn)gp_cuda_sym("cuStreamIsCapturing"), __ATOMIC_RELEASE);
+		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+	}
+	return __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+}
+
+/* gp_capture_status is stream's capture status, or -1 if the driver does
+ * not say (no such call, or an error: the legacy stream while another
+ * stream captures in global mode, for one). */
+static int gp_capture_status(uint64_t stream)
+{
+	gp_is_capturing_fn fn = gp_is_capturing();
+	int st = GP_CAPTURE_NONE;
+	if (fn == NULL || fn((CUstream)stream, &st) != CUDA_SUCCESS)
+		return -1;
+	return st;
+}
+
+GP_HIDDEN int gp_captured_slow(uint64_t stream)
+{
+	int st = gp_capture_status(stream);
+	/* Active or invalidated: either way the launch did not run. */
+	if (st <= GP_CAPTURE_NONE)
+		return 0;
+	GP_COUNT(captured, 1);
+	return 1;
+}
+
+/* gp_capture_begun adds stream, which has just begun a capture. */
+static void gp_capture_begun(uint64_t stream)
+{
+	for (int i = 0; i < GP_CAPTURES; i++) {
+		uint64_t free_slot = 0;
+		if (__atomic_compare_exchange_n(&gp_capture_streams[i], &free_slot, stream, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED)) {
+			__atomic_add_fetch(&gp_captures, 1, __ATOMIC_RELEASE);
+			GP_TRACE("stream %p: capture begun (launches in it write no launch records)", (void *)stream);
+			return;
+		}
+	}
+	int off = 0;
+	if (__atomic_compare_exchange_n(&gp_capture_overflow, &off, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+		__atomic_add_fetch(&gp_captures, 1, __ATOMIC_RELEASE);
+		GP_TRACE("more than %d captures at once: every launch now asks the driver whether it is captured",
+			 GP_CAPTURES);
+	}
+}
+
+/* gp_capture_ended forgets stream after cuStreamEndCapture, unless the
+ * driver says it still captures (an end from the wrong thread fails and
+ * leaves the capture open). */
+static void gp_capture_ended(uint64_t stream)
+{
+	if (gp_capture_status(stream) > GP_CAPTURE_NONE)
+		return;
+	for (int i = 0; i < GP_CAPTURES; i++) {
+		uint64_t s = stream;
+		if (__atomic_compare_exchange_n(&gp_capture_streams[i], &s, 0, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED)) {
+			__atomic_sub_fetch(&gp_captures, 1, __ATOMIC_RELEASE);
+			GP_TRACE("stream %p: capture ended", (void *)stream);
+			return;
+		}
+	}
+}
+
+/* GP_CAPTURE_WRAPPER(ID, stream-expression, then): the body of a wrapper
+ * whose parameters are GP_P_<ID>; then(stream) runs after a successful
+ * call. */
+#define GP_CAPTURE_WRAPPER(ID, ST, THEN)                                     \
+	static CUresult gp_i_##ID(struct gp_slot *s, GP_P_##ID)              \
+	{                                                                    \
+		CUresult (*real)(GP_P_##ID) = GP_REAL(ID, s);                \
+		GP_FORWARD_OR_FAIL(real);                                    \
+		CUresult r = real(GP_A_##ID);                                \
+		if (r == CUDA_SUCCESS)                                       \
+			THEN(gp_stream(s, (ST)));                            \
+		return r;                                                    \
+	}                                                                    \
+	GP_DEFINE_API(ID)
+
+#define GP_P_CAPTURE_BEGIN CUstream st, int mode
+#define GP_A_CAPTURE_BEGIN st, mode
+GP_CAPTURE_WRAPPER(CAPTURE_BEGIN, st, gp_capture_begun)
+GP_EXPORT_AS(CAPTURE_BEGIN, 0, cuStreamBeginCapture_v2)
+GP_EXPORT_AS(CAPTURE_BEGIN, 1, cuStreamBeginCapture_v2_ptsz)
+
+/* CUDA 10.0's signature, before capture modes. */
+#define GP_P_CAPTURE_BEGIN1 CUstream st
+#define GP_A_CAPTURE_BEGIN1 st
+GP_CAPTURE_WRAPPER(CAPTURE_BEGIN1, st, gp_capture_begun)
+GP_EXPORT_AS(CAPTURE_BEGIN1, 0, cuStreamBeginCapture)
+GP_EXPORT_AS(CAPTURE_BEGIN1, 1, cuStreamBeginCapture_ptsz)
+
+#define GP_P_CAPTURE_TO_GRAPH \
+	CUstream st, CUgraph g, const CUgraphNode *deps, const void *edges, size_t ndeps, int mode
+#define GP_A_CAPTURE_TO_GRAPH st, g, deps, edges, ndeps, mode
+GP_CAPTURE_WRAPPER(CAPTURE_TO_GRAPH, st, gp_capture_begun)
+GP_EXPORT_AS(CAPTURE_TO_GRAPH, 0, cuStreamBeginCaptureToGraph)
+GP_EXPORT_AS(CAPTURE_TO_GRAPH, 1, cuStreamBeginCaptureToGraph_ptsz)
+
+/* cuStreamEndCapture: the capture ends even when it fails as invalidated,
+ * so the stream is forgotten whatever the result, once the driver says it
+ * no longer captures. */
+#define GP_P_CAPTURE_END CUstream st, CUgraph *g
+#define GP_A_CAPTURE_END st, g
+static CUresult gp_i_CAPTURE_END(struct gp_slot *s, GP_P_CAPTURE_END)
+{
+	CUresult (*real)(GP_P_CAPTURE_END) = GP_REAL(CAPTURE_END, s);
+	GP_FORWARD_OR_FAIL(real);
+	CUresult r = real(GP_A_CAPTURE_END);
+	if (__atomic_load_n(&gp_captures, __ATOMIC_ACQUIRE) != 0)
+		gp_capture_ended(gp_stream(s, st));
+	return r;
+}
+GP_DEFINE_API(CAPTURE_END)
+GP_EXPORT_AS(CAPTURE_END, 0, cuStreamEndCapture)
+GP_EXPORT_AS(CAPTURE_END, 1, cuStreamEndCapture_ptsz)
