@@ -116,7 +116,7 @@ func bindLaunchParam(f *ptx.Func) (*ptx.Func, error) {
 	if !ok {
 		return &out, nil
 	}
-	decl := ".global .align 8 .u64 " + g.Name + ";\n"
+	decl := ptx.GlobalDecl(g.Name)
 	if !strings.Contains(out.Decls, decl) {
 		return nil, fmt.Errorf("program .func %s: declaration of %s not found", f.Name, g.Name)
 	}
@@ -128,7 +128,7 @@ func bindLaunchParam(f *ptx.Func) (*ptx.Func, error) {
 		return nil, fmt.Errorf("program .func %s: end of the entry function not found", f.Name)
 	}
 	end += start
-	load := "ld.global.u64 %r0, [" + g.Name + "];"
+	load := "ld.const.u64 %r0, [" + g.Name + "];"
 	entry := strings.ReplaceAll(out.Body[start:end], load, "ld.param.b64 %r0, [__launch];")
 	out.Body = out.Body[:start] + entry + out.Body[end:]
 	if strings.Contains(out.Body, g.Name) {

@@ -78,7 +78,7 @@ func Compile(p *jit.Program, opts Options) (*Func, error) {
 	body.b = c.e.b
 	var decls emitter
 	for _, g := range c.globals {
-		decls.raw(".global .align 8 .u64 ", g.Name, ";\n")
+		decls.raw(GlobalDecl(g.Name))
 	}
 	for _, f := range c.funcs {
 		decls.raw(".func (.param .b64 __ret) ", f.name, c.params(f), ";\n")
@@ -277,6 +277,20 @@ func (c *compiler) addGlobal(kind GlobalKind, mapName string) string {
 		c.globals = append(c.globals, Global{Name: name, Kind: kind, Map: mapName})
 	}
 	return name
+}
+
+// GlobalDecl is the module-scope declaration of global name (Func.Globals):
+// a u64 in the constant space. The injector writes it once, before the
+// first launch, and the code never stores to it, so its loads go through
+// the constant cache, which a kernel's own streaming loads do not evict
+// (and which ptxas can use as an operand), not through L1.
+func GlobalDecl(name string) string {
+	return ".const .align 8 .u64 " + name + ";\n"
+}
+
+// loadGlobal loads global g (see GlobalDecl) into register reg.
+func (c *compiler) loadGlobal(reg, g string) {
+	c.e.op("ld.const.u64 ", reg, ", [", g, "]")
 }
 
 // genFunc writes one .func.

@@ -71,7 +71,7 @@
 // An LD_IMM64 map reference puts an opaque handle in the register; helpers
 // find the map from the last load of the handle in the same straight-line
 // block, or else compare the handle against every map at run time. Each map
-// but a per-block array has a `.global .u64 PREFIX_map_NAME` that the injector sets to the device
+// but a per-block array has a `.const .u64 PREFIX_map_NAME` that the injector sets to the device
 // address of the map's shm region (0: not attached, lookups give NULL);
 // per-thread (1502) and per-warp (1600) arrays also have
 // PREFIX_map_NAME_lanes = the region header's lanes field, kept in device

@@ -523,7 +523,8 @@ func (e *emu) ldst(fr *emuFrame, parts []string, a []string) error {
 // its opcode names (parts[1]) lands there: a .local access in local memory
 // (the compiler addresses stack slots directly), a .shared one in a .shared
 // variable (the compiler addresses per-block map values in the shared
-// space when the verifier proves them so), a .global one elsewhere.
+// space when the verifier proves them so), a .const one (a load) in a
+// .const variable, a .global one elsewhere but in .const variables.
 func (e *emu) checkSpace(parts []string, addr uint64, n int) error {
 	switch parts[1] {
 	case "local":
@@ -534,9 +535,17 @@ func (e *emu) checkSpace(parts []string, addr uint64, n int) error {
 		if r, _, err := e.region(addr, n); err == nil && !r.shared {
 			return fmt.Errorf("%s.shared at %#x outside shared memory (in %s)", parts[0], addr, r.name)
 		}
+	case "const":
+		if r, _, err := e.region(addr, n); parts[0] != "ld" || err != nil || !r.konst {
+			return fmt.Errorf("%s.const at %#x outside a .const variable", parts[0], addr)
+		}
 	case "global":
-		if r, _, err := e.region(addr, n); err == nil && (r.shared || r.local) {
+		if r, _, err := e.region(addr, n); err == nil && (r.shared || r.local || r.konst) {
 			return fmt.Errorf("%s.global at %#x outside global memory (in %s)", parts[0], addr, r.name)
+		}
+	default: // generic: the constant space has no generic addresses
+		if r, _, err := e.region(addr, n); err == nil && r.konst {
+			return fmt.Errorf("generic %s at %#x in .const variable %s", parts[0], addr, r.name)
 		}
 	}
 	return nil

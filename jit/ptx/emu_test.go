@@ -45,6 +45,7 @@ type emuRegion struct {
 	data   []byte
 	local  bool
 	shared bool // a .shared variable
+	konst  bool // a .const variable
 	name   string
 }
 
@@ -84,6 +85,14 @@ func newEmu(module string) (*emu, error) {
 			fields := strings.Fields(strings.TrimSuffix(line, ";"))
 			name := fields[len(fields)-1]
 			e.globals[name] = e.alloc(8, false, name).base
+		case f == nil && strings.HasPrefix(line, ".const"):
+			// The injector's globals (GlobalDecl): the test writes them,
+			// the code may only read them with ld.const.
+			fields := strings.Fields(strings.TrimSuffix(line, ";"))
+			name := fields[len(fields)-1]
+			r := e.alloc(8, false, name)
+			r.konst = true
+			e.globals[name] = r.base
 		case f == nil && strings.HasPrefix(line, ".shared"):
 			// One thread runs, so one block: the variable is a plain
 			// (non-.local) allocation whose generic address is its own.

@@ -92,7 +92,7 @@ func (c *compiler) helper(i int, id int32) error {
 		c.product3("%ntid")
 	case jit.HelperGetLaunchID:
 		g := c.addGlobal(GlobalLaunchID, "")
-		e.op("ld.global.u64 %r0, [", g, "]")
+		c.loadGlobal("%r0", g)
 	case jit.HelperKtimeGetNs:
 		if c.o.Conformance {
 			// bpf_conformance's "unwind" has id 5 too: it returns its
@@ -118,7 +118,7 @@ func (c *compiler) helper(i int, id int32) error {
 func (c *compiler) ktime() {
 	e := &c.e
 	g := c.addGlobal(GlobalClock, "")
-	e.op("ld.global.u64 %h0, [", g, "]")
+	c.loadGlobal("%h0", g)
 	e.op("mov.u64 %r0, %globaltimer")
 	e.op("setp.ne.u64 %q0, %h0, 0")
 	e.op("@%q0 ld.relaxed.sys.u64 %h1, [%h0]")

@@ -458,7 +458,7 @@ func (c *compiler) genRingoutDev() {
 // str) then p2 (n2 bytes).
 func (c *compiler) hostCall(id int32, p1, n1, p2, n2 string, str bool) {
 	mb := c.addGlobal(GlobalMailbox, "")
-	c.e.op("ld.global.u64 %h0, [", mb, "]")
+	c.loadGlobal("%h0", mb)
 	s := "0"
 	if str {
 		s = "1"

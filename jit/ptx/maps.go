@@ -48,7 +48,7 @@ func (c *compiler) ldImm(i int, ins *asm.Instruction) error {
 			return nil
 		}
 		g := c.addGlobal(GlobalMap, m.Name)
-		e.op("ld.global.u64 %h0, [", g, "]")
+		c.loadGlobal("%h0", g)
 		e.op("setp.eq.u64 %q0, %h0, 0")
 		e.op("add.s64 ", d, ", %h0, ", u64(valuesAt(m)+off))
 		e.op("@%q0 mov.u64 ", d, ", 0")
@@ -240,14 +240,14 @@ func (c *compiler) arraySlot(m *jit.Map) {
 		e.op("setp.ge.u64 %q1, %h1, ", u64(uint64(m.MaxEntries)))
 	} else {
 		g := c.addGlobal(GlobalMap, m.Name)
-		e.op("ld.global.u64 %h2, [", g, "]")
+		c.loadGlobal("%h2", g)
 		e.op("setp.eq.u64 %q1, %h2, 0")
 		e.op("setp.ge.or.u64 %q1, %h1, ", u64(uint64(m.MaxEntries)), ", %q1")
 	}
 	e.op("mov.b64 %h5, %h1")
 	if m.Type == jit.MapTypePerThreadArray || m.Type == jit.MapTypePerWarpArray {
 		lanes := c.addGlobal(GlobalMapLanes, m.Name)
-		e.op("ld.global.u64 %h3, [", lanes, "]")
+		c.loadGlobal("%h3", lanes)
 		c.threadID("%h4", "%h", "%g")
 		if m.Type == jit.MapTypePerWarpArray {
 			e.op("shr.u64 %h4, %h4, 5")
@@ -356,12 +356,12 @@ func (c *compiler) hostMapOp(i int, id jit.HelperID, k int, m *jit.Map) error {
 		return c.errf(i, "map %q: key and value (%d bytes) do not fit a mailbox payload (%d)", m.Name, uint64(m.KeySize)+uint64(n2), mailboxPayload)
 	}
 	mb := c.addGlobal(GlobalMailbox, "")
-	e.op("ld.global.u64 %h0, [", mb, "]")
+	c.loadGlobal("%h0", mb)
 	c.callFunc(c.need(funcHostcall), "%r0", "%h0", strconv.Itoa(int(id)), u64(uint64(k)), "%r2", "%r3", "%r4", "0",
 		"%r2", u64(uint64(m.KeySize)), "%r3", u64(uint64(n2)), "0")
 	if id == jit.HelperMapLookupElem {
 		g := c.addGlobal(GlobalMap, m.Name)
-		e.op("ld.global.u64 %h2, [", g, "]")
+		c.loadGlobal("%h2", g)
 		e.op("setp.lt.s64 %q1, %r0, 0")
 		e.op("setp.eq.or.u64 %q1, %h2, 0, %q1")
 		e.op("add.s64 %r0, %r0, %h2")
@@ -389,10 +389,10 @@ func (c *compiler) perfEventOutput(i int) error {
 	}
 	gen := func(k int) error {
 		g := c.addGlobal(GlobalMap, c.p.Maps[k].Name)
-		e.op("ld.global.u64 %h0, [", g, "]")
+		c.loadGlobal("%h0", g)
 		if c.o.RingDevice {
 			d := c.ringDeviceGlobal(c.p.Maps[k].Name)
-			e.op("ld.global.u64 %h1, [", d, "]")
+			c.loadGlobal("%h1", d)
 			c.callFunc(c.need(funcRingoutDev), "%r0", "%h0", "%r4", "%r5", "%h1")
 			return nil
 		}
