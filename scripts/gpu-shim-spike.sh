@@ -8,7 +8,9 @@
 #                        launch-overhead benchmark, needs gcc and shim/)
 #
 # For each of: vectorAdd with static cudart (nvcc's default), vectorAdd with
-# -cudart shared, and a PyTorch matmul script, it
+# -cudart shared, a PyTorch matmul script and a PyTorch CUDA graph script
+# (torch.cuda.graph capture and replays: captured launches must not be
+# recorded, each replay's kernel nodes must), it
 #   1. runs the app plainly (reference output);
 #   2. runs it with the shim and GPUPROBE_TRACE=FILE (no collector): which
 #      dlsym/cuGetProcAddress requests, wrappers, first calls and loads;
@@ -22,6 +24,8 @@
 # exits non-zero if a check failed. About 1-3 minutes.
 #
 # Environment: GPU_ARCH (nvcc -arch, default native), PYTHON (python3),
+# SPIKE_APPS (the apps to run, comma-separated; default all: vectoradd_static,
+# vectoradd_shared, torch, torchgraph),
 # SPIKE_OUT (logs, default build/gpu-shim-spike; copied to $OUT if set).
 set -uo pipefail
 
@@ -66,18 +70,19 @@ cmdline() {
 	case $1 in
 	vectoradd_*) echo "$out/$1 run 50" ;;
 	torch) echo "$py $root/testdata/cuda/shim/matmul.py" ;;
+	torchgraph) echo "$py $root/testdata/cuda/shim/graph.py" ;;
 	esac
 }
 if $py -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
-	apps+=(torch)
+	apps+=(torch torchgraph)
 else
 	row "torch" SKIP "no PyTorch with CUDA in $py"
 fi
 
 # app_count NAME LOG: the app's own launch count ("app: launches=N").
 app_count() {
-	if [[ $1 == torch ]]; then
-		$py "$root/testdata/cuda/shim/matmul.py" --count 2>/dev/null | sed -n 's/^app: launches=//p'
+	if [[ $1 == torch* ]]; then
+		$(cmdline "$1") --count 2>/dev/null | sed -n 's/^app: launches=//p'
 	else
 		sed -n 's/^app: launches=//p' "$2"
 	fi
@@ -98,6 +103,12 @@ dump_run() {
 	dump_launches=$(sed -n 's/^agent-dump: total .* launches=\([0-9]*\) .*/\1/p' "$out/$name.dump.txt")
 	return $rc
 }
+
+if [[ -n ${SPIKE_APPS:-} ]]; then
+	keep=()
+	for a in "${apps[@]}"; do [[ ,$SPIKE_APPS, == *,$a,* ]] && keep+=("$a"); done
+	apps=("${keep[@]}")
+fi
 
 for app in "${apps[@]}"; do
 	cmd=$(cmdline "$app")
