@@ -110,38 +110,41 @@ static void gp_capture_ended(uint64_t stream)
 	}
 }
 
-/* GP_CAPTURE_WRAPPER(ID, stream-expression, then): the body of a wrapper
- * whose parameters are GP_P_<ID>; then(stream) runs after a successful
- * call. */
-#define GP_CAPTURE_WRAPPER(ID, ST, THEN)                                     \
+/* GP_CAPTURE_WRAPPER(ID, stream-expression, condition, then): the body of
+ * a wrapper whose parameters are GP_P_<ID>; then(stream) runs after the
+ * call if the condition (which may test its result r) holds. */
+#define GP_CAPTURE_WRAPPER(ID, ST, COND, THEN)                               \
 	static CUresult gp_i_##ID(struct gp_slot *s, GP_P_##ID)              \
 	{                                                                    \
 		CUresult (*real)(GP_P_##ID) = GP_REAL(ID, s);                \
 		GP_FORWARD_OR_FAIL(real);                                    \
 		CUresult r = real(GP_A_##ID);                                \
-		if (r == CUDA_SUCCESS)                                       \
+		if (COND)                                                    \
 			THEN(gp_stream(s, (ST)));                            \
 		return r;                                                    \
 	}                                                                    \
 	GP_DEFINE_API(ID)
 
+/* A capture begins only if the call succeeds. */
+#define GP_BEGUN (r == CUDA_SUCCESS)
+
 #define GP_P_CAPTURE_BEGIN CUstream st, int mode
 #define GP_A_CAPTURE_BEGIN st, mode
-GP_CAPTURE_WRAPPER(CAPTURE_BEGIN, st, gp_capture_begun)
+GP_CAPTURE_WRAPPER(CAPTURE_BEGIN, st, GP_BEGUN, gp_capture_begun)
 GP_EXPORT_AS(CAPTURE_BEGIN, 0, cuStreamBeginCapture_v2)
 GP_EXPORT_AS(CAPTURE_BEGIN, 1, cuStreamBeginCapture_v2_ptsz)
 
 /* CUDA 10.0's signature, before capture modes. */
 #define GP_P_CAPTURE_BEGIN1 CUstream st
 #define GP_A_CAPTURE_BEGIN1 st
-GP_CAPTURE_WRAPPER(CAPTURE_BEGIN1, st, gp_capture_begun)
+GP_CAPTURE_WRAPPER(CAPTURE_BEGIN1, st, GP_BEGUN, gp_capture_begun)
 GP_EXPORT_AS(CAPTURE_BEGIN1, 0, cuStreamBeginCapture)
 GP_EXPORT_AS(CAPTURE_BEGIN1, 1, cuStreamBeginCapture_ptsz)
 
 #define GP_P_CAPTURE_TO_GRAPH \
 	CUstream st, CUgraph g, const CUgraphNode *deps, const void *edges, size_t ndeps, int mode
 #define GP_A_CAPTURE_TO_GRAPH st, g, deps, edges, ndeps, mode
-GP_CAPTURE_WRAPPER(CAPTURE_TO_GRAPH, st, gp_capture_begun)
+GP_CAPTURE_WRAPPER(CAPTURE_TO_GRAPH, st, GP_BEGUN, gp_capture_begun)
 GP_EXPORT_AS(CAPTURE_TO_GRAPH, 0, cuStreamBeginCaptureToGraph)
 GP_EXPORT_AS(CAPTURE_TO_GRAPH, 1, cuStreamBeginCaptureToGraph_ptsz)
 
@@ -150,15 +153,6 @@ GP_EXPORT_AS(CAPTURE_TO_GRAPH, 1, cuStreamBeginCaptureToGraph_ptsz)
  * no longer captures. */
 #define GP_P_CAPTURE_END CUstream st, CUgraph *g
 #define GP_A_CAPTURE_END st, g
-static CUresult gp_i_CAPTURE_END(struct gp_slot *s, GP_P_CAPTURE_END)
-{
-	CUresult (*real)(GP_P_CAPTURE_END) = GP_REAL(CAPTURE_END, s);
-	GP_FORWARD_OR_FAIL(real);
-	CUresult r = real(GP_A_CAPTURE_END);
-	if (__atomic_load_n(&gp_captures, __ATOMIC_ACQUIRE) != 0)
-		gp_capture_ended(gp_stream(s, st));
-	return r;
-}
-GP_DEFINE_API(CAPTURE_END)
+GP_CAPTURE_WRAPPER(CAPTURE_END, st, __atomic_load_n(&gp_captures, __ATOMIC_ACQUIRE) != 0, gp_capture_ended)
 GP_EXPORT_AS(CAPTURE_END, 0, cuStreamEndCapture)
 GP_EXPORT_AS(CAPTURE_END, 1, cuStreamEndCapture_ptsz)

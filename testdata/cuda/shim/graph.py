@@ -12,8 +12,7 @@ the eager ones and each replay's kernel nodes, not the captures (a captured
 launch writes no launch record). The output without --count depends only on
 the computation, so it must be identical with and without the shim.
 """
-import sys
-
+import cupti_count
 import torch
 
 REPLAYS = 10
@@ -46,22 +45,5 @@ def work():
     return "graph: replays=%d checksum=%.6e acc[1,2]=%.6f" % (REPLAYS, acc.double().sum().item(), acc[1, 2].item())
 
 
-def main():
-    if "--count" in sys.argv:
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            work()
-        kernels = 0
-        for evt in prof.events():
-            if str(getattr(evt, "device_type", "")).endswith("CUDA"):
-                name = evt.name
-                if not name.startswith(("Memcpy", "Memset", "[memory]")):
-                    kernels += 1
-        print("app: launches=%d" % kernels)
-        return
-    print(work())
-
-
 if __name__ == "__main__":
-    main()
+    cupti_count.main(work)

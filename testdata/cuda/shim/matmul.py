@@ -8,8 +8,7 @@
 The output without --count depends only on the computation, so it must be
 identical with and without the shim.
 """
-import sys
-
+import cupti_count
 import torch
 
 ITERS = 20
@@ -29,22 +28,5 @@ def work():
     return "matmul: iters=%d checksum=%.6e c[3,5]=%.6f" % (ITERS, c.double().sum().item(), c[3, 5].item())
 
 
-def main():
-    if "--count" in sys.argv:
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            work()
-        kernels = 0
-        for evt in prof.events():
-            if str(getattr(evt, "device_type", "")).endswith("CUDA"):
-                name = evt.name
-                if not name.startswith(("Memcpy", "Memset", "[memory]")):
-                    kernels += 1
-        print("app: launches=%d" % kernels)
-        return
-    print(work())
-
-
 if __name__ == "__main__":
-    main()
+    cupti_count.main(work)
