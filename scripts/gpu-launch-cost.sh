@@ -38,7 +38,8 @@
 # the change against them.
 # Environment: ROUNDS (default 7, at least 7), N (launches per process,
 # default 100000), BURST (launches between waits, default 32), PIN_CPU
-# (default 2), OUT_DIR, BASE_SHIM, BASE_STSHIM.
+# (default 2), RING_SLOTS and SLOT_SIZE (agent-dump's launch ring; default
+# the collector's, 65536 x 128 bytes), OUT_DIR, BASE_SHIM, BASE_STSHIM.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -51,6 +52,11 @@ rounds=${ROUNDS:-7}
 n=${N:-100000}
 burst=${BURST:-32}
 cpu=${PIN_CPU:-2}
+# The launch ring: the collector's defaults (buffers::ring_slots 65536,
+# buffers::slot_size 128, config/config.go), so the ring's footprint in the
+# caches is what production gives.
+ring_slots=${RING_SLOTS:-65536}
+slot_size=${SLOT_SIZE:-128}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 mkdir -p "$out"
 for f in "$gp" "$shim"; do
@@ -186,7 +192,7 @@ done
 record() {
 	local sock=$out/agent.sock dpid rc
 	rm -f "$sock"
-	"${pin2[@]}" "$gp" agent-dump --socket "$sock" --exit-after 1 --slot-size 512 --slots 65536 --timeout 120s \
+	"${pin2[@]}" "$gp" agent-dump --socket "$sock" --exit-after 1 --slot-size "$slot_size" --slots "$ring_slots" --timeout 120s \
 		>"$4" 2>&1 &
 	dpid=$!
 	for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
@@ -220,7 +226,7 @@ med() { sort -g "$1" | awk '{v[NR]=$1} END{if (NR) print v[int((NR+1)/2)]; else 
 spread() { sort -g "$1" | awk 'NR==1{lo=$1} {hi=$1} END{printf "%s..%s", lo, hi}'; }
 echo
 echo "launch cost on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
-echo "$rounds interleaved rounds x $n launches in bursts of $burst (only launch calls timed), ${pin[*]:-not pinned}"
+echo "$rounds interleaved rounds x $n launches in bursts of $burst (only launch calls timed), ${pin[*]:-not pinned}, launch ring $ring_slots x $slot_size bytes"
 grep -h "facts:" "$out/facts.txt" || echo "facts: failed: $(tail -2 "$out/facts.txt")"
 ((selftime)) && echo "selftime: the shim's own instructions per launch, timed inside it (median over rounds; pre/post: before/after the driver call)"
 echo "records: $(grep -h "total clients" "$out"/dump.*.txt | awk '{for (i = 1; i <= NF; i++) if ($i ~ /^(launches|dropped)=/) {split($i, kv, "="); s[kv[1]] += kv[2]}} END {printf "launches=%d dropped=%d", s["launches"], s["dropped"]}')"
