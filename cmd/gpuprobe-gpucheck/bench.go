@@ -30,6 +30,7 @@ type benchConfig struct {
 	progs   func(kernel string) ([]*jit.Program, error) // nil: uninstrumented
 	device  bool                                        // device-side ring reservation
 	aligned bool                                        // ptx.Options.AssumeAligned
+	call    bool                                        // inject.Options.NoInline: entry and exit programs called
 	slow    bool                                        // capped: one launch per batch, slowRounds rounds
 }
 

@@ -21,7 +21,7 @@ import (
 const slowLaunchUS = 50_000
 
 // benchConfigNames are the configs -configs may name.
-var benchConfigNames = []string{"uninstrumented", "empty", "kernel_phases", "kernelretsnoop", "threadhist"}
+var benchConfigNames = []string{"uninstrumented", "empty", "kernel_phases", "kernel_phases_call", "kernelretsnoop", "threadhist"}
 
 // parseBenchConfigs checks the -configs flag.
 func parseBenchConfigs(s string) ([]string, error) {
@@ -79,6 +79,9 @@ func (r *runner) benchConfigs() []benchConfig {
 				out = append(out, benchConfig{name: "kernel_phases " + m.name, device: m.device, slow: !m.device,
 					progs: func(string) ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }})
 			}
+		case "kernel_phases_call": // its entry and exit called, not inlined (device ring)
+			out = append(out, benchConfig{name: "kernel_phases call", device: true, call: true,
+				progs: func(string) ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }})
 		case "kernelretsnoop", "threadhist":
 			out = append(out, benchConfig{name: c, device: true,
 				progs: func(k string) ([]*jit.Program, error) { return r.retargeted(c, k) }})
@@ -119,7 +122,8 @@ func (r *runner) loadTimed(s *sample, cf benchConfig) (*instance, loadTimes, err
 	if err != nil {
 		return nil, lt, err
 	}
-	opts := inject.Options{Kernels: []string{s.kernel}, Strict: true, PTX: ptx.Options{RingDevice: cf.device, AssumeAligned: cf.aligned}}
+	opts := inject.Options{Kernels: []string{s.kernel}, Strict: true, NoInline: cf.call,
+		PTX: ptx.Options{RingDevice: cf.device, AssumeAligned: cf.aligned}}
 	t0 := time.Now()
 	if _, _, err := inj.Inject(s.ptx, progs, opts); err != nil {
 		return nil, lt, err

@@ -35,9 +35,10 @@ func runPatch(args []string, stdout, stderr io.Writer) int {
 	progFiles := fs.String("prog", "", "eBPF objects (clang -target bpf; comma-separated) whose GPU programs to inject")
 	kernels := fs.String("kernel", "", "patch only these kernels (comma-separated names, base names or patterns)")
 	generic := fs.Bool("generic", false, "memcapture programs also follow generic loads and stores that reach global memory")
+	noInline := fs.Bool("noinline", false, "call entry and exit programs as .func calls instead of splicing their bodies into the kernel")
 	launch := fs.String("launch-id", "param", "how probes get the launch id: param (hidden kernel parameter) or global")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpuprobe patch [-probe kernel_phases] [-prog a.o,b.o] [-kernel K] [-arch sm_90 -raise] [-generic] [-launch-id param|global] FILE")
+		fmt.Fprintln(stderr, "usage: gpuprobe patch [-probe kernel_phases] [-prog a.o,b.o] [-kernel K] [-arch sm_90 -raise] [-generic] [-noinline] [-launch-id param|global] FILE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -55,7 +56,7 @@ func runPatch(args []string, stdout, stderr io.Writer) int {
 	if *probe == "" && *progFiles == "" {
 		*probe = probes.KernelPhases
 	}
-	opts := inject.Options{Arch: *arch, RaiseTarget: *raise, Generic: *generic, Kernels: splitList(*kernels)}
+	opts := inject.Options{Arch: *arch, RaiseTarget: *raise, Generic: *generic, NoInline: *noInline, Kernels: splitList(*kernels)}
 	switch *launch {
 	case "param":
 		opts.LaunchID = inject.LaunchIDParam

@@ -39,6 +39,9 @@ type Options struct {
 	// kernel of another module), and only a module that no program targets
 	// at all is an error (ErrNoKernel).
 	Strict bool
+	// NoInline calls entry and exit programs as .func calls instead of
+	// splicing their bodies into the kernel (inline.go).
+	NoInline bool
 	// PTX are the code generation options of the programs (PidTgid,
 	// LoopBudget, HostCallTimeout, AssumeAligned, Comments). Arch and
 	// Prefix are set by the injector.
@@ -176,7 +179,8 @@ func Inject(module []byte, progs []*jit.Program, opts Options) ([]byte, *Report,
 	}
 	rep.Unmatched = unmatched
 
-	s := &splicer{m: m, opts: opts, target: target, kernels: map[*ptxmod.Func]*kernelPlan{}, shared: map[string]uint64{}}
+	s := &splicer{m: m, opts: opts, target: target, kernels: map[*ptxmod.Func]*kernelPlan{}, shared: map[string]uint64{},
+		inlines: map[string]*inlineBody{}}
 	if err := s.compile(progs, calls, rep); err != nil {
 		return nil, nil, err
 	}
@@ -366,6 +370,12 @@ func (s *splicer) compile(progs []*jit.Program, calls [][]*ptxmod.Func, rep *Rep
 		sh, err := ptx.SharedDecls(s.shared, f)
 		if err != nil {
 			return fmt.Errorf("inject: program %s: %w", p.Name, err)
+		}
+		if p.Kind != jit.ProbeMemCapture && !s.opts.NoInline {
+			// A body the inliner does not recognise is called instead.
+			if b, err := newInlineBody(f); err == nil {
+				s.inlines[f.Name] = b
+			}
 		}
 		fmt.Fprintf(&s.moduleText, "\n// gpuprobe: program %s (%s)\n", p.Name, p.Section)
 		s.moduleText.WriteString(sh + f.Decls + f.Body)

@@ -22,6 +22,7 @@ func programSets() []programSet {
 	return []programSet{
 		{"kernel_phases", func(t *testing.T) []*jit.Program { return kernelPhases(t) }, Options{}},
 		{"kernel_phases global launch id", func(t *testing.T) []*jit.Program { return kernelPhases(t) }, Options{LaunchID: LaunchIDGlobal}},
+		{"kernel_phases called", func(t *testing.T) []*jit.Program { return kernelPhases(t) }, Options{NoInline: true}},
 		{"empty entry+exit", func(t *testing.T) []*jit.Program {
 			return []*jit.Program{emptyProbe(jit.ProbeEntry, "*"), emptyProbe(jit.ProbeExit, "*")}
 		}, Options{}},

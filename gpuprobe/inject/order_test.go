@@ -36,10 +36,10 @@ func TestExitOrder(t *testing.T) {
 	if got := rep.Kernels[0].Exit; !slices.Equal(got, exits) {
 		t.Fatalf("exit probes run as %v, want %v (reverse of the program order)", got, exits)
 	}
-	// The PTX calls them in that order too.
+	// The PTX runs them in that order too.
 	last := -1
 	for _, name := range exits {
-		i := strings.Index(string(out), "// gpuprobe: "+name+"\n")
+		i := strings.Index(string(out), "// gpuprobe: "+name+" (inlined)\n")
 		if i < 0 || i < last {
 			t.Fatalf("call of %s at %d, after %d expected", name, i, last)
 		}

@@ -46,9 +46,11 @@ func TestExitSites(t *testing.T) {
 	if tw := m.Func("twice"); len(tw.Exits) != 1 {
 		t.Errorf("device function twice: %d exits, want its own ret", len(tw.Exits))
 	}
-	// The exit block calls the program and ends the kernel.
+	// The exit block runs the program (inlined: its body, not a call)
+	// and ends the kernel.
 	blk := text[strings.Index(text, "$gpuprobe_exit:"):]
-	if !strings.Contains(blk, "call (gpuprobe_r), gpuprobe_empty_exit, (gpuprobe_a0, gpuprobe_a1, gpuprobe_a2);") || !strings.HasSuffix(blk, "\tret;\n}") {
+	if !strings.Contains(blk, "{ // gpuprobe: empty_exit (inlined)\n") || strings.Contains(blk, "call (gpuprobe_r), gpuprobe_empty_exit") ||
+		!strings.Contains(blk, "$gpuprobe_i1_ret:\n\t}\n") || !strings.HasSuffix(blk, "\tret;\n}") {
 		t.Errorf("exit block:\n%s", blk)
 	}
 	ptxas(t, out, "sm_80")
@@ -127,17 +129,21 @@ func TestMemSites(t *testing.T) {
 // label here, so that branches to it do not rerun the probe).
 func TestEntrySite(t *testing.T) {
 	tests := []struct {
-		name   string
-		mode   LaunchIDMode
-		load   string
-		params int
+		name     string
+		mode     LaunchIDMode
+		noInline bool
+		load     string
+		params   int
+		entry    string // how the entry program runs
 	}{
-		{"param", LaunchIDParam, "\tld.param.u64 %gpuprobe_lid, [__gpuprobe_launch_id];\n", 3},
-		{"global", LaunchIDGlobal, "\tmov.u64 %gpuprobe_lid, 0;\n", 2},
+		{"param", LaunchIDParam, false, "\tld.param.u64 %gpuprobe_lid, [__gpuprobe_launch_id];\n", 3, "{ // gpuprobe: empty_entry (inlined)\n"},
+		{"global", LaunchIDGlobal, false, "\tmov.u64 %gpuprobe_lid, 0;\n", 2, "{ // gpuprobe: empty_entry (inlined)\n"},
+		{"param, called", LaunchIDParam, true, "\tld.param.u64 %gpuprobe_lid, [__gpuprobe_launch_id];\n", 3, "call (gpuprobe_r), gpuprobe_empty_entry"},
+		{"global, called", LaunchIDGlobal, true, "\tmov.u64 %gpuprobe_lid, 0;\n", 2, "call (gpuprobe_r), gpuprobe_empty_entry"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out, rep, err := Inject(readTestdata(t, "exits.ptx"), []*jit.Program{emptyProbe(jit.ProbeEntry, "exits")}, Options{LaunchID: tc.mode})
+			out, rep, err := Inject(readTestdata(t, "exits.ptx"), []*jit.Program{emptyProbe(jit.ProbeEntry, "exits")}, Options{LaunchID: tc.mode, NoInline: tc.noInline})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +153,7 @@ func TestEntrySite(t *testing.T) {
 				t.Errorf("%d parameters, want %d", len(f.Params), tc.params)
 			}
 			text := m.Text(f.Span)
-			i, j, k := strings.Index(text, tc.load), strings.Index(text, "call (gpuprobe_r), gpuprobe_empty_entry"), strings.Index(text, "$L_top:")
+			i, j, k := strings.Index(text, tc.load), strings.Index(text, tc.entry), strings.Index(text, "$L_top:")
 			if i < 0 || j < 0 || k < 0 || !(i < j && j < k) {
 				t.Errorf("launch id load at %d, entry call at %d, first label at %d:\n%s", i, j, k, text)
 			}

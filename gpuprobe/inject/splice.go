@@ -57,8 +57,10 @@ type splicer struct {
 	target     string
 	kernels    map[*ptxmod.Func]*kernelPlan
 	moduleText strings.Builder
-	shared     map[string]uint64 // .shared variables declared in moduleText (ptx.SharedDecls)
+	shared     map[string]uint64      // .shared variables declared in moduleText (ptx.SharedDecls)
+	inlines    map[string]*inlineBody // entry and exit programs spliced at their sites, by .func name
 	skips      int
+	sites      int // inlined sites so far (their labels' prefix)
 }
 
 func (s *splicer) plan(f *ptxmod.Func) *kernelPlan {
@@ -86,8 +88,14 @@ func (s *splicer) patchKernels(kernels []*ptxmod.Func, rep *Report) error {
 	return nil
 }
 
-// call writes a call of fn(ctx, len[, launch]) as a nested block.
+// call writes a call of fn(ctx, len[, launch]) as a nested block, or
+// the program's body in its place (inline.go).
 func (s *splicer) call(b *strings.Builder, c probeCall, ctx, size string) {
+	if ib := s.inlines[c.fn]; ib != nil {
+		s.sites++
+		ib.write(b, c.prog, s.sites, ctx, size, regLaunch)
+		return
+	}
 	param := s.opts.LaunchID == LaunchIDParam
 	fmt.Fprintf(b, "\t{ // gpuprobe: %s\n", c.prog)
 	b.WriteString("\t.param .b64 gpuprobe_r;\n\t.param .b64 gpuprobe_a0;\n\t.param .b64 gpuprobe_a1;\n")
