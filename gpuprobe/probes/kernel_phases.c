@@ -9,10 +9,11 @@
 // kernel like vectorAdd does per warp in global memory costs more than the
 // kernel (an H100 spike: one atomic per warp on 64..128 striped counters
 // doubled vectorAdd's time). Measured on the H100 (gpu-bench.sh, ratio to
-// the uninstrumented kernel in the same run): 1.40x on vectorAdd with one
-// thread per element (2^24 threads: what the probes add to a warp is as
-// long as the kernel's own work), 1.02-1.06x grid-stride, 1.005x on a
-// SGEMM:
+// the uninstrumented kernel in the same run, probes inlined into the
+// kernel by gpuprobe/inject): 1.23x on vectorAdd with one thread per
+// element (2^24 threads: what the probes add to a warp's life is a large
+// part of the kernel's own work; 1.40x while they were called), 1.01x
+// grid-stride, 1.004x on a SGEMM:
 //
 //   block   kp_block (shared memory, one value per block): every thread
 //           counts itself at exit; the thread that brings the count to
