@@ -24,6 +24,7 @@ type fn struct {
 	main       bool // the program's entry
 	calls      bool // makes bpf-to-bpf calls
 	stack      bool // uses r10
+	frame      int  // bytes of its __stack (r10 = __stack + frame), with stack
 	backward   bool // has backward jumps
 }
 
@@ -293,15 +294,34 @@ func (c *compiler) loadGlobal(reg, g string) {
 	c.e.op("ld.const.u64 ", reg, ", [", g, "]")
 }
 
+// frameSize is the bytes of f's __stack: what the verifier found the
+// function uses below r10 (every access, direct or through a pointer, is
+// in [r10-StackSize, r10)), rounded up to 8, or the whole eBPF stack
+// without the verifier's result. The driver reserves a kernel's local
+// memory for every thread that can be resident, so a probe's 512 bytes,
+// one frame per inlined site, would cost every kernel it patches that
+// much per thread.
+func (c *compiler) frameSize(f *fn) int {
+	if v := c.o.Verified; v != nil {
+		for _, vf := range v.Funcs {
+			if vf.Start == f.start {
+				return max(8, (vf.StackSize+7)&^7)
+			}
+		}
+	}
+	return jit.StackSize
+}
+
 // genFunc writes one .func.
 func (c *compiler) genFunc(f *fn) error {
 	c.cur = f
+	f.frame = c.frameSize(f)
 	e := &c.e
 	e.raw(".func (.param .b64 __ret) ", f.name, c.params(f), "\n{\n")
 	if f.stack {
 		// Only functions that use r10 get a frame: the probe's local
 		// memory adds to that of the kernel it is injected into.
-		e.raw("\t.local .align 8 .b8 __stack[", strconv.Itoa(jit.StackSize), "];\n")
+		e.raw("\t.local .align 8 .b8 __stack[", strconv.Itoa(f.frame), "];\n")
 	}
 	e.raw("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<16>;\n\t.reg .b32 %w<16>;\n\t.reg .pred %p<8>;\n")
 	e.raw("\t.reg .b64 %h<16>;\n\t.reg .b32 %g<16>;\n\t.reg .pred %q<8>;\n")
@@ -337,7 +357,7 @@ func (c *compiler) genFunc(f *fn) error {
 	if f.stack {
 		e.op("mov.u64 %t0, __stack")
 		e.op("cvta.local.u64 %r10, %t0")
-		e.op("add.u64 %r10, %r10, ", strconv.Itoa(jit.StackSize))
+		e.op("add.u64 %r10, %r10, ", strconv.Itoa(f.frame))
 	}
 	for i := f.start; i < f.end; i++ {
 		if c.isLabel[i] {

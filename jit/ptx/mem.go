@@ -6,7 +6,6 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
-	"github.com/gpuprobe/gpuprobe/jit"
 )
 
 // align says what is known at compile time about an address's alignment.
@@ -50,12 +49,12 @@ func (c *compiler) proven(i int) align {
 // stackSlot is the .local address of r10+off when base is the frame
 // pointer of the function being compiled: an access to it then skips the
 // generic-to-local resolution (r10 is never written, so it always is
-// __stack + jit.StackSize).
+// __stack + the function's frame size).
 func (c *compiler) stackSlot(base string, off int64) (string, bool) {
 	if base != regNames[asm.R10] || c.cur == nil || !c.cur.stack {
 		return "", false
 	}
-	return "[__stack+" + strconv.FormatInt(int64(jit.StackSize)+off, 10) + "]", true
+	return "[__stack+" + strconv.FormatInt(int64(c.cur.frame)+off, 10) + "]", true
 }
 
 var sizeSuffix = map[asm.Size]string{asm.Byte: "8", asm.Half: "16", asm.Word: "32", asm.DWord: "64"}

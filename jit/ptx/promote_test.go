@@ -2,6 +2,7 @@ package ptx
 
 import (
 	"encoding/binary"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,19 +82,31 @@ func TestFrameSlots(t *testing.T) {
 			if got != tt.want {
 				t.Errorf("%s, proofs=%v: r0 = %d, want %d", tt.name, proofs, got, tt.want)
 			}
+			frame := frameOf(f)
 			for _, off := range tt.inRegs {
-				slot := "[__stack+" + itoa(512+off) + "]"
+				slot := "[__stack+" + itoa(frame+off) + "]"
 				if inMem := strings.Contains(f.Body, slot); inMem == proofs {
 					t.Errorf("%s, proofs=%v: slot r10%d in local memory: %v", tt.name, proofs, off, inMem)
 				}
 			}
 			for _, off := range tt.inMemory {
-				if proofs && !strings.Contains(f.Body, "[__stack+"+itoa(512+off)+"]") {
+				if proofs && !strings.Contains(f.Body, "[__stack+"+itoa(frame+off)+"]") {
 					t.Errorf("%s: slot r10%d not in local memory", tt.name, off)
 				}
 			}
 		}
 	}
+}
+
+// frameOf is the size of f's __stack (its r10 is __stack + that), 0
+// without one.
+func frameOf(f *Func) int64 {
+	m := regexp.MustCompile(`__stack\[(\d+)\]`).FindStringSubmatch(f.Body)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
 }
 
 // keyLookup looks up counts with the key at r10+off; NULL gives 99.
@@ -143,5 +156,48 @@ func TestFactComments(t *testing.T) {
 	}
 	if strings.Contains(plain.Body, "folded") {
 		t.Errorf("facts in the comments without the verifier's result:\n%s", plain.Body)
+	}
+}
+
+// TestFrameSize: with the verifier's result, a function's __stack is the
+// stack it uses rounded up to 8 bytes (a helper's buffer included), not
+// the whole eBPF stack; the program still runs in the emulator, which
+// faults a .local access outside the array.
+func TestFrameSize(t *testing.T) {
+	m := &jit.Map{Name: "counts", Type: jit.MapTypeGPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 4}
+	tests := []struct {
+		name   string
+		insns  asm.Instructions
+		want   uint64 // r0
+		frame  int64  // with proofs
+		noproo int64  // without
+	}{
+		{"no stack", seq(asm.Mov.Imm(asm.R0, 7), asm.Return()), 7, 0, 0},
+		{"a word at r10-20", seq(asm.StoreImm(asm.R10, -20, 5, asm.Word), asm.LoadMem(asm.R0, asm.R10, -20, asm.Word), asm.Return()), 5, 24, 512},
+		{"a key read by the lookup helper", append(append(seq(asm.StoreImm(asm.R10, -40, 2, asm.Word)), keyLookup(-40)...), asm.Return()), 20, 40, 512},
+	}
+	for _, tt := range tests {
+		for _, proofs := range []bool{false, true} {
+			f := compileProofs(t, &jit.Program{Name: "t", Insns: tt.insns, Maps: []*jit.Map{m}}, proofs)
+			want := tt.noproo
+			if proofs {
+				want = tt.frame
+			}
+			if got := frameOf(f); got != want {
+				t.Errorf("%s, proofs=%v: __stack[%d], want %d", tt.name, proofs, got, want)
+			}
+			got, _, err := emuRun(f, nil, 0, func(e *emu) {
+				r := e.alloc(dataOffset+4*8, false, "counts")
+				for k := range 4 {
+					binary.LittleEndian.PutUint64(r.data[dataOffset+8*k:], uint64(10*k))
+				}
+				if _, ok := f.Global(GlobalMap, "counts"); ok {
+					setGlobal(e, f, GlobalMap, "counts", r.base)
+				}
+			})
+			if err != nil || got != tt.want {
+				t.Errorf("%s, proofs=%v: r0 = %d, %v; want %d", tt.name, proofs, got, err, tt.want)
+			}
+		}
 	}
 }
