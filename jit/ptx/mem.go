@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf/asm"
-
 )
 
 // align says what is known at compile time about an address's alignment.
