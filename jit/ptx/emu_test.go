@@ -14,6 +14,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/gpuprobe/gpuprobe/jit"
 )
 
 type emuStmt struct {
@@ -279,6 +281,14 @@ func (e *emu) call(name string, args []uint64) (uint64, error) {
 		fr.params[p] = args[i]
 	}
 	for _, l := range f.locals {
+		if l.name == "__stack" && l.size <= jit.StackSize {
+			// The frame ends where a whole eBPF stack would: r10
+			// (__stack + its size) is the same address whatever size the
+			// compiler gave the frame, so a program that computes with
+			// r10's value runs the same with and without the verifier's
+			// frame sizes; an access below the frame still faults.
+			e.next += uint64(jit.StackSize - l.size)
+		}
 		fr.locals[l.name] = e.alloc(l.size, true, f.name+"."+l.name).base
 	}
 	for pc := 0; pc < len(f.body); {
