@@ -67,15 +67,7 @@ func TestFrameSlots(t *testing.T) {
 		for _, proofs := range []bool{false, true} {
 			m := &jit.Map{Name: "counts", Type: jit.MapTypeGPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 4}
 			f := compileProofs(t, &jit.Program{Name: "t", Insns: tt.insns, Maps: []*jit.Map{m}}, proofs)
-			got, _, err := emuRun(f, nil, 0, func(e *emu) {
-				r := e.alloc(dataOffset+4*8, false, "counts")
-				for k := range 4 {
-					binary.LittleEndian.PutUint64(r.data[dataOffset+8*k:], uint64(10*k))
-				}
-				if _, ok := f.Global(GlobalMap, "counts"); ok {
-					setGlobal(e, f, GlobalMap, "counts", r.base)
-				}
-			})
+			got, _, err := emuRun(f, nil, 0, countsSetup(f))
 			if err != nil {
 				t.Fatalf("%s, proofs=%v: %v", tt.name, proofs, err)
 			}
@@ -94,6 +86,20 @@ func TestFrameSlots(t *testing.T) {
 					t.Errorf("%s: slot r10%d not in local memory", tt.name, off)
 				}
 			}
+		}
+	}
+}
+
+// countsSetup gives the emulator the map "counts" (4 u64 values, key k
+// holding 10*k) for f.
+func countsSetup(f *Func) func(e *emu) {
+	return func(e *emu) {
+		r := e.alloc(dataOffset+4*8, false, "counts")
+		for k := range 4 {
+			binary.LittleEndian.PutUint64(r.data[dataOffset+8*k:], uint64(10*k))
+		}
+		if _, ok := f.Global(GlobalMap, "counts"); ok {
+			setGlobal(e, f, GlobalMap, "counts", r.base)
 		}
 	}
 }
@@ -186,15 +192,7 @@ func TestFrameSize(t *testing.T) {
 			if got := frameOf(f); got != want {
 				t.Errorf("%s, proofs=%v: __stack[%d], want %d", tt.name, proofs, got, want)
 			}
-			got, _, err := emuRun(f, nil, 0, func(e *emu) {
-				r := e.alloc(dataOffset+4*8, false, "counts")
-				for k := range 4 {
-					binary.LittleEndian.PutUint64(r.data[dataOffset+8*k:], uint64(10*k))
-				}
-				if _, ok := f.Global(GlobalMap, "counts"); ok {
-					setGlobal(e, f, GlobalMap, "counts", r.base)
-				}
-			})
+			got, _, err := emuRun(f, nil, 0, countsSetup(f))
 			if err != nil || got != tt.want {
 				t.Errorf("%s, proofs=%v: r0 = %d, %v; want %d", tt.name, proofs, got, err, tt.want)
 			}
