@@ -152,6 +152,13 @@ func writeReport(w io.Writer, file string, i int, arch string, rep *inject.Repor
 		}
 		fmt.Fprintln(w)
 	}
+	for _, p := range rep.Programs {
+		how := "called"
+		if p.Inlined {
+			how = "inlined"
+		}
+		fmt.Fprintf(w, "//   program %s (%v, .func %s): %s\n", p.Name, p.Kind, p.Func, how)
+	}
 	for _, g := range rep.Globals {
 		fmt.Fprintf(w, "//   global %s (%s%s) of %s\n", g.Name, g.Kind, mapSuffix(g.Map), g.Program)
 	}

@@ -105,6 +105,7 @@ type ProgramReport struct {
 	Kind    jit.ProbeKind // entry, exit or memcapture
 	Func    string        // PTX name of its .func
 	Kernels []string      // kernels that call it
+	Inlined bool          // its body is spliced at its sites, not called (inline.go)
 }
 
 // Global is one module-scope .u64 that the loader sets (cuModuleGetGlobal
@@ -379,7 +380,7 @@ func (s *splicer) compile(progs []*jit.Program, calls [][]*ptxmod.Func, rep *Rep
 		}
 		fmt.Fprintf(&s.moduleText, "\n// gpuprobe: program %s (%s)\n", p.Name, p.Section)
 		s.moduleText.WriteString(sh + f.Decls + f.Body)
-		pr := ProgramReport{Name: p.Name, Kind: p.Kind, Func: f.Name}
+		pr := ProgramReport{Name: p.Name, Kind: p.Kind, Func: f.Name, Inlined: s.inlines[f.Name] != nil}
 		for _, k := range calls[i] {
 			pr.Kernels = append(pr.Kernels, k.Name)
 			s.plan(k).add(p.Kind, p.Name, f.Name)

@@ -58,8 +58,8 @@ func TestInlined(t *testing.T) {
 		}
 		for _, p := range rep.Programs {
 			called := strings.Contains(text, "call (gpuprobe_r), "+p.Func+",")
-			if wantCall := noInline || p.Kind == jit.ProbeMemCapture; called != wantCall {
-				t.Errorf("noInline=%v: program %s (%v): called %v, want %v", noInline, p.Name, p.Kind, called, wantCall)
+			if wantCall := noInline || p.Kind == jit.ProbeMemCapture; called != wantCall || p.Inlined == wantCall {
+				t.Errorf("noInline=%v: program %s (%v): called %v, reported inlined %v; want called %v", noInline, p.Name, p.Kind, called, p.Inlined, wantCall)
 			}
 		}
 		if !noInline {
