@@ -10,11 +10,12 @@ import (
 
 // Entry and exit programs are spliced into the kernel (inlined), not
 // called: ptxas does not inline a .func, and a call keeps the probe's
-// instructions out of the kernel's schedule. Inlined, ptxas issues the
-// probe's shared-memory atomics and constant loads while the kernel's own
-// loads are in flight, so a warp lives less longer. Measured on the H100
-// (same logic as kernel_phases written in CUDA C around vectorAdd, 2^24
-// threads, same run): 1.357x called, 1.160x inlined.
+// instructions out of the kernel's schedule. Inlined, ptxas can schedule
+// the probe's instructions with the kernel's own, so a warp's life grows
+// less. Measured on the H100, same run: kernel_phases' logic written in
+// CUDA C around vectorAdd (2^24 threads), 1.357x called and 1.160x
+// inlined; kernel_phases injected into vectorAddN, 1.387x called and
+// 1.221x inlined (scripts/gpu-bench.sh).
 //
 // An inlined program is its .func's body in a nested block of the kernel:
 // PTX scopes the block's .reg and .local declarations (the program's
