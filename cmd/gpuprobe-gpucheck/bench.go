@@ -26,12 +26,11 @@ func emptyProbes() []*jit.Program {
 
 // benchConfig is one way of running a kernel.
 type benchConfig struct {
-	name    string
-	progs   func(kernel string) ([]*jit.Program, error) // nil: uninstrumented
-	device  bool                                        // device-side ring reservation
-	aligned bool                                        // ptx.Options.AssumeAligned
-	call    bool                                        // inject.Options.NoInline: entry and exit programs called
-	slow    bool                                        // capped: one launch per batch, slowRounds rounds
+	name   string
+	progs  func(kernel string) ([]*jit.Program, error) // nil: uninstrumented
+	device bool                                        // device-side ring reservation
+	call   bool                                        // inject.Options.NoInline: entry and exit programs called
+	slow   bool                                        // capped: one launch per batch, slowRounds rounds
 }
 
 // slowRounds caps the rounds of slow configs (the old ring protocol costs

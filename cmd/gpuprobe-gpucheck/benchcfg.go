@@ -91,7 +91,7 @@ func (r *runner) benchConfigs() []benchConfig {
 		name := strings.TrimSuffix(filepath.Base(path), ".o")
 		progs := func(string) ([]*jit.Program, error) { return jit.LoadELF(path) }
 		out = append(out, benchConfig{name: name, device: true, progs: progs},
-			benchConfig{name: name + " aligned", device: true, aligned: true, progs: progs})
+			benchConfig{name: name + " call", device: true, call: true, progs: progs})
 	}
 	return out
 }
@@ -123,7 +123,7 @@ func (r *runner) loadTimed(s *sample, cf benchConfig) (*instance, loadTimes, err
 		return nil, lt, err
 	}
 	opts := inject.Options{Kernels: []string{s.kernel}, Strict: true, NoInline: cf.call,
-		PTX: ptx.Options{RingDevice: cf.device, AssumeAligned: cf.aligned}}
+		PTX: ptx.Options{RingDevice: cf.device}}
 	t0 := time.Now()
 	if _, _, err := inj.Inject(s.ptx, progs, opts); err != nil {
 		return nil, lt, err
