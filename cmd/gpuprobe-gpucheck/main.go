@@ -53,7 +53,7 @@ func main() {
 	configs := flag.String("configs", "uninstrumented,empty,kernel_phases", "bench configs, comma-separated: "+strings.Join(benchConfigNames, ", "))
 	csvPath := flag.String("csv", "", "write the bench results to this CSV file")
 	ringMode := flag.String("ringmode", "both", "ring protocol of kernel_phases: old (host reservation), device (device-side reservation) or both")
-	variants := flag.String("variants", "", "extra bench configs: eBPF objects (comma-separated) whose GPU programs are timed like kernel_phases (device ring), each also with its entry and exit programs called instead of inlined (inject.Options.NoInline, "NAME call"); named by file")
+	variants := flag.String("variants", "", "extra bench configs: eBPF objects (comma-separated) whose GPU programs are timed like kernel_phases (device ring), each also with its entry and exit programs called instead of inlined (inject.Options.NoInline, named NAME call); named by file")
 	flag.Parse()
 
 	modes, err := parseRingMode(*ringMode)
