@@ -93,7 +93,15 @@ func (b *inlineBody) write(sb *strings.Builder, prog string, n int, ctx, size, l
 			continue // the return value is not used
 		case strings.HasPrefix(t, "ld.param.b64 "):
 			if reg, arg, ok := paramLoad(t); ok {
-				v := map[string]string{paramCtx: ctx, paramLen: size, paramLaunch: launch}[arg]
+				v := ""
+				switch arg {
+				case paramCtx:
+					v = ctx
+				case paramLen:
+					v = size
+				case paramLaunch:
+					v = launch
+				}
 				if v != "" {
 					fmt.Fprintf(sb, "\tmov.b64 %s, %s;\n", reg, v)
 					continue

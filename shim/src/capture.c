@@ -37,25 +37,14 @@ GP_HIDDEN uint32_t gp_captures;
 
 typedef CUresult (*gp_is_capturing_fn)(CUstream, int *);
 
-/* gp_is_capturing returns the driver's cuStreamIsCapturing (NULL if it has
- * none), looked up once. */
-static gp_is_capturing_fn gp_is_capturing(void)
-{
-	static gp_is_capturing_fn fn;
-	static int looked;
-	if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-		__atomic_store_n(&fn, (gp_is_capturing_fn)gp_cuda_sym("cuStreamIsCapturing"), __ATOMIC_RELEASE);
-		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-	}
-	return __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
-}
-
 /* gp_capture_status is stream's capture status, or -1 if the driver does
  * not say (no such call, or an error: the legacy stream while another
  * stream captures in global mode, for one). */
 static int gp_capture_status(uint64_t stream)
 {
-	gp_is_capturing_fn fn = gp_is_capturing();
+	static void *is_capturing;
+	static int looked;
+	gp_is_capturing_fn fn = (gp_is_capturing_fn)gp_cuda_sym_once(&is_capturing, &looked, "cuStreamIsCapturing");
 	int st = GP_CAPTURE_NONE;
 	if (fn == NULL || fn((CUstream)stream, &st) != CUDA_SUCCESS)
 		return -1;

@@ -183,6 +183,7 @@ GP_HIDDEN void gp_first_call(struct gp_slot *s);
 GP_HIDDEN void *gp_real_dlsym(void *handle, const char *name);
 GP_HIDDEN void *gp_libcuda(void);
 GP_HIDDEN void *gp_cuda_sym(const char *name);
+GP_HIDDEN void *gp_cuda_sym_once(void **slot, int *looked, const char *name);
 
 /* gp_real returns the function a slot forwards to (NULL: none). It also
  * traces the slot's first call. */

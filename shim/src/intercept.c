@@ -122,6 +122,18 @@ GP_HIDDEN void *gp_cuda_sym(const char *name)
 	return h ? gp_real_dlsym(h, name) : NULL;
 }
 
+/* gp_cuda_sym_once returns *slot, which it sets to gp_cuda_sym(name) the
+ * first time (*looked then 1): a driver entry point looked up once, also
+ * when the driver lacks it (NULL). */
+GP_HIDDEN void *gp_cuda_sym_once(void **slot, int *looked, const char *name)
+{
+	if (!__atomic_load_n(looked, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(slot, gp_cuda_sym(name), __ATOMIC_RELEASE);
+		__atomic_store_n(looked, 1, __ATOMIC_RELEASE);
+	}
+	return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+}
+
 /* The exported-name addresses inside libcuda, to recognise what
  * cuGetProcAddress returns. */
 static void *gp_known[GP_FN_COUNT][GP_XSLOTS];

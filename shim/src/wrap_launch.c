@@ -81,16 +81,12 @@ GP_HIDDEN int gp_ndev;
 
 GP_HIDDEN uint32_t gp_device_slow(void)
 {
-	static CUresult (*count)(int *);
+	static void *count;
 	static int looked;
 	int n = __atomic_load_n(&gp_ndev, __ATOMIC_ACQUIRE);
 	if (n == 0) {
-		if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-			__atomic_store_n(&count, (CUresult(*)(int *))gp_cuda_sym("cuDeviceGetCount"), __ATOMIC_RELEASE);
-			__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-		}
 		int c = 0;
-		CUresult (*fn)(int *) = __atomic_load_n(&count, __ATOMIC_ACQUIRE);
+		CUresult (*fn)(int *) = (CUresult(*)(int *))gp_cuda_sym_once(&count, &looked, "cuDeviceGetCount");
 		if (fn == NULL)
 			n = 2;
 		else if (fn(&c) == CUDA_SUCCESS)
