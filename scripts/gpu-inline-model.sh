@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # gpu-inline-model.sh: on the GPU machine, builds testdata/cuda/model/kp_model.cu
 # (kernel_phases' logic in CUDA C around vectorAdd: plain, inlined, called,
-# and a ticket-based variant) and runs it RUNS times (default 3); each run
-# prints the medians and ratios to the plain kernel, measured in the same
-# run. Environment: NVCC, GPU_ARCH (default from nvidia-smi), RUNS, MODEL_OUT
+# and a ticket-based variant) and testdata/cuda/model/kp_variants.cu (other
+# designs of the per-block protocol, and the floor of its exit and fold) and
+# runs each RUNS times (default 3); each run prints the medians and ratios to
+# the plain kernel, measured in the same run. Environment: NVCC, GPU_ARCH (default from nvidia-smi), RUNS, MODEL_OUT
 # (default build/gpu-inline-model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,9 @@ if [[ -z ${GPU_ARCH:-} ]]; then
 	GPU_ARCH=sm_$cap
 fi
 mkdir -p "$out"
-"$nvcc" -O3 -arch="$GPU_ARCH" -o "$out/kp_model" testdata/cuda/model/kp_model.cu
-echo "kp_model on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-for _ in $(seq "${RUNS:-3}"); do "$out/kp_model"; done
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+for m in kp_model kp_variants; do
+	"$nvcc" -O3 -arch="$GPU_ARCH" -o "$out/$m" "testdata/cuda/model/$m.cu"
+	echo "$m on $gpu"
+	for _ in $(seq "${RUNS:-3}"); do timeout 120 "$out/$m"; done
+done
