@@ -74,6 +74,24 @@ const (
 	HostCuGraphLaunch            HostAPI = 72
 	HostCuGraphLaunchPtsz        HostAPI = 73
 	hostGraphLast                        = HostCuGraphLaunchPtsz
+
+	// Stream capture: a launch into a capturing stream does not run, it
+	// becomes a node of the graph being captured (args: 0 stream).
+	HostCudaStreamBeginCapture            HostAPI = 80 // args: 0 stream, 1 cudaStreamCaptureMode
+	HostCudaStreamBeginCapturePtsz        HostAPI = 81
+	HostCudaStreamBeginCaptureToGraph     HostAPI = 82 // args: 0 stream, 1 graph
+	HostCudaStreamBeginCaptureToGraphPtsz HostAPI = 83
+	HostCudaStreamEndCapture              HostAPI = 84 // args: 0 stream
+	HostCudaStreamEndCapturePtsz          HostAPI = 85
+	HostCuStreamBeginCapture              HostAPI = 86 // cuStreamBeginCapture (CUDA 10.0, no mode)
+	HostCuStreamBeginCapturePtsz          HostAPI = 87
+	HostCuStreamBeginCaptureV2            HostAPI = 88 // cuStreamBeginCapture_v2; args: 0 stream, 1 CUstreamCaptureMode
+	HostCuStreamBeginCaptureV2Ptsz        HostAPI = 89
+	HostCuStreamBeginCaptureToGraph       HostAPI = 90 // args: 0 stream, 1 graph
+	HostCuStreamBeginCaptureToGraphPtsz   HostAPI = 91
+	HostCuStreamEndCapture                HostAPI = 92
+	HostCuStreamEndCapturePtsz            HostAPI = 93
+	hostCaptureLast                               = HostCuStreamEndCapturePtsz
 )
 
 // HostCategory groups host APIs by what they do.
@@ -88,11 +106,12 @@ const (
 	HostCatFree
 	HostCatSync
 	HostCatGraphLaunch
+	HostCatCapture
 )
 
 // String gives the category as used in attribute values.
 func (c HostCategory) String() string {
-	return [...]string{"unknown", "launch", "memcpy", "alloc", "free", "sync", "graph_launch"}[min(int(c), 6)]
+	return [...]string{"unknown", "launch", "memcpy", "alloc", "free", "sync", "graph_launch", "capture"}[min(int(c), 7)]
 }
 
 // Category is the group of the API.
@@ -112,6 +131,8 @@ func (a HostAPI) Category() HostCategory {
 		return HostCatSync
 	case a >= HostCudaGraphLaunch && a <= hostGraphLast:
 		return HostCatGraphLaunch
+	case a >= HostCudaStreamBeginCapture && a <= hostCaptureLast:
+		return HostCatCapture
 	}
 	return HostCatUnknown
 }
@@ -146,7 +167,7 @@ func (a HostAPI) String() string {
 // HostAPIs returns every known API, in numeric order.
 func HostAPIs() []HostAPI {
 	out := make([]HostAPI, 0, len(hostAPINames))
-	for a := HostAPI(1); a <= hostGraphLast; a++ {
+	for a := HostAPI(1); a <= hostCaptureLast; a++ {
 		if _, ok := hostAPINames[a]; ok {
 			out = append(out, a)
 		}
@@ -203,6 +224,36 @@ var hostAPINames = map[HostAPI]string{
 	HostCudaGraphLaunchPtsz:      "cudaGraphLaunch_ptsz",
 	HostCuGraphLaunch:            "cuGraphLaunch",
 	HostCuGraphLaunchPtsz:        "cuGraphLaunch_ptsz",
+
+	HostCudaStreamBeginCapture:            "cudaStreamBeginCapture",
+	HostCudaStreamBeginCapturePtsz:        "cudaStreamBeginCapture_ptsz",
+	HostCudaStreamBeginCaptureToGraph:     "cudaStreamBeginCaptureToGraph",
+	HostCudaStreamBeginCaptureToGraphPtsz: "cudaStreamBeginCaptureToGraph_ptsz",
+	HostCudaStreamEndCapture:              "cudaStreamEndCapture",
+	HostCudaStreamEndCapturePtsz:          "cudaStreamEndCapture_ptsz",
+	HostCuStreamBeginCapture:              "cuStreamBeginCapture",
+	HostCuStreamBeginCapturePtsz:          "cuStreamBeginCapture_ptsz",
+	HostCuStreamBeginCaptureV2:            "cuStreamBeginCapture_v2",
+	HostCuStreamBeginCaptureV2Ptsz:        "cuStreamBeginCapture_v2_ptsz",
+	HostCuStreamBeginCaptureToGraph:       "cuStreamBeginCaptureToGraph",
+	HostCuStreamBeginCaptureToGraphPtsz:   "cuStreamBeginCaptureToGraph_ptsz",
+	HostCuStreamEndCapture:                "cuStreamEndCapture",
+	HostCuStreamEndCapturePtsz:            "cuStreamEndCapture_ptsz",
+}
+
+// CaptureBegins reports whether a is one of the entry points that begin a
+// stream capture (CaptureEnds: that end one).
+func (a HostAPI) CaptureBegins() bool {
+	return a.Category() == HostCatCapture && !a.CaptureEnds()
+}
+
+// CaptureEnds reports whether a ends a stream capture.
+func (a HostAPI) CaptureEnds() bool {
+	switch a {
+	case HostCudaStreamEndCapture, HostCudaStreamEndCapturePtsz, HostCuStreamEndCapture, HostCuStreamEndCapturePtsz:
+		return true
+	}
+	return false
 }
 
 // HostCallReturned is the HostCall flag of a call whose return was seen

@@ -70,6 +70,9 @@ func TestHostAPICategories(t *testing.T) {
 		{HostCudaFreeAsync, HostCatFree, true, false, "cudaFreeAsync"},
 		{HostCuCtxSynchronize, HostCatSync, false, true, "cuCtxSynchronize"},
 		{HostCudaGraphLaunch, HostCatGraphLaunch, true, false, "cudaGraphLaunch"},
+		{HostCudaStreamBeginCapturePtsz, HostCatCapture, false, false, "cudaStreamBeginCapture_ptsz"},
+		{HostCuStreamBeginCaptureV2, HostCatCapture, false, true, "cuStreamBeginCapture_v2"},
+		{HostCuStreamEndCapture, HostCatCapture, false, true, "cuStreamEndCapture"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,6 +99,17 @@ func TestHostAPICategories(t *testing.T) {
 			t.Errorf("%v listed twice", a)
 		}
 		seen[a.String()] = true
+	}
+	for _, a := range HostAPIs() {
+		if a.Category() == HostCatCapture && a.CaptureBegins() == a.CaptureEnds() {
+			t.Errorf("%v: CaptureBegins() = CaptureEnds() = %v", a, a.CaptureEnds())
+		}
+		if a.Category() != HostCatCapture && (a.CaptureBegins() || a.CaptureEnds()) {
+			t.Errorf("%v: not a capture API, but begins or ends one", a)
+		}
+		if ends := strings.Contains(a.String(), "EndCapture"); ends != a.CaptureEnds() {
+			t.Errorf("%v: CaptureEnds() = %v", a, a.CaptureEnds())
+		}
 	}
 	if len(seen) != len(hostAPINames) {
 		t.Errorf("HostAPIs() lists %d of %d", len(seen), len(hostAPINames))

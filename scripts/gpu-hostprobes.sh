@@ -18,6 +18,9 @@
 #     it, and has its device phases below it;
 #   - the shim-less process has exactly one approximate kernel span per
 #     launch, each under its host launch call;
+#   - a shim-less run of the graph sample (testdata/cuda/samples/graph.cu,
+#     `-cudart shared`; every launch captured into a graph) has its 5
+#     launch calls marked cuda.graph.captured and no approximate span;
 #   - launchlate's launch delays (uprobe on cudaLaunchKernel → first
 #     instruction of block 0, both on CLOCK_MONOTONIC through the
 #     collector's clock offset) agree with the shim's queued phases within
@@ -71,6 +74,10 @@ fi
 cp "$app" "$out/vectoradd_noshim"
 cp "$app" "$out/vectoradd_loop"
 row "nvcc -cudart shared (PTX)" ok "$app"
+if ! "$nvcc" -O2 -cudart shared -gencode arch=compute_90,code=compute_90 -o "$out/graph_noshim" testdata/cuda/samples/graph.cu >"$out/nvcc-graph.txt" 2>&1; then
+	row "nvcc graph sample -cudart shared" FAIL "see $out/nvcc-graph.txt"
+	finish
+fi
 
 sock=$out/agent.sock
 rm -f "$sock" "$out"/traces.json "$out"/metrics.json
@@ -128,6 +135,11 @@ if [[ $rc == 0 && $rc2 == 0 ]] && cmp -s "$out/shim.txt" "$out/noshim.txt"; then
 else
 	row "apps ran, output identical" FAIL "rc $rc/$rc2; diff $out/shim.txt $out/noshim.txt"
 fi
+if timeout 60 "$out/graph_noshim" 3 >"$out/graph.txt" 2>&1; then
+	row "graph sample ran (no shim)" ok "$(head -1 "$out/graph.txt")"
+else
+	row "graph sample ran (no shim)" FAIL "see $out/graph.txt"
+fi
 want=$(sed -n 's/^app: launches=\([0-9]*\)/\1/p' "$out/noshim.txt")
 
 sleep 2.5 # launch timeout, one metrics interval
@@ -137,6 +149,7 @@ col_pid=
 
 bin/gpuprobe tracecheck --traces "$out/traces.json" --metrics "$out/metrics.json" \
 	--nested-exe vectoradd_shim --approx-exe vectoradd_noshim --launches "${want:-0}" \
+	--captured-exe graph_noshim --captured-launches 5 \
 	--launchlate "${LAUNCHLATE_METRIC:-gpuprobe.map.delay_log2_ns}" >"$out/tracecheck.txt" 2>&1
 gzip -k "$out/traces.json" "$out/metrics.json"
 mkdir -p "$out/first"

@@ -128,6 +128,8 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 	graphExe := fs.String("graph-exe", "", "a process that launched a CUDA graph --graph-replays times: every kernel node must have one launch span per replay")
 	graphReplays := fs.Int("graph-replays", 0, "times --graph-exe launched its graph")
 	absentKernel := fs.String("absent-kernel", "", "with --graph-exe: a kernel (part of its mangled name) that the process captured into a graph and never launched: it must have no span")
+	capturedExe := fs.String("captured-exe", "", "a process run without the shim whose every launch was captured into a graph: its launch calls must be marked cuda.graph.captured, with no approximate kernel span")
+	capturedLaunches := fs.Int("captured-launches", 0, "with --captured-exe: its launch calls (outermost, exact)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -227,6 +229,9 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 		t.row("no shim: approximate kernel spans", n > 0 && (*launches == 0 || n == *launches), "%d, want %d; by name %v", n, *launches, names)
 		t.row("no shim: approximate span under its launch call", n > 0 && parented == n, "%d of %d", parented, n)
 		t.row("no shim: approximate span end ≥ start", n > 0 && ordered == n, "%d of %d", ordered, n)
+	}
+	if *capturedExe != "" {
+		checkCaptured(t, spans, *capturedExe, *capturedLaunches)
 	}
 	if *graphExe != "" {
 		checkGraphReplays(t, spans, func(s *span) []*span { return children[spanKey(s.trace, s.id)] }, *graphExe, *graphReplays)

@@ -89,6 +89,28 @@ func checkAbsentKernel(t *checkTable, spans []*span, exe, kernel string) {
 	t.row("graph: no span for a captured launch that never ran", n == 0, "%d spans of %s", n, kernel)
 }
 
+// checkCaptured checks a shim-less process whose every kernel launch went
+// into a stream capture: each outermost launch call is marked
+// cuda.graph.captured, and no launch got an approximate kernel span (the
+// captured launches did not run; the graph's runs are not seen without the
+// shim).
+func checkCaptured(t *checkTable, spans []*span, exe string, launches int) {
+	var marked, approx int
+	for _, s := range spans {
+		if !sameExe(s.exe, exe) {
+			continue
+		}
+		if v, ok := s.attrs.Get("cuda.graph.captured"); ok && v.Bool() && s.str("cuda.api.category") == "launch" {
+			marked++
+		}
+		if v, ok := s.attrs.Get("cuda.kernel.approximate"); ok && v.Bool() {
+			approx++
+		}
+	}
+	t.row("no shim, capture: launch calls marked captured", marked > 0 && (launches == 0 || marked == launches), "%d, want %d", marked, launches)
+	t.row("no shim, capture: no approximate kernel span", approx == 0, "%d approximate spans", approx)
+}
+
 // spanKey identifies a span within the file: trace id and span id.
 func spanKey(t pcommon.TraceID, s pcommon.SpanID) (k [24]byte) {
 	copy(k[:16], t[:])

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,6 +21,7 @@ func writeTraces(t *testing.T, nestOK bool) string {
 	mk := func(pid int64) ptrace.SpanSlice {
 		rs := td.ResourceSpans().AppendEmpty()
 		rs.Resource().Attributes().PutInt("process.pid", pid)
+		rs.Resource().Attributes().PutStr("process.executable.name", "pid"+strconv.FormatInt(pid, 10))
 		return rs.ScopeSpans().AppendEmpty().Spans()
 	}
 	tid := pcommon.TraceID{1}
@@ -53,6 +55,11 @@ func writeTraces(t *testing.T, nestOK bool) string {
 	ap := add(b, 6, 5, "vectorAdd", 1000, 30000)
 	ap.Attributes().PutBool("cuda.kernel.approximate", true)
 
+	c := mk(30) // a shim-less process that captured its launch
+	h3 := add(c, 7, 0, "cudaLaunchKernel", 1000, 2000)
+	h3.Attributes().PutStr("cuda.api.category", "launch")
+	h3.Attributes().PutBool("cuda.graph.captured", true)
+
 	return writeTracesFile(t, td)
 }
 
@@ -85,6 +92,9 @@ func TestTraceCheck(t *testing.T) {
 		{"wrong launch count", true, []string{"--nested-pid", "10", "--launches", "2"}, 1, "1 launch spans, want 2"},
 		{"approximate ok", true, []string{"--approx-pid", "20", "--launches", "1"}, 0, "no shim: approximate kernel spans"},
 		{"approximate missing", true, []string{"--approx-pid", "10", "--launches", "1"}, 1, "FAIL"},
+		{"captured ok", true, []string{"--captured-exe", "pid30", "--captured-launches", "1"}, 0, "no shim, capture: no approximate kernel span"},
+		{"captured count wrong", true, []string{"--captured-exe", "pid30", "--captured-launches", "2"}, 1, "1, want 2"},
+		{"captured process has an approximate span", true, []string{"--captured-exe", "pid20"}, 1, "1 approximate spans"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -169,6 +169,19 @@ func decodeCall(h *record.HostCall, s []byte) error {
 		a[0] = r[0]
 	case record.HostCudaGraphLaunch, record.HostCudaGraphLaunchPtsz, record.HostCuGraphLaunch, record.HostCuGraphLaunchPtsz:
 		a[0], a[5] = r[0], r[1]
+	case record.HostCuStreamBeginCapture, record.HostCuStreamBeginCapturePtsz,
+		record.HostCudaStreamEndCapture, record.HostCudaStreamEndCapturePtsz,
+		record.HostCuStreamEndCapture, record.HostCuStreamEndCapturePtsz:
+		// (stream), (stream, graph out-pointer: not followed)
+		a[0] = r[0]
+	case record.HostCudaStreamBeginCapture, record.HostCudaStreamBeginCapturePtsz,
+		record.HostCuStreamBeginCaptureV2, record.HostCuStreamBeginCaptureV2Ptsz:
+		// (stream, mode)
+		a[0], a[1] = r[0], uint64(u32(r[1]))
+	case record.HostCudaStreamBeginCaptureToGraph, record.HostCudaStreamBeginCaptureToGraphPtsz,
+		record.HostCuStreamBeginCaptureToGraph, record.HostCuStreamBeginCaptureToGraphPtsz:
+		// (stream, graph, dependencies, edge data, count, mode)
+		a[0], a[1] = r[0], r[1]
 	default:
 		return &EventError{Field: "api", Offset: 2, Reason: fmt.Sprintf("API %s has no argument decoder", api)}
 	}

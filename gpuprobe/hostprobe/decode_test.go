@@ -85,6 +85,14 @@ func TestDecodeCall(t *testing.T) {
 			wantArgs: args(0xf00), wantFlags: record.HostCallArgsFaulted},
 		{name: "graph launch", api: record.HostCuGraphLaunchPtsz, regs: [6]uint64{0x6a, 0x5e},
 			wantArgs: args(0x6a, 0, 0, 0, 0, 0x5e)},
+		{name: "begin capture masks the mode", api: record.HostCuStreamBeginCaptureV2, regs: [6]uint64{0xca0, garbage | 2},
+			wantArgs: args(0xca0, 2)},
+		{name: "begin capture v1", api: record.HostCuStreamBeginCapture, regs: [6]uint64{0xca1, 0x77},
+			wantArgs: args(0xca1)},
+		{name: "begin capture to graph", api: record.HostCudaStreamBeginCaptureToGraphPtsz, regs: [6]uint64{0xca2, 0x6a2, 3, 4, 5, 1},
+			wantArgs: args(0xca2, 0x6a2)},
+		{name: "end capture", api: record.HostCudaStreamEndCapture, regs: [6]uint64{0xca3, 0x7ff0},
+			wantArgs: args(0xca3)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec, err := decodeEvent(nil, callSample(tc.api, tc.flags, 10, 20, tc.ret, tc.out, tc.regs, tc.extra))

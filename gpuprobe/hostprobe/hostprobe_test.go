@@ -134,6 +134,21 @@ var wantCalls = []wantCall{
 	call(record.HostCudaGraphLaunchPtsz, 0, 0x6a71, 0, 0, 0, 0, 0xac21),
 	call(record.HostCuGraphLaunch, 0, 0x6a72, 0, 0, 0, 0, 0xac22),
 	call(record.HostCuGraphLaunchPtsz, 0, 0x6a73, 0, 0, 0, 0, 0xac23),
+
+	call(record.HostCudaStreamBeginCapture, 0, 0xca80, 1),
+	call(record.HostCudaStreamBeginCapturePtsz, 0, 0xca81, 2),
+	call(record.HostCudaStreamBeginCaptureToGraph, 0, 0xca82, 0x6b82),
+	call(record.HostCudaStreamBeginCaptureToGraphPtsz, 0, 0xca83, 0x6b83),
+	call(record.HostCudaStreamEndCapture, 0, 0xca84),
+	call(record.HostCudaStreamEndCapturePtsz, 0, 0xca85),
+	call(record.HostCuStreamBeginCapture, 0, 0xca86),
+	call(record.HostCuStreamBeginCapturePtsz, 0, 0xca87),
+	call(record.HostCuStreamBeginCaptureV2, 0, 0xca88, 2),
+	call(record.HostCuStreamBeginCaptureV2Ptsz, 0, 0xca89, 0),
+	call(record.HostCuStreamBeginCaptureToGraph, 0, 0xca90, 0x6b90),
+	call(record.HostCuStreamBeginCaptureToGraphPtsz, 0, 0xca91, 0x6b91),
+	call(record.HostCuStreamEndCapture, 0, 0xca92),
+	call(record.HostCuStreamEndCapturePtsz, 900, 0xca93),
 }
 
 // wantNames are the KernelName records of one `standin_app all`.

@@ -33,6 +33,19 @@ import (
 //   - cudaEventSynchronize / cuEventSynchronize close nothing: the event's
 //     stream (and what was recorded before it) is not in the record.
 //
+// Stream capture: a launch into a stream that is capturing does not run; it
+// becomes a node of the graph being captured, which runs (if ever) at a
+// graph launch. A stream captures from the return of a successful
+// cudaStreamBeginCapture, cudaStreamBeginCaptureToGraph, cuStreamBeginCapture
+// (v1, _v2, ToGraph; each with _ptsz) on it until cudaStreamEndCapture or
+// cuStreamEndCapture is entered. Calls are handled in enter_ns order, so the
+// begin of a capture is handled before the launches inside it and its end
+// after them. A launch call inside a capture on its stream is emitted as a
+// host call with cuda.graph.captured = true and no approximate kernel span
+// (Counters.ApproxCaptured). Streams that join a capture through an event
+// (cudaStreamWaitEvent on an event recorded in a capturing stream) are not
+// seen: their launches still get approximate spans.
+//
 // Streams: stream 0 is the legacy default stream, as is 0x1
 // (CU_STREAM_LEGACY); 0x2 (CU_STREAM_PER_THREAD), and stream 0 passed to a
 // _ptsz/_ptds entry point, name the calling thread's per-thread default
@@ -135,11 +148,21 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	switch r.API.Category() {
 	case record.HostCatLaunch:
 		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
+			if begin, ok := p.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= begin {
+				t.counters.ApproxCaptured++
+				if sp, ok := t.emitStandalone(p, c); ok {
+					sp.Attributes().PutBool("cuda.graph.captured", true)
+				}
+				return
+			}
 			t.openLaunch(p, c, now)
 			return
 		}
 		t.emitStandalone(p, c)
 		return
+	case record.HostCatCapture:
+		t.emitStandalone(p, c)
+		t.captureCall(p, r)
 	case record.HostCatSync:
 		t.emitStandalone(p, c)
 		if !returned {
@@ -162,6 +185,27 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	default:
 		t.emitStandalone(p, c)
 	}
+}
+
+// maxCapturing bounds the streams of one process with a capture open.
+const maxCapturing = 1024
+
+// captureCall applies a capture's begin or end to its stream. A begin that
+// failed or did not return opens nothing; an end ends the capture whether
+// it succeeded or not (a capture that fails as invalidated is over too).
+func (t *Translator) captureCall(p *hostProc, r *record.HostCall) {
+	k := keyOf(r.API, r.Args[0], r.TID)
+	if r.API.CaptureEnds() {
+		delete(p.capturing, k)
+		return
+	}
+	if r.Flags&record.HostCallReturned == 0 || r.Ret != 0 {
+		return
+	}
+	if _, ok := p.capturing[k]; !ok && len(p.capturing) >= maxCapturing {
+		return // a stream that never ends its capture per 1024: leave its launches approximate
+	}
+	p.capturing[k] = r.ExitNS
 }
 
 // openLaunch adds a shim-less launch to its stream's FIFO.
@@ -256,10 +300,11 @@ func (t *Translator) launchKernel(c *hostCall) hostName {
 	return hostName{name: "kernel 0x" + strconv.FormatUint(h, 16)}
 }
 
-// emitStandalone emits c and its children as a trace of their own.
-func (t *Translator) emitStandalone(p *hostProc, c *hostCall) {
+// emitStandalone emits c and its children as a trace of their own and
+// returns c's span (false when sampling left the trace out).
+func (t *Translator) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool) {
 	if !sampled(srcKey{p.pid, c.rec.EnterNS}, t.o.SampleOneIn) {
-		return
+		return ptrace.Span{}, false
 	}
 	kernel := ""
 	if c.rec.API.Category() == record.HostCatLaunch {
@@ -267,7 +312,10 @@ func (t *Translator) emitStandalone(p *hostProc, c *hostCall) {
 			kernel = n.name
 		}
 	}
-	t.emitTree(t.spansOf(p.pid), c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
+	ss := t.spansOf(p.pid)
+	i := ss.Len()
+	t.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
+	return ss.At(i), true
 }
 
 // emitApprox emits launch ol, closed by sync, with its approximate kernel

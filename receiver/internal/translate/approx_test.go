@@ -358,3 +358,76 @@ func BenchmarkHostCallsToPdata(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(recs)*b.N)/b.Elapsed().Seconds(), "records/s")
 }
+
+// TestApproximateCapture checks that a shim-less launch into a capturing
+// stream gets no approximate kernel span (it is a graph node; it runs at a
+// graph launch, if ever), and that launches outside the capture's stream
+// or time still do.
+func TestApproximateCapture(t *testing.T) {
+	const pid, tid = 60, 61
+	begin := func(api record.HostAPI, tid uint32, stream uint64, args ...uint64) rec {
+		return host(hc(api, pid, tid, 500, 600, append([]uint64{stream}, args...)...))
+	}
+	failed := hc(record.HostCuStreamBeginCaptureV2, pid, tid, 500, 600, 7)
+	failed.Ret = 900
+	// The driver's begin inside the runtime's, as libcudart calls it.
+	nestedBegin := []rec{host(hc(record.HostCuStreamBeginCaptureV2, pid, tid, 510, 590, 7, 0)), begin(record.HostCudaStreamBeginCapture, tid, 7, 0)}
+	tests := []struct {
+		name     string
+		capture  []rec // returned before the launch returned
+		launch   *record.HostCall
+		end      *record.HostCall // nil: the capture is not ended
+		captured bool
+	}{
+		{"runtime capture on the stream", []rec{begin(record.HostCudaStreamBeginCapture, tid, 7, 1)},
+			launchCall(record.HostCudaLaunchKernel, pid, tid, 1_000, 1_100, 0xabc, 7), hc(record.HostCudaStreamEndCapture, pid, tid, 1_500, 1_600, 7), true},
+		{"nested runtime and driver begin", nestedBegin,
+			launchCall(record.HostCuLaunchKernel, pid, tid, 1_000, 1_100, 0xabc, 7), hc(record.HostCudaStreamEndCapture, pid, tid, 1_500, 1_600, 7), true},
+		{"to graph, v1 driver end", []rec{begin(record.HostCuStreamBeginCaptureToGraph, tid, 7, 0x6b)},
+			launchCall(record.HostCuLaunchKernel, pid, tid, 1_000, 1_100, 0xabc, 7), hc(record.HostCuStreamEndCapture, pid, tid, 1_500, 1_600, 7), true},
+		{"capture never ended", []rec{begin(record.HostCuStreamBeginCapture, tid, 7)},
+			launchCall(record.HostCuLaunchKernel, pid, tid, 1_000, 1_100, 0xabc, 7), nil, true},
+		{"per-thread stream of the capturing thread", []rec{begin(record.HostCudaStreamBeginCapturePtsz, tid, 0, 2)},
+			launchCall(record.HostCudaLaunchKernel, pid, tid, 1_000, 1_100, 0xabc, streamPerThread), hc(record.HostCudaStreamEndCapturePtsz, pid, tid, 1_500, 1_600, 0), true},
+		{"per-thread stream of another thread", []rec{begin(record.HostCudaStreamBeginCapturePtsz, tid+1, 0, 2)},
+			launchCall(record.HostCudaLaunchKernelPtsz, pid, tid, 1_000, 1_100, 0xabc, 0), nil, false},
+		{"capture of another stream", []rec{begin(record.HostCudaStreamBeginCapture, tid, 8, 0)},
+			launchCall(record.HostCudaLaunchKernel, pid, tid, 1_000, 1_100, 0xabc, 7), hc(record.HostCudaStreamEndCapture, pid, tid, 1_500, 1_600, 8), false},
+		{"capture ended before the launch", []rec{begin(record.HostCudaStreamBeginCapture, tid, 7, 0), host(hc(record.HostCudaStreamEndCapture, pid, tid, 700, 800, 7))},
+			launchCall(record.HostCudaLaunchKernel, pid, tid, 1_000, 1_100, 0xabc, 7), nil, false},
+		{"begin that failed", []rec{host(failed)},
+			launchCall(record.HostCuLaunchKernel, pid, tid, 1_000, 1_100, 0xabc, 7), hc(record.HostCuStreamEndCapture, pid, tid, 1_500, 1_600, 7), false},
+	}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			recs := append([]rec{host(&record.KernelName{PID: pid, Function: 0xabc, Name: "_Z3fooi"})}, tc.capture...)
+			recs = append(recs, host(tc.launch))
+			if tc.end != nil {
+				recs = append(recs, host(tc.end))
+			}
+			// What runs the graph, and a sync that would close the launch.
+			recs = append(recs, host(hc(record.HostCudaGraphLaunch, pid, tid, 1_700, 1_800, 0x6e, 0, 0, 0, 0, 7)),
+				host(hc(record.HostCudaDeviceSynchronize, pid, tid, 2_000, 5_000)))
+			tr := newTr(Options{})
+			handleAll(t, tr, t0, recs...)
+			tr.Expire(t0.Add(DefaultHostCallGrace))
+			x := index(tr.TakeTraces())
+			c := tr.Counters()
+			lc := x.one(t, tc.launch.API.String())
+			if tc.captured {
+				if len(x.byName["_Z3fooi"]) != 0 || c.ApproxSpans != 0 || c.ApproxCaptured != 1 {
+					t.Errorf("captured launch: kernel spans %d, approximate %d, captured %d; want 0, 0, 1", len(x.byName["_Z3fooi"]), c.ApproxSpans, c.ApproxCaptured)
+				}
+				attrsEqual(t, lc, map[string]any{"cuda.graph.captured": true, "cuda.kernel.name": "_Z3fooi"})
+				return
+			}
+			if len(x.byName["_Z3fooi"]) != 1 || c.ApproxSpans != 1 || c.ApproxCaptured != 0 {
+				t.Errorf("launch outside a capture: kernel spans %d, approximate %d, captured %d; want 1, 1, 0", len(x.byName["_Z3fooi"]), c.ApproxSpans, c.ApproxCaptured)
+			}
+			if _, ok := lc.Attributes().Get("cuda.graph.captured"); ok {
+				t.Error("a launch outside a capture has cuda.graph.captured")
+			}
+		})
+	}
+}

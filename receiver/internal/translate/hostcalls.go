@@ -82,6 +82,9 @@ type hostProc struct {
 	// Shim-less launches waiting for the sync that closes them, per stream.
 	streams map[streamKey][]*openLaunch
 	nOpen   int
+
+	// Streams with a capture open: the exit_ns of the call that began it.
+	capturing map[streamKey]uint64
 }
 
 func (p *hostProc) thread(tid uint32) *hostThread {
@@ -124,7 +127,8 @@ func (t *Translator) hostProcOf(pid uint32, now time.Time) *hostProc {
 	if len(t.hosts) >= maxHostProcs {
 		t.evictHostProcs(now)
 	}
-	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, streams: map[streamKey][]*openLaunch{}}
+	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, streams: map[streamKey][]*openLaunch{},
+		capturing: map[streamKey]uint64{}}
 	t.hosts[pid] = p
 	return p
 }

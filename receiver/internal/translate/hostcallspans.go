@@ -135,9 +135,24 @@ func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pc
 	case record.HostCatGraphLaunch:
 		a.PutInt("cuda.graph.exec", int64(r.Args[0]))
 		a.PutInt("cuda.stream", int64(r.Args[5]))
+	case record.HostCatCapture:
+		a.PutInt("cuda.stream", int64(r.Args[0]))
+		switch r.API {
+		case record.HostCudaStreamBeginCapture, record.HostCudaStreamBeginCapturePtsz,
+			record.HostCuStreamBeginCaptureV2, record.HostCuStreamBeginCaptureV2Ptsz:
+			if r.Args[1] < uint64(len(captureModes)) {
+				a.PutStr("cuda.graph.capture_mode", captureModes[r.Args[1]])
+			}
+		case record.HostCudaStreamBeginCaptureToGraph, record.HostCudaStreamBeginCaptureToGraphPtsz,
+			record.HostCuStreamBeginCaptureToGraph, record.HostCuStreamBeginCaptureToGraphPtsz:
+			a.PutInt("cuda.graph", int64(r.Args[1]))
+		}
 	}
 	return id
 }
+
+// captureModes names cudaStreamCaptureMode / CUstreamCaptureMode values.
+var captureModes = [...]string{"global", "thread_local", "relaxed"}
 
 // memcpyKind is the direction of a copy call: the probe's argument, else
 // what the driver entry point implies.

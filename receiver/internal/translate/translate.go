@@ -73,6 +73,7 @@ type Counters struct {
 	HostProcsEvicted   uint64 // processes whose host calls were flushed because maxHostProcs was reached
 	ApproxSpans        uint64 // approximate kernel spans (shim-less launch closed by a sync)
 	ApproxUnclosed     uint64 // shim-less launches no sync closed within LaunchTimeout
+	ApproxCaptured     uint64 // shim-less launch calls into a capturing stream: graph nodes, emitted as host calls without a kernel span
 }
 
 // TruncatedMarker ends a kernel name that its producer had to cut.

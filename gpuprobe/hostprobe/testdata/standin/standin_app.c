@@ -113,6 +113,23 @@ static int all(void)
 	cuGraphLaunch((CUgraphExec)P(0x6a72), (CUstream)P(0xac22));
 	cuGraphLaunch_ptsz((CUgraphExec)P(0x6a73), (CUstream)P(0xac23));
 
+	/* Stream captures (the modes and graphs are only recorded). */
+	cudaGraph_t graph;
+	cudaStreamBeginCapture((cudaStream_t)P(0xca80), 1);
+	cudaStreamBeginCapture_ptsz((cudaStream_t)P(0xca81), 2);
+	cudaStreamBeginCaptureToGraph((cudaStream_t)P(0xca82), (cudaGraph_t)P(0x6b82), NULL, NULL, 0, 0);
+	cudaStreamBeginCaptureToGraph_ptsz((cudaStream_t)P(0xca83), (cudaGraph_t)P(0x6b83), NULL, NULL, 0, 1);
+	cudaStreamEndCapture((cudaStream_t)P(0xca84), &graph);
+	cudaStreamEndCapture_ptsz((cudaStream_t)P(0xca85), &graph);
+	cuStreamBeginCapture((CUstream)P(0xca86));
+	cuStreamBeginCapture_ptsz((CUstream)P(0xca87));
+	cuStreamBeginCapture_v2((CUstream)P(0xca88), 2);
+	cuStreamBeginCapture_v2_ptsz((CUstream)P(0xca89), 0);
+	cuStreamBeginCaptureToGraph((CUstream)P(0xca90), (CUgraph)P(0x6b90), NULL, NULL, 0, 1);
+	cuStreamBeginCaptureToGraph_ptsz((CUstream)P(0xca91), (CUgraph)P(0x6b91), NULL, NULL, 0, 2);
+	cuStreamEndCapture((CUstream)P(0xca92), (CUgraph *)&graph);
+	cuStreamEndCapture_ptsz((CUstream)P(0xca93), (CUgraph *)&graph);
+
 	/* Kernel names: one short, one longer than the probe's 240-byte cap,
 	 * one that fails (no record). */
 	cuModuleGetFunction(&fn, (CUmodule)P(0x30d0), "_Z6vecAddPfS_S_i");

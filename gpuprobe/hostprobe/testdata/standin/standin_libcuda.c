@@ -82,6 +82,26 @@ CUresult cuEventSynchronize(CUevent e) { NOTE(67); (void)e; return (CUresult)0xf
 CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { NOTE(72); (void)g, (void)s; return CUDA_SUCCESS; }
 CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { NOTE(73); (void)g, (void)s; return CUDA_SUCCESS; }
 
+CUresult cuStreamBeginCapture(CUstream s) { NOTE(86); (void)s; return CUDA_SUCCESS; }
+CUresult cuStreamBeginCapture_ptsz(CUstream s) { NOTE(87); (void)s; return CUDA_SUCCESS; }
+CUresult cuStreamBeginCapture_v2(CUstream s, int mode) { NOTE(88); (void)s, (void)mode; return CUDA_SUCCESS; }
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) { NOTE(89); (void)s, (void)mode; return CUDA_SUCCESS; }
+CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps, const void *edge, size_t n, int mode)
+{
+	NOTE(90);
+	(void)s, (void)g, (void)deps, (void)edge, (void)n, (void)mode;
+	return CUDA_SUCCESS;
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps, const void *edge, size_t n,
+					  int mode)
+{
+	NOTE(91);
+	(void)s, (void)g, (void)deps, (void)edge, (void)n, (void)mode;
+	return CUDA_SUCCESS;
+}
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { NOTE(92); (void)s, (void)g; return CUDA_SUCCESS; }
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) { NOTE(93); (void)s, (void)g; return (CUresult)900; /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */ }
+
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
 	NOTE(1000);

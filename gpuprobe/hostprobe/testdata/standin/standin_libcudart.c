@@ -80,3 +80,22 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) { NOTE(63); (void)e; return cuda
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s) { NOTE(70); (void)g, (void)s; return cudaSuccess; }
 cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t g, cudaStream_t s) { NOTE(71); (void)g, (void)s; return cudaSuccess; }
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode) { NOTE(80); (void)s, (void)mode; return cudaSuccess; }
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, int mode) { NOTE(81); (void)s, (void)mode; return cudaSuccess; }
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t *deps, const void *edge,
+					  size_t n, int mode)
+{
+	NOTE(82);
+	(void)s, (void)g, (void)deps, (void)edge, (void)n, (void)mode;
+	return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t *deps,
+					       const void *edge, size_t n, int mode)
+{
+	NOTE(83);
+	(void)s, (void)g, (void)deps, (void)edge, (void)n, (void)mode;
+	return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { NOTE(84); (void)s, (void)g; return cudaSuccess; }
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g) { NOTE(85); (void)s, (void)g; return cudaSuccess; }
