@@ -227,7 +227,7 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		t.row("no shim: host call spans", host > 0, "%d host API spans", host)
 		t.row("no shim: approximate kernel spans", n > 0 && (*launches == 0 || n == *launches), "%d, want %d; by name %v", n, *launches, names)
-		t.row("no shim: approximate span under its launch call", n > 0 && parented == n, "%d of %d", parented, n)
+		t.row("no shim: approximate span under launch call", n > 0 && parented == n, "%d of %d", parented, n)
 		t.row("no shim: approximate span end ≥ start", n > 0 && ordered == n, "%d of %d", ordered, n)
 	}
 	if *capturedExe != "" {

@@ -107,8 +107,8 @@ func checkCaptured(t *checkTable, spans []*span, exe string, launches int) {
 			approx++
 		}
 	}
-	t.row("no shim, capture: launch calls marked captured", marked > 0 && (launches == 0 || marked == launches), "%d, want %d", marked, launches)
-	t.row("no shim, capture: no approximate kernel span", approx == 0, "%d approximate spans", approx)
+	t.row("no shim, capture: launch calls captured", marked > 0 && (launches == 0 || marked == launches), "%d, want %d", marked, launches)
+	t.row("no shim, capture: no approximate span", approx == 0, "%d approximate spans", approx)
 }
 
 // spanKey identifies a span within the file: trace id and span id.

@@ -92,7 +92,7 @@ func TestTraceCheck(t *testing.T) {
 		{"wrong launch count", true, []string{"--nested-pid", "10", "--launches", "2"}, 1, "1 launch spans, want 2"},
 		{"approximate ok", true, []string{"--approx-pid", "20", "--launches", "1"}, 0, "no shim: approximate kernel spans"},
 		{"approximate missing", true, []string{"--approx-pid", "10", "--launches", "1"}, 1, "FAIL"},
-		{"captured ok", true, []string{"--captured-exe", "pid30", "--captured-launches", "1"}, 0, "no shim, capture: no approximate kernel span"},
+		{"captured ok", true, []string{"--captured-exe", "pid30", "--captured-launches", "1"}, 0, "no shim, capture: no approximate span"},
 		{"captured count wrong", true, []string{"--captured-exe", "pid30", "--captured-launches", "2"}, 1, "1, want 2"},
 		{"captured process has an approximate span", true, []string{"--captured-exe", "pid20"}, 1, "1 approximate spans"},
 	}
