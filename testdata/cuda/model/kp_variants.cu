@@ -29,10 +29,14 @@
 //   barrier thread 0 waits at exit on a named barrier that every other
 //           thread releases by exiting (only valid in kernels without
 //           barriers); the start from per-warp slots
+//   w0      cur's entry in warp 0 only; every thread checks the tag at exit
+//           (installing it if warp 0 is not in yet) before counting
 //
 // Measured on an H100 (medians of 15 rounds of 20 launches, two runs): cur
 // 1.161-1.162x, bound 1.083x, fin 1.151-1.152x, xchg 1.175-1.176x, exinst
-// 1.364x, barrier 2.159-2.160x. Nothing beats cur by more than 0.01, and the
+// 1.364x, barrier 2.159-2.160x; w0 1.257-1.258x (another run, cur 1.155-1.157x
+// there; without its exit check 1.092x, but counts are lost when warp 0
+// enters after other warps have exited). Nothing beats cur by more than 0.01, and the
 // floor of cur's exit and fold alone (bound) is above 1.05: what costs is
 // any entry work whose result the warp waits for before the kernel's loads
 // issue, and at exit any per-warp shared-memory round trip.
@@ -178,6 +182,23 @@ __global__ void barrier(const float *a, const float *bb, float *c, int n, unsign
   blockFold(lid, start, now);
 }
 
+
+// w0: only warp 0's leader runs cur's entry; every thread checks the tag at
+// exit before counting, and a warp that finds another kernel's (warp 0 not
+// in yet) installs ours through its leader first.
+__global__ void w0(const float *a, const float *bb, float *c, int n, unsigned long long lid) {
+  __shared__ word sw;
+  if (threadLinear() < 32) curEntry<false>(&sw, lid);
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + bb[i];
+  unsigned tag = tagOf(lid, blockLinear());
+  if (*(volatile unsigned *)&sw.tag != tag) { unsigned m = __activemask();
+    if (leader()) { unsigned long long w = *(volatile unsigned long long *)&sw;
+      while ((unsigned)(w >> 32) != tag) { unsigned long long r = atomicCAS((unsigned long long *)&sw, w, (unsigned long long)tag << 32); if (r == w) break; w = r; } }
+    __syncwarp(m); }
+  unsigned long long start;
+  if (curExit(&sw, &start)) blockFold(lid, start, gtimer());
+}
+
 typedef void (*probed)(const float *, const float *, float *, int, unsigned long long);
 
 int main() {
@@ -186,9 +207,9 @@ int main() {
   cudaMemset(a, 0, n * 4); cudaMemset(b, 0, n * 4);
   cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
   dim3 bl(256), gr((n + 255) / 256);
-  const int nk = 7;
-  probed ks[nk] = {0, cur<false>, cur<true>, fin, xchg, exinst, barrier};
-  const char *names[nk] = {"plain", "cur", "bound", "fin", "xchg", "exinst", "barrier"};
+  const int nk = 8;
+  probed ks[nk] = {0, cur<false>, cur<true>, fin, xchg, exinst, barrier, w0};
+  const char *names[nk] = {"plain", "cur", "bound", "fin", "xchg", "exinst", "barrier", "w0"};
   float med[nk][rounds]; unsigned long long lid = 1;
   for (int r = 0; r < rounds; r++) for (int k = 0; k < nk; k++) {
     if (k == 2) lid += SLOTS; // bound leaves its slots as they are: give the next variant fresh ones
