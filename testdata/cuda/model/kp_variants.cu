@@ -112,6 +112,17 @@ __device__ __forceinline__ void startBlock0(unsigned long long lid) {
   if (blockLinear() == 0 && leader()) atomicMax(&stripeCell(lid, 0)->nstart, ~gtimer());
 }
 
+// tagAtExit: a warp that finds another kernel's tag in the block word at
+// exit installs ours through its leader (exinst, w0).
+__device__ __forceinline__ void tagAtExit(word *b, unsigned long long lid) {
+  unsigned tag = tagOf(lid, blockLinear());
+  if (*(volatile unsigned *)&b->tag == tag) return;
+  unsigned m = __activemask();
+  if (leader()) { unsigned long long w = *(volatile unsigned long long *)b;
+    while ((unsigned)(w >> 32) != tag) { unsigned long long r = atomicCAS((unsigned long long *)b, w, (unsigned long long)tag << 32); if (r == w) break; w = r; } }
+  __syncwarp(m);
+}
+
 __global__ void plain(const float *a, const float *b, float *c, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + b[i]; }
 
@@ -160,11 +171,7 @@ __global__ void exinst(const float *a, const float *bb, float *c, int n, unsigne
   __shared__ word sw;
   startBlock0(lid);
   int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + bb[i];
-  unsigned tag = tagOf(lid, blockLinear());
-  if (*(volatile unsigned *)&sw.tag != tag) { unsigned m = __activemask();
-    if (leader()) { unsigned long long w = *(volatile unsigned long long *)&sw;
-      while ((unsigned)(w >> 32) != tag) { unsigned long long r = atomicCAS((unsigned long long *)&sw, w, (unsigned long long)tag << 32); if (r == w) break; w = r; } }
-    __syncwarp(m); }
+  tagAtExit(&sw, lid);
   if (atomicAdd(&sw.count, 1u) + 1 != blockThreads()) return;
   *(volatile unsigned long long *)&sw = 0;
   blockFold(lid, 0, gtimer());
@@ -182,7 +189,6 @@ __global__ void barrier(const float *a, const float *bb, float *c, int n, unsign
   blockFold(lid, start, now);
 }
 
-
 // w0: only warp 0's leader runs cur's entry; every thread checks the tag at
 // exit before counting, and a warp that finds another kernel's (warp 0 not
 // in yet) installs ours through its leader first.
@@ -190,11 +196,7 @@ __global__ void w0(const float *a, const float *bb, float *c, int n, unsigned lo
   __shared__ word sw;
   if (threadLinear() < 32) curEntry<false>(&sw, lid);
   int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + bb[i];
-  unsigned tag = tagOf(lid, blockLinear());
-  if (*(volatile unsigned *)&sw.tag != tag) { unsigned m = __activemask();
-    if (leader()) { unsigned long long w = *(volatile unsigned long long *)&sw;
-      while ((unsigned)(w >> 32) != tag) { unsigned long long r = atomicCAS((unsigned long long *)&sw, w, (unsigned long long)tag << 32); if (r == w) break; w = r; } }
-    __syncwarp(m); }
+  tagAtExit(&sw, lid);
   unsigned long long start;
   if (curExit(&sw, &start)) blockFold(lid, start, gtimer());
 }
