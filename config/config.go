@@ -130,7 +130,8 @@ type HostProbesConfig struct {
 	// off.
 	ScanInterval time.Duration `mapstructure:"scan_interval"`
 	// ApproximateKernels turns launch→sync intervals of processes without
-	// the shim into approximate kernel spans.
+	// the shim into approximate kernel spans (graph launch→sync intervals
+	// into approximate cuda.graph spans).
 	ApproximateKernels bool `mapstructure:"approximate_kernels"`
 	// HostCallGrace is how long a host launch call waits for the shim's
 	// launch record it belongs to before it is emitted on its own.

@@ -20,7 +20,8 @@
 #     launch, each under its host launch call;
 #   - a shim-less run of the graph sample (testdata/cuda/samples/graph.cu,
 #     `-cudart shared`; every launch captured into a graph) has its 5
-#     launch calls marked cuda.graph.captured and no approximate span;
+#     launch calls marked cuda.graph.captured, no approximate kernel
+#     span, and one approximate cuda.graph span per graph launch (3);
 #   - launchlate's launch delays (uprobe on cudaLaunchKernel → first
 #     instruction of block 0, both on CLOCK_MONOTONIC through the
 #     collector's clock offset) agree with the shim's queued phases within
@@ -149,7 +150,7 @@ col_pid=
 
 bin/gpuprobe tracecheck --traces "$out/traces.json" --metrics "$out/metrics.json" \
 	--nested-exe vectoradd_shim --approx-exe vectoradd_noshim --launches "${want:-0}" \
-	--captured-exe graph_noshim --captured-launches 5 \
+	--captured-exe graph_noshim --captured-launches 5 --captured-graph-launches 3 \
 	--launchlate "${LAUNCHLATE_METRIC:-gpuprobe.map.delay_log2_ns}" >"$out/tracecheck.txt" 2>&1
 gzip -k "$out/traces.json" "$out/metrics.json"
 mkdir -p "$out/first"

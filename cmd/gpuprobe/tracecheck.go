@@ -130,6 +130,7 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 	absentKernel := fs.String("absent-kernel", "", "with --graph-exe: a kernel (part of its mangled name) that the process captured into a graph and never launched: it must have no span")
 	capturedExe := fs.String("captured-exe", "", "a process run without the shim whose every launch was captured into a graph: its launch calls must be marked cuda.graph.captured, with no approximate kernel span")
 	capturedLaunches := fs.Int("captured-launches", 0, "with --captured-exe: its launch calls (outermost, exact)")
+	capturedGraphs := fs.Int("captured-graph-launches", 0, "with --captured-exe: its graph launches, each followed by a sync: one approximate cuda.graph span each (exact)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -231,7 +232,7 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 		t.row("no shim: approximate span end ≥ start", n > 0 && ordered == n, "%d of %d", ordered, n)
 	}
 	if *capturedExe != "" {
-		checkCaptured(t, spans, *capturedExe, *capturedLaunches)
+		checkCaptured(t, spans, byID, *capturedExe, *capturedLaunches, *capturedGraphs)
 	}
 	if *graphExe != "" {
 		checkGraphReplays(t, spans, func(s *span) []*span { return children[spanKey(s.trace, s.id)] }, *graphExe, *graphReplays)

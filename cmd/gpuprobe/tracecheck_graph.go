@@ -92,10 +92,10 @@ func checkAbsentKernel(t *checkTable, spans []*span, exe, kernel string) {
 // checkCaptured checks a shim-less process whose every kernel launch went
 // into a stream capture: each outermost launch call is marked
 // cuda.graph.captured, and no launch got an approximate kernel span (the
-// captured launches did not run; the graph's runs are not seen without the
-// shim).
-func checkCaptured(t *checkTable, spans []*span, exe string, launches int) {
-	var marked, approx int
+// captured launches did not run); each graph launch (closed by a sync) has
+// an approximate cuda.graph span under its call.
+func checkCaptured(t *checkTable, spans []*span, byID map[[24]byte]*span, exe string, launches, graphs int) {
+	var marked, approx, graphSpans, underCall int
 	for _, s := range spans {
 		if !sameExe(s.exe, exe) {
 			continue
@@ -106,9 +106,18 @@ func checkCaptured(t *checkTable, spans []*span, exe string, launches int) {
 		if v, ok := s.attrs.Get("cuda.kernel.approximate"); ok && v.Bool() {
 			approx++
 		}
+		if v, ok := s.attrs.Get("cuda.graph.approximate"); ok && v.Bool() && s.name == "cuda.graph" {
+			graphSpans++
+			if p := byID[spanKey(s.trace, s.parent)]; p != nil && p.str("cuda.api.category") == "graph_launch" && s.end >= s.start {
+				underCall++
+			}
+		}
 	}
 	t.row("no shim, capture: launch calls captured", marked > 0 && (launches == 0 || marked == launches), "%d, want %d", marked, launches)
 	t.row("no shim, capture: no approximate span", approx == 0, "%d approximate spans", approx)
+	if graphs > 0 {
+		t.row("no shim: approximate graph spans", graphSpans == graphs && underCall == graphs, "%d (%d under their graph launch call), want %d", graphSpans, underCall, graphs)
+	}
 }
 
 // spanKey identifies a span within the file: trace id and span id.

@@ -59,6 +59,10 @@ func writeTraces(t *testing.T, nestOK bool) string {
 	h3 := add(c, 7, 0, "cudaLaunchKernel", 1000, 2000)
 	h3.Attributes().PutStr("cuda.api.category", "launch")
 	h3.Attributes().PutBool("cuda.graph.captured", true)
+	h4 := add(c, 8, 0, "cudaGraphLaunch", 3000, 3100)
+	h4.Attributes().PutStr("cuda.api.category", "graph_launch")
+	g := add(c, 9, 8, "cuda.graph", 3000, 9000)
+	g.Attributes().PutBool("cuda.graph.approximate", true)
 
 	return writeTracesFile(t, td)
 }
@@ -95,6 +99,8 @@ func TestTraceCheck(t *testing.T) {
 		{"captured ok", true, []string{"--captured-exe", "pid30", "--captured-launches", "1"}, 0, "no shim, capture: no approximate span"},
 		{"captured count wrong", true, []string{"--captured-exe", "pid30", "--captured-launches", "2"}, 1, "1, want 2"},
 		{"captured process has an approximate span", true, []string{"--captured-exe", "pid20"}, 1, "1 approximate spans"},
+		{"graph spans ok", true, []string{"--captured-exe", "pid30", "--captured-launches", "1", "--captured-graph-launches", "1"}, 0, "1 (1 under their graph launch call), want 1"},
+		{"graph spans missing", true, []string{"--captured-exe", "pid30", "--captured-graph-launches", "2"}, 1, "want 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -54,7 +54,11 @@ import (
 // The approximate span goes from the launch call's enter_ns to the sync's
 // exit_ns, is a child of the launch call's span (same trace), is named by
 // the kernel and carries cuda.kernel.approximate = true and
-// cuda.kernel.approximate.closed_by = the sync's API. A launch no sync
+// cuda.kernel.approximate.closed_by = the sync's API. A graph launch
+// (cudaGraphLaunch, cuGraphLaunch) is closed the same way: its approximate
+// span is named cuda.graph and carries cuda.graph.exec,
+// cuda.graph.approximate = true and cuda.graph.approximate.closed_by
+// (Counters.ApproxGraphs). A launch no sync
 // closes within LaunchTimeout is emitted as a plain host call and counted
 // (Counters.ApproxUnclosed).
 
@@ -160,6 +164,12 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 		}
 		t.emitStandalone(p, c)
 		return
+	case record.HostCatGraphLaunch:
+		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
+			t.openLaunch(p, c, now)
+			return
+		}
+		t.emitStandalone(p, c)
 	case record.HostCatCapture:
 		t.emitStandalone(p, c)
 		t.captureCall(p, r)
@@ -214,7 +224,11 @@ func (t *Translator) openLaunch(p *hostProc, c *hostCall, now time.Time) {
 		t.evictOpen(p)
 	}
 	k := keyOf(c.rec.API, c.rec.Args[5], c.rec.TID)
-	p.streams[k] = append(p.streams[k], &openLaunch{call: c, kernel: t.launchKernel(c), at: now})
+	var kernel hostName
+	if c.rec.API.Category() == record.HostCatLaunch {
+		kernel = t.launchKernel(c)
+	}
+	p.streams[k] = append(p.streams[k], &openLaunch{call: c, kernel: kernel, at: now})
 	p.nOpen++
 }
 
@@ -319,8 +333,12 @@ func (t *Translator) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool
 }
 
 // emitApprox emits launch ol, closed by sync, with its approximate kernel
-// span.
+// span (graph span for a graph launch).
 func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall) {
+	if ol.call.rec.API.Category() == record.HostCatGraphLaunch {
+		t.emitApproxGraph(p, ol, sync)
+		return
+	}
 	t.counters.ApproxSpans++
 	if !sampled(srcKey{p.pid, ol.call.rec.EnterNS}, t.o.SampleOneIn) {
 		return
@@ -348,6 +366,37 @@ func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCa
 	a.PutBool("cuda.kernel.approximate", true)
 	a.PutStr("cuda.kernel.approximate.closed_by", sync.API.String())
 	putLaunchArgs(a, r)
+	a.PutInt("process.pid", int64(r.PID))
+	a.PutInt("thread.id", int64(r.TID))
+}
+
+// emitApproxGraph emits graph launch ol, closed by sync, with its
+// approximate cuda.graph span.
+func (t *Translator) emitApproxGraph(p *hostProc, ol *openLaunch, sync *record.HostCall) {
+	t.counters.ApproxGraphs++
+	if !sampled(srcKey{p.pid, ol.call.rec.EnterNS}, t.o.SampleOneIn) {
+		return
+	}
+	ss := t.spansOf(p.pid)
+	tr := otelid.NewTraceID()
+	r := &ol.call.rec
+	parent := t.emitTree(ss, ol.call, tr, pcommon.SpanID{}, "")
+	sp := ss.AppendEmpty()
+	sp.SetTraceID(tr)
+	sp.SetSpanID(otelid.NewSpanID())
+	sp.SetParentSpanID(parent)
+	sp.SetName("cuda.graph")
+	sp.SetKind(ptrace.SpanKindInternal)
+	start := t.mono(r.EnterNS)
+	sp.SetStartTimestamp(start)
+	sp.SetEndTimestamp(max(start, t.mono(sync.ExitNS)))
+	t.nSpans++
+	a := sp.Attributes()
+	a.EnsureCapacity(6)
+	a.PutInt("cuda.graph.exec", int64(r.Args[0]))
+	a.PutInt("cuda.stream", int64(r.Args[5]))
+	a.PutBool("cuda.graph.approximate", true)
+	a.PutStr("cuda.graph.approximate.closed_by", sync.API.String())
 	a.PutInt("process.pid", int64(r.PID))
 	a.PutInt("thread.id", int64(r.TID))
 }

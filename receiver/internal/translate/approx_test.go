@@ -431,3 +431,57 @@ func TestApproximateCapture(t *testing.T) {
 		})
 	}
 }
+
+// TestApproximateGraph checks the approximate cuda.graph span of a
+// shim-less process's graph launch: closed by a sync like a kernel launch,
+// under its graph-launch call.
+func TestApproximateGraph(t *testing.T) {
+	const pid, tid = 70, 71
+	failed := hc(record.HostCuGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7)
+	failed.Ret = 1
+	tests := []struct {
+		name     string
+		o        Options
+		launch   *record.HostCall
+		sync     *record.HostCall
+		closedBy string // "": no graph span
+	}{
+		{"stream sync", Options{}, hc(record.HostCudaGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
+			hc(record.HostCudaStreamSynchronize, pid, tid, 2_000, 5_000, 7), "cudaStreamSynchronize"},
+		{"device sync, driver launch", Options{}, hc(record.HostCuGraphLaunchPtsz, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
+			hc(record.HostCuCtxSynchronize, pid, tid+1, 2_000, 5_000), "cuCtxSynchronize"},
+		{"sync of another stream", Options{}, hc(record.HostCudaGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
+			hc(record.HostCudaStreamSynchronize, pid, tid, 2_000, 5_000, 8), ""},
+		{"failed launch", Options{}, failed, hc(record.HostCuCtxSynchronize, pid, tid, 2_000, 5_000), ""},
+		{"approximate spans off", Options{NoApproximateKernels: true}, hc(record.HostCudaGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
+			hc(record.HostCudaStreamSynchronize, pid, tid, 2_000, 5_000, 7), ""},
+	}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTr(tc.o)
+			handleAll(t, tr, t0, host(tc.launch), host(tc.sync))
+			tr.Expire(t0.Add(DefaultHostCallGrace))
+			tr.Expire(t0.Add(DefaultHostCallGrace + 5*time.Second))
+			x := index(tr.TakeTraces())
+			c := tr.Counters()
+			gl := x.one(t, tc.launch.API.String())
+			if tc.closedBy == "" {
+				if len(x.byName["cuda.graph"]) != 0 || c.ApproxGraphs != 0 {
+					t.Fatalf("graph spans %d (counted %d), want none", len(x.byName["cuda.graph"]), c.ApproxGraphs)
+				}
+				return
+			}
+			g := x.one(t, "cuda.graph")
+			childOf(t, g, gl)
+			if g.StartTimestamp() != ts(1_000) || g.EndTimestamp() != ts(5_000) {
+				t.Errorf("graph span [%d, %d], want [1000, 5000]", g.StartTimestamp()-realBase, g.EndTimestamp()-realBase)
+			}
+			attrsEqual(t, g, map[string]any{"cuda.graph.exec": int64(0x6e), "cuda.stream": int64(7), "cuda.graph.approximate": true,
+				"cuda.graph.approximate.closed_by": tc.closedBy, "process.pid": int64(pid), "thread.id": int64(tid)})
+			if c.ApproxGraphs != 1 || c.ApproxSpans != 0 {
+				t.Errorf("graph spans counted %d, kernel spans %d; want 1, 0", c.ApproxGraphs, c.ApproxSpans)
+			}
+		})
+	}
+}

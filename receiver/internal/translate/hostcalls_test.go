@@ -158,6 +158,8 @@ func TestHostCallSpans(t *testing.T) {
 				t.Fatalf("%d spans before the grace, want 0", n)
 			}
 			tr.Expire(t0.Add(DefaultHostCallGrace))
+			// And after the launch timeout: a graph launch no sync closes waits for it.
+			tr.Expire(t0.Add(DefaultHostCallGrace + 5*time.Second))
 			td := tr.TakeTraces()
 			if td.SpanCount() != 1 {
 				t.Fatalf("%d spans, want 1: %v", td.SpanCount(), keys(spanByName(td)))

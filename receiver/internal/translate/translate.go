@@ -74,6 +74,7 @@ type Counters struct {
 	ApproxSpans        uint64 // approximate kernel spans (shim-less launch closed by a sync)
 	ApproxUnclosed     uint64 // shim-less launches no sync closed within LaunchTimeout
 	ApproxCaptured     uint64 // shim-less launch calls into a capturing stream: graph nodes, emitted as host calls without a kernel span
+	ApproxGraphs       uint64 // approximate graph spans (shim-less graph launch closed by a sync)
 }
 
 // TruncatedMarker ends a kernel name that its producer had to cut.
