@@ -92,6 +92,22 @@ const (
 	HostCuStreamEndCapture                HostAPI = 92
 	HostCuStreamEndCapturePtsz            HostAPI = 93
 	hostCaptureLast                               = HostCuStreamEndCapturePtsz
+
+	// Events: where an event was recorded, for event syncs and for streams
+	// that join a capture by waiting on an event recorded in it.
+	HostCudaEventRecord              HostAPI = 100 // args: 0 event, 1 stream
+	HostCudaEventRecordPtsz          HostAPI = 101
+	HostCudaEventRecordWithFlags     HostAPI = 102 // args: 0 event, 1 stream, 2 flags
+	HostCudaEventRecordWithFlagsPtsz HostAPI = 103
+	HostCuEventRecord                HostAPI = 104
+	HostCuEventRecordPtsz            HostAPI = 105
+	HostCuEventRecordWithFlags       HostAPI = 106
+	HostCuEventRecordWithFlagsPtsz   HostAPI = 107
+	HostCudaStreamWaitEvent          HostAPI = 108 // args: 0 stream, 1 event, 2 flags
+	HostCudaStreamWaitEventPtsz      HostAPI = 109
+	HostCuStreamWaitEvent            HostAPI = 110
+	HostCuStreamWaitEventPtsz        HostAPI = 111
+	hostEventLast                            = HostCuStreamWaitEventPtsz
 )
 
 // HostCategory groups host APIs by what they do.
@@ -107,11 +123,12 @@ const (
 	HostCatSync
 	HostCatGraphLaunch
 	HostCatCapture
+	HostCatEvent
 )
 
 // String gives the category as used in attribute values.
 func (c HostCategory) String() string {
-	return [...]string{"unknown", "launch", "memcpy", "alloc", "free", "sync", "graph_launch", "capture"}[min(int(c), 7)]
+	return [...]string{"unknown", "launch", "memcpy", "alloc", "free", "sync", "graph_launch", "capture", "event"}[min(int(c), 8)]
 }
 
 // Category is the group of the API.
@@ -133,6 +150,8 @@ func (a HostAPI) Category() HostCategory {
 		return HostCatGraphLaunch
 	case a >= HostCudaStreamBeginCapture && a <= hostCaptureLast:
 		return HostCatCapture
+	case a >= HostCudaEventRecord && a <= hostEventLast:
+		return HostCatEvent
 	}
 	return HostCatUnknown
 }
@@ -167,7 +186,7 @@ func (a HostAPI) String() string {
 // HostAPIs returns every known API, in numeric order.
 func HostAPIs() []HostAPI {
 	out := make([]HostAPI, 0, len(hostAPINames))
-	for a := HostAPI(1); a <= hostCaptureLast; a++ {
+	for a := HostAPI(1); a <= hostEventLast; a++ {
 		if _, ok := hostAPINames[a]; ok {
 			out = append(out, a)
 		}
@@ -239,6 +258,25 @@ var hostAPINames = map[HostAPI]string{
 	HostCuStreamBeginCaptureToGraphPtsz:   "cuStreamBeginCaptureToGraph_ptsz",
 	HostCuStreamEndCapture:                "cuStreamEndCapture",
 	HostCuStreamEndCapturePtsz:            "cuStreamEndCapture_ptsz",
+
+	HostCudaEventRecord:              "cudaEventRecord",
+	HostCudaEventRecordPtsz:          "cudaEventRecord_ptsz",
+	HostCudaEventRecordWithFlags:     "cudaEventRecordWithFlags",
+	HostCudaEventRecordWithFlagsPtsz: "cudaEventRecordWithFlags_ptsz",
+	HostCuEventRecord:                "cuEventRecord",
+	HostCuEventRecordPtsz:            "cuEventRecord_ptsz",
+	HostCuEventRecordWithFlags:       "cuEventRecordWithFlags",
+	HostCuEventRecordWithFlagsPtsz:   "cuEventRecordWithFlags_ptsz",
+	HostCudaStreamWaitEvent:          "cudaStreamWaitEvent",
+	HostCudaStreamWaitEventPtsz:      "cudaStreamWaitEvent_ptsz",
+	HostCuStreamWaitEvent:            "cuStreamWaitEvent",
+	HostCuStreamWaitEventPtsz:        "cuStreamWaitEvent_ptsz",
+}
+
+// WaitsEvent reports whether a makes a stream wait for an event (the other
+// event APIs record one).
+func (a HostAPI) WaitsEvent() bool {
+	return a >= HostCudaStreamWaitEvent && a <= HostCuStreamWaitEventPtsz
 }
 
 // CaptureBegins reports whether a is one of the entry points that begin a

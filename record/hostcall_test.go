@@ -73,6 +73,8 @@ func TestHostAPICategories(t *testing.T) {
 		{HostCudaStreamBeginCapturePtsz, HostCatCapture, false, false, "cudaStreamBeginCapture_ptsz"},
 		{HostCuStreamBeginCaptureV2, HostCatCapture, false, true, "cuStreamBeginCapture_v2"},
 		{HostCuStreamEndCapture, HostCatCapture, false, true, "cuStreamEndCapture"},
+		{HostCudaEventRecordWithFlagsPtsz, HostCatEvent, false, false, "cudaEventRecordWithFlags_ptsz"},
+		{HostCuStreamWaitEvent, HostCatEvent, false, true, "cuStreamWaitEvent"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,6 +111,9 @@ func TestHostAPICategories(t *testing.T) {
 		}
 		if ends := strings.Contains(a.String(), "EndCapture"); ends != a.CaptureEnds() {
 			t.Errorf("%v: CaptureEnds() = %v", a, a.CaptureEnds())
+		}
+		if waits := strings.Contains(a.String(), "WaitEvent"); waits != a.WaitsEvent() {
+			t.Errorf("%v: WaitsEvent() = %v", a, a.WaitsEvent())
 		}
 	}
 	if len(seen) != len(hostAPINames) {

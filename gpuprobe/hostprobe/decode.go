@@ -178,6 +178,15 @@ func decodeCall(h *record.HostCall, s []byte) error {
 		record.HostCuStreamBeginCaptureV2, record.HostCuStreamBeginCaptureV2Ptsz:
 		// (stream, mode)
 		a[0], a[1] = r[0], uint64(u32(r[1]))
+	case record.HostCudaEventRecord, record.HostCudaEventRecordPtsz, record.HostCuEventRecord, record.HostCuEventRecordPtsz:
+		// (event, stream)
+		a[0], a[1] = r[0], r[1]
+	case record.HostCudaEventRecordWithFlags, record.HostCudaEventRecordWithFlagsPtsz,
+		record.HostCuEventRecordWithFlags, record.HostCuEventRecordWithFlagsPtsz,
+		record.HostCudaStreamWaitEvent, record.HostCudaStreamWaitEventPtsz,
+		record.HostCuStreamWaitEvent, record.HostCuStreamWaitEventPtsz:
+		// (event, stream, flags), (stream, event, flags)
+		a[0], a[1], a[2] = r[0], r[1], uint64(u32(r[2]))
 	case record.HostCudaStreamBeginCaptureToGraph, record.HostCudaStreamBeginCaptureToGraphPtsz,
 		record.HostCuStreamBeginCaptureToGraph, record.HostCuStreamBeginCaptureToGraphPtsz:
 		// (stream, graph, dependencies, edge data, count, mode)

@@ -93,6 +93,10 @@ func TestDecodeCall(t *testing.T) {
 			wantArgs: args(0xca2, 0x6a2)},
 		{name: "end capture", api: record.HostCudaStreamEndCapture, regs: [6]uint64{0xca3, 0x7ff0},
 			wantArgs: args(0xca3)},
+		{name: "event record", api: record.HostCuEventRecordPtsz, regs: [6]uint64{0xe0, 0x5a, 0x77},
+			wantArgs: args(0xe0, 0x5a)},
+		{name: "stream wait masks the flags", api: record.HostCudaStreamWaitEvent, regs: [6]uint64{0x5b, 0xe1, garbage | 1},
+			wantArgs: args(0x5b, 0xe1, 1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec, err := decodeEvent(nil, callSample(tc.api, tc.flags, 10, 20, tc.ret, tc.out, tc.regs, tc.extra))

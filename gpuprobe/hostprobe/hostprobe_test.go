@@ -149,6 +149,19 @@ var wantCalls = []wantCall{
 	call(record.HostCuStreamBeginCaptureToGraphPtsz, 0, 0xca91, 0x6b91),
 	call(record.HostCuStreamEndCapture, 0, 0xca92),
 	call(record.HostCuStreamEndCapturePtsz, 900, 0xca93),
+
+	call(record.HostCudaEventRecord, 0, 0xe100, 0x5100),
+	call(record.HostCudaEventRecordPtsz, 0, 0xe101, 0x5101),
+	call(record.HostCudaEventRecordWithFlags, 0, 0xe102, 0x5102, 1),
+	call(record.HostCudaEventRecordWithFlagsPtsz, 0, 0xe103, 0x5103, 0),
+	call(record.HostCuEventRecord, 0, 0xe104, 0x5104),
+	call(record.HostCuEventRecordPtsz, 0, 0xe105, 0x5105),
+	call(record.HostCuEventRecordWithFlags, 0, 0xe106, 0x5106, 1),
+	call(record.HostCuEventRecordWithFlagsPtsz, 0, 0xe107, 0x5107, 1),
+	call(record.HostCudaStreamWaitEvent, 0, 0x5108, 0xe108, 0),
+	call(record.HostCudaStreamWaitEventPtsz, 0, 0x5109, 0xe109, 1),
+	call(record.HostCuStreamWaitEvent, 0, 0x5110, 0xe110, 0),
+	call(record.HostCuStreamWaitEventPtsz, 0, 0x5111, 0xe111, 1),
 }
 
 // wantNames are the KernelName records of one `standin_app all`.

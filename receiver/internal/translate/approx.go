@@ -30,8 +30,10 @@ import (
 //     legacy stream's implicit synchronisation with other blocking streams
 //     is not modelled: which streams are blocking is not known, so their
 //     launches wait for their own sync;
-//   - cudaEventSynchronize / cuEventSynchronize close nothing: the event's
-//     stream (and what was recorded before it) is not in the record.
+//   - cudaEventSynchronize / cuEventSynchronize on event E close the
+//     launches on the stream E was last recorded on (cudaEventRecord,
+//     cuEventRecord, WithFlags, _ptsz) that returned before that record
+//     was entered; an event whose record was not seen closes nothing;
 //
 // Stream capture: a launch into a stream that is capturing does not run; it
 // becomes a node of the graph being captured, which runs (if ever) at a
@@ -42,9 +44,9 @@ import (
 // begin of a capture is handled before the launches inside it and its end
 // after them. A launch call inside a capture on its stream is emitted as a
 // host call with cuda.graph.captured = true and no approximate kernel span
-// (Counters.ApproxCaptured). Streams that join a capture through an event
-// (cudaStreamWaitEvent on an event recorded in a capturing stream) are not
-// seen: their launches still get approximate spans.
+// (Counters.ApproxCaptured). A stream that waits (cudaStreamWaitEvent,
+// cuStreamWaitEvent) on an event recorded in a capturing stream joins that
+// capture until the capture ends.
 //
 // Streams: stream 0 is the legacy default stream, as is 0x1
 // (CU_STREAM_LEGACY); 0x2 (CU_STREAM_PER_THREAD), and stream 0 passed to a
@@ -152,7 +154,7 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	switch r.API.Category() {
 	case record.HostCatLaunch:
 		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
-			if begin, ok := p.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= begin {
+			if cp, ok := p.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= cp.since {
 				t.counters.ApproxCaptured++
 				if sp, ok := t.emitStandalone(p, c); ok {
 					sp.Attributes().PutBool("cuda.graph.captured", true)
@@ -173,6 +175,11 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	case record.HostCatCapture:
 		t.emitStandalone(p, c)
 		t.captureCall(p, r)
+	case record.HostCatEvent:
+		t.emitStandalone(p, c)
+		if returned && r.Ret == 0 {
+			t.eventCall(p, r)
+		}
 	case record.HostCatSync:
 		t.emitStandalone(p, c)
 		if !returned {
@@ -186,6 +193,13 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			for k := range p.streams {
 				t.closeStream(p, k, r)
 			}
+		case record.HostCudaEventSynchronize, record.HostCuEventSynchronize:
+			if e, ok := p.events[r.Args[0]]; ok && !e.captured {
+				// What the event covers: the work enqueued before its record.
+				upTo := *r
+				upTo.EnterNS = min(r.EnterNS, e.at)
+				t.closeStream(p, e.stream, &upTo)
+			}
 		}
 	case record.HostCatMemcpy:
 		t.emitStandalone(p, c)
@@ -197,25 +211,81 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	}
 }
 
-// maxCapturing bounds the streams of one process with a capture open.
-const maxCapturing = 1024
+// Bounds of the per-process capture and event state.
+const (
+	maxCapturing = 1024 // streams with a capture open
+	maxEvents    = 4096 // events whose last record is kept
+)
+
+// capture is an open stream capture as a stream takes part in it.
+type capture struct {
+	since  uint64    // exit_ns of the call that began it, or of the wait that joined the stream to it
+	origin streamKey // the stream the capture began on
+}
+
+// eventRec is where an event was last recorded.
+type eventRec struct {
+	stream   streamKey
+	at       uint64 // enter_ns of the record call
+	captured bool   // recorded into a capture (of origin)
+	origin   streamKey
+}
 
 // captureCall applies a capture's begin or end to its stream. A begin that
 // failed or did not return opens nothing; an end ends the capture whether
-// it succeeded or not (a capture that fails as invalidated is over too).
+// it succeeded or not (a capture that fails as invalidated is over too),
+// for its stream and every stream that joined it.
 func (t *Translator) captureCall(p *hostProc, r *record.HostCall) {
 	k := keyOf(r.API, r.Args[0], r.TID)
 	if r.API.CaptureEnds() {
-		delete(p.capturing, k)
+		origin := k
+		if c, ok := p.capturing[k]; ok {
+			origin = c.origin
+		}
+		for s, c := range p.capturing {
+			if c.origin == origin {
+				delete(p.capturing, s)
+			}
+		}
 		return
 	}
 	if r.Flags&record.HostCallReturned == 0 || r.Ret != 0 {
 		return
 	}
+	p.joinCapture(k, capture{since: r.ExitNS, origin: k})
+}
+
+// joinCapture makes stream k part of capture c.
+func (p *hostProc) joinCapture(k streamKey, c capture) {
 	if _, ok := p.capturing[k]; !ok && len(p.capturing) >= maxCapturing {
-		return // a stream that never ends its capture per 1024: leave its launches approximate
+		return // a process that never ends its captures: its launches stay approximate
 	}
-	p.capturing[k] = r.ExitNS
+	p.capturing[k] = c
+}
+
+// eventCall applies a successful event record or stream wait: a record
+// notes where the event is (and whether in a capture), a wait on an event
+// recorded in a capture that is still open joins the waiting stream to it.
+func (t *Translator) eventCall(p *hostProc, r *record.HostCall) {
+	if r.API.WaitsEvent() {
+		e, ok := p.events[r.Args[1]]
+		if !ok || !e.captured {
+			return
+		}
+		if c, open := p.capturing[e.origin]; open && c.origin == e.origin && c.since <= e.at {
+			p.joinCapture(keyOf(r.API, r.Args[0], r.TID), capture{since: r.ExitNS, origin: e.origin})
+		}
+		return
+	}
+	k := keyOf(r.API, r.Args[1], r.TID)
+	e := eventRec{stream: k, at: r.EnterNS}
+	if c, ok := p.capturing[k]; ok && c.since <= r.EnterNS {
+		e.captured, e.origin = true, c.origin
+	}
+	if _, ok := p.events[r.Args[0]]; !ok && len(p.events) >= maxEvents {
+		clear(p.events) // forget them all rather than track which is oldest: event syncs close nothing until recorded again
+	}
+	p.events[r.Args[0]] = e
 }
 
 // openLaunch adds a shim-less launch to its stream's FIFO.

@@ -485,3 +485,68 @@ func TestApproximateGraph(t *testing.T) {
 		})
 	}
 }
+
+// TestApproximateEvents checks what event records and stream waits add: an
+// event sync closes the launches on the event's stream enqueued before its
+// record, and a stream that waits on an event recorded in a capture joins
+// that capture until it ends.
+func TestApproximateEvents(t *testing.T) {
+	const pid, tid = 80, 81
+	launch := func(enter uint64, stream uint64) rec {
+		return host(launchCall(record.HostCudaLaunchKernel, pid, tid, enter, enter+100, 0xabc, stream))
+	}
+	call := func(api record.HostAPI, enter uint64, args ...uint64) rec {
+		return host(hc(api, pid, tid, enter, enter+50, args...))
+	}
+	tests := []struct {
+		name     string
+		recs     []rec // in return order
+		approx   int   // approximate kernel spans
+		captured int   // launch calls marked captured
+		closedBy string
+	}{
+		{"event sync closes launches before the record", []rec{launch(1_000, 7), call(record.HostCudaEventRecord, 1_200, 0xe0, 7),
+			launch(1_300, 7), call(record.HostCudaEventSynchronize, 2_000, 0xe0)}, 1, 0, "cudaEventSynchronize"},
+		{"driver record and sync", []rec{launch(1_000, 7), call(record.HostCuEventRecordWithFlags, 1_200, 0xe0, 7, 1),
+			call(record.HostCuEventSynchronize, 2_000, 0xe0)}, 1, 0, "cuEventSynchronize"},
+		{"event of another stream", []rec{launch(1_000, 7), call(record.HostCudaEventRecord, 1_200, 0xe0, 8),
+			call(record.HostCudaEventSynchronize, 2_000, 0xe0)}, 0, 0, ""},
+		{"event recorded before the launch", []rec{call(record.HostCudaEventRecord, 900, 0xe0, 7), launch(1_000, 7),
+			call(record.HostCudaEventSynchronize, 2_000, 0xe0)}, 0, 0, ""},
+		{"stream joins a capture through an event", []rec{call(record.HostCudaStreamBeginCapture, 500, 7, 0),
+			call(record.HostCudaEventRecord, 600, 0xe0, 7), call(record.HostCudaStreamWaitEvent, 700, 8, 0xe0, 0),
+			launch(1_000, 8), call(record.HostCudaEventRecord, 1_200, 0xe1, 8), call(record.HostCudaStreamWaitEvent, 1_300, 7, 0xe1, 0),
+			call(record.HostCudaStreamEndCapture, 1_500, 7), launch(2_000, 8), call(record.HostCudaDeviceSynchronize, 3_000)}, 1, 1, "cudaDeviceSynchronize"},
+		{"wait on an event recorded before the capture", []rec{call(record.HostCudaEventRecord, 400, 0xe0, 7),
+			call(record.HostCudaStreamBeginCapture, 500, 7, 0), call(record.HostCuStreamWaitEvent, 700, 8, 0xe0, 0),
+			launch(1_000, 8), call(record.HostCudaStreamEndCapture, 1_500, 7), call(record.HostCudaDeviceSynchronize, 3_000)}, 1, 0, "cudaDeviceSynchronize"},
+		{"a sync on an event recorded in a capture closes nothing", []rec{call(record.HostCudaStreamBeginCapture, 500, 7, 0),
+			launch(600, 7), call(record.HostCudaEventRecord, 800, 0xe0, 7), call(record.HostCudaStreamEndCapture, 1_500, 7),
+			call(record.HostCudaEventSynchronize, 2_000, 0xe0)}, 0, 1, ""},
+	}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTr(Options{})
+			handleAll(t, tr, t0, append([]rec{host(&record.KernelName{PID: pid, Function: 0xabc, Name: "_Z3fooi"})}, tc.recs...)...)
+			tr.Expire(t0.Add(DefaultHostCallGrace))
+			x := index(tr.TakeTraces())
+			c := tr.Counters()
+			if len(x.byName["_Z3fooi"]) != tc.approx || c.ApproxSpans != uint64(tc.approx) || c.ApproxCaptured != uint64(tc.captured) {
+				t.Fatalf("approximate spans %d (counted %d), captured %d; want %d, %d", len(x.byName["_Z3fooi"]), c.ApproxSpans, c.ApproxCaptured, tc.approx, tc.captured)
+			}
+			if tc.approx > 0 {
+				attrsEqual(t, x.byName["_Z3fooi"][0], map[string]any{"cuda.kernel.approximate.closed_by": tc.closedBy})
+			}
+			marked := 0
+			for _, s := range x.byName["cudaLaunchKernel"] {
+				if v, ok := s.Attributes().Get("cuda.graph.captured"); ok && v.Bool() {
+					marked++
+				}
+			}
+			if marked != tc.captured {
+				t.Errorf("%d launch calls marked captured, want %d", marked, tc.captured)
+			}
+		})
+	}
+}

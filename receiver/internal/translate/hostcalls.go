@@ -83,8 +83,11 @@ type hostProc struct {
 	streams map[streamKey][]*openLaunch
 	nOpen   int
 
-	// Streams with a capture open: the exit_ns of the call that began it.
-	capturing map[streamKey]uint64
+	// Streams with a capture open, the capture's own stream and those that
+	// joined it by waiting on one of its events.
+	capturing map[streamKey]capture
+	// Where each event was last recorded.
+	events map[uint64]eventRec
 }
 
 func (p *hostProc) thread(tid uint32) *hostThread {
@@ -128,7 +131,7 @@ func (t *Translator) hostProcOf(pid uint32, now time.Time) *hostProc {
 		t.evictHostProcs(now)
 	}
 	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, streams: map[streamKey][]*openLaunch{},
-		capturing: map[streamKey]uint64{}}
+		capturing: map[streamKey]capture{}, events: map[uint64]eventRec{}}
 	t.hosts[pid] = p
 	return p
 }

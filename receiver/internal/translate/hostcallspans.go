@@ -147,6 +147,14 @@ func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pc
 			record.HostCuStreamBeginCaptureToGraph, record.HostCuStreamBeginCaptureToGraphPtsz:
 			a.PutInt("cuda.graph", int64(r.Args[1]))
 		}
+	case record.HostCatEvent:
+		if r.API.WaitsEvent() {
+			a.PutInt("cuda.stream", int64(r.Args[0]))
+			a.PutInt("cuda.event", int64(r.Args[1]))
+		} else {
+			a.PutInt("cuda.event", int64(r.Args[0]))
+			a.PutInt("cuda.stream", int64(r.Args[1]))
+		}
 	}
 	return id
 }

@@ -130,6 +130,20 @@ static int all(void)
 	cuStreamEndCapture((CUstream)P(0xca92), (CUgraph *)&graph);
 	cuStreamEndCapture_ptsz((CUstream)P(0xca93), (CUgraph *)&graph);
 
+	/* Events recorded, and streams made to wait for them. */
+	cudaEventRecord((cudaEvent_t)P(0xe100), (cudaStream_t)P(0x5100));
+	cudaEventRecord_ptsz((cudaEvent_t)P(0xe101), (cudaStream_t)P(0x5101));
+	cudaEventRecordWithFlags((cudaEvent_t)P(0xe102), (cudaStream_t)P(0x5102), 1);
+	cudaEventRecordWithFlags_ptsz((cudaEvent_t)P(0xe103), (cudaStream_t)P(0x5103), 0);
+	cuEventRecord((CUevent)P(0xe104), (CUstream)P(0x5104));
+	cuEventRecord_ptsz((CUevent)P(0xe105), (CUstream)P(0x5105));
+	cuEventRecordWithFlags((CUevent)P(0xe106), (CUstream)P(0x5106), 1);
+	cuEventRecordWithFlags_ptsz((CUevent)P(0xe107), (CUstream)P(0x5107), 1);
+	cudaStreamWaitEvent((cudaStream_t)P(0x5108), (cudaEvent_t)P(0xe108), 0);
+	cudaStreamWaitEvent_ptsz((cudaStream_t)P(0x5109), (cudaEvent_t)P(0xe109), 1);
+	cuStreamWaitEvent((CUstream)P(0x5110), (CUevent)P(0xe110), 0);
+	cuStreamWaitEvent_ptsz((CUstream)P(0x5111), (CUevent)P(0xe111), 1);
+
 	/* Kernel names: one short, one longer than the probe's 240-byte cap,
 	 * one that fails (no record). */
 	cuModuleGetFunction(&fn, (CUmodule)P(0x30d0), "_Z6vecAddPfS_S_i");

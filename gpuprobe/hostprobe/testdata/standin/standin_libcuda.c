@@ -100,6 +100,12 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNo
 	return CUDA_SUCCESS;
 }
 CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { NOTE(92); (void)s, (void)g; return CUDA_SUCCESS; }
+CUresult cuEventRecord(CUevent e, CUstream s) { NOTE(104); (void)e, (void)s; return CUDA_SUCCESS; }
+CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { NOTE(105); (void)e, (void)s; return CUDA_SUCCESS; }
+CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int f) { NOTE(106); (void)e, (void)s, (void)f; return CUDA_SUCCESS; }
+CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int f) { NOTE(107); (void)e, (void)s, (void)f; return CUDA_SUCCESS; }
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f) { NOTE(110); (void)s, (void)e, (void)f; return CUDA_SUCCESS; }
+CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int f) { NOTE(111); (void)s, (void)e, (void)f; return CUDA_SUCCESS; }
 CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) { NOTE(93); (void)s, (void)g; return (CUresult)900; /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */ }
 
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)

@@ -97,5 +97,11 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t g, co
 	(void)s, (void)g, (void)deps, (void)edge, (void)n, (void)mode;
 	return cudaSuccess;
 }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { NOTE(100); (void)e, (void)s; return cudaSuccess; }
+cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) { NOTE(101); (void)e, (void)s; return cudaSuccess; }
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int f) { NOTE(102); (void)e, (void)s, (void)f; return cudaSuccess; }
+cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t e, cudaStream_t s, unsigned int f) { NOTE(103); (void)e, (void)s, (void)f; return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) { NOTE(108); (void)s, (void)e, (void)f; return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned int f) { NOTE(109); (void)s, (void)e, (void)f; return cudaSuccess; }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { NOTE(84); (void)s, (void)g; return cudaSuccess; }
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g) { NOTE(85); (void)s, (void)g; return cudaSuccess; }
