@@ -22,6 +22,12 @@
 #     `-cudart shared`; every launch captured into a graph) has its 5
 #     launch calls marked cuda.graph.captured, no approximate kernel
 #     span, and one approximate cuda.graph span per graph launch (3);
+#   - a shim-less run of the multi-stream sample (testdata/cuda/samples/
+#     multistream.cu, 4 iterations: 9 launches on 3 streams that the
+#     default stream waits for through events, 1 on the default stream,
+#     then a sync of the default stream) has one approximate span per
+#     launch (40): the sync closes the other streams' launches through the
+#     event waits;
 #   - launchlate's launch delays (uprobe on cudaLaunchKernel → first
 #     instruction of block 0, both on CLOCK_MONOTONIC through the
 #     collector's clock offset) agree with the shim's queued phases within
@@ -75,10 +81,12 @@ fi
 cp "$app" "$out/vectoradd_noshim"
 cp "$app" "$out/vectoradd_loop"
 row "nvcc -cudart shared (PTX)" ok "$app"
-if ! "$nvcc" -O2 -cudart shared -gencode arch=compute_90,code=compute_90 -o "$out/graph_noshim" testdata/cuda/samples/graph.cu >"$out/nvcc-graph.txt" 2>&1; then
-	row "nvcc graph sample -cudart shared" FAIL "see $out/nvcc-graph.txt"
-	finish
-fi
+for s in graph multistream; do
+	if ! "$nvcc" -O2 -cudart shared -gencode arch=compute_90,code=compute_90 -o "$out/${s}_noshim" "testdata/cuda/samples/$s.cu" >"$out/nvcc-$s.txt" 2>&1; then
+		row "nvcc $s sample -cudart shared" FAIL "see $out/nvcc-$s.txt"
+		finish
+	fi
+done
 
 sock=$out/agent.sock
 rm -f "$sock" "$out"/traces.json "$out"/metrics.json
@@ -136,11 +144,13 @@ if [[ $rc == 0 && $rc2 == 0 ]] && cmp -s "$out/shim.txt" "$out/noshim.txt"; then
 else
 	row "apps ran, output identical" FAIL "rc $rc/$rc2; diff $out/shim.txt $out/noshim.txt"
 fi
-if timeout 60 "$out/graph_noshim" 3 >"$out/graph.txt" 2>&1; then
-	row "graph sample ran (no shim)" ok "$(head -1 "$out/graph.txt")"
-else
-	row "graph sample ran (no shim)" FAIL "see $out/graph.txt"
-fi
+for s in graph:3 multistream:4; do
+	if timeout 60 "$out/${s%%:*}_noshim" "${s#*:}" >"$out/${s%%:*}.txt" 2>&1; then
+		row "${s%%:*} sample ran (no shim)" ok "$(head -1 "$out/${s%%:*}.txt")"
+	else
+		row "${s%%:*} sample ran (no shim)" FAIL "see $out/${s%%:*}.txt"
+	fi
+done
 want=$(sed -n 's/^app: launches=\([0-9]*\)/\1/p' "$out/noshim.txt")
 
 sleep 2.5 # launch timeout, one metrics interval
@@ -152,15 +162,24 @@ bin/gpuprobe tracecheck --traces "$out/traces.json" --metrics "$out/metrics.json
 	--nested-exe vectoradd_shim --approx-exe vectoradd_noshim --launches "${want:-0}" \
 	--captured-exe graph_noshim --captured-launches 5 --captured-graph-launches 3 \
 	--launchlate "${LAUNCHLATE_METRIC:-gpuprobe.map.delay_log2_ns}" >"$out/tracecheck.txt" 2>&1
+bin/gpuprobe tracecheck --traces "$out/traces.json" --approx-exe multistream_noshim --launches 40 >"$out/tracecheck-ms.txt" 2>&1
 gzip -k "$out/traces.json" "$out/metrics.json"
 mkdir -p "$out/first"
 mv "$out"/*.json.gz "$out/first/"
-while IFS= read -r line; do
-	[[ $line == check* || -z $line ]] && continue
-	name=${line:0:44}
-	res=$(awk '{print $0}' <<<"${line:45:5}" | tr -d ' ')
-	row "${name%"${name##*[! ]}"}" "$res" "${line:51}"
-done <"$out/tracecheck.txt"
+# checkrows FILE [PREFIX [PATTERN]]: the rows of a tracecheck table (those
+# whose name matches PATTERN), their names prefixed.
+checkrows() {
+	while IFS= read -r line; do
+		[[ $line == check* || -z $line ]] && continue
+		name=${line:0:44}
+		name=${name%"${name##*[! ]}"}
+		[[ -n ${3:-} && $name != $3 ]] && continue
+		res=$(awk '{print $0}' <<<"${line:45:5}" | tr -d ' ')
+		row "${2:-}$name" "$res" "${line:51}"
+	done <"$1"
+}
+checkrows "$out/tracecheck.txt"
+checkrows "$out/tracecheck-ms.txt" "multistream: " "no shim: approximate*"
 
 # Launch-heavy loop: empty kernels, host probes attached (collector on) or
 # not, interleaved rounds; ns per launch as the app measures it.

@@ -34,6 +34,11 @@ import (
 //     launches on the stream E was last recorded on (cudaEventRecord,
 //     cuEventRecord, WithFlags, _ptsz) that returned before that record
 //     was entered; an event whose record was not seen closes nothing;
+//   - a sync that closes stream S also closes, on every stream S2 that S
+//     waited on (cudaStreamWaitEvent, cuStreamWaitEvent on an event last
+//     recorded on S2, the wait entered before the sync), the launches that
+//     returned before that record was entered, and so on through S2's own
+//     waits (up to maxWaitDepth streams deep);
 //
 // Stream capture: a launch into a stream that is capturing does not run; it
 // becomes a node of the graph being captured, which runs (if ever) at a
@@ -223,6 +228,21 @@ type capture struct {
 	origin streamKey // the stream the capture began on
 }
 
+// streamWait is a wait of one stream on an event recorded on another.
+type streamWait struct {
+	at   uint64    // enter_ns of the wait call
+	src  streamKey // where the event was recorded
+	upTo uint64    // enter_ns of that record: the src launches the wait covers returned before it
+}
+
+// Bounds of the wait state: waits kept per stream (the oldest go), streams
+// with waits, and how many streams deep a sync follows them.
+const (
+	maxWaitsPerStream = 64
+	maxWaitStreams    = 1024
+	maxWaitDepth      = 8
+)
+
 // eventRec is where an event was last recorded.
 type eventRec struct {
 	stream   streamKey
@@ -269,11 +289,16 @@ func (p *hostProc) joinCapture(k streamKey, c capture) {
 func (t *Translator) eventCall(p *hostProc, r *record.HostCall) {
 	if r.API.WaitsEvent() {
 		e, ok := p.events[r.Args[1]]
-		if !ok || !e.captured {
+		if !ok {
+			return
+		}
+		k := keyOf(r.API, r.Args[0], r.TID)
+		if !e.captured {
+			p.addWait(k, streamWait{at: r.EnterNS, src: e.stream, upTo: e.at})
 			return
 		}
 		if c, open := p.capturing[e.origin]; open && c.origin == e.origin && c.since <= e.at {
-			p.joinCapture(keyOf(r.API, r.Args[0], r.TID), capture{since: r.ExitNS, origin: e.origin})
+			p.joinCapture(k, capture{since: r.ExitNS, origin: e.origin})
 		}
 		return
 	}
@@ -331,22 +356,67 @@ func (p *hostProc) dropOpen(k streamKey, q []*openLaunch) {
 	}
 }
 
-// closeStream closes the launches on stream k of p that returned before
-// sync was entered.
-func (t *Translator) closeStream(p *hostProc, k streamKey, sync *record.HostCall) {
-	q := p.streams[k]
-	if len(q) == 0 {
+// addWait notes that stream k waits (from w.at on) for the work of w.src
+// enqueued before w.upTo.
+func (p *hostProc) addWait(k streamKey, w streamWait) {
+	if k == w.src {
+		return // a stream waiting on itself adds nothing
+	}
+	ws, ok := p.waits[k]
+	if !ok && len(p.waits) >= maxWaitStreams {
 		return
 	}
-	kept := make([]*openLaunch, 0, 1)
-	for _, ol := range q {
-		if ol.call.rec.ExitNS <= sync.EnterNS {
-			t.emitApprox(p, ol, sync)
+	if len(ws) >= maxWaitsPerStream {
+		ws = append(ws[:0], ws[1:]...)
+	}
+	p.waits[k] = append(ws, w)
+}
+
+// closeStream closes the launches on stream k of p that returned before
+// sync was entered, and through k's waits entered before it, those of the
+// streams it waited on.
+func (t *Translator) closeStream(p *hostProc, k streamKey, sync *record.HostCall) {
+	t.closeStreamDepth(p, k, sync, 0)
+}
+
+func (t *Translator) closeStreamDepth(p *hostProc, k streamKey, sync *record.HostCall, depth int) {
+	if q := p.streams[k]; len(q) > 0 {
+		kept := make([]*openLaunch, 0, 1)
+		for _, ol := range q {
+			if ol.call.rec.ExitNS <= sync.EnterNS {
+				t.emitApprox(p, ol, sync)
+			} else {
+				kept = append(kept, ol)
+			}
+		}
+		p.dropOpen(k, kept)
+	}
+	ws := p.waits[k]
+	if len(ws) == 0 {
+		return
+	}
+	var follow []streamWait
+	kept := ws[:0]
+	for _, w := range ws {
+		if w.at <= sync.EnterNS {
+			follow = append(follow, w)
 		} else {
-			kept = append(kept, ol)
+			kept = append(kept, w)
 		}
 	}
-	p.dropOpen(k, kept)
+	if len(kept) == 0 {
+		delete(p.waits, k)
+	} else {
+		p.waits[k] = kept
+	}
+	if depth >= maxWaitDepth {
+		return
+	}
+	for _, w := range follow {
+		upTo := *sync
+		upTo.EnterNS = min(sync.EnterNS, w.upTo)
+		t.closeStreamDepth(p, w.src, &upTo, depth+1)
+	}
 }
 
 // expireOpen emits the launches of p no sync closed within LaunchTimeout.

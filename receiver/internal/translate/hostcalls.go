@@ -88,6 +88,8 @@ type hostProc struct {
 	capturing map[streamKey]capture
 	// Where each event was last recorded.
 	events map[uint64]eventRec
+	// Per stream, the event waits a sync of it still has to follow.
+	waits map[streamKey][]streamWait
 }
 
 func (p *hostProc) thread(tid uint32) *hostThread {
@@ -131,7 +133,7 @@ func (t *Translator) hostProcOf(pid uint32, now time.Time) *hostProc {
 		t.evictHostProcs(now)
 	}
 	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, streams: map[streamKey][]*openLaunch{},
-		capturing: map[streamKey]capture{}, events: map[uint64]eventRec{}}
+		capturing: map[streamKey]capture{}, events: map[uint64]eventRec{}, waits: map[streamKey][]streamWait{}}
 	t.hosts[pid] = p
 	return p
 }
