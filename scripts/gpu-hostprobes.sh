@@ -28,6 +28,10 @@
 #     then a sync of the default stream) has one approximate span per
 #     launch (40): the sync closes the other streams' launches through the
 #     event waits;
+#   - where PyTorch is installed, a shim-less run of
+#     testdata/cuda/shim/graph.py (torch.cuda.graph: 4 kernels captured,
+#     10 replays) has its 4 captured launch calls marked and 10 approximate
+#     cuda.graph spans;
 #   - launchlate's launch delays (uprobe on cudaLaunchKernel → first
 #     instruction of block 0, both on CLOCK_MONOTONIC through the
 #     collector's clock offset) agree with the shim's queued phases within
@@ -144,6 +148,15 @@ if [[ $rc == 0 && $rc2 == 0 ]] && cmp -s "$out/shim.txt" "$out/noshim.txt"; then
 else
 	row "apps ran, output identical" FAIL "rc $rc/$rc2; diff $out/shim.txt $out/noshim.txt"
 fi
+torch_ran=
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+	if (cd testdata/cuda/shim && timeout 300 python3 graph.py) >"$out/torchgraph.txt" 2>&1; then
+		row "torch graph.py ran (no shim)" ok "$(tail -1 "$out/torchgraph.txt")"
+		torch_ran=1
+	else
+		row "torch graph.py ran (no shim)" FAIL "see $out/torchgraph.txt"
+	fi
+fi
 for s in graph:3 multistream:4; do
 	if timeout 60 "$out/${s%%:*}_noshim" "${s#*:}" >"$out/${s%%:*}.txt" 2>&1; then
 		row "${s%%:*} sample ran (no shim)" ok "$(head -1 "$out/${s%%:*}.txt")"
@@ -163,6 +176,31 @@ bin/gpuprobe tracecheck --traces "$out/traces.json" --metrics "$out/metrics.json
 	--captured-exe graph_noshim --captured-launches 5 --captured-graph-launches 3 \
 	--launchlate "${LAUNCHLATE_METRIC:-gpuprobe.map.delay_log2_ns}" >"$out/tracecheck.txt" 2>&1
 bin/gpuprobe tracecheck --traces "$out/traces.json" --approx-exe multistream_noshim --launches 40 >"$out/tracecheck-ms.txt" 2>&1
+if [[ -n $torch_ran ]]; then
+	# graph.py's spans (process python3*): captured launch calls, approximate graph spans.
+	python3 - "$out/traces.json" >"$out/tracecheck-torch.txt" <<'PY'
+import json, sys
+captured = graphs = approx = 0
+for line in open(sys.argv[1]):
+    for rs in json.loads(line).get("resourceSpans", []):
+        res = {a["key"]: a["value"] for a in rs["resource"].get("attributes", [])}
+        if not res.get("process.executable.name", {}).get("stringValue", "").startswith("python"):
+            continue
+        for ss in rs.get("scopeSpans", []):
+            for s in ss.get("spans", []):
+                at = {a["key"]: a["value"] for a in s.get("attributes", [])}
+                if at.get("cuda.graph.captured", {}).get("boolValue") and not s.get("parentSpanId"):
+                    captured += 1
+                if s["name"] == "cuda.graph" and at.get("cuda.graph.approximate", {}).get("boolValue"):
+                    graphs += 1
+                if at.get("cuda.kernel.approximate", {}).get("boolValue"):
+                    approx += 1
+row = lambda name, ok, detail: print("%-44s %-5s %s" % (name, "ok" if ok else "FAIL", detail))
+row("torch graph: captured launch calls", captured == 4, "%d, want 4" % captured)
+row("torch graph: approximate graph spans", graphs == 10, "%d, want 10" % graphs)
+row("torch graph: approximate kernel spans", approx > 0, "%d (the eager launches)" % approx)
+PY
+fi
 gzip -k "$out/traces.json" "$out/metrics.json"
 mkdir -p "$out/first"
 mv "$out"/*.json.gz "$out/first/"
@@ -180,6 +218,7 @@ checkrows() {
 }
 checkrows "$out/tracecheck.txt"
 checkrows "$out/tracecheck-ms.txt" "multistream: " "no shim: approximate*"
+[[ -n $torch_ran ]] && checkrows "$out/tracecheck-torch.txt"
 
 # Launch-heavy loop: empty kernels, host probes attached (collector on) or
 # not, interleaved rounds; ns per launch as the app measures it.
