@@ -247,9 +247,6 @@ GP_HIDDEN int gp_agent_exchange(const uint8_t *frame, size_t n, int sendfd, uint
 extern GP_HIDDEN void *gp_ring_base; /* the launch ring, or NULL */
 extern GP_HIDDEN uint32_t gp_gen;    /* session generation (bumped per handshake) */
 GP_HIDDEN void gp_connect(void);
-GP_HIDDEN uint32_t gp_pid(void);
-GP_HIDDEN uint32_t gp_tid(void);
-GP_HIDDEN uint64_t gp_next_launch_id(void);
 GP_HIDDEN uint32_t gp_device(void);
 
 /* wrap_launch.c: gp_ring_prefault faults the new session's ring in;
@@ -367,6 +364,39 @@ static inline void *gp_session(void)
 		gp_ring_prefault();
 	}
 	return __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+}
+
+/* Per-thread state (session.c): kept tiny (static TLS, initial-exec). */
+struct gp_thread {
+	uint32_t tid;
+	uint64_t next_id, end_id;
+};
+extern GP_HIDDEN __thread struct gp_thread gp_self __attribute__((tls_model("initial-exec")));
+extern GP_HIDDEN uint32_t gp_pid_cache;
+GP_HIDDEN uint32_t gp_pid_slow(void);
+GP_HIDDEN uint32_t gp_tid_slow(void);
+GP_HIDDEN uint64_t gp_next_launch_id_slow(void);
+
+/* gp_pid: the process id (cached; the cache is reset in a fork child). */
+static inline uint32_t gp_pid(void)
+{
+	uint32_t p = __atomic_load_n(&gp_pid_cache, __ATOMIC_RELAXED);
+	return GP_LIKELY(p != 0) ? p : gp_pid_slow();
+}
+
+/* gp_tid: the calling thread's id (cached per thread). */
+static inline uint32_t gp_tid(void)
+{
+	return GP_LIKELY(gp_self.tid != 0) ? gp_self.tid : gp_tid_slow();
+}
+
+/* gp_next_launch_id hands out process-unique ids from per-thread blocks, so
+ * threads touch the shared counter once per block. */
+static inline uint64_t gp_next_launch_id(void)
+{
+	if (GP_LIKELY(gp_self.next_id != gp_self.end_id))
+		return gp_self.next_id++;
+	return gp_next_launch_id_slow();
 }
 
 static inline uint64_t gp_now(void)
@@ -542,6 +572,25 @@ extern GP_HIDDEN struct gp_stats gp_stats;
 		if (GP_UNLIKELY(gp_trace_fd >= 0))                                      \
 			__atomic_fetch_add(&gp_stats.field, (n), __ATOMIC_RELAXED);    \
 	} while (0)
+
+/* gp_reserve takes a ring slot for a record of len bytes that the caller
+ * writes in place (gpbr_ring_payload) and publishes with gp_ring_commit; NULL
+ * when the ring is full (counted). */
+static inline struct gpbr_slot *gp_reserve(void *ring, uint32_t len, uint64_t *ticket)
+{
+	int why;
+	struct gpbr_slot *s = gpbr_ring_reserve(ring, len, ticket, &why);
+	if (s == NULL)
+		GP_COUNT(dropped, 1);
+	return s;
+}
+
+/* gp_ring_commit hands a slot of gp_reserve to the consumer. */
+static inline void gp_ring_commit(struct gpbr_slot *s, uint64_t ticket, uint32_t type, uint32_t len)
+{
+	gpbr_ring_publish(s, ticket, type, len);
+	GP_COUNT(published, 1);
+}
 
 /* gp_produce writes one record into the ring and counts the outcome. */
 static inline void gp_produce(void *ring, uint32_t type, const void *rec, uint32_t len)

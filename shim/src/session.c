@@ -38,45 +38,33 @@ static int gp_sock = -1;
 GP_HIDDEN int gp_timeout_ms = GP_DEFAULT_TIMEOUT_MS;
 GP_HIDDEN struct gp_region gp_regions[GP_MAX_REGIONS];
 GP_HIDDEN uint32_t gp_nregions;
-static uint32_t gp_pid_cache;
+GP_HIDDEN uint32_t gp_pid_cache;
 static uint64_t gp_id_counter;
-
-/* Per-thread state: kept tiny (static TLS, initial-exec). */
-struct gp_thread {
-	uint32_t tid;
-	uint64_t next_id, end_id;
-};
-static __thread struct gp_thread gp_self __attribute__((tls_model("initial-exec")));
+GP_HIDDEN __thread struct gp_thread gp_self __attribute__((tls_model("initial-exec")));
 
 #define GP_ID_BLOCK 1024
 
-GP_HIDDEN uint32_t gp_pid(void)
+/* Slow paths of gp_pid, gp_tid and gp_next_launch_id (gp.h): the first
+ * call of a process, of a thread, and every GP_ID_BLOCK ids. */
+GP_HIDDEN uint32_t gp_pid_slow(void)
 {
-	uint32_t p = __atomic_load_n(&gp_pid_cache, __ATOMIC_RELAXED);
-	if (GP_UNLIKELY(p == 0)) {
-		p = (uint32_t)getpid();
-		__atomic_store_n(&gp_pid_cache, p, __ATOMIC_RELAXED);
-	}
+	uint32_t p = (uint32_t)getpid();
+	__atomic_store_n(&gp_pid_cache, p, __ATOMIC_RELAXED);
 	return p;
 }
 
-GP_HIDDEN uint32_t gp_tid(void)
+GP_HIDDEN uint32_t gp_tid_slow(void)
 {
-	if (GP_UNLIKELY(gp_self.tid == 0))
-		gp_self.tid = (uint32_t)gettid();
+	gp_self.tid = (uint32_t)gettid();
 	return gp_self.tid;
 }
 
-/* gp_next_launch_id hands out process-unique ids from per-thread blocks of
- * GP_ID_BLOCK, so threads touch the shared counter once per block. */
-GP_HIDDEN uint64_t gp_next_launch_id(void)
+GP_HIDDEN uint64_t gp_next_launch_id_slow(void)
 {
-	if (GP_UNLIKELY(gp_self.next_id == gp_self.end_id)) {
-		uint64_t b = __atomic_fetch_add(&gp_id_counter, GP_ID_BLOCK, __ATOMIC_RELAXED);
-		gp_self.next_id = b + 1; /* ids start at 1 */
-		gp_self.end_id = b + 1 + GP_ID_BLOCK;
-	}
-	return gp_self.next_id++;
+	uint64_t b = __atomic_fetch_add(&gp_id_counter, GP_ID_BLOCK, __ATOMIC_RELAXED);
+	gp_self.next_id = b + 2; /* ids start at 1; this call takes b + 1 */
+	gp_self.end_id = b + 1 + GP_ID_BLOCK;
+	return b + 1;
 }
 
 static CUresult (*gp_ctx_get_device)(CUdevice *);

@@ -141,23 +141,29 @@ GP_HOT void gp_launch_record(void *ring, uint32_t api, uint64_t id, uint64_t t0,
 	if (gp_captured(stream))
 		return; /* captured into a graph: it runs at cuGraphLaunch */
 	gp_name_emit_fast(ring, f);
-	struct gp_rec_launch rec = {
-		.h = {.type = GP_REC_LAUNCH, .version = GP_REC_VERSION, .size = sizeof rec},
-		.launch_id = id,
-		.pid = gp_pid(),
-		.tid = gp_tid(),
-		.enqueue_ns = t0,
-		.return_ns = t1,
-		.stream = stream,
-		.function = f,
-		.device = device,
-		.shared_mem = shmem,
-		.grid = {gx, gy, gz},
-		.block = {bx, by, bz},
-		.result = (uint32_t)r,
-		.api = api,
-	};
-	gp_produce(ring, GP_REC_LAUNCH, &rec, sizeof rec);
+	/* Written in place in the ring's slot: no copy from the stack. */
+	uint64_t ticket;
+	struct gpbr_slot *slot = gp_reserve(ring, sizeof(struct gp_rec_launch), &ticket);
+	if (GP_UNLIKELY(slot == NULL))
+		return;
+	struct gp_rec_launch *rec = gpbr_ring_payload(slot);
+	rec->h.type = GP_REC_LAUNCH;
+	rec->h.version = GP_REC_VERSION;
+	rec->h.size = sizeof *rec;
+	rec->launch_id = id;
+	rec->pid = gp_pid();
+	rec->tid = gp_tid();
+	rec->enqueue_ns = t0;
+	rec->return_ns = t1;
+	rec->stream = stream;
+	rec->function = f;
+	rec->device = device;
+	rec->shared_mem = shmem;
+	rec->grid[0] = gx, rec->grid[1] = gy, rec->grid[2] = gz;
+	rec->block[0] = bx, rec->block[1] = by, rec->block[2] = bz;
+	rec->result = (uint32_t)r;
+	rec->api = api;
+	gp_ring_commit(slot, ticket, GP_REC_LAUNCH, sizeof *rec);
 	GP_COUNT(launches, 1);
 }
 

@@ -219,36 +219,63 @@ enum gpbr_produce {
 	GPBR_OVERSIZE = 2, /* len > slot payload; counted in oversize */
 };
 
-/* gpbr_ring_produce writes one record (the producer algorithm of shm/doc.go).
- * It never blocks; safe to call from any number of threads and processes
- * that map the same ring. */
-static inline int gpbr_ring_produce(void *base, uint32_t type, const void *payload, uint32_t len)
+/* gpbr_ring_reserve takes the next slot of the ring for a record of len
+ * bytes (the first half of the producer algorithm of shm/doc.go): the slot,
+ * whose payload (GPBR_SLOT_HEADER bytes in) the caller fills before
+ * gpbr_ring_publish, or NULL with *why (GPBR_DROPPED or GPBR_OVERSIZE, both
+ * counted). It never blocks. */
+static inline struct gpbr_slot *gpbr_ring_reserve(void *base, uint32_t len, uint64_t *ticket, int *why)
 {
 	const struct gpbr_header *h = (const struct gpbr_header *)base;
 	uint64_t cap = h->max_entries, tl, hd, t;
-	struct gpbr_slot *s;
 
 	if (len > h->stride - GPBR_SLOT_HEADER) {
 		__atomic_fetch_add(gpbr_u64(base, GPBR_RING_OVERSIZE), 1, __ATOMIC_RELAXED);
-		return GPBR_OVERSIZE;
+		*why = GPBR_OVERSIZE;
+		return NULL;
 	}
 	tl = __atomic_load_n(gpbr_u64(base, GPBR_RING_TAIL), __ATOMIC_ACQUIRE);
 	hd = __atomic_load_n(gpbr_u64(base, GPBR_RING_HEAD), __ATOMIC_RELAXED);
 	if (hd - tl >= cap) {
 		__atomic_fetch_add(gpbr_u64(base, GPBR_RING_DROPPED), 1, __ATOMIC_RELAXED);
-		return GPBR_DROPPED;
+		*why = GPBR_DROPPED;
+		return NULL;
 	}
 	t = __atomic_fetch_add(gpbr_u64(base, GPBR_RING_HEAD), 1, __ATOMIC_SEQ_CST);
 	if (t - tl >= cap) {
 		__atomic_fetch_add(gpbr_u64(base, GPBR_RING_DROPPED), 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(gpbr_ring_slot_drops(base, t), 1, __ATOMIC_SEQ_CST);
-		return GPBR_DROPPED;
+		*why = GPBR_DROPPED;
+		return NULL;
 	}
-	s = gpbr_ring_slot(base, t);
+	*ticket = t;
+	return gpbr_ring_slot(base, t);
+}
+
+/* gpbr_ring_payload is where a reserved slot's record goes. */
+static inline void *gpbr_ring_payload(struct gpbr_slot *s) { return (uint8_t *)s + GPBR_SLOT_HEADER; }
+
+/* gpbr_ring_publish hands a filled slot to the consumer. */
+static inline void gpbr_ring_publish(struct gpbr_slot *s, uint64_t ticket, uint32_t type, uint32_t len)
+{
 	s->len = len;
 	s->type = type;
-	memcpy((uint8_t *)s + GPBR_SLOT_HEADER, payload, len);
-	__atomic_store_n(&s->seq, t + 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->seq, ticket + 1, __ATOMIC_RELEASE);
+}
+
+/* gpbr_ring_produce writes one record (reserve, copy, publish). It never
+ * blocks; safe to call from any number of threads and processes that map
+ * the same ring. */
+static inline int gpbr_ring_produce(void *base, uint32_t type, const void *payload, uint32_t len)
+{
+	uint64_t t;
+	int why;
+	struct gpbr_slot *s = gpbr_ring_reserve(base, len, &t, &why);
+
+	if (s == NULL)
+		return why;
+	memcpy(gpbr_ring_payload(s), payload, len);
+	gpbr_ring_publish(s, t, type, len);
 	return GPBR_PUBLISHED;
 }
 
