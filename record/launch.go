@@ -54,7 +54,7 @@ func (a LaunchAPI) String() string {
 //	offset 80  u32 block_y
 //	offset 84  u32 block_z
 //	offset 88  u32 result       CUresult the launch call returned (0 = CUDA_SUCCESS)
-//	offset 92  u32 api          LaunchAPI
+//	offset 92  u32 api          LaunchAPI in the low 16 bits, LaunchFlags in the high 16
 type Launch struct {
 	LaunchID  uint64
 	PID       uint32
@@ -69,7 +69,19 @@ type Launch struct {
 	Block     [3]uint32
 	Result    uint32
 	API       LaunchAPI
+	Flags     LaunchFlags
 }
+
+// LaunchFlags are the flags of a launch record.
+type LaunchFlags uint16
+
+// Launch flags.
+const (
+	// LaunchUnprobed marks a launch that runs no device probe (its kernel
+	// is not patched, or the shim gave it launch id 0): no device record of
+	// it will come.
+	LaunchUnprobed LaunchFlags = 1
+)
 
 // Decode fills l from the record in b.
 func (l *Launch) Decode(b []byte) error {
@@ -89,7 +101,8 @@ func (l *Launch) Decode(b []byte) error {
 		Grid:      [3]uint32{le32(b, 64), le32(b, 68), le32(b, 72)},
 		Block:     [3]uint32{le32(b, 76), le32(b, 80), le32(b, 84)},
 		Result:    le32(b, 88),
-		API:       LaunchAPI(le32(b, 92)),
+		API:       LaunchAPI(le32(b, 92) & 0xffff),
+		Flags:     LaunchFlags(le32(b, 92) >> 16),
 	}
 	for i, n := range [3]string{"grid_x", "grid_y", "grid_z"} {
 		if l.Grid[i] == 0 {
@@ -122,7 +135,7 @@ func (l *Launch) Append(b []byte) []byte {
 		put32(r, 76+4*i, l.Block[i])
 	}
 	put32(r, 88, l.Result)
-	put32(r, 92, uint32(l.API))
+	put32(r, 92, uint32(l.API)&0xffff|uint32(l.Flags)<<16)
 	return b
 }
 

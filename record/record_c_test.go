@@ -23,7 +23,7 @@ int main(void) {
 	struct gp_rec_launch l; memset(&l, 0, sizeof l); PREFIX(l, GP_REC_LAUNCH, sizeof l);
 	l.launch_id = 7; l.pid = 100; l.tid = 101; l.enqueue_ns = 1000; l.return_ns = 1500; l.stream = 0xabc;
 	l.function = 0xf00; l.device = 1; l.shared_mem = 4096; l.grid[0] = 64; l.grid[1] = 2; l.grid[2] = 1;
-	l.block[0] = 256; l.block[1] = 1; l.block[2] = 1; l.result = 0; l.api = GP_API_LAUNCH_KERNEL_EX;
+	l.block[0] = 256; l.block[1] = 1; l.block[2] = 1; l.result = 0; l.api = GP_API_LAUNCH_KERNEL_EX | GP_LAUNCH_F_UNPROBED;
 	out(&l, sizeof l);
 
 	const char *nm = "_Z6vecAddPfS_S_i";

@@ -17,7 +17,7 @@ type decoder interface {
 func sampleRecords() []decoder {
 	return []decoder{
 		&Launch{LaunchID: 7, PID: 100, TID: 101, EnqueueNS: 1000, ReturnNS: 1500, Stream: 0xabc, Function: 0xf00,
-			Device: 1, SharedMem: 4096, Grid: [3]uint32{64, 2, 1}, Block: [3]uint32{256, 1, 1}, Result: 0, API: APILaunchKernelEx},
+			Device: 1, SharedMem: 4096, Grid: [3]uint32{64, 2, 1}, Block: [3]uint32{256, 1, 1}, Result: 0, API: APILaunchKernelEx, Flags: LaunchUnprobed},
 		&KernelName{Function: 0xf00, Module: 0xdead, PID: 100, Name: "_Z6vecAddPfS_S_i"},
 		&KernelName{Function: 1, PID: 2, Truncated: true, Name: "abcdefgh"},
 		&Warp{LaunchID: 7, Block: [3]uint32{3, 1, 0}, Warp: 5, SMID: 17, ActiveMask: 0xffff, StartNS: 10, EndNS: 90, MinExitNS: 70},

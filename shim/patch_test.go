@@ -270,6 +270,13 @@ func TestPatchLoad(t *testing.T) {
 			if st.launches[0].LaunchID == st.launches[1].LaunchID {
 				t.Errorf("both launches have id %d", st.launches[0].LaunchID)
 			}
+			// Every one of them ran the patched kernel with its id: none is
+			// marked unprobed.
+			for i, l := range st.launches[:4] {
+				if l.Flags&record.LaunchUnprobed != 0 {
+					t.Errorf("launch record %d (id %#x) marked unprobed", i, l.LaunchID)
+				}
+			}
 			devs := mockDevices(stderr)
 			got := map[string]uint64{}
 			for _, m := range globalRe.FindAllStringSubmatch(stdout, -1) {

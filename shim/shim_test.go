@@ -95,6 +95,12 @@ func TestLaunchRecords(t *testing.T) {
 			}
 			st := readRing(t, ss[0].ring)
 			checkLaunches(t, st, ss[0].peer.PID, basicLaunches())
+			// Nothing is patched in this session: no launch runs a probe.
+			for i, l := range st.launches {
+				if l.Flags&record.LaunchUnprobed == 0 {
+					t.Errorf("launch record %d (id %d) not marked unprobed, though nothing is patched", i, l.LaunchID)
+				}
+			}
 			if len(st.nameRecs) != 2 {
 				t.Errorf("%d kernel-name records (%v), want one per function handle: 2", len(st.nameRecs), sortedNames(st.names))
 			}

@@ -38,13 +38,18 @@ struct gp_rec_prefix {
 	uint32_t size;    /* whole record, prefix included, multiple of 8 */
 };
 
-/* Launch API (gp_rec_launch.api). */
+/* Launch API (gp_rec_launch.api, low 16 bits). */
 enum gp_launch_api {
 	GP_API_LAUNCH_KERNEL = 0,
 	GP_API_LAUNCH_KERNEL_EX = 1,
 	GP_API_LAUNCH_COOPERATIVE_KERNEL = 2,
 	GP_API_GRAPH_LAUNCH = 3,
 };
+
+/* Launch flags (gp_rec_launch.api, high 16 bits). UNPROBED: the launch
+ * runs no device probe (its kernel is not patched, or it was given launch
+ * id 0): no device record of it will come. */
+#define GP_LAUNCH_F_UNPROBED (1u << 16)
 
 /* Type 1, 96 bytes: one kernel launch, written when the launch call returns. */
 struct gp_rec_launch {
@@ -61,7 +66,7 @@ struct gp_rec_launch {
 	uint32_t grid[3];    /* x, y, z; each >= 1 */
 	uint32_t block[3];   /* x, y, z; each >= 1 */
 	uint32_t result;     /* CUresult of the call */
-	uint32_t api;        /* enum gp_launch_api */
+	uint32_t api;        /* enum gp_launch_api | GP_LAUNCH_F_* */
 };
 
 #define GP_KERNEL_NAME_MAX 4096

@@ -177,15 +177,16 @@ static __thread size_t gp_xsize;
 static __thread void *gp_xextra[5];
 
 /* gp_patch_args_slow rewrites *params or *extra of a launch of f when f is
- * a patched kernel: its hidden parameter gets the launch id. */
-static __attribute__((noinline)) void gp_patch_args_slow(uint64_t f, uint64_t id, void ***params, void ***extra)
+ * a patched kernel: its hidden parameter gets the launch id. It returns
+ * GP_LAUNCH_F_UNPROBED unless it did (the launch then runs no probe). */
+static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_t id, void ***params, void ***extra)
 {
 #if GP_SELFTIME
 	GP_ST_ADD(slow, 1);
 #endif
 	const struct gp_pfunc_info *pf = gp_pfunc_find(f);
 	if (pf == NULL)
-		return;
+		return GP_LAUNCH_F_UNPROBED;
 	gp_plid = id;
 	if (*params != NULL || (*extra == NULL && pf->index == 0)) {
 		void **in = *params;
@@ -193,7 +194,7 @@ static __attribute__((noinline)) void gp_patch_args_slow(uint64_t f, uint64_t id
 			gp_pbuf[i] = in[i];
 		gp_pbuf[pf->index] = &gp_plid;
 		*params = gp_pbuf;
-		return;
+		return 0;
 	}
 	void **e = *extra, *buf = NULL;
 	size_t *size = NULL;
@@ -203,10 +204,10 @@ static __attribute__((noinline)) void gp_patch_args_slow(uint64_t f, uint64_t id
 		else if (e[i] == (void *)2)
 			size = e[i + 1];
 		else
-			return; /* an unknown key: leave the launch alone */
+			return GP_LAUNCH_F_UNPROBED; /* an unknown key: leave the launch alone */
 	}
 	if (buf == NULL || size == NULL || *size > GP_XBUF)
-		return;
+		return GP_LAUNCH_F_UNPROBED;
 	size_t n = *size > (size_t)pf->offset + 8 ? *size : (size_t)pf->offset + 8;
 	memcpy(gp_xbuf, buf, *size);
 	memcpy((uint8_t *)gp_xbuf + pf->offset, &gp_plid, 8);
@@ -215,13 +216,17 @@ static __attribute__((noinline)) void gp_patch_args_slow(uint64_t f, uint64_t id
 	gp_xextra[2] = (void *)2, gp_xextra[3] = &gp_xsize;
 	gp_xextra[4] = (void *)0;
 	*extra = gp_xextra;
+	return 0;
 }
 
-/* gp_patch_args: inlined check, the copy out of line (patched launches only). */
-GP_HOT void gp_patch_args(uint64_t f, uint64_t id, void ***params, void ***extra)
+/* gp_patch_args: inlined check, the copy out of line (patched launches
+ * only); GP_LAUNCH_F_UNPROBED for a launch that runs no device probe, for
+ * its launch record. */
+GP_HOT uint32_t gp_patch_args(uint64_t f, uint64_t id, void ***params, void ***extra)
 {
 	if (GP_UNLIKELY(__atomic_load_n(&gp_any_patched, __ATOMIC_ACQUIRE)))
-		gp_patch_args_slow(f, id, params, extra);
+		return gp_patch_args_slow(f, id, params, extra);
+	return GP_LAUNCH_F_UNPROBED;
 }
 
 #define GP_P_LAUNCH                                                                                 \
@@ -237,12 +242,12 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	if (ring == NULL)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH));
 	uint64_t id = gp_next_launch_id();
-	gp_patch_args((uint64_t)f, id, &params, &extra);
+	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
 	gp_stamp_end(&ts);
-	gp_launch_record(ring, GP_API_LAUNCH_KERNEL, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
+	gp_launch_record(ring, GP_API_LAUNCH_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
 			 by, bz, shmem, gp_stream(s, st), r, gp_rec_device());
 	GP_ST_END(1);
 	return r;
@@ -262,12 +267,12 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	if (ring == NULL || cfg == NULL)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH_EX));
 	uint64_t id = gp_next_launch_id();
-	gp_patch_args((uint64_t)f, id, &params, &extra);
+	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
 	gp_stamp_end(&ts);
-	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
+	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX | fl, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
 			 cfg->sharedMemBytes, gp_stream(s, cfg->hStream), r, gp_rec_device());
 	GP_ST_END(1);
@@ -291,12 +296,12 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH_COOP));
 	uint64_t id = gp_next_launch_id();
 	void **extra = NULL;
-	gp_patch_args((uint64_t)f, id, &params, &extra);
+	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));
 	gp_stamp_end(&ts);
-	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL, id, ts.t0, ts.t1, (uint64_t)f, gx,
+	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx,
 			 gy, gz, bx, by, bz, shmem, gp_stream(s, st), r, gp_rec_device());
 	GP_ST_END(1);
 	return r;
@@ -517,7 +522,8 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 		/* A patched kernel's node has its launch id in its parameters. */
 		uint64_t id = __atomic_load_n(&k->id, __ATOMIC_ACQUIRE);
 		uint64_t f = __atomic_load_n(&k->func, __ATOMIC_ACQUIRE);
-		gp_launch_record(ring, GP_API_GRAPH_LAUNCH, id ? id : gp_next_launch_id(), ts.t0, ts.t1, f, k->grid[0],
+		gp_launch_record(ring, id ? GP_API_GRAPH_LAUNCH : GP_API_GRAPH_LAUNCH | GP_LAUNCH_F_UNPROBED,
+				 id ? id : gp_next_launch_id(), ts.t0, ts.t1, f, k->grid[0],
 				 k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->shmem, stream, r,
 				 dev);
 	}

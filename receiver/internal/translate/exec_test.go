@@ -82,3 +82,44 @@ func TestExecWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestUnprobedLaunch: a launch the shim marks unprobed (its kernel is not
+// patched, or it got launch id 0) finishes a grace after its launch record
+// instead of waiting LaunchTimeout for device records that will not come,
+// and its span has no device phases.
+func TestUnprobedLaunch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		flags    record.LaunchFlags
+		finished bool
+	}{
+		{"unprobed", record.LaunchUnprobed, true},
+		{"probed, no device records yet", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s stream
+			s.calibrate(0)
+			s.add(&record.KernelName{Function: 0xf, Name: "k"})
+			s.add(&record.Launch{LaunchID: 9, PID: 42, TID: 43, EnqueueNS: 10_000, ReturnNS: 10_100, Stream: 7, Function: 0xf,
+				Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{256, 1, 1}, Flags: tc.flags})
+			tr := newTr(Options{ExpectWarps: true, CompletionGrace: 10 * time.Millisecond, LaunchTimeout: time.Hour})
+			now := time.Now()
+			feed(t, tr, &s, now)
+			tr.Expire(now)
+			tr.Expire(now.Add(11 * time.Millisecond))
+			if got := tr.Pending() == 0; got != tc.finished {
+				t.Fatalf("finished %v, want %v", got, tc.finished)
+			}
+			if !tc.finished {
+				return
+			}
+			by := spanByName(tr.TakeTraces())
+			if len(by["k"]) != 1 || len(by[SpanExecuting]) != 0 || len(by[SpanQueued]) != 0 {
+				t.Errorf("spans %v, want the launch span alone", keys(by))
+			}
+			if c := tr.Counters(); c.LaunchesExpired != 0 || c.LaunchesEmitted != 1 {
+				t.Errorf("expired %d, emitted %d; want 0, 1", c.LaunchesExpired, c.LaunchesEmitted)
+			}
+		})
+	}
+}

@@ -461,9 +461,10 @@ func (t *Translator) onExec(src uint32, e *record.Exec, now time.Time) {
 }
 
 // deviceDone says whether every device record the launch waits for is in:
-// its Exec window, or one Warp record per warp.
+// its Exec window, or one Warp record per warp; at once for a launch the
+// shim marked unprobed (no device record of it will come).
 func (l *launch) deviceDone() bool {
-	return l.exec != nil || l.warps >= expectedWarps(&l.rec)
+	return l.rec.Flags&record.LaunchUnprobed != 0 || l.exec != nil || l.warps >= expectedWarps(&l.rec)
 }
 
 // hasDevice says whether the launch has device times (firstStart, lastEnd).
