@@ -77,6 +77,14 @@ type SamplingConfig struct {
 	// MinDuration drops launch spans whose execution was shorter; metrics
 	// still count every launch.
 	MinDuration time.Duration `mapstructure:"min_duration"`
+	// DeviceOneIn runs the device probes of patched kernels in one launch
+	// in DeviceOneIn (the shim passes launch id 0, which every probe of a
+	// built-in set and kernel_phases take as "skip", to the others): the
+	// average cost of kernel_phases on a launch falls to about 1/N of its
+	// cost on a probed launch. Launches of CUDA graphs are always probed.
+	// Device windows, phases and execution-time metrics then come from the
+	// probed launches; launch counts and host timings from all.
+	DeviceOneIn uint32 `mapstructure:"device_one_in"`
 }
 
 // BuffersConfig sizes the shared-memory rings and maps.
@@ -172,7 +180,7 @@ func Default() *Config {
 			SocketMode: DefaultSocketMode,
 		},
 		Probes:   ProbesConfig{KernelPhases: true},
-		Sampling: SamplingConfig{OneIn: 1},
+		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1},
 		Buffers: BuffersConfig{
 			RingSlots:  DefaultRingSlots,
 			SlotSize:   DefaultSlotSize,

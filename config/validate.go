@@ -57,6 +57,9 @@ func (c *Config) Validate() error {
 	if c.Sampling.OneIn < 1 {
 		l.add("sampling::one_in", "must be ≥ 1, got %d", c.Sampling.OneIn)
 	}
+	if c.Sampling.DeviceOneIn < 1 {
+		l.add("sampling::device_one_in", "must be ≥ 1, got %d", c.Sampling.DeviceOneIn)
+	}
 	if c.Sampling.MinDuration < 0 {
 		l.add("sampling::min_duration", "must be ≥ 0, got %s", c.Sampling.MinDuration)
 	}

@@ -54,7 +54,8 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 		return nil, nil
 	}
 	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
-		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice})
+		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
+		DeviceOneIn: r.cfg.Sampling.DeviceOneIn})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprobe: %w", err)
 	}

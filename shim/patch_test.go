@@ -143,19 +143,28 @@ func TestPatchLoad(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond)
 		return p.Patch(r, bind)
 	}
+	sampled := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+		a, err := patch(p, r, bind)
+		if a != nil {
+			a.DeviceOneIn = 2
+		}
+		return a, err
+	}
 	tests := []struct {
 		name    string
 		mode    string // app mode: dlsym loads a module, cudart a library
 		answer  func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error)
 		env     []string
 		patched bool
+		oneIn   uint64 // the answer's DeviceOneIn
 	}{
-		{"module", "dlsym", patch, nil, true},
-		{"library", "cudart", patch, nil, true},
-		{"direct", "direct", patch, nil, true},
-		{"nopatch", "dlsym", nopatch, nil, false},
-		{"timeout", "dlsym", slow, []string{"GPUPROBE_TIMEOUT_MS=300"}, false},
-		{"global-fails", "cudart", patch, []string{"MOCK_FAIL_GLOBAL=1"}, false},
+		{"module", "dlsym", patch, nil, true, 0},
+		{"device sampling 1 in 2", "dlsym", sampled, nil, true, 2},
+		{"library", "cudart", patch, nil, true, 0},
+		{"direct", "direct", patch, nil, true, 0},
+		{"nopatch", "dlsym", nopatch, nil, false, 0},
+		{"timeout", "dlsym", slow, []string{"GPUPROBE_TIMEOUT_MS=300"}, false, 0},
+		{"global-fails", "cudart", patch, []string{"MOCK_FAIL_GLOBAL=1"}, false, 0},
 	}
 	// Each case runs again with the PTX loaded by path (scenario ptxfile:
 	// cuModuleLoad, or cuLibraryLoadFromFile with options), which the shim
@@ -245,8 +254,17 @@ func TestPatchLoad(t *testing.T) {
 			if k == nil || k.ParamIndex != 3 || k.ParamOffset != 24 {
 				t.Fatalf("PATCHED kernels %+v: want vectorAdd's launch id at index 3, offset 24", ans.Kernels)
 			}
-			wantP := fmt.Sprintf("app: params-launch same=0 p0=1 p1=1 p2=1 extra=%d", st.launches[0].LaunchID)
-			wantB := fmt.Sprintf("app: buffer-launch same=0 size=32 copied=1 extra=%d", st.launches[1].LaunchID)
+			// With device sampling, a launch whose id is not a multiple of
+			// N runs with launch id 0 and its record says so.
+			probed := func(id uint64) bool { return tc.oneIn <= 1 || id%tc.oneIn == 0 }
+			passed := func(id uint64) uint64 {
+				if probed(id) {
+					return id
+				}
+				return 0
+			}
+			wantP := fmt.Sprintf("app: params-launch same=0 p0=1 p1=1 p2=1 extra=%d", passed(st.launches[0].LaunchID))
+			wantB := fmt.Sprintf("app: buffer-launch same=0 size=32 copied=1 extra=%d", passed(st.launches[1].LaunchID))
 			if lines[0] != wantP || lines[1] != wantB {
 				t.Errorf("launches got\n%s\n%s\nwant\n%s\n%s", lines[0], lines[1], wantP, wantB)
 			}
@@ -270,12 +288,17 @@ func TestPatchLoad(t *testing.T) {
 			if st.launches[0].LaunchID == st.launches[1].LaunchID {
 				t.Errorf("both launches have id %d", st.launches[0].LaunchID)
 			}
-			// Every one of them ran the patched kernel with its id: none is
-			// marked unprobed.
+			// Each of them ran the patched kernel with its id, but for those
+			// device sampling left out (never a graph node or a captured
+			// launch): those, and only those, are marked unprobed.
 			for i, l := range st.launches[:4] {
-				if l.Flags&record.LaunchUnprobed != 0 {
-					t.Errorf("launch record %d (id %#x) marked unprobed", i, l.LaunchID)
+				want := i < 2 && !probed(l.LaunchID)
+				if got := l.Flags&record.LaunchUnprobed != 0; got != want {
+					t.Errorf("launch record %d (id %#x): unprobed %v, want %v", i, l.LaunchID, got, want)
 				}
+			}
+			if tc.oneIn > 1 && probed(st.launches[0].LaunchID) == probed(st.launches[1].LaunchID) {
+				t.Errorf("ids %d and %d: want one of two launches probed", st.launches[0].LaunchID, st.launches[1].LaunchID)
 			}
 			devs := mockDevices(stderr)
 			got := map[string]uint64{}

@@ -98,6 +98,10 @@ type Patched struct {
 	Image   []byte          // the patched PTX, NUL-terminated (travels in a memfd)
 	Kernels []PatchedKernel // the patched kernels, in module order
 	Globals []PatchedGlobal // the globals to set before the first launch
+	// DeviceOneIn: the shim gives a launch of these kernels its launch id
+	// in one launch in DeviceOneIn (id % DeviceOneIn == 0) and launch id 0
+	// to the others, which the probes skip; 0 and 1 mean every launch.
+	DeviceOneIn uint32
 }
 
 // NoPatchCode says why an image was not patched.
@@ -202,7 +206,7 @@ func MarshalPatched(a *Patched) ([]byte, error) {
 	p := le.AppendUint32(nil, a.ID)
 	p = le.AppendUint32(p, uint32(len(a.Kernels)))
 	p = le.AppendUint32(p, uint32(len(a.Globals)))
-	p = le.AppendUint32(p, 0)
+	p = le.AppendUint32(p, a.DeviceOneIn)
 	p = le.AppendUint64(p, uint64(len(a.Image)))
 	for i, k := range a.Kernels {
 		if len(k.Name) == 0 || len(k.Name) > MaxKernelName {
@@ -248,11 +252,8 @@ func UnmarshalPatched(p []byte) (*Patched, uint64, error) {
 	if len(p) < patchHeader {
 		return nil, 0, bad(0, "payload of %d bytes, want at least %d", len(p), patchHeader)
 	}
-	a := &Patched{ID: le.Uint32(p)}
+	a := &Patched{ID: le.Uint32(p), DeviceOneIn: le.Uint32(p[12:])}
 	nk, ng, size := le.Uint32(p[4:]), le.Uint32(p[8:]), le.Uint64(p[16:])
-	if f := le.Uint32(p[12:]); f != 0 {
-		return nil, 0, bad(12, "flags %#x, want 0", f)
-	}
 	if size > MaxImage {
 		return nil, 0, bad(16, "image_size %d exceeds %d", size, MaxImage)
 	}

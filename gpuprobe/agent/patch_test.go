@@ -12,7 +12,7 @@ import (
 )
 
 func samplePatched() *Patched {
-	return &Patched{ID: 7, Image: []byte(".version 7.8\n.target sm_90\n\x00"),
+	return &Patched{ID: 7, Image: []byte(".version 7.8\n.target sm_90\n\x00"), DeviceOneIn: 8,
 		Kernels: []PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pfi", ParamIndex: 4, ParamOffset: 32}},
 		Globals: []PatchedGlobal{
 			{Name: "p0_map_kp_warps", Kind: GlobalRegion, Region: 2},
@@ -64,7 +64,6 @@ func TestPatchedCorrupt(t *testing.T) {
 		want string
 	}{
 		{"short", good[:10], "offset 0"},
-		{"flags", put32(12, 1), "offset 12: flags"},
 		{"too many kernels", put32(4, 1<<20), "offset 4"},
 		{"kernel name length", put32(kernelName, 0), "offset 32: name length 0"},
 		{"kernel name past end", put32(kernelName, 60000), "offset 32"},

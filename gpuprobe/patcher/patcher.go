@@ -36,6 +36,10 @@ type Options struct {
 	// RingDevice compiles ring writes with device-side reservation
 	// (shm/doc.go); a ring's binding then needs its device block.
 	RingDevice bool
+	// DeviceOneIn goes into every PATCHED answer: the shim gives 1 launch
+	// in N of the patched kernels its launch id, the others 0 (probes that
+	// check the id, kernel_phases' among them, skip those); 0 or 1: all.
+	DeviceOneIn uint32
 	// Inject are further injection options (Arch, RaiseTarget, LaunchID
 	// and PTX.RingDevice are set by the patcher).
 	Inject inject.Options
@@ -162,7 +166,7 @@ func (p *Patcher) Patch(req *agent.PatchRequest, bind Binder) (*agent.Patched, e
 	if err != nil {
 		return nil, noPatch(agent.NoPatchError, "%v", err)
 	}
-	a := &agent.Patched{Image: append(out, 0)}
+	a := &agent.Patched{Image: append(out, 0), DeviceOneIn: p.opts.DeviceOneIn}
 	for _, k := range rep.Kernels {
 		if k.Launch == nil {
 			return nil, noPatch(agent.NoPatchError, "kernel %s: no launch-id parameter in the report", k.Name)

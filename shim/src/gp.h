@@ -526,6 +526,7 @@ GP_HIDDEN void gp_module_loaded(const char *api, uint64_t module, const struct g
 #define GP_XBUF 32768      /* bytes of a patched launch's extra buffer */
 struct gp_pfunc_info {
 	uint32_t index, offset; /* the hidden launch id: kernelParams index, buffer offset */
+	uint32_t one_in;        /* the launch id goes to 1 launch in one_in (PATCHED device_one_in; <= 1: all) */
 };
 struct gp_patch {
 	const char *api;

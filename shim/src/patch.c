@@ -111,14 +111,14 @@ static void gp_fail(const char *api, const char *what, int code)
 
 struct gp_pfunc {
 	uint64_t handle; /* atomic: CUfunction or CUkernel */
-	uint32_t index, offset;
+	uint32_t index, offset, one_in; /* struct gp_pfunc_info */
 };
 #define GP_PFUNCS 4096
 static struct gp_pfunc gp_pfuncs[GP_PFUNCS];
 
 static uint32_t gp_hash(uint64_t h) { return (uint32_t)((h * 0x9E3779B97F4A7C15ull) >> 52); }
 
-static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset)
+static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint32_t one_in)
 {
 	uint32_t h = gp_hash(handle);
 	for (uint32_t i = 0; i < 64 && handle; i++) {
@@ -129,7 +129,7 @@ static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset)
 		if (k == 0) {
 			/* Fill the entry before publishing its handle. */
 			uint64_t zero = 0;
-			e->index = index, e->offset = offset;
+			e->index = index, e->offset = offset, e->one_in = one_in;
 			if (!__atomic_compare_exchange_n(&e->handle, &zero, handle, 0, __ATOMIC_ACQ_REL,
 							 __ATOMIC_ACQUIRE) &&
 			    zero != handle)
@@ -157,7 +157,7 @@ GP_HIDDEN const struct gp_pfunc_info *gp_pfunc_find(uint64_t handle)
 /* ---- patched modules ---------------------------------------------------- */
 
 struct gp_pkernel {
-	uint32_t index, offset;
+	uint32_t index, offset, one_in;
 	char *name;
 };
 struct gp_pmod {
@@ -201,7 +201,7 @@ GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *nam
 	struct gp_pkernel *k = __atomic_load_n(&m->k, __ATOMIC_ACQUIRE);
 	for (uint32_t i = 0; k && i < m->n; i++)
 		if (strcmp(k[i].name, name) == 0) {
-			gp_pfunc_set(handle, k[i].index, k[i].offset);
+			gp_pfunc_set(handle, k[i].index, k[i].offset, k[i].one_in);
 			return;
 		}
 }
@@ -211,7 +211,7 @@ GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to)
 {
 	const struct gp_pfunc_info *p = gp_pfunc_find(from);
 	if (p != NULL)
-		gp_pfunc_set(to, p->index, p->offset);
+		gp_pfunc_set(to, p->index, p->offset, p->one_in);
 }
 
 /* ---- the exchange ------------------------------------------------------- */
@@ -437,7 +437,7 @@ static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
 			goto fail;
 		}
 		uint32_t nl = rd32(p + 8);
-		ks[i].index = rd32(p), ks[i].offset = rd32(p + 4);
+		ks[i].index = rd32(p), ks[i].offset = rd32(p + 4), ks[i].one_in = rd32(pp->payload + 12);
 		if (ks[i].index >= GP_MAX_PARAMS || (uint64_t)ks[i].offset + 8 > GP_XBUF) {
 			*why = "hidden parameter past the shim's launch buffers", err = -E2BIG;
 			goto fail;

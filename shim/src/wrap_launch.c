@@ -179,7 +179,8 @@ static __thread void *gp_xextra[5];
 /* gp_patch_args_slow rewrites *params or *extra of a launch of f when f is
  * a patched kernel: its hidden parameter gets the launch id. It returns
  * GP_LAUNCH_F_UNPROBED unless it did (the launch then runs no probe). */
-static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_t id, void ***params, void ***extra)
+static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_t id, void ***params, void ***extra,
+								 uint64_t stream)
 {
 #if GP_SELFTIME
 	GP_ST_ADD(slow, 1);
@@ -187,14 +188,20 @@ static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_
 	const struct gp_pfunc_info *pf = gp_pfunc_find(f);
 	if (pf == NULL)
 		return GP_LAUNCH_F_UNPROBED;
+	/* Device sampling: launch id 0, which the probes skip, to all but one
+	 * launch in one_in. A launch captured into a graph keeps its id: every
+	 * replay of its node runs with it. */
+	uint32_t fl = 0;
 	gp_plid = id;
+	if (GP_UNLIKELY(pf->one_in > 1) && id % pf->one_in != 0 && !gp_captured(stream))
+		gp_plid = 0, fl = GP_LAUNCH_F_UNPROBED;
 	if (*params != NULL || (*extra == NULL && pf->index == 0)) {
 		void **in = *params;
 		for (uint32_t i = 0; i < pf->index; i++)
 			gp_pbuf[i] = in[i];
 		gp_pbuf[pf->index] = &gp_plid;
 		*params = gp_pbuf;
-		return 0;
+		return fl;
 	}
 	void **e = *extra, *buf = NULL;
 	size_t *size = NULL;
@@ -216,16 +223,16 @@ static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_
 	gp_xextra[2] = (void *)2, gp_xextra[3] = &gp_xsize;
 	gp_xextra[4] = (void *)0;
 	*extra = gp_xextra;
-	return 0;
+	return fl;
 }
 
 /* gp_patch_args: inlined check, the copy out of line (patched launches
  * only); GP_LAUNCH_F_UNPROBED for a launch that runs no device probe, for
  * its launch record. */
-GP_HOT uint32_t gp_patch_args(uint64_t f, uint64_t id, void ***params, void ***extra)
+GP_HOT uint32_t gp_patch_args(uint64_t f, uint64_t id, void ***params, void ***extra, uint64_t stream)
 {
 	if (GP_UNLIKELY(__atomic_load_n(&gp_any_patched, __ATOMIC_ACQUIRE)))
-		return gp_patch_args_slow(f, id, params, extra);
+		return gp_patch_args_slow(f, id, params, extra, stream);
 	return GP_LAUNCH_F_UNPROBED;
 }
 
@@ -242,7 +249,7 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	if (ring == NULL)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH));
 	uint64_t id = gp_next_launch_id();
-	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra);
+	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, gp_stream(s, st));
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
@@ -267,7 +274,7 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	if (ring == NULL || cfg == NULL)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH_EX));
 	uint64_t id = gp_next_launch_id();
-	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra);
+	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, gp_stream(s, cfg->hStream));
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
@@ -296,7 +303,7 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH_COOP));
 	uint64_t id = gp_next_launch_id();
 	void **extra = NULL;
-	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra);
+	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, gp_stream(s, st));
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));

@@ -115,7 +115,10 @@ func TestUnprobedLaunch(t *testing.T) {
 			}
 			by := spanByName(tr.TakeTraces())
 			if len(by["k"]) != 1 || len(by[SpanExecuting]) != 0 || len(by[SpanQueued]) != 0 {
-				t.Errorf("spans %v, want the launch span alone", keys(by))
+				t.Fatalf("spans %v, want the launch span alone", keys(by))
+			}
+			if v, ok := by["k"][0].Attributes().Get("cuda.launch.probed"); !ok || v.Bool() {
+				t.Errorf("cuda.launch.probed = %v (set %v), want false", v.AsRaw(), ok)
 			}
 			if c := tr.Counters(); c.LaunchesExpired != 0 || c.LaunchesEmitted != 1 {
 				t.Errorf("expired %d, emitted %d; want 0, 1", c.LaunchesExpired, c.LaunchesEmitted)

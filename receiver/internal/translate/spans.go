@@ -138,6 +138,11 @@ func (t *Translator) launchSpans(l *launch) {
 		a.PutInt("cuda.graph.replay", int64(l.replay))
 	}
 	a.PutStr("cuda.launch.api", r.API.String())
+	if r.Flags&record.LaunchUnprobed != 0 && t.o.ExpectWarps {
+		// Device probes are on, but this launch ran none (kernel not
+		// patched, or left out by sampling::device_one_in): no phases.
+		a.PutBool("cuda.launch.probed", false)
+	}
 	t.putDevice(a, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))
 	a.PutInt("cuda.grid.x", int64(r.Grid[0]))
