@@ -23,8 +23,10 @@
 # sm_90; default from nvidia-smi), BENCH_OUT (default build/gpu-bench),
 # LAUNCH_ROUNDS / LAUNCH_N (gpu-launch-cost.sh's ROUNDS and N; defaults 5,
 # 100000), PARTS (kernels,launch; default both), BENCH_CONFIGS (gpucheck
-# -configs; default all six: kernel_phases_call is kernel_phases with its
-# entry and exit called instead of inlined, for the inlining's effect).
+# -configs; default all seven: kernel_phases_call is kernel_phases with its
+# entry and exit called instead of inlined, for the inlining's effect;
+# kernel_phases_1in8 passes the launch id to 1 launch in 8 and 0 to the
+# others, as the shim does with sampling::device_one_in: 8).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -49,7 +51,7 @@ if [[ ,$parts, == *,kernels,* ]]; then
 			"$nvcc" -ptx -O3 -arch="$GPU_ARCH" -o "$out/$s.ptx" "testdata/cuda/inject/$s.cu" || status=1
 		done
 		CUDA_CACHE_DISABLE=1 "$bin" -ptx "$out" -bpf testdata/bpf -nocheck -ringmode device \
-			-configs "${BENCH_CONFIGS:-uninstrumented,empty,kernel_phases,kernel_phases_call,kernelretsnoop,threadhist}" \
+			-configs "${BENCH_CONFIGS:-uninstrumented,empty,kernel_phases,kernel_phases_call,kernel_phases_1in8,kernelretsnoop,threadhist}" \
 			-rounds "${ROUNDS:-7}" -batch "${BATCH:-10}" -csv "$out/bench.csv" >"$out/gpucheck.log" 2>&1 || status=1
 		sed -n '/^== bench on/,$p' "$out/gpucheck.log"
 		if [[ -s $out/bench.csv ]]; then
@@ -57,6 +59,7 @@ if [[ ,$parts, == *,kernels,* ]]; then
 			echo "targets (issue 4):"
 			awk -F, 'NR > 1 {
 				if ($2 ~ /^vectorAddN/ && $3 == "kernel_phases device") printf "  kernel_phases <= 1.05x on vectorAdd 2^24: %.3fx %s\n", $5, ($5 <= 1.05 ? "met" : "MISSED")
+				if ($2 ~ /^vectorAddN/ && $3 == "kernel_phases 1 in 8") printf "  (the same, averaged over launches with sampling::device_one_in 8: %.3fx %s)\n", $5, ($5 <= 1.05 ? "met" : "MISSED")
 				if ($2 ~ /^sgemm/ && $3 == "empty probe") printf "  empty probe <= 1.01x on the GEMM: %.3fx %s\n", $5, ($5 <= 1.01 ? "met" : "MISSED")
 			}' "$out/bench.csv"
 		else

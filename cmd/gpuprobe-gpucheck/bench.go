@@ -31,6 +31,7 @@ type benchConfig struct {
 	device bool                                        // device-side ring reservation
 	call   bool                                        // inject.Options.NoInline: entry and exit programs called
 	slow   bool                                        // capped: one launch per batch, slowRounds rounds
+	oneIn  int                                         // > 1: launch id in 1 launch in oneIn, 0 in the others (sampling::device_one_in)
 }
 
 // slowRounds caps the rounds of slow configs (the old ring protocol costs
@@ -43,6 +44,9 @@ type timedLaunch struct {
 	in     *instance
 	fn     *cuda.Function
 	params []uint64
+	oneIn  int    // > 1: the last parameter (the launch id) is lid in 1 launch in oneIn, else 0
+	lid    uint64 // the launch id of the probed launches
+	n      int    // launches so far
 }
 
 // bench times each config of each benchmark kernel: per round, one batch
@@ -106,9 +110,9 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 		if err != nil {
 			return err
 		}
-		tl := &timedLaunch{s: s, in: in, fn: fn, params: params}
+		tl := &timedLaunch{s: s, in: in, fn: fn, params: params, oneIn: cf.oneIn, lid: uint64(i + 1)}
 		if in.rep != nil {
-			tl.params = append(append([]uint64(nil), params...), uint64(i+1))
+			tl.params = append(append([]uint64(nil), params...), tl.lid)
 		}
 		for _, g := range in.rings {
 			// The collector's part: a consumer that keeps draining the ring.
@@ -189,6 +193,16 @@ func (r *runner) batchTime(tl *timedLaunch, n int, out *[]float64) error {
 	}
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
+		if tl.oneIn > 1 && tl.in.rep != nil {
+			// As the shim does with sampling::device_one_in: launch id 0,
+			// which kernel_phases skips, to all but one launch in oneIn.
+			id := uint64(0)
+			if tl.n%tl.oneIn == 0 {
+				id = tl.lid
+			}
+			tl.params[len(tl.params)-1] = id
+			tl.n++
+		}
 		if err := tl.fn.Launch(tl.s.grid, tl.s.block, 0, tl.params...); err != nil {
 			return err
 		}

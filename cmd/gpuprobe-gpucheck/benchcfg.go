@@ -21,7 +21,7 @@ import (
 const slowLaunchUS = 50_000
 
 // benchConfigNames are the configs -configs may name.
-var benchConfigNames = []string{"uninstrumented", "empty", "kernel_phases", "kernel_phases_call", "kernelretsnoop", "threadhist"}
+var benchConfigNames = []string{"uninstrumented", "empty", "kernel_phases", "kernel_phases_call", "kernel_phases_1in8", "kernelretsnoop", "threadhist"}
 
 // parseBenchConfigs checks the -configs flag.
 func parseBenchConfigs(s string) ([]string, error) {
@@ -81,6 +81,9 @@ func (r *runner) benchConfigs() []benchConfig {
 			}
 		case "kernel_phases_call": // its entry and exit called, not inlined (device ring)
 			out = append(out, benchConfig{name: "kernel_phases call", device: true, call: true,
+				progs: func(string) ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }})
+		case "kernel_phases_1in8": // launch id in 1 launch in 8 (sampling::device_one_in: 8)
+			out = append(out, benchConfig{name: "kernel_phases 1 in 8", device: true, oneIn: 8,
 				progs: func(string) ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }})
 		case "kernelretsnoop", "threadhist":
 			out = append(out, benchConfig{name: c, device: true,
