@@ -202,8 +202,16 @@ func TestClientProcessGetsRegions(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("child mapped %d regions", n)
 	}
-	if st := s.Stats(); st.Accepted != 1 || st.Active != 1 {
-		t.Fatalf("stats while connected: %+v", st)
+	// The server counts the handshake once WELCOME is sent, which the
+	// child may have read (and answered) before the count: wait for it.
+	var stats Stats
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if stats = s.Stats(); stats.Accepted == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if stats.Accepted != 1 || stats.Active != 1 {
+		t.Fatalf("stats while connected: %+v", stats)
 	}
 	c.finish(t)
 	p := waitGone(t, o)
