@@ -26,6 +26,8 @@
 #                     graphnode    scripts/gpu-graphnode.sh
 #                     graphspans   scripts/gpu-graph-spans.sh (needs
 #                                  bin/otelcol-gpuprobe)
+#                     sampling     scripts/gpu-sampling.sh (needs
+#                                  bin/otelcol-gpuprobe)
 #                     e.g. PARTS=samples,bench make gpu-test
 set -uo pipefail
 
@@ -37,7 +39,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,samples,bench,e2e,graphnode,graphspans
+all_parts=conformance,ptxas,sass,inject,samples,bench,e2e,graphnode,graphspans,sampling
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -182,6 +184,7 @@ want bench && tailstep "bench (ratios, load, launch)" bench.log '^== bench on' \
 want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out/gpu-e2e" bash scripts/gpu-e2e.sh
 want graphnode && step "graph node patched" graphnode.log bash scripts/gpu-graphnode.sh
 want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu-graph-spans.sh
+want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu-sampling.sh
 
 # ---- report -----------------------------------------------------------------
 

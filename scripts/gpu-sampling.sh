@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# gpu-sampling.sh: sampling::device_one_in end to end on the GPU machine,
+# from prebuilt bin/otelcol-gpuprobe, bin/gpuprobe and bin/libgpuprobe.so.
+# It builds testdata/cuda/shim/vectoradd.cu with PTX (patchable), starts the
+# collector with kernel_phases and sampling::device_one_in: N (default 4),
+# runs the app plainly and under `gpuprobe run` (ITERS iterations of two
+# kernels, synchronised), and checks from the file exporter's traces that:
+#   - the output is identical to the plain run;
+#   - there is one launch span per launch (2 x ITERS);
+#   - the launches with device phases are exactly those whose launch id is a
+#     multiple of N (the shim gave the others launch id 0);
+#   - the others carry cuda.launch.probed = false.
+# Exits 1 on a failed check. Environment: NVCC, N, ITERS (default 40),
+# SAMPLING_OUT (default build/gpu-sampling).
+set -uo pipefail
+export GPUPROBE_PATCH=1
+cd "$(dirname "$0")/.."
+out=${SAMPLING_OUT:-$PWD/build/gpu-sampling}
+n=${N:-4}
+iters=${ITERS:-40}
+mkdir -p "$out"
+rm -f "$out/traces.json"
+"${NVCC:-nvcc}" -O3 -cudart shared -gencode arch=compute_90,code=compute_90 -o "$out/vectoradd" testdata/cuda/shim/vectoradd.cu >"$out/nvcc.txt" 2>&1 ||
+	{ echo "gpu-sampling: nvcc failed: $(tail -3 "$out/nvcc.txt")"; exit 1; }
+cat >"$out/config.yaml" <<EOF
+receivers:
+  gpuprobe:
+    agent:
+      socket: $out/agent.sock
+    probes:
+      kernel_phases: true
+    sampling:
+      device_one_in: $n
+    poll_interval: 5ms
+exporters:
+  file/traces:
+    path: $out/traces.json
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    traces:
+      receivers: [gpuprobe]
+      exporters: [file/traces]
+EOF
+rm -f "$out/agent.sock"
+bin/otelcol-gpuprobe --config "$out/config.yaml" >"$out/collector.log" 2>&1 &
+col=$!
+for _ in $(seq 200); do [[ -S $out/agent.sock ]] && break; sleep 0.05; done
+[[ -S $out/agent.sock ]] || { echo "gpu-sampling: collector did not start (see $out/collector.log)"; kill "$col"; exit 1; }
+"$out/vectoradd" sync "$iters" >"$out/plain.txt" 2>&1
+timeout 120 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/vectoradd" sync "$iters" >"$out/shim.txt" 2>"$out/shim.err"
+rc=$?
+sleep 1.5 # the receiver's grace and poll
+kill -TERM "$col"
+wait "$col"
+status=0
+if [[ $rc != 0 ]] || ! cmp -s "$out/plain.txt" "$out/shim.txt"; then
+	echo "gpu-sampling: FAIL: app rc $rc or output differs (diff $out/plain.txt $out/shim.txt)"
+	status=1
+fi
+python3 - "$out/traces.json" "$n" "$((2 * iters))" <<'PY' || status=1
+import json, sys
+path, n, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+spans, children = [], {}
+for line in open(path):
+    for rs in json.loads(line).get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for s in ss.get("spans", []):
+                at = {a["key"]: a["value"] for a in s.get("attributes", [])}
+                spans.append((s, at))
+                children.setdefault(s.get("parentSpanId"), []).append(s["name"])
+launches = [(s, at) for s, at in spans if "cuda.launch.id" in at and "cuda.api.category" not in at]
+phased = {int(at["cuda.launch.id"]["intValue"]) for s, at in launches if "cuda.executing" in children.get(s["spanId"], [])}
+unprobed = {int(at["cuda.launch.id"]["intValue"]) for s, at in launches
+            if at.get("cuda.launch.probed", {}).get("boolValue") is False}
+ids = {int(at["cuda.launch.id"]["intValue"]) for s, at in launches}
+ok = len(launches) == want and phased == {i for i in ids if i % n == 0} and unprobed == ids - phased
+print("gpu-sampling: device_one_in %d: %d launch spans (want %d), %d with device phases (ids multiple of %d: %s), %d marked unprobed: %s"
+      % (n, len(launches), want, len(phased), n, all(i % n == 0 for i in phased), len(unprobed), "1 passed, 0 failed" if ok else "0 passed, 1 failed"))
+sys.exit(0 if ok else 1)
+PY
+exit $status
