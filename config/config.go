@@ -78,9 +78,9 @@ type SamplingConfig struct {
 	// still count every launch.
 	MinDuration time.Duration `mapstructure:"min_duration"`
 	// DeviceOneIn runs the device probes of patched kernels in one launch
-	// in DeviceOneIn (the shim passes launch id 0, which every probe of a
-	// built-in set and kernel_phases take as "skip", to the others): the
-	// average cost of kernel_phases on a launch falls to about 1/N of its
+	// in DeviceOneIn: the shim passes launch id 0 to the others, and the
+	// kernels are patched to jump over every probe site when the id is 0,
+	// so the probes' average cost on a launch falls to about 1/N of their
 	// cost on a probed launch. Launches of CUDA graphs are always probed.
 	// Device windows, phases and execution-time metrics then come from the
 	// probed launches; launch counts and host timings from all.

@@ -42,6 +42,11 @@ type Options struct {
 	// NoInline calls entry and exit programs as .func calls instead of
 	// splicing their bodies into the kernel (inline.go).
 	NoInline bool
+	// SkipUnidentified skips every probe site (entry, exit, memcapture)
+	// of a launch whose launch id is 0, which the shim passes to the
+	// launches sampling::device_one_in leaves out: they run the kernel's
+	// own code and a branch per site. LaunchIDParam mode only.
+	SkipUnidentified bool
 	// PTX are the code generation options of the programs (PidTgid,
 	// LoopBudget, HostCallTimeout, AssumeAligned, Comments). Arch and
 	// Prefix are set by the injector.

@@ -40,6 +40,9 @@ func programSets() []programSet {
 			return retarget(all, "*")
 		}, Options{}},
 		{"threadhist on vectorAdd only", func(t *testing.T) []*jit.Program { return bpfObject(t, "threadhist") }, Options{Kernels: []string{vec}}},
+		{"kernel_phases, kernelretsnoop and memcount skipped without a launch id", func(t *testing.T) []*jit.Program {
+			return append(append(kernelPhases(t), retarget(bpfObject(t, "kernelretsnoop"), "*")...), bpfObject(t, "memcount")...)
+		}, Options{SkipUnidentified: true, Generic: true}},
 	}
 }
 

@@ -203,3 +203,47 @@ func TestLaunchParam(t *testing.T) {
 		})
 	}
 }
+
+// TestSkipUnidentified: with Options.SkipUnidentified every probe site of a
+// patched kernel (the entry probes, the exit block, each memcapture site)
+// is jumped over when the launch id is 0; without it there is no such
+// guard. ptxas assembles both (TestInjectPtxas).
+func TestSkipUnidentified(t *testing.T) {
+	progs := append(append(kernelPhases(t), retarget(bpfObject(t, "kernelretsnoop"), "*")...), bpfObject(t, "memcount")...)
+	for _, skip := range []bool{true, false} {
+		out, rep, err := Inject(samplePTX(t, "vectoradd", "sm_90"), progs, Options{SkipUnidentified: skip, Generic: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range rep.Kernels {
+			body := funcText(t, parse(t, out), k.Name)
+			want := map[string]int{
+				"setp.eq.u64 " + regNoID + ", " + regLaunch + ", 0;": 1,
+				"@" + regNoID + " bra " + skipEntry + ";":           1,
+				skipEntry + ":":                                     1,
+				"@" + regNoID + " bra " + skipExit + ";":            1,
+				skipExit + ":":                                      1,
+			}
+			for line, n := range want {
+				if !skip {
+					n = 0
+				}
+				if got := strings.Count(body, line); got != n {
+					t.Errorf("skip %v: kernel %s: %q %d times, want %d", skip, k.Name, line, got, n)
+				}
+			}
+			memGuards := strings.Count(body, "@"+regNoID+" bra "+skipLabelP)
+			if want := map[bool]int{true: k.MemSites, false: 0}[skip]; memGuards != want || (skip && k.MemSites == 0) {
+				t.Errorf("skip %v: kernel %s: %d memcapture guards for %d sites", skip, k.Name, memGuards, k.MemSites)
+			}
+			// The guard comes before the first entry probe and after the
+			// launch id is loaded.
+			if skip {
+				ld, guard, first := strings.Index(body, "ld.param.u64 "+regLaunch), strings.Index(body, "bra "+skipEntry), strings.Index(body, "// gpuprobe: kernel_phases")
+				if ld < 0 || guard < ld || first < guard {
+					t.Errorf("kernel %s: launch id load at %d, entry guard at %d, first probe at %d", k.Name, ld, guard, first)
+				}
+			}
+		}
+	}
+}

@@ -21,6 +21,9 @@ const (
 	memCtxVar  = "gpuprobe_memctx" // .local .b8[16]: the memcapture context
 	exitLabel  = "$gpuprobe_exit"  // the common exit block
 	skipLabelP = "$gpuprobe_ms"    // + n: skips a memcapture call
+	regNoID    = "%gpuprobe_noid"  // .pred: the launch id is 0 (Options.SkipUnidentified)
+	skipEntry  = "$gpuprobe_se"    // past the entry probes
+	skipExit   = "$gpuprobe_sx"    // past the exit probes
 )
 
 // probeCall is one program called at a probe point.
@@ -153,8 +156,18 @@ func (s *splicer) patchKernel(f *ptxmod.Func, k *kernelPlan) (KernelReport, erro
 	} else {
 		fmt.Fprintf(&top, "\tmov.u64 %s, 0;\n", regLaunch)
 	}
+	skip := s.opts.SkipUnidentified && s.opts.LaunchID == LaunchIDParam
+	if skip {
+		fmt.Fprintf(&top, "\t.reg .pred %s;\n\tsetp.eq.u64 %s, %s, 0;\n", regNoID, regNoID, regLaunch)
+	}
+	if skip && len(k.entry) > 0 {
+		fmt.Fprintf(&top, "\t@%s bra %s;\n", regNoID, skipEntry)
+	}
 	for _, c := range k.entry {
 		s.call(&top, c, "0", "0")
+	}
+	if skip && len(k.entry) > 0 {
+		top.WriteString(skipEntry + ":\n")
 	}
 	top.WriteString("\t// gpuprobe: end\n")
 	if err := s.m.InsertTop(f, top.String()); err != nil {
@@ -166,7 +179,7 @@ func (s *splicer) patchKernel(f *ptxmod.Func, k *kernelPlan) (KernelReport, erro
 			if !(a.Global() || (s.opts.Generic && a.Generic())) {
 				continue
 			}
-			if err := s.memSite(a, k.mem); err != nil {
+			if err := s.memSite(a, k.mem, skip); err != nil {
 				return kr, err
 			}
 			kr.MemSites++
@@ -187,8 +200,14 @@ func (s *splicer) patchKernel(f *ptxmod.Func, k *kernelPlan) (KernelReport, erro
 		}
 		var b strings.Builder
 		b.WriteString(exitLabel + ":\n\t// gpuprobe: exit probes\n")
+		if skip {
+			fmt.Fprintf(&b, "\t@%s bra %s;\n", regNoID, skipExit)
+		}
 		for _, c := range k.exit {
 			s.call(&b, c, "0", "0")
+		}
+		if skip {
+			b.WriteString(skipExit + ":\n")
 		}
 		b.WriteString("\tret;\n")
 		s.m.Insert(f.BodyClose, b.String())
@@ -197,8 +216,9 @@ func (s *splicer) patchKernel(f *ptxmod.Func, k *kernelPlan) (KernelReport, erro
 }
 
 // memSite computes the access's address before it and calls the
-// memcapture programs after it, under the access's own guard.
-func (s *splicer) memSite(a ptxmod.MemAccess, calls []probeCall) error {
+// memcapture programs after it, under the access's own guard (and, with
+// noID, not in a launch whose id is 0).
+func (s *splicer) memSite(a ptxmod.MemAccess, calls []probeCall, noID bool) error {
 	st := a.Stmt
 	line, col := st.Line, st.Col
 	if a.Addr.Kind != ptxmod.OperandAddress || a.Addr.Base == "" {
@@ -216,6 +236,10 @@ func (s *splicer) memSite(a ptxmod.MemAccess, calls []probeCall) error {
 	var after strings.Builder
 	after.WriteString("\t// gpuprobe: memcapture\n")
 	jumps := false
+	if noID {
+		fmt.Fprintf(&after, "\t@%s bra %s;\n", regNoID, skip)
+		jumps = true
+	}
 	if st.Guard != "" {
 		neg := "!"
 		if st.GuardNot {

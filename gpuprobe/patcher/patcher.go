@@ -37,11 +37,12 @@ type Options struct {
 	// (shm/doc.go); a ring's binding then needs its device block.
 	RingDevice bool
 	// DeviceOneIn goes into every PATCHED answer: the shim gives 1 launch
-	// in N of the patched kernels its launch id, the others 0 (probes that
-	// check the id, kernel_phases' among them, skip those); 0 or 1: all.
+	// in N of the patched kernels its launch id, the others 0; with N > 1
+	// the kernels are patched with inject.Options.SkipUnidentified, so no
+	// probe runs in those. 0 or 1: all launches.
 	DeviceOneIn uint32
-	// Inject are further injection options (Arch, RaiseTarget, LaunchID
-	// and PTX.RingDevice are set by the patcher).
+	// Inject are further injection options (Arch, RaiseTarget, LaunchID,
+	// SkipUnidentified and PTX.RingDevice are set by the patcher).
 	Inject inject.Options
 	// CacheEntries and CacheBytes bound the injection cache (defaults 256
 	// entries, 256 MiB).
@@ -159,6 +160,8 @@ func (p *Patcher) Patch(req *agent.PatchRequest, bind Binder) (*agent.Patched, e
 	opts.RaiseTarget = true
 	opts.LaunchID = inject.LaunchIDParam
 	opts.PTX.RingDevice = p.opts.RingDevice
+	// Launches left out by device sampling run no probe at all.
+	opts.SkipUnidentified = p.opts.DeviceOneIn > 1
 	out, rep, err := p.inj.Inject(text, p.opts.Programs, opts)
 	if errors.Is(err, inject.ErrNoKernel) {
 		return nil, noPatch(agent.NoPatchNoKernel, "%v", err)

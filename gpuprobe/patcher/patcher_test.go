@@ -206,6 +206,32 @@ func TestPatchCached(t *testing.T) {
 	}
 }
 
+// TestPatchDeviceSampling: with DeviceOneIn > 1 the answer carries it and
+// the kernels are patched to skip every probe site in a launch whose id
+// is 0; with 1 neither.
+func TestPatchDeviceSampling(t *testing.T) {
+	progs, err := probes.Load(probes.KernelPhases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := build(t, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
+	for _, n := range []uint32{1, 8} {
+		p, err := New(Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly, MaxThreads: 4096,
+			RingDevice: probes.KernelPhasesRingDevice, DeviceOneIn: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := p.Patch(&agent.PatchRequest{Arch: 90, Image: img}, ringBinder(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		guarded := strings.Contains(string(a.Image), "setp.eq.u64 %gpuprobe_noid, %gpuprobe_lid, 0;")
+		if a.DeviceOneIn != n || guarded != (n > 1) {
+			t.Errorf("device_one_in %d: answer's %d, launch-id guard %v", n, a.DeviceOneIn, guarded)
+		}
+	}
+}
+
 // launchlate builds testdata/bpf/launchlate.c with clang and returns its GPU
 // program (it reads the kernel map launch_clock and calls
 // bpf_ktime_get_ns).
