@@ -219,10 +219,10 @@ func TestSkipUnidentified(t *testing.T) {
 			body := funcText(t, parse(t, out), k.Name)
 			want := map[string]int{
 				"setp.eq.u64 " + regNoID + ", " + regLaunch + ", 0;": 1,
-				"@" + regNoID + " bra " + skipEntry + ";":           1,
-				skipEntry + ":":                                     1,
-				"@" + regNoID + " bra " + skipExit + ";":            1,
-				skipExit + ":":                                      1,
+				"@" + regNoID + " bra " + skipEntry + ";":            1,
+				skipEntry + ":":                          1,
+				"@" + regNoID + " bra " + skipExit + ";": 1,
+				skipExit + ":":                           1,
 			}
 			for line, n := range want {
 				if !skip {
