@@ -7,8 +7,10 @@
 # kernels, synchronised), and checks from the file exporter's traces that:
 #   - the output is identical to the plain run;
 #   - there is one launch span per launch (2 x ITERS);
-#   - the launches with device phases are exactly those whose launch id is a
-#     multiple of N (the shim gave the others launch id 0);
+#   - the launches with device phases are exactly those whose launch id the
+#     shim's sampling keeps (gp_sample_keep in shim/src/wrap_launch.c: the
+#     high half of the id's splitmix64 mix is a multiple of N; the others
+#     got launch id 0), and each of the two kernels has some;
 #   - the others carry cuda.launch.probed = false.
 # Exits 1 on a failed check. Environment: NVCC, N, ITERS (default 40),
 # SAMPLING_OUT (default build/gpu-sampling).
@@ -72,13 +74,21 @@ for line in open(path):
                 spans.append((s, at))
                 children.setdefault(s.get("parentSpanId"), []).append(s["name"])
 launches = [(s, at) for s, at in spans if "cuda.launch.id" in at and "cuda.api.category" not in at]
-phased = {int(at["cuda.launch.id"]["intValue"]) for s, at in launches if "cuda.executing" in children.get(s["spanId"], [])}
-unprobed = {int(at["cuda.launch.id"]["intValue"]) for s, at in launches
-            if at.get("cuda.launch.probed", {}).get("boolValue") is False}
-ids = {int(at["cuda.launch.id"]["intValue"]) for s, at in launches}
-ok = len(launches) == want and phased == {i for i in ids if i % n == 0} and unprobed == ids - phased
-print("gpu-sampling: device_one_in %d: %d launch spans (want %d), %d with device phases (ids multiple of %d: %s), %d marked unprobed: %s"
-      % (n, len(launches), want, len(phased), n, all(i % n == 0 for i in phased), len(unprobed), "1 passed, 0 failed" if ok else "0 passed, 1 failed"))
+M = (1 << 64) - 1
+def keep(i):  # the shim's gp_sample_keep
+    i ^= i >> 30; i = (i * 0xbf58476d1ce4e5b9) & M
+    i ^= i >> 27; i = (i * 0x94d049bb133111eb) & M
+    i ^= i >> 31
+    return (i >> 32) % n == 0
+lid = lambda at: int(at["cuda.launch.id"]["intValue"])
+phased = {lid(at) for s, at in launches if "cuda.executing" in children.get(s["spanId"], [])}
+unprobed = {lid(at) for s, at in launches if at.get("cuda.launch.probed", {}).get("boolValue") is False}
+ids = {lid(at) for s, at in launches}
+kernels = {s["name"] for s, at in launches if lid(at) in phased}
+ok = len(launches) == want and phased == {i for i in ids if keep(i)} and unprobed == ids - phased and len(kernels) == 2
+print("gpu-sampling: device_one_in %d: %d launch spans (want %d), %d with device phases (the ids the shim keeps: %s; kernels %s), %d marked unprobed: %s"
+      % (n, len(launches), want, len(phased), phased == {i for i in ids if keep(i)}, sorted(kernels), len(unprobed),
+         "1 passed, 0 failed" if ok else "0 passed, 1 failed"))
 sys.exit(0 if ok else 1)
 PY
 exit $status

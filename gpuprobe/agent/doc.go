@@ -133,8 +133,9 @@
 //	  0  u32  id          the request's id
 //	  4  u32  kernels     number of kernel descriptors
 //	  8  u32  globals     number of global descriptors
-//	 12  u32  device_one_in  launch ids in one launch in N (id % N == 0); 0 to
-//	                      the others, whose probes skip them; 0 or 1: all
+//	 12  u32  device_one_in  the shim keeps the launch id of one launch in N
+//	                      (gp_sample_keep: a hash of the id); 0 to the
+//	                      others, whose probes skip them; 0 or 1: all
 //	 16  u64  image_size
 //	 24  ...  kernels descriptors, then globals descriptors
 //

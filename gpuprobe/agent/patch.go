@@ -99,8 +99,8 @@ type Patched struct {
 	Kernels []PatchedKernel // the patched kernels, in module order
 	Globals []PatchedGlobal // the globals to set before the first launch
 	// DeviceOneIn: the shim gives a launch of these kernels its launch id
-	// in one launch in DeviceOneIn (id % DeviceOneIn == 0) and launch id 0
-	// to the others, which the probes skip; 0 and 1 mean every launch.
+	// in one launch in DeviceOneIn (chosen by a hash of the id) and launch
+	// id 0 to the others, which the probes skip; 0 and 1 mean every launch.
 	DeviceOneIn uint32
 }
 

@@ -176,6 +176,21 @@ static __thread uint64_t gp_xbuf[GP_XBUF / 8];
 static __thread size_t gp_xsize;
 static __thread void *gp_xextra[5];
 
+/* gp_sample_keep: whether launch id keeps its id under device sampling 1 in
+ * n. The id is mixed first (splitmix64's finaliser, high half: its low bits
+ * are biased for small ids): ids are consecutive per thread, and a loop that
+ * launches k kernels in turn would otherwise probe only the kernels at the
+ * positions that id % n picks. */
+static inline int gp_sample_keep(uint64_t id, uint32_t n)
+{
+	id ^= id >> 30;
+	id *= 0xbf58476d1ce4e5b9ull;
+	id ^= id >> 27;
+	id *= 0x94d049bb133111ebull;
+	id ^= id >> 31;
+	return (id >> 32) % n == 0;
+}
+
 /* gp_patch_args_slow rewrites *params or *extra of a launch of f when f is
  * a patched kernel: its hidden parameter gets the launch id. It returns
  * GP_LAUNCH_F_UNPROBED unless it did (the launch then runs no probe). */
@@ -189,11 +204,11 @@ static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_
 	if (pf == NULL)
 		return GP_LAUNCH_F_UNPROBED;
 	/* Device sampling: launch id 0, which the probes skip, to all but one
-	 * launch in one_in. A launch captured into a graph keeps its id: every
-	 * replay of its node runs with it. */
+	 * launch in one_in (gp_sample_keep). A launch captured into a graph
+	 * keeps its id: every replay of its node runs with it. */
 	uint32_t fl = 0;
 	gp_plid = id;
-	if (GP_UNLIKELY(pf->one_in > 1) && id % pf->one_in != 0 && !gp_captured(stream))
+	if (GP_UNLIKELY(pf->one_in > 1) && !gp_sample_keep(id, pf->one_in) && !gp_captured(stream))
 		gp_plid = 0, fl = GP_LAUNCH_F_UNPROBED;
 	if (*params != NULL || (*extra == NULL && pf->index == 0)) {
 		void **in = *params;
