@@ -29,33 +29,8 @@ app=$out/graph
 "$app" "$replays" >"$out/plain.txt" 2>&1 || { echo "gpu-graph-spans: plain run failed"; exit 1; }
 
 sock=$out/agent.sock
-rm -f "$sock" "$out/traces.json"
-cat >"$out/config.yaml" <<CFG
-receivers:
-  gpuprobe:
-    agent:
-      socket: $sock
-    probes:
-      kernel_phases: true
-    host_probes:
-      enabled: false
-    poll_interval: 5ms
-exporters:
-  file/traces:
-    path: $out/traces.json
-service:
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    traces:
-      receivers: [gpuprobe]
-      exporters: [file/traces]
-CFG
-bin/otelcol-gpuprobe --config "$out/config.yaml" >"$out/collector.log" 2>&1 &
-col=$!
-for _ in $(seq 200); do [[ -S $sock ]] && break; sleep 0.05; done
-[[ -S $sock ]] || { echo "gpu-graph-spans: collector did not start (see $out/collector.log)"; kill "$col"; exit 1; }
+. scripts/lib-collector.sh
+start_traces_collector "$out" || { echo "gpu-graph-spans: collector did not start (see $out/collector.log)"; exit 1; }
 timeout 120 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so -- "$app" "$replays" >"$out/shim.txt" 2>"$out/shim.err"
 rc=$?
 sleep 2.5 # the completion grace and a poll

@@ -21,36 +21,11 @@ out=${SAMPLING_OUT:-$PWD/build/gpu-sampling}
 n=${N:-4}
 iters=${ITERS:-40}
 mkdir -p "$out"
-rm -f "$out/traces.json"
 "${NVCC:-nvcc}" -O3 -cudart shared -gencode arch=compute_90,code=compute_90 -o "$out/vectoradd" testdata/cuda/shim/vectoradd.cu >"$out/nvcc.txt" 2>&1 ||
 	{ echo "gpu-sampling: nvcc failed: $(tail -3 "$out/nvcc.txt")"; exit 1; }
-cat >"$out/config.yaml" <<EOF
-receivers:
-  gpuprobe:
-    agent:
-      socket: $out/agent.sock
-    probes:
-      kernel_phases: true
-    sampling:
-      device_one_in: $n
-    poll_interval: 5ms
-exporters:
-  file/traces:
-    path: $out/traces.json
-service:
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    traces:
-      receivers: [gpuprobe]
-      exporters: [file/traces]
-EOF
-rm -f "$out/agent.sock"
-bin/otelcol-gpuprobe --config "$out/config.yaml" >"$out/collector.log" 2>&1 &
-col=$!
-for _ in $(seq 200); do [[ -S $out/agent.sock ]] && break; sleep 0.05; done
-[[ -S $out/agent.sock ]] || { echo "gpu-sampling: collector did not start (see $out/collector.log)"; kill "$col"; exit 1; }
+. scripts/lib-collector.sh
+start_traces_collector "$out" "$(printf '    sampling:\n      device_one_in: %d' "$n")" ||
+	{ echo "gpu-sampling: collector did not start (see $out/collector.log)"; exit 1; }
 "$out/vectoradd" sync "$iters" >"$out/plain.txt" 2>&1
 timeout 120 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/vectoradd" sync "$iters" >"$out/shim.txt" 2>"$out/shim.err"
 rc=$?

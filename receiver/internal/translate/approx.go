@@ -475,23 +475,28 @@ func (t *Translator) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool
 // emitApprox emits launch ol, closed by sync, with its approximate kernel
 // span (graph span for a graph launch).
 func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall) {
-	if ol.call.rec.API.Category() == record.HostCatGraphLaunch {
-		t.emitApproxGraph(p, ol, sync)
-		return
+	r := &ol.call.rec
+	graph := r.API.Category() == record.HostCatGraphLaunch
+	if graph {
+		t.counters.ApproxGraphs++
+	} else {
+		t.counters.ApproxSpans++
 	}
-	t.counters.ApproxSpans++
-	if !sampled(srcKey{p.pid, ol.call.rec.EnterNS}, t.o.SampleOneIn) {
+	if !sampled(srcKey{p.pid, r.EnterNS}, t.o.SampleOneIn) {
 		return
 	}
 	ss := t.spansOf(p.pid)
 	tr := otelid.NewTraceID()
-	r := &ol.call.rec
+	name := ol.kernel.name
+	if graph {
+		name = "cuda.graph"
+	}
 	parent := t.emitTree(ss, ol.call, tr, pcommon.SpanID{}, ol.kernel.name)
 	sp := ss.AppendEmpty()
 	sp.SetTraceID(tr)
 	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetParentSpanID(parent)
-	sp.SetName(ol.kernel.name)
+	sp.SetName(name)
 	sp.SetKind(ptrace.SpanKindInternal)
 	start := t.mono(r.EnterNS)
 	sp.SetStartTimestamp(start)
@@ -499,44 +504,20 @@ func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCa
 	t.nSpans++
 	a := sp.Attributes()
 	a.EnsureCapacity(14)
-	a.PutStr("code.function.name", ol.kernel.name)
-	if ol.kernel.mangled != "" {
-		a.PutStr("cuda.kernel.mangled_name", ol.kernel.mangled)
+	if graph {
+		a.PutInt("cuda.graph.exec", int64(r.Args[0]))
+		a.PutInt("cuda.stream", int64(r.Args[5]))
+		a.PutBool("cuda.graph.approximate", true)
+		a.PutStr("cuda.graph.approximate.closed_by", sync.API.String())
+	} else {
+		a.PutStr("code.function.name", ol.kernel.name)
+		if ol.kernel.mangled != "" {
+			a.PutStr("cuda.kernel.mangled_name", ol.kernel.mangled)
+		}
+		a.PutBool("cuda.kernel.approximate", true)
+		a.PutStr("cuda.kernel.approximate.closed_by", sync.API.String())
+		putLaunchArgs(a, r)
 	}
-	a.PutBool("cuda.kernel.approximate", true)
-	a.PutStr("cuda.kernel.approximate.closed_by", sync.API.String())
-	putLaunchArgs(a, r)
-	a.PutInt("process.pid", int64(r.PID))
-	a.PutInt("thread.id", int64(r.TID))
-}
-
-// emitApproxGraph emits graph launch ol, closed by sync, with its
-// approximate cuda.graph span.
-func (t *Translator) emitApproxGraph(p *hostProc, ol *openLaunch, sync *record.HostCall) {
-	t.counters.ApproxGraphs++
-	if !sampled(srcKey{p.pid, ol.call.rec.EnterNS}, t.o.SampleOneIn) {
-		return
-	}
-	ss := t.spansOf(p.pid)
-	tr := otelid.NewTraceID()
-	r := &ol.call.rec
-	parent := t.emitTree(ss, ol.call, tr, pcommon.SpanID{}, "")
-	sp := ss.AppendEmpty()
-	sp.SetTraceID(tr)
-	sp.SetSpanID(otelid.NewSpanID())
-	sp.SetParentSpanID(parent)
-	sp.SetName("cuda.graph")
-	sp.SetKind(ptrace.SpanKindInternal)
-	start := t.mono(r.EnterNS)
-	sp.SetStartTimestamp(start)
-	sp.SetEndTimestamp(max(start, t.mono(sync.ExitNS)))
-	t.nSpans++
-	a := sp.Attributes()
-	a.EnsureCapacity(6)
-	a.PutInt("cuda.graph.exec", int64(r.Args[0]))
-	a.PutInt("cuda.stream", int64(r.Args[5]))
-	a.PutBool("cuda.graph.approximate", true)
-	a.PutStr("cuda.graph.approximate.closed_by", sync.API.String())
 	a.PutInt("process.pid", int64(r.PID))
 	a.PutInt("thread.id", int64(r.TID))
 }
