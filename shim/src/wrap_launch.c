@@ -264,13 +264,14 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	if (ring == NULL)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH));
 	uint64_t id = gp_next_launch_id();
-	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, gp_stream(s, st));
+	uint64_t stream = gp_stream(s, st);
+	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
 	gp_stamp_end(&ts);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
-			 by, bz, shmem, gp_stream(s, st), r, gp_rec_device());
+			 by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
 	return r;
 }
@@ -289,14 +290,15 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	if (ring == NULL || cfg == NULL)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH_EX));
 	uint64_t id = gp_next_launch_id();
-	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, gp_stream(s, cfg->hStream));
+	uint64_t stream = gp_stream(s, cfg->hStream);
+	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
 	gp_stamp_end(&ts);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX | fl, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
-			 cfg->sharedMemBytes, gp_stream(s, cfg->hStream), r, gp_rec_device());
+			 cfg->sharedMemBytes, stream, r, gp_rec_device());
 	GP_ST_END(1);
 	return r;
 }
@@ -318,13 +320,14 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH_COOP));
 	uint64_t id = gp_next_launch_id();
 	void **extra = NULL;
-	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, gp_stream(s, st));
+	uint64_t stream = gp_stream(s, st);
+	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));
 	gp_stamp_end(&ts);
 	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx,
-			 gy, gz, bx, by, bz, shmem, gp_stream(s, st), r, gp_rec_device());
+			 gy, gz, bx, by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
 	return r;
 }
