@@ -14,7 +14,9 @@
 #     first and from the cache, plus the patched module's load (driver JIT;
 #     CUDA_CACHE_DISABLE=1, so every load compiles) minus the original's.
 #  2. Shim host cost per launch: scripts/gpu-launch-cost.sh (plain / shim
-#     forwarding / shim recording, interleaved rounds, medians).
+#     forwarding / shim recording, interleaved rounds, medians; the target
+#     is checked on its ab figure, the same process launching through the
+#     shim and around it).
 # Prints the tables and the targets; writes $out/bench.csv and
 # $out/launch-cost.txt (copied to $OUT when set). Exit non-zero only when a
 # step failed to run (a missed target is reported, not an error).
@@ -74,9 +76,13 @@ fi
 if [[ ,$parts, == *,launch,* ]]; then
 	echo
 	if OUT_DIR=$out/launch-cost ROUNDS=${LAUNCH_ROUNDS:-5} N=${LAUNCH_N:-100000} bash scripts/gpu-launch-cost.sh >"$out/launch-cost.txt" 2>&1; then
-		tail -6 "$out/launch-cost.txt"
+		tail -12 "$out/launch-cost.txt"
+		# The target's figure: the in-process difference (ab), which
+		# carries no process-to-process spread; the cudart table's
+		# recording - plain beside it.
+		ab=$(awk '$1 == "ab-recording" {print $4}' "$out/launch-cost.txt")
 		rec=$(awk '$1 == "recording" {print $3}' "$out/launch-cost.txt")
-		[[ -n $rec ]] && awk -v r="$rec" 'BEGIN { printf "  shim host cost per launch (recording - plain) <= 100 ns: %+.1f ns %s\n", r, (r <= 100 ? "met" : "MISSED") }'
+		[[ -n $ab ]] && awk -v a="$ab" -v r="${rec:-nan}" 'BEGIN { printf "  shim host cost per launch (driver API, same process) <= 100 ns: %+.1f ns %s (cudart, recording - plain across processes: %+.1f ns)\n", a, (a <= 100 ? "met" : "MISSED"), r }'
 	else
 		echo "gpu-bench: gpu-launch-cost.sh failed: $(tail -3 "$out/launch-cost.txt")" >&2
 		status=1

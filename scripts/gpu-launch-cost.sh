@@ -3,7 +3,7 @@
 # real driver (issue 4: <= 100 ns). On the GPU machine, from prebuilt
 # bin/gpuprobe and bin/libgpuprobe.so; needs nvcc.
 #
-# It builds a micro-benchmark (written below into $out/launchbench.cu) that
+# It builds a micro-benchmark (testdata/cuda/bench/launchbench.cu) that
 # launches an empty kernel in bursts of BURST launches, timing only the
 # launch calls and waiting for the GPU between bursts (not timed), so the
 # driver's queue never fills and the figure is the host's enqueue cost, not
@@ -32,6 +32,15 @@
 # and post-call parts): a direct figure, free of the driver's jitter that
 # the end-to-end difference carries. The last table is the cudart one: its
 # "recording" row's third field is the added cost gpu-bench.sh checks.
+# A last configuration, ab, measures the driver-API path inside one process:
+# launchbench's ab mode, recording under the shim, launches in alternating
+# bursts through cuLaunchKernel as linked (the shim's wrapper) and through
+# libcuda's own entry (found in its symbol table), and prints the
+# difference per launch. Both paths share the process, the driver's state
+# and the caches, so the difference carries none of the process-to-process
+# spread (hundreds of ns) of the end-to-end rows; the table gives its median
+# over rounds and range, and the script checks that the collector received
+# exactly the launches made through the shim.
 # With BASE_SHIM (and BASE_STSHIM) set to another build of the shim (say,
 # the last commit's, to measure a change), two more configurations run in
 # the same rounds: base-recording and base-selftime, and the table gives
@@ -63,109 +72,9 @@ for f in "$gp" "$shim"; do
 	[[ -e $f ]] || { echo "gpu-launch-cost: $f missing (make bin/gpuprobe bin/libgpuprobe.so)"; exit 1; }
 done
 
-cat >"$out/launchbench.cu" <<'EOF'
-// launchbench: host cost of a kernel launch, without queue back-pressure.
-//   launchbench cudart|driver N BURST   N launches of an empty kernel in
-//                                       bursts of BURST, only the launch
-//                                       calls timed; prints ns_per_launch
-//   launchbench facts                   cuCtxGetDevice, rdtsc and
-//                                       clock_gettime costs
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
-#include <cuda.h>
-#include <cuda_runtime.h>
-#include <x86intrin.h>
-
-__global__ void empty() {}
-
-static double now_ns()
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-#define CHECK(x)                                                                   \
-	do {                                                                       \
-		long e_ = (long)(x);                                               \
-		if (e_ != 0) {                                                     \
-			fprintf(stderr, "%s:%d: %s failed: %ld\n", __FILE__, __LINE__, #x, e_); \
-			return 1;                                                  \
-		}                                                                  \
-	} while (0)
-
-int main(int argc, char **argv)
-{
-	const char *mode = argc > 1 ? argv[1] : "cudart";
-	long n = argc > 2 ? atol(argv[2]) : 100000, burst = argc > 3 ? atol(argv[3]) : 32;
-	if (n < 1 || burst < 1 || burst > n) {
-		fprintf(stderr, "usage: launchbench cudart|driver|facts [N BURST], 1 <= BURST <= N\n");
-		return 2;
-	}
-	CHECK(cudaFree(0)); // context
-	CUfunction f;
-	CHECK(cudaGetFuncBySymbol(&f, (const void *)empty));
-	if (strcmp(mode, "facts") == 0) {
-		const long k = 1000000;
-		CUdevice d;
-		double t0 = now_ns();
-		for (long i = 0; i < k; i++)
-			CHECK(cuCtxGetDevice(&d));
-		double t1 = now_ns();
-		volatile unsigned long long s = 0;
-		for (long i = 0; i < k; i++)
-			s += __rdtsc();
-		double t2 = now_ns();
-		for (long i = 0; i < k; i++) {
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			s += ts.tv_nsec;
-		}
-		double t3 = now_ns();
-		printf("facts: cuCtxGetDevice_ns=%.1f rdtsc_ns=%.1f clock_gettime_ns=%.1f\n", (t1 - t0) / k,
-		       (t2 - t1) / k, (t3 - t2) / k);
-		return 0;
-	}
-	int driver = strcmp(mode, "driver") == 0;
-	if (!driver && strcmp(mode, "cudart") != 0) {
-		fprintf(stderr, "launchbench: unknown mode %s\n", mode);
-		return 2;
-	}
-	for (int i = 0; i < 1000; i++) { // warm up: first-call paths, the shim's handshake
-		if (driver)
-			CHECK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, 0, NULL, NULL));
-		else
-			empty<<<1, 32>>>();
-		if (i % burst == burst - 1)
-			CHECK(cudaDeviceSynchronize());
-	}
-	CHECK(cudaDeviceSynchronize());
-	double launch = 0;
-	long done = 0;
-	while (done < n) {
-		long m = n - done < burst ? n - done : burst;
-		double t0 = now_ns();
-		if (driver)
-			for (long i = 0; i < m; i++)
-				cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, 0, NULL, NULL);
-		else
-			for (long i = 0; i < m; i++)
-				empty<<<1, 32>>>();
-		launch += now_ns() - t0;
-		done += m;
-		CHECK(cudaDeviceSynchronize()); // not timed: the queue drains
-	}
-	CHECK(cudaGetLastError());
-	printf("bench: mode=%s launches=%ld burst=%ld ns_per_launch=%.1f\n", mode, n, burst, launch / n);
-	printf("app: launches=%ld\n", n + 1000);
-	return 0;
-}
-EOF
 
 stubs=$(dirname "$nvcc")/../lib64/stubs
-"$nvcc" -O2 -arch=native -o "$out/launchbench" "$out/launchbench.cu" -L"$stubs" -lcuda >"$out/build.log" 2>&1 ||
+"$nvcc" -O2 -arch=native -o "$out/launchbench" testdata/cuda/bench/launchbench.cu -L"$stubs" -lcuda >"$out/build.log" 2>&1 ||
 	{ echo "nvcc failed: $(tail -3 "$out/build.log")"; exit 1; }
 
 pin=() pin2=()
@@ -187,6 +96,9 @@ modes=(driver cudart)
 for m in "${modes[@]}"; do
 	for c in plain forward recording selftime self base-recording base-selftime base-self; do : >"$out/$m.$c"; done
 done
+for c in ab ab-base; do
+	: >"$out/$c"
+done
 # record SHIM MODE OUT DUMP: one launchbench run of MODE under SHIM,
 # recording into a fresh agent-dump (its output in DUMP); the run's in OUT.
 record() {
@@ -200,6 +112,26 @@ record() {
 	rc=$?
 	wait "$dpid"
 	return $rc
+}
+# abrun SHIM CONFIG: one ab run under SHIM, recording; "linked driver
+# added" appended to $out/CONFIG, or a failure counted when the collector's
+# launches are not exactly the ones made through the shim.
+abfail=0
+abrun() {
+	local d=$out/dump.ab.$r.$2.txt got want
+	if ! record "$1" ab "$out/ab.txt" "$d"; then
+		echo "gpu-launch-cost: ab run under $1 failed: $(tail -2 "$out/ab.txt")" >&2
+		abfail=$((abfail + 1))
+		return
+	fi
+	got=$(sed -n 's/.*total clients=[0-9]* launches=\([0-9]*\).*/\1/p' "$d")
+	want=$(sed -n 's/.*through the linked entry: \([0-9]*\)).*/\1/p' "$out/ab.txt")
+	if [[ -z $got || $got != "$want" ]]; then
+		echo "gpu-launch-cost: ab run: the collector got ${got:-no} launch records, the shim's path made ${want:-?}" >&2
+		abfail=$((abfail + 1))
+		return
+	fi
+	sed -n 's/.*linked_ns=\([^ ]*\) driver_ns=\([^ ]*\) added_ns=\([^ ]*\).*/\1 \2 \3/p' "$out/ab.txt" >>"$out/$2"
 }
 for r in $(seq "$rounds"); do
 	for m in "${modes[@]}"; do
@@ -219,6 +151,8 @@ for r in $(seq "$rounds"); do
 			selfns "$out/bs.txt" >>"$out/$m.base-self"
 		fi
 	done
+	abrun "$shim" ab
+	[[ -z $base ]] || abrun "$base" ab-base
 done
 "${pin[@]}" "$out/launchbench" facts >"$out/facts.txt" 2>&1
 
@@ -262,3 +196,16 @@ for m in "${modes[@]}"; do
 	if ((selftime)); then selfrow "${pre}selftime" selftime; fi
 	if [[ -n $stbase ]]; then selfrow "${pre}base-selftime" base-selftime; fi
 done
+# abrow NAME CONFIG: the ab table's row.
+abrow() {
+	[[ -s $out/$2 ]] || return 0
+	for i in 1 2 3; do awk -v i="$i" '{print $i}' "$out/$2" >"$out/$2.$i"; done
+	printf '%-17s %12.1f %12.1f %10.1f %20s\n' "$1" "$(med "$out/$2.1")" "$(med "$out/$2.2")" "$(med "$out/$2.3")" \
+		"$(spread "$out/$2.3")"
+}
+echo
+echo "driver API in one process (ab): alternating bursts through the shim's cuLaunchKernel and libcuda's own; ns per launch (median over rounds)"
+printf '%-17s %12s %12s %10s %20s\n' config "via shim" direct added "added range"
+abrow ab-recording ab
+[[ -z $base ]] || abrow ab-base-recording ab-base
+((abfail == 0)) || { echo "gpu-launch-cost: $abfail ab runs failed (above)"; exit 1; }
