@@ -46,7 +46,9 @@
 # the same rounds: base-recording and base-selftime, and the table gives
 # the change against them.
 # Environment: ROUNDS (default 7, at least 7), N (launches per process,
-# default 100000), BURST (launches between waits, default 32), PIN_CPU
+# default 100000), BURST (launches between waits, default 32), PARTS
+# (cross: the cross-process tables, ab: the in-process one; default
+# cross,ab), PIN_CPU
 # (default 2), RING_SLOTS and SLOT_SIZE (agent-dump's launch ring; default
 # the collector's, 65536 x 128 bytes), OUT_DIR, BASE_SHIM, BASE_STSHIM.
 set -uo pipefail
@@ -92,7 +94,10 @@ base=${BASE_SHIM:-} stbase=${BASE_STSHIM:-}
 [[ -z $base || -e $base ]] || { echo "gpu-launch-cost: BASE_SHIM $base missing"; exit 1; }
 [[ -z $stbase || -e $stbase ]] || { echo "gpu-launch-cost: BASE_STSHIM $stbase missing"; exit 1; }
 ((selftime)) || stbase=
+# PARTS: cross (the cross-process tables) and ab; default both.
+parts=,${PARTS:-cross,ab},
 modes=(driver cudart)
+[[ $parts == *,cross,* ]] || modes=()
 for m in "${modes[@]}"; do
 	for c in plain forward recording selftime self base-recording base-selftime base-self; do : >"$out/$m.$c"; done
 done
@@ -151,8 +156,10 @@ for r in $(seq "$rounds"); do
 			selfns "$out/bs.txt" >>"$out/$m.base-self"
 		fi
 	done
-	abrun "$shim" ab
-	[[ -z $base ]] || abrun "$base" ab-base
+	if [[ $parts == *,ab,* ]]; then
+		abrun "$shim" ab
+		[[ -z $base ]] || abrun "$base" ab-base
+	fi
 done
 "${pin[@]}" "$out/launchbench" facts >"$out/facts.txt" 2>&1
 

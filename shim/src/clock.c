@@ -22,10 +22,10 @@
 
 #include "gp.h"
 
-GP_HIDDEN int gp_tsc_on;
+GP_HOT_VAR GP_HIDDEN int gp_tsc_on;
 GP_HIDDEN int gp_tsc_pending;
-GP_HIDDEN struct gp_cal gp_cals[2];
-GP_HIDDEN uint32_t gp_cal_cur;
+GP_HOT_VAR GP_HIDDEN struct gp_cal gp_cals[2] __attribute__((aligned(8)));
+GP_HOT_VAR GP_HIDDEN uint32_t gp_cal_cur;
 
 #if defined(__x86_64__)
 static int gp_tsc_usable;

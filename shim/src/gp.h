@@ -29,6 +29,12 @@
 
 #define GP_HIDDEN __attribute__((visibility("hidden")))
 #define GP_EXPORT __attribute__((visibility("default")))
+/* GP_HOT_VAR marks a variable that every recorded launch reads after the
+ * driver call. They share one section, which the linker lays out in one
+ * piece (two or three cache lines instead of one line each across .data
+ * and .bss), so that fewer lines come back into L1 after the driver's own
+ * work has evicted them. */
+#define GP_HOT_VAR __attribute__((section("gp_hot")))
 #define GP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define GP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -591,6 +597,22 @@ static inline void gp_ring_commit(struct gpbr_slot *s, uint64_t ticket, uint32_t
 {
 	gpbr_ring_publish(s, ticket, type, len);
 	GP_COUNT(published, 1);
+}
+
+/* gp_ring_prefetch asks for the cache lines of the slot that the ring's
+ * next record of len bytes will most likely take (the one at head). The
+ * launch wrappers issue it before the driver call: the slot was last
+ * written a lap (megabytes) ago, so its lines are cold, and they now
+ * arrive while the driver works instead of being fetched by the record's
+ * stores after it. Only a hint: if another thread takes that ticket, the
+ * prefetch was wasted and nothing else changes. In-process A/B on an H200
+ * (gpu-launch-cost.sh's ab): 10-30 ns less added per launch. */
+static inline void gp_ring_prefetch(void *ring, uint32_t len)
+{
+	uint64_t hd = __atomic_load_n(gpbr_u64(ring, GPBR_RING_HEAD), __ATOMIC_RELAXED);
+	const char *s = (const char *)gpbr_ring_slot(ring, hd);
+	__builtin_prefetch(s, 1, 3);
+	__builtin_prefetch(s + GPBR_SLOT_HEADER + len - 1, 1, 3);
 }
 
 /* gp_produce writes one record into the ring and counts the outcome. */

@@ -102,7 +102,7 @@ static struct gp_entry *gp_find(uint64_t key, int create)
 }
 
 GP_HIDDEN __thread struct gp_seen gp_seen[GP_SEEN] __attribute__((tls_model("initial-exec")));
-GP_HIDDEN uint32_t gp_names_epoch;
+GP_HOT_VAR GP_HIDDEN uint32_t gp_names_epoch;
 
 static void gp_publish(struct gp_entry *e, struct gp_name *n)
 {

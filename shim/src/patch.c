@@ -37,7 +37,7 @@
 static pthread_mutex_t gp_patch_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t gp_req_id;
 static int gp_warned;
-GP_HIDDEN int gp_any_patched;
+GP_HOT_VAR GP_HIDDEN int gp_any_patched;
 
 /* Driver entry points used here (the real ones, never the wrappers). */
 static struct {

@@ -29,8 +29,8 @@
 
 #include "gp.h"
 
-GP_HIDDEN void *gp_ring_base;
-GP_HIDDEN uint32_t gp_gen;
+GP_HOT_VAR GP_HIDDEN void *gp_ring_base;
+GP_HOT_VAR GP_HIDDEN uint32_t gp_gen;
 GP_HIDDEN int gp_state = GP_IDLE;
 
 static size_t gp_ring_size;
@@ -38,7 +38,7 @@ static int gp_sock = -1;
 GP_HIDDEN int gp_timeout_ms = GP_DEFAULT_TIMEOUT_MS;
 GP_HIDDEN struct gp_region gp_regions[GP_MAX_REGIONS];
 GP_HIDDEN uint32_t gp_nregions;
-GP_HIDDEN uint32_t gp_pid_cache;
+GP_HOT_VAR GP_HIDDEN uint32_t gp_pid_cache;
 static uint64_t gp_id_counter;
 GP_HIDDEN __thread struct gp_thread gp_self __attribute__((tls_model("initial-exec")));
 

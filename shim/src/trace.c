@@ -22,7 +22,7 @@
 
 #include "gp.h"
 
-GP_HIDDEN int gp_trace_fd = -1;
+GP_HOT_VAR GP_HIDDEN int gp_trace_fd = -1;
 GP_HIDDEN struct gp_stats gp_stats;
 
 GP_HIDDEN void gp_tracef(const char *fmt, ...)

@@ -77,7 +77,7 @@
 /* gp_ndev: 0 not known yet, 1 the process sees one device (cuDeviceGetCount
  * is fixed for the life of a process, CUDA_VISIBLE_DEVICES applied), 2
  * several or unknown: ask cuCtxGetDevice per record. */
-GP_HIDDEN int gp_ndev;
+GP_HOT_VAR GP_HIDDEN int gp_ndev;
 
 GP_HIDDEN uint32_t gp_device_slow(void)
 {
@@ -266,6 +266,7 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	uint64_t id = gp_next_launch_id();
 	uint64_t stream = gp_stream(s, st);
 	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
+	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
@@ -292,6 +293,7 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	uint64_t id = gp_next_launch_id();
 	uint64_t stream = gp_stream(s, cfg->hStream);
 	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
+	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
@@ -322,6 +324,7 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	void **extra = NULL;
 	uint64_t stream = gp_stream(s, st);
 	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
+	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));
@@ -529,6 +532,7 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 	void *ring = gp_session();
 	if (ring == NULL)
 		return GP_ST_FORWARD(real(GP_A_GRAPH_LAUNCH));
+	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_GRAPH_LAUNCH));
