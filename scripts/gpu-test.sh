@@ -28,6 +28,8 @@
 #                                  bin/otelcol-gpuprobe)
 #                     sampling     scripts/gpu-sampling.sh (needs
 #                                  bin/otelcol-gpuprobe)
+#                     hostwait     scripts/gpu-hostwait.sh (needs
+#                                  bin/otelcol-gpuprobe)
 #                     e.g. PARTS=samples,bench make gpu-test
 set -uo pipefail
 
@@ -39,7 +41,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,samples,bench,e2e,graphnode,graphspans,sampling
+all_parts=conformance,ptxas,sass,inject,samples,bench,e2e,graphnode,graphspans,sampling,hostwait
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -185,6 +187,7 @@ want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out
 want graphnode && step "graph node patched" graphnode.log bash scripts/gpu-graphnode.sh
 want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu-graph-spans.sh
 want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu-sampling.sh
+want hostwait && step "stream idle and host wait" hostwait.log bash scripts/gpu-hostwait.sh
 
 # ---- report -----------------------------------------------------------------
 

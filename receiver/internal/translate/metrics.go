@@ -15,6 +15,7 @@ const (
 	MetricLaunches       = "gpu.cuda.kernel.launches"
 	MetricExecDuration   = "gpu.cuda.kernel.execution.duration"
 	MetricQueueDuration  = "gpu.cuda.kernel.queue.duration"
+	MetricHostWait       = "gpu.cuda.kernel.host_wait.duration"
 	MetricWarpDuration   = "gpu.cuda.warp.execution.duration"
 	MetricWarpExitSkew   = "gpu.cuda.warp.exit_skew"
 	MetricThreadExecs    = "gpu.cuda.thread.executions"
@@ -69,6 +70,8 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 			pick: func(d *devSeries) *exphist.Hist { return &d.exec }},
 		{name: MetricQueueDuration, unit: "s", desc: "Host enqueue of a launch to its first warp starting on the device.",
 			pick: func(d *devSeries) *exphist.Hist { return &d.queue }},
+		{name: MetricHostWait, unit: "s", desc: "Time a launch's stream sat idle, after the previous kernel on it ended, before the launch call returned (0 when the launch was queued in time).",
+			pick: func(d *devSeries) *exphist.Hist { return &d.hostWait }},
 		{name: MetricWarpDuration, unit: "s", desc: "Execution time of one warp: earliest lane entry to latest lane exit.",
 			pick: func(d *devSeries) *exphist.Hist { return &d.warpExec }},
 		{name: MetricWarpExitSkew, unit: "s", desc: "Latest minus earliest lane exit of one warp (divergence).",

@@ -119,6 +119,13 @@ type launch struct {
 	// own); chain is nil for other launches.
 	chain  *replayChain
 	replay uint64
+
+	// Its place on its stream (streamgap.go): its count there (0: not
+	// counted), and once finished, the stream's idle time before it and
+	// the host's part of it.
+	streamSeq          uint64
+	idleNS, hostWaitNS uint64
+	gapKnown           bool
 }
 
 type warpTimes struct{ exec, skew uint64 }
@@ -138,6 +145,8 @@ type Translator struct {
 	graphs     map[srcKey]*replayChain // graph node (id with GraphIDBit, or adopted from a capture) → its runs
 	nGraph     int                     // pending runs of graph nodes
 	graphSweep uint32                  // sweeps of graphs (replayChain.touch)
+
+	streams map[streamSlot]*streamState // launch order per stream (streamgap.go)
 
 	memcpy  map[memcpyKey]*memcpySeries
 	mcOrder []memcpyKey
@@ -206,6 +215,7 @@ func New(o Options) *Translator {
 		byName:    map[string]*series{},
 		pending:   map[srcKey]*launch{},
 		graphs:    map[srcKey]*replayChain{},
+		streams:   map[streamSlot]*streamState{},
 		memcpy:    map[memcpyKey]*memcpySeries{},
 		devices:   map[uint32]string{},
 		procs:     map[uint32]string{},
@@ -284,6 +294,9 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dm.Decode(rec); err != nil {
 			return err
 		}
+		if src != HostProbeSource {
+			t.streamCount(slotOf(src, t.dm.Device, t.dm.Stream, t.dm.TID))
+		}
 		t.onMemcpy(&t.dm)
 	case record.TypeSync:
 		if err := t.ds.Decode(rec); err != nil {
@@ -326,6 +339,10 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	}
 	k := t.kernelOf(src, r.Function)
 	key := srcKey{src, r.LaunchID}
+	var seq uint64
+	if src != HostProbeSource && r.Result == 0 {
+		seq = t.streamCount(slotOf(src, r.Device, r.Stream, r.TID))
+	}
 	if !k.include {
 		if src != HostProbeSource {
 			t.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
@@ -345,10 +362,13 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	var l *launch
 	if t.isGraph(key) {
 		l = t.graphLaunchRun(key, r, now) // a replay of a graph node: its own run
-	} else if l = t.pending[key]; l == nil {
-		l = t.newPending(key, now)
-	} else if l.have {
-		return // duplicate launch id: keep the first
+	} else {
+		if l = t.pending[key]; l == nil {
+			l = t.newPending(key, now)
+		} else if l.have {
+			return // duplicate launch id: keep the first
+		}
+		l.streamSeq = seq
 	}
 	l.have, l.rec, l.k = true, *r, k
 	for _, w := range l.buffered {
@@ -561,6 +581,7 @@ type devSeries struct {
 	launches   uint64
 	exec       exphist.Hist
 	queue      exphist.Hist
+	hostWait   exphist.Hist
 	warpExec   exphist.Hist
 	warpSkew   exphist.Hist
 	threadExec exphist.Hist

@@ -5,6 +5,12 @@
 //   vectoradd run [ITERS]    ITERS × (vectorAdd + scale) on 2^20 floats;
 //                            prints a checksum and "app: launches=2*ITERS"
 //   vectoradd sync [ITERS]   the same, synchronising after every kernel
+//   vectoradd gap [ITERS]    ITERS × (spinA, spinB back to back, then 3 ms
+//                            asleep): spinB is always queued while spinA
+//                            runs (about 0.5 ms each); spinA finds its
+//                            stream idle, waiting for the host (the
+//                            stream-gap check, scripts/gpu-hostwait.sh);
+//                            prints a checksum and "app: launches=2*ITERS"
 //   vectoradd bench [N]      N launches of an empty kernel; prints the host
 //                            time per launch (enqueue only) and
 //                            "app: launches=N+1000" (1000 warm-up launches)
@@ -42,6 +48,19 @@ __global__ void scale(float *c, float s, int n)
 
 __global__ void empty() {}
 
+/* A dependent chain of multiply-adds: about half a millisecond on an H100
+ * with its result the same on every run. */
+__device__ float spin(float *out, int iters)
+{
+	float x = (float)threadIdx.x;
+	for (int i = 0; i < iters; i++)
+		x = x * 0.999999f + 1e-3f;
+	out[blockIdx.x * blockDim.x + threadIdx.x] = x;
+	return x;
+}
+__global__ void spinA(float *out, int iters) { spin(out, iters); }
+__global__ void spinB(float *out, int iters) { spin(out, iters); }
+
 static double now_ns()
 {
 	struct timespec ts;
@@ -66,6 +85,26 @@ int main(int argc, char **argv)
 		double ns = t1 - t0;
 		printf("bench: launches=%ld ns_per_launch=%.1f\n", iters, ns / (double)iters);
 		printf("app: launches=%ld\n", iters + 1000);
+		return 0;
+	}
+	if (strcmp(mode, "gap") == 0) {
+		float *dout, out[64];
+		const int spins = 200000;
+		CHECK(cudaMalloc(&dout, sizeof out));
+		for (long it = 0; it < iters; it++) {
+			spinA<<<1, 32>>>(dout, spins);
+			spinB<<<1, 32>>>(dout + 32, spins);
+			struct timespec d = {0, 3000000};
+			nanosleep(&d, NULL);
+		}
+		CHECK(cudaGetLastError());
+		CHECK(cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost));
+		double sum = 0;
+		for (int i = 0; i < 64; i++)
+			sum += out[i];
+		printf("gap: iters=%ld checksum=%.6e\n", iters, sum);
+		printf("app: launches=%ld\n", 2 * iters);
+		cudaFree(dout);
 		return 0;
 	}
 	const int n = 1 << 20;
