@@ -108,6 +108,21 @@ const (
 	HostCuStreamWaitEvent            HostAPI = 110
 	HostCuStreamWaitEventPtsz        HostAPI = 111
 	hostEventLast                            = HostCuStreamWaitEventPtsz
+
+	// Streams: which are blocking (they synchronise implicitly with the
+	// legacy default stream) and when a handle is let go. Create: args 0 the
+	// created stream (0 when the call failed), 1 flags (cudaStreamCreate: 0,
+	// blocking), 2 priority (WithPriority only: the int32, zero-extended;
+	// int32(Args[2]) reads it back). Destroy: args 0 stream.
+	HostCudaStreamCreate             HostAPI = 120
+	HostCudaStreamCreateWithFlags    HostAPI = 121
+	HostCudaStreamCreateWithPriority HostAPI = 122
+	HostCuStreamCreate               HostAPI = 123
+	HostCuStreamCreateWithPriority   HostAPI = 124
+	HostCudaStreamDestroy            HostAPI = 125
+	HostCuStreamDestroy              HostAPI = 126 // cuStreamDestroy (before CUDA 4.0's _v2)
+	HostCuStreamDestroyV2            HostAPI = 127
+	hostStreamLast                           = HostCuStreamDestroyV2
 )
 
 // HostCategory groups host APIs by what they do.
@@ -124,11 +139,12 @@ const (
 	HostCatGraphLaunch
 	HostCatCapture
 	HostCatEvent
+	HostCatStream
 )
 
 // String gives the category as used in attribute values.
 func (c HostCategory) String() string {
-	return [...]string{"unknown", "launch", "memcpy", "alloc", "free", "sync", "graph_launch", "capture", "event"}[min(int(c), 8)]
+	return [...]string{"unknown", "launch", "memcpy", "alloc", "free", "sync", "graph_launch", "capture", "event", "stream"}[min(int(c), 9)]
 }
 
 // Category is the group of the API.
@@ -152,6 +168,8 @@ func (a HostAPI) Category() HostCategory {
 		return HostCatCapture
 	case a >= HostCudaEventRecord && a <= hostEventLast:
 		return HostCatEvent
+	case a >= HostCudaStreamCreate && a <= hostStreamLast:
+		return HostCatStream
 	}
 	return HostCatUnknown
 }
@@ -186,7 +204,7 @@ func (a HostAPI) String() string {
 // HostAPIs returns every known API, in numeric order.
 func HostAPIs() []HostAPI {
 	out := make([]HostAPI, 0, len(hostAPINames))
-	for a := HostAPI(1); a <= hostEventLast; a++ {
+	for a := HostAPI(1); a <= hostStreamLast; a++ {
 		if _, ok := hostAPINames[a]; ok {
 			out = append(out, a)
 		}
@@ -271,6 +289,21 @@ var hostAPINames = map[HostAPI]string{
 	HostCudaStreamWaitEventPtsz:      "cudaStreamWaitEvent_ptsz",
 	HostCuStreamWaitEvent:            "cuStreamWaitEvent",
 	HostCuStreamWaitEventPtsz:        "cuStreamWaitEvent_ptsz",
+
+	HostCudaStreamCreate:             "cudaStreamCreate",
+	HostCudaStreamCreateWithFlags:    "cudaStreamCreateWithFlags",
+	HostCudaStreamCreateWithPriority: "cudaStreamCreateWithPriority",
+	HostCuStreamCreate:               "cuStreamCreate",
+	HostCuStreamCreateWithPriority:   "cuStreamCreateWithPriority",
+	HostCudaStreamDestroy:            "cudaStreamDestroy",
+	HostCuStreamDestroy:              "cuStreamDestroy",
+	HostCuStreamDestroyV2:            "cuStreamDestroy_v2",
+}
+
+// CreatesStream reports whether a creates a stream (the Destroy APIs of
+// HostCatStream let one go).
+func (a HostAPI) CreatesStream() bool {
+	return a >= HostCudaStreamCreate && a <= HostCuStreamCreateWithPriority
 }
 
 // WaitsEvent reports whether a makes a stream wait for an event (the other

@@ -75,6 +75,9 @@ func TestHostAPICategories(t *testing.T) {
 		{HostCuStreamEndCapture, HostCatCapture, false, true, "cuStreamEndCapture"},
 		{HostCudaEventRecordWithFlagsPtsz, HostCatEvent, false, false, "cudaEventRecordWithFlags_ptsz"},
 		{HostCuStreamWaitEvent, HostCatEvent, false, true, "cuStreamWaitEvent"},
+		{HostCudaStreamCreateWithFlags, HostCatStream, false, false, "cudaStreamCreateWithFlags"},
+		{HostCuStreamCreateWithPriority, HostCatStream, false, true, "cuStreamCreateWithPriority"},
+		{HostCuStreamDestroyV2, HostCatStream, false, true, "cuStreamDestroy_v2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -28,6 +28,11 @@
 #     then a sync of the default stream) has one approximate span per
 #     launch (40): the sync closes the other streams' launches through the
 #     event waits;
+#   - the same sample on blocking streams without events (`multistream 4
+#     blocking`: the legacy stream's implicit synchronisation orders the
+#     digest after the streams' work) has one approximate span per launch
+#     (40) too: the probes saw the streams created blocking, so the sync of
+#     the default stream closes their launches;
 #   - where PyTorch is installed, a shim-less run of
 #     testdata/cuda/shim/graph.py (torch.cuda.graph: 4 kernels captured,
 #     10 replays) has its 4 captured launch calls marked and 10 approximate
@@ -157,11 +162,13 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 		row "torch graph.py ran (no shim)" FAIL "see $out/torchgraph.txt"
 	fi
 fi
-for s in graph:3 multistream:4; do
-	if timeout 60 "$out/${s%%:*}_noshim" "${s#*:}" >"$out/${s%%:*}.txt" 2>&1; then
-		row "${s%%:*} sample ran (no shim)" ok "$(head -1 "$out/${s%%:*}.txt")"
+cp "$out/multistream_noshim" "$out/multistream_legacy_noshim"
+for s in graph:3 multistream:4 multistream_legacy:4:blocking; do
+	name=${s%%:*} args=${s#*:}
+	if timeout 60 "$out/${name}_noshim" ${args//:/ } >"$out/$name.txt" 2>&1; then
+		row "$name sample ran (no shim)" ok "$(head -1 "$out/$name.txt")"
 	else
-		row "${s%%:*} sample ran (no shim)" FAIL "see $out/${s%%:*}.txt"
+		row "$name sample ran (no shim)" FAIL "see $out/$name.txt"
 	fi
 done
 want=$(sed -n 's/^app: launches=\([0-9]*\)/\1/p' "$out/noshim.txt")
@@ -176,6 +183,7 @@ bin/gpuprobe tracecheck --traces "$out/traces.json" --metrics "$out/metrics.json
 	--captured-exe graph_noshim --captured-launches 5 --captured-graph-launches 3 \
 	--launchlate "${LAUNCHLATE_METRIC:-gpuprobe.map.delay_log2_ns}" >"$out/tracecheck.txt" 2>&1
 bin/gpuprobe tracecheck --traces "$out/traces.json" --approx-exe multistream_noshim --launches 40 >"$out/tracecheck-ms.txt" 2>&1
+bin/gpuprobe tracecheck --traces "$out/traces.json" --approx-exe multistream_legacy_noshim --launches 40 >"$out/tracecheck-msl.txt" 2>&1
 if [[ -n $torch_ran ]]; then
 	# graph.py's spans (process python3*): captured launch calls, approximate graph spans.
 	python3 - "$out/traces.json" >"$out/tracecheck-torch.txt" <<'PY'
@@ -218,6 +226,7 @@ checkrows() {
 }
 checkrows "$out/tracecheck.txt"
 checkrows "$out/tracecheck-ms.txt" "multistream: " "no shim: approximate*"
+checkrows "$out/tracecheck-msl.txt" "multistream blocking: " "no shim: approximate*"
 [[ -n $torch_ran ]] && checkrows "$out/tracecheck-torch.txt"
 
 # Launch-heavy loop: empty kernels, host probes attached (collector on) or

@@ -221,7 +221,7 @@ const (
 	shapeStack2              // + 2 stack words: cudaLaunchKernel's shmem, stream
 	shapeStack3              // + 3 stack words: cuLaunchKernel's blockDimZ, shmem, stream
 	shapeCfg                 // + the launch config arg 0 points to
-	shapeOut                 // at return: *arg0 (the allocated pointer)
+	shapeOut                 // at return: *arg0 (the allocated pointer, the created stream)
 	shapeName                // at return: *arg0 and the name string at arg 2
 )
 
@@ -242,7 +242,7 @@ func shapeOf(sym string) shape {
 	case record.HostCudaLaunchKernelExC, record.HostCudaLaunchKernelExCPtsz, record.HostCuLaunchKernelEx, record.HostCuLaunchKernelExPtsz:
 		return shapeCfg
 	default:
-		if api.Category() == record.HostCatAlloc {
+		if api.Category() == record.HostCatAlloc || api.CreatesStream() {
 			return shapeOut
 		}
 	}

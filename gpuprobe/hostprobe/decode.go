@@ -191,13 +191,28 @@ func decodeCall(h *record.HostCall, s []byte) error {
 		record.HostCuStreamBeginCaptureToGraph, record.HostCuStreamBeginCaptureToGraphPtsz:
 		// (stream, graph, dependencies, edge data, count, mode)
 		a[0], a[1] = r[0], r[1]
+	case record.HostCudaStreamCreate:
+		// (stream out-pointer): no flags, the stream is blocking (0)
+		a[0] = allocated(h, out)
+	case record.HostCudaStreamCreateWithFlags, record.HostCuStreamCreate:
+		// (stream out-pointer, flags)
+		a[0], a[1] = allocated(h, out), uint64(u32(r[1]))
+	case record.HostCudaStreamCreateWithPriority, record.HostCuStreamCreateWithPriority:
+		// (stream out-pointer, flags, int priority): the priority's 32 bits,
+		// zero-extended like every 32-bit argument (int32(Args[2]) gives it
+		// back; CUDA's priorities are 0 or negative)
+		a[0], a[1], a[2] = allocated(h, out), uint64(u32(r[1])), uint64(u32(r[2]))
+	case record.HostCudaStreamDestroy, record.HostCuStreamDestroy, record.HostCuStreamDestroyV2:
+		// (stream)
+		a[0] = r[0]
 	default:
 		return &EventError{Field: "api", Offset: 2, Reason: fmt.Sprintf("API %s has no argument decoder", api)}
 	}
 	return nil
 }
 
-// allocated is the returned pointer of an allocation: 0 when it failed.
+// allocated is what a call returned through its out-parameter (an
+// allocation's pointer, a created stream's handle): 0 when it failed.
 func allocated(h *record.HostCall, out uint64) uint64 {
 	if h.Ret != 0 {
 		return 0

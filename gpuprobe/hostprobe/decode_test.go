@@ -97,6 +97,14 @@ func TestDecodeCall(t *testing.T) {
 			wantArgs: args(0xe0, 0x5a)},
 		{name: "stream wait masks the flags", api: record.HostCudaStreamWaitEvent, regs: [6]uint64{0x5b, 0xe1, garbage | 1},
 			wantArgs: args(0x5b, 0xe1, 1)},
+		{name: "stream create with flags and priority", api: record.HostCuStreamCreateWithPriority, out: 0x5c,
+			regs: [6]uint64{0x7ff0, garbage | 1, garbage | 0xfffffffb}, wantArgs: args(0x5c, 1, 0xfffffffb)}, // priority -5
+		{name: "failed stream create has no handle", api: record.HostCudaStreamCreateWithFlags, ret: 1, out: 0x5c,
+			regs: [6]uint64{0x7ff0, garbage | 1}, wantArgs: args(0, 1), wantRet: 1},
+		{name: "cudaStreamCreate has no flags", api: record.HostCudaStreamCreate, out: 0x5d, regs: [6]uint64{0x7ff0, 0x77, 0x78},
+			wantArgs: args(0x5d)},
+		{name: "stream destroy", api: record.HostCuStreamDestroyV2, regs: [6]uint64{0x5e, 0x77},
+			wantArgs: args(0x5e)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec, err := decodeEvent(nil, callSample(tc.api, tc.flags, 10, 20, tc.ret, tc.out, tc.regs, tc.extra))

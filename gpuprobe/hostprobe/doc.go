@@ -3,7 +3,10 @@
 // every process that maps the probed file, and turns each returned call
 // into a record.HostCall (type 10) and each successful cuModuleGetFunction
 // or cuLibraryGetKernel into a record.KernelName, ready for the
-// translator's Handle.
+// translator's Handle. The entry points are those of launches, copies,
+// allocations and frees, synchronisations, graph launches, stream
+// captures, event records and waits, and stream creation and destruction
+// (record.HostAPIs; Symbols adds the two name functions).
 //
 // The eBPF program is bpf/cudahost.bpf.c, compiled by bpf2go for x86-64
 // only (-target amd64; `make generate`) into the committed
@@ -44,10 +47,11 @@
 // stream at 32), in an LRU hash keyed by thread and API. A dim3 passed by
 // value takes two registers under the SysV ABI (x | y<<32, then z). The
 // uretprobe reads the return value (the low 32 bits of rax, sign-extended:
-// CUresult and cudaError_t are 32-bit), for allocations the pointer stored
-// through the out-parameter (0 when the call failed), and for the name
-// functions the handle and up to 240 bytes of the name (longer names are
-// cut and flagged truncated), and sends one event through the ring buffer.
+// CUresult and cudaError_t are 32-bit), for allocations and stream
+// creations the pointer or stream handle stored through the out-parameter
+// (0 when the call failed), and for the name functions the handle and up
+// to 240 bytes of the name (longer names are cut and flagged truncated),
+// and sends one event through the ring buffer.
 // Nested calls (cudaLaunchKernel calling cuLaunchKernel) are two events.
 // Timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns); pid and tid are those
 // of the initial PID namespace.

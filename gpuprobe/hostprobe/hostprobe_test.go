@@ -44,6 +44,7 @@ type wantCall struct {
 
 const allocBase = 0xa11c00000000 // STANDIN_ALLOC_BASE
 const funcBias = 0x40000000      // STANDIN_FUNC_BIAS
+const streamBase = 0x5200        // STANDIN_STREAM_BASE
 
 func launch(api record.HostAPI, fn, shmem, stream uint64) wantCall {
 	h := record.HostCall{}
@@ -162,6 +163,17 @@ var wantCalls = []wantCall{
 	call(record.HostCudaStreamWaitEventPtsz, 0, 0x5109, 0xe109, 1),
 	call(record.HostCuStreamWaitEvent, 0, 0x5110, 0xe110, 0),
 	call(record.HostCuStreamWaitEventPtsz, 0, 0x5111, 0xe111, 1),
+
+	// The created handle is read through the out-pointer; a priority is
+	// the int32's bits, zero-extended.
+	call(record.HostCudaStreamCreate, 0, streamBase+0x20), // no flags: 0
+	call(record.HostCudaStreamCreateWithFlags, 0, streamBase+0x21, 1),
+	call(record.HostCudaStreamCreateWithPriority, 0, streamBase+0x22, 1, 0xfffffffd), // priority -3
+	call(record.HostCuStreamCreate, 0, streamBase+0x23, 1),
+	call(record.HostCuStreamCreateWithPriority, 0, streamBase+0x24, 1, 0xfffffffb), // priority -5
+	call(record.HostCudaStreamDestroy, 0, streamBase+0x20),
+	call(record.HostCuStreamDestroy, 0, streamBase+0x23),
+	call(record.HostCuStreamDestroyV2, 0, streamBase+0x24),
 }
 
 // wantNames are the KernelName records of one `standin_app all`.

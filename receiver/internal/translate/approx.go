@@ -26,10 +26,10 @@ import (
 //     device or context);
 //   - a synchronous copy (cudaMemcpy, cuMemcpy*_v2 without Async) closes the
 //     launches on the legacy default stream (stream 0); cudaMemcpy_ptds
-//     closes those on the calling thread's per-thread default stream. The
-//     legacy stream's implicit synchronisation with other blocking streams
-//     is not modelled: which streams are blocking is not known, so their
-//     launches wait for their own sync;
+//     closes those on the calling thread's per-thread default stream;
+//   - the legacy default stream's implicit synchronisation with blocking
+//     streams (legacy.go): work enqueued on one waits for the other's
+//     earlier work, so a sync that closes one follows into the other;
 //   - cudaEventSynchronize / cuEventSynchronize on event E close the
 //     launches on the stream E was last recorded on (cudaEventRecord,
 //     cuEventRecord, WithFlags, _ptsz) that returned before that record
@@ -166,6 +166,7 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 				}
 				return
 			}
+			p.legacyOrder(keyOf(r.API, r.Args[5], r.TID), r.EnterNS)
 			t.openLaunch(p, c, now)
 			return
 		}
@@ -173,6 +174,7 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 		return
 	case record.HostCatGraphLaunch:
 		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
+			p.legacyOrder(keyOf(r.API, r.Args[5], r.TID), r.EnterNS)
 			t.openLaunch(p, c, now)
 			return
 		}
@@ -183,7 +185,19 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	case record.HostCatEvent:
 		t.emitStandalone(p, c)
 		if returned && r.Ret == 0 {
+			if !p.shim {
+				if r.API.WaitsEvent() {
+					p.legacyOrder(keyOf(r.API, r.Args[0], r.TID), r.EnterNS)
+				} else {
+					p.legacyOrder(keyOf(r.API, r.Args[1], r.TID), r.EnterNS)
+				}
+			}
 			t.eventCall(p, r)
+		}
+	case record.HostCatStream:
+		t.emitStandalone(p, c)
+		if returned && r.Ret == 0 {
+			p.streamCall(r)
 		}
 	case record.HostCatSync:
 		t.emitStandalone(p, c)
@@ -208,8 +222,19 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 		}
 	case record.HostCatMemcpy:
 		t.emitStandalone(p, c)
-		if returned && !apiInfo(r.API).async {
-			t.closeStream(p, keyOf(r.API, 0, r.TID), r)
+		if !returned {
+			return
+		}
+		async := apiInfo(r.API).async
+		k := keyOf(r.API, 0, r.TID)
+		if async {
+			k = keyOf(r.API, r.Args[4], r.TID)
+		}
+		if !p.shim && r.Ret == 0 {
+			p.legacyOrder(k, r.EnterNS)
+		}
+		if !async {
+			t.closeStream(p, k, r)
 		}
 	default:
 		t.emitStandalone(p, c)
@@ -365,6 +390,15 @@ func (p *hostProc) addWait(k streamKey, w streamWait) {
 	ws, ok := p.waits[k]
 	if !ok && len(p.waits) >= maxWaitStreams {
 		return
+	}
+	// A later wait on the same stream covering as much or more replaces an
+	// earlier one: calls are handled in enter_ns order, so every sync still
+	// to come follows both or neither.
+	for i := range ws {
+		if ws[i].src == w.src && ws[i].upTo <= w.upTo {
+			ws[i] = w
+			return
+		}
 	}
 	if len(ws) >= maxWaitsPerStream {
 		ws = append(ws[:0], ws[1:]...)

@@ -45,7 +45,9 @@ func TestApproximateSpans(t *testing.T) {
 		{"event sync closes nothing", rtLaunch(record.HostCudaLaunchKernel, 0), sync(record.HostCudaEventSynchronize, tid, 0xe0), ""},
 		{"ptds copy closes the thread's per-thread stream", rtLaunch(record.HostCudaLaunchKernelPtsz, 0), sync(record.HostCudaMemcpyPtds, tid, 1, 2, 64, 2), "cudaMemcpy_ptds"},
 		{"ptds copy of another thread", rtLaunch(record.HostCudaLaunchKernelPtsz, 0), sync(record.HostCudaMemcpyPtds, tid+1, 1, 2, 64, 2), ""},
-		{"legacy copy leaves the per-thread stream", rtLaunch(record.HostCudaLaunchKernelPtsz, 0), sync(record.HostCudaMemcpy, tid, 1, 2, 64, 2), ""},
+		// The per-thread default stream is blocking: legacy-stream work
+		// waits for its earlier work (legacy.go).
+		{"legacy copy closes the per-thread stream", rtLaunch(record.HostCudaLaunchKernelPtsz, 0), sync(record.HostCudaMemcpy, tid, 1, 2, 64, 2), "cudaMemcpy"},
 		{"per-thread stream handle", rtLaunch(record.HostCudaLaunchKernelPtsz, 0), sync(record.HostCudaStreamSynchronize, tid, streamPerThread), "cudaStreamSynchronize"},
 		{"ptsz stream sync of stream 0", rtLaunch(record.HostCudaLaunchKernel, streamPerThread), sync(record.HostCuStreamSynchronizePtsz, tid, 0), "cuStreamSynchronize_ptsz"},
 		{"sync that did not return", rtLaunch(record.HostCudaLaunchKernel, 7), host(unreturned), ""},

@@ -90,6 +90,8 @@ type hostProc struct {
 	events map[uint64]eventRec
 	// Per stream, the event waits a sync of it still has to follow.
 	waits map[streamKey][]streamWait
+	// Streams whose creation was seen: blocking (true) or not (legacy.go).
+	blocking map[streamKey]bool
 }
 
 func (p *hostProc) thread(tid uint32) *hostThread {
@@ -133,7 +135,8 @@ func (t *Translator) hostProcOf(pid uint32, now time.Time) *hostProc {
 		t.evictHostProcs(now)
 	}
 	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, streams: map[streamKey][]*openLaunch{},
-		capturing: map[streamKey]capture{}, events: map[uint64]eventRec{}, waits: map[streamKey][]streamWait{}}
+		capturing: map[streamKey]capture{}, events: map[uint64]eventRec{}, waits: map[streamKey][]streamWait{},
+		blocking: map[streamKey]bool{}}
 	t.hosts[pid] = p
 	return p
 }

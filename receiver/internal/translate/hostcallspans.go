@@ -147,6 +147,11 @@ func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pc
 			record.HostCuStreamBeginCaptureToGraph, record.HostCuStreamBeginCaptureToGraphPtsz:
 			a.PutInt("cuda.graph", int64(r.Args[1]))
 		}
+	case record.HostCatStream:
+		a.PutInt("cuda.stream", int64(r.Args[0]))
+		if r.API.CreatesStream() {
+			a.PutInt("cuda.stream_flags", int64(uint32(r.Args[1])))
+		}
 	case record.HostCatEvent:
 		if r.API.WaitsEvent() {
 			a.PutInt("cuda.stream", int64(r.Args[0]))

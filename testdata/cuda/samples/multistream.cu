@@ -1,7 +1,12 @@
 // multistream.cu - gpuprobe end-to-end sample 3: several kernels on several
 // streams with async copies (scripts/gpu-samples.sh).
 //
-//   multistream [ITERS]   (default 3)
+//   multistream [ITERS]            (default 3)
+//   multistream ITERS blocking     the same on 3 blocking streams
+//                                  (cudaStreamCreate) with no events: the
+//                                  legacy default stream's implicit
+//                                  synchronisation orders the digest after
+//                                  them (scripts/gpu-hostprobes.sh)
 //
 // Each iteration, on each of 3 non-blocking streams: an H2D copy from pinned
 // memory, three kernels (1D with 100-thread blocks, 2D with 16x8 blocks, 3D
@@ -101,13 +106,17 @@ static void reference(const uint32_t *in, uint32_t salt, uint32_t *out)
 int main(int argc, char **argv)
 {
 	long iters = gp_iters(argc, argv, 3);
+	const bool blocking = argc > 2 && strcmp(argv[2], "blocking") == 0;
 	cudaStream_t st[NSTREAMS];
 	cudaEvent_t ev[NSTREAMS];
 	uint32_t *h_in[NSTREAMS], *h_out[NSTREAMS], *h_digest;
 	uint32_t *d_in[NSTREAMS], *d_a[NSTREAMS], *d_b[NSTREAMS], *d_digest;
 	const size_t bytes = N * sizeof(uint32_t);
 	for (int s = 0; s < NSTREAMS; s++) {
-		CHECK(cudaStreamCreateWithFlags(&st[s], cudaStreamNonBlocking));
+		if (blocking)
+			CHECK(cudaStreamCreate(&st[s]));
+		else
+			CHECK(cudaStreamCreateWithFlags(&st[s], cudaStreamNonBlocking));
 		CHECK(cudaEventCreateWithFlags(&ev[s], cudaEventDisableTiming));
 		CHECK(cudaMallocHost(&h_in[s], bytes));
 		CHECK(cudaMallocHost(&h_out[s], bytes));
@@ -138,8 +147,10 @@ int main(int argc, char **argv)
 			launches[0]++, launches[1]++, launches[2]++;
 			CHECK(cudaGetLastError());
 			CHECK(cudaMemcpyAsync(h_out[s], d_b[s], bytes, cudaMemcpyDeviceToHost, st[s]));
-			CHECK(cudaEventRecord(ev[s], st[s]));
-			CHECK(cudaStreamWaitEvent(0, ev[s], 0));
+			if (!blocking) {
+				CHECK(cudaEventRecord(ev[s], st[s]));
+				CHECK(cudaStreamWaitEvent(0, ev[s], 0));
+			}
 		}
 		CHECK(cudaMemsetAsync(d_digest, 0, 2 * sizeof(uint32_t), 0));
 		ms_digest<<<g4, b4>>>(d_b[0], d_b[1], d_b[2], N, d_digest);

@@ -144,6 +144,19 @@ static int all(void)
 	cuStreamWaitEvent((CUstream)P(0x5110), (CUevent)P(0xe110), 0);
 	cuStreamWaitEvent_ptsz((CUstream)P(0x5111), (CUevent)P(0xe111), 1);
 
+	/* Streams created (the probes read the handle through the out-pointer;
+	 * CUDA's priorities are 0 or negative) and destroyed by those handles. */
+	cudaStream_t rs[3];
+	CUstream ds[2];
+	cudaStreamCreate(&rs[0]);
+	cudaStreamCreateWithFlags(&rs[1], 1); /* cudaStreamNonBlocking */
+	cudaStreamCreateWithPriority(&rs[2], 1, -3);
+	cuStreamCreate(&ds[0], 1); /* CU_STREAM_NON_BLOCKING */
+	cuStreamCreateWithPriority(&ds[1], 1, -5);
+	cudaStreamDestroy(rs[0]);
+	cuStreamDestroy(ds[0]);
+	cuStreamDestroy_v2(ds[1]);
+
 	/* Kernel names: one short, one longer than the probe's 240-byte cap,
 	 * one that fails (no record). */
 	cuModuleGetFunction(&fn, (CUmodule)P(0x30d0), "_Z6vecAddPfS_S_i");

@@ -121,6 +121,10 @@ CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int f
 CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
+CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
+CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
+CUresult cuStreamDestroy(CUstream hStream);
+CUresult cuStreamDestroy_v2(CUstream hStream);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
 
@@ -161,10 +165,15 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, uns
 cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream, unsigned int flags);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
+cudaError_t cudaStreamCreate(cudaStream_t *pStream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
 
 /* Values the stand-ins return, so that tests know them. */
 #define STANDIN_ALLOC_BASE 0xa11c00000000ULL /* an allocation of n bytes returns BASE + n */
 #define STANDIN_FUNC_BIAS 0x40000000ULL     /* cudart's launches pass func | BIAS as the CUfunction */
+#define STANDIN_STREAM_BASE 0x5200ULL     /* a stream create of API number n returns BASE + 0x(n - 100): 0x5220 .. 0x5224 */
 #define STANDIN_HANDLE(mod, tag) ((((unsigned long long)(mod)) << 8) | (tag))
 
 #endif

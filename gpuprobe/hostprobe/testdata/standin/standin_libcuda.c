@@ -3,8 +3,9 @@
  * libcuda.so.1. Every function notes that it ran (so that no two bodies are
  * identical and the compiler cannot fold one into another) and returns a
  * fixed CUresult, some of them errors on purpose; allocations return
- * STANDIN_ALLOC_BASE + size. Build with -DSTANDIN_OMIT_SOME to leave
- * cuLaunchKernelEx and cuMemcpyAsync out (a library really lacking them). */
+ * STANDIN_ALLOC_BASE + size, stream creations a fixed STANDIN_STREAM_BASE
+ * handle. Build with -DSTANDIN_OMIT_SOME to leave cuLaunchKernelEx and
+ * cuMemcpyAsync out (a library really lacking them). */
 #include "standin_cuda.h"
 
 #include <string.h>
@@ -106,6 +107,10 @@ CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int f) { NOTE(10
 CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int f) { NOTE(107); (void)e, (void)s, (void)f; return CUDA_SUCCESS; }
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f) { NOTE(110); (void)s, (void)e, (void)f; return CUDA_SUCCESS; }
 CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int f) { NOTE(111); (void)s, (void)e, (void)f; return CUDA_SUCCESS; }
+CUresult cuStreamCreate(CUstream *p, unsigned int f) { NOTE(123); (void)f; *p = (CUstream)(STANDIN_STREAM_BASE + 0x23); return CUDA_SUCCESS; }
+CUresult cuStreamCreateWithPriority(CUstream *p, unsigned int f, int prio) { NOTE(124); (void)f, (void)prio; *p = (CUstream)(STANDIN_STREAM_BASE + 0x24); return CUDA_SUCCESS; }
+CUresult cuStreamDestroy(CUstream s) { NOTE(126); (void)s; return CUDA_SUCCESS; }
+CUresult cuStreamDestroy_v2(CUstream s) { NOTE(127); (void)s; return CUDA_SUCCESS; }
 CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) { NOTE(93); (void)s, (void)g; return (CUresult)900; /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */ }
 
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)

@@ -6,7 +6,8 @@
  * cuLaunchKernel with the CUfunction func | STANDIN_FUNC_BIAS, the _ptsz,
  * Ex and cooperative variants the matching driver call. Every function
  * returns a fixed cudaError_t (some errors on purpose); allocations return
- * STANDIN_ALLOC_BASE + size, except cudaMallocManaged, which fails. */
+ * STANDIN_ALLOC_BASE + size, except cudaMallocManaged, which fails; stream
+ * creations return a fixed STANDIN_STREAM_BASE handle. */
 #include "standin_cuda.h"
 
 #include <stdint.h>
@@ -105,3 +106,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int f) {
 cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned int f) { NOTE(109); (void)s, (void)e, (void)f; return cudaSuccess; }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { NOTE(84); (void)s, (void)g; return cudaSuccess; }
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g) { NOTE(85); (void)s, (void)g; return cudaSuccess; }
+
+cudaError_t cudaStreamCreate(cudaStream_t *p) { NOTE(120); *p = (cudaStream_t)(STANDIN_STREAM_BASE + 0x20); return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *p, unsigned int f) { NOTE(121); (void)f; *p = (cudaStream_t)(STANDIN_STREAM_BASE + 0x21); return cudaSuccess; }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *p, unsigned int f, int prio) { NOTE(122); (void)f, (void)prio; *p = (cudaStream_t)(STANDIN_STREAM_BASE + 0x22); return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { NOTE(125); (void)s; return cudaSuccess; }
