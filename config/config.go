@@ -85,6 +85,13 @@ type SamplingConfig struct {
 	// Device windows, phases and execution-time metrics then come from the
 	// probed launches; launch counts and host timings from all.
 	DeviceOneIn uint32 `mapstructure:"device_one_in"`
+	// DeviceMaxPerSecond runs the device probes of each patched kernel in
+	// at most this many launches a second (the first launch at least
+	// 1/N s after the last probed one; after DeviceOneIn): kernels launched
+	// less often are probed every time, and the probes' cost is bounded
+	// whatever the launch rate. 0: no limit. Launches of CUDA graphs are
+	// always probed.
+	DeviceMaxPerSecond uint32 `mapstructure:"device_max_per_second"`
 }
 
 // BuffersConfig sizes the shared-memory rings and maps.

@@ -41,7 +41,7 @@ func TestLoadYAML(t *testing.T) {
 			c.Probes.KernelPhases = false
 			c.Programs = []ProgramConfig{{Path: "/opt/probes/threadhist.o", Attach: []string{"threadhist_exit"}}}
 			c.Kernels = KernelsConfig{Include: []string{"^matmul", "gemm"}, Exclude: []string{"warmup"}}
-			c.Sampling = SamplingConfig{OneIn: 10, DeviceOneIn: 8, MinDuration: 5 * time.Microsecond}
+			c.Sampling = SamplingConfig{OneIn: 10, DeviceOneIn: 8, DeviceMaxPerSecond: 200, MinDuration: 5 * time.Microsecond}
 			c.Buffers = BuffersConfig{RingSlots: 4096, SlotSize: 256, MaxThreads: 65536, MapEntries: 512}
 			c.Limits = LimitsConfig{MaxKernelNames: 20, MaxThreadSeries: 16, PerThreadSeries: true, MaxPendingLaunches: 1000,
 				LaunchTimeout: 2 * time.Second, MaxMapKeys: 64}
@@ -107,6 +107,8 @@ func TestValidateErrors(t *testing.T) {
 		{"exclude bad regex", func(c *Config) { c.Kernels.Exclude = []string{"[a-"} }, `kernels::exclude[0]: invalid regular expression "[a-"`},
 		{"one_in zero", func(c *Config) { c.Sampling.OneIn = 0 }, "sampling::one_in: must be ≥ 1, got 0"},
 		{"device_one_in zero", func(c *Config) { c.Sampling.DeviceOneIn = 0 }, "sampling::device_one_in: must be ≥ 1, got 0"},
+		{"device_max_per_second too high", func(c *Config) { c.Sampling.DeviceMaxPerSecond = 2000000 },
+			"sampling::device_max_per_second: must be ≤ 1000000 (0: no limit), got 2000000"},
 		{"min_duration negative", func(c *Config) { c.Sampling.MinDuration = -time.Second }, "sampling::min_duration: must be ≥ 0, got -1s"},
 		{"ring_slots not pow2", func(c *Config) { c.Buffers.RingSlots = 1000 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 1000"},
 		{"ring_slots small", func(c *Config) { c.Buffers.RingSlots = 32 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 32"},

@@ -26,6 +26,7 @@ const (
 	maxThreadSeries   = 1 << 20
 	maxPendingCap     = 1 << 22
 	maxMapKeysCap     = 1 << 16
+	maxDeviceRate     = 1000000 // sampling::device_max_per_second: a gap of at least 1 µs
 	minPollInterval   = 100 * time.Microsecond
 	maxPollInterval   = time.Minute
 )
@@ -59,6 +60,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sampling.DeviceOneIn < 1 {
 		l.add("sampling::device_one_in", "must be ≥ 1, got %d", c.Sampling.DeviceOneIn)
+	}
+	if c.Sampling.DeviceMaxPerSecond > maxDeviceRate {
+		l.add("sampling::device_max_per_second", "must be ≤ %d (0: no limit), got %d", maxDeviceRate, c.Sampling.DeviceMaxPerSecond)
 	}
 	if c.Sampling.MinDuration < 0 {
 		l.add("sampling::min_duration", "must be ≥ 0, got %s", c.Sampling.MinDuration)

@@ -55,7 +55,7 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 	}
 	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
-		DeviceOneIn: r.cfg.Sampling.DeviceOneIn})
+		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprobe: %w", err)
 	}

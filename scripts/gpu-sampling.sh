@@ -12,8 +12,14 @@
 #     high half of the id's splitmix64 mix is a multiple of N; the others
 #     got launch id 0), and each of the two kernels has some;
 #   - the others carry cuda.launch.probed = false.
+# Then it runs `vectoradd gap` (spinA and spinB every 3.5 ms or so) with
+# sampling::device_max_per_second: RATE (default 100) instead and checks
+# that each kernel's probed launches are at least 1/RATE apart, that every
+# launch left unprobed came less than 1/RATE after its kernel's last probed
+# one (else it should have been probed), and that each kernel has more
+# than one probed launch.
 # Exits 1 on a failed check. Environment: NVCC, N, ITERS (default 40),
-# SAMPLING_OUT (default build/gpu-sampling).
+# RATE (default 100), SAMPLING_OUT (default build/gpu-sampling).
 set -uo pipefail
 export GPUPROBE_PATCH=1
 cd "$(dirname "$0")/.."
@@ -64,6 +70,58 @@ ok = len(launches) == want and phased == {i for i in ids if keep(i)} and unprobe
 print("gpu-sampling: device_one_in %d: %d launch spans (want %d), %d with device phases (the ids the shim keeps: %s; kernels %s), %d marked unprobed: %s"
       % (n, len(launches), want, len(phased), phased == {i for i in ids if keep(i)}, sorted(kernels), len(unprobed),
          "1 passed, 0 failed" if ok else "0 passed, 1 failed"))
+sys.exit(0 if ok else 1)
+PY
+
+# device_max_per_second: RATE.
+rate=${RATE:-100}
+rout=$out/rate
+mkdir -p "$rout"
+start_traces_collector "$rout" "$(printf '    sampling:\n      device_max_per_second: %d' "$rate")" ||
+	{ echo "gpu-sampling: collector did not start (see $rout/collector.log)"; exit 1; }
+"$out/vectoradd" gap "$iters" >"$rout/plain.txt" 2>&1
+timeout 120 bin/gpuprobe run --socket "$rout/agent.sock" --shim bin/libgpuprobe.so -- "$out/vectoradd" gap "$iters" >"$rout/shim.txt" 2>"$rout/shim.err"
+rc=$?
+sleep 1.5
+kill -TERM "$col"
+wait "$col"
+if [[ $rc != 0 ]] || ! cmp -s "$rout/plain.txt" "$rout/shim.txt"; then
+	echo "gpu-sampling: FAIL: rate run: app rc $rc or output differs (diff $rout/plain.txt $rout/shim.txt)"
+	status=1
+fi
+python3 - "$rout/traces.json" "$rate" "$((2 * iters))" <<'PY' || status=1
+import json, sys
+path, rate, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+spans, children = [], {}
+for line in open(path):
+    for rs in json.loads(line).get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for s in ss.get("spans", []):
+                at = {a["key"]: a["value"] for a in s.get("attributes", [])}
+                spans.append((s, at))
+                children.setdefault(s.get("parentSpanId"), []).append(s["name"])
+launches = [(int(s["startTimeUnixNano"]), s["name"], "cuda.executing" in children.get(s["spanId"], []),
+             at.get("cuda.launch.probed", {}).get("boolValue") is False)
+            for s, at in spans if "cuda.launch.id" in at and "cuda.api.category" not in at]
+launches.sort()
+gap, tol = 1_000_000_000 // rate, 200_000  # the shim decides just before the enqueue stamp
+fails, probed = [], {}
+last = {}
+for t, k, phased, unprobed in launches:
+    if phased == unprobed:
+        fails.append("%s at %d: device phases %s, marked unprobed %s" % (k, t, phased, unprobed))
+    if phased:
+        if k in last and t - last[k] < gap - tol:
+            fails.append("%s probed %d ns after its last probed launch (< 1/%d s)" % (k, t - last[k], rate))
+        last[k] = t
+        probed[k] = probed.get(k, 0) + 1
+    elif k not in last or t - last[k] > gap + tol:
+        fails.append("%s left unprobed %s ns after its last probed launch (>= 1/%d s)" % (k, t - last[k] if k in last else "inf", rate))
+ok = len(launches) == want and not fails and len(probed) == 2 and min(probed.values()) > 1
+print("gpu-sampling: device_max_per_second %d: %d launch spans (want %d), probed per kernel %s: %s"
+      % (rate, len(launches), want, probed, "1 passed, 0 failed" if ok else "0 passed, 1 failed"))
+for f in fails[:10]:
+    print("  FAIL " + f)
 sys.exit(0 if ok else 1)
 PY
 exit $status

@@ -150,6 +150,13 @@ func TestPatchLoad(t *testing.T) {
 		}
 		return a, err
 	}
+	limited := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+		a, err := patch(p, r, bind)
+		if a != nil {
+			a.DeviceMaxPerSecond = 1
+		}
+		return a, err
+	}
 	tests := []struct {
 		name    string
 		mode    string // app mode: dlsym loads a module, cudart a library
@@ -157,14 +164,16 @@ func TestPatchLoad(t *testing.T) {
 		env     []string
 		patched bool
 		oneIn   uint64 // the answer's DeviceOneIn
+		rate    bool   // the answer's DeviceMaxPerSecond is 1: of the app's launches within a second, the first keeps its id
 	}{
-		{"module", "dlsym", patch, nil, true, 0},
-		{"device sampling 1 in 2", "dlsym", sampled, nil, true, 2},
-		{"library", "cudart", patch, nil, true, 0},
-		{"direct", "direct", patch, nil, true, 0},
-		{"nopatch", "dlsym", nopatch, nil, false, 0},
-		{"timeout", "dlsym", slow, []string{"GPUPROBE_TIMEOUT_MS=300"}, false, 0},
-		{"global-fails", "cudart", patch, []string{"MOCK_FAIL_GLOBAL=1"}, false, 0},
+		{"module", "dlsym", patch, nil, true, 0, false},
+		{"device sampling 1 in 2", "dlsym", sampled, nil, true, 2, false},
+		{"device rate 1 a second", "dlsym", limited, nil, true, 0, true},
+		{"library", "cudart", patch, nil, true, 0, false},
+		{"direct", "direct", patch, nil, true, 0, false},
+		{"nopatch", "dlsym", nopatch, nil, false, 0, false},
+		{"timeout", "dlsym", slow, []string{"GPUPROBE_TIMEOUT_MS=300"}, false, 0, false},
+		{"global-fails", "cudart", patch, []string{"MOCK_FAIL_GLOBAL=1"}, false, 0, false},
 	}
 	// Each case runs again with the PTX loaded by path (scenario ptxfile:
 	// cuModuleLoad, or cuLibraryLoadFromFile with options), which the shim
@@ -254,17 +263,24 @@ func TestPatchLoad(t *testing.T) {
 			if k == nil || k.ParamIndex != 3 || k.ParamOffset != 24 {
 				t.Fatalf("PATCHED kernels %+v: want vectorAdd's launch id at index 3, offset 24", ans.Kernels)
 			}
-			// With device sampling, a launch whose id is not a multiple of
-			// N runs with launch id 0 and its record says so.
-			probed := func(id uint64) bool { return tc.oneIn <= 1 || sampleKeep(id, tc.oneIn) }
-			passed := func(id uint64) uint64 {
-				if probed(id) {
-					return id
+			// With device sampling, a launch the hash leaves out runs with
+			// launch id 0 and its record says so; with a rate of 1 a
+			// second, so does every launch after the first (the app makes
+			// them within microseconds).
+			probed := func(i int) bool {
+				if tc.rate {
+					return i == 0
+				}
+				return tc.oneIn <= 1 || sampleKeep(st.launches[i].LaunchID, tc.oneIn)
+			}
+			passed := func(i int) uint64 {
+				if probed(i) {
+					return st.launches[i].LaunchID
 				}
 				return 0
 			}
-			wantP := fmt.Sprintf("app: params-launch same=0 p0=1 p1=1 p2=1 extra=%d", passed(st.launches[0].LaunchID))
-			wantB := fmt.Sprintf("app: buffer-launch same=0 size=32 copied=1 extra=%d", passed(st.launches[1].LaunchID))
+			wantP := fmt.Sprintf("app: params-launch same=0 p0=1 p1=1 p2=1 extra=%d", passed(0))
+			wantB := fmt.Sprintf("app: buffer-launch same=0 size=32 copied=1 extra=%d", passed(1))
 			if lines[0] != wantP || lines[1] != wantB {
 				t.Errorf("launches got\n%s\n%s\nwant\n%s\n%s", lines[0], lines[1], wantP, wantB)
 			}
@@ -292,12 +308,12 @@ func TestPatchLoad(t *testing.T) {
 			// device sampling left out (never a graph node or a captured
 			// launch): those, and only those, are marked unprobed.
 			for i, l := range st.launches[:4] {
-				want := i < 2 && !probed(l.LaunchID)
+				want := i < 2 && !probed(i)
 				if got := l.Flags&record.LaunchUnprobed != 0; got != want {
 					t.Errorf("launch record %d (id %#x): unprobed %v, want %v", i, l.LaunchID, got, want)
 				}
 			}
-			if tc.oneIn > 1 && probed(st.launches[0].LaunchID) == probed(st.launches[1].LaunchID) {
+			if tc.oneIn > 1 && probed(0) == probed(1) {
 				t.Logf("ids %d and %d: both probed or both not, which the hash allows", st.launches[0].LaunchID, st.launches[1].LaunchID)
 			}
 			devs := mockDevices(stderr)

@@ -28,8 +28,9 @@
 //
 //	off size field
 //	  0  u32  magic    0x41425047, the bytes "GPBA"
-//	  4  u16  version  protocol version, 2 (version 1 had no descriptor
-//	                   flags; its peers are answered with ERROR code 4)
+//	  4  u16  version  protocol version, 3 (version 1 had no descriptor
+//	                   flags, version 2 a 24-byte PATCHED header; their
+//	                   peers are answered with ERROR code 4)
 //	  6  u16  type     1 HELLO, 2 WELCOME, 3 ERROR, 4 PATCH, 5 PATCHED,
 //	                   6 NOPATCH (others reserved)
 //	  8  u32  length   payload bytes that follow (<= 65536)
@@ -137,7 +138,12 @@
 //	                      (gp_sample_keep: a hash of the id); 0 to the
 //	                      others, whose probes skip them; 0 or 1: all
 //	 16  u64  image_size
-//	 24  ...  kernels descriptors, then globals descriptors
+//	 24  u32  device_max_per_second  the shim gives a launch id to at most
+//	                      N launches per second of each kernel (one at least
+//	                      1/N s after the last it gave one to), after
+//	                      device_one_in; 0: no limit
+//	 28  u32  reserved    0
+//	 32  ...  kernels descriptors, then globals descriptors
 //
 // Kernel descriptor (a patched kernel; its hidden launch-id parameter,
 // a .u64, goes at kernelParams[param_index], the array growing by one, or

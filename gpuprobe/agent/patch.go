@@ -9,7 +9,8 @@ import (
 const (
 	MaxImage      = 256 << 20 // largest code image in a PATCH or PATCHED memfd
 	MaxInitBytes  = 256       // largest initial contents of a device global's block
-	patchHeader   = 24        // bytes of the fixed part of PATCH and PATCHED
+	patchHeader   = 24        // bytes of the fixed part of PATCH
+	patchedHeader = 32        // bytes of the fixed part of PATCHED
 	kernelHeader  = 12        // bytes of a PATCHED kernel descriptor before its name
 	globalHeader  = 32        // bytes of a PATCHED global descriptor before its name
 	noPatchHeader = 12        // bytes of NOPATCH before its message
@@ -102,6 +103,11 @@ type Patched struct {
 	// in one launch in DeviceOneIn (chosen by a hash of the id) and launch
 	// id 0 to the others, which the probes skip; 0 and 1 mean every launch.
 	DeviceOneIn uint32
+	// DeviceMaxPerSecond: the shim gives a launch id to at most this many
+	// launches per second of each patched kernel (a launch at least
+	// 1/DeviceMaxPerSecond after the last one it gave an id to); 0: no
+	// limit. Applied after DeviceOneIn.
+	DeviceMaxPerSecond uint32
 }
 
 // NoPatchCode says why an image was not patched.
@@ -208,6 +214,8 @@ func MarshalPatched(a *Patched) ([]byte, error) {
 	p = le.AppendUint32(p, uint32(len(a.Globals)))
 	p = le.AppendUint32(p, a.DeviceOneIn)
 	p = le.AppendUint64(p, uint64(len(a.Image)))
+	p = le.AppendUint32(p, a.DeviceMaxPerSecond)
+	p = le.AppendUint32(p, 0) // reserved
 	for i, k := range a.Kernels {
 		if len(k.Name) == 0 || len(k.Name) > MaxKernelName {
 			return nil, fmt.Errorf("agent: PATCHED kernel %d name of %d bytes, want 1..%d", i, len(k.Name), MaxKernelName)
@@ -249,10 +257,10 @@ func UnmarshalPatched(p []byte) (*Patched, uint64, error) {
 	bad := func(off int, format string, args ...any) error {
 		return &ProtocolError{CodeProtocol, fmt.Sprintf("PATCHED at payload offset %d: ", off) + fmt.Sprintf(format, args...)}
 	}
-	if len(p) < patchHeader {
-		return nil, 0, bad(0, "payload of %d bytes, want at least %d", len(p), patchHeader)
+	if len(p) < patchedHeader {
+		return nil, 0, bad(0, "payload of %d bytes, want at least %d", len(p), patchedHeader)
 	}
-	a := &Patched{ID: le.Uint32(p), DeviceOneIn: le.Uint32(p[12:])}
+	a := &Patched{ID: le.Uint32(p), DeviceOneIn: le.Uint32(p[12:]), DeviceMaxPerSecond: le.Uint32(p[24:])}
 	nk, ng, size := le.Uint32(p[4:]), le.Uint32(p[8:]), le.Uint64(p[16:])
 	if size > MaxImage {
 		return nil, 0, bad(16, "image_size %d exceeds %d", size, MaxImage)
@@ -260,7 +268,7 @@ func UnmarshalPatched(p []byte) (*Patched, uint64, error) {
 	if uint64(nk)*kernelHeader+uint64(ng)*globalHeader > uint64(len(p)) {
 		return nil, 0, bad(4, "%d kernels and %d globals do not fit in %d bytes", nk, ng, len(p))
 	}
-	off := patchHeader
+	off := patchedHeader
 	name := func(at, n int) (string, error) {
 		if n == 0 || n > MaxKernelName {
 			return "", bad(at, "name length %d, want 1..%d", n, MaxKernelName)

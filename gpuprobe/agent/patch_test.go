@@ -12,7 +12,7 @@ import (
 )
 
 func samplePatched() *Patched {
-	return &Patched{ID: 7, Image: []byte(".version 7.8\n.target sm_90\n\x00"), DeviceOneIn: 8,
+	return &Patched{ID: 7, Image: []byte(".version 7.8\n.target sm_90\n\x00"), DeviceOneIn: 8, DeviceMaxPerSecond: 250,
 		Kernels: []PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pfi", ParamIndex: 4, ParamOffset: 32}},
 		Globals: []PatchedGlobal{
 			{Name: "p0_map_kp_warps", Kind: GlobalRegion, Region: 2},
@@ -56,17 +56,18 @@ func TestPatchedCorrupt(t *testing.T) {
 		binary.LittleEndian.PutUint32(b[off:], v)
 		return b
 	}
-	kernelName := patchHeader + 8
-	firstGlobal := patchHeader + kernelHeader + len("_Z9vectorAddPKfS0_Pfi")
+	kernelName := patchedHeader + 8
+	firstGlobal := patchedHeader + kernelHeader + len("_Z9vectorAddPKfS0_Pfi")
 	tests := []struct {
 		name string
 		p    []byte
 		want string
 	}{
 		{"short", good[:10], "offset 0"},
+		{"version 2 header", good[:28], "want at least 32"},
 		{"too many kernels", put32(4, 1<<20), "offset 4"},
-		{"kernel name length", put32(kernelName, 0), "offset 32: name length 0"},
-		{"kernel name past end", put32(kernelName, 60000), "offset 32"},
+		{"kernel name length", put32(kernelName, 0), "offset 40: name length 0"},
+		{"kernel name past end", put32(kernelName, 60000), "offset 40"},
 		{"global kind", put32(firstGlobal, 9), "kind 9 unknown"},
 		{"init larger than block", put32(firstGlobal+32+len("p0_map_kp_warps")+28, 65), "65 init bytes"},
 		{"truncated", good[:len(good)-1], "offset"},

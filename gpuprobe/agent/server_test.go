@@ -326,7 +326,8 @@ func TestBadClients(t *testing.T) {
 		want string
 	}{
 		{"bad magic", withHeader(func(b []byte) { b[0] = 'X' }), CodeProtocol, "magic"},
-		{"version 3", withHeader(func(b []byte) { b[4] = 3 }), CodeVersion, "protocol version 3"},
+		{"version 2", withHeader(func(b []byte) { b[4] = 2 }), CodeVersion, "protocol version 2"},
+		{"version 4", withHeader(func(b []byte) { b[4] = 4 }), CodeVersion, "protocol version 4"},
 		{"huge length", withHeader(func(b []byte) { b[10] = 0xff }), CodeProtocol, "exceeds"},
 		{"unknown type", withHeader(func(b []byte) { b[6] = 9 }), CodeProtocol, "unknown frame type 9"},
 		{"welcome first", welcome, CodeProtocol, "want HELLO"},

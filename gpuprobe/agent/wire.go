@@ -12,7 +12,7 @@ import (
 // Protocol constants (see the package comment).
 const (
 	Magic          = 0x41425047 // "GPBA" little-endian
-	Version        = 2          // protocol version (2: descriptor flags, headerless regions)
+	Version        = 3          // protocol version (2: descriptor flags, headerless regions; 3: PATCHED's device_max_per_second)
 	FrameHeader    = 12         // bytes of a frame header
 	MaxPayload     = 65536      // largest frame payload
 	MaxNameLen     = 256        // largest process name in HELLO

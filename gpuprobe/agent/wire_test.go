@@ -38,12 +38,12 @@ func TestWireRoundTrip(t *testing.T) {
 	if len(b) != FrameHeader+8+4*DescriptorSize {
 		t.Fatalf("WELCOME is %d bytes", len(b))
 	}
-	// The documented byte layout: version 2 at frame offset 4; descriptor
+	// The documented byte layout: version 3 at frame offset 4; descriptor
 	// 1's region_size at payload 8+64+8; descriptor 2's role at payload
 	// 8+128 and its flags (bit 0: no header) at 8+128+6.
 	le := binary.LittleEndian
-	if v := le.Uint16(b[4:]); v != 2 {
-		t.Fatalf("frame version %d, want 2", v)
+	if v := le.Uint16(b[4:]); v != 3 {
+		t.Fatalf("frame version %d, want 3", v)
 	}
 	if v := le.Uint64(b[FrameHeader+8+DescriptorSize+8:]); v != 1<<20 {
 		t.Fatalf("region_size field holds %d", v)
@@ -93,7 +93,7 @@ func TestWireRejects(t *testing.T) {
 			b[4] = 1
 			_, _, err := readFrame(bytes.NewReader(b))
 			return err
-		}(), "protocol version 1 at offset 4, this side speaks 2"},
+		}(), "protocol version 1 at offset 4, this side speaks 3"},
 		{"error length lies", UnmarshalError([]byte{1, 0, 0, 0, 9, 0, 0, 0, 'a'}), "msg_len 9"},
 	}
 	for _, tc := range tests {

@@ -41,6 +41,10 @@ type Options struct {
 	// the kernels are patched with inject.Options.SkipUnidentified, so no
 	// probe runs in those. 0 or 1: all launches.
 	DeviceOneIn uint32
+	// DeviceMaxPerSecond goes into every PATCHED answer: the shim gives at
+	// most N launches a second of each patched kernel its launch id (0: no
+	// limit); with N > 0 the kernels are patched with SkipUnidentified.
+	DeviceMaxPerSecond uint32
 	// Inject are further injection options (Arch, RaiseTarget, LaunchID,
 	// SkipUnidentified and PTX.RingDevice are set by the patcher).
 	Inject inject.Options
@@ -161,7 +165,7 @@ func (p *Patcher) Patch(req *agent.PatchRequest, bind Binder) (*agent.Patched, e
 	opts.LaunchID = inject.LaunchIDParam
 	opts.PTX.RingDevice = p.opts.RingDevice
 	// Launches left out by device sampling run no probe at all.
-	opts.SkipUnidentified = p.opts.DeviceOneIn > 1
+	opts.SkipUnidentified = p.opts.DeviceOneIn > 1 || p.opts.DeviceMaxPerSecond > 0
 	out, rep, err := p.inj.Inject(text, p.opts.Programs, opts)
 	if errors.Is(err, inject.ErrNoKernel) {
 		return nil, noPatch(agent.NoPatchNoKernel, "%v", err)
@@ -169,7 +173,7 @@ func (p *Patcher) Patch(req *agent.PatchRequest, bind Binder) (*agent.Patched, e
 	if err != nil {
 		return nil, noPatch(agent.NoPatchError, "%v", err)
 	}
-	a := &agent.Patched{Image: append(out, 0), DeviceOneIn: p.opts.DeviceOneIn}
+	a := &agent.Patched{Image: append(out, 0), DeviceOneIn: p.opts.DeviceOneIn, DeviceMaxPerSecond: p.opts.DeviceMaxPerSecond}
 	for _, k := range rep.Kernels {
 		if k.Launch == nil {
 			return nil, noPatch(agent.NoPatchError, "kernel %s: no launch-id parameter in the report", k.Name)

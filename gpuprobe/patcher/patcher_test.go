@@ -206,18 +206,18 @@ func TestPatchCached(t *testing.T) {
 	}
 }
 
-// TestPatchDeviceSampling: with DeviceOneIn > 1 the answer carries it and
-// the kernels are patched to skip every probe site in a launch whose id
-// is 0; with 1 neither.
+// TestPatchDeviceSampling: with DeviceOneIn > 1 or DeviceMaxPerSecond > 0
+// the answer carries them and the kernels are patched to skip every probe
+// site in a launch whose id is 0; with 1 and 0 neither.
 func TestPatchDeviceSampling(t *testing.T) {
 	progs, err := probes.Load(probes.KernelPhases)
 	if err != nil {
 		t.Fatal(err)
 	}
 	img := build(t, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
-	for _, n := range []uint32{1, 8} {
+	for _, tc := range []struct{ oneIn, rate uint32 }{{1, 0}, {8, 0}, {1, 100}, {4, 100}} {
 		p, err := New(Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly, MaxThreads: 4096,
-			RingDevice: probes.KernelPhasesRingDevice, DeviceOneIn: n})
+			RingDevice: probes.KernelPhasesRingDevice, DeviceOneIn: tc.oneIn, DeviceMaxPerSecond: tc.rate})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,8 +226,9 @@ func TestPatchDeviceSampling(t *testing.T) {
 			t.Fatal(err)
 		}
 		guarded := strings.Contains(string(a.Image), "setp.eq.u64 %gpuprobe_noid, %gpuprobe_lid, 0;")
-		if a.DeviceOneIn != n || guarded != (n > 1) {
-			t.Errorf("device_one_in %d: answer's %d, launch-id guard %v", n, a.DeviceOneIn, guarded)
+		if a.DeviceOneIn != tc.oneIn || a.DeviceMaxPerSecond != tc.rate || guarded != (tc.oneIn > 1 || tc.rate > 0) {
+			t.Errorf("device_one_in %d, device_max_per_second %d: answer's %d and %d, launch-id guard %v",
+				tc.oneIn, tc.rate, a.DeviceOneIn, a.DeviceMaxPerSecond, guarded)
 		}
 	}
 }

@@ -218,7 +218,7 @@ static inline void *gp_real(struct gp_slot *s)
 #define GP_MAX_REGIONS 32u
 /* Agent protocol version (gpuprobe/agent, doc.go); 2 added descriptor
  * flags (bit 0: the region has no shm header). */
-#define GP_PROTO 2u
+#define GP_PROTO 3u
 #define GP_DESC_NOHEADER 1u
 /* Region roles the shim treats specially. A kernel map (a BPF_F_MMAPABLE
  * BPF array's fd, no header) and the clock region are optional: if they
@@ -533,6 +533,9 @@ GP_HIDDEN void gp_module_loaded(const char *api, uint64_t module, const struct g
 struct gp_pfunc_info {
 	uint32_t index, offset; /* the hidden launch id: kernelParams index, buffer offset */
 	uint32_t one_in;        /* the launch id goes to 1 launch in one_in (PATCHED device_one_in; <= 1: all) */
+	uint32_t max_rate;      /* and to at most max_rate launches a second (PATCHED device_max_per_second; 0: all) */
+	uint64_t gap_ns;        /* 1 s / max_rate */
+	uint64_t next_ns;       /* atomic: CLOCK_MONOTONIC before which no launch gets its id (max_rate) */
 };
 struct gp_patch {
 	const char *api;
@@ -549,7 +552,7 @@ GP_HIDDEN int gp_capture_relax(int *mode);
 GP_HIDDEN void gp_capture_restore(int relaxed, int mode);
 GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to);
-GP_HIDDEN const struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);
+GP_HIDDEN struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);
 /* Graph kernel nodes of patched kernels carry a reserved launch id: the
  * high bit set, then a counter (wrap_graph.c). */
 #define GP_GRAPH_ID_BIT ((uint64_t)1 << 63)

@@ -111,14 +111,14 @@ static void gp_fail(const char *api, const char *what, int code)
 
 struct gp_pfunc {
 	uint64_t handle; /* atomic: CUfunction or CUkernel */
-	uint32_t index, offset, one_in; /* struct gp_pfunc_info */
+	struct gp_pfunc_info info;
 };
 #define GP_PFUNCS 4096
 static struct gp_pfunc gp_pfuncs[GP_PFUNCS];
 
 static uint32_t gp_hash(uint64_t h) { return (uint32_t)((h * 0x9E3779B97F4A7C15ull) >> 52); }
 
-static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint32_t one_in)
+static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint32_t one_in, uint32_t max_rate)
 {
 	uint32_t h = gp_hash(handle);
 	for (uint32_t i = 0; i < 64 && handle; i++) {
@@ -129,7 +129,9 @@ static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint3
 		if (k == 0) {
 			/* Fill the entry before publishing its handle. */
 			uint64_t zero = 0;
-			e->index = index, e->offset = offset, e->one_in = one_in;
+			e->info.index = index, e->info.offset = offset, e->info.one_in = one_in;
+			e->info.max_rate = max_rate, e->info.gap_ns = max_rate ? 1000000000u / max_rate : 0;
+			__atomic_store_n(&e->info.next_ns, 0, __ATOMIC_RELAXED);
 			if (!__atomic_compare_exchange_n(&e->handle, &zero, handle, 0, __ATOMIC_ACQ_REL,
 							 __ATOMIC_ACQUIRE) &&
 			    zero != handle)
@@ -140,14 +142,14 @@ static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint3
 	GP_TRACE("patched-function table full: %p launches without its launch id", (void *)handle);
 }
 
-GP_HIDDEN const struct gp_pfunc_info *gp_pfunc_find(uint64_t handle)
+GP_HIDDEN struct gp_pfunc_info *gp_pfunc_find(uint64_t handle)
 {
 	uint32_t h = gp_hash(handle);
 	for (uint32_t i = 0; i < 64; i++) {
-		const struct gp_pfunc *e = &gp_pfuncs[(h + i) % GP_PFUNCS];
+		struct gp_pfunc *e = &gp_pfuncs[(h + i) % GP_PFUNCS];
 		uint64_t k = __atomic_load_n(&e->handle, __ATOMIC_ACQUIRE);
 		if (k == handle)
-			return (const struct gp_pfunc_info *)&e->index;
+			return &e->info;
 		if (k == 0)
 			return NULL;
 	}
@@ -157,7 +159,7 @@ GP_HIDDEN const struct gp_pfunc_info *gp_pfunc_find(uint64_t handle)
 /* ---- patched modules ---------------------------------------------------- */
 
 struct gp_pkernel {
-	uint32_t index, offset, one_in;
+	uint32_t index, offset, one_in, max_rate;
 	char *name;
 };
 struct gp_pmod {
@@ -201,7 +203,7 @@ GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *nam
 	struct gp_pkernel *k = __atomic_load_n(&m->k, __ATOMIC_ACQUIRE);
 	for (uint32_t i = 0; k && i < m->n; i++)
 		if (strcmp(k[i].name, name) == 0) {
-			gp_pfunc_set(handle, k[i].index, k[i].offset, k[i].one_in);
+			gp_pfunc_set(handle, k[i].index, k[i].offset, k[i].one_in, k[i].max_rate);
 			return;
 		}
 }
@@ -211,7 +213,7 @@ GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to)
 {
 	const struct gp_pfunc_info *p = gp_pfunc_find(from);
 	if (p != NULL)
-		gp_pfunc_set(to, p->index, p->offset, p->one_in);
+		gp_pfunc_set(to, p->index, p->offset, p->one_in, p->max_rate);
 }
 
 /* ---- the exchange ------------------------------------------------------- */
@@ -428,7 +430,7 @@ static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
 	struct gp_allocs allocs = {0};
 	struct gp_pkernel *ks = NULL;
 	int err = 0;
-	p += 24;
+	p += 32;
 	if (nk == 0 || nk > 65536 || (ks = calloc(nk, sizeof *ks)) == NULL)
 		return *why = "kernel descriptors", -EINVAL;
 	for (uint32_t i = 0; i < nk; i++) {
@@ -438,6 +440,7 @@ static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
 		}
 		uint32_t nl = rd32(p + 8);
 		ks[i].index = rd32(p), ks[i].offset = rd32(p + 4), ks[i].one_in = rd32(pp->payload + 12);
+		ks[i].max_rate = rd32(pp->payload + 24);
 		if (ks[i].index >= GP_MAX_PARAMS || (uint64_t)ks[i].offset + 8 > GP_XBUF) {
 			*why = "hidden parameter past the shim's launch buffers", err = -E2BIG;
 			goto fail;
@@ -561,9 +564,9 @@ GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *
 		pthread_mutex_unlock(&gp_patch_mu);
 		return img->ptr;
 	}
-	uint64_t size = pp->plen >= 24 ? rd64(payload + 16) : 0;
+	uint64_t size = pp->plen >= 32 ? rd64(payload + 16) : 0;
 	void *m = MAP_FAILED;
-	if (pp->plen >= 24 && size > 0 && size <= GP_IMAGE_MAX)
+	if (pp->plen >= 32 && size > 0 && size <= GP_IMAGE_MAX)
 		m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED || ((const char *)m)[size - 1] != 0) {

@@ -191,6 +191,20 @@ static inline int gp_sample_keep(uint64_t id, uint32_t n)
 	return (id >> 32) % n == 0;
 }
 
+/* gp_rate_keep: whether a launch of pf's kernel keeps its id under
+ * device_max_per_second: the first launch at or after next_ns does, and
+ * moves next_ns one gap past now (a compare-and-swap, so of threads
+ * launching at once exactly one wins). Only patched launches with a rate
+ * set come here, and it reads the clock once. */
+static int gp_rate_keep(struct gp_pfunc_info *pf)
+{
+	if (pf->max_rate == 0)
+		return 1;
+	uint64_t now = gp_now(), next = __atomic_load_n(&pf->next_ns, __ATOMIC_RELAXED);
+	return now >= next && __atomic_compare_exchange_n(&pf->next_ns, &next, now + pf->gap_ns, 0,
+							  __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 /* gp_patch_args_slow rewrites *params or *extra of a launch of f when f is
  * a patched kernel: its hidden parameter gets the launch id. It returns
  * GP_LAUNCH_F_UNPROBED unless it did (the launch then runs no probe). */
@@ -200,15 +214,17 @@ static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_
 #if GP_SELFTIME
 	GP_ST_ADD(slow, 1);
 #endif
-	const struct gp_pfunc_info *pf = gp_pfunc_find(f);
+	struct gp_pfunc_info *pf = gp_pfunc_find(f);
 	if (pf == NULL)
 		return GP_LAUNCH_F_UNPROBED;
 	/* Device sampling: launch id 0, which the probes skip, to all but one
-	 * launch in one_in (gp_sample_keep). A launch captured into a graph
-	 * keeps its id: every replay of its node runs with it. */
+	 * launch in one_in (gp_sample_keep), and of those to all but max_rate
+	 * a second (gp_rate_keep). A launch captured into a graph keeps its
+	 * id: every replay of its node runs with it. */
 	uint32_t fl = 0;
 	gp_plid = id;
-	if (GP_UNLIKELY(pf->one_in > 1) && !gp_sample_keep(id, pf->one_in) && !gp_captured(stream))
+	if (GP_UNLIKELY(pf->one_in > 1 || pf->max_rate) && !gp_captured(stream) &&
+	    (!gp_sample_keep(id, pf->one_in > 1 ? pf->one_in : 1) || !gp_rate_keep(pf)))
 		gp_plid = 0, fl = GP_LAUNCH_F_UNPROBED;
 	if (*params != NULL || (*extra == NULL && pf->index == 0)) {
 		void **in = *params;
