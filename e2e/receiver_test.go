@@ -150,6 +150,11 @@ func TestReceiverEndToEnd(t *testing.T) {
 		}{
 			{fmt.Sprintf(`sum(gpu_cuda_kernel_launches_total{job=%q})`, service), launches},
 			{fmt.Sprintf(`sum(gpu_cuda_kernel_launches_total{job=%q, code_function_name=%q})`, service, loadgenKernels[0].demangled), launches / 2},
+			// Exponential histograms arrive as native histograms.
+			{fmt.Sprintf(`histogram_count(sum(gpu_cuda_kernel_execution_duration_seconds{job=%q}))`, service), launches},
+			// A host wait for every launch but the first and the one after
+			// each copy on the stream (loadgen's memcpy every 10).
+			{fmt.Sprintf(`histogram_count(sum(gpu_cuda_kernel_host_wait_duration_seconds{job=%q}))`, service), launches - 1 - memcpys},
 		}
 		for _, tc := range tests {
 			err := Eventually(ctx, 60*time.Second, 500*time.Millisecond, func(ctx context.Context) error {

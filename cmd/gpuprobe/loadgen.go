@@ -159,6 +159,9 @@ func runLoadgen(args []string, stdout, stderr io.Writer) int {
 // generate writes the synthetic stream: a device and a calibration record,
 // kernel names, then per launch a launch record, its warp records (as the
 // GPU's exit probe writes them), a completion, and now and then a memcpy.
+// The launches share one stream, so each one's warps start after the
+// previous launch's last warp ended (a backlog when launches come faster
+// than 20 µs apart), and its completion after its own last warp.
 // roleNameRing is the agent role of the names ring (receiver.RoleNameRing;
 // not imported, to keep the collector out of this binary).
 const roleNameRing agent.Role = 4
@@ -187,6 +190,7 @@ func generate(ring, names *shm.Ring, o *loadgenOpts) loadgenStats {
 	warpsPerBlock := (uint64(o.block[0])*uint64(o.block[1])*uint64(o.block[2]) + 31) / 32
 	warps := min(blocks*warpsPerBlock, uint64(o.maxWarps))
 	start := time.Now()
+	var prevEnd uint64 // the previous launch's last warp end: launches on one stream run one after another
 	for n := range o.launches {
 		if o.rate > 0 {
 			due := start.Add(time.Duration(float64(n) / o.rate * float64(time.Second)))
@@ -201,14 +205,20 @@ func generate(ring, names *shm.Ring, o *loadgenOpts) loadgenStats {
 		enq := monoNS()
 		put(&record.Launch{LaunchID: id, PID: pid, TID: uint32(unix.Gettid()), EnqueueNS: enq, ReturnNS: enq + 3000,
 			Stream: 0, Function: uint64(n%len(o.kernels) + 1), Device: 0, Grid: o.grid, Block: o.block})
-		gpuStart := enq + synthGPUOffset + 5000
+		gpuStart := max(enq+synthGPUOffset+5000, prevEnd+2000)
 		for w := range warps {
 			s := gpuStart + w*10
+			end := s + 20000 + w%7*100
+			prevEnd = max(prevEnd, end)
 			put(&record.Warp{LaunchID: id, Block: [3]uint32{uint32(w / warpsPerBlock), 0, 0}, Warp: uint32(w % warpsPerBlock),
-				SMID: uint32(w % 132), ActiveMask: 0xffffffff, StartNS: s, MinExitNS: s + 15000, EndNS: s + 20000 + w%7*100})
+				SMID: uint32(w % 132), ActiveMask: 0xffffffff, StartNS: s, MinExitNS: s + 15000, EndNS: end})
 		}
 		if !o.noComplete {
-			put(&record.Completion{LaunchID: id, CompleteNS: enq + 40000, Device: 0, How: record.SeenByStreamSync})
+			complete := enq + 40000
+			if prevEnd > synthGPUOffset {
+				complete = max(complete, prevEnd-synthGPUOffset+1000) // after its last warp
+			}
+			put(&record.Completion{LaunchID: id, CompleteNS: complete, Device: 0, How: record.SeenByStreamSync})
 		}
 		if o.memcpyEvery > 0 && n%o.memcpyEvery == 0 {
 			put(&record.Memcpy{Bytes: 1 << 20, StartNS: enq + 41000, EndNS: enq + 141000, PID: pid,
