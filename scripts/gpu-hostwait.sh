@@ -29,29 +29,16 @@ mkdir -p "$out"
 	{ echo "gpu-hostwait: nvcc failed: $(tail -3 "$out/nvcc.txt")"; exit 1; }
 . scripts/lib-collector.sh
 start_traces_collector "$out" || { echo "gpu-hostwait: collector did not start (see $out/collector.log)"; exit 1; }
-"$out/vectoradd" gap "$iters" >"$out/plain.txt" 2>&1
-timeout 120 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/vectoradd" gap "$iters" >"$out/shim.txt" 2>"$out/shim.err"
-rc=$?
-sleep 1.5 # the receiver's grace and poll
-kill -TERM "$col"
-wait "$col"
 status=0
-if [[ $rc != 0 ]] || ! cmp -s "$out/plain.txt" "$out/shim.txt"; then
-	echo "gpu-hostwait: FAIL: app rc $rc or output differs (diff $out/plain.txt $out/shim.txt)"
-	status=1
-fi
+run_with_shim "$out" gpu-hostwait "$out/vectoradd" gap "$iters" || status=1
 python3 - "$out/traces.json" "$iters" <<'PY' || status=1
-import json, sys
+import sys
+sys.path.insert(0, "scripts")
+from lib_traces import load, launch_spans
 path, iters = sys.argv[1], int(sys.argv[2])
-launches = []
-for line in open(path):
-    for rs in json.loads(line).get("resourceSpans", []):
-        for ss in rs.get("scopeSpans", []):
-            for s in ss.get("spans", []):
-                at = {a["key"]: a["value"] for a in s.get("attributes", [])}
-                if "cuda.launch.id" in at and "cuda.api.category" not in at and s["name"] in ("spinA", "spinB"):
-                    launches.append((int(s["startTimeUnixNano"]), s["name"], at))
-launches.sort()
+spans, _ = load(path)
+launches = sorted(((int(s["startTimeUnixNano"]), s["name"], at) for s, at in launch_spans(spans) if s["name"] in ("spinA", "spinB")),
+                  key=lambda x: x[0])
 num = lambda at, k: int(at[k]["intValue"]) if k in at else None
 fails = []
 a = [(num(at, "cuda.launch.stream_idle"), num(at, "cuda.launch.host_wait")) for _, n, at in launches if n == "spinA"]

@@ -32,29 +32,15 @@ mkdir -p "$out"
 . scripts/lib-collector.sh
 start_traces_collector "$out" "$(printf '    sampling:\n      device_one_in: %d' "$n")" ||
 	{ echo "gpu-sampling: collector did not start (see $out/collector.log)"; exit 1; }
-"$out/vectoradd" sync "$iters" >"$out/plain.txt" 2>&1
-timeout 120 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/vectoradd" sync "$iters" >"$out/shim.txt" 2>"$out/shim.err"
-rc=$?
-sleep 1.5 # the receiver's grace and poll
-kill -TERM "$col"
-wait "$col"
 status=0
-if [[ $rc != 0 ]] || ! cmp -s "$out/plain.txt" "$out/shim.txt"; then
-	echo "gpu-sampling: FAIL: app rc $rc or output differs (diff $out/plain.txt $out/shim.txt)"
-	status=1
-fi
+run_with_shim "$out" gpu-sampling "$out/vectoradd" sync "$iters" || status=1
 python3 - "$out/traces.json" "$n" "$((2 * iters))" <<'PY' || status=1
-import json, sys
+import sys
+sys.path.insert(0, "scripts")
+from lib_traces import load, launch_spans
 path, n, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-spans, children = [], {}
-for line in open(path):
-    for rs in json.loads(line).get("resourceSpans", []):
-        for ss in rs.get("scopeSpans", []):
-            for s in ss.get("spans", []):
-                at = {a["key"]: a["value"] for a in s.get("attributes", [])}
-                spans.append((s, at))
-                children.setdefault(s.get("parentSpanId"), []).append(s["name"])
-launches = [(s, at) for s, at in spans if "cuda.launch.id" in at and "cuda.api.category" not in at]
+spans, children = load(path)
+launches = launch_spans(spans)
 M = (1 << 64) - 1
 def keep(i):  # the shim's gp_sample_keep
     i ^= i >> 30; i = (i * 0xbf58476d1ce4e5b9) & M
@@ -79,30 +65,16 @@ rout=$out/rate
 mkdir -p "$rout"
 start_traces_collector "$rout" "$(printf '    sampling:\n      device_max_per_second: %d' "$rate")" ||
 	{ echo "gpu-sampling: collector did not start (see $rout/collector.log)"; exit 1; }
-"$out/vectoradd" gap "$iters" >"$rout/plain.txt" 2>&1
-timeout 120 bin/gpuprobe run --socket "$rout/agent.sock" --shim bin/libgpuprobe.so -- "$out/vectoradd" gap "$iters" >"$rout/shim.txt" 2>"$rout/shim.err"
-rc=$?
-sleep 1.5
-kill -TERM "$col"
-wait "$col"
-if [[ $rc != 0 ]] || ! cmp -s "$rout/plain.txt" "$rout/shim.txt"; then
-	echo "gpu-sampling: FAIL: rate run: app rc $rc or output differs (diff $rout/plain.txt $rout/shim.txt)"
-	status=1
-fi
+run_with_shim "$rout" "gpu-sampling (rate)" "$out/vectoradd" gap "$iters" || status=1
 python3 - "$rout/traces.json" "$rate" "$((2 * iters))" <<'PY' || status=1
-import json, sys
+import sys
+sys.path.insert(0, "scripts")
+from lib_traces import load, launch_spans
 path, rate, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-spans, children = [], {}
-for line in open(path):
-    for rs in json.loads(line).get("resourceSpans", []):
-        for ss in rs.get("scopeSpans", []):
-            for s in ss.get("spans", []):
-                at = {a["key"]: a["value"] for a in s.get("attributes", [])}
-                spans.append((s, at))
-                children.setdefault(s.get("parentSpanId"), []).append(s["name"])
+spans, children = load(path)
 launches = [(int(s["startTimeUnixNano"]), s["name"], "cuda.executing" in children.get(s["spanId"], []),
              at.get("cuda.launch.probed", {}).get("boolValue") is False)
-            for s, at in spans if "cuda.launch.id" in at and "cuda.api.category" not in at]
+            for s, at in launch_spans(spans)]
 launches.sort()
 gap, tol = 1_000_000_000 // rate, 200_000  # the shim decides just before the enqueue stamp
 fails, probed = [], {}

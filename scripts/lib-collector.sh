@@ -1,5 +1,6 @@
 # lib-collector.sh: sourced by the GPU scripts that run the real collector
-# with a traces file exporter (gpu-graph-spans.sh, gpu-sampling.sh).
+# with a traces file exporter (gpu-graph-spans.sh, gpu-sampling.sh,
+# gpu-hostwait.sh); lib_traces.py reads what it wrote.
 #
 # start_traces_collector DIR [RECEIVER_YAML]: writes DIR/config.yaml (the
 # agent socket DIR/agent.sock, kernel_phases on, host probes off, traces to
@@ -22,4 +23,24 @@ start_traces_collector() {
 	for _ in $(seq 200); do [[ -S $dir/agent.sock ]] && return 0; sleep 0.05; done
 	kill "$col" 2>/dev/null
 	return 1
+}
+
+# run_with_shim DIR NAME APP ARGS...: runs APP ARGS plainly (output in
+# DIR/plain.txt) and under `gpuprobe run` with bin/libgpuprobe.so against
+# the collector started by start_traces_collector DIR (DIR/shim.txt), then
+# stops that collector after the receiver's grace. Returns 1, saying so
+# with NAME, when the shim run failed or its output differs.
+run_with_shim() {
+	local dir=$1 name=$2 rc
+	shift 2
+	"$@" >"$dir/plain.txt" 2>&1
+	timeout 120 bin/gpuprobe run --socket "$dir/agent.sock" --shim bin/libgpuprobe.so -- "$@" >"$dir/shim.txt" 2>"$dir/shim.err"
+	rc=$?
+	sleep 1.5 # the receiver's grace and poll
+	kill -TERM "$col"
+	wait "$col"
+	if [[ $rc != 0 ]] || ! cmp -s "$dir/plain.txt" "$dir/shim.txt"; then
+		echo "$name: FAIL: app rc $rc or output differs (diff $dir/plain.txt $dir/shim.txt)"
+		return 1
+	fi
 }

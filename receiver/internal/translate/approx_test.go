@@ -536,14 +536,9 @@ func TestApproximateEvents(t *testing.T) {
 			launch(600, 7), call(record.HostCudaEventRecord, 800, 0xe0, 7), call(record.HostCudaStreamEndCapture, 1_500, 7),
 			call(record.HostCudaEventSynchronize, 2_000, 0xe0)}, 0, 1, ""},
 	}
-	t0 := time.Unix(1000, 0)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTr(Options{})
-			handleAll(t, tr, t0, append([]rec{host(&record.KernelName{PID: pid, Function: 0xabc, Name: "_Z3fooi"})}, tc.recs...)...)
-			tr.Expire(t0.Add(DefaultHostCallGrace))
-			x := index(tr.TakeTraces())
-			c := tr.Counters()
+			x, c := approxRun(t, pid, tc.recs)
 			if len(x.byName["_Z3fooi"]) != tc.approx || c.ApproxSpans != uint64(tc.approx) || c.ApproxCaptured != uint64(tc.captured) {
 				t.Fatalf("approximate spans %d (counted %d), captured %d; want %d, %d", len(x.byName["_Z3fooi"]), c.ApproxSpans, c.ApproxCaptured, tc.approx, tc.captured)
 			}
@@ -561,4 +556,16 @@ func TestApproximateEvents(t *testing.T) {
 			}
 		})
 	}
+}
+
+// approxRun feeds the host calls recs of process pid (kernel 0xabc named
+// _Z3fooi) to a translator without the shim, lets the grace pass and
+// returns the spans and counters.
+func approxRun(t *testing.T, pid uint32, recs []rec) (spanIndex, Counters) {
+	t.Helper()
+	t0 := time.Unix(1000, 0)
+	tr := newTr(Options{})
+	handleAll(t, tr, t0, append([]rec{host(&record.KernelName{PID: pid, Function: 0xabc, Name: "_Z3fooi"})}, recs...)...)
+	tr.Expire(t0.Add(DefaultHostCallGrace))
+	return index(tr.TakeTraces()), tr.Counters()
 }

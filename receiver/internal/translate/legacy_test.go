@@ -3,7 +3,6 @@ package translate
 import (
 	"sort"
 	"testing"
-	"time"
 
 	"github.com/gpuprobe/gpuprobe/record"
 )
@@ -78,20 +77,16 @@ func TestApproximateLegacy(t *testing.T) {
 				launch(1_000, 7), launch(1_100, 0), launch(1_300, 8), call(record.HostCudaStreamSynchronize, 2_000, 8)},
 			[]uint64{1_000, 1_100, 1_300}, "cudaStreamSynchronize"},
 	}
-	t0 := time.Unix(1000, 0)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTr(Options{})
-			handleAll(t, tr, t0, append([]rec{host(&record.KernelName{PID: pid, Function: 0xabc, Name: "_Z3fooi"})}, tc.recs...)...)
-			tr.Expire(t0.Add(DefaultHostCallGrace))
-			x := index(tr.TakeTraces())
+			x, c := approxRun(t, pid, tc.recs)
 			var got []uint64
 			for _, s := range x.byName["_Z3fooi"] {
 				got = append(got, uint64(s.StartTimestamp())-realBase)
 			}
 			sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
-			if len(got) != len(tc.closed) || tr.Counters().ApproxSpans != uint64(len(tc.closed)) {
-				t.Fatalf("approximate spans starting at %v (counted %d), want %v", got, tr.Counters().ApproxSpans, tc.closed)
+			if len(got) != len(tc.closed) || c.ApproxSpans != uint64(len(tc.closed)) {
+				t.Fatalf("approximate spans starting at %v (counted %d), want %v", got, c.ApproxSpans, tc.closed)
 			}
 			for i := range got {
 				if got[i] != tc.closed[i] {
