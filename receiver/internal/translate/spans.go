@@ -178,8 +178,10 @@ func (t *Translator) launchSpans(l *launch) {
 		a.PutInt("cuda.blocks.observed", int64(l.exec.Blocks))
 		a.PutInt("cuda.threads.observed", int64(l.exec.Threads))
 	}
-	if l.gapKnown {
+	if l.idleKnown {
 		a.PutInt("cuda.launch.stream_idle", int64(l.idleNS))
+	}
+	if l.gapKnown {
 		a.PutInt("cuda.launch.host_wait", int64(l.hostWaitNS))
 	}
 	if l.warps > 0 {

@@ -1,5 +1,7 @@
 package translate
 
+import "github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
+
 // Stream idle time before a launch, and how much of it the host caused.
 //
 // "Is this kernel slow because of the GPU or because of the host?" A
@@ -19,16 +21,21 @@ package translate
 // their stream idle tells how host-bound a workload is, the sum how long
 // the GPU waited for the host).
 //
-// They are only given when the two launches are adjacent on the stream and
-// both were seen on the device: every launch record and memory copy of a
-// stream advances its count when it is read, and a launch gets the figures
-// only when the launch finished before it on the stream is the one counted
-// just before it. An unprobed launch (sampling::device_one_in, an unpatched
-// kernel), a copy or a graph launch in between, a failed launch, or
-// launches finishing out of order leave the next launch without them:
-// never a wrong figure, sometimes none. Streams: stream 0 and 0x1 are the
-// legacy default stream; 0x2 (the per-thread default stream) is one stream
-// per thread; other handles are per device.
+// Only launches adjacent on their stream are compared: every launch
+// record and memory copy of a stream advances its count as it is read,
+// and launch k is compared with the launch counted just before it, k−1,
+// which must have run probes (its end E is needed). A copy, a graph launch
+// or an unprobed launch in between leaves k without figures: never a
+// wrong figure, sometimes none. When k ran no probe (sampling, an
+// unpatched kernel), S is unknown: k gets host_wait = max(R − E, 0)
+// without the clamp (at most the launch call's own duration more) and no
+// stream_idle, so that sampled streams still report host waits, for the
+// launches right after probed ones. When k finishes before k−1 (an
+// unprobed launch is emitted a grace after its record, a probed one when
+// its device records are in), its span is out already: k−1's finish
+// records k's host_wait in the metric only. Streams: stream 0 and 0x1 are
+// the legacy default stream; 0x2 (the per-thread default stream) is one
+// stream per thread; other handles are per device.
 
 // maxStreamSlots bounds the stream state (it is cleared when full).
 const maxStreamSlots = 4096
@@ -43,9 +50,19 @@ type streamSlot struct {
 
 // streamState is what a stream's next launch compares against.
 type streamState struct {
-	seq  uint64 // launches and copies counted on the stream
-	done uint64 // count of the last launch that finished (0: none)
-	end  uint64 // its last block end (%globaltimer), 0 when it ran no probe
+	seq     uint64      // launches and copies counted on the stream
+	doneSeq uint64      // count of the latest finished launch (0: none)
+	end     uint64      // its last block end (%globaltimer), 0 when it ran no probe
+	early   earlyLaunch // a launch that finished before the one counted before it
+}
+
+// earlyLaunch is a launch that finished before its predecessor on the
+// stream: what that predecessor's finish needs to record its host wait.
+type earlyLaunch struct {
+	seq       uint64
+	retReal   uint64 // its launch call's return (real ns)
+	startReal uint64 // its first block start (real ns), 0 when it ran no probe
+	hostWait  *exphist.Hist
 }
 
 // slotOf returns the slot of a stream argument of a shim record.
@@ -73,37 +90,60 @@ func (t *Translator) streamCount(k streamSlot) uint64 {
 	return st.seq
 }
 
-// streamGap sets l's stream idle time and host wait when the launch that
-// finished before it on its stream is the one just before it, and makes l
-// the stream's last finished launch.
-func (t *Translator) streamGap(l *launch) {
+// streamGap runs at l's finish, with hw its kernel's host-wait histogram:
+// it sets l's stream idle time and host wait when the launch counted just
+// before it on its stream has finished and ran probes, records the host
+// wait of a launch that finished early when l is its predecessor, and
+// makes l the stream's latest finished launch.
+func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
 	if l.streamSeq == 0 {
 		return
 	}
 	r := &l.rec
 	st := t.streams[slotOf(l.key.src, r.Device, r.Stream, r.TID)]
-	if st == nil || l.streamSeq <= st.done {
-		return // forgotten, or a later launch finished first
+	if st == nil {
+		return // forgotten
 	}
-	prevEnd := st.end
-	adjacent := st.done != 0 && st.done+1 == l.streamSeq
-	st.done, st.end = l.streamSeq, 0
-	if !l.hasDevice() {
-		return
+	retReal, okRet := t.o.Clock.MonoToReal(r.ReturnNS)
+	var startReal uint64
+	if l.hasDevice() {
+		startReal, _ = t.o.Clock.GPUToReal(r.Device, l.firstStart)
 	}
-	st.end = l.lastEnd
-	if !adjacent || prevEnd == 0 || l.firstStart < prevEnd {
-		return
+	s := l.streamSeq
+	switch {
+	case s == st.doneSeq+1 && st.end != 0 && okRet:
+		if endReal, ok := t.o.Clock.GPUToReal(r.Device, st.end); ok {
+			l.hostWaitNS, l.gapKnown = gapWait(retReal, endReal, startReal), true
+			if l.hasDevice() && l.firstStart >= st.end {
+				l.idleNS, l.idleKnown = l.firstStart-st.end, true
+			}
+		}
+	case s > st.doneSeq+1 && okRet:
+		st.early = earlyLaunch{seq: s, retReal: retReal, startReal: startReal, hostWait: hw}
 	}
-	idle := l.firstStart - prevEnd
-	var wait uint64
-	endReal, ok1 := t.o.Clock.GPUToReal(r.Device, prevEnd)
-	retReal, ok2 := t.o.Clock.MonoToReal(r.ReturnNS)
-	if !ok1 || !ok2 {
-		return
+	if s+1 == st.early.seq && l.hasDevice() {
+		if endReal, ok := t.o.Clock.GPUToReal(r.Device, l.lastEnd); ok {
+			st.early.hostWait.Record(float64(gapWait(st.early.retReal, endReal, st.early.startReal)) / 1e9)
+		}
+		st.early = earlyLaunch{}
 	}
-	if retReal > endReal {
-		wait = min(retReal-endReal, idle)
+	if s > st.doneSeq {
+		st.doneSeq, st.end = s, 0
+		if l.hasDevice() {
+			st.end = l.lastEnd
+		}
 	}
-	l.idleNS, l.hostWaitNS, l.gapKnown = idle, wait, true
+}
+
+// gapWait is the host wait of a launch whose call returned at ret after
+// the previous kernel ended at end: 0 when it was queued in time, else up
+// to its own first block start when known (0: not known).
+func gapWait(ret, end, start uint64) uint64 {
+	if ret <= end {
+		return 0
+	}
+	if start != 0 && start >= end {
+		return min(ret-end, start-end)
+	}
+	return ret - end
 }

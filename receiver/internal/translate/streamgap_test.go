@@ -23,18 +23,27 @@ type gapLaunch struct {
 	copyElsewhere bool // a memory copy on another stream follows it
 }
 
-// gapWant is what a launch's span says (known false: neither attribute).
+// gapWant is what a launch's span says: its stream idle time and host
+// wait, each when present.
 type gapWant struct {
-	known      bool
-	idle, wait int64
+	hasIdle, hasWait bool
+	idle, wait       int64
 }
 
+// both: a launch with both figures; waitOnly: host_wait alone (a launch
+// that ran no probe); none: neither.
+func both(idle, wait int64) gapWant { return gapWant{true, true, idle, wait} }
+func waitOnly(wait int64) gapWant   { return gapWant{hasWait: true, wait: wait} }
+
+var none = gapWant{}
+
 // TestStreamGap: a launch's span carries the idle time of its stream
-// before it and the host's part of it exactly when the launch finished
-// just before it on the same stream is the previous one there and both ran
-// probes; host_wait is the part of the gap before the launch call
-// returned, clamped to the gap; and gpu.cuda.kernel.host_wait.duration
-// counts and sums the same.
+// before it and the host's part of it exactly when the launch counted just
+// before it on the same stream ran probes and finished first; host_wait is
+// the part of the gap before the launch call returned, clamped to the gap
+// when the launch ran probes itself (else it has no stream_idle);
+// gpu.cuda.kernel.host_wait.duration counts and sums the same, plus the
+// host waits of launches that finished before their predecessor (early).
 func TestStreamGap(t *testing.T) {
 	l := func(id, stream uint64, enq, ret, start, end uint64) gapLaunch {
 		return gapLaunch{id: id, stream: stream, tid: 43, enq: enq, ret: ret, start: start, end: end}
@@ -43,50 +52,58 @@ func TestStreamGap(t *testing.T) {
 		name     string
 		launches []gapLaunch
 		want     map[uint64]gapWant // launch id → want (missing: no span expected)
+		early    []int64            // host waits recorded in the metric only
 	}{
 		{"queued before the previous kernel ended", []gapLaunch{
 			l(1, 7, 1000, 1100, 1500, 3000), l(2, 7, 1200, 1300, 3100, 4000)},
-			map[uint64]gapWant{1: {}, 2: {true, 100, 0}}},
+			map[uint64]gapWant{1: none, 2: both(100, 0)}, nil},
 		{"the host launched late", []gapLaunch{
 			l(1, 7, 1000, 1100, 1500, 3000), l(2, 7, 3500, 3600, 3700, 4000)},
-			map[uint64]gapWant{1: {}, 2: {true, 700, 600}}},
+			map[uint64]gapWant{1: none, 2: both(700, 600)}, nil},
 		{"host wait clamped to the idle time", []gapLaunch{
 			l(1, 7, 1000, 1100, 1500, 3000), l(2, 7, 3400, 3600, 3550, 4000)},
-			map[uint64]gapWant{2: {true, 550, 550}}},
+			map[uint64]gapWant{2: both(550, 550)}, nil},
 		{"three in a row", []gapLaunch{
 			l(1, 7, 1000, 1100, 1500, 3000), l(2, 7, 3500, 3600, 3700, 4000), l(3, 7, 3800, 3900, 4050, 5000)},
-			map[uint64]gapWant{1: {}, 2: {true, 700, 600}, 3: {true, 50, 0}}},
+			map[uint64]gapWant{1: none, 2: both(700, 600), 3: both(50, 0)}, nil},
 		{"another stream", []gapLaunch{
 			l(1, 7, 1000, 1100, 1500, 3000), l(2, 8, 3500, 3600, 3700, 4000)},
-			map[uint64]gapWant{1: {}, 2: {}}},
+			map[uint64]gapWant{1: none, 2: none}, nil},
 		{"legacy stream as 0 and 0x1", []gapLaunch{
 			l(1, 0, 1000, 1100, 1500, 3000), l(2, streamLegacy, 3500, 3600, 3700, 4000)},
-			map[uint64]gapWant{2: {true, 700, 600}}},
+			map[uint64]gapWant{2: both(700, 600)}, nil},
 		{"per-thread default streams of two threads", []gapLaunch{
 			l(1, streamPerThread, 1000, 1100, 1500, 3000),
 			{id: 2, stream: streamPerThread, tid: 44, enq: 3500, ret: 3600, start: 3700, end: 4000},
 			l(3, streamPerThread, 4500, 4600, 4700, 5000)},
-			map[uint64]gapWant{1: {}, 2: {}, 3: {true, 1700, 1600}}},
+			map[uint64]gapWant{1: none, 2: none, 3: both(1700, 1600)}, nil},
 		{"a copy on the stream in between", []gapLaunch{
 			{id: 1, stream: 7, tid: 43, enq: 1000, ret: 1100, start: 1500, end: 3000, copyAfter: true},
 			l(2, 7, 3500, 3600, 3700, 4000)},
-			map[uint64]gapWant{1: {}, 2: {}}},
+			map[uint64]gapWant{1: none, 2: none}, nil},
 		{"a copy on another stream in between", []gapLaunch{
 			{id: 1, stream: 7, tid: 43, enq: 1000, ret: 1100, start: 1500, end: 3000, copyElsewhere: true},
 			l(2, 7, 3500, 3600, 3700, 4000)},
-			map[uint64]gapWant{2: {true, 700, 600}}},
-		{"an unprobed launch in between", []gapLaunch{
+			map[uint64]gapWant{2: both(700, 600)}, nil},
+		{"an unprobed launch gets host_wait alone, the next one nothing", []gapLaunch{
 			l(1, 7, 1000, 1100, 1500, 3000), l(2, 7, 3100, 3200, 0, 0), l(3, 7, 4500, 4600, 4700, 5000)},
-			map[uint64]gapWant{1: {}, 2: {}, 3: {}}},
+			map[uint64]gapWant{1: none, 2: waitOnly(200), 3: none}, nil},
+		{"an unprobed launch queued in time", []gapLaunch{
+			l(1, 7, 1000, 1100, 1500, 3000), l(2, 7, 1800, 2000, 0, 0)},
+			map[uint64]gapWant{1: none, 2: waitOnly(0)}, nil},
+		{"an unprobed launch that finished before its predecessor: metric only", []gapLaunch{
+			{id: 1, stream: 7, tid: 43, enq: 1000, ret: 1100, start: 1500, end: 3000, execLater: true},
+			l(2, 7, 3500, 3600, 0, 0)},
+			map[uint64]gapWant{1: none, 2: none}, []int64{600}},
 		{"a failed launch in between runs nothing", []gapLaunch{
 			l(1, 7, 1000, 1100, 1500, 3000), {id: 2, stream: 7, tid: 43, enq: 3100, ret: 3200, result: 1},
 			l(3, 7, 3500, 3600, 3700, 4000)},
-			map[uint64]gapWant{1: {}, 2: {}, 3: {true, 700, 600}}},
+			map[uint64]gapWant{1: none, 2: none, 3: both(700, 600)}, nil},
 		{"the previous launch finished after this one", []gapLaunch{
 			{id: 1, stream: 7, tid: 43, enq: 1000, ret: 1100, start: 1500, end: 3000, execLater: true},
 			l(2, 7, 3500, 3600, 3700, 4000),
 			{id: 3, stream: 7, tid: 43, enq: 4500, ret: 4600, start: 4700, end: 5000, execLater: true}},
-			map[uint64]gapWant{1: {}, 2: {}, 3: {true, 700, 600}}},
+			map[uint64]gapWant{1: none, 2: none, 3: both(700, 600)}, []int64{600}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,10 +150,7 @@ func TestStreamGap(t *testing.T) {
 				id, _ := a.Get("cuda.launch.id")
 				idle, ok1 := a.Get("cuda.launch.stream_idle")
 				wait, ok2 := a.Get("cuda.launch.host_wait")
-				if ok1 != ok2 {
-					t.Fatalf("launch %d: stream_idle %v, host_wait %v: one without the other", id.Int(), ok1, ok2)
-				}
-				byID[uint64(id.Int())] = gapWant{ok1, idle.Int(), wait.Int()}
+				byID[uint64(id.Int())] = gapWant{ok1, ok2, idle.Int(), wait.Int()}
 			}
 			var n uint64
 			var sum float64
@@ -149,10 +163,14 @@ func TestStreamGap(t *testing.T) {
 				if got != w {
 					t.Errorf("launch %d: %+v, want %+v", id, got, w)
 				}
-				if w.known {
+				if w.hasWait {
 					n++
 					sum += float64(w.wait) / 1e9
 				}
+			}
+			for _, w := range tc.early {
+				n++
+				sum += float64(w) / 1e9
 			}
 			hn, hsum := hostWaitHist(tr.Metrics(now, nil))
 			if hn != n || math.Abs(hsum-sum) > 1e-12 {

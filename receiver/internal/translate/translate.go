@@ -123,9 +123,9 @@ type launch struct {
 	// Its place on its stream (streamgap.go): its count there (0: not
 	// counted), and once finished, the stream's idle time before it and
 	// the host's part of it.
-	streamSeq          uint64
-	idleNS, hostWaitNS uint64
-	gapKnown           bool
+	streamSeq           uint64
+	idleNS, hostWaitNS  uint64
+	gapKnown, idleKnown bool
 }
 
 type warpTimes struct{ exec, skew uint64 }
