@@ -17,7 +17,9 @@
 # that each kernel's probed launches are at least 1/RATE apart, that every
 # launch left unprobed came less than 1/RATE after its kernel's last probed
 # one (else it should have been probed), and that each kernel has more
-# than one probed launch.
+# than one probed launch; an unprobed launch with cuda.launch.host_wait
+# must follow a probed one and have no stream_idle, 0 for spinB (queued
+# behind spinA) and at least 1 ms for spinA (launched after the sleep).
 # Exits 1 on a failed check. Environment: NVCC, N, ITERS (default 40),
 # RATE (default 100), SAMPLING_OUT (default build/gpu-sampling).
 set -uo pipefail
@@ -73,13 +75,24 @@ from lib_traces import load, launch_spans
 path, rate, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 spans, children = load(path)
 launches = [(int(s["startTimeUnixNano"]), s["name"], "cuda.executing" in children.get(s["spanId"], []),
-             at.get("cuda.launch.probed", {}).get("boolValue") is False)
+             at.get("cuda.launch.probed", {}).get("boolValue") is False, at)
             for s, at in launch_spans(spans)]
-launches.sort()
+launches.sort(key=lambda x: x[0])
 gap, tol = 1_000_000_000 // rate, 200_000  # the shim decides just before the enqueue stamp
 fails, probed = [], {}
 last = {}
-for t, k, phased, unprobed in launches:
+# An unprobed launch right after a probed one may carry host_wait alone
+# (when its predecessor finished first): 0 for spinB (queued behind
+# spinA), at least 1 ms for spinA (launched after the host's sleep).
+waits = 0
+for i, (t, k, phased, unprobed, at) in enumerate(launches):
+    if unprobed and "cuda.launch.host_wait" in at:
+        w = int(at["cuda.launch.host_wait"]["intValue"])
+        waits += 1
+        if "cuda.launch.stream_idle" in at or i == 0 or not launches[i - 1][2] or (k == "spinB") != (w == 0) or (k == "spinA" and w < 1_000_000):
+            fails.append("%s at %d (unprobed): host_wait %d, stream_idle %s, after a probed launch %s" %
+                         (k, t, w, "cuda.launch.stream_idle" in at, i > 0 and launches[i - 1][2]))
+for t, k, phased, unprobed, _ in launches:
     if phased == unprobed:
         fails.append("%s at %d: device phases %s, marked unprobed %s" % (k, t, phased, unprobed))
     if phased:
@@ -90,8 +103,8 @@ for t, k, phased, unprobed in launches:
     elif k not in last or t - last[k] > gap + tol:
         fails.append("%s left unprobed %s ns after its last probed launch (>= 1/%d s)" % (k, t - last[k] if k in last else "inf", rate))
 ok = len(launches) == want and not fails and len(probed) == 2 and min(probed.values()) > 1
-print("gpu-sampling: device_max_per_second %d: %d launch spans (want %d), probed per kernel %s: %s"
-      % (rate, len(launches), want, probed, "1 passed, 0 failed" if ok else "0 passed, 1 failed"))
+print("gpu-sampling: device_max_per_second %d: %d launch spans (want %d), probed per kernel %s, %d unprobed with host_wait: %s"
+      % (rate, len(launches), want, probed, waits, "1 passed, 0 failed" if ok else "0 passed, 1 failed"))
 for f in fails[:10]:
     print("  FAIL " + f)
 sys.exit(0 if ok else 1)
