@@ -129,6 +129,15 @@ func TestReceiverEndToEnd(t *testing.T) {
 					return fmt.Errorf("gpu_cuda_kernel_launches_total{%q} = %v, want %d", k.demangled, v, launches/2)
 				}
 			}
+			// Host waits: every launch but the first and those right
+			// after a copy on the stream, over both kernels' series.
+			var waits uint64
+			for _, m := range FindMetric(fams, "gpu_cuda_kernel_host_wait_duration_seconds", map[string]string{"job": service}) {
+				waits += m.GetHistogram().GetSampleCount()
+			}
+			if waits != launches-1-memcpys {
+				return fmt.Errorf("gpu_cuda_kernel_host_wait_duration_seconds count %d, want %d", waits, launches-1-memcpys)
+			}
 			ms := FindMetric(fams, "gpu_cuda_memcpy_size_bytes_total", map[string]string{"job": service, "cuda_memcpy_kind": "dtoh"})
 			if len(ms) != 1 {
 				return fmt.Errorf("%d gpu_cuda_memcpy_size_bytes_total{dtoh} series, want 1", len(ms))
