@@ -136,14 +136,18 @@ func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
 }
 
 // gapWait is the host wait of a launch whose call returned at ret after
-// the previous kernel ended at end: 0 when it was queued in time, else up
-// to its own first block start when known (0: not known).
+// the previous kernel ended at end: 0 when it was queued in time or
+// started before that end (overlapping kernels, as programmatic dependent
+// launch allows: the stream never sat idle), else up to its own first
+// block start when known (start 0: not known).
 func gapWait(ret, end, start uint64) uint64 {
-	if ret <= end {
+	switch {
+	case ret <= end:
+		return 0
+	case start == 0:
+		return ret - end
+	case start <= end:
 		return 0
 	}
-	if start != 0 && start >= end {
-		return min(ret-end, start-end)
-	}
-	return ret - end
+	return min(ret-end, start-end)
 }

@@ -63,6 +63,9 @@ func TestStreamGap(t *testing.T) {
 		{"host wait clamped to the idle time", []gapLaunch{
 			l(1, 7, 1000, 1100, 1500, 3000), l(2, 7, 3400, 3600, 3550, 4000)},
 			map[uint64]gapWant{2: both(550, 550)}, nil},
+		{"started before the previous kernel ended (overlap): no idle, no wait", []gapLaunch{
+			l(1, 7, 1000, 1100, 1500, 3000), l(2, 7, 2900, 3200, 2950, 4000)},
+			map[uint64]gapWant{1: none, 2: waitOnly(0)}, nil},
 		{"three in a row", []gapLaunch{
 			l(1, 7, 1000, 1100, 1500, 3000), l(2, 7, 3500, 3600, 3700, 4000), l(3, 7, 3800, 3900, 4050, 5000)},
 			map[uint64]gapWant{1: none, 2: both(700, 600), 3: both(50, 0)}, nil},
