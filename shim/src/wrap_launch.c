@@ -224,7 +224,7 @@ static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_
 	uint32_t fl = 0;
 	gp_plid = id;
 	if (GP_UNLIKELY(pf->one_in > 1 || pf->max_rate) && !gp_captured(stream) &&
-	    (!gp_sample_keep(id, pf->one_in > 1 ? pf->one_in : 1) || !gp_rate_keep(pf)))
+	    ((pf->one_in > 1 && !gp_sample_keep(id, pf->one_in)) || !gp_rate_keep(pf)))
 		gp_plid = 0, fl = GP_LAUNCH_F_UNPROBED;
 	if (*params != NULL || (*extra == NULL && pf->index == 0)) {
 		void **in = *params;

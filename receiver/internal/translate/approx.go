@@ -186,11 +186,7 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 		t.emitStandalone(p, c)
 		if returned && r.Ret == 0 {
 			if !p.shim {
-				if r.API.WaitsEvent() {
-					p.legacyOrder(keyOf(r.API, r.Args[0], r.TID), r.EnterNS)
-				} else {
-					p.legacyOrder(keyOf(r.API, r.Args[1], r.TID), r.EnterNS)
-				}
+				p.legacyOrder(eventStream(r), r.EnterNS)
 			}
 			t.eventCall(p, r)
 		}
@@ -317,7 +313,7 @@ func (t *Translator) eventCall(p *hostProc, r *record.HostCall) {
 		if !ok {
 			return
 		}
-		k := keyOf(r.API, r.Args[0], r.TID)
+		k := eventStream(r)
 		if !e.captured {
 			p.addWait(k, streamWait{at: r.EnterNS, src: e.stream, upTo: e.at})
 			return
@@ -327,7 +323,7 @@ func (t *Translator) eventCall(p *hostProc, r *record.HostCall) {
 		}
 		return
 	}
-	k := keyOf(r.API, r.Args[1], r.TID)
+	k := eventStream(r)
 	e := eventRec{stream: k, at: r.EnterNS}
 	if c, ok := p.capturing[k]; ok && c.since <= r.EnterNS {
 		e.captured, e.origin = true, c.origin
@@ -336,6 +332,16 @@ func (t *Translator) eventCall(p *hostProc, r *record.HostCall) {
 		clear(p.events) // forget them all rather than track which is oldest: event syncs close nothing until recorded again
 	}
 	p.events[r.Args[0]] = e
+}
+
+// eventStream is the stream an event call works on: the waiting stream
+// of a wait (args: stream, event), the recording one of a record (args:
+// event, stream).
+func eventStream(r *record.HostCall) streamKey {
+	if r.API.WaitsEvent() {
+		return keyOf(r.API, r.Args[0], r.TID)
+	}
+	return keyOf(r.API, r.Args[1], r.TID)
 }
 
 // openLaunch adds a shim-less launch to its stream's FIFO.
