@@ -170,10 +170,17 @@
 //	                       and process, shared by every module;
 //	                     4 device alloc: size bytes of zeroed device
 //	                       memory private to the module; globals with the
-//	                       same region number share one allocation
-//	 4  u32  region      WELCOME region index (1, 3) or allocation number (4)
+//	                       same region number share one allocation;
+//	                     5 device map: the device copy of WELCOME region
+//	                       [region] plus value (shm package comment,
+//	                       "Device-resident maps"): cuMemAlloc of the
+//	                       region's size, filled from the host region, once
+//	                       per region and process; the shim's mirror
+//	                       thread copies it back every size µs (0: 10 ms);
+//	                       a failed allocation gives 0, not a failed module
+//	 4  u32  region      WELCOME region index (1, 3, 5) or allocation number (4)
 //	 8  u64  value
-//	16  u64  size        bytes to allocate (3, 4)
+//	16  u64  size        bytes to allocate (3, 4); mirror period in µs (5)
 //	24  u32  name_len    1..4096
 //	28  u32  init_len    <= 256 and <= size
 //	32  ...  name, then init

@@ -58,6 +58,12 @@ const (
 	// zeroed. Globals of one module with the same Region number share one
 	// allocation (Region is an allocation number, not a WELCOME region).
 	GlobalDeviceAlloc GlobalKind = 4
+	// GlobalDeviceMap: the device copy of WELCOME region Region (shm
+	// package comment, "Device-resident maps"), plus Value: allocated
+	// once per region and process with the region's size, filled from the
+	// host region, mirrored back every Size microseconds (0: 10 ms) by the
+	// shim's thread. If it cannot be allocated the global is 0.
+	GlobalDeviceMap GlobalKind = 5
 )
 
 // String names the kind.
@@ -71,6 +77,8 @@ func (k GlobalKind) String() string {
 		return "ring-block"
 	case GlobalDeviceAlloc:
 		return "device-alloc"
+	case GlobalDeviceMap:
+		return "device-map"
 	}
 	return fmt.Sprintf("GlobalKind(%d)", uint32(k))
 }
@@ -87,9 +95,9 @@ type PatchedKernel struct {
 type PatchedGlobal struct {
 	Name   string     // the global's name in the module
 	Kind   GlobalKind // how to compute its value
-	Region uint32     // WELCOME region index (GlobalRegion, GlobalRingBlock) or allocation number (GlobalDeviceAlloc)
+	Region uint32     // WELCOME region index (GlobalRegion, GlobalRingBlock, GlobalDeviceMap) or allocation number (GlobalDeviceAlloc)
 	Value  uint64     // constant, or offset into the region
-	Size   uint64     // bytes to allocate (GlobalRingBlock, GlobalDeviceAlloc)
+	Size   uint64     // bytes to allocate (GlobalRingBlock, GlobalDeviceAlloc); mirror period in µs (GlobalDeviceMap)
 	Init   []byte     // initial contents of a GlobalRingBlock
 }
 
@@ -299,7 +307,7 @@ func UnmarshalPatched(p []byte) (*Patched, uint64, error) {
 		}
 		g := PatchedGlobal{Kind: GlobalKind(le.Uint32(p[off:])), Region: le.Uint32(p[off+4:]),
 			Value: le.Uint64(p[off+8:]), Size: le.Uint64(p[off+16:])}
-		if g.Kind < GlobalRegion || g.Kind > GlobalDeviceAlloc {
+		if g.Kind < GlobalRegion || g.Kind > GlobalDeviceMap {
 			return nil, 0, bad(off, "global %d kind %d unknown", i, g.Kind)
 		}
 		n, ni, at := int(le.Uint32(p[off+24:])), int(le.Uint32(p[off+28:])), off+24
