@@ -44,7 +44,7 @@ func (e *emu) special(name string) (uint64, bool) {
 		return v, true
 	}
 	switch name {
-	case "%tid.x", "%tid.y", "%tid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z", "%laneid", "%warpid", "%smid":
+	case "%tid.x", "%tid.y", "%tid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z", "%laneid", "%warpid", "%smid", "%lanemask_lt":
 		return 0, true
 	case "%ntid.x", "%ntid.y", "%ntid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z", "%lanemask_eq":
 		return 1, true

@@ -13,13 +13,14 @@ const (
 	funcRingoutDev = "ringoutdev"
 )
 
-var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout, funcRingoutDev}
+var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout, funcRingoutDev, funcRingoutWarp}
 
 var supportParams = map[string][]string{
-	funcMemcpy:     {"dst", "src", "n"},
-	funcHostcall:   {"mb", "helper", "a1", "a2", "a3", "a4", "a5", "p1", "n1", "p2", "n2", "str"},
-	funcRingout:    {"ring", "data", "size"},
-	funcRingoutDev: {"ring", "data", "size", "dev"},
+	funcMemcpy:      {"dst", "src", "n"},
+	funcHostcall:    {"mb", "helper", "a1", "a2", "a3", "a4", "a5", "p1", "n1", "p2", "n2", "str"},
+	funcRingout:     {"ring", "data", "size"},
+	funcRingoutDev:  {"ring", "data", "size", "dev"},
+	funcRingoutWarp: {"ring", "data", "size"},
 }
 
 // need marks a support routine as used and returns its PTX name.
@@ -28,7 +29,7 @@ func (c *compiler) need(name string) string {
 		c.needed = make(map[string]bool)
 	}
 	c.needed[name] = true
-	if name == funcRingout || name == funcRingoutDev {
+	if name == funcRingout || name == funcRingoutDev || name == funcRingoutWarp {
 		c.needed[funcMemcpy] = true
 	}
 	if name == funcRingoutDev {
@@ -135,6 +136,8 @@ func (c *compiler) genSupport() {
 			c.genRingout()
 		case funcRingoutDev:
 			c.genRingoutDev()
+		case funcRingoutWarp:
+			c.genRingoutWarp()
 		}
 		e.raw("}\n\n")
 	}
@@ -303,7 +306,7 @@ func (c *compiler) genRingout() {
 	e.op("and.b64 %x7, %x6, %x7")
 	e.op("setp.ge.u64 %z0, %x5, %x0")
 	e.op("@%z0 bra $Llate")
-	c.ringPublish()
+	c.ringPublish("sys")
 	e.label("$Llate")
 	// Racing producers overshot: count the drop, globally and in the
 	// slot's drop counter, so the consumer can skip the ticket.
@@ -317,14 +320,15 @@ func (c *compiler) genRingout() {
 	e.op("red.relaxed.sys.add.u64 ", at(ringDropped), ", 1")
 	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
 	e.op("ret")
-	c.ringRejects()
+	c.ringRejects("sys")
 }
 
 // ringPublish writes ticket %x6's record into slot %x7 of ring %x20 (slot
 // size %x1): length, type, the payload (%x21, %x22 bytes), then the
-// release store of seq = ticket+1 that publishes it; returns 0. Shared by
-// both producers (shm/doc.go, "Ring buffer", step 5).
-func (c *compiler) ringPublish() {
+// release store (at scope: "sys" for host memory, "gpu" for device
+// memory) of seq = ticket+1 that publishes it; returns 0. Shared by
+// every producer (shm/doc.go, "Ring buffer", step 5).
+func (c *compiler) ringPublish(scope string) {
 	e := &c.e
 	e.op("mad.lo.u64 %x8, %x7, %x1, %x20")
 	e.op("add.s64 %x8, %x8, ", strconv.Itoa(dataOffset))
@@ -333,17 +337,17 @@ func (c *compiler) ringPublish() {
 	e.op("add.s64 %x9, %x8, ", strconv.Itoa(slotHeader))
 	c.callFunc(c.o.Prefix+"_"+funcMemcpy, "", "%x9", "%x21", "%x22")
 	e.op("add.s64 %x10, %x6, 1")
-	e.op("st.release.sys.u64 [%x8], %x10")
+	e.op("st.release.", scope, ".u64 [%x8], %x10")
 	e.op("st.param.b64 [__ret], 0")
 	e.op("ret")
 }
 
 // ringRejects writes the $Loversize (counted, -E2BIG) and $Lnoring
 // (-ENOENT) exits shared by both producers.
-func (c *compiler) ringRejects() {
+func (c *compiler) ringRejects(scope string) {
 	e := &c.e
 	e.label("$Loversize")
-	e.op("red.relaxed.sys.add.u64 [%x20+", strconv.Itoa(ringOversize), "], 1")
+	e.op("red.relaxed.", scope, ".add.u64 [%x20+", strconv.Itoa(ringOversize), "], 1")
 	e.op("st.param.b64 [__ret], ", i64(-errE2BIG))
 	e.op("ret")
 	e.label("$Lnoring")
@@ -410,7 +414,7 @@ func (c *compiler) genRingoutDev() {
 	e.op("@%z0 bra $Llate")
 	// Step D4: write the record, publish with a release store of seq.
 	e.label("$Lwrite")
-	c.ringPublish()
+	c.ringPublish("sys")
 	// Step D5: a ticket that cannot be published: raise the host head
 	// mirror to cover it, then count it in its slot's drop counter (release:
 	// after the mirror), and in dropped.
@@ -450,7 +454,7 @@ func (c *compiler) genRingoutDev() {
 	e.op("@!%z0 red.relaxed.sys.max.u64 ", at(ringDevDrops), ", %x13")
 	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
 	e.op("ret")
-	c.ringRejects()
+	c.ringRejects("sys")
 }
 
 // hostCall writes a host-call helper: r0 = the host's answer, or

@@ -61,6 +61,10 @@ type Options struct {
 	// so a record costs posted writes over PCIe and no round trip. While
 	// that global is 0 the record takes the host-memory protocol.
 	RingDevice bool
+	// DeviceMaps names the maps that live in device memory (shm package
+	// comment, "Device-resident maps"): their rings take one reservation
+	// per warp with gpu-scope atomics and release stores.
+	DeviceMaps []string
 	// Comments writes each eBPF instruction (and its BTF source line, when
 	// known) as a PTX comment above its code.
 	Comments bool

@@ -1,0 +1,96 @@
+package ptx
+
+import "strconv"
+
+// funcRingoutWarp is the producer for rings in device memory (shm package
+// comment, "Device-resident maps"): (ring, data, size) -> 0 or -errno.
+const funcRingoutWarp = "ringoutwarp"
+
+// deviceMap reports whether map name lives in device memory
+// (Options.DeviceMaps).
+func (c *compiler) deviceMap(name string) bool {
+	for _, n := range c.o.DeviceMaps {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// genRingoutWarp writes the ring producer for a ring in device memory:
+// the host protocol's steps (shm/doc.go, "Ring buffer") with gpu-scope
+// atomics and release stores, and one reservation per warp: the lowest
+// active lane checks for room and takes the tickets of all active lanes
+// with one fetch-add; lane i writes ticket base + rank(i). Never waits.
+// Params: ring=%x20 data=%x21 size=%x22.
+func (c *compiler) genRingoutWarp() {
+	e := &c.e
+	at := func(off int) string { return "[%x20+" + strconv.Itoa(off) + "]" }
+	e.op("setp.eq.u64 %z0, %x20, 0")
+	e.op("@%z0 bra $Lnoring")
+	e.op("ld.u32 %y0, ", at(hdrMaxEntries))
+	e.op("ld.u32 %y1, ", at(hdrStride))
+	e.op("cvt.u64.u32 %x0, %y0")
+	e.op("cvt.u64.u32 %x1, %y1")
+	e.op("sub.s64 %x2, %x1, ", strconv.Itoa(slotHeader))
+	e.op("setp.gt.u64 %z0, %x22, %x2")
+	e.op("@%z0 bra $Loversize")
+	// The lanes here: %y2 mask, %y3 lanes, %y4 this lane's rank, %y5 the
+	// leader's lane number.
+	e.op("activemask.b32 %y2")
+	e.op("popc.b32 %y3, %y2")
+	e.op("mov.u32 %y6, %lanemask_lt")
+	e.op("and.b32 %y6, %y6, %y2")
+	e.op("popc.b32 %y4, %y6")
+	e.op("neg.s32 %y6, %y2")
+	e.op("and.b32 %y6, %y6, %y2")
+	e.op("bfind.u32 %y5, %y6")
+	e.op("setp.eq.u32 %z1, %y4, 0")
+	// Leader: room check (step 2), then one fetch-add for every lane (3).
+	e.op("mov.u64 %x3, 0")
+	e.op("mov.u64 %x5, 0")
+	e.op("mov.u64 %x6, 0")
+	e.op("@%z1 ld.relaxed.gpu.u64 %x3, ", at(ringTail))
+	e.op("@%z1 ld.relaxed.gpu.u64 %x4, ", at(ringHead))
+	e.op("@%z1 sub.s64 %x5, %x4, %x3")
+	e.op("setp.ge.and.u64 %z2, %x5, %x0, %z1")
+	e.op("cvt.u64.u32 %x9, %y3")
+	e.op("@%z2 red.relaxed.gpu.add.u64 ", at(ringDropped), ", %x9")
+	e.op("setp.lt.and.u64 %z3, %x5, %x0, %z1")
+	e.op("@%z3 atom.relaxed.gpu.add.u64 %x6, ", at(ringHead), ", %x9")
+	// Broadcast the verdict, the tail and the first ticket.
+	e.op("selp.u32 %y7, 1, 0, %z2")
+	e.op("shfl.sync.idx.b32 %y7, %y7, %y5, 31, %y2")
+	c.shfl64("%x3", "%y5", "%y2")
+	c.shfl64("%x6", "%y5", "%y2")
+	e.op("setp.ne.u32 %z0, %y7, 0")
+	e.op("@%z0 bra $Lfull")
+	e.op("cvt.u64.u32 %x9, %y4")
+	e.op("add.s64 %x6, %x6, %x9")
+	e.op("sub.s64 %x7, %x0, 1")
+	e.op("and.b64 %x7, %x6, %x7")
+	e.op("sub.s64 %x5, %x6, %x3")
+	e.op("setp.ge.u64 %z0, %x5, %x0")
+	e.op("@%z0 bra $Llate")
+	c.ringPublish("gpu")
+	// Step 4: this lane's ticket overshot the tail the leader read.
+	e.label("$Llate")
+	e.op("red.relaxed.gpu.add.u64 ", at(ringDropped), ", 1")
+	e.op("mad.lo.u64 %x8, %x0, %x1, %x20")
+	e.op("mad.lo.u64 %x8, %x7, 4, %x8")
+	e.op("red.release.gpu.add.u32 [%x8+", strconv.Itoa(dataOffset), "], 1")
+	e.label("$Lfull")
+	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
+	e.op("ret")
+	c.ringRejects("gpu")
+}
+
+// shfl64 broadcasts the 64-bit register r from lane src to the lanes of
+// mask (two 32-bit shuffles).
+func (c *compiler) shfl64(r, src, mask string) {
+	e := &c.e
+	e.op("mov.b64 {%y8, %y9}, ", r)
+	e.op("shfl.sync.idx.b32 %y8, %y8, ", src, ", 31, ", mask)
+	e.op("shfl.sync.idx.b32 %y9, %y9, ", src, ", 31, ", mask)
+	e.op("mov.b64 ", r, ", {%y8, %y9}")
+}

@@ -1,0 +1,100 @@
+package ptx
+
+import (
+	"context"
+	"encoding/binary"
+	"strings"
+	"testing"
+
+	"github.com/gpuprobe/gpuprobe/jit"
+)
+
+// TestRingWarp runs perf_event_output into a ring in device memory
+// (Options.DeviceMaps) through the PTX emulator (one lane: a warp of one),
+// from each starting state that leads to a distinct path.
+func TestRingWarp(t *testing.T) {
+	const slots, stride = 4, 64
+	le := binary.LittleEndian
+	tests := []struct {
+		name             string
+		size             int32
+		head, tail       uint64
+		want             int64
+		ticket           int64 // published ticket, -1: none
+		headAfter        uint64
+		dropped, oversiz uint64
+		unbound          bool
+	}{
+		{name: "published", size: 16, want: 0, ticket: 0, headAfter: 1},
+		{name: "published after wrap", size: 16, head: 6, tail: 5, want: 0, ticket: 6, headAfter: 7},
+		{name: "full: dropped without a ticket", size: 16, head: 4, want: -errNOSPC, ticket: -1, headAfter: 4, dropped: 1},
+		{name: "larger than a slot", size: 49, want: -errE2BIG, ticket: -1, oversiz: 1},
+		{name: "ring not attached", size: 16, unbound: true, want: -errNOENT, ticket: -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &jit.Map{Name: "events", Type: jit.MapTypeGPURingbuf, MaxEntries: slots * stride}
+			f := compileProg(t, perfOut(tt.size), []*jit.Map{m}, Options{DeviceMaps: []string{"events"}})
+			var r *emuRegion
+			got, _, err := emuRun(f, nil, 0, func(e *emu) {
+				r = e.alloc(dataOffset+slots*(stride+8), false, "events")
+				le.PutUint32(r.data[hdrMaxEntries:], slots)
+				le.PutUint32(r.data[hdrStride:], stride)
+				le.PutUint64(r.data[ringHead:], tt.head)
+				le.PutUint64(r.data[ringTail:], tt.tail)
+				if !tt.unbound {
+					setGlobal(e, f, GlobalMap, "events", r.base)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(got) != tt.want {
+				t.Fatalf("r0 = %d, want %d", int64(got), tt.want)
+			}
+			if tt.unbound {
+				return
+			}
+			for off, want := range map[int]uint64{ringHead: tt.headAfter, ringDropped: tt.dropped, ringOversize: tt.oversiz} {
+				if n := le.Uint64(r.data[off:]); n != want {
+					t.Errorf("control word at %d = %d, want %d", off, n, want)
+				}
+			}
+			for s := 0; s < slots; s++ {
+				want := uint64(0)
+				if tt.ticket >= 0 && s == int(tt.ticket%slots) {
+					want = uint64(tt.ticket) + 1
+					slot := r.data[dataOffset+s*stride:]
+					if a, b := le.Uint64(slot[16:]), le.Uint64(slot[24:]); a != 0x1111 || b != 0x2222 || le.Uint32(slot[8:]) != uint32(tt.size) {
+						t.Errorf("record = len %d, payload %#x %#x", le.Uint32(slot[8:]), a, b)
+					}
+				}
+				if seq := le.Uint64(r.data[dataOffset+s*stride:]); seq != want {
+					t.Errorf("slot %d seq = %d, want %d", s, seq, want)
+				}
+			}
+		})
+	}
+}
+
+// TestRingWarpPTX checks that the device-memory producer takes its tickets
+// once per warp at gpu scope, does no sys-scope operation, and assembles.
+func TestRingWarpPTX(t *testing.T) {
+	m := &jit.Map{Name: "events", Type: jit.MapTypeGPURingbuf, MaxEntries: 4 * 64}
+	f := compileProg(t, perfOut(16), []*jit.Map{m}, Options{DeviceMaps: []string{"events"}})
+	body := f.Body[strings.Index(f.Body, "_ringoutwarp("):]
+	for _, want := range []string{"activemask.b32", "@%z3 atom.relaxed.gpu.add.u64", "st.release.gpu.u64", "shfl.sync.idx.b32"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("PTX lacks %q", want)
+		}
+	}
+	if strings.Contains(body, ".sys") {
+		t.Error("the device-memory producer does a sys-scope operation")
+	}
+	if !needPtxas(t) {
+		return
+	}
+	if out, err := Assemble(context.Background(), TestModule(f), "sm_90"); err != nil {
+		t.Fatalf("ptxas: %v\n%s", err, out)
+	}
+}
