@@ -7,7 +7,10 @@
 // and our own map types at 1600.
 package jit
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // HelperID is the immediate of a BPF_CALL instruction that calls a helper.
 type HelperID int32
@@ -101,6 +104,37 @@ func (m *Map) DeviceArray() bool {
 		return true
 	}
 	return m.Mmapable()
+}
+
+// DeviceResident reports whether m may live in device memory, mirrored to
+// the host by DMA (shm package comment, "Device-resident maps"): a GPU
+// array, per-thread or per-warp array, or GPU ring buffer.
+func (m *Map) DeviceResident() bool {
+	if m == nil {
+		return false
+	}
+	switch m.Type {
+	case MapTypeGPUArray, MapTypePerThreadArray, MapTypePerWarpArray, MapTypeGPURingbuf:
+		return true
+	}
+	return false
+}
+
+// DeviceResidentMaps returns the sorted names of the programs' maps that
+// may live in device memory (Map.DeviceResident).
+func DeviceResidentMaps(progs []*Program) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range progs {
+		for _, m := range p.Maps {
+			if m.DeviceResident() && !seen[m.Name] {
+				seen[m.Name] = true
+				out = append(out, m.Name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ProbeKind says where in a CUDA kernel a GPU program runs.

@@ -36,6 +36,7 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 		}
 		progs = append(progs, kp...)
 	}
+	var user []*jit.Program
 	for i, pc := range r.cfg.Programs {
 		ps, err := jit.LoadELF(pc.Path)
 		if err != nil {
@@ -46,14 +47,18 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 				continue // host programs are loaded into Linux (hostprobes.go)
 			}
 			if len(pc.Attach) == 0 || slices.Contains(pc.Attach, p.Name) {
-				progs = append(progs, p)
+				user = append(user, p)
 			}
 		}
 	}
+	progs = append(progs, user...)
 	if len(progs) == 0 {
 		return nil, nil
 	}
+	// User programs' GPU maps live in device memory, mirrored to their
+	// regions at the receiver's poll cadence (shm, "Device-resident maps").
 	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
+		DeviceMaps: jit.DeviceResidentMaps(user), MirrorPeriod: r.cfg.PollInterval,
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
 		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond})
 	if err != nil {

@@ -18,6 +18,10 @@ const (
 	RingDeviceSlots     = 32 // u32: slot_count, copied from the ring header
 	RingDeviceSlotSize  = 36 // u32: slot_size, copied from the ring header
 
+	// RingTailOffset is the offset of a ring's tail word, which the
+	// drainer of a device-resident ring writes back to the device copy.
+	RingTailOffset = offRingTail
+
 	// RingDevDropped is the offset in the ring's control block of the host
 	// mirror of the device block's dropped count (producers: atomic max).
 	RingDevDropped = 448

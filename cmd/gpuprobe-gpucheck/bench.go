@@ -26,12 +26,13 @@ func emptyProbes() []*jit.Program {
 
 // benchConfig is one way of running a kernel.
 type benchConfig struct {
-	name   string
-	progs  func(kernel string) ([]*jit.Program, error) // nil: uninstrumented
-	device bool                                        // device-side ring reservation
-	call   bool                                        // inject.Options.NoInline: entry and exit programs called
-	slow   bool                                        // capped: one launch per batch, slowRounds rounds
-	oneIn  int                                         // > 1: launch id in 1 launch in oneIn, 0 in the others (sampling::device_one_in)
+	name       string
+	progs      func(kernel string) ([]*jit.Program, error) // nil: uninstrumented
+	device     bool                                        // device-side ring reservation
+	deviceMaps bool                                        // the programs' GPU maps in device memory
+	call       bool                                        // inject.Options.NoInline: entry and exit programs called
+	slow       bool                                        // capped: one launch per batch, slowRounds rounds
+	oneIn      int                                         // > 1: launch id in 1 launch in oneIn, 0 in the others (sampling::device_one_in)
 }
 
 // slowRounds caps the rounds of slow configs (the old ring protocol costs
@@ -40,13 +41,53 @@ const slowRounds = 3
 
 // timedLaunch is one kernel of the benchmark with its device buffers.
 type timedLaunch struct {
-	s      *sample
-	in     *instance
-	fn     *cuda.Function
-	params []uint64
-	oneIn  int    // > 1: the last parameter (the launch id) is lid in 1 launch in oneIn, else 0
-	lid    uint64 // the launch id of the probed launches
-	n      int    // launches so far
+	s        *sample
+	in       *instance
+	fn       *cuda.Function
+	params   []uint64
+	oneIn    int    // > 1: the last parameter (the launch id) is lid in 1 launch in oneIn, else 0
+	lid      uint64 // the launch id of the probed launches
+	n        int    // launches so far (oneIn > 1)
+	launches uint64 // launches with a nonzero launch id
+}
+
+// drain brings the host regions of tl's device-resident maps up to date
+// and drains their rings, as the shim's mirror thread would between
+// batches (not timed: the copies run on a copy engine, off the
+// application's streams).
+func (tl *timedLaunch) drain() error {
+	if len(tl.in.mirrors) == 0 {
+		return nil
+	}
+	if err := tl.in.sync(); err != nil {
+		return err
+	}
+	tl.in.records(nil)
+	return tl.in.drainErr
+}
+
+// accounting checks, for device-resident rings written once per thread
+// (kernelretsnoop), that every record offered is delivered, dropped or
+// oversize, and describes the figures.
+func (tl *timedLaunch) accounting() (string, error) {
+	var dropped, oversize uint64
+	rings := 0
+	for _, m := range tl.in.mirrors {
+		if m.ring != nil {
+			st := m.ring.Stats()
+			dropped, oversize, rings = dropped+st.Dropped, oversize+st.Oversize, rings+1
+		}
+	}
+	if rings != 1 {
+		return "", nil
+	}
+	produced := tl.launches * tl.s.threads()
+	got := tl.in.delivered + dropped + oversize
+	s := fmt.Sprintf(" [device ring: %d produced = %d delivered + %d dropped + %d oversize]", produced, tl.in.delivered, dropped, oversize)
+	if got != produced {
+		return s, fmt.Errorf("ring accounting off by %d:%s", int64(got)-int64(produced), s)
+	}
+	return s, nil
 }
 
 // bench times each config of each benchmark kernel: per round, one batch
@@ -115,6 +156,9 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 			tl.params = append(append([]uint64(nil), params...), tl.lid)
 		}
 		for _, g := range in.rings {
+			if in.mirrored(g) {
+				continue // drained after each batch (timedLaunch.drain)
+			}
 			// The collector's part: a consumer that keeps draining the ring.
 			c := g.NewConsumer(shm.ConsumerOptions{})
 			ctx, cancel := context.WithCancel(context.Background())
@@ -143,6 +187,9 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 		if err := r.batchTime(tl, n, &w); err != nil {
 			return err
 		}
+		if err := tl.drain(); err != nil {
+			return err
+		}
 		if w[0] > slowLaunchUS {
 			configs[i].slow = true
 		}
@@ -158,6 +205,9 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 				n = 1
 			}
 			if err := r.batchTime(tl, n, &samples[i]); err != nil {
+				return fmt.Errorf("%s: %w", configs[i].name, err)
+			}
+			if err := tl.drain(); err != nil {
 				return fmt.Errorf("%s: %w", configs[i].name, err)
 			}
 		}
@@ -177,6 +227,11 @@ func (r *runner) benchKernel(s *sample, configs []benchConfig) error {
 		if len(runs[i].in.rings) > 0 {
 			part += fmt.Sprintf(" [rings: %d dropped]", dropped)
 		}
+		acct, err := runs[i].accounting()
+		if err != nil {
+			return fmt.Errorf("%s: %w", cf.name, err)
+		}
+		part += acct
 		parts = append(parts, part)
 		r.benchRows = append(r.benchRows, benchRow{kernel: s.name, config: cf.name, medianUS: med, ratio: med / base,
 			rounds: len(samples[i]), batch: batchOf(cf, r.batch), dropped: dropped, load: loads[i], loadBase: loads[0].load})
@@ -202,7 +257,11 @@ func (r *runner) batchTime(tl *timedLaunch, n int, out *[]float64) error {
 			}
 			tl.params[len(tl.params)-1] = id
 			tl.n++
+			if id == 0 {
+				tl.launches--
+			}
 		}
+		tl.launches++
 		if err := tl.fn.Launch(tl.s.grid, tl.s.block, 0, tl.params...); err != nil {
 			return err
 		}

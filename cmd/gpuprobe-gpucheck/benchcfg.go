@@ -85,11 +85,11 @@ func (r *runner) benchConfigs() []benchConfig {
 		case "kernel_phases_1in8": // launch id in 1 launch in 8 (sampling::device_one_in: 8)
 			out = append(out, benchConfig{name: "kernel_phases 1 in 8", device: true, oneIn: 8,
 				progs: func(string) ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }})
-		case "kernelretsnoop", "threadhist":
-			out = append(out, benchConfig{name: c, device: true,
+		case "kernelretsnoop", "threadhist": // maps in device memory
+			out = append(out, benchConfig{name: c, device: true, deviceMaps: true,
 				progs: func(k string) ([]*jit.Program, error) { return r.retargeted(c, k) }})
 		case "threadhist_1in8": // every probe site skipped in 7 launches of 8 (sampling::device_one_in: 8)
-			out = append(out, benchConfig{name: "threadhist 1 in 8", device: true, oneIn: 8,
+			out = append(out, benchConfig{name: "threadhist 1 in 8", device: true, deviceMaps: true, oneIn: 8,
 				progs: func(k string) ([]*jit.Program, error) { return r.retargeted("threadhist", k) }})
 		}
 	}
@@ -116,7 +116,7 @@ func (r *runner) loadTimed(s *sample, cf benchConfig) (*instance, loadTimes, err
 	var lt loadTimes
 	if cf.progs == nil {
 		t0 := time.Now()
-		in, err := load(r.c, s.ptx, nil, 0, 0)
+		in, err := load(r.c, s.ptx, nil, 0, 0, nil)
 		lt.load = time.Since(t0)
 		return in, lt, err
 	}
@@ -130,6 +130,9 @@ func (r *runner) loadTimed(s *sample, cf benchConfig) (*instance, loadTimes, err
 	}
 	opts := inject.Options{Kernels: []string{s.kernel}, Strict: true, NoInline: cf.call,
 		SkipUnidentified: cf.oneIn > 1, PTX: ptx.Options{RingDevice: cf.device}}
+	if cf.deviceMaps {
+		opts.PTX.DeviceMaps = jit.DeviceResidentMaps(progs)
+	}
 	t0 := time.Now()
 	if _, _, err := inj.Inject(s.ptx, progs, opts); err != nil {
 		return nil, lt, err
@@ -145,7 +148,7 @@ func (r *runner) loadTimed(s *sample, cf benchConfig) (*instance, loadTimes, err
 		return nil, lt, fmt.Errorf("inject cache: %+v after the same injection twice, want 1 hit", st)
 	}
 	t0 = time.Now()
-	in, err := load(r.c, out, rep, s.threads(), 1<<16)
+	in, err := load(r.c, out, rep, s.threads(), 1<<16, opts.PTX.DeviceMaps)
 	lt.load = time.Since(t0) // includes binding the maps (host registration of the regions)
 	return in, lt, err
 }

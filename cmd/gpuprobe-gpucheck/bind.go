@@ -24,6 +24,21 @@ type instance struct {
 	host   []*shm.Region
 	dev    []cuda.DevicePtr
 	blocks map[string]cuda.DevicePtr // ring name -> device reservation block
+	// mirrors are the maps that live in device memory (shm package
+	// comment, "Device-resident maps"): the device copy of a host region.
+	mirrors   []mirror
+	devMaps   map[string]bool
+	delivered uint64 // records the device rings' drains delivered
+	drainErr  error  // the first failure to write a tail back
+}
+
+// mirror is one device-resident map: its host region and device copy.
+type mirror struct {
+	name string
+	host *shm.Region
+	dev  cuda.DevicePtr
+	ring *shm.Ring
+	cons *shm.Consumer
 }
 
 // deviceOnly names maps the host never reads: they go to device memory,
@@ -39,12 +54,17 @@ var deviceOnly = func() map[string]bool {
 // load loads a module and binds every global of the report: map globals
 // to host-registered shm regions (or device memory for deviceOnly maps),
 // lanes globals to the lanes, launch id globals to 0.
-func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64, ringSlots uint32) (*instance, error) {
+// Maps named in devMaps live in device memory (see mirror).
+func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64, ringSlots uint32, devMaps []string) (*instance, error) {
 	mod, err := c.LoadModule(module)
 	if err != nil {
 		return nil, fmt.Errorf("load module: %w", err)
 	}
-	in := &instance{c: c, mod: mod, rep: rep, rings: map[string]*shm.Ring{}, arrays: map[string]*shm.Array{}, blocks: map[string]cuda.DevicePtr{}}
+	in := &instance{c: c, mod: mod, rep: rep, rings: map[string]*shm.Ring{}, arrays: map[string]*shm.Array{},
+		blocks: map[string]cuda.DevicePtr{}, devMaps: map[string]bool{}}
+	for _, n := range devMaps {
+		in.devMaps[n] = true
+	}
 	if rep == nil {
 		return in, nil
 	}
@@ -149,6 +169,10 @@ func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uin
 			return 0, 0, err
 		}
 		in.rings[m.Name] = g
+		if in.devMaps[m.Name] {
+			base, err := in.deviceCopy(m.Name, g.Region(), g)
+			return base, 1, err
+		}
 		base, err := in.register(g.Region())
 		return base, 1, err
 	case jit.MapTypeGPUArray:
@@ -175,8 +199,76 @@ func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uin
 		return 0, 0, err
 	}
 	in.arrays[m.Name] = a
+	if in.devMaps[m.Name] {
+		base, err := in.deviceCopy(m.Name, a.Region(), nil)
+		return base, lanes, err
+	}
 	base, err := in.register(a.Region())
 	return base, lanes, err
+}
+
+// deviceCopy allocates the device copy of a host region, filled from it,
+// and returns its device address.
+func (in *instance) deviceCopy(name string, r *shm.Region, g *shm.Ring) (uint64, error) {
+	b := r.Bytes()
+	p, err := in.c.MemAlloc(uint64(len(b)))
+	if err != nil {
+		return 0, err
+	}
+	in.dev = append(in.dev, p)
+	if err := in.c.MemcpyHtoD(p, b); err != nil {
+		return 0, err
+	}
+	mr := mirror{name: name, host: r, dev: p, ring: g}
+	if g != nil {
+		mr.cons = g.NewConsumer(shm.ConsumerOptions{})
+	}
+	in.mirrors = append(in.mirrors, mr)
+	return uint64(p), nil
+}
+
+// mirrored reports whether ring g lives in device memory.
+func (in *instance) mirrored(g *shm.Ring) bool {
+	for _, m := range in.mirrors {
+		if m.ring == g {
+			return true
+		}
+	}
+	return false
+}
+
+// sync copies the device-resident maps to their host regions whole, with
+// the kernels finished (after a synchronize).
+func (in *instance) sync() error {
+	for _, m := range in.mirrors {
+		if err := in.c.MemcpyDtoH(m.host.Bytes(), m.dev); err != nil {
+			return fmt.Errorf("map %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// records drains the device-resident rings' host regions (after sync)
+// into fn (nil: count only), counts them in delivered, and writes each
+// consumer's tail back to the device copy, so the GPU sees the room made:
+// what the shim's mirror thread does at its poll cadence.
+func (in *instance) records(fn func(shm.Record)) int {
+	if fn == nil {
+		fn = func(shm.Record) {}
+	}
+	n := 0
+	for _, m := range in.mirrors {
+		if m.ring == nil {
+			continue
+		}
+		n += m.cons.Read(0, fn)
+		tail := m.host.Bytes()[shm.RingTailOffset : shm.RingTailOffset+8]
+		if err := in.c.MemcpyHtoD(m.dev+cuda.DevicePtr(shm.RingTailOffset), tail); err != nil {
+			in.drainErr = fmt.Errorf("map %s: %w", m.name, err)
+		}
+	}
+	in.delivered += uint64(n)
+	return n
 }
 
 // register maps a host region into the device's address space.

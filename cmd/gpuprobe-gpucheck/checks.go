@@ -102,7 +102,7 @@ func (r *runner) patched(s *sample, progs []*jit.Program, opts inject.Options, r
 	if err != nil {
 		return nil, err
 	}
-	return load(r.c, out, rep, s.threads(), ringSlots)
+	return load(r.c, out, rep, s.threads(), ringSlots, opts.PTX.DeviceMaps)
 }
 
 func floats(n int, f func(i int) float32) []byte {
@@ -150,7 +150,7 @@ func samples(vec, gemm, exits []byte) []*sample {
 // checks runs every correctness check.
 func (r *runner) checks(vec, gemm, exits []byte) {
 	for _, s := range samples(vec, gemm, exits) {
-		base, err := load(r.c, s.ptx, nil, 0, 0)
+		base, err := load(r.c, s.ptx, nil, 0, 0, nil)
 		if err != nil {
 			r.result(s.name+": unpatched", err, "")
 			continue
@@ -166,9 +166,45 @@ func (r *runner) checks(vec, gemm, exits []byte) {
 		}
 	}
 	vs := samples(vec, gemm, exits)
-	r.result("vectorAdd: threadhist", r.checkThreadhist(vs[1]), "")
-	r.result("vectorAdd: kernelretsnoop", r.checkRetsnoop(vs[1]), "")
-	r.result("vectorAddN: memcount", r.checkMemcount(vs[0]), "")
+	for _, dev := range []bool{false, true} {
+		where := " (maps in host memory)"
+		if dev {
+			where = " (maps in device memory)"
+		}
+		r.result("vectorAdd: threadhist"+where, r.checkThreadhist(vs[1], dev), "")
+		r.result("vectorAdd: kernelretsnoop"+where, r.checkRetsnoop(vs[1], dev), "")
+		r.result("vectorAddN: memcount"+where, r.checkMemcount(vs[0], dev), "")
+	}
+}
+
+// userPatched injects a testdata object's programs into the sample, with
+// their GPU maps in device memory when dev is set, runs the kernel once
+// (launch id lid) and brings the maps' host regions up to date.
+func (r *runner) userPatched(s *sample, object string, dev bool, ringSlots uint32, lid uint64) (*instance, window, error) {
+	progs, err := r.object(object)
+	if err != nil {
+		return nil, window{}, err
+	}
+	var opts inject.Options
+	if dev {
+		opts.PTX.DeviceMaps = jit.DeviceResidentMaps(progs)
+	}
+	in, err := r.patched(s, progs, opts, ringSlots)
+	if err != nil {
+		return nil, window{}, err
+	}
+	_, win, err := r.run(s, in, lid)
+	if err == nil {
+		err = in.sync()
+	}
+	if err == nil && dev && len(in.mirrors) == 0 {
+		err = errors.New("maps in device memory asked for, but none was placed there")
+	}
+	if err != nil {
+		in.close()
+		return nil, window{}, err
+	}
+	return in, win, nil
 }
 
 // checkPhases runs the kernel_phases probes and checks their records and
@@ -237,19 +273,12 @@ func (r *runner) object(name string) ([]*jit.Program, error) {
 }
 
 // checkThreadhist: every thread counted once, every block fully.
-func (r *runner) checkThreadhist(s *sample) error {
-	progs, err := r.object("threadhist")
-	if err != nil {
-		return err
-	}
-	in, err := r.patched(s, progs, inject.Options{}, 2)
+func (r *runner) checkThreadhist(s *sample, dev bool) error {
+	in, _, err := r.userPatched(s, "threadhist", dev, 2, 7)
 	if err != nil {
 		return err
 	}
 	defer in.close()
-	if _, _, err := r.run(s, in, 7); err != nil {
-		return err
-	}
 	runs, blocks := in.arrays["thread_runs"], in.arrays["block_threads"]
 	for t := uint64(0); t < s.threads(); t++ {
 		v, err := runs.Uint64(0, t)
@@ -273,23 +302,21 @@ func (r *runner) checkThreadhist(s *sample) error {
 }
 
 // checkRetsnoop: one record per thread, each inside the kernel's window.
-func (r *runner) checkRetsnoop(s *sample) error {
-	progs, err := r.object("kernelretsnoop")
-	if err != nil {
-		return err
-	}
-	in, err := r.patched(s, progs, inject.Options{}, 1<<17)
+func (r *runner) checkRetsnoop(s *sample, dev bool) error {
+	in, win, err := r.userPatched(s, "kernelretsnoop", dev, 1<<17, 9)
 	if err != nil {
 		return err
 	}
 	defer in.close()
-	_, win, err := r.run(s, in, 9)
-	if err != nil {
-		return err
-	}
 	var bad error
 	seen := map[[2]uint64]bool{}
-	n := in.rings["exits"].NewConsumer(shm.ConsumerOptions{}).Read(0, func(rec shm.Record) {
+	read := func(fn func(shm.Record)) int {
+		return in.rings["exits"].NewConsumer(shm.ConsumerOptions{}).Read(0, fn)
+	}
+	if dev {
+		read = in.records
+	}
+	n := read(func(rec shm.Record) {
 		p := rec.Payload
 		if len(p) < 64 {
 			bad = fmt.Errorf("record of %d bytes", len(p))
@@ -311,19 +338,12 @@ func (r *runner) checkRetsnoop(s *sample) error {
 }
 
 // checkMemcount: two 4-byte loads and one 4-byte store per element.
-func (r *runner) checkMemcount(s *sample) error {
-	progs, err := r.object("memcount")
-	if err != nil {
-		return err
-	}
-	in, err := r.patched(s, progs, inject.Options{}, 2)
+func (r *runner) checkMemcount(s *sample, dev bool) error {
+	in, _, err := r.userPatched(s, "memcount", dev, 2, 11)
 	if err != nil {
 		return err
 	}
 	defer in.close()
-	if _, _, err := r.run(s, in, 11); err != nil {
-		return err
-	}
 	n := s.scalars[0]
 	want := []uint64{2 * n, n, 8 * n, 4 * n}
 	for k, w := range want {

@@ -10,8 +10,10 @@ package patcher
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin"
@@ -30,6 +32,12 @@ type Options struct {
 	// memory private to each module (agent.GlobalDeviceAlloc) rather than
 	// in a shared region.
 	DeviceOnly []string
+	// DeviceMaps names maps that live in a device copy of their region,
+	// mirrored to it by the shim (agent.GlobalDeviceMap): the programs are
+	// compiled for device memory (ptx.Options.DeviceMaps).
+	DeviceMaps []string
+	// MirrorPeriod is how often the shim mirrors device maps (0: 10 ms).
+	MirrorPeriod time.Duration
 	// MaxThreads sizes device-only per-thread and per-warp maps (threads of
 	// one launch); 0 means 1<<20.
 	MaxThreads uint32
@@ -164,6 +172,7 @@ func (p *Patcher) Patch(req *agent.PatchRequest, bind Binder) (*agent.Patched, e
 	opts.RaiseTarget = true
 	opts.LaunchID = inject.LaunchIDParam
 	opts.PTX.RingDevice = p.opts.RingDevice
+	opts.PTX.DeviceMaps = p.opts.DeviceMaps
 	// Launches left out by device sampling run no probe at all.
 	opts.SkipUnidentified = p.opts.DeviceOneIn > 1 || p.opts.DeviceMaxPerSecond > 0
 	out, rep, err := p.inj.Inject(text, p.opts.Programs, opts)
@@ -229,6 +238,9 @@ func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGloba
 			switch g.Kind {
 			case ptx.GlobalMap:
 				pg.Kind, pg.Region = agent.GlobalRegion, b.Region
+				if slices.Contains(p.opts.DeviceMaps, m.Name) {
+					pg.Kind, pg.Size = agent.GlobalDeviceMap, uint64(p.opts.MirrorPeriod.Microseconds())
+				}
 			case ptx.GlobalMapLanes:
 				pg.Value = b.Lanes
 			case ptx.GlobalRingDevice:

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
@@ -238,12 +239,23 @@ func TestPatchDeviceSampling(t *testing.T) {
 // bpf_ktime_get_ns).
 func launchlate(t *testing.T) []*jit.Program {
 	t.Helper()
+	gpu := gpuPrograms(t, "launchlate")
+	if len(gpu) != 1 {
+		t.Fatalf("launchlate has %d GPU programs, want 1", len(gpu))
+	}
+	return gpu
+}
+
+// gpuPrograms builds testdata/bpf/NAME.c with clang and returns its GPU
+// programs.
+func gpuPrograms(t *testing.T, name string) []*jit.Program {
+	t.Helper()
 	clang, err := exec.LookPath("clang")
 	if err != nil {
-		t.Fatalf("clang is needed to build testdata/bpf/launchlate.c: %v", err)
+		t.Fatalf("clang is needed to build testdata/bpf/%s.c: %v", name, err)
 	}
-	obj := filepath.Join(t.TempDir(), "launchlate.o")
-	src := filepath.Join("..", "..", "testdata", "bpf", "launchlate.c")
+	obj := filepath.Join(t.TempDir(), name+".o")
+	src := filepath.Join("..", "..", "testdata", "bpf", name+".c")
 	if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c", src, "-o", obj).CombinedOutput(); err != nil {
 		t.Fatalf("clang: %v\n%s", err, out)
 	}
@@ -257,10 +269,56 @@ func launchlate(t *testing.T) []*jit.Program {
 			gpu = append(gpu, p)
 		}
 	}
-	if len(gpu) != 1 {
-		t.Fatalf("launchlate has %d GPU programs, want 1", len(gpu))
-	}
 	return gpu
+}
+
+// TestPatchDeviceMaps: with a program's GPU maps in Options.DeviceMaps,
+// their globals ask the shim for a device copy of their region, mirrored
+// every MirrorPeriod (agent.GlobalDeviceMap, Size in µs); the ring is
+// written by the warp-aggregated device producer; a kernel map shared
+// with host programs stays a host region; the result assembles.
+func TestPatchDeviceMaps(t *testing.T) {
+	progs := append(launchlate(t), gpuPrograms(t, "kernelretsnoop")...)
+	dev := jit.DeviceResidentMaps(progs)
+	if !reflect.DeepEqual(dev, []string{"delay_log2_ns", "exits"}) {
+		t.Fatalf("DeviceResidentMaps = %v", dev)
+	}
+	p, err := New(Options{Programs: progs, DeviceMaps: dev, MirrorPeriod: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := build(t, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
+	regions := map[string]uint32{"launch_clock": 3, "delay_log2_ns": 5, "exits": 6}
+	a, err := p.Patch(&agent.PatchRequest{Arch: 80, Image: img}, func(name string) (Binding, bool) {
+		r, ok := regions[name]
+		return Binding{Region: r, Lanes: 1}, ok
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]agent.PatchedGlobal{
+		"_map_launch_clock":  {Kind: agent.GlobalRegion, Region: 3},
+		"_map_delay_log2_ns": {Kind: agent.GlobalDeviceMap, Region: 5, Size: 10000},
+		"_map_exits":         {Kind: agent.GlobalDeviceMap, Region: 6, Size: 10000},
+	}
+	got := map[string]agent.PatchedGlobal{}
+	for _, g := range a.Globals {
+		for suffix := range want {
+			if strings.HasSuffix(g.Name, suffix) {
+				g.Name = ""
+				got[suffix] = g
+			}
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("globals %+v, want %+v (all: %+v)", got, want, a.Globals)
+	}
+	if text := string(a.Image); !strings.Contains(text, "_ringoutwarp") || strings.Contains(text, "_ringout(") {
+		t.Error("the ring in device memory is not written by the warp-aggregated producer")
+	}
+	if _, err := ptx.Assemble(context.Background(), string(a.Image[:len(a.Image)-1]), "sm_80"); err != nil {
+		t.Fatalf("ptxas: %v", err)
+	}
 }
 
 // TestPatchKernelMapAndClock binds launchlate's globals: the kernel map
