@@ -491,7 +491,10 @@ int main(int argc, char **argv)
 	CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));  // before anything makes the context
 	cudaDeviceProp prop;
 	CHECK(cudaGetDeviceProperties(&prop, 0));
-	if (!prop.canMapHostMemory || !prop.unifiedAddressing) {
+	int canMap = 0, uva = 0;  // attributes: CUDA 13 drops some cudaDeviceProp fields
+	CHECK(cudaDeviceGetAttribute(&canMap, cudaDevAttrCanMapHostMemory, 0));
+	CHECK(cudaDeviceGetAttribute(&uva, cudaDevAttrUnifiedAddressing, 0));
+	if (!canMap || !uva) {
 		fprintf(stderr, "maps_model: %s: host-mapped memory needs mapping and unified addressing\n", prop.name);
 		return 1;
 	}
