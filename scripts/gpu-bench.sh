@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-bench.sh: issue 4's performance figures on the GPU machine, from
+# gpu-bench.sh: issues 4's and 16's performance figures on the GPU machine, from
 # prebuilt bin/gpuprobe-gpucheck (CGO_ENABLED=1 go build -o
 # bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck), bin/gpuprobe,
 # bin/libgpuprobe.so and testdata/bpf/{kernelretsnoop,threadhist}.o.
@@ -13,18 +13,29 @@
 #     capped (1 launch x 3 rounds). Module-load latency per config: injection
 #     first and from the cache, plus the patched module's load (driver JIT;
 #     CUDA_CACHE_DISABLE=1, so every load compiles) minus the original's.
-#  2. Shim host cost per launch: scripts/gpu-launch-cost.sh (plain / shim
+#  2. The physical limits (part model): testdata/cuda/model/maps_model.cu,
+#     threadhist's and kernelretsnoop's shapes written by hand in CUDA C at
+#     the exit of vectorAddN 2^24 and SGEMM 2048 (device maps, a
+#     warp-aggregated threadhist, the ring and a counter in host-mapped
+#     memory), in one process (needs only nvcc): CUDA events around each
+#     launch, ROUNDS interleaved rounds of BATCH launches, medians, ratios
+#     vs the plain kernel of the same run, the same 50 ms cap. Beside each
+#     issue-16 target, the compiled probe's ratio from $out/bench.csv
+#     (configs threadhist and kernelretsnoop, maps in device memory) and
+#     the model's.
+#  3. Shim host cost per launch: scripts/gpu-launch-cost.sh (plain / shim
 #     forwarding / shim recording, interleaved rounds, medians; the target
 #     is checked on its ab figure, the same process launching through the
 #     shim and around it).
-# Prints the tables and the targets; writes $out/bench.csv and
+# Prints the tables and the targets; writes $out/bench.csv, $out/model.csv
+# (workload,shape,plain_us,probe_us,ratio), $out/model.txt and
 # $out/launch-cost.txt (copied to $OUT when set). Exit non-zero only when a
 # step failed to run (a missed target is reported, not an error).
 #
 # Environment: ROUNDS (default 7), BATCH (default 10), NVCC, GPU_ARCH (e.g.
 # sm_90; default from nvidia-smi), BENCH_OUT (default build/gpu-bench),
 # LAUNCH_ROUNDS / LAUNCH_N (gpu-launch-cost.sh's ROUNDS and N; defaults 5,
-# 100000), PARTS (kernels,launch; default both), BENCH_CONFIGS (gpucheck
+# 100000), PARTS (kernels,model,launch; default all), BENCH_CONFIGS (gpucheck
 # -configs; default all eight: kernel_phases_call is kernel_phases with its
 # entry and exit called instead of inlined, for the inlining's effect;
 # kernel_phases_1in8 and threadhist_1in8 pass the launch id to 1 launch in
@@ -36,7 +47,7 @@ root=$PWD
 out=${BENCH_OUT:-$root/build/gpu-bench}
 bin=${GPUCHECK_BIN:-$root/bin/gpuprobe-gpucheck}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-parts=${PARTS:-kernels,launch}
+parts=${PARTS:-kernels,model,launch}
 mkdir -p "$out"
 status=0
 
@@ -70,6 +81,46 @@ if [[ ,$parts, == *,kernels,* ]]; then
 			tail -20 "$out/gpucheck.log" >&2
 			status=1
 		fi
+	fi
+fi
+
+if [[ ,$parts, == *,model,* ]]; then
+	echo
+	rm -f "$out/model.csv"
+	if "$nvcc" -O3 -arch="$GPU_ARCH" -o "$out/maps_model" testdata/cuda/model/maps_model.cu >"$out/model.txt" 2>&1 &&
+		ROUNDS=${ROUNDS:-7} BATCH=${BATCH:-10} timeout 600 "$out/maps_model" "$out/model.csv" >>"$out/model.txt" 2>&1; then
+		sed -n '/^== maps model/,$p' "$out/model.txt"
+	else
+		echo "gpu-bench: maps_model failed; see $out/model.txt:" >&2
+		tail -20 "$out/model.txt" >&2
+		status=1
+	fi
+	if [[ -s $out/bench.csv && -s $out/model.csv ]]; then
+		echo
+		[[ ,$parts, == *,kernels,* ]] || echo "(bench.csv from an earlier run: $(date -r "$out/bench.csv" '+%F %T'))"
+		echo "targets (issue 16), compiled probe beside the CUDA C model's limit:"
+		# model.csv first (its ratios by kernel and shape), then bench.csv;
+		# a kernel is named by its first word (vectorAddN, sgemm).
+		awk -F, '
+			BEGIN {
+				target["threadhist", "sgemm"] = 1.02; target["threadhist", "vectorAddN"] = 2.4
+				target["kernelretsnoop", "sgemm"] = 1.03; target["kernelretsnoop", "vectorAddN"] = 8
+			}
+			function kernel(s) { split(s, w, " "); return w[1] }
+			function lim(k, shape) { return ((k, shape) in model) ? sprintf("%.3fx", model[k, shape]) : "n/a" }
+			NR == FNR { if (FNR > 1) model[kernel($1), $2] = $5; next }
+			FNR > 1 && (($3, kernel($2)) in target) {
+				k = kernel($2); t = target[$3, k]; seen[$3, k] = 1
+				extra = ($3 == "threadhist") ? "; warp-aggregated " lim(k, "threadhist_warpagg") : ""
+				printf "  %s on %s (target <= %gx): %.3fx (limit from the CUDA C model: %s%s) %s\n",
+					$3, $2, t, $5, lim(k, $3), extra, ($5 <= t ? "met" : "MISSED")
+			}
+			END {
+				for (c in target) if (!(c in seen)) {
+					split(c, p, SUBSEP)
+					printf "  %s on %s: not in bench.csv (limit from the CUDA C model: %s)\n", p[1], p[2], lim(p[2], p[1])
+				}
+			}' "$out/model.csv" "$out/bench.csv"
 	fi
 fi
 

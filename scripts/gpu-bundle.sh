@@ -28,7 +28,8 @@ done
 cp Makefile "$b/"
 cp scripts/*.sh "$b/scripts/"
 # testdata: eBPF objects and sources, CUDA samples (testdata/cuda/samples,
-# shim, inject), SASS-comparison twins,
+# shim, inject), the CUDA C models (testdata/cuda/model, gpu-bench.sh's
+# part model), SASS-comparison twins,
 # the conformance data, the default config.
 cp -r testdata/. "$b/testdata/"
 if [[ ! -d "$b/testdata/conformance/tests" ]]; then

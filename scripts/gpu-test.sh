@@ -21,7 +21,8 @@
 #                     inject       scripts/gpu-inject-check.sh (checks only)
 #                     samples      scripts/gpu-samples.sh (5 samples x 4 configs)
 #                     bench        scripts/gpu-bench.sh (kernel ratios, load
-#                                  latency, shim cost per launch)
+#                                  latency, the CUDA C model's limits,
+#                                  shim cost per launch)
 #                     e2e          scripts/gpu-e2e.sh
 #                     graphnode    scripts/gpu-graphnode.sh
 #                     graphspans   scripts/gpu-graph-spans.sh (needs
@@ -173,7 +174,7 @@ tailstep() {
 	step "$name" "$log" "$@"
 	if [[ -s "$out/$log" ]]; then
 		echo "---- $name ----"
-		sed -n "/$from/,\$p" "$out/$log" | tail -80
+		sed -n "/$from/,\$p" "$out/$log" | tail -120
 	fi
 }
 
@@ -181,7 +182,7 @@ want inject && tailstep "inject check (gpucheck)" inject-check.log '^== gpuprobe
 	env GPU_INJECT_OUT="$out/gpu-inject" bash scripts/gpu-inject-check.sh -nobench -ringmode device
 want samples && tailstep "e2e samples (5 x 4 configs)" samples.log '^---- gpu-samples' \
 	env SAMPLES_OUT="$out/gpu-samples" bash scripts/gpu-samples.sh
-want bench && tailstep "bench (ratios, load, launch)" bench.log '^== bench on' \
+want bench && tailstep "bench (ratios, load, model, launch)" bench.log '^== bench on' \
 	env BENCH_OUT="$out/gpu-bench" bash scripts/gpu-bench.sh
 want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out/gpu-e2e" bash scripts/gpu-e2e.sh
 want graphnode && step "graph node patched" graphnode.log bash scripts/gpu-graphnode.sh
