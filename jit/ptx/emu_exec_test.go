@@ -443,6 +443,15 @@ func (e *emu) exec(fr *emuFrame, s *emuStmt) (string, bool, error) {
 		return "", false, e.set(fr, a[0], uint64(prmt(uint32(x), uint32(y), uint32(c))))
 	case "activemask":
 		return "", false, e.set(fr, a[0], 1)
+	case "match": // match.all.sync d|p, a, mask: one active lane agrees with itself
+		d, pr, ok := strings.Cut(a[0], "|")
+		if !ok {
+			return "", false, fmt.Errorf("match without a predicate: %q", a[0])
+		}
+		if err := e.set(fr, d, 1); err != nil {
+			return "", false, err
+		}
+		return "", false, e.set(fr, pr, 1)
 	case "redux", "shfl": // one active lane: the lane's own value
 		x, err := v(1)
 		if err != nil {

@@ -441,10 +441,49 @@ func (c *compiler) atomic64(space, name string, fetch bool, s string) {
 		}
 		if fetch {
 			e.op(atom, name, ty, " ", s, ", [%t12], ", s)
+		} else if name == "add" {
+			c.warpAdd(space, "64", s)
 		} else {
 			e.op("red", space, ".", name, ty, " [%t12], ", s)
 		}
 	}
+}
+
+// warpAdd writes a non-fetching atomic add of s (a register of bits
+// wide) to [%t12] aggregated over the warp: when every active lane adds
+// the same value to the same address (match.all), the lowest lane adds
+// value × lanes once, so a warp costs one L2 atomic instead of 32 on one
+// address (nvcc aggregates such atomicAdds itself; ptxas does not).
+// Otherwise each lane adds its own.
+func (c *compiler) warpAdd(space, bits, s string) {
+	e := &c.e
+	one, done := c.newLabel(), c.newLabel()
+	e.op("activemask.b32 %w7")
+	e.op("match.all.sync.b64 %w8|%p7, %t12, %w7")
+	if bits == "64" {
+		e.op("match.all.sync.b64 %w8|%p5, ", s, ", %w7")
+	} else {
+		e.op("match.all.sync.b32 %w8|%p5, ", s, ", %w7")
+	}
+	e.op("and.pred %p7, %p7, %p5")
+	e.op("@!%p7 bra ", one)
+	e.op("mov.u32 %w9, %lanemask_lt")
+	e.op("and.b32 %w9, %w9, %w7")
+	e.op("setp.ne.u32 %p5, %w9, 0")
+	e.op("@%p5 bra ", done)
+	e.op("popc.b32 %w9, %w7")
+	if bits == "64" {
+		e.op("cvt.u64.u32 %t15, %w9")
+		e.op("mul.lo.u64 %t15, %t15, ", s)
+		e.op("red", space, ".add.u64 [%t12], %t15")
+	} else {
+		e.op("mul.lo.u32 %w9, %w9, ", s)
+		e.op("red", space, ".add.u32 [%t12], %w9")
+	}
+	e.op("bra.uni ", done)
+	e.label(one)
+	e.op("red", space, ".add.u", bits, " [%t12], ", s)
+	e.label(done)
 }
 
 // atomic32 is atomic64 on 32 bits.
@@ -468,6 +507,8 @@ func (c *compiler) atomic32(space, name string, fetch bool, s string) {
 		if fetch {
 			e.op(atom, name, ty, " %w6, [%t12], %w4")
 			e.op("cvt.u64.u32 ", s, ", %w6")
+		} else if name == "add" {
+			c.warpAdd(space, "32", "%w4")
 		} else {
 			e.op("red", space, ".", name, ty, " [%t12], %w4")
 		}

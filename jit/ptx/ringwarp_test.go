@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf/asm"
+
 	"github.com/gpuprobe/gpuprobe/jit"
 )
 
@@ -96,5 +98,51 @@ func TestRingWarpPTX(t *testing.T) {
 	}
 	if out, err := Assemble(context.Background(), TestModule(f), "sm_90"); err != nil {
 		t.Fatalf("ptxas: %v\n%s", err, out)
+	}
+}
+
+// TestWarpAdd checks that a non-fetching atomic add is aggregated over the
+// warp when lanes agree (match.all on the address and the value, one red
+// of value × lanes by the lowest lane) and stays per lane otherwise, for
+// both widths, that it runs (emulator: one lane adds its value once) and
+// that ptxas accepts it.
+func TestWarpAdd(t *testing.T) {
+	for _, size := range []asm.Size{asm.Word, asm.DWord} {
+		m := &jit.Map{Name: "counts", Type: jit.MapTypeGPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
+		insns := asm.Instructions{
+			asm.StoreImm(asm.R10, -4, 0, asm.Word),
+			asm.LoadMapPtr(asm.R1, 0),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.Mov.Imm(asm.R1, 5),
+			asm.StoreXAdd(asm.R0, asm.R1, size),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+			asm.Return(),
+		}
+		insns[1].Constant = 0
+		f := compileProg(t, insns, []*jit.Map{m}, Options{})
+		bits := map[asm.Size]string{asm.Word: "32", asm.DWord: "64"}[size]
+		for _, want := range []string{"match.all.sync.b64 %w8|%p7, %t12", "popc.b32 %w9, %w7", ".add.u" + bits + " [%t12], %"} {
+			if !strings.Contains(f.Body, want) {
+				t.Errorf("%v: PTX lacks %q", size, want)
+			}
+		}
+		var r *emuRegion
+		if _, _, err := emuRun(f, nil, 0, func(e *emu) {
+			r = e.alloc(dataOffset+8, false, "counts")
+			setGlobal(e, f, GlobalMap, "counts", r.base)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got := binary.LittleEndian.Uint64(r.data[dataOffset:]); got != 5 {
+			t.Errorf("%v: counter = %d, want 5", size, got)
+		}
+		if needPtxas(t) {
+			if out, err := Assemble(context.Background(), TestModule(f), "sm_90"); err != nil {
+				t.Fatalf("ptxas: %v\n%s", err, out)
+			}
+		}
 	}
 }
