@@ -1,5 +1,7 @@
 package verifier
 
+import "fmt"
+
 // Path-sensitive joins. Where paths meet, their states are joined into one,
 // except where that would turn a pointer into a number: a register (or
 // spilled slot) that points into the stack on one path and into a map value
@@ -34,9 +36,20 @@ func (v *verifier) pathFor(k key, st *state) key {
 	}
 	if len(more)+1 < maxPaths {
 		v.paths[k] = append(more, block{})
+	} else if v.merged < 0 {
+		v.merged = int(k.insn)
 	}
 	k.path = int32(len(v.paths[k]))
 	return k
+}
+
+// mergedHint explains a pointer that became a number because more than
+// maxPaths paths met: "" if none did.
+func (v *verifier) mergedHint() string {
+	if v.merged < 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (more than %d paths with pointers into different regions meet at insn %d: past that, their pointers are merged into numbers)", maxPaths, v.merged)
 }
 
 // loses reports whether joining a and b would turn a pointer of both into

@@ -97,6 +97,7 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		ids:        make(map[key]int32),
 		paths:      make(map[key][]block),
 		maxSteps:   opts.MaxSteps,
+		merged:     -1,
 	}
 	if v.maxSteps <= 0 {
 		v.maxSteps = DefaultMaxSteps
@@ -155,6 +156,7 @@ type verifier struct {
 	steps      int
 	states     int
 	maxSteps   int
+	merged     int // first block where more than maxPaths paths met (-1: none)
 	maxDepth   int
 	curCtx     int32
 	exitR0     value // r0 over every exit of the entry function (for tests)
