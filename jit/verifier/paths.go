@@ -34,6 +34,9 @@ func (v *verifier) pathFor(k key, st *state) key {
 			return k
 		}
 	}
+	if v.paths == nil {
+		v.paths = make(map[key][]block)
+	}
 	if len(more)+1 < maxPaths {
 		v.paths[k] = append(more, block{})
 	} else if v.merged < 0 {

@@ -95,7 +95,6 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		edges:      make([]uint8, len(p.Insns)),
 		stackUse:   make([]int64, len(g.funcs)),
 		ids:        make(map[key]int32),
-		paths:      make(map[key][]block),
 		maxSteps:   opts.MaxSteps,
 		merged:     -1,
 	}
