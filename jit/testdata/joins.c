@@ -112,6 +112,36 @@ int block_counter(void *ctx)
 	return *p;
 }
 
+// A stack pointer or NULL, checked before use.
+SEC("kretprobe/_Z6kernelv")
+int stack_or_null(void *ctx)
+{
+	u64 local = 5;
+	u64 *p = NULL;
+	if (bpf_get_lane_id() & 1) {
+		p = &local;
+		join_here(p); // a branch, not a mask of the address
+	}
+	join_here(p);
+	if (!p)
+		return 0;
+	return *p;
+}
+
+// The same without the check: rejected on the NULL path.
+SEC("kretprobe/_Z6kernelv")
+int bad_stack_null(void *ctx)
+{
+	u64 local = 5;
+	u64 *p = NULL;
+	if (bpf_get_lane_id() & 1) {
+		p = &local;
+		join_here(p); // a branch, not a mask of the address
+	}
+	join_here(p);
+	return *p; // bad_stack_null
+}
+
 // A pointer joined with a number, then dereferenced: rejected.
 SEC("kretprobe/_Z6kernelv")
 int bad_scalar(void *ctx)

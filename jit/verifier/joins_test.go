@@ -74,11 +74,13 @@ func TestPointerJoins(t *testing.T) {
 		{"ctx_or_value", ""},
 		{"loop_join", ""},
 		{"block_counter", ""},
+		{"stack_or_null", ""},
 		{"bad_scalar", "r0 is a number (scalar), not a pointer"},
 		{"bad_scalar_arg", "value argument r3 must point to memory (stack, map value or context), got scalar"},
 		{"bad_bounds", "map value access at offset 8 size 8 exceeds value size 8"},
 		{"bad_stack_bounds", "stack access at offset 8 size 8 is outside the 512-byte stack"},
 		{"bad_null", "may be NULL here"},
+		{"bad_stack_null", "is a number (scalar 0), not a pointer"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.prog, func(t *testing.T) {

@@ -5,7 +5,7 @@ import "fmt"
 // Path-sensitive joins. Where paths meet, their states are joined into one,
 // except where that would turn a pointer into a number: a register (or
 // spilled slot) that points into the stack on one path and into a map value
-// on another. Linux's verifier explores such paths apart, and so does this
+// on another, or that is a stack pointer on one and NULL on the other. Linux's verifier explores such paths apart, and so does this
 // one: each block keeps up to maxPaths states, and an incoming state joins
 // the first one whose pointers it shares (pathFor). Every access is then
 // checked on each path against the one region it points into there, and
@@ -55,8 +55,8 @@ func (v *verifier) mergedHint() string {
 	return fmt.Sprintf(" (more than %d paths with pointers into different regions meet at insn %d: past that, their pointers are merged into numbers)", maxPaths, v.merged)
 }
 
-// loses reports whether joining a and b would turn a pointer of both into
-// a number: in a register or a spilled stack slot, of any frame.
+// loses reports whether joining a and b would turn a pointer into a number
+// (see lossyJoin): in a register or a spilled stack slot, of any frame.
 func loses(a, b *state) bool {
 	for f := range a.frames {
 		x, y := &a.frames[f], &b.frames[f]
@@ -78,11 +78,16 @@ func loses(a, b *state) bool {
 	return false
 }
 
-// lossyJoin reports whether x and y are both pointers but their join is
-// not: they point into different regions (kinds, frames or maps).
+// lossyJoin reports whether x and y are pointers, or a pointer and NULL,
+// but their join is not a pointer: they point into different regions
+// (kinds, frames or maps), or NULL meets a pointer other than a map
+// value's (which joins into "map value or NULL").
 func lossyJoin(x, y value) bool {
-	if !x.isPointer() || !y.isPointer() || x == y {
+	if x == y || !x.isPointer() && !y.isPointer() {
 		return false
 	}
-	return !join(x, y).isPointer()
+	if (x.isPointer() || isNull(x)) && (y.isPointer() || isNull(y)) {
+		return !join(x, y).isPointer()
+	}
+	return false
 }
