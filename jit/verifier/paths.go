@@ -4,10 +4,11 @@ import "fmt"
 
 // Path-sensitive joins. Where paths meet, their states are joined into one,
 // except where that would turn a pointer into a number: a register (or
-// spilled slot) that points into the stack on one path and into a map value
-// on another, or that is a stack pointer on one and NULL on the other. Linux's verifier explores such paths apart, and so does this
-// one: each block keeps up to maxPaths states, and an incoming state joins
-// the first one whose pointers it shares (pathFor). Every access is then
+// spilled slot) that points into the stack on one path and into a map
+// value on another, or that is a stack pointer on one and NULL on the
+// other. Linux's verifier explores such paths apart, and so does this one:
+// each block keeps up to maxPaths states, and an incoming state joins the
+// first one whose pointers it shares (pathFor). Every access is then
 // checked on each path against the one region it points into there, and
 // the facts for the compiler (Result.MapValueAccess, Unaligned, ...) are
 // the union over all paths, as before.
