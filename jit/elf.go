@@ -307,10 +307,13 @@ func isDataSection(name string) bool {
 	return strings.HasPrefix(name, ".")
 }
 
-// sourceOf names an instruction's source line for error messages.
+// sourceOf names an instruction's source line for error messages. BTF
+// line 0 (code of no source line) has no text and counts as none.
 func sourceOf(ins *asm.Instruction) string {
 	if src := ins.Source(); src != nil {
-		return strings.TrimSpace(src.String())
+		if text := strings.TrimSpace(src.String()); text != "" {
+			return text
+		}
 	}
 	return "no source line"
 }

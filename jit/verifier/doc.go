@@ -14,8 +14,11 @@
 //   - every function ends with exit or ja, so no path falls off the end;
 //   - LD_IMM64 map references name a map of Program.Maps.
 //
-// Then an abstract interpretation: a worklist over basic blocks, with one
-// abstract state per block entry and call chain, joined where paths meet.
+// Then an abstract interpretation: a worklist over basic blocks, with an
+// abstract state per block entry and call chain, joined where paths meet,
+// except where a register or spilled slot points into different regions
+// on the paths (the stack and a map value, say): as Linux's verifier, those
+// paths are analysed apart, up to 8 states per block (see paths.go).
 // A state holds, per register and per 8-byte stack slot, one of: not
 // written, number (with unsigned and signed ranges and known low zero bits),
 // stack pointer, context pointer, map value pointer, map value pointer or

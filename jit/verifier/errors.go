@@ -34,13 +34,18 @@ type sourceLine interface {
 	LineNumber() uint32
 }
 
-// lineOf renders the BTF source information of ins, if any.
+// lineOf renders the BTF source information of ins, if any. Line 0 is
+// clang's mark for code of no source line (spills, hoisted addresses): it
+// renders as "", so that lineAt looks further back for a real line.
 func lineOf(ins *asm.Instruction) string {
 	src := ins.Source()
 	if src == nil {
 		return ""
 	}
 	text := strings.TrimSpace(src.String())
+	if sl, ok := src.(sourceLine); ok && sl.LineNumber() == 0 {
+		return ""
+	}
 	if sl, ok := src.(sourceLine); ok && sl.FileName() != "" {
 		loc := fmt.Sprintf("%s:%d", filepath.Base(sl.FileName()), sl.LineNumber())
 		if text == "" {

@@ -271,7 +271,7 @@ func (v *verifier) access(st *state, i int, reg asm.Register, base value, off in
 	case kUninit:
 		return value{}, v.errorf(i, "r%d is read before it is written", reg)
 	case kScalar:
-		return value{}, v.errorf(i, "r%d is a number (%s), not a pointer: it cannot be dereferenced", reg, base.describe())
+		return value{}, v.errorf(i, "r%d is a number (%s), not a pointer: it cannot be dereferenced%s", reg, base.describe(), v.mergedHint())
 	case kMapHandle:
 		return value{}, v.errorf(i, "r%d is a map handle: pass it to a map helper, it cannot be dereferenced", reg)
 	case kMapValueNul:

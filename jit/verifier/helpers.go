@@ -252,7 +252,7 @@ func (v *verifier) helperMem(st *state, i int, name string, r asm.Register, size
 	case kMapValueNul:
 		return v.errorf(i, "%s: %s argument r%d may be NULL: null-check the result of map_lookup_elem%s first", name, what, r, originText(p))
 	default:
-		return v.errorf(i, "%s: %s argument r%d must point to memory (stack, map value or context), got %s", name, what, r, p.describe())
+		return v.errorf(i, "%s: %s argument r%d must point to memory (stack, map value or context), got %s%s", name, what, r, p.describe(), v.mergedHint())
 	}
 	mode := accRead
 	if write {
@@ -279,7 +279,7 @@ func (v *verifier) helperAtomic(st *state, i int, name string, r asm.Register) e
 	case kMapValueNul:
 		return v.errorf(i, "%s: pointer argument r%d may be NULL: null-check the result of map_lookup_elem%s first", name, r, originText(p))
 	default:
-		return v.errorf(i, "%s: argument r%d must point to a map value or the stack, got %s", name, r, p.describe())
+		return v.errorf(i, "%s: argument r%d must point to a map value or the stack, got %s%s", name, r, p.describe(), v.mergedHint())
 	}
 	if _, err := v.access(st, i, r, p, 0, 8, accAtomic, nil); err != nil {
 		if e, ok := err.(*Error); ok {

@@ -96,6 +96,7 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		stackUse:   make([]int64, len(g.funcs)),
 		ids:        make(map[key]int32),
 		maxSteps:   opts.MaxSteps,
+		merged:     -1,
 	}
 	if v.maxSteps <= 0 {
 		v.maxSteps = DefaultMaxSteps
@@ -117,6 +118,7 @@ type callCtx struct {
 type key struct {
 	ctx  int32
 	insn int32
+	path int32 // which of the block's states (see pathFor); 0 for the first
 }
 
 type block struct {
@@ -131,8 +133,9 @@ type verifier struct {
 	opts       Options
 	ctxs       []callCtx
 	ctxIndex   map[[2]int]int32
-	blocks     [][]block // per call chain, per instruction
-	pool       []*state  // states free for reuse
+	blocks     [][]block       // per call chain, per instruction: the first state
+	paths      map[key][]block // states kept apart from the first (see pathFor), by key with path 0
+	pool       []*state        // states free for reuse
 	queue      keyHeap
 	reached    []bool
 	unaligned  []bool
@@ -152,6 +155,7 @@ type verifier struct {
 	steps      int
 	states     int
 	maxSteps   int
+	merged     int // first block where more than maxPaths paths met (-1: none)
 	maxDepth   int
 	curCtx     int32
 	exitR0     value // r0 over every exit of the entry function (for tests)
@@ -191,6 +195,9 @@ func (v *verifier) run() error {
 
 // block returns the stored state slot of k (nil state if none yet).
 func (v *verifier) block(k key) *block {
+	if k.path > 0 {
+		return &v.paths[key{ctx: k.ctx, insn: k.insn}][k.path-1]
+	}
 	for int(k.ctx) >= len(v.blocks) {
 		v.blocks = append(v.blocks, nil)
 	}
@@ -208,6 +215,13 @@ func (v *verifier) flow(ctx int32, i int, st *state) {
 		b.st, b.queued = st, true
 		v.queue.push(k)
 		return
+	}
+	if k = v.pathFor(k, st); k.path > 0 {
+		if b = v.block(k); b.st == nil {
+			b.st, b.queued = st, true
+			v.queue.push(k)
+			return
+		}
 	}
 	b.visits++
 	changed := b.st.joinFrom(st, v.g.loop[i] && b.visits > widenAfter)
@@ -353,7 +367,10 @@ func (k key) less(o key) bool {
 	if k.insn != o.insn {
 		return k.insn < o.insn
 	}
-	return k.ctx < o.ctx
+	if k.ctx != o.ctx {
+		return k.ctx < o.ctx
+	}
+	return k.path < o.path
 }
 
 func (h *keyHeap) push(k key) {
