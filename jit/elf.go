@@ -129,7 +129,10 @@ func (p *Program) IsGPU() bool {
 // kprobe/<kernel> (entry), kretprobe/<kernel> (exit), kprobe/__memcapture or
 // kprobe/__memcapture/<kernel> (memory accesses of every kernel, or of one),
 // uprobe/<binary:symbol> and uretprobe/<binary:symbol> (host programs). A
-// leading "?" (libbpf's optional marker) is ignored.
+// bare "uprobe" or "uretprobe" (libbpf's form for programs its loader
+// attaches by hand) is a host program with no target: it cannot be
+// attached by section, and callers skip it. A leading "?" (libbpf's
+// optional marker) is ignored.
 func ParseSection(section string) (ProbeKind, string, error) {
 	s := strings.TrimPrefix(section, "?")
 	var (
@@ -137,6 +140,10 @@ func ParseSection(section string) (ProbeKind, string, error) {
 		target string
 	)
 	switch {
+	case s == "uprobe":
+		return ProbeUprobe, "", nil
+	case s == "uretprobe":
+		return ProbeUretprobe, "", nil
 	case s == sectionMemCapture:
 		return ProbeMemCapture, "", nil
 	case strings.HasPrefix(s, sectionMemCapture+"/"):
