@@ -21,6 +21,9 @@ const (
 	sectionUretprobe  = "uretprobe/"
 	memCaptureTarget  = "__memcapture"
 	sectionMemCapture = sectionEntry + memCaptureTarget
+	// directRunTarget is bpftime's kprobe/__directly_run: a program that
+	// bpftime compiles into a kernel of its own and launches itself.
+	directRunTarget = "__directly_run"
 )
 
 // LoadELF reads an eBPF object compiled by clang -target bpf and returns its
@@ -144,6 +147,8 @@ func ParseSection(section string) (ProbeKind, string, error) {
 		return ProbeUprobe, "", nil
 	case s == "uretprobe":
 		return ProbeUretprobe, "", nil
+	case s == sectionEntry+directRunTarget || strings.HasPrefix(s, sectionEntry+directRunTarget+"/"):
+		return ProbeUnknown, "", fmt.Errorf("section %q: bpftime compiles such a program into a kernel of its own and launches it itself; gpuprobe runs programs only inside the application's kernels (kprobe/<kernel>, kretprobe/<kernel>, kprobe/__memcapture)", section)
 	case s == sectionMemCapture:
 		return ProbeMemCapture, "", nil
 	case strings.HasPrefix(s, sectionMemCapture+"/"):

@@ -265,6 +265,7 @@ func TestLoadELFErrors(t *testing.T) {
 		{"badkey", []string{"bad_key", `map "wide_key" (type 1503)`, "key size 8, want 4"}},
 		{"emptyring", []string{`map "ring" (type 1527)`, "max_entries 0"}},
 		{"extern", []string{"calls_extern", `"elsewhere"`, "not in the program"}},
+		{"directrun", []string{`section "kprobe/__directly_run"`, "cuda__run", "kernel of its own"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.object, func(t *testing.T) {
@@ -328,6 +329,8 @@ func TestParseSection(t *testing.T) {
 		{"uretprobe/libcuda.so.1:cuLaunchKernel", jit.ProbeUretprobe, "libcuda.so.1:cuLaunchKernel", false},
 		{"uprobe", jit.ProbeUprobe, "", false},
 		{"uretprobe", jit.ProbeUretprobe, "", false},
+		{"kprobe/__directly_run", 0, "", true},
+		{"kprobe/__directly_run/k", 0, "", true},
 		{"kprobe/", 0, "", true},
 		{"kretprobe/", 0, "", true},
 		{"uprobe/", 0, "", true},
