@@ -1,0 +1,114 @@
+package progmaps
+
+import (
+	"encoding/binary"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/shm"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// buildIdioms compiles testdata/bpf/idioms.c (an object written as
+// bpftime's GPU examples are) with clang into a temp dir.
+func buildIdioms(t testing.TB) string {
+	root := repoRoot(t)
+	out := filepath.Join(t.TempDir(), "idioms.o")
+	cmd := exec.Command("clang", "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
+		"-c", filepath.Join(root, "testdata", "bpf", "idioms.c"), "-o", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("clang idioms.c: %v\n%s", err, b)
+	}
+	return out
+}
+
+// exitRecord is struct exit_small of idioms.c, cut to n bytes.
+func exitRecord(n int) []byte {
+	b := make([]byte, 32)
+	put64(b, 0, 1000)
+	binary.LittleEndian.PutUint32(b[8:], 5)  // lane
+	binary.LittleEndian.PutUint32(b[12:], 2) // block
+	put64(b, 16, 77)                         // sm (payload[0] of exit_big)
+	binary.LittleEndian.PutUint32(b[24:], 3) // warp
+	binary.LittleEndian.PutUint32(b[28:], 9) // flags
+	return b[:n]
+}
+
+// TestShortRingRecords: a ring that declares a 1024-byte value gets
+// 32-byte records (bpftime's examples write what they fill in); they are
+// decoded by the bytes written, with the declared type or the one
+// programs[i]::record_types names.
+func TestShortRingRecords(t *testing.T) {
+	obj := buildIdioms(t)
+	tests := []struct {
+		name   string
+		types  map[string]string
+		sizes  []int
+		attrs  []string // attributes of the first event, sorted
+		short  uint64
+		cut    uint64
+		logged int
+	}{
+		{"declared type", nil, []int{32, 32}, []string{"block", "lane", "payload"}, 2, 0, 0},
+		{"cut field", nil, []int{18, 18, 32}, []string{"block", "lane"}, 3, 2, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defs, err := Load([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := NewInstance(defs, 42, 7, "app", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			ring := in.Ring("exits")
+			for _, n := range tt.sizes {
+				if r := ring.Produce(0, exitRecord(n)); r != shm.Published {
+					t.Fatal(r)
+				}
+			}
+			core, logs := observer.New(zap.DebugLevel)
+			c := NewCollector(CollectorOptions{Logger: zap.New(core)})
+			c.ReadRings(in, time.Now(), 0)
+			cs := c.Counters()
+			if cs.Records != uint64(len(tt.sizes)) || cs.Invalid != 0 || cs.Short != tt.short ||
+				cs.Cut != tt.cut || cs.EventsBuilt != uint64(len(tt.sizes)) {
+				t.Fatalf("counters %+v", cs)
+			}
+			if n := logs.FilterMessageSnippet("end inside a field").Len(); n != tt.logged {
+				t.Errorf("%d cut-record logs, want %d", n, tt.logged)
+			}
+			ev := spanList(c.TakeTraces())[0].Events().At(0)
+			var got []string
+			payload := 0
+			for k := range ev.Attributes().All() {
+				if k == AttrClockMapped {
+					continue // no calibration here
+				}
+				if strings.HasPrefix(k, "payload[") {
+					payload++ // bytes 16..32 of exit_big: payload[0] and [1]
+				}
+				got = append(got, strings.SplitN(k, "[", 2)[0])
+			}
+			if payload != 0 && payload != 2 {
+				t.Errorf("%d payload elements, want the 2 the record holds", payload)
+			}
+			slices.Sort(got)
+			got = slices.Compact(got)
+			if strings.Join(got, ",") != strings.Join(tt.attrs, ",") {
+				t.Errorf("attributes %v, want %v", got, tt.attrs)
+			}
+			if v, _ := ev.Attributes().Get("lane"); v.Int() != 5 {
+				t.Errorf("lane = %v", v.AsRaw())
+			}
+		})
+	}
+}
