@@ -59,6 +59,10 @@ type ProgramConfig struct {
 	Path string `mapstructure:"path"`
 	// Attach names the programs (function names) to attach; empty: all.
 	Attach []string `mapstructure:"attach"`
+	// RecordTypes names, per GPU ring buffer (map name → struct name), the
+	// struct in the object's BTF that decodes its records, for a ring whose
+	// declared value type does not describe what the program writes.
+	RecordTypes map[string]string `mapstructure:"record_types"`
 }
 
 // KernelsConfig filters kernels by (mangled or demangled) name. A kernel is

@@ -39,7 +39,8 @@ func TestLoadYAML(t *testing.T) {
 			c.Agent = AgentConfig{Socket: "/tmp/gpuprobe-test/agent.sock", SocketMode: "0600",
 				AllowedUIDs: []uint32{1000, 1001}, AllowedGIDs: []uint32{44}}
 			c.Probes.KernelPhases = false
-			c.Programs = []ProgramConfig{{Path: "/opt/probes/threadhist.o", Attach: []string{"threadhist_exit"}}}
+			c.Programs = []ProgramConfig{{Path: "/opt/probes/threadhist.o", Attach: []string{"threadhist_exit"},
+				RecordTypes: map[string]string{"exits": "exit_small"}}}
 			c.Kernels = KernelsConfig{Include: []string{"^matmul", "gemm"}, Exclude: []string{"warmup"}}
 			c.Sampling = SamplingConfig{OneIn: 10, DeviceOneIn: 8, DeviceMaxPerSecond: 200, MinDuration: 5 * time.Microsecond}
 			c.Buffers = BuffersConfig{RingSlots: 4096, SlotSize: 256, MaxThreads: 65536, MapEntries: 512}
@@ -102,6 +103,11 @@ func TestValidateErrors(t *testing.T) {
 		{"program path not .o", func(c *Config) { c.Programs = []ProgramConfig{{Path: "probe.c"}} }, `programs[0]::path: must be an ELF object ending in .o, got "probe.c"`},
 		{"attach empty", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", Attach: []string{""}}} }, "programs[0]::attach[0]: must not be empty"},
 		{"attach duplicate", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", Attach: []string{"x", "x"}}} }, `programs[0]::attach[1]: duplicate program "x" (also at index 0)`},
+		{"record_types bad struct", func(c *Config) {
+			c.Programs = []ProgramConfig{{Path: "a.o", RecordTypes: map[string]string{"exits": "struct x"}}}
+		}, `programs[0]::record_types::exits: must be a struct name (a C identifier, without "struct "), got "struct x"`},
+		{"record_types bad map", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", RecordTypes: map[string]string{"": "x"}}} },
+			`programs[0]::record_types::: map name must be a C identifier, got ""`},
 		{"include bad regex", func(c *Config) { c.Kernels.Include = []string{"ok", "("} }, `kernels::include[1]: invalid regular expression "("`},
 		{"include empty", func(c *Config) { c.Kernels.Include = []string{""} }, "kernels::include[0]: must not be empty"},
 		{"exclude bad regex", func(c *Config) { c.Kernels.Exclude = []string{"[a-"} }, `kernels::exclude[0]: invalid regular expression "[a-"`},

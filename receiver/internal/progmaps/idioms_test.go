@@ -56,11 +56,12 @@ func TestShortRingRecords(t *testing.T) {
 		logged int
 	}{
 		{"declared type", nil, []int{32, 32}, []string{"block", "lane", "payload"}, 2, 0, 0},
-		{"cut field", nil, []int{18, 18, 32}, []string{"block", "lane"}, 3, 2, 1},
+		{"record_types", map[string]string{"exits": "exit_small"}, []int{32, 32}, []string{"block", "flags", "lane", "sm", "warp"}, 0, 0, 0},
+		{"cut field", map[string]string{"exits": "exit_small"}, []int{30, 30, 32}, []string{"block", "lane", "sm", "warp"}, 2, 2, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defs, err := Load([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 64})
+			defs, err := Load([]config.ProgramConfig{{Path: obj, RecordTypes: tt.types}}, Options{MaxThreads: 64})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,6 +109,40 @@ func TestShortRingRecords(t *testing.T) {
 			}
 			if v, _ := ev.Attributes().Get("lane"); v.Int() != 5 {
 				t.Errorf("lane = %v", v.AsRaw())
+			}
+		})
+	}
+}
+
+// TestOverrideErrors: record_types and map_values are checked against the
+// object's maps and BTF, each error naming its config key.
+func TestOverrideErrors(t *testing.T) {
+	obj := buildIdioms(t)
+	tests := []struct {
+		name string
+		pc   config.ProgramConfig
+		want string
+	}{
+		{"struct not in BTF", config.ProgramConfig{RecordTypes: map[string]string{"exits": "foo"}},
+			`programs[0]::record_types::exits: struct "foo" not in the object's BTF`},
+		{"record type of an array", config.ProgramConfig{RecordTypes: map[string]string{"settings": "exit_small"}},
+			`programs[0]::record_types::settings: map "settings" has type 1503; only GPU ring buffers (1527) take a record type`},
+		{"record type of an unknown map", config.ProgramConfig{RecordTypes: map[string]string{"nope": "exit_small"}},
+			`programs[0]::record_types::nope: no GPU map "nope" in the attached programs`},
+		{"the declared type itself", config.ProgramConfig{RecordTypes: map[string]string{"exits": "exit_big"}}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.pc.Path = obj
+			_, err := Load([]config.ProgramConfig{tt.pc}, Options{MaxThreads: 64})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err) // the declared type itself always fits
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one starting %q", err, tt.want)
 			}
 		})
 	}

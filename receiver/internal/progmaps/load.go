@@ -104,6 +104,7 @@ func Load(programs []config.ProgramConfig, o Options) ([]*Def, error) {
 		if err != nil {
 			return nil, err
 		}
+		first := len(defs)
 		for _, p := range sel {
 			for _, m := range p.Maps {
 				if !isGPUMap(m.Type) {
@@ -124,6 +125,9 @@ func Load(programs []config.ProgramConfig, o Options) ([]*Def, error) {
 				owner[m.Name] = i
 				defs = append(defs, d)
 			}
+		}
+		if err := applyOverrides(pc, key, spec, defs[first:]); err != nil {
+			return nil, err
 		}
 	}
 	return defs, nil
