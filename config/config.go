@@ -63,6 +63,12 @@ type ProgramConfig struct {
 	// struct in the object's BTF that decodes its records, for a ring whose
 	// declared value type does not describe what the program writes.
 	RecordTypes map[string]string `mapstructure:"record_types"`
+	// MapValues seeds GPU arrays (1502, 1503, 1600): map name → key
+	// (decimal or 0x-hex) → value, one unsigned 64-bit word or a list of
+	// them laid out little-endian from the value's first byte (the rest is
+	// zero). Every application's copy of the map starts with them; in
+	// per-thread and per-warp arrays every lane of the key does.
+	MapValues map[string]map[string]any `mapstructure:"map_values"`
 }
 
 // KernelsConfig filters kernels by (mangled or demangled) name. A kernel is

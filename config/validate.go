@@ -185,6 +185,7 @@ func (p *ProgramConfig) validate(l *errs, key string) {
 			l.add(k, "must be a struct name (a C identifier, without \"struct \"), got %q", st)
 		}
 	}
+	p.mapSeeds(l, key)
 }
 
 // identifier matches C identifiers (map and struct names).

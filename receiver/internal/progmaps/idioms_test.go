@@ -130,6 +130,18 @@ func TestOverrideErrors(t *testing.T) {
 		{"record type of an unknown map", config.ProgramConfig{RecordTypes: map[string]string{"nope": "exit_small"}},
 			`programs[0]::record_types::nope: no GPU map "nope" in the attached programs`},
 		{"the declared type itself", config.ProgramConfig{RecordTypes: map[string]string{"exits": "exit_big"}}, ""},
+		{"key out of range", config.ProgramConfig{MapValues: map[string]map[string]any{"settings": {"4": 1}}},
+			`programs[0]::map_values::settings::4: key 4 out of range: map "settings" has max_entries 4`},
+		{"value too large", config.ProgramConfig{MapValues: map[string]map[string]any{"narrow": {"0": uint64(1 << 32)}}},
+			`programs[0]::map_values::narrow::0: value needs 5 bytes; map "narrow"'s value is 4 bytes`},
+		{"too many words", config.ProgramConfig{MapValues: map[string]map[string]any{"settings": {"0": []any{1, 2, 3}}}},
+			`programs[0]::map_values::settings::0: value needs 17 bytes; map "settings"'s value is 16 bytes`},
+		{"ring seeded", config.ProgramConfig{MapValues: map[string]map[string]any{"exits": {"0": 1}}},
+			`programs[0]::map_values::exits::0: map "exits" is a ring buffer (1527); only arrays (1502, 1503, 1600) take initial values`},
+		{"unknown map", config.ProgramConfig{MapValues: map[string]map[string]any{"nope": {"0": 1}}},
+			`programs[0]::map_values::nope::0: no GPU map "nope" in the attached programs`},
+		{"bad word", config.ProgramConfig{MapValues: map[string]map[string]any{"settings": {"0": -1}}},
+			`programs[0]::map_values::settings::0: must be an unsigned 64-bit number`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,4 +158,59 @@ func TestOverrideErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSeededArrays: programs[i]::map_values are in every application's
+// regions from the start, in every lane of per-thread arrays, and the rest
+// of the map stays zero.
+func TestSeededArrays(t *testing.T) {
+	obj := buildIdioms(t)
+	pc := config.ProgramConfig{Path: obj, MapValues: map[string]map[string]any{
+		"settings": {"0": []any{1, 0xff}, "3": 7},
+		"per_lane": {"1": uint64(1<<64 - 1)},
+		"narrow":   {"0x1": "0xdeadbeef"},
+	}}
+	defs, err := Load([]config.ProgramConfig{pc}, Options{MaxThreads: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []uint32{42, 43} {
+		in, err := NewInstance(defs, pid, 7, "app", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []struct {
+			m         string
+			key, lane uint64
+			v         []byte
+		}{
+			{"settings", 0, 0, le(1, 0xff)},
+			{"settings", 1, 0, le(0, 0)},
+			{"settings", 3, 0, le(7, 0)},
+			{"per_lane", 0, 5, le(0)},
+			{"per_lane", 1, 0, le(1<<64 - 1)},
+			{"per_lane", 1, 63, le(1<<64 - 1)},
+			{"narrow", 1, 0, le(0xdeadbeef)[:4]},
+			{"narrow", 0, 0, le(0)[:4]},
+		}
+		for _, w := range want {
+			v, err := in.Array(w.m).Value(w.key, w.lane)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(v) != string(w.v) {
+				t.Errorf("pid %d: %s[%d] lane %d = %x, want %x", pid, w.m, w.key, w.lane, v, w.v)
+			}
+		}
+		in.Close()
+	}
+}
+
+// le lays out words little-endian.
+func le(words ...uint64) []byte {
+	b := make([]byte, 8*len(words))
+	for i, w := range words {
+		binary.LittleEndian.PutUint64(b[8*i:], w)
+	}
+	return b
 }

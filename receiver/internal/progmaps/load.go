@@ -67,6 +67,7 @@ type Def struct {
 	hostClock  bool    // host programs' maps: times are CLOCK_MONOTONIC, not %globaltimer
 	pidField   int     // host ring records: index of a pid field, or -1
 	pidIsTgid  bool    // ... which is a pid_tgid (tgid in the upper 32 bits)
+	seeds      []seed  // arrays: initial values (programs[i]::map_values)
 }
 
 // field says how one decoded field of an array value is reported.

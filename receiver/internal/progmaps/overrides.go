@@ -1,6 +1,8 @@
 package progmaps
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -8,10 +10,17 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/shm"
 )
 
-// applyOverrides applies pc's record_types to defs, the GPU maps of the
-// object's attached programs. Errors name the config key.
+// seed is one initial value of an array map (programs[i]::map_values).
+type seed struct {
+	key   uint32
+	value []byte // ValueSize bytes
+}
+
+// applyOverrides applies pc's record_types and map_values to defs, the GPU
+// maps of the object's attached programs. Errors name the config key.
 func applyOverrides(pc config.ProgramConfig, key string, spec *ebpf.CollectionSpec, defs []*Def) error {
 	byName := make(map[string]*Def, len(defs))
 	for _, d := range defs {
@@ -21,6 +30,15 @@ func applyOverrides(pc config.ProgramConfig, key string, spec *ebpf.CollectionSp
 		k := key + "::record_types::" + m
 		if err := setRecordType(byName[m], m, pc.RecordTypes[m], spec); err != nil {
 			return fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	seeds, err := pc.MapSeeds(key)
+	if err != nil {
+		return err
+	}
+	for _, s := range seeds {
+		if err := addSeed(byName[s.Map], s); err != nil {
+			return fmt.Errorf("%s: %w", s.Key, err)
 		}
 	}
 	return nil
@@ -42,6 +60,55 @@ func setRecordType(d *Def, m, st string, spec *ebpf.CollectionSpec) error {
 		return fmt.Errorf("struct %q is %d bytes, larger than the map's value (%d bytes), which sizes its ring slots", st, s.Size, d.ValueSize)
 	}
 	return d.compile(s)
+}
+
+// addSeed adds the initial value s to array d.
+func addSeed(d *Def, s config.MapSeed) error {
+	switch {
+	case d == nil:
+		return fmt.Errorf("no GPU map %q in the attached programs", s.Map)
+	case d.Kind == shm.KindRing:
+		return fmt.Errorf("map %q is a ring buffer (%d); only arrays (%d, %d, %d) take initial values",
+			s.Map, d.Type, jit.MapTypePerThreadArray, jit.MapTypeGPUArray, jit.MapTypePerWarpArray)
+	case s.Index >= d.Keys:
+		return fmt.Errorf("key %d out of range: map %q has max_entries %d", s.Index, s.Map, d.Keys)
+	}
+	b := make([]byte, 8*len(s.Words))
+	for i, w := range s.Words {
+		binary.LittleEndian.PutUint64(b[8*i:], w)
+	}
+	if n := usedBytes(b); n > int(d.ValueSize) {
+		return fmt.Errorf("value needs %d bytes; map %q's value is %d bytes", n, s.Map, d.ValueSize)
+	}
+	v := make([]byte, d.ValueSize)
+	copy(v, b)
+	d.seeds = append(d.seeds, seed{key: s.Index, value: v})
+	return nil
+}
+
+// usedBytes is the length of b without its trailing zero bytes.
+func usedBytes(b []byte) int {
+	n := len(b)
+	for n > 0 && b[n-1] == 0 {
+		n--
+	}
+	return n
+}
+
+// writeSeeds writes d's initial values into a new region of the map.
+func writeSeeds(d *Def, a *shm.Array) error {
+	var errs []error
+	for _, s := range d.seeds {
+		for lane := uint64(0); lane < uint64(d.Lanes); lane++ {
+			v, err := a.Value(uint64(s.key), lane)
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			copy(v, s.value)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func sortedNames(m map[string]string) []string {
