@@ -1,12 +1,19 @@
 package receiver
 
 import (
+	"context"
+	"encoding/binary"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/shm"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -64,4 +71,72 @@ func TestTargetlessHostProgramWarnsOnce(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestBpftimeIdiomsThroughAgent runs the receiver with an object written
+// as bpftime's examples are (cuda__ program, bare SEC("uprobe"), 32-byte
+// records in a ring declaring 1024 bytes) and with map_values and
+// record_types: Start succeeds, the application's settings region arrives
+// seeded, and a short record becomes an event with the named type's fields.
+func TestBpftimeIdiomsThroughAgent(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Programs = []config.ProgramConfig{{Path: buildIdioms(t),
+		RecordTypes: map[string]string{"exits": "exit_small"},
+		MapValues:   map[string]map[string]any{"settings": {"0": []any{1, 0xffffffff}}}}}
+	cfg.Buffers.MaxThreads = 1024
+	cfg.Probes.KernelPhases = false
+	tr, mr, traces, _ := startBoth(t, cfg)
+	defer tr.Shutdown(context.Background())
+	defer mr.Shutdown(context.Background())
+
+	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "vec_add"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	settings, err := shm.NewArray(sess.Region(agent.RoleMap, "settings"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := settings.Value(0, 0)
+	if err != nil || binary.LittleEndian.Uint64(v) != 1 || binary.LittleEndian.Uint64(v[8:]) != 0xffffffff {
+		t.Fatalf("settings[0] = %x, %v; want the seeded 1, 0xffffffff", v, err)
+	}
+	exits, err := shm.NewRing(sess.Region(agent.RoleMap, "exits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := make([]byte, 32)
+	binary.LittleEndian.PutUint32(rec[8:], 5)  // lane
+	binary.LittleEndian.PutUint32(rec[24:], 3) // warp
+	if r := exits.Produce(0, rec); r != shm.Published {
+		t.Fatal(r)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if ev, ok := firstEvent(traces.AllTraces(), "exits"); ok {
+			if w, _ := ev.Attributes().Get("warp"); w.Int() != 3 {
+				t.Fatalf("event attributes %v, want warp 3", ev.Attributes().AsRaw())
+			}
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no event from the exits ring")
+}
+
+// firstEvent finds the first span event named name.
+func firstEvent(all []ptrace.Traces, name string) (ptrace.SpanEvent, bool) {
+	for _, td := range all {
+		rs := td.ResourceSpans()
+		for i := range rs.Len() {
+			ss := rs.At(i).ScopeSpans().At(0).Spans()
+			for j := range ss.Len() {
+				if evs := ss.At(j).Events(); evs.Len() > 0 && evs.At(0).Name() == name {
+					return evs.At(0), true
+				}
+			}
+		}
+	}
+	return ptrace.SpanEvent{}, false
 }
