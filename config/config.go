@@ -59,6 +59,16 @@ type ProgramConfig struct {
 	Path string `mapstructure:"path"`
 	// Attach names the programs (function names) to attach; empty: all.
 	Attach []string `mapstructure:"attach"`
+	// RecordTypes names, per GPU ring buffer (map name → struct name), the
+	// struct in the object's BTF that decodes its records, for a ring whose
+	// declared value type does not describe what the program writes.
+	RecordTypes map[string]string `mapstructure:"record_types"`
+	// MapValues seeds GPU arrays (1502, 1503, 1600): map name → key
+	// (decimal or 0x-hex) → value, one unsigned 64-bit word or a list of
+	// them laid out little-endian from the value's first byte (the rest is
+	// zero). Every application's copy of the map starts with them; in
+	// per-thread and per-warp arrays every lane of the key does.
+	MapValues map[string]map[string]any `mapstructure:"map_values"`
 }
 
 // KernelsConfig filters kernels by (mangled or demangled) name. A kernel is

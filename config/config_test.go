@@ -39,7 +39,11 @@ func TestLoadYAML(t *testing.T) {
 			c.Agent = AgentConfig{Socket: "/tmp/gpuprobe-test/agent.sock", SocketMode: "0600",
 				AllowedUIDs: []uint32{1000, 1001}, AllowedGIDs: []uint32{44}}
 			c.Probes.KernelPhases = false
-			c.Programs = []ProgramConfig{{Path: "/opt/probes/threadhist.o", Attach: []string{"threadhist_exit"}}}
+			c.Programs = []ProgramConfig{{Path: "/opt/probes/threadhist.o", Attach: []string{"threadhist_exit"},
+				RecordTypes: map[string]string{"exits": "exit_small"},
+				MapValues: map[string]map[string]any{
+					"settings":  {"0": []any{1, 255}, "0x2": uint64(18446744073709551615)},
+					"threshold": {"1": "0x10"}}}}
 			c.Kernels = KernelsConfig{Include: []string{"^matmul", "gemm"}, Exclude: []string{"warmup"}}
 			c.Sampling = SamplingConfig{OneIn: 10, DeviceOneIn: 8, DeviceMaxPerSecond: 200, MinDuration: 5 * time.Microsecond}
 			c.Buffers = BuffersConfig{RingSlots: 4096, SlotSize: 256, MaxThreads: 65536, MapEntries: 512}
@@ -102,6 +106,26 @@ func TestValidateErrors(t *testing.T) {
 		{"program path not .o", func(c *Config) { c.Programs = []ProgramConfig{{Path: "probe.c"}} }, `programs[0]::path: must be an ELF object ending in .o, got "probe.c"`},
 		{"attach empty", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", Attach: []string{""}}} }, "programs[0]::attach[0]: must not be empty"},
 		{"attach duplicate", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", Attach: []string{"x", "x"}}} }, `programs[0]::attach[1]: duplicate program "x" (also at index 0)`},
+		{"record_types bad struct", func(c *Config) {
+			c.Programs = []ProgramConfig{{Path: "a.o", RecordTypes: map[string]string{"exits": "struct x"}}}
+		}, `programs[0]::record_types::exits: must be a struct name (a C identifier, without "struct "), got "struct x"`},
+		{"record_types bad map", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", RecordTypes: map[string]string{"": "x"}}} },
+			`programs[0]::record_types::: map name must be a C identifier, got ""`},
+		{"map_values bad key", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", MapValues: seed("cfg", "-1", 3)}} },
+			`programs[0]::map_values::cfg::-1: key must be an unsigned 32-bit number, got "-1"`},
+		{"map_values key too big", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", MapValues: seed("cfg", "4294967296", 3)}} },
+			`programs[0]::map_values::cfg::4294967296: key must be an unsigned 32-bit number`},
+		{"map_values negative", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", MapValues: seed("cfg", "0", -3)}} },
+			`programs[0]::map_values::cfg::0: must be an unsigned 64-bit number (or a list of them), got -3 (int)`},
+		{"map_values bad word", func(c *Config) {
+			c.Programs = []ProgramConfig{{Path: "a.o", MapValues: seed("cfg", "1", []any{1, "x"})}}
+		},
+			`programs[0]::map_values::cfg::1: word [1]: must be an unsigned 64-bit number`},
+		{"map_values empty list", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", MapValues: seed("cfg", "1", []any{})}} },
+			`programs[0]::map_values::cfg::1: must be an unsigned 64-bit number or a non-empty list of them, got []`},
+		{"map_values no keys", func(c *Config) {
+			c.Programs = []ProgramConfig{{Path: "a.o", MapValues: map[string]map[string]any{"cfg": {}}}}
+		}, `programs[0]::map_values::cfg: must give at least one key`},
 		{"include bad regex", func(c *Config) { c.Kernels.Include = []string{"ok", "("} }, `kernels::include[1]: invalid regular expression "("`},
 		{"include empty", func(c *Config) { c.Kernels.Include = []string{""} }, "kernels::include[0]: must not be empty"},
 		{"exclude bad regex", func(c *Config) { c.Kernels.Exclude = []string{"[a-"} }, `kernels::exclude[0]: invalid regular expression "[a-"`},
@@ -221,5 +245,33 @@ func TestKernelFilter(t *testing.T) {
 	}
 	if _, err := NewKernelFilter(KernelsConfig{Exclude: []string{"ok", "(("}}); err == nil || !strings.HasPrefix(err.Error(), "kernels::exclude[1]: ") {
 		t.Fatalf("bad pattern error = %v", err)
+	}
+}
+
+// seed is a map_values entry of one key.
+func seed(m, key string, v any) map[string]map[string]any {
+	return map[string]map[string]any{m: {key: v}}
+}
+
+func TestMapSeeds(t *testing.T) {
+	p := ProgramConfig{MapValues: map[string]map[string]any{
+		"b": {"0x10": "0x20", "2": []any{1, uint64(1 << 63)}},
+		"a": {"7": 9.0},
+	}}
+	got, err := p.MapSeeds("programs[3]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []MapSeed{
+		{Key: "programs[3]::map_values::a::7", Map: "a", Index: 7, Words: []uint64{9}},
+		{Key: "programs[3]::map_values::b::2", Map: "b", Index: 2, Words: []uint64{1, 1 << 63}},
+		{Key: "programs[3]::map_values::b::0x10", Map: "b", Index: 16, Words: []uint64{0x20}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	p.MapValues["a"]["7"] = 1.5
+	if _, err := p.MapSeeds("programs[3]"); err == nil || !strings.HasPrefix(err.Error(), "programs[3]::map_values::a::7: ") {
+		t.Fatalf("error %v does not name the key", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -175,7 +176,20 @@ func (p *ProgramConfig) validate(l *errs, key string) {
 		}
 		seen[name] = i
 	}
+	for _, m := range sortedKeys(p.RecordTypes) {
+		k := key + "::record_types::" + m
+		switch st := p.RecordTypes[m]; {
+		case !identifier.MatchString(m):
+			l.add(k, "map name must be a C identifier, got %q", m)
+		case !identifier.MatchString(st):
+			l.add(k, "must be a struct name (a C identifier, without \"struct \"), got %q", st)
+		}
+	}
+	p.mapSeeds(l, key)
 }
+
+// identifier matches C identifiers (map and struct names).
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func validatePatterns(l *errs, key string, pats []string) {
 	for i, p := range pats {
@@ -283,4 +297,13 @@ func (f *KernelFilter) Match(names ...string) bool {
 		}
 	}
 	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
 }

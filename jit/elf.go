@@ -21,6 +21,9 @@ const (
 	sectionUretprobe  = "uretprobe/"
 	memCaptureTarget  = "__memcapture"
 	sectionMemCapture = sectionEntry + memCaptureTarget
+	// directRunTarget is bpftime's kprobe/__directly_run: a program that
+	// bpftime compiles into a kernel of its own and launches itself.
+	directRunTarget = "__directly_run"
 )
 
 // LoadELF reads an eBPF object compiled by clang -target bpf and returns its
@@ -129,7 +132,10 @@ func (p *Program) IsGPU() bool {
 // kprobe/<kernel> (entry), kretprobe/<kernel> (exit), kprobe/__memcapture or
 // kprobe/__memcapture/<kernel> (memory accesses of every kernel, or of one),
 // uprobe/<binary:symbol> and uretprobe/<binary:symbol> (host programs). A
-// leading "?" (libbpf's optional marker) is ignored.
+// bare "uprobe" or "uretprobe" (libbpf's form for programs its loader
+// attaches by hand) is a host program with no target: it cannot be
+// attached by section, and callers skip it. A leading "?" (libbpf's
+// optional marker) is ignored.
 func ParseSection(section string) (ProbeKind, string, error) {
 	s := strings.TrimPrefix(section, "?")
 	var (
@@ -137,6 +143,12 @@ func ParseSection(section string) (ProbeKind, string, error) {
 		target string
 	)
 	switch {
+	case s == "uprobe":
+		return ProbeUprobe, "", nil
+	case s == "uretprobe":
+		return ProbeUretprobe, "", nil
+	case s == sectionEntry+directRunTarget || strings.HasPrefix(s, sectionEntry+directRunTarget+"/"):
+		return ProbeUnknown, "", fmt.Errorf("section %q: bpftime compiles such a program into a kernel of its own and launches it itself; gpuprobe runs programs only inside the application's kernels (kprobe/<kernel>, kretprobe/<kernel>, kprobe/__memcapture)", section)
 	case s == sectionMemCapture:
 		return ProbeMemCapture, "", nil
 	case strings.HasPrefix(s, sectionMemCapture+"/"):

@@ -225,6 +225,35 @@ func TestLoadELFSharedMaps(t *testing.T) {
 	}
 }
 
+// TestLoadELFBpftimeIdioms loads an object written as bpftime's GPU
+// examples are: a cuda__-named GPU program (the section, not the name,
+// makes it one) and a host program in a bare SEC("uprobe"), which loads
+// with no target for its loader to skip.
+func TestLoadELFBpftimeIdioms(t *testing.T) {
+	progs, err := jit.LoadELF(bpfObject(t, "idioms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		name   string
+		kind   jit.ProbeKind
+		target string
+		gpu    bool
+	}{
+		{"cuda__exit", jit.ProbeExit, "_Z9vectorAddPKfS0_Pf", true},
+		{"host_manual", jit.ProbeUprobe, "", false},
+	}
+	if len(progs) != len(want) {
+		t.Fatalf("got %d programs (%v), want %d", len(progs), progNames(progs), len(want))
+	}
+	for i, w := range want {
+		p := progs[i]
+		if p.Name != w.name || p.Kind != w.kind || p.Target != w.target || p.IsGPU() != w.gpu {
+			t.Errorf("program %d: got %s %v %q gpu=%v, want %s %v %q gpu=%v", i, p.Name, p.Kind, p.Target, p.IsGPU(), w.name, w.kind, w.target, w.gpu)
+		}
+	}
+}
+
 func TestLoadELFErrors(t *testing.T) {
 	tests := []struct {
 		object string
@@ -236,6 +265,7 @@ func TestLoadELFErrors(t *testing.T) {
 		{"badkey", []string{"bad_key", `map "wide_key" (type 1503)`, "key size 8, want 4"}},
 		{"emptyring", []string{`map "ring" (type 1527)`, "max_entries 0"}},
 		{"extern", []string{"calls_extern", `"elsewhere"`, "not in the program"}},
+		{"directrun", []string{`section "kprobe/__directly_run"`, "cuda__run", "kernel of its own"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.object, func(t *testing.T) {
@@ -297,6 +327,10 @@ func TestParseSection(t *testing.T) {
 		{"kprobe/__memcapture/_Z6kernelv", jit.ProbeMemCapture, "_Z6kernelv", false},
 		{"uprobe/./app:launch", jit.ProbeUprobe, "./app:launch", false},
 		{"uretprobe/libcuda.so.1:cuLaunchKernel", jit.ProbeUretprobe, "libcuda.so.1:cuLaunchKernel", false},
+		{"uprobe", jit.ProbeUprobe, "", false},
+		{"uretprobe", jit.ProbeUretprobe, "", false},
+		{"kprobe/__directly_run", 0, "", true},
+		{"kprobe/__directly_run/k", 0, "", true},
 		{"kprobe/", 0, "", true},
 		{"kretprobe/", 0, "", true},
 		{"uprobe/", 0, "", true},

@@ -99,9 +99,13 @@ func (h *hostSide) loadPrograms(cfg *config.Config) {
 		for _, p := range set.Programs() {
 			f := []zap.Field{zap.String("object", pc.Path), zap.String("program", p.Name), zap.String("section", p.Section),
 				zap.Strings("attached", p.Attached)}
-			if len(p.Errors) > 0 {
+			switch {
+			case p.Skipped:
+				h.log.Warn("gpuprobe: host program skipped; the object's other programs still run",
+					zap.String("object", pc.Path), zap.String("program", p.Name), zap.Error(p.Errors[0]))
+			case len(p.Errors) > 0:
 				h.log.Warn("gpuprobe: host program partly attached", append(f, zap.Errors("errors", p.Errors))...)
-			} else {
+			default:
 				h.log.Info("gpuprobe: host program attached", f...)
 			}
 		}

@@ -171,6 +171,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		ServiceName:     r.cfg.Resource.ServiceName,
 		Clock:           mapper,
 		Device:          r.tr.LastDevice,
+		Logger:          r.log,
 	})
 	if err := r.listen(); err != nil {
 		r.tel.Shutdown()

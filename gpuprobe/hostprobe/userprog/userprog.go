@@ -69,6 +69,9 @@ type ProgramReport struct {
 	Return   bool     // uretprobe
 	Attached []string // files the program is attached to
 	Errors   []error  // what failed: resolving the binary, a missing symbol, ...
+	// Skipped is set on a program that cannot attach (its section names no
+	// target): it is not loaded, and Errors[0] says why.
+	Skipped bool
 }
 
 // Map is a kernel map of a host program, for export (arrays and ring
@@ -104,7 +107,9 @@ const (
 // loads the programs into Linux and attaches them. A program that cannot be
 // loaded (verifier, GPU-only map) fails Load; a program that cannot be
 // attached somewhere is reported in Programs and the rest still attaches.
-// Load fails with ErrNoHostPrograms when no host program is selected.
+// A program that cannot attach at all (a bare "uprobe" section) is not
+// loaded and is reported Skipped. Load fails with ErrNoHostPrograms when no
+// host program is selected.
 func Load(path string, o Options) (*Set, error) {
 	if o.Resolve == nil {
 		o.Resolve = DefaultResolve
@@ -132,6 +137,9 @@ func Load(path string, o Options) (*Set, error) {
 		return nil, fmt.Errorf("%s: %w", path, ErrNoHostPrograms)
 	}
 	s := &Set{path: path, spec: spec, maps: map[string]*ebpf.Map{}, resolve: o.Resolve}
+	if host = s.skipTargetless(host); len(host) == 0 {
+		return s, nil
+	}
 	mapSpecs, err := s.planMaps(host, gpu)
 	if err != nil {
 		return nil, err
@@ -151,6 +159,22 @@ func Load(path string, o Options) (*Set, error) {
 		s.attach(p)
 	}
 	return s, nil
+}
+
+// skipTargetless reports the programs of host that name no target as
+// Skipped and returns the others.
+func (s *Set) skipTargetless(host []*jit.Program) []*jit.Program {
+	var keep []*jit.Program
+	for _, p := range host {
+		if p.Target != "" {
+			keep = append(keep, p)
+			continue
+		}
+		err := fmt.Errorf("program %q (section %q) cannot attach: the section names no <binary>:<symbol> (libbpf attaches such programs from its loader's code, which the collector does not run); name the target in the section, e.g. uprobe/libcuda.so.1:cuLaunchKernel", p.Name, p.Section)
+		s.progs = append(s.progs, &program{rep: ProgramReport{Name: p.Name, Section: p.Section,
+			Return: p.Kind == jit.ProbeUretprobe, Errors: []error{err}, Skipped: true}})
+	}
+	return keep
 }
 
 // readObject reads at most jit.MaxObjectSize+1 bytes of path (the jit's
@@ -380,6 +404,9 @@ func (s *Set) Close() error {
 			}
 		}
 		p.links = nil
+		if p.prog == nil {
+			continue // skipped, never loaded
+		}
 		if err := p.prog.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("program %q: %w", p.rep.Name, err))
 		}

@@ -564,3 +564,30 @@ func BenchmarkProbedCall(b *testing.B) {
 		})
 	}
 }
+
+// TestTargetlessHostProgram loads an object whose host program is a bare
+// SEC("uprobe") (libbpf's manual-attach form): the object loads, and the
+// program is reported skipped with the reason, not loaded into Linux.
+func TestTargetlessHostProgram(t *testing.T) {
+	obj := buildBPF(t, filepath.Join(repoRoot(t), "testdata", "bpf", "idioms.c"))
+	for _, attach := range [][]string{nil, {"host_manual"}, {"cuda__exit", "host_manual"}} {
+		set, err := Load(obj, Options{Attach: attach})
+		if err != nil {
+			t.Fatalf("attach %v: %v", attach, err)
+		}
+		ps := set.Programs()
+		if len(ps) != 1 || ps[0].Name != "host_manual" || !ps[0].Skipped || len(ps[0].Attached) != 0 ||
+			len(ps[0].Errors) != 1 || !strings.Contains(ps[0].Errors[0].Error(), `program "host_manual" (section "uprobe") cannot attach`) {
+			t.Errorf("attach %v: programs %+v", attach, ps)
+		}
+		if len(set.Maps()) != 0 {
+			t.Errorf("attach %v: maps %v for a skipped program", attach, set.Maps())
+		}
+		if err := set.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := Load(obj, Options{Attach: []string{"cuda__exit"}}); !errors.Is(err, ErrNoHostPrograms) {
+		t.Errorf("GPU program only: %v, want ErrNoHostPrograms", err)
+	}
+}

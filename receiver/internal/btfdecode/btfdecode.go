@@ -58,6 +58,9 @@ type Field struct {
 	Float float64 // KindFloat
 	Str   string  // KindString, KindEnum
 	Bytes []byte  // KindBytes; aliases the record passed to Decode
+	// Absent is set by DecodePrefix on a field that the record does not
+	// hold whole (it ends before the field or inside it); the value is zero.
+	Absent bool
 }
 
 // Desc describes one leaf field of a decoder's layout.

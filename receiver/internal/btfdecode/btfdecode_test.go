@@ -267,3 +267,51 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodePrefix(t *testing.T) {
+	d, err := New(fuzzType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := make([]byte, 40)
+	binary.LittleEndian.PutUint64(rec, 77)
+	copy(rec[16:], "abc")
+	tests := []struct {
+		n       int
+		present string // fields not Absent
+		cut     int
+	}{
+		{40, "start,bf,bf2,s,e,f,d", 0},
+		{64, "start,bf,bf2,s,e,f,d", 0},
+		{32, "start,bf,bf2,s,e,f", 0},
+		{30, "start,bf,bf2,s,e", 1}, // f (bytes 28..32) cut
+		{12, "start,bf", 1},         // bf2 (bytes 9..16) cut
+		{8, "start", 0},
+		{0, "", 0},
+	}
+	for _, tt := range tests {
+		b := rec
+		if tt.n > len(rec) {
+			b = make([]byte, tt.n)
+			copy(b, rec)
+		}
+		fs, cut := d.DecodePrefix(nil, b[:tt.n])
+		var got []string
+		for _, f := range fs {
+			if !f.Absent {
+				got = append(got, f.Name)
+			} else if f.Uint != 0 || f.Str != "" || f.Bytes != nil {
+				t.Errorf("%d bytes: absent field %s has a value: %+v", tt.n, f.Name, f)
+			}
+		}
+		if len(fs) != 7 || strings.Join(got, ",") != tt.present || cut != tt.cut {
+			t.Errorf("%d bytes: %d fields, present %q cut %d; want 7, %q, %d", tt.n, len(fs), strings.Join(got, ","), cut, tt.present, tt.cut)
+		}
+		if tt.n >= 8 && fs[0].Uint != 77 {
+			t.Errorf("%d bytes: start = %d", tt.n, fs[0].Uint)
+		}
+		if tt.n >= 24 && fs[3].Str != "abc" {
+			t.Errorf("%d bytes: s = %q", tt.n, fs[3].Str)
+		}
+	}
+}

@@ -39,6 +39,29 @@ func (d *Decoder) DecodeInto(dst []Field, b []byte) ([]Field, error) {
 			}
 		}
 	}
+	return d.decode(dst, b), nil
+}
+
+// DecodePrefix decodes a record that may be shorter than the type, as a
+// producer that writes fewer bytes than the declared value does: every
+// field appears, in the order of Fields, and those that b does not hold
+// whole are zero and marked Absent. cut is the number of fields that b
+// ends inside of (neither wholly present nor wholly absent).
+func (d *Decoder) DecodePrefix(dst []Field, b []byte) (fs []Field, cut int) {
+	fs = d.decode(dst[:0], b)
+	if len(b) >= d.size {
+		return fs, 0
+	}
+	for i := range d.leaves {
+		if l := &d.leaves[i]; l.Offset < len(b) && l.Offset+l.Size > len(b) {
+			cut++
+		}
+	}
+	return fs, cut
+}
+
+// decode fills dst with every field; those beyond len(b) are Absent.
+func (d *Decoder) decode(dst []Field, b []byte) []Field {
 	n := len(d.leaves)
 	if cap(dst) < n {
 		dst = make([]Field, n)
@@ -48,6 +71,10 @@ func (d *Decoder) DecodeInto(dst []Field, b []byte) ([]Field, error) {
 		l := &d.leaves[i]
 		f := &dst[i]
 		*f = Field{Name: l.Name, Kind: l.Kind}
+		if l.Offset+l.Size > len(b) {
+			f.Absent = true
+			continue
+		}
 		p := b[l.Offset : l.Offset+l.Size]
 		switch l.Kind {
 		case KindString:
@@ -80,7 +107,7 @@ func (d *Decoder) DecodeInto(dst []Field, b []byte) ([]Field, error) {
 			}
 		}
 	}
-	return dst, nil
+	return dst
 }
 
 // load reads the little-endian integer (or bitfield) at p.

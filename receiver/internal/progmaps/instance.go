@@ -67,6 +67,9 @@ func NewInstance(defs []*Def, pid, src uint32, process string, now time.Time) (*
 			continue
 		}
 		a, err := shm.NewArray(r)
+		if err == nil {
+			err = writeSeeds(d, a)
+		}
 		if err != nil {
 			r.Close()
 			in.Close()

@@ -223,18 +223,7 @@ func (c *Collector) readKernelRing(in *Instance, g *ringInst, now time.Time, max
 			break
 		}
 		n++
-		c.counters.Records++
-		fs, err := g.def.Dec.DecodeInto(c.fields, g.kr.rec.RawSample)
-		c.fields = fs
-		if err != nil {
-			c.counters.Invalid++
-			continue
-		}
-		if g.def.ringSpan {
-			c.recordSpan(in, g.def, fs, now)
-		} else {
-			c.recordEvent(in, g.def, fs, now, &b)
-		}
+		c.record(in, g.def, g.kr.rec.RawSample, now, &b)
 	}
 	b.close()
 	return n

@@ -67,6 +67,7 @@ type Def struct {
 	hostClock  bool    // host programs' maps: times are CLOCK_MONOTONIC, not %globaltimer
 	pidField   int     // host ring records: index of a pid field, or -1
 	pidIsTgid  bool    // ... which is a pid_tgid (tgid in the upper 32 bits)
+	seeds      []seed  // arrays: initial values (programs[i]::map_values)
 }
 
 // field says how one decoded field of an array value is reported.
@@ -104,6 +105,7 @@ func Load(programs []config.ProgramConfig, o Options) ([]*Def, error) {
 		if err != nil {
 			return nil, err
 		}
+		first := len(defs)
 		for _, p := range sel {
 			for _, m := range p.Maps {
 				if !isGPUMap(m.Type) {
@@ -124,6 +126,9 @@ func Load(programs []config.ProgramConfig, o Options) ([]*Def, error) {
 				owner[m.Name] = i
 				defs = append(defs, d)
 			}
+		}
+		if err := applyOverrides(pc, key, spec, defs[first:]); err != nil {
+			return nil, err
 		}
 	}
 	return defs, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.uber.org/zap"
 )
 
 // MetricKeysOverLimit is the self-metric (gauge) of array keys left out of
@@ -26,12 +27,16 @@ type CollectorOptions struct {
 	// Device returns the CUDA device of the application's latest launch
 	// (for ring records without a device field); nil: device 0.
 	Device func(src uint32) uint32
+	// Logger gets the debug notes on ring records (nil: none).
+	Logger *zap.Logger
 }
 
 // Counters are the collector's own counts.
 type Counters struct {
 	Records     uint64 // ring records read
-	Invalid     uint64 // ring records shorter than their type
+	Invalid     uint64 // ring records of zero bytes
+	Short       uint64 // ring records shorter than their type, decoded by the bytes written
+	Cut         uint64 // ... of which the record ends inside a field (the field is omitted)
 	Dropped     uint64 // ring records the producers dropped (full ring, oversize)
 	Unmapped    uint64 // records whose GPU time could not be mapped (no calibration)
 	KeysOver    uint64 // keys beyond MaxMapKeys at the last emission
@@ -48,6 +53,8 @@ type Collector struct {
 	buf      []byte
 	counters Counters
 	tr       traceBuf
+	// cutLogged names the maps whose cut records were logged.
+	cutLogged map[string]bool
 }
 
 // NewCollector returns a Collector.
@@ -61,7 +68,10 @@ func NewCollector(o CollectorOptions) *Collector {
 	if o.Clock == nil {
 		o.Clock = clock.New()
 	}
-	c := &Collector{o: o}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	c := &Collector{o: o, cutLogged: map[string]bool{}}
 	c.tr.reset()
 	return c
 }

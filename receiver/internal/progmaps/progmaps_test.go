@@ -397,7 +397,10 @@ func TestRingsToSpans(t *testing.T) {
 	if r := phases.Produce(0, rec); r != shm.Published {
 		t.Fatal(r)
 	}
-	if r := phases.Produce(0, rec[:20]); r != shm.Published { // short: invalid
+	if r := phases.Produce(0, rec[:20]); r != shm.Published { // short: phase and tag left out
+		t.Fatal(r)
+	}
+	if r := phases.Produce(0, nil); r != shm.Published { // empty: invalid
 		t.Fatal(r)
 	}
 	exits := in.Ring("exits")
@@ -414,17 +417,21 @@ func TestRingsToSpans(t *testing.T) {
 		return 2
 	}, MaxEventsPerSpan: 100})
 	n := c.ReadRings(in, time.Now(), 0)
-	if n != 258 {
-		t.Fatalf("read %d records, want 258", n)
+	if n != 259 {
+		t.Fatalf("read %d records, want 259", n)
 	}
 	cs := c.Counters()
-	if cs.Records != 258 || cs.Invalid != 1 || cs.Dropped != 44 || cs.Unmapped != 0 || cs.EventsBuilt != 256 {
+	if cs.Records != 259 || cs.Invalid != 1 || cs.Short != 1 || cs.Cut != 0 || cs.Dropped != 44 || cs.Unmapped != 0 || cs.EventsBuilt != 256 {
 		t.Fatalf("counters %+v", cs)
 	}
 	spans := spanList(c.TakeTraces())
-	if len(spans) != 1+3 { // one phase span, 256 events in spans of ≤ 100
+	if len(spans) != 2+3 { // two phase spans, 256 events in spans of ≤ 100
 		t.Fatalf("%d spans", len(spans))
 	}
+	if short := spans[1].Attributes(); short.Len() != 2 || short.AsRaw()["sm_id"] != int64(11) {
+		t.Errorf("short phase span attributes %v, want sm_id and the map name", short.AsRaw())
+	}
+	spans = append(spans[:1], spans[2:]...)
 	p := spans[0]
 	if p.Name() != "phases" || uint64(p.StartTimestamp()) != realBase+100 || uint64(p.EndTimestamp()) != realBase+350 {
 		t.Fatalf("phase span %s %d..%d", p.Name(), p.StartTimestamp(), p.EndTimestamp())

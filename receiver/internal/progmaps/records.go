@@ -8,6 +8,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.uber.org/zap"
 )
 
 // ScopeName is the instrumentation scope of user-program telemetry.
@@ -91,7 +92,7 @@ func pidOf(in *Instance, d *Def, fs []btfdecode.Field) uint32 {
 	if !in.Host {
 		return in.PID
 	}
-	if d.pidField < 0 {
+	if d.pidField < 0 || fs[d.pidField].Absent {
 		return 0
 	}
 	f := &fs[d.pidField]
@@ -136,18 +137,7 @@ func (c *Collector) ReadRings(in *Instance, now time.Time, max int) int {
 		}
 		var b batch
 		total += g.cons.Read(max, func(r shm.Record) {
-			c.counters.Records++
-			fs, err := g.def.Dec.DecodeInto(c.fields, r.Payload)
-			c.fields = fs
-			if err != nil {
-				c.counters.Invalid++
-				return
-			}
-			if g.def.ringSpan {
-				c.recordSpan(in, g.def, fs, now)
-			} else {
-				c.recordEvent(in, g.def, fs, now, &b)
-			}
+			c.record(in, g.def, r.Payload, now, &b)
 		})
 		b.close()
 		st := g.ring.Stats()
@@ -157,6 +147,43 @@ func (c *Collector) ReadRings(in *Instance, now time.Time, max int) int {
 		g.lastDrop = d
 	}
 	return total
+}
+
+// record turns one ring record into a span or span event. A record
+// shorter than the map's record type is decoded by the bytes written: the
+// fields it holds whole are kept, the others omitted (Counters.Short; one
+// that it ends inside of also counts in Counters.Cut, logged once per map).
+func (c *Collector) record(in *Instance, d *Def, p []byte, now time.Time, b *batch) {
+	c.counters.Records++
+	if len(p) == 0 {
+		c.counters.Invalid++
+		return
+	}
+	fs, cut := d.Dec.DecodePrefix(c.fields, p)
+	c.fields = fs
+	if len(p) < d.Dec.Size() {
+		c.counters.Short++
+		if cut > 0 {
+			c.counters.Cut++
+			c.logCut(d, len(p))
+		}
+	}
+	if d.ringSpan && !fs[d.Dec.Span().Start].Absent && !fs[d.Dec.Span().End].Absent {
+		c.recordSpan(in, d, fs, now)
+	} else {
+		c.recordEvent(in, d, fs, now, b)
+	}
+}
+
+// logCut logs, once per map, that a record ended inside a field.
+func (c *Collector) logCut(d *Def, n int) {
+	if c.cutLogged[d.Name] {
+		return
+	}
+	c.cutLogged[d.Name] = true
+	c.o.Logger.Debug("gpuprobe: ring records end inside a field of their type; the cut field is omitted",
+		zap.String("map", d.Name), zap.String("object", d.Object), zap.String("type", d.Dec.TypeName()),
+		zap.Int("record_bytes", n), zap.Int("type_bytes", d.Dec.Size()))
 }
 
 // gpuTime maps a %globaltimer reading of the record's device onto the host
@@ -173,7 +200,7 @@ func (c *Collector) gpuTime(in *Instance, d *Def, fs []btfdecode.Field, ns uint6
 	}
 	var dev uint32
 	switch {
-	case d.devField >= 0:
+	case d.devField >= 0 && !fs[d.devField].Absent:
 		dev = uint32(fs[d.devField].Uint)
 	case c.o.Device != nil:
 		dev = c.o.Device(in.Src)
@@ -218,7 +245,7 @@ func (c *Collector) recordSpan(in *Instance, d *Def, fs []btfdecode.Field, now t
 
 func (c *Collector) recordEvent(in *Instance, d *Def, fs []btfdecode.Field, now time.Time, b *batch) {
 	ts, ok := pcommon.NewTimestampFromTime(now), true
-	if d.tsField >= 0 {
+	if d.tsField >= 0 && !fs[d.tsField].Absent {
 		ts, ok = c.gpuTime(in, d, fs, fs[d.tsField].Uint, now)
 		if !ok {
 			c.counters.Unmapped++
@@ -262,6 +289,9 @@ func putFields(a pcommon.Map, d *Def, fs []btfdecode.Field) {
 			continue
 		}
 		f := &fs[i]
+		if f.Absent {
+			continue
+		}
 		switch f.Kind {
 		case btfdecode.KindInt:
 			a.PutInt(f.Name, f.Int)
