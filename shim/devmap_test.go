@@ -195,6 +195,23 @@ func TestDeviceMapArray(t *testing.T) {
 	}
 }
 
+// TestDeviceMapFork: a fork child has no mirror thread, so a device map
+// bound there is refused (global 0, traced) while the parent's keep
+// working; the child's exit does not touch the parent's maps.
+func TestDeviceMapFork(t *testing.T) {
+	a := startDevmapAgent(t, 2000)
+	stdout, stderr := devmapApp(t, a, nil, nil, "fork")
+	for _, want := range []string{"app: devmap arr=1 ring=1\n", "app: devmap child patched=1 arr=0 ring=0\n",
+		"app: devmap child exit=0\n", "app: devmap mirror-thread=1 done\n"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", want, stdout, stderr)
+		}
+	}
+	if n := strings.Count(stderr, "cannot be a device map (fork child"); n != 2 {
+		t.Errorf("%d device maps refused in the child, want 2; stderr:\n%s", n, stderr)
+	}
+}
+
 // devmapRec is one delivered record's identity.
 type devmapRec struct{ producer, seq uint32 }
 

@@ -453,7 +453,9 @@ static void *produce_main(void *arg)
  *                        THREADS producers of N records (LEN bytes, a 200
  *                        us pause every PAUSE), with STALL 1: one ticket
  *                        taken first and never published; print the
- *                        counts, stay SLEEP_MS, exit */
+ *                        counts, stay SLEEP_MS, exit
+ *   fork                 a fork child loads FILE again and prints its
+ *                        globals (a child gets no device maps) */
 static void devmap(const char *file, int argc, char **argv)
 {
 	void *m, *fn;
@@ -481,6 +483,20 @@ static void devmap(const char *file, int argc, char **argv)
 			__atomic_store_n((u64 *)gpbr_array_value(arr, (uint32_t)k, 0), 0x5eed0000ull + (u64)k, __ATOMIC_RELEASE);
 		printf("app: devmap written\n");
 		usleep((useconds_t)atoi(argv[2]) * 1000u);
+	} else if (strcmp(sub, "fork") == 0) {
+		pid_t child = fork();
+		if (child == 0) {
+			void *m2;
+			CHECK(load_file(&m2, file));
+			CHECK(A.launch(vector_add(m2), 2, 1, 1, 64, 1, 1, 0, NULL, params, NULL));
+			last(&gp, &ge);
+			printf("app: devmap child patched=%d arr=%d ring=%d\n", gp != params, global(m2, "gp_dm_arr") != 0,
+			       global(m2, "gp_dm_ring") != 0);
+			exit(0); /* the atexit handlers run in the child too */
+		}
+		int st;
+		waitpid(child, &st, 0);
+		printf("app: devmap child exit=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 	} else if (strcmp(sub, "ring") == 0 && ring != NULL && argc >= 8) {
 		int nt = atoi(argv[1]);
 		struct producer ps[64];
