@@ -67,7 +67,8 @@ struct gp_dmap {
 	uint8_t ctl[GP_DM_CTL_LEN];
 	uint64_t tailbuf;     /* source of the tail write, valid until the sync */
 	uint64_t stalls;      /* tickets given up on (counted as device drops) */
-	uint64_t stall_t, stall_since; /* the ticket waited on, since when (0: none) */
+	uint64_t stall_t, stall_since; /* the ticket waited on + 1, since when (0: none) */
+	uint64_t skipped;     /* the ticket skipped in this pass + 1: not delivered if it lands late */
 	uint64_t dropped0, devdropped0; /* counters at bind */
 };
 
@@ -212,7 +213,7 @@ static uint64_t gp_dm_walk(struct gp_dmap *m, uint64_t n, uint64_t h1, uint64_t 
 			break;
 		GP_TRACE("device map %u: ticket %llu unresolved for %llu ms: skipped, counted as dropped", m->region,
 			 (unsigned long long)t, (unsigned long long)(gp_dm_stall_ns / GP_MS));
-		m->stalls++, m->stall_t = 0;
+		m->stalls++, m->stall_t = 0, m->skipped = t + 1;
 	}
 	return t;
 }
@@ -232,6 +233,7 @@ static CUresult gp_dm_drain(struct gp_dmap *m, CUstream st, uint64_t now)
 		GP_CU(gp_md.dtoh_async(m->ctl, ctl, GP_DM_CTL_LEN, st));
 		GP_CU(gp_md.stream_sync(st));
 		int pub = 0;
+		m->skipped = 0;
 		uint64_t q = gp_dm_walk(m, n, rd64(m->ctl + GPBR_RING_HEAD - GP_DM_CTL), now, &pub); /* R3 */
 		if (pub) {
 			/* R4: started after R2 completed, so every body whose seq
@@ -240,8 +242,8 @@ static CUresult gp_dm_drain(struct gp_dmap *m, CUstream st, uint64_t now)
 			GP_CU(gp_md.stream_sync(st));
 			for (uint64_t t = m->p; t < q; t++) {
 				const struct gpbr_slot *s = gp_dm_slot(m, t);
-				if (s->seq != t + 1)
-					continue; /* dropped or skipped */
+				if (s->seq != t + 1 || m->skipped == t + 1)
+					continue; /* dropped, or skipped (counted) */
 				if (s->len > m->stride - GPBR_SLOT_HEADER) {
 					m->stalls++; /* a misbehaving producer: counted, not delivered */
 					continue;
