@@ -64,8 +64,8 @@ func build() (*built, error) {
 		// references to its entry points are not interposed by the shim.
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
 			"-o", filepath.Join(dir, "libcuda.so.1"), "testdata/mock_libcuda.c"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.app, "testdata/app.c", "-ldl", "-lpthread"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c",
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app, "testdata/app.c", "-ldl", "-lpthread"},
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c",
 			filepath.Join(dir, "libcuda.so.1"), "-Wl,-rpath," + dir, "-ldl", "-lpthread"},
 	}
 	for _, s := range steps {

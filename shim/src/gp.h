@@ -11,6 +11,8 @@
  *   session.c    the agent socket handshake, the launch ring, fork
  *   handles.c    function handle -> kernel name table, name records
  *   image.c      classifying code images; the patching hook
+ *   patch.c      PATCH/PATCHED: loading patched code, binding its globals
+ *   mirror.c     device-resident maps (global kind 5) and their mirror thread
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
  *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
  *
@@ -554,6 +556,14 @@ GP_HIDDEN void gp_capture_restore(int relaxed, int mode);
 GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to);
 GP_HIDDEN struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);
+/* gp_region_dev maps and registers WELCOME region i (once): its device
+ * address; nonzero when it could not be registered (r->host may be set). */
+GP_HIDDEN int gp_region_dev(uint32_t i, uint64_t *dev);
+
+/* mirror.c: gp_devmap_bind returns the device copy of WELCOME region i
+ * (made once per region and process), mirrored to the host every
+ * period_us; nonzero (logged once and counted) when it cannot be made. */
+GP_HIDDEN int gp_devmap_bind(const char *api, uint32_t i, uint64_t period_us, uint64_t *dev);
 /* Graph kernel nodes of patched kernels carry a reserved launch id: the
  * high bit set, then a counter (wrap_graph.c). */
 #define GP_GRAPH_ID_BIT ((uint64_t)1 << 63)
@@ -576,6 +586,7 @@ GP_HIDDEN void gp_tracef(const char *fmt, ...) __attribute__((format(printf, 1, 
 struct gp_stats {
 	uint64_t launches, graph_launches, captured, published, dropped, names, loads, syncs, memcpys;
 	uint64_t unbound; /* optional regions (kernel map, clock) that could not be registered: always counted */
+	uint64_t devmap_bound, devmap_unbound, devmap_stopped; /* device maps made, refused, stopped: always counted */
 };
 extern GP_HIDDEN struct gp_stats gp_stats;
 #define GP_COUNT(field, n)                                                              \

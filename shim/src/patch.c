@@ -7,8 +7,8 @@
  * the device's SM number, and waits at most GPUPROBE_TIMEOUT_MS for the
  * answer. On PATCHED it loads the patched PTX with the call the application
  * made, sets each module global the answer describes (a WELCOME region's
- * device address, a constant, a ring's device reservation block, or zeroed
- * device memory of the module) and remembers which kernels of the module
+ * device address, a constant, a ring's device reservation block, zeroed
+ * device memory of the module, or a device map: mirror.c) and remembers which kernels of the module
  * take the hidden launch-id parameter, and where. Any failure unloads
  * what was loaded and loads the original image (fail open), logged once.
  *
@@ -310,7 +310,7 @@ static uint8_t *gp_request(const char *api, int lib, const struct gp_image *img,
  * fd (no header) is mapped the same way: MAP_SHARED of a BPF_F_MMAPABLE
  * array gives its values at offset 0. A region that failed is not retried,
  * so every later module binds it the same way (and pays no syscalls). */
-static int gp_region_dev(uint32_t i, uint64_t *dev)
+GP_HIDDEN int gp_region_dev(uint32_t i, uint64_t *dev)
 {
 	struct gp_region *r = &gp_regions[i];
 	if (r->dev) {
@@ -502,6 +502,13 @@ static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
 			}
 			err = gp_module_alloc(&allocs, region, size, &v);
 			*why = "module device memory (cuMemAlloc)";
+			break;
+		case 5: /* mirror.c; a failure gives 0, not a failed module */
+			if (region >= gp_nregions || value > gp_regions[region].size) {
+				*why = "device map's region is not in WELCOME", err = -EINVAL;
+				goto fail;
+			}
+			v = gp_devmap_bind(pp->api, region, size, &v) == 0 ? v + value : 0;
 			break;
 		default:
 			*why = "unknown global kind", err = -EINVAL;

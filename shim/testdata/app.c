@@ -17,11 +17,15 @@
  * parameter, the module's globals), ptxfile FILE (the same, but the file is
  * loaded by path: cuModuleLoad, or cuLibraryLoadFromFile with one JIT and
  * one library option in cudart mode), loadfile FILE (loads FILE by path,
- * prints the result; on success launches its vectorAdd once and unloads).
+ * prints the result; on success launches its vectorAdd once and unloads),
+ * devmap FILE array|ring ... (loads FILE, launches its vectorAdd, and acts
+ * as the GPU on the device copies behind the globals gp_dm_arr and
+ * gp_dm_ring: see devmap below).
  * The output (stdout) depends only on what the driver did, so it must be
  * identical with and without the shim.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -31,6 +35,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "gpuprobe_shm.h"
 
 typedef int CUresult;
 typedef unsigned long long u64;
@@ -409,6 +415,130 @@ static void ptx(const char *file, int by_path)
 	printf("app: unloaded\n");
 }
 
+/* A GPU ring producer: records of len bytes, (producer, seq) then a
+ * pattern of both, written into the device copy with the ring protocol. */
+struct producer {
+	uint8_t *ring;
+	uint32_t id, n, len, pause_every;
+	uint64_t published, dropped, oversize;
+};
+
+static void *produce_main(void *arg)
+{
+	struct producer *p = arg;
+	uint8_t rec[GPBR_SLOT_MAX];
+	for (uint32_t i = 0; i < p->n; i++) {
+		memcpy(rec, &p->id, 4);
+		memcpy(rec + 4, &i, 4);
+		for (uint32_t k = 8; k < p->len; k++)
+			rec[k] = (uint8_t)(p->id * 31u + i * 7u + k);
+		int r = gpbr_ring_produce(p->ring, 7, rec, p->len);
+		if (r == GPBR_PUBLISHED)
+			p->published++;
+		else if (r == GPBR_DROPPED)
+			p->dropped++;
+		else
+			p->oversize++;
+		if (p->pause_every && i % p->pause_every == p->pause_every - 1)
+			usleep(200);
+	}
+	return NULL;
+}
+
+/* devmap: load FILE, launch vectorAdd once, then act as the GPU:
+ *   array KEYS SLEEP_MS  print the device copy's values (the host's seeds),
+ *                        store 0x5eed0000+k at every key, print "written",
+ *                        stay SLEEP_MS (the test watches the host region)
+ *   ring THREADS N LEN PAUSE STALL SLEEP_MS START_MS  after START_MS,
+ *                        THREADS producers of N records (LEN bytes, a 200
+ *                        us pause every PAUSE), with STALL 1: one ticket
+ *                        taken first and never published; print the
+ *                        counts, stay SLEEP_MS, exit
+ *   fork                 a fork child loads FILE again and prints its
+ *                        globals (a child gets no device maps) */
+static void devmap(const char *file, int argc, char **argv)
+{
+	void *m, *fn;
+	CHECK(load_file(&m, file));
+	fn = vector_add(m);
+	uint64_t (*global)(void *, const char *) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_global"), "mock_global");
+	void (*last)(void ***, void ***) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_last_launch"), "mock_last_launch");
+	u64 a = 0xa0, b = 0xb0, c = 0xc0;
+	void *params[3] = {&a, &b, &c};
+	void **gp, **ge;
+	CHECK(A.launch(fn, 2, 1, 1, 64, 1, 1, 0, NULL, params, NULL));
+	last(&gp, &ge);
+	printf("app: devmap patched=%d\n", gp != params);
+	const char *sub = argc > 0 ? argv[0] : "";
+	uint8_t *arr = (uint8_t *)(uintptr_t)global(m, "gp_dm_arr");
+	uint8_t *ring = (uint8_t *)(uintptr_t)global(m, "gp_dm_ring");
+	printf("app: devmap arr=%d ring=%d\n", arr != NULL, ring != NULL);
+	if (strcmp(sub, "array") == 0 && arr != NULL && argc >= 3) {
+		int keys = atoi(argv[1]);
+		printf("app: devmap seeds");
+		for (int k = 0; k < keys; k++)
+			printf(" %#llx", *(u64 *)gpbr_array_value(arr, (uint32_t)k, 0));
+		printf("\n");
+		for (int k = 0; k < keys; k++)
+			__atomic_store_n((u64 *)gpbr_array_value(arr, (uint32_t)k, 0), 0x5eed0000ull + (u64)k, __ATOMIC_RELEASE);
+		printf("app: devmap written\n");
+		usleep((useconds_t)atoi(argv[2]) * 1000u);
+	} else if (strcmp(sub, "fork") == 0) {
+		pid_t child = fork();
+		if (child == 0) {
+			void *m2;
+			CHECK(load_file(&m2, file));
+			CHECK(A.launch(vector_add(m2), 2, 1, 1, 64, 1, 1, 0, NULL, params, NULL));
+			last(&gp, &ge);
+			printf("app: devmap child patched=%d arr=%d ring=%d\n", gp != params, global(m2, "gp_dm_arr") != 0,
+			       global(m2, "gp_dm_ring") != 0);
+			exit(0); /* the atexit handlers run in the child too */
+		}
+		int st;
+		waitpid(child, &st, 0);
+		printf("app: devmap child exit=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	} else if (strcmp(sub, "ring") == 0 && ring != NULL && argc >= 8) {
+		int nt = atoi(argv[1]);
+		struct producer ps[64];
+		pthread_t th[64];
+		uint64_t stall_ticket = 0;
+		int stall = atoi(argv[5]), why;
+		if (nt < 1 || nt > 64)
+			exit(2);
+		usleep((useconds_t)atoi(argv[7]) * 1000u);
+		if (stall && gpbr_ring_reserve(ring, 8, &stall_ticket, &why) == NULL)
+			exit(3);
+		for (int i = 0; i < nt; i++) {
+			ps[i] = (struct producer){ring, (uint32_t)i, (uint32_t)atoi(argv[2]), (uint32_t)atoi(argv[3]),
+						  (uint32_t)atoi(argv[4]), 0, 0, 0};
+			pthread_create(&th[i], NULL, produce_main, &ps[i]);
+		}
+		u64 pub = 0, drop = 0, over = 0;
+		for (int i = 0; i < nt; i++) {
+			pthread_join(th[i], NULL);
+			pub += ps[i].published, drop += ps[i].dropped, over += ps[i].oversize;
+		}
+		printf("app: devmap produced=%llu published=%llu dropped=%llu oversize=%llu stalled=%d\n",
+		       (u64)nt * (u64)atoi(argv[2]) + (u64)stall, pub, drop, over, stall);
+		usleep((useconds_t)atoi(argv[6]) * 1000u);
+	}
+	/* The shim's mirror thread exists only where a device map was made. */
+	int mirror = 0;
+	DIR *d = opendir("/proc/self/task");
+	for (struct dirent *e; d && (e = readdir(d)) != NULL && !mirror;) {
+		char path[300], comm[32] = "";
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = e->d_name[0] != '.' ? fopen(path, "r") : NULL;
+		if (f == NULL)
+			continue;
+		mirror = fgets(comm, sizeof comm, f) && strcmp(comm, "gpuprobe-mirror\n") == 0;
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	printf("app: devmap mirror-thread=%d done\n", mirror);
+}
+
 static double now_ns(void)
 {
 	struct timespec ts;
@@ -506,6 +636,9 @@ int main(int argc, char **argv)
 		}
 	} else if (strcmp(scenario, "ptx") == 0 || strcmp(scenario, "ptxfile") == 0) {
 		ptx(argc > 3 ? argv[3] : "", strcmp(scenario, "ptxfile") == 0);
+	} else if (strcmp(scenario, "devmap") == 0) {
+		devmap(argc > 3 ? argv[3] : "", argc - 4, argv + 4);
+		return 0;
 	} else if (strcmp(scenario, "loadfile") == 0) {
 		void *m;
 		CUresult r = load_file(&m, argc > 3 ? argv[3] : "");

@@ -358,8 +358,14 @@ EXPORT CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flag
 		}
 	return 1;
 }
+/* MOCK_FAIL_ALLOC=1: every allocation fails (CUDA_ERROR_OUT_OF_MEMORY). */
 EXPORT CUresult cuMemAlloc_v2(uint64_t *d, size_t size)
 {
+	const char *fail = getenv("MOCK_FAIL_ALLOC");
+	if (fail && strcmp(fail, "1") == 0) {
+		fprintf(stderr, "mock: alloc failed size=%zu\n", size);
+		return 2;
+	}
 	void *p = malloc(size ? size : 1);
 	memset(p, 0xAB, size); /* like uninitialised device memory */
 	*d = (uint64_t)(uintptr_t)p;
@@ -540,9 +546,15 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy
 	return launch(f, gx, gy, gz, bx, by, bz, 1);
 }
 
+struct mock_stream;
+static int is_stream(const void *st);
+static void stream_flush(struct mock_stream *s);
 EXPORT CUresult cuStreamSynchronize(void *st)
 {
-	(void)st;
+	if (is_stream(st)) { /* the mirror's: not the app's output */
+		stream_flush(st);
+		return 0;
+	}
 	ADD(n_sync, 1);
 	return 0;
 }
@@ -571,6 +583,105 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
 {
 	memcpy(dst, (const void *)src, n);
 	ADD(n_memcpy, 1);
+	return 0;
+}
+
+/* Contexts and streams for the shim's mirror thread. There is one
+ * context; cuCtxSetCurrent makes it current on the calling thread, and the
+ * asynchronous copies fail on a thread without it. A created stream defers
+ * its copies to its cuStreamSynchronize (in order), as a real stream runs
+ * them later: a caller that reads before synchronising sees old bytes.
+ * MOCK_FAIL_ASYNC_AFTER=N: every asynchronous copy after the first N fails
+ * (CUDA_ERROR_ILLEGAL_ADDRESS, as after a device fault). */
+#define MOCK_CTX ((void *)0xc7c7c7c7)
+#define MOCK_STREAM_OPS 64
+struct mock_stream {
+	uint32_t magic; /* 'STRM' */
+	int n;
+	struct {
+		void *dst;
+		const void *src;
+		size_t len;
+	} ops[MOCK_STREAM_OPS];
+};
+static __thread void *cur_ctx;
+static uint64_t n_async;
+static void *streams[16]; /* created streams (test apps pass made-up handles) */
+static int nstreams;
+
+static int is_stream(const void *st)
+{
+	for (int i = 0; st && i < __atomic_load_n(&nstreams, __ATOMIC_ACQUIRE); i++)
+		if (streams[i] == st)
+			return 1;
+	return 0;
+}
+
+EXPORT CUresult cuCtxGetCurrent(void **ctx)
+{
+	*ctx = inited ? MOCK_CTX : NULL;
+	return 0;
+}
+EXPORT CUresult cuCtxSetCurrent(void *ctx)
+{
+	if (ctx != NULL && ctx != MOCK_CTX)
+		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	cur_ctx = ctx;
+	return 0;
+}
+EXPORT CUresult cuStreamCreate(void **st, unsigned flags)
+{
+	if (cur_ctx == NULL)
+		return 201;
+	if (nstreams == 16)
+		return 2;
+	struct mock_stream *s = calloc(1, sizeof *s);
+	s->magic = 0x5354524d;
+	streams[nstreams] = s;
+	__atomic_store_n(&nstreams, nstreams + 1, __ATOMIC_RELEASE);
+	*st = s;
+	fprintf(stderr, "mock: stream created flags=%u\n", flags);
+	return 0;
+}
+static void stream_flush(struct mock_stream *s)
+{
+	for (int i = 0; i < s->n; i++)
+		memcpy(s->ops[i].dst, s->ops[i].src, s->ops[i].len);
+	s->n = 0;
+}
+static CUresult copy_async(void *dst, const void *src, size_t n, void *st)
+{
+	struct mock_stream *s = st;
+	if (cur_ctx == NULL)
+		return 201;
+	if (!is_stream(s))
+		return 400; /* the legacy stream (0) is not the mirror's */
+	const char *fail = getenv("MOCK_FAIL_ASYNC_AFTER");
+	if (fail && fail[0] && ADD(n_async, 1) >= strtoull(fail, NULL, 0)) {
+		fprintf(stderr, "mock: async copy failed\n");
+		return 700;
+	}
+	if (s->n == MOCK_STREAM_OPS)
+		stream_flush(s);
+	s->ops[s->n].dst = dst, s->ops[s->n].src = src, s->ops[s->n++].len = n;
+	return 0;
+}
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *st)
+{
+	return copy_async(dst, (const void *)(uintptr_t)src, n, st);
+}
+EXPORT CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *st)
+{
+	return copy_async((void *)(uintptr_t)dst, src, n, st);
+}
+
+/* mock_global: a module global's value (what the shim set); 0 if unset. */
+EXPORT uint64_t mock_global(void *m, const char *name)
+{
+	struct mock_mod *mod = m;
+	for (struct mock_global *g = mod ? mod->globals : NULL; g; g = g->next)
+		if (strcmp(g->name, name) == 0)
+			return g->value;
 	return 0;
 }
 
