@@ -40,6 +40,7 @@ type dumpProgs struct {
 	lanes      uint32                // lanes of per-thread arrays
 	ringSlots  uint32                // slots of each program ring
 	deviceOnly []string
+	deviceMaps []string // the objects' GPU maps: in device memory, mirrored by the shim
 }
 
 // loadDumpProgs loads the built-in probe sets and then the objects' GPU
@@ -81,6 +82,7 @@ func loadDumpProgs(builtins, objects []string, target string, lanes, ringSlots u
 				p.Target = target
 			}
 			d.progs = append(d.progs, p)
+			d.deviceMaps = append(d.deviceMaps, jit.DeviceResidentMaps([]*jit.Program{p})...)
 		}
 	}
 	if len(d.progs) == 0 {
@@ -158,7 +160,7 @@ func (d *dumpProgs) exitLayouts(obj string, ps []*jit.Program) error {
 // newPatcher returns the patcher of --patch mode.
 func (d *dumpProgs) newPatcher() (*patcher.Patcher, error) {
 	p, err := patcher.New(patcher.Options{Programs: d.progs, DeviceOnly: d.deviceOnly,
-		MaxThreads: d.lanes, RingDevice: probes.KernelPhasesRingDevice})
+		MaxThreads: d.lanes, RingDevice: probes.KernelPhasesRingDevice, DeviceMaps: d.deviceMaps})
 	if err != nil {
 		return nil, fmt.Errorf("patcher: %w", err)
 	}
