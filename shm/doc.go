@@ -226,11 +226,16 @@
 //     device copy (steps 1-5, with gpu-scope atomics and release stores;
 //     the compiler takes one ticket per warp: the lowest active lane does
 //     the full check and one fetch-add of the number of active lanes, and
-//     lane i takes ticket base + rank(i)). The loader's drainer is the
+//     lane i takes ticket base + rank(i)). Drops are not added to dropped
+//     but to one of 16 drop shards, shard %smid mod 16, the u64 words at
+//     64-127 (shards 0-7) and 448-511 (shards 8-15) of the device copy,
+//     which the device copy does not otherwise use (RingDropShard): when
+//     the ring is full every warp of the GPU drops, and one counter would
+//     serialize them all in L2. The loader's drainer is the
 //     device ring's consumer and the host ring's (only) producer. At its
 //     private position p (initially 0), in one pass:
 //
-//     R1. Copy the device control block (offsets 128-511) to the host: H0
+//     R1. Copy the device control block (offsets 64-511) to the host: H0
 //     = head. If H0 == p go to R5.
 //     R2. n = min(H0 - p, slot_count). Copy, in this order on the stream,
 //     the first 16 bytes (seq, len, type) of the slots of tickets
@@ -250,7 +255,8 @@
 //     R5. Set p to the first unresolved ticket; write p to the device
 //     copy's tail (offset 192). Producers never overwrite a slot whose
 //     ticket is >= p, so R2's view of it stays valid until the next pass.
-//     Store the device's dropped + the drainer's stalls into the host
+//     Store the device's dropped + its drop shards (their growth since
+//     the copy was filled) + the drainer's stalls into the host
 //     region's dev_dropped (offset 448, a max) and the device's oversize
 //     into the host's oversize (a max).
 //

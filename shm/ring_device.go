@@ -18,6 +18,14 @@ const (
 	RingDeviceSlots     = 32 // u32: slot_count, copied from the ring header
 	RingDeviceSlotSize  = 36 // u32: slot_size, copied from the ring header
 
+	// RingDropShards is how many drop counters GPU producers of a
+	// device-resident ring spread their drops over (by %smid), at
+	// RingDropShardLow (the first 8) and RingDropShardHigh (the rest): the
+	// control words a device copy leaves unused.
+	RingDropShards    = 16
+	RingDropShardLow  = 64
+	RingDropShardHigh = 448
+
 	// RingTailOffset is the offset of a ring's tail word, which the
 	// drainer of a device-resident ring writes back to the device copy.
 	RingTailOffset = offRingTail
@@ -172,4 +180,23 @@ func (g *Ring) takenBeyond(t uint64) bool {
 		}
 	}
 	return false
+}
+
+// RingDropShard returns the offset of drop shard k (0 <= k < 16) in the
+// device copy of a ring region.
+func RingDropShard(k int) int {
+	if k < 8 {
+		return RingDropShardLow + 8*k
+	}
+	return RingDropShardHigh + 8*(k-8)
+}
+
+// DeviceRingDrops returns the sum of the drop shards of a ring region's
+// device copy (the whole region, copied back).
+func DeviceRingDrops(devCopy []byte) uint64 {
+	var n uint64
+	for k := 0; k < RingDropShards; k++ {
+		n += binary.LittleEndian.Uint64(devCopy[RingDropShard(k):])
+	}
+	return n
 }

@@ -169,3 +169,21 @@ func TestDeviceReserverLateDrop(t *testing.T) {
 		t.Fatalf("delivered %v, skipped %d, at %d; want 0..3, 3 skipped, at 7", got, c.Stats().Skipped, c.Position())
 	}
 }
+
+// TestRingDropShards: the shards are distinct 8-byte words of the control
+// block that no other control word uses, and DeviceRingDrops sums them.
+func TestRingDropShards(t *testing.T) {
+	used := map[int]bool{offRingHead: true, offRingTail: true, offRingDropped: true, offRingOversz: true, offRingStalled: true}
+	b := make([]byte, DataOffset)
+	for k := 0; k < RingDropShards; k++ {
+		off := RingDropShard(k)
+		if off%8 != 0 || off < HeaderSize || off+8 > DataOffset || used[off] {
+			t.Fatalf("shard %d at %d: misplaced or shared", k, off)
+		}
+		used[off] = true
+		b[off] = byte(k + 1)
+	}
+	if got := DeviceRingDrops(b); got != 136 {
+		t.Fatalf("DeviceRingDrops = %d, want 1+2+...+16 = 136", got)
+	}
+}

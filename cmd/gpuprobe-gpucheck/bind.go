@@ -241,8 +241,18 @@ func (in *instance) mirrored(g *shm.Ring) bool {
 // the kernels finished (after a synchronize).
 func (in *instance) sync() error {
 	for _, m := range in.mirrors {
-		if err := in.c.MemcpyDtoH(m.host.Bytes(), m.dev); err != nil {
+		b := m.host.Bytes()
+		if err := in.c.MemcpyDtoH(b, m.dev); err != nil {
 			return fmt.Errorf("map %s: %w", m.name, err)
+		}
+		if m.ring != nil {
+			// The device's drops are in its shards; on the host they
+			// are dev_dropped, as the shim's drainer stores them.
+			n := shm.DeviceRingDrops(b)
+			for k := 0; k < shm.RingDropShards; k++ {
+				clear(b[shm.RingDropShard(k):][:8])
+			}
+			binary.LittleEndian.PutUint64(b[shm.RingDevDropped:], n)
 		}
 	}
 	return nil

@@ -145,10 +145,20 @@ func (c *compiler) product3(reg string) {
 }
 
 // xyz writes the x, y and z of a special register vector through the
-// three pointers in r1, r2 and r3, and r0 = 0.
+// three pointers in r1, r2 and r3, and r0 = 0; into the registers that
+// hold those frame slots when the verifier placed them (StackOuts).
 func (c *compiler) xyz(i int, reg string) {
 	e := &c.e
+	var outs [3]int64
+	known := false
+	if v := c.o.Verified; v != nil {
+		outs, known = v.StackOuts[i]
+	}
 	for k, comp := range []string{".x", ".y", ".z"} {
+		if cell, ok := c.slots[outs[k]]; known && ok && cell.size == 8 {
+			c.special64(cell.reg, reg+comp)
+			continue
+		}
 		c.special64("%h0", reg+comp)
 		r := regNames[1+k]
 		c.store("%h0", r, 0, asm.DWord, c.proven(i))

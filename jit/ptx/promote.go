@@ -78,6 +78,11 @@ func (c *compiler) promoteSlots(f *fn) map[int64]frameCell {
 				access(off, n)
 			}
 		case ins.IsBuiltinCall():
+			if offs, ok := v.StackOuts[i]; ok {
+				for _, o := range offs {
+					access(o, 8) // the helper writes the register
+				}
+			}
 			if _, folded := v.ConstKeys[i]; !folded {
 				if k, ok := v.StackKeys[i]; ok && k%4 == 0 {
 					used[slotOf(k)] = true // read by arrayKey, either kind

@@ -1,6 +1,10 @@
 package ptx
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/gpuprobe/gpuprobe/shm"
+)
 
 // funcRingoutWarp is the producer for rings in device memory (shm package
 // comment, "Device-resident maps"): (ring, data, size) -> 0 or -errno.
@@ -46,6 +50,7 @@ func (c *compiler) genRingoutWarp() {
 	e.op("and.b32 %y6, %y6, %y2")
 	e.op("bfind.u32 %y5, %y6")
 	e.op("setp.eq.u32 %z1, %y4, 0")
+	c.dropShard()
 	// Leader: room check (step 2), then one fetch-add for every lane (3).
 	e.op("mov.u64 %x3, 0")
 	e.op("mov.u64 %x5, 0")
@@ -55,7 +60,7 @@ func (c *compiler) genRingoutWarp() {
 	e.op("@%z1 sub.s64 %x5, %x4, %x3")
 	e.op("setp.ge.and.u64 %z2, %x5, %x0, %z1")
 	e.op("cvt.u64.u32 %x9, %y3")
-	e.op("@%z2 red.relaxed.gpu.add.u64 ", at(ringDropped), ", %x9")
+	e.op("@%z2 red.relaxed.gpu.add.u64 [%x15], %x9")
 	e.op("setp.lt.and.u64 %z3, %x5, %x0, %z1")
 	e.op("@%z3 atom.relaxed.gpu.add.u64 %x6, ", at(ringHead), ", %x9")
 	// Broadcast the verdict, the tail and the first ticket.
@@ -75,7 +80,7 @@ func (c *compiler) genRingoutWarp() {
 	c.ringPublish("gpu")
 	// Step 4: this lane's ticket overshot the tail the leader read.
 	e.label("$Llate")
-	e.op("red.relaxed.gpu.add.u64 ", at(ringDropped), ", 1")
+	e.op("red.relaxed.gpu.add.u64 [%x15], 1")
 	e.op("mad.lo.u64 %x8, %x0, %x1, %x20")
 	e.op("mad.lo.u64 %x8, %x7, 4, %x8")
 	e.op("red.release.gpu.add.u32 [%x8+", strconv.Itoa(dataOffset), "], 1")
@@ -83,6 +88,21 @@ func (c *compiler) genRingoutWarp() {
 	e.op("st.param.b64 [__ret], ", i64(-errNOSPC))
 	e.op("ret")
 	c.ringRejects("gpu")
+}
+
+// dropShard sets %x15 to the address of this SM's drop shard in ring %x20
+// (shm.RingDropShard): a full ring has every warp of the GPU count its
+// drops, and one counter would serialize them in L2.
+func (c *compiler) dropShard() {
+	e := &c.e
+	e.op("mov.u32 %y10, %smid")
+	e.op("and.b32 %y10, %y10, ", strconv.Itoa(shm.RingDropShards-1))
+	e.op("shr.u32 %y11, %y10, 3")
+	e.op("mul.lo.u32 %y11, %y11, ", strconv.Itoa(shm.RingDropShardHigh-shm.RingDropShardLow-8*8))
+	e.op("mad.lo.u32 %y11, %y10, 8, %y11")
+	e.op("cvt.u64.u32 %x15, %y11")
+	e.op("add.s64 %x15, %x15, %x20")
+	e.op("add.s64 %x15, %x15, ", strconv.Itoa(shm.RingDropShardLow))
 }
 
 // shfl64 broadcasts the 64-bit register r from lane src to the lanes of

@@ -320,7 +320,10 @@ func (v *verifier) access(st *state, i int, reg asm.Register, base value, off in
 		if mode == accRead || mode == accAtomic {
 			v.noteStackRead(i, fr.fn, lo, hi)
 		}
-		if reg != asm.R10 && !v.keyRead {
+		switch {
+		case v.outWrite:
+			v.outBytes[i] = append(v.outBytes[i], stackRange{fr.fn, lo, hi})
+		case reg != asm.R10 && !v.keyRead:
 			v.escaped[fr.fn].set(lo, hi)
 		}
 		if mode == accRead || mode == accAtomic {

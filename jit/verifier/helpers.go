@@ -204,9 +204,15 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 		case ArgSize:
 			// Checked with the preceding ArgMem.
 		case ArgOut8:
-			if err := v.helperMem(st, i, sig.Name, r, 8, true, "output"); err != nil {
+			// Kept apart like a key: an output at a known offset of the
+			// caller's own frame can be a register (Result.StackOuts).
+			v.outWrite = true
+			err := v.helperMem(st, i, sig.Name, r, 8, true, "output")
+			v.outWrite = false
+			if err != nil {
 				return err
 			}
+			v.noteOut(st, i, a, r)
 		case ArgString:
 			if err := v.helperMem(st, i, sig.Name, r, 1, false, "string"); err != nil {
 				return err
@@ -307,4 +313,20 @@ func originText(p value) string {
 		return fmt.Sprintf(" (insn %d)", p.origin)
 	}
 	return ""
+}
+
+// noteOut records where output argument a (in register r) of helper call i
+// points on this path: a known offset of the caller's own frame, or not.
+func (v *verifier) noteOut(st *state, i, a int, r asm.Register) {
+	if a >= 3 {
+		return
+	}
+	f := v.outAt[i]
+	if f == nil {
+		f = new([3]keyFact)
+		v.outAt[i] = f
+	}
+	p := st.cur().regs[r]
+	own := p.kind == kStack && p.smin == p.smax && int(p.frame) == len(st.frames)-1
+	f[a].note(uint64(p.smin), own)
 }

@@ -51,6 +51,12 @@ type Result struct {
 	// offset to that offset from r10: a compiler can load the key from the
 	// frame directly.
 	StackKeys map[int]int64
+	// StackOuts maps each helper call with output pointers (get_block_idx
+	// and the like) whose outputs point, on every path, into the calling
+	// function's own frame at the same offsets, to those offsets from r10:
+	// a compiler can keep those slots in registers and write them there.
+	// The bytes of other calls' outputs count as escaped.
+	StackOuts map[int][3]int64
 	// DeadStores lists the stores to the stack at r10+off whose bytes no
 	// run reads (loads, atomics and helpers, through any pointer) before
 	// they are overwritten or their function returns, counting as unread
@@ -177,6 +183,20 @@ func (v *verifier) result() *Result {
 				r.StackKeys = make(map[int]int64)
 			}
 			r.StackKeys[i] = int64(f.val)
+		}
+	}
+	for i, f := range v.outAt {
+		var offs [3]int64
+		known := true
+		for k := range f {
+			known = known && f[k].state == keyConst
+			offs[k] = int64(f[k].val)
+		}
+		if known {
+			if r.StackOuts == nil {
+				r.StackOuts = make(map[int][3]int64)
+			}
+			r.StackOuts[i] = offs
 		}
 	}
 	r.DeadStores = v.deadStores(r)

@@ -90,6 +90,8 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		keyMap:     make([]keyFact, len(p.Insns)),
 		blockAt:    make([]keyFact, len(p.Insns)),
 		keyBytes:   make(map[int][]stackRange),
+		outAt:      make(map[int]*[3]keyFact),
+		outBytes:   make(map[int][]stackRange),
 		stackReads: make(map[int][]stackRange),
 		escaped:    make([]stackBits, len(g.funcs)),
 		edges:      make([]uint8, len(p.Insns)),
@@ -149,6 +151,9 @@ type verifier struct {
 	stackReads map[int][]stackRange // other frame bytes each instruction reads
 	escaped    []stackBits          // per function: frame bytes accessed through a pointer other than r10
 	keyRead    bool                 // the access being checked is a map helper's key read
+	outAt      map[int]*[3]keyFact  // helpers with output pointers: each output's offset in the caller's own frame
+	outBytes   map[int][]stackRange // helpers with output pointers: stack bytes they wrote
+	outWrite   bool                 // the access being checked is a helper's output
 	edges      []uint8              // conditional jumps: edgeTaken, edgeFall as some run takes them
 	stackUse   []int64              // lowest stack offset used, per function
 	ids        map[key]int32
