@@ -84,15 +84,20 @@ type gpuReceiver struct {
 	dropped  uint64        // records dropped (ring full, oversize, stalled, invalid)
 	patched  atomic.Uint64 // modules patched (agent goroutines)
 	patchErr atomic.Uint64 // modules not patched
-	patcher  *patcher.Patcher
-	spansErr uint64
-	defs     []*progmaps.Def      // GPU maps of the configured programs
-	col      *progmaps.Collector  // user maps → pdata (poll goroutine only)
-	retired  []*progmaps.Instance // map regions of gone applications, reported once more then closed
-	mapStats progmaps.Counters    // last counters seen, for deltas
-	host     *hostSide            // uprobes and host programs in Linux
-	flushc   chan chan struct{}   // flush requests to the poll loop
-	mapper   *clock.Mapper
+	// progSkips counts programs left out of a module they could not be
+	// patched into; skipSeen the (program, reason) pairs logged already.
+	progSkips atomic.Uint64
+	skipMu    sync.Mutex
+	skipSeen  map[string]bool
+	patcher   *patcher.Patcher
+	spansErr  uint64
+	defs      []*progmaps.Def      // GPU maps of the configured programs
+	col       *progmaps.Collector  // user maps → pdata (poll goroutine only)
+	retired   []*progmaps.Instance // map regions of gone applications, reported once more then closed
+	mapStats  progmaps.Counters    // last counters seen, for deltas
+	host      *hostSide            // uprobes and host programs in Linux
+	flushc    chan chan struct{}   // flush requests to the poll loop
+	mapper    *clock.Mapper
 }
 
 func newReceiver(set receiver.Settings, cfg *config.Config) (*gpuReceiver, error) {
@@ -501,6 +506,7 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched.Load()},
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr.Load()},
+		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.progSkips.Load()},
 	}, r.hostSelfMetrics()...)
 }
 
