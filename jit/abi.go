@@ -89,6 +89,19 @@ func (m *Map) Mmapable() bool {
 	return m != nil && m.Type == MapTypeArray && m.Flags&MapFlagMmapable != 0
 }
 
+// HostMapID is the id by which a host-map request names its map (the
+// request's args[4]): FNV-1a 64 of the map's name. The map index (args[0])
+// is the map's place in the calling program's Maps, which differs between
+// programs; map names are unique across a collector's programs.
+func HostMapID(name string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
 // DeviceArray reports whether the GPU code indexes m itself: a GPU array,
 // a per-thread, per-warp or per-block array, or an mmapable array. Its
 // helpers compute the value's address from the key, with no host call.

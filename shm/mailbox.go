@@ -101,7 +101,7 @@ type Handler func(*Request) int64
 // It must not run concurrently with another Poll or Serve on the same
 // mailbox.
 func (m *Mailbox) Poll(h Handler) int {
-	n := 0
+	n, late := 0, uint64(0)
 	var req Request
 	for i := uint64(0); i < m.slots; i++ {
 		s := m.slot(i)
@@ -119,16 +119,26 @@ func (m *Mailbox) Poll(h Handler) int {
 			ln = MailboxPayload // a bad requester cannot make us read past the slot
 		}
 		req.Payload = unsafe.Slice((*byte)(unsafe.Add(s, mbPayload)), ln)
+		if atomic.LoadUint32(field32(s, mbLock)) == 0 {
+			late++ // the requester timed out and released the slot (doc.go)
+		}
 		ret := h(&req)
 		atomic.StoreUint64(field64(s, mbRet), uint64(ret))
 		atomic.StoreUint64(field64(s, mbAck), r)
 		n++
 	}
 	if n > 0 {
-		atomic.AddUint64(m.r.u64(offMboxServed), uint64(n))
+		atomic.StoreUint64(m.r.u64(offMboxServed), atomic.LoadUint64(m.r.u64(offMboxServed))+uint64(n))
+	}
+	if late > 0 {
+		atomic.StoreUint64(m.r.u64(offMboxLate), atomic.LoadUint64(m.r.u64(offMboxLate))+late)
 	}
 	return n
 }
+
+// Late returns how many requests the host answered after their requester
+// had given up waiting (timed out).
+func (m *Mailbox) Late() uint64 { return atomic.LoadUint64(m.r.u64(offMboxLate)) }
 
 // ServeOptions tune Serve's polling.
 type ServeOptions struct {
