@@ -58,7 +58,7 @@ func mapCall(h jit.HelperID, name string, flags uint64, payload []byte, want int
 // map helpers work on the host maps, bad requests are refused and counted.
 func TestServe(t *testing.T) {
 	s, maps, msgs := newServer(t, Options{Timeout: time.Second}) // not a latency test
-	hOff := int64(shm.DataOffset) // the hash's first slot
+	hOff := int64(shm.DataOffset)                                // the hash's first slot
 	steps := []struct {
 		name string
 		call
