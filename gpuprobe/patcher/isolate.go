@@ -8,6 +8,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/ptx"
 )
 
 // Skip says that one program was left out of one module because it could
@@ -120,4 +121,28 @@ func (m *missTracker) culprits(err error, progs []*jit.Program, gs []inject.Glob
 		}
 	}
 	return out
+}
+
+// bindMailbox points the programs' mailbox globals (out, built from gs by
+// globals, which leaves them 0) at the client's mailbox region, if it has
+// one.
+func bindMailbox(out []agent.PatchedGlobal, gs []inject.Global, bind Binder) {
+	names := map[string]bool{}
+	for _, g := range gs {
+		if g.Kind == ptx.GlobalMailbox {
+			names[g.Name] = true
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	b, ok := bind(MailboxBinding)
+	if !ok {
+		return
+	}
+	for i := range out {
+		if names[out[i].Name] {
+			out[i].Kind, out[i].Region, out[i].Value = agent.GlobalRegion, b.Region, 0
+		}
+	}
 }

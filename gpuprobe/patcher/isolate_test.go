@@ -1,6 +1,7 @@
 package patcher
 
 import (
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +73,54 @@ func TestPatchLeavesFailingProgramOut(t *testing.T) {
 			}
 			if _, err := alone.Patch(&agent.PatchRequest{Arch: 90, Image: img}, ring); err == nil {
 				t.Error("the failing program alone: module patched")
+			}
+		})
+	}
+}
+
+// TestPatchBindsMailbox: a program with host calls (allhelpers: puts,
+// printk, a hash map) gets its mailbox global bound to the client's
+// mailbox region; a client without one gets 0 (the helpers fail fast).
+func TestPatchBindsMailbox(t *testing.T) {
+	all, err := jit.LoadELF(filepath.Join("..", "..", "testdata", "bpf", "allhelpers.o"))
+	if err != nil {
+		t.Fatalf("%v (make bpf-objects builds it)", err)
+	}
+	p, err := New(Options{Programs: all})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := build(t, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
+	for _, tc := range []struct {
+		name    string
+		mailbox bool
+		want    agent.PatchedGlobal
+	}{
+		{"with a mailbox", true, agent.PatchedGlobal{Kind: agent.GlobalRegion, Region: 7}},
+		{"without", false, agent.PatchedGlobal{Kind: agent.GlobalConst}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bind := func(name string) (Binding, bool) {
+				if name == MailboxBinding {
+					return Binding{Region: 7}, tc.mailbox
+				}
+				return Binding{Region: 1, Lanes: 1}, true
+			}
+			a, err := p.Patch(&agent.PatchRequest{Arch: 80, Image: img}, bind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, g := range a.Globals {
+				if strings.HasSuffix(g.Name, "_mailbox") {
+					n++
+					if g.Kind != tc.want.Kind || g.Region != tc.want.Region || g.Value != 0 {
+						t.Errorf("%s: %+v, want %+v", g.Name, g, tc.want)
+					}
+				}
+			}
+			if n == 0 {
+				t.Fatalf("no mailbox global in %+v", a.Globals)
 			}
 		})
 	}

@@ -77,6 +77,11 @@ type Binder func(mapName string) (Binding, bool)
 // GPU). No map can have it: map names are C identifiers.
 const ClockBinding = "<clock>"
 
+// MailboxBinding is the name a Binder is asked for the client's host-call
+// mailbox region (RoleMailbox); false: none, and host-call helpers return
+// -ETIMEDOUT at once.
+const MailboxBinding = "<mailbox>"
+
 // Patcher answers PATCH requests. It is safe for concurrent use.
 type Patcher struct {
 	opts       Options
@@ -208,6 +213,7 @@ func (p *Patcher) patchWith(text []byte, progs []*jit.Program, opts inject.Optio
 	if a.Globals, err = p.globals(rep.Globals, miss.binder); err != nil {
 		return nil, miss.culprits(err, progs, rep.Globals), err
 	}
+	bindMailbox(a.Globals, rep.Globals, bind)
 	return a, nil, nil
 }
 
