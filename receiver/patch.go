@@ -59,6 +59,7 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 	if len(progs) == 0 {
 		return nil, nil
 	}
+	r.hc.scan(progs)
 	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
 		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond,
@@ -81,6 +82,9 @@ func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding 
 			continue
 		case agent.RoleClock:
 			out[patcher.ClockBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
+			continue
+		case agent.RoleMailbox:
+			out[patcher.MailboxBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
 			continue
 		case agent.RoleMap:
 		default:

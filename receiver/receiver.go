@@ -62,6 +62,7 @@ type source struct {
 	warpsDropped                           uint64
 	bind                                   map[string]patcher.Binding // map name → region in the client's WELCOME
 	clock                                  *shm.Array                 // the client's clock region (role 6), or nil
+	calls                                  *clientHostCalls           // the client's mailbox server, or nil
 }
 
 // gpuReceiver is the instance shared by the traces and metrics handles.
@@ -98,13 +99,14 @@ type gpuReceiver struct {
 	host      *hostSide            // uprobes and host programs in Linux
 	flushc    chan chan struct{}   // flush requests to the poll loop
 	mapper    *clock.Mapper
+	hc        *hostCalls // GPU programs' host calls (hostcalls.go)
 }
 
 func newReceiver(set receiver.Settings, cfg *config.Config) (*gpuReceiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("gpuprobe: invalid config: %w", err)
 	}
-	return &gpuReceiver{cfg: cfg, set: set, log: set.Logger}, nil
+	return &gpuReceiver{cfg: cfg, set: set, log: set.Logger, hc: &hostCalls{}}, nil
 }
 
 func (r *gpuReceiver) setTraces(c consumer.Traces) {
@@ -247,6 +249,11 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 		offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: probes.KernelPhasesRingMap, Region: warps.Region()})
 	}
 	offers = append(offers, r.host.offers()...)
+	calls, hcOffers, err := r.hc.offers(p)
+	if err != nil {
+		r.log.Warn("gpuprobe: no host-call mailbox for a client; its GPU programs' printk, puts and host maps do nothing", zap.Int32("pid", p.PID), zap.Error(err))
+	}
+	offers = append(offers, hcOffers...)
 	clk, err := newClockRegion()
 	if err != nil {
 		r.log.Debug("gpuprobe: no clock region for a client; its GPU programs' bpf_ktime_get_ns is %globaltimer", zap.Error(err))
@@ -255,7 +262,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	}
 	s := r.addSource(ring, true, maps, names)
 	r.mu.Lock()
-	s.clock = clk
+	s.clock, s.calls = clk, calls
 	if warps != nil {
 		s.warps, s.warpsCons = warps, warps.NewConsumer(shm.ConsumerOptions{})
 	}
@@ -325,6 +332,7 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 				mapper.SetMonoOffset(off)
 			}
 			r.pollOnce(ctx, now)
+			r.hc.flush(ctx, r.cfg.Resource.ServiceName, r.log)
 			if now.Sub(lastMetrics) >= r.cfg.MetricsInterval {
 				lastMetrics = now
 				r.emitMetrics(ctx, now)
@@ -487,6 +495,7 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 				r.log.Debug("gpuprobe: closing a kernel_phases ring", zap.Error(err))
 			}
 		}
+		r.hc.stop(s.calls, r.log)
 		if s.clock != nil {
 			if err := s.clock.Close(); err != nil {
 				r.log.Debug("gpuprobe: closing a clock region", zap.Error(err))
@@ -507,7 +516,7 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr.Load()},
 		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.progSkips.Load()},
-	}, r.hostSelfMetrics()...)
+	}, append(r.hostSelfMetrics(), r.hc.metrics()...)...)
 }
 
 func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {

@@ -194,3 +194,19 @@ func (m *hashMap) Delete(key []byte) int64 {
 	m.free = append(m.free, s)
 	return 0
 }
+
+// Needs reports whether GPU program p makes host calls: it calls
+// trace_printk or puts, or uses a host map (IsHostMap).
+func Needs(p *jit.Program) bool {
+	for _, m := range p.Maps {
+		if IsHostMap(m) {
+			return true
+		}
+	}
+	for _, ins := range p.Insns {
+		if ins.IsBuiltinCall() && (ins.Constant == int64(jit.HelperTracePrintk) || ins.Constant == int64(jit.HelperPuts)) {
+			return true
+		}
+	}
+	return false
+}

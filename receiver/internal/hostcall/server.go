@@ -109,6 +109,9 @@ type Server struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	mu     sync.Mutex // guards closed and final against Counters
+	closed bool
+	final  Counters // the counters at Stop (the region is gone)
 }
 
 // New creates a mailbox and a Server for it; maps are the client's host
@@ -150,13 +153,25 @@ func (s *Server) Stop() error {
 			<-s.done
 		}
 		s.mb.Poll(s.Handle)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.final, s.closed = s.counters(), true
 		err = s.mb.Close()
 	})
 	return err
 }
 
-// Counters returns the totals so far.
+// Counters returns the totals so far (after Stop: the final ones).
 func (s *Server) Counters() Counters {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return s.final
+	}
+	return s.counters()
+}
+
+func (s *Server) counters() Counters {
 	return Counters{Served: s.mb.Served(), Late: s.mb.Late(), Rejected: s.rejected.Load(), Invalid: s.invalid.Load()}
 }
 
