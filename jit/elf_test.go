@@ -236,6 +236,7 @@ func TestLoadELFErrors(t *testing.T) {
 		{"badkey", []string{"bad_key", `map "wide_key" (type 1503)`, "key size 8, want 4"}},
 		{"emptyring", []string{`map "ring" (type 1527)`, "max_entries 0"}},
 		{"extern", []string{"calls_extern", `"elsewhere"`, "not in the program"}},
+		{"gpuhash", []string{`program "uses_gpu_hash"`, `map "gpu_hash" has type 1501`, "GPU_HASH_MAP", "use BPF_MAP_TYPE_HASH"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.object, func(t *testing.T) {

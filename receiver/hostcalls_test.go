@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,5 +113,42 @@ func TestHostCallsThroughAgent(t *testing.T) {
 	}
 	if len(bodies) != 2 || bodies[0] != "hello from the GPU" || bodies[1] != "thread 5" {
 		t.Fatalf("log bodies %q", bodies)
+	}
+}
+
+// buildBad compiles testdata/bpf/bad/<name>.c with clang.
+func buildBad(t *testing.T, name string) string {
+	t.Helper()
+	clang, err := exec.LookPath("clang")
+	if err != nil {
+		t.Fatalf("clang is needed to build testdata/bpf/bad/%s.c: %v", name, err)
+	}
+	out := filepath.Join(t.TempDir(), name+".o")
+	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-c", "../testdata/bpf/bad/"+name+".c", "-o", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("clang %s.c: %v\n%s", name, err, b)
+	}
+	return out
+}
+
+// TestUnsupportedMapTypeFailsStart: a GPU program with one of bpftime's
+// other GPU map types is refused when the receiver starts, never at patch
+// time, with the config key, the program, the map and its type.
+func TestUnsupportedMapTypeFailsStart(t *testing.T) {
+	f := NewFactory()
+	cfg := testConfig(t)
+	cfg.Programs = []config.ProgramConfig{{Path: buildBad(t, "gpuhash")}}
+	r, err := f.CreateMetrics(context.Background(), receivertest.NewNopSettings(f.Type()), cfg, consumertest.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Start(context.Background(), componenttest.NewNopHost())
+	for _, want := range []string{"programs[0]", `program "uses_gpu_hash"`, `map "gpu_hash" has type 1501`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("start: %v; want it to say %q", err, want)
+		}
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
