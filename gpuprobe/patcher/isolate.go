@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
@@ -145,4 +146,39 @@ func bindMailbox(out []agent.PatchedGlobal, gs []inject.Global, bind Binder) {
 			out[i].Kind, out[i].Region, out[i].Value = agent.GlobalRegion, b.Region, 0
 		}
 	}
+}
+
+// maxFailed bounds the failCache: a set of entries is dropped whole when
+// it is full (failures are rare; the cache only spares recompiling the
+// same failing program for every process that loads the same module).
+const maxFailed = 256
+
+// failCache remembers, by injection key (module, programs, options), which
+// program's own error made the injection fail: the injection cache keeps
+// only successes, so without it every PATCH of that module would compile
+// the failing program again before leaving it out.
+type failCache struct {
+	mu sync.Mutex
+	m  map[inject.Key]failure
+}
+
+type failure struct {
+	index int
+	err   error
+}
+
+func (c *failCache) get(k inject.Key) (failure, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.m[k]
+	return f, ok
+}
+
+func (c *failCache) put(k inject.Key, index int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxFailed {
+		c.m = map[inject.Key]failure{}
+	}
+	c.m[k] = failure{index, err}
 }

@@ -31,10 +31,14 @@ func TestPatchLeavesFailingProgramOut(t *testing.T) {
 		user    []*jit.Program
 		key     string // the user program's key, reported once
 		wantMsg string // in the skip's error
+		// injection cache hits of a second Patch: a binding failure
+		// re-binds the cached full set; a compile failure is
+		// remembered and not injected again
+		wantHits uint64
 	}{
 		{"no region for a user map", launchlate(t), "programs[0] (object launchlate.o, program launch_gpu)",
-			"map delay_log2_ns of program launch_gpu has no region"},
-		{"verifier rejects", []*jit.Program{bad}, "programs[1] (object bad.o, program bad)", "program bad: verifier"},
+			"map delay_log2_ns of program launch_gpu has no region", 2},
+		{"verifier rejects", []*jit.Program{bad}, "programs[1] (object bad.o, program bad)", "program bad: verifier", 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +69,13 @@ func TestPatchLeavesFailingProgramOut(t *testing.T) {
 			}
 			if len(got) != 1 || got[0] != tc.key {
 				t.Errorf("skipped %q, want [%q]", got, tc.key)
+			}
+			// Again: skipped again, with no new compile (still 2 misses).
+			if _, err := p.Patch(&agent.PatchRequest{Arch: 90, Image: img}, ring); err != nil {
+				t.Fatal(err)
+			}
+			if st := p.CacheStats(); len(skips) != 2 || st.Misses != 2 || st.Hits != tc.wantHits {
+				t.Errorf("second patch: %d skips, cache %+v; want 2 skips, 2 misses, %d hits", len(skips), st, tc.wantHits)
 			}
 			// Alone, the failing program gets the module refused.
 			alone, err := New(Options{Programs: tc.user})

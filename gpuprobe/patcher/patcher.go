@@ -87,6 +87,7 @@ type Patcher struct {
 	opts       Options
 	deviceOnly map[string]bool
 	inj        *inject.Injector
+	failed     failCache // program sets whose injection failed, by key
 }
 
 // New returns a Patcher for a program set.
@@ -190,13 +191,18 @@ func (p *Patcher) injectOptions(arch uint32) inject.Options {
 // globals. Errors are *agent.NoPatch; with them it returns the indices in
 // progs of the programs the error belongs to, when it belongs to some.
 func (p *Patcher) patchWith(text []byte, progs []*jit.Program, opts inject.Options, bind Binder) (*agent.Patched, []int, error) {
+	if f, ok := p.failed.get(inject.KeyOf(text, progs, opts)); ok {
+		return nil, []int{f.index}, f.err // the same module failed the same way before
+	}
 	out, rep, err := p.inj.Inject(text, progs, opts)
 	if errors.Is(err, inject.ErrNoKernel) {
 		return nil, nil, noPatch(agent.NoPatchNoKernel, "%v", err)
 	}
 	var pe *inject.ProgramError
 	if errors.As(err, &pe) {
-		return nil, []int{pe.Index}, noPatch(agent.NoPatchError, "%v", err)
+		np := noPatch(agent.NoPatchError, "%v", err)
+		p.failed.put(inject.KeyOf(text, progs, opts), pe.Index, np)
+		return nil, []int{pe.Index}, np
 	}
 	if err != nil {
 		return nil, nil, noPatch(agent.NoPatchError, "%v", err)
