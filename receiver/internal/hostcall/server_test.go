@@ -156,3 +156,24 @@ func BenchmarkRoundTrip(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 	b.ReportMetric(float64(lat[len(lat)-1].Nanoseconds()), "max-ns")
 }
+
+// BenchmarkRoundTripAfterIdle measures the first request after the
+// server has backed off to its longest sleep (5 ms idle): what a kernel's
+// first host call pays; it must stay well inside DefaultTimeout.
+func BenchmarkRoundTripAfterIdle(b *testing.B) {
+	s, _, _ := newServer(b, Options{Rate: 1e12, Burst: 1e12, Timeout: time.Second})
+	mb := s.Mailbox()
+	lat := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		time.Sleep(5 * time.Millisecond)
+		t0 := time.Now()
+		if _, err := mb.Call(uint32(jit.HelperMapLookupElem), [5]uint64{0, 0, 0, 0, jit.HostMapID("a")}, u32(1), 0); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(lat[len(lat)-1].Nanoseconds()), "max-ns")
+}
