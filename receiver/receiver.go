@@ -322,6 +322,7 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 		select {
 		case <-ctx.Done():
 			r.flushTraces()
+			r.hc.flush(context.Background(), r.cfg.Resource.ServiceName, r.log)
 			r.emitMetrics(context.Background(), time.Now())
 			return
 		case ch := <-r.flushc:
