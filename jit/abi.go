@@ -74,6 +74,31 @@ const (
 	MapTypePerBlockArray  MapType = 1601 // one value per thread block per key, in the block's shared memory, not zeroed (ours)
 )
 
+// bpftime's other GPU map types, which GPU programs cannot use here; each
+// is named in the loader's error with what to use instead.
+var unsupportedMapTypes = map[MapType]string{
+	1501: "bpftime's BPF_MAP_TYPE_GPU_HASH_MAP (a hash shared by all GPU threads): use BPF_MAP_TYPE_HASH (1), served by the host",
+	1504: "bpftime's BPF_MAP_TYPE_GPU_KERNEL_SHARED_ARRAY_MAP: use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)",
+	1512: "bpftime's BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP (per-thread array in host memory, for Tegra): use BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)",
+	1513: "bpftime's BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP (array in host memory, for Tegra): use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)",
+}
+
+// CheckGPUMapType refuses a map type GPU programs cannot use: they can
+// use the GPU maps (1502, 1503, 1527, 1600, 1601) and, through host calls,
+// BPF_MAP_TYPE_HASH and BPF_MAP_TYPE_ARRAY.
+func CheckGPUMapType(m *Map) error {
+	switch m.Type {
+	case MapTypeHash, MapTypeArray, MapTypePerThreadArray, MapTypeGPUArray, MapTypeGPURingbuf,
+		MapTypePerWarpArray, MapTypePerBlockArray:
+		return nil
+	}
+	why, ok := unsupportedMapTypes[m.Type]
+	if !ok {
+		why = "not a map type GPU programs can use (1, 2, 1502, 1503, 1527, 1600, 1601)"
+	}
+	return fmt.Errorf("map %q has type %d, %s", m.Name, m.Type, why)
+}
+
 // MaxBlockMapBytes bounds a per-block array (max_entries × 8-byte aligned
 // value size): it takes shared memory from every block of the kernels it
 // is spliced into.
@@ -90,6 +115,19 @@ const MapFlagMmapable = 1 << 10
 // with no shm header, and GPU programs read and write them in place.
 func (m *Map) Mmapable() bool {
 	return m != nil && m.Type == MapTypeArray && m.Flags&MapFlagMmapable != 0
+}
+
+// HostMapID is the id by which a host-map request names its map (the
+// request's args[4]): FNV-1a 64 of the map's name. The map index (args[0])
+// is the map's place in the calling program's Maps, which differs between
+// programs; map names are unique across a collector's programs.
+func HostMapID(name string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // DeviceArray reports whether the GPU code indexes m itself: a GPU array,

@@ -307,6 +307,11 @@ func collectMaps(p *Program, specMaps map[string]*ebpf.MapSpec, seen map[string]
 			}
 			seen[ref] = m
 		}
+		if p.IsGPU() {
+			if err := CheckGPUMapType(m); err != nil {
+				return fmt.Errorf("insn %d (%s): %w", i, sourceOf(ins), err)
+			}
+		}
 		inProg[ref] = true
 		p.Maps = append(p.Maps, m)
 	}

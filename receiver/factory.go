@@ -11,14 +11,16 @@ import (
 	"go.opentelemetry.io/collector/receiver"
 )
 
-// NewFactory returns the factory of the gpuprobe receiver (traces and
-// metrics; both signals share one instance per configuration).
+// NewFactory returns the factory of the gpuprobe receiver (traces,
+// metrics, and logs: the GPU programs' trace_printk and puts; the signals
+// share one instance per configuration).
 func NewFactory() receiver.Factory {
 	return receiver.NewFactory(
 		metadata.Type,
 		createDefaultConfig,
 		receiver.WithTraces(createTraces, metadata.TracesStability),
 		receiver.WithMetrics(createMetrics, metadata.MetricsStability),
+		receiver.WithLogs(createLogs, metadata.LogsStability),
 	)
 }
 
@@ -57,5 +59,15 @@ func createMetrics(_ context.Context, set receiver.Settings, cfg component.Confi
 	}
 	h.r.setMetrics(next)
 	h.detach = func() { h.r.setMetrics(nil) }
+	return h, nil
+}
+
+func createLogs(_ context.Context, set receiver.Settings, cfg component.Config, next consumer.Logs) (receiver.Logs, error) {
+	h, err := getReceiver(set, cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.r.hc.setLogs(next)
+	h.detach = func() { h.r.hc.setLogs(nil) }
 	return h, nil
 }

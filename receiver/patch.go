@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -29,12 +30,16 @@ const (
 // all). It returns nil when there is nothing to inject.
 func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 	var progs []*jit.Program
+	var keys []string
 	if r.cfg.Probes.KernelPhases {
 		kp, err := probes.Load(probes.KernelPhases)
 		if err != nil {
 			return nil, fmt.Errorf("gpuprobe: probes::kernel_phases: %w", err)
 		}
 		progs = append(progs, kp...)
+		for range kp {
+			keys = append(keys, "probes::kernel_phases")
+		}
 	}
 	var user []*jit.Program
 	for i, pc := range r.cfg.Programs {
@@ -48,6 +53,7 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 			}
 			if len(pc.Attach) == 0 || slices.Contains(pc.Attach, p.Name) {
 				user = append(user, p)
+				keys = append(keys, fmt.Sprintf("programs[%d] (object %s, program %s)", i, filepath.Base(pc.Path), p.Name))
 			}
 		}
 	}
@@ -55,12 +61,14 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 	if len(progs) == 0 {
 		return nil, nil
 	}
+	r.hc.scan(progs)
 	// User programs' GPU maps live in device memory, mirrored to their
 	// regions at the receiver's poll cadence (shm, "Device-resident maps").
 	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
 		DeviceMaps: jit.DeviceResidentMaps(user), MirrorPeriod: r.cfg.PollInterval,
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
-		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond})
+		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond,
+		Keys: keys, OnSkip: r.onSkip})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprobe: %w", err)
 	}
@@ -79,6 +87,9 @@ func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding 
 			continue
 		case agent.RoleClock:
 			out[patcher.ClockBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
+			continue
+		case agent.RoleMailbox:
+			out[patcher.MailboxBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
 			continue
 		case agent.RoleMap:
 		default:
@@ -120,4 +131,30 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 	r.log.Debug("gpuprobe: module patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
 		zap.Int("kernels", len(a.Kernels)), zap.Duration("took", time.Since(start)))
 	return a, nil
+}
+
+// maxSkipReasons bounds the (program, reason) pairs remembered so that
+// each is logged once: reasons may name kernels, which a long-running
+// collector sees without end.
+const maxSkipReasons = 1024
+
+// onSkip counts a program left out of a module it could not be patched
+// into (the module was patched with the other programs) and logs each
+// (program, reason) once.
+func (r *gpuReceiver) onSkip(s patcher.Skip) {
+	r.progSkips.Add(1)
+	k := s.Key + "\x00" + s.Err.Error()
+	r.skipMu.Lock()
+	if r.skipSeen == nil {
+		r.skipSeen = map[string]bool{}
+	}
+	seen := r.skipSeen[k]
+	if !seen && len(r.skipSeen) < maxSkipReasons {
+		r.skipSeen[k] = true
+	}
+	r.skipMu.Unlock()
+	if !seen {
+		r.log.Warn("gpuprobe: GPU program left out of a module (the module is patched with the other probes)",
+			zap.String("program", s.Key), zap.Error(s.Err))
+	}
 }

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestPatchAndWarpRing drives the patching path end to end without a GPU:
@@ -119,4 +122,29 @@ func TestPatchAndWarpRing(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("no span with cuda.warps.observed after 10 s (%d spans)", traces.SpanCount())
+}
+
+// TestOnSkipLogsOnce: every program left out of a module is counted; each
+// (program, reason) is logged once, with the program's config key.
+func TestOnSkipLogsOnce(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	r := &gpuReceiver{log: zap.New(core)}
+	key := "programs[1] (object x.o, program foo)"
+	noRegion := &agent.NoPatch{Code: agent.NoPatchError, Message: "map m of program foo has no region for this client"}
+	other := &agent.NoPatch{Code: agent.NoPatchError, Message: "inject: program foo: verifier: insn 3"}
+	for _, err := range []error{noRegion, noRegion, other, noRegion} {
+		r.onSkip(patcher.Skip{Index: 2, Key: key, Err: err})
+	}
+	if n := r.progSkips.Load(); n != 4 {
+		t.Errorf("counted %d skips, want 4", n)
+	}
+	entries := logs.All()
+	if len(entries) != 2 {
+		t.Fatalf("%d log entries, want 2 (one per reason): %v", len(entries), entries)
+	}
+	for _, e := range entries {
+		if e.ContextMap()["program"] != key {
+			t.Errorf("log %q: program %v, want %q", e.Message, e.ContextMap()["program"], key)
+		}
+	}
 }

@@ -62,6 +62,7 @@ type source struct {
 	warpsDropped                           uint64
 	bind                                   map[string]patcher.Binding // map name → region in the client's WELCOME
 	clock                                  *shm.Array                 // the client's clock region (role 6), or nil
+	calls                                  *clientHostCalls           // the client's mailbox server, or nil
 }
 
 // gpuReceiver is the instance shared by the traces and metrics handles.
@@ -84,22 +85,28 @@ type gpuReceiver struct {
 	dropped  uint64        // records dropped (ring full, oversize, stalled, invalid)
 	patched  atomic.Uint64 // modules patched (agent goroutines)
 	patchErr atomic.Uint64 // modules not patched
-	patcher  *patcher.Patcher
-	spansErr uint64
-	defs     []*progmaps.Def      // GPU maps of the configured programs
-	col      *progmaps.Collector  // user maps → pdata (poll goroutine only)
-	retired  []*progmaps.Instance // map regions of gone applications, reported once more then closed
-	mapStats progmaps.Counters    // last counters seen, for deltas
-	host     *hostSide            // uprobes and host programs in Linux
-	flushc   chan chan struct{}   // flush requests to the poll loop
-	mapper   *clock.Mapper
+	// progSkips counts programs left out of a module they could not be
+	// patched into; skipSeen the (program, reason) pairs logged already.
+	progSkips atomic.Uint64
+	skipMu    sync.Mutex
+	skipSeen  map[string]bool
+	patcher   *patcher.Patcher
+	spansErr  uint64
+	defs      []*progmaps.Def      // GPU maps of the configured programs
+	col       *progmaps.Collector  // user maps → pdata (poll goroutine only)
+	retired   []*progmaps.Instance // map regions of gone applications, reported once more then closed
+	mapStats  progmaps.Counters    // last counters seen, for deltas
+	host      *hostSide            // uprobes and host programs in Linux
+	flushc    chan chan struct{}   // flush requests to the poll loop
+	mapper    *clock.Mapper
+	hc        *hostCalls // GPU programs' host calls (hostcalls.go)
 }
 
 func newReceiver(set receiver.Settings, cfg *config.Config) (*gpuReceiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("gpuprobe: invalid config: %w", err)
 	}
-	return &gpuReceiver{cfg: cfg, set: set, log: set.Logger}, nil
+	return &gpuReceiver{cfg: cfg, set: set, log: set.Logger, hc: &hostCalls{}}, nil
 }
 
 func (r *gpuReceiver) setTraces(c consumer.Traces) {
@@ -243,6 +250,11 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 		offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: probes.KernelPhasesRingMap, Region: warps.Region()})
 	}
 	offers = append(offers, r.host.offers()...)
+	calls, hcOffers, err := r.hc.offers(p)
+	if err != nil {
+		r.log.Warn("gpuprobe: no host-call mailbox for a client; its GPU programs' printk, puts and host maps do nothing", zap.Int32("pid", p.PID), zap.Error(err))
+	}
+	offers = append(offers, hcOffers...)
 	clk, err := newClockRegion()
 	if err != nil {
 		r.log.Debug("gpuprobe: no clock region for a client; its GPU programs' bpf_ktime_get_ns is %globaltimer", zap.Error(err))
@@ -251,7 +263,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	}
 	s := r.addSource(ring, true, maps, names)
 	r.mu.Lock()
-	s.clock = clk
+	s.clock, s.calls = clk, calls
 	if warps != nil {
 		s.warps, s.warpsCons = warps, warps.NewConsumer(shm.ConsumerOptions{})
 	}
@@ -311,6 +323,7 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 		select {
 		case <-ctx.Done():
 			r.flushTraces()
+			r.hc.flush(context.Background(), r.cfg.Resource.ServiceName, r.log)
 			r.emitMetrics(context.Background(), time.Now())
 			return
 		case ch := <-r.flushc:
@@ -321,6 +334,7 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 				mapper.SetMonoOffset(off)
 			}
 			r.pollOnce(ctx, now)
+			r.hc.flush(ctx, r.cfg.Resource.ServiceName, r.log)
 			if now.Sub(lastMetrics) >= r.cfg.MetricsInterval {
 				lastMetrics = now
 				r.emitMetrics(ctx, now)
@@ -483,6 +497,7 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 				r.log.Debug("gpuprobe: closing a kernel_phases ring", zap.Error(err))
 			}
 		}
+		r.hc.stop(s.calls, r.log)
 		if s.clock != nil {
 			if err := s.clock.Close(); err != nil {
 				r.log.Debug("gpuprobe: closing a clock region", zap.Error(err))
@@ -502,7 +517,8 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched.Load()},
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr.Load()},
-	}, r.hostSelfMetrics()...)
+		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.progSkips.Load()},
+	}, append(r.hostSelfMetrics(), r.hc.metrics()...)...)
 }
 
 func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {

@@ -277,6 +277,9 @@
 //	off 128 u64 timeout_ns  how long a GPU thread waits (set by the creator)
 //	off 192 u64 served      requests answered (host: store)
 //	off 256 u64 heartbeat   host CLOCK_MONOTONIC ns of its last poll
+//	off 320 u64 late        requests answered after their requester gave
+//	                        up (timed out): lock was 0 when the host read
+//	                        the request (host: store)
 //
 // A slot (256 bytes):
 //
@@ -310,6 +313,9 @@
 // Host (Mailbox.Serve): poll every slot; where r = load-acquire(req) differs
 // from ack, read the request, run the handler, store ret, then store-release
 // ack = r. A late answer to an abandoned request is harmless: nobody reads
-// it. The host never writes lock, req or the request fields, so no
+// it; the host counts it in late when it finds lock = 0 (a requester that
+// still waits holds the lock; one that gave up released it in step 4). A
+// requester of another thread may hold the lock for a moment while it
+// checks the busy slot, so late can undercount, never overcount. The host never writes lock, req or the request fields, so no
 // read-modify-write crosses the bus.
 package shm

@@ -101,7 +101,7 @@ type Handler func(*Request) int64
 // It must not run concurrently with another Poll or Serve on the same
 // mailbox.
 func (m *Mailbox) Poll(h Handler) int {
-	n := 0
+	n, late := 0, uint64(0)
 	var req Request
 	for i := uint64(0); i < m.slots; i++ {
 		s := m.slot(i)
@@ -119,16 +119,26 @@ func (m *Mailbox) Poll(h Handler) int {
 			ln = MailboxPayload // a bad requester cannot make us read past the slot
 		}
 		req.Payload = unsafe.Slice((*byte)(unsafe.Add(s, mbPayload)), ln)
+		if atomic.LoadUint32(field32(s, mbLock)) == 0 {
+			late++ // the requester timed out and released the slot (doc.go)
+		}
 		ret := h(&req)
 		atomic.StoreUint64(field64(s, mbRet), uint64(ret))
 		atomic.StoreUint64(field64(s, mbAck), r)
 		n++
 	}
 	if n > 0 {
-		atomic.AddUint64(m.r.u64(offMboxServed), uint64(n))
+		atomic.StoreUint64(m.r.u64(offMboxServed), atomic.LoadUint64(m.r.u64(offMboxServed))+uint64(n))
+	}
+	if late > 0 {
+		atomic.StoreUint64(m.r.u64(offMboxLate), atomic.LoadUint64(m.r.u64(offMboxLate))+late)
 	}
 	return n
 }
+
+// Late returns how many requests the host answered after their requester
+// had given up waiting (timed out).
+func (m *Mailbox) Late() uint64 { return atomic.LoadUint64(m.r.u64(offMboxLate)) }
 
 // ServeOptions tune Serve's polling.
 type ServeOptions struct {
@@ -141,7 +151,11 @@ type ServeOptions struct {
 
 // Serve answers requests with h until ctx is done, then returns ctx.Err().
 // It polls: busy-spinning (with runtime.Gosched) while requests arrive, then
-// sleeping with exponential backoff up to MaxSleep when idle.
+// sleeping with exponential backoff up to MaxSleep when idle. The sleep is
+// nanosleep(2), not a Go timer: on a 2-core Linux 6.x VM with Go 1.26 a
+// 250 µs timer fired after 1.07-3.6 ms (200 tries), nanosleep after
+// 0.31-0.38 ms, and a GPU thread waits only the mailbox timeout. It holds
+// an OS thread while asleep; ctx is checked after each sleep.
 func (m *Mailbox) Serve(ctx context.Context, h Handler, opts ServeOptions) error {
 	if opts.Spin <= 0 {
 		opts.Spin = 50 * time.Microsecond
@@ -165,13 +179,8 @@ func (m *Mailbox) Serve(ctx context.Context, h Handler, opts ServeOptions) error
 			runtime.Gosched()
 			continue
 		}
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
+		ts := unix.NsecToTimespec(sleep.Nanoseconds())
+		_ = unix.Nanosleep(&ts, nil) // EINTR: poll early
 		if sleep *= 2; sleep > opts.MaxSleep {
 			sleep = opts.MaxSleep
 		}

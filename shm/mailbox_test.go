@@ -110,10 +110,16 @@ func TestMailboxTimeoutAndAbandonedSlot(t *testing.T) {
 	if n := m.Poll(func(r *Request) int64 { seen = append(seen, string(r.Payload)); return 1 }); n != 1 || seen[0] != "lost" {
 		t.Fatalf("Poll served %d: %q", n, seen)
 	}
+	if m.Late() != 1 {
+		t.Fatalf("late answers %d, want 1", m.Late())
+	}
 	stop := serve(t, m, func(r *Request) int64 { return 42 })
 	defer stop()
 	if ret, err := m.Call(1, [5]uint64{}, nil, 0); ret != 42 || err != nil {
 		t.Fatalf("after recovery: %d, %v", ret, err)
+	}
+	if m.Late() != 1 {
+		t.Fatalf("an answered request counted late: %d", m.Late())
 	}
 }
 

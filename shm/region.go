@@ -53,6 +53,7 @@ const (
 	offMboxTimeout = 128
 	offMboxServed  = 192
 	offMboxBeat    = 256
+	offMboxLate    = 320
 )
 
 // fieldOffset maps header field names to their offsets.

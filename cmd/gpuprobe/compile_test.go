@@ -160,6 +160,7 @@ func TestCompileUsage(t *testing.T) {
 		{"bad flag", []string{"compile", "-x", "a.o"}, 2, "flag provided but not defined: -x"},
 		{"missing file", []string{"compile", "/nonexistent/p.o"}, 2, "/nonexistent/p.o"},
 		{"not an object", []string{"compile", writeTempFile(t, "junk.o", "junk")}, 2, "parse eBPF object"},
+		{"unsupported map type", []string{"compile", badObject(t, "gpuhash")}, 2, `map "gpu_hash" has type 1501, bpftime's BPF_MAP_TYPE_GPU_HASH_MAP`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,4 +179,19 @@ func writeTempFile(t *testing.T, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// badObject compiles testdata/bpf/bad/<name>.c with clang.
+func badObject(t *testing.T, name string) string {
+	t.Helper()
+	clang, err := exec.LookPath("clang")
+	if err != nil {
+		t.Fatalf("clang is needed to build testdata/bpf/bad/%s.c: %v", name, err)
+	}
+	out := filepath.Join(t.TempDir(), name+".o")
+	src := filepath.Join("..", "..", "testdata", "bpf", "bad", name+".c")
+	if b, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-c", src, "-o", out).CombinedOutput(); err != nil {
+		t.Fatalf("clang %s.c: %v\n%s", name, err, b)
+	}
+	return out
 }

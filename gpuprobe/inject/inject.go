@@ -80,6 +80,21 @@ func (e *NoKernelError) Error() string {
 // Unwrap returns ErrNoKernel.
 func (e *NoKernelError) Unwrap() error { return ErrNoKernel }
 
+// ProgramError is an error of one program (verifying, compiling or
+// binding it), which the module's other programs do not share: a caller
+// may inject again without it.
+type ProgramError struct {
+	Index   int    // the program's index in Inject's progs
+	Program string // jit.Program.Name
+	Err     error
+}
+
+// Error names the program.
+func (e *ProgramError) Error() string { return "inject: program " + e.Program + ": " + e.Err.Error() }
+
+// Unwrap returns the program's error.
+func (e *ProgramError) Unwrap() error { return e.Err }
+
 // Report says what Inject did and what the loader must set up.
 type Report struct {
 	Version string // .version of the patched module
@@ -349,7 +364,7 @@ func (s *splicer) compile(progs []*jit.Program, calls [][]*ptxmod.Func, rep *Rep
 		}
 		res, err := verifier.Verify(p, verifier.Options{CtxSize: ctxSize(p.Kind)})
 		if err != nil {
-			return fmt.Errorf("inject: program %s: verifier: %w", p.Name, err)
+			return &ProgramError{Index: i, Program: p.Name, Err: fmt.Errorf("verifier: %w", err)}
 		}
 		prefix := "gpuprobe_" + ptx.Sanitize(p.Name)
 		for n := 2; prefixes[prefix]; n++ {
@@ -366,16 +381,16 @@ func (s *splicer) compile(progs []*jit.Program, calls [][]*ptxmod.Func, rep *Rep
 		po.Verified = res // its alignment proofs drop run-time checks
 		f, err := ptx.Compile(p, po)
 		if err != nil {
-			return fmt.Errorf("inject: program %s: %w", p.Name, err)
+			return &ProgramError{Index: i, Program: p.Name, Err: err}
 		}
 		if s.opts.LaunchID == LaunchIDParam {
 			if f, err = bindLaunchParam(f); err != nil {
-				return fmt.Errorf("inject: program %s: %w", p.Name, err)
+				return &ProgramError{Index: i, Program: p.Name, Err: err}
 			}
 		}
 		sh, err := ptx.SharedDecls(s.shared, f)
 		if err != nil {
-			return fmt.Errorf("inject: program %s: %w", p.Name, err)
+			return &ProgramError{Index: i, Program: p.Name, Err: err}
 		}
 		if p.Kind != jit.ProbeMemCapture && !s.opts.NoInline {
 			// A body the inliner does not recognise is called instead.

@@ -56,6 +56,13 @@ type Options struct {
 	// Inject are further injection options (Arch, RaiseTarget, LaunchID,
 	// SkipUnidentified and PTX.RingDevice are set by the patcher).
 	Inject inject.Options
+	// Keys name the programs in logs, by index (e.g. "programs[1]
+	// (object x.o, program foo)"); missing ones are "program NAME".
+	// Programs with the same key are one probe: left out together.
+	Keys []string
+	// OnSkip, if set, is called whenever a program is left out of a
+	// module it could not be patched into (Patch patches the others).
+	OnSkip func(Skip)
 	// CacheEntries and CacheBytes bound the injection cache (defaults 256
 	// entries, 256 MiB).
 	CacheEntries, CacheBytes int
@@ -78,11 +85,17 @@ type Binder func(mapName string) (Binding, bool)
 // GPU). No map can have it: map names are C identifiers.
 const ClockBinding = "<clock>"
 
+// MailboxBinding is the name a Binder is asked for the client's host-call
+// mailbox region (RoleMailbox); false: none, and host-call helpers return
+// -ETIMEDOUT at once.
+const MailboxBinding = "<mailbox>"
+
 // Patcher answers PATCH requests. It is safe for concurrent use.
 type Patcher struct {
 	opts       Options
 	deviceOnly map[string]bool
 	inj        *inject.Injector
+	failed     failCache // program sets whose injection failed, by key
 }
 
 // New returns a Patcher for a program set.
@@ -167,33 +180,56 @@ func (p *Patcher) Patch(req *agent.PatchRequest, bind Binder) (*agent.Patched, e
 	if err != nil {
 		return nil, err
 	}
+	return p.patchIsolated(text, p.injectOptions(req.Arch), bind)
+}
+
+// injectOptions are the injection options for a device of SM arch.
+func (p *Patcher) injectOptions(arch uint32) inject.Options {
 	opts := p.opts.Inject
-	opts.Arch = fmt.Sprintf("sm_%d", req.Arch)
+	opts.Arch = fmt.Sprintf("sm_%d", arch)
 	opts.RaiseTarget = true
 	opts.LaunchID = inject.LaunchIDParam
 	opts.PTX.RingDevice = p.opts.RingDevice
 	opts.PTX.DeviceMaps = p.opts.DeviceMaps
 	// Launches left out by device sampling run no probe at all.
 	opts.SkipUnidentified = p.opts.DeviceOneIn > 1 || p.opts.DeviceMaxPerSecond > 0
-	out, rep, err := p.inj.Inject(text, p.opts.Programs, opts)
+	return opts
+}
+
+// patchWith injects progs into the PTX text and binds the result's
+// globals. Errors are *agent.NoPatch; with them it returns the indices in
+// progs of the programs the error belongs to, when it belongs to some.
+func (p *Patcher) patchWith(text []byte, progs []*jit.Program, opts inject.Options, bind Binder) (*agent.Patched, []int, error) {
+	if f, ok := p.failed.get(inject.KeyOf(text, progs, opts)); ok {
+		return nil, []int{f.index}, f.err // the same module failed the same way before
+	}
+	out, rep, err := p.inj.Inject(text, progs, opts)
 	if errors.Is(err, inject.ErrNoKernel) {
-		return nil, noPatch(agent.NoPatchNoKernel, "%v", err)
+		return nil, nil, noPatch(agent.NoPatchNoKernel, "%v", err)
+	}
+	var pe *inject.ProgramError
+	if errors.As(err, &pe) {
+		np := noPatch(agent.NoPatchError, "%v", err)
+		p.failed.put(inject.KeyOf(text, progs, opts), pe.Index, np)
+		return nil, []int{pe.Index}, np
 	}
 	if err != nil {
-		return nil, noPatch(agent.NoPatchError, "%v", err)
+		return nil, nil, noPatch(agent.NoPatchError, "%v", err)
 	}
 	a := &agent.Patched{Image: append(out, 0), DeviceOneIn: p.opts.DeviceOneIn, DeviceMaxPerSecond: p.opts.DeviceMaxPerSecond}
 	for _, k := range rep.Kernels {
 		if k.Launch == nil {
-			return nil, noPatch(agent.NoPatchError, "kernel %s: no launch-id parameter in the report", k.Name)
+			return nil, nil, noPatch(agent.NoPatchError, "kernel %s: no launch-id parameter in the report", k.Name)
 		}
 		a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: k.Name,
 			ParamIndex: uint32(k.Launch.Index), ParamOffset: uint32(k.Launch.Offset)})
 	}
-	if a.Globals, err = p.globals(rep.Globals, bind); err != nil {
-		return nil, err
+	miss := &missTracker{bind: bind}
+	if a.Globals, err = p.globals(rep.Globals, miss.binder); err != nil {
+		return nil, miss.culprits(err, progs, rep.Globals), err
 	}
-	return a, nil
+	bindMailbox(a.Globals, rep.Globals, bind)
+	return a, nil, nil
 }
 
 // globals turns the report's globals into the shim's instructions.

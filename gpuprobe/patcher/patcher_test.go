@@ -39,11 +39,20 @@ func newPatcher(t *testing.T) *Patcher {
 		t.Fatal(err)
 	}
 	p, err := New(Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
-		MaxThreads: 4096, RingDevice: probes.KernelPhasesRingDevice})
+		MaxThreads: 4096, RingDevice: probes.KernelPhasesRingDevice, Keys: kpKeys(len(progs))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// kpKeys keys n kernel_phases programs as one probe.
+func kpKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "probes::kernel_phases"
+	}
+	return keys
 }
 
 // ringBinder binds kp_exec to WELCOME region 2, with a device block.

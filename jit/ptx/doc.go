@@ -167,7 +167,8 @@
 // timeout_ns or Options.HostCallTimeout (100 µs), measured on %globaltimer;
 // on timeout (or without a mailbox) they return -ETIMEDOUT (-110). The
 // request's args are r1..r5 (for map helpers: args[0] = the map's index in
-// Program.Maps, then r2, r3, r4); the payload is the format string
+// Program.Maps, then r2, r3, r4, and args[4] = jit.HostMapID(map name),
+// which names the map across programs); the payload is the format string
 // (trace_printk, at most fmt_size bytes), the NUL-terminated string (puts),
 // or the key followed by the value (map helpers). A host-map lookup's answer
 // is the byte offset of the value in the map's region, which the host keeps

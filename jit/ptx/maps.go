@@ -341,7 +341,8 @@ func (c *compiler) gpuArrayOp(i int, id jit.HelperID, m *jit.Map) error {
 }
 
 // hostMapOp writes a map helper on a map that lives on the host, through
-// the mailbox. Request: args = (map index, r2, r3, r4, 0), payload = the
+// the mailbox. Request: args = (map index, r2, r3, r4, jit.HostMapID of
+// the map's name), payload = the
 // key, then (update) the value. A lookup's answer is the byte offset of the
 // value in the map's region (which the host keeps registered with the
 // device), or negative for "no entry"; the GPU code adds the region's
@@ -357,7 +358,7 @@ func (c *compiler) hostMapOp(i int, id jit.HelperID, k int, m *jit.Map) error {
 	}
 	mb := c.addGlobal(GlobalMailbox, "")
 	c.loadGlobal("%h0", mb)
-	c.callFunc(c.need(funcHostcall), "%r0", "%h0", strconv.Itoa(int(id)), u64(uint64(k)), "%r2", "%r3", "%r4", "0",
+	c.callFunc(c.need(funcHostcall), "%r0", "%h0", strconv.Itoa(int(id)), u64(uint64(k)), "%r2", "%r3", "%r4", u64(jit.HostMapID(m.Name)),
 		"%r2", u64(uint64(m.KeySize)), "%r3", u64(uint64(n2)), "0")
 	if id == jit.HelperMapLookupElem {
 		g := c.addGlobal(GlobalMap, m.Name)

@@ -23,14 +23,15 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                           metric.Meter
-	mu                              sync.Mutex
-	registrations                   []metric.Registration
-	GpuprobeReceiverLaunchesEvicted metric.Int64Counter
-	GpuprobeReceiverModulesPatched  metric.Int64Counter
-	GpuprobeReceiverPatchFailures   metric.Int64Counter
-	GpuprobeReceiverRecordsDropped  metric.Int64Counter
-	GpuprobeReceiverRecordsRead     metric.Int64Counter
+	meter                                metric.Meter
+	mu                                   sync.Mutex
+	registrations                        []metric.Registration
+	GpuprobeReceiverLaunchesEvicted      metric.Int64Counter
+	GpuprobeReceiverModulesPatched       metric.Int64Counter
+	GpuprobeReceiverPatchFailures        metric.Int64Counter
+	GpuprobeReceiverPatchProgramsSkipped metric.Int64Counter
+	GpuprobeReceiverRecordsDropped       metric.Int64Counter
+	GpuprobeReceiverRecordsRead          metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -78,6 +79,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_gpuprobe.receiver.patch.failures",
 		metric.WithDescription("CUDA modules that could not be patched (loaded unmodified). [Development]"),
 		metric.WithUnit("{module}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.GpuprobeReceiverPatchProgramsSkipped, err = builder.meter.Int64Counter(
+		"otelcol_gpuprobe.receiver.patch.programs_skipped",
+		metric.WithDescription("GPU programs left out of a module they could not be patched into (the module was patched with the other programs). [Development]"),
+		metric.WithUnit("{program}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.GpuprobeReceiverRecordsDropped, err = builder.meter.Int64Counter(

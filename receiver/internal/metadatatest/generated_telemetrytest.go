@@ -69,6 +69,22 @@ func AssertEqualGpuprobeReceiverPatchFailures(t *testing.T, tt *componenttest.Te
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualGpuprobeReceiverPatchProgramsSkipped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_gpuprobe.receiver.patch.programs_skipped",
+		Description: "GPU programs left out of a module they could not be patched into (the module was patched with the other programs). [Development]",
+		Unit:        "{program}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_gpuprobe.receiver.patch.programs_skipped")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualGpuprobeReceiverRecordsDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_gpuprobe.receiver.records.dropped",

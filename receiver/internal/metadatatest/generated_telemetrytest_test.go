@@ -22,6 +22,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.GpuprobeReceiverLaunchesEvicted.Add(context.Background(), 1)
 	tb.GpuprobeReceiverModulesPatched.Add(context.Background(), 1)
 	tb.GpuprobeReceiverPatchFailures.Add(context.Background(), 1)
+	tb.GpuprobeReceiverPatchProgramsSkipped.Add(context.Background(), 1)
 	tb.GpuprobeReceiverRecordsDropped.Add(context.Background(), 1)
 	tb.GpuprobeReceiverRecordsRead.Add(context.Background(), 1)
 	AssertEqualGpuprobeReceiverLaunchesEvicted(t, testTel,
@@ -31,6 +32,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualGpuprobeReceiverPatchFailures(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualGpuprobeReceiverPatchProgramsSkipped(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualGpuprobeReceiverRecordsDropped(t, testTel,
