@@ -22,7 +22,7 @@ done
 for f in gpuprobe libgpuprobe.so gpuprobe-gpucheck; do
 	[[ -e "$b/bin/$f" ]] || { echo "gpu-bundle: bin/$f missing (make bin/gpuprobe bin/libgpuprobe.so; CGO_ENABLED=1 go build -o bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck)" >&2; exit 1; }
 done
-for f in kernelretsnoop threadhist launchlate memcount; do
+for f in kernelretsnoop threadhist launchlate memcount hostcall_rt; do
 	[[ -e "testdata/bpf/$f.o" ]] || { echo "gpu-bundle: testdata/bpf/$f.o missing (make -f testdata/bpf/bpf.mk bpf-objects)" >&2; exit 1; }
 done
 cp Makefile "$b/"

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
@@ -30,6 +33,38 @@ type instance struct {
 	devMaps   map[string]bool
 	delivered uint64 // records the device rings' drains delivered
 	drainErr  error  // the first failure to write a tail back
+	// mb is the host-call mailbox, served while the instance lives.
+	mb          *shm.Mailbox
+	mbBase      uint64
+	answered    atomic.Uint64 // requests the mailbox's handler answered
+	stopMailbox func()
+}
+
+// mailbox creates, registers and starts serving the instance's host-call
+// mailbox, once, and returns its device address. The handler answers
+// every request with 0, as the receiver does for printk, so the round
+// trip measured is the mailbox's own.
+func (in *instance) mailbox() (uint64, error) {
+	if in.mb != nil {
+		return in.mbBase, nil
+	}
+	mb, err := shm.CreateMailbox(64, 0)
+	if err != nil {
+		return 0, err
+	}
+	base, err := in.register(mb.Region())
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mb.Serve(ctx, func(*shm.Request) int64 { in.answered.Add(1); return 0 }, shm.ServeOptions{Spin: time.Millisecond})
+	}()
+	in.mb, in.mbBase = mb, base
+	in.stopMailbox = func() { cancel(); <-done }
+	return base, nil
 }
 
 // mirror is one device-resident map: its host region and device copy.
@@ -95,8 +130,14 @@ func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64,
 				}
 				v = uint64(b)
 			}
-		case ptx.GlobalMailbox, ptx.GlobalLaunchID:
-			v = 0 // no host calls in these checks; launch ids come by parameter
+		case ptx.GlobalMailbox:
+			b, err := in.mailbox()
+			if err != nil {
+				return nil, fmt.Errorf("mailbox: %w", err)
+			}
+			v = b
+		case ptx.GlobalLaunchID:
+			v = 0 // launch ids come by parameter
 		}
 		if err := in.setGlobal(g.Name, v); err != nil {
 			return nil, err
@@ -294,6 +335,9 @@ func (in *instance) register(r *shm.Region) (uint64, error) {
 
 // close releases everything.
 func (in *instance) close() {
+	if in.stopMailbox != nil {
+		in.stopMailbox()
+	}
 	for _, r := range in.host {
 		b := r.Bytes()
 		in.c.HostUnregister(unsafe.Pointer(&b[0]))

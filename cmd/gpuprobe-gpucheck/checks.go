@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
@@ -175,6 +176,45 @@ func (r *runner) checks(vec, gemm, exits []byte) {
 		r.result("vectorAdd: kernelretsnoop"+where, r.checkRetsnoop(vs[1], dev), "")
 		r.result("vectorAddN: memcount"+where, r.checkMemcount(vs[0], dev), "")
 	}
+	detail, err := r.checkHostCall(vs[0])
+	r.result("vectorAddN: host-call round trip", err, detail)
+}
+
+// hostCallTargetNS is issue 16's target for one host call's round trip
+// (bpftime answers in about 1 ms).
+const hostCallTargetNS = 10_000
+
+// checkHostCall runs hostcall_rt (64 back-to-back bpf_printk calls from
+// one thread, each answered by the host through the mailbox) and checks
+// that every call was answered, by this host, within the target per call.
+func (r *runner) checkHostCall(s *sample) (string, error) {
+	one := *s
+	one.grid, one.block = cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 1, Y: 1, Z: 1}
+	var per []float64
+	var calls, ok uint64
+	for round := 0; round < 5; round++ {
+		in, _, err := r.userPatched(&one, "hostcall_rt", true, 2, 13)
+		if err != nil {
+			return "", err
+		}
+		rt := in.arrays["rt"]
+		span, _ := rt.Uint64(0, 0)
+		ok, _ = rt.Uint64(1, 0)
+		calls, _ = rt.Uint64(2, 0)
+		answered := in.answered.Load()
+		in.close()
+		if calls == 0 || ok != calls || answered < calls {
+			return "", fmt.Errorf("%d calls, %d answered on the GPU, %d by the host", calls, ok, answered)
+		}
+		per = append(per, float64(span)/float64(calls))
+	}
+	med := median(per)
+	d := fmt.Sprintf("%d calls from one thread, every one answered; per call, median of 5 runs %.2f µs (runs %.2f..%.2f; target %d µs)",
+		calls, med/1e3, slices.Min(per)/1e3, slices.Max(per)/1e3, hostCallTargetNS/1000)
+	if med > hostCallTargetNS {
+		return d, fmt.Errorf("round trip %.2f µs over the target: %s", med/1e3, d)
+	}
+	return d, nil
 }
 
 // userPatched injects a testdata object's programs into the sample, with
