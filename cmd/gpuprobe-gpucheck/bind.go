@@ -29,8 +29,8 @@ type instance struct {
 	mirrors   []mirror
 	devMaps   map[string]bool
 	seed      seedFunc // fills arrays before they are bound (nil: zeros)
-	delivered uint64 // records the device rings' drains delivered
-	drainErr  error  // the first failure to write a tail back
+	delivered uint64   // records the device rings' drains delivered
+	drainErr  error    // the first failure to write a tail back
 }
 
 // mirror is one device-resident map: its host region and device copy.

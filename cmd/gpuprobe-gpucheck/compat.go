@@ -37,17 +37,32 @@ type compatCase struct {
 	object    string // testdata/bpf/compat/<object>.o
 	sample    int    // index into samples()
 	ringSlots uint32 // slots of each ring map (0: 2)
-	seed      seedFunc
+	seeds     compatSeeds
 	check     func(*compatRun) (string, error)
 }
 
-// compatRun is what a check looks at: the sample, the instance after the
-// launch (maps synced to the host) and the kernel's window.
+// compatSeeds are initial map values: map name -> value (a u64) of each
+// key from 0, lane 0.
+type compatSeeds map[string][]uint64
+
+// compatRun is what a check looks at: the sample, the maps after the
+// launch and the kernel's %globaltimer window. The checks run on the GPU's
+// results (gpuMaps) and, in the tests, on the interpreter's.
 type compatRun struct {
 	s   *sample
-	in  *instance
+	m   compatMaps
 	win window
-	dev bool
+}
+
+// compatMaps reads the maps a compat program left.
+type compatMaps interface {
+	// value is the u64 at key of an array map: of thread lane (global
+	// linear id) in a per-thread array, lane 0 otherwise.
+	value(name string, key, lane uint64) (uint64, error)
+	// ring drains a ring map into fn and returns the records delivered,
+	// the ring's counters after the drain and its capacity in records of
+	// size bytes.
+	ring(name string, size int, fn func(payload []byte)) (int, shm.RingStats, uint64, error)
 }
 
 // compatCases is the suite. Geometry of the samples: vectorAdd 683 x 96
@@ -62,8 +77,8 @@ var compatCases = []compatCase{
 	{name: "ringshort (ring of 1024)", object: "ringshort", sample: sampleVectorAdd, ringSlots: 1024, check: checkRingDrops},
 	{name: "geometry", object: "geometry", sample: sampleVectorAdd, check: checkGeometry},
 	{name: "loops", object: "loops", sample: sampleVectorAdd, check: checkLoops},
-	{name: "seeded", object: "seeded", sample: sampleVectorAdd, seed: seeds(seedOn), check: checkSeeded},
-	{name: "seeded (disabled)", object: "seeded", sample: sampleVectorAdd, seed: seeds(seedOff), check: checkSeedOff},
+	{name: "seeded", object: "seeded", sample: sampleVectorAdd, seeds: seedOn, check: checkSeeded},
+	{name: "seeded (disabled)", object: "seeded", sample: sampleVectorAdd, seeds: seedOff, check: checkSeedOff},
 }
 
 // compat runs the suite: each case with its maps in host, then in device
@@ -123,7 +138,7 @@ func (r *runner) compatCase(c compatCase, s *sample, want []byte, dev bool) (str
 	if slots == 0 {
 		slots = 2
 	}
-	in, err := load(r.c, mod, rep, s.threads(), slots, opts.PTX.DeviceMaps, c.seed)
+	in, err := load(r.c, mod, rep, s.threads(), slots, opts.PTX.DeviceMaps, c.seeds.fill)
 	if err != nil {
 		return "", err
 	}
@@ -141,31 +156,47 @@ func (r *runner) compatCase(c compatCase, s *sample, want []byte, dev bool) (str
 	if !bytes.Equal(got, want) {
 		return "", errors.New("kernel output differs from the unpatched kernel's")
 	}
-	return c.check(&compatRun{s: s, in: in, win: win, dev: dev})
+	return c.check(&compatRun{s: s, m: gpuMaps{in, dev}, win: win})
+}
+
+// gpuMaps reads an instance's maps (synced to the host after the launch).
+type gpuMaps struct {
+	in  *instance
+	dev bool // maps in device memory: rings are drained by in.records
+}
+
+func (g gpuMaps) value(name string, key, lane uint64) (uint64, error) {
+	a := g.in.arrays[name]
+	if a == nil {
+		return 0, fmt.Errorf("map %s was not bound", name)
+	}
+	return a.Uint64(key, lane)
+}
+
+func (g gpuMaps) ring(name string, _ int, fn func([]byte)) (int, shm.RingStats, uint64, error) {
+	r := g.in.rings[name]
+	if r == nil {
+		return 0, shm.RingStats{}, 0, fmt.Errorf("map %s was not bound", name)
+	}
+	each := func(rec shm.Record) { fn(rec.Payload) }
+	var n int
+	if g.dev {
+		n = g.in.records(each)
+	} else {
+		n = r.NewConsumer(shm.ConsumerOptions{}).Read(0, each)
+	}
+	return n, r.Stats(), uint64(r.Slots()), g.in.drainErr
 }
 
 // blocks and block are the sample's grid and block size (1-D samples).
 func (cr *compatRun) blocks() uint64 { return uint64(cr.s.grid.X) }
 func (cr *compatRun) block() uint64  { return uint64(cr.s.block.X) }
 
-// array returns the host view of map name.
-func (cr *compatRun) array(name string) (*shm.Array, error) {
-	a := cr.in.arrays[name]
-	if a == nil {
-		return nil, fmt.Errorf("map %s was not bound", name)
-	}
-	return a, nil
-}
-
 // lanes checks key of per-thread array name for every thread t of the
 // launch against want(t).
 func (cr *compatRun) lanes(name string, key uint64, want func(t uint64) uint64) error {
-	a, err := cr.array(name)
-	if err != nil {
-		return err
-	}
 	for t := uint64(0); t < cr.s.threads(); t++ {
-		v, err := a.Uint64(key, t)
+		v, err := cr.m.value(name, key, t)
 		if err != nil {
 			return err
 		}
@@ -178,12 +209,8 @@ func (cr *compatRun) lanes(name string, key uint64, want func(t uint64) uint64) 
 
 // keys checks keys [0, n) of array name (lane 0) against want(k).
 func (cr *compatRun) keys(name string, n uint64, want func(k uint64) uint64) error {
-	a, err := cr.array(name)
-	if err != nil {
-		return err
-	}
 	for k := uint64(0); k < n; k++ {
-		v, err := a.Uint64(k, 0)
+		v, err := cr.m.value(name, k, 0)
 		if err != nil {
 			return err
 		}
@@ -263,27 +290,20 @@ const (
 )
 
 // ringRecords drains rs_ring and checks each record; it returns the
-// records delivered and the threads they came from.
-func (cr *compatRun) ringRecords() (int, map[uint64]bool, error) {
-	g := cr.in.rings["rs_ring"]
-	if g == nil {
-		return 0, nil, errors.New("map rs_ring was not bound")
-	}
-	read := g.NewConsumer(shm.ConsumerOptions{}).Read
-	if cr.dev {
-		read = func(_ int, fn func(shm.Record)) int { return cr.in.records(fn) }
-	}
+// records delivered, the threads they came from, the ring's counters and
+// its capacity.
+func (cr *compatRun) ringRecords() (int, map[uint64]bool, shm.RingStats, uint64, error) {
 	var bad error
 	seen := map[uint64]bool{}
-	n := read(0, func(rec shm.Record) {
+	n, st, slots, err := cr.m.ring("rs_ring", rsEventSize, func(p []byte) {
 		if bad == nil {
-			bad = cr.ringRecord(rec.Payload, seen)
+			bad = cr.ringRecord(p, seen)
 		}
 	})
-	if bad == nil {
-		bad = cr.in.drainErr
+	if err == nil {
+		err = bad
 	}
-	return n, seen, bad
+	return n, seen, st, slots, err
 }
 
 // ringRecord checks one rs_event and marks its thread in seen.
@@ -314,11 +334,10 @@ func (cr *compatRun) ringRecord(p []byte, seen map[uint64]bool) error {
 // checkRingFull: a ring large enough for the grid gets one record per
 // thread and drops none.
 func checkRingFull(cr *compatRun) (string, error) {
-	n, seen, err := cr.ringRecords()
+	n, seen, st, _, err := cr.ringRecords()
 	if err != nil {
 		return "", err
 	}
-	st := cr.in.rings["rs_ring"].Stats()
 	if t := cr.s.threads(); uint64(n) != t || uint64(len(seen)) != t || st.Dropped != 0 || st.Oversize != 0 {
 		return "", fmt.Errorf("%d records from %d threads, %d dropped, %d oversize; want %d, %d, 0, 0", n, len(seen), st.Dropped, st.Oversize, t, t)
 	}
@@ -328,12 +347,11 @@ func checkRingFull(cr *compatRun) (string, error) {
 // checkRingDrops: a ring too small for the grid accounts for every record:
 // produced (one per thread) = delivered + dropped.
 func checkRingDrops(cr *compatRun) (string, error) {
-	n, seen, err := cr.ringRecords()
+	n, seen, st, slots, err := cr.ringRecords()
 	if err != nil {
 		return "", err
 	}
-	st := cr.in.rings["rs_ring"].Stats()
-	t, slots := cr.s.threads(), uint64(cr.in.rings["rs_ring"].Slots())
+	t := cr.s.threads()
 	switch {
 	case n == 0 || uint64(n) > slots:
 		return "", fmt.Errorf("%d records delivered, want 1..%d (the ring's slots)", n, slots)
@@ -389,11 +407,17 @@ func checkGeometry(cr *compatRun) (string, error) {
 			return "", err
 		}
 	}
-	a, _ := cr.array("geo")
 	sms := map[uint64]bool{}
 	for t := uint64(0); t < cr.s.threads(); t++ {
-		v := func(key uint64) uint64 { x, _ := a.Uint64(key, t); return x }
-		warp, sm, in, out := v(geoWarp), v(geoSM), v(geoTEntry), v(geoTExit)
+		var w [geoPID]uint64
+		for _, k := range []uint64{geoWarp, geoSM, geoTEntry, geoTExit} {
+			v, err := cr.m.value("geo", k, t)
+			if err != nil {
+				return "", err
+			}
+			w[k] = v
+		}
+		warp, sm, in, out := w[geoWarp], w[geoSM], w[geoTEntry], w[geoTExit]
 		switch {
 		case warp >= maxWarpSlots:
 			return "", fmt.Errorf("thread %d: %%warpid %d, want < %d", t, warp, maxWarpSlots)
@@ -443,20 +467,19 @@ func checkLoops(cr *compatRun) (string, error) {
 
 // The seeds of seeded.c: cfg {enabled, every, weight}, acc {start, 0}.
 var (
-	seedOn  = map[string][]uint64{"sd_cfg": {1, 3, 5}, "sd_acc": {1_000_000, 0}}
-	seedOff = map[string][]uint64{"sd_cfg": {0, 3, 5}, "sd_acc": {42, 0}}
+	seedOn  = compatSeeds{"sd_cfg": {1, 3, 5}, "sd_acc": {1_000_000, 0}}
+	seedOff = compatSeeds{"sd_cfg": {0, 3, 5}, "sd_acc": {42, 0}}
 )
 
-// seeds returns a seedFunc writing vals[map][key] into lane 0 of each key.
-func seeds(vals map[string][]uint64) seedFunc {
-	return func(name string, a *shm.Array) error {
-		for k, v := range vals[name] {
-			if err := a.StoreUint64(uint64(k), 0, v); err != nil {
-				return fmt.Errorf("%s[%d]: %w", name, k, err)
-			}
+// fill is a seedFunc: it writes the seeds of map name into its host
+// region (lane 0 of each key).
+func (cs compatSeeds) fill(name string, a *shm.Array) error {
+	for k, v := range cs[name] {
+		if err := a.StoreUint64(uint64(k), 0, v); err != nil {
+			return fmt.Errorf("%s[%d]: %w", name, k, err)
 		}
-		return nil
 	}
+	return nil
 }
 
 // checkSeeded: the seeded start value plus weight per selected thread; the
