@@ -22,7 +22,11 @@ done
 for f in gpuprobe libgpuprobe.so gpuprobe-gpucheck; do
 	[[ -e "$b/bin/$f" ]] || { echo "gpu-bundle: bin/$f missing (make bin/gpuprobe bin/libgpuprobe.so; CGO_ENABLED=1 go build -o bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck)" >&2; exit 1; }
 done
-for f in kernelretsnoop threadhist launchlate memcount hostcall_rt; do
+# The objects the inject and compat parts load (compat: every
+# testdata/bpf/compat/*.c, gpuprobe-gpucheck -compat).
+compat=$(ls testdata/bpf/compat/*.c | sed 's/\.c$//; s#^testdata/bpf/##')
+[[ -n "$compat" ]] || { echo "gpu-bundle: no testdata/bpf/compat/*.c" >&2; exit 1; }
+for f in kernelretsnoop threadhist launchlate memcount hostcall_rt $compat; do
 	[[ -e "testdata/bpf/$f.o" ]] || { echo "gpu-bundle: testdata/bpf/$f.o missing (make -f testdata/bpf/bpf.mk bpf-objects)" >&2; exit 1; }
 done
 cp Makefile "$b/"

@@ -7,6 +7,8 @@
 # and outputs exactly, times uninstrumented vs empty probe vs kernel_phases
 # with the old (host) and the device-side ring reservation (-ringmode),
 # and prints a short table last. Exit status non-zero if a check failed.
+# Arguments go to gpuprobe-gpucheck: -compat runs only the compatibility
+# suite (testdata/bpf/compat; gpu-test.sh's part compat).
 #
 # Environment: GPUCHECK_BIN (default bin/gpuprobe-gpucheck), NVCC (default
 # nvcc, then /usr/local/cuda/bin/nvcc), GPU_ARCH (default from nvidia-smi),

@@ -19,6 +19,12 @@
 #                     ptxas        testdata/bpf PTX through ptxas
 #                     sass         SASS comparison vs nvcc
 #                     inject       scripts/gpu-inject-check.sh (checks only)
+#                     compat       the compatibility suite: every
+#                                  testdata/bpf/compat program (bpftime's
+#                                  GPU idioms) on its sample kernel, maps in
+#                                  host and in device memory, exact values
+#                                  (gpuprobe-gpucheck -compat); one row per
+#                                  program x placement
 #                     samples      scripts/gpu-samples.sh (5 samples x 4 configs)
 #                     bench        scripts/gpu-bench.sh (kernel ratios, load
 #                                  latency, the CUDA C model's limits,
@@ -42,7 +48,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,samples,bench,e2e,graphnode,graphspans,sampling,hostwait
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -129,13 +135,13 @@ if [[ -x "$bin" ]] && want ptxas; then
 	# Every testdata GPU program: verified, compiled to a test entry, and
 	# assembled by this machine's ptxas for this GPU.
 	if command -v ptxas >/dev/null; then
-		objs=(testdata/bpf/*.o)
+		objs=(testdata/bpf/*.o testdata/bpf/compat/*.o)
 		if [[ -e "${objs[0]}" ]]; then
 			n=0 ok=0
 			: >"$out/testdata-ptxas.log"
 			for o in "${objs[@]}"; do
 				n=$((n + 1))
-				ptx=$out/$(basename "$o" .o).ptx
+				ptx=$out/$(basename "$(dirname "$o")")-$(basename "$o" .o).ptx
 				if "$bin" compile -entry "$o" >"$ptx" 2>>"$out/testdata-ptxas.log" &&
 					ptxas -arch="$arch" -o "$ptx.cubin" "$ptx" >>"$out/testdata-ptxas.log" 2>&1; then
 					ok=$((ok + 1))
@@ -180,6 +186,20 @@ tailstep() {
 
 want inject && tailstep "inject check (gpucheck)" inject-check.log '^== gpuprobe-gpucheck' \
 	env GPU_INJECT_OUT="$out/gpu-inject" bash scripts/gpu-inject-check.sh -nobench -ringmode device
+# compat_rows LOG: one table row per "==> compat NAME  PASS|FAIL DETAIL"
+# line of gpuprobe-gpucheck -compat's log.
+compat_rows() {
+	local line re='^==> (compat .*[^ ]) +(PASS|FAIL) ?(.*)$'
+	while IFS= read -r line; do
+		[[ $line =~ $re ]] && row "  ${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[3]}"
+	done <"$1"
+	return 0
+}
+if want compat; then
+	step "compat suite (gpucheck)" compat.log \
+		env GPU_INJECT_OUT="$out/gpu-compat" bash scripts/gpu-inject-check.sh -compat
+	compat_rows "$out/compat.log"
+fi
 want samples && tailstep "e2e samples (5 x 4 configs)" samples.log '^---- gpu-samples' \
 	env SAMPLES_OUT="$out/gpu-samples" bash scripts/gpu-samples.sh
 want bench && tailstep "bench (ratios, load, model, launch)" bench.log '^== bench on' \

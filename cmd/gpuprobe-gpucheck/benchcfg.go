@@ -116,7 +116,7 @@ func (r *runner) loadTimed(s *sample, cf benchConfig) (*instance, loadTimes, err
 	var lt loadTimes
 	if cf.progs == nil {
 		t0 := time.Now()
-		in, err := load(r.c, s.ptx, nil, 0, 0, nil)
+		in, err := load(r.c, s.ptx, nil, 0, 0, nil, nil)
 		lt.load = time.Since(t0)
 		return in, lt, err
 	}
@@ -148,7 +148,7 @@ func (r *runner) loadTimed(s *sample, cf benchConfig) (*instance, loadTimes, err
 		return nil, lt, fmt.Errorf("inject cache: %+v after the same injection twice, want 1 hit", st)
 	}
 	t0 = time.Now()
-	in, err := load(r.c, out, rep, s.threads(), 1<<16, opts.PTX.DeviceMaps)
+	in, err := load(r.c, out, rep, s.threads(), 1<<16, opts.PTX.DeviceMaps, nil)
 	lt.load = time.Since(t0) // includes binding the maps (host registration of the regions)
 	return in, lt, err
 }

@@ -31,8 +31,9 @@ type instance struct {
 	// comment, "Device-resident maps"): the device copy of a host region.
 	mirrors   []mirror
 	devMaps   map[string]bool
-	delivered uint64 // records the device rings' drains delivered
-	drainErr  error  // the first failure to write a tail back
+	seed      seedFunc // fills arrays before they are bound (nil: zeros)
+	delivered uint64   // records the device rings' drains delivered
+	drainErr  error    // the first failure to write a tail back
 	// mb is the host-call mailbox, served while the instance lives.
 	mb          *shm.Mailbox
 	mbBase      uint64
@@ -76,6 +77,11 @@ type mirror struct {
 	cons *shm.Consumer
 }
 
+// seedFunc writes a map's initial values into its host region, before the
+// region is registered or copied to the device: what a loader's
+// bpf_map_update_elem before the launch leaves there.
+type seedFunc func(name string, a *shm.Array) error
+
 // deviceOnly names maps the host never reads: they go to device memory,
 // so the probes do not pay PCIe round trips for them.
 var deviceOnly = func() map[string]bool {
@@ -89,14 +95,15 @@ var deviceOnly = func() map[string]bool {
 // load loads a module and binds every global of the report: map globals
 // to host-registered shm regions (or device memory for deviceOnly maps),
 // lanes globals to the lanes, launch id globals to 0.
-// Maps named in devMaps live in device memory (see mirror).
-func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64, ringSlots uint32, devMaps []string) (*instance, error) {
+// Maps named in devMaps live in device memory (see mirror); seed, when not
+// nil, fills each array first.
+func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64, ringSlots uint32, devMaps []string, seed seedFunc) (*instance, error) {
 	mod, err := c.LoadModule(module)
 	if err != nil {
 		return nil, fmt.Errorf("load module: %w", err)
 	}
 	in := &instance{c: c, mod: mod, rep: rep, rings: map[string]*shm.Ring{}, arrays: map[string]*shm.Array{},
-		blocks: map[string]cuda.DevicePtr{}, devMaps: map[string]bool{}}
+		blocks: map[string]cuda.DevicePtr{}, devMaps: map[string]bool{}, seed: seed}
 	for _, n := range devMaps {
 		in.devMaps[n] = true
 	}
@@ -240,6 +247,12 @@ func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uin
 		return 0, 0, err
 	}
 	in.arrays[m.Name] = a
+	if in.seed != nil {
+		if err := in.seed(m.Name, a); err != nil {
+			a.Close()
+			return 0, 0, fmt.Errorf("seed: %w", err)
+		}
+	}
 	if in.devMaps[m.Name] {
 		base, err := in.deviceCopy(m.Name, a.Region(), nil)
 		return base, lanes, err

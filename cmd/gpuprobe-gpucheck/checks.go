@@ -103,7 +103,7 @@ func (r *runner) patched(s *sample, progs []*jit.Program, opts inject.Options, r
 	if err != nil {
 		return nil, err
 	}
-	return load(r.c, out, rep, s.threads(), ringSlots, opts.PTX.DeviceMaps)
+	return load(r.c, out, rep, s.threads(), ringSlots, opts.PTX.DeviceMaps, nil)
 }
 
 func floats(n int, f func(i int) float32) []byte {
@@ -151,7 +151,7 @@ func samples(vec, gemm, exits []byte) []*sample {
 // checks runs every correctness check.
 func (r *runner) checks(vec, gemm, exits []byte) {
 	for _, s := range samples(vec, gemm, exits) {
-		base, err := load(r.c, s.ptx, nil, 0, 0, nil)
+		base, err := load(r.c, s.ptx, nil, 0, 0, nil, nil)
 		if err != nil {
 			r.result(s.name+": unpatched", err, "")
 			continue

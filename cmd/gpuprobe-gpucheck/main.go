@@ -14,7 +14,11 @@
 //   - memcount: loads, stores and bytes equal to what the kernel does;
 //   - the kernel's output bit-identical to the unpatched module's.
 //
-// Then it times unpatched vs an empty probe vs kernel_phases (interleaved
+// With -compat it runs only the compatibility suite (compat.go): each
+// program of testdata/bpf/compat (bpftime's GPU idioms) on its sample,
+// maps in host memory and in device memory, checked against exact values.
+//
+// Otherwise it then times unpatched vs an empty probe vs kernel_phases (interleaved
 // batches, median) and prints a table.
 //
 // kernel_phases runs with the ring protocol(s) of -ringmode: "old" (host
@@ -30,7 +34,7 @@
 // module-load latency it adds (injection first and from the cache, plus
 // the patched module's load minus the original's); -csv writes them.
 //
-//	gpuprobe-gpucheck -ptx DIR [-bpf DIR] [-rounds N] [-ringmode old|device|both] [-configs LIST] [-csv FILE] [-nocheck]
+//	gpuprobe-gpucheck -ptx DIR [-bpf DIR] [-rounds N] [-ringmode old|device|both] [-configs LIST] [-csv FILE] [-nocheck] [-compat]
 package main
 
 import (
@@ -54,6 +58,7 @@ func main() {
 	csvPath := flag.String("csv", "", "write the bench results to this CSV file")
 	ringMode := flag.String("ringmode", "both", "ring protocol of kernel_phases: old (host reservation), device (device-side reservation) or both")
 	variants := flag.String("variants", "", "extra bench configs: eBPF objects (comma-separated) whose GPU programs are timed like kernel_phases (device ring), each also with its entry and exit programs called instead of inlined (inject.Options.NoInline, named NAME call); named by file")
+	compat := flag.Bool("compat", false, "run only the compatibility suite: every testdata/bpf/compat program (in -bpf's compat/), maps in host and in device memory, exact expected values")
 	flag.Parse()
 
 	modes, err := parseRingMode(*ringMode)
@@ -85,10 +90,13 @@ func main() {
 	}
 	vec, gemm, exits := read("vectoradd.ptx"), read("gemm.ptx"), read("exits.ptx")
 
-	if !*noCheck {
+	switch {
+	case *compat:
+		r.compat(vec, gemm, exits)
+	case !*noCheck:
 		r.checks(vec, gemm, exits)
 	}
-	if !*noBench {
+	if !*noBench && !*compat {
 		r.bench(vec, gemm)
 		if err := r.printBench(*csvPath); err != nil {
 			fmt.Fprintf(os.Stderr, "gpuprobe-gpucheck: %v\n", err)

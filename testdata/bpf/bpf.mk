@@ -1,16 +1,20 @@
-# bpf.mk: builds every testdata/bpf/*.c into testdata/bpf/*.o with clang.
+# bpf.mk: builds every testdata/bpf/*.c and testdata/bpf/compat/*.c (the
+# compatibility suite gpuprobe-gpucheck -compat runs) into *.o with clang.
 # Included by the top-level Makefile; usable alone too:
 #   make -f testdata/bpf/bpf.mk bpf-objects
 BPF_DIR     ?= testdata/bpf
 BPF_CLANG   ?= clang
 BPF_CFLAGS  ?= -target bpf -O2 -g -Wall -Werror -mcpu=v3
-BPF_SOURCES := $(wildcard $(BPF_DIR)/*.c)
+BPF_SOURCES := $(wildcard $(BPF_DIR)/*.c) $(wildcard $(BPF_DIR)/compat/*.c)
 BPF_OBJECTS := $(BPF_SOURCES:.c=.o)
 
 .PHONY: bpf-objects bpf-clean
 bpf-objects: $(BPF_OBJECTS)
 
 $(BPF_DIR)/%.o: $(BPF_DIR)/%.c $(BPF_DIR)/gpuprobe.h
+	$(BPF_CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(BPF_DIR)/compat/%.o: $(BPF_DIR)/compat/%.c $(BPF_DIR)/gpuprobe.h
 	$(BPF_CLANG) $(BPF_CFLAGS) -c $< -o $@
 
 bpf-clean:
