@@ -383,3 +383,27 @@ func TestDeviceMapFailOpen(t *testing.T) {
 		})
 	}
 }
+
+// TestDeviceMapCapture: device maps must not break an application's
+// stream capture. The app loads the patched module (binding both maps)
+// and launches inside a global-mode capture, then stays through many 1 ms
+// mirror periods before ending it; the MOCK driver, like the real one,
+// invalidates the capture when another thread not in relaxed mode makes a
+// potentially unsafe call (an allocation, a copy, a stream
+// synchronisation, a context switch) while it is open.
+func TestDeviceMapCapture(t *testing.T) {
+	a := startDevmapAgent(t, 1000)
+	stdout, stderr := devmapApp(t, a, nil, nil, "capture", "50")
+	for _, want := range []string{"app: devmap patched=1\n", "app: devmap arr=1 ring=1\n",
+		"app: devmap capture ok\n", "app: devmap mirror-thread=1 done\n"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", want, stdout, stderr)
+		}
+	}
+	if strings.Contains(stderr, "capture invalidated") {
+		t.Errorf("the shim made an unsafe call during the capture; stderr:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "device_maps=2 unbound_device_maps=0 stopped_device_maps=0 ") {
+		t.Errorf("exit summary: want 2 device maps, none unbound or stopped; stderr:\n%s", stderr)
+	}
+}

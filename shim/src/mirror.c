@@ -11,6 +11,11 @@
  * copies an array's data area back and drains a ring's device copy into the
  * host ring (steps R1-R5), with asynchronous copies on a non-blocking
  * stream of its own, so it never orders against the application's streams.
+ * The thread's calls must not invalidate an application's stream capture
+ * (a global-mode capture forbids other threads' "potentially unsafe"
+ * calls: copies, synchronisation, context switches): it runs in relaxed
+ * capture mode, set once at its start; binding runs on the application's
+ * thread, relaxed by patch.c for the load.
  * At exit one last pass, bounded to about 100 ms. A failure leaves the
  * global 0 (bind) or stops that map (mirror); the application runs on.
  * Nothing here is on the launch path.
@@ -45,6 +50,7 @@ static struct {
 	CUresult (*htod_async)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*stream_create)(CUstream *, unsigned);
 	CUresult (*stream_sync)(CUstream);
+	CUresult (*capture_mode)(int *); /* cuThreadExchangeStreamCaptureMode */
 	int looked, ok;
 } gp_md;
 
@@ -82,6 +88,7 @@ static pid_t gp_dm_pid;                     /* the process that bound (a fork ch
 static pthread_mutex_t gp_dm_mu = PTHREAD_MUTEX_INITIALIZER; /* held for a pass */
 static pthread_cond_t gp_dm_cv;
 static int gp_dm_started, gp_dm_stop;
+static int gp_dm_ready; /* the thread's start: 1 relaxed, -1 it could not be (it exited) */
 
 static void gp_md_init(void)
 {
@@ -97,9 +104,12 @@ static void gp_md_init(void)
 	S(htod_async, "cuMemcpyHtoDAsync_v2");
 	S(stream_create, "cuStreamCreate");
 	S(stream_sync, "cuStreamSynchronize");
+	S(capture_mode, "cuThreadExchangeStreamCaptureMode");
 #undef S
+	/* Without a relaxed capture mode the thread could break captures:
+	 * no device maps then. */
 	gp_md.ok = gp_md.ctx_get && gp_md.ctx_set && gp_md.alloc && gp_md.free && gp_md.htod && gp_md.dtoh_async &&
-		   gp_md.htod_async && gp_md.stream_create && gp_md.stream_sync;
+		   gp_md.htod_async && gp_md.stream_create && gp_md.stream_sync && gp_md.capture_mode;
 	gp_md.looked = 1;
 }
 
@@ -311,7 +321,15 @@ static uint64_t gp_dm_pass(int all)
 static void *gp_dm_main(void *arg)
 {
 	(void)arg;
+	int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED, for the thread's life */
+	CUresult c = gp_md.capture_mode(&mode);
 	pthread_mutex_lock(&gp_dm_mu);
+	gp_dm_ready = c == CUDA_SUCCESS ? 1 : -1;
+	pthread_cond_broadcast(&gp_dm_cv);
+	if (c != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&gp_dm_mu);
+		return NULL;
+	}
 	while (!gp_dm_stop) {
 		uint64_t next = gp_dm_pass(0);
 		struct timespec ts = {(time_t)(next / 1000000000u), (long)(next % 1000000000u)};
@@ -359,9 +377,12 @@ static void gp_dm_exit(void)
 
 /* gp_dm_start starts the mirror thread: detached (it never keeps the
  * process alive), every signal blocked (the application's handlers never
- * run on it), named for ps and debuggers. */
+ * run on it), named for ps and debuggers; it waits until the thread is in
+ * relaxed capture mode (a failure there is final). */
 static int gp_dm_start(void)
 {
+	if (gp_dm_ready < 0)
+		return -ENOTSUP;
 	pthread_condattr_t ca;
 	pthread_attr_t a;
 	sigset_t all, old;
@@ -380,6 +401,12 @@ static int gp_dm_start(void)
 	if (err)
 		return -err;
 	pthread_setname_np(th, "gpuprobe-mirror");
+	pthread_mutex_lock(&gp_dm_mu);
+	while (gp_dm_ready == 0)
+		pthread_cond_wait(&gp_dm_cv, &gp_dm_mu);
+	pthread_mutex_unlock(&gp_dm_mu);
+	if (gp_dm_ready < 0)
+		return -ENOTSUP;
 	atexit(gp_dm_exit);
 	gp_dm_started = 1;
 	return 0;

@@ -455,10 +455,18 @@ static void *produce_main(void *arg)
  *                        taken first and never published; print the
  *                        counts, stay SLEEP_MS, exit
  *   fork                 a fork child loads FILE again and prints its
- *                        globals (a child gets no device maps) */
+ *                        globals (a child gets no device maps)
+ *   capture SLEEP_MS     load and launch inside a global-mode capture of
+ *                        stream 0x66, stay SLEEP_MS, end it (must succeed),
+ *                        launch its graph */
 static void devmap(const char *file, int argc, char **argv)
 {
-	void *m, *fn;
+	void *m, *fn, *st = NULL;
+	const char *sub = argc > 0 ? argv[0] : "";
+	if (strcmp(sub, "capture") == 0) { /* the load and its binding inside the capture */
+		st = (void *)0x66;
+		CHECK(A.capture_begin(st, 0)); /* CU_STREAM_CAPTURE_MODE_GLOBAL */
+	}
 	CHECK(load_file(&m, file));
 	fn = vector_add(m);
 	uint64_t (*global)(void *, const char *) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_global"), "mock_global");
@@ -466,10 +474,9 @@ static void devmap(const char *file, int argc, char **argv)
 	u64 a = 0xa0, b = 0xb0, c = 0xc0;
 	void *params[3] = {&a, &b, &c};
 	void **gp, **ge;
-	CHECK(A.launch(fn, 2, 1, 1, 64, 1, 1, 0, NULL, params, NULL));
+	CHECK(A.launch(fn, 2, 1, 1, 64, 1, 1, 0, st, params, NULL));
 	last(&gp, &ge);
 	printf("app: devmap patched=%d\n", gp != params);
-	const char *sub = argc > 0 ? argv[0] : "";
 	uint8_t *arr = (uint8_t *)(uintptr_t)global(m, "gp_dm_arr");
 	uint8_t *ring = (uint8_t *)(uintptr_t)global(m, "gp_dm_ring");
 	printf("app: devmap arr=%d ring=%d\n", arr != NULL, ring != NULL);
@@ -483,6 +490,13 @@ static void devmap(const char *file, int argc, char **argv)
 			__atomic_store_n((u64 *)gpbr_array_value(arr, (uint32_t)k, 0), 0x5eed0000ull + (u64)k, __ATOMIC_RELEASE);
 		printf("app: devmap written\n");
 		usleep((useconds_t)atoi(argv[2]) * 1000u);
+	} else if (strcmp(sub, "capture") == 0 && argc >= 2) {
+		void *g, *exec;
+		usleep((useconds_t)atoi(argv[1]) * 1000u); /* mirror periods inside the capture */
+		CHECK(A.capture_end(st, &g));
+		CHECK(A.graph_inst(&exec, g, 0));
+		CHECK(A.graph_launch(exec, (void *)0x77));
+		printf("app: devmap capture ok\n");
 	} else if (strcmp(sub, "fork") == 0) {
 		pid_t child = fork();
 		if (child == 0) {

@@ -18,6 +18,7 @@
  *     which the shim must not wrap with the void signature.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,6 +308,41 @@ EXPORT void mock_report_globals(FILE *out, void *m)
 		fprintf(out, "mock: global %s=%#llx\n", g->name, (unsigned long long)g->value);
 }
 
+/* Capture interaction modes (cuThreadExchangeStreamCaptureMode): while a
+ * capture is open, a "potentially unsafe" call (allocation, synchronous
+ * copy, stream creation and synchronisation, context switch, asynchronous
+ * copy) from a thread whose mode forbids it fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, whose
+ * cuStreamEndCapture then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+ * as the real driver does. Modes: 0 global (every thread's default), 1
+ * thread-local, 2 relaxed. */
+static void *cap_graph_open; /* atomic: the open capture's graph, or NULL */
+static int cap_mode, cap_invalid;
+static pthread_t cap_thread;
+static __thread int thr_mode;
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode)
+{
+	if (mode == NULL || *mode < 0 || *mode > 2)
+		return 1;
+	int old = thr_mode;
+	thr_mode = *mode, *mode = old;
+	return 0;
+}
+/* capture_unsafe: nonzero (the error) when the calling thread may not make
+ * a potentially unsafe call now; the open capture is then invalidated. */
+static CUresult capture_unsafe(const char *what)
+{
+	if (__atomic_load_n(&cap_graph_open, __ATOMIC_ACQUIRE) == NULL || thr_mode == 2)
+		return 0;
+	int own = pthread_equal(cap_thread, pthread_self());
+	if ((own && cap_mode != 2) || (!own && thr_mode == 0 && cap_mode == 0)) {
+		__atomic_store_n(&cap_invalid, 1, __ATOMIC_RELEASE);
+		fprintf(stderr, "mock: %s during a capture: unsafe, capture invalidated\n", what);
+		return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+	}
+	return 0;
+}
+
 /* Device memory: cuMemAlloc hands out host memory (so memset and copies
  * work); cuMemHostRegister + cuMemHostGetDevicePointer map a host range to
  * host + MOCK_DEVMAP_OFFSET. Each is printed to stderr for the test. */
@@ -332,6 +368,8 @@ static int nhostregs;
  * registration of a range whose first u64 is that value fail. */
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags)
 {
+	if (capture_unsafe("cuMemHostRegister"))
+		return 900;
 	if (p == NULL || size < 8 || !(flags & 2) || nhostregs == 64)
 		return 1;
 	for (int i = 0; i < nhostregs; i++)
@@ -361,6 +399,8 @@ EXPORT CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flag
 /* MOCK_FAIL_ALLOC=1: every allocation fails (CUDA_ERROR_OUT_OF_MEMORY). */
 EXPORT CUresult cuMemAlloc_v2(uint64_t *d, size_t size)
 {
+	if (capture_unsafe("cuMemAlloc"))
+		return 900;
 	const char *fail = getenv("MOCK_FAIL_ALLOC");
 	if (fail && strcmp(fail, "1") == 0) {
 		fprintf(stderr, "mock: alloc failed size=%zu\n", size);
@@ -374,12 +414,16 @@ EXPORT CUresult cuMemAlloc_v2(uint64_t *d, size_t size)
 }
 EXPORT CUresult cuMemFree_v2(uint64_t d)
 {
+	if (capture_unsafe("cuMemFree"))
+		return 900;
 	fprintf(stderr, "mock: free dev=%#llx\n", (unsigned long long)d);
 	free((void *)(uintptr_t)d);
 	return 0;
 }
 EXPORT CUresult cuMemsetD8_v2(uint64_t d, unsigned char v, size_t n)
 {
+	if (capture_unsafe("cuMemsetD8"))
+		return 900;
 	memset((void *)(uintptr_t)d, v, n);
 	return 0;
 }
@@ -552,6 +596,8 @@ static void stream_flush(struct mock_stream *s);
 EXPORT CUresult cuStreamSynchronize(void *st)
 {
 	if (is_stream(st)) { /* the mirror's: not the app's output */
+		if (capture_unsafe("cuStreamSynchronize"))
+			return 900;
 		stream_flush(st);
 		return 0;
 	}
@@ -575,12 +621,16 @@ static CUresult ctx_sync_v2(void *ctx)
 
 EXPORT CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n)
 {
+	if (capture_unsafe("cuMemcpyHtoD"))
+		return 900;
 	memcpy((void *)dst, src, n);
 	ADD(n_memcpy, 1);
 	return 0;
 }
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
 {
+	if (capture_unsafe("cuMemcpyDtoH"))
+		return 900;
 	memcpy(dst, (const void *)src, n);
 	ADD(n_memcpy, 1);
 	return 0;
@@ -624,6 +674,8 @@ EXPORT CUresult cuCtxGetCurrent(void **ctx)
 }
 EXPORT CUresult cuCtxSetCurrent(void *ctx)
 {
+	if (capture_unsafe("cuCtxSetCurrent"))
+		return 900;
 	if (ctx != NULL && ctx != MOCK_CTX)
 		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
 	cur_ctx = ctx;
@@ -631,6 +683,8 @@ EXPORT CUresult cuCtxSetCurrent(void *ctx)
 }
 EXPORT CUresult cuStreamCreate(void **st, unsigned flags)
 {
+	if (capture_unsafe("cuStreamCreate"))
+		return 900;
 	if (cur_ctx == NULL)
 		return 201;
 	if (nstreams == 16)
@@ -651,6 +705,8 @@ static void stream_flush(struct mock_stream *s)
 }
 static CUresult copy_async(void *dst, const void *src, size_t n, void *st)
 {
+	if (capture_unsafe("an asynchronous copy"))
+		return 900;
 	struct mock_stream *s = st;
 	if (cur_ctx == NULL)
 		return 201;
@@ -799,24 +855,32 @@ static CUresult capture_launch(void *f, unsigned gx, unsigned gy, unsigned gz, u
 }
 EXPORT CUresult cuStreamBeginCapture_v2(void *st, int mode)
 {
-	(void)mode;
-	if (st == NULL || cap_graph != NULL)
+	if (st == NULL || cap_graph != NULL || mode < 0 || mode > 2)
 		return 401; /* CUDA_ERROR_ILLEGAL_STATE */
 	cap_graph = calloc(1, sizeof *cap_graph);
 	cap_stream = st;
+	cap_mode = mode, cap_thread = pthread_self();
+	__atomic_store_n(&cap_invalid, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&cap_graph_open, cap_graph, __ATOMIC_RELEASE);
 	return 0;
 }
 EXPORT CUresult cuStreamEndCapture(void *st, void **g)
 {
 	if (cap_graph == NULL || st != cap_stream)
 		return 401;
+	__atomic_store_n(&cap_graph_open, NULL, __ATOMIC_RELEASE);
 	*g = cap_graph;
 	cap_graph = NULL, cap_stream = NULL;
+	if (__atomic_load_n(&cap_invalid, __ATOMIC_ACQUIRE)) {
+		*g = NULL;
+		return 901; /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */
+	}
 	return 0;
 }
 EXPORT CUresult cuStreamIsCapturing(void *st, int *status)
 {
-	*status = cap_graph != NULL && st == cap_stream; /* ACTIVE or NONE */
+	/* ACTIVE (1), INVALIDATED (2) or NONE (0) */
+	*status = cap_graph != NULL && st == cap_stream ? 1 + __atomic_load_n(&cap_invalid, __ATOMIC_ACQUIRE) : 0;
 	return 0;
 }
 
@@ -850,7 +914,7 @@ static const struct entry table[] = {
 	P(cuLaunchKernel), {"cuLaunchKernelEx", (void *)internal_launch_ex, (void *)cuLaunchKernelEx_ptsz},
 	P(cuLaunchCooperativeKernel), P(cuStreamSynchronize), E(cuGraphCreate), E(cuGraphAddKernelNode),
 	E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, NULL},
-	E(cuStreamEndCapture), E(cuStreamIsCapturing), {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, NULL},
+	E(cuStreamEndCapture), E(cuStreamIsCapturing), E(cuThreadExchangeStreamCaptureMode), {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, NULL},
 	{"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2, NULL},
 };
 
