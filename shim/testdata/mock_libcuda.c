@@ -88,9 +88,12 @@ static struct mock_fn *as_fn(void *p)
 	return f->magic == 0x46554e43 ? f : NULL;
 }
 
+static int prim_ref; /* the primary context's reference count (see cuDevicePrimaryCtxRetain) */
 EXPORT CUresult cuInit(unsigned flags)
 {
 	(void)flags;
+	if (!inited)
+		prim_ref = 1; /* as a runtime retains it */
 	inited = 1;
 	return 0;
 }
@@ -396,6 +399,25 @@ EXPORT CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flag
 		}
 	return 1;
 }
+/* Live allocations, scrubbed when their context is destroyed. */
+static struct {
+	void *p;
+	size_t size;
+} allocs[256];
+static int nallocs;
+static void alloc_add(void *p, size_t size)
+{
+	if (nallocs < 256)
+		allocs[nallocs].p = p, allocs[nallocs++].size = size;
+}
+static void alloc_del(void *p)
+{
+	for (int i = 0; i < nallocs; i++)
+		if (allocs[i].p == p) {
+			allocs[i] = allocs[--nallocs];
+			return;
+		}
+}
 /* MOCK_FAIL_ALLOC=1: every allocation fails (CUDA_ERROR_OUT_OF_MEMORY). */
 EXPORT CUresult cuMemAlloc_v2(uint64_t *d, size_t size)
 {
@@ -408,6 +430,7 @@ EXPORT CUresult cuMemAlloc_v2(uint64_t *d, size_t size)
 	}
 	void *p = malloc(size ? size : 1);
 	memset(p, 0xAB, size); /* like uninitialised device memory */
+	alloc_add(p, size);
 	*d = (uint64_t)(uintptr_t)p;
 	fprintf(stderr, "mock: alloc dev=%#llx size=%zu\n", (unsigned long long)*d, size);
 	return 0;
@@ -417,6 +440,7 @@ EXPORT CUresult cuMemFree_v2(uint64_t d)
 	if (capture_unsafe("cuMemFree"))
 		return 900;
 	fprintf(stderr, "mock: free dev=%#llx\n", (unsigned long long)d);
+	alloc_del((void *)(uintptr_t)d);
 	free((void *)(uintptr_t)d);
 	return 0;
 }
@@ -591,6 +615,7 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy
 }
 
 struct mock_stream;
+static int ctx_dead, ctx_gen; /* the primary context was destroyed; contexts made so far */
 static int is_stream(const void *st);
 static void stream_flush(struct mock_stream *s);
 EXPORT CUresult cuStreamSynchronize(void *st)
@@ -598,6 +623,8 @@ EXPORT CUresult cuStreamSynchronize(void *st)
 	if (is_stream(st)) { /* the mirror's: not the app's output */
 		if (capture_unsafe("cuStreamSynchronize"))
 			return 900;
+		if (__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+			return 709;
 		stream_flush(st);
 		return 0;
 	}
@@ -647,6 +674,7 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
 #define MOCK_STREAM_OPS 64
 struct mock_stream {
 	uint32_t magic; /* 'STRM' */
+	int gen;        /* the context it was made in */
 	int n;
 	struct {
 		void *dst;
@@ -669,7 +697,7 @@ static int is_stream(const void *st)
 
 EXPORT CUresult cuCtxGetCurrent(void **ctx)
 {
-	*ctx = inited ? MOCK_CTX : NULL;
+	*ctx = inited && !__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE) ? MOCK_CTX : NULL;
 	return 0;
 }
 EXPORT CUresult cuCtxSetCurrent(void *ctx)
@@ -678,6 +706,8 @@ EXPORT CUresult cuCtxSetCurrent(void *ctx)
 		return 900;
 	if (ctx != NULL && ctx != MOCK_CTX)
 		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	if (ctx != NULL && __atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+		return 709; /* CUDA_ERROR_CONTEXT_IS_DESTROYED */
 	cur_ctx = ctx;
 	return 0;
 }
@@ -691,6 +721,7 @@ EXPORT CUresult cuStreamCreate(void **st, unsigned flags)
 		return 2;
 	struct mock_stream *s = calloc(1, sizeof *s);
 	s->magic = 0x5354524d;
+	s->gen = __atomic_load_n(&ctx_gen, __ATOMIC_ACQUIRE);
 	streams[nstreams] = s;
 	__atomic_store_n(&nstreams, nstreams + 1, __ATOMIC_RELEASE);
 	*st = s;
@@ -712,6 +743,10 @@ static CUresult copy_async(void *dst, const void *src, size_t n, void *st)
 		return 201;
 	if (!is_stream(s))
 		return 400; /* the legacy stream (0) is not the mirror's */
+	if (__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+		return 709;
+	if (s->gen != __atomic_load_n(&ctx_gen, __ATOMIC_ACQUIRE))
+		return 400; /* a stream of a destroyed context */
 	const char *fail = getenv("MOCK_FAIL_ASYNC_AFTER");
 	if (fail && fail[0] && ADD(n_async, 1) >= strtoull(fail, NULL, 0)) {
 		fprintf(stderr, "mock: async copy failed\n");
@@ -730,6 +765,71 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, vo
 {
 	return copy_async((void *)(uintptr_t)dst, src, n, st);
 }
+
+/* The primary context's life: cuInit retains it once; the retain and
+ * release calls count; it is destroyed when the count drops to 0, by
+ * cuDevicePrimaryCtxReset or by cuCtxDestroy. Destroying it scrubs the
+ * memory allocated in it (0xDD: its device memory is gone) and makes it
+ * unusable (709) until a retain makes a new one (the same handle, as the
+ * driver's primary context often has), whose streams are new. */
+static void ctx_destroy(const char *why)
+{
+	if (__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+		return;
+	for (int i = 0; i < nallocs; i++)
+		memset(allocs[i].p, 0xDD, allocs[i].size);
+	nallocs = 0;
+	prim_ref = 0;
+	__atomic_store_n(&ctx_dead, 1, __ATOMIC_RELEASE);
+	fprintf(stderr, "mock: context destroyed (%s)\n", why);
+}
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+	if (!inited || dev != 0)
+		return inited ? 101 : 3; /* CUDA_ERROR_INVALID_DEVICE */
+	if (__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE)) {
+		__atomic_add_fetch(&ctx_gen, 1, __ATOMIC_RELEASE);
+		__atomic_store_n(&ctx_dead, 0, __ATOMIC_RELEASE);
+	}
+	prim_ref++;
+	*ctx = MOCK_CTX;
+	return 0;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev)
+{
+	if (dev != 0)
+		return 101;
+	if (prim_ref == 0)
+		return 201;
+	if (--prim_ref == 0)
+		ctx_destroy("cuDevicePrimaryCtxRelease");
+	return 0;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease(int dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(int dev)
+{
+	if (dev != 0)
+		return 101;
+	ctx_destroy("cuDevicePrimaryCtxReset");
+	return 0;
+}
+EXPORT CUresult cuDevicePrimaryCtxReset(int dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+EXPORT CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active)
+{
+	if (dev != 0)
+		return 101;
+	*flags = 0;
+	*active = prim_ref > 0 && !__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE);
+	return 0;
+}
+EXPORT CUresult cuCtxDestroy_v2(void *ctx)
+{
+	if (ctx != MOCK_CTX || __atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+		return 201;
+	ctx_destroy("cuCtxDestroy");
+	return 0;
+}
+EXPORT CUresult cuCtxDestroy(void *ctx) { return cuCtxDestroy_v2(ctx); }
 
 /* mock_global: a module global's value (what the shim set); 0 if unset. */
 EXPORT uint64_t mock_global(void *m, const char *name)
@@ -914,7 +1014,10 @@ static const struct entry table[] = {
 	P(cuLaunchKernel), {"cuLaunchKernelEx", (void *)internal_launch_ex, (void *)cuLaunchKernelEx_ptsz},
 	P(cuLaunchCooperativeKernel), P(cuStreamSynchronize), E(cuGraphCreate), E(cuGraphAddKernelNode),
 	E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, NULL},
-	E(cuStreamEndCapture), E(cuStreamIsCapturing), E(cuThreadExchangeStreamCaptureMode), {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, NULL},
+	E(cuStreamEndCapture), E(cuStreamIsCapturing), E(cuThreadExchangeStreamCaptureMode),
+	E(cuDevicePrimaryCtxRetain), {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, NULL},
+	{"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2, NULL}, E(cuDevicePrimaryCtxGetState),
+	{"cuCtxDestroy", (void *)cuCtxDestroy_v2, NULL}, {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, NULL},
 	{"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2, NULL},
 };
 
