@@ -115,8 +115,8 @@ static void gp_md_init(void)
 #undef S
 	/* Without a relaxed capture mode the thread could break captures:
 	 * no device maps then. */
-	gp_md.ok = gp_md.ctx_get && gp_md.ctx_set && gp_md.ctx_device && gp_md.alloc && gp_md.free && gp_md.htod && gp_md.dtoh_async &&
-		   gp_md.htod_async && gp_md.stream_create && gp_md.stream_sync && gp_md.capture_mode;
+	gp_md.ok = gp_md.ctx_get && gp_md.ctx_set && gp_md.ctx_device && gp_md.alloc && gp_md.free && gp_md.htod &&
+		   gp_md.dtoh_async && gp_md.htod_async && gp_md.stream_create && gp_md.stream_sync && gp_md.capture_mode;
 	gp_md.looked = 1;
 }
 
