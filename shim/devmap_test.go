@@ -111,16 +111,23 @@ func startDevmapAgent(t *testing.T, periodUS uint64) *devmapAgent {
 	return a
 }
 
-// devmapApp starts the test app's devmap scenario under the shim; onLine
-// sees each stdout line as it comes. It returns stdout and stderr.
+// devmapApp starts the test app's devmap scenario under the shim (dlsym
+// mode); onLine sees each stdout line as it comes. It returns stdout and
+// stderr.
 func devmapApp(t *testing.T, a *devmapAgent, env []string, onLine func(string), args ...string) (string, string) {
+	t.Helper()
+	return devmapAppMode(t, a, "dlsym", env, onLine, args...)
+}
+
+// devmapAppMode is devmapApp in the app's mode (dlsym, cudart).
+func devmapAppMode(t *testing.T, a *devmapAgent, mode string, env []string, onLine func(string), args ...string) (string, string) {
 	t.Helper()
 	b := binaries(t)
 	ptx := filepath.Join(t.TempDir(), "devmap.ptx")
 	if err := os.WriteFile(ptx, []byte(devmapPTX), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(b.app, append([]string{"dlsym", "devmap", ptx}, args...)...)
+	cmd := exec.Command(b.app, append([]string{mode, "devmap", ptx}, args...)...)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=1", "GPUPROBE_DISABLE=")
 	cmd.Env = append(append(cmd.Env, preload(b, a.path)...), env...)
 	var errb bytes.Buffer
@@ -379,6 +386,111 @@ func TestDeviceMapFailOpen(t *testing.T) {
 			}
 			if got := strings.Contains(stderr, "while mirroring: no longer mirrored"); got != tc.stopped {
 				t.Errorf("a map stopped: %v, want %v; stderr:\n%s", got, tc.stopped, stderr)
+			}
+		})
+	}
+}
+
+// TestDeviceMapCapture: device maps must not break an application's
+// stream capture. The app loads the patched module (binding both maps)
+// and launches inside a global-mode capture, then stays through many 1 ms
+// mirror periods before ending it; the MOCK driver, like the real one,
+// invalidates the capture when another thread not in relaxed mode makes a
+// potentially unsafe call (an allocation, a copy, a stream
+// synchronisation, a context switch) while it is open.
+func TestDeviceMapCapture(t *testing.T) {
+	a := startDevmapAgent(t, 1000)
+	stdout, stderr := devmapApp(t, a, nil, nil, "capture", "50")
+	for _, want := range []string{"app: devmap patched=1\n", "app: devmap arr=1 ring=1\n",
+		"app: devmap capture ok\n", "app: devmap mirror-thread=1 done\n"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", want, stdout, stderr)
+		}
+	}
+	if strings.Contains(stderr, "capture invalidated") {
+		t.Errorf("the shim made an unsafe call during the capture; stderr:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "device_maps=2 unbound_device_maps=0 stopped_device_maps=0 ") {
+		t.Errorf("exit summary: want 2 device maps, none unbound or stopped; stderr:\n%s", stderr)
+	}
+}
+
+// TestDeviceMapContextRelease: an application that releases its context
+// before exit takes the device copies with it, so the shim runs a final
+// pass before the release, bounded, and forgets the maps only if the
+// context died. "destroyed": records made just before a release that
+// destroys the primary context (1 s period: no regular pass in between)
+// all arrive, and the exit pass leaves the dead maps alone. "still
+// referenced": a release that leaves the context alive keeps the maps
+// mirrored (records made after it arrive while the app runs).
+func TestDeviceMapContextRelease(t *testing.T) {
+	// Both rings hold 64 records: at most 64 in all.
+	tests := []struct {
+		name, mode string
+		periodUS   uint64
+		n          int
+		how        string // releases, or reset, destroy
+		sleepMS    int
+	}{
+		{"destroyed", "dlsym", 1000000, 60, "2", 0},
+		{"destroyed cudart", "cudart", 1000000, 60, "2", 0},
+		{"reset", "dlsym", 1000000, 60, "reset", 0},
+		{"cuCtxDestroy", "dlsym", 1000000, 60, "destroy", 0},
+		{"still referenced", "dlsym", 5000, 30, "1", 1000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := tc.n
+			a := startDevmapAgent(t, tc.periodUS)
+			c := a.ring.NewConsumer(shm.ConsumerOptions{})
+			seen := map[devmapRec]bool{}
+			var bad []string
+			read := func() {
+				c.Read(0, func(r shm.Record) {
+					if err := checkDevmapRec(r, seen); err != nil && len(bad) < 10 {
+						bad = append(bad, err.Error())
+					}
+				})
+			}
+			var during time.Duration = -1
+			stdout, stderr := devmapAppMode(t, a, tc.mode, nil, func(line string) {
+				if !strings.HasPrefix(line, "app: devmap produced-after=") {
+					return
+				}
+				start := time.Now()
+				for time.Since(start) < 500*time.Millisecond {
+					if read(); len(seen) == 2*n {
+						during = time.Since(start)
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}, "release", fmt.Sprint(n), tc.how, fmt.Sprint(tc.sleepMS))
+			read()
+			alive := tc.how == "1"
+			want := n
+			if alive {
+				want = 2 * n
+			}
+			destroyed := strings.Contains(stderr, "mock: context destroyed")
+			if destroyed == alive {
+				t.Fatalf("context destroyed: %v, want %v; stderr:\n%s", destroyed, !alive, stderr)
+			}
+			if gone := strings.Count(stderr, "was released or destroyed after a final pass"); gone != map[bool]int{false: 2, true: 0}[alive] {
+				t.Errorf("%d maps forgotten after a final pass, want %d; stderr:\n%s", gone, map[bool]int{false: 2, true: 0}[alive], stderr)
+			}
+			if len(bad) > 0 {
+				t.Errorf("bad records: %v", bad)
+			}
+			if len(seen) != want || a.ring.Stats().Dropped != 0 {
+				t.Errorf("delivered %d records, want %d (dropped %d)\nstdout:\n%s\nstderr:\n%s", len(seen), want,
+					a.ring.Stats().Dropped, stdout, stderr)
+			}
+			if alive && (during < 0 || during > 200*time.Millisecond) {
+				t.Errorf("records made after a release that kept the context arrived after %v, want within 200 ms (-1: not while the app ran)", during)
+			}
+			if !strings.Contains(stderr, "device_maps=2 unbound_device_maps=0 stopped_device_maps=0 ") {
+				t.Errorf("exit summary: want 2 device maps, none unbound or stopped; stderr:\n%s", stderr)
 			}
 		})
 	}

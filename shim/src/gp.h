@@ -13,6 +13,7 @@
  *   image.c      classifying code images; the patching hook
  *   patch.c      PATCH/PATCHED: loading patched code, binding its globals
  *   mirror.c     device-resident maps (global kind 5) and their mirror thread
+ *   ctxgone.c    context release and destruction: device maps' final pass
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
  *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
  *
@@ -118,7 +119,12 @@
 	X(MEMCPY_HTOD_ASYNC, "cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2",                         \
 	  "cuMemcpyHtoDAsync_v2_ptsz", 2, 3020, 0)                                                 \
 	X(MEMCPY_DTOH_ASYNC, "cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2",                         \
-	  "cuMemcpyDtoHAsync_v2_ptsz", 2, 3020, 0)
+	  "cuMemcpyDtoHAsync_v2_ptsz", 2, 3020, 0)                                                 \
+	X(PRIMARY_RELEASE, "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease",              \
+	  "cuDevicePrimaryCtxRelease_v2", 0, 7000, 0)                                              \
+	X(PRIMARY_RESET, "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset",                    \
+	  "cuDevicePrimaryCtxReset_v2", 0, 7000, 0)                                                \
+	X(CTX_DESTROY, "cuCtxDestroy", "cuCtxDestroy", "cuCtxDestroy_v2", 0, 3020, 0)
 
 enum gp_api_id {
 #define GP_X_ENUM(ID, ...) GP_FN_##ID,
@@ -564,6 +570,14 @@ GP_HIDDEN int gp_region_dev(uint32_t i, uint64_t *dev);
  * (made once per region and process), mirrored to the host every
  * period_us; nonzero (logged once and counted) when it cannot be made. */
 GP_HIDDEN int gp_devmap_bind(const char *api, uint32_t i, uint64_t period_us, uint64_t *dev);
+/* gp_devmap_ctx_ending is called before the application releases or
+ * destroys context ctx (NULL: the primary context of device dev): one
+ * final pass, bounded to about 100 ms, over the maps in it; nonzero when
+ * there are such maps, and then gp_devmap_ctx_ended must follow the
+ * driver call, saying whether the context died (those maps are then never
+ * touched again). Not for the launch path (it takes the mirror's lock). */
+GP_HIDDEN int gp_devmap_ctx_ending(CUcontext ctx, CUdevice dev);
+GP_HIDDEN void gp_devmap_ctx_ended(int gone);
 /* Graph kernel nodes of patched kernels carry a reserved launch id: the
  * high bit set, then a counter (wrap_graph.c). */
 #define GP_GRAPH_ID_BIT ((uint64_t)1 << 63)

@@ -11,7 +11,14 @@
  * copies an array's data area back and drains a ring's device copy into the
  * host ring (steps R1-R5), with asynchronous copies on a non-blocking
  * stream of its own, so it never orders against the application's streams.
- * At exit one last pass, bounded to about 100 ms. A failure leaves the
+ * The thread's calls must not invalidate an application's stream capture
+ * (a global-mode capture forbids other threads' "potentially unsafe"
+ * calls: copies, synchronisation, context switches): it runs in relaxed
+ * capture mode, set once at its start; binding runs on the application's
+ * thread, relaxed by patch.c for the load.
+ * At exit one last pass, bounded to about 100 ms; the same before the
+ * application releases or destroys a context (ctxgone.c), whose device
+ * memory dies with it: the maps in it are then forgotten. A failure leaves the
  * global 0 (bind) or stops that map (mirror); the application runs on.
  * Nothing here is on the launch path.
  */
@@ -38,6 +45,7 @@
 static struct {
 	CUresult (*ctx_get)(CUcontext *);
 	CUresult (*ctx_set)(CUcontext);
+	CUresult (*ctx_device)(CUdevice *);
 	CUresult (*alloc)(CUdeviceptr *, size_t);
 	CUresult (*free)(CUdeviceptr);
 	CUresult (*htod)(CUdeviceptr, const void *, size_t);
@@ -45,6 +53,7 @@ static struct {
 	CUresult (*htod_async)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*stream_create)(CUstream *, unsigned);
 	CUresult (*stream_sync)(CUstream);
+	CUresult (*capture_mode)(int *); /* cuThreadExchangeStreamCaptureMode */
 	int looked, ok;
 } gp_md;
 
@@ -56,9 +65,12 @@ struct gp_dmap {
 	uint64_t size;        /* its bytes, and the device copy's */
 	CUdeviceptr dev;
 	CUcontext ctx;        /* current at bind: the copy's context */
+	CUdevice device;      /* its device (a primary context is named by it) */
 	uint64_t period_ns;   /* atomic (a later bind may shorten it) */
 	uint64_t due;         /* CLOCK_MONOTONIC of the next copy */
-	int dead;             /* a driver call failed: no longer mirrored */
+	int dead;             /* a driver call failed, or its context died: no longer mirrored */
+	int gone;             /* its context died (its device copy with it) */
+	int ending;           /* its context may be dying: in the final pass (gp_dm_mu) */
 	/* Rings: the drainer's private state. */
 	uint32_t slots, stride;
 	uint64_t p;           /* first unresolved device ticket */
@@ -82,6 +94,7 @@ static pid_t gp_dm_pid;                     /* the process that bound (a fork ch
 static pthread_mutex_t gp_dm_mu = PTHREAD_MUTEX_INITIALIZER; /* held for a pass */
 static pthread_cond_t gp_dm_cv;
 static int gp_dm_started, gp_dm_stop;
+static int gp_dm_ready; /* the thread's start: 1 relaxed, -1 it could not be (it exited) */
 
 static void gp_md_init(void)
 {
@@ -90,6 +103,7 @@ static void gp_md_init(void)
 #define S(f, n) *(void **)&gp_md.f = gp_cuda_sym(n)
 	S(ctx_get, "cuCtxGetCurrent");
 	S(ctx_set, "cuCtxSetCurrent");
+	S(ctx_device, "cuCtxGetDevice");
 	S(alloc, "cuMemAlloc_v2");
 	S(free, "cuMemFree_v2");
 	S(htod, "cuMemcpyHtoD_v2");
@@ -97,9 +111,12 @@ static void gp_md_init(void)
 	S(htod_async, "cuMemcpyHtoDAsync_v2");
 	S(stream_create, "cuStreamCreate");
 	S(stream_sync, "cuStreamSynchronize");
+	S(capture_mode, "cuThreadExchangeStreamCaptureMode");
 #undef S
-	gp_md.ok = gp_md.ctx_get && gp_md.ctx_set && gp_md.alloc && gp_md.free && gp_md.htod && gp_md.dtoh_async &&
-		   gp_md.htod_async && gp_md.stream_create && gp_md.stream_sync;
+	/* Without a relaxed capture mode the thread could break captures:
+	 * no device maps then. */
+	gp_md.ok = gp_md.ctx_get && gp_md.ctx_set && gp_md.ctx_device && gp_md.alloc && gp_md.free && gp_md.htod &&
+		   gp_md.dtoh_async && gp_md.htod_async && gp_md.stream_create && gp_md.stream_sync && gp_md.capture_mode;
 	gp_md.looked = 1;
 }
 
@@ -135,7 +152,7 @@ static uint64_t gp_period_ns(uint64_t us)
 
 /* ---- the mirror thread -------------------------------------------------- */
 
-/* Streams of the thread's own, one per context (thread-private). */
+/* The mirror's streams, one per context (under gp_dm_mu). */
 static struct {
 	CUcontext ctx;
 	CUstream st;
@@ -282,17 +299,20 @@ static CUresult gp_dm_copy(struct gp_dmap *m, uint64_t now)
 	return gp_md.stream_sync(st);
 }
 
-/* gp_dm_pass mirrors the maps that are due (every live map when all is
- * set) and returns when the next one is due. Called with gp_dm_mu held. */
-static uint64_t gp_dm_pass(int all)
+/* Which maps a pass mirrors. */
+enum { GP_DM_DUE, GP_DM_ALL, GP_DM_ENDING };
+
+/* gp_dm_pass mirrors the live maps that sel selects and returns when the
+ * next one is due. Called with gp_dm_mu held. */
+static uint64_t gp_dm_pass(int sel)
 {
 	uint64_t now = gp_now(), next = now + 1000 * GP_MS;
 	uint32_t n = __atomic_load_n(&gp_ndmaps, __ATOMIC_ACQUIRE);
 	for (uint32_t i = 0; i < n; i++) {
 		struct gp_dmap *m = &gp_dmaps[i];
-		if (m->dead)
+		if (m->dead || (sel == GP_DM_ENDING && !m->ending))
 			continue;
-		if (all || now >= m->due) {
+		if (sel != GP_DM_DUE || now >= m->due) {
 			CUresult c = gp_dm_copy(m, now);
 			if (c != CUDA_SUCCESS) {
 				m->dead = 1;
@@ -311,9 +331,17 @@ static uint64_t gp_dm_pass(int all)
 static void *gp_dm_main(void *arg)
 {
 	(void)arg;
+	int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED, for the thread's life */
+	CUresult c = gp_md.capture_mode(&mode);
 	pthread_mutex_lock(&gp_dm_mu);
+	gp_dm_ready = c == CUDA_SUCCESS ? 1 : -1;
+	pthread_cond_broadcast(&gp_dm_cv);
+	if (c != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&gp_dm_mu);
+		return NULL;
+	}
 	while (!gp_dm_stop) {
-		uint64_t next = gp_dm_pass(0);
+		uint64_t next = gp_dm_pass(GP_DM_DUE);
 		struct timespec ts = {(time_t)(next / 1000000000u), (long)(next % 1000000000u)};
 		while (!gp_dm_stop && gp_now() < next)
 			if (pthread_cond_timedwait(&gp_dm_cv, &gp_dm_mu, &ts) == 0)
@@ -321,6 +349,31 @@ static void *gp_dm_main(void *arg)
 	}
 	pthread_mutex_unlock(&gp_dm_mu);
 	return NULL;
+}
+
+/* gp_dm_final runs passes over the maps of sel until nothing moves (a
+ * full device ring refills) or the deadline, on an application thread:
+ * relaxed capture mode (the thread may be capturing), and its current
+ * context restored after. Called with gp_dm_mu held. */
+static void gp_dm_final(int sel, uint64_t deadline)
+{
+	int mode, relaxed = gp_capture_relax(&mode);
+	CUcontext cur = NULL;
+	int saved = gp_md.ctx_get(&cur) == CUDA_SUCCESS;
+	for (int i = 0; i < 16 && gp_now() < deadline; i++) {
+		uint64_t moved = 0;
+		uint32_t n = __atomic_load_n(&gp_ndmaps, __ATOMIC_ACQUIRE);
+		for (uint32_t k = 0; k < n; k++)
+			moved -= gp_dmaps[k].p;
+		gp_dm_pass(sel);
+		for (uint32_t k = 0; k < n; k++)
+			moved += gp_dmaps[k].p;
+		if (moved == 0)
+			break;
+	}
+	if (saved)
+		gp_md.ctx_set(cur);
+	gp_capture_restore(relaxed, mode);
 }
 
 /* gp_dm_exit (atexit, registered at the first bind: it runs before the
@@ -341,27 +394,19 @@ static void gp_dm_exit(void)
 		return;
 	}
 	__atomic_store_n(&gp_dm_stop, 1, __ATOMIC_RELEASE);
-	/* Rings may need more than one pass (a full device ring refills). */
-	for (int i = 0; i < 16 && gp_now() < deadline; i++) {
-		uint64_t moved = 0;
-		uint32_t n = __atomic_load_n(&gp_ndmaps, __ATOMIC_ACQUIRE);
-		for (uint32_t k = 0; k < n; k++)
-			moved -= gp_dmaps[k].p;
-		gp_dm_pass(1);
-		for (uint32_t k = 0; k < n; k++)
-			moved += gp_dmaps[k].p;
-		if (moved == 0)
-			break;
-	}
+	gp_dm_final(GP_DM_ALL, deadline);
 	pthread_cond_broadcast(&gp_dm_cv);
 	pthread_mutex_unlock(&gp_dm_mu);
 }
 
 /* gp_dm_start starts the mirror thread: detached (it never keeps the
  * process alive), every signal blocked (the application's handlers never
- * run on it), named for ps and debuggers. */
+ * run on it), named for ps and debuggers; it waits until the thread is in
+ * relaxed capture mode (a failure there is final). */
 static int gp_dm_start(void)
 {
+	if (gp_dm_ready < 0)
+		return -ENOTSUP;
 	pthread_condattr_t ca;
 	pthread_attr_t a;
 	sigset_t all, old;
@@ -380,6 +425,12 @@ static int gp_dm_start(void)
 	if (err)
 		return -err;
 	pthread_setname_np(th, "gpuprobe-mirror");
+	pthread_mutex_lock(&gp_dm_mu);
+	while (gp_dm_ready == 0)
+		pthread_cond_wait(&gp_dm_cv, &gp_dm_mu);
+	pthread_mutex_unlock(&gp_dm_mu);
+	if (gp_dm_ready < 0)
+		return -ENOTSUP;
 	atexit(gp_dm_exit);
 	gp_dm_started = 1;
 	return 0;
@@ -410,8 +461,8 @@ static int gp_dm_new(uint32_t i, uint64_t period_us, uint64_t *dev, const char *
 	struct gp_dmap *m = &gp_dmaps[gp_ndmaps];
 	memset(m, 0, sizeof *m);
 	m->region = i, m->ring = r->kind == GPBR_KIND_RING, m->host = r->host, m->size = r->size;
-	if (gp_md.ctx_get(&m->ctx) != CUDA_SUCCESS || m->ctx == NULL)
-		return *why = "no current context (cuCtxGetCurrent)", -ENOENT;
+	if (gp_md.ctx_get(&m->ctx) != CUDA_SUCCESS || m->ctx == NULL || gp_md.ctx_device(&m->device) != CUDA_SUCCESS)
+		return *why = "no current context (cuCtxGetCurrent, cuCtxGetDevice)", -ENOENT;
 	const struct gpbr_header *h = (const struct gpbr_header *)r->host;
 	if (m->ring) {
 		m->slots = h->max_entries, m->stride = h->stride;
@@ -465,6 +516,10 @@ GP_HIDDEN int gp_devmap_bind(const char *api, uint32_t i, uint64_t period_us, ui
 	}
 	if (gp_dm_state[i] > 0 && gp_dm_pid == getpid()) {
 		struct gp_dmap *m = &gp_dmaps[gp_dm_of[i]];
+		if (__atomic_load_n(&m->gone, __ATOMIC_ACQUIRE)) { /* its device copy is freed: never hand it out */
+			GP_TRACE("%s: region %u: its device map's context was destroyed: the global stays 0", api, i);
+			return -ENODEV;
+		}
 		uint64_t p = gp_period_ns(period_us);
 		if (p < __atomic_load_n(&m->period_ns, __ATOMIC_RELAXED))
 			__atomic_store_n(&m->period_ns, p, __ATOMIC_RELAXED);
@@ -490,4 +545,56 @@ GP_HIDDEN int gp_devmap_bind(const char *api, uint32_t i, uint64_t period_us, ui
 	GP_TRACE("%s: region %u cannot be a device map (%s, %d): its globals stay 0, the GPU programs see it as absent",
 		 api, i, why, err);
 	return err;
+}
+
+/* ---- contexts torn down (ctxgone.c) -------------------------------------- */
+
+GP_HIDDEN int gp_devmap_ctx_ending(CUcontext ctx, CUdevice dev)
+{
+	if (__atomic_load_n(&gp_ndmaps, __ATOMIC_ACQUIRE) == 0 || gp_dm_pid != getpid())
+		return 0;
+	/* Blocks for at most the thread's current pass. */
+	pthread_mutex_lock(&gp_dm_mu);
+	uint32_t n = __atomic_load_n(&gp_ndmaps, __ATOMIC_ACQUIRE), k = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct gp_dmap *m = &gp_dmaps[i];
+		m->ending = !m->dead && (ctx != NULL ? m->ctx == ctx : m->device == dev);
+		k += (uint32_t)m->ending;
+	}
+	if (k == 0) {
+		pthread_mutex_unlock(&gp_dm_mu);
+		return 0;
+	}
+	gp_dm_final(GP_DM_ENDING, gp_now() + GP_DM_EXIT_NS);
+	return 1;
+}
+
+/* gp_dm_forget_stream drops the stream of a dead context: its handle may
+ * come back for a new context, which needs a stream of its own. */
+static void gp_dm_forget_stream(CUcontext ctx)
+{
+	for (uint32_t i = 0; i < gp_dm_nstreams; i++)
+		if (gp_dm_streams[i].ctx == ctx) {
+			gp_dm_streams[i] = gp_dm_streams[--gp_dm_nstreams];
+			return;
+		}
+}
+
+GP_HIDDEN void gp_devmap_ctx_ended(int gone)
+{
+	uint32_t n = __atomic_load_n(&gp_ndmaps, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < n; i++) {
+		struct gp_dmap *m = &gp_dmaps[i];
+		if (!m->ending)
+			continue;
+		m->ending = 0;
+		if (!gone)
+			continue;
+		m->dead = 1;
+		__atomic_store_n(&m->gone, 1, __ATOMIC_RELEASE);
+		gp_dm_forget_stream(m->ctx);
+		GP_TRACE("device map %u: its context was released or destroyed after a final pass: no longer mirrored",
+			 m->region);
+	}
+	pthread_mutex_unlock(&gp_dm_mu);
 }

@@ -79,6 +79,8 @@ struct api {
 	CUresult (*capture_end)(void *, void **);
 	CUresult (*ctx_sync)(void *); /* the version-13000 answer: takes a context */
 	CUresult (*unload)(void *);   /* cuModuleUnload, or cuLibraryUnload for libraries */
+	CUresult (*prim_retain)(void **, int);
+	CUresult (*prim_release)(int);
 	int library;                  /* load code as a library (cudart 13 style) */
 };
 
@@ -138,6 +140,8 @@ static void load_cudart(struct api *a)
 	a->capture_end = gpa(g, "cuStreamEndCapture", 10000, 1);
 	a->ctx_sync = gpa(g, "cuCtxSynchronize", 13000, 1);
 	a->unload = gpa(g, "cuLibraryUnload", 12000, 1);
+	a->prim_retain = gpa(g, "cuDevicePrimaryCtxRetain", 7000, 1);
+	a->prim_release = gpa(g, "cuDevicePrimaryCtxRelease", 11000, 1);
 	a->library = 1;
 }
 
@@ -161,6 +165,8 @@ static void load_dlsym(struct api *a)
 	D(capture_begin, "cuStreamBeginCapture_v2");
 	D(capture_end, "cuStreamEndCapture");
 	D(unload, "cuModuleUnload");
+	D(prim_retain, "cuDevicePrimaryCtxRetain");
+	D(prim_release, "cuDevicePrimaryCtxRelease_v2");
 #undef D
 }
 #endif
@@ -186,6 +192,8 @@ CUresult cuGraphLaunch(void *, void *);
 CUresult cuStreamBeginCapture_v2(void *, int);
 CUresult cuStreamEndCapture(void *, void **);
 CUresult cuModuleUnload(void *);
+CUresult cuDevicePrimaryCtxRetain(void **, int);
+CUresult cuDevicePrimaryCtxRelease_v2(int);
 static void load_direct(struct api *a)
 {
 	a->init = cuInit;
@@ -205,6 +213,8 @@ static void load_direct(struct api *a)
 	a->graph_launch = cuGraphLaunch;
 	a->capture_begin = cuStreamBeginCapture_v2;
 	a->capture_end = cuStreamEndCapture;
+	a->prim_retain = cuDevicePrimaryCtxRetain;
+	a->prim_release = cuDevicePrimaryCtxRelease_v2;
 }
 #endif
 
@@ -455,10 +465,24 @@ static void *produce_main(void *arg)
  *                        taken first and never published; print the
  *                        counts, stay SLEEP_MS, exit
  *   fork                 a fork child loads FILE again and prints its
- *                        globals (a child gets no device maps) */
+ *                        globals (a child gets no device maps)
+ *   release N RELEASES SLEEP_MS  retain the primary context, produce N
+ *                        ring records, release it RELEASES times (the
+ *                        runtime holds one reference: 2 destroys it; reset,
+ *                        destroy: cuDevicePrimaryCtxReset, cuCtxDestroy
+ *                        instead), and while it lives produce N more;
+ *                        stay SLEEP_MS, exit
+ *   capture SLEEP_MS     load and launch inside a global-mode capture of
+ *                        stream 0x66, stay SLEEP_MS, end it (must succeed),
+ *                        launch its graph */
 static void devmap(const char *file, int argc, char **argv)
 {
-	void *m, *fn;
+	void *m, *fn, *st = NULL;
+	const char *sub = argc > 0 ? argv[0] : "";
+	if (strcmp(sub, "capture") == 0) { /* the load and its binding inside the capture */
+		st = (void *)0x66;
+		CHECK(A.capture_begin(st, 0)); /* CU_STREAM_CAPTURE_MODE_GLOBAL */
+	}
 	CHECK(load_file(&m, file));
 	fn = vector_add(m);
 	uint64_t (*global)(void *, const char *) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_global"), "mock_global");
@@ -466,10 +490,9 @@ static void devmap(const char *file, int argc, char **argv)
 	u64 a = 0xa0, b = 0xb0, c = 0xc0;
 	void *params[3] = {&a, &b, &c};
 	void **gp, **ge;
-	CHECK(A.launch(fn, 2, 1, 1, 64, 1, 1, 0, NULL, params, NULL));
+	CHECK(A.launch(fn, 2, 1, 1, 64, 1, 1, 0, st, params, NULL));
 	last(&gp, &ge);
 	printf("app: devmap patched=%d\n", gp != params);
-	const char *sub = argc > 0 ? argv[0] : "";
 	uint8_t *arr = (uint8_t *)(uintptr_t)global(m, "gp_dm_arr");
 	uint8_t *ring = (uint8_t *)(uintptr_t)global(m, "gp_dm_ring");
 	printf("app: devmap arr=%d ring=%d\n", arr != NULL, ring != NULL);
@@ -483,6 +506,39 @@ static void devmap(const char *file, int argc, char **argv)
 			__atomic_store_n((u64 *)gpbr_array_value(arr, (uint32_t)k, 0), 0x5eed0000ull + (u64)k, __ATOMIC_RELEASE);
 		printf("app: devmap written\n");
 		usleep((useconds_t)atoi(argv[2]) * 1000u);
+	} else if (strcmp(sub, "release") == 0 && ring != NULL && argc >= 4) {
+		void *ctx;
+		int n = atoi(argv[1]), releases = atoi(argv[2]);
+		struct producer p = {ring, 0, (uint32_t)n, 48, 0, 0, 0, 0};
+		CHECK(A.prim_retain(&ctx, 0));
+		produce_main(&p);
+		printf("app: devmap produced=%llu published=%llu\n", (u64)n, (u64)p.published);
+		if (strcmp(argv[2], "reset") == 0) { /* the other calls that end a context (dlsym mode) */
+			CUresult (*reset)(int) = need(dlsym(cuda, "cuDevicePrimaryCtxReset_v2"), "cuDevicePrimaryCtxReset_v2");
+			CHECK(reset(0));
+			releases = 2;
+		} else if (strcmp(argv[2], "destroy") == 0) {
+			CUresult (*destroy)(void *) = need(dlsym(cuda, "cuCtxDestroy_v2"), "cuCtxDestroy_v2");
+			CHECK(destroy(ctx));
+			releases = 2;
+		} else {
+			for (int i = 0; i < releases; i++)
+				CHECK(A.prim_release(0));
+		}
+		printf("app: devmap released %d\n", releases);
+		if (releases < 2) {
+			struct producer q = {ring, 1, (uint32_t)n, 48, 0, 0, 0, 0};
+			produce_main(&q);
+			printf("app: devmap produced-after=%llu published=%llu\n", (u64)n, (u64)q.published);
+		}
+		usleep((useconds_t)atoi(argv[3]) * 1000u);
+	} else if (strcmp(sub, "capture") == 0 && argc >= 2) {
+		void *g, *exec;
+		usleep((useconds_t)atoi(argv[1]) * 1000u); /* mirror periods inside the capture */
+		CHECK(A.capture_end(st, &g));
+		CHECK(A.graph_inst(&exec, g, 0));
+		CHECK(A.graph_launch(exec, (void *)0x77));
+		printf("app: devmap capture ok\n");
 	} else if (strcmp(sub, "fork") == 0) {
 		pid_t child = fork();
 		if (child == 0) {

@@ -18,6 +18,7 @@
  *     which the shim must not wrap with the void signature.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,9 +88,12 @@ static struct mock_fn *as_fn(void *p)
 	return f->magic == 0x46554e43 ? f : NULL;
 }
 
+static int prim_ref; /* the primary context's reference count (see cuDevicePrimaryCtxRetain) */
 EXPORT CUresult cuInit(unsigned flags)
 {
 	(void)flags;
+	if (!inited)
+		prim_ref = 1; /* as a runtime retains it */
 	inited = 1;
 	return 0;
 }
@@ -307,6 +311,41 @@ EXPORT void mock_report_globals(FILE *out, void *m)
 		fprintf(out, "mock: global %s=%#llx\n", g->name, (unsigned long long)g->value);
 }
 
+/* Capture interaction modes (cuThreadExchangeStreamCaptureMode): while a
+ * capture is open, a "potentially unsafe" call (allocation, synchronous
+ * copy, stream creation and synchronisation, context switch, asynchronous
+ * copy) from a thread whose mode forbids it fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, whose
+ * cuStreamEndCapture then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+ * as the real driver does. Modes: 0 global (every thread's default), 1
+ * thread-local, 2 relaxed. */
+static void *cap_graph_open; /* atomic: the open capture's graph, or NULL */
+static int cap_mode, cap_invalid;
+static pthread_t cap_thread;
+static __thread int thr_mode;
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode)
+{
+	if (mode == NULL || *mode < 0 || *mode > 2)
+		return 1;
+	int old = thr_mode;
+	thr_mode = *mode, *mode = old;
+	return 0;
+}
+/* capture_unsafe: nonzero (the error) when the calling thread may not make
+ * a potentially unsafe call now; the open capture is then invalidated. */
+static CUresult capture_unsafe(const char *what)
+{
+	if (__atomic_load_n(&cap_graph_open, __ATOMIC_ACQUIRE) == NULL || thr_mode == 2)
+		return 0;
+	int own = pthread_equal(cap_thread, pthread_self());
+	if ((own && cap_mode != 2) || (!own && thr_mode == 0 && cap_mode == 0)) {
+		__atomic_store_n(&cap_invalid, 1, __ATOMIC_RELEASE);
+		fprintf(stderr, "mock: %s during a capture: unsafe, capture invalidated\n", what);
+		return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+	}
+	return 0;
+}
+
 /* Device memory: cuMemAlloc hands out host memory (so memset and copies
  * work); cuMemHostRegister + cuMemHostGetDevicePointer map a host range to
  * host + MOCK_DEVMAP_OFFSET. Each is printed to stderr for the test. */
@@ -332,6 +371,8 @@ static int nhostregs;
  * registration of a range whose first u64 is that value fail. */
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags)
 {
+	if (capture_unsafe("cuMemHostRegister"))
+		return 900;
 	if (p == NULL || size < 8 || !(flags & 2) || nhostregs == 64)
 		return 1;
 	for (int i = 0; i < nhostregs; i++)
@@ -358,9 +399,30 @@ EXPORT CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flag
 		}
 	return 1;
 }
+/* Live allocations, scrubbed when their context is destroyed. */
+static struct {
+	void *p;
+	size_t size;
+} allocs[256];
+static int nallocs;
+static void alloc_add(void *p, size_t size)
+{
+	if (nallocs < 256)
+		allocs[nallocs].p = p, allocs[nallocs++].size = size;
+}
+static void alloc_del(void *p)
+{
+	for (int i = 0; i < nallocs; i++)
+		if (allocs[i].p == p) {
+			allocs[i] = allocs[--nallocs];
+			return;
+		}
+}
 /* MOCK_FAIL_ALLOC=1: every allocation fails (CUDA_ERROR_OUT_OF_MEMORY). */
 EXPORT CUresult cuMemAlloc_v2(uint64_t *d, size_t size)
 {
+	if (capture_unsafe("cuMemAlloc"))
+		return 900;
 	const char *fail = getenv("MOCK_FAIL_ALLOC");
 	if (fail && strcmp(fail, "1") == 0) {
 		fprintf(stderr, "mock: alloc failed size=%zu\n", size);
@@ -368,18 +430,24 @@ EXPORT CUresult cuMemAlloc_v2(uint64_t *d, size_t size)
 	}
 	void *p = malloc(size ? size : 1);
 	memset(p, 0xAB, size); /* like uninitialised device memory */
+	alloc_add(p, size);
 	*d = (uint64_t)(uintptr_t)p;
 	fprintf(stderr, "mock: alloc dev=%#llx size=%zu\n", (unsigned long long)*d, size);
 	return 0;
 }
 EXPORT CUresult cuMemFree_v2(uint64_t d)
 {
+	if (capture_unsafe("cuMemFree"))
+		return 900;
 	fprintf(stderr, "mock: free dev=%#llx\n", (unsigned long long)d);
+	alloc_del((void *)(uintptr_t)d);
 	free((void *)(uintptr_t)d);
 	return 0;
 }
 EXPORT CUresult cuMemsetD8_v2(uint64_t d, unsigned char v, size_t n)
 {
+	if (capture_unsafe("cuMemsetD8"))
+		return 900;
 	memset((void *)(uintptr_t)d, v, n);
 	return 0;
 }
@@ -547,11 +615,16 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(void *f, unsigned gx, unsigned gy
 }
 
 struct mock_stream;
+static int ctx_dead, ctx_gen; /* the primary context was destroyed; contexts made so far */
 static int is_stream(const void *st);
 static void stream_flush(struct mock_stream *s);
 EXPORT CUresult cuStreamSynchronize(void *st)
 {
 	if (is_stream(st)) { /* the mirror's: not the app's output */
+		if (capture_unsafe("cuStreamSynchronize"))
+			return 900;
+		if (__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+			return 709;
 		stream_flush(st);
 		return 0;
 	}
@@ -575,12 +648,16 @@ static CUresult ctx_sync_v2(void *ctx)
 
 EXPORT CUresult cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n)
 {
+	if (capture_unsafe("cuMemcpyHtoD"))
+		return 900;
 	memcpy((void *)dst, src, n);
 	ADD(n_memcpy, 1);
 	return 0;
 }
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
 {
+	if (capture_unsafe("cuMemcpyDtoH"))
+		return 900;
 	memcpy(dst, (const void *)src, n);
 	ADD(n_memcpy, 1);
 	return 0;
@@ -597,6 +674,7 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n)
 #define MOCK_STREAM_OPS 64
 struct mock_stream {
 	uint32_t magic; /* 'STRM' */
+	int gen;        /* the context it was made in */
 	int n;
 	struct {
 		void *dst;
@@ -619,24 +697,31 @@ static int is_stream(const void *st)
 
 EXPORT CUresult cuCtxGetCurrent(void **ctx)
 {
-	*ctx = inited ? MOCK_CTX : NULL;
+	*ctx = inited && !__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE) ? MOCK_CTX : NULL;
 	return 0;
 }
 EXPORT CUresult cuCtxSetCurrent(void *ctx)
 {
+	if (capture_unsafe("cuCtxSetCurrent"))
+		return 900;
 	if (ctx != NULL && ctx != MOCK_CTX)
 		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	if (ctx != NULL && __atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+		return 709; /* CUDA_ERROR_CONTEXT_IS_DESTROYED */
 	cur_ctx = ctx;
 	return 0;
 }
 EXPORT CUresult cuStreamCreate(void **st, unsigned flags)
 {
+	if (capture_unsafe("cuStreamCreate"))
+		return 900;
 	if (cur_ctx == NULL)
 		return 201;
 	if (nstreams == 16)
 		return 2;
 	struct mock_stream *s = calloc(1, sizeof *s);
 	s->magic = 0x5354524d;
+	s->gen = __atomic_load_n(&ctx_gen, __ATOMIC_ACQUIRE);
 	streams[nstreams] = s;
 	__atomic_store_n(&nstreams, nstreams + 1, __ATOMIC_RELEASE);
 	*st = s;
@@ -651,11 +736,17 @@ static void stream_flush(struct mock_stream *s)
 }
 static CUresult copy_async(void *dst, const void *src, size_t n, void *st)
 {
+	if (capture_unsafe("an asynchronous copy"))
+		return 900;
 	struct mock_stream *s = st;
 	if (cur_ctx == NULL)
 		return 201;
 	if (!is_stream(s))
 		return 400; /* the legacy stream (0) is not the mirror's */
+	if (__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+		return 709;
+	if (s->gen != __atomic_load_n(&ctx_gen, __ATOMIC_ACQUIRE))
+		return 400; /* a stream of a destroyed context */
 	const char *fail = getenv("MOCK_FAIL_ASYNC_AFTER");
 	if (fail && fail[0] && ADD(n_async, 1) >= strtoull(fail, NULL, 0)) {
 		fprintf(stderr, "mock: async copy failed\n");
@@ -674,6 +765,71 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, vo
 {
 	return copy_async((void *)(uintptr_t)dst, src, n, st);
 }
+
+/* The primary context's life: cuInit retains it once; the retain and
+ * release calls count; it is destroyed when the count drops to 0, by
+ * cuDevicePrimaryCtxReset or by cuCtxDestroy. Destroying it scrubs the
+ * memory allocated in it (0xDD: its device memory is gone) and makes it
+ * unusable (709) until a retain makes a new one (the same handle, as the
+ * driver's primary context often has), whose streams are new. */
+static void ctx_destroy(const char *why)
+{
+	if (__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+		return;
+	for (int i = 0; i < nallocs; i++)
+		memset(allocs[i].p, 0xDD, allocs[i].size);
+	nallocs = 0;
+	prim_ref = 0;
+	__atomic_store_n(&ctx_dead, 1, __ATOMIC_RELEASE);
+	fprintf(stderr, "mock: context destroyed (%s)\n", why);
+}
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+	if (!inited || dev != 0)
+		return inited ? 101 : 3; /* CUDA_ERROR_INVALID_DEVICE */
+	if (__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE)) {
+		__atomic_add_fetch(&ctx_gen, 1, __ATOMIC_RELEASE);
+		__atomic_store_n(&ctx_dead, 0, __ATOMIC_RELEASE);
+	}
+	prim_ref++;
+	*ctx = MOCK_CTX;
+	return 0;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev)
+{
+	if (dev != 0)
+		return 101;
+	if (prim_ref == 0)
+		return 201;
+	if (--prim_ref == 0)
+		ctx_destroy("cuDevicePrimaryCtxRelease");
+	return 0;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease(int dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(int dev)
+{
+	if (dev != 0)
+		return 101;
+	ctx_destroy("cuDevicePrimaryCtxReset");
+	return 0;
+}
+EXPORT CUresult cuDevicePrimaryCtxReset(int dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+EXPORT CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active)
+{
+	if (dev != 0)
+		return 101;
+	*flags = 0;
+	*active = prim_ref > 0 && !__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE);
+	return 0;
+}
+EXPORT CUresult cuCtxDestroy_v2(void *ctx)
+{
+	if (ctx != MOCK_CTX || __atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
+		return 201;
+	ctx_destroy("cuCtxDestroy");
+	return 0;
+}
+EXPORT CUresult cuCtxDestroy(void *ctx) { return cuCtxDestroy_v2(ctx); }
 
 /* mock_global: a module global's value (what the shim set); 0 if unset. */
 EXPORT uint64_t mock_global(void *m, const char *name)
@@ -799,24 +955,32 @@ static CUresult capture_launch(void *f, unsigned gx, unsigned gy, unsigned gz, u
 }
 EXPORT CUresult cuStreamBeginCapture_v2(void *st, int mode)
 {
-	(void)mode;
-	if (st == NULL || cap_graph != NULL)
+	if (st == NULL || cap_graph != NULL || mode < 0 || mode > 2)
 		return 401; /* CUDA_ERROR_ILLEGAL_STATE */
 	cap_graph = calloc(1, sizeof *cap_graph);
 	cap_stream = st;
+	cap_mode = mode, cap_thread = pthread_self();
+	__atomic_store_n(&cap_invalid, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&cap_graph_open, cap_graph, __ATOMIC_RELEASE);
 	return 0;
 }
 EXPORT CUresult cuStreamEndCapture(void *st, void **g)
 {
 	if (cap_graph == NULL || st != cap_stream)
 		return 401;
+	__atomic_store_n(&cap_graph_open, NULL, __ATOMIC_RELEASE);
 	*g = cap_graph;
 	cap_graph = NULL, cap_stream = NULL;
+	if (__atomic_load_n(&cap_invalid, __ATOMIC_ACQUIRE)) {
+		*g = NULL;
+		return 901; /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */
+	}
 	return 0;
 }
 EXPORT CUresult cuStreamIsCapturing(void *st, int *status)
 {
-	*status = cap_graph != NULL && st == cap_stream; /* ACTIVE or NONE */
+	/* ACTIVE (1), INVALIDATED (2) or NONE (0) */
+	*status = cap_graph != NULL && st == cap_stream ? 1 + __atomic_load_n(&cap_invalid, __ATOMIC_ACQUIRE) : 0;
 	return 0;
 }
 
@@ -850,7 +1014,10 @@ static const struct entry table[] = {
 	P(cuLaunchKernel), {"cuLaunchKernelEx", (void *)internal_launch_ex, (void *)cuLaunchKernelEx_ptsz},
 	P(cuLaunchCooperativeKernel), P(cuStreamSynchronize), E(cuGraphCreate), E(cuGraphAddKernelNode),
 	E(cuGraphInstantiateWithFlags), E(cuGraphLaunch), {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, NULL},
-	E(cuStreamEndCapture), E(cuStreamIsCapturing), {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, NULL},
+	E(cuStreamEndCapture), E(cuStreamIsCapturing), E(cuThreadExchangeStreamCaptureMode),
+	E(cuDevicePrimaryCtxRetain), {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, NULL},
+	{"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2, NULL}, E(cuDevicePrimaryCtxGetState),
+	{"cuCtxDestroy", (void *)cuCtxDestroy_v2, NULL}, {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, NULL},
 	{"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2, NULL},
 };
 
