@@ -34,7 +34,7 @@
 #include "gp.h"
 
 #define GP_STREAM_NON_BLOCKING 1u
-#define GP_DM_CTL 128u /* the part of a ring's control block copied back: 128..511 */
+#define GP_DM_CTL 64u /* the part of a ring's control block copied back: 64..511 (drop shards, counters) */
 #define GP_DM_CTL_LEN (GPBR_DATA_OFFSET - GP_DM_CTL)
 #define GP_DM_LIMIT ((uint64_t)1 << 30) /* device bytes per process (GPUPROBE_DEVICE_MAP_LIMIT) */
 #define GP_DM_STALL_NS 5000000000ull    /* ring stall timeout (GPUPROBE_DEVICE_MAP_STALL_MS) */
@@ -81,7 +81,7 @@ struct gp_dmap {
 	uint64_t stalls;      /* tickets given up on (counted as device drops) */
 	uint64_t stall_t, stall_since; /* the ticket waited on + 1, since when (0: none) */
 	uint64_t skipped;     /* the ticket skipped in this pass + 1: not delivered if it lands late */
-	uint64_t dropped0, devdropped0; /* counters at bind */
+	uint64_t dropped0, devdropped0, shards0; /* counters at bind */
 };
 
 static struct gp_dmap gp_dmaps[GP_MAX_REGIONS];
@@ -140,6 +140,16 @@ static uint64_t rd64(const uint8_t *b)
 	uint64_t v;
 	memcpy(&v, b, 8);
 	return v;
+}
+
+/* gp_dm_shards sums the drop shards of a ring region whose bytes from
+ * offset from on are at b. */
+static uint64_t gp_dm_shards(const uint8_t *b, unsigned from)
+{
+	uint64_t n = 0;
+	for (unsigned k = 0; k < GPBR_RING_DROP_SHARDS; k++)
+		n += rd64(b + gpbr_ring_drop_shard(k) - from);
+	return n;
 }
 
 static uint64_t gp_period_ns(uint64_t us)
@@ -271,7 +281,8 @@ static CUresult gp_dm_drain(struct gp_dmap *m, CUstream st, uint64_t now)
 		m->p = q;
 	}
 	/* R5 */
-	uint64_t dd = m->devdropped0 + rd64(m->ctl + GPBR_RING_DROPPED - GP_DM_CTL) - m->dropped0 + m->stalls;
+	uint64_t dd = m->devdropped0 + rd64(m->ctl + GPBR_RING_DROPPED - GP_DM_CTL) - m->dropped0 +
+		      gp_dm_shards(m->ctl, GP_DM_CTL) - m->shards0 + m->stalls;
 	uint64_t ov = rd64(m->ctl + GPBR_RING_OVERSIZE - GP_DM_CTL); /* the copy started at the host's */
 	uint64_t *hd = gpbr_u64(m->host, GPBR_RING_DEV_DROPPED), *ho = gpbr_u64(m->host, GPBR_RING_OVERSIZE);
 	for (uint64_t v = __atomic_load_n(hd, __ATOMIC_RELAXED); v < dd;)
@@ -484,6 +495,7 @@ static int gp_dm_new(uint32_t i, uint64_t period_us, uint64_t *dev, const char *
 			m->acked[s] = *gpbr_ring_slot_drops(r->host, s);
 		m->dropped0 = *gpbr_u64(r->host, GPBR_RING_DROPPED);
 		m->devdropped0 = *gpbr_u64(r->host, GPBR_RING_DEV_DROPPED);
+		m->shards0 = gp_dm_shards(r->host, 0); /* the device copy starts as these bytes */
 	}
 	if (c == CUDA_SUCCESS && !gp_dm_started && gp_dm_start() != 0)
 		c = -EAGAIN;

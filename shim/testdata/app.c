@@ -574,6 +574,13 @@ static void devmap(const char *file, int argc, char **argv)
 			pthread_join(th[i], NULL);
 			pub += ps[i].published, drop += ps[i].dropped, over += ps[i].oversize;
 		}
+		/* Compiled GPU producers count drops in shards (shm/doc.go):
+		 * move the C producer's count there, taken from dropped first
+		 * so the drainer never sees it twice. */
+		u64 moved = __atomic_exchange_n(gpbr_u64(ring, GPBR_RING_DROPPED), 0, __ATOMIC_ACQ_REL);
+		for (unsigned k = 0; k < GPBR_RING_DROP_SHARDS; k++)
+			__atomic_fetch_add(gpbr_u64(ring, gpbr_ring_drop_shard(k)),
+					   moved / GPBR_RING_DROP_SHARDS + (k < moved % GPBR_RING_DROP_SHARDS), __ATOMIC_RELAXED);
 		printf("app: devmap produced=%llu published=%llu dropped=%llu oversize=%llu stalled=%d\n",
 		       (u64)nt * (u64)atoi(argv[2]) + (u64)stall, pub, drop, over, stall);
 		usleep((useconds_t)atoi(argv[6]) * 1000u);

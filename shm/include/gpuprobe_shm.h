@@ -59,6 +59,13 @@ struct gpbr_header {
 /* Device-side reservation (opt-in, shm/doc.go): the host mirror of the
  * device block's drop count, and the device block's layout. */
 #define GPBR_RING_DEV_DROPPED 448u /* u64, GPU producers: atomic max */
+/* Device-resident rings (shm/doc.go): GPU producers count drops in 16
+ * shards of the device copy, 64..127 and 448..511, by %smid mod 16. */
+#define GPBR_RING_DROP_SHARDS 16u
+static inline unsigned gpbr_ring_drop_shard(unsigned k)
+{
+	return k < 8 ? 64u + 8u * k : 448u + 8u * (k - 8u);
+}
 #define GPBR_RING_DEVICE_BLOCK_SIZE 64u
 #define GPBR_RING_DEVICE_HEAD 0u       /* u64: tickets taken (gpu atomics) */
 #define GPBR_RING_DEVICE_TAIL 8u       /* u64: host tail as last read */
