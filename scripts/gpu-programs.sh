@@ -144,7 +144,7 @@ prc=$?
 while IFS=$'\t' read -r check res detail; do
 	row "$check" "$res" "$detail"
 done <"$run/check.txt"
-if [[ $prc -ne 0 && $prc -ne 1 ]] || [[ ! -s $run/check.txt ]]; then
+if [[ -s $run/check.err || ! -s $run/check.txt ]]; then # a traceback, or no check ran
 	row "programs_check.py" FAIL "exit $prc: $(tail -1 "$run/check.err") (see $run/check.err)"
 fi
 row "collector log (information)" ok "$(grep -c $'\terror\t' "$run/collector.log") error and $(grep -c $'\twarn\t' "$run/collector.log") warning lines (see $run/collector.log)"
@@ -158,7 +158,11 @@ if ! start_collector "$killed" "$receiver_yaml" metrics; then
 else
 	shim_run "$killed" "$long_iters" &
 	apid=$!
-	for _ in $(seq 1200); do grep -q 'module patched' "$killed/collector.log" && break; sleep 0.025; done
+	for _ in $(seq 1200); do
+		grep -q 'module patched' "$killed/collector.log" && break
+		kill -0 "$apid" 2>/dev/null || break
+		sleep 0.025
+	done
 	patched=$(grep -c 'module patched' "$killed/collector.log")
 	sleep 0.2
 	running=no

@@ -11,7 +11,7 @@ import sys
 import os
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lib_metrics import load as load_metrics, latest  # noqa: E402
+from lib_metrics import attrs, load as load_metrics, latest  # noqa: E402
 from lib_traces import load as load_traces, launch_spans  # noqa: E402
 
 MAX_BLOCKS = 1024  # threadhist.c's MAX_BLOCKS
@@ -76,8 +76,7 @@ def exit_events(spans):
     evs = []
     for s, _ in batches:
         for e in s.get("events", []):
-            evs.append({a["key"]: int(a["value"]["intValue"]) if "intValue" in a["value"] else a["value"]
-                        for a in e.get("attributes", [])})
+            evs.append(attrs(e.get("attributes")))
     return batches, evs
 
 
