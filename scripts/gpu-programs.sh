@@ -39,8 +39,10 @@
 #
 # Environment: NVCC (default nvcc, then /usr/local/cuda/bin/nvcc), GPU_ARCH
 # (e.g. 90; default from nvidia-smi), ITERS (default 10, ≤ 60000), N
-# (default 1048576, a multiple of 256, ≤ 2^26), LONG_ITERS (default 50000),
-# PROGRAMS_OUT (logs, default build/gpu-programs; copied to $OUT).
+# (default 1048576, a multiple of 256, ≤ 2^26), PROGRAMS_ITERS and
+# PROGRAMS_N (win over ITERS and N, which gpu-sampling.sh reads too),
+# LONG_ITERS (default 50000), PROGRAMS_OUT (logs, default
+# build/gpu-programs; copied to $OUT).
 set -uo pipefail
 export GPUPROBE_PATCH=1 # patching is opt-in (shim/README.md)
 
@@ -48,8 +50,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 out=${PROGRAMS_OUT:-$root/build/gpu-programs}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-iters=${ITERS:-10}
-n=${N:-1048576}
+iters=${PROGRAMS_ITERS:-${ITERS:-10}}
+n=${PROGRAMS_N:-${N:-1048576}}
 long_iters=${LONG_ITERS:-50000}
 block=256
 mkdir -p "$out"

@@ -193,7 +193,7 @@ want graphnode && step "graph node patched" graphnode.log bash scripts/gpu-graph
 want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu-graph-spans.sh
 want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu-sampling.sh
 want hostwait && step "stream idle and host wait" hostwait.log bash scripts/gpu-hostwait.sh
-want programs && tailstep "user programs via the collector" programs.log '^---- gpu-programs' \
+want programs && tailstep "user programs via collector" programs.log '^---- gpu-programs' \
 	env PROGRAMS_OUT="$out/gpu-programs" bash scripts/gpu-programs.sh
 
 # ---- report -----------------------------------------------------------------
