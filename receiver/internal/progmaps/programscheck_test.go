@@ -156,6 +156,7 @@ func TestProgramsCheckReadsProgmaps(t *testing.T) {
 			cmd := exec.Command(py, filepath.Join(root, "scripts", "programs_check.py"),
 				filepath.Join(out, "traces.json"), filepath.Join(out, "metrics.json"), filepath.Join(out, "collector.log"),
 				fmt.Sprint(r.n), fmt.Sprint(r.iters), "256")
+			cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1") // no scripts/__pycache__
 			b, err := cmd.CombinedOutput()
 			var failing []string
 			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
