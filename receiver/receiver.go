@@ -389,6 +389,12 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 	var dropped uint64
 	r.pollHost(now, sources)
 	for _, s := range sources {
+		// Whether the producer had gone before this read: only then is
+		// everything it wrote in the rings (onDisconnect may set closing
+		// while they are read, and records written since would be lost).
+		r.mu.Lock()
+		gone := s.closing
+		r.mu.Unlock()
 		if s.namesCons != nil {
 			s.namesCons.Read(maxReadPerPoll, func(rec shm.Record) {
 				_ = r.tr.Handle(s.id, rec.Payload, now)
@@ -420,11 +426,9 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 		cs := s.consumer.Stats()
 		dropped += (st.Dropped - s.lastDropped) + (st.Oversize - s.lastOversize) + (cs.Stalled - s.lastStalled)
 		s.lastDropped, s.lastOversize, s.lastStalled = st.Dropped, st.Oversize, cs.Stalled
-		r.mu.Lock()
-		if s.closing {
+		if gone {
 			closed = append(closed, s)
 		}
-		r.mu.Unlock()
 	}
 	if len(closed) > 0 {
 		r.dropSources(closed)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu-bundle.sh OUT.tar.gz: packs what `make gpu-test` needs on the GPU
 # machine (which has no Go): the prebuilt binaries, the testdata objects and
-# CUDA sources, the conformance data, the Makefile and the scripts. On the GPU
-# machine: tar xzf OUT.tar.gz && cd gpuprobe && make gpu-test
+# CUDA sources, the conformance data, the Makefile and the scripts (shell and
+# Python). On the GPU machine:
+#   tar xzf OUT.tar.gz && cd gpuprobe && make gpu-test
 # (or bash scripts/gpu-test.sh where make is missing).
 set -euo pipefail
 
@@ -30,7 +31,7 @@ for f in kernelretsnoop threadhist launchlate memcount hostcall_rt $compat; do
 	[[ -e "testdata/bpf/$f.o" ]] || { echo "gpu-bundle: testdata/bpf/$f.o missing (make -f testdata/bpf/bpf.mk bpf-objects)" >&2; exit 1; }
 done
 cp Makefile "$b/"
-cp scripts/*.sh "$b/scripts/"
+cp scripts/*.sh scripts/*.py "$b/scripts/" # the checks' Python (lib_traces.py, programs_check.py, ...) too
 # testdata: eBPF objects and sources, CUDA samples (testdata/cuda/samples,
 # shim, inject), the CUDA C models (testdata/cuda/model, gpu-bench.sh's
 # part model), SASS-comparison twins,

@@ -37,6 +37,10 @@
 #                                  bin/otelcol-gpuprobe)
 #                     hostwait     scripts/gpu-hostwait.sh (needs
 #                                  bin/otelcol-gpuprobe)
+#                     programs     scripts/gpu-programs.sh: threadhist.o and
+#                                  kernelretsnoop.o through the collector,
+#                                  maps checked exactly from its OTLP JSON
+#                                  (needs bin/otelcol-gpuprobe, python3)
 #                     e.g. PARTS=samples,bench make gpu-test
 set -uo pipefail
 
@@ -48,7 +52,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -209,6 +213,8 @@ want graphnode && step "graph node patched" graphnode.log bash scripts/gpu-graph
 want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu-graph-spans.sh
 want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu-sampling.sh
 want hostwait && step "stream idle and host wait" hostwait.log bash scripts/gpu-hostwait.sh
+want programs && tailstep "user programs via collector" programs.log '^---- gpu-programs' \
+	env PROGRAMS_OUT="$out/gpu-programs" bash scripts/gpu-programs.sh
 
 # ---- report -----------------------------------------------------------------
 

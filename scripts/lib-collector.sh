@@ -1,22 +1,31 @@
 # lib-collector.sh: sourced by the GPU scripts that run the real collector
 # with a traces file exporter (gpu-graph-spans.sh, gpu-sampling.sh,
-# gpu-hostwait.sh); lib_traces.py reads what it wrote.
+# gpu-hostwait.sh) or a traces and a metrics one (gpu-programs.sh);
+# lib_traces.py and lib_metrics.py read what they wrote.
 #
 # start_traces_collector DIR [RECEIVER_YAML]: writes DIR/config.yaml (the
 # agent socket DIR/agent.sock, kernel_phases on, host probes off, traces to
 # DIR/traces.json, plus RECEIVER_YAML: lines indented under the receiver),
 # starts bin/otelcol-gpuprobe with it (log DIR/collector.log), waits for the
 # socket and sets col to its pid. Returns 1 when it did not start.
-start_traces_collector() {
-	local dir=$1 extra=${2:-}
-	rm -f "$dir/agent.sock" "$dir/traces.json"
+start_traces_collector() { start_collector "$1" "${2:-}" traces; }
+
+# start_collector DIR RECEIVER_YAML traces|metrics: start_traces_collector,
+# or with metrics also a metrics pipeline to DIR/metrics.json (file/metrics)
+# and debug logs (the receiver logs each module it patched at debug level).
+start_collector() {
+	local dir=$1 extra=${2:-} signals=$3
+	rm -f "$dir/agent.sock" "$dir/traces.json" "$dir/metrics.json"
 	{
 		printf 'receivers:\n  gpuprobe:\n    agent:\n      socket: %s\n' "$dir/agent.sock"
 		printf '    probes:\n      kernel_phases: true\n    host_probes:\n      enabled: false\n    poll_interval: 5ms\n'
 		[[ -n $extra ]] && printf '%s\n' "$extra"
 		printf 'exporters:\n  file/traces:\n    path: %s\n' "$dir/traces.json"
+		[[ $signals == metrics ]] && printf '  file/metrics:\n    path: %s\n' "$dir/metrics.json"
 		printf 'service:\n  telemetry:\n    metrics:\n      level: none\n'
+		[[ $signals == metrics ]] && printf '    logs:\n      level: debug\n'
 		printf '  pipelines:\n    traces:\n      receivers: [gpuprobe]\n      exporters: [file/traces]\n'
+		[[ $signals == metrics ]] && printf '    metrics:\n      receivers: [gpuprobe]\n      exporters: [file/metrics]\n'
 	} >"$dir/config.yaml"
 	bin/otelcol-gpuprobe --config "$dir/config.yaml" >"$dir/collector.log" 2>&1 &
 	col=$!
