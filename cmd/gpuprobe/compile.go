@@ -44,7 +44,8 @@ func runCompile(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	opts := ptx.Options{Arch: *arch, Comments: *comments}
+	// The GPU maps live in device memory, as the collector places them.
+	opts := ptx.Options{Arch: *arch, Comments: *comments, DeviceMaps: jit.DeviceResidentMaps(progs)}
 	fmt.Fprintf(stdout, "// gpuprobe compile %s\n", file)
 	var (
 		funcs  []*ptx.Func

@@ -13,14 +13,15 @@ const (
 	funcRingoutDev = "ringoutdev"
 )
 
-var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout, funcRingoutDev, funcRingoutWarp}
+var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout, funcRingoutDev, funcRingoutWarp, funcRingReserveWarp}
 
 var supportParams = map[string][]string{
-	funcMemcpy:      {"dst", "src", "n"},
-	funcHostcall:    {"mb", "helper", "a1", "a2", "a3", "a4", "a5", "p1", "n1", "p2", "n2", "str"},
-	funcRingout:     {"ring", "data", "size"},
-	funcRingoutDev:  {"ring", "data", "size", "dev"},
-	funcRingoutWarp: {"ring", "data", "size"},
+	funcMemcpy:          {"dst", "src", "n"},
+	funcHostcall:        {"mb", "helper", "a1", "a2", "a3", "a4", "a5", "p1", "n1", "p2", "n2", "str"},
+	funcRingout:         {"ring", "data", "size"},
+	funcRingoutDev:      {"ring", "data", "size", "dev"},
+	funcRingoutWarp:     {"ring", "data", "size"},
+	funcRingReserveWarp: {"ring", "size"},
 }
 
 // need marks a support routine as used and returns its PTX name.
@@ -137,7 +138,9 @@ func (c *compiler) genSupport() {
 		case funcRingoutDev:
 			c.genRingoutDev()
 		case funcRingoutWarp:
-			c.genRingoutWarp()
+			c.genRingoutWarp(false)
+		case funcRingReserveWarp:
+			c.genRingoutWarp(true)
 		}
 		e.raw("}\n\n")
 	}

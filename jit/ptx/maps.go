@@ -391,6 +391,10 @@ func (c *compiler) perfEventOutput(i int) error {
 	gen := func(k int) error {
 		g := c.addGlobal(GlobalMap, c.p.Maps[k].Name)
 		c.loadGlobal("%h0", g)
+		if d, ok := c.recordInRegs(i); ok {
+			c.ringRecordInRegs(d)
+			return nil
+		}
 		if c.deviceMap(c.p.Maps[k].Name) {
 			c.callFunc(c.need(funcRingoutWarp), "%r0", "%h0", "%r4", "%r5")
 			return nil

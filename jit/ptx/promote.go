@@ -78,6 +78,16 @@ func (c *compiler) promoteSlots(f *fn) map[int64]frameCell {
 				access(off, n)
 			}
 		case ins.IsBuiltinCall():
+			if d, ok := v.StackData[i]; ok {
+				_, regs := c.recordInRegs(i)
+				for s := d.Off; s < d.Off+d.Size; s += 8 {
+					if regs {
+						used[s] = true // stored into the ring from either kind
+					} else {
+						bad[s] = true // read from memory by the ring routine
+					}
+				}
+			}
 			if offs, ok := v.StackOuts[i]; ok {
 				for _, o := range offs {
 					access(o, 8) // the helper writes the register

@@ -3,12 +3,22 @@ package ptx
 import (
 	"strconv"
 
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
-// funcRingoutWarp is the producer for rings in device memory (shm package
-// comment, "Device-resident maps"): (ring, data, size) -> 0 or -errno.
-const funcRingoutWarp = "ringoutwarp"
+// The producers for rings in device memory (shm package comment,
+// "Device-resident maps").
+const (
+	// (ring, data, size) -> 0 or -errno: one record.
+	funcRingoutWarp = "ringoutwarp"
+	// (ring, size) -> the ticket whose slot the caller writes and
+	// publishes (ringRecordInRegs), or -errno.
+	funcRingReserveWarp = "ringreservewarp"
+)
 
 // deviceMap reports whether map name lives in device memory
 // (Options.DeviceMaps).
@@ -26,10 +36,14 @@ func (c *compiler) deviceMap(name string) bool {
 // atomics and release stores, and one reservation per warp: the lowest
 // active lane checks for room and takes the tickets of all active lanes
 // with one fetch-add; lane i writes ticket base + rank(i). Never waits.
-// Params: ring=%x20 data=%x21 size=%x22.
-func (c *compiler) genRingoutWarp() {
+// Params: ring=%x20 data=%x21 size=%x22; for ringreservewarp (reserve)
+// ring=%x20 size=%x21, and the ticket is returned unpublished.
+func (c *compiler) genRingoutWarp(reserve bool) {
 	e := &c.e
 	at := func(off int) string { return "[%x20+" + strconv.Itoa(off) + "]" }
+	if reserve {
+		e.op("mov.u64 %x22, %x21")
+	}
 	e.op("setp.eq.u64 %z0, %x20, 0")
 	e.op("@%z0 bra $Lnoring")
 	e.op("ld.u32 %y0, ", at(hdrMaxEntries))
@@ -77,7 +91,12 @@ func (c *compiler) genRingoutWarp() {
 	e.op("sub.s64 %x5, %x6, %x3")
 	e.op("setp.ge.u64 %z0, %x5, %x0")
 	e.op("@%z0 bra $Llate")
-	c.ringPublish("gpu")
+	if reserve {
+		e.op("st.param.b64 [__ret], %x6")
+		e.op("ret")
+	} else {
+		c.ringPublish("gpu")
+	}
 	// Step 4: this lane's ticket overshot the tail the leader read.
 	e.label("$Llate")
 	e.op("red.relaxed.gpu.add.u64 [%x15], 1")
@@ -113,4 +132,70 @@ func (c *compiler) shfl64(r, src, mask string) {
 	e.op("shfl.sync.idx.b32 %y8, %y8, ", src, ", 31, ", mask)
 	e.op("shfl.sync.idx.b32 %y9, %y9, ", src, ", 31, ", mask)
 	e.op("mov.b64 ", r, ", {%y8, %y9}")
+}
+
+// recordInRegs reports whether perf_event_output call i writes a record
+// the verifier placed in the caller's frame (StackData) into a ring in
+// device memory, so that the record's slots may be registers: the
+// compiler then stores them into the ring slot itself (ringRecordInRegs).
+func (c *compiler) recordInRegs(i int) (verifier.StackRange, bool) {
+	v := c.o.Verified
+	if v == nil {
+		return verifier.StackRange{}, false
+	}
+	d, ok := v.StackData[i]
+	if !ok {
+		return d, false
+	}
+	cands, static := c.mapCandidates(i, asm.R2)
+	if !static || len(cands) != 1 || c.p.Maps[cands[0]].Type != jit.MapTypeGPURingbuf || !c.deviceMap(c.p.Maps[cands[0]].Name) {
+		return d, false
+	}
+	return d, true
+}
+
+// ringRecordInRegs writes perf_event_output of the record d of the frame
+// into the device ring whose base is in %h0: ringreservewarp takes a
+// ticket, then the record goes from its registers (or frame slots) into
+// the slot, and a release store of seq publishes it; r0 = 0 or -errno.
+func (c *compiler) ringRecordInRegs(d verifier.StackRange) {
+	e := &c.e
+	done := c.newLabel()
+	c.callFunc(c.need(funcRingReserveWarp), "%h1", "%h0", u64(uint64(d.Size)))
+	e.op("mov.u64 %r0, %h1")
+	e.op("setp.lt.s64 %q1, %h1, 0")
+	e.op("@%q1 bra ", done)
+	e.op("ld.u32 %g0, [%h0+", strconv.Itoa(hdrMaxEntries), "]")
+	e.op("ld.u32 %g1, [%h0+", strconv.Itoa(hdrStride), "]")
+	e.op("cvt.u64.u32 %h2, %g0")
+	e.op("sub.s64 %h2, %h2, 1")
+	e.op("and.b64 %h3, %h1, %h2")
+	e.op("cvt.u64.u32 %h4, %g1")
+	e.op("mad.lo.u64 %h3, %h3, %h4, %h0")
+	e.op("add.s64 %h3, %h3, ", strconv.Itoa(dataOffset))
+	e.op("cvta.to.global.u64 %h3, %h3") // device memory: no generic resolution per store
+	e.op("st.global.u32 [%h3+8], ", strconv.FormatInt(d.Size, 10))
+	e.op("st.global.u32 [%h3+12], ", strconv.Itoa(RingRecordType))
+	for j := int64(0); j < d.Size; j += 8 {
+		dst := func(k int64) string { return "[%h3+" + strconv.FormatInt(slotHeader+j+k, 10) + "]" }
+		off := d.Off + j
+		if cell, ok := c.slots[off]; ok && cell.size == 8 {
+			e.op("st.global.u64 ", dst(0), ", ", cell.reg)
+			continue
+		}
+		lo, okLo := c.slots[off]
+		hi, okHi := c.slots[off+4]
+		if okLo && okHi {
+			e.op("st.global.u32 ", dst(0), ", ", lo.reg)
+			e.op("st.global.u32 ", dst(4), ", ", hi.reg)
+			continue
+		}
+		src, _ := c.stackSlot(regNames[asm.R10], off)
+		e.op("ld.local.u64 %h5, ", src)
+		e.op("st.global.u64 ", dst(0), ", %h5")
+	}
+	e.op("add.s64 %h5, %h1, 1")
+	e.op("st.release.gpu.global.u64 [%h3], %h5")
+	e.op("mov.u64 %r0, 0")
+	e.label(done)
 }

@@ -1,6 +1,7 @@
 package ptx
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -146,5 +148,71 @@ func TestWarpAdd(t *testing.T) {
 				t.Fatalf("ptxas: %v\n%s", err, out)
 			}
 		}
+	}
+}
+
+// TestRecordInRegs compiles kernelretsnoop (a 64-byte record built on the
+// stack, fields written by get_block_idx and kin) with its ring in device
+// memory and the verifier's facts: the record's slots are registers, the
+// compiler stores them into the ring slot itself (ringreservewarp, then a
+// gpu-scope release of seq), the program keeps no local frame for them,
+// and the record the emulator finds in the ring is byte for byte the one
+// the host-memory producer writes from the stack. ptxas accepts it.
+func TestRecordInRegs(t *testing.T) {
+	var prog *jit.Program
+	_, progs := testdataPrograms(t)
+	for _, p := range progs {
+		if p.Name == "kernelretsnoop" {
+			prog = p
+		}
+	}
+	if prog == nil {
+		t.Fatal("no kernelretsnoop in testdata/bpf")
+	}
+	res, err := verifier.Verify(prog, verifier.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func(o Options) ([]byte, *Func) {
+		o.Verified = res
+		f, err := Compile(prog, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const slots, stride = 4, 80
+		var r *emuRegion
+		got, _, err := emuRun(f, nil, 0, func(e *emu) {
+			r = e.alloc(dataOffset+slots*(stride+8), false, "exits")
+			binary.LittleEndian.PutUint32(r.data[hdrMaxEntries:], slots)
+			binary.LittleEndian.PutUint32(r.data[hdrStride:], stride)
+			setGlobal(e, f, GlobalMap, "exits", r.base)
+		})
+		if err != nil || got != 0 {
+			t.Fatalf("r0 = %d, %v", int64(got), err)
+		}
+		s := r.data[dataOffset : dataOffset+stride]
+		if seq, n := binary.LittleEndian.Uint64(s), binary.LittleEndian.Uint32(s[8:]); seq != 1 || n != 64 {
+			t.Fatalf("slot 0: seq %d len %d, want 1 and 64", seq, n)
+		}
+		return append([]byte(nil), s[slotHeader:slotHeader+64]...), f
+	}
+	want, _ := record(Options{})
+	got, f := record(Options{DeviceMaps: []string{"exits"}})
+	if !bytes.Equal(got, want) {
+		t.Fatalf("record from registers % x\nwant (from the stack)  % x", got, want)
+	}
+	for _, s := range []string{"_ringreservewarp", "st.release.gpu.global.u64 [%h3]"} {
+		if !strings.Contains(f.Body, s) {
+			t.Errorf("PTX lacks %q", s)
+		}
+	}
+	if strings.Contains(f.Body, "_memcpy") || strings.Contains(f.Body, "_ringoutwarp(") {
+		t.Error("the record still goes through memory (memcpy or ringoutwarp)")
+	}
+	if !needPtxas(t) {
+		return
+	}
+	if out, err := Assemble(context.Background(), TestModule(f), "sm_90"); err != nil {
+		t.Fatalf("ptxas: %v\n%s", err, out)
 	}
 }

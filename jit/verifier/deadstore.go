@@ -198,6 +198,14 @@ func (v *verifier) escapes(r *Result) []stackBits {
 			esc[s.fn].set(s.lo, s.hi)
 		}
 	}
+	for i, ranges := range v.dataBytes {
+		if _, ok := r.StackData[i]; ok {
+			continue
+		}
+		for _, s := range ranges {
+			esc[s.fn].set(s.lo, s.hi)
+		}
+	}
 	for i, ranges := range v.outBytes {
 		if _, ok := r.StackOuts[i]; ok {
 			continue

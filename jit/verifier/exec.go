@@ -323,6 +323,8 @@ func (v *verifier) access(st *state, i int, reg asm.Register, base value, off in
 		switch {
 		case v.outWrite:
 			v.outBytes[i] = append(v.outBytes[i], stackRange{fr.fn, lo, hi})
+		case v.dataRead:
+			v.dataBytes[i] = append(v.dataBytes[i], stackRange{fr.fn, lo, hi})
 		case reg != asm.R10 && !v.keyRead:
 			v.escaped[fr.fn].set(lo, hi)
 		}

@@ -197,9 +197,18 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 				return v.errorf(i, "%s: size argument r%d is not bounded (at most %d): compare it against a constant before the call", sig.Name, r+1, maxMemSize)
 			}
 			if n.umax > 0 {
-				if err := v.helperMem(st, i, sig.Name, r, int64(n.umax), false, "buffer"); err != nil {
+				// A ring record is kept apart like a key: one in the
+				// caller's own frame at a known offset and size can be
+				// registers (Result.StackData).
+				v.dataRead = jit.HelperID(id) == jit.HelperPerfEventOutput
+				err := v.helperMem(st, i, sig.Name, r, int64(n.umax), false, "buffer")
+				v.dataRead = false
+				if err != nil {
 					return err
 				}
+			}
+			if jit.HelperID(id) == jit.HelperPerfEventOutput {
+				v.noteData(st, i, r, n)
 			}
 		case ArgSize:
 			// Checked with the preceding ArgMem.
@@ -329,4 +338,22 @@ func (v *verifier) noteOut(st *state, i, a int, r asm.Register) {
 	p := st.cur().regs[r]
 	own := p.kind == kStack && p.smin == p.smax && int(p.frame) == len(st.frames)-1
 	f[a].note(uint64(p.smin), own)
+}
+
+// maxStackData is the largest ring record Result.StackData describes.
+const maxStackData = 256
+
+// noteData records where perf_event_output's record (pointer in r, size n)
+// is on this path: 8-byte aligned whole slots of the caller's own frame at
+// a known offset and size, or not.
+func (v *verifier) noteData(st *state, i int, r asm.Register, n value) {
+	f := v.dataAt[i]
+	if f == nil {
+		f = new(keyFact)
+		v.dataAt[i] = f
+	}
+	p := st.cur().regs[r]
+	known := p.kind == kStack && p.smin == p.smax && int(p.frame) == len(st.frames)-1 &&
+		n.umin == n.umax && n.umin > 0 && n.umin <= maxStackData && n.umin%8 == 0 && p.smin%8 == 0
+	f.note(uint64(uint32(int32(p.smin)))<<32|n.umin, known)
 }

@@ -57,6 +57,13 @@ type Result struct {
 	// a compiler can keep those slots in registers and write them there.
 	// The bytes of other calls' outputs count as escaped.
 	StackOuts map[int][3]int64
+	// StackData maps each perf_event_output call whose record is, on
+	// every path, in the calling function's own frame at the same 8-byte
+	// aligned offset with the same size (a multiple of 8, at most 256
+	// bytes) to that range: a compiler can keep those slots in registers
+	// and store them into the ring itself. The bytes of other calls'
+	// records count as escaped.
+	StackData map[int]StackRange
 	// DeadStores lists the stores to the stack at r10+off whose bytes no
 	// run reads (loads, atomics and helpers, through any pointer) before
 	// they are overwritten or their function returns, counting as unread
@@ -199,9 +206,22 @@ func (v *verifier) result() *Result {
 			r.StackOuts[i] = offs
 		}
 	}
+	for i, f := range v.dataAt {
+		if f.state == keyConst {
+			if r.StackData == nil {
+				r.StackData = make(map[int]StackRange)
+			}
+			r.StackData[i] = StackRange{Off: int64(int32(uint32(f.val >> 32))), Size: int64(uint32(f.val))}
+		}
+	}
 	r.DeadStores = v.deadStores(r)
 	r.escaped = v.escapes(r)
 	return r
+}
+
+// StackRange is a range of a function's frame, as an offset from r10.
+type StackRange struct {
+	Off, Size int64
 }
 
 // BlockAddr is a byte of a per-block array's block copy (Result.BlockAddrs).

@@ -91,6 +91,8 @@ func verify(p *jit.Program, opts Options) (*verifier, error) {
 		blockAt:    make([]keyFact, len(p.Insns)),
 		keyBytes:   make(map[int][]stackRange),
 		outAt:      make(map[int]*[3]keyFact),
+		dataAt:     make(map[int]*keyFact),
+		dataBytes:  make(map[int][]stackRange),
 		outBytes:   make(map[int][]stackRange),
 		stackReads: make(map[int][]stackRange),
 		escaped:    make([]stackBits, len(g.funcs)),
@@ -154,6 +156,9 @@ type verifier struct {
 	outAt      map[int]*[3]keyFact  // helpers with output pointers: each output's offset in the caller's own frame
 	outBytes   map[int][]stackRange // helpers with output pointers: stack bytes they wrote
 	outWrite   bool                 // the access being checked is a helper's output
+	dataAt     map[int]*keyFact     // perf_event_output calls: offset<<32 | size of a record in the caller's own frame
+	dataBytes  map[int][]stackRange // perf_event_output calls: stack bytes the record was read from
+	dataRead   bool                 // the access being checked is perf_event_output's record
 	edges      []uint8              // conditional jumps: edgeTaken, edgeFall as some run takes them
 	stackUse   []int64              // lowest stack offset used, per function
 	ids        map[key]int32
