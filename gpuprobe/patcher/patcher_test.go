@@ -322,7 +322,7 @@ func TestPatchDeviceMaps(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("globals %+v, want %+v (all: %+v)", got, want, a.Globals)
 	}
-	if text := string(a.Image); !strings.Contains(text, "_ringoutwarp") || strings.Contains(text, "_ringout(") {
+	if text := string(a.Image); !strings.Contains(text, "_ringreservewarp") || strings.Contains(text, "_ringout(") {
 		t.Error("the ring in device memory is not written by the warp-aggregated producer")
 	}
 	if _, err := ptx.Assemble(context.Background(), string(a.Image[:len(a.Image)-1]), "sm_80"); err != nil {
