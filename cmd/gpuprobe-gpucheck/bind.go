@@ -57,15 +57,27 @@ func (in *instance) mailbox() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	in.mb, in.mbBase = mb, base
+	if !holdMailbox {
+		in.serve()
+	}
+	return base, nil
+}
+
+// holdMailbox leaves new mailboxes unserved until serve is called: the
+// unanswered-host-call check sets it while it runs (checks run one at a
+// time).
+var holdMailbox bool
+
+// serve starts answering the instance's mailbox until close.
+func (in *instance) serve() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		mb.Serve(ctx, func(*shm.Request) int64 { in.answered.Add(1); return 0 }, shm.ServeOptions{Spin: time.Millisecond})
+		in.mb.Serve(ctx, func(*shm.Request) int64 { in.answered.Add(1); return 0 }, shm.ServeOptions{Spin: time.Millisecond})
 	}()
-	in.mb, in.mbBase = mb, base
 	in.stopMailbox = func() { cancel(); <-done }
-	return base, nil
 }
 
 // mirror is one device-resident map: its host region and device copy.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
@@ -178,6 +179,46 @@ func (r *runner) checks(vec, gemm, exits []byte) {
 	}
 	detail, err := r.checkHostCall(vs[0])
 	r.result("vectorAddN: host-call round trip", err, detail)
+	detail, err = r.checkHostCallUnanswered(vs[0])
+	r.result("vectorAddN: host calls never answered", err, detail)
+}
+
+// checkHostCallUnanswered runs hostcall_rt with nobody serving its
+// mailbox: the kernel must still end, every call failing after its
+// bounded wait, and a host that starts serving afterwards must count the
+// abandoned requests as late, not answer them to anyone.
+func (r *runner) checkHostCallUnanswered(s *sample) (string, error) {
+	one := *s
+	one.grid, one.block = cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 1, Y: 1, Z: 1}
+	holdMailbox = true
+	in, _, err := r.userPatched(&one, "hostcall_rt", true, 2, 17)
+	holdMailbox = false
+	if err != nil {
+		return "", err
+	}
+	defer in.close()
+	rt := in.arrays["rt"]
+	span, _ := rt.Uint64(0, 0)
+	ok, _ := rt.Uint64(1, 0)
+	calls, _ := rt.Uint64(2, 0)
+	if calls == 0 || ok != 0 {
+		return "", fmt.Errorf("%d calls, %d answered with no host serving", calls, ok)
+	}
+	if in.mb == nil {
+		return "", errors.New("the program has no mailbox")
+	}
+	in.serve()
+	deadline := time.Now().Add(2 * time.Second)
+	for in.mb.Late() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	late := in.mb.Late()
+	d := fmt.Sprintf("%d calls, none answered, kernel ended after %.1f ms (%.1f µs per call: the bounded wait); %d abandoned requests counted late once served",
+		calls, float64(span)/1e6, float64(span)/float64(calls)/1e3, late)
+	if late == 0 {
+		return d, errors.New("a host serving after the kernel counted no late request: " + d)
+	}
+	return d, nil
 }
 
 // hostCallTargetNS is issue 16's target for one host call's round trip
