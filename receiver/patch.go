@@ -89,7 +89,11 @@ func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding 
 			out[patcher.ClockBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
 			continue
 		case agent.RoleMailbox:
-			out[patcher.MailboxBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
+			b := patcher.Binding{Region: uint32(i), Lanes: 1}
+			if mb, err := shm.NewMailbox(o.Region); err == nil {
+				b.RingBlock = mb.LockBlock() // the lock block's header
+			}
+			out[patcher.MailboxBinding] = b
 			continue
 		case agent.RoleMap:
 		default:

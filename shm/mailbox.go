@@ -14,7 +14,7 @@ import (
 
 // Mailbox slot field offsets.
 const (
-	mbLock       = 0
+	mbWaiting    = 0
 	mbHelper     = 4
 	mbReq        = 8
 	mbAck        = 16
@@ -36,6 +36,7 @@ type Mailbox struct {
 	r     *Region
 	slots uint64
 	data  unsafe.Pointer
+	locks lockWords // Call's lock block
 }
 
 // CreateMailbox creates a mailbox with slots slots; timeout is how long a
@@ -61,7 +62,8 @@ func NewMailbox(r *Region) (*Mailbox, error) {
 	if h.Kind != KindMailbox {
 		return nil, fmt.Errorf("shm: region is a %v, not a mailbox", h.Kind)
 	}
-	return &Mailbox{r: r, slots: uint64(h.MaxEntries), data: unsafe.Add(r.base, DataOffset)}, nil
+	n := uint64(h.MaxEntries)
+	return &Mailbox{r: r, slots: n, data: unsafe.Add(r.base, DataOffset), locks: newLockWords(n)}, nil
 }
 
 // Region returns the mailbox's region.
@@ -119,8 +121,8 @@ func (m *Mailbox) Poll(h Handler) int {
 			ln = MailboxPayload // a bad requester cannot make us read past the slot
 		}
 		req.Payload = unsafe.Slice((*byte)(unsafe.Add(s, mbPayload)), ln)
-		if atomic.LoadUint32(field32(s, mbLock)) == 0 {
-			late++ // the requester timed out and released the slot (doc.go)
+		if atomic.LoadUint32(field32(s, mbWaiting)) == 0 {
+			late++ // the requester gave up waiting (doc.go)
 		}
 		ret := h(&req)
 		atomic.StoreUint64(field64(s, mbRet), uint64(ret))
@@ -200,35 +202,34 @@ func monotonicNS() int64 {
 var ErrMailboxTimeout = errors.New("shm: mailbox: host did not answer in time (ETIMEDOUT)")
 
 // Call posts a request the way GPU code does (the requester algorithm of the
-// package comment) and waits for the answer until the mailbox timeout. It is
-// the reference requester for tests, the interpreter and CPU producers.
+// package comment, with the lock block in process memory) and waits for
+// the answer until the mailbox timeout. It is the reference requester for
+// tests, the interpreter and CPU producers; they must not share a mailbox
+// with GPU requesters, whose lock block is another.
 func (m *Mailbox) Call(helper uint32, args [5]uint64, payload []byte, caller uint64) (int64, error) {
 	if len(payload) > MailboxPayload {
 		return 0, fmt.Errorf("shm: mailbox payload of %d bytes exceeds %d", len(payload), MailboxPayload)
 	}
 	deadline := time.Now().Add(m.Timeout())
-	var s unsafe.Pointer
-	var r uint64
+	var i, r uint64
 claim:
 	for {
 		for k := uint64(0); k < m.slots; k++ {
-			c := m.slot((caller + k) % m.slots)
-			if !atomic.CompareAndSwapUint32(field32(c, mbLock), 0, 1) {
-				continue
-			}
-			r = atomic.LoadUint64(field64(c, mbReq))
-			if atomic.LoadUint64(field64(c, mbAck)) == r {
-				s = c
+			var ok bool
+			i = (caller + k) % m.slots
+			if r, ok = m.claim(i); ok {
 				break claim
 			}
-			atomic.StoreUint32(field32(c, mbLock), 0)
 		}
 		if time.Now().After(deadline) {
 			return -ETIMEDOUT, ErrMailboxTimeout
 		}
 		runtime.Gosched()
 	}
+	s := m.slot(i)
+	atomic.StoreUint32(field32(s, mbWaiting), 1)
 	atomic.StoreUint32(field32(s, mbHelper), helper)
+	atomic.StoreUint64(field64(s, mbRet), MailboxRetPending)
 	for a, v := range args {
 		atomic.StoreUint64(field64(s, mbArgs+uintptr(8*a)), v)
 	}
@@ -240,12 +241,13 @@ claim:
 	for spins := 0; ; spins++ {
 		if atomic.LoadUint64(field64(s, mbAck)) == r+1 {
 			ret := int64(atomic.LoadUint64(field64(s, mbRet)))
-			atomic.StoreUint32(field32(s, mbLock), 0)
+			m.release(i, r+1, false)
 			return ret, nil
 		}
 		if spins&63 == 63 {
 			if time.Now().After(deadline) {
-				atomic.StoreUint32(field32(s, mbLock), 0)
+				atomic.StoreUint32(field32(s, mbWaiting), 0)
+				m.release(i, r+1, true)
 				return -ETIMEDOUT, ErrMailboxTimeout
 			}
 			runtime.Gosched()

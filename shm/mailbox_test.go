@@ -2,8 +2,10 @@ package shm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -133,5 +135,30 @@ func TestMailboxBadPayloadLength(t *testing.T) {
 	m.Poll(func(r *Request) int64 { n = len(r.Payload); return 0 })
 	if n != MailboxPayload {
 		t.Fatalf("host read %d payload bytes, want the clamp %d", n, MailboxPayload)
+	}
+}
+
+func TestMailboxLockBlock(t *testing.T) {
+	m := newMailbox(t, 3, 5*time.Millisecond)
+	b := m.LockBlock()
+	if len(b) != MailboxLocksHeader || m.LockBlockSize() != MailboxLocksHeader+3*MailboxLockSize {
+		t.Fatalf("lock block header %d bytes, size %d", len(b), m.LockBlockSize())
+	}
+	if n, ns := binary.LittleEndian.Uint32(b[MailboxLocksSlots:]), binary.LittleEndian.Uint64(b[MailboxLocksTimeout:]); n != 3 || ns != uint64(5*time.Millisecond) {
+		t.Fatalf("lock block: %d slots, timeout %d ns", n, ns)
+	}
+}
+
+// TestMailboxAnswerIsPendingValue: an answer equal to the value requesters
+// write into ret is still returned (the requester reads ret again).
+func TestMailboxAnswerIsPendingValue(t *testing.T) {
+	m := newMailbox(t, 1, 2*time.Second)
+	stop := serve(t, m, func(r *Request) int64 { return MailboxRetPending })
+	defer stop()
+	if ret, err := m.Call(1, [5]uint64{}, nil, 0); ret != MailboxRetPending || err != nil {
+		t.Fatalf("Call = %#x, %v", ret, err)
+	}
+	if w := atomic.LoadUint32(field32(m.slot(0), mbWaiting)); w != 1 {
+		t.Fatalf("waiting = %d after an answered request, want 1", w)
 	}
 }

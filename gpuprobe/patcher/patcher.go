@@ -72,7 +72,7 @@ type Options struct {
 type Binding struct {
 	Region    uint32 // index of the map's region in the client's WELCOME (a kernel map's: its RoleKernelMap region)
 	Lanes     uint64 // the region's lanes (per-thread and per-warp arrays), else 1
-	RingBlock []byte // rings with RingDevice: initial device block (shm.Ring.DeviceBlock)
+	RingBlock []byte // rings with RingDevice: initial device block (shm.Ring.DeviceBlock); the mailbox: its lock block's header (shm.Mailbox.LockBlock)
 }
 
 // Binder returns the binding of a map by name, or false when the client
@@ -86,8 +86,9 @@ type Binder func(mapName string) (Binding, bool)
 const ClockBinding = "<clock>"
 
 // MailboxBinding is the name a Binder is asked for the client's host-call
-// mailbox region (RoleMailbox); false: none, and host-call helpers return
-// -ETIMEDOUT at once.
+// mailbox region (RoleMailbox), with its lock block's header in RingBlock;
+// false or no RingBlock: none, and host-call helpers return -ETIMEDOUT at
+// once.
 const MailboxBinding = "<mailbox>"
 
 // Patcher answers PATCH requests. It is safe for concurrent use.
@@ -291,7 +292,7 @@ func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGloba
 			if b, ok := bind(ClockBinding); ok {
 				pg.Kind, pg.Region, pg.Value = agent.GlobalRegion, b.Region, shm.DataOffset
 			}
-		case ptx.GlobalMailbox, ptx.GlobalLaunchID:
+		case ptx.GlobalMailbox, ptx.GlobalMailboxLocks, ptx.GlobalLaunchID:
 			// 0: no host-call mailbox yet (host-call helpers fail fast);
 			// the launch id comes by parameter.
 		default:
