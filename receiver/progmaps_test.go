@@ -97,7 +97,14 @@ func TestUserMapsThroughAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const gpu0, real0 = uint64(5_000_000_000), uint64(1_700_000_000_000_000_000)
+	// A calibration that agrees with the host's clocks (the receiver
+	// rejects one whose realtime − monotonic is off by more than 1 s).
+	off, err := monoOffset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gpu0 = uint64(5_000_000_000)
+	real0 := uint64(1 + off)
 	cal := (&record.Calibration{Device: 0, GPUNS: gpu0, MonoNS: 1, RealtimeNS: real0}).Append(nil)
 	if r := launches.Produce(uint32(record.TypeCalibration), cal); r != shm.Published {
 		t.Fatal(r)

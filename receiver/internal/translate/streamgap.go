@@ -104,15 +104,15 @@ func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
 	if st == nil {
 		return // forgotten
 	}
-	retReal, okRet := t.o.Clock.MonoToReal(r.ReturnNS)
+	retReal, okRet := t.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
 	var startReal uint64
 	if l.hasDevice() {
-		startReal, _ = t.o.Clock.GPUToReal(r.Device, l.firstStart)
+		startReal, _ = t.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
 	}
 	s := l.streamSeq
 	switch {
 	case s == st.doneSeq+1 && st.end != 0 && okRet:
-		if endReal, ok := t.o.Clock.GPUToReal(r.Device, st.end); ok {
+		if endReal, ok := t.o.Clock.GPUToReal(l.key.src, r.Device, st.end); ok {
 			l.hostWaitNS, l.gapKnown = gapWait(retReal, endReal, startReal), true
 			if l.hasDevice() && l.firstStart >= st.end {
 				l.idleNS, l.idleKnown = l.firstStart-st.end, true
@@ -122,7 +122,7 @@ func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
 		st.early = earlyLaunch{seq: s, retReal: retReal, startReal: startReal, hostWait: hw}
 	}
 	if s+1 == st.early.seq && l.hasDevice() {
-		if endReal, ok := t.o.Clock.GPUToReal(r.Device, l.lastEnd); ok {
+		if endReal, ok := t.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd); ok {
 			st.early.hostWait.Record(float64(gapWait(st.early.retReal, endReal, st.early.startReal)) / 1e9)
 		}
 		st.early = earlyLaunch{}

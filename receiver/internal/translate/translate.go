@@ -63,6 +63,8 @@ type Counters struct {
 	LaunchesFilter   uint64 // launches of kernels excluded by kernels::include/exclude
 	SpansSampledOut  uint64 // launch spans not emitted because of sampling
 	NamesTruncated   uint64 // kernel names that arrived cut by their producer
+	DevicesFolded    uint64 // device numbers (records) a client had not reported, folded into OtherDevice
+	CalibrationsBad  uint64 // calibration records rejected (clock.Mapper.AddCalibration)
 	ExecDuplicate    uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
 	LaunchesCaptured uint64 // launch records of stream-captured launches (never run; shims before capture.c wrote them): dropped at their graph node's first cuGraphLaunch record
 
@@ -150,10 +152,10 @@ type Translator struct {
 
 	memcpy  map[memcpyKey]*memcpySeries
 	mcOrder []memcpyKey
-	devices map[uint32]string // device index → UUID string
-	procs   map[uint32]string // pid → executable name
-	lastDev map[uint32]uint32 // source → device of its latest launch
-	names   map[string]string // mangled → demangled, bounded by maxNameCache
+	clients map[uint32]*client // source → its state (client.go)
+	peerExe map[uint32]string  // peer pid of a connected client → its executable
+	procs   map[uint32]string  // pid → executable name (host probes, unconnected sources)
+	names   map[string]string  // mangled → demangled, bounded by maxNameCache
 
 	hosts        map[uint32]*hostProc // pid → host-call state
 	hostNames    map[pidHandle]hostName
@@ -217,9 +219,9 @@ func New(o Options) *Translator {
 		graphs:    map[srcKey]*replayChain{},
 		streams:   map[streamSlot]*streamState{},
 		memcpy:    map[memcpyKey]*memcpySeries{},
-		devices:   map[uint32]string{},
+		clients:   map[uint32]*client{},
+		peerExe:   map[uint32]string{},
 		procs:     map[uint32]string{},
-		lastDev:   map[uint32]uint32{},
 		names:     map[string]string{},
 		hosts:     map[uint32]*hostProc{},
 		hostNames: map[pidHandle]hostName{},
@@ -260,6 +262,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dl.Decode(rec); err != nil {
 			return err
 		}
+		t.validate(src, &t.dl.PID, &t.dl.Device)
 		t.onLaunch(src, &t.dl, now)
 	case record.TypeWarp:
 		if err := t.dw.Decode(rec); err != nil {
@@ -275,6 +278,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dc.Decode(rec); err != nil {
 			return err
 		}
+		t.validate(src, nil, &t.dc.Device)
 		t.onCompletion(src, &t.dc, now)
 	case record.TypeKernelName:
 		if err := t.dk.Decode(rec); err != nil {
@@ -289,20 +293,25 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.db.Decode(rec); err != nil {
 			return err
 		}
-		t.o.Clock.AddCalibration(t.db.Device, t.db.GPUNS, t.db.MonoNS, t.db.RealtimeNS)
+		if err := t.o.Clock.AddCalibration(src, t.db.Device, t.db.GPUNS, t.db.MonoNS, t.db.RealtimeNS); err != nil {
+			t.counters.CalibrationsBad++
+			return fmt.Errorf("record %s: %w", typ, err)
+		}
 	case record.TypeMemcpy:
 		if err := t.dm.Decode(rec); err != nil {
 			return err
 		}
+		t.validate(src, &t.dm.PID, &t.dm.Device)
 		if src != HostProbeSource {
 			t.streamCount(slotOf(src, t.dm.Device, t.dm.Stream, t.dm.TID))
 		}
-		t.onMemcpy(&t.dm)
+		t.onMemcpy(src, &t.dm)
 	case record.TypeSync:
 		if err := t.ds.Decode(rec); err != nil {
 			return err
 		}
-		t.onSync(&t.ds)
+		t.validate(src, &t.ds.PID, &t.ds.Device)
+		t.onSync(src, &t.ds)
 	case record.TypeThreadCount:
 		if err := t.dt.Decode(rec); err != nil {
 			return err
@@ -312,11 +321,12 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dd.Decode(rec); err != nil {
 			return err
 		}
-		t.devices[t.dd.Device] = t.dd.UUIDString()
+		t.onDevice(t.clientOf(src), &t.dd)
 	case record.TypeHostCall:
 		if err := t.dh.Decode(rec); err != nil {
 			return err
 		}
+		t.validate(src, &t.dh.PID)
 		t.processName(t.dh.PID) // while the process is alive: spans are built later
 		t.onHostCall(&t.dh, now)
 	default:
@@ -325,18 +335,9 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 	return nil
 }
 
-// LastDevice is the device of the latest launch read from source src (0
-// before any).
-func (t *Translator) LastDevice(src uint32) uint32 { return t.lastDev[src] }
-
 func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	t.processName(r.PID) // while the process is alive: spans are built later
-	if d, ok := t.lastDev[src]; !ok || d != r.Device {
-		if len(t.lastDev) >= 4096 {
-			clear(t.lastDev)
-		}
-		t.lastDev[src] = r.Device
-	}
+	t.clientOf(src).lastDev = r.Device
 	k := t.kernelOf(src, r.Function)
 	key := srcKey{src, r.LaunchID}
 	var seq uint64
