@@ -227,9 +227,12 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	}
 	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
 		{Role: RoleNameRing, Name: "names", Region: names.Region()}}
+	// Who the client is comes from its connection (SO_PEERCRED), read
+	// once here, never from what it writes (HELLO, records).
+	peer := &translate.Peer{PID: uint32(p.PID), Exe: record.Sanitize(translate.ProcName(uint32(p.PID)), 255)}
 	var maps *progmaps.Instance
 	if len(r.defs) > 0 {
-		maps, err = progmaps.NewInstance(r.defs, uint32(p.PID), 0, p.Hello.Name, time.Now())
+		maps, err = progmaps.NewInstance(r.defs, peer.PID, 0, peer.Exe, time.Now())
 		if err != nil {
 			ring.Close()
 			names.Close()
@@ -262,7 +265,6 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	} else {
 		offers = append(offers, agent.Offer{Role: agent.RoleClock, Name: "clock", Region: clk.Region()})
 	}
-	peer := &translate.Peer{PID: uint32(p.PID), Exe: translate.ProcName(uint32(p.PID))}
 	s := r.addSource(ring, true, maps, names, peer)
 	r.mu.Lock()
 	s.clock, s.calls = clk, calls
