@@ -36,8 +36,9 @@ type Peer struct {
 // client is the state of one source.
 type client struct {
 	peer    Peer
-	devices map[uint32]string // reported device ordinal → UUID, ≤ MaxDevices
-	lastDev uint32            // device of its latest launch
+	devices map[uint32]string  // reported device ordinal → UUID, ≤ MaxDevices
+	lastDev uint32             // device of its latest launch
+	kernels map[uint64]*kernel // function handle → kernel, ≤ maxKernelHandles (kernels.go)
 }
 
 // Connect binds source src to the connection credentials p. Spans of src
@@ -75,11 +76,6 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 			delete(t.streams, key)
 		}
 	}
-	for key := range t.kernels {
-		if key.src == src {
-			delete(t.kernels, key)
-		}
-	}
 	if c := t.clients[src]; c != nil && c.peer.PID != 0 {
 		delete(t.peerExe, c.peer.PID)
 	}
@@ -95,7 +91,7 @@ func (t *Translator) Clients() int { return len(t.clients) }
 func (t *Translator) clientOf(src uint32) *client {
 	c := t.clients[src]
 	if c == nil {
-		c = &client{devices: map[uint32]string{}}
+		c = &client{devices: map[uint32]string{}, kernels: map[uint64]*kernel{}}
 		t.clients[src] = c
 	}
 	return c

@@ -133,9 +133,9 @@ func TestDisconnectFreesClient(t *testing.T) {
 		t.Fatalf("pending %d, clients %d", tr.Pending(), tr.Clients())
 	}
 	tr.Disconnect(1, now)
-	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.kernels) != 0 || len(tr.streams) != 0 || len(tr.peerExe) != 0 {
-		t.Fatalf("after disconnect: pending %d, clients %d, kernels %d, streams %d, peers %d",
-			tr.Pending(), tr.Clients(), len(tr.kernels), len(tr.streams), len(tr.peerExe))
+	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.streams) != 0 || len(tr.peerExe) != 0 {
+		t.Fatalf("after disconnect: pending %d, clients %d, streams %d, peers %d",
+			tr.Pending(), tr.Clients(), len(tr.streams), len(tr.peerExe))
 	}
 	if _, ok := mapper.GPUToReal(1, 0, gpuBase); ok {
 		t.Fatal("the client's clock fit outlived it")
@@ -280,5 +280,27 @@ func TestKernelNameUTF8(t *testing.T) {
 		if !utf8.ValidString(n) {
 			t.Errorf("invalid UTF-8 in pdata: %q", n)
 		}
+	}
+}
+
+// TestKernelHandlesPerClient: a client naming more function handles than
+// its bound forgets its own bindings, never another client's.
+func TestKernelHandlesPerClient(t *testing.T) {
+	tr := newTr(Options{})
+	now := time.Now()
+	if err := tr.Handle(1, (&record.KernelName{Function: 0xf, Name: "victim"}).Append(nil), now); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * maxKernelHandles {
+		k := &record.KernelName{Function: uint64(i), Name: "flood"}
+		if err := tr.Handle(2, k.Append(nil), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(tr.clientOf(2).kernels); n > maxKernelHandles {
+		t.Errorf("client 2 holds %d handles, want ≤ %d", n, maxKernelHandles)
+	}
+	if k := tr.clientOf(1).kernels[0xf]; k == nil || k.name != "victim" {
+		t.Errorf("client 1's kernel name lost: %+v", k)
 	}
 }

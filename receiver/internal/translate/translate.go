@@ -135,7 +135,6 @@ type warpTimes struct{ exec, skew uint64 }
 // Translator holds the join and aggregation state.
 type Translator struct {
 	o       Options
-	kernels map[srcKey]*kernel // (src, function handle) → kernel
 	byName  map[string]*series // kernel name → its series (bounded)
 	other   *series
 	order   []*series // series in creation order, for stable output
@@ -213,7 +212,6 @@ func New(o Options) *Translator {
 	}
 	t := &Translator{
 		o:         o,
-		kernels:   map[srcKey]*kernel{},
 		byName:    map[string]*series{},
 		pending:   map[srcKey]*launch{},
 		graphs:    map[srcKey]*replayChain{},
