@@ -39,6 +39,12 @@ type client struct {
 	devices map[uint32]string  // reported device ordinal → UUID, ≤ MaxDevices
 	lastDev uint32             // device of its latest launch
 	kernels map[uint64]*kernel // function handle → kernel, ≤ maxKernelHandles (kernels.go)
+
+	// Its pending launches and graph runs: how many, and in creation
+	// order (done ones are skipped), for makeRoom.
+	pending int
+	queue   []*launch
+	qhead   int
 }
 
 // Connect binds source src to the connection credentials p. Spans of src
@@ -138,6 +144,57 @@ func (t *Translator) validate(src uint32, pid *uint32, devs ...*uint32) {
 	if pid != nil && src != HostProbeSource {
 		*pid = c.pid(*pid)
 	}
+}
+
+// track counts pending launch l in its client.
+func (t *Translator) track(l *launch) {
+	c := t.clientOf(l.key.src)
+	c.trim()
+	c.pending++
+	c.queue = append(c.queue, l)
+	l.tracked = true
+}
+
+// trim drops the finished launches at the head of c's queue and compacts
+// it, as compactQueue does the Translator's.
+func (c *client) trim() {
+	for c.qhead < len(c.queue) && !c.queue[c.qhead].tracked {
+		c.queue[c.qhead] = nil
+		c.qhead++
+	}
+	if c.qhead > 1024 && c.qhead*2 > len(c.queue) {
+		n := copy(c.queue, c.queue[c.qhead:])
+		clear(c.queue[n:])
+		c.queue, c.qhead = c.queue[:n], 0
+	}
+}
+
+// untrack uncounts launch l (done) from its client, once.
+func (t *Translator) untrack(l *launch) {
+	if !l.tracked {
+		return
+	}
+	l.tracked = false
+	if c := t.clients[l.key.src]; c != nil {
+		c.pending--
+	}
+}
+
+// evictOldestOf emits the oldest pending launch of client c early; false
+// when it has none.
+func (t *Translator) evictOldestOf(c *client, now time.Time) bool {
+	defer c.trim()
+	for c.qhead < len(c.queue) {
+		l := c.queue[c.qhead]
+		c.queue[c.qhead] = nil
+		c.qhead++
+		if l.tracked && !l.done {
+			t.counters.LaunchesEvicted++
+			t.finish(l, now)
+			return true
+		}
+	}
+	return false
 }
 
 // LastDevice is the device of the latest launch read from source src (0

@@ -304,3 +304,30 @@ func TestKernelHandlesPerClient(t *testing.T) {
 		t.Errorf("client 1's kernel name lost: %+v", k)
 	}
 }
+
+// TestPendingPerClient: a client flooding pending launches evicts its own,
+// not another client's.
+func TestPendingPerClient(t *testing.T) {
+	tr := newTr(Options{MaxPendingLaunches: 100})
+	now := time.Now()
+	var victim stream
+	victim.calibrate(0)
+	victim.add(&record.KernelName{Function: 0xf, Name: "victim"})
+	victim.launch(1, 0xf, 10_000, 1, 32, 0, false)
+	feedSrc(t, tr, 1, &victim, now)
+	for i := range 10_000 {
+		l := &record.Launch{LaunchID: uint64(i), PID: 7, Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}}
+		if err := tr.Handle(2, l.Append(nil), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tr.Pending() > 100 || len(tr.clientOf(2).queue)-tr.clientOf(2).qhead > 2*100+1024 {
+		t.Fatalf("pending %d, client 2 queue %d", tr.Pending(), len(tr.clientOf(2).queue)-tr.clientOf(2).qhead)
+	}
+	var done stream
+	done.add(&record.Completion{LaunchID: 1, CompleteNS: 13_000})
+	feedSrc(t, tr, 1, &done, now)
+	if got := spanByName(tr.TakeTraces())[SpanCompletion]; len(got) != 1 {
+		t.Fatalf("%d completion spans of the victim's launch, want 1 (evicted by another client)", len(got))
+	}
+}

@@ -180,11 +180,12 @@ func (t *Translator) sweepGraphs() {
 
 // newRun adds a pending run of graph node key.
 func (t *Translator) newRun(c *replayChain, key srcKey, now time.Time) *launch {
-	t.makeRoom(now)
+	t.makeRoom(key.src, now)
 	l := &launch{key: key, created: now, chain: c}
 	c.live++
 	t.nGraph++
 	t.queue = append(t.queue, l)
+	t.track(l)
 	return l
 }
 

@@ -105,6 +105,7 @@ type launch struct {
 	completed  bool
 	completeAt time.Time
 	warpsAt    time.Time // when Expire first saw every warp in (no completion record yet)
+	tracked    bool      // counted in its client's pending (client.go)
 	completeNS uint64
 	warps      uint64
 	exec       *record.Exec // the launch's device window from kernel_phases (nil until it comes)
@@ -137,9 +138,9 @@ type Translator struct {
 	o       Options
 	byName  map[string]*series // kernel name → its series (bounded)
 	other   *series
-	order   []*series // series in creation order, for stable output
-	pending map[srcKey]*launch
-	queue   []*launch // FIFO of pending launches (done ones are skipped)
+	order   []*series          // series in creation order, for stable output
+	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
+	queue   []*launch          // FIFO of pending launches (done ones are skipped)
 	qhead   int
 
 	// Runs of CUDA graph nodes are not in pending but in graphs.
@@ -351,7 +352,7 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 			t.graphFiltered(key)
 		} else if l := t.pending[key]; l != nil {
 			l.done = true
-			delete(t.pending, l.key)
+			t.drop(l)
 		}
 		return
 	}
@@ -384,22 +385,29 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 }
 
 func (t *Translator) newPending(key srcKey, now time.Time) *launch {
-	t.makeRoom(now)
+	t.makeRoom(key.src, now)
 	l := &launch{key: key, created: now}
 	t.pending[key] = l
 	t.queue = append(t.queue, l)
+	t.track(l)
 	return l
 }
 
-// makeRoom evicts the oldest launches while MaxPendingLaunches are pending.
-func (t *Translator) makeRoom(now time.Time) {
+// makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
+// of source src when it holds half of them or more (so that one client
+// cannot evict another's launches), else the oldest of all.
+func (t *Translator) makeRoom(src uint32, now time.Time) {
 	for len(t.pending)+t.nGraph >= t.o.MaxPendingLaunches {
+		if c := t.clients[src]; c != nil && 2*c.pending >= t.o.MaxPendingLaunches && t.evictOldestOf(c, now) {
+			continue
+		}
 		t.evictOldest(now)
 	}
 }
 
 // drop forgets launch l (done).
 func (t *Translator) drop(l *launch) {
+	t.untrack(l)
 	if l.chain != nil {
 		t.dropRun(l)
 		return
