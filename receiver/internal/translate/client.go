@@ -36,9 +36,10 @@ type Peer struct {
 // client is the state of one source.
 type client struct {
 	peer    Peer
-	devices map[uint32]string  // reported device ordinal → UUID, ≤ MaxDevices
-	lastDev uint32             // device of its latest launch
-	kernels map[uint64]*kernel // function handle → kernel, ≤ maxKernelHandles (kernels.go)
+	devices map[uint32]string           // reported device ordinal → UUID, ≤ MaxDevices
+	lastDev uint32                      // device of its latest launch
+	kernels map[uint64]*kernel          // function handle → kernel, ≤ maxKernelHandles (kernels.go)
+	streams map[streamSlot]*streamState // launch order per stream, ≤ maxStreamSlots (streamgap.go)
 
 	// Its pending launches and graph runs: how many, and in creation
 	// order (done ones are skipped), for makeRoom.
@@ -77,11 +78,6 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 			delete(t.graphs, key)
 		}
 	}
-	for key := range t.streams {
-		if key.src == src {
-			delete(t.streams, key)
-		}
-	}
 	if c := t.clients[src]; c != nil && c.peer.PID != 0 {
 		delete(t.peerExe, c.peer.PID)
 	}
@@ -97,7 +93,7 @@ func (t *Translator) Clients() int { return len(t.clients) }
 func (t *Translator) clientOf(src uint32) *client {
 	c := t.clients[src]
 	if c == nil {
-		c = &client{devices: map[uint32]string{}, kernels: map[uint64]*kernel{}}
+		c = &client{devices: map[uint32]string{}, kernels: map[uint64]*kernel{}, streams: map[streamSlot]*streamState{}}
 		t.clients[src] = c
 	}
 	return c

@@ -37,7 +37,8 @@ import "github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
 // the legacy default stream; 0x2 (the per-thread default stream) is one
 // stream per thread; other handles are per device.
 
-// maxStreamSlots bounds the stream state (it is cleared when full).
+// maxStreamSlots bounds the stream state of one client (it is cleared
+// when full).
 const maxStreamSlots = 4096
 
 // streamSlot is one stream of one source and device.
@@ -78,13 +79,14 @@ func slotOf(src, device uint32, stream uint64, tid uint32) streamSlot {
 
 // streamCount counts one launch or copy on a stream and returns its count.
 func (t *Translator) streamCount(k streamSlot) uint64 {
-	st := t.streams[k]
+	streams := t.clientOf(k.src).streams
+	st := streams[k]
 	if st == nil {
-		if len(t.streams) >= maxStreamSlots {
-			clear(t.streams)
+		if len(streams) >= maxStreamSlots {
+			clear(streams)
 		}
 		st = &streamState{}
-		t.streams[k] = st
+		streams[k] = st
 	}
 	st.seq++
 	return st.seq
@@ -100,7 +102,11 @@ func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
 		return
 	}
 	r := &l.rec
-	st := t.streams[slotOf(l.key.src, r.Device, r.Stream, r.TID)]
+	c := t.clients[l.key.src]
+	if c == nil {
+		return // gone
+	}
+	st := c.streams[slotOf(l.key.src, r.Device, r.Stream, r.TID)]
 	if st == nil {
 		return // forgotten
 	}

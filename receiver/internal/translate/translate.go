@@ -148,8 +148,6 @@ type Translator struct {
 	nGraph     int                     // pending runs of graph nodes
 	graphSweep uint32                  // sweeps of graphs (replayChain.touch)
 
-	streams map[streamSlot]*streamState // launch order per stream (streamgap.go)
-
 	memcpy  map[memcpyKey]*memcpySeries
 	mcOrder []memcpyKey
 	clients map[uint32]*client // source → its state (client.go)
@@ -216,7 +214,6 @@ func New(o Options) *Translator {
 		byName:    map[string]*series{},
 		pending:   map[srcKey]*launch{},
 		graphs:    map[srcKey]*replayChain{},
-		streams:   map[streamSlot]*streamState{},
 		memcpy:    map[memcpyKey]*memcpySeries{},
 		clients:   map[uint32]*client{},
 		peerExe:   map[uint32]string{},
