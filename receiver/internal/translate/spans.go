@@ -217,7 +217,7 @@ func (t *Translator) onSync(src uint32, s *record.Sync) {
 		return
 	}
 	a.PutStr("cuda.sync.kind", s.Kind.String())
-	a.PutInt("cuda.device.index", int64(s.Device))
+	a.PutInt("cuda.device.index", deviceIndex(s.Device))
 	a.PutInt("cuda.stream", int64(s.Stream))
 	a.PutInt("thread.id", int64(s.TID))
 }
