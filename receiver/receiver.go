@@ -63,6 +63,7 @@ type source struct {
 	bind                                   map[string]patcher.Binding // map name → region in the client's WELCOME
 	clock                                  *shm.Array                 // the client's clock region (role 6), or nil
 	calls                                  *clientHostCalls           // the client's mailbox server, or nil
+	peer                                   *translate.Peer            // the client's credentials, until the translator has them
 }
 
 // gpuReceiver is the instance shared by the traces and metrics handles.
@@ -226,9 +227,12 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	}
 	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
 		{Role: RoleNameRing, Name: "names", Region: names.Region()}}
+	// Who the client is comes from its connection (SO_PEERCRED), read
+	// once here, never from what it writes (HELLO, records).
+	peer := &translate.Peer{PID: uint32(p.PID), Exe: record.Sanitize(translate.ProcName(uint32(p.PID)), 255)}
 	var maps *progmaps.Instance
 	if len(r.defs) > 0 {
-		maps, err = progmaps.NewInstance(r.defs, uint32(p.PID), 0, p.Hello.Name, time.Now())
+		maps, err = progmaps.NewInstance(r.defs, peer.PID, 0, peer.Exe, time.Now())
 		if err != nil {
 			ring.Close()
 			names.Close()
@@ -261,7 +265,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	} else {
 		offers = append(offers, agent.Offer{Role: agent.RoleClock, Name: "clock", Region: clk.Region()})
 	}
-	s := r.addSource(ring, true, maps, names)
+	s := r.addSource(ring, true, maps, names, peer)
 	r.mu.Lock()
 	s.clock, s.calls = clk, calls
 	if warps != nil {
@@ -285,13 +289,15 @@ func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
 // AddRing makes the receiver consume ring as one producer process's stream
 // and returns its source id. The agent server calls it for every
 // connection; tests call it with rings they produce into.
-func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 { return r.addSource(ring, false, nil, nil).id }
+func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 {
+	return r.addSource(ring, false, nil, nil, nil).id
+}
 
-func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring) *source {
+func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring, peer *translate.Peer) *source {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nextSrc++
-	s := &source{id: r.nextSrc, ring: ring, owned: owned, maps: maps,
+	s := &source{id: r.nextSrc, ring: ring, owned: owned, maps: maps, peer: peer,
 		consumer: ring.NewConsumer(shm.ConsumerOptions{})}
 	if maps != nil {
 		maps.Src = s.id
@@ -394,7 +400,12 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 		// while they are read, and records written since would be lost).
 		r.mu.Lock()
 		gone := s.closing
+		peer := s.peer
+		s.peer = nil
 		r.mu.Unlock()
+		if peer != nil {
+			r.tr.Connect(s.id, *peer) // before any of its records
+		}
 		if s.namesCons != nil {
 			s.namesCons.Read(maxReadPerPoll, func(rec shm.Record) {
 				_ = r.tr.Handle(s.id, rec.Payload, now)
@@ -486,6 +497,7 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 	}
 	r.mu.Unlock()
 	for _, s := range gone {
+		r.tr.Disconnect(s.id, time.Now())
 		if s.owned {
 			if err := s.ring.Close(); err != nil {
 				r.log.Debug("gpuprobe: closing a launch ring", zap.Error(err))
@@ -520,6 +532,8 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.spansErr},
 		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched.Load()},
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
+		{Name: "gpuprobe.receiver.devices.folded", Unit: "{record}", Desc: "Records naming a device their client did not report, counted under device index -1.", Value: c.DevicesFolded},
+		{Name: "gpuprobe.receiver.calibrations.rejected", Unit: "{record}", Desc: "Clock calibration records rejected as implausible.", Value: c.CalibrationsBad},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr.Load()},
 		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.progSkips.Load()},
 	}, append(r.hostSelfMetrics(), r.hc.metrics()...)...)

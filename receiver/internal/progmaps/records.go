@@ -205,7 +205,7 @@ func (c *Collector) gpuTime(in *Instance, d *Def, fs []btfdecode.Field, ns uint6
 	case c.o.Device != nil:
 		dev = c.o.Device(in.Src)
 	}
-	if r, ok := c.o.Clock.GPUToReal(dev, ns); ok {
+	if r, ok := c.o.Clock.GPUToReal(in.Src, dev, ns); ok {
 		return pcommon.Timestamp(r), true
 	}
 	return pcommon.NewTimestampFromTime(now), false
