@@ -159,13 +159,19 @@ func zstdFrame(src []byte, limit int) ([]byte, error) {
 		return nil, fmt.Errorf("decoder: %w", err)
 	}
 	defer dec.Close()
-	var out bytes.Buffer
-	out.Grow(min(limit, 4*len(src)+512))
-	if _, err := out.ReadFrom(io.LimitReader(dec, int64(limit)+1)); err != nil {
-		return nil, err
+	out := make([]byte, 0, min(limit, 4*len(src)+512))
+	for {
+		out = grow(out, 1, limit+1)
+		n, err := dec.Read(out[len(out):cap(out)])
+		out = out[:len(out)+n]
+		if len(out) > limit {
+			return nil, fmt.Errorf("inflates past the %d bytes the entry header says", limit)
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	if out.Len() > limit {
-		return nil, fmt.Errorf("inflates past the %d bytes the entry header says", limit)
-	}
-	return out.Bytes(), nil
 }

@@ -40,7 +40,7 @@ func lz4Block(src []byte, limit int) ([]byte, error) {
 		if lit > limit-len(dst) {
 			return nil, errLZ4Max
 		}
-		dst = append(dst, src[i:i+lit]...)
+		dst = append(grow(dst, lit, limit), src[i:i+lit]...)
 		i += lit
 		if i == len(src) {
 			return dst, nil // the last sequence has literals only
@@ -61,6 +61,7 @@ func lz4Block(src []byte, limit int) ([]byte, error) {
 		if ml > limit-len(dst) {
 			return nil, errLZ4Max
 		}
+		dst = grow(dst, ml, limit)
 		for ml > 0 { // an overlapping match repeats the last off bytes
 			n := min(ml, off)
 			start := len(dst) - off
@@ -72,3 +73,16 @@ func lz4Block(src []byte, limit int) ([]byte, error) {
 }
 
 var errLZ4Max = errors.New("inflates past the size the entry header says")
+
+// grow returns dst with room for n more bytes: its capacity doubles, up
+// to limit, so that inflating allocates less than twice the output in
+// all (append grows large slices by 1.25×: five times the output).
+func grow(dst []byte, n, limit int) []byte {
+	if len(dst)+n <= cap(dst) {
+		return dst
+	}
+	c := min(max(2*cap(dst), len(dst)+n), limit)
+	out := make([]byte, len(dst), c)
+	copy(out, dst)
+	return out
+}
