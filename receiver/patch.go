@@ -133,6 +133,14 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 	return a, nil
 }
 
+// onPatchRefused counts a PATCH the agent answered NOPATCH before it
+// reached onPatch (an oversized or sparse image memfd, no room in the
+// agent's image memory) as a module not patched.
+func (r *gpuReceiver) onPatchRefused(p *agent.Peer, id uint32, err error) {
+	r.patchErr.Add(1)
+	r.log.Info("gpuprobe: module not patched", zap.Int32("pid", p.PID), zap.Uint32("request", id), zap.Error(err))
+}
+
 // maxSkipReasons bounds the (program, reason) pairs remembered so that
 // each is logged once: reasons may name kernels, which a long-running
 // collector sees without end.
