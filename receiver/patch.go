@@ -68,7 +68,8 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 		DeviceMaps: jit.DeviceResidentMaps(user), MirrorPeriod: r.cfg.PollInterval,
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
 		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond,
-		Keys: keys, OnSkip: r.onSkip})
+		Keys: keys, OnSkip: r.onSkip,
+		Limits: patcher.Limits{MaxMemory: int64(r.cfg.Agent.MaxPatchMemory)}})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprobe: %w", err)
 	}
