@@ -5,6 +5,8 @@
 // kernel's hidden launch-id parameter goes and how to set each module
 // global (a shared-memory region's device address, a constant, a ring's
 // device reservation block, or device memory private to the module).
+// Each PATCH is bounded by Limits and all of them together by
+// Limits.MaxMemory (package agent's comment, "Limits").
 package patcher
 
 import (
