@@ -44,6 +44,10 @@ type AgentConfig struct {
 	AllowedUIDs []uint32 `mapstructure:"allowed_uids"`
 	// AllowedGIDs are the peer gids accepted (empty: none besides AllowedUIDs).
 	AllowedGIDs []uint32 `mapstructure:"allowed_gids"`
+	// MaxPatchMemory bounds the bytes that patching PATCHed modules may
+	// hold at once, all clients together (patcher.Limits.MaxMemory); a
+	// module that costs more is loaded unpatched.
+	MaxPatchMemory uint64 `mapstructure:"max_patch_memory"`
 }
 
 // ProbesConfig turns the built-in probe sets on or off.
@@ -193,8 +197,9 @@ const (
 func Default() *Config {
 	return &Config{
 		Agent: AgentConfig{
-			Socket:     DefaultSocket,
-			SocketMode: DefaultSocketMode,
+			Socket:         DefaultSocket,
+			SocketMode:     DefaultSocketMode,
+			MaxPatchMemory: DefaultMaxPatchMemory,
 		},
 		Probes:   ProbesConfig{KernelPhases: true},
 		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1},

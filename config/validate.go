@@ -112,7 +112,18 @@ func (a *AgentConfig) validate(l *errs) {
 	}
 	validateIDs(l, "agent::allowed_uids", "uid", a.AllowedUIDs)
 	validateIDs(l, "agent::allowed_gids", "gid", a.AllowedGIDs)
+	if a.MaxPatchMemory < MinPatchMemory {
+		l.add("agent::max_patch_memory", "must be at least %d (16 MiB), got %d", MinPatchMemory, a.MaxPatchMemory)
+	}
 }
+
+// Bounds of agent::max_patch_memory: the default patches modules of
+// about 3 million PTX tokens (12 MB of nvcc output) or 8192 kernels; the
+// minimum still patches small modules (a few thousand tokens).
+const (
+	DefaultMaxPatchMemory = 1 << 30
+	MinPatchMemory        = 16 << 20
+)
 
 func validateIDs(l *errs, key, what string, ids []uint32) {
 	seen := make(map[uint32]int, len(ids))

@@ -68,7 +68,8 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 		DeviceMaps: jit.DeviceResidentMaps(user), MirrorPeriod: r.cfg.PollInterval,
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
 		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond,
-		Keys: keys, OnSkip: r.onSkip})
+		Keys: keys, OnSkip: r.onSkip,
+		Limits: patcher.Limits{MaxMemory: int64(r.cfg.Agent.MaxPatchMemory)}})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprobe: %w", err)
 	}
@@ -135,6 +136,14 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 	r.log.Debug("gpuprobe: module patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
 		zap.Int("kernels", len(a.Kernels)), zap.Duration("took", time.Since(start)))
 	return a, nil
+}
+
+// onPatchRefused counts a PATCH the agent answered NOPATCH before it
+// reached onPatch (an oversized or sparse image memfd, no room in the
+// agent's image memory) as a module not patched.
+func (r *gpuReceiver) onPatchRefused(p *agent.Peer, id uint32, err error) {
+	r.patchErr.Add(1)
+	r.log.Info("gpuprobe: module not patched", zap.Int32("pid", p.PID), zap.Uint32("request", id), zap.Error(err))
 }
 
 // maxSkipReasons bounds the (program, reason) pairs remembered so that

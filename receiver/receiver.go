@@ -207,7 +207,8 @@ func (r *gpuReceiver) listen() error {
 		Path: r.cfg.Agent.Socket, Mode: mode,
 		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
 		Logger: r.log,
-	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch})
+	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch,
+		PatchRefused: r.onPatchRefused})
 	if err != nil {
 		return fmt.Errorf("gpuprobe: agent::socket %s: %w", r.cfg.Agent.Socket, err)
 	}

@@ -196,4 +196,38 @@
 //	                   3 error, 4 patching disabled
 //	  8  u32  msg_len  <= 1024
 //	 12  ...  message
+//
+// # Limits
+//
+// Every byte of a PATCH is the client's choice, so its cost to the
+// collector is bounded before the work is done; a request past a limit
+// is answered NOPATCH code 3 with a message that names the limit and the
+// entry offset or PTX line (the application loads its original image),
+// and the receiver counts it in gpuprobe.receiver.patch.failures.
+//
+//   - Image memfd: fstat first; refused unless a regular file of at least
+//     image_size and at most MaxImage (256 MiB) bytes with as many bytes
+//     allocated (holes cost the client nothing). The image's size is held
+//     in a server-wide budget (Options.ImageMemory, 512 MiB) until the
+//     answer is sent; no room within Options.ImageWait (2 s): NOPATCH.
+//   - Decompression (package fatbin): 64 MiB inflated for the patched
+//     entry, 128× at most, checked against the entry header before any
+//     work; the claim is then the hard cap of a streaming decompression
+//     whose buffer grows as bytes arrive.
+//   - PTX (package ptxmod, patcher.Limits): 64 MiB of text, 1<<24 tokens,
+//     1<<16 functions, 8192 .entry directives (counted before parsing).
+//   - Patch memory (patcher.Limits.MaxMemory, agent::max_patch_memory,
+//     1 GiB): a semaphore over all clients. 3× the claimed size is taken
+//     before inflating, then ptxmod.Cost of the parse (320 bytes a token,
+//     measured worst case), the text and 80 KiB a kernel before parsing;
+//     a request that needs more than all of it, or finds no room within
+//     2 s, is answered NOPATCH.
+//
+// Memory bound: beyond its baseline, the collector's live heap for
+// patching stays under ImageMemory + MaxPatchMemory + the injection cache
+// (256 MiB, patched modules and their reports) + one 64 KiB frame per
+// connection (MaxConns 256): about 1.8 GiB by default, whatever the
+// clients send. The per-kernel charge is measured with kernel_phases;
+// programs with much larger bodies cost more per kernel. The Go runtime
+// may keep up to GOGC% more as garbage: set GOMEMLIMIT to hold RSS too.
 package agent

@@ -44,15 +44,20 @@ func (s *Server) serve(c *net.UnixConn, peer *Peer, log *zap.Logger) {
 			return
 		}
 		deadline := time.Now().Add(s.opts.PatchTimeout)
-		req, err := s.readPatch(p, fds)
+		req, release, err := s.readPatch(p, fds)
 		var frame []byte
 		var out *os.File
 		if err == nil {
 			frame, out = s.answer(peer, &req, log)
+			release()
 		} else {
 			log.Warn("agent: bad PATCH", zap.Error(err))
 			frame = MarshalNoPatch(&NoPatch{ID: req.ID, Code: NoPatchError, Message: err.Error()})
+			if s.cb.PatchRefused != nil {
+				s.cb.PatchRefused(peer, req.ID, err)
+			}
 		}
+		req.Image = nil
 		c.SetWriteDeadline(deadline)
 		err = s.send(c, frame, out)
 		if out != nil {
@@ -71,44 +76,75 @@ func closeAll(fds []int) {
 	}
 }
 
-// readPatch decodes a PATCH and reads its image (inline or from its memfd).
+// DefaultImageMemory is Options.ImageMemory's default: two images of
+// the largest size (MaxImage) at once.
+const DefaultImageMemory = 2 * MaxImage
+
+// readPatch decodes a PATCH and reads its image (inline or from its
+// memfd), holding its size in the server's image budget until release.
 // It closes every descriptor.
-func (s *Server) readPatch(p []byte, fds []int) (PatchRequest, error) {
+func (s *Server) readPatch(p []byte, fds []int) (PatchRequest, func(), error) {
 	defer closeAll(fds)
 	req, flags, size, err := UnmarshalPatch(p)
 	if err != nil {
-		return req, err
+		return req, nil, err
 	}
 	want := 0
 	if flags&PatchImageMemfd != 0 {
 		want = 1
 	}
 	if len(fds) != want {
-		return req, fmt.Errorf("PATCH %d carried %d descriptors, want %d", req.ID, len(fds), want)
+		return req, nil, fmt.Errorf("PATCH %d carried %d descriptors, want %d", req.ID, len(fds), want)
+	}
+	release, err := s.images.Acquire(int64(size), fmt.Sprintf("PATCH %d: the %d-byte image", req.ID, size))
+	if err != nil {
+		return req, nil, fmt.Errorf("%w (agent Options.ImageMemory)", err)
 	}
 	if want == 0 {
 		req.Image = append([]byte(nil), req.Image...)
-		return req, nil
+		return req, release, nil
 	}
+	if req.Image, err = readImage(fds[0], req.ID, size); err != nil {
+		release()
+		return req, nil, err
+	}
+	return req, release, nil
+}
+
+// readImage reads size bytes of an image memfd. fstat first: a file that
+// is not regular, shorter than size or longer than MaxImage, or sparse
+// (fewer blocks than size: holes cost the client nothing and the
+// collector a copy) is refused before any copy. The buffer then grows as
+// bytes really arrive.
+func readImage(fd int, id uint32, size uint64) ([]byte, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(fds[0], &st); err != nil {
-		return req, fmt.Errorf("PATCH %d: fstat of the image memfd: %w", req.ID, err)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("PATCH %d: fstat of the image memfd: %w", id, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size {
-		return req, fmt.Errorf("PATCH %d: image memfd is %d bytes (mode %#o), image_size says %d", req.ID, st.Size, st.Mode, size)
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size:
+		return nil, fmt.Errorf("PATCH %d: image memfd is %d bytes (mode %#o), image_size says %d", id, st.Size, st.Mode, size)
+	case st.Size > MaxImage:
+		return nil, fmt.Errorf("PATCH %d: image memfd is %d bytes, over the %d-byte limit (MaxImage)", id, st.Size, MaxImage)
+	case uint64(st.Blocks)*512 < size:
+		return nil, fmt.Errorf("PATCH %d: image memfd of %d bytes is sparse (%d bytes allocated): refused", id, st.Size, st.Blocks*512)
 	}
-	req.Image = make([]byte, size)
-	for off := 0; off < len(req.Image); {
-		n, err := unix.Pread(fds[0], req.Image[off:], int64(off))
+	img := make([]byte, 0, min(size, 1<<20))
+	for uint64(len(img)) < size {
+		if len(img) == cap(img) {
+			img = append(img, 0)[:len(img)] // room to grow, by append's doubling
+		}
+		room := img[len(img):min(uint64(cap(img)), size)]
+		n, err := unix.Pread(fd, room, int64(len(img)))
 		if err != nil {
-			return req, fmt.Errorf("PATCH %d: reading the image memfd at offset %d: %w", req.ID, off, err)
+			return nil, fmt.Errorf("PATCH %d: reading the image memfd at offset %d: %w", id, len(img), err)
 		}
 		if n == 0 {
-			return req, fmt.Errorf("PATCH %d: image memfd ends at offset %d of %d", req.ID, off, size)
+			return nil, fmt.Errorf("PATCH %d: image memfd ends at offset %d of %d", id, len(img), size)
 		}
-		off += n
+		img = img[:len(img)+n]
 	}
-	return req, nil
+	return img, nil
 }
 
 // answer runs the owner's Patch callback and encodes PATCHED (with the

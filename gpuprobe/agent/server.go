@@ -29,6 +29,11 @@ type Options struct {
 	MaxConns         int           // most live connections (default 256)
 	PatchTimeout     time.Duration // bound on answering one PATCH once read (default DefaultPatchTimeout)
 	Logger           *zap.Logger   // default: no logging
+	// ImageMemory bounds the bytes of PATCH images held at once, all
+	// clients together (default DefaultImageMemory); a PATCH that finds
+	// no room within ImageWait (default 2 s) is answered NOPATCH.
+	ImageMemory int64
+	ImageWait   time.Duration
 }
 
 // Peer is one connected client.
@@ -91,6 +96,10 @@ type Callbacks struct {
 	// 4). A *NoPatch error is sent as is; any other error as NOPATCH code
 	// 3 with its text. Calls for one peer never overlap.
 	Patch func(p *Peer, req *PatchRequest) (*Patched, error)
+	// PatchRefused, if set, is called when a PATCH is answered NOPATCH
+	// without reaching Patch (a bad frame, an oversized or sparse image
+	// memfd, no room in Options.ImageMemory), with the reason.
+	PatchRefused func(p *Peer, id uint32, err error)
 }
 
 // Stats count the server's connections.
@@ -114,6 +123,8 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 
+	images *Budget // Options.ImageMemory
+
 	session  atomic.Uint32
 	accepted atomic.Uint64
 	rejected atomic.Uint64
@@ -135,6 +146,12 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 	}
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 5 * time.Second
+	}
+	if opts.ImageMemory <= 0 {
+		opts.ImageMemory = DefaultImageMemory
+	}
+	if opts.ImageWait <= 0 {
+		opts.ImageWait = 2 * time.Second
 	}
 	if opts.PatchTimeout <= 0 {
 		opts.PatchTimeout = DefaultPatchTimeout
@@ -171,7 +188,8 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 		os.Remove(tmp)
 		return nil, fmt.Errorf("agent: moving the socket to %s: %w", opts.Path, err)
 	}
-	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]struct{}{}}
+	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]struct{}{},
+		images: NewBudget(opts.ImageMemory, opts.ImageWait)}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Info("agent socket listening", zap.String("path", opts.Path), zap.Stringer("mode", opts.Mode))
