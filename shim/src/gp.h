@@ -22,6 +22,7 @@
 #ifndef GPUPROBE_SHIM_GP_H
 #define GPUPROBE_SHIM_GP_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -263,6 +264,39 @@ extern GP_HIDDEN void *gp_ring_base; /* the launch ring, or NULL */
 extern GP_HIDDEN uint32_t gp_gen;    /* session generation (bumped per handshake) */
 GP_HIDDEN void gp_connect(void);
 GP_HIDDEN uint32_t gp_device(void);
+/* HELLO flags bit 0: a reconnect; lost records and earlier sessions follow
+ * the name (doc.go). */
+#define GP_HELLO_RECONNECT 1u
+/* A handshake's result before it becomes the session (gp_install). */
+struct gp_conn {
+	int fd;
+	uint32_t refused; /* an ERROR frame's code */
+	void *ring;
+	size_t ring_size;
+	uint32_t nregions;
+	struct gp_region regions[GP_MAX_REGIONS];
+};
+GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
+			   struct gp_conn *c, const char **why);
+GP_HIDDEN void gp_install(struct gp_conn *c);
+GP_HIDDEN uint64_t gp_session_lost(void);
+GP_HIDDEN uint64_t gp_limbo_dropped(void);
+/* patch.c's lock: PATCH exchanges and the region table; the session is
+ * replaced under it. */
+extern GP_HIDDEN pthread_mutex_t gp_patch_mu;
+
+/* trust.c: who may serve the socket (root, GPUPROBE_SERVER_UID) and what a
+ * passed descriptor must be. */
+GP_HIDDEN void gp_trust_init(void);
+GP_HIDDEN int gp_trust_path(const char *path, const char **why);
+GP_HIDDEN int gp_trust_peer(int fd, const char **why);
+GP_HIDDEN int gp_fd_check(int fd, uint64_t need, int seals, int anon, const char **why);
+
+/* reconnect.c: the thread that notices a lost collector and handshakes
+ * again with backoff; gp_reconnects counts the sessions after the first. */
+GP_HIDDEN void gp_reconnect_start(const char *path, int fd);
+GP_HIDDEN void gp_reconnect_forked(void);
+extern GP_HIDDEN uint32_t gp_reconnects;
 
 /* wrap_launch.c: gp_ring_prefault faults the new session's ring in;
  * gp_rec_device is gp_device without a driver call when the process sees
