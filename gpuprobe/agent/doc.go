@@ -55,11 +55,11 @@
 // is sent by a client that had a session before, whose collector went
 // away (the shim handshakes again with backoff):
 //
-//	  0  u64  lost      records the client produced that no collector read:
-//	                    left unread in the old launch ring, and attempted
-//	                    while disconnected
-//	  8  u32  sessions  the client's sessions before this one (>= 1)
-//	 12  u32  reserved  0
+//	 0  u64  lost      records the client produced that no collector read:
+//	                   left unread in the old launch ring, and attempted
+//	                   while disconnected
+//	 8  u32  sessions  the client's sessions before this one (>= 1)
+//	12  u32  reserved  0
 //
 // A server without the extension answers ERROR code 1; the shim then
 // retries with a plain HELLO (the count goes unreported).
