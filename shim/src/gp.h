@@ -12,6 +12,9 @@
  *   handles.c    function handle -> kernel name table, name records
  *   image.c      classifying code images; the patching hook
  *   patch.c      PATCH/PATCHED: loading patched code, binding its globals
+ *   pfunc.c      the patched-function table read at launch
+ *   trust.c      who may serve the socket; checks of passed descriptors
+ *   reconnect.c  after a collector restart: limbo, backoff, a new session
  *   mirror.c     device-resident maps (global kind 5) and their mirror thread
  *   ctxgone.c    context release and destruction: device maps' final pass
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
@@ -261,6 +264,7 @@ extern GP_HIDDEN int gp_patch_enabled;
 GP_HIDDEN int gp_agent_exchange(const uint8_t *frame, size_t n, int sendfd, uint32_t id, uint32_t *type,
 				uint8_t **payload, uint32_t *plen, int *recvfd);
 extern GP_HIDDEN void *gp_ring_base; /* the launch ring, or NULL */
+extern GP_HIDDEN size_t gp_ring_size; /* bytes mapped there */
 extern GP_HIDDEN uint32_t gp_gen;    /* session generation (bumped per handshake) */
 GP_HIDDEN void gp_connect(void);
 GP_HIDDEN uint32_t gp_device(void);
@@ -596,6 +600,7 @@ GP_HIDDEN void gp_capture_restore(int relaxed, int mode);
 GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to);
 GP_HIDDEN struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);
+GP_HIDDEN void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint32_t one_in, uint32_t max_rate);
 /* gp_region_dev maps and registers WELCOME region i (once): its device
  * address; nonzero when it could not be registered (r->host may be set). */
 GP_HIDDEN int gp_region_dev(uint32_t i, uint64_t *dev);

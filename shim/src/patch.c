@@ -5,8 +5,8 @@
  * At a load of an in-memory image that may carry PTX, the shim sends the
  * image to the collector (PATCH: inline when small, else in a memfd) with
  * the device's SM number, and waits at most GPUPROBE_TIMEOUT_MS for the
- * answer. On PATCHED it loads the patched PTX with the call the application
- * made, sets each module global the answer describes (a WELCOME region's
+ * answer. On PATCHED (its image memfd checked: trust.c) it loads the
+ * patched PTX with the call the application made, sets each module global the answer describes (a WELCOME region's
  * device address, a constant, a ring's device reservation block, zeroed
  * device memory of the module, or a device map: mirror.c) and remembers which kernels of the module
  * take the hidden launch-id parameter, and where. Any failure unloads
@@ -106,54 +106,7 @@ static void gp_fail(const char *api, const char *what, int code)
 	GP_TRACE("%s: patching failed (%s, %d); loading the original image", api, what, code);
 }
 
-/* ---- patched functions (read at launch) --------------------------------- */
-
-struct gp_pfunc {
-	uint64_t handle; /* atomic: CUfunction or CUkernel */
-	struct gp_pfunc_info info;
-};
-#define GP_PFUNCS 4096
-static struct gp_pfunc gp_pfuncs[GP_PFUNCS];
-
 static uint32_t gp_hash(uint64_t h) { return (uint32_t)((h * 0x9E3779B97F4A7C15ull) >> 52); }
-
-static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint32_t one_in, uint32_t max_rate)
-{
-	uint32_t h = gp_hash(handle);
-	for (uint32_t i = 0; i < 64 && handle; i++) {
-		struct gp_pfunc *e = &gp_pfuncs[(h + i) % GP_PFUNCS];
-		uint64_t k = __atomic_load_n(&e->handle, __ATOMIC_ACQUIRE);
-		if (k != handle && k != 0)
-			continue;
-		if (k == 0) {
-			/* Fill the entry before publishing its handle. */
-			uint64_t zero = 0;
-			e->info.index = index, e->info.offset = offset, e->info.one_in = one_in;
-			e->info.max_rate = max_rate, e->info.gap_ns = max_rate ? 1000000000u / max_rate : 0;
-			__atomic_store_n(&e->info.next_ns, 0, __ATOMIC_RELAXED);
-			if (!__atomic_compare_exchange_n(&e->handle, &zero, handle, 0, __ATOMIC_ACQ_REL,
-							 __ATOMIC_ACQUIRE) &&
-			    zero != handle)
-				continue;
-		}
-		return;
-	}
-	GP_TRACE("patched-function table full: %p launches without its launch id", (void *)handle);
-}
-
-GP_HIDDEN struct gp_pfunc_info *gp_pfunc_find(uint64_t handle)
-{
-	uint32_t h = gp_hash(handle);
-	for (uint32_t i = 0; i < 64; i++) {
-		struct gp_pfunc *e = &gp_pfuncs[(h + i) % GP_PFUNCS];
-		uint64_t k = __atomic_load_n(&e->handle, __ATOMIC_ACQUIRE);
-		if (k == handle)
-			return &e->info;
-		if (k == 0)
-			return NULL;
-	}
-	return NULL;
-}
 
 /* ---- patched modules ---------------------------------------------------- */
 

@@ -35,7 +35,7 @@ GP_HOT_VAR GP_HIDDEN void *gp_ring_base;
 GP_HOT_VAR GP_HIDDEN uint32_t gp_gen;
 GP_HIDDEN int gp_state = GP_IDLE;
 
-static size_t gp_ring_size;
+GP_HIDDEN size_t gp_ring_size; /* bytes mapped at gp_ring_base */
 static int gp_sock = -1;
 GP_HIDDEN int gp_timeout_ms = GP_DEFAULT_TIMEOUT_MS;
 GP_HIDDEN struct gp_region gp_regions[GP_MAX_REGIONS];
