@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -407,5 +409,87 @@ func TestReconnect(t *testing.T) {
 	}
 	if !strings.Contains(string(tr), "reconnected to") {
 		t.Errorf("trace:\n%s", tr)
+	}
+}
+
+// TestReconnectPatch: a module loaded after a collector restart is patched
+// by the new collector and bound to its regions; the one loaded before
+// keeps what it was given.
+func TestReconnectPatch(t *testing.T) {
+	b := binaries(t)
+	src := fatbintest.Source(t, filepath.Join("inject", "vectoradd.cu"))
+	ptx := fatbintest.Build(t, src, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
+	patch := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+		return p.Patch(r, bind)
+	}
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	a1 := startPatchAgentAt(t, path, patch)
+	log := filepath.Join(t.TempDir(), "trace.log")
+	app := exec.Command(b.app, "dlsym", "ptxagain", ptx)
+	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE="+log)
+	app.Env = append(app.Env, preload(b, path)...)
+	in, err := app.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	appOut, err := app.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb strings.Builder
+	app.Stderr = &errb
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer app.Process.Kill()
+	r := bufio.NewReader(appOut)
+	var out strings.Builder
+	for !strings.Contains(out.String(), "app: first load done") {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("app: %v\n%s%s", err, out.String(), errb.String())
+		}
+		out.WriteString(line)
+	}
+	a1.srv.Close()
+	a2 := startPatchAgentAt(t, path, patch)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		a2.mu.Lock()
+		n := len(a2.sessions)
+		a2.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the app did not reconnect within 10 s")
+		}
+	}
+	in.Write([]byte("\n"))
+	rest, _ := io.ReadAll(r)
+	out.Write(rest)
+	if err := app.Wait(); err != nil {
+		t.Fatalf("app: %v\n%s", err, errb.String())
+	}
+	tr, _ := os.ReadFile(log)
+	a1.mu.Lock()
+	n1 := len(a1.answers)
+	a1.mu.Unlock()
+	a2.mu.Lock()
+	n2 := len(a2.answers)
+	a2.mu.Unlock()
+	if n1 != 1 || n2 != 1 {
+		t.Errorf("PATCHED answers: %d before and %d after the restart, want 1 and 1", n1, n2)
+	}
+	// The region global of each module: the second is the new session's.
+	regs := regexp.MustCompile(`global \S+ \(kind 1\) = (0x[0-9a-f]+)`).FindAllStringSubmatch(string(tr), -1)
+	if len(regs) != 2 || regs[0][1] == regs[1][1] {
+		t.Errorf("region globals %v, want two different addresses", regs)
+	}
+	if c := strings.Count(string(tr), "loaded the patched image"); c != 2 {
+		t.Errorf("%d patched loads, want 2\n%s", c, tr)
+	}
+	// Both modules' launches carry the hidden launch id.
+	if c := len(extraRe.FindAllString(out.String(), -1)); c < 2 {
+		t.Errorf("launch ids in %d launches:\n%s", c, out.String())
 	}
 }
