@@ -221,6 +221,9 @@ func UnmarshalHello(p []byte) (Hello, error) {
 	h.Name = string(p[12 : 12+n])
 	if ext != 0 {
 		h.Lost, h.Sessions = le.Uint64(p[12+n:]), le.Uint32(p[20+n:])
+		if r := le.Uint32(p[24+n:]); r != 0 {
+			return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO reconnect extension reserved %#x at payload offset %d, want 0", r, 24+n)}
+		}
 	}
 	return h, nil
 }
