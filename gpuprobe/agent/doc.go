@@ -45,9 +45,24 @@
 //	off size field
 //	  0  u32  pid       the client's pid (informational: the server uses
 //	                    SO_PEERCRED's pid)
-//	  4  u32  flags     client feature bits, passed to the owner (0 today)
+//	  4  u32  flags     client feature bits, passed to the owner; bit 0
+//	                    (HelloReconnect): the reconnect extension follows
+//	                    the name; other bits 0
 //	  8  u32  name_len  bytes of name, <= 256
 //	 12  ...  name      process name, UTF-8, not NUL-terminated
+//
+// The reconnect extension (16 bytes after the name, only with flags bit 0)
+// is sent by a client that had a session before, whose collector went
+// away (the shim handshakes again with backoff):
+//
+//	 0  u64  lost      records the client produced that no collector read:
+//	                   left unread in the old launch ring, and attempted
+//	                   while disconnected
+//	 8  u32  sessions  the client's sessions before this one (>= 1)
+//	12  u32  reserved  0
+//
+// A server without the extension answers ERROR code 1; the shim then
+// retries with a plain HELLO (the count goes unreported).
 //
 // WELCOME (server → client). The frame is sent with one sendmsg whose
 // SCM_RIGHTS control message carries exactly count descriptors (memfds, or
@@ -72,7 +87,14 @@
 //
 // The client maps each descriptor MAP_SHARED (region_size bytes) and checks
 // its shm header (gpbr_check in shm/include/gpuprobe_shm.h) before use,
-// except for a region with flags bit 0, which has no header.
+// except for a region with flags bit 0, which has no header. Before
+// mapping, the shim fstat-s each descriptor: a memfd must hold at least
+// region_size bytes and carry F_SEAL_SHRINK (shm regions are sealed
+// SHRINK|GROW), else the region is unusable to it (a shorter file would
+// SIGBUS the application); a descriptor that is no file (a BPF map's
+// anonymous inode) is accepted only with flags bit 0. It also accepts a
+// server only if SO_PEERCRED, read right after connect, names root or
+// the uid in its GPUPROBE_SERVER_UID.
 //
 // Role 5, kernel map: the descriptor is the fd of a Linux
 // BPF_MAP_TYPE_ARRAY created with BPF_F_MMAPABLE, which the collector's host
@@ -128,7 +150,10 @@
 //
 // PATCHED (server → client), sent with exactly one descriptor: a memfd
 // holding image_size bytes, the patched PTX with its terminating NUL, to
-// load with the same API the application called:
+// load with the same API the application called. The memfd must be sealed
+// F_SEAL_WRITE|F_SEAL_SHRINK (the server adds GROW and SEAL too), so that
+// what the client checked is what it loads; the shim loads the original
+// image otherwise:
 //
 //	off size field
 //	  0  u32  id          the request's id

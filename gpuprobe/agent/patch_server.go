@@ -178,9 +178,10 @@ func (s *Server) answer(peer *Peer, req *PatchRequest, log *zap.Logger) ([]byte,
 	return frame, f
 }
 
-// memfdWith returns a sealed-size memfd holding b.
+// memfdWith returns a memfd holding b, sealed against any change: the
+// shim refuses a patched image without F_SEAL_WRITE|F_SEAL_SHRINK.
 func memfdWith(name string, b []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("agent: memfd_create: %w", err)
 	}
@@ -188,6 +189,11 @@ func memfdWith(name string, b []byte) (*os.File, error) {
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("agent: writing %d bytes to a memfd: %w", len(b), err)
+	}
+	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("agent: sealing a memfd: %w", err)
 	}
 	return f, nil
 }

@@ -381,6 +381,9 @@ func (s *Server) handle(c *net.UnixConn) {
 	}
 	s.accepted.Add(1)
 	log.Info("agent: client connected", zap.Int("regions", len(offers)))
+	if hello.Flags&HelloReconnect != 0 {
+		log.Warn("agent: client reconnected", zap.Uint32("earlier_sessions", hello.Sessions), zap.Uint64("lost_records", hello.Lost))
+	}
 	c.SetDeadline(time.Time{})
 	// The session lasts until the client closes (or Close closes us); in
 	// between, the client may send PATCH requests.
