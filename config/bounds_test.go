@@ -1,8 +1,10 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -136,6 +138,20 @@ func TestValidateBoundsLists(t *testing.T) {
 				c.Programs[i].Path = "p.o"
 			}
 		}, "programs: must list at most 64 programs, got 65"},
+		{"too many record_types", func(c *Config) {
+			rt := map[string]string{}
+			for i := range maxProgramMaps + 1 {
+				rt[fmt.Sprintf("m%d", i)] = "s"
+			}
+			c.Programs = []ProgramConfig{{Path: "p.o", RecordTypes: rt}}
+		}, "programs[0]::record_types: must name at most 256 maps, got 257"},
+		{"too many seed keys", func(c *Config) {
+			keys := map[string]any{}
+			for i := range maxSeedKeys + 1 {
+				keys[strconv.Itoa(i)] = 1
+			}
+			c.Programs = []ProgramConfig{{Path: "p.o", MapValues: map[string]map[string]any{"cfg": keys}}}
+		}, "programs[0]::map_values::cfg: must give at most 65536 keys, got 65537"},
 		{"too many library paths", func(c *Config) {
 			c.HostProbes.LibraryPaths = many(maxLibraryPaths+1, func(i int) string { return "/lib" })
 		},

@@ -38,6 +38,8 @@ const (
 	maxLibraryPaths   = 64
 	maxServiceName    = 256
 	maxLaunchTimeout  = 24 * time.Hour
+	maxSeedKeys       = 1 << 16 // programs[i]::map_values::<map>
+	maxProgramMaps    = 256     // programs[i]::record_types, programs[i]::map_values
 	maxMinDuration    = time.Hour
 )
 
@@ -204,6 +206,12 @@ func (p *ProgramConfig) validate(l *errs, key string) {
 			l.add(k, "duplicate program %q (also at index %d)", name, j)
 		}
 		seen[name] = i
+	}
+	if n := len(p.RecordTypes); n > maxProgramMaps {
+		l.add(key+"::record_types", "must name at most %d maps, got %d", maxProgramMaps, n)
+	}
+	if n := len(p.MapValues); n > maxProgramMaps {
+		l.add(key+"::map_values", "must name at most %d maps, got %d", maxProgramMaps, n)
 	}
 	for _, m := range sortedKeys(p.RecordTypes) {
 		k := key + "::record_types::" + m
