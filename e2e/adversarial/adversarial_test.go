@@ -136,6 +136,7 @@ func TestAdversarial(t *testing.T) {
 	t.Run("unprivileged", s.unprivileged)
 	t.Run("self-metrics", s.selfMetrics)
 	t.Run("sigterm", s.sigterm)
+	t.Run("config", s.testConfigRefused)
 	t.Logf("suite took %s", time.Since(start).Round(time.Second))
 }
 

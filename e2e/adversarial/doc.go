@@ -27,7 +27,9 @@
 // honest client's launches must all be accounted (exported + dropped by
 // the producer = produced), and SIGTERM must end the collector within
 // MaxShutdown. A quiet run checks the self-metrics (records read + dropped
-// = produced), and a last run sends SIGTERM while every class is connected.
+// = produced), a run sends SIGTERM while every class is connected, and
+// `otelcol-gpuprobe validate` must refuse values that would wrap and a
+// socket in a missing directory (without creating it).
 //
 // The suite needs root (the collector's deployment model; the unprivileged
 // class setuids a child) and the binaries GPUPROBE_OTELCOL and GPUPROBE_CLI
