@@ -126,12 +126,9 @@ func TestAdversarial(t *testing.T) {
 	}
 	start := time.Now()
 	s := &suite{otelcol: find(t, e2e.ToolOtelcol), cli: find(t, e2e.ToolCLI)}
-	classes := append(Classes[:len(Classes):len(Classes)], struct {
-		Name string
-		Run  Class
-	}{"all", All})
+	classes := append(Classes[:len(Classes):len(Classes)], ClassInfo{"all", All, Duration})
 	for _, c := range classes {
-		t.Run(c.Name, func(t *testing.T) { s.runClass(t, c.Name, c.Run) })
+		t.Run(c.Name, func(t *testing.T) { s.runClass(t, c) })
 	}
 	t.Run("unprivileged", s.unprivileged)
 	t.Run("self-metrics", s.selfMetrics)
@@ -140,16 +137,17 @@ func TestAdversarial(t *testing.T) {
 	t.Logf("suite took %s", time.Since(start).Round(time.Second))
 }
 
-// runClass runs one hostile class for Duration beside the honest client
+// runClass runs one hostile class for its time beside the honest client
 // and checks the bounds.
-func (s *suite) runClass(t *testing.T, name string, run Class) {
+func (s *suite) runClass(t *testing.T, c ClassInfo) {
+	name, run := c.Name, c.Run
 	col := s.start(t)
 	time.Sleep(300 * time.Millisecond)
 	base, err := Fds(col.Proc.Pid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	hctx, cancel := context.WithTimeout(t.Context(), Duration)
+	hctx, cancel := context.WithTimeout(t.Context(), c.Time)
 	defer cancel()
 	hostile := make(chan error, 1)
 	go func() { hostile <- run(hctx, col.Socket) }()
@@ -163,6 +161,11 @@ func (s *suite) runClass(t *testing.T, name string, run Class) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Errorf("%s: the hostile client did not stop 10s after its time", name)
+	}
+	if name == "devices" {
+		if n := DevicesReached.Load(); n < DistinctDevices {
+			t.Errorf("devices: the collector read launches of only %d of %d device numbers in %s", n, DistinctDevices, c.Time)
+		}
 	}
 	if herr != nil {
 		t.Errorf("honest client beside %s: %v", name, herr)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,16 +26,22 @@ import (
 type Class func(ctx context.Context, socket string) error
 
 // Classes are the hostile classes by name, in the order the suite runs them.
-var Classes = []struct {
+var Classes = []ClassInfo{
+	{"bomb", Bomb, Duration},
+	{"ring", LyingRing, Duration},
+	{"fds", FdTrickle, Duration},
+	{"idle", IdlePreHello, Duration},
+	// Twice as long: on a 2-core machine the collector takes about 10 s
+	// to read a launch for each of the 200k device numbers.
+	{"devices", ManyDevices, 2 * Duration},
+	{"calibration", HostileCalibration, Duration},
+}
+
+// ClassInfo names a hostile class and how long the suite runs it.
+type ClassInfo struct {
 	Name string
 	Run  Class
-}{
-	{"bomb", Bomb},
-	{"ring", LyingRing},
-	{"fds", FdTrickle},
-	{"idle", IdlePreHello},
-	{"devices", ManyDevices},
-	{"calibration", HostileCalibration},
+	Time time.Duration
 }
 
 // ClassByName returns the class called name.
@@ -243,17 +250,27 @@ func IdlePreHello(ctx context.Context, socket string) error {
 // DistinctDevices is how many device numbers ManyDevices names.
 const DistinctDevices = 200_000
 
-// ManyDevices writes device, calibration, launch and completion records
-// for DistinctDevices distinct device numbers.
+// DevicesReached is how many distinct device numbers the last ManyDevices
+// run got into its ring (the suite logs it).
+var DevicesReached atomic.Uint64
+
+// ManyDevices writes a launch record for each of DistinctDevices distinct
+// device numbers, waiting while the ring is full so that every number gets
+// in, then device, calibration and completion records for them.
 func ManyDevices(ctx context.Context, socket string) error {
+	DevicesReached.Store(0)
 	return produce(ctx, socket, "devices", func(p *producer, i uint64) {
 		dev := uint32(i % DistinctDevices)
 		now := monoNS()
-		p.put(&record.Device{Device: dev, PID: p.pid, SMCount: 132, ComputeCap: 90, Name: fmt.Sprintf("fake-%d", dev)})
+		if i < DistinctDevices {
+			p.putWait(ctx, &record.Launch{LaunchID: i + 1, PID: p.pid, EnqueueNS: now, ReturnNS: now + 1, Function: 1,
+				Device: dev, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}})
+			DevicesReached.Store(i + 1)
+			return
+		}
+		p.put(&record.Device{Device: dev, PID: p.pid, SMCount: 132, ComputeCap: 90, Name: "fake"})
 		p.put(&record.Calibration{MonoNS: now, RealtimeNS: now + 1, GPUNS: now, Device: dev})
-		p.put(&record.Launch{LaunchID: i + 1, PID: p.pid, EnqueueNS: now, ReturnNS: now + 1, Function: 1, Device: dev,
-			Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}})
-		p.put(&record.Completion{LaunchID: i + 1, CompleteNS: now + 2, Device: dev, How: record.SeenByStreamSync})
+		p.put(&record.Completion{LaunchID: uint64(dev) + 1, CompleteNS: now + 2, Device: dev, How: record.SeenByStreamSync})
 	})
 }
 
@@ -285,6 +302,15 @@ func (p *producer) put(r interface{ Append([]byte) []byte }) {
 	pre, _ := record.ParsePrefix(p.buf)
 	if p.ring.Produce(uint32(pre.Type), p.buf) == shm.Dropped {
 		p.full++
+	}
+}
+
+// putWait is put that waits (1 ms at a time) while the ring is full.
+func (p *producer) putWait(ctx context.Context, r interface{ Append([]byte) []byte }) {
+	p.buf = r.Append(p.buf[:0])
+	pre, _ := record.ParsePrefix(p.buf)
+	for p.ring.Produce(uint32(pre.Type), p.buf) == shm.Dropped && ctx.Err() == nil {
+		pause(ctx, time.Millisecond)
 	}
 }
 
