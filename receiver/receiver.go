@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -199,8 +197,10 @@ func (r *gpuReceiver) listen() error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(r.cfg.Agent.Socket), 0o755); err != nil {
-		return fmt.Errorf("gpuprobe: agent::socket directory: %w", err)
+	// The collector runs as root: it never creates the directory (Validate
+	// checked it; check again in case it changed since).
+	if err := config.CheckSocketDir(r.cfg.Agent.Socket); err != nil {
+		return fmt.Errorf("gpuprobe: agent::socket: %w", err)
 	}
 	r.bySess = map[uint32]*source{}
 	srv, err := agent.Listen(agent.Options{
