@@ -72,6 +72,13 @@ func (m *Mailbox) Region() *Region { return m.r }
 // Close closes the mailbox's region.
 func (m *Mailbox) Close() error { return m.r.Close() }
 
+// SetTimeout sets how long requesters wait for the host (the creator's
+// choice; a CPU requester may lengthen it for itself, e.g. a test on a
+// loaded machine).
+func (m *Mailbox) SetTimeout(d time.Duration) {
+	atomic.StoreUint64(m.r.u64(offMboxTimeout), uint64(d))
+}
+
 // Timeout returns how long a requester waits for the host.
 func (m *Mailbox) Timeout() time.Duration {
 	return time.Duration(atomic.LoadUint64(m.r.u64(offMboxTimeout)))
