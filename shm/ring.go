@@ -188,7 +188,7 @@ type ConsumerStats struct {
 	Skipped   uint64 // tickets resolved as dropped
 	Stalled   uint64 // tickets skipped after the stall timeout (or by Drain)
 	Corrupt   uint64 // records skipped because their length exceeded the slot
-	Abandoned uint64 // published records Drain skipped unread
+	Abandoned uint64 // published records Drain skipped unread (fn nil)
 }
 
 // Record is one record as the consumer sees it. Payload points into the
@@ -242,15 +242,15 @@ func (c *Consumer) Read(max int, fn func(Record)) int {
 }
 
 // Drain resolves up to max (> 0) of the tickets left in the ring without
-// waiting, for a ring whose producers are gone: published records are
-// counted in Abandoned, not delivered; taken tickets that are neither
-// published nor provably dropped are counted in Stalled at once. It reports
-// whether every ticket producers took was resolved (false: the bound was
-// reached or Err is set).
-func (c *Consumer) Drain(max int) bool {
+// waiting, for a ring whose producers are gone: taken tickets that are
+// neither published nor provably dropped are counted in Stalled at once;
+// published records go to fn, or with fn nil are counted in Abandoned. It
+// reports whether every ticket producers took was resolved (false: the
+// bound was reached or Err is set).
+func (c *Consumer) Drain(max int, fn func(Record)) bool {
 	c.draining = true
 	defer func() { c.draining = false }()
-	return c.read(max, nil) && c.err == nil
+	return c.read(max, fn) && c.err == nil
 }
 
 // read runs the consumer loop; it reports whether it stopped because the
@@ -279,7 +279,7 @@ func (c *Consumer) read(max int, fn func(Record)) bool {
 			c.advance()
 			c.violate(BadLength, t, ln)
 			return false
-		case c.draining:
+		case fn == nil:
 			c.stats.Abandoned++
 		default:
 			fn(Record{Ticket: t, Type: *(*uint32)(unsafe.Add(s, 12)),

@@ -71,7 +71,7 @@ func TestRingHostileProducer(t *testing.T) {
 			if n != tt.delivered {
 				t.Fatalf("delivered %d, want %d", n, tt.delivered)
 			}
-			if c.Read(0, func(Record) { t.Fatal("read after a violation") }) != 0 || c.Drain(1<<20) {
+			if c.Read(0, func(Record) { t.Fatal("read after a violation") }) != 0 || c.Drain(1<<20, nil) {
 				t.Fatal("the consumer went on after a violation")
 			}
 			if tt.want == BadLength && c.Stats().Corrupt != 1 {
@@ -119,15 +119,25 @@ func TestRingDrain(t *testing.T) {
 	if n := c.Read(2, func(Record) {}); n != 2 {
 		t.Fatalf("Read(2) = %d", n)
 	}
-	if c.Drain(3) {
+	if c.Drain(3, nil) {
 		t.Fatal("Drain(3) of 5 tickets left reported done")
 	}
-	if !c.Drain(100) {
+	if !c.Drain(100, nil) {
 		t.Fatal("Drain did not resolve the ring")
 	}
 	st := c.Stats()
 	if st.Delivered != 2 || st.Abandoned != 4 || st.Stalled != 1 {
 		t.Fatalf("stats %+v, want 2 delivered, 4 abandoned, 1 stalled", st)
+	}
+	// With a callback, Drain delivers what it finds past a dead ticket.
+	atomic.AddUint64(g.head(), 1)
+	g.Produce(1, []byte("y"))
+	var got []byte
+	if !c.Drain(100, func(r Record) { got = append(got, r.Payload...) }) || string(got) != "y" {
+		t.Fatalf("Drain with a callback delivered %q", got)
+	}
+	if st := c.Stats(); st.Delivered != 3 || st.Stalled != 2 {
+		t.Fatalf("stats %+v, want 3 delivered, 2 stalled", st)
 	}
 	if c.Position() != g.Stats().Head {
 		t.Fatalf("consumer at %d, head %d", c.Position(), g.Stats().Head)
