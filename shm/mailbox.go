@@ -36,6 +36,9 @@ type Mailbox struct {
 	r     *Region
 	slots uint64
 	data  unsafe.Pointer
+	// served and late are the host's own counts: the region's copies are
+	// for the requesters to read, and any of them may overwrite them.
+	served, late atomic.Uint64
 }
 
 // CreateMailbox creates a mailbox with slots slots; timeout is how long a
@@ -76,7 +79,7 @@ func (m *Mailbox) Timeout() time.Duration {
 }
 
 // Served returns how many requests the host has answered.
-func (m *Mailbox) Served() uint64 { return atomic.LoadUint64(m.r.u64(offMboxServed)) }
+func (m *Mailbox) Served() uint64 { return m.served.Load() }
 
 func (m *Mailbox) slot(i uint64) unsafe.Pointer { return unsafe.Add(m.data, i*MailboxSlotSize) }
 
@@ -128,17 +131,17 @@ func (m *Mailbox) Poll(h Handler) int {
 		n++
 	}
 	if n > 0 {
-		atomic.StoreUint64(m.r.u64(offMboxServed), atomic.LoadUint64(m.r.u64(offMboxServed))+uint64(n))
+		atomic.StoreUint64(m.r.u64(offMboxServed), m.served.Add(uint64(n)))
 	}
 	if late > 0 {
-		atomic.StoreUint64(m.r.u64(offMboxLate), atomic.LoadUint64(m.r.u64(offMboxLate))+late)
+		atomic.StoreUint64(m.r.u64(offMboxLate), m.late.Add(late))
 	}
 	return n
 }
 
 // Late returns how many requests the host answered after their requester
 // had given up waiting (timed out).
-func (m *Mailbox) Late() uint64 { return atomic.LoadUint64(m.r.u64(offMboxLate)) }
+func (m *Mailbox) Late() uint64 { return m.late.Load() }
 
 // ServeOptions tune Serve's polling.
 type ServeOptions struct {
