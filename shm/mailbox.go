@@ -150,7 +150,15 @@ type ServeOptions struct {
 	Spin time.Duration
 	// MaxSleep caps the idle sleep, which doubles from 1 µs (default 200 µs).
 	MaxSleep time.Duration
+	// Backoff, if set, is asked after every poll that answered requests
+	// how long to sleep before the next (0: poll at once; at most 10 ms
+	// is slept, so ctx is still checked), so that a handler that
+	// rate-limits its requesters also bounds the polling they cause.
+	Backoff func() time.Duration
 }
+
+// maxBackoff caps one Backoff sleep.
+const maxBackoff = 10 * time.Millisecond
 
 // Serve answers requests with h until ctx is done, then returns ctx.Err().
 // It polls: busy-spinning (with runtime.Gosched) while requests arrive, then
@@ -176,6 +184,12 @@ func (m *Mailbox) Serve(ctx context.Context, h Handler, opts ServeOptions) error
 		atomic.StoreUint64(m.r.u64(offMboxBeat), uint64(monotonicNS()))
 		if m.Poll(h) > 0 {
 			last, sleep = now, time.Microsecond
+			if opts.Backoff != nil {
+				if d := min(opts.Backoff(), maxBackoff); d > 0 {
+					ts := unix.NsecToTimespec(d.Nanoseconds())
+					_ = unix.Nanosleep(&ts, nil)
+				}
+			}
 			continue
 		}
 		if now.Sub(last) < opts.Spin {
