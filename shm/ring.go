@@ -177,7 +177,7 @@ type Consumer struct {
 	stuckAt    uint64
 	stuckSince time.Time
 	stuck      bool
-	draining   bool // Drain: abandon records, skip unresolved tickets at once
+	draining   bool // in Drain: unresolved tickets are skipped at once
 	err        *ViolationError
 	stats      ConsumerStats
 }
