@@ -26,10 +26,6 @@ const (
 	// poll, before what is left in them is counted as dropped (unread) and
 	// their regions are released.
 	drainTime = time.Second
-	// drainTickets bounds the tickets resolved per ring when a gone
-	// client's rings are released: more than an honest ring can hold
-	// (buffers::ring_slots ≤ 2^24, plus shm.MaxOvershoot).
-	drainTickets = 1<<24 + shm.MaxOvershoot
 )
 
 // ringReader is one ring of a source with its consumer and the counters
@@ -155,8 +151,10 @@ func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64
 // poll's read: its rings are empty, or drainTime has passed since it went
 // (or the receiver stops). What is left is then resolved without waiting
 // for dead producers' tickets (shm.Consumer.Drain): up to maxReadPerPoll
-// tickets per ring delivered, the rest counted as dropped unread. It
-// returns the records lost and corrupt since the read.
+// tickets per ring delivered, then up to a ring's slot count more counted
+// as dropped unread. That is exact: no ticket a lap or more past the
+// consumer can hold a record (the producer's step 4 drops and counts it).
+// It returns the records lost and corrupt since the read.
 func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bool, lost, corrupt uint64) {
 	if s.goneAt.IsZero() {
 		s.goneAt = now
@@ -167,12 +165,12 @@ func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bo
 	handle := func(rec shm.Record) { _ = r.tr.Handle(s.id, rec.Payload, now) }
 	for _, g := range s.rings() {
 		g.cons.Drain(maxReadPerPoll, handle)
-		g.cons.Drain(drainTickets, nil)
+		g.cons.Drain(g.ring.Slots(), nil)
 		l, c := g.count()
 		lost, corrupt = lost+l, corrupt+c
 	}
 	if s.maps != nil {
-		r.col.DrainRings(s.maps, drainTickets)
+		r.col.DrainRings(s.maps)
 	}
 	return true, lost, corrupt
 }

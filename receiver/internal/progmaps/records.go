@@ -158,17 +158,18 @@ func (c *Collector) count(g *ringInst) {
 	g.lastBad = cs.Corrupt
 }
 
-// DrainRings resolves, without reading them, up to max tickets left in
-// each ring of a gone application (shm.Consumer.Drain), counting its
+// DrainRings resolves, without reading them, the tickets left in each
+// ring of a gone application (shm.Consumer.Drain; at most a lap: tickets
+// further on can only be drops, counted by their producers), counting its
 // records as dropped. It reports whether every ring was resolved.
-func (c *Collector) DrainRings(in *Instance, max int) bool {
+func (c *Collector) DrainRings(in *Instance) bool {
 	done := true
 	for i := range in.rings {
 		g := &in.rings[i]
 		if g.kr != nil {
 			continue
 		}
-		done = g.cons.Drain(max, nil) && done
+		done = g.cons.Drain(g.ring.Slots(), nil) && done
 		c.count(g)
 	}
 	return done
