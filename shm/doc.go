@@ -112,8 +112,9 @@
 //
 //  1. If load-acquire(slot.seq) == t+1: the record is complete. Read len,
 //     type and payload; deliver; advance t. (A len > slot_size-16 is a
-//     misbehaving producer: the record is skipped and counted as corrupt.) Store tail = t after each batch (and
-//     at least every 64 records) with a release store.
+//     misbehaving producer: the record is skipped and counted as corrupt.)
+//     Store tail = t after each batch (and at least every 64 records)
+//     with a release store.
 //  2. Otherwise c = load-acquire(slot_drops[s]) - slot_acked[s] (u32
 //     arithmetic, modulo 2^32), then H = load(head). If H <= t the ring is
 //     empty. Otherwise let later = (H-1-t) / slot_count, the number of
@@ -133,6 +134,16 @@
 //
 // Accounting: every record offered is exactly one of delivered, dropped,
 // oversize, or (only with dead producers) stalled.
+//
+// The producers are not trusted. The consumer bounds its work per read by
+// the tickets it resolves, whatever became of them, and stops for good
+// (Consumer.Err) at a value no producer following the steps above can
+// leave: head more than slot_count + MaxOvershoot beyond t; c > later + 1
+// (plus the tickets it skipped as stalled, whose marks may come late); a
+// seq other than 0 that is above t+1 or names another slot; len >
+// slot_size-16. A consumer whose producers are gone resolves what is left
+// without waiting (Consumer.Drain): published records are abandoned and
+// counted, unresolved tickets count as stalled.
 //
 // # Ring buffer: device-side reservation (opt-in)
 //

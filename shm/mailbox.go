@@ -37,6 +37,9 @@ type Mailbox struct {
 	slots uint64
 	data  unsafe.Pointer
 	locks lockWords // Call's lock block
+	// served and late are the host's own counts: the region's copies are
+	// for the requesters to read, and any of them may overwrite them.
+	served, late atomic.Uint64
 }
 
 // CreateMailbox creates a mailbox with slots slots; timeout is how long a
@@ -85,7 +88,7 @@ func (m *Mailbox) Timeout() time.Duration {
 }
 
 // Served returns how many requests the host has answered.
-func (m *Mailbox) Served() uint64 { return atomic.LoadUint64(m.r.u64(offMboxServed)) }
+func (m *Mailbox) Served() uint64 { return m.served.Load() }
 
 func (m *Mailbox) slot(i uint64) unsafe.Pointer { return unsafe.Add(m.data, i*MailboxSlotSize) }
 
@@ -137,17 +140,17 @@ func (m *Mailbox) Poll(h Handler) int {
 		n++
 	}
 	if n > 0 {
-		atomic.StoreUint64(m.r.u64(offMboxServed), atomic.LoadUint64(m.r.u64(offMboxServed))+uint64(n))
+		atomic.StoreUint64(m.r.u64(offMboxServed), m.served.Add(uint64(n)))
 	}
 	if late > 0 {
-		atomic.StoreUint64(m.r.u64(offMboxLate), atomic.LoadUint64(m.r.u64(offMboxLate))+late)
+		atomic.StoreUint64(m.r.u64(offMboxLate), m.late.Add(late))
 	}
 	return n
 }
 
 // Late returns how many requests the host answered after their requester
 // had given up waiting (timed out).
-func (m *Mailbox) Late() uint64 { return atomic.LoadUint64(m.r.u64(offMboxLate)) }
+func (m *Mailbox) Late() uint64 { return m.late.Load() }
 
 // ServeOptions tune Serve's polling.
 type ServeOptions struct {
@@ -156,7 +159,15 @@ type ServeOptions struct {
 	Spin time.Duration
 	// MaxSleep caps the idle sleep, which doubles from 1 µs (default 200 µs).
 	MaxSleep time.Duration
+	// Backoff, if set, is asked after every poll that answered requests
+	// how long to sleep before the next (0: poll at once; at most 10 ms
+	// is slept, so ctx is still checked), so that a handler that
+	// rate-limits its requesters also bounds the polling they cause.
+	Backoff func() time.Duration
 }
+
+// maxBackoff caps one Backoff sleep.
+const maxBackoff = 10 * time.Millisecond
 
 // Serve answers requests with h until ctx is done, then returns ctx.Err().
 // It polls: busy-spinning (with runtime.Gosched) while requests arrive, then
@@ -182,6 +193,12 @@ func (m *Mailbox) Serve(ctx context.Context, h Handler, opts ServeOptions) error
 		atomic.StoreUint64(m.r.u64(offMboxBeat), uint64(monotonicNS()))
 		if m.Poll(h) > 0 {
 			last, sleep = now, time.Microsecond
+			if opts.Backoff != nil {
+				if d := min(opts.Backoff(), maxBackoff); d > 0 {
+					ts := unix.NsecToTimespec(d.Nanoseconds())
+					_ = unix.Nanosleep(&ts, nil)
+				}
+			}
 			continue
 		}
 		if now.Sub(last) < opts.Spin {

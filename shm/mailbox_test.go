@@ -162,3 +162,22 @@ func TestMailboxAnswerIsPendingValue(t *testing.T) {
 		t.Fatalf("waiting = %d after an answered request, want 1", w)
 	}
 }
+
+// TestMailboxCountersAreTheHosts: requesters can write the region's served
+// and late words; the host's counters are its own (on main a requester
+// that stored 2^63 there made the collector report it).
+func TestMailboxCountersAreTheHosts(t *testing.T) {
+	m := newMailbox(t, 2, time.Second)
+	*field64(m.slot(0), mbReq) = 1 // one request, its requester gone (lock 0)
+	atomic.StoreUint64(m.r.u64(offMboxServed), 1<<63)
+	atomic.StoreUint64(m.r.u64(offMboxLate), 1<<63)
+	if n := m.Poll(func(*Request) int64 { return 0 }); n != 1 {
+		t.Fatalf("Poll served %d, want 1", n)
+	}
+	if m.Served() != 1 || m.Late() != 1 {
+		t.Fatalf("served %d, late %d; want 1, 1", m.Served(), m.Late())
+	}
+	if got := atomic.LoadUint64(m.r.u64(offMboxServed)); got != 1 {
+		t.Fatalf("region's served word %d, want the host's count 1", got)
+	}
+}
