@@ -268,7 +268,7 @@ func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
 // running then finishes in the background.
 const (
 	flushTimeout = 2 * time.Second
-	stopTimeout  = 5 * time.Second
+	stopTimeout  = 2 * time.Second
 )
 
 func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
