@@ -50,6 +50,10 @@ func (s *Server) serve(c *net.UnixConn, peer *Peer, log *zap.Logger) {
 		if err == nil {
 			frame, out = s.answer(peer, &req, log)
 		} else {
+			s.patchRejected.Add(1)
+			if s.cb.PatchRejected != nil {
+				s.cb.PatchRejected(peer, err)
+			}
 			log.Warn("agent: bad PATCH", zap.Error(err))
 			frame = MarshalNoPatch(&NoPatch{ID: req.ID, Code: NoPatchError, Message: err.Error()})
 		}
@@ -94,7 +98,12 @@ func (s *Server) readPatch(p []byte, fds []int) (PatchRequest, error) {
 	if err := unix.Fstat(fds[0], &st); err != nil {
 		return req, fmt.Errorf("PATCH %d: fstat of the image memfd: %w", req.ID, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size {
+	// Only shmem files (memfds) have seals: a FIFO, socket or FUSE file
+	// could make the reads below block.
+	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_GET_SEALS, 0); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return req, fmt.Errorf("PATCH %d: the image descriptor (mode %#o) is not a memfd", req.ID, st.Mode)
+	}
+	if uint64(st.Size) < size {
 		return req, fmt.Errorf("PATCH %d: image memfd is %d bytes (mode %#o), image_size says %d", req.ID, st.Size, st.Mode, size)
 	}
 	req.Image = make([]byte, size)
@@ -142,9 +151,13 @@ func (s *Server) answer(peer *Peer, req *PatchRequest, log *zap.Logger) ([]byte,
 	return frame, f
 }
 
-// memfdWith returns a sealed-size memfd holding b.
+// imageSeals make a memfd's contents final: no shrinking, growing or
+// writing, and no changing the seals.
+const imageSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
+
+// memfdWith returns a memfd holding b, sealed with imageSeals.
 func memfdWith(name string, b []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("agent: memfd_create: %w", err)
 	}
@@ -152,6 +165,10 @@ func memfdWith(name string, b []byte) (*os.File, error) {
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("agent: writing %d bytes to a memfd: %w", len(b), err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, imageSeals); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("agent: sealing a memfd: %w", err)
 	}
 	return f, nil
 }

@@ -91,6 +91,9 @@ type Callbacks struct {
 	// 4). A *NoPatch error is sent as is; any other error as NOPATCH code
 	// 3 with its text. Calls for one peer never overlap.
 	Patch func(p *Peer, req *PatchRequest) (*Patched, error)
+	// PatchRejected, if set, is called for a PATCH answered NOPATCH
+	// before Patch ran (its image could not be read), with the reason.
+	PatchRejected func(p *Peer, err error)
 }
 
 // Stats count the server's connections.
@@ -99,6 +102,8 @@ type Stats struct {
 	Rejected uint64 // connections refused by the peer-credential check
 	Failed   uint64 // connections that failed the handshake otherwise
 	Active   int64  // connections open now
+
+	PatchRejected uint64 // PATCH requests answered NOPATCH because their image could not be read
 }
 
 // Server is the agent socket server.
@@ -119,6 +124,8 @@ type Server struct {
 	rejected atomic.Uint64
 	failed   atomic.Uint64
 	active   atomic.Int64
+
+	patchRejected atomic.Uint64
 }
 
 // Listen creates the socket and starts serving. A stale socket file at
@@ -206,7 +213,8 @@ func (s *Server) Path() string { return s.opts.Path }
 
 // Stats returns the connection counters.
 func (s *Server) Stats() Stats {
-	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load()}
+	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load(),
+		PatchRejected: s.patchRejected.Load()}
 }
 
 // Close stops accepting, closes every connection, waits for their
