@@ -16,14 +16,23 @@ import (
 // its answer (Options.PatchTimeout).
 const DefaultPatchTimeout = 10 * time.Second
 
+// patchFds is the most descriptors a frame after WELCOME may carry: a
+// PATCH's image memfd. It is also all a client can make the server hold.
+const patchFds = 1
+
 // serve serves a connection after WELCOME: PATCH requests, one at a
 // time, until the client closes. Any other frame is a protocol error that
-// ends the session.
+// ends the session, and so are a frame with more than patchFds
+// descriptors and one whose rest does not follow its first byte within
+// FrameTimeout.
 func (s *Server) serve(c *net.UnixConn, peer *Peer, log *zap.Logger) {
 	for {
-		c.SetReadDeadline(time.Time{})
 		var fds []int
-		t, p, err := readFrameFds(c, &fds)
+		t, p, err := readFrameLimited(c, &fds, frameLimits{maxFds: patchFds,
+			idle: time.Now().Add(s.opts.IdleTimeout), rest: s.opts.FrameTimeout})
+		if errors.Is(err, errIdle) {
+			continue
+		}
 		if err != nil {
 			closeAll(fds)
 			var pe *ProtocolError

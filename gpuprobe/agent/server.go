@@ -27,9 +27,17 @@ type Options struct {
 	AllowedGIDs      []uint32      // admitted gids
 	HandshakeTimeout time.Duration // deadline of the whole handshake (default 5 s)
 	MaxConns         int           // most live connections (default 256)
+	FrameTimeout     time.Duration // a frame's rest must arrive this soon after its first byte (default DefaultFrameTimeout)
+	IdleTimeout      time.Duration // bound on one wait for a frame's first byte (default DefaultIdleTimeout)
 	PatchTimeout     time.Duration // bound on answering one PATCH once read (default DefaultPatchTimeout)
 	Logger           *zap.Logger   // default: no logging
 }
+
+// Defaults of Options.
+const (
+	DefaultFrameTimeout = 5 * time.Second
+	DefaultIdleTimeout  = 5 * time.Minute
+)
 
 // Peer is one connected client.
 type Peer struct {
@@ -142,6 +150,12 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 	}
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 5 * time.Second
+	}
+	if opts.FrameTimeout <= 0 {
+		opts.FrameTimeout = DefaultFrameTimeout
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	if opts.PatchTimeout <= 0 {
 		opts.PatchTimeout = DefaultPatchTimeout
