@@ -1,13 +1,25 @@
 package agent
 
 import (
+	"bufio"
 	"errors"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// requireRoot fails a test that must switch uids: CI runs the tests as root.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test runs clients under other uids (setuid children) and needs root (CI runs the tests as root)")
+	}
+}
 
 // fdCount counts this process's open descriptors.
 func fdCount(t *testing.T) int {
@@ -27,6 +39,61 @@ func waitFds(t *testing.T, want int) int {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return n
+}
+
+// sharedDir returns a directory every uid can enter, for sockets and the
+// test binary that setuid children run.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gpuprobe-agent-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// childAs runs a client process (mode: "1" maps the regions and writes,
+// "raw" takes WELCOME but maps nothing) under cred (nil: ours) and
+// returns its first output line.
+func childAs(t *testing.T, path, mode string, cred *syscall.Credential) *child {
+	t.Helper()
+	bin := os.Args[0]
+	if cred != nil {
+		bin = filepath.Join(sharedDir(t), "agent.test")
+		data, err := os.ReadFile(os.Args[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, "GPUPROBE_AGENT_PATH="+path)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("child output: %v", err)
+	}
+	return &child{cmd: cmd, stdin: in, line: strings.TrimSpace(line)}
 }
 
 // readError reads frames until an ERROR (returned) or the end.
@@ -102,5 +169,92 @@ func TestHostileFramesEndTheSession(t *testing.T) {
 				t.Fatalf("the session ended after %v", d)
 			}
 		})
+	}
+}
+
+// TestFloodDoesNotLockOut: one uid holds more connections than the server
+// has slots, before and after HELLO; a client of another uid, and one of
+// the same uid within its budget, still get WELCOME.
+func TestFloodDoesNotLockOut(t *testing.T) {
+	requireRoot(t)
+	o := newOwner(t)
+	dir := sharedDir(t)
+	s := listen(t, o, Options{Path: filepath.Join(dir, "agent.sock"), Mode: 0o666,
+		AllowedUIDs: []uint32{0, 65534}, HandshakeTimeout: 20 * time.Second, MaxConnsPerUID: 8})
+	base := fdCount(t)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	// Sessions up to and past the uid's budget.
+	hello, _ := MarshalHello(Hello{Name: "hog"})
+	refused := 0
+	for i := 0; i < 12; i++ {
+		c, err := net.Dial("unix", s.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		c.Write(hello)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		ft, p, err := readFrameFds(c.(*net.UnixConn), nil)
+		switch {
+		case err == nil && ft == FrameWelcome:
+		case err == nil && ft == FrameError && UnmarshalError(p).(*ProtocolError).Code == CodeTooMany:
+			refused++
+		default:
+			t.Fatalf("hog session %d: frame %d, %v", i, ft, err)
+		}
+	}
+	if refused != 4 {
+		t.Fatalf("%d of 12 sessions of one uid refused, want 4 (budget 8)", refused)
+	}
+	// Then 300 connections that never say HELLO.
+	for i := 0; i < 300; i++ {
+		c, err := net.Dial("unix", s.Path())
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		held = append(held, c)
+	}
+	st := s.Stats()
+	for deadline := time.Now().Add(10 * time.Second); st.Evicted < 300-8 && time.Now().Before(deadline); st = s.Stats() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st.Evicted < 300-8 {
+		t.Fatalf("stats %+v: want at least %d evicted", st, 300-8)
+	}
+	other := childAs(t, s.Path(), "1", &syscall.Credential{Uid: 65534, Gid: 65534})
+	if !strings.HasPrefix(other.line, "ok ") {
+		t.Fatalf("uid 65534 client: %s", other.line)
+	}
+	other.finish(t)
+	waitGone(t, o)
+	// The hog's uid still gets in once one of its sessions is gone.
+	held[0].Close()
+	waitGone(t, o)
+	sess, err := Dial(s.Path(), Hello{Name: "same uid"})
+	if err != nil {
+		t.Fatalf("uid 0 client within its budget: %v", err)
+	}
+	sess.Close()
+	waitGone(t, o)
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	o.mu.Lock()
+	base += len(o.rings) // the owner keeps each session's ring until the test ends
+	o.mu.Unlock()
+	if n := waitFds(t, base); n > base {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		var links []string
+		for _, e := range ents {
+			l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			links = append(links, e.Name()+"->"+l)
+		}
+		t.Fatalf("%d descriptors open after the flood, %d before: %v", n, base, links)
 	}
 }

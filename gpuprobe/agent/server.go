@@ -25,8 +25,11 @@ type Options struct {
 	Mode             os.FileMode   // socket file mode (default 0660)
 	AllowedUIDs      []uint32      // admitted uids; with AllowedGIDs empty too: root and our own uid
 	AllowedGIDs      []uint32      // admitted gids
-	HandshakeTimeout time.Duration // deadline of the whole handshake (default 5 s)
-	MaxConns         int           // most live connections (default 256)
+	HandshakeTimeout time.Duration // a connection must be WELCOMEd this soon after accept (default 5 s)
+	MaxPending       int           // most connections before HELLO (default DefaultMaxPending)
+	MaxPendingPerUID int           // most of them of one uid (default DefaultMaxPendingPerUID)
+	MaxConns         int           // most sessions, after HELLO (default DefaultMaxConns)
+	MaxConnsPerUID   int           // most sessions of one uid (default DefaultMaxConnsPerUID)
 	FrameTimeout     time.Duration // a frame's rest must arrive this soon after its first byte (default DefaultFrameTimeout)
 	IdleTimeout      time.Duration // bound on one wait for a frame's first byte (default DefaultIdleTimeout)
 	PatchTimeout     time.Duration // bound on answering one PATCH once read (default DefaultPatchTimeout)
@@ -35,8 +38,13 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultFrameTimeout = 5 * time.Second
-	DefaultIdleTimeout  = 5 * time.Minute
+	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultMaxPending       = 64
+	DefaultMaxPendingPerUID = 8
+	DefaultMaxConns         = 256
+	DefaultMaxConnsPerUID   = 64
+	DefaultFrameTimeout     = 5 * time.Second
+	DefaultIdleTimeout      = 5 * time.Minute
 )
 
 // Peer is one connected client.
@@ -108,8 +116,9 @@ type Callbacks struct {
 type Stats struct {
 	Accepted uint64 // connections whose handshake succeeded
 	Rejected uint64 // connections refused by the peer-credential check
-	Failed   uint64 // connections that failed the handshake otherwise
+	Failed   uint64 // connections that failed the handshake otherwise (limits included)
 	Active   int64  // connections open now
+	Evicted  uint64 // connections closed before HELLO to make room for newer ones
 
 	PatchRejected uint64 // PATCH requests answered NOPATCH because their image could not be read
 }
@@ -123,7 +132,8 @@ type Server struct {
 	selfUID uint32
 
 	mu     sync.Mutex
-	conns  map[*net.UnixConn]struct{}
+	conns  map[*net.UnixConn]*connState
+	slots  slots // admission counts (admit.go)
 	closed bool
 	wg     sync.WaitGroup
 
@@ -132,6 +142,7 @@ type Server struct {
 	rejected atomic.Uint64
 	failed   atomic.Uint64
 	active   atomic.Int64
+	evicted  atomic.Uint64
 
 	patchRejected atomic.Uint64
 }
@@ -148,21 +159,7 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 	if opts.Mode&^os.ModePerm != 0 {
 		return nil, fmt.Errorf("agent: socket mode %v has bits beyond permissions", opts.Mode)
 	}
-	if opts.HandshakeTimeout <= 0 {
-		opts.HandshakeTimeout = 5 * time.Second
-	}
-	if opts.FrameTimeout <= 0 {
-		opts.FrameTimeout = DefaultFrameTimeout
-	}
-	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = DefaultIdleTimeout
-	}
-	if opts.PatchTimeout <= 0 {
-		opts.PatchTimeout = DefaultPatchTimeout
-	}
-	if opts.MaxConns <= 0 {
-		opts.MaxConns = 256
-	}
+	setDefaults(&opts)
 	if cb.Connect == nil {
 		return nil, errors.New("agent: Callbacks.Connect is nil")
 	}
@@ -192,11 +189,32 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 		os.Remove(tmp)
 		return nil, fmt.Errorf("agent: moving the socket to %s: %w", opts.Path, err)
 	}
-	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]struct{}{}}
+	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]*connState{}, slots: newSlots()}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Info("agent socket listening", zap.String("path", opts.Path), zap.Stringer("mode", opts.Mode))
 	return s, nil
+}
+
+func setDefaults(o *Options) {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defn := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.HandshakeTimeout, DefaultHandshakeTimeout)
+	def(&o.FrameTimeout, DefaultFrameTimeout)
+	def(&o.IdleTimeout, DefaultIdleTimeout)
+	def(&o.PatchTimeout, DefaultPatchTimeout)
+	defn(&o.MaxPending, DefaultMaxPending)
+	defn(&o.MaxPendingPerUID, min(DefaultMaxPendingPerUID, o.MaxPending))
+	defn(&o.MaxConns, DefaultMaxConns)
+	defn(&o.MaxConnsPerUID, min(DefaultMaxConnsPerUID, o.MaxConns))
 }
 
 // removeStale removes a socket file nobody listens on.
@@ -227,7 +245,7 @@ func (s *Server) Path() string { return s.opts.Path }
 
 // Stats returns the connection counters.
 func (s *Server) Stats() Stats {
-	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load(),
+	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load(), Evicted: s.evicted.Load(),
 		PatchRejected: s.patchRejected.Load()}
 }
 
@@ -268,21 +286,33 @@ func (s *Server) acceptLoop() {
 			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: do not spin
 			continue
 		}
+		// SO_PEERCRED does not block: read it here, to count the
+		// connection against its uid's pre-HELLO slots at once.
+		cred, err := peerCred(c)
+		if err != nil {
+			s.failed.Add(1)
+			s.log.Warn("agent: reading peer credentials failed", zap.Error(err))
+			c.Close()
+			continue
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
 			return
 		}
-		s.conns[c] = struct{}{}
+		st := s.admitPending(c, cred.Uid)
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.handle(c)
+		go s.handle(c, cred, st)
 	}
 }
 
 func (s *Server) forget(c *net.UnixConn) {
 	s.mu.Lock()
+	if st := s.conns[c]; st != nil {
+		s.slots.release(st)
+	}
 	delete(s.conns, c)
 	s.mu.Unlock()
 	c.Close()
@@ -309,20 +339,13 @@ func (s *Server) refuse(c *net.UnixConn, code ErrorCode, msg string) {
 	io.Copy(io.Discard, io.LimitReader(c, FrameHeader+MaxPayload))
 }
 
-func (s *Server) handle(c *net.UnixConn) {
+func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	defer s.wg.Done()
 	defer s.forget(c)
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	c.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 
-	cred, err := peerCred(c)
-	if err != nil {
-		s.failed.Add(1)
-		s.log.Warn("agent: reading peer credentials failed", zap.Error(err))
-		s.refuse(c, CodeServer, "cannot read peer credentials")
-		return
-	}
 	log := s.log.With(zap.Int32("pid", cred.Pid), zap.Uint32("uid", cred.Uid), zap.Uint32("gid", cred.Gid))
 	if !s.allowed(cred.Uid, cred.Gid) {
 		s.rejected.Add(1)
@@ -334,12 +357,6 @@ func (s *Server) handle(c *net.UnixConn) {
 		}
 		log.Warn("agent: connection rejected", zap.String("reason", msg))
 		s.refuse(c, CodePermissionDenied, msg)
-		return
-	}
-	if n := s.active.Load(); n > int64(s.opts.MaxConns) {
-		s.failed.Add(1)
-		log.Warn("agent: too many connections", zap.Int64("active", n), zap.Int("max", s.opts.MaxConns))
-		s.refuse(c, CodeTooMany, fmt.Sprintf("%d connections are open, the limit is %d", n-1, s.opts.MaxConns))
 		return
 	}
 	t, p, err := readFrame(c)
@@ -357,6 +374,12 @@ func (s *Server) handle(c *net.UnixConn) {
 		if errors.As(err, &pe) {
 			s.refuse(c, pe.Code, pe.Message)
 		}
+		return
+	}
+	if msg := s.promote(st); msg != "" {
+		s.failed.Add(1)
+		log.Warn("agent: too many sessions", zap.String("reason", msg))
+		s.refuse(c, CodeTooMany, msg)
 		return
 	}
 	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Hello: hello}
@@ -389,6 +412,7 @@ func (s *Server) handle(c *net.UnixConn) {
 	// The session lasts until the client closes (or Close closes us); in
 	// between, the client may send PATCH requests.
 	s.serve(c, peer, log)
+	s.leave(st)
 	s.disconnect(peer)
 	log.Info("agent: client disconnected")
 }
