@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Admission. Every accepted connection takes a pre-HELLO slot of its uid
@@ -25,10 +27,11 @@ const (
 
 // connState is the server's record of one connection (guarded by Server.mu).
 type connState struct {
-	conn  *net.UnixConn
-	uid   uint32
-	since time.Time
-	phase phase
+	conn    *net.UnixConn
+	uid     uint32
+	since   time.Time
+	phase   phase
+	evicted bool // closed by evictPending
 }
 
 // slots count the connections of each phase, in all and per uid.
@@ -99,9 +102,19 @@ func (s *Server) evictPending(uid uint32) {
 		return
 	}
 	s.slots.release(old)
+	old.evicted = true
 	old.conn.Close()
-	s.evicted.Add(1)
-	s.log.Debug("agent: pre-HELLO connection evicted for a newer one")
+	if n := s.evicted.Add(1); n&(n-1) == 0 {
+		s.log.Warn("agent: connections that sent no HELLO were closed to make room for newer ones (logged at powers of two)",
+			zap.Uint32("uid", uid), zap.Uint64("evicted", n))
+	}
+}
+
+// evictedConn says whether st was closed by evictPending.
+func (s *Server) evictedConn(st *connState) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return st.evicted
 }
 
 // promote moves a connection that said HELLO to a session slot, or says

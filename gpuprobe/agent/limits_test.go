@@ -3,6 +3,8 @@ package agent
 import (
 	"bufio"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -11,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // requireRoot fails a test that must switch uids: CI runs the tests as root.
@@ -96,6 +100,27 @@ func childAs(t *testing.T, path, mode string, cred *syscall.Credential) *child {
 	return &child{cmd: cmd, stdin: in, line: strings.TrimSpace(line)}
 }
 
+// rawChildMain takes WELCOME without mapping a region (its descriptors
+// are closed at once) and stays connected until stdin closes.
+func rawChildMain() int {
+	c, err := net.Dial("unix", os.Getenv("GPUPROBE_AGENT_PATH"))
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		return 0
+	}
+	hello, _ := MarshalHello(Hello{Name: "raw-child"})
+	c.Write(hello)
+	t, _, err := readFrameFds(c.(*net.UnixConn), nil)
+	if err != nil || t != FrameWelcome {
+		fmt.Printf("error: frame %d, %v\n", t, err)
+		return 0
+	}
+	fmt.Println("ok")
+	io.Copy(io.Discard, os.Stdin)
+	c.Close()
+	return 0
+}
+
 // readError reads frames until an ERROR (returned) or the end.
 func readError(c *net.UnixConn) error {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -170,6 +195,37 @@ func TestHostileFramesEndTheSession(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIdleSessions: a session whose process maps its regions stays however
+// long it is silent; one whose process mapped none is reclaimed.
+func TestIdleSessions(t *testing.T) {
+	o := newOwner(t)
+	s := listen(t, o, Options{IdleTimeout: 300 * time.Millisecond, FrameTimeout: 100 * time.Millisecond})
+	good := childAs(t, s.Path(), "1", nil)
+	if !strings.HasPrefix(good.line, "ok ") {
+		t.Fatalf("child: %s", good.line)
+	}
+	raw := childAs(t, s.Path(), "raw", nil)
+	if raw.line != "ok" {
+		t.Fatalf("raw child: %s", raw.line)
+	}
+	p := waitGone(t, o)
+	if int(p.PID) != raw.cmd.Process.Pid {
+		t.Fatalf("session of pid %d ended, want the raw child's %d", p.PID, raw.cmd.Process.Pid)
+	}
+	time.Sleep(time.Second) // three idle periods
+	select {
+	case p := <-o.gone:
+		t.Fatalf("session of pid %d (mapped regions) was reclaimed", p.PID)
+	default:
+	}
+	if st := s.Stats(); st.Reclaimed != 1 || st.Active != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	raw.finish(t)
+	good.finish(t)
+	waitGone(t, o)
 }
 
 // TestFloodDoesNotLockOut: one uid holds more connections than the server
@@ -256,5 +312,80 @@ func TestFloodDoesNotLockOut(t *testing.T) {
 			links = append(links, e.Name()+"->"+l)
 		}
 		t.Fatalf("%d descriptors open after the flood, %d before: %v", n, base, links)
+	}
+}
+
+// TestSupplementaryGroups admits a peer by a supplementary group.
+func TestSupplementaryGroups(t *testing.T) {
+	requireRoot(t)
+	tests := []struct {
+		name   string
+		groups []uint32
+		want   string
+	}{
+		{"in an allowed supplementary group", []uint32{100, 4243}, "ok "},
+		{"in no allowed group", []uint32{100}, "permission denied: peer uid 65534"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newOwner(t)
+			s := listen(t, o, Options{Path: filepath.Join(sharedDir(t), "agent.sock"), Mode: 0o666, AllowedGIDs: []uint32{4243}})
+			c := childAs(t, s.Path(), "1", &syscall.Credential{Uid: 65534, Gid: 65534, Groups: tc.groups})
+			if !strings.HasPrefix(c.line, tc.want) && !strings.Contains(c.line, tc.want) {
+				t.Fatalf("client: %s, want %q", c.line, tc.want)
+			}
+			c.finish(t)
+			if tc.want == "ok " {
+				if p := waitGone(t, o); len(p.Groups) != len(tc.groups) || p.Groups[1] != 4243 {
+					t.Fatalf("peer groups %v, want %v", p.Groups, tc.groups)
+				}
+			}
+		})
+	}
+}
+
+// TestPeerProcPinning: what /proc says of a peer counts only while the
+// connecting process lives, with a pidfd (SO_PEERPIDFD) or by start time.
+func TestPeerProcPinning(t *testing.T) {
+	tests := []struct {
+		name   string
+		pidfd  bool
+		exited bool
+		want   error // of groups(); nil: read
+	}{
+		{"pidfd, running", true, false, nil},
+		{"pidfd, exited", true, true, errPeerGone},
+		{"start time, running", false, false, nil},
+		{"start time, exited", false, true, errPeerGone},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("/bin/sh", "-c", "read x")
+			in, _ := cmd.StdinPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			p := &peerProc{pid: int32(cmd.Process.Pid), pidfd: -1}
+			defer p.close()
+			p.start, _ = p.startTime()
+			if tc.pidfd {
+				fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.pidfd = fd
+			}
+			if tc.exited {
+				in.Close()
+				cmd.Wait()
+			}
+			if _, err := p.groups(); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("groups: %v, want %v", err, tc.want)
+			}
+			if !tc.exited {
+				in.Close()
+				cmd.Wait()
+			}
+		})
 	}
 }

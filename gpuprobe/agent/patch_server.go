@@ -16,6 +16,14 @@ import (
 // its answer (Options.PatchTimeout).
 const DefaultPatchTimeout = 10 * time.Second
 
+// session is a connection after WELCOME.
+type session struct {
+	peer    *Peer
+	proc    *peerProc
+	regions []fileID // the shm regions handed over
+	opaque  int      // regions whose mapping cannot be checked (kernel maps)
+}
+
 // patchFds is the most descriptors a frame after WELCOME may carry: a
 // PATCH's image memfd. It is also all a client can make the server hold.
 const patchFds = 1
@@ -24,14 +32,21 @@ const patchFds = 1
 // time, until the client closes. Any other frame is a protocol error that
 // ends the session, and so are a frame with more than patchFds
 // descriptors and one whose rest does not follow its first byte within
-// FrameTimeout.
-func (s *Server) serve(c *net.UnixConn, peer *Peer, log *zap.Logger) {
+// FrameTimeout. A session silent for IdleTimeout whose process maps none
+// of its regions is ended.
+func (s *Server) serve(c *net.UnixConn, ss *session, log *zap.Logger) {
+	peer := ss.peer
 	for {
 		var fds []int
 		t, p, err := readFrameLimited(c, &fds, frameLimits{maxFds: patchFds,
 			idle: time.Now().Add(s.opts.IdleTimeout), rest: s.opts.FrameTimeout})
 		if errors.Is(err, errIdle) {
-			continue
+			if s.live(ss, log) {
+				continue
+			}
+			s.reclaimed.Add(1)
+			log.Info("agent: idle session reclaimed: its process maps none of its regions", zap.Duration("idle", s.opts.IdleTimeout))
+			return
 		}
 		if err != nil {
 			closeAll(fds)
@@ -76,6 +91,23 @@ func (s *Server) serve(c *net.UnixConn, peer *Peer, log *zap.Logger) {
 			return
 		}
 	}
+}
+
+// live says whether a silent session is still in use: its process maps
+// one of its regions, or that cannot be told.
+func (s *Server) live(ss *session, log *zap.Logger) bool {
+	if len(ss.regions) == 0 {
+		return ss.opaque > 0
+	}
+	mapped, err := ss.proc.mapsAny(ss.regions)
+	if errors.Is(err, errPeerGone) {
+		return false
+	}
+	if err != nil {
+		log.Debug("agent: cannot tell whether an idle session's regions are mapped; keeping it", zap.Error(err))
+		return true
+	}
+	return mapped
 }
 
 func closeAll(fds []int) {

@@ -19,19 +19,19 @@ import (
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
-// Options configure a Server.
+// Options configure a Server. Zero values take the defaults.
 type Options struct {
 	Path             string        // socket path
 	Mode             os.FileMode   // socket file mode (default 0660)
 	AllowedUIDs      []uint32      // admitted uids; with AllowedGIDs empty too: root and our own uid
-	AllowedGIDs      []uint32      // admitted gids
+	AllowedGIDs      []uint32      // admitted gids (primary or supplementary)
 	HandshakeTimeout time.Duration // a connection must be WELCOMEd this soon after accept (default 5 s)
 	MaxPending       int           // most connections before HELLO (default DefaultMaxPending)
 	MaxPendingPerUID int           // most of them of one uid (default DefaultMaxPendingPerUID)
 	MaxConns         int           // most sessions, after HELLO (default DefaultMaxConns)
 	MaxConnsPerUID   int           // most sessions of one uid (default DefaultMaxConnsPerUID)
 	FrameTimeout     time.Duration // a frame's rest must arrive this soon after its first byte (default DefaultFrameTimeout)
-	IdleTimeout      time.Duration // bound on one wait for a frame's first byte (default DefaultIdleTimeout)
+	IdleTimeout      time.Duration // a silent session is checked for mapped regions this often (default DefaultIdleTimeout)
 	PatchTimeout     time.Duration // bound on answering one PATCH once read (default DefaultPatchTimeout)
 	Logger           *zap.Logger   // default: no logging
 }
@@ -49,11 +49,12 @@ const (
 
 // Peer is one connected client.
 type Peer struct {
-	Session uint32 // server-assigned session id
-	PID     int32  // from SO_PEERCRED
-	UID     uint32 // from SO_PEERCRED
-	GID     uint32 // from SO_PEERCRED
-	Hello   Hello  // what the client said
+	Session uint32   // server-assigned session id
+	PID     int32    // from SO_PEERCRED
+	UID     uint32   // from SO_PEERCRED
+	GID     uint32   // from SO_PEERCRED
+	Groups  []uint32 // supplementary groups, from /proc/PID/status (nil if unknown)
+	Hello   Hello    // what the client said
 }
 
 // Offer is a region the owner hands to a client: an shm region, or (Region
@@ -114,12 +115,12 @@ type Callbacks struct {
 
 // Stats count the server's connections.
 type Stats struct {
-	Accepted uint64 // connections whose handshake succeeded
-	Rejected uint64 // connections refused by the peer-credential check
-	Failed   uint64 // connections that failed the handshake otherwise (limits included)
-	Active   int64  // connections open now
-	Evicted  uint64 // connections closed before HELLO to make room for newer ones
-
+	Accepted      uint64 // connections whose handshake succeeded
+	Rejected      uint64 // connections refused by the peer-credential check
+	Failed        uint64 // connections that failed the handshake otherwise (limits included)
+	Active        int64  // connections open now
+	Evicted       uint64 // connections closed before HELLO to make room for newer ones
+	Reclaimed     uint64 // idle sessions ended because their process mapped none of their regions
 	PatchRejected uint64 // PATCH requests answered NOPATCH because their image could not be read
 }
 
@@ -137,13 +138,13 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 
-	session  atomic.Uint32
-	accepted atomic.Uint64
-	rejected atomic.Uint64
-	failed   atomic.Uint64
-	active   atomic.Int64
-	evicted  atomic.Uint64
-
+	session       atomic.Uint32
+	accepted      atomic.Uint64
+	rejected      atomic.Uint64
+	failed        atomic.Uint64
+	active        atomic.Int64
+	evicted       atomic.Uint64
+	reclaimed     atomic.Uint64
 	patchRejected atomic.Uint64
 }
 
@@ -245,8 +246,8 @@ func (s *Server) Path() string { return s.opts.Path }
 
 // Stats returns the connection counters.
 func (s *Server) Stats() Stats {
-	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load(), Evicted: s.evicted.Load(),
-		PatchRejected: s.patchRejected.Load()}
+	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load(),
+		Evicted: s.evicted.Load(), Reclaimed: s.reclaimed.Load(), PatchRejected: s.patchRejected.Load()}
 }
 
 // Close stops accepting, closes every connection, waits for their
@@ -318,12 +319,21 @@ func (s *Server) forget(c *net.UnixConn) {
 	c.Close()
 }
 
-// allowed applies the peer-credential policy.
-func (s *Server) allowed(uid, gid uint32) bool {
+// allowed applies the peer-credential policy to a uid, its primary gid
+// and its supplementary groups.
+func (s *Server) allowed(uid, gid uint32, groups []uint32) bool {
 	if len(s.opts.AllowedUIDs) == 0 && len(s.opts.AllowedGIDs) == 0 {
 		return uid == 0 || uid == s.selfUID
 	}
-	return slices.Contains(s.opts.AllowedUIDs, uid) || slices.Contains(s.opts.AllowedGIDs, gid)
+	if slices.Contains(s.opts.AllowedUIDs, uid) || slices.Contains(s.opts.AllowedGIDs, gid) {
+		return true
+	}
+	for _, g := range groups {
+		if slices.Contains(s.opts.AllowedGIDs, g) {
+			return true
+		}
+	}
+	return false
 }
 
 // refuse sends an ERROR frame, half-closes, and drains what the client
@@ -346,8 +356,14 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	defer s.active.Add(-1)
 	c.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 
+	proc := openPeerProc(c, cred.Pid)
+	defer proc.close()
+	groups, gerr := proc.groups()
 	log := s.log.With(zap.Int32("pid", cred.Pid), zap.Uint32("uid", cred.Uid), zap.Uint32("gid", cred.Gid))
-	if !s.allowed(cred.Uid, cred.Gid) {
+	if gerr != nil {
+		log.Debug("agent: supplementary groups unknown; only uid and primary gid are checked", zap.Error(gerr))
+	}
+	if !s.allowed(cred.Uid, cred.Gid, groups) {
 		s.rejected.Add(1)
 		msg := fmt.Sprintf("peer uid %d gid %d (pid %d) is not allowed by allowed_uids %v / allowed_gids %v",
 			cred.Uid, cred.Gid, cred.Pid, s.opts.AllowedUIDs, s.opts.AllowedGIDs)
@@ -367,6 +383,9 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	if err == nil {
 		hello, err = UnmarshalHello(p)
 	}
+	if err != nil && s.evictedConn(st) {
+		return // counted in Stats.Evicted, logged by evictPending
+	}
 	if err != nil {
 		s.failed.Add(1)
 		log.Warn("agent: bad handshake", zap.Error(err))
@@ -382,7 +401,7 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 		s.refuse(c, CodeTooMany, msg)
 		return
 	}
-	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Hello: hello}
+	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Groups: groups, Hello: hello}
 	log = log.With(zap.Uint32("session", peer.Session), zap.String("process", hello.Name))
 	offers, err := s.cb.Connect(peer)
 	if err != nil {
@@ -400,7 +419,8 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 			return
 		}
 	}
-	if err := s.welcome(c, peer, offers); err != nil {
+	regions, err := s.welcome(c, peer, offers)
+	if err != nil {
 		s.failed.Add(1)
 		log.Warn("agent: sending WELCOME failed", zap.Error(err))
 		s.disconnect(peer)
@@ -411,7 +431,8 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	c.SetDeadline(time.Time{})
 	// The session lasts until the client closes (or Close closes us); in
 	// between, the client may send PATCH requests.
-	s.serve(c, peer, log)
+	opaque := len(offers) - len(regions) // regions liveness cannot be told of (kernel maps)
+	s.serve(c, &session{peer: peer, proc: proc, regions: regions, opaque: opaque}, log)
 	s.leave(st)
 	s.disconnect(peer)
 	log.Info("agent: client disconnected")
@@ -423,21 +444,27 @@ func (s *Server) disconnect(p *Peer) {
 	}
 }
 
-// welcome sends the WELCOME frame with the offered regions' memfds.
-func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) error {
+// welcome sends the WELCOME frame with the offered regions' memfds and
+// returns the file identities of the shm regions among them.
+func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) ([]fileID, error) {
 	w := Welcome{Session: p.Session}
 	fds := make([]int, 0, len(offers))
+	var ids []fileID
 	for i, o := range offers {
 		d, fd, err := o.descriptor()
 		if err != nil {
-			return fmt.Errorf("offer %d (%q, role %d): %w", i, o.Name, o.Role, err)
+			return nil, fmt.Errorf("offer %d (%q, role %d): %w", i, o.Name, o.Role, err)
 		}
 		w.Regions = append(w.Regions, d)
 		fds = append(fds, fd)
+		var st unix.Stat_t
+		if o.Region != nil && unix.Fstat(fd, &st) == nil {
+			ids = append(ids, fileID{dev: st.Dev, ino: st.Ino})
+		}
 	}
 	frame, err := MarshalWelcome(w)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -445,14 +472,14 @@ func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) error {
 	}
 	n, _, err := c.WriteMsgUnix(frame, oob, nil)
 	if err != nil {
-		return fmt.Errorf("sendmsg: %w", err)
+		return nil, fmt.Errorf("sendmsg: %w", err)
 	}
 	if n < len(frame) {
 		if _, err := c.Write(frame[n:]); err != nil {
-			return fmt.Errorf("writing the rest of WELCOME: %w", err)
+			return nil, fmt.Errorf("writing the rest of WELCOME: %w", err)
 		}
 	}
-	return nil
+	return ids, nil
 }
 
 // peerCred reads SO_PEERCRED of a unix connection.
