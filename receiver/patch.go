@@ -133,6 +133,14 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 	return a, nil
 }
 
+// onPatchRejected counts, as a module not patched, a PATCH that the agent
+// server answered NOPATCH before onPatch could run: its image memfd could
+// not be read.
+func (r *gpuReceiver) onPatchRejected(p *agent.Peer, err error) {
+	r.patchErr.Add(1)
+	r.log.Debug("gpuprobe: module not patched: its image could not be read", zap.Int32("pid", p.PID), zap.Error(err))
+}
+
 // maxSkipReasons bounds the (program, reason) pairs remembered so that
 // each is logged once: reasons may name kernels, which a long-running
 // collector sees without end.

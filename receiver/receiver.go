@@ -206,7 +206,7 @@ func (r *gpuReceiver) listen() error {
 		Path: r.cfg.Agent.Socket, Mode: mode,
 		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
 		Logger: r.log,
-	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch})
+	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch, PatchRejected: r.onPatchRejected})
 	if err != nil {
 		return fmt.Errorf("gpuprobe: agent::socket %s: %w", r.cfg.Agent.Socket, err)
 	}
