@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -68,7 +69,13 @@ func (s *Server) serve(c *net.UnixConn, ss *session, log *zap.Logger) {
 			return
 		}
 		deadline := time.Now().Add(s.opts.PatchTimeout)
-		req, err := s.readPatch(p, fds)
+		id, held, err := s.holdImage(p, deadline)
+		req := PatchRequest{ID: id}
+		if err != nil {
+			closeAll(fds)
+		} else {
+			req, err = s.readPatch(p, fds)
+		}
 		var frame []byte
 		var out *os.File
 		if err == nil {
@@ -86,6 +93,7 @@ func (s *Server) serve(c *net.UnixConn, ss *session, log *zap.Logger) {
 		if out != nil {
 			out.Close()
 		}
+		s.images.Release(held)
 		if err != nil {
 			log.Warn("agent: sending the PATCH answer failed; closing", zap.Error(err))
 			return
@@ -108,6 +116,28 @@ func (s *Server) live(ss *session, log *zap.Logger) bool {
 		return true
 	}
 	return mapped
+}
+
+// holdImage reserves a PATCH's image_size bytes of Options.MaxImageBytes,
+// waiting half the time to the deadline at most (the rest is for
+// answering); the caller releases them once the answer is sent. A payload that does not decode holds nothing (readPatch
+// reports it).
+func (s *Server) holdImage(p []byte, deadline time.Time) (id uint32, n int64, err error) {
+	req, _, size, err := UnmarshalPatch(p)
+	if err != nil {
+		return req.ID, 0, nil
+	}
+	n = int64(size)
+	if n > s.opts.MaxImageBytes {
+		return req.ID, 0, fmt.Errorf("PATCH %d: its %d-byte image exceeds the %d bytes of images the server holds at once", req.ID, n, s.opts.MaxImageBytes)
+	}
+	ctx, cancel := context.WithDeadline(s.ctx, deadline.Add(-time.Until(deadline)/2))
+	defer cancel()
+	if err := s.images.Acquire(ctx, n); err != nil {
+		return req.ID, 0, fmt.Errorf("PATCH %d: no room for its %d-byte image in %v (the server holds %d bytes of images at once): %w",
+			req.ID, n, s.opts.PatchTimeout/2, s.opts.MaxImageBytes, err)
+	}
+	return req.ID, n, nil
 }
 
 func closeAll(fds []int) {

@@ -315,3 +315,70 @@ func TestRejectedPatchIsCounted(t *testing.T) {
 		})
 	}
 }
+
+// TestImageBudget: PATCH images held at once, all sessions together, stay
+// within MaxImageBytes; a request that finds no room in half its
+// PatchTimeout, or could never fit, is answered NOPATCH and counted.
+func TestImageBudget(t *testing.T) {
+	o := newOwner(t)
+	cb := o.callbacks()
+	started, release := make(chan struct{}), make(chan struct{})
+	cb.Patch = func(p *Peer, req *PatchRequest) (*Patched, error) {
+		if bytes.HasPrefix(req.Image, []byte("hold")) {
+			close(started)
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return samplePatched(), nil
+	}
+	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "a.sock"), MaxImageBytes: 1000, PatchTimeout: 2 * time.Second}, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	holder, err := Dial(s.Path(), Hello{Name: "holder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	other, err := Dial(s.Path(), Hello{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	held := make(chan error, 1)
+	go func() {
+		_, err := holder.Patch(PatchRequest{Arch: 90, Image: append([]byte("hold"), make([]byte, 796)...)}, 10*time.Second)
+		held <- err
+	}()
+	<-started
+	tests := []struct {
+		name string
+		size int
+		want string
+	}{
+		{"no room while 800 bytes are held", 800, "no room for its 800-byte image"},
+		{"larger than the budget", 2000, "exceeds the 1000 bytes"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := other.Patch(PatchRequest{Arch: 90, Image: make([]byte, tc.size)}, 10*time.Second)
+			var np *NoPatch
+			if !errors.As(err, &np) || np.Code != NoPatchError || !strings.Contains(np.Message, tc.want) {
+				t.Fatalf("got %v, want NOPATCH %q", err, tc.want)
+			}
+			if st := s.Stats(); st.PatchRejected != uint64(i+1) {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("the holder's PATCH: %v", err)
+	}
+	if _, err := other.Patch(PatchRequest{Arch: 90, Image: make([]byte, 800)}, 10*time.Second); err != nil {
+		t.Fatalf("PATCH once the room is free: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -33,6 +35,7 @@ type Options struct {
 	FrameTimeout     time.Duration // a frame's rest must arrive this soon after its first byte (default DefaultFrameTimeout)
 	IdleTimeout      time.Duration // a silent session is checked for mapped regions this often (default DefaultIdleTimeout)
 	PatchTimeout     time.Duration // bound on answering one PATCH once read (default DefaultPatchTimeout)
+	MaxImageBytes    int64         // most bytes of PATCH images held at once, all sessions together (default DefaultMaxImageBytes)
 	Logger           *zap.Logger   // default: no logging
 }
 
@@ -45,6 +48,7 @@ const (
 	DefaultMaxConnsPerUID   = 64
 	DefaultFrameTimeout     = 5 * time.Second
 	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultMaxImageBytes    = 4 * MaxImage
 )
 
 // Peer is one connected client.
@@ -137,6 +141,9 @@ type Server struct {
 	slots  slots // admission counts (admit.go)
 	closed bool
 	wg     sync.WaitGroup
+	images *semaphore.Weighted // PATCH image bytes held (Options.MaxImageBytes)
+	ctx    context.Context     // canceled by Close: ends waits for images
+	cancel context.CancelFunc
 
 	session       atomic.Uint32
 	accepted      atomic.Uint64
@@ -190,7 +197,9 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 		os.Remove(tmp)
 		return nil, fmt.Errorf("agent: moving the socket to %s: %w", opts.Path, err)
 	}
-	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]*connState{}, slots: newSlots()}
+	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]*connState{}, slots: newSlots(),
+		images: semaphore.NewWeighted(opts.MaxImageBytes)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Info("agent socket listening", zap.String("path", opts.Path), zap.Stringer("mode", opts.Mode))
@@ -216,6 +225,9 @@ func setDefaults(o *Options) {
 	defn(&o.MaxPendingPerUID, min(DefaultMaxPendingPerUID, o.MaxPending))
 	defn(&o.MaxConns, DefaultMaxConns)
 	defn(&o.MaxConnsPerUID, min(DefaultMaxConnsPerUID, o.MaxConns))
+	if o.MaxImageBytes <= 0 {
+		o.MaxImageBytes = DefaultMaxImageBytes
+	}
 }
 
 // removeStale removes a socket file nobody listens on.
@@ -260,6 +272,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.cancel()
 	err := s.ln.Close()
 	for c := range s.conns {
 		c.Close()
