@@ -11,7 +11,9 @@
 // permissions). On accept it reads the peer's credentials with SO_PEERCRED
 // and checks them: with no allowed UIDs and no allowed GIDs configured, only
 // root and the collector's own uid may connect; otherwise a peer is admitted
-// when its uid is in the allowed UIDs or its gid is in the allowed GIDs. A
+// when its uid is in the allowed UIDs or its primary or a supplementary gid
+// (/proc/PID/status, read while the connecting process is pinned by
+// SO_PEERPIDFD or its start time: proc.go) is in the allowed GIDs. A
 // rejected peer is sent an ERROR frame (code 2) saying which uid/gid was
 // refused, the connection is closed, and the server logs the rejection.
 //
@@ -21,6 +23,25 @@
 // ties up its own connection. After the handshake the connection stays open:
 // its closing is how the server learns that the client is gone (the owner's
 // Disconnect callback runs then, or at Server.Close).
+//
+// # Limits
+//
+// The defaults are the Default* constants (Options names each limit).
+// Until its HELLO a connection holds a pre-HELLO slot (MaxPending in all,
+// MaxPendingPerUID per uid); when they are full the oldest pre-HELLO
+// connection of the same uid (or of the uid holding the most) is closed,
+// so silent connections cannot keep out a client that says HELLO at once.
+// A session (after HELLO) holds a session slot (MaxConns in all,
+// MaxConnsPerUID per uid: agent::max_connections_per_uid); past either,
+// ERROR code 5. After WELCOME a frame's first byte may take any time, but
+// its rest must follow within FrameTimeout, and it may carry at most one
+// descriptor (a PATCH's memfd): more, or a frame left incomplete, is
+// answered ERROR code 1 and ends the session, every received descriptor
+// closed. A session silent for IdleTimeout (agent::idle_timeout) whose
+// process maps none of its shm regions (/proc/PID/maps), or has exited,
+// is ended. PATCH images held at once, all sessions together, are bounded
+// by MaxImageBytes: a PATCH that finds no room within half its
+// PatchTimeout is answered NOPATCH code 3.
 //
 // # Frames
 //
@@ -94,7 +115,8 @@
 //
 //	off size field
 //	  0  u32  code     1 protocol, 2 permission denied, 3 server error,
-//	                   4 unsupported version, 5 too many connections
+//	                   4 unsupported version, 5 too many connections (in
+//	                   all or of the peer's uid)
 //	  4  u32  msg_len  bytes of message, <= 1024
 //	  8  ...  message  UTF-8, for logs and error messages
 //
@@ -117,7 +139,8 @@
 //	  4  u32  arch        the device's SM number (90 for sm_90)
 //	  8  u32  api         1 cuModuleLoadData*, 2 cuLibraryLoadData (informational)
 //	 12  u32  flags       bit 0: the image is in a memfd passed with the frame
-//	                      (SCM_RIGHTS, exactly one descriptor); else inline
+//	                      (SCM_RIGHTS, exactly one descriptor, a memfd or
+//	                      other shmem file: F_GET_SEALS must work); else inline
 //	 16  u64  image_size  bytes of the image (<= 256 MiB)
 //	 24  ...  image       inline only: image_size bytes (the frame limit applies)
 //
@@ -127,8 +150,9 @@
 // above arch, injects the configured probes, and answers.
 //
 // PATCHED (server → client), sent with exactly one descriptor: a memfd
-// holding image_size bytes, the patched PTX with its terminating NUL, to
-// load with the same API the application called:
+// holding image_size bytes, the patched PTX with its terminating NUL,
+// sealed (F_SEAL_SHRINK, GROW, WRITE and SEAL), to load with the same API
+// the application called:
 //
 //	off size field
 //	  0  u32  id          the request's id
