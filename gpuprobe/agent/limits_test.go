@@ -228,15 +228,16 @@ func TestIdleSessions(t *testing.T) {
 	waitGone(t, o)
 }
 
-// TestFloodDoesNotLockOut: one uid holds more connections than the server
-// has slots, before and after HELLO; a client of another uid, and one of
-// the same uid within its budget, still get WELCOME.
+// TestFloodDoesNotLockOut: one uid tries more sessions than the server
+// has slots, then holds 300 connections that never say HELLO, all with
+// the default limits; a client of another uid, and one of the same uid
+// within its budget, still get WELCOME.
 func TestFloodDoesNotLockOut(t *testing.T) {
 	requireRoot(t)
 	o := newOwner(t)
 	dir := sharedDir(t)
 	s := listen(t, o, Options{Path: filepath.Join(dir, "agent.sock"), Mode: 0o666,
-		AllowedUIDs: []uint32{0, 65534}, HandshakeTimeout: 20 * time.Second, MaxConnsPerUID: 8})
+		AllowedUIDs: []uint32{0, 65534}, HandshakeTimeout: 20 * time.Second})
 	base := fdCount(t)
 	var held []net.Conn
 	defer func() {
@@ -247,7 +248,8 @@ func TestFloodDoesNotLockOut(t *testing.T) {
 	// Sessions up to and past the uid's budget.
 	hello, _ := MarshalHello(Hello{Name: "hog"})
 	refused := 0
-	for i := 0; i < 12; i++ {
+	const hogs = DefaultMaxConns + 44
+	for i := 0; i < hogs; i++ {
 		c, err := net.Dial("unix", s.Path())
 		if err != nil {
 			t.Fatal(err)
@@ -264,8 +266,8 @@ func TestFloodDoesNotLockOut(t *testing.T) {
 			t.Fatalf("hog session %d: frame %d, %v", i, ft, err)
 		}
 	}
-	if refused != 4 {
-		t.Fatalf("%d of 12 sessions of one uid refused, want 4 (budget 8)", refused)
+	if refused != hogs-DefaultMaxConnsPerUID {
+		t.Fatalf("%d of %d sessions of one uid refused, want %d (budget %d)", refused, hogs, hogs-DefaultMaxConnsPerUID, DefaultMaxConnsPerUID)
 	}
 	// Then 300 connections that never say HELLO.
 	for i := 0; i < 300; i++ {
@@ -276,11 +278,11 @@ func TestFloodDoesNotLockOut(t *testing.T) {
 		held = append(held, c)
 	}
 	st := s.Stats()
-	for deadline := time.Now().Add(10 * time.Second); st.Evicted < 300-8 && time.Now().Before(deadline); st = s.Stats() {
+	for deadline := time.Now().Add(10 * time.Second); st.Evicted < 300-DefaultMaxPendingPerUID && time.Now().Before(deadline); st = s.Stats() {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if st.Evicted < 300-8 {
-		t.Fatalf("stats %+v: want at least %d evicted", st, 300-8)
+	if st.Evicted < 300-DefaultMaxPendingPerUID {
+		t.Fatalf("stats %+v: want at least %d evicted", st, 300-DefaultMaxPendingPerUID)
 	}
 	other := childAs(t, s.Path(), "1", &syscall.Credential{Uid: 65534, Gid: 65534})
 	if !strings.HasPrefix(other.line, "ok ") {

@@ -84,7 +84,7 @@ func newOwner(t *testing.T) *owner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &owner{t: t, shared: a, rings: map[uint32]*shm.Ring{}, gone: make(chan *Peer, 16)}
+	o := &owner{t: t, shared: a, rings: map[uint32]*shm.Ring{}, gone: make(chan *Peer, 1024)}
 	t.Cleanup(func() {
 		a.Close()
 		for _, g := range o.rings {
