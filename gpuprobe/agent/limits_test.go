@@ -181,6 +181,13 @@ func TestHostileFramesEndTheSession(t *testing.T) {
 			base := fdCount(t)
 			start := time.Now()
 			tc.send(sess.conn)
+			// Meanwhile the server serves others.
+			other, err := Dial(s.Path(), Hello{Name: "other"})
+			if err != nil {
+				t.Fatalf("another client during the hostile frame: %v", err)
+			}
+			other.Close()
+			waitGone(t, o)
 			if n := waitFds(t, base+tc.maxFd); n > base+tc.maxFd {
 				t.Fatalf("%d descriptors open, %d before the hostile frame", n, base)
 			}
