@@ -32,6 +32,9 @@ PROMETHEUS_BIN := $(GPUPROBE_CACHE)/backends/prometheus-$(PROMETHEUS_VERSION)
 RACE ?= -race
 TEST_TIMEOUT ?= 30m
 E2E_TIMEOUT ?= 30m
+# The adversarial suite takes about 2 minutes (7 classes of 5 s, each on a
+# fresh collector); the timeout only catches a hang.
+ADVERSARIAL_TIMEOUT ?= 6m
 BENCH ?= .
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 1
@@ -41,14 +44,14 @@ FUZZTIME ?= 30s
 # collector under build/ and tool caches are left out).
 GO_SRCS := $(shell find . -name '*.go' -not -path './build/*' -not -path './.cache/*' -not -path './.dev/*' 2>/dev/null)
 GO_BUILD_SRCS := $(filter-out %_test.go ./e2e/%,$(GO_SRCS))
-GO_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
+GO_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/adversarial$$')
 
 # testdata/bpf/bpf.mk (written with the ELF loader) adds the clang-built eBPF
 # objects: it defines BPF_OBJECTS and the rules that build them.
 BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
-.PHONY: all build generate ocb otelcol run test fmt-check vet unit e2e backends \
+.PHONY: all build generate ocb otelcol run test fmt-check vet unit e2e adversarial backends \
 	gpu-test gpu-bundle bench fuzz clean distclean help
 
 all: build ## build every package, bin/gpuprobe and the testdata eBPF objects
@@ -107,7 +110,7 @@ run: build bin/otelcol-gpuprobe ## build everything and start the collector with
 
 # ---- tests -----------------------------------------------------------------
 
-test: fmt-check vet unit e2e ## everything CI runs
+test: fmt-check vet unit e2e adversarial ## everything CI runs
 
 fmt-check: ## fail if any Go file is not gofmt-formatted
 	@out=$$(gofmt -l $(GO_SRCS)); \
@@ -133,6 +136,13 @@ e2e: bin/gpuprobe bin/otelcol-gpuprobe backends ## end-to-end test against real 
 	GPUPROBE_JAEGER=$(JAEGER_BIN) \
 	GPUPROBE_PROMETHEUS=$(PROMETHEUS_BIN) \
 	$(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
+
+# Hostile agent clients against the real collector binary (as root: one
+# class runs as an unprivileged uid). See e2e/adversarial/doc.go.
+adversarial: bin/gpuprobe bin/otelcol-gpuprobe ## hostile clients against the real collector (root, ~2 min)
+	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
+	GPUPROBE_CLI=$(CURDIR)/bin/gpuprobe \
+	$(GO) test -count=1 -v -timeout $(ADVERSARIAL_TIMEOUT) ./e2e/adversarial/
 
 # ---- GPU machine -----------------------------------------------------------
 

@@ -49,6 +49,10 @@ type AgentConfig struct {
 	// IdleTimeout is how long a silent session may stay when its process
 	// maps none of its regions (0: 5 minutes).
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// MaxPatchMemory bounds the bytes that patching PATCHed modules may
+	// hold at once, all clients together (patcher.Limits.MaxMemory); a
+	// module that costs more is loaded unpatched.
+	MaxPatchMemory uint64 `mapstructure:"max_patch_memory"`
 }
 
 // ProbesConfig turns the built-in probe sets on or off.
@@ -198,8 +202,9 @@ const (
 func Default() *Config {
 	return &Config{
 		Agent: AgentConfig{
-			Socket:     DefaultSocket,
-			SocketMode: DefaultSocketMode,
+			Socket:         DefaultSocket,
+			SocketMode:     DefaultSocketMode,
+			MaxPatchMemory: DefaultMaxPatchMemory,
 		},
 		Probes:   ProbesConfig{KernelPhases: true},
 		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1},

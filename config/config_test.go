@@ -14,11 +14,11 @@ import (
 )
 
 func TestDefaultIsValid(t *testing.T) {
-	if err := Default().Validate(); err != nil {
+	if err := validDefault(t).Validate(); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
 	// And it passes the collector's recursive validation.
-	if err := confmap.Validate(Default()); err != nil {
+	if err := confmap.Validate(validDefault(t)); err != nil {
 		t.Fatalf("confmap.Validate(default): %v", err)
 	}
 }
@@ -37,7 +37,7 @@ func TestLoadYAML(t *testing.T) {
 		{id: "gpuprobe", want: func() *Config {
 			c := Default()
 			c.Agent = AgentConfig{Socket: "/tmp/gpuprobe-test/agent.sock", SocketMode: "0600",
-				AllowedUIDs: []uint32{1000, 1001}, AllowedGIDs: []uint32{44}}
+				AllowedUIDs: []uint32{1000, 1001}, AllowedGIDs: []uint32{44}, MaxPatchMemory: DefaultMaxPatchMemory}
 			c.Probes.KernelPhases = false
 			c.Programs = []ProgramConfig{{Path: "/opt/probes/threadhist.o", Attach: []string{"threadhist_exit"},
 				RecordTypes: map[string]string{"exits": "exit_small"},
@@ -74,7 +74,9 @@ func TestLoadYAML(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := got.Validate(); err != nil {
+			v := *got
+			v.Agent.Socket = filepath.Join(t.TempDir(), "agent.sock") // Validate checks the directory
+			if err := v.Validate(); err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
 			want := tt.want()
@@ -102,6 +104,7 @@ func TestValidateErrors(t *testing.T) {
 		{"uid duplicate", func(c *Config) { c.Agent.AllowedUIDs = []uint32{5, 6, 5} }, "agent::allowed_uids[2]: duplicate uid 5 (also at index 0)"},
 		{"uid invalid", func(c *Config) { c.Agent.AllowedUIDs = []uint32{^uint32(0)} }, "agent::allowed_uids[0]: uid 4294967295 is not a valid id"},
 		{"gid duplicate", func(c *Config) { c.Agent.AllowedGIDs = []uint32{7, 7} }, "agent::allowed_gids[1]: duplicate gid 7 (also at index 0)"},
+		{"patch memory too small", func(c *Config) { c.Agent.MaxPatchMemory = 1 << 20 }, "agent::max_patch_memory: must be at least 16777216 (16 MiB), got 1048576"},
 		{"program path empty", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o"}, {}} }, "programs[1]::path: must not be empty"},
 		{"program path not .o", func(c *Config) { c.Programs = []ProgramConfig{{Path: "probe.c"}} }, `programs[0]::path: must be an ELF object ending in .o, got "probe.c"`},
 		{"attach empty", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", Attach: []string{""}}} }, "programs[0]::attach[0]: must not be empty"},
@@ -133,7 +136,7 @@ func TestValidateErrors(t *testing.T) {
 		{"device_one_in zero", func(c *Config) { c.Sampling.DeviceOneIn = 0 }, "sampling::device_one_in: must be ≥ 1, got 0"},
 		{"device_max_per_second too high", func(c *Config) { c.Sampling.DeviceMaxPerSecond = 2000000 },
 			"sampling::device_max_per_second: must be ≤ 1000000 (0: no limit), got 2000000"},
-		{"min_duration negative", func(c *Config) { c.Sampling.MinDuration = -time.Second }, "sampling::min_duration: must be ≥ 0, got -1s"},
+		{"min_duration negative", func(c *Config) { c.Sampling.MinDuration = -time.Second }, "sampling::min_duration: must be between 0s and 1h0m0s, got -1s"},
 		{"ring_slots not pow2", func(c *Config) { c.Buffers.RingSlots = 1000 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 1000"},
 		{"ring_slots small", func(c *Config) { c.Buffers.RingSlots = 32 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 32"},
 		{"slot_size unaligned", func(c *Config) { c.Buffers.SlotSize = 100 }, "buffers::slot_size: must be a multiple of 8 between 128 and 65536, got 100"},
@@ -147,7 +150,7 @@ func TestValidateErrors(t *testing.T) {
 		{"per_thread_series without series", func(c *Config) { c.Limits.PerThreadSeries, c.Limits.MaxThreadSeries = true, 0 }, "limits::per_thread_series: needs limits::max_thread_series ≥ 1, got 0"},
 		{"max_thread_series negative", func(c *Config) { c.Limits.MaxThreadSeries = -1 }, "limits::max_thread_series: must be between 0 and 1048576, got -1"},
 		{"max_pending zero", func(c *Config) { c.Limits.MaxPendingLaunches = 0 }, "limits::max_pending_launches: must be between 1 and 4194304, got 0"},
-		{"launch_timeout zero", func(c *Config) { c.Limits.LaunchTimeout = 0 }, "limits::launch_timeout: must be > 0, got 0s"},
+		{"launch_timeout zero", func(c *Config) { c.Limits.LaunchTimeout = 0 }, "limits::launch_timeout: must be between 0s (exclusive) and 24h0m0s, got 0s"},
 		{"max_map_keys zero", func(c *Config) { c.Limits.MaxMapKeys = 0 }, "limits::max_map_keys: must be between 1 and 65536, got 0"},
 		{"poll too fast", func(c *Config) { c.PollInterval = time.Microsecond }, "poll_interval: must be between 100µs and 1m0s, got 1µs"},
 		{"poll too slow", func(c *Config) { c.PollInterval = time.Hour }, "poll_interval: must be between 100µs and 1m0s, got 1h0m0s"},
@@ -160,7 +163,7 @@ func TestValidateErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := Default()
+			c := validDefault(t)
 			tt.mutate(c)
 			err := c.Validate()
 			if err == nil {
@@ -182,7 +185,7 @@ func TestValidateErrors(t *testing.T) {
 }
 
 func TestValidateReportsAll(t *testing.T) {
-	c := Default()
+	c := validDefault(t)
 	c.Sampling.OneIn = 0
 	c.PollInterval = 0
 	err := c.Validate()

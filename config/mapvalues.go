@@ -34,8 +34,12 @@ func (p *ProgramConfig) mapSeeds(l *errs, key string) []MapSeed {
 			l.add(mk, "map name must be a C identifier, got %q", m)
 			continue
 		}
-		if len(p.MapValues[m]) == 0 {
+		switch n := len(p.MapValues[m]); {
+		case n == 0:
 			l.add(mk, "must give at least one key")
+		case n > maxSeedKeys:
+			l.add(mk, "must give at most %d keys, got %d", maxSeedKeys, n)
+			continue
 		}
 		for _, k := range sortedKeys(p.MapValues[m]) {
 			s := MapSeed{Key: mk + "::" + k, Map: m}

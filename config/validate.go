@@ -32,6 +32,17 @@ const (
 	maxDeviceRate     = 1000000 // sampling::device_max_per_second: a gap of at least 1 µs
 	minPollInterval   = 100 * time.Microsecond
 	maxPollInterval   = time.Minute
+	maxIDs            = 1024 // agent::allowed_uids, agent::allowed_gids
+	maxPatterns       = 256  // kernels::include, kernels::exclude
+	maxPatternLen     = 1024
+	maxPrograms       = 64
+	maxAttach         = 1024 // programs[i]::attach
+	maxLibraryPaths   = 64
+	maxServiceName    = 256
+	maxLaunchTimeout  = 24 * time.Hour
+	maxSeedKeys       = 1 << 16 // programs[i]::map_values::<map>
+	maxProgramMaps    = 256     // programs[i]::record_types, programs[i]::map_values
+	maxMinDuration    = time.Hour
 )
 
 // keyError is one invalid value: its key (confmap "::" path) and reason.
@@ -53,6 +64,9 @@ func (l *errs) add(key, format string, args ...any) {
 func (c *Config) Validate() error {
 	var l errs
 	c.Agent.validate(&l)
+	if len(c.Programs) > maxPrograms {
+		l.add("programs", "must list at most %d programs, got %d", maxPrograms, len(c.Programs))
+	}
 	for i, p := range c.Programs {
 		p.validate(&l, fmt.Sprintf("programs[%d]", i))
 	}
@@ -67,8 +81,8 @@ func (c *Config) Validate() error {
 	if c.Sampling.DeviceMaxPerSecond > maxDeviceRate {
 		l.add("sampling::device_max_per_second", "must be ≤ %d (0: no limit), got %d", maxDeviceRate, c.Sampling.DeviceMaxPerSecond)
 	}
-	if c.Sampling.MinDuration < 0 {
-		l.add("sampling::min_duration", "must be ≥ 0, got %s", c.Sampling.MinDuration)
+	if d := c.Sampling.MinDuration; d < 0 || d > maxMinDuration {
+		l.add("sampling::min_duration", "must be between 0s and %s, got %s", maxMinDuration, d)
 	}
 	c.Buffers.validate(&l)
 	c.Limits.validate(&l)
@@ -77,6 +91,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MetricsInterval < 10*time.Millisecond || c.MetricsInterval > time.Hour {
 		l.add("metrics_interval", "must be between 10ms and 1h0m0s, got %s", c.MetricsInterval)
+	}
+	if n := len(c.HostProbes.LibraryPaths); n > maxLibraryPaths {
+		l.add("host_probes::library_paths", "must list at most %d paths, got %d", maxLibraryPaths, n)
 	}
 	for i, p := range c.HostProbes.LibraryPaths {
 		key := fmt.Sprintf("host_probes::library_paths[%d]", i)
@@ -91,6 +108,9 @@ func (c *Config) Validate() error {
 	}
 	if d := c.HostProbes.HostCallGrace; d < 0 || d > time.Minute {
 		l.add("host_probes::host_call_grace", "must be between 0s and 1m0s, got %s", d)
+	}
+	if n := len(c.Resource.ServiceName); n > maxServiceName {
+		l.add("resource::service_name", "must be at most %d bytes, got %d", maxServiceName, n)
 	}
 	if strings.ContainsFunc(c.Resource.ServiceName, isControl) {
 		l.add("resource::service_name", "must not contain control characters, got %q", c.Resource.ServiceName)
@@ -108,6 +128,10 @@ func (a *AgentConfig) validate(l *errs) {
 		l.add("agent::socket", "must be an absolute path, got %q", a.Socket)
 	case len(a.Socket) > maxSocketPath:
 		l.add("agent::socket", "must be at most %d bytes (unix socket path limit), got %d", maxSocketPath, len(a.Socket))
+	default:
+		if err := CheckSocketDir(a.Socket); err != nil {
+			l.add("agent::socket", "%v", err)
+		}
 	}
 	if _, err := parseMode(a.SocketMode); err != nil {
 		l.add("agent::socket_mode", "%v", err)
@@ -120,9 +144,24 @@ func (a *AgentConfig) validate(l *errs) {
 	if d := a.IdleTimeout; d != 0 && d < time.Second {
 		l.add("agent::idle_timeout", "must be 0 (default) or at least 1s, got %s", d)
 	}
+	if a.MaxPatchMemory < MinPatchMemory {
+		l.add("agent::max_patch_memory", "must be at least %d (16 MiB), got %d", MinPatchMemory, a.MaxPatchMemory)
+	}
 }
 
+// Bounds of agent::max_patch_memory: the default patches modules of
+// about 3 million PTX tokens (12 MB of nvcc output) or 8192 kernels; the
+// minimum still patches small modules (a few thousand tokens).
+const (
+	DefaultMaxPatchMemory = 1 << 30
+	MinPatchMemory        = 16 << 20
+)
+
 func validateIDs(l *errs, key, what string, ids []uint32) {
+	if len(ids) > maxIDs {
+		l.add(key, "must list at most %d ids, got %d", maxIDs, len(ids))
+		return
+	}
 	seen := make(map[uint32]int, len(ids))
 	for i, id := range ids {
 		if id == ^uint32(0) {
@@ -172,6 +211,9 @@ func (p *ProgramConfig) validate(l *errs, key string) {
 	case !strings.HasSuffix(p.Path, ".o"):
 		l.add(key+"::path", "must be an ELF object ending in .o, got %q", p.Path)
 	}
+	if len(p.Attach) > maxAttach {
+		l.add(key+"::attach", "must list at most %d programs, got %d", maxAttach, len(p.Attach))
+	}
 	seen := make(map[string]int, len(p.Attach))
 	for i, name := range p.Attach {
 		k := fmt.Sprintf("%s::attach[%d]", key, i)
@@ -183,6 +225,12 @@ func (p *ProgramConfig) validate(l *errs, key string) {
 			l.add(k, "duplicate program %q (also at index %d)", name, j)
 		}
 		seen[name] = i
+	}
+	if n := len(p.RecordTypes); n > maxProgramMaps {
+		l.add(key+"::record_types", "must name at most %d maps, got %d", maxProgramMaps, n)
+	}
+	if n := len(p.MapValues); n > maxProgramMaps {
+		l.add(key+"::map_values", "must name at most %d maps, got %d", maxProgramMaps, n)
 	}
 	for _, m := range sortedKeys(p.RecordTypes) {
 		k := key + "::record_types::" + m
@@ -200,10 +248,18 @@ func (p *ProgramConfig) validate(l *errs, key string) {
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func validatePatterns(l *errs, key string, pats []string) {
+	if len(pats) > maxPatterns {
+		l.add(key, "must list at most %d patterns, got %d", maxPatterns, len(pats))
+		return
+	}
 	for i, p := range pats {
 		k := fmt.Sprintf("%s[%d]", key, i)
-		if p == "" {
+		switch {
+		case p == "":
 			l.add(k, "must not be empty")
+			continue
+		case len(p) > maxPatternLen:
+			l.add(k, "must be at most %d bytes, got %d", maxPatternLen, len(p))
 			continue
 		}
 		if _, err := regexp.Compile(p); err != nil {
@@ -247,8 +303,8 @@ func (m *LimitsConfig) validate(l *errs) {
 	if m.MaxPendingLaunches < 1 || m.MaxPendingLaunches > maxPendingCap {
 		l.add("limits::max_pending_launches", "must be between 1 and %d, got %d", maxPendingCap, m.MaxPendingLaunches)
 	}
-	if m.LaunchTimeout <= 0 {
-		l.add("limits::launch_timeout", "must be > 0, got %s", m.LaunchTimeout)
+	if d := m.LaunchTimeout; d <= 0 || d > maxLaunchTimeout {
+		l.add("limits::launch_timeout", "must be between 0s (exclusive) and %s, got %s", maxLaunchTimeout, d)
 	}
 	if m.MaxMapKeys < 1 || m.MaxMapKeys > maxMapKeysCap {
 		l.add("limits::max_map_keys", "must be between 1 and %d, got %d", maxMapKeysCap, m.MaxMapKeys)

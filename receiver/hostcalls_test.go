@@ -77,6 +77,9 @@ func TestHostCallsThroughAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// This requester is a goroutine on a loaded test machine (-race),
+	// not a GPU thread: it waits longer than the receiver's 5 ms.
+	mb.SetTimeout(5 * time.Second)
 	call := func(h jit.HelperID, args [5]uint64, payload []byte) int64 {
 		t.Helper()
 		ret, err := mb.Call(uint32(h), args, payload, 3)

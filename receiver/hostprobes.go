@@ -311,7 +311,7 @@ func (r *gpuReceiver) pollHost(now time.Time, sources []*source) {
 		if s.clock == nil {
 			continue
 		}
-		if off, ok := r.mapper.MonoMinusGPU(r.tr.LastDevice(s.id), mono); ok {
+		if off, ok := r.mapper.MonoMinusGPU(s.id, r.tr.LastDevice(s.id), mono); ok {
 			_ = s.clock.StoreUint64(0, 0, uint64(off))
 		}
 	}

@@ -68,7 +68,8 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 		DeviceMaps: jit.DeviceResidentMaps(user), MirrorPeriod: r.cfg.PollInterval,
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
 		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond,
-		Keys: keys, OnSkip: r.onSkip})
+		Keys: keys, OnSkip: r.onSkip,
+		Limits: patcher.Limits{MaxMemory: int64(r.cfg.Agent.MaxPatchMemory)}})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprobe: %w", err)
 	}
@@ -89,7 +90,11 @@ func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding 
 			out[patcher.ClockBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
 			continue
 		case agent.RoleMailbox:
-			out[patcher.MailboxBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
+			b := patcher.Binding{Region: uint32(i), Lanes: 1}
+			if mb, err := shm.NewMailbox(o.Region); err == nil {
+				b.RingBlock = mb.LockBlock() // the lock block's header
+			}
+			out[patcher.MailboxBinding] = b
 			continue
 		case agent.RoleMap:
 		default:
@@ -133,12 +138,12 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 	return a, nil
 }
 
-// onPatchRejected counts, as a module not patched, a PATCH that the agent
-// server answered NOPATCH before onPatch could run: its image memfd could
-// not be read.
-func (r *gpuReceiver) onPatchRejected(p *agent.Peer, err error) {
+// onPatchRefused counts a PATCH the agent answered NOPATCH before it
+// reached onPatch (an oversized or sparse image memfd, no room in the
+// agent's image memory) as a module not patched.
+func (r *gpuReceiver) onPatchRefused(p *agent.Peer, id uint32, err error) {
 	r.patchErr.Add(1)
-	r.log.Debug("gpuprobe: module not patched: its image could not be read", zap.Int32("pid", p.PID), zap.Error(err))
+	r.log.Info("gpuprobe: module not patched", zap.Int32("pid", p.PID), zap.Uint32("request", id), zap.Error(err))
 }
 
 // maxSkipReasons bounds the (program, reason) pairs remembered so that

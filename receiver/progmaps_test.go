@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/component/componenttest"
@@ -97,9 +98,22 @@ func TestUserMapsThroughAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const gpu0, real0 = uint64(5_000_000_000), uint64(1_700_000_000_000_000_000)
+	// A calibration that agrees with the host's clocks (the receiver
+	// rejects one whose realtime − monotonic is off by more than 1 s).
+	off, err := monoOffset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gpu0 = uint64(5_000_000_000)
+	real0 := uint64(1 + off)
 	cal := (&record.Calibration{Device: 0, GPUNS: gpu0, MonoNS: 1, RealtimeNS: real0}).Append(nil)
 	if r := launches.Produce(uint32(record.TypeCalibration), cal); r != shm.Published {
+		t.Fatal(r)
+	}
+	// A copy whose record claims another process: its span carries the
+	// connection's pid.
+	mc := (&record.Memcpy{Bytes: 8, StartNS: 2, EndNS: 3, PID: 4242, Kind: record.MemcpyHostToDevice}).Append(nil)
+	if r := launches.Produce(uint32(record.TypeMemcpy), mc); r != shm.Published {
 		t.Fatal(r)
 	}
 	time.Sleep(20 * time.Millisecond) // the calibration is read before the records below
@@ -116,7 +130,7 @@ func TestUserMapsThroughAgent(t *testing.T) {
 	}
 
 	deadline := time.Now().Add(10 * time.Second)
-	for traces.SpanCount() < 1 && time.Now().Before(deadline) {
+	for traces.SpanCount() < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	var calls int64
@@ -130,13 +144,19 @@ func TestUserMapsThroughAgent(t *testing.T) {
 	if calls != 123 {
 		t.Fatalf("gpuprobe.map.stats.calls{key=9} never reached 123")
 	}
-	var span bool
+	var span, copySpan bool
 	for _, td := range traces.AllTraces() {
 		rs := td.ResourceSpans()
 		for i := range rs.Len() {
 			ss := rs.At(i).ScopeSpans().At(0).Spans()
 			for j := range ss.Len() {
 				s := ss.At(j)
+				if s.Name() == translate.SpanMemcpy {
+					copySpan = true
+					if v, _ := rs.At(i).Resource().Attributes().Get("process.pid"); v.Int() != int64(os.Getpid()) {
+						t.Errorf("memcpy span of pid %d, want the connection's %d", v.Int(), os.Getpid())
+					}
+				}
 				if s.Name() != "phases" {
 					continue
 				}
@@ -144,14 +164,15 @@ func TestUserMapsThroughAgent(t *testing.T) {
 				if uint64(s.StartTimestamp()) != real0+1000 || uint64(s.EndTimestamp()) != real0+5000 {
 					t.Errorf("phases span %d..%d, want %d..%d", s.StartTimestamp(), s.EndTimestamp(), real0+1000, real0+5000)
 				}
-				if v, _ := rs.At(i).Resource().Attributes().Get("process.executable.name"); v.Str() != "trainer" {
+				// The executable of the connection, not the HELLO's "trainer".
+				if v, _ := rs.At(i).Resource().Attributes().Get("process.executable.name"); v.Str() != translate.ProcName(uint32(os.Getpid())) {
 					t.Errorf("resource process.executable.name %q", v.Str())
 				}
 			}
 		}
 	}
-	if !span {
-		t.Fatal("no span from the phases ring")
+	if !span || !copySpan {
+		t.Fatalf("phases span %v, memcpy span %v", span, copySpan)
 	}
 
 	// The application goes away: its values are reported once more, then

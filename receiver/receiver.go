@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,11 +26,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxReadPerPoll bounds the records read from one ring in one poll, so the
-// pdata built per poll (and thus memory) stays bounded under overload; what
-// is left waits in the ring, and a ring that stays full drops and counts.
-const maxReadPerPoll = 1 << 16
-
 // The names ring: every client also gets a ring whose slots hold the
 // largest KernelName record, so long C++ kernel names are never cut (see
 // record/include/gpuprobe_record.h). It is read before the launch ring.
@@ -43,48 +35,29 @@ const (
 	NameRingSlots    = 256                                           // slots (≈ 1 MiB per client)
 )
 
-// source is one ring the receiver consumes, with the id that scopes its
-// launch ids and function handles (one producer process).
-type source struct {
-	id       uint32
-	ring     *shm.Ring
-	consumer *shm.Consumer
-	// last counters seen, to turn the ring's totals into deltas
-	lastDropped, lastOversize, lastStalled uint64
-	closing                                bool               // the producer went away: read what is left, then close
-	owned                                  bool               // the receiver created the ring and closes it
-	maps                                   *progmaps.Instance // the application's user map regions, or nil
-	names                                  *shm.Ring          // the names ring (owned), or nil
-	namesCons                              *shm.Consumer
-	namesDropped                           uint64
-	warps                                  *shm.Ring // the kernel_phases ring (owned), or nil
-	warpsCons                              *shm.Consumer
-	warpsDropped                           uint64
-	bind                                   map[string]patcher.Binding // map name → region in the client's WELCOME
-	clock                                  *shm.Array                 // the client's clock region (role 6), or nil
-	calls                                  *clientHostCalls           // the client's mailbox server, or nil
-}
-
 // gpuReceiver is the instance shared by the traces and metrics handles.
 type gpuReceiver struct {
-	cfg      *config.Config
-	set      receiver.Settings
-	log      *zap.Logger
-	tel      *metadata.TelemetryBuilder
-	mu       sync.Mutex // guards the consumers and sources
-	traces   consumer.Traces
-	metrics  consumer.Metrics
-	sources  []*source
-	nextSrc  uint32
-	tr       *translate.Translator
-	agent    *agent.Server
-	bySess   map[uint32]*source // agent session → its ring
-	cancel   context.CancelFunc
-	done     chan struct{}
-	driver   driverStatus
-	dropped  uint64        // records dropped (ring full, oversize, stalled, invalid)
-	patched  atomic.Uint64 // modules patched (agent goroutines)
-	patchErr atomic.Uint64 // modules not patched
+	cfg     *config.Config
+	set     receiver.Settings
+	log     *zap.Logger
+	tel     *metadata.TelemetryBuilder
+	mu      sync.Mutex // guards the consumers and sources
+	traces  consumer.Traces
+	metrics consumer.Metrics
+	sources []*source
+	nextSrc uint32
+	tr      *translate.Translator
+	agent   *agent.Server
+	bySess  map[uint32]*source // agent session → its ring
+	cancel  context.CancelFunc
+	done    chan struct{}
+	driver  driverStatus
+	dropped uint64 // records dropped (ring full, oversize, stalled, invalid, left unread)
+	corrupt uint64 // records whose length exceeded their slot
+	// disconnected counts clients let go for breaking a ring invariant.
+	disconnected uint64
+	patched      atomic.Uint64 // modules patched (agent goroutines)
+	patchErr     atomic.Uint64 // modules not patched
 	// progSkips counts programs left out of a module they could not be
 	// patched into; skipSeen the (program, reason) pairs logged already.
 	progSkips atomic.Uint64
@@ -198,8 +171,10 @@ func (r *gpuReceiver) listen() error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(r.cfg.Agent.Socket), 0o755); err != nil {
-		return fmt.Errorf("gpuprobe: agent::socket directory: %w", err)
+	// The collector runs as root: it never creates the directory (Validate
+	// checked it; check again in case it changed since).
+	if err := config.CheckSocketDir(r.cfg.Agent.Socket); err != nil {
+		return fmt.Errorf("gpuprobe: agent::socket: %w", err)
 	}
 	r.bySess = map[uint32]*source{}
 	srv, err := agent.Listen(agent.Options{
@@ -207,7 +182,8 @@ func (r *gpuReceiver) listen() error {
 		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
 		MaxConnsPerUID: r.cfg.Agent.MaxConnectionsPerUID, IdleTimeout: r.cfg.Agent.IdleTimeout,
 		Logger: r.log,
-	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch, PatchRejected: r.onPatchRejected})
+	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch,
+		PatchRefused: r.onPatchRefused})
 	if err != nil {
 		return fmt.Errorf("gpuprobe: agent::socket %s: %w", r.cfg.Agent.Socket, err)
 	}
@@ -227,9 +203,12 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	}
 	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
 		{Role: RoleNameRing, Name: "names", Region: names.Region()}}
+	// Who the client is comes from its connection (SO_PEERCRED), read
+	// once here, never from what it writes (HELLO, records).
+	peer := &translate.Peer{PID: uint32(p.PID), Exe: record.Sanitize(translate.ProcName(uint32(p.PID)), 255)}
 	var maps *progmaps.Instance
 	if len(r.defs) > 0 {
-		maps, err = progmaps.NewInstance(r.defs, uint32(p.PID), 0, p.Hello.Name, time.Now())
+		maps, err = progmaps.NewInstance(r.defs, peer.PID, 0, peer.Exe, time.Now())
 		if err != nil {
 			ring.Close()
 			names.Close()
@@ -262,11 +241,11 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	} else {
 		offers = append(offers, agent.Offer{Role: agent.RoleClock, Name: "clock", Region: clk.Region()})
 	}
-	s := r.addSource(ring, true, maps, names)
+	s := r.addSource(ring, true, maps, names, peer)
 	r.mu.Lock()
 	s.clock, s.calls = clk, calls
 	if warps != nil {
-		s.warps, s.warpsCons = warps, warps.NewConsumer(shm.ConsumerOptions{})
+		s.warps = newRingReader(warps, true)
 	}
 	s.bind = bindings(offers, warps)
 	r.bySess[p.Session] = s
@@ -283,37 +262,15 @@ func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
 	}
 }
 
-// AddRing makes the receiver consume ring as one producer process's stream
-// and returns its source id. The agent server calls it for every
-// connection; tests call it with rings they produce into.
-func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 { return r.addSource(ring, false, nil, nil).id }
-
-func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring) *source {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.nextSrc++
-	s := &source{id: r.nextSrc, ring: ring, owned: owned, maps: maps,
-		consumer: ring.NewConsumer(shm.ConsumerOptions{})}
-	if maps != nil {
-		maps.Src = s.id
-	}
-	if names != nil {
-		s.names, s.namesCons = names, names.NewConsumer(shm.ConsumerOptions{})
-	}
-	r.sources = append(r.sources, s)
-	return s
-}
-
-// RemoveRing stops consuming the ring of source id after a last read.
-func (r *gpuReceiver) RemoveRing(id uint32) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range r.sources {
-		if s.id == id {
-			s.closing = true
-		}
-	}
-}
+// Deadlines of the receiver's shutdown: whatever the clients wrote and
+// however long the poll loop's last pass takes, the traces handle's flush
+// waits at most flushTimeout and the last handle's shutdown at most
+// stopTimeout (a context deadline that comes earlier wins); work still
+// running then finishes in the background.
+const (
+	flushTimeout = 2 * time.Second
+	stopTimeout  = 5 * time.Second
+)
 
 func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	defer close(r.done)
@@ -323,18 +280,18 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	for {
 		select {
 		case <-ctx.Done():
-			r.flushTraces()
+			r.flushTraces(true)
 			r.hc.flush(context.Background(), r.cfg.Resource.ServiceName, r.log)
 			r.emitMetrics(context.Background(), time.Now())
 			return
 		case ch := <-r.flushc:
-			r.flushTraces()
+			r.flushTraces(false)
 			close(ch)
 		case now := <-poll.C:
 			if off, err := monoOffset(); err == nil {
 				mapper.SetMonoOffset(off)
 			}
-			r.pollOnce(ctx, now)
+			r.pollOnce(ctx, now, false)
 			r.hc.flush(ctx, r.cfg.Resource.ServiceName, r.log)
 			if now.Sub(lastMetrics) >= r.cfg.MetricsInterval {
 				lastMetrics = now
@@ -346,9 +303,10 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 
 // flushTraces reads what the rings hold and emits every launch still
 // waiting for records, so nothing is lost when the traces pipeline stops.
-func (r *gpuReceiver) flushTraces() {
+// stopping releases every source (what is left in the rings is counted).
+func (r *gpuReceiver) flushTraces(stopping bool) {
 	now := time.Now()
-	r.pollOnce(context.Background(), now)
+	r.pollOnce(context.Background(), now, stopping)
 	r.tr.Expire(now.Add(r.cfg.Limits.LaunchTimeout + time.Minute))
 	r.mu.Lock()
 	tc := r.traces
@@ -358,28 +316,36 @@ func (r *gpuReceiver) flushTraces() {
 
 // requestFlush has the poll loop run flushTraces and waits for it (the
 // traces handle's Shutdown, while the metrics handle keeps the receiver
-// running). It returns at once when the loop is not running.
+// running), at most flushTimeout. It returns at once when the loop is not
+// running.
 func (r *gpuReceiver) requestFlush(ctx context.Context) {
 	if r.flushc == nil || r.done == nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
 	ch := make(chan struct{})
 	select {
 	case r.flushc <- ch:
 	case <-r.done:
 		return
 	case <-ctx.Done():
+		r.log.Warn("gpuprobe: the poll loop did not take the flush request in time", zap.Duration("timeout", flushTimeout))
 		return
 	}
 	select {
 	case <-ch:
 	case <-r.done:
 	case <-ctx.Done():
+		r.log.Warn("gpuprobe: the final flush of traces did not finish in time", zap.Duration("timeout", flushTimeout))
 	}
 }
 
-// pollOnce reads every ring, expires launches, and sends the spans built.
-func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
+// pollOnce reads every ring, releases the sources of clients that went
+// (once their rings are read, at most drainTime) or broke a ring invariant,
+// expires launches, and sends the spans built. stopping releases every
+// source after this read.
+func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool) {
 	r.mu.Lock()
 	sources := append([]*source(nil), r.sources...)
 	tc := r.traces
@@ -387,47 +353,33 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 	var closed []*source
 
 	before := r.tr.Counters()
-	var dropped uint64
+	var dropped, corrupt uint64
 	r.pollHost(now, sources)
 	for _, s := range sources {
 		// Whether the producer had gone before this read: only then is
 		// everything it wrote in the rings (onDisconnect may set closing
 		// while they are read, and records written since would be lost).
 		r.mu.Lock()
-		gone := s.closing
+		gone := s.closing || stopping
+		peer := s.peer
+		s.peer = nil
 		r.mu.Unlock()
-		if s.namesCons != nil {
-			s.namesCons.Read(maxReadPerPoll, func(rec shm.Record) {
-				_ = r.tr.Handle(s.id, rec.Payload, now)
-			})
-			st, cs := s.names.Stats(), s.namesCons.Stats()
-			d := st.Dropped + st.Oversize + cs.Stalled
-			dropped += d - s.namesDropped
-			s.namesDropped = d
+		if peer != nil {
+			r.tr.Connect(s.id, *peer) // before any of its records
 		}
-		s.consumer.Read(maxReadPerPoll, func(rec shm.Record) {
-			_ = r.tr.Handle(s.id, rec.Payload, now) // invalid records are counted
-		})
-		if s.warpsCons != nil {
-			// Exec (and Warp) records fold into their pending launch (no
-			// pdata per record), so the whole ring is read each poll: a
-			// bound here only made a busy ring overflow.
-			s.warpsCons.Read(ExecRingSlots, func(rec shm.Record) {
-				_ = r.tr.Handle(s.id, rec.Payload, now)
-			})
-			st, cs := s.warps.Stats(), s.warpsCons.Stats()
-			d := st.Dropped + st.Oversize + cs.Stalled
-			dropped += d - s.warpsDropped
-			s.warpsDropped = d
-		}
-		if s.maps != nil {
-			r.col.ReadRings(s.maps, now, maxReadPerPoll)
-		}
-		st := s.ring.Stats()
-		cs := s.consumer.Stats()
-		dropped += (st.Dropped - s.lastDropped) + (st.Oversize - s.lastOversize) + (cs.Stalled - s.lastStalled)
-		s.lastDropped, s.lastOversize, s.lastStalled = st.Dropped, st.Oversize, cs.Stalled
+		lost, bad := r.readSource(s, now)
+		dropped, corrupt = dropped+lost, corrupt+bad
+		release := false
 		if gone {
+			var lost, bad uint64
+			release, lost, bad = r.finished(s, now, stopping)
+			dropped, corrupt = dropped+lost, corrupt+bad
+		}
+		if err := s.violation(); err != nil {
+			r.disconnect(ctx, s, err)
+			release = true
+		}
+		if release {
 			closed = append(closed, s)
 		}
 	}
@@ -439,12 +391,15 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time) {
 	dropped += after.RecordsInvalid - before.RecordsInvalid
 	mc := r.col.Counters()
 	dropped += (mc.Dropped - r.mapStats.Dropped) + (mc.Invalid - r.mapStats.Invalid)
+	corrupt += mc.Corrupt - r.mapStats.Corrupt
 	mapRead := mc.Records - r.mapStats.Records
 	r.mapStats = mc
 	r.dropped += dropped
+	r.corrupt += corrupt
 	if r.tel != nil {
 		r.tel.GpuprobeReceiverRecordsRead.Add(ctx, int64(after.RecordsRead-before.RecordsRead+mapRead))
 		r.tel.GpuprobeReceiverRecordsDropped.Add(ctx, int64(dropped))
+		r.tel.GpuprobeReceiverRecordsCorrupt.Add(ctx, int64(corrupt))
 		r.tel.GpuprobeReceiverLaunchesEvicted.Add(ctx, int64(after.LaunchesEvicted-before.LaunchesEvicted+
 			after.LaunchesExpired-before.LaunchesExpired))
 	}
@@ -468,59 +423,20 @@ func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 	}
 }
 
-// dropSources forgets the given sources and closes the rings it owns.
-func (r *gpuReceiver) dropSources(gone []*source) {
-	r.mu.Lock()
-	kept := r.sources[:0]
-	for _, s := range r.sources {
-		if !slices.Contains(gone, s) {
-			kept = append(kept, s)
-		}
-	}
-	clear(r.sources[len(kept):])
-	r.sources = kept
-	for _, s := range gone {
-		if s.maps != nil {
-			r.retired = append(r.retired, s.maps)
-			s.maps = nil
-		}
-	}
-	r.mu.Unlock()
-	for _, s := range gone {
-		if s.owned {
-			if err := s.ring.Close(); err != nil {
-				r.log.Debug("gpuprobe: closing a launch ring", zap.Error(err))
-			}
-		}
-		if s.names != nil {
-			if err := s.names.Close(); err != nil {
-				r.log.Debug("gpuprobe: closing a names ring", zap.Error(err))
-			}
-		}
-		if s.warps != nil {
-			if err := s.warps.Close(); err != nil {
-				r.log.Debug("gpuprobe: closing a kernel_phases ring", zap.Error(err))
-			}
-		}
-		r.hc.stop(s.calls, r.log)
-		if s.clock != nil {
-			if err := s.clock.Close(); err != nil {
-				r.log.Debug("gpuprobe: closing a clock region", zap.Error(err))
-			}
-		}
-	}
-}
-
 // selfMetrics are the receiver's own counters in the metrics stream.
 func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 	c := r.tr.Counters()
 	return append([]translate.SelfMetric{
 		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead + r.mapStats.Records},
-		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, or invalid).", Value: r.dropped},
+		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, invalid, or left unread by a gone client).", Value: r.dropped},
+		{Name: "gpuprobe.receiver.records.corrupt", Unit: "{record}", Desc: "Records whose length field exceeded their ring slot.", Value: r.corrupt},
+		{Name: "gpuprobe.receiver.clients.disconnected", Unit: "{client}", Desc: "Clients let go for breaking a ring invariant (by reason in the collector's own telemetry).", Value: r.disconnected},
 		{Name: "gpuprobe.receiver.launches.evicted", Unit: "{launch}", Desc: "Launches emitted before all their records arrived.", Value: c.LaunchesEvicted + c.LaunchesExpired},
 		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.spansErr},
 		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched.Load()},
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
+		{Name: "gpuprobe.receiver.devices.folded", Unit: "{record}", Desc: "Records naming a device their client did not report, counted under device index -1.", Value: c.DevicesFolded},
+		{Name: "gpuprobe.receiver.calibrations.rejected", Unit: "{record}", Desc: "Clock calibration records rejected as implausible.", Value: c.CalibrationsBad},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr.Load()},
 		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.progSkips.Load()},
 	}, append(r.hostSelfMetrics(), r.hc.metrics()...)...)
@@ -555,24 +471,36 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 	}
 }
 
-// shutdown stops the poll loop (after a final drain) and releases rings.
+// shutdown stops the poll loop (after a final read of every ring) and
+// releases the regions, waiting at most stopTimeout: past it, it returns
+// an error and the rest of the work finishes in the background.
 func (r *gpuReceiver) shutdown(ctx context.Context) error {
 	if r.cancel == nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.stop() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("gpuprobe: shutdown (at most %v): %w", stopTimeout, ctx.Err())
+	}
+}
+
+// stop runs shutdown's work: close the agent socket, end the poll loop
+// (its last pass reads and releases every source), release the rest.
+func (r *gpuReceiver) stop() error {
 	var errs []error
 	if r.agent != nil {
 		if err := r.agent.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("gpuprobe: closing the agent socket: %w", err))
 		}
-		r.agent = nil
 	}
 	r.cancel()
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		return fmt.Errorf("gpuprobe: shutdown: %w", ctx.Err())
-	}
+	<-r.done
 	r.cancel = nil
 	if r.tel != nil {
 		r.tel.Shutdown()

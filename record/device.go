@@ -278,7 +278,7 @@ func (d *Device) Decode(b []byte) error {
 	for n < len(name) && name[n] != 0 {
 		n++
 	}
-	d.Name = string(name[:n])
+	d.Name = Sanitize(string(name[:n]), len(name))
 	return nil
 }
 

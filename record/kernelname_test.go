@@ -39,3 +39,42 @@ func TestKernelNameAppendFit(t *testing.T) {
 		})
 	}
 }
+
+func TestKernelNameSanitized(t *testing.T) {
+	tests := []struct {
+		name      string
+		in        string
+		want      string
+		truncated bool
+	}{
+		{"valid", "_Z3addPf", "_Z3addPf", false},
+		{"invalid byte", "_Z3a\xffdPf", "_Z3a\uFFFDdPf", false},
+		{"truncated sequence", "k\xe2\x82", "k\uFFFD", false},
+		{"overlong encoding", "\xc0\xaf", "\uFFFD", false},
+		{"grows past the bound", strings.Repeat("a\xff", MaxKernelNameLen/2), "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var k KernelName
+			if err := k.Decode((&KernelName{Function: 1, Name: tc.in}).Append(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if !utf8.ValidString(k.Name) || len(k.Name) > MaxKernelNameLen || k.Truncated != tc.truncated {
+				t.Fatalf("name %q (%d bytes, valid %v) truncated=%v", k.Name, len(k.Name), utf8.ValidString(k.Name), k.Truncated)
+			}
+			if tc.want != "" && k.Name != tc.want {
+				t.Fatalf("name %q, want %q", k.Name, tc.want)
+			}
+		})
+	}
+}
+
+func TestDeviceNameSanitized(t *testing.T) {
+	var d Device
+	if err := d.Decode((&Device{Name: "NVIDIA \xff\xfeH100"}).Append(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "NVIDIA \uFFFDH100" {
+		t.Fatalf("name %q", d.Name)
+	}
+}

@@ -180,7 +180,8 @@ type KernelName struct {
 	Name      string
 }
 
-// Decode fills k from the record in b. The name is copied.
+// Decode fills k from the record in b. The name is copied, its invalid
+// UTF-8 replaced (Sanitize) and kept within MaxKernelNameLen.
 func (k *KernelName) Decode(b []byte) error {
 	p, err := ParsePrefix(b)
 	if err != nil {
@@ -208,7 +209,11 @@ func (k *KernelName) Decode(b []byte) error {
 		Module:    le64(b, 16),
 		PID:       le32(b, 24),
 		Truncated: le16(b, 30)&KernelNameTruncated != 0,
-		Name:      string(b[KernelNameHeaderSize : KernelNameHeaderSize+n]),
+		Name:      Sanitize(string(b[KernelNameHeaderSize:KernelNameHeaderSize+n]), 3*MaxKernelNameLen),
+	}
+	// Invalid bytes became U+FFFD (3 bytes each): cut back to the bound.
+	if len(k.Name) > MaxKernelNameLen {
+		k.Name, k.Truncated = Sanitize(k.Name, MaxKernelNameLen), true
 	}
 	return nil
 }

@@ -41,15 +41,18 @@
 // The handshake runs at the first CUDA load or launch of the process (and
 // again, lazily, in a fork child), bounded by GPUPROBE_TIMEOUT_MS (default
 // 200 ms). If the socket is missing, the collector refuses or does not
-// answer in time, or GPUPROBE_DISABLE is set, the shim forwards every call
-// unchanged and records nothing. If the collector dies later, records keep
-// going into the still-mapped memory; the socket is never written after the
-// handshake, and sends use MSG_NOSIGNAL.
+// answer in time, the server is not trusted (README.md, "Security"), or
+// GPUPROBE_DISABLE is set, the shim forwards every call unchanged and
+// records nothing. If the collector goes away later, a background thread
+// counts what is lost and handshakes again with backoff (100 ms doubling to
+// 30 s); sends use MSG_NOSIGNAL.
 //
 // # Environment
 //
 //	GPUPROBE_SOCKET      agent socket (default /run/gpuprobe/agent.sock)
+//	GPUPROBE_SERVER_UID  a uid besides root whose collector is trusted
 //	GPUPROBE_TIMEOUT_MS  handshake bound in ms, 1..60000 (default 200)
+//	GPUPROBE_RECONNECT   "0": no reconnect after the collector goes away
 //	GPUPROBE_DISABLE     non-empty and not "0": forward only
 //	GPUPROBE_TRACE       "1": log to stderr; a path: append to that file
 //

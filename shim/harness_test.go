@@ -104,7 +104,13 @@ type testAgent struct {
 
 func startAgent(tb testing.TB, slotSize, slots uint32, opts agent.Options) *testAgent {
 	tb.Helper()
-	a := &testAgent{path: filepath.Join(tb.TempDir(), "agent.sock")}
+	return startAgentAt(tb, filepath.Join(tb.TempDir(), "agent.sock"), slotSize, slots, opts)
+}
+
+// startAgentAt is startAgent serving path (a restarted collector).
+func startAgentAt(tb testing.TB, path string, slotSize, slots uint32, opts agent.Options) *testAgent {
+	tb.Helper()
+	a := &testAgent{path: path}
 	opts.Path = a.path
 	srv, err := agent.Listen(opts, agent.Callbacks{
 		Connect: func(p *agent.Peer) ([]agent.Offer, error) {

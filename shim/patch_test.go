@@ -31,6 +31,12 @@ type patchAgent struct {
 
 func startPatchAgent(t *testing.T, answer func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error)) *patchAgent {
 	t.Helper()
+	return startPatchAgentAt(t, filepath.Join(t.TempDir(), "agent.sock"), answer)
+}
+
+// startPatchAgentAt is startPatchAgent serving path (a restarted collector).
+func startPatchAgentAt(t *testing.T, path string, answer func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error)) *patchAgent {
+	t.Helper()
 	progs, err := probes.Load(probes.KernelPhases)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +46,7 @@ func startPatchAgent(t *testing.T, answer func(*patcher.Patcher, *agent.PatchReq
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &patchAgent{testAgent: &testAgent{path: filepath.Join(t.TempDir(), "agent.sock")}}
+	a := &patchAgent{testAgent: &testAgent{path: path}}
 	var warps []*shm.Ring
 	srv, err := agent.Listen(agent.Options{Path: a.path}, agent.Callbacks{
 		Connect: func(p *agent.Peer) ([]agent.Offer, error) {

@@ -116,3 +116,30 @@ func BenchmarkMailboxRoundTrip(b *testing.B) {
 	cancel()
 	<-done
 }
+
+// BenchmarkRingHostilePoll measures the most one Read(65536) costs on a
+// ring whose producer keeps within the invariants but only takes tickets
+// to drop them (head a lap ahead per ticket read, every slot marked): the
+// receiver's per-ring, per-poll bound.
+func BenchmarkRingHostilePoll(b *testing.B) {
+	const max = 1 << 16
+	g := newRing(b, 64, benchSlots)
+	c := g.NewConsumer(ConsumerOptions{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		h := c.Position() + max + benchSlots
+		atomic.StoreUint64(g.head(), h)
+		for s := uint64(0); s < benchSlots; s++ {
+			t := c.Position() + s
+			atomic.StoreUint32(g.slotDrops(t), atomic.LoadUint32(g.slotAcked(t))+uint32((h-1-t)/benchSlots)+1)
+		}
+		b.StartTimer()
+		c.Read(max, func(Record) { b.Fatal("nothing was published") })
+	}
+	if c.Err() != nil {
+		b.Fatal(c.Err())
+	}
+	b.ReportMetric(float64(b.N*max)/b.Elapsed().Seconds(), "tickets/s")
+}

@@ -112,8 +112,9 @@
 //
 //  1. If load-acquire(slot.seq) == t+1: the record is complete. Read len,
 //     type and payload; deliver; advance t. (A len > slot_size-16 is a
-//     misbehaving producer: the record is skipped and counted as corrupt.) Store tail = t after each batch (and
-//     at least every 64 records) with a release store.
+//     misbehaving producer: the record is skipped and counted as corrupt.)
+//     Store tail = t after each batch (and at least every 64 records)
+//     with a release store.
 //  2. Otherwise c = load-acquire(slot_drops[s]) - slot_acked[s] (u32
 //     arithmetic, modulo 2^32), then H = load(head). If H <= t the ring is
 //     empty. Otherwise let later = (H-1-t) / slot_count, the number of
@@ -133,6 +134,16 @@
 //
 // Accounting: every record offered is exactly one of delivered, dropped,
 // oversize, or (only with dead producers) stalled.
+//
+// The producers are not trusted. The consumer bounds its work per read by
+// the tickets it resolves, whatever became of them, and stops for good
+// (Consumer.Err) at a value no producer following the steps above can
+// leave: head more than slot_count + MaxOvershoot beyond t; c > later + 1
+// (plus the tickets it skipped as stalled, whose marks may come late); a
+// seq other than 0 that is above t+1 or names another slot; len >
+// slot_size-16. A consumer whose producers are gone resolves what is left
+// without waiting (Consumer.Drain): published records are abandoned and
+// counted, unresolved tickets count as stalled.
 //
 // # Ring buffer: device-side reservation (opt-in)
 //
@@ -278,14 +289,14 @@
 //	off 192 u64 served      requests answered (host: store)
 //	off 256 u64 heartbeat   host CLOCK_MONOTONIC ns of its last poll
 //	off 320 u64 late        requests answered after their requester gave
-//	                        up (timed out): lock was 0 when the host read
-//	                        the request (host: store)
+//	                        up (timed out): waiting was 0 when the host
+//	                        read the request (host: store)
 //
 // A slot (256 bytes):
 //
-//	off 0   u32 lock         0 free, 1 claimed (GPU threads: atom.cas)
+//	off 0   u32 waiting      1 with a request, 0 once its requester gave up
 //	off 4   u32 helper       helper id
-//	off 8   u64 req          request sequence (claimant: store-release)
+//	off 8   u64 req          request sequence (requester: store-release)
 //	off 16  u64 ack          answered sequence (host: store-release)
 //	off 24  i64 ret          return value (host, before ack)
 //	off 32  u64 args[5]      r1..r5 of the helper call
@@ -294,28 +305,56 @@
 //	off 80  u64 caller       global linear thread index of the caller
 //	off 88  u8  payload[168] e.g. the format string and its arguments
 //
-// Requester (a GPU thread; only atomics among GPU threads are used):
+// The requesters' locks live in a lock block in DEVICE memory, one per
+// mailbox and process (cuMemAlloc, shared by every module; jit/ptx
+// GlobalMailboxLocks), so that claiming a slot crosses no bus; the host
+// never reads it. It is MailboxLocksHeader + slots × MailboxLockSize
+// bytes, zero but for its header, which the loader copies from the region
+// (Mailbox.LockBlock):
 //
-//  1. deadline = %globaltimer + timeout_ns.
-//  2. Walk the slots from (caller mod n): if atom.cas(lock, 0, 1) returns 0,
-//     r = load-acquire(req); if load-acquire(ack) == r the slot is ours;
-//     otherwise the host still owes an answer for an abandoned request:
-//     store-release lock = 0 and try the next slot. After a full pass with
-//     no slot, retry until the deadline, then return -110 (ETIMEDOUT).
-//  3. Write helper, args, payload_len, flags, caller, payload; then
-//     store-release req = r+1.
-//  4. Spin on load-acquire(ack) until it equals r+1, or until %globaltimer
-//     passes the deadline: then store-release lock = 0 and return -110. The
-//     slot stays busy (req != ack) until the host answers, so no later
-//     request can reuse it while the host may still read it.
-//  5. ret = load(ret); store-release lock = 0; return ret.
+//	off 0   u32 slots        max_entries of the region
+//	off 8   u64 timeout_ns   timeout_ns of the control block
+//	off 16 + 16i, slot i:
+//	  off 0 u32 lock         0 free, 1 claimed (atom.cas, gpu scope)
+//	  off 4 u32 busy         1: the slot's last request timed out and
+//	                         nobody has seen its answer yet
+//	  off 8 u64 req          the slot's last request sequence (the host
+//	                         copy is never read by requesters)
+//
+// lock orders busy and req: a claimant reads them after its acquire cas,
+// writes them before its release store of lock 0.
+//
+// Requester (a GPU thread; atomics only on the lock block):
+//
+//  1. deadline = %globaltimer + timeout_ns (both from the lock block).
+//  2. Walk the slots from (caller mod n): if the acquire cas of lock from
+//     0 to 1 (gpu scope) succeeds, r = req; if busy, load-acquire the host's ack (the one
+//     round trip of a claim, only after a timeout): if ack == r, busy = 0
+//     and the slot is ours; otherwise the host still owes an answer for an
+//     abandoned request: store-release lock = 0 and try the next slot.
+//     After a full pass with no slot, retry until the deadline, then
+//     return -110 (ETIMEDOUT).
+//  3. Write waiting = 1, helper, ret = MailboxRetPending, args,
+//     payload_len, flags, caller, payload (8-byte and 16-byte stores:
+//     bytes past payload_len are garbage); then store-release req = r+1.
+//  4. Spin on one 16-byte load-acquire of {ack, ret} until ack == r+1, or
+//     until %globaltimer passes the deadline: then write waiting = 0 (for
+//     the host's late count), busy = 1, req = r+1, store-release lock = 0
+//     and return -110. The slot stays busy until a later claimant sees the
+//     answer, so no request can reuse it while the host may still read it.
+//  5. The load's two halves are not ordered: if ret == MailboxRetPending,
+//     load ret once more (after the acquire, so the host's answer). Then
+//     req = r+1, store-release lock = 0; return ret.
+//
+// Without a lock block (its global 0) host calls return -110 at once:
+// requesters of one mailbox must all use the same locks.
 //
 // Host (Mailbox.Serve): poll every slot; where r = load-acquire(req) differs
 // from ack, read the request, run the handler, store ret, then store-release
 // ack = r. A late answer to an abandoned request is harmless: nobody reads
-// it; the host counts it in late when it finds lock = 0 (a requester that
-// still waits holds the lock; one that gave up released it in step 4). A
-// requester of another thread may hold the lock for a moment while it
-// checks the busy slot, so late can undercount, never overcount. The host never writes lock, req or the request fields, so no
-// read-modify-write crosses the bus.
+// it but the claimant that clears busy; the host counts it in late when it
+// finds waiting = 0. waiting is written without ordering against req, so
+// late can be off by the few requests that time out while the host reads
+// them. The host never writes waiting, req or the request fields, and
+// reads nothing but the region, so no read-modify-write crosses the bus.
 package shm

@@ -14,7 +14,7 @@ import (
 
 // Mailbox slot field offsets.
 const (
-	mbLock       = 0
+	mbWaiting    = 0
 	mbHelper     = 4
 	mbReq        = 8
 	mbAck        = 16
@@ -36,6 +36,10 @@ type Mailbox struct {
 	r     *Region
 	slots uint64
 	data  unsafe.Pointer
+	locks lockWords // Call's lock block
+	// served and late are the host's own counts: the region's copies are
+	// for the requesters to read, and any of them may overwrite them.
+	served, late atomic.Uint64
 }
 
 // CreateMailbox creates a mailbox with slots slots; timeout is how long a
@@ -61,7 +65,8 @@ func NewMailbox(r *Region) (*Mailbox, error) {
 	if h.Kind != KindMailbox {
 		return nil, fmt.Errorf("shm: region is a %v, not a mailbox", h.Kind)
 	}
-	return &Mailbox{r: r, slots: uint64(h.MaxEntries), data: unsafe.Add(r.base, DataOffset)}, nil
+	n := uint64(h.MaxEntries)
+	return &Mailbox{r: r, slots: n, data: unsafe.Add(r.base, DataOffset), locks: newLockWords(n)}, nil
 }
 
 // Region returns the mailbox's region.
@@ -70,13 +75,20 @@ func (m *Mailbox) Region() *Region { return m.r }
 // Close closes the mailbox's region.
 func (m *Mailbox) Close() error { return m.r.Close() }
 
+// SetTimeout sets how long requesters wait for the host (the creator's
+// choice; a CPU requester may lengthen it for itself, e.g. a test on a
+// loaded machine).
+func (m *Mailbox) SetTimeout(d time.Duration) {
+	atomic.StoreUint64(m.r.u64(offMboxTimeout), uint64(d))
+}
+
 // Timeout returns how long a requester waits for the host.
 func (m *Mailbox) Timeout() time.Duration {
 	return time.Duration(atomic.LoadUint64(m.r.u64(offMboxTimeout)))
 }
 
 // Served returns how many requests the host has answered.
-func (m *Mailbox) Served() uint64 { return atomic.LoadUint64(m.r.u64(offMboxServed)) }
+func (m *Mailbox) Served() uint64 { return m.served.Load() }
 
 func (m *Mailbox) slot(i uint64) unsafe.Pointer { return unsafe.Add(m.data, i*MailboxSlotSize) }
 
@@ -119,8 +131,8 @@ func (m *Mailbox) Poll(h Handler) int {
 			ln = MailboxPayload // a bad requester cannot make us read past the slot
 		}
 		req.Payload = unsafe.Slice((*byte)(unsafe.Add(s, mbPayload)), ln)
-		if atomic.LoadUint32(field32(s, mbLock)) == 0 {
-			late++ // the requester timed out and released the slot (doc.go)
+		if atomic.LoadUint32(field32(s, mbWaiting)) == 0 {
+			late++ // the requester gave up waiting (doc.go)
 		}
 		ret := h(&req)
 		atomic.StoreUint64(field64(s, mbRet), uint64(ret))
@@ -128,17 +140,17 @@ func (m *Mailbox) Poll(h Handler) int {
 		n++
 	}
 	if n > 0 {
-		atomic.StoreUint64(m.r.u64(offMboxServed), atomic.LoadUint64(m.r.u64(offMboxServed))+uint64(n))
+		atomic.StoreUint64(m.r.u64(offMboxServed), m.served.Add(uint64(n)))
 	}
 	if late > 0 {
-		atomic.StoreUint64(m.r.u64(offMboxLate), atomic.LoadUint64(m.r.u64(offMboxLate))+late)
+		atomic.StoreUint64(m.r.u64(offMboxLate), m.late.Add(late))
 	}
 	return n
 }
 
 // Late returns how many requests the host answered after their requester
 // had given up waiting (timed out).
-func (m *Mailbox) Late() uint64 { return atomic.LoadUint64(m.r.u64(offMboxLate)) }
+func (m *Mailbox) Late() uint64 { return m.late.Load() }
 
 // ServeOptions tune Serve's polling.
 type ServeOptions struct {
@@ -147,7 +159,15 @@ type ServeOptions struct {
 	Spin time.Duration
 	// MaxSleep caps the idle sleep, which doubles from 1 µs (default 200 µs).
 	MaxSleep time.Duration
+	// Backoff, if set, is asked after every poll that answered requests
+	// how long to sleep before the next (0: poll at once; at most 10 ms
+	// is slept, so ctx is still checked), so that a handler that
+	// rate-limits its requesters also bounds the polling they cause.
+	Backoff func() time.Duration
 }
+
+// maxBackoff caps one Backoff sleep.
+const maxBackoff = 10 * time.Millisecond
 
 // Serve answers requests with h until ctx is done, then returns ctx.Err().
 // It polls: busy-spinning (with runtime.Gosched) while requests arrive, then
@@ -173,6 +193,12 @@ func (m *Mailbox) Serve(ctx context.Context, h Handler, opts ServeOptions) error
 		atomic.StoreUint64(m.r.u64(offMboxBeat), uint64(monotonicNS()))
 		if m.Poll(h) > 0 {
 			last, sleep = now, time.Microsecond
+			if opts.Backoff != nil {
+				if d := min(opts.Backoff(), maxBackoff); d > 0 {
+					ts := unix.NsecToTimespec(d.Nanoseconds())
+					_ = unix.Nanosleep(&ts, nil)
+				}
+			}
 			continue
 		}
 		if now.Sub(last) < opts.Spin {
@@ -200,35 +226,34 @@ func monotonicNS() int64 {
 var ErrMailboxTimeout = errors.New("shm: mailbox: host did not answer in time (ETIMEDOUT)")
 
 // Call posts a request the way GPU code does (the requester algorithm of the
-// package comment) and waits for the answer until the mailbox timeout. It is
-// the reference requester for tests, the interpreter and CPU producers.
+// package comment, with the lock block in process memory) and waits for
+// the answer until the mailbox timeout. It is the reference requester for
+// tests, the interpreter and CPU producers; they must not share a mailbox
+// with GPU requesters, whose lock block is another.
 func (m *Mailbox) Call(helper uint32, args [5]uint64, payload []byte, caller uint64) (int64, error) {
 	if len(payload) > MailboxPayload {
 		return 0, fmt.Errorf("shm: mailbox payload of %d bytes exceeds %d", len(payload), MailboxPayload)
 	}
 	deadline := time.Now().Add(m.Timeout())
-	var s unsafe.Pointer
-	var r uint64
+	var i, r uint64
 claim:
 	for {
 		for k := uint64(0); k < m.slots; k++ {
-			c := m.slot((caller + k) % m.slots)
-			if !atomic.CompareAndSwapUint32(field32(c, mbLock), 0, 1) {
-				continue
-			}
-			r = atomic.LoadUint64(field64(c, mbReq))
-			if atomic.LoadUint64(field64(c, mbAck)) == r {
-				s = c
+			var ok bool
+			i = (caller + k) % m.slots
+			if r, ok = m.claim(i); ok {
 				break claim
 			}
-			atomic.StoreUint32(field32(c, mbLock), 0)
 		}
 		if time.Now().After(deadline) {
 			return -ETIMEDOUT, ErrMailboxTimeout
 		}
 		runtime.Gosched()
 	}
+	s := m.slot(i)
+	atomic.StoreUint32(field32(s, mbWaiting), 1)
 	atomic.StoreUint32(field32(s, mbHelper), helper)
+	atomic.StoreUint64(field64(s, mbRet), MailboxRetPending)
 	for a, v := range args {
 		atomic.StoreUint64(field64(s, mbArgs+uintptr(8*a)), v)
 	}
@@ -240,12 +265,13 @@ claim:
 	for spins := 0; ; spins++ {
 		if atomic.LoadUint64(field64(s, mbAck)) == r+1 {
 			ret := int64(atomic.LoadUint64(field64(s, mbRet)))
-			atomic.StoreUint32(field32(s, mbLock), 0)
+			m.release(i, r+1, false)
 			return ret, nil
 		}
 		if spins&63 == 63 {
 			if time.Now().After(deadline) {
-				atomic.StoreUint32(field32(s, mbLock), 0)
+				atomic.StoreUint32(field32(s, mbWaiting), 0)
+				m.release(i, r+1, true)
 				return -ETIMEDOUT, ErrMailboxTimeout
 			}
 			runtime.Gosched()

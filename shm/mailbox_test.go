@@ -2,8 +2,10 @@ package shm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -133,5 +135,49 @@ func TestMailboxBadPayloadLength(t *testing.T) {
 	m.Poll(func(r *Request) int64 { n = len(r.Payload); return 0 })
 	if n != MailboxPayload {
 		t.Fatalf("host read %d payload bytes, want the clamp %d", n, MailboxPayload)
+	}
+}
+
+func TestMailboxLockBlock(t *testing.T) {
+	m := newMailbox(t, 3, 5*time.Millisecond)
+	b := m.LockBlock()
+	if len(b) != MailboxLocksHeader || m.LockBlockSize() != MailboxLocksHeader+3*MailboxLockSize {
+		t.Fatalf("lock block header %d bytes, size %d", len(b), m.LockBlockSize())
+	}
+	if n, ns := binary.LittleEndian.Uint32(b[MailboxLocksSlots:]), binary.LittleEndian.Uint64(b[MailboxLocksTimeout:]); n != 3 || ns != uint64(5*time.Millisecond) {
+		t.Fatalf("lock block: %d slots, timeout %d ns", n, ns)
+	}
+}
+
+// TestMailboxAnswerIsPendingValue: an answer equal to the value requesters
+// write into ret is still returned (the requester reads ret again).
+func TestMailboxAnswerIsPendingValue(t *testing.T) {
+	m := newMailbox(t, 1, 2*time.Second)
+	stop := serve(t, m, func(r *Request) int64 { return MailboxRetPending })
+	defer stop()
+	if ret, err := m.Call(1, [5]uint64{}, nil, 0); ret != MailboxRetPending || err != nil {
+		t.Fatalf("Call = %#x, %v", ret, err)
+	}
+	if w := atomic.LoadUint32(field32(m.slot(0), mbWaiting)); w != 1 {
+		t.Fatalf("waiting = %d after an answered request, want 1", w)
+	}
+}
+
+// TestMailboxCountersAreTheHosts: requesters can write the region's served
+// and late words; the host's counters are its own (on main a requester
+// that stored 2^63 there made the collector report it).
+func TestMailboxCountersAreTheHosts(t *testing.T) {
+	m := newMailbox(t, 2, time.Second)
+	*field64(m.slot(0), mbReq) = 1 // one request, its requester gone (lock 0)
+	atomic.StoreUint64(m.r.u64(offMboxServed), 1<<63)
+	atomic.StoreUint64(m.r.u64(offMboxLate), 1<<63)
+	if n := m.Poll(func(*Request) int64 { return 0 }); n != 1 {
+		t.Fatalf("Poll served %d, want 1", n)
+	}
+	if m.Served() != 1 || m.Late() != 1 {
+		t.Fatalf("served %d, late %d; want 1, 1", m.Served(), m.Late())
+	}
+	if got := atomic.LoadUint64(m.r.u64(offMboxServed)); got != 1 {
+		t.Fatalf("region's served word %d, want the host's count 1", got)
 	}
 }

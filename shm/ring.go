@@ -177,6 +177,8 @@ type Consumer struct {
 	stuckAt    uint64
 	stuckSince time.Time
 	stuck      bool
+	draining   bool // in Drain: unresolved tickets are skipped at once
+	err        *ViolationError
 	stats      ConsumerStats
 }
 
@@ -184,8 +186,9 @@ type Consumer struct {
 type ConsumerStats struct {
 	Delivered uint64 // records handed to the callback
 	Skipped   uint64 // tickets resolved as dropped
-	Stalled   uint64 // tickets skipped after the stall timeout
+	Stalled   uint64 // tickets skipped after the stall timeout (or by Drain)
 	Corrupt   uint64 // records skipped because their length exceeded the slot
+	Abandoned uint64 // published records Drain skipped unread (fn nil)
 }
 
 // Record is one record as the consumer sees it. Payload points into the
@@ -214,37 +217,78 @@ func (c *Consumer) Stats() ConsumerStats { return c.stats }
 // Position returns the next ticket the consumer will resolve.
 func (c *Consumer) Position() uint64 { return c.pos }
 
+// Err returns the invariant the ring's producers broke (a
+// *ViolationError), or nil. Once it is set the consumer reads no more.
+func (c *Consumer) Err() error {
+	if c.err == nil {
+		return nil
+	}
+	return c.err
+}
+
 // tailBatch is how many tickets the consumer resolves between tail stores.
 const tailBatch = 64
 
-// Read hands up to max records (max <= 0: no limit beyond what is there) to
-// fn in ticket order and returns how many it delivered. It returns when the
-// ring holds no more complete records; it never waits.
+// Read hands records to fn in ticket order and returns how many it
+// delivered. max (<= 0: no limit) bounds the tickets it resolves, whatever
+// became of them (delivered, skipped as dropped, stalled, corrupt), so the
+// work of one call is bounded whatever the producers wrote. It returns when
+// the ring holds no more complete records, at the bound, or at a violation
+// (Err); it never waits.
 func (c *Consumer) Read(max int, fn func(Record)) int {
+	before := c.stats.Delivered
+	c.read(max, fn)
+	return int(c.stats.Delivered - before)
+}
+
+// Drain resolves up to max (> 0) of the tickets left in the ring without
+// waiting, for a ring whose producers are gone: taken tickets that are
+// neither published nor provably dropped are counted in Stalled at once;
+// published records go to fn, or with fn nil are counted in Abandoned. It
+// reports whether every ticket producers took was resolved (false: the
+// bound was reached or Err is set).
+func (c *Consumer) Drain(max int, fn func(Record)) bool {
+	c.draining = true
+	defer func() { c.draining = false }()
+	return c.read(max, fn) && c.err == nil
+}
+
+// read runs the consumer loop; it reports whether it stopped because the
+// ring held nothing more to resolve.
+func (c *Consumer) read(max int, fn func(Record)) bool {
+	defer c.storeTail()
 	g := c.g
-	n := 0
-	for max <= 0 || n < max {
+	for n := 0; c.err == nil && (max <= 0 || n < max); n++ {
 		t := c.pos
 		s := g.slot(t)
-		if atomic.LoadUint64((*uint64)(s)) == t+1 {
-			ln := uint64(*(*uint32)(unsafe.Add(s, 8)))
-			if ln > g.slotSize-SlotHeaderSize {
-				c.stats.Corrupt++
-			} else {
-				fn(Record{Ticket: t, Type: *(*uint32)(unsafe.Add(s, 12)),
-					Payload: unsafe.Slice((*byte)(unsafe.Add(s, SlotHeaderSize)), ln)})
-				c.stats.Delivered++
-				n++
+		seq := atomic.LoadUint64((*uint64)(s))
+		if seq != t+1 {
+			if seq != 0 && (seq > t+1 || (seq-1)&g.mask != t&g.mask) {
+				c.violate(BadSeq, t, seq)
+				return false
 			}
-			c.advance()
+			if !c.resolve(t) {
+				return c.err == nil
+			}
 			continue
 		}
-		if !c.resolve(t) {
-			break
+		ln := uint64(*(*uint32)(unsafe.Add(s, 8)))
+		switch {
+		case ln > g.slotSize-SlotHeaderSize:
+			c.stats.Corrupt++
+			c.advance()
+			c.violate(BadLength, t, ln)
+			return false
+		case fn == nil:
+			c.stats.Abandoned++
+		default:
+			fn(Record{Ticket: t, Type: *(*uint32)(unsafe.Add(s, 12)),
+				Payload: unsafe.Slice((*byte)(unsafe.Add(s, SlotHeaderSize)), ln)})
+			c.stats.Delivered++
 		}
+		c.advance()
 	}
-	c.storeTail()
-	return n
+	return false
 }
 
 // resolve decides an unpublished ticket t: it reports whether the consumer
@@ -256,12 +300,21 @@ func (c *Consumer) resolve(t uint64) bool {
 	h := atomic.LoadUint64(g.head())
 	var later uint64
 	if h > t {
+		if h-t > g.slots+MaxOvershoot {
+			c.violate(BadHead, t, h)
+			return false
+		}
 		later = (h - 1 - t) / g.slots
 	} else if !g.takenBeyond(t) {
 		// Empty. (With device-side reservation head is a mirror that may
 		// lag; a later ticket published proves t was taken, so the stall
 		// timeout below still applies to a producer that died.)
 		c.stuck = false
+		return false
+	}
+	// A mark of a ticket skipped as stalled may show up late: allow those.
+	if uint64(cnt) > later+1+c.stats.Stalled {
+		c.violate(BadDrops, t, uint64(cnt))
 		return false
 	}
 	if uint64(cnt) > later {
@@ -272,11 +325,11 @@ func (c *Consumer) resolve(t uint64) bool {
 	}
 	// Ticket t is being written, or its drop is not visible yet.
 	now := c.opts.Now()
-	if !c.stuck || c.stuckAt != t {
+	if !c.draining && (!c.stuck || c.stuckAt != t) {
 		c.stuck, c.stuckAt, c.stuckSince = true, t, now
 		return false
 	}
-	if now.Sub(c.stuckSince) < c.opts.StallTimeout {
+	if !c.draining && now.Sub(c.stuckSince) < c.opts.StallTimeout {
 		return false
 	}
 	c.stats.Stalled++

@@ -37,7 +37,8 @@ type instance struct {
 	// mb is the host-call mailbox, served while the instance lives.
 	mb          *shm.Mailbox
 	mbBase      uint64
-	answered    atomic.Uint64 // requests the mailbox's handler answered
+	mbLocks     cuda.DevicePtr // the mailbox's lock block
+	answered    atomic.Uint64  // requests the mailbox's handler answered
 	stopMailbox func()
 }
 
@@ -78,6 +79,30 @@ func (in *instance) serve() {
 		in.mb.Serve(ctx, func(*shm.Request) int64 { in.answered.Add(1); return 0 }, shm.ServeOptions{Spin: time.Millisecond})
 	}()
 	in.stopMailbox = func() { cancel(); <-done }
+}
+
+// mailboxLocks allocates, once, the mailbox's lock block in device
+// memory (shm "Mailbox"), as a collector's shim does, and returns its
+// address.
+func (in *instance) mailboxLocks() (cuda.DevicePtr, error) {
+	if in.mbLocks != 0 {
+		return in.mbLocks, nil
+	}
+	if _, err := in.mailbox(); err != nil {
+		return 0, err
+	}
+	b := make([]byte, in.mb.LockBlockSize())
+	copy(b, in.mb.LockBlock())
+	p, err := in.c.MemAlloc(uint64(len(b)))
+	if err != nil {
+		return 0, err
+	}
+	in.dev = append(in.dev, p)
+	if err := in.c.MemcpyHtoD(p, b); err != nil {
+		return 0, err
+	}
+	in.mbLocks = p
+	return p, nil
 }
 
 // mirror is one device-resident map: its host region and device copy.
@@ -155,6 +180,12 @@ func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64,
 				return nil, fmt.Errorf("mailbox: %w", err)
 			}
 			v = b
+		case ptx.GlobalMailboxLocks:
+			b, err := in.mailboxLocks()
+			if err != nil {
+				return nil, fmt.Errorf("mailbox locks: %w", err)
+			}
+			v = uint64(b)
 		case ptx.GlobalLaunchID:
 			v = 0 // launch ids come by parameter
 		}

@@ -75,6 +75,7 @@ func inspect(w io.Writer, file string, f *fatbin.File, all, sass bool) (int, err
 	fmt.Fprintf(w, "%s: %s, %d fatbin containers, %d wrappers, %d entries\n", file, f.Kind, len(f.Containers), len(f.Wrappers), len(entries))
 	count := map[fatbin.Kind]int{}
 	failed, ptxEntries := 0, 0
+	inflater := fatbin.NewInflater(fatbin.DefaultLimits) // bounds the whole file's inflated bytes
 	for _, e := range entries {
 		count[e.Kind]++
 		name := e.FileName(base, count[e.Kind])
@@ -85,7 +86,7 @@ func inspect(w io.Writer, file string, f *fatbin.File, all, sass bool) (int, err
 			name = filepath.Base(file)
 		}
 		fmt.Fprintf(w, "%s file %4d: %s  [%s]\n", e.Kind, count[e.Kind], name, details(e))
-		data, err := e.Data()
+		data, err := inflater.Data(e)
 		if err != nil {
 			failed++
 			fmt.Fprintf(w, "    error: %v\n", err)
@@ -137,8 +138,19 @@ func details(e *fatbin.Entry) string {
 	return strings.Join(parts, ", ")
 }
 
+// maxParseCost bounds what parsing one PTX entry may allocate
+// (ptxmod.Cost): a file can hold text that would cost tens of GB.
+const maxParseCost = 4 << 30
+
 // listPTX parses PTX text and lists its kernels and their patchability.
 func listPTX(w io.Writer, text []byte) error {
+	cost, err := ptxmod.Cost(text, ptxmod.DefaultLimits)
+	if err == nil && cost > maxParseCost {
+		err = fmt.Errorf("parsing %d bytes of PTX would take %d bytes of memory, over the %d-byte limit of gpuprobe inspect", len(text), cost, maxParseCost)
+	}
+	if err != nil {
+		return fmt.Errorf("PTX not patchable: %w", err)
+	}
 	m, err := ptxmod.Parse(text)
 	if err != nil {
 		return fmt.Errorf("PTX not patchable: %w", err)

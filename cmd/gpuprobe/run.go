@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -123,6 +125,14 @@ func runEnv(environ []string, shim, socket, trace string) []string {
 	out = append(out, "LD_PRELOAD="+preload, "GPUPROBE_SOCKET="+socket)
 	if trace != "" {
 		out = append(out, "GPUPROBE_TRACE="+trace)
+	}
+	// The shim trusts a collector running as root, or as the uid named
+	// here: whoever runs `gpuprobe run` may trust a collector of their
+	// own (root gains nothing from it), unless the environment names one.
+	if !slices.ContainsFunc(out, func(kv string) bool { return strings.HasPrefix(kv, "GPUPROBE_SERVER_UID=") }) {
+		if uid := os.Getuid(); uid != 0 {
+			out = append(out, "GPUPROBE_SERVER_UID="+strconv.Itoa(uid))
+		}
 	}
 	return out
 }

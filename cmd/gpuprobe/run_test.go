@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,22 @@ func TestRunEnv(t *testing.T) {
 				t.Errorf("PATH lost: %v", env)
 			}
 		})
+	}
+}
+
+// TestRunEnvServerUID: a user other than root trusts a collector of their
+// own uid (the shim's GPUPROBE_SERVER_UID), root adds nothing, and a uid
+// the environment names is kept.
+func TestRunEnvServerUID(t *testing.T) {
+	want, n := "", 0
+	if uid := os.Getuid(); uid != 0 {
+		want, n = strconv.Itoa(uid), 1
+	}
+	if v, c := envValue(runEnv([]string{"PATH=/bin"}, "/s.so", "/x.sock", ""), "GPUPROBE_SERVER_UID"); v != want || c != n {
+		t.Errorf("GPUPROBE_SERVER_UID=%q (%d times), want %q %d times", v, c, want, n)
+	}
+	if v, c := envValue(runEnv([]string{"GPUPROBE_SERVER_UID=7"}, "/s.so", "/x.sock", ""), "GPUPROBE_SERVER_UID"); v != "7" || c != 1 {
+		t.Errorf("named uid: GPUPROBE_SERVER_UID=%q (%d times), want 7 once", v, c)
 	}
 }
 

@@ -24,9 +24,10 @@
 // its closing is how the server learns that the client is gone (the owner's
 // Disconnect callback runs then, or at Server.Close).
 //
-// # Limits
+// # Connection limits
 //
-// The defaults are the Default* constants (Options names each limit).
+// The defaults are the Default* constants (Options names each limit;
+// PATCH work has its own limits, below).
 // Until its HELLO a connection holds a pre-HELLO slot (MaxPending in all,
 // MaxPendingPerUID per uid); when they are full the oldest pre-HELLO
 // connection of the same uid (or of the uid holding the most) is closed,
@@ -39,9 +40,8 @@
 // answered ERROR code 1 and ends the session, every received descriptor
 // closed. A session silent for IdleTimeout (agent::idle_timeout) whose
 // process maps none of its shm regions (/proc/PID/maps), or has exited,
-// is ended. PATCH images held at once, all sessions together, are bounded
-// by MaxImageBytes: a PATCH that finds no room within half its
-// PatchTimeout is answered NOPATCH code 3.
+// is ended. A client can thus make the server hold at most three of
+// its descriptors (the connection, a pidfd of the peer, one PATCH memfd).
 //
 // # Frames
 //
@@ -66,9 +66,24 @@
 //	off size field
 //	  0  u32  pid       the client's pid (informational: the server uses
 //	                    SO_PEERCRED's pid)
-//	  4  u32  flags     client feature bits, passed to the owner (0 today)
+//	  4  u32  flags     client feature bits, passed to the owner; bit 0
+//	                    (HelloReconnect): the reconnect extension follows
+//	                    the name; other bits 0
 //	  8  u32  name_len  bytes of name, <= 256
 //	 12  ...  name      process name, UTF-8, not NUL-terminated
+//
+// The reconnect extension (16 bytes after the name, only with flags bit 0)
+// is sent by a client that had a session before, whose collector went
+// away (the shim handshakes again with backoff):
+//
+//	 0  u64  lost      records the client produced that no collector read:
+//	                   left unread in the old launch ring, and attempted
+//	                   while disconnected
+//	 8  u32  sessions  the client's sessions before this one (>= 1)
+//	12  u32  reserved  0
+//
+// A server without the extension answers ERROR code 1; the shim then
+// retries with a plain HELLO (the count goes unreported).
 //
 // WELCOME (server → client). The frame is sent with one sendmsg whose
 // SCM_RIGHTS control message carries exactly count descriptors (memfds, or
@@ -93,7 +108,14 @@
 //
 // The client maps each descriptor MAP_SHARED (region_size bytes) and checks
 // its shm header (gpbr_check in shm/include/gpuprobe_shm.h) before use,
-// except for a region with flags bit 0, which has no header.
+// except for a region with flags bit 0, which has no header. Before
+// mapping, the shim fstat-s each descriptor: a memfd must hold at least
+// region_size bytes and carry F_SEAL_SHRINK (shm regions are sealed
+// SHRINK|GROW), else the region is unusable to it (a shorter file would
+// SIGBUS the application); a descriptor that is no file (a BPF map's
+// anonymous inode) is accepted only with flags bit 0. It also accepts a
+// server only if SO_PEERCRED, read right after connect, names root or
+// the uid in its GPUPROBE_SERVER_UID.
 //
 // Role 5, kernel map: the descriptor is the fd of a Linux
 // BPF_MAP_TYPE_ARRAY created with BPF_F_MMAPABLE, which the collector's host
@@ -150,9 +172,11 @@
 // above arch, injects the configured probes, and answers.
 //
 // PATCHED (server → client), sent with exactly one descriptor: a memfd
-// holding image_size bytes, the patched PTX with its terminating NUL,
-// sealed (F_SEAL_SHRINK, GROW, WRITE and SEAL), to load with the same API
-// the application called:
+// holding image_size bytes, the patched PTX with its terminating NUL, to
+// load with the same API the application called. The memfd must be sealed
+// F_SEAL_WRITE|F_SEAL_SHRINK (the server adds GROW and SEAL too), so that
+// what the client checked is what it loads; the shim loads the original
+// image otherwise:
 //
 //	off size field
 //	  0  u32  id          the request's id
@@ -220,4 +244,40 @@
 //	                   3 error, 4 patching disabled
 //	  8  u32  msg_len  <= 1024
 //	 12  ...  message
+//
+// # Limits
+//
+// Every byte of a PATCH is the client's choice, so its cost to the
+// collector is bounded before the work is done; a request past a limit
+// is answered NOPATCH code 3 with a message that names the limit and the
+// entry offset or PTX line (the application loads its original image),
+// and the receiver counts it in gpuprobe.receiver.patch.failures.
+//
+//   - Image memfd: fstat first; refused unless a regular shmem file
+//     (F_GET_SEALS works: a FUSE or network file could block the reads)
+//     of at least image_size and at most MaxImage (256 MiB) bytes with as
+//     many bytes allocated (holes cost the client nothing). The image's size is held
+//     in a server-wide budget (Options.ImageMemory, 512 MiB) until the
+//     answer is sent; no room within Options.ImageWait (2 s): NOPATCH.
+//   - Decompression (package fatbin): 64 MiB inflated for the patched
+//     entry, 128× at most, checked against the entry header before any
+//     work; the claim is then the hard cap of a streaming decompression
+//     whose buffer grows as bytes arrive.
+//   - PTX (package ptxmod, patcher.Limits): 64 MiB of text, 1<<24 tokens,
+//     1<<16 functions, 8192 .entry directives (counted before parsing).
+//   - Patch memory (patcher.Limits.MaxMemory, agent::max_patch_memory,
+//     1 GiB): a semaphore over all clients. 3× the claimed size is taken
+//     before inflating, then ptxmod.Cost of the parse (320 bytes a token,
+//     measured worst case), the text and 80 KiB a kernel before parsing;
+//     a request that needs more than all of it, or finds no room within
+//     2 s, is answered NOPATCH.
+//
+// Memory bound: beyond its baseline, the collector's live heap for
+// patching stays under ImageMemory + MaxPatchMemory + the injection cache
+// (256 MiB, patched modules and their reports) + one 64 KiB frame per
+// connection (MaxConns 256 sessions + MaxPending 64 before HELLO):
+// about 1.8 GiB by default, whatever the
+// clients send. The per-kernel charge is measured with kernel_phases;
+// programs with much larger bodies cost more per kernel. The Go runtime
+// may keep up to GOGC% more as garbage: set GOMEMLIMIT to hold RSS too.
 package agent

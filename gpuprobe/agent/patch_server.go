@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -69,31 +68,25 @@ func (s *Server) serve(c *net.UnixConn, ss *session, log *zap.Logger) {
 			return
 		}
 		deadline := time.Now().Add(s.opts.PatchTimeout)
-		id, held, err := s.holdImage(p, deadline)
-		req := PatchRequest{ID: id}
-		if err != nil {
-			closeAll(fds)
-		} else {
-			req, err = s.readPatch(p, fds)
-		}
+		req, release, err := s.readPatch(p, fds)
 		var frame []byte
 		var out *os.File
 		if err == nil {
 			frame, out = s.answer(peer, &req, log)
+			release()
 		} else {
-			s.patchRejected.Add(1)
-			if s.cb.PatchRejected != nil {
-				s.cb.PatchRejected(peer, err)
-			}
 			log.Warn("agent: bad PATCH", zap.Error(err))
 			frame = MarshalNoPatch(&NoPatch{ID: req.ID, Code: NoPatchError, Message: err.Error()})
+			if s.cb.PatchRefused != nil {
+				s.cb.PatchRefused(peer, req.ID, err)
+			}
 		}
+		req.Image = nil
 		c.SetWriteDeadline(deadline)
 		err = s.send(c, frame, out)
 		if out != nil {
 			out.Close()
 		}
-		s.images.Release(held)
 		if err != nil {
 			log.Warn("agent: sending the PATCH answer failed; closing", zap.Error(err))
 			return
@@ -118,26 +111,10 @@ func (s *Server) live(ss *session, log *zap.Logger) bool {
 	return mapped
 }
 
-// holdImage reserves a PATCH's image_size bytes of Options.MaxImageBytes,
-// waiting half the time to the deadline at most (the rest is for
-// answering); the caller releases them once the answer is sent. A payload that does not decode holds nothing (readPatch
-// reports it).
-func (s *Server) holdImage(p []byte, deadline time.Time) (id uint32, n int64, err error) {
-	req, _, size, err := UnmarshalPatch(p)
-	if err != nil {
-		return req.ID, 0, nil
-	}
-	n = int64(size)
-	if n > s.opts.MaxImageBytes {
-		return req.ID, 0, fmt.Errorf("PATCH %d: its %d-byte image exceeds the %d bytes of images the server holds at once", req.ID, n, s.opts.MaxImageBytes)
-	}
-	ctx, cancel := context.WithDeadline(s.ctx, deadline.Add(-time.Until(deadline)/2))
-	defer cancel()
-	if err := s.images.Acquire(ctx, n); err != nil {
-		return req.ID, 0, fmt.Errorf("PATCH %d: no room for its %d-byte image in %v (the server holds %d bytes of images at once): %w",
-			req.ID, n, s.opts.PatchTimeout/2, s.opts.MaxImageBytes, err)
-	}
-	return req.ID, n, nil
+// sealable says whether fd is a shmem file (a memfd), which alone has seals.
+func sealable(fd int) bool {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	return err == nil
 }
 
 func closeAll(fds []int) {
@@ -146,49 +123,79 @@ func closeAll(fds []int) {
 	}
 }
 
-// readPatch decodes a PATCH and reads its image (inline or from its memfd).
+// DefaultImageMemory is Options.ImageMemory's default: two images of
+// the largest size (MaxImage) at once.
+const DefaultImageMemory = 2 * MaxImage
+
+// readPatch decodes a PATCH and reads its image (inline or from its
+// memfd), holding its size in the server's image budget until release.
 // It closes every descriptor.
-func (s *Server) readPatch(p []byte, fds []int) (PatchRequest, error) {
+func (s *Server) readPatch(p []byte, fds []int) (PatchRequest, func(), error) {
 	defer closeAll(fds)
 	req, flags, size, err := UnmarshalPatch(p)
 	if err != nil {
-		return req, err
+		return req, nil, err
 	}
 	want := 0
 	if flags&PatchImageMemfd != 0 {
 		want = 1
 	}
 	if len(fds) != want {
-		return req, fmt.Errorf("PATCH %d carried %d descriptors, want %d", req.ID, len(fds), want)
+		return req, nil, fmt.Errorf("PATCH %d carried %d descriptors, want %d", req.ID, len(fds), want)
+	}
+	release, err := s.images.Acquire(int64(size), fmt.Sprintf("PATCH %d: the %d-byte image", req.ID, size))
+	if err != nil {
+		return req, nil, fmt.Errorf("%w (agent Options.ImageMemory)", err)
 	}
 	if want == 0 {
 		req.Image = append([]byte(nil), req.Image...)
-		return req, nil
+		return req, release, nil
 	}
+	if req.Image, err = readImage(fds[0], req.ID, size); err != nil {
+		release()
+		return req, nil, err
+	}
+	return req, release, nil
+}
+
+// readImage reads size bytes of an image memfd. fstat first: a file that
+// is not regular, shorter than size or longer than MaxImage, or sparse
+// (fewer blocks than size: holes cost the client nothing and the
+// collector a copy) is refused before any copy. The buffer then grows as
+// bytes really arrive.
+func readImage(fd int, id uint32, size uint64) ([]byte, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(fds[0], &st); err != nil {
-		return req, fmt.Errorf("PATCH %d: fstat of the image memfd: %w", req.ID, err)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("PATCH %d: fstat of the image memfd: %w", id, err)
 	}
-	// Only shmem files (memfds) have seals: a FIFO, socket or FUSE file
-	// could make the reads below block.
-	if _, err := unix.FcntlInt(uintptr(fds[0]), unix.F_GET_SEALS, 0); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return req, fmt.Errorf("PATCH %d: the image descriptor (mode %#o) is not a memfd", req.ID, st.Mode)
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size:
+		return nil, fmt.Errorf("PATCH %d: image memfd is %d bytes (mode %#o), image_size says %d", id, st.Size, st.Mode, size)
+	case st.Size > MaxImage:
+		return nil, fmt.Errorf("PATCH %d: image memfd is %d bytes, over the %d-byte limit (MaxImage)", id, st.Size, MaxImage)
+	case uint64(st.Blocks)*512 < size:
+		return nil, fmt.Errorf("PATCH %d: image memfd of %d bytes is sparse (%d bytes allocated): refused", id, st.Size, st.Blocks*512)
+	case !sealable(fd):
+		// Only shmem files (memfds) have seals: a FUSE or network file
+		// could make the reads below block.
+		return nil, fmt.Errorf("PATCH %d: the image descriptor is no memfd (F_GET_SEALS fails)", id)
 	}
-	if uint64(st.Size) < size {
-		return req, fmt.Errorf("PATCH %d: image memfd is %d bytes (mode %#o), image_size says %d", req.ID, st.Size, st.Mode, size)
-	}
-	req.Image = make([]byte, size)
-	for off := 0; off < len(req.Image); {
-		n, err := unix.Pread(fds[0], req.Image[off:], int64(off))
+	img := make([]byte, 0, min(size, 1<<20))
+	for uint64(len(img)) < size {
+		if len(img) == cap(img) {
+			img = append(img, 0)[:len(img)] // room to grow, by append's doubling
+		}
+		room := img[len(img):min(uint64(cap(img)), size)]
+		n, err := unix.Pread(fd, room, int64(len(img)))
 		if err != nil {
-			return req, fmt.Errorf("PATCH %d: reading the image memfd at offset %d: %w", req.ID, off, err)
+			return nil, fmt.Errorf("PATCH %d: reading the image memfd at offset %d: %w", id, len(img), err)
 		}
 		if n == 0 {
-			return req, fmt.Errorf("PATCH %d: image memfd ends at offset %d of %d", req.ID, off, size)
+			return nil, fmt.Errorf("PATCH %d: image memfd ends at offset %d of %d", id, len(img), size)
 		}
-		off += n
+		img = img[:len(img)+n]
 	}
-	return req, nil
+	return img, nil
 }
 
 // answer runs the owner's Patch callback and encodes PATCHED (with the
@@ -222,11 +229,8 @@ func (s *Server) answer(peer *Peer, req *PatchRequest, log *zap.Logger) ([]byte,
 	return frame, f
 }
 
-// imageSeals make a memfd's contents final: no shrinking, growing or
-// writing, and no changing the seals.
-const imageSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
-
-// memfdWith returns a memfd holding b, sealed with imageSeals.
+// memfdWith returns a memfd holding b, sealed against any change: the
+// shim refuses a patched image without F_SEAL_WRITE|F_SEAL_SHRINK.
 func memfdWith(name string, b []byte) (*os.File, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
@@ -237,7 +241,8 @@ func memfdWith(name string, b []byte) (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("agent: writing %d bytes to a memfd: %w", len(b), err)
 	}
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, imageSeals); err != nil {
+	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("agent: sealing a memfd: %w", err)
 	}

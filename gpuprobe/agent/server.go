@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sync/semaphore"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -35,8 +33,12 @@ type Options struct {
 	FrameTimeout     time.Duration // a frame's rest must arrive this soon after its first byte (default DefaultFrameTimeout)
 	IdleTimeout      time.Duration // a silent session is checked for mapped regions this often (default DefaultIdleTimeout)
 	PatchTimeout     time.Duration // bound on answering one PATCH once read (default DefaultPatchTimeout)
-	MaxImageBytes    int64         // most bytes of PATCH images held at once, all sessions together (default DefaultMaxImageBytes)
 	Logger           *zap.Logger   // default: no logging
+	// ImageMemory bounds the bytes of PATCH images held at once, all
+	// clients together (default DefaultImageMemory); a PATCH that finds
+	// no room within ImageWait (default 2 s) is answered NOPATCH.
+	ImageMemory int64
+	ImageWait   time.Duration
 }
 
 // Defaults of Options.
@@ -48,7 +50,6 @@ const (
 	DefaultMaxConnsPerUID   = 64
 	DefaultFrameTimeout     = 5 * time.Second
 	DefaultIdleTimeout      = 5 * time.Minute
-	DefaultMaxImageBytes    = 4 * MaxImage
 )
 
 // Peer is one connected client.
@@ -112,20 +113,20 @@ type Callbacks struct {
 	// 4). A *NoPatch error is sent as is; any other error as NOPATCH code
 	// 3 with its text. Calls for one peer never overlap.
 	Patch func(p *Peer, req *PatchRequest) (*Patched, error)
-	// PatchRejected, if set, is called for a PATCH answered NOPATCH
-	// before Patch ran (its image could not be read), with the reason.
-	PatchRejected func(p *Peer, err error)
+	// PatchRefused, if set, is called when a PATCH is answered NOPATCH
+	// without reaching Patch (a bad frame, an oversized or sparse image
+	// memfd, no room in Options.ImageMemory), with the reason.
+	PatchRefused func(p *Peer, id uint32, err error)
 }
 
 // Stats count the server's connections.
 type Stats struct {
-	Accepted      uint64 // connections whose handshake succeeded
-	Rejected      uint64 // connections refused by the peer-credential check
-	Failed        uint64 // connections that failed the handshake otherwise (limits included)
-	Active        int64  // connections open now
-	Evicted       uint64 // connections closed before HELLO to make room for newer ones
-	Reclaimed     uint64 // idle sessions ended because their process mapped none of their regions
-	PatchRejected uint64 // PATCH requests answered NOPATCH because their image could not be read
+	Accepted  uint64 // connections whose handshake succeeded
+	Rejected  uint64 // connections refused by the peer-credential check
+	Failed    uint64 // connections that failed the handshake otherwise (limits included)
+	Active    int64  // connections open now
+	Evicted   uint64 // connections closed before HELLO to make room for newer ones
+	Reclaimed uint64 // idle sessions ended because their process mapped none of their regions
 }
 
 // Server is the agent socket server.
@@ -141,18 +142,16 @@ type Server struct {
 	slots  slots // admission counts (admit.go)
 	closed bool
 	wg     sync.WaitGroup
-	images *semaphore.Weighted // PATCH image bytes held (Options.MaxImageBytes)
-	ctx    context.Context     // canceled by Close: ends waits for images
-	cancel context.CancelFunc
 
-	session       atomic.Uint32
-	accepted      atomic.Uint64
-	rejected      atomic.Uint64
-	failed        atomic.Uint64
-	active        atomic.Int64
-	evicted       atomic.Uint64
-	reclaimed     atomic.Uint64
-	patchRejected atomic.Uint64
+	images *Budget // Options.ImageMemory
+
+	session   atomic.Uint32
+	accepted  atomic.Uint64
+	rejected  atomic.Uint64
+	failed    atomic.Uint64
+	active    atomic.Int64
+	evicted   atomic.Uint64
+	reclaimed atomic.Uint64
 }
 
 // Listen creates the socket and starts serving. A stale socket file at
@@ -198,8 +197,7 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 		return nil, fmt.Errorf("agent: moving the socket to %s: %w", opts.Path, err)
 	}
 	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]*connState{}, slots: newSlots(),
-		images: semaphore.NewWeighted(opts.MaxImageBytes)}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+		images: NewBudget(opts.ImageMemory, opts.ImageWait)}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Info("agent socket listening", zap.String("path", opts.Path), zap.Stringer("mode", opts.Mode))
@@ -225,9 +223,10 @@ func setDefaults(o *Options) {
 	defn(&o.MaxPendingPerUID, min(DefaultMaxPendingPerUID, o.MaxPending))
 	defn(&o.MaxConns, DefaultMaxConns)
 	defn(&o.MaxConnsPerUID, min(DefaultMaxConnsPerUID, o.MaxConns))
-	if o.MaxImageBytes <= 0 {
-		o.MaxImageBytes = DefaultMaxImageBytes
+	if o.ImageMemory <= 0 {
+		o.ImageMemory = DefaultImageMemory
 	}
+	def(&o.ImageWait, 2*time.Second)
 }
 
 // removeStale removes a socket file nobody listens on.
@@ -259,7 +258,7 @@ func (s *Server) Path() string { return s.opts.Path }
 // Stats returns the connection counters.
 func (s *Server) Stats() Stats {
 	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load(),
-		Evicted: s.evicted.Load(), Reclaimed: s.reclaimed.Load(), PatchRejected: s.patchRejected.Load()}
+		Evicted: s.evicted.Load(), Reclaimed: s.reclaimed.Load()}
 }
 
 // Close stops accepting, closes every connection, waits for their
@@ -272,7 +271,6 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	s.cancel()
 	err := s.ln.Close()
 	for c := range s.conns {
 		c.Close()
@@ -441,6 +439,9 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	}
 	s.accepted.Add(1)
 	log.Info("agent: client connected", zap.Int("regions", len(offers)))
+	if hello.Flags&HelloReconnect != 0 {
+		log.Warn("agent: client reconnected", zap.Uint32("earlier_sessions", hello.Sessions), zap.Uint64("lost_records", hello.Lost))
+	}
 	c.SetDeadline(time.Time{})
 	// The session lasts until the client closes (or Close closes us); in
 	// between, the client may send PATCH requests.

@@ -88,11 +88,22 @@ const (
 	knownFlags             = FlagNoHeader
 )
 
+// HelloReconnect (HELLO flags bit 0): the client had sessions before this
+// one; the reconnect extension follows the name.
+const HelloReconnect uint32 = 1
+
+// helloExt is the size of the reconnect extension.
+const helloExt = 16
+
 // Hello is what a client says about itself.
 type Hello struct {
 	PID   uint32 // the client's pid
 	Flags uint32 // client feature bits
 	Name  string // process name
+	// With Flags&HelloReconnect: records the client produced that no
+	// collector read (lost), and how many sessions it had before.
+	Lost     uint64
+	Sessions uint32
 }
 
 // RegionInfo describes one region of a WELCOME.
@@ -181,6 +192,11 @@ func MarshalHello(h Hello) ([]byte, error) {
 	p = le.AppendUint32(p, h.Flags)
 	p = le.AppendUint32(p, uint32(len(h.Name)))
 	p = append(p, h.Name...)
+	if h.Flags&HelloReconnect != 0 {
+		p = le.AppendUint64(p, h.Lost)
+		p = le.AppendUint32(p, h.Sessions)
+		p = le.AppendUint32(p, 0)
+	}
 	return appendFrame(nil, FrameHello, p), nil
 }
 
@@ -195,10 +211,20 @@ func UnmarshalHello(p []byte) (Hello, error) {
 	if n > MaxNameLen {
 		return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO name_len %d at payload offset 8 exceeds %d", n, MaxNameLen)}
 	}
-	if int(n) != len(p)-12 {
-		return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO name_len %d at payload offset 8, but %d name bytes follow", n, len(p)-12)}
+	ext := 0
+	if h.Flags&HelloReconnect != 0 {
+		ext = helloExt
 	}
-	h.Name = string(p[12:])
+	if int(n)+ext != len(p)-12 {
+		return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO name_len %d at payload offset 8 (+%d extension bytes), but %d bytes follow", n, ext, len(p)-12)}
+	}
+	h.Name = string(p[12 : 12+n])
+	if ext != 0 {
+		h.Lost, h.Sessions = le.Uint64(p[12+n:]), le.Uint32(p[20+n:])
+		if r := le.Uint32(p[24+n:]); r != 0 {
+			return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO reconnect extension reserved %#x at payload offset %d, want 0", r, 24+n)}
+		}
+	}
 	return h, nil
 }
 

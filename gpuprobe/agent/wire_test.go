@@ -11,7 +11,8 @@ import (
 )
 
 func TestWireRoundTrip(t *testing.T) {
-	hellos := []Hello{{}, {PID: 77, Flags: 3, Name: "python3"}, {Name: strings.Repeat("n", MaxNameLen)}}
+	hellos := []Hello{{}, {PID: 77, Flags: 3, Name: "python3"}, {Name: strings.Repeat("n", MaxNameLen)},
+		{PID: 5, Flags: HelloReconnect, Name: "app", Lost: 1 << 40, Sessions: 2}}
 	for _, h := range hellos {
 		b, err := MarshalHello(h)
 		if err != nil {

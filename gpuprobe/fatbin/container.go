@@ -171,31 +171,12 @@ func (e *Entry) Size() uint64 {
 // Data returns the image: decompressed, and for PTX without the
 // terminating NUL and padding, so that it equals what cuobjdump
 // --extract-ptx / --extract-elf writes. Uncompressed data aliases the
-// parsed input; decompressed data is a new slice.
-func (e *Entry) Data() ([]byte, error) {
-	data, err := e.inflate()
-	if err != nil {
-		return nil, err
-	}
-	if e.Kind == KindPTX {
-		// The text ends at the first NUL: after it come only the
-		// terminator and padding.
-		for i, c := range data {
-			if c == 0 {
-				return data[:i], nil
-			}
-		}
-	}
-	return data, nil
-}
+// parsed input; decompressed data is a new slice. Decompression is bound
+// by DefaultLimits (an Inflater applies others).
+func (e *Entry) Data() ([]byte, error) { return NewInflater(DefaultLimits).Data(e) }
 
-// PTX returns the PTX text of a PTX entry.
-func (e *Entry) PTX() ([]byte, error) {
-	if e.Kind != KindPTX {
-		return nil, fmt.Errorf("fatbin: entry at offset %#x is %s, not PTX", e.Offset, e.Kind)
-	}
-	return e.Data()
-}
+// PTX returns the PTX text of a PTX entry, under DefaultLimits.
+func (e *Entry) PTX() ([]byte, error) { return NewInflater(DefaultLimits).PTX(e) }
 
 // FileName returns the name cuobjdump gives the entry when it lists or
 // extracts it: "<name>.sm_80.ptx" for a named entry, otherwise

@@ -13,6 +13,10 @@ const stoEntry = 0x10
 // ELF structures itself because debug/elf refuses cubins (their e_version
 // holds the CUDA version, not 1). Offsets in errors are within the cubin.
 func CubinKernels(cubin []byte) ([]string, error) {
+	// maxSymbolName bounds a kernel name (mangled C++ names run to a few
+	// hundred bytes), so that the names copied stay under
+	// maxSymbolName / 24 times the cubin's size.
+	const maxSymbolName = 4096
 	le := binary.LittleEndian
 	if Classify(cubin) != ImageCubin {
 		return nil, formatErr(0, "not a cubin (ELF with e_machine %d)", emCUDA)
@@ -78,6 +82,11 @@ func CubinKernels(cubin []byte) ([]string, error) {
 			n := bytes.IndexByte(strs[name:], 0)
 			if n < 0 {
 				n = len(strs) - int(name)
+			}
+			if n > maxSymbolName {
+				// Symbols that all name one long string would copy it
+				// once each: quadratic in the cubin's size.
+				return nil, formatErr(int64(s.off+off), "symbol name of %d bytes, over the %d-byte limit", n, maxSymbolName)
 			}
 			out = append(out, string(strs[name:int(name)+n]))
 		}

@@ -89,6 +89,24 @@ type cacheEntry struct {
 	key    Key
 	module []byte
 	report Report
+	size   int // bytes counted against maxBytes: the module and reportSize
+}
+
+// reportSize estimates the bytes a cached Report holds: its kernels'
+// (a module may have thousands, whose names are client-chosen), programs'
+// and globals' descriptions.
+func reportSize(r *Report) int {
+	n := 256
+	for _, k := range r.Kernels {
+		n += 160 + len(k.Name) + 16*(len(k.Entry)+len(k.Exit)+len(k.MemCapture))
+	}
+	for _, p := range r.Programs {
+		n += 96 + len(p.Name) + len(p.Func) + 16*len(p.Kernels)
+	}
+	for _, u := range r.Unmatched {
+		n += 16 + len(u)
+	}
+	return n + 128*len(r.Globals)
 }
 
 // NewInjector returns an Injector that keeps at most maxEntries results
@@ -130,18 +148,19 @@ func (in *Injector) Inject(module []byte, progs []*jit.Program, opts Options) ([
 func (in *Injector) add(key Key, module []byte, rep *Report) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if _, ok := in.index[key]; ok || len(module) > in.maxBytes {
+	size := len(module) + reportSize(rep)
+	if _, ok := in.index[key]; ok || size > in.maxBytes {
 		return
 	}
-	e := &cacheEntry{key: key, module: append([]byte(nil), module...), report: *rep}
+	e := &cacheEntry{key: key, module: append([]byte(nil), module...), report: *rep, size: size}
 	in.index[key] = in.lru.PushFront(e)
-	in.bytes += len(module)
+	in.bytes += size
 	for in.lru.Len() > in.maxEntries || in.bytes > in.maxBytes {
 		old := in.lru.Back()
 		oe := old.Value.(*cacheEntry)
 		in.lru.Remove(old)
 		delete(in.index, oe.key)
-		in.bytes -= len(oe.module)
+		in.bytes -= oe.size
 		in.stats.Evictions++
 	}
 }

@@ -47,6 +47,9 @@ type Options struct {
 	// launches sampling::device_one_in leaves out: they run the kernel's
 	// own code and a branch per site. LaunchIDParam mode only.
 	SkipUnidentified bool
+	// Limits bound the parse of the module (zero: ptxmod.DefaultLimits);
+	// past one, Inject fails with an error wrapping ptxmod.ErrLimit.
+	Limits ptxmod.Limits
 	// PTX are the code generation options of the programs (PidTgid,
 	// LoopBudget, HostCallTimeout, AssumeAligned, Comments). Arch and
 	// Prefix are set by the injector.
@@ -145,7 +148,11 @@ type Global struct {
 // programs after every ld/st.global. Kernels no program targets stay
 // byte-identical, and so does every other byte outside the edits.
 func Inject(module []byte, progs []*jit.Program, opts Options) ([]byte, *Report, error) {
-	m, err := ptxmod.Parse(module)
+	lim := opts.Limits
+	if lim == (ptxmod.Limits{}) {
+		lim = ptxmod.DefaultLimits
+	}
+	m, err := ptxmod.ParseLimits(module, lim)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inject: parse module: %w", err)
 	}

@@ -1,6 +1,7 @@
 package patcher
 
 import (
+	"encoding/binary"
 	"errors"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/jit/ptx"
+	"github.com/gpuprobe/gpuprobe/shm"
 )
 
 // Skip says that one program was left out of one module because it could
@@ -125,25 +127,33 @@ func (m *missTracker) culprits(err error, progs []*jit.Program, gs []inject.Glob
 }
 
 // bindMailbox points the programs' mailbox globals (out, built from gs by
-// globals, which leaves them 0) at the client's mailbox region, if it has
-// one.
+// globals, which leaves them 0) at the client's mailbox region, and their
+// mailbox-locks globals at the region's lock block (shm "Mailbox"), if it
+// has one. Without a lock block (a binding without RingBlock) both stay 0
+// and host calls fail fast: requesters of one mailbox must share locks.
 func bindMailbox(out []agent.PatchedGlobal, gs []inject.Global, bind Binder) {
-	names := map[string]bool{}
+	kinds := map[string]ptx.GlobalKind{}
 	for _, g := range gs {
-		if g.Kind == ptx.GlobalMailbox {
-			names[g.Name] = true
+		if g.Kind == ptx.GlobalMailbox || g.Kind == ptx.GlobalMailboxLocks {
+			kinds[g.Name] = g.Kind
 		}
 	}
-	if len(names) == 0 {
+	if len(kinds) == 0 {
 		return
 	}
 	b, ok := bind(MailboxBinding)
-	if !ok {
+	if !ok || len(b.RingBlock) < shm.MailboxLocksHeader {
 		return
 	}
+	slots := binary.LittleEndian.Uint32(b.RingBlock[shm.MailboxLocksSlots:])
 	for i := range out {
-		if names[out[i].Name] {
+		switch kinds[out[i].Name] {
+		case ptx.GlobalMailbox:
 			out[i].Kind, out[i].Region, out[i].Value = agent.GlobalRegion, b.Region, 0
+		case ptx.GlobalMailboxLocks:
+			out[i].Kind, out[i].Region, out[i].Value = agent.GlobalRingBlock, b.Region, 0
+			out[i].Size = shm.MailboxLocksHeader + uint64(slots)*shm.MailboxLockSize
+			out[i].Init = b.RingBlock
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package patcher
 
 import (
+	"bytes"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/shm"
 )
 
 // TestPatchLeavesFailingProgramOut: a user program that cannot be patched
@@ -102,18 +104,25 @@ func TestPatchBindsMailbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	img := build(t, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
+	lockHdr := make([]byte, shm.MailboxLocksHeader)
+	lockHdr[shm.MailboxLocksSlots] = 4 // 4 slots
+	const lockSize = shm.MailboxLocksHeader + 4*shm.MailboxLockSize
 	for _, tc := range []struct {
-		name    string
-		mailbox bool
-		want    agent.PatchedGlobal
+		name          string
+		mailbox       bool
+		locks         []byte
+		want, wantLck agent.PatchedGlobal
 	}{
-		{"with a mailbox", true, agent.PatchedGlobal{Kind: agent.GlobalRegion, Region: 7}},
-		{"without", false, agent.PatchedGlobal{Kind: agent.GlobalConst}},
+		{"with a mailbox", true, lockHdr, agent.PatchedGlobal{Kind: agent.GlobalRegion, Region: 7},
+			agent.PatchedGlobal{Kind: agent.GlobalRingBlock, Region: 7, Size: lockSize}},
+		// Without a lock block host calls fail fast: no mailbox either.
+		{"a mailbox without locks", true, nil, agent.PatchedGlobal{Kind: agent.GlobalConst}, agent.PatchedGlobal{Kind: agent.GlobalConst}},
+		{"without", false, lockHdr, agent.PatchedGlobal{Kind: agent.GlobalConst}, agent.PatchedGlobal{Kind: agent.GlobalConst}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bind := func(name string) (Binding, bool) {
 				if name == MailboxBinding {
-					return Binding{Region: 7}, tc.mailbox
+					return Binding{Region: 7, RingBlock: tc.locks}, tc.mailbox
 				}
 				return Binding{Region: 1, Lanes: 1}, true
 			}
@@ -121,14 +130,25 @@ func TestPatchBindsMailbox(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			n := 0
+			n, nl := 0, 0
 			for _, g := range a.Globals {
-				if strings.HasSuffix(g.Name, "_mailbox") {
+				switch {
+				case strings.HasSuffix(g.Name, "_mailbox"):
 					n++
 					if g.Kind != tc.want.Kind || g.Region != tc.want.Region || g.Value != 0 {
 						t.Errorf("%s: %+v, want %+v", g.Name, g, tc.want)
 					}
+				case strings.HasSuffix(g.Name, "_mailbox_locks"):
+					nl++
+					w := tc.wantLck
+					if g.Kind != w.Kind || g.Region != w.Region || g.Size != w.Size || g.Value != 0 ||
+						(w.Kind == agent.GlobalRingBlock && !bytes.Equal(g.Init, tc.locks)) {
+						t.Errorf("%s: %+v, want %+v", g.Name, g, w)
+					}
 				}
+			}
+			if nl != n {
+				t.Errorf("%d mailbox globals, %d lock-block globals", n, nl)
 			}
 			if n == 0 {
 				t.Fatalf("no mailbox global in %+v", a.Globals)

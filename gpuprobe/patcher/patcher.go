@@ -5,6 +5,8 @@
 // kernel's hidden launch-id parameter goes and how to set each module
 // global (a shared-memory region's device address, a constant, a ring's
 // device reservation block, or device memory private to the module).
+// Each PATCH is bounded by Limits and all of them together by
+// Limits.MaxMemory (package agent's comment, "Limits").
 package patcher
 
 import (
@@ -66,13 +68,16 @@ type Options struct {
 	// CacheEntries and CacheBytes bound the injection cache (defaults 256
 	// entries, 256 MiB).
 	CacheEntries, CacheBytes int
+	// Limits bound each PATCH and the memory of all of them together
+	// (zero fields: DefaultLimits').
+	Limits Limits
 }
 
 // Binding says where one map of the programs lives for one client.
 type Binding struct {
 	Region    uint32 // index of the map's region in the client's WELCOME (a kernel map's: its RoleKernelMap region)
 	Lanes     uint64 // the region's lanes (per-thread and per-warp arrays), else 1
-	RingBlock []byte // rings with RingDevice: initial device block (shm.Ring.DeviceBlock)
+	RingBlock []byte // rings with RingDevice: initial device block (shm.Ring.DeviceBlock); the mailbox: its lock block's header (shm.Mailbox.LockBlock)
 }
 
 // Binder returns the binding of a map by name, or false when the client
@@ -86,8 +91,9 @@ type Binder func(mapName string) (Binding, bool)
 const ClockBinding = "<clock>"
 
 // MailboxBinding is the name a Binder is asked for the client's host-call
-// mailbox region (RoleMailbox); false: none, and host-call helpers return
-// -ETIMEDOUT at once.
+// mailbox region (RoleMailbox), with its lock block's header in RingBlock;
+// false or no RingBlock: none, and host-call helpers return -ETIMEDOUT at
+// once.
 const MailboxBinding = "<mailbox>"
 
 // Patcher answers PATCH requests. It is safe for concurrent use.
@@ -95,7 +101,8 @@ type Patcher struct {
 	opts       Options
 	deviceOnly map[string]bool
 	inj        *inject.Injector
-	failed     failCache // program sets whose injection failed, by key
+	failed     failCache     // program sets whose injection failed, by key
+	mem        *agent.Budget // Limits.MaxMemory
 }
 
 // New returns a Patcher for a program set.
@@ -112,11 +119,13 @@ func New(opts Options) (*Patcher, error) {
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = 256 << 20
 	}
+	opts.Limits = opts.Limits.withDefaults()
 	inj, err := inject.NewInjector(opts.CacheEntries, opts.CacheBytes)
 	if err != nil {
 		return nil, fmt.Errorf("patcher: %w", err)
 	}
-	p := &Patcher{opts: opts, deviceOnly: map[string]bool{}, inj: inj}
+	p := &Patcher{opts: opts, deviceOnly: map[string]bool{}, inj: inj,
+		mem: agent.NewBudget(opts.Limits.MaxMemory, opts.Limits.MaxWait)}
 	for _, n := range opts.DeviceOnly {
 		p.deviceOnly[n] = true
 	}
@@ -133,9 +142,19 @@ func noPatch(code agent.NoPatchCode, format string, args ...any) error {
 
 // SelectPTX returns the PTX text of an image that suits a device of SM
 // arch: the PTX entry of the highest architecture not above arch (loose
-// PTX text always suits). It fails with code NoPatchNoPTX when there is
-// none.
+// PTX text always suits), inflated under DefaultLimits.Inflate. It fails
+// with code NoPatchNoPTX when there is none.
 func SelectPTX(image []byte, arch uint32) ([]byte, error) {
+	e, err := selectEntry(image, arch)
+	if err != nil {
+		return nil, err
+	}
+	return inflate(e, DefaultLimits.Inflate)
+}
+
+// selectEntry returns the PTX entry of an image that suits a device of
+// SM arch, not inflated.
+func selectEntry(image []byte, arch uint32) (*fatbin.Entry, error) {
 	f, err := fatbin.ParseImage(image)
 	if err != nil {
 		return nil, noPatch(agent.NoPatchError, "parsing the %d-byte image: %v", len(image), err)
@@ -166,21 +185,45 @@ func SelectPTX(image []byte, arch uint32) ([]byte, error) {
 	if len(best) > 1 {
 		return nil, noPatch(agent.NoPatchError, "%d PTX entries for %s (separate translation units cannot be loaded as one module)", len(best), best[0].ArchName())
 	}
-	text, err := best[0].PTX()
+	return best[0], nil
+}
+
+// inflate returns the text of a PTX entry under limits l.
+func inflate(e *fatbin.Entry, l fatbin.Limits) ([]byte, error) {
+	text, err := fatbin.NewInflater(l).PTX(e)
 	if err != nil {
-		return nil, noPatch(agent.NoPatchError, "PTX entry %s: %v", best[0].ArchName(), err)
+		return nil, noPatch(agent.NoPatchError, "PTX entry %s at offset %#x: %v", e.ArchName(), e.Offset, err)
 	}
 	return text, nil
 }
 
 // Patch patches the image of a PATCH request for one client, whose map
-// regions bind resolves. Errors are *agent.NoPatch.
+// regions bind resolves. Errors are *agent.NoPatch. The work is bounded
+// by Options.Limits: the inflated text is reserved from Limits.MaxMemory
+// before inflating, the parse and injection before parsing.
 func (p *Patcher) Patch(req *agent.PatchRequest, bind Binder) (*agent.Patched, error) {
-	text, err := SelectPTX(req.Image, req.Arch)
+	e, err := selectEntry(req.Image, req.Arch)
 	if err != nil {
 		return nil, err
 	}
-	return p.patchIsolated(text, p.injectOptions(req.Arch), bind)
+	release, err := p.reserve(inflateCost(e, p.opts.Limits.Inflate),
+		fmt.Sprintf("inflating PTX entry %s at offset %#x", e.ArchName(), e.Offset))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	text, err := inflate(e, p.opts.Limits.Inflate)
+	if err != nil {
+		return nil, err
+	}
+	release2, err := p.admit(text)
+	if err != nil {
+		return nil, err
+	}
+	defer release2()
+	opts := p.injectOptions(req.Arch)
+	opts.Limits = p.opts.Limits.Parse
+	return p.patchIsolated(text, opts, bind)
 }
 
 // injectOptions are the injection options for a device of SM arch.
@@ -291,7 +334,7 @@ func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGloba
 			if b, ok := bind(ClockBinding); ok {
 				pg.Kind, pg.Region, pg.Value = agent.GlobalRegion, b.Region, shm.DataOffset
 			}
-		case ptx.GlobalMailbox, ptx.GlobalLaunchID:
+		case ptx.GlobalMailbox, ptx.GlobalMailboxLocks, ptx.GlobalLaunchID:
 			// 0: no host-call mailbox yet (host-call helpers fail fast);
 			// the launch id comes by parameter.
 		default:

@@ -1,6 +1,7 @@
 package ptxmod
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 )
@@ -19,17 +20,18 @@ const (
 // token is a span of the source; the bytes before it back to the end of
 // the previous token are its leading trivia (white space and comments).
 type token struct {
-	kind tokKind
 	pos  int // first byte
 	end  int // one past the last byte
+	kind tokKind
 	nl   bool
 }
 
 // lexer splits PTX source into tokens. It never copies text: tokens are
 // offsets into src.
 type lexer struct {
-	src   []byte
-	lines []int // offset of the first byte of each line
+	src       []byte
+	lines     []int32 // offset of the first byte of each line (sources are < 2 GiB: Limits.MaxBytes)
+	maxTokens int     // Limits.MaxTokens
 }
 
 // SyntaxError reports malformed PTX at a line and column.
@@ -43,27 +45,39 @@ func (e *SyntaxError) Error() string {
 	return fmt.Sprintf("ptx: %d:%d: %s", e.Line, e.Col, e.Msg)
 }
 
-func newLineTable(src []byte) []int {
-	lines := []int{0}
+// newLineTable returns the offset of each line, in a slice of exactly
+// that size (counted first: 4 bytes a line, no garbage from growing).
+func newLineTable(src []byte) []int32 {
+	lines := make([]int32, 1, bytes.Count(src, []byte{'\n'})+1)
 	for i, c := range src {
 		if c == '\n' {
-			lines = append(lines, i+1)
+			lines = append(lines, int32(i+1))
 		}
 	}
 	return lines
 }
 
 // position returns the 1-based line and column of a byte offset.
-func position(lines []int, off int) (line, col int) {
-	i := sort.Search(len(lines), func(i int) bool { return lines[i] > off }) - 1
+func position(lines []int32, off int) (line, col int) {
+	i := sort.Search(len(lines), func(i int) bool { return int(lines[i]) > off }) - 1
 	if i < 0 {
 		i = 0
 	}
-	return i + 1, off - lines[i] + 1
+	return i + 1, off - int(lines[i]) + 1
+}
+
+// position returns the line and column of an offset, from the line
+// table, or without one (Cost builds none) by counting.
+func (lx *lexer) position(off int) (line, col int) {
+	if lx.lines != nil {
+		return position(lx.lines, off)
+	}
+	nl := bytes.LastIndexByte(lx.src[:off], '\n')
+	return bytes.Count(lx.src[:off], []byte{'\n'}) + 1, off - nl
 }
 
 func (lx *lexer) errorf(off int, format string, args ...any) error {
-	line, col := position(lx.lines, off)
+	line, col := lx.position(off)
 	return &SyntaxError{Line: line, Col: col, Msg: fmt.Sprintf(format, args...)}
 }
 
@@ -85,10 +99,25 @@ func isSpace(c byte) bool {
 const punct = "{}()[];,:@!+-<>=|*/~&^?"
 
 // tokenize returns the tokens of src, ending with a tokEOF whose pos is
-// len(src) (its trivia is the end of the file).
+// len(src) (its trivia is the end of the file). A first pass counts the
+// tokens (stopping past lx.maxTokens) in a small reused buffer, so the
+// slice returned is allocated once at its exact size: nothing is
+// reserved from len(src), and no garbage is left by growing.
 func (lx *lexer) tokenize() ([]token, error) {
+	_, n, err := lx.scan(make([]token, 0, 1<<10), true)
+	if err != nil {
+		return nil, err
+	}
+	toks, _, err := lx.scan(make([]token, 0, n), false)
+	return toks, err
+}
+
+// scan tokenizes src into toks and returns them and their number. With
+// count set it reuses toks whenever it is full and returns only the
+// number.
+func (lx *lexer) scan(toks []token, count bool) ([]token, int, error) {
 	src := lx.src
-	toks := make([]token, 0, len(src)/4)
+	seen := 0 // tokens dropped from a full counting buffer
 	i := 0
 	for {
 		// Trivia: white space and comments.
@@ -118,7 +147,7 @@ func (lx *lexer) tokenize() ([]token, error) {
 					i++
 				}
 				if i+1 >= len(src) {
-					return nil, lx.errorf(start, "unterminated /* comment")
+					return nil, 0, lx.errorf(start, "unterminated /* comment")
 				}
 				i += 2
 				continue
@@ -127,9 +156,21 @@ func (lx *lexer) tokenize() ([]token, error) {
 		}
 		if i >= len(src) {
 			toks = append(toks, token{kind: tokEOF, pos: i, end: i, nl: nl})
-			return toks, nil
+			if count {
+				return nil, seen + len(toks), nil
+			}
+			return toks, len(toks), nil
+		}
+		if count && len(toks) == cap(toks) {
+			seen += len(toks)
+			toks = toks[:0]
 		}
 		start := i
+		if seen+len(toks) >= lx.maxTokens {
+			line, col := lx.position(start)
+			return nil, 0, &LimitError{Line: line, Col: col, Limit: "Limits.MaxTokens",
+				What: fmt.Sprintf("more than %d tokens", lx.maxTokens)}
+		}
 		c := src[i]
 		var kind tokKind
 		switch {
@@ -163,12 +204,12 @@ func (lx *lexer) tokenize() ([]token, error) {
 					i++
 				}
 				if i < len(src) && src[i] == '\n' {
-					return nil, lx.errorf(start, "string not closed before the end of the line")
+					return nil, 0, lx.errorf(start, "string not closed before the end of the line")
 				}
 				i++
 			}
 			if i >= len(src) {
-				return nil, lx.errorf(start, "string not closed before the end of the file")
+				return nil, 0, lx.errorf(start, "string not closed before the end of the file")
 			}
 			i++
 		case indexOf(punct, c) >= 0:
@@ -176,11 +217,11 @@ func (lx *lexer) tokenize() ([]token, error) {
 			i++
 		default:
 			if c < 0x20 || c >= 0x7f {
-				return nil, lx.errorf(start, "unexpected byte %#02x", c)
+				return nil, 0, lx.errorf(start, "unexpected byte %#02x", c)
 			}
-			return nil, lx.errorf(start, "unexpected character %q", c)
+			return nil, 0, lx.errorf(start, "unexpected character %q", c)
 		}
-		toks = append(toks, token{kind: kind, pos: start, end: i, nl: nl || len(toks) == 0})
+		toks = append(toks, token{kind: kind, pos: start, end: i, nl: nl || seen+len(toks) == 0})
 	}
 }
 

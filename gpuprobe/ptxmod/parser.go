@@ -12,7 +12,7 @@ import (
 // byte-identical.
 type Module struct {
 	src   []byte
-	lines []int
+	lines []int32
 	edits []edit
 	seq   int
 
@@ -63,16 +63,25 @@ func (m *Module) Func(name string) *Func {
 
 // parser turns tokens into a Module.
 type parser struct {
-	lx   lexer
-	toks []token
-	i    int
-	m    *Module
+	lx       lexer
+	toks     []token
+	i        int
+	m        *Module
+	maxFuncs int // Limits.MaxFuncs
 }
 
-// Parse parses a PTX module. src must not be modified while the Module
-// is in use.
-func Parse(src []byte) (*Module, error) {
-	p := &parser{lx: lexer{src: src, lines: newLineTable(src)}}
+// Parse parses a PTX module under DefaultLimits. src must not be
+// modified while the Module is in use.
+func Parse(src []byte) (*Module, error) { return ParseLimits(src, DefaultLimits) }
+
+// ParseLimits parses a PTX module under limits l: past one, it stops with
+// a *LimitError.
+func ParseLimits(src []byte, l Limits) (*Module, error) {
+	if len(src) > l.MaxBytes {
+		return nil, &LimitError{Line: 1, Col: 1, Limit: "Limits.MaxBytes",
+			What: fmt.Sprintf("%d bytes of PTX, more than %d", len(src), l.MaxBytes)}
+	}
+	p := &parser{lx: lexer{src: src, lines: newLineTable(src), maxTokens: l.MaxTokens}, maxFuncs: l.MaxFuncs}
 	toks, err := p.lx.tokenize()
 	if err != nil {
 		return nil, err
@@ -134,6 +143,11 @@ func (p *parser) module() error {
 			p.next()
 		}
 		if w := p.peek(); p.is(w, ".entry") || p.is(w, ".func") {
+			if len(p.m.Funcs) >= p.maxFuncs {
+				line, col := position(p.lx.lines, p.toks[start].pos)
+				return &LimitError{Line: line, Col: col, Limit: "Limits.MaxFuncs",
+					What: fmt.Sprintf("more than %d functions", p.maxFuncs)}
+			}
 			f, err := p.function(start, linkage)
 			if err != nil {
 				return err

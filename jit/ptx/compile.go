@@ -269,6 +269,8 @@ func (c *compiler) addGlobal(kind GlobalKind, mapName string) string {
 		name = c.o.Prefix + "_map_" + Sanitize(mapName) + "_lanes"
 	case GlobalClock:
 		name = c.o.Prefix + "_clock"
+	case GlobalMailboxLocks:
+		name = c.o.Prefix + "_mailbox_locks"
 	}
 	if c.globalSet == nil {
 		c.globalSet = make(map[string]bool)

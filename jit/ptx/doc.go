@@ -157,15 +157,20 @@
 // With Options.Conformance, id 5 is bpf_conformance's "unwind" instead.
 //
 // PREFIX_launch_id holds the launch id for helper 606; PREFIX_mailbox the
-// device address of the host-call mailbox region.
+// device address of the host-call mailbox region, PREFIX_mailbox_locks
+// (GlobalMailboxLocks) that of its lock block in device memory.
 //
 // # Host calls
 //
 // trace_printk (6), puts (501) and map helpers on maps that are not GPU
 // maps (hash, array: the host path) post a request in the mailbox (shm
 // "Mailbox" protocol) and wait for the answer, bounded by the region's
-// timeout_ns or Options.HostCallTimeout (100 µs), measured on %globaltimer;
-// on timeout (or without a mailbox) they return -ETIMEDOUT (-110). The
+// timeout_ns (copied into the lock block) or Options.HostCallTimeout (100
+// µs), measured on %globaltimer; on timeout (or without a mailbox or its
+// lock block) they return -ETIMEDOUT (-110). A call claims a slot with a
+// gpu-scope cas on the lock block, posts the request with 8- and 16-byte
+// stores and one release store of req, and spins on one 16-byte load of
+// {ack, ret}: one PCIe round trip per spin, none to claim. The
 // request's args are r1..r5 (for map helpers: args[0] = the map's index in
 // Program.Maps, then r2, r3, r4, and args[4] = jit.HostMapID(map name),
 // which names the map across programs); the payload is the format string

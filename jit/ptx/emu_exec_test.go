@@ -497,6 +497,9 @@ func (e *emu) ldst(fr *emuFrame, parts []string, a []string) error {
 		return nil
 	}
 	checkSpace := func(addr uint64) error { return e.checkSpace(parts, addr, w/8) }
+	if n := vecLen(parts); n > 1 {
+		return e.ldstVec(fr, parts, a, n, w/8)
+	}
 	if parts[0] == "ld" {
 		addr, err := e.address(fr, a[1])
 		if err != nil {
@@ -526,6 +529,63 @@ func (e *emu) ldst(fr *emuFrame, parts []string, a []string) error {
 		return err
 	}
 	return e.write(addr, w/8, mask(x, w))
+}
+
+// vecLen is the element count of a vector access (.v2, .v4), else 1.
+func vecLen(parts []string) int {
+	for _, p := range parts {
+		switch p {
+		case "v2":
+			return 2
+		case "v4":
+			return 4
+		}
+	}
+	return 1
+}
+
+// ldstVec runs a vector ld or st of n elements of size bytes: the whole
+// vector must be aligned to its size, as on the hardware.
+func (e *emu) ldstVec(fr *emuFrame, parts []string, a []string, n, size int) error {
+	ai, ri := 0, 1
+	if parts[0] == "ld" {
+		ai, ri = 1, 0
+	}
+	addr, err := e.address(fr, a[ai])
+	if err != nil {
+		return err
+	}
+	if addr%uint64(n*size) != 0 {
+		return fmt.Errorf("misaligned %d-byte vector %s at %#x", n*size, parts[0], addr)
+	}
+	if err := e.checkSpace(parts, addr, n*size); err != nil {
+		return err
+	}
+	regs := strings.Split(strings.Trim(a[ri], "{}"), ",")
+	if len(regs) != n {
+		return fmt.Errorf("vector of %d elements, %d operands %q", n, len(regs), a[ri])
+	}
+	for k, r := range regs {
+		r, at := strings.TrimSpace(r), addr+uint64(k*size)
+		if parts[0] == "ld" {
+			x, err := e.read(at, size)
+			if err == nil {
+				err = e.set(fr, r, x)
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		x, err := e.val(fr, r)
+		if err == nil {
+			err = e.write(at, size, mask(x, size*8))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkSpace checks that an access of n bytes at addr in the state space

@@ -2,12 +2,14 @@ package ptx
 
 import (
 	"strconv"
+
+	"github.com/gpuprobe/gpuprobe/shm"
 )
 
 // Per-program support routines, emitted once when a helper needs them.
 const (
 	funcMemcpy   = "memcpy"   // (dst, src, n): byte copy, 8 bytes at a time when both are aligned
-	funcHostcall = "hostcall" // (mailbox, helper, a1..a5, p1, n1, p2, n2, str) -> ret: a mailbox request
+	funcHostcall = "hostcall" // (mailbox, helper, a1..a5, p1, n1, p2, n2, str, locks) -> ret: a mailbox request
 	funcRingout  = "ringout"  // (ring, data, size) -> 0 or -errno: one ring buffer record
 	// (ring, data, size, dev) -> 0 or -errno: one record with device-side reservation
 	funcRingoutDev = "ringoutdev"
@@ -17,7 +19,7 @@ var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout, funcRingoutDe
 
 var supportParams = map[string][]string{
 	funcMemcpy:          {"dst", "src", "n"},
-	funcHostcall:        {"mb", "helper", "a1", "a2", "a3", "a4", "a5", "p1", "n1", "p2", "n2", "str"},
+	funcHostcall:        {"mb", "helper", "a1", "a2", "a3", "a4", "a5", "p1", "n1", "p2", "n2", "str", "locks"},
 	funcRingout:         {"ring", "data", "size"},
 	funcRingoutDev:      {"ring", "data", "size", "dev"},
 	funcRingoutWarp:     {"ring", "data", "size"},
@@ -124,7 +126,7 @@ func (c *compiler) genSupport() {
 		}
 		e := &c.e
 		e.raw(c.supportProto(name), "\n{\n")
-		e.raw("\t.reg .b64 %x<32>;\n\t.reg .b32 %y<16>;\n\t.reg .pred %z<8>;\n")
+		e.raw("\t.reg .b64 %x<40>;\n\t.reg .b32 %y<16>;\n\t.reg .pred %z<8>;\n")
 		for k, p := range supportParams[name] {
 			e.op("ld.param.b64 %x", strconv.Itoa(20+k), ", [__", p, "]")
 		}
@@ -179,16 +181,21 @@ func (c *compiler) genMemcpy() {
 
 // genHostcall writes the requester side of the mailbox protocol
 // (shm/doc.go, "Mailbox"). Params: mb=%x20 helper=%x21 a1..a5=%x22..%x26
-// p1=%x27 n1=%x28 p2=%x29 n2=%x30 str=%x31.
+// p1=%x27 n1=%x28 p2=%x29 n2=%x30 str=%x31 locks=%x32. Per call, on the
+// bus: posted stores of the request, one release store of req, and the
+// spin's 16-byte loads of {ack, ret}; the claim uses the lock block in
+// device memory.
 func (c *compiler) genHostcall() {
 	e := &c.e
 	slot := func(off int) string { return "[%x7+" + strconv.Itoa(off) + "]" }
+	lock := func(off int) string { return "[%x18+" + strconv.Itoa(off) + "]" }
 	e.op("setp.eq.u64 %z0, %x20, 0")
+	e.op("setp.eq.or.u64 %z0, %x32, 0, %z0")
 	e.op("@%z0 bra $Ltimeout")
-	e.op("ld.relaxed.sys.u32 %y0, [%x20+", strconv.Itoa(hdrMaxEntries), "]")
+	e.op("ld.relaxed.gpu.u32 %y0, [%x32+", strconv.Itoa(mlocksSlots), "]")
 	e.op("setp.eq.u32 %z0, %y0, 0")
 	e.op("@%z0 bra $Ltimeout")
-	e.op("ld.relaxed.sys.u64 %x1, [%x20+", strconv.Itoa(mboxTimeout), "]")
+	e.op("ld.relaxed.gpu.u64 %x1, [%x32+", strconv.Itoa(mlocksTimeout), "]")
 	e.op("setp.eq.u64 %z0, %x1, 0")
 	e.op("@%z0 mov.u64 %x1, ", strconv.FormatInt(c.o.HostCallTimeout.Nanoseconds(), 10))
 	e.op("mov.u64 %x2, %globaltimer")
@@ -197,17 +204,24 @@ func (c *compiler) genHostcall() {
 	e.op("cvt.u64.u32 %x4, %y0")
 	e.op("rem.u64 %x5, %x3, %x4")
 	e.op("mov.u64 %x6, 0")
+	// Step 2: claim a slot whose last request was answered.
 	e.label("$Lclaim")
+	e.op("mad.lo.u64 %x18, %x5, ", strconv.Itoa(mlockSize), ", %x32")
+	e.op("add.s64 %x18, %x18, ", strconv.Itoa(mlocksHeader))
 	e.op("mad.lo.u64 %x7, %x5, ", strconv.Itoa(mailboxSlotSize), ", %x20")
 	e.op("add.s64 %x7, %x7, ", strconv.Itoa(dataOffset))
-	e.op("atom.relaxed.sys.cas.b32 %y1, ", slot(mslotLock), ", 0, 1")
+	e.op("atom.acquire.gpu.cas.b32 %y1, ", lock(mlockLock), ", 0, 1")
 	e.op("setp.ne.u32 %z0, %y1, 0")
 	e.op("@%z0 bra $Lnext")
-	e.op("ld.acquire.sys.u64 %x8, ", slot(mslotReq))
-	e.op("ld.acquire.sys.u64 %x9, ", slot(mslotAck))
-	e.op("setp.eq.u64 %z0, %x8, %x9")
+	e.op("ld.u64 %x8, ", lock(mlockReq))
+	e.op("ld.u32 %y2, ", lock(mlockBusy))
+	e.op("setp.eq.u32 %z0, %y2, 0")
 	e.op("@%z0 bra $Lclaimed")
-	e.op("st.release.sys.u32 ", slot(mslotLock), ", 0")
+	// The slot's last request timed out: ours once the host answered it.
+	e.op("ld.acquire.sys.u64 %x9, ", slot(mslotAck))
+	e.op("setp.eq.u64 %z0, %x9, %x8")
+	e.op("@%z0 bra $Lunbusy")
+	e.op("st.release.gpu.u32 ", lock(mlockLock), ", 0")
 	e.label("$Lnext")
 	e.op("add.s64 %x5, %x5, 1")
 	e.op("setp.ge.u64 %z0, %x5, %x4")
@@ -220,68 +234,128 @@ func (c *compiler) genHostcall() {
 	e.op("setp.lt.u64 %z0, %x10, %x2")
 	e.op("@%z0 bra $Lclaim")
 	e.op("bra $Ltimeout")
+	e.label("$Lunbusy")
+	e.op("st.u32 ", lock(mlockBusy), ", 0")
 	e.label("$Lclaimed")
-	e.op("st.u32 ", slot(mslotHelper), ", %x21")
-	for k := 0; k < 5; k++ {
-		e.op("st.u64 ", slot(mslotArgs+8*k), ", %x", strconv.Itoa(22+k))
-	}
-	e.op("st.u32 ", slot(mslotFlags), ", 0")
+	// Step 3: the request, in as few stores as the layout allows.
+	e.op("shl.b64 %x10, %x21, 32")
+	e.op("or.b64 %x10, %x10, 1")
+	e.op("st.u64 ", slot(mslotWaiting), ", %x10")
+	e.op("mov.u64 %x10, ", u64(shm.MailboxRetPending))
+	e.op("st.u64 ", slot(mslotRet), ", %x10")
+	e.op("st.v2.u64 ", slot(mslotArgs), ", {%x22, %x23}")
+	e.op("st.v2.u64 ", slot(mslotArgs+16), ", {%x24, %x25}")
 	e.op("st.u64 ", slot(mslotCaller), ", %x3")
-	// First part of the payload: p1, at most n1 bytes (stopping at a NUL
-	// when str is set), at most the payload size.
-	e.op("add.s64 %x11, %x7, ", strconv.Itoa(mslotPayload))
-	e.op("min.u64 %x12, %x28, ", strconv.Itoa(mailboxPayload))
-	e.op("setp.ne.u64 %z1, %x31, 0")
-	e.op("mov.u64 %x13, 0")
-	e.label("$Lp1")
-	e.op("setp.ge.u64 %z0, %x13, %x12")
-	e.op("@%z0 bra $Lp1done")
-	e.op("add.s64 %x14, %x27, %x13")
-	e.op("ld.u8 %x15, [%x14]")
-	e.op("setp.eq.and.u64 %z0, %x15, 0, %z1")
-	e.op("@%z0 bra $Lp1done")
-	e.op("add.s64 %x14, %x11, %x13")
-	e.op("st.u8 [%x14], %x15")
-	e.op("add.s64 %x13, %x13, 1")
-	e.op("bra $Lp1")
-	e.label("$Lp1done")
-	// Second part: p2, n2 bytes, as far as the payload has room.
-	e.op("mov.u64 %x12, ", strconv.Itoa(mailboxPayload))
-	e.op("sub.s64 %x12, %x12, %x13")
-	e.op("min.u64 %x12, %x12, %x30")
-	e.op("add.s64 %x11, %x11, %x13")
-	e.op("add.s64 %x13, %x13, %x12")
-	e.op("mov.u64 %x16, 0")
-	e.label("$Lp2")
-	e.op("setp.ge.u64 %z0, %x16, %x12")
-	e.op("@%z0 bra $Lp2done")
-	e.op("add.s64 %x14, %x29, %x16")
-	e.op("ld.u8 %x15, [%x14]")
-	e.op("add.s64 %x14, %x11, %x16")
-	e.op("st.u8 [%x14], %x15")
-	e.op("add.s64 %x16, %x16, 1")
-	e.op("bra $Lp2")
-	e.label("$Lp2done")
-	e.op("st.u32 ", slot(mslotPayloadLen), ", %x13")
+	c.hostcallPayload()
+	// a5, then payload_len and flags (0) as one u64.
+	e.op("st.v2.u64 ", slot(mslotArgs+32), ", {%x26, %x13}")
 	e.op("add.s64 %x12, %x8, 1")
+	e.op("st.u64 ", lock(mlockReq), ", %x12")
 	e.op("st.release.sys.u64 ", slot(mslotReq), ", %x12")
+	// Step 4: one load returns ack and ret.
 	e.label("$Lwait")
-	e.op("ld.acquire.sys.u64 %x9, ", slot(mslotAck))
+	e.op("ld.acquire.sys.v2.u64 {%x9, %x17}, ", slot(mslotAck))
 	e.op("setp.eq.u64 %z0, %x9, %x12")
 	e.op("@%z0 bra $Lanswered")
 	e.op("mov.u64 %x10, %globaltimer")
 	e.op("setp.lt.u64 %z0, %x10, %x2")
 	e.op("@%z0 bra $Lwait")
-	// Timed out: the slot stays busy (req != ack) until the host answers.
-	e.op("st.release.sys.u32 ", slot(mslotLock), ", 0")
+	// Timed out: the slot stays busy until a claimant sees the answer.
+	e.op("st.relaxed.sys.u32 ", slot(mslotWaiting), ", 0")
+	e.op("st.u32 ", lock(mlockBusy), ", 1")
+	e.op("st.release.gpu.u32 ", lock(mlockLock), ", 0")
 	e.label("$Ltimeout")
 	e.op("st.param.b64 [__ret], ", i64(-ETIMEDOUT))
 	e.op("ret")
+	// Step 5: ret may be the half read before ack; if it still shows the
+	// pending value, read it again (after the acquire).
 	e.label("$Lanswered")
+	e.op("setp.ne.u64 %z0, %x17, ", u64(shm.MailboxRetPending))
+	e.op("@%z0 bra $Lgot")
 	e.op("ld.relaxed.sys.u64 %x17, ", slot(mslotRet))
-	e.op("st.release.sys.u32 ", slot(mslotLock), ", 0")
+	e.label("$Lgot")
+	e.op("st.release.gpu.u32 ", lock(mlockLock), ", 0")
 	e.op("st.param.b64 [__ret], %x17")
 	e.op("ret")
+}
+
+// hostcallPayload copies the payload into slot %x7: p1 (%x27), at most n1
+// (%x28) bytes, stopping at a NUL when str (%x31) is set, then p2 (%x29),
+// n2 (%x30) bytes, as far as the payload has room. Bytes gather in a
+// register that is stored 8 at a time; aligned runs of p1 (unless str)
+// and p2 are copied a word at a time. Leaves the length in %x13.
+func (c *compiler) hostcallPayload() {
+	e := &c.e
+	e.op("add.s64 %x11, %x7, ", strconv.Itoa(mslotPayload))
+	e.op("mov.u64 %x13, 0")
+	e.op("mov.u64 %x19, 0")
+	e.op("setp.ne.u64 %z1, %x31, 0")
+	e.op("setp.eq.u64 %z3, %x31, 0")
+	e.op("min.u64 %x12, %x28, ", strconv.Itoa(mailboxPayload))
+	c.payloadPart("$Lp1", "%x27", true)
+	e.op("mov.u64 %x12, ", strconv.Itoa(mailboxPayload))
+	e.op("sub.s64 %x12, %x12, %x13")
+	e.op("min.u64 %x12, %x12, %x30")
+	c.payloadPart("$Lp2", "%x29", false)
+	// The last, partial word (the bytes after the end are garbage).
+	e.op("and.b64 %x14, %x13, 7")
+	e.op("setp.eq.u64 %z0, %x14, 0")
+	e.op("@%z0 bra $Lpdone")
+	e.op("and.b64 %x14, %x13, -8")
+	e.op("add.s64 %x14, %x11, %x14")
+	e.op("st.u64 [%x14], %x19")
+	e.label("$Lpdone")
+}
+
+// payloadPart appends %x12 bytes of src to the payload at %x11 + %x13,
+// gathering into %x19; for p1, only while not at a NUL when str (%z1),
+// and word copies only without str (%z3).
+func (c *compiler) payloadPart(l, src string, p1 bool) {
+	e := &c.e
+	e.op("mov.u64 %x16, 0")
+	e.label(l)
+	e.op("setp.ge.u64 %z0, %x16, %x12")
+	e.op("@%z0 bra ", l, "done")
+	// A word: the payload position and the source both 8-aligned, 8 bytes left.
+	e.op("add.s64 %x17, ", src, ", %x16")
+	e.op("or.b64 %x14, %x17, %x13")
+	e.op("and.b64 %x14, %x14, 7")
+	e.op("add.s64 %x15, %x16, 8")
+	if p1 {
+		e.op("setp.le.and.u64 %z2, %x15, %x12, %z3")
+	} else {
+		e.op("setp.le.u64 %z2, %x15, %x12")
+	}
+	e.op("setp.eq.and.u64 %z2, %x14, 0, %z2")
+	e.op("@!%z2 bra ", l, "byte")
+	e.op("ld.u64 %x15, [%x17]")
+	e.op("add.s64 %x14, %x11, %x13")
+	e.op("st.u64 [%x14], %x15")
+	e.op("add.s64 %x13, %x13, 8")
+	e.op("add.s64 %x16, %x16, 8")
+	e.op("bra ", l)
+	e.label(l + "byte")
+	e.op("ld.u8 %x15, [%x17]")
+	if p1 {
+		e.op("setp.eq.and.u64 %z0, %x15, 0, %z1")
+		e.op("@%z0 bra ", l, "done")
+	}
+	e.op("and.b64 %x14, %x13, 7")
+	e.op("cvt.u32.u64 %y3, %x14")
+	e.op("shl.b32 %y3, %y3, 3")
+	e.op("shl.b64 %x15, %x15, %y3")
+	e.op("or.b64 %x19, %x19, %x15")
+	e.op("add.s64 %x13, %x13, 1")
+	e.op("add.s64 %x16, %x16, 1")
+	e.op("and.b64 %x14, %x13, 7")
+	e.op("setp.ne.u64 %z0, %x14, 0")
+	e.op("@%z0 bra ", l)
+	e.op("add.s64 %x14, %x11, %x13")
+	e.op("sub.s64 %x14, %x14, 8")
+	e.op("st.u64 [%x14], %x19")
+	e.op("mov.u64 %x19, 0")
+	e.op("bra ", l)
+	e.label(l + "done")
 }
 
 // genRingout writes the producer side of the ring protocol (shm/doc.go,
@@ -464,11 +538,17 @@ func (c *compiler) genRingoutDev() {
 // -ETIMEDOUT. args = r1..r5; payload = p1 (n1 bytes, or up to a NUL when
 // str) then p2 (n2 bytes).
 func (c *compiler) hostCall(id int32, p1, n1, p2, n2 string, str bool) {
-	mb := c.addGlobal(GlobalMailbox, "")
-	c.loadGlobal("%h0", mb)
+	c.loadMailbox()
 	s := "0"
 	if str {
 		s = "1"
 	}
-	c.callFunc(c.need(funcHostcall), "%r0", "%h0", strconv.Itoa(int(id)), "%r1", "%r2", "%r3", "%r4", "%r5", p1, n1, p2, n2, s)
+	c.callFunc(c.need(funcHostcall), "%r0", "%h0", strconv.Itoa(int(id)), "%r1", "%r2", "%r3", "%r4", "%r5", p1, n1, p2, n2, s, "%h1")
+}
+
+// loadMailbox loads the mailbox's address into %h0 and its lock block's
+// into %h1.
+func (c *compiler) loadMailbox() {
+	c.loadGlobal("%h0", c.addGlobal(GlobalMailbox, ""))
+	c.loadGlobal("%h1", c.addGlobal(GlobalMailboxLocks, ""))
 }

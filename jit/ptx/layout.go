@@ -30,7 +30,7 @@ const (
 
 	mailboxSlotSize = shm.MailboxSlotSize
 	mailboxPayload  = shm.MailboxPayload
-	mslotLock       = 0  // u32
+	mslotWaiting    = 0  // u32
 	mslotHelper     = 4  // u32
 	mslotReq        = 8  // u64
 	mslotAck        = 16 // u64
@@ -40,6 +40,15 @@ const (
 	mslotFlags      = 76 // u32
 	mslotCaller     = 80 // u64
 	mslotPayload    = 88 // u8[168]
+
+	// The mailbox's lock block in device memory (shm.MailboxLock*).
+	mlocksSlots   = shm.MailboxLocksSlots   // u32: number of slots
+	mlocksTimeout = shm.MailboxLocksTimeout // u64: timeout_ns
+	mlocksHeader  = shm.MailboxLocksHeader  // bytes before slot 0's lock
+	mlockSize     = shm.MailboxLockSize     // bytes per slot
+	mlockLock     = shm.MailboxLockLock     // u32: 0 free, 1 claimed
+	mlockBusy     = shm.MailboxLockBusy     // u32: 1: last request timed out, answer unseen
+	mlockReq      = shm.MailboxLockReq      // u64: last request sequence posted
 )
 
 // Errors that inline helpers return (negated, as Linux does).

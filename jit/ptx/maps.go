@@ -356,10 +356,9 @@ func (c *compiler) hostMapOp(i int, id jit.HelperID, k int, m *jit.Map) error {
 	if uint64(m.KeySize)+uint64(n2) > mailboxPayload {
 		return c.errf(i, "map %q: key and value (%d bytes) do not fit a mailbox payload (%d)", m.Name, uint64(m.KeySize)+uint64(n2), mailboxPayload)
 	}
-	mb := c.addGlobal(GlobalMailbox, "")
-	c.loadGlobal("%h0", mb)
+	c.loadMailbox()
 	c.callFunc(c.need(funcHostcall), "%r0", "%h0", strconv.Itoa(int(id)), u64(uint64(k)), "%r2", "%r3", "%r4", u64(jit.HostMapID(m.Name)),
-		"%r2", u64(uint64(m.KeySize)), "%r3", u64(uint64(n2)), "0")
+		"%r2", u64(uint64(m.KeySize)), "%r3", u64(uint64(n2)), "0", "%h1")
 	if id == jit.HelperMapLookupElem {
 		g := c.addGlobal(GlobalMap, m.Name)
 		c.loadGlobal("%h2", g)

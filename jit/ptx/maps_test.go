@@ -294,16 +294,12 @@ func TestHostCall(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := compileProg(t, printk, nil, Options{})
-			var r *emuRegion
+			var r, locks *emuRegion
 			var served int
 			var payload string
 			var args [5]uint64
 			got, e, err := emuRun(f, nil, 0, func(e *emu) {
-				r = e.alloc(dataOffset+2*mailboxSlotSize, false, "mailbox")
-				le.PutUint32(r.data[hdrMaxEntries:], 2)
-				if tt.attach {
-					setGlobal(e, f, GlobalMailbox, "", r.base)
-				}
+				r, locks = emuMailbox(e, f, 2, tt.attach)
 				if !tt.answer {
 					return
 				}
@@ -342,7 +338,7 @@ func TestHostCall(t *testing.T) {
 			}
 			if tt.attach {
 				for i := 0; i < 2; i++ {
-					if lock := le.Uint32(r.data[dataOffset+i*mailboxSlotSize:]); lock != 0 {
+					if lock := le.Uint32(locks.data[mlocksHeader+i*mlockSize+mlockLock:]); lock != 0 {
 						t.Errorf("slot %d still locked", i)
 					}
 				}
@@ -365,13 +361,12 @@ func TestPutsStopsAtNUL(t *testing.T) {
 	f := compileProg(t, insns, nil, Options{})
 	var payload string
 	got, _, err := emuRun(f, nil, 0, func(e *emu) {
-		r := e.alloc(dataOffset+mailboxSlotSize, false, "mailbox")
-		le.PutUint32(r.data[hdrMaxEntries:], 1)
-		setGlobal(e, f, GlobalMailbox, "", r.base)
+		r, _ := emuMailbox(e, f, 1, true)
 		e.hook = func(e *emu) {
 			s := r.data[dataOffset:]
 			if req := le.Uint64(s[mslotReq:]); req != le.Uint64(s[mslotAck:]) {
 				payload = string(s[mslotPayload : mslotPayload+int(le.Uint32(s[mslotPayloadLen:]))])
+				le.PutUint64(s[mslotRet:], 0)
 				le.PutUint64(s[mslotAck:], req)
 			}
 		}
@@ -395,9 +390,7 @@ func TestHostMapLookup(t *testing.T) {
 	var base uint64
 	var key uint64
 	got, _, err := emuRun(f, nil, 0, func(e *emu) {
-		mb := e.alloc(dataOffset+mailboxSlotSize, false, "mailbox")
-		le.PutUint32(mb.data[hdrMaxEntries:], 1)
-		setGlobal(e, f, GlobalMailbox, "", mb.base)
+		mb, _ := emuMailbox(e, f, 1, true)
 		mr := e.alloc(4096, false, "h")
 		base = mr.base
 		setGlobal(e, f, GlobalMap, "h", mr.base)

@@ -140,12 +140,13 @@ type GlobalKind int
 // Kinds of module-scope globals. The injector writes each with
 // cuModuleGetGlobal + cuMemcpyHtoD before the first launch.
 const (
-	GlobalMap        GlobalKind = iota + 1 // u64: device address of the map's shm region (0: not attached)
-	GlobalMailbox                          // u64: device address of the host-call mailbox region (0: none)
-	GlobalLaunchID                         // u64: id of the current launch (helper 606)
-	GlobalMapLanes                         // u64: the lanes field of a per-thread/per-warp map's region header (0: not attached)
-	GlobalRingDevice                       // u64: device address of a ring's device reservation block (Options.RingDevice; 0: host protocol)
-	GlobalClock                            // u64: device address of the i64 CLOCK_MONOTONIC − %globaltimer (helper 5; 0: no offset)
+	GlobalMap          GlobalKind = iota + 1 // u64: device address of the map's shm region (0: not attached)
+	GlobalMailbox                            // u64: device address of the host-call mailbox region (0: none)
+	GlobalLaunchID                           // u64: id of the current launch (helper 606)
+	GlobalMapLanes                           // u64: the lanes field of a per-thread/per-warp map's region header (0: not attached)
+	GlobalRingDevice                         // u64: device address of a ring's device reservation block (Options.RingDevice; 0: host protocol)
+	GlobalClock                              // u64: device address of the i64 CLOCK_MONOTONIC − %globaltimer (helper 5; 0: no offset)
+	GlobalMailboxLocks                       // u64: device address of the mailbox's lock block in device memory (shm "Mailbox"; 0: host calls fail with -ETIMEDOUT)
 )
 
 // String names the kind.
@@ -163,6 +164,8 @@ func (k GlobalKind) String() string {
 		return "ring_device"
 	case GlobalClock:
 		return "clock"
+	case GlobalMailboxLocks:
+		return "mailbox_locks"
 	}
 	return fmt.Sprintf("GlobalKind(%d)", int(k))
 }

@@ -147,3 +147,28 @@ GP_EXPORT_AS(CAPTURE_TO_GRAPH, 1, cuStreamBeginCaptureToGraph_ptsz)
 GP_CAPTURE_WRAPPER(CAPTURE_END, st, __atomic_load_n(&gp_captures, __ATOMIC_ACQUIRE) != 0, gp_capture_ended)
 GP_EXPORT_AS(CAPTURE_END, 0, cuStreamEndCapture)
 GP_EXPORT_AS(CAPTURE_END, 1, cuStreamEndCapture_ptsz)
+
+/* gp_capture_relax switches this thread to CU_STREAM_CAPTURE_MODE_RELAXED
+ * (2) and returns 1, with the application's mode in *mode, or 0 when the
+ * driver cannot. CUDA 13's runtime loads a module at its first launch,
+ * which may be inside a global-mode stream capture; the shim's own driver
+ * calls there (binding a patched module, calibrating) would otherwise
+ * invalidate the application's capture. */
+static void *gp_xmode;
+static int gp_xmode_looked;
+
+GP_HIDDEN int gp_capture_relax(int *mode)
+{
+	CUresult (*x)(int *) =
+		(CUresult(*)(int *))gp_cuda_sym_once(&gp_xmode, &gp_xmode_looked, "cuThreadExchangeStreamCaptureMode");
+	*mode = 2;
+	return x != NULL && x(mode) == CUDA_SUCCESS;
+}
+
+/* gp_capture_restore gives the thread back the mode gp_capture_relax saved. */
+GP_HIDDEN void gp_capture_restore(int relaxed, int mode)
+{
+	CUresult (*x)(int *) = (CUresult(*)(int *))__atomic_load_n(&gp_xmode, __ATOMIC_ACQUIRE);
+	if (relaxed)
+		x(&mode);
+}

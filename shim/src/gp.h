@@ -12,6 +12,9 @@
  *   handles.c    function handle -> kernel name table, name records
  *   image.c      classifying code images; the patching hook
  *   patch.c      PATCH/PATCHED: loading patched code, binding its globals
+ *   pfunc.c      the patched-function table read at launch
+ *   trust.c      who may serve the socket; checks of passed descriptors
+ *   reconnect.c  after a collector restart: limbo, backoff, a new session
  *   mirror.c     device-resident maps (global kind 5) and their mirror thread
  *   ctxgone.c    context release and destruction: device maps' final pass
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
@@ -22,6 +25,7 @@
 #ifndef GPUPROBE_SHIM_GP_H
 #define GPUPROBE_SHIM_GP_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -260,9 +264,43 @@ extern GP_HIDDEN int gp_patch_enabled;
 GP_HIDDEN int gp_agent_exchange(const uint8_t *frame, size_t n, int sendfd, uint32_t id, uint32_t *type,
 				uint8_t **payload, uint32_t *plen, int *recvfd);
 extern GP_HIDDEN void *gp_ring_base; /* the launch ring, or NULL */
+extern GP_HIDDEN size_t gp_ring_size; /* bytes mapped there */
 extern GP_HIDDEN uint32_t gp_gen;    /* session generation (bumped per handshake) */
 GP_HIDDEN void gp_connect(void);
 GP_HIDDEN uint32_t gp_device(void);
+/* HELLO flags bit 0: a reconnect; lost records and earlier sessions follow
+ * the name (doc.go). */
+#define GP_HELLO_RECONNECT 1u
+/* A handshake's result before it becomes the session (gp_install). */
+struct gp_conn {
+	int fd;
+	uint32_t refused; /* an ERROR frame's code */
+	void *ring;
+	size_t ring_size;
+	uint32_t nregions;
+	struct gp_region regions[GP_MAX_REGIONS];
+};
+GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
+			   struct gp_conn *c, const char **why);
+GP_HIDDEN void gp_install(struct gp_conn *c);
+GP_HIDDEN uint64_t gp_session_lost(void);
+GP_HIDDEN uint64_t gp_limbo_dropped(void);
+/* patch.c's lock: PATCH exchanges and the region table; the session is
+ * replaced under it. */
+extern GP_HIDDEN pthread_mutex_t gp_patch_mu;
+
+/* trust.c: who may serve the socket (root, GPUPROBE_SERVER_UID) and what a
+ * passed descriptor must be. */
+GP_HIDDEN void gp_trust_init(void);
+GP_HIDDEN int gp_trust_path(const char *path, const char **why);
+GP_HIDDEN int gp_trust_peer(int fd, const char **why);
+GP_HIDDEN int gp_fd_check(int fd, uint64_t need, int seals, int anon, const char **why);
+
+/* reconnect.c: the thread that notices a lost collector and handshakes
+ * again with backoff; gp_reconnects counts the sessions after the first. */
+GP_HIDDEN void gp_reconnect_start(const char *path, int fd);
+GP_HIDDEN void gp_reconnect_forked(void);
+extern GP_HIDDEN uint32_t gp_reconnects;
 
 /* wrap_launch.c: gp_ring_prefault faults the new session's ring in;
  * gp_rec_device is gp_device without a driver call when the process sees
@@ -562,6 +600,7 @@ GP_HIDDEN void gp_capture_restore(int relaxed, int mode);
 GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to);
 GP_HIDDEN struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);
+GP_HIDDEN void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint32_t one_in, uint32_t max_rate);
 /* gp_region_dev maps and registers WELCOME region i (once): its device
  * address; nonzero when it could not be registered (r->host may be set). */
 GP_HIDDEN int gp_region_dev(uint32_t i, uint64_t *dev);

@@ -467,18 +467,19 @@ static int gp_dm_new(uint32_t i, uint64_t period_us, uint64_t *dev, const char *
 	gp_region_dev(i, &unused);
 	if (r->host == NULL)
 		return *why = "mapping the region", -EFAULT;
-	if (gpbr_check(r->host, r->size, r->kind) != GPBR_OK)
+	struct gpbr_header hc; /* checked and used as copied: the server may rewrite it */
+	memcpy(&hc, r->host, sizeof hc);
+	if (gpbr_check(&hc, r->size, r->kind) != GPBR_OK)
 		return *why = "region header (gpbr_check)", -EPROTO;
 	struct gp_dmap *m = &gp_dmaps[gp_ndmaps];
 	memset(m, 0, sizeof *m);
 	m->region = i, m->ring = r->kind == GPBR_KIND_RING, m->host = r->host, m->size = r->size;
 	if (gp_md.ctx_get(&m->ctx) != CUDA_SUCCESS || m->ctx == NULL || gp_md.ctx_device(&m->device) != CUDA_SUCCESS)
 		return *why = "no current context (cuCtxGetCurrent, cuCtxGetDevice)", -ENOENT;
-	const struct gpbr_header *h = (const struct gpbr_header *)r->host;
 	if (m->ring) {
-		m->slots = h->max_entries, m->stride = h->stride;
+		m->slots = hc.max_entries, m->stride = hc.stride;
 		m->acked = malloc(4u * (size_t)m->slots);
-		m->data = malloc(h->data_size);
+		m->data = malloc(hc.data_size);
 		if (m->acked == NULL || m->data == NULL) {
 			free(m->acked), free(m->data);
 			return *why = "malloc", -ENOMEM;

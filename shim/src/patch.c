@@ -5,8 +5,8 @@
  * At a load of an in-memory image that may carry PTX, the shim sends the
  * image to the collector (PATCH: inline when small, else in a memfd) with
  * the device's SM number, and waits at most GPUPROBE_TIMEOUT_MS for the
- * answer. On PATCHED it loads the patched PTX with the call the application
- * made, sets each module global the answer describes (a WELCOME region's
+ * answer. On PATCHED (its image memfd checked: trust.c) it loads the
+ * patched PTX with the call the application made, sets each module global the answer describes (a WELCOME region's
  * device address, a constant, a ring's device reservation block, zeroed
  * device memory of the module, or a device map: mirror.c) and remembers which kernels of the module
  * take the hidden launch-id parameter, and where. Any failure unloads
@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@
 #define GP_HOSTREG_PORTABLE 1u
 #define GP_HOSTREG_DEVICEMAP 2u
 
-static pthread_mutex_t gp_patch_mu = PTHREAD_MUTEX_INITIALIZER;
+GP_HIDDEN pthread_mutex_t gp_patch_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t gp_req_id;
 static int gp_warned;
 GP_HOT_VAR GP_HIDDEN int gp_any_patched;
@@ -53,7 +54,6 @@ static struct {
 	CUresult (*lib_global)(CUdeviceptr *, size_t *, CUlibrary, const char *);
 	CUresult (*mod_unload)(CUmodule);
 	CUresult (*lib_unload)(CUlibrary);
-	CUresult (*capture_mode)(int *); /* cuThreadExchangeStreamCaptureMode */
 	int looked;
 } gp_drv;
 
@@ -76,7 +76,6 @@ static void gp_drv_init(void)
 	S(lib_global, "cuLibraryGetGlobal");
 	S(mod_unload, "cuModuleUnload");
 	S(lib_unload, "cuLibraryUnload");
-	S(capture_mode, "cuThreadExchangeStreamCaptureMode");
 #undef S
 	gp_drv.looked = 1;
 }
@@ -107,54 +106,7 @@ static void gp_fail(const char *api, const char *what, int code)
 	GP_TRACE("%s: patching failed (%s, %d); loading the original image", api, what, code);
 }
 
-/* ---- patched functions (read at launch) --------------------------------- */
-
-struct gp_pfunc {
-	uint64_t handle; /* atomic: CUfunction or CUkernel */
-	struct gp_pfunc_info info;
-};
-#define GP_PFUNCS 4096
-static struct gp_pfunc gp_pfuncs[GP_PFUNCS];
-
 static uint32_t gp_hash(uint64_t h) { return (uint32_t)((h * 0x9E3779B97F4A7C15ull) >> 52); }
-
-static void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint32_t one_in, uint32_t max_rate)
-{
-	uint32_t h = gp_hash(handle);
-	for (uint32_t i = 0; i < 64 && handle; i++) {
-		struct gp_pfunc *e = &gp_pfuncs[(h + i) % GP_PFUNCS];
-		uint64_t k = __atomic_load_n(&e->handle, __ATOMIC_ACQUIRE);
-		if (k != handle && k != 0)
-			continue;
-		if (k == 0) {
-			/* Fill the entry before publishing its handle. */
-			uint64_t zero = 0;
-			e->info.index = index, e->info.offset = offset, e->info.one_in = one_in;
-			e->info.max_rate = max_rate, e->info.gap_ns = max_rate ? 1000000000u / max_rate : 0;
-			__atomic_store_n(&e->info.next_ns, 0, __ATOMIC_RELAXED);
-			if (!__atomic_compare_exchange_n(&e->handle, &zero, handle, 0, __ATOMIC_ACQ_REL,
-							 __ATOMIC_ACQUIRE) &&
-			    zero != handle)
-				continue;
-		}
-		return;
-	}
-	GP_TRACE("patched-function table full: %p launches without its launch id", (void *)handle);
-}
-
-GP_HIDDEN struct gp_pfunc_info *gp_pfunc_find(uint64_t handle)
-{
-	uint32_t h = gp_hash(handle);
-	for (uint32_t i = 0; i < 64; i++) {
-		struct gp_pfunc *e = &gp_pfuncs[(h + i) % GP_PFUNCS];
-		uint64_t k = __atomic_load_n(&e->handle, __ATOMIC_ACQUIRE);
-		if (k == handle)
-			return &e->info;
-		if (k == 0)
-			return NULL;
-	}
-	return NULL;
-}
 
 /* ---- patched modules ---------------------------------------------------- */
 
@@ -508,7 +460,10 @@ static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
 				*why = "device map's region is not in WELCOME", err = -EINVAL;
 				goto fail;
 			}
-			v = gp_devmap_bind(pp->api, region, size, &v) == 0 ? v + value : 0;
+			/* mirror.c keeps its copies by region number: after a
+			 * reconnect those name the old session's regions. */
+			v = !__atomic_load_n(&gp_reconnects, __ATOMIC_ACQUIRE) && gp_devmap_bind(pp->api, region, size, &v) == 0
+				? v + value : 0;
 			break;
 		default:
 			*why = "unknown global kind", err = -EINVAL;
@@ -572,15 +527,20 @@ GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *
 		return img->ptr;
 	}
 	uint64_t size = pp->plen >= 32 ? rd64(payload + 16) : 0;
+	const char *why = "PATCHED image size";
 	void *m = MAP_FAILED;
-	if (pp->plen >= 32 && size > 0 && size <= GP_IMAGE_MAX)
-		m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	/* Sealed, so that the bytes checked (size, NUL) are the bytes loaded
+	 * and a shorter file cannot SIGBUS the load. */
+	if (pp->plen >= 32 && size > 0 && size <= GP_IMAGE_MAX &&
+	    gp_fd_check(fd, size, F_SEAL_WRITE | F_SEAL_SHRINK, 0, &why) == 0 &&
+	    (m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0)) != MAP_FAILED && ((const char *)m)[size - 1] != 0)
+		why = "PATCHED image not NUL-terminated";
 	close(fd);
 	if (m == MAP_FAILED || ((const char *)m)[size - 1] != 0) {
 		if (m != MAP_FAILED)
 			munmap(m, size);
 		free(payload);
-		gp_fail(api, "PATCHED image unreadable or not NUL-terminated", 0);
+		gp_fail(api, why, 0);
 		pthread_mutex_unlock(&gp_patch_mu);
 		return img->ptr;
 	}
@@ -634,24 +594,4 @@ GP_HIDDEN void gp_patch_unloaded(uint64_t module)
 		m->allocs = NULL, m->nallocs = 0;
 	}
 	pthread_mutex_unlock(&gp_patch_mu);
-}
-
-/* gp_capture_relax switches this thread to CU_STREAM_CAPTURE_MODE_RELAXED
- * (2) and returns 1, with the application's mode in *mode, or 0 when the
- * driver cannot. CUDA 13's runtime loads a module at its first launch,
- * which may be inside a global-mode stream capture; the shim's own driver
- * calls there (binding a patched module, calibrating) would otherwise
- * invalidate the application's capture. */
-GP_HIDDEN int gp_capture_relax(int *mode)
-{
-	gp_drv_init();
-	*mode = 2;
-	return gp_drv.capture_mode != NULL && gp_drv.capture_mode(mode) == CUDA_SUCCESS;
-}
-
-/* gp_capture_restore gives the thread back the mode gp_capture_relax saved. */
-GP_HIDDEN void gp_capture_restore(int relaxed, int mode)
-{
-	if (relaxed)
-		gp_drv.capture_mode(&mode);
 }

@@ -8,12 +8,14 @@
  * (default 200 ms). It maps the launch ring and keeps the connection open
  * (the collector learns from its closing that the process is gone). Any
  * failure leaves the shim forwarding calls and recording nothing; there is
- * one attempt per process (and per fork child).
+ * one attempt per process (and per fork child). Before anything is sent the
+ * server must be trusted (trust.c), and every descriptor it passes is
+ * checked before it is mapped.
  *
- * If the collector dies later, the mapping stays valid (the memfd lives as
- * long as a mapping does), so records keep going into memory nobody reads;
- * the socket is never written after the handshake, and every send uses
- * MSG_NOSIGNAL, so no SIGPIPE reaches the application.
+ * If the collector goes away later, reconnect.c's thread notices, turns the
+ * ring into limbo (gp_session_lost: records are counted, not kept) and
+ * handshakes again with backoff; every send uses MSG_NOSIGNAL, so no
+ * SIGPIPE reaches the application.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,7 +35,7 @@ GP_HOT_VAR GP_HIDDEN void *gp_ring_base;
 GP_HOT_VAR GP_HIDDEN uint32_t gp_gen;
 GP_HIDDEN int gp_state = GP_IDLE;
 
-static size_t gp_ring_size;
+GP_HIDDEN size_t gp_ring_size; /* bytes mapped at gp_ring_base */
 static int gp_sock = -1;
 GP_HIDDEN int gp_timeout_ms = GP_DEFAULT_TIMEOUT_MS;
 GP_HIDDEN struct gp_region gp_regions[GP_MAX_REGIONS];
@@ -259,19 +261,101 @@ GP_HIDDEN int gp_agent_exchange(const uint8_t *frame, size_t n, int sendfd, uint
 	}
 }
 
-/* gp_handshake connects and maps the launch ring; returns 0 or -errno and
- * a reason. */
-static int gp_handshake(const char *path, int timeout_ms, const char **why)
+/* gp_hello encodes HELLO; with ext, flags bit 0 and the reconnect
+ * extension (doc.go: lost records and earlier sessions) follow the name. */
+static size_t gp_hello(uint8_t *b, int ext, uint64_t lost, uint32_t sessions)
+{
+	const char *name = program_invocation_short_name;
+	size_t nlen = name ? strnlen(name, 256) : 0, n = 12 + nlen + (ext ? 16 : 0);
+	gp_put32(b, GP_MAGIC);
+	b[4] = GP_PROTO, b[5] = 0, b[6] = GP_FRAME_HELLO, b[7] = 0;
+	gp_put32(b + 8, (uint32_t)n);
+	gp_put32(b + 12, gp_pid());
+	gp_put32(b + 16, ext ? GP_HELLO_RECONNECT : 0);
+	gp_put32(b + 20, (uint32_t)nlen);
+	memcpy(b + 24, name, nlen);
+	if (ext) {
+		gp_put32(b + 24 + nlen, (uint32_t)lost), gp_put32(b + 28 + nlen, (uint32_t)(lost >> 32));
+		gp_put32(b + 32 + nlen, sessions), gp_put32(b + 36 + nlen, 0);
+	}
+	return 12 + n;
+}
+
+/* gp_take_regions checks the WELCOME's descriptors and their fds into c
+ * (fds duplicated) and maps the launch ring. A region whose fd fails its
+ * checks is kept unusable (size 0): mapping it could SIGBUS. */
+static void gp_take_regions(struct gp_conn *c, const uint8_t *payload, uint32_t count, const int *fds)
+{
+	for (uint32_t i = 0; i < count; i++) {
+		const uint8_t *d = payload + 8 + i * GP_DESC_SIZE;
+		uint32_t role = gp_le32(d);
+		uint16_t kind = gp_le16(d + 4), flags = gp_le16(d + 6);
+		uint64_t size = gp_le64(d + 8);
+		const char *why = "";
+		struct gp_region *r = &c->regions[i];
+		memset(r, 0, sizeof *r);
+		/* Every region is kept (its descriptor) for patched modules'
+		 * globals, which are mapped on first use (patch.c). A region with
+		 * flags this shim does not know is kept unusable (size 0). */
+		r->fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+		r->size = flags & ~GP_DESC_NOHEADER ? 0 : size;
+		r->role = role, r->kind = kind, r->flags = flags;
+		c->nregions = i + 1;
+		int bad = size == 0 || size > ((uint64_t)1 << 40) ||
+			  ((flags & GP_DESC_NOHEADER) && size % 4096 != 0);
+		int err = bad ? -EINVAL : gp_fd_check(fds[i], size, F_SEAL_SHRINK, flags & GP_DESC_NOHEADER, &why);
+		if (err) {
+			GP_TRACE("region %u (role %u, %llu bytes) refused: %s (%d)", i, role, (unsigned long long)size,
+				 bad ? "size" : why, err);
+			r->size = 0;
+			continue;
+		}
+		if (c->ring != NULL || role != GP_ROLE_LAUNCH_RING || kind != GPBR_KIND_RING || flags != 0 ||
+		    size < GPBR_DATA_OFFSET)
+			continue; /* other roles: later steps (maps, mailbox) */
+		void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+		if (m == MAP_FAILED)
+			continue;
+		int ck = gpbr_check(m, size, GPBR_KIND_RING);
+		if (ck != GPBR_OK) {
+			GP_TRACE("launch ring %u rejected: gpbr_check = %d", i, ck);
+			munmap(m, size);
+			continue;
+		}
+		c->ring = m, c->ring_size = size;
+	}
+}
+
+/* gp_conn_drop closes what a failed handshake took. */
+static void gp_conn_drop(struct gp_conn *c)
+{
+	for (uint32_t i = 0; i < c->nregions; i++)
+		if (c->regions[i].fd >= 0)
+			close(c->regions[i].fd);
+	if (c->ring != NULL)
+		munmap(c->ring, c->ring_size);
+	if (c->fd >= 0)
+		close(c->fd);
+	c->nregions = 0, c->ring = NULL, c->fd = -1;
+}
+
+/* gp_handshake connects to a trusted server (trust.c), sends HELLO (with
+ * the reconnect extension when ext) and takes the WELCOME into c; returns
+ * 0 or -errno and a reason (c->refused: an ERROR frame's code). */
+GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
+			   struct gp_conn *c, const char **why)
 {
 	uint64_t deadline = gp_now() + (uint64_t)timeout_ms * 1000000u;
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
-	uint8_t hdr[12], *payload = NULL, hello[12 + 12 + 256];
+	uint8_t hdr[12], *payload = NULL, hello[12 + 12 + 256 + 16];
 	int fds[GP_MAX_REGIONS], nfds = 0, fd, err;
-	const char *name = program_invocation_short_name;
-	size_t nlen = name ? strnlen(name, 256) : 0;
 
+	memset(c, 0, sizeof *c);
+	c->fd = -1;
 	if (strlen(path) >= sizeof addr.sun_path)
 		return *why = "socket path too long", -ENAMETOOLONG;
+	if ((err = gp_trust_path(path, why)) != 0)
+		return err;
 	memcpy(addr.sun_path, path, strlen(path) + 1);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
@@ -287,15 +371,10 @@ static int gp_handshake(const char *path, int timeout_ms, const char **why)
 			goto fail;
 		}
 	}
-	/* HELLO */
-	gp_put32(hello, GP_MAGIC);
-	hello[4] = GP_PROTO, hello[5] = 0, hello[6] = GP_FRAME_HELLO, hello[7] = 0;
-	gp_put32(hello + 8, (uint32_t)(12 + nlen));
-	gp_put32(hello + 12, gp_pid());
-	gp_put32(hello + 16, 0);
-	gp_put32(hello + 20, (uint32_t)nlen);
-	memcpy(hello + 24, name, nlen);
-	if ((err = gp_send_all(fd, hello, 24 + nlen, deadline)) != 0) {
+	/* Before anything is sent or received: who serves the socket. */
+	if ((err = gp_trust_peer(fd, why)) != 0)
+		goto fail;
+	if ((err = gp_send_all(fd, hello, gp_hello(hello, ext, lost, sessions), deadline)) != 0) {
 		*why = "sending HELLO";
 		goto fail;
 	}
@@ -323,6 +402,7 @@ static int gp_handshake(const char *path, int timeout_ms, const char **why)
 		if (mlen > len - 8)
 			mlen = 0;
 		GP_TRACE("agent refused the connection: code %u: %.*s", code, (int)mlen, (char *)payload + 8);
+		c->refused = code;
 		err = -EACCES, *why = "refused by the collector";
 		goto fail;
 	}
@@ -332,63 +412,78 @@ static int gp_handshake(const char *path, int timeout_ms, const char **why)
 		err = -EPROTO, *why = "malformed WELCOME";
 		goto fail;
 	}
-	void *ring = NULL;
-	size_t ring_size = 0;
-	for (uint32_t i = 0; i < count; i++) {
-		const uint8_t *d = payload + 8 + i * GP_DESC_SIZE;
-		uint32_t role = gp_le32(d);
-		uint16_t kind = gp_le16(d + 4), flags = gp_le16(d + 6);
-		uint64_t size = gp_le64(d + 8);
-		/* Every region is kept (its descriptor) for patched modules'
-		 * globals, which are mapped on first use (patch.c). A region with
-		 * flags this shim does not know is kept unusable (size 0). */
-		gp_regions[i].fd = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-		gp_regions[i].size = flags & ~GP_DESC_NOHEADER ? 0 : size;
-		gp_regions[i].role = role;
-		gp_regions[i].kind = kind;
-		gp_regions[i].flags = flags;
-		gp_regions[i].host = NULL;
-		gp_regions[i].dev = 0, gp_regions[i].block = 0, gp_regions[i].block_size = 0;
-		gp_regions[i].failed = 0, gp_regions[i].unbound = 0;
-		gp_nregions = i + 1;
-		if (ring != NULL || role != GP_ROLE_LAUNCH_RING || kind != GPBR_KIND_RING || flags != 0 ||
-		    size < GPBR_DATA_OFFSET || size > ((uint64_t)1 << 40))
-			continue; /* other roles: later steps (maps, mailbox) */
-		void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
-		if (m == MAP_FAILED)
-			continue;
-		int c = gpbr_check(m, size, GPBR_KIND_RING);
-		if (c != GPBR_OK) {
-			GP_TRACE("launch ring %u rejected: gpbr_check = %d", i, c);
-			munmap(m, size);
-			continue;
-		}
-		ring = m, ring_size = size;
-	}
+	gp_take_regions(c, payload, count, fds);
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
 	nfds = 0;
-	if (ring == NULL) {
+	if (c->ring == NULL) {
 		err = -ENOENT, *why = "no usable launch ring in WELCOME";
 		goto fail;
 	}
 	GP_TRACE("connected to %s: session %u, launch ring %zu bytes (%u slots of %u bytes)", path,
-		 gp_le32(payload), ring_size, ((struct gpbr_header *)ring)->max_entries,
-		 ((struct gpbr_header *)ring)->stride);
+		 gp_le32(payload), c->ring_size, ((struct gpbr_header *)c->ring)->max_entries,
+		 ((struct gpbr_header *)c->ring)->stride);
 	free(payload);
-	gp_sock = fd;
-	gp_timeout_ms = timeout_ms;
-	gp_ring_size = ring_size;
-	__atomic_add_fetch(&gp_gen, 1, __ATOMIC_RELEASE);
-	__atomic_store_n(&gp_ring_base, ring, __ATOMIC_RELEASE);
+	c->fd = fd;
 	return 0;
 fail:
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
-	gp_regions_drop();
 	free(payload);
 	close(fd);
+	gp_conn_drop(c);
 	return err;
+}
+
+/* gp_install makes c the session: regions, socket, then the ring that
+ * the launch path reads (one acquire load of gp_ring_base; the generation
+ * moves first so that name records go again into the new ring). The
+ * previous session's region mappings stay: device code of modules bound
+ * to them may still use them. */
+GP_HIDDEN void gp_install(struct gp_conn *c)
+{
+	pthread_mutex_lock(&gp_patch_mu);
+	gp_regions_drop();
+	memcpy(gp_regions, c->regions, sizeof gp_regions);
+	gp_nregions = c->nregions;
+	gp_sock = c->fd;
+	gp_ring_size = c->ring_size;
+	__atomic_add_fetch(&gp_gen, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&gp_ring_base, c->ring, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&gp_patch_mu);
+}
+
+/* gp_session_lost closes the dead session's socket and turns its launch
+ * ring into limbo: the same addresses, now private zeroed memory, whose
+ * all-zero header makes every reservation fail and count a drop (at
+ * GPBR_RING_DROPPED). A launch that read the old pointer keeps writing
+ * inside that range, so nothing is unmapped; the collector's memfd is let
+ * go. Returns the records the old collector never consumed. */
+GP_HIDDEN uint64_t gp_session_lost(void)
+{
+	uint64_t unread = 0;
+	pthread_mutex_lock(&gp_patch_mu);
+	if (gp_sock >= 0)
+		close(gp_sock), gp_sock = -1;
+	void *ring = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+	if (ring != NULL) {
+		const struct gpbr_header *h = ring;
+		uint64_t hd = __atomic_load_n(gpbr_u64(ring, GPBR_RING_HEAD), __ATOMIC_ACQUIRE);
+		uint64_t tl = __atomic_load_n(gpbr_u64(ring, GPBR_RING_TAIL), __ATOMIC_ACQUIRE);
+		unread = hd - tl > h->max_entries ? h->max_entries : hd - tl;
+		if (mmap(ring, gp_ring_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+		    MAP_FAILED)
+			GP_TRACE("launch ring: cannot replace it (%d); records keep going into it", errno);
+	}
+	pthread_mutex_unlock(&gp_patch_mu);
+	return unread;
+}
+
+/* gp_limbo_dropped: records attempted into the limbo ring so far. */
+GP_HIDDEN uint64_t gp_limbo_dropped(void)
+{
+	void *ring = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+	return ring ? __atomic_load_n(gpbr_u64(ring, GPBR_RING_DROPPED), __ATOMIC_RELAXED) : 0;
 }
 
 /* gp_connect runs the handshake once (per process or fork child); callers
@@ -426,13 +521,18 @@ GP_HIDDEN void gp_connect(void)
 		__atomic_store_n(&gp_state, GP_OFF, __ATOMIC_RELEASE);
 		return;
 	}
-	err = gp_handshake(path, ms, &why);
+	gp_trust_init();
+	struct gp_conn c;
+	err = gp_handshake(path, ms, 0, 0, 0, &c, &why);
 	if (err) {
 		GP_TRACE("no collector at %s (%s: %s); forwarding only", path, why, strerror(-err));
 		__atomic_store_n(&gp_state, GP_OFF, __ATOMIC_RELEASE);
 		return;
 	}
+	gp_timeout_ms = ms;
+	gp_install(&c);
 	__atomic_store_n(&gp_state, GP_READY, __ATOMIC_RELEASE);
+	gp_reconnect_start(path, c.fd);
 }
 
 /* fork: the child drops the parent's session (its ring belongs to the
@@ -449,6 +549,7 @@ static void gp_atfork_child(void)
 	gp_regions_drop();
 	gp_pid_cache = 0;
 	gp_self.tid = 0;
+	gp_reconnect_forked();
 	gp_state = GP_IDLE;
 }
 

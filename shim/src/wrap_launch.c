@@ -117,8 +117,8 @@ GP_HIDDEN void gp_ring_prefault(void)
 	uint32_t g = __atomic_load_n(&gp_gen, __ATOMIC_ACQUIRE), d = __atomic_load_n(&done_gen, __ATOMIC_ACQUIRE);
 	if (ring == NULL || d == g || !__atomic_compare_exchange_n(&done_gen, &d, g, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return;
-	/* region_size was checked against the mapping by gpbr_check. */
-	uint64_t size = ((const struct gpbr_header *)ring)->region_size;
+	/* The mapping's size: the header is the server's to rewrite. */
+	uint64_t size = __atomic_load_n(&gp_ring_size, __ATOMIC_RELAXED);
 	if (size > GP_PREFAULT_MAX)
 		size = GP_PREFAULT_MAX;
 #ifdef MADV_POPULATE_WRITE

@@ -11,6 +11,7 @@
  *   app-direct direct SCENARIO  linked with -lcuda, calls the symbols
  *
  * Scenarios: basic (default), graph, capture, fork, unnamed, threads, slow, bench N,
+ * ptxagain FILE (ptx, then ptx again once a line arrives on stdin),
  * ptx FILE (loads a real PTX file, launches its vectorAdd by kernelParams
  * and by a CU_LAUNCH_PARAM_BUFFER_POINTER buffer and from a graph kernel
  * node, and prints what the MOCK driver received: the extra launch-id
@@ -699,6 +700,14 @@ int main(int argc, char **argv)
 		}
 	} else if (strcmp(scenario, "ptx") == 0 || strcmp(scenario, "ptxfile") == 0) {
 		ptx(argc > 3 ? argv[3] : "", strcmp(scenario, "ptxfile") == 0);
+	} else if (strcmp(scenario, "ptxagain") == 0) { /* ptx, then again after a line on stdin */
+		char line[8];
+		ptx(argc > 3 ? argv[3] : "", 0);
+		printf("app: first load done\n");
+		fflush(stdout);
+		if (fgets(line, sizeof line, stdin) == NULL)
+			return 2;
+		ptx(argc > 3 ? argv[3] : "", 0);
 	} else if (strcmp(scenario, "devmap") == 0) {
 		devmap(argc > 3 ? argv[3] : "", argc - 4, argv + 4);
 		return 0;

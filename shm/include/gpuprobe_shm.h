@@ -94,13 +94,14 @@ struct gpbr_slot {
 #define GPBR_MAILBOX_SLOT_SIZE 256u
 #define GPBR_MAILBOX_PAYLOAD 168u
 #define GPBR_ETIMEDOUT 110
+#define GPBR_MAILBOX_RET_PENDING 0x7ffdead0ead00000ll /* ret until the host answers */
 
 struct gpbr_mailbox_slot {
-	uint32_t lock;        /*   0: 0 free, 1 claimed (requesters only) */
+	uint32_t waiting;     /*   0: 1 with a request, 0 once its requester gave up */
 	uint32_t helper;      /*   4 */
 	uint64_t req;         /*   8: requester: store-release */
 	uint64_t ack;         /*  16: host: store-release */
-	int64_t ret;          /*  24: host */
+	int64_t ret;          /*  24: host, before ack (requester: GPBR_MAILBOX_RET_PENDING) */
 	uint64_t args[5];     /*  32 */
 	uint32_t payload_len; /*  72 */
 	uint32_t flags;       /*  76 */

@@ -1,10 +1,13 @@
 package btfdecode
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/gpuprobe/gpuprobe/record"
 )
 
 // ShortError reports a record too short for one of its fields.
@@ -148,12 +151,12 @@ func (l *leaf) extend(u uint64) int64 {
 	return signExtend(u, bits)
 }
 
-// cString returns p up to its first NUL byte.
+// cString returns p up to its first NUL byte, as valid UTF-8.
 func cString(p []byte) string {
-	for i, c := range p {
-		if c == 0 {
-			return string(p[:i])
-		}
+	if i := bytes.IndexByte(p, 0); i >= 0 {
+		p = p[:i]
 	}
-	return string(p)
+	// The bytes come from a GPU or host program: exporters drop invalid
+	// UTF-8, so it is replaced (each run by 3 bytes: at most 3× the array).
+	return record.Sanitize(string(p), 3*len(p))
 }

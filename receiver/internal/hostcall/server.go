@@ -142,7 +142,7 @@ func (s *Server) Start() {
 	s.cancel, s.done = cancel, make(chan struct{})
 	go func() {
 		defer close(s.done)
-		_ = s.mb.Serve(ctx, s.Handle, shm.ServeOptions{Spin: s.opts.Spin, MaxSleep: s.opts.MaxSleep})
+		_ = s.mb.Serve(ctx, s.Handle, shm.ServeOptions{Spin: s.opts.Spin, MaxSleep: s.opts.MaxSleep, Backoff: s.backoff})
 	}()
 }
 
@@ -189,6 +189,17 @@ func (s *Server) allow(now time.Time) bool {
 	}
 	s.tokens--
 	return true
+}
+
+// backoff is how long a client over its rate waits for its next token:
+// Serve sleeps that long, so such a client costs no more polling than its
+// rate (serving goroutine only).
+func (s *Server) backoff() time.Duration {
+	tokens := min(s.opts.Burst, s.tokens+time.Since(s.last).Seconds()*s.opts.Rate)
+	if tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - tokens) / s.opts.Rate * float64(time.Second))
 }
 
 // Handle answers one request; it is the shm.Handler of Serve and Poll.

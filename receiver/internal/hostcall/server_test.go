@@ -177,3 +177,31 @@ func BenchmarkRoundTripAfterIdle(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 	b.ReportMetric(float64(lat[len(lat)-1].Nanoseconds()), "max-ns")
 }
+
+// TestOverRateClientCostsItsRate: a client posting requests as fast as it
+// can, beyond its rate, makes the server poll no more than the rate
+// allows: the requests it answers (served or rejected) stay within a few
+// slots per token. On main Serve polled without pause while requests
+// kept coming.
+func TestOverRateClientCostsItsRate(t *testing.T) {
+	const rate, burst, slots, run = 1000, 10, 4, 300 * time.Millisecond
+	s, _, _ := newServer(t, Options{Rate: rate, Burst: burst, Slots: slots, Timeout: time.Second})
+	var wg sync.WaitGroup
+	stop := time.Now().Add(run)
+	for g := range slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				_, _ = s.Mailbox().Call(uint32(jit.HelperPuts), [5]uint64{}, []byte("x"), uint64(g))
+			}
+		}()
+	}
+	wg.Wait()
+	c := s.Counters()
+	seen := c.Served // every answer, -EBUSY ones included
+	t.Logf("%d requests answered in %v (%d of them -EBUSY)", seen, run, c.Rejected)
+	if limit := uint64(slots * (rate*run.Seconds() + burst) * 2); seen > limit {
+		t.Fatalf("%d requests answered in %v, want at most %d (%d slots per token)", seen, run, limit, slots)
+	}
+}

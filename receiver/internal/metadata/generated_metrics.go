@@ -60,6 +60,40 @@ var MapAttributeCudaMemcpyKind = map[string]AttributeCudaMemcpyKind{
 	"unknown": AttributeCudaMemcpyKindUnknown,
 }
 
+// AttributeReason specifies the value reason attribute.
+type AttributeReason int
+
+const (
+	_ AttributeReason = iota
+	AttributeReasonHead
+	AttributeReasonDrops
+	AttributeReasonSeq
+	AttributeReasonLength
+)
+
+// String returns the string representation of the AttributeReason.
+func (av AttributeReason) String() string {
+	switch av {
+	case AttributeReasonHead:
+		return "head"
+	case AttributeReasonDrops:
+		return "drops"
+	case AttributeReasonSeq:
+		return "seq"
+	case AttributeReasonLength:
+		return "length"
+	}
+	return ""
+}
+
+// MapAttributeReason is a helper map of string to AttributeReason attribute value.
+var MapAttributeReason = map[string]AttributeReason{
+	"head":   AttributeReasonHead,
+	"drops":  AttributeReasonDrops,
+	"seq":    AttributeReasonSeq,
+	"length": AttributeReasonLength,
+}
+
 var MetricsInfo = metricsInfo{
 	GpuCudaKernelLaunches: metricInfo{
 		Name:       "gpu.cuda.kernel.launches",

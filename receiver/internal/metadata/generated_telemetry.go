@@ -26,10 +26,12 @@ type TelemetryBuilder struct {
 	meter                                metric.Meter
 	mu                                   sync.Mutex
 	registrations                        []metric.Registration
+	GpuprobeReceiverClientsDisconnected  metric.Int64Counter
 	GpuprobeReceiverLaunchesEvicted      metric.Int64Counter
 	GpuprobeReceiverModulesPatched       metric.Int64Counter
 	GpuprobeReceiverPatchFailures        metric.Int64Counter
 	GpuprobeReceiverPatchProgramsSkipped metric.Int64Counter
+	GpuprobeReceiverRecordsCorrupt       metric.Int64Counter
 	GpuprobeReceiverRecordsDropped       metric.Int64Counter
 	GpuprobeReceiverRecordsRead          metric.Int64Counter
 }
@@ -63,6 +65,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.GpuprobeReceiverClientsDisconnected, err = builder.meter.Int64Counter(
+		"otelcol_gpuprobe.receiver.clients.disconnected",
+		metric.WithDescription("Clients let go because they broke an invariant of one of their rings; their rings are no longer read. [Development]"),
+		metric.WithUnit("{client}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.GpuprobeReceiverLaunchesEvicted, err = builder.meter.Int64Counter(
 		"otelcol_gpuprobe.receiver.launches.evicted",
 		metric.WithDescription("Launches emitted before all their records arrived, because limits::max_pending_launches was reached or limits::launch_timeout passed. [Development]"),
@@ -87,9 +95,15 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{program}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.GpuprobeReceiverRecordsCorrupt, err = builder.meter.Int64Counter(
+		"otelcol_gpuprobe.receiver.records.corrupt",
+		metric.WithDescription("Records whose length field exceeded their ring slot (consumed, not decoded). [Development]"),
+		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.GpuprobeReceiverRecordsDropped, err = builder.meter.Int64Counter(
 		"otelcol_gpuprobe.receiver.records.dropped",
-		metric.WithDescription("Records producers dropped because a ring was full or the record was too large, plus records that failed to decode. [Development]"),
+		metric.WithDescription("Records producers dropped because a ring was full or the record was too large, records that failed to decode, and records left in the rings of a gone client (stalled or unread). [Development]"),
 		metric.WithUnit("{record}"),
 	)
 	errs = errors.Join(errs, err)

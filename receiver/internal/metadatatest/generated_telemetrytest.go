@@ -21,6 +21,22 @@ func NewSettings(tt *componenttest.Telemetry) receiver.Settings {
 	return set
 }
 
+func AssertEqualGpuprobeReceiverClientsDisconnected(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_gpuprobe.receiver.clients.disconnected",
+		Description: "Clients let go because they broke an invariant of one of their rings; their rings are no longer read. [Development]",
+		Unit:        "{client}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_gpuprobe.receiver.clients.disconnected")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualGpuprobeReceiverLaunchesEvicted(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_gpuprobe.receiver.launches.evicted",
@@ -85,10 +101,26 @@ func AssertEqualGpuprobeReceiverPatchProgramsSkipped(t *testing.T, tt *component
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualGpuprobeReceiverRecordsCorrupt(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_gpuprobe.receiver.records.corrupt",
+		Description: "Records whose length field exceeded their ring slot (consumed, not decoded). [Development]",
+		Unit:        "{record}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_gpuprobe.receiver.records.corrupt")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualGpuprobeReceiverRecordsDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_gpuprobe.receiver.records.dropped",
-		Description: "Records producers dropped because a ring was full or the record was too large, plus records that failed to decode. [Development]",
+		Description: "Records producers dropped because a ring was full or the record was too large, records that failed to decode, and records left in the rings of a gone client (stalled or unread). [Development]",
 		Unit:        "{record}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

@@ -19,12 +19,17 @@ func TestSetupTelemetry(t *testing.T) {
 	tb, err := metadata.NewTelemetryBuilder(testTel.NewTelemetrySettings())
 	require.NoError(t, err)
 	defer tb.Shutdown()
+	tb.GpuprobeReceiverClientsDisconnected.Add(context.Background(), 1)
 	tb.GpuprobeReceiverLaunchesEvicted.Add(context.Background(), 1)
 	tb.GpuprobeReceiverModulesPatched.Add(context.Background(), 1)
 	tb.GpuprobeReceiverPatchFailures.Add(context.Background(), 1)
 	tb.GpuprobeReceiverPatchProgramsSkipped.Add(context.Background(), 1)
+	tb.GpuprobeReceiverRecordsCorrupt.Add(context.Background(), 1)
 	tb.GpuprobeReceiverRecordsDropped.Add(context.Background(), 1)
 	tb.GpuprobeReceiverRecordsRead.Add(context.Background(), 1)
+	AssertEqualGpuprobeReceiverClientsDisconnected(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualGpuprobeReceiverLaunchesEvicted(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -35,6 +40,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualGpuprobeReceiverPatchProgramsSkipped(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualGpuprobeReceiverRecordsCorrupt(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualGpuprobeReceiverRecordsDropped(t, testTel,

@@ -39,6 +39,7 @@ type ringInst struct {
 	ring     *shm.Ring
 	cons     *shm.Consumer
 	lastDrop uint64      // ring drop counters already reported
+	lastBad  uint64      // corrupt records already reported
 	kr       *kernelRing // a kernel BPF_MAP_TYPE_RINGBUF instead of ring/cons
 }
 

@@ -37,7 +37,8 @@ type Counters struct {
 	Invalid     uint64 // ring records of zero bytes
 	Short       uint64 // ring records shorter than their type, decoded by the bytes written
 	Cut         uint64 // ... of which the record ends inside a field (the field is omitted)
-	Dropped     uint64 // ring records the producers dropped (full ring, oversize)
+	Dropped     uint64 // ring records dropped (full ring, oversize, stalled, left unread by a gone application)
+	Corrupt     uint64 // ring records whose length exceeded their slot
 	Unmapped    uint64 // records whose GPU time could not be mapped (no calibration)
 	KeysOver    uint64 // keys beyond MaxMapKeys at the last emission
 	SpansBuilt  uint64 // spans made from ring records

@@ -385,7 +385,9 @@ func TestRingsToSpans(t *testing.T) {
 	defer in.Close()
 	const gpuBase, realBase = uint64(1_000_000_000), uint64(1_700_000_000_000_000_000)
 	mapper := clock.New()
-	mapper.AddCalibration(2, gpuBase, 0, realBase)
+	if err := mapper.AddCalibration(in.Src, 2, gpuBase, 0, realBase); err != nil {
+		t.Fatal(err)
+	}
 
 	phases := in.Ring("phases")
 	rec := make([]byte, 32)

@@ -1,6 +1,7 @@
 package progmaps
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/btfdecode"
@@ -140,13 +141,51 @@ func (c *Collector) ReadRings(in *Instance, now time.Time, max int) int {
 			c.record(in, g.def, r.Payload, now, &b)
 		})
 		b.close()
-		st := g.ring.Stats()
-		cs := g.cons.Stats()
-		d := st.Dropped + st.Oversize + cs.Stalled + cs.Corrupt
+		c.count(g)
+	}
+	return total
+}
+
+// count adds what ring g lost since the last call to the counters. The
+// ring's counters are written by the application: only growth counts.
+func (c *Collector) count(g *ringInst) {
+	st, cs := g.ring.Stats(), g.cons.Stats()
+	if d := st.Dropped + st.Oversize + cs.Stalled + cs.Abandoned; d > g.lastDrop {
 		c.counters.Dropped += d - g.lastDrop
 		g.lastDrop = d
 	}
-	return total
+	c.counters.Corrupt += cs.Corrupt - g.lastBad
+	g.lastBad = cs.Corrupt
+}
+
+// DrainRings resolves, without reading them, the tickets left in each
+// ring of a gone application (shm.Consumer.Drain; at most a lap: tickets
+// further on can only be drops, counted by their producers), counting its
+// records as dropped. It reports whether every ring was resolved.
+func (c *Collector) DrainRings(in *Instance) bool {
+	done := true
+	for i := range in.rings {
+		g := &in.rings[i]
+		if g.kr != nil {
+			continue
+		}
+		done = g.cons.Drain(g.ring.Slots(), nil) && done
+		c.count(g)
+	}
+	return done
+}
+
+// Err returns the first ring invariant the application broke in one of
+// in's rings (see shm.Consumer.Err), or nil.
+func (in *Instance) Err() error {
+	for _, g := range in.rings {
+		if g.cons != nil {
+			if err := g.cons.Err(); err != nil {
+				return fmt.Errorf("map %s: %w", g.def.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // record turns one ring record into a span or span event. A record
@@ -205,7 +244,7 @@ func (c *Collector) gpuTime(in *Instance, d *Def, fs []btfdecode.Field, ns uint6
 	case c.o.Device != nil:
 		dev = c.o.Device(in.Src)
 	}
-	if r, ok := c.o.Clock.GPUToReal(dev, ns); ok {
+	if r, ok := c.o.Clock.GPUToReal(in.Src, dev, ns); ok {
 		return pcommon.Timestamp(r), true
 	}
 	return pcommon.NewTimestampFromTime(now), false
@@ -316,4 +355,15 @@ func isTime(d *Def, i int) bool {
 		}
 	}
 	return false
+}
+
+// Empty reports whether in's rings hold no ticket left to resolve, as far
+// as their heads tell.
+func (in *Instance) Empty() bool {
+	for _, g := range in.rings {
+		if g.cons != nil && g.ring.Stats().Head > g.cons.Position() {
+			return false
+		}
+	}
+	return true
 }

@@ -538,9 +538,9 @@ func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCa
 	sp.SetParentSpanID(parent)
 	sp.SetName(name)
 	sp.SetKind(ptrace.SpanKindInternal)
-	start := t.mono(r.EnterNS)
+	start := t.mono(HostProbeSource, r.EnterNS)
 	sp.SetStartTimestamp(start)
-	sp.SetEndTimestamp(max(start, t.mono(sync.ExitNS)))
+	sp.SetEndTimestamp(max(start, t.mono(HostProbeSource, sync.ExitNS)))
 	t.nSpans++
 	a := sp.Attributes()
 	a.EnsureCapacity(14)

@@ -180,11 +180,12 @@ func (t *Translator) sweepGraphs() {
 
 // newRun adds a pending run of graph node key.
 func (t *Translator) newRun(c *replayChain, key srcKey, now time.Time) *launch {
-	t.makeRoom(now)
+	t.makeRoom(key.src, now)
 	l := &launch{key: key, created: now, chain: c}
 	c.live++
 	t.nGraph++
 	t.queue = append(t.queue, l)
+	t.track(l)
 	return l
 }
 
@@ -206,9 +207,9 @@ func (t *Translator) dropRun(l *launch) {
 // endedBefore reports whether device time gpuEnd of dev lies more than
 // replayClockSlack before host time monoStart, both mapped to realtime
 // (false while either mapping is unknown).
-func (t *Translator) endedBefore(dev uint32, gpuEnd, monoStart uint64) bool {
-	e, ok1 := t.o.Clock.GPUToReal(dev, gpuEnd)
-	s, ok2 := t.o.Clock.MonoToReal(monoStart)
+func (t *Translator) endedBefore(src, dev uint32, gpuEnd, monoStart uint64) bool {
+	e, ok1 := t.o.Clock.GPUToReal(src, dev, gpuEnd)
+	s, ok2 := t.o.Clock.ClientMonoToReal(src, monoStart)
 	return ok1 && ok2 && e+uint64(replayClockSlack) < s
 }
 
@@ -226,7 +227,7 @@ func (t *Translator) graphLaunchRun(key srcKey, r *record.Launch, now time.Time)
 				break
 			}
 			c.wantLaunch.pop()
-			if t.endedBefore(r.Device, l.lastEnd, r.EnqueueNS) {
+			if t.endedBefore(key.src, r.Device, l.lastEnd, r.EnqueueNS) {
 				t.finish(l, now) // counted as an orphan
 				continue
 			}
@@ -265,7 +266,7 @@ func (t *Translator) graphLaunched(l *launch) {
 func (t *Translator) graphExecRun(key srcKey, e *record.Exec, now time.Time) *launch {
 	c := t.chain(key)
 	if l := c.wantExec.front(wantsExec); l != nil {
-		if l.have && t.endedBefore(l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
+		if l.have && t.endedBefore(key.src, l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
 			t.counters.LaunchesOrphan++
 			return nil
 		}

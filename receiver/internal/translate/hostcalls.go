@@ -24,9 +24,10 @@ const DefaultMaxHostCalls = 4096
 
 // Bounds of the host-call state that have no option.
 const (
-	maxHostProcs     = 4096 // processes with host-call state
-	maxHostThreads   = 4096 // threads remembered per process
-	maxHostPerLaunch = 8    // host calls nested with one shim launch
+	maxHostProcs     = 4096    // processes with host-call state
+	maxHostThreads   = 4096    // threads remembered per process
+	maxHostPerLaunch = 8       // host calls nested with one shim launch
+	maxHostNames     = 1 << 16 // (pid, function handle) → name bindings of host probes
 )
 
 // hostCall is one host call waiting to be turned into spans.
@@ -221,7 +222,7 @@ func (t *Translator) onHostKernelName(k *record.KernelName) {
 	} else {
 		n.name = t.demangle(k.Name)
 	}
-	if len(t.hostNames) >= maxKernelHandles {
+	if len(t.hostNames) >= maxHostNames {
 		// Two generations: the names used since the last turn survive it.
 		t.oldHostNames, t.hostNames = t.hostNames, map[pidHandle]hostName{}
 	}
@@ -243,7 +244,7 @@ func (t *Translator) hostKernelName(pid uint32, handle uint64) (hostName, bool) 
 		return n, true
 	}
 	if n, ok := t.oldHostNames[key]; ok {
-		if len(t.hostNames) < maxKernelHandles {
+		if len(t.hostNames) < maxHostNames {
 			t.hostNames[key] = n
 		}
 		return n, true

@@ -74,8 +74,8 @@ func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pc
 	sp.SetParentSpanID(parent)
 	sp.SetName(m.name)
 	sp.SetKind(ptrace.SpanKindInternal)
-	sp.SetStartTimestamp(t.mono(r.EnterNS))
-	sp.SetEndTimestamp(t.mono(r.ExitNS))
+	sp.SetStartTimestamp(t.mono(HostProbeSource, r.EnterNS))
+	sp.SetEndTimestamp(t.mono(HostProbeSource, r.ExitNS))
 	t.nSpans++
 
 	a := sp.Attributes()

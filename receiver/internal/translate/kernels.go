@@ -11,8 +11,8 @@ import (
 
 // onKernelName records a function handle's kernel name (the first wins).
 func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
-	key := srcKey{src, k.Function}
-	if _, ok := t.kernels[key]; ok {
+	c := t.clientOf(src)
+	if _, ok := c.kernels[k.Function]; ok {
 		return
 	}
 	mangled, name := k.Name, ""
@@ -24,10 +24,8 @@ func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
 	} else {
 		name = t.demangle(k.Name)
 	}
-	if len(t.kernels) >= maxKernelHandles {
-		t.forgetKernels()
-	}
-	t.kernels[key] = &kernel{
+	t.makeKernelRoom(c)
+	c.kernels[k.Function] = &kernel{
 		mangled: mangled,
 		name:    name,
 		series:  t.seriesFor(name),
@@ -35,10 +33,10 @@ func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
 	}
 }
 
-// Bounds of the name caches: function handles remembered (over all
-// sources) and demangled names cached.
+// Bounds of the name caches: function handles remembered per client and
+// demangled names cached.
 const (
-	maxKernelHandles = 1 << 16
+	maxKernelHandles = 1 << 14
 	maxNameCache     = 1 << 14
 )
 
@@ -56,19 +54,28 @@ func (t *Translator) demangle(mangled string) string {
 	return n
 }
 
-// forgetKernels drops the handle → kernel bindings that no pending launch
-// uses; a later launch of a forgotten handle is named by its handle.
-func (t *Translator) forgetKernels() {
+// makeKernelRoom keeps client c's handle → kernel bindings below
+// maxKernelHandles: when full, it drops those no pending launch uses, and
+// all of them if that leaves the map over 3/4 full (so a client cannot make
+// every record rescan the queue). A later launch of a forgotten handle is
+// named by its handle; pending launches keep their kernel.
+func (t *Translator) makeKernelRoom(c *client) {
+	if len(c.kernels) < maxKernelHandles {
+		return
+	}
 	used := map[*kernel]bool{}
 	for _, l := range t.queue[t.qhead:] {
 		if !l.done && l.k != nil {
 			used[l.k] = true
 		}
 	}
-	for key, k := range t.kernels {
+	for fn, k := range c.kernels {
 		if !used[k] {
-			delete(t.kernels, key)
+			delete(c.kernels, fn)
 		}
+	}
+	if len(c.kernels) > maxKernelHandles*3/4 {
+		clear(c.kernels)
 	}
 }
 
@@ -88,15 +95,14 @@ func (t *Translator) seriesFor(name string) *series {
 }
 
 func (t *Translator) kernelOf(src uint32, fn uint64) *kernel {
-	if k, ok := t.kernels[srcKey{src, fn}]; ok {
+	c := t.clientOf(src)
+	if k, ok := c.kernels[fn]; ok {
 		return k
 	}
 	// A launch of a function never named: name it by its handle.
 	name := "function@0x" + strconv.FormatUint(fn, 16)
 	k := &kernel{mangled: name, name: name, series: t.seriesFor(name), include: t.o.Filter.Match(name)}
-	if len(t.kernels) >= maxKernelHandles {
-		t.forgetKernels()
-	}
-	t.kernels[srcKey{src, fn}] = k
+	t.makeKernelRoom(c)
+	c.kernels[fn] = k
 	return k
 }

@@ -108,8 +108,8 @@ func (t *Translator) queueNS(l *launch) (uint64, bool) {
 	if !l.hasDevice() {
 		return 0, false
 	}
-	startReal, ok1 := t.o.Clock.GPUToReal(l.rec.Device, l.firstStart)
-	enqReal, ok2 := t.o.Clock.MonoToReal(l.rec.EnqueueNS)
+	startReal, ok1 := t.o.Clock.GPUToReal(l.key.src, l.rec.Device, l.firstStart)
+	enqReal, ok2 := t.o.Clock.ClientMonoToReal(l.key.src, l.rec.EnqueueNS)
 	if !ok1 || !ok2 || startReal < enqReal {
 		return 0, ok1 && ok2 // clocks disagree by less than their uncertainty: 0
 	}

@@ -34,7 +34,7 @@ type memcpySeries struct {
 	duration exphist.Hist
 }
 
-func (t *Translator) onMemcpy(m *record.Memcpy) {
+func (t *Translator) onMemcpy(src uint32, m *record.Memcpy) {
 	k := memcpyKey{m.Device, m.Kind}
 	s := t.memcpy[k]
 	if s == nil {
@@ -44,7 +44,7 @@ func (t *Translator) onMemcpy(m *record.Memcpy) {
 	}
 	s.bytes += m.Bytes
 	s.duration.Record(float64(m.EndNS-m.StartNS) / 1e9)
-	t.memcpySpan(m)
+	t.memcpySpan(src, m)
 }
 
 // SelfMetric is one self-telemetry counter added to the metrics output.
@@ -117,13 +117,13 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 			dp.SetStartTimestamp(t.start)
 			dp.SetTimestamp(ts)
 			dp.SetIntValue(int64(s.bytes))
-			dp.Attributes().PutInt("cuda.device.index", int64(k.device))
+			dp.Attributes().PutInt("cuda.device.index", deviceIndex(k.device))
 			dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
 			hp := dur.AppendEmpty()
 			hp.SetStartTimestamp(t.start)
 			hp.SetTimestamp(ts)
 			s.duration.CopyTo(hp)
-			hp.Attributes().PutInt("cuda.device.index", int64(k.device))
+			hp.Attributes().PutInt("cuda.device.index", deviceIndex(k.device))
 			hp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
 		}
 	}
@@ -176,7 +176,7 @@ func (t *Translator) appendThreadSeries(sm pmetric.MetricSlice, all []*series, t
 
 func kernelAttrs(a pcommon.Map, name string, dev uint32) {
 	a.PutStr("code.function.name", name)
-	a.PutInt("cuda.device.index", int64(dev))
+	a.PutInt("cuda.device.index", deviceIndex(dev))
 }
 
 // newMetric appends a metric with its name, unit and description.

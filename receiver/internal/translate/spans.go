@@ -74,6 +74,9 @@ func (t *Translator) fillResource(attrs pcommon.Map, pid uint32) {
 
 // processName returns the executable name of pid, cached.
 func (t *Translator) processName(pid uint32) string {
+	if n, ok := t.peerExe[pid]; ok {
+		return n // a connected client's, read at connect
+	}
 	if n, ok := t.procs[pid]; ok {
 		return n
 	}
@@ -83,6 +86,7 @@ func (t *Translator) processName(pid uint32) string {
 	} else {
 		n = ProcName(pid)
 	}
+	n = record.Sanitize(n, maxExeLen)
 	if n == "" {
 		return "" // gone or unreadable: not cached, a later record may know it
 	}
@@ -108,8 +112,10 @@ func ProcName(pid uint32) string {
 	return strings.TrimSpace(string(b))
 }
 
-func (t *Translator) mono(ns uint64) pcommon.Timestamp {
-	r, _ := t.o.Clock.MonoToReal(ns)
+// mono maps a CLOCK_MONOTONIC reading of source src to a timestamp (0 when
+// unknown).
+func (t *Translator) mono(src uint32, ns uint64) pcommon.Timestamp {
+	r, _ := t.o.Clock.ClientMonoToReal(src, ns)
 	return pcommon.Timestamp(r)
 }
 
@@ -126,7 +132,7 @@ func (t *Translator) launchSpans(l *launch) {
 	root.SetParentSpanID(parent)
 	root.SetName(l.k.name)
 	root.SetKind(ptrace.SpanKindInternal)
-	start, end := t.mono(r.EnqueueNS), t.mono(r.ReturnNS)
+	start, end := t.mono(l.key.src, r.EnqueueNS), t.mono(l.key.src, r.ReturnNS)
 	root.SetStartTimestamp(start)
 
 	a := root.Attributes()
@@ -143,7 +149,7 @@ func (t *Translator) launchSpans(l *launch) {
 		// patched, or left out by sampling::device_one_in): no phases.
 		a.PutBool("cuda.launch.probed", false)
 	}
-	t.putDevice(a, r.Device)
+	t.putDevice(a, l.key.src, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))
 	a.PutInt("cuda.grid.x", int64(r.Grid[0]))
 	a.PutInt("cuda.grid.y", int64(r.Grid[1]))
@@ -170,10 +176,10 @@ func (t *Translator) launchSpans(l *launch) {
 		t.nSpans++
 		end = max(end, e)
 	}
-	child(SpanLaunchCall, start, t.mono(r.ReturnNS))
+	child(SpanLaunchCall, start, t.mono(l.key.src, r.ReturnNS))
 	t.hostChildren(ss, l, tid, rootID)
 
-	execEnd := t.mono(r.ReturnNS)
+	execEnd := t.mono(l.key.src, r.ReturnNS)
 	if l.exec != nil {
 		a.PutInt("cuda.blocks.observed", int64(l.exec.Blocks))
 		a.PutInt("cuda.threads.observed", int64(l.exec.Threads))
@@ -190,8 +196,8 @@ func (t *Translator) launchSpans(l *launch) {
 		a.PutInt("cuda.warp.exit_skew.max", int64(l.maxSkew))
 	}
 	if l.hasDevice() {
-		fs, ok1 := t.o.Clock.GPUToReal(r.Device, l.firstStart)
-		le, ok2 := t.o.Clock.GPUToReal(r.Device, l.lastEnd)
+		fs, ok1 := t.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
+		le, ok2 := t.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd)
 		if ok1 && ok2 {
 			child(SpanQueued, start, max(start, pcommon.Timestamp(fs)))
 			child(SpanExecuting, pcommon.Timestamp(fs), pcommon.Timestamp(le))
@@ -199,39 +205,39 @@ func (t *Translator) launchSpans(l *launch) {
 		}
 	}
 	if l.completed {
-		child(SpanCompletion, execEnd, t.mono(l.completeNS))
+		child(SpanCompletion, execEnd, t.mono(l.key.src, l.completeNS))
 	}
 	root.SetEndTimestamp(end)
 	t.nSpans++
 }
 
-func (t *Translator) onSync(s *record.Sync) {
-	a, ok := t.hostSpan(SpanSync, s.PID, s.StartNS, s.EndNS)
+func (t *Translator) onSync(src uint32, s *record.Sync) {
+	a, ok := t.hostSpan(SpanSync, src, s.PID, s.StartNS, s.EndNS)
 	if !ok {
 		return
 	}
 	a.PutStr("cuda.sync.kind", s.Kind.String())
-	a.PutInt("cuda.device.index", int64(s.Device))
+	a.PutInt("cuda.device.index", deviceIndex(s.Device))
 	a.PutInt("cuda.stream", int64(s.Stream))
 	a.PutInt("thread.id", int64(s.TID))
 }
 
-func (t *Translator) memcpySpan(m *record.Memcpy) {
-	a, ok := t.hostSpan(SpanMemcpy, m.PID, m.StartNS, m.EndNS)
+func (t *Translator) memcpySpan(src uint32, m *record.Memcpy) {
+	a, ok := t.hostSpan(SpanMemcpy, src, m.PID, m.StartNS, m.EndNS)
 	if !ok {
 		return
 	}
 	a.PutStr("cuda.memcpy.kind", m.Kind.String())
 	a.PutInt("cuda.memcpy.size", int64(m.Bytes))
 	a.PutBool("cuda.memcpy.async", m.Flags&record.MemcpyAsync != 0)
-	t.putDevice(a, m.Device)
+	t.putDevice(a, src, m.Device)
 	a.PutInt("cuda.stream", int64(m.Stream))
 	a.PutInt("thread.id", int64(m.TID))
 }
 
 // hostSpan appends the span of a host call (a sync or a copy) of process
 // pid and returns its attributes, or false when sampling drops the call.
-func (t *Translator) hostSpan(name string, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
+func (t *Translator) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
 	if !sampled(srcKey{pid, startNS}, t.o.SampleOneIn) {
 		return pcommon.Map{}, false
 	}
@@ -239,16 +245,8 @@ func (t *Translator) hostSpan(name string, pid uint32, startNS, endNS uint64) (p
 	sp.SetTraceID(otelid.NewTraceID())
 	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetName(name)
-	sp.SetStartTimestamp(t.mono(startNS))
-	sp.SetEndTimestamp(t.mono(endNS))
+	sp.SetStartTimestamp(t.mono(src, startNS))
+	sp.SetEndTimestamp(t.mono(src, endNS))
 	t.nSpans++
 	return sp.Attributes(), true
-}
-
-// putDevice puts the device index and, when known, its UUID.
-func (t *Translator) putDevice(a pcommon.Map, dev uint32) {
-	a.PutInt("cuda.device.index", int64(dev))
-	if u, ok := t.devices[dev]; ok {
-		a.PutStr("cuda.device.uuid", u)
-	}
 }

@@ -37,7 +37,8 @@ import "github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
 // the legacy default stream; 0x2 (the per-thread default stream) is one
 // stream per thread; other handles are per device.
 
-// maxStreamSlots bounds the stream state (it is cleared when full).
+// maxStreamSlots bounds the stream state of one client (it is cleared
+// when full).
 const maxStreamSlots = 4096
 
 // streamSlot is one stream of one source and device.
@@ -78,13 +79,14 @@ func slotOf(src, device uint32, stream uint64, tid uint32) streamSlot {
 
 // streamCount counts one launch or copy on a stream and returns its count.
 func (t *Translator) streamCount(k streamSlot) uint64 {
-	st := t.streams[k]
+	streams := t.clientOf(k.src).streams
+	st := streams[k]
 	if st == nil {
-		if len(t.streams) >= maxStreamSlots {
-			clear(t.streams)
+		if len(streams) >= maxStreamSlots {
+			clear(streams)
 		}
 		st = &streamState{}
-		t.streams[k] = st
+		streams[k] = st
 	}
 	st.seq++
 	return st.seq
@@ -100,19 +102,23 @@ func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
 		return
 	}
 	r := &l.rec
-	st := t.streams[slotOf(l.key.src, r.Device, r.Stream, r.TID)]
+	c := t.clients[l.key.src]
+	if c == nil {
+		return // gone
+	}
+	st := c.streams[slotOf(l.key.src, r.Device, r.Stream, r.TID)]
 	if st == nil {
 		return // forgotten
 	}
-	retReal, okRet := t.o.Clock.MonoToReal(r.ReturnNS)
+	retReal, okRet := t.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
 	var startReal uint64
 	if l.hasDevice() {
-		startReal, _ = t.o.Clock.GPUToReal(r.Device, l.firstStart)
+		startReal, _ = t.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
 	}
 	s := l.streamSeq
 	switch {
 	case s == st.doneSeq+1 && st.end != 0 && okRet:
-		if endReal, ok := t.o.Clock.GPUToReal(r.Device, st.end); ok {
+		if endReal, ok := t.o.Clock.GPUToReal(l.key.src, r.Device, st.end); ok {
 			l.hostWaitNS, l.gapKnown = gapWait(retReal, endReal, startReal), true
 			if l.hasDevice() && l.firstStart >= st.end {
 				l.idleNS, l.idleKnown = l.firstStart-st.end, true
@@ -122,7 +128,7 @@ func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
 		st.early = earlyLaunch{seq: s, retReal: retReal, startReal: startReal, hostWait: hw}
 	}
 	if s+1 == st.early.seq && l.hasDevice() {
-		if endReal, ok := t.o.Clock.GPUToReal(r.Device, l.lastEnd); ok {
+		if endReal, ok := t.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd); ok {
 			st.early.hostWait.Record(float64(gapWait(st.early.retReal, endReal, st.early.startReal)) / 1e9)
 		}
 		st.early = earlyLaunch{}

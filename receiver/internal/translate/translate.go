@@ -63,6 +63,8 @@ type Counters struct {
 	LaunchesFilter   uint64 // launches of kernels excluded by kernels::include/exclude
 	SpansSampledOut  uint64 // launch spans not emitted because of sampling
 	NamesTruncated   uint64 // kernel names that arrived cut by their producer
+	DevicesFolded    uint64 // device numbers (records) a client had not reported, folded into OtherDevice
+	CalibrationsBad  uint64 // calibration records rejected (clock.Mapper.AddCalibration)
 	ExecDuplicate    uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
 	LaunchesCaptured uint64 // launch records of stream-captured launches (never run; shims before capture.c wrote them): dropped at their graph node's first cuGraphLaunch record
 
@@ -103,6 +105,7 @@ type launch struct {
 	completed  bool
 	completeAt time.Time
 	warpsAt    time.Time // when Expire first saw every warp in (no completion record yet)
+	tracked    bool      // counted in its client's pending (client.go)
 	completeNS uint64
 	warps      uint64
 	exec       *record.Exec // the launch's device window from kernel_phases (nil until it comes)
@@ -133,12 +136,11 @@ type warpTimes struct{ exec, skew uint64 }
 // Translator holds the join and aggregation state.
 type Translator struct {
 	o       Options
-	kernels map[srcKey]*kernel // (src, function handle) → kernel
 	byName  map[string]*series // kernel name → its series (bounded)
 	other   *series
-	order   []*series // series in creation order, for stable output
-	pending map[srcKey]*launch
-	queue   []*launch // FIFO of pending launches (done ones are skipped)
+	order   []*series          // series in creation order, for stable output
+	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
+	queue   []*launch          // FIFO of pending launches (done ones are skipped)
 	qhead   int
 
 	// Runs of CUDA graph nodes are not in pending but in graphs.
@@ -146,14 +148,12 @@ type Translator struct {
 	nGraph     int                     // pending runs of graph nodes
 	graphSweep uint32                  // sweeps of graphs (replayChain.touch)
 
-	streams map[streamSlot]*streamState // launch order per stream (streamgap.go)
-
 	memcpy  map[memcpyKey]*memcpySeries
 	mcOrder []memcpyKey
-	devices map[uint32]string // device index → UUID string
-	procs   map[uint32]string // pid → executable name
-	lastDev map[uint32]uint32 // source → device of its latest launch
-	names   map[string]string // mangled → demangled, bounded by maxNameCache
+	clients map[uint32]*client // source → its state (client.go)
+	peerExe map[uint32]string  // peer pid of a connected client → its executable
+	procs   map[uint32]string  // pid → executable name (host probes, unconnected sources)
+	names   map[string]string  // mangled → demangled, bounded by maxNameCache
 
 	hosts        map[uint32]*hostProc // pid → host-call state
 	hostNames    map[pidHandle]hostName
@@ -211,15 +211,13 @@ func New(o Options) *Translator {
 	}
 	t := &Translator{
 		o:         o,
-		kernels:   map[srcKey]*kernel{},
 		byName:    map[string]*series{},
 		pending:   map[srcKey]*launch{},
 		graphs:    map[srcKey]*replayChain{},
-		streams:   map[streamSlot]*streamState{},
 		memcpy:    map[memcpyKey]*memcpySeries{},
-		devices:   map[uint32]string{},
+		clients:   map[uint32]*client{},
+		peerExe:   map[uint32]string{},
 		procs:     map[uint32]string{},
-		lastDev:   map[uint32]uint32{},
 		names:     map[string]string{},
 		hosts:     map[uint32]*hostProc{},
 		hostNames: map[pidHandle]hostName{},
@@ -260,6 +258,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dl.Decode(rec); err != nil {
 			return err
 		}
+		t.validate(src, &t.dl.PID, &t.dl.Device)
 		t.onLaunch(src, &t.dl, now)
 	case record.TypeWarp:
 		if err := t.dw.Decode(rec); err != nil {
@@ -275,6 +274,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dc.Decode(rec); err != nil {
 			return err
 		}
+		t.validate(src, nil, &t.dc.Device)
 		t.onCompletion(src, &t.dc, now)
 	case record.TypeKernelName:
 		if err := t.dk.Decode(rec); err != nil {
@@ -289,20 +289,25 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.db.Decode(rec); err != nil {
 			return err
 		}
-		t.o.Clock.AddCalibration(t.db.Device, t.db.GPUNS, t.db.MonoNS, t.db.RealtimeNS)
+		if err := t.o.Clock.AddCalibration(src, t.db.Device, t.db.GPUNS, t.db.MonoNS, t.db.RealtimeNS); err != nil {
+			t.counters.CalibrationsBad++
+			return fmt.Errorf("record %s: %w", typ, err)
+		}
 	case record.TypeMemcpy:
 		if err := t.dm.Decode(rec); err != nil {
 			return err
 		}
+		t.validate(src, &t.dm.PID, &t.dm.Device)
 		if src != HostProbeSource {
 			t.streamCount(slotOf(src, t.dm.Device, t.dm.Stream, t.dm.TID))
 		}
-		t.onMemcpy(&t.dm)
+		t.onMemcpy(src, &t.dm)
 	case record.TypeSync:
 		if err := t.ds.Decode(rec); err != nil {
 			return err
 		}
-		t.onSync(&t.ds)
+		t.validate(src, &t.ds.PID, &t.ds.Device)
+		t.onSync(src, &t.ds)
 	case record.TypeThreadCount:
 		if err := t.dt.Decode(rec); err != nil {
 			return err
@@ -312,11 +317,12 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dd.Decode(rec); err != nil {
 			return err
 		}
-		t.devices[t.dd.Device] = t.dd.UUIDString()
+		t.onDevice(t.clientOf(src), &t.dd)
 	case record.TypeHostCall:
 		if err := t.dh.Decode(rec); err != nil {
 			return err
 		}
+		t.validate(src, &t.dh.PID)
 		t.processName(t.dh.PID) // while the process is alive: spans are built later
 		t.onHostCall(&t.dh, now)
 	default:
@@ -325,18 +331,9 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 	return nil
 }
 
-// LastDevice is the device of the latest launch read from source src (0
-// before any).
-func (t *Translator) LastDevice(src uint32) uint32 { return t.lastDev[src] }
-
 func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	t.processName(r.PID) // while the process is alive: spans are built later
-	if d, ok := t.lastDev[src]; !ok || d != r.Device {
-		if len(t.lastDev) >= 4096 {
-			clear(t.lastDev)
-		}
-		t.lastDev[src] = r.Device
-	}
+	t.clientOf(src).lastDev = r.Device
 	k := t.kernelOf(src, r.Function)
 	key := srcKey{src, r.LaunchID}
 	var seq uint64
@@ -352,7 +349,7 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 			t.graphFiltered(key)
 		} else if l := t.pending[key]; l != nil {
 			l.done = true
-			delete(t.pending, l.key)
+			t.drop(l)
 		}
 		return
 	}
@@ -385,22 +382,29 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 }
 
 func (t *Translator) newPending(key srcKey, now time.Time) *launch {
-	t.makeRoom(now)
+	t.makeRoom(key.src, now)
 	l := &launch{key: key, created: now}
 	t.pending[key] = l
 	t.queue = append(t.queue, l)
+	t.track(l)
 	return l
 }
 
-// makeRoom evicts the oldest launches while MaxPendingLaunches are pending.
-func (t *Translator) makeRoom(now time.Time) {
+// makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
+// of source src when it holds half of them or more (so that one client
+// cannot evict another's launches), else the oldest of all.
+func (t *Translator) makeRoom(src uint32, now time.Time) {
 	for len(t.pending)+t.nGraph >= t.o.MaxPendingLaunches {
+		if c := t.clients[src]; c != nil && 2*c.pending >= t.o.MaxPendingLaunches && t.evictOldestOf(c, now) {
+			continue
+		}
 		t.evictOldest(now)
 	}
 }
 
 // drop forgets launch l (done).
 func (t *Translator) drop(l *launch) {
+	t.untrack(l)
 	if l.chain != nil {
 		t.dropRun(l)
 		return

@@ -54,7 +54,10 @@ func feed(t testing.TB, tr *Translator, s *stream, now time.Time) {
 
 func newTr(o Options) *Translator {
 	if o.Clock == nil {
+		// The collector's own reading of realtime − monotonic, as the
+		// receiver sets it; calibrations agree with it.
 		o.Clock = clock.New()
+		o.Clock.SetMonoOffset(realBase)
 	}
 	o.ProcessName = func(uint32) string { return "trainer" }
 	return New(o)

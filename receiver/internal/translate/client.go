@@ -1,0 +1,221 @@
+package translate
+
+// Per-client state: what one client (a source: one authenticated agent
+// connection and its rings) has told the translator, and who the agent
+// server says it is. Nothing a client writes changes another client's
+// state: its device identities, clock fit (clock.Mapper, by source), pid
+// and executable are its own, and all of it goes when the client leaves.
+
+import (
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
+	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+)
+
+// Bounds of what one client's records may create.
+const (
+	// MaxDevices bounds the device ordinals of one client: the devices
+	// it reported in Device records, or, before any, 0..MaxDevices-1.
+	MaxDevices = clock.MaxDevices
+	// OtherDevice is the device that every other device number folds
+	// into; its series carry cuda.device.index -1.
+	OtherDevice = ^uint32(0)
+
+	maxExeLen = 255 // bytes of an executable name (NAME_MAX)
+)
+
+// Peer is what the agent server vouches for about a client: the
+// credentials of its connection (SO_PEERCRED), read once at connect.
+type Peer struct {
+	PID uint32 // in the collector's pid namespace; 0: unknown, records' pids are used
+	Exe string // executable name; "" when it could not be read
+}
+
+// client is the state of one source.
+type client struct {
+	peer    Peer
+	devices map[uint32]string           // reported device ordinal → UUID, ≤ MaxDevices
+	lastDev uint32                      // device of its latest launch
+	kernels map[uint64]*kernel          // function handle → kernel, ≤ maxKernelHandles (kernels.go)
+	streams map[streamSlot]*streamState // launch order per stream, ≤ maxStreamSlots (streamgap.go)
+
+	// Its pending launches and graph runs: how many, and in creation
+	// order (done ones are skipped), for makeRoom.
+	pending int
+	queue   []*launch
+	qhead   int
+}
+
+// Connect binds source src to the connection credentials p. Spans of src
+// carry p.PID and p.Exe, whatever pid its records claim.
+func (t *Translator) Connect(src uint32, p Peer) {
+	p.Exe = record.Sanitize(p.Exe, maxExeLen)
+	c := t.clientOf(src)
+	c.peer = p
+	if p.PID != 0 && p.Exe != "" {
+		t.peerExe[p.PID] = p.Exe
+	}
+}
+
+// Disconnect ends source src (its rings are drained): its pending launches
+// are emitted now, and all its state is freed.
+func (t *Translator) Disconnect(src uint32, now time.Time) {
+	for _, l := range t.queue[t.qhead:] {
+		if l != nil && !l.done && l.key.src == src {
+			if l.have {
+				t.finish(l, now)
+			} else {
+				t.counters.LaunchesOrphan++
+				l.done = true
+				t.drop(l)
+			}
+		}
+	}
+	for key := range t.graphs {
+		if key.src == src {
+			delete(t.graphs, key)
+		}
+	}
+	if c := t.clients[src]; c != nil && c.peer.PID != 0 {
+		delete(t.peerExe, c.peer.PID)
+	}
+	delete(t.clients, src)
+	t.o.Clock.Forget(src)
+}
+
+// Clients is the number of sources with state.
+func (t *Translator) Clients() int { return len(t.clients) }
+
+// clientOf returns the state of source src, created on first use (sources
+// are numbered by the receiver, never by records).
+func (t *Translator) clientOf(src uint32) *client {
+	c := t.clients[src]
+	if c == nil {
+		c = &client{devices: map[uint32]string{}, kernels: map[uint64]*kernel{}, streams: map[streamSlot]*streamState{}}
+		t.clients[src] = c
+	}
+	return c
+}
+
+// device validates a device number of a record: one the client reported,
+// or before any report one below MaxDevices; else OtherDevice (counted).
+func (t *Translator) device(c *client, d uint32) uint32 {
+	if len(c.devices) > 0 {
+		if _, ok := c.devices[d]; ok {
+			return d
+		}
+	} else if d < MaxDevices {
+		return d
+	}
+	t.counters.DevicesFolded++
+	return OtherDevice
+}
+
+// pid is the pid of a record of client c: its peer's, when known.
+func (c *client) pid(recPID uint32) uint32 {
+	if c.peer.PID != 0 {
+		return c.peer.PID
+	}
+	return recPID
+}
+
+// onDevice records a device the client reports (at most MaxDevices).
+func (t *Translator) onDevice(c *client, d *record.Device) {
+	if _, ok := c.devices[d.Device]; !ok && (d.Device >= MaxDevices || len(c.devices) >= MaxDevices) {
+		t.counters.DevicesFolded++
+		return
+	}
+	c.devices[d.Device] = d.UUIDString()
+}
+
+// validate rewrites the client-supplied identity fields of a decoded record
+// in place: device numbers folded (devs), the pid replaced by the peer's.
+func (t *Translator) validate(src uint32, pid *uint32, devs ...*uint32) {
+	c := t.clientOf(src)
+	for _, d := range devs {
+		*d = t.device(c, *d)
+	}
+	if pid != nil && src != HostProbeSource {
+		*pid = c.pid(*pid)
+	}
+}
+
+// track counts pending launch l in its client.
+func (t *Translator) track(l *launch) {
+	c := t.clientOf(l.key.src)
+	c.trim()
+	c.pending++
+	c.queue = append(c.queue, l)
+	l.tracked = true
+}
+
+// trim drops the finished launches at the head of c's queue and compacts
+// it, as compactQueue does the Translator's.
+func (c *client) trim() {
+	for c.qhead < len(c.queue) && !c.queue[c.qhead].tracked {
+		c.queue[c.qhead] = nil
+		c.qhead++
+	}
+	if c.qhead > 1024 && c.qhead*2 > len(c.queue) {
+		n := copy(c.queue, c.queue[c.qhead:])
+		clear(c.queue[n:])
+		c.queue, c.qhead = c.queue[:n], 0
+	}
+}
+
+// untrack uncounts launch l (done) from its client, once.
+func (t *Translator) untrack(l *launch) {
+	if !l.tracked {
+		return
+	}
+	l.tracked = false
+	if c := t.clients[l.key.src]; c != nil {
+		c.pending--
+	}
+}
+
+// evictOldestOf emits the oldest pending launch of client c early; false
+// when it has none.
+func (t *Translator) evictOldestOf(c *client, now time.Time) bool {
+	defer c.trim()
+	for c.qhead < len(c.queue) {
+		l := c.queue[c.qhead]
+		c.queue[c.qhead] = nil
+		c.qhead++
+		if l.tracked && !l.done {
+			t.counters.LaunchesEvicted++
+			t.finish(l, now)
+			return true
+		}
+	}
+	return false
+}
+
+// LastDevice is the device of the latest launch read from source src (0
+// before any).
+func (t *Translator) LastDevice(src uint32) uint32 {
+	if c := t.clients[src]; c != nil {
+		return c.lastDev
+	}
+	return 0
+}
+
+// putDevice puts the device index and, when src reported it, its UUID.
+func (t *Translator) putDevice(a pcommon.Map, src, dev uint32) {
+	a.PutInt("cuda.device.index", deviceIndex(dev))
+	if c := t.clients[src]; c != nil {
+		if u, ok := c.devices[dev]; ok {
+			a.PutStr("cuda.device.uuid", u)
+		}
+	}
+}
+
+// deviceIndex is the cuda.device.index of a validated device number.
+func deviceIndex(dev uint32) int64 {
+	if dev == OtherDevice {
+		return -1
+	}
+	return int64(dev)
+}

@@ -1,0 +1,251 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/progmaps"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
+	"github.com/gpuprobe/gpuprobe/shm"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+)
+
+// Bounds on the work a client's rings cost, whatever the client writes
+// into them (shm/doc.go: the producers are not trusted).
+const (
+	// maxReadPerPoll bounds the tickets resolved in one ring in one poll
+	// (records delivered, dropped, stalled or corrupt alike), so the work
+	// and the pdata of a poll stay bounded; what is left waits in the
+	// ring, and a ring that stays full drops and counts.
+	maxReadPerPoll = 1 << 16
+	// drainTime is how long a gone client's rings are still read, every
+	// poll, before what is left in them is counted as dropped (unread) and
+	// their regions are released.
+	drainTime = time.Second
+)
+
+// ringReader is one ring of a source with its consumer and the counters
+// already reported.
+type ringReader struct {
+	ring  *shm.Ring
+	cons  *shm.Consumer
+	owned bool   // the receiver created the ring and closes it
+	lost  uint64 // dropped + oversize + stalled + abandoned, as last reported
+	bad   uint64 // corrupt, as last reported
+}
+
+func newRingReader(g *shm.Ring, owned bool) *ringReader {
+	return &ringReader{ring: g, cons: g.NewConsumer(shm.ConsumerOptions{}), owned: owned}
+}
+
+// count returns the records the ring lost and the corrupt records since the
+// last call. The ring's own counters are written by the client: only
+// their growth counts.
+func (g *ringReader) count() (lost, corrupt uint64) {
+	st, cs := g.ring.Stats(), g.cons.Stats()
+	if l := st.Dropped + st.Oversize + cs.Stalled + cs.Abandoned; l > g.lost {
+		lost, g.lost = l-g.lost, l
+	}
+	corrupt, g.bad = cs.Corrupt-g.bad, cs.Corrupt
+	return lost, corrupt
+}
+
+// source is one client process's rings and regions, with the id that
+// scopes its launch ids and function handles.
+type source struct {
+	id      uint32
+	launch  *ringReader
+	names   *ringReader                // the names ring, or nil
+	warps   *ringReader                // the kernel_phases ring, or nil
+	maps    *progmaps.Instance         // the application's user map regions, or nil
+	closing bool                       // the producer went away: read what is left, then close
+	goneAt  time.Time                  // when a poll first saw closing; zero before
+	bind    map[string]patcher.Binding // map name → region in the client's WELCOME
+	clock   *shm.Array                 // the client's clock region (role 6), or nil
+	calls   *clientHostCalls           // the client's mailbox server, or nil
+	peer    *translate.Peer            // the client's credentials, until the translator has them
+}
+
+// rings returns s's rings in the order they are read: names before
+// launches, so a launch finds its kernel's name.
+func (s *source) rings() []*ringReader {
+	gs := make([]*ringReader, 0, 3)
+	for _, g := range []*ringReader{s.names, s.launch, s.warps} {
+		if g != nil {
+			gs = append(gs, g)
+		}
+	}
+	return gs
+}
+
+// violation returns the first ring invariant the client broke, or nil.
+func (s *source) violation() error {
+	for _, g := range s.rings() {
+		if err := g.cons.Err(); err != nil {
+			return err
+		}
+	}
+	if s.maps != nil {
+		return s.maps.Err()
+	}
+	return nil
+}
+
+// AddRing makes the receiver consume ring as one producer process's stream
+// and returns its source id. The agent server calls it for every
+// connection; tests call it with rings they produce into.
+func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 {
+	return r.addSource(ring, false, nil, nil, nil).id
+}
+
+func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring, peer *translate.Peer) *source {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextSrc++
+	s := &source{id: r.nextSrc, launch: newRingReader(ring, owned), maps: maps, peer: peer}
+	if maps != nil {
+		maps.Src = s.id
+	}
+	if names != nil {
+		s.names = newRingReader(names, true)
+	}
+	r.sources = append(r.sources, s)
+	return s
+}
+
+// RemoveRing stops consuming the ring of source id once what it holds is
+// read (at most drainTime).
+func (r *gpuReceiver) RemoveRing(id uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.sources {
+		if s.id == id {
+			s.closing = true
+		}
+	}
+}
+
+// readSource reads one poll's worth of s's rings: at most maxReadPerPoll
+// tickets per ring (the kernel_phases ring: ExecRingSlots, as its Exec and
+// Warp records fold into pending launches and build no pdata). It returns
+// the records lost and corrupt since the last poll.
+func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64) {
+	handle := func(rec shm.Record) { _ = r.tr.Handle(s.id, rec.Payload, now) } // invalid records are counted
+	for _, g := range s.rings() {
+		max := maxReadPerPoll
+		if g == s.warps {
+			max = ExecRingSlots
+		}
+		g.cons.Read(max, handle)
+		l, c := g.count()
+		lost, corrupt = lost+l, corrupt+c
+	}
+	if s.maps != nil {
+		r.col.ReadRings(s.maps, now, maxReadPerPoll)
+	}
+	return lost, corrupt
+}
+
+// finished reports whether gone source s can be released now, after this
+// poll's read: its rings are empty, or drainTime has passed since it went
+// (or the receiver stops). What is left is then resolved without waiting
+// for dead producers' tickets (shm.Consumer.Drain): up to maxReadPerPoll
+// tickets per ring delivered, then up to a ring's slot count more counted
+// as dropped unread. That is exact: no ticket a lap or more past the
+// consumer can hold a record (the producer's step 4 drops and counts it).
+// It returns the records lost and corrupt since the read.
+func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bool, lost, corrupt uint64) {
+	if s.goneAt.IsZero() {
+		s.goneAt = now
+	}
+	if !stopping && now.Sub(s.goneAt) < drainTime && !s.empty() {
+		return false, 0, 0
+	}
+	handle := func(rec shm.Record) { _ = r.tr.Handle(s.id, rec.Payload, now) }
+	for _, g := range s.rings() {
+		g.cons.Drain(maxReadPerPoll, handle)
+		g.cons.Drain(g.ring.Slots(), nil)
+		l, c := g.count()
+		lost, corrupt = lost+l, corrupt+c
+	}
+	if s.maps != nil {
+		r.col.DrainRings(s.maps)
+	}
+	return true, lost, corrupt
+}
+
+// empty reports whether s's rings hold nothing left to read, as far as
+// their heads tell.
+func (s *source) empty() bool {
+	for _, g := range s.rings() {
+		if g.ring.Stats().Head > g.cons.Position() {
+			return false
+		}
+	}
+	return s.maps == nil || s.maps.Empty()
+}
+
+// disconnect lets a client that broke a ring invariant go: its rings are
+// no longer read, its regions are released, and the reason is counted.
+func (r *gpuReceiver) disconnect(ctx context.Context, s *source, err error) {
+	reason := "unknown"
+	if v := (*shm.ViolationError)(nil); errors.As(err, &v) {
+		reason = string(v.Reason)
+	}
+	r.mu.Lock()
+	for k, v := range r.bySess {
+		if v == s {
+			delete(r.bySess, k)
+		}
+	}
+	r.disconnected++
+	r.mu.Unlock()
+	r.log.Warn("gpuprobe: a client broke the ring protocol; its rings are no longer read",
+		zap.Uint32("source", s.id), zap.String("reason", reason), zap.Error(err))
+	if r.tel != nil {
+		r.tel.GpuprobeReceiverClientsDisconnected.Add(ctx, 1,
+			metric.WithAttributes(attribute.String("reason", reason)))
+	}
+}
+
+// dropSources forgets the given sources and closes the regions it owns.
+func (r *gpuReceiver) dropSources(gone []*source) {
+	r.mu.Lock()
+	kept := r.sources[:0]
+	for _, s := range r.sources {
+		if !slices.Contains(gone, s) {
+			kept = append(kept, s)
+		}
+	}
+	clear(r.sources[len(kept):])
+	r.sources = kept
+	for _, s := range gone {
+		if s.maps != nil {
+			r.retired = append(r.retired, s.maps)
+			s.maps = nil
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range gone {
+		r.tr.Disconnect(s.id, time.Now())
+		for _, g := range s.rings() {
+			if !g.owned {
+				continue
+			}
+			if err := g.ring.Close(); err != nil {
+				r.log.Debug("gpuprobe: closing a ring", zap.Error(err))
+			}
+		}
+		r.hc.stop(s.calls, r.log)
+		if s.clock != nil {
+			if err := s.clock.Close(); err != nil {
+				r.log.Debug("gpuprobe: closing a clock region", zap.Error(err))
+			}
+		}
+	}
+}
