@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // Admission. Every accepted connection takes a pre-HELLO slot of its uid
@@ -16,6 +18,13 @@ import (
 // cannot keep a client that says HELLO at once from getting in. HELLO
 // moves a connection to a session slot (MaxConns in all, MaxConnsPerUID
 // per uid); beyond them it is refused with ERROR code 5.
+//
+// A connection whose whole first frame waits in its socket (MSG_PEEK) is
+// about to be served and is never evicted: closing it would reset a
+// client that did everything right. When every pre-HELLO connection of
+// the uid is such, the newcomer is admitted beyond the share (they leave
+// the pool within microseconds), up to 4 × MaxPending in all; past that
+// it is closed.
 
 type phase uint8
 
@@ -76,12 +85,17 @@ func (sl *slots) busiestPending() uint32 {
 }
 
 // admitPending gives c a pre-HELLO slot, evicting an older connection
-// when the slots are full. s.mu is held.
+// when the slots are full; nil: there was none to evict, c is not
+// admitted. s.mu is held.
 func (s *Server) admitPending(c *net.UnixConn, uid uint32) *connState {
-	if s.slots.pendingBy[uid] >= s.opts.MaxPendingPerUID {
+	switch {
+	case s.slots.pendingBy[uid] >= s.opts.MaxPendingPerUID:
 		s.evictPending(uid)
-	} else if s.slots.pending >= s.opts.MaxPending {
+	case s.slots.pending >= s.opts.MaxPending:
 		s.evictPending(s.slots.busiestPending())
+	}
+	if s.slots.pending >= 4*s.opts.MaxPending {
+		return nil
 	}
 	st := &connState{conn: c, uid: uid, since: time.Now(), phase: phasePending}
 	s.conns[c] = st
@@ -90,16 +104,18 @@ func (s *Server) admitPending(c *net.UnixConn, uid uint32) *connState {
 	return st
 }
 
-// evictPending closes the oldest pre-HELLO connection of uid. s.mu is held.
-func (s *Server) evictPending(uid uint32) {
+// evictPending closes the oldest pre-HELLO connection of uid whose first
+// frame has not wholly arrived, and says whether there was one. s.mu is
+// held.
+func (s *Server) evictPending(uid uint32) bool {
 	var old *connState
 	for _, st := range s.conns {
-		if st.phase == phasePending && st.uid == uid && (old == nil || st.since.Before(old.since)) {
+		if st.phase == phasePending && st.uid == uid && (old == nil || st.since.Before(old.since)) && !frameWaiting(st.conn) {
 			old = st
 		}
 	}
 	if old == nil {
-		return
+		return false
 	}
 	s.slots.release(old)
 	old.evicted = true
@@ -108,6 +124,27 @@ func (s *Server) evictPending(uid uint32) {
 		s.log.Warn("agent: connections that sent no HELLO were closed to make room for newer ones (logged at powers of two)",
 			zap.Uint32("uid", uid), zap.Uint64("evicted", n))
 	}
+	return true
+}
+
+// frameWaiting says whether a whole frame waits in c's receive queue: its
+// header, peeked, and as many bytes queued (SIOCINQ) as it announces.
+func frameWaiting(c *net.UnixConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok := false
+	rc.Control(func(fd uintptr) {
+		var h [FrameHeader]byte
+		n, _, err := unix.Recvfrom(int(fd), h[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if err != nil || n < FrameHeader {
+			return
+		}
+		q, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+		ok = err == nil && uint64(q) >= FrameHeader+uint64(binary.LittleEndian.Uint32(h[8:]))
+	})
+	return ok
 }
 
 // evictedConn says whether st was closed by evictPending.

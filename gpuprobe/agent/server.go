@@ -314,6 +314,12 @@ func (s *Server) acceptLoop() {
 			return
 		}
 		st := s.admitPending(c, cred.Uid)
+		if st == nil {
+			s.mu.Unlock()
+			s.failed.Add(1)
+			c.Close() // 4 × MaxPending connections wait for their HELLO to be read
+			continue
+		}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.handle(c, cred, st)
