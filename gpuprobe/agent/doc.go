@@ -30,8 +30,9 @@
 // PATCH work has its own limits, below).
 // Until its HELLO a connection holds a pre-HELLO slot (MaxPending in all,
 // MaxPendingPerUID per uid); when they are full the oldest pre-HELLO
-// connection of the same uid (or of the uid holding the most) is closed,
-// so silent connections cannot keep out a client that says HELLO at once.
+// connection of the same uid (or of the uid holding the most) whose
+// HELLO has not wholly arrived is closed, so silent connections cannot
+// keep out a client that says HELLO at once.
 // A session (after HELLO) holds a session slot (MaxConns in all,
 // MaxConnsPerUID per uid: agent::max_connections_per_uid); past either,
 // ERROR code 5. After WELCOME a frame's first byte may take any time, but
