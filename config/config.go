@@ -44,6 +44,11 @@ type AgentConfig struct {
 	AllowedUIDs []uint32 `mapstructure:"allowed_uids"`
 	// AllowedGIDs are the peer gids accepted (empty: none besides AllowedUIDs).
 	AllowedGIDs []uint32 `mapstructure:"allowed_gids"`
+	// MaxConnectionsPerUID bounds the sessions of one peer uid (0: 64).
+	MaxConnectionsPerUID int `mapstructure:"max_connections_per_uid"`
+	// IdleTimeout is how long a silent session may stay when its process
+	// maps none of its regions (0: 5 minutes).
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
 	// MaxPatchMemory bounds the bytes that patching PATCHed modules may
 	// hold at once, all clients together (patcher.Limits.MaxMemory); a
 	// module that costs more is loaded unpatched.

@@ -140,6 +140,8 @@ func TestValidateErrors(t *testing.T) {
 		{"ring_slots not pow2", func(c *Config) { c.Buffers.RingSlots = 1000 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 1000"},
 		{"ring_slots small", func(c *Config) { c.Buffers.RingSlots = 32 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 32"},
 		{"slot_size unaligned", func(c *Config) { c.Buffers.SlotSize = 100 }, "buffers::slot_size: must be a multiple of 8 between 128 and 65536, got 100"},
+		{"max_connections_per_uid over the cap", func(c *Config) { c.Agent.MaxConnectionsPerUID = 257 }, "agent::max_connections_per_uid: must be between 0 (default) and 256, got 257"},
+		{"idle_timeout short", func(c *Config) { c.Agent.IdleTimeout = time.Millisecond }, "agent::idle_timeout: must be 0 (default) or at least 1s, got 1ms"},
 		{"slot_size small", func(c *Config) { c.Buffers.SlotSize = 32 }, "buffers::slot_size: must be a multiple of 8 between 128 and 65536, got 32"},
 		{"ring too big", func(c *Config) { c.Buffers.RingSlots = 1 << 24; c.Buffers.SlotSize = 128 }, "buffers::ring_slots: ring_slots × slot_size = 2147483648 bytes exceeds 1073741824 (1 GiB)"},
 		{"max_threads zero", func(c *Config) { c.Buffers.MaxThreads = 0 }, "buffers::max_threads: must be between 1 and 134217728, got 0"},

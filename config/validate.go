@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 )
 
 // Bounds that Validate enforces.
@@ -136,6 +138,12 @@ func (a *AgentConfig) validate(l *errs) {
 	}
 	validateIDs(l, "agent::allowed_uids", "uid", a.AllowedUIDs)
 	validateIDs(l, "agent::allowed_gids", "gid", a.AllowedGIDs)
+	if n := a.MaxConnectionsPerUID; n < 0 || n > agent.DefaultMaxConns {
+		l.add("agent::max_connections_per_uid", "must be between 0 (default) and %d, got %d", agent.DefaultMaxConns, n)
+	}
+	if d := a.IdleTimeout; d != 0 && d < time.Second {
+		l.add("agent::idle_timeout", "must be 0 (default) or at least 1s, got %s", d)
+	}
 	if a.MaxPatchMemory < MinPatchMemory {
 		l.add("agent::max_patch_memory", "must be at least %d (16 MiB), got %d", MinPatchMemory, a.MaxPatchMemory)
 	}

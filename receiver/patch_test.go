@@ -2,7 +2,10 @@ package receiver
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,5 +149,51 @@ func TestOnSkipLogsOnce(t *testing.T) {
 		if e.ContextMap()["program"] != key {
 			t.Errorf("log %q: program %v, want %q", e.Message, e.ContextMap()["program"], key)
 		}
+	}
+}
+
+// TestRejectedPatchIsAFailure: a PATCH whose image memfd is missing is
+// answered NOPATCH by the agent server and counted in patch.failures.
+func TestRejectedPatchIsAFailure(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Probes.KernelPhases = true
+	tr, mr, _, _ := startBoth(t, cfg)
+	defer mr.Shutdown(context.Background())
+	defer tr.Shutdown(context.Background())
+	r := tr.(*handle).r
+
+	c, err := net.Dial("unix", cfg.Agent.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	readFrame := func() (uint16, []byte) {
+		var h [agent.FrameHeader]byte
+		if _, err := io.ReadFull(c, h[:]); err != nil {
+			t.Fatal(err)
+		}
+		p := make([]byte, binary.LittleEndian.Uint32(h[8:]))
+		if _, err := io.ReadFull(c, p); err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.Uint16(h[6:]), p
+	}
+	hello, _ := agent.MarshalHello(agent.Hello{Name: "app"})
+	c.Write(hello)
+	if ft, _ := readFrame(); ft != uint16(agent.FrameWelcome) {
+		t.Fatalf("frame %d, want WELCOME", ft)
+	}
+	patch, _ := agent.MarshalPatch(&agent.PatchRequest{ID: 1, Arch: 90, Image: []byte("ptx")}, true)
+	c.Write(patch) // flags say memfd, but no descriptor comes
+	ft, p := readFrame()
+	if ft != uint16(agent.FrameNoPatch) {
+		t.Fatalf("frame %d, want NOPATCH", ft)
+	}
+	if np, err := agent.UnmarshalNoPatch(p); err != nil || !strings.Contains(np.Message, "0 descriptors") {
+		t.Fatalf("NOPATCH %+v, %v", np, err)
+	}
+	if f := r.patchErr.Load(); f != 1 {
+		t.Fatalf("patch failures %d, want 1", f)
 	}
 }

@@ -180,6 +180,7 @@ func (r *gpuReceiver) listen() error {
 	srv, err := agent.Listen(agent.Options{
 		Path: r.cfg.Agent.Socket, Mode: mode,
 		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
+		MaxConnsPerUID: r.cfg.Agent.MaxConnectionsPerUID, IdleTimeout: r.cfg.Agent.IdleTimeout,
 		Logger: r.log,
 	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch,
 		PatchRefused: r.onPatchRefused})

@@ -155,34 +155,64 @@ func handshake(c *net.UnixConn, hello []byte) (*Session, error) {
 }
 
 // readFrameFds reads one frame, collecting descriptors passed with it into
-// *fds (fds nil: a received descriptor is closed at once).
+// *fds (fds nil: a received descriptor is closed at once); a frame may
+// carry at most MaxRegions of them.
 func readFrameFds(c *net.UnixConn, fds *[]int) (FrameType, []byte, error) {
-	oob := make([]byte, unix.CmsgSpace(4*MaxRegions))
+	return readFrameLimited(c, fds, frameLimits{maxFds: MaxRegions})
+}
+
+// frameLimits bound the reading of one frame.
+type frameLimits struct {
+	maxFds int           // most descriptors the frame may carry; more is a *ProtocolError
+	idle   time.Time     // deadline of the frame's first byte (zero: the connection's, unchanged)
+	rest   time.Duration // bound on the rest once the first byte came (0: the connection's deadline)
+}
+
+// errIdle: no byte of a frame came before frameLimits.idle.
+var errIdle = errors.New("agent: no frame before the idle deadline")
+
+// readFrameLimited reads one frame within lim, collecting descriptors into
+// *fds (nil: closed at once). On an error the caller closes *fds.
+func readFrameLimited(c *net.UnixConn, fds *[]int, lim frameLimits) (FrameType, []byte, error) {
+	oob := make([]byte, unix.CmsgSpace(4*lim.maxFds))
+	if !lim.idle.IsZero() {
+		c.SetReadDeadline(lim.idle)
+	}
+	got, nfds := 0, 0
 	read := func(b []byte) error {
 		for len(b) > 0 {
-			n, oobn, _, _, err := c.ReadMsgUnix(b, oob)
+			n, oobn, flags, _, err := c.ReadMsgUnix(b, oob)
 			n, oobn = max(n, 0), max(oobn, 0) // a failed recvmsg may report -1
+			if n > 0 && got == 0 && lim.rest > 0 {
+				c.SetReadDeadline(time.Now().Add(lim.rest))
+			}
+			got += n
 			if oobn > 0 {
-				got, perr := parseRights(oob[:oobn])
+				recvd, perr := parseRights(oob[:oobn])
+				nfds += len(recvd)
 				if fds != nil {
-					*fds = append(*fds, got...)
+					*fds = append(*fds, recvd...)
 				} else {
-					for _, fd := range got {
-						unix.Close(fd)
-					}
+					closeAll(recvd)
 				}
 				if perr != nil {
 					return perr
 				}
 			}
+			if nfds > lim.maxFds || flags&unix.MSG_CTRUNC != 0 {
+				return &ProtocolError{CodeProtocol, fmt.Sprintf("frame carried more than %d descriptors", lim.maxFds)}
+			}
 			b = b[n:]
-			if err != nil {
-				if errors.Is(err, io.EOF) && len(b) > 0 {
+			if err != nil && len(b) > 0 {
+				switch {
+				case errors.Is(err, os.ErrDeadlineExceeded) && got == 0 && !lim.idle.IsZero():
+					return errIdle
+				case errors.Is(err, os.ErrDeadlineExceeded) && got > 0 && lim.rest > 0:
+					return &ProtocolError{CodeProtocol, fmt.Sprintf("frame not complete within %v of its first byte (%d bytes came)", lim.rest, got)}
+				case errors.Is(err, io.EOF):
 					return fmt.Errorf("connection closed: %w", io.ErrUnexpectedEOF)
 				}
-				if len(b) > 0 {
-					return err
-				}
+				return err
 			}
 			if n == 0 && len(b) > 0 && err == nil {
 				return io.ErrUnexpectedEOF

@@ -11,7 +11,9 @@
 // permissions). On accept it reads the peer's credentials with SO_PEERCRED
 // and checks them: with no allowed UIDs and no allowed GIDs configured, only
 // root and the collector's own uid may connect; otherwise a peer is admitted
-// when its uid is in the allowed UIDs or its gid is in the allowed GIDs. A
+// when its uid is in the allowed UIDs or its primary or a supplementary gid
+// (/proc/PID/status, read while the connecting process is pinned by
+// SO_PEERPIDFD or its start time: proc.go) is in the allowed GIDs. A
 // rejected peer is sent an ERROR frame (code 2) saying which uid/gid was
 // refused, the connection is closed, and the server logs the rejection.
 //
@@ -21,6 +23,26 @@
 // ties up its own connection. After the handshake the connection stays open:
 // its closing is how the server learns that the client is gone (the owner's
 // Disconnect callback runs then, or at Server.Close).
+//
+// # Connection limits
+//
+// The defaults are the Default* constants (Options names each limit;
+// PATCH work has its own limits, below).
+// Until its HELLO a connection holds a pre-HELLO slot (MaxPending in all,
+// MaxPendingPerUID per uid); when they are full the oldest pre-HELLO
+// connection of the same uid (or of the uid holding the most) whose
+// HELLO has not wholly arrived is closed, so silent connections cannot
+// keep out a client that says HELLO at once.
+// A session (after HELLO) holds a session slot (MaxConns in all,
+// MaxConnsPerUID per uid: agent::max_connections_per_uid); past either,
+// ERROR code 5. After WELCOME a frame's first byte may take any time, but
+// its rest must follow within FrameTimeout, and it may carry at most one
+// descriptor (a PATCH's memfd): more, or a frame left incomplete, is
+// answered ERROR code 1 and ends the session, every received descriptor
+// closed. A session silent for IdleTimeout (agent::idle_timeout) whose
+// process maps none of its shm regions (/proc/PID/maps), or has exited,
+// is ended. A client can thus make the server hold at most three of
+// its descriptors (the connection, a pidfd of the peer, one PATCH memfd).
 //
 // # Frames
 //
@@ -116,7 +138,8 @@
 //
 //	off size field
 //	  0  u32  code     1 protocol, 2 permission denied, 3 server error,
-//	                   4 unsupported version, 5 too many connections
+//	                   4 unsupported version, 5 too many connections (in
+//	                   all or of the peer's uid)
 //	  4  u32  msg_len  bytes of message, <= 1024
 //	  8  ...  message  UTF-8, for logs and error messages
 //
@@ -139,7 +162,8 @@
 //	  4  u32  arch        the device's SM number (90 for sm_90)
 //	  8  u32  api         1 cuModuleLoadData*, 2 cuLibraryLoadData (informational)
 //	 12  u32  flags       bit 0: the image is in a memfd passed with the frame
-//	                      (SCM_RIGHTS, exactly one descriptor); else inline
+//	                      (SCM_RIGHTS, exactly one descriptor, a memfd or
+//	                      other shmem file: F_GET_SEALS must work); else inline
 //	 16  u64  image_size  bytes of the image (<= 256 MiB)
 //	 24  ...  image       inline only: image_size bytes (the frame limit applies)
 //
@@ -230,9 +254,10 @@
 // entry offset or PTX line (the application loads its original image),
 // and the receiver counts it in gpuprobe.receiver.patch.failures.
 //
-//   - Image memfd: fstat first; refused unless a regular file of at least
-//     image_size and at most MaxImage (256 MiB) bytes with as many bytes
-//     allocated (holes cost the client nothing). The image's size is held
+//   - Image memfd: fstat first; refused unless a regular shmem file
+//     (F_GET_SEALS works: a FUSE or network file could block the reads)
+//     of at least image_size and at most MaxImage (256 MiB) bytes with as
+//     many bytes allocated (holes cost the client nothing). The image's size is held
 //     in a server-wide budget (Options.ImageMemory, 512 MiB) until the
 //     answer is sent; no room within Options.ImageWait (2 s): NOPATCH.
 //   - Decompression (package fatbin): 64 MiB inflated for the patched
@@ -251,7 +276,8 @@
 // Memory bound: beyond its baseline, the collector's live heap for
 // patching stays under ImageMemory + MaxPatchMemory + the injection cache
 // (256 MiB, patched modules and their reports) + one 64 KiB frame per
-// connection (MaxConns 256): about 1.8 GiB by default, whatever the
+// connection (MaxConns 256 sessions + MaxPending 64 before HELLO):
+// about 1.8 GiB by default, whatever the
 // clients send. The per-kernel charge is measured with kernel_phases;
 // programs with much larger bodies cost more per kernel. The Go runtime
 // may keep up to GOGC% more as garbage: set GOMEMLIMIT to hold RSS too.

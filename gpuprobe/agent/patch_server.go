@@ -16,14 +16,38 @@ import (
 // its answer (Options.PatchTimeout).
 const DefaultPatchTimeout = 10 * time.Second
 
+// session is a connection after WELCOME.
+type session struct {
+	peer    *Peer
+	proc    *peerProc
+	regions []fileID // the shm regions handed over
+	opaque  int      // regions whose mapping cannot be checked (kernel maps)
+}
+
+// patchFds is the most descriptors a frame after WELCOME may carry: a
+// PATCH's image memfd. It is also all a client can make the server hold.
+const patchFds = 1
+
 // serve serves a connection after WELCOME: PATCH requests, one at a
 // time, until the client closes. Any other frame is a protocol error that
-// ends the session.
-func (s *Server) serve(c *net.UnixConn, peer *Peer, log *zap.Logger) {
+// ends the session, and so are a frame with more than patchFds
+// descriptors and one whose rest does not follow its first byte within
+// FrameTimeout. A session silent for IdleTimeout whose process maps none
+// of its regions is ended.
+func (s *Server) serve(c *net.UnixConn, ss *session, log *zap.Logger) {
+	peer := ss.peer
 	for {
-		c.SetReadDeadline(time.Time{})
 		var fds []int
-		t, p, err := readFrameFds(c, &fds)
+		t, p, err := readFrameLimited(c, &fds, frameLimits{maxFds: patchFds,
+			idle: time.Now().Add(s.opts.IdleTimeout), rest: s.opts.FrameTimeout})
+		if errors.Is(err, errIdle) {
+			if s.live(ss, log) {
+				continue
+			}
+			s.reclaimed.Add(1)
+			log.Info("agent: idle session reclaimed: its process maps none of its regions", zap.Duration("idle", s.opts.IdleTimeout))
+			return
+		}
 		if err != nil {
 			closeAll(fds)
 			var pe *ProtocolError
@@ -68,6 +92,29 @@ func (s *Server) serve(c *net.UnixConn, peer *Peer, log *zap.Logger) {
 			return
 		}
 	}
+}
+
+// live says whether a silent session is still in use: its process maps
+// one of its regions, or that cannot be told.
+func (s *Server) live(ss *session, log *zap.Logger) bool {
+	if len(ss.regions) == 0 {
+		return ss.opaque > 0
+	}
+	mapped, err := ss.proc.mapsAny(ss.regions)
+	if errors.Is(err, errPeerGone) {
+		return false
+	}
+	if err != nil {
+		log.Debug("agent: cannot tell whether an idle session's regions are mapped; keeping it", zap.Error(err))
+		return true
+	}
+	return mapped
+}
+
+// sealable says whether fd is a shmem file (a memfd), which alone has seals.
+func sealable(fd int) bool {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	return err == nil
 }
 
 func closeAll(fds []int) {
@@ -128,6 +175,10 @@ func readImage(fd int, id uint32, size uint64) ([]byte, error) {
 		return nil, fmt.Errorf("PATCH %d: image memfd is %d bytes, over the %d-byte limit (MaxImage)", id, st.Size, MaxImage)
 	case uint64(st.Blocks)*512 < size:
 		return nil, fmt.Errorf("PATCH %d: image memfd of %d bytes is sparse (%d bytes allocated): refused", id, st.Size, st.Blocks*512)
+	case !sealable(fd):
+		// Only shmem files (memfds) have seals: a FUSE or network file
+		// could make the reads below block.
+		return nil, fmt.Errorf("PATCH %d: the image descriptor is no memfd (F_GET_SEALS fails)", id)
 	}
 	img := make([]byte, 0, min(size, 1<<20))
 	for uint64(len(img)) < size {

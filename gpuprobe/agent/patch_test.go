@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func samplePatched() *Patched {
@@ -197,5 +202,116 @@ func TestPatchWithoutCallback(t *testing.T) {
 	var np *NoPatch
 	if !errors.As(err, &np) || np.Code != NoPatchDisabled {
 		t.Fatalf("got %v, want NOPATCH disabled", err)
+	}
+}
+
+// TestPatchedImageIsSealed: the PATCHED memfd can be neither resized nor
+// written, nor its seals changed.
+func TestPatchedImageIsSealed(t *testing.T) {
+	o := newOwner(t)
+	cb := o.callbacks()
+	cb.Patch = func(p *Peer, req *PatchRequest) (*Patched, error) { return samplePatched(), nil }
+	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "a.sock")}, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sess, err := Dial(s.Path(), Hello{Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	frame, _ := MarshalPatch(&PatchRequest{ID: 1, Arch: 90, Image: []byte("ptx")}, false)
+	sess.conn.Write(frame)
+	var fds []int
+	sess.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	ft, _, err := readFrameFds(sess.conn, &fds)
+	defer closeAll(fds)
+	if err != nil || ft != FramePatched || len(fds) != 1 {
+		t.Fatalf("answer: frame %d, %d descriptors, %v", ft, len(fds), err)
+	}
+	seals, err := unix.FcntlInt(uintptr(fds[0]), unix.F_GET_SEALS, 0)
+	want := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
+	if err != nil || seals != want {
+		t.Fatalf("seals %#x, %v; want %#x", seals, err, want)
+	}
+	if _, err := unix.Pwrite(fds[0], []byte("x"), 0); err == nil {
+		t.Fatal("the patched image could be written")
+	}
+}
+
+// sendWithFds writes b with n copies of fd attached.
+func sendWithFds(c *net.UnixConn, b []byte, fd, n int) error {
+	fds := make([]int, n)
+	for i := range fds {
+		fds[i] = fd
+	}
+	var oob []byte
+	if n > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err := c.WriteMsgUnix(b, oob, nil)
+	return err
+}
+
+// TestPatchImageNotMemfd: a PATCH whose image descriptor is missing, no
+// shmem file (reads from it could block) or short is answered NOPATCH and
+// reported to PatchRefused.
+func TestPatchImageNotMemfd(t *testing.T) {
+	disk, err := os.Open("/etc/passwd") // regular, allocated, not shmem
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer disk.Close()
+	short, err := memfdWith("short", []byte("12"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	tests := []struct {
+		name string
+		fd   int // -1: none
+		want string
+	}{
+		{"no descriptor", -1, "carried 0 descriptors"},
+		{"a file on disk", int(disk.Fd()), "no memfd"},
+		{"a memfd shorter than image_size", int(short.Fd()), "image_size says 100"},
+	}
+	o := newOwner(t)
+	cb := o.callbacks()
+	var refused atomic.Int32
+	cb.PatchRefused = func(p *Peer, id uint32, err error) { refused.Add(1) }
+	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "a.sock")}, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sess, err := Dial(s.Path(), Hello{Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	frame, _ := MarshalPatch(&PatchRequest{ID: 1, Arch: 90, Image: make([]byte, 100)}, true)
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 0
+			if tc.fd >= 0 {
+				n = 1
+			}
+			if err := sendWithFds(sess.conn, frame, tc.fd, n); err != nil {
+				t.Fatal(err)
+			}
+			sess.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			ft, p, err := readFrameFds(sess.conn, nil)
+			if err != nil || ft != FrameNoPatch {
+				t.Fatalf("answer: frame %d, %v", ft, err)
+			}
+			if np, err := UnmarshalNoPatch(p); err != nil || np.Code != NoPatchError || !strings.Contains(np.Message, tc.want) {
+				t.Fatalf("NOPATCH %+v %v, want %q", np, err, tc.want)
+			}
+			if n := refused.Load(); n != int32(i+1) {
+				t.Fatalf("PatchRefused called %d times, want %d", n, i+1)
+			}
+		})
 	}
 }

@@ -19,14 +19,19 @@ import (
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
-// Options configure a Server.
+// Options configure a Server. Zero values take the defaults.
 type Options struct {
 	Path             string        // socket path
 	Mode             os.FileMode   // socket file mode (default 0660)
 	AllowedUIDs      []uint32      // admitted uids; with AllowedGIDs empty too: root and our own uid
-	AllowedGIDs      []uint32      // admitted gids
-	HandshakeTimeout time.Duration // deadline of the whole handshake (default 5 s)
-	MaxConns         int           // most live connections (default 256)
+	AllowedGIDs      []uint32      // admitted gids (primary or supplementary)
+	HandshakeTimeout time.Duration // a connection must be WELCOMEd this soon after accept (default 5 s)
+	MaxPending       int           // most connections before HELLO (default DefaultMaxPending)
+	MaxPendingPerUID int           // most of them of one uid (default DefaultMaxPendingPerUID)
+	MaxConns         int           // most sessions, after HELLO (default DefaultMaxConns)
+	MaxConnsPerUID   int           // most sessions of one uid (default DefaultMaxConnsPerUID)
+	FrameTimeout     time.Duration // a frame's rest must arrive this soon after its first byte (default DefaultFrameTimeout)
+	IdleTimeout      time.Duration // a silent session is checked for mapped regions this often (default DefaultIdleTimeout)
 	PatchTimeout     time.Duration // bound on answering one PATCH once read (default DefaultPatchTimeout)
 	Logger           *zap.Logger   // default: no logging
 	// ImageMemory bounds the bytes of PATCH images held at once, all
@@ -36,13 +41,25 @@ type Options struct {
 	ImageWait   time.Duration
 }
 
+// Defaults of Options.
+const (
+	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultMaxPending       = 64
+	DefaultMaxPendingPerUID = 8
+	DefaultMaxConns         = 256
+	DefaultMaxConnsPerUID   = 64
+	DefaultFrameTimeout     = 5 * time.Second
+	DefaultIdleTimeout      = 5 * time.Minute
+)
+
 // Peer is one connected client.
 type Peer struct {
-	Session uint32 // server-assigned session id
-	PID     int32  // from SO_PEERCRED
-	UID     uint32 // from SO_PEERCRED
-	GID     uint32 // from SO_PEERCRED
-	Hello   Hello  // what the client said
+	Session uint32   // server-assigned session id
+	PID     int32    // from SO_PEERCRED
+	UID     uint32   // from SO_PEERCRED
+	GID     uint32   // from SO_PEERCRED
+	Groups  []uint32 // supplementary groups, from /proc/PID/status (nil if unknown)
+	Hello   Hello    // what the client said
 }
 
 // Offer is a region the owner hands to a client: an shm region, or (Region
@@ -104,10 +121,12 @@ type Callbacks struct {
 
 // Stats count the server's connections.
 type Stats struct {
-	Accepted uint64 // connections whose handshake succeeded
-	Rejected uint64 // connections refused by the peer-credential check
-	Failed   uint64 // connections that failed the handshake otherwise
-	Active   int64  // connections open now
+	Accepted  uint64 // connections whose handshake succeeded
+	Rejected  uint64 // connections refused by the peer-credential check
+	Failed    uint64 // connections that failed the handshake otherwise (limits included)
+	Active    int64  // connections open now
+	Evicted   uint64 // connections closed before HELLO to make room for newer ones
+	Reclaimed uint64 // idle sessions ended because their process mapped none of their regions
 }
 
 // Server is the agent socket server.
@@ -119,17 +138,20 @@ type Server struct {
 	selfUID uint32
 
 	mu     sync.Mutex
-	conns  map[*net.UnixConn]struct{}
+	conns  map[*net.UnixConn]*connState
+	slots  slots // admission counts (admit.go)
 	closed bool
 	wg     sync.WaitGroup
 
 	images *Budget // Options.ImageMemory
 
-	session  atomic.Uint32
-	accepted atomic.Uint64
-	rejected atomic.Uint64
-	failed   atomic.Uint64
-	active   atomic.Int64
+	session   atomic.Uint32
+	accepted  atomic.Uint64
+	rejected  atomic.Uint64
+	failed    atomic.Uint64
+	active    atomic.Int64
+	evicted   atomic.Uint64
+	reclaimed atomic.Uint64
 }
 
 // Listen creates the socket and starts serving. A stale socket file at
@@ -144,21 +166,7 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 	if opts.Mode&^os.ModePerm != 0 {
 		return nil, fmt.Errorf("agent: socket mode %v has bits beyond permissions", opts.Mode)
 	}
-	if opts.HandshakeTimeout <= 0 {
-		opts.HandshakeTimeout = 5 * time.Second
-	}
-	if opts.ImageMemory <= 0 {
-		opts.ImageMemory = DefaultImageMemory
-	}
-	if opts.ImageWait <= 0 {
-		opts.ImageWait = 2 * time.Second
-	}
-	if opts.PatchTimeout <= 0 {
-		opts.PatchTimeout = DefaultPatchTimeout
-	}
-	if opts.MaxConns <= 0 {
-		opts.MaxConns = 256
-	}
+	setDefaults(&opts)
 	if cb.Connect == nil {
 		return nil, errors.New("agent: Callbacks.Connect is nil")
 	}
@@ -188,12 +196,37 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 		os.Remove(tmp)
 		return nil, fmt.Errorf("agent: moving the socket to %s: %w", opts.Path, err)
 	}
-	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]struct{}{},
+	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]*connState{}, slots: newSlots(),
 		images: NewBudget(opts.ImageMemory, opts.ImageWait)}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Info("agent socket listening", zap.String("path", opts.Path), zap.Stringer("mode", opts.Mode))
 	return s, nil
+}
+
+func setDefaults(o *Options) {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defn := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.HandshakeTimeout, DefaultHandshakeTimeout)
+	def(&o.FrameTimeout, DefaultFrameTimeout)
+	def(&o.IdleTimeout, DefaultIdleTimeout)
+	def(&o.PatchTimeout, DefaultPatchTimeout)
+	defn(&o.MaxPending, DefaultMaxPending)
+	defn(&o.MaxPendingPerUID, min(DefaultMaxPendingPerUID, o.MaxPending))
+	defn(&o.MaxConns, DefaultMaxConns)
+	defn(&o.MaxConnsPerUID, min(DefaultMaxConnsPerUID, o.MaxConns))
+	if o.ImageMemory <= 0 {
+		o.ImageMemory = DefaultImageMemory
+	}
+	def(&o.ImageWait, 2*time.Second)
 }
 
 // removeStale removes a socket file nobody listens on.
@@ -224,7 +257,8 @@ func (s *Server) Path() string { return s.opts.Path }
 
 // Stats returns the connection counters.
 func (s *Server) Stats() Stats {
-	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load()}
+	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load(),
+		Evicted: s.evicted.Load(), Reclaimed: s.reclaimed.Load()}
 }
 
 // Close stops accepting, closes every connection, waits for their
@@ -264,32 +298,59 @@ func (s *Server) acceptLoop() {
 			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: do not spin
 			continue
 		}
+		// SO_PEERCRED does not block: read it here, to count the
+		// connection against its uid's pre-HELLO slots at once.
+		cred, err := peerCred(c)
+		if err != nil {
+			s.failed.Add(1)
+			s.log.Warn("agent: reading peer credentials failed", zap.Error(err))
+			c.Close()
+			continue
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
 			return
 		}
-		s.conns[c] = struct{}{}
+		st := s.admitPending(c, cred.Uid)
+		if st == nil {
+			s.mu.Unlock()
+			s.failed.Add(1)
+			c.Close() // 4 × MaxPending connections wait for their HELLO to be read
+			continue
+		}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.handle(c)
+		go s.handle(c, cred, st)
 	}
 }
 
 func (s *Server) forget(c *net.UnixConn) {
 	s.mu.Lock()
+	if st := s.conns[c]; st != nil {
+		s.slots.release(st)
+	}
 	delete(s.conns, c)
 	s.mu.Unlock()
 	c.Close()
 }
 
-// allowed applies the peer-credential policy.
-func (s *Server) allowed(uid, gid uint32) bool {
+// allowed applies the peer-credential policy to a uid, its primary gid
+// and its supplementary groups.
+func (s *Server) allowed(uid, gid uint32, groups []uint32) bool {
 	if len(s.opts.AllowedUIDs) == 0 && len(s.opts.AllowedGIDs) == 0 {
 		return uid == 0 || uid == s.selfUID
 	}
-	return slices.Contains(s.opts.AllowedUIDs, uid) || slices.Contains(s.opts.AllowedGIDs, gid)
+	if slices.Contains(s.opts.AllowedUIDs, uid) || slices.Contains(s.opts.AllowedGIDs, gid) {
+		return true
+	}
+	for _, g := range groups {
+		if slices.Contains(s.opts.AllowedGIDs, g) {
+			return true
+		}
+	}
+	return false
 }
 
 // refuse sends an ERROR frame, half-closes, and drains what the client
@@ -305,22 +366,21 @@ func (s *Server) refuse(c *net.UnixConn, code ErrorCode, msg string) {
 	io.Copy(io.Discard, io.LimitReader(c, FrameHeader+MaxPayload))
 }
 
-func (s *Server) handle(c *net.UnixConn) {
+func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	defer s.wg.Done()
 	defer s.forget(c)
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	c.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 
-	cred, err := peerCred(c)
-	if err != nil {
-		s.failed.Add(1)
-		s.log.Warn("agent: reading peer credentials failed", zap.Error(err))
-		s.refuse(c, CodeServer, "cannot read peer credentials")
-		return
-	}
+	proc := openPeerProc(c, cred.Pid)
+	defer proc.close()
+	groups, gerr := proc.groups()
 	log := s.log.With(zap.Int32("pid", cred.Pid), zap.Uint32("uid", cred.Uid), zap.Uint32("gid", cred.Gid))
-	if !s.allowed(cred.Uid, cred.Gid) {
+	if gerr != nil {
+		log.Debug("agent: supplementary groups unknown; only uid and primary gid are checked", zap.Error(gerr))
+	}
+	if !s.allowed(cred.Uid, cred.Gid, groups) {
 		s.rejected.Add(1)
 		msg := fmt.Sprintf("peer uid %d gid %d (pid %d) is not allowed by allowed_uids %v / allowed_gids %v",
 			cred.Uid, cred.Gid, cred.Pid, s.opts.AllowedUIDs, s.opts.AllowedGIDs)
@@ -332,12 +392,6 @@ func (s *Server) handle(c *net.UnixConn) {
 		s.refuse(c, CodePermissionDenied, msg)
 		return
 	}
-	if n := s.active.Load(); n > int64(s.opts.MaxConns) {
-		s.failed.Add(1)
-		log.Warn("agent: too many connections", zap.Int64("active", n), zap.Int("max", s.opts.MaxConns))
-		s.refuse(c, CodeTooMany, fmt.Sprintf("%d connections are open, the limit is %d", n-1, s.opts.MaxConns))
-		return
-	}
 	t, p, err := readFrame(c)
 	if err == nil && t != FrameHello {
 		err = &ProtocolError{CodeProtocol, fmt.Sprintf("first frame is type %d, want HELLO (%d)", t, FrameHello)}
@@ -345,6 +399,9 @@ func (s *Server) handle(c *net.UnixConn) {
 	var hello Hello
 	if err == nil {
 		hello, err = UnmarshalHello(p)
+	}
+	if err != nil && s.evictedConn(st) {
+		return // counted in Stats.Evicted, logged by evictPending
 	}
 	if err != nil {
 		s.failed.Add(1)
@@ -355,7 +412,13 @@ func (s *Server) handle(c *net.UnixConn) {
 		}
 		return
 	}
-	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Hello: hello}
+	if msg := s.promote(st); msg != "" {
+		s.failed.Add(1)
+		log.Warn("agent: too many sessions", zap.String("reason", msg))
+		s.refuse(c, CodeTooMany, msg)
+		return
+	}
+	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Groups: groups, Hello: hello}
 	log = log.With(zap.Uint32("session", peer.Session), zap.String("process", hello.Name))
 	offers, err := s.cb.Connect(peer)
 	if err != nil {
@@ -373,7 +436,8 @@ func (s *Server) handle(c *net.UnixConn) {
 			return
 		}
 	}
-	if err := s.welcome(c, peer, offers); err != nil {
+	regions, err := s.welcome(c, peer, offers)
+	if err != nil {
 		s.failed.Add(1)
 		log.Warn("agent: sending WELCOME failed", zap.Error(err))
 		s.disconnect(peer)
@@ -387,7 +451,9 @@ func (s *Server) handle(c *net.UnixConn) {
 	c.SetDeadline(time.Time{})
 	// The session lasts until the client closes (or Close closes us); in
 	// between, the client may send PATCH requests.
-	s.serve(c, peer, log)
+	opaque := len(offers) - len(regions) // regions liveness cannot be told of (kernel maps)
+	s.serve(c, &session{peer: peer, proc: proc, regions: regions, opaque: opaque}, log)
+	s.leave(st)
 	s.disconnect(peer)
 	log.Info("agent: client disconnected")
 }
@@ -398,21 +464,27 @@ func (s *Server) disconnect(p *Peer) {
 	}
 }
 
-// welcome sends the WELCOME frame with the offered regions' memfds.
-func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) error {
+// welcome sends the WELCOME frame with the offered regions' memfds and
+// returns the file identities of the shm regions among them.
+func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) ([]fileID, error) {
 	w := Welcome{Session: p.Session}
 	fds := make([]int, 0, len(offers))
+	var ids []fileID
 	for i, o := range offers {
 		d, fd, err := o.descriptor()
 		if err != nil {
-			return fmt.Errorf("offer %d (%q, role %d): %w", i, o.Name, o.Role, err)
+			return nil, fmt.Errorf("offer %d (%q, role %d): %w", i, o.Name, o.Role, err)
 		}
 		w.Regions = append(w.Regions, d)
 		fds = append(fds, fd)
+		var st unix.Stat_t
+		if o.Region != nil && unix.Fstat(fd, &st) == nil {
+			ids = append(ids, fileID{dev: st.Dev, ino: st.Ino})
+		}
 	}
 	frame, err := MarshalWelcome(w)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -420,14 +492,14 @@ func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) error {
 	}
 	n, _, err := c.WriteMsgUnix(frame, oob, nil)
 	if err != nil {
-		return fmt.Errorf("sendmsg: %w", err)
+		return nil, fmt.Errorf("sendmsg: %w", err)
 	}
 	if n < len(frame) {
 		if _, err := c.Write(frame[n:]); err != nil {
-			return fmt.Errorf("writing the rest of WELCOME: %w", err)
+			return nil, fmt.Errorf("writing the rest of WELCOME: %w", err)
 		}
 	}
-	return nil
+	return ids, nil
 }
 
 // peerCred reads SO_PEERCRED of a unix connection.

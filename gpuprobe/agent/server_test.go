@@ -24,7 +24,11 @@ import (
 const childEnv = "GPUPROBE_AGENT_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
+	switch os.Getenv(childEnv) {
+	case "":
+	case "raw":
+		os.Exit(rawChildMain())
+	default:
 		os.Exit(childMain())
 	}
 	goleak.VerifyTestMain(m)
@@ -80,7 +84,7 @@ func newOwner(t *testing.T) *owner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &owner{t: t, shared: a, rings: map[uint32]*shm.Ring{}, gone: make(chan *Peer, 16)}
+	o := &owner{t: t, shared: a, rings: map[uint32]*shm.Ring{}, gone: make(chan *Peer, 1024)}
 	t.Cleanup(func() {
 		a.Close()
 		for _, g := range o.rings {
@@ -265,21 +269,23 @@ func TestDefaultPolicyAdmitsOwnUID(t *testing.T) {
 		uids     []uint32
 		gids     []uint32
 		uid, gid uint32
+		groups   []uint32
 		self     uint32
 		want     bool
 	}{
-		{"root by default", nil, nil, 0, 0, 1000, true},
-		{"own uid by default", nil, nil, 1000, 5, 1000, true},
-		{"other uid by default", nil, nil, 1001, 5, 1000, false},
-		{"listed uid", []uint32{7}, nil, 7, 5, 0, true},
-		{"root not implied by a list", []uint32{7}, nil, 0, 0, 0, false},
-		{"listed gid", nil, []uint32{9}, 100, 9, 0, true},
-		{"neither listed", []uint32{7}, []uint32{9}, 8, 10, 0, false},
+		{"root by default", nil, nil, 0, 0, nil, 1000, true},
+		{"own uid by default", nil, nil, 1000, 5, nil, 1000, true},
+		{"other uid by default", nil, nil, 1001, 5, []uint32{0}, 1000, false},
+		{"listed uid", []uint32{7}, nil, 7, 5, nil, 0, true},
+		{"root not implied by a list", []uint32{7}, nil, 0, 0, nil, 0, false},
+		{"listed gid", nil, []uint32{9}, 100, 9, nil, 0, true},
+		{"listed supplementary gid", nil, []uint32{9}, 100, 8, []uint32{3, 9}, 0, true},
+		{"neither listed", []uint32{7}, []uint32{9}, 8, 10, []uint32{11}, 0, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Server{opts: Options{AllowedUIDs: tc.uids, AllowedGIDs: tc.gids}, selfUID: tc.self}
-			if got := s.allowed(tc.uid, tc.gid); got != tc.want {
+			if got := s.allowed(tc.uid, tc.gid, tc.groups); got != tc.want {
 				t.Fatalf("allowed(%d, %d) = %v", tc.uid, tc.gid, got)
 			}
 		})
