@@ -49,9 +49,11 @@ type AgentConfig struct {
 	// IdleTimeout is how long a silent session may stay when its process
 	// maps none of its regions (0: 5 minutes).
 	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
-	// MaxPatchMemory bounds the bytes that patching PATCHed modules may
-	// hold at once, all clients together (patcher.Limits.MaxMemory); a
-	// module that costs more is loaded unpatched.
+	// MaxPatchMemory bounds the bytes that PATCH work may hold at once,
+	// all clients together: half for the images received, half for
+	// inflating, parsing and patching them; a module that costs more is
+	// loaded unpatched. The collector's stated memory bound is this plus
+	// 512 MiB (docs/security.md).
 	MaxPatchMemory uint64 `mapstructure:"max_patch_memory"`
 }
 

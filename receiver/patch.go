@@ -69,7 +69,7 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
 		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond,
 		Keys: keys, OnSkip: r.onSkip,
-		Limits: patcher.Limits{MaxMemory: int64(r.cfg.Agent.MaxPatchMemory)}})
+		CacheBytes: cacheMemory, Limits: patcher.Limits{MaxMemory: patchMemory(r.cfg.Agent.MaxPatchMemory)}})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprobe: %w", err)
 	}

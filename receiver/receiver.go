@@ -117,6 +117,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		tel.Shutdown()
 		return err
 	}
+	setMemoryLimit(r.log, r.cfg.Agent.MaxPatchMemory)
 	r.driver = detectDriver(r.cfg.HostProbes.LibraryPaths)
 	logDriverOnce(r.log, r.driver, r.cfg)
 
@@ -181,7 +182,7 @@ func (r *gpuReceiver) listen() error {
 		Path: r.cfg.Agent.Socket, Mode: mode,
 		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
 		MaxConnsPerUID: r.cfg.Agent.MaxConnectionsPerUID, IdleTimeout: r.cfg.Agent.IdleTimeout,
-		Logger: r.log,
+		ImageMemory: imageMemory(r.cfg.Agent.MaxPatchMemory), Logger: r.log,
 	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch,
 		PatchRefused: r.onPatchRefused})
 	if err != nil {

@@ -19,11 +19,14 @@ import (
 
 // The bounds the suite holds the collector to.
 const (
-	// MaxRSS is the collector's resident memory bound: about 80 MiB of
-	// collector at rest, one image in flight at the protocol's limit (256
-	// MiB), and the rings and per-client state of a few dozen clients.
-	// Anything above means a client can grow the collector without bound.
-	MaxRSS = 512 << 20
+	// PatchMemory is the suite's agent::max_patch_memory.
+	PatchMemory = 128 << 20
+	// MaxRSS is the collector's stated resident memory bound for that
+	// budget (docs/security.md): the budget, plus 256 MiB for the
+	// injection cache and 256 MiB for everything else (rings, per-client
+	// state, pdata, the runtime). Anything above means a client can grow
+	// the collector without bound.
+	MaxRSS = PatchMemory + 512<<20
 	// MaxScrape is how long /metrics may take to answer, at any time.
 	MaxScrape = time.Second
 	// MaxShutdown is how long SIGTERM may take to end the collector.
@@ -69,6 +72,7 @@ func Config(socket string, exporterPort, selfPort int, allowedUIDs []int) string
       socket: ` + socket + `
       socket_mode: "0660"
       allowed_uids: [` + strings.Join(uids, ", ") + `]
+      max_patch_memory: ` + strconv.Itoa(PatchMemory) + `
     buffers:
       ring_slots: 4096
     poll_interval: 5ms
