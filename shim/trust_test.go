@@ -52,24 +52,37 @@ func wantTrace(t *testing.T, tr string, want []string, not []string) {
 	}
 }
 
-// memfdWith returns a memfd holding b with the given seals.
+// memfdWith returns a memfd holding b with the given seals, closed when
+// the test ends. Call it from the test's goroutine.
 func memfdWith(t *testing.T, b []byte, seals int) *os.File {
 	t.Helper()
-	fd, err := unix.MemfdCreate("liar", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	f, err := memfd(b, seals)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := os.NewFile(uintptr(fd), "liar")
 	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// memfd returns a memfd holding b with the given seals; the caller closes
+// it (the liar's server goroutine, after sending it).
+func memfd(b []byte, seals int) (*os.File, error) {
+	fd, err := unix.MemfdCreate("liar", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "liar")
 	if _, err := f.Write(b); err != nil {
-		t.Fatal(err)
+		f.Close()
+		return nil, err
 	}
 	if seals != 0 {
 		if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
-			t.Fatal(err)
+			f.Close()
+			return nil, err
 		}
 	}
-	return f
+	return f, nil
 }
 
 // liar is an agent server that says what a test wants: the launch ring's
@@ -114,7 +127,12 @@ func (l *liar) serve(t *testing.T, c *net.UnixConn) {
 			return
 		}
 		frame, f := l.patched(req.ID)
-		if _, _, err := c.WriteMsgUnix(frame, unix.UnixRights(int(f.Fd())), nil); err != nil {
+		if f == nil {
+			return
+		}
+		_, _, err = c.WriteMsgUnix(frame, unix.UnixRights(int(f.Fd())), nil)
+		f.Close() // sent: the shim holds its own descriptor
+		if err != nil {
 			return
 		}
 	}
@@ -229,7 +247,11 @@ func TestPatchedImageChecks(t *testing.T) {
 				if err != nil {
 					t.Error(err)
 				}
-				return frame, memfdWith(t, c.data, c.seal)
+				f, err := memfd(c.data, c.seal)
+				if err != nil {
+					t.Error(err)
+				}
+				return frame, f
 			}
 			out, tr := traced(t, b, preload(b, startLiar(t, l)), "dlsym", "ptx", ptx)
 			if out != plain {
