@@ -14,7 +14,7 @@ GOFLAGS_BUILD ?= -buildvcs=false -trimpath
 GPUPROBE_CACHE ?= $(HOME)/.cache/gpuprobe
 export GPUPROBE_CACHE
 
-# Pinned tool and backend versions (see README.md, "Pinned versions").
+# Pinned tool and backend versions (see docs/development.md, "Pinned versions").
 OCB_VERSION ?= v0.161.0
 JAEGER_VERSION ?= v1.76.0
 PROMETHEUS_VERSION ?= v0.315.0

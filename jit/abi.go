@@ -15,7 +15,7 @@ import (
 // HelperID is the immediate of a BPF_CALL instruction that calls a helper.
 type HelperID int32
 
-// Helpers of the GPU ABI (bpftime-compatible, DESIGN §4).
+// Helpers of the GPU ABI (bpftime-compatible; docs/gpu-programs.md).
 const (
 	HelperMapLookupElem     HelperID = 1   // void *(map, key)
 	HelperMapUpdateElem     HelperID = 2   // long (map, key, value, flags)

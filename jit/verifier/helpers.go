@@ -48,7 +48,7 @@ const maxMemSize = 1 << 16
 
 var out3 = [5]ArgType{ArgOut8, ArgOut8, ArgOut8}
 
-// abi is the GPU helper ABI of DESIGN §4 (ids in jit/abi.go).
+// abi is the GPU helper ABI: signatures here, ids in jit/abi.go.
 var abi = map[jit.HelperID]Signature{
 	jit.HelperMapLookupElem:     {Name: "map_lookup_elem", Args: [5]ArgType{ArgMap, ArgMapKey}, Ret: RetMapValueOrNull},
 	jit.HelperMapUpdateElem:     {Name: "map_update_elem", Args: [5]ArgType{ArgMap, ArgMapKey, ArgMapValue, ArgScalar}},

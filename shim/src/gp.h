@@ -7,7 +7,9 @@
  *   wrap_load.c  module/library loads, function and kernel lookups, cuLink*
  *   wrap_launch.c launches (cuLaunchKernel*, cuLaunchCooperativeKernel*,
  *                cuGraphLaunch) and graph instantiation
+ *   wrap_graph.c kernel nodes built explicitly: the hidden launch id
  *   wrap_misc.c  synchronisation and memcpy records
+ *   capture.c    stream capture: captured launches write no record
  *   session.c    the agent socket handshake, the launch ring, fork
  *   handles.c    function handle -> kernel name table, name records
  *   image.c      classifying code images; the patching hook
@@ -17,6 +19,8 @@
  *   reconnect.c  after a collector restart: limbo, backoff, a new session
  *   mirror.c     device-resident maps (global kind 5) and their mirror thread
  *   ctxgone.c    context release and destruction: device maps' final pass
+ *   calib.c      calibration records: %globaltimer against CLOCK_MONOTONIC
+ *   clock.c      cheap CLOCK_MONOTONIC timestamps (TSC) for the launch path
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
  *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
  *

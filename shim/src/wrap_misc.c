@@ -1,6 +1,6 @@
 /*
- * wrap_misc.c - synchronisation and memory-copy records (the spans of DESIGN
- * §7): cuStreamSynchronize, cuCtxSynchronize, cuMemcpy, cuMemcpyAsync and
+ * wrap_misc.c - synchronisation and memory-copy records (the cuda.sync and
+ * cuda.memcpy spans of docs/telemetry.md): cuStreamSynchronize, cuCtxSynchronize, cuMemcpy, cuMemcpyAsync and
  * the HtoD/DtoH/DtoD copies with their async and per-thread variants.
  */
 #define _GNU_SOURCE

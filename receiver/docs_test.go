@@ -1,0 +1,190 @@
+package receiver
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// telemetryDoc is the reference of everything the receiver emits.
+const telemetryDoc = "../docs/telemetry.md"
+
+// emitters are the packages whose string literals name what the receiver
+// emits (metric, span and attribute names).
+var emitters = []string{".", "internal/translate", "internal/progmaps", "internal/hostcall"}
+
+// TestDocsDocumentEveryMetric checks that docs/telemetry.md names every
+// metric the receiver emits: those of metadata.yaml and the self-metrics
+// and metrics built in code (gpu.*, gpuprobe.receiver.*).
+func TestDocsDocumentEveryMetric(t *testing.T) {
+	doc := documentedNames(t)
+	names := metadataNames(t, "metrics")
+	for _, n := range emittedNames(t) {
+		if strings.HasPrefix(n, "gpu.") || strings.HasPrefix(n, "gpuprobe.receiver.") {
+			names = append(names, n)
+		}
+	}
+	if len(names) < 30 {
+		t.Fatalf("found only %d metric names: %v", len(names), names)
+	}
+	for _, n := range dedup(names) {
+		if !doc[n] {
+			t.Errorf("%s: metric %s is not documented", telemetryDoc, n)
+		}
+	}
+}
+
+// TestDocsDocumentEveryAttribute checks that docs/telemetry.md names every
+// attribute (and span name) the receiver emits: those of metadata.yaml,
+// the keys set with Put* on attribute maps, and the dotted names in the
+// emitting packages' code.
+func TestDocsDocumentEveryAttribute(t *testing.T) {
+	doc := documentedNames(t)
+	names := metadataNames(t, "attributes")
+	for _, n := range emittedNames(t) {
+		if !strings.HasPrefix(n, "gpu.") && !strings.HasPrefix(n, "gpuprobe.receiver.") {
+			names = append(names, n)
+		}
+	}
+	if len(names) < 50 {
+		t.Fatalf("found only %d attribute names: %v", len(names), names)
+	}
+	for _, n := range dedup(names) {
+		if !doc[n] {
+			t.Errorf("%s: attribute or span name %s is not documented", telemetryDoc, n)
+		}
+	}
+}
+
+// dottedName matches the names the receiver gives metrics, spans and
+// attributes ("cuda.launch.host_wait").
+var dottedName = regexp.MustCompile(`^(cuda|gpu|gpuprobe|process|thread|service|code)(\.[a-z0-9_]+)+$`)
+
+// emittedNames lists, from the non-test Go files of the emitting packages,
+// the string literals that look like telemetry names and the literal keys
+// passed to Put* methods (attributes without a dot, such as "key").
+func emittedNames(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	fset := token.NewFileSet()
+	for _, dir := range emitters {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.BasicLit:
+					if s, ok := stringLit(n); ok && dottedName.MatchString(s) {
+						out = append(out, s)
+					}
+				case *ast.CallExpr:
+					sel, ok := n.Fun.(*ast.SelectorExpr)
+					if !ok || !strings.HasPrefix(sel.Sel.Name, "Put") || len(n.Args) == 0 {
+						return true
+					}
+					if lit, ok := n.Args[0].(*ast.BasicLit); ok {
+						if s, ok := stringLit(lit); ok {
+							out = append(out, s)
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	return dedup(out)
+}
+
+func stringLit(l *ast.BasicLit) (string, bool) {
+	if l.Kind != token.STRING {
+		return "", false
+	}
+	s, err := strconv.Unquote(l.Value)
+	return s, err == nil
+}
+
+// metadataNames lists the keys of a top-level section of metadata.yaml
+// ("metrics", "attributes"): the lines indented by two spaces below it.
+func metadataNames(t *testing.T, section string) []string {
+	t.Helper()
+	b, err := os.ReadFile("metadata.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case line == section+":":
+			in = true
+		case line != "" && line[0] != ' ' && line[0] != '#':
+			in = false
+		case in && strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && strings.HasSuffix(line, ":"):
+			out = append(out, strings.TrimSuffix(strings.TrimSpace(line), ":"))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("metadata.yaml: no %s", section)
+	}
+	return out
+}
+
+// documentedNames returns the names written in backquotes in the telemetry
+// reference, with brace lists expanded (`cuda.grid.{x,y,z}`).
+func documentedNames(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(telemetryDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := map[string]bool{}
+	parts := strings.Split(string(b), "`")
+	for i := 1; i < len(parts); i += 2 {
+		name, _, _ := strings.Cut(parts[i], " ") // `cuda.launch.probed = false`
+		name, _, _ = strings.Cut(name, "=")
+		for _, n := range expandBraces(name) {
+			doc[n] = true
+		}
+	}
+	return doc
+}
+
+// expandBraces expands one brace list: "a.{x,y}" → "a.x", "a.y".
+func expandBraces(s string) []string {
+	i, j := strings.Index(s, "{"), strings.Index(s, "}")
+	if i < 0 || j < i {
+		return []string{s}
+	}
+	var out []string
+	for _, alt := range strings.Split(s[i+1:j], ",") {
+		out = append(out, s[:i]+alt+s[j+1:])
+	}
+	return out
+}
+
+func dedup(s []string) []string {
+	sort.Strings(s)
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
