@@ -93,3 +93,52 @@ func TestAttachInodeReplaced(t *testing.T) {
 		t.Errorf("AttachInode of the file now there: %v", err)
 	}
 }
+
+// TestAttachSwapFires: the probes of an Attach whose path was renamed
+// over after the check fire in the checked file, not in the one swapped
+// in (two copies of the static-runtime app: same symbols, two inodes).
+func TestAttachSwapFires(t *testing.T) {
+	requireRoot(t)
+	s := buildStandins(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app")
+	checked := filepath.Join(dir, "app_checked") // a second name of the checked inode
+	swap := filepath.Join(dir, "app_swap")
+	copyFile(t, s.appStatic, path)
+	if err := os.Link(path, checked); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, s.appStatic, swap)
+	testHookChecked = func(string) {
+		testHookChecked = nil
+		if err := os.Rename(swap, path); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testHookChecked = nil }()
+	p, err := Load(Options{})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer p.Close()
+	if _, err := p.Attach(path); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	count := func(app string) int {
+		r := runApp(t, app)
+		calls, _ := drain(t, p)
+		n := 0
+		for _, c := range calls {
+			if c.PID == r.pid {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(checked); n == 0 {
+		t.Errorf("the checked file ran: no HostCall; the probes are not on it")
+	}
+	if n := count(path); n != 0 {
+		t.Errorf("the swapped-in file ran: %d HostCalls; the probes are on it", n)
+	}
+}
