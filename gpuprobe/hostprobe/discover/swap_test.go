@@ -89,3 +89,25 @@ func TestConfigOwnership(t *testing.T) {
 		t.Errorf("symlink to a root-owned driver: %v, %v; want the driver", libs, err)
 	}
 }
+
+// TestLdconfigRefusal: a world-writable library in ldconfig's cache is
+// left out and named in the error.
+func TestLdconfigRefusal(t *testing.T) {
+	b := artifacts(t)
+	bad := filepath.Join(t.TempDir(), "libcudart.so.13")
+	copyFile(t, b.runtime, bad)
+	if err := os.Chmod(bad, 0o757); err != nil {
+		t.Fatal(err)
+	}
+	entries := []LdconfigEntry{
+		{Name: "libcuda.so.1", Flags: "libc6,x86-64", Path: b.driver},
+		{Name: "libcudart.so.13", Flags: "libc6,x86-64", Path: bad},
+	}
+	libs, err := librariesFromLdconfig(entries, "amd64")
+	if len(libs) != 1 || libs[0].Key() != mustID(t, b.driver) {
+		t.Errorf("libraries %v, want the driver only", libs)
+	}
+	if !containsAll(errString(err), "refusing", bad, "writable by every user") {
+		t.Errorf("error %v, want the refusal of %s", err, bad)
+	}
+}
