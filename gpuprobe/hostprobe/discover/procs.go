@@ -248,6 +248,15 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 		}
 		return p
 	}
+	// open opens a path as the process sees it: through its root with
+	// openat2's RESOLVE_IN_ROOT, so that a symlink in a container's
+	// tree never leads into the collector's.
+	open := func(p string) (*libfile.File, error) {
+		if viaRoot {
+			return libfile.OpenIn(root, p)
+		}
+		return libfile.Open(p)
+	}
 	maps, err := os.ReadFile(filepath.Join(dir, "maps"))
 	if err != nil {
 		return nil, exe, 0, 0, err
@@ -278,7 +287,7 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 		}
 		seen[m.Path] = true
 		p := resolve(m.Path)
-		id, err := s.openID(p, libfile.Open)
+		id, err := s.openID(m.Path, open)
 		if err != nil {
 			s.log.Debug("discover: mapped library not reachable", zap.Int("pid", pid), zap.String("path", p), zap.Error(err))
 			continue
@@ -323,7 +332,7 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 		return libs, exe, exeChecks, bad, nil
 	}
 	p := resolve(target)
-	if id, err := s.openID(p, libfile.Open); err != nil || id.key() != exe.key() {
+	if id, err := s.openID(target, open); err != nil || id.key() != exe.key() {
 		s.log.Debug("discover: executable path does not name the running executable", zap.Int("pid", pid), zap.String("path", p))
 		return libs, exe, exeChecks, bad, nil
 	}
@@ -331,7 +340,7 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 	return libs, exe, exeChecks, bad, nil
 }
 
-// openID opens path with open, takes its identity from the descriptor
+// openID opens path (as the process sees it) with open, takes its identity from the descriptor
 // and refuses a file writable by every user; a refusal is counted.
 func (s *Scanner) openID(path string, open func(string) (*libfile.File, error)) (fileID, error) {
 	f, err := open(path)

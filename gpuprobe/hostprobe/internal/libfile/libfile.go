@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,19 +53,48 @@ type File struct {
 // Open opens path read-only without following a symlink in its last
 // component (resolve symlinks first where they are expected) and checks
 // that it is a regular file. Close it when done.
-func Open(path string) (*File, error) { return open(path, unix.O_NOFOLLOW) }
+func Open(path string) (*File, error) {
+	return open(path, func(flags int) (int, error) { return unix.Open(path, flags|unix.O_NOFOLLOW, 0) })
+}
 
-// OpenLink opens path following symlinks: only for the kernel's own
-// links such as /proc/<pid>/exe, which name the file a process runs.
-func OpenLink(path string) (*File, error) { return open(path, 0) }
+// OpenLink opens path following symlinks: for the kernel's own links
+// such as /proc/<pid>/exe, which name the file a process runs, and for
+// callers that check the identity they get.
+func OpenLink(path string) (*File, error) {
+	return open(path, func(flags int) (int, error) { return unix.Open(path, flags, 0) })
+}
 
-func open(path string, extra int) (*File, error) {
+// OpenIn opens path as a process whose root directory is root sees it
+// (root is typically /proc/<pid>/root): symlinks on the way, absolute
+// ones included, resolve inside root, and the last component is not
+// followed. It needs openat2(2) (Linux 5.6); where that is missing, it
+// opens root+path like Open, and the caller's identity checks remain.
+func OpenIn(root, path string) (*File, error) {
+	name := root + "/" + strings.TrimLeft(path, "/")
+	return open(name, func(flags int) (int, error) {
+		dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(dir)
+		fd, err := unix.Openat2(dir, path, &unix.OpenHow{
+			Flags:   uint64(flags | unix.O_NOFOLLOW),
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err == unix.ENOSYS {
+			return unix.Open(name, flags|unix.O_NOFOLLOW, 0)
+		}
+		return fd, err
+	})
+}
+
+func open(path string, openFn func(flags int) (int, error)) (*File, error) {
 	select {
 	case slots <- struct{}{}:
 	default:
 		return nil, &os.PathError{Op: "open", Path: path, Err: ErrTooManyOpen}
 	}
-	f, err := openFD(path, extra)
+	f, err := openFD(path, openFn)
 	if err != nil {
 		<-slots
 		return nil, err
@@ -72,21 +102,22 @@ func open(path string, extra int) (*File, error) {
 	return f, nil
 }
 
-func openFD(path string, extra int) (*File, error) {
+func openFD(path string, openFn func(flags int) (int, error)) (*File, error) {
 	// O_NONBLOCK: opening a FIFO must not hang the collector; it is
 	// cleared once fstat says the file is regular.
-	flags := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK | extra
+	flags := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY | unix.O_NONBLOCK
 	var fd int
 	var err error
-	for {
-		fd, err = unix.Open(path, flags, 0)
-		if err != unix.EINTR {
+	// EAGAIN: openat2 asks for a retry when a rename raced the lookup.
+	for try := 0; ; try++ {
+		fd, err = openFn(flags)
+		if (err != unix.EINTR && err != unix.EAGAIN) || try == 8 {
 			break
 		}
 	}
 	if err != nil {
-		if err == unix.ELOOP && extra&unix.O_NOFOLLOW != 0 {
-			err = fmt.Errorf("is a symlink (not followed): %w", err)
+		if err == unix.ELOOP {
+			err = fmt.Errorf("a symlink where none is followed, or a loop: %w", err)
 		}
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
