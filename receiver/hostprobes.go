@@ -149,7 +149,7 @@ func (h *hostSide) watch(ctx context.Context, cfg *config.Config) error {
 func (h *hostSide) found(lib discover.Library) {
 	var what []string
 	if h.probes != nil {
-		a, err := h.probes.Attach(lib.Path)
+		a, err := h.probes.AttachInode(lib.Path, lib.Dev, lib.Ino)
 		if err != nil {
 			h.mu.Lock()
 			h.failed++

@@ -4,10 +4,12 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"syscall"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/internal/libfile"
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
@@ -63,16 +65,38 @@ func (a *Attachment) close() error {
 // ELF file at path (a shared library such as libcuda.so.1 or
 // libcudart.so.13, or an executable with a statically linked runtime)
 // defines, for all processes, those running now and those started later.
-// A file with none of the symbols is an error. Attaching a file that is
-// already attached (the same device and inode, by any path) returns the
-// first Attachment.
-func (p *Probes) Attach(path string) (*Attachment, error) {
+// A file with none of the symbols is an error, and so is a file every
+// user may write. Attaching a file that is already attached (the same
+// device and inode, by any path) returns the first Attachment.
+//
+// The file is opened once: its identity, its symbols and the probes are
+// of that one descriptor, whatever is renamed over path meanwhile.
+func (p *Probes) Attach(path string) (*Attachment, error) { return p.attach(path, nil) }
+
+// AttachInode is Attach for a file whose identity was checked before
+// (discover.Library's Dev and Ino): it refuses the file at path unless it
+// is still that inode.
+func (p *Probes) AttachInode(path string, dev, ino uint64) (*Attachment, error) {
+	return p.attach(path, &fileKey{dev: dev, ino: ino})
+}
+
+func (p *Probes) attach(path string, want *fileKey) (*Attachment, error) {
 	if p.closed.Load() {
 		return nil, ErrClosed
 	}
-	key, err := statKey(path)
+	// The kernel follows symlinks (and /proc/<pid>/root): what it
+	// reaches is checked by the descriptor's identity.
+	f, err := libfile.OpenLink(path)
 	if err != nil {
 		return nil, fmt.Errorf("hostprobe: attach %s: %w", path, err)
+	}
+	defer f.Close() // after the probes are attached
+	key := fileKey{dev: f.ID.Dev, ino: f.ID.Ino}
+	if want != nil && key != *want {
+		return nil, fmt.Errorf("hostprobe: attach %s: the file is now dev %d ino %d, not the dev %d ino %d checked: replaced", path, key.dev, key.ino, want.dev, want.ino)
+	}
+	if err := f.CheckWritable(); err != nil {
+		return nil, fmt.Errorf("hostprobe: attach: %w", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -82,7 +106,10 @@ func (p *Probes) Attach(path string) (*Attachment, error) {
 	if a, ok := p.files[key]; ok {
 		return a, nil
 	}
-	defined, stripped, err := definedFuncs(path)
+	if testHookChecked != nil {
+		testHookChecked(path)
+	}
+	defined, stripped, err := definedFuncs(f)
 	if err != nil {
 		return nil, fmt.Errorf("hostprobe: attach %s: %w", path, err)
 	}
@@ -101,7 +128,7 @@ func (p *Probes) Attach(path string) (*Attachment, error) {
 		}
 		return nil, fmt.Errorf("hostprobe: attach %s: none of the %d CUDA runtime or driver symbols is defined in its %s", path, len(a.Missing), how)
 	}
-	ex, err := link.OpenExecutable(path)
+	ex, err := link.OpenExecutable(f.Path()) // the inode checked, not the path again
 	if err != nil {
 		return nil, fmt.Errorf("hostprobe: attach %s: %w", path, err)
 	}
@@ -117,6 +144,10 @@ func (p *Probes) Attach(path string) (*Attachment, error) {
 	p.files[key] = a
 	return a, nil
 }
+
+// testHookChecked, when set by a test, runs between the identity check
+// of a file and the reading of its symbols.
+var testHookChecked func(path string)
 
 // Detach removes the probes that Attach put on the file at path (found by
 // its device and inode, or by the path it was attached by when the file is
@@ -285,15 +316,14 @@ func statKey(path string) (fileKey, error) {
 	return fileKey{dev: st.Dev, ino: st.Ino}, nil
 }
 
-// definedFuncs returns the function symbols that the ELF file defines
+// definedFuncs returns the function symbols that the open ELF file defines
 // (in .symtab or .dynsym, not undefined imports) and whether it lacks a
 // .symtab.
-func definedFuncs(path string) (map[string]bool, bool, error) {
-	f, err := elf.Open(path)
+func definedFuncs(file *libfile.File) (map[string]bool, bool, error) {
+	f, err := elf.NewFile(io.NewSectionReader(file, 0, file.ID.Size))
 	if err != nil {
 		return nil, false, fmt.Errorf("not an ELF file we can read: %w", err)
 	}
-	defer f.Close()
 	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
 		return nil, false, fmt.Errorf("ELF type %s is neither an executable nor a shared library", f.Type)
 	}

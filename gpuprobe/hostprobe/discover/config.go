@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/internal/libfile"
 )
 
 // configKey names entry i of host_probes::library_paths.
@@ -91,7 +93,13 @@ func fromConfigPath(key, p string) ([]Library, error) {
 	return libs, errors.Join(errs...)
 }
 
-// libraryFile resolves symlinks in path and classifies the file: as hint
+// testHookChecked, when set by a test, runs between the identity and
+// owner checks of a file and the reading of its ELF.
+var testHookChecked func(path string)
+
+// libraryFile resolves symlinks in path, opens the file once (refusing a
+// symlink put in its place meanwhile, a file not owned by root (or the
+// collector's user) and one writable by every user) and classifies it: as hint
 // when that is known (ldconfig's soname), else by its name (the link's or
 // the target's), else, when bySymbols, by the CUDA entry points it defines.
 func libraryFile(path, source string, hint Kind, bySymbols bool) (Library, error) {
@@ -99,10 +107,15 @@ func libraryFile(path, source string, hint Kind, bySymbols bool) (Library, error
 	if err != nil {
 		return Library{}, err
 	}
-	id, err := statID(real)
+	f, err := libfile.Open(real)
 	if err != nil {
 		return Library{}, err
 	}
+	defer f.Close()
+	if err := f.CheckOwner(); err != nil {
+		return Library{}, err
+	}
+	id := idOfFile(f)
 	kind := hint
 	if kind == KindUnknown {
 		kind = KindOfName(path)
@@ -110,7 +123,10 @@ func libraryFile(path, source string, hint Kind, bySymbols bool) (Library, error
 	if kind == KindUnknown {
 		kind = KindOfName(real)
 	}
-	info, err := inspectELF(real)
+	if testHookChecked != nil {
+		testHookChecked(real)
+	}
+	info, err := inspectELF(f)
 	if err != nil {
 		return Library{}, err
 	}

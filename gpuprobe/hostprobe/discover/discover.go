@@ -8,8 +8,17 @@
 // them and reports each library file once.
 //
 // Identity: uprobes attach to an inode, so a Library is one (Dev, Ino) as
-// stat(2) gives it for Library.Path. Symlinks and hard links to one file are
-// one Library.
+// fstat(2) gives it for the descriptor its ELF was read through. Symlinks
+// and hard links to one file are one Library. A file is opened once per
+// check (internal/libfile): a file renamed over the path meanwhile is
+// never read under the first file's identity, and the attach checks the
+// identity again (hostprobe.Probes.AttachInode).
+//
+// Ownership: files from the configuration and ldconfig, root's library
+// locations, must be owned by root (or the collector's user) and not be
+// writable by every user. Files that processes map may belong to their
+// user (a virtual environment's libcudart) but not be writable by every
+// user; refusals are counted in ScanStats.Refused.
 package discover
 
 import (
@@ -21,6 +30,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/internal/libfile"
 )
 
 // Kind is what a library file is to CUDA.
@@ -118,8 +129,15 @@ type fileID struct {
 
 func (f fileID) key() Key { return Key{f.dev, f.ino} }
 
+// idOfFile is the identity of an open file.
+func idOfFile(f *libfile.File) fileID {
+	return fileID{dev: f.ID.Dev, ino: f.ID.Ino, size: f.ID.Size, mtimeNS: f.ID.MtimeNS}
+}
+
 // statID stats path (following symlinks) and returns its identity. It
-// fails for anything but a regular file.
+// fails for anything but a regular file. Only for files that are not
+// read afterwards (the mount namespace links); a library is opened with
+// libfile.Open.
 func statID(path string) (fileID, error) {
 	fi, err := os.Stat(path)
 	if err != nil {

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/internal/libfile"
 )
 
 // Symbols that mark a CUDA library when its name does not.
@@ -45,24 +46,21 @@ func (e elfInfo) kind() Kind {
 // errNotELF says a file is not ELF at all.
 var errNotELF = errors.New("not an ELF file")
 
-// inspectELF opens path and looks for defined CUDA entry points. It never
-// panics on a malformed file: debug/elf's panics become errors.
-func inspectELF(path string) (info elfInfo, err error) {
+// inspectELF looks for defined CUDA entry points in the open file, the
+// one whose identity was checked. It never panics on a malformed file:
+// debug/elf's panics become errors.
+func inspectELF(file *libfile.File) (info elfInfo, err error) {
+	path := file.Name
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%s: malformed ELF: %v", path, r)
 		}
 	}()
-	file, err := os.Open(path)
-	if err != nil {
-		return elfInfo{}, err
-	}
-	defer file.Close()
 	var magic [4]byte
-	if _, err := io.ReadFull(file, magic[:]); err != nil || string(magic[:]) != elf.ELFMAG {
+	if _, err := file.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
 		return elfInfo{}, fmt.Errorf("%s: %w", path, errNotELF)
 	}
-	f, err := elf.NewFile(file)
+	f, err := elf.NewFile(io.NewSectionReader(file, 0, file.ID.Size))
 	if err != nil {
 		return elfInfo{}, fmt.Errorf("%s: malformed ELF: %w", path, err)
 	}
@@ -131,16 +129,17 @@ type exeVerdict struct {
 	err  error
 }
 
-// get returns the verdict for id, inspecting path on a miss; miss says
+// get returns the verdict for f, inspecting it on a miss; miss says
 // whether it did.
-func (c *exeCache) get(id fileID, path string) (info elfInfo, miss bool, err error) {
+func (c *exeCache) get(f *libfile.File) (info elfInfo, miss bool, err error) {
+	id := idOfFile(f)
 	c.mu.Lock()
 	v, ok := c.m[id]
 	c.mu.Unlock()
 	if ok {
 		return v.info, false, v.err
 	}
-	info, err = inspectELF(path)
+	info, err = inspectELF(f)
 	if err != nil && isGone(err) {
 		return info, true, err // not a verdict on the file: do not cache
 	}

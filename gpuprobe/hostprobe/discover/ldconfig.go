@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/internal/libfile"
 )
 
 // LdconfigEntry is one library line of `ldconfig -p`.
@@ -56,11 +58,11 @@ func FromLdconfig(ctx context.Context) ([]Library, error) {
 		return nil, fmt.Errorf("ldconfig: %s -p: %w (stderr: %q)", bin, err, strings.TrimSpace(stderr.String()))
 	}
 	entries, perr := ParseLdconfig(strings.NewReader(string(out)))
-	libs := librariesFromLdconfig(entries, runtime.GOARCH)
+	libs, rerr := librariesFromLdconfig(entries, runtime.GOARCH)
 	if perr != nil {
-		return libs, fmt.Errorf("ldconfig: %s -p: %w", bin, perr)
+		return libs, errors.Join(fmt.Errorf("ldconfig: %s -p: %w", bin, perr), rerr)
 	}
-	return libs, nil
+	return libs, rerr
 }
 
 func findLdconfig() (string, error) {
@@ -89,10 +91,14 @@ var archFlag = map[string]string{
 }
 
 // librariesFromLdconfig keeps the CUDA entries of goarch and resolves them
-// to files.
-func librariesFromLdconfig(entries []LdconfigEntry, goarch string) []Library {
+// to files. Files refused by the ownership checks are left out and
+// returned as errors; stale entries are left out silently.
+func librariesFromLdconfig(entries []LdconfigEntry, goarch string) ([]Library, error) {
 	want := archFlag[goarch]
-	var libs []Library
+	var (
+		libs    []Library
+		refused []error
+	)
 	seen := map[Key]bool{}
 	for _, e := range entries {
 		kind := KindOfName(e.Name)
@@ -100,6 +106,10 @@ func librariesFromLdconfig(entries []LdconfigEntry, goarch string) []Library {
 			continue
 		}
 		l, err := libraryFile(e.Path, "ldconfig", kind, false)
+		if errors.Is(err, libfile.ErrWorldWritable) || errors.Is(err, libfile.ErrNotRootOwned) {
+			refused = append(refused, fmt.Errorf("ldconfig: refusing %w", err))
+			continue
+		}
 		if err != nil {
 			continue // stale cache entry or unreadable file
 		}
@@ -109,7 +119,7 @@ func librariesFromLdconfig(entries []LdconfigEntry, goarch string) []Library {
 		}
 	}
 	sortLibraries(libs)
-	return libs
+	return libs, errors.Join(refused...)
 }
 
 func hasFlag(flags, want string) bool {

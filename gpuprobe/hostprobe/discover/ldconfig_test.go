@@ -75,7 +75,10 @@ func TestLibrariesFromLdconfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.goarch, func(t *testing.T) {
-			libs := librariesFromLdconfig(entries, tt.goarch)
+			libs, err := librariesFromLdconfig(entries, tt.goarch)
+			if err != nil {
+				t.Errorf("refusals: %v", err)
+			}
 			if len(libs) != len(tt.want) {
 				t.Fatalf("got %v, want %d libraries", libs, len(tt.want))
 			}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/internal/libfile"
 )
 
 // DefaultRescanEvery is how many scans a process's maps may go without
@@ -43,6 +45,9 @@ type ScanStats struct {
 	ExeChecks uint64
 	// MalformedLines counts maps and stat lines skipped as malformed.
 	MalformedLines uint64
+	// Refused counts mapped libraries and executables skipped because
+	// every user may write them, over all scans.
+	Refused uint64
 	// LastDuration is how long the last scan took.
 	LastDuration time.Duration
 	// TotalDuration is the time spent scanning, over all scans.
@@ -243,6 +248,15 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 		}
 		return p
 	}
+	// open opens a path as the process sees it: through its root with
+	// openat2's RESOLVE_IN_ROOT, so that a symlink in a container's
+	// tree never leads into the collector's.
+	open := func(p string) (*libfile.File, error) {
+		if viaRoot {
+			return libfile.OpenIn(root, p)
+		}
+		return libfile.Open(p)
+	}
 	maps, err := os.ReadFile(filepath.Join(dir, "maps"))
 	if err != nil {
 		return nil, exe, 0, 0, err
@@ -273,7 +287,7 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 		}
 		seen[m.Path] = true
 		p := resolve(m.Path)
-		id, err := statID(p)
+		id, err := s.openID(m.Path, open)
 		if err != nil {
 			s.log.Debug("discover: mapped library not reachable", zap.Int("pid", pid), zap.String("path", p), zap.Error(err))
 			continue
@@ -288,11 +302,21 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 	}
 	// The main executable: a static runtime has no CUDA name to match.
 	exePath := filepath.Join(dir, "exe")
-	exe, err = statID(exePath)
+	// The kernel's link names the file the process runs: open it once,
+	// so that the verdict cached for its identity is about its contents
+	// even if the process execs meanwhile.
+	ef, err := libfile.OpenLink(exePath)
 	if err != nil {
 		return libs, fileID{}, 0, bad, nil // kernel thread, or gone: the next scan tells
 	}
-	info, miss, err := s.exes.get(exe, exePath)
+	exe = idOfFile(ef)
+	if err := ef.CheckWritable(); err != nil {
+		ef.Close()
+		s.refused(pid, err)
+		return libs, exe, 0, bad, nil
+	}
+	info, miss, err := s.exes.get(ef)
+	ef.Close()
 	if miss {
 		exeChecks = 1
 		if s.checked == nil || len(s.checked) > 4096 {
@@ -308,12 +332,41 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 		return libs, exe, exeChecks, bad, nil
 	}
 	p := resolve(target)
-	if id, err := statID(p); err != nil || id.key() != exe.key() {
+	if id, err := s.openID(target, open); err != nil || id.key() != exe.key() {
 		s.log.Debug("discover: executable path does not name the running executable", zap.Int("pid", pid), zap.String("path", p))
 		return libs, exe, exeChecks, bad, nil
 	}
 	libs = append(libs, pidLib{key: exe.key(), path: p, kind: KindStaticRuntime, source: fmt.Sprintf("pid %d exe", pid), viaRoot: viaRoot})
 	return libs, exe, exeChecks, bad, nil
+}
+
+// openID opens path (as the process sees it) with open, takes its identity from the descriptor
+// and refuses a file writable by every user; a refusal is counted.
+func (s *Scanner) openID(path string, open func(string) (*libfile.File, error)) (fileID, error) {
+	f, err := open(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	defer f.Close()
+	if err := f.CheckWritable(); err != nil {
+		s.refused(0, err)
+		return fileID{}, err
+	}
+	return idOfFile(f), nil
+}
+
+// refused reports a file refused by the ownership checks: the first as a
+// warning, the rest at debug level, all counted in ScanStats.Refused.
+func (s *Scanner) refused(pid int, err error) {
+	s.mu.Lock()
+	s.stats.Refused++
+	first := s.stats.Refused == 1
+	s.mu.Unlock()
+	if first {
+		s.log.Warn("discover: refusing a file (further ones at debug level)", zap.Int("pid", pid), zap.Error(err))
+		return
+	}
+	s.log.Debug("discover: refusing a file", zap.Int("pid", pid), zap.Error(err))
 }
 
 // malformed reports a malformed line: the first as a warning, the rest at

@@ -132,7 +132,7 @@ func TestStaticRuntimeELF(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			info, err := inspectELF(tt.path)
+			info, err := inspectPath(t, tt.path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +146,7 @@ func TestStaticRuntimeELF(t *testing.T) {
 		if err := os.WriteFile(p, []byte("#!/bin/sh\necho hi\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := inspectELF(p); err == nil || !strings.Contains(err.Error(), "not an ELF file") || !strings.Contains(err.Error(), p) {
+		if _, err := inspectPath(t, p); err == nil || !strings.Contains(err.Error(), "not an ELF file") || !strings.Contains(err.Error(), p) {
 			t.Errorf("error %v: want 'not an ELF file' naming %s", err, p)
 		}
 	})
@@ -161,7 +161,7 @@ func TestStaticRuntimeELF(t *testing.T) {
 			if err := os.WriteFile(p, data[:n], 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := inspectELF(p); err == nil || !strings.Contains(err.Error(), p) {
+			if _, err := inspectPath(t, p); err == nil || !strings.Contains(err.Error(), p) {
 				t.Errorf("%d bytes: error %v, want one naming %s", n, err, p)
 			}
 		}

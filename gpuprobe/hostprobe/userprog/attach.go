@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/internal/libfile"
 )
 
 // Resolver turns the <binary> of a uprobe section (an absolute path or a
@@ -160,6 +162,10 @@ func (s *Set) attach(p *program) {
 }
 
 // attachFile attaches p to one file unless it is attached there already.
+// The file is opened once: the symbol is looked up in, and the probe
+// attached to, that descriptor's inode (through /proc/self/fd/N), not
+// whatever the path names a moment later. Files are deduplicated by
+// their real path and by that inode.
 func (s *Set) attachFile(p *program, file string) {
 	real, err := filepath.EvalSymlinks(file)
 	if err != nil {
@@ -169,7 +175,20 @@ func (s *Set) attachFile(p *program, file string) {
 	if _, ok := p.links[real]; ok {
 		return
 	}
-	ex, err := link.OpenExecutable(real)
+	f, err := libfile.OpenLink(file)
+	if err == nil {
+		err = f.CheckWritable()
+		defer f.Close() // after the probe is attached
+	}
+	if err != nil {
+		p.rep.Errors = append(p.rep.Errors, fmt.Errorf("program %q (section %q): %w", p.rep.Name, p.rep.Section, err))
+		return
+	}
+	id := [2]uint64{f.ID.Dev, f.ID.Ino}
+	if p.inodes[id] {
+		return
+	}
+	ex, err := link.OpenExecutable(f.Path())
 	if err != nil {
 		p.rep.Errors = append(p.rep.Errors, fmt.Errorf("program %q (section %q): %w", p.rep.Name, p.rep.Section, err))
 		return
@@ -189,6 +208,10 @@ func (s *Set) attachFile(p *program, file string) {
 		return
 	}
 	p.links[real] = l
+	if p.inodes == nil {
+		p.inodes = map[[2]uint64]bool{}
+	}
+	p.inodes[id] = true
 	p.rep.Attached = append(p.rep.Attached, real)
 	sort.Strings(p.rep.Attached)
 }

@@ -58,6 +58,8 @@ type program struct {
 	prog *ebpf.Program
 	// links by resolved file; a file is attached once per program.
 	links map[string]link.Link
+	// inodes are the (dev, ino) of the files in links.
+	inodes map[[2]uint64]bool
 }
 
 // ProgramReport says what became of one host program.
@@ -403,7 +405,7 @@ func (s *Set) Close() error {
 				errs = append(errs, fmt.Errorf("program %q on %s: %w", p.rep.Name, file, err))
 			}
 		}
-		p.links = nil
+		p.links, p.inodes = nil, nil
 		if p.prog == nil {
 			continue // skipped, never loaded
 		}
