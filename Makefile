@@ -54,9 +54,9 @@ BPF_OBJECTS :=
 .PHONY: all build generate ocb otelcol run test fmt-check vet unit e2e adversarial backends \
 	gpu-test gpu-bundle bench fuzz clean distclean help
 
-all: build ## build every package, bin/gpuprobe and the testdata eBPF objects
+all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
 
-build: bin/gpuprobe $(BPF_OBJECTS) ## same as all
+build: bin/gpuprobe bin/gpuprobe-harness $(BPF_OBJECTS) ## same as all
 	$(GO) build $(GOFLAGS_BUILD) ./...
 
 # eBPF objects embedded with go:embed (the built-in GPU probes, the host
@@ -66,6 +66,12 @@ GO_EMBEDS := $(wildcard gpuprobe/probes/*.o gpuprobe/hostprobe/*_bpfel.o)
 bin/gpuprobe: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 	@mkdir -p bin
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe
+
+# The test harness (agent-dump, tracecheck, loadgen): run by the GPU checks
+# in scripts/ and by the e2e tests, not part of the user tools.
+bin/gpuprobe-harness: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
+	@mkdir -p bin
+	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe-harness
 
 # The in-application shim (bin/libgpuprobe.so) and its test binary.
 -include shim/shim.mk
@@ -130,18 +136,18 @@ $(JAEGER_BIN):
 $(PROMETHEUS_BIN):
 	scripts/build-backend.sh prometheus $(PROMETHEUS_VERSION)
 
-e2e: bin/gpuprobe bin/otelcol-gpuprobe backends ## end-to-end test against real Jaeger and Prometheus
+e2e: bin/gpuprobe-harness bin/otelcol-gpuprobe backends ## end-to-end test against real Jaeger and Prometheus
 	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
-	GPUPROBE_CLI=$(CURDIR)/bin/gpuprobe \
+	GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness \
 	GPUPROBE_JAEGER=$(JAEGER_BIN) \
 	GPUPROBE_PROMETHEUS=$(PROMETHEUS_BIN) \
 	$(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
 
 # Hostile agent clients against the real collector binary (as root: one
 # class runs as an unprivileged uid). See e2e/adversarial/doc.go.
-adversarial: bin/gpuprobe bin/otelcol-gpuprobe ## hostile clients against the real collector (root, ~2 min)
+adversarial: bin/gpuprobe-harness bin/otelcol-gpuprobe ## hostile clients against the real collector (root, ~2 min)
 	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
-	GPUPROBE_CLI=$(CURDIR)/bin/gpuprobe \
+	GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness \
 	$(GO) test -count=1 -v -timeout $(ADVERSARIAL_TIMEOUT) ./e2e/adversarial/
 
 # ---- GPU machine -----------------------------------------------------------
@@ -151,7 +157,7 @@ gpu-test: ## every GPU check from prebuilt bin/ (no Go needed); PARTS=samples,be
 	bash scripts/gpu-test.sh
 
 # Everything gpu-test needs, in one archive to carry to the GPU machine.
-gpu-bundle: bin/gpuprobe bin/otelcol-gpuprobe bin/libgpuprobe.so bin/gpuprobe-gpucheck $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
+gpu-bundle: bin/gpuprobe bin/gpuprobe-harness bin/otelcol-gpuprobe bin/libgpuprobe.so bin/gpuprobe-gpucheck $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
 	bash scripts/gpu-bundle.sh build/gpu-bundle.tar.gz
 
 # ---- performance and fuzzing ------------------------------------------------

@@ -14,14 +14,14 @@ trap 'rm -rf "$stage"' EXIT
 b=$stage/gpuprobe
 mkdir -p "$b/bin" "$b/scripts" "$b/testdata"
 
-# gpuprobe, the shim and gpuprobe-gpucheck are needed by gpu-test's parts
-# (inject, samples, bench, e2e, graphnode); the collector and the shim's test
-# binary are optional.
-for f in bin/gpuprobe bin/libgpuprobe.so bin/gpuprobe-gpucheck bin/otelcol-gpuprobe bin/shim.test; do
+# gpuprobe, gpuprobe-harness, the shim and gpuprobe-gpucheck are needed by
+# gpu-test's parts (inject, samples, bench, e2e, graphnode); the collector
+# and the shim's test binary are optional.
+for f in bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so bin/gpuprobe-gpucheck bin/otelcol-gpuprobe bin/shim.test; do
 	[[ -e "$f" ]] && cp "$f" "$b/bin/"
 done
-for f in gpuprobe libgpuprobe.so gpuprobe-gpucheck; do
-	[[ -e "$b/bin/$f" ]] || { echo "gpu-bundle: bin/$f missing (make bin/gpuprobe bin/libgpuprobe.so; CGO_ENABLED=1 go build -o bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck)" >&2; exit 1; }
+for f in gpuprobe gpuprobe-harness libgpuprobe.so gpuprobe-gpucheck; do
+	[[ -e "$b/bin/$f" ]] || { echo "gpu-bundle: bin/$f missing (make bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so bin/gpuprobe-gpucheck)" >&2; exit 1; }
 done
 # The objects the inject and compat parts load (compat: every
 # testdata/bpf/compat/*.c, gpuprobe-gpucheck -compat).

@@ -5,7 +5,7 @@
 # so the shim can patch it), runs the collector (kernel_phases, file
 # exporter), runs the sample under `gpuprobe run` (its graph of 4 kernel
 # nodes launched REPLAYS times; every node keeps its launch id across
-# replays), stops the collector and checks with `gpuprobe tracecheck
+# replays), stops the collector and checks with `gpuprobe-harness tracecheck
 # --graph-exe`: each node has one launch span per replay (cuda.graph.replay
 # 0..REPLAYS-1) with its own cuda.executing phase, g_never (captured into a
 # graph that is never launched) has no span, and the sample's output is
@@ -19,7 +19,7 @@ out=${GRAPH_OUT:-$root/build/gpu-graph-spans}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 replays=${REPLAYS:-5}
 mkdir -p "$out"
-for f in bin/otelcol-gpuprobe bin/gpuprobe bin/libgpuprobe.so; do
+for f in bin/otelcol-gpuprobe bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so; do
 	[[ -x $f || -f $f ]] || { echo "gpu-graph-spans: $f missing"; exit 2; }
 done
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
@@ -43,6 +43,6 @@ else
 	echo "output identical to the plain run: FAIL (rc $rc; diff $out/plain.txt $out/shim.txt)"
 	status=1
 fi
-bin/gpuprobe tracecheck --traces "$out/traces.json" --graph-exe graph --graph-replays "$replays" --absent-kernel g_never || status=1
+bin/gpuprobe-harness tracecheck --traces "$out/traces.json" --graph-exe graph --graph-replays "$replays" --absent-kernel g_never || status=1
 [[ -n ${OUT:-} ]] && cp "$out/collector.log" "$OUT/graph-collector.log" 2>/dev/null
 exit $status

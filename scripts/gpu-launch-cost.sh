@@ -17,7 +17,7 @@
 # (make bin/libgpuprobe-selftime.so):
 #   plain      no shim
 #   forward    shim loaded, no collector (forwards only)
-#   recording  shim recording into `gpuprobe agent-dump`'s ring
+#   recording  shim recording into `gpuprobe-harness agent-dump`'s ring
 #   selftime   as recording, with the self-timing shim: it times its own
 #              instructions around the driver call on every launch (rdtscp
 #              at entry, before and after the call, and at exit; see
@@ -55,6 +55,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 gp=$root/bin/gpuprobe
+harness=$root/bin/gpuprobe-harness
 shim=$root/bin/libgpuprobe.so
 stshim=$root/bin/libgpuprobe-selftime.so
 out=${OUT_DIR:-$root/build/gpu-launch-cost}
@@ -70,7 +71,7 @@ ring_slots=${RING_SLOTS:-65536}
 slot_size=${SLOT_SIZE:-128}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 mkdir -p "$out"
-for f in "$gp" "$shim"; do
+for f in "$gp" "$harness" "$shim"; do
 	[[ -e $f ]] || { echo "gpu-launch-cost: $f missing (make bin/gpuprobe bin/libgpuprobe.so)"; exit 1; }
 done
 
@@ -109,7 +110,7 @@ done
 record() {
 	local sock=$out/agent.sock dpid rc
 	rm -f "$sock"
-	"${pin2[@]}" "$gp" agent-dump --socket "$sock" --exit-after 1 --slot-size "$slot_size" --slots "$ring_slots" --timeout 120s \
+	"${pin2[@]}" "$harness" agent-dump --socket "$sock" --exit-after 1 --slot-size "$slot_size" --slots "$ring_slots" --timeout 120s \
 		>"$4" 2>&1 &
 	dpid=$!
 	for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
