@@ -32,6 +32,7 @@ for f in kernelretsnoop threadhist launchlate memcount hostcall_rt $compat; do
 done
 cp Makefile "$b/"
 cp scripts/*.sh scripts/*.py "$b/scripts/" # the checks' Python (lib_traces.py, programs_check.py, ...) too
+cp -r scripts/experiments "$b/scripts/" # one-off GPU experiments, run by hand
 # testdata: eBPF objects and sources, CUDA samples (testdata/cuda/samples,
 # shim, inject), the CUDA C models (testdata/cuda/model, gpu-bench.sh's
 # part model), SASS-comparison twins,

@@ -1,4 +1,4 @@
-// vectoradd.cu - the shim spike's sample (scripts/gpu-shim-spike.sh), built
+// vectoradd.cu - the shim spike's sample (scripts/experiments/shim-spike.sh), built
 // twice by nvcc on the GPU machine: with static cudart (nvcc's default) and
 // with -cudart shared.
 //

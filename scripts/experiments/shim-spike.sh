@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-shim-spike.sh: the interception spike of the shim (issue 4, DESIGN §2),
+# shim-spike.sh (experiment): the interception spike of the shim (issue 4, DESIGN §2),
 # on the GPU machine, from prebuilt binaries (no Go there):
 #
 #   bin/gpuprobe        (make bin/gpuprobe)      `run`
@@ -30,7 +30,7 @@
 # SPIKE_OUT (logs, default build/gpu-shim-spike; copied to $OUT if set).
 set -uo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 gp=$root/bin/gpuprobe
 harness=$root/bin/gpuprobe-harness
