@@ -31,10 +31,12 @@ for f in kernelretsnoop threadhist launchlate memcount hostcall_rt $compat; do
 	[[ -e "testdata/bpf/$f.o" ]] || { echo "gpu-bundle: testdata/bpf/$f.o missing (make -f testdata/bpf/bpf.mk bpf-objects)" >&2; exit 1; }
 done
 cp Makefile "$b/"
-cp scripts/*.sh scripts/*.py "$b/scripts/" # the checks' Python (lib_traces.py, programs_check.py, ...) too
-cp -r scripts/experiments "$b/scripts/" # one-off GPU experiments, run by hand
+cp scripts/gpu-test.sh "$b/scripts/"
+# the checks gpu-test runs (shell and Python: lib_traces.py,
+# programs_check.py, ...) and the one-off experiments, run by hand
+cp -r scripts/gpu scripts/experiments "$b/scripts/"
 # testdata: eBPF objects and sources, CUDA samples (testdata/cuda/samples,
-# shim, inject), the CUDA C models (testdata/cuda/model, gpu-bench.sh's
+# shim, inject), the CUDA C models (testdata/cuda/model, scripts/gpu/bench.sh's
 # part model), SASS-comparison twins,
 # the conformance data, the default config.
 cp -r testdata/. "$b/testdata/"

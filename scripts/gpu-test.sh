@@ -18,26 +18,26 @@
 #                     conformance  bpf_conformance on the GPU, interp, negative
 #                     ptxas        testdata/bpf PTX through ptxas
 #                     sass         SASS comparison vs nvcc
-#                     inject       scripts/gpu-inject-check.sh (checks only)
+#                     inject       scripts/gpu/inject-check.sh (checks only)
 #                     compat       the compatibility suite: every
 #                                  testdata/bpf/compat program (bpftime's
 #                                  GPU idioms) on its sample kernel, maps in
 #                                  host and in device memory, exact values
 #                                  (gpuprobe-gpucheck -compat); one row per
 #                                  program x placement
-#                     samples      scripts/gpu-samples.sh (5 samples x 4 configs)
-#                     bench        scripts/gpu-bench.sh (kernel ratios, load
+#                     samples      scripts/gpu/samples.sh (5 samples x 4 configs)
+#                     bench        scripts/gpu/bench.sh (kernel ratios, load
 #                                  latency, the CUDA C model's limits,
 #                                  shim cost per launch)
-#                     e2e          scripts/gpu-e2e.sh
-#                     graphnode    scripts/gpu-graphnode.sh
-#                     graphspans   scripts/gpu-graph-spans.sh (needs
+#                     e2e          scripts/gpu/e2e.sh
+#                     graphnode    scripts/gpu/graphnode.sh
+#                     graphspans   scripts/gpu/graph-spans.sh (needs
 #                                  bin/otelcol-gpuprobe)
-#                     sampling     scripts/gpu-sampling.sh (needs
+#                     sampling     scripts/gpu/sampling.sh (needs
 #                                  bin/otelcol-gpuprobe)
-#                     hostwait     scripts/gpu-hostwait.sh (needs
+#                     hostwait     scripts/gpu/hostwait.sh (needs
 #                                  bin/otelcol-gpuprobe)
-#                     programs     scripts/gpu-programs.sh: threadhist.o and
+#                     programs     scripts/gpu/programs.sh: threadhist.o and
 #                                  kernelretsnoop.o through the collector,
 #                                  maps checked exactly from its OTLP JSON
 #                                  (needs bin/otelcol-gpuprobe, python3)
@@ -166,14 +166,14 @@ fi
 
 if ! want sass; then
 	:
-elif [[ -f scripts/sass-compare.sh ]]; then
-	step "SASS comparison vs nvcc" sass-compare.log env ARCH="$arch" bash scripts/sass-compare.sh "$bin"
+elif [[ -f scripts/gpu/sass-compare.sh ]]; then
+	step "SASS comparison vs nvcc" sass-compare.log env ARCH="$arch" bash scripts/gpu/sass-compare.sh "$bin"
 	if [[ -s "$out/sass-compare.log" ]]; then
 		echo "---- SASS comparison ----"
 		tail -15 "$out/sass-compare.log"
 	fi
 else
-	row "SASS comparison vs nvcc" SKIP "scripts/sass-compare.sh not written yet"
+	row "SASS comparison vs nvcc" SKIP "scripts/gpu/sass-compare.sh not written yet"
 fi
 
 # tailstep NAME LOG FROM CMD...: step, then the log from the line matching
@@ -189,7 +189,7 @@ tailstep() {
 }
 
 want inject && tailstep "inject check (gpucheck)" inject-check.log '^== gpuprobe-gpucheck' \
-	env GPU_INJECT_OUT="$out/gpu-inject" bash scripts/gpu-inject-check.sh -nobench -ringmode device
+	env GPU_INJECT_OUT="$out/gpu-inject" bash scripts/gpu/inject-check.sh -nobench -ringmode device
 # compat_rows LOG: one table row per "==> compat NAME  PASS|FAIL DETAIL"
 # line of gpuprobe-gpucheck -compat's log.
 compat_rows() {
@@ -201,20 +201,20 @@ compat_rows() {
 }
 if want compat; then
 	step "compat suite (gpucheck)" compat.log \
-		env GPU_INJECT_OUT="$out/gpu-compat" bash scripts/gpu-inject-check.sh -compat
+		env GPU_INJECT_OUT="$out/gpu-compat" bash scripts/gpu/inject-check.sh -compat
 	compat_rows "$out/compat.log"
 fi
 want samples && tailstep "e2e samples (5 x 4 configs)" samples.log '^---- gpu-samples' \
-	env SAMPLES_OUT="$out/gpu-samples" bash scripts/gpu-samples.sh
+	env SAMPLES_OUT="$out/gpu-samples" bash scripts/gpu/samples.sh
 want bench && tailstep "bench (ratios, load, model, launch)" bench.log '^== bench on' \
-	env BENCH_OUT="$out/gpu-bench" bash scripts/gpu-bench.sh
-want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out/gpu-e2e" bash scripts/gpu-e2e.sh
-want graphnode && step "graph node patched" graphnode.log bash scripts/gpu-graphnode.sh
-want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu-graph-spans.sh
-want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu-sampling.sh
-want hostwait && step "stream idle and host wait" hostwait.log bash scripts/gpu-hostwait.sh
+	env BENCH_OUT="$out/gpu-bench" bash scripts/gpu/bench.sh
+want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out/gpu-e2e" bash scripts/gpu/e2e.sh
+want graphnode && step "graph node patched" graphnode.log bash scripts/gpu/graphnode.sh
+want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu/graph-spans.sh
+want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu/sampling.sh
+want hostwait && step "stream idle and host wait" hostwait.log bash scripts/gpu/hostwait.sh
 want programs && tailstep "user programs via collector" programs.log '^---- gpu-programs' \
-	env PROGRAMS_OUT="$out/gpu-programs" bash scripts/gpu-programs.sh
+	env PROGRAMS_OUT="$out/gpu-programs" bash scripts/gpu/programs.sh
 
 # ---- report -----------------------------------------------------------------
 

@@ -303,7 +303,7 @@ func startDumpRC(t *testing.T, args ...string) (string, func() (string, int)) {
 	}
 }
 
-// TestAgentDumpPatchesSamples: every configuration of scripts/gpu-samples.sh
+// TestAgentDumpPatchesSamples: every configuration of scripts/gpu/samples.sh
 // patches every kernel of the samples 3-5 (testdata/cuda/samples, PTX from
 // nvcc 11.8 here, as the GPU machine's nvcc embeds it), and ptxas accepts
 // each patched module for sm_90. Needs nvcc, ptxas and clang.

@@ -181,7 +181,7 @@ if [[ " ${apps[*]} " == *" vectoradd_static "* ]]; then
 	dump_run bench "$out/bench.sock" "$out/vectoradd_static" bench $n
 	rec=$(sed -n 's/.*ns_per_launch=//p' "$out/bench.run.txt")
 	dropped=$(sed -n 's/^agent-dump: total .* dropped=\([0-9]*\) .*/\1/p' "$out/bench.dump.txt")
-	row "launch loop, real driver (unsynchronised: queue-bound; per-launch cost: gpu-launch-cost.sh)" INFO "$(awk -v b="$base" -v f="$fwd" -v r="$rec" 'BEGIN{printf "plain %.1f ns, shim forward-only %.1f (+%.1f), shim recording %.1f (+%.1f) per launch", b, f, f-b, r, r-b}'); recorded=$dump_launches dropped=$dropped"
+	row "launch loop, real driver (unsynchronised: queue-bound; per-launch cost: scripts/gpu/launch-cost.sh)" INFO "$(awk -v b="$base" -v f="$fwd" -v r="$rec" 'BEGIN{printf "plain %.1f ns, shim forward-only %.1f (+%.1f), shim recording %.1f (+%.1f) per launch", b, f, f-b, r, r-b}'); recorded=$dump_launches dropped=$dropped"
 fi
 
 # ---- the mock-driver benchmark (Go test binary) ---------------------------------

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-samples.sh: issue 4's end-to-end samples on the GPU machine, from
+# samples.sh: issue 4's end-to-end samples on the GPU machine, from
 # prebuilt binaries (no Go there): bin/gpuprobe, bin/libgpuprobe.so and the
 # clang-built testdata/bpf/{kernelretsnoop,threadhist,launchlate}.o.
 #
@@ -42,7 +42,7 @@
 set -uo pipefail
 export GPUPROBE_PATCH=1 # patching is opt-in (shim/README.md)
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 gp=$root/bin/gpuprobe
 harness=$root/bin/gpuprobe-harness

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-graph-spans.sh: CUDA graph replays through the real collector, on the
+# graph-spans.sh: CUDA graph replays through the real collector, on the
 # GPU machine, from prebuilt bin/otelcol-gpuprobe, bin/gpuprobe and
 # bin/libgpuprobe.so. Builds testdata/cuda/samples/graph.cu (PTX and SASS,
 # so the shim can patch it), runs the collector (kernel_phases, file
@@ -13,7 +13,7 @@
 # GRAPH_OUT (default build/gpu-graph-spans).
 set -uo pipefail
 export GPUPROBE_PATCH=1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 out=${GRAPH_OUT:-$root/build/gpu-graph-spans}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -29,7 +29,7 @@ app=$out/graph
 "$app" "$replays" >"$out/plain.txt" 2>&1 || { echo "gpu-graph-spans: plain run failed"; exit 1; }
 
 sock=$out/agent.sock
-. scripts/lib-collector.sh
+. scripts/gpu/lib_collector.sh
 start_traces_collector "$out" || { echo "gpu-graph-spans: collector did not start (see $out/collector.log)"; exit 1; }
 timeout 120 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so -- "$app" "$replays" >"$out/shim.txt" 2>"$out/shim.err"
 rc=$?

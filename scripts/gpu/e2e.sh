@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-e2e.sh: the patch loop of issue 4 end to end on the GPU machine, from
+# e2e.sh: the patch loop of issue 4 end to end on the GPU machine, from
 # prebuilt binaries (no Go there):
 #
 #   bin/gpuprobe        (make bin/gpuprobe)        `run`
@@ -23,7 +23,7 @@
 set -uo pipefail
 export GPUPROBE_PATCH=1 # patching is opt-in (see shim/README.md)
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 gp=$root/bin/gpuprobe
 harness=$root/bin/gpuprobe-harness

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-launch-cost.sh: the host cost the shim adds to a kernel launch on the
+# launch-cost.sh: the host cost the shim adds to a kernel launch on the
 # real driver (issue 4: <= 100 ns). On the GPU machine, from prebuilt
 # bin/gpuprobe and bin/libgpuprobe.so; needs nvcc.
 #
@@ -31,7 +31,7 @@
 # medians over rounds of the shim's own ns per launch (and its pre-call
 # and post-call parts): a direct figure, free of the driver's jitter that
 # the end-to-end difference carries. The last table is the cudart one: its
-# "recording" row's third field is the added cost gpu-bench.sh checks.
+# "recording" row's third field is the added cost bench.sh checks.
 # A last configuration, ab, measures the driver-API path inside one process:
 # launchbench's ab mode, recording under the shim, launches in alternating
 # bursts through cuLaunchKernel as linked (the shim's wrapper) and through
@@ -52,7 +52,7 @@
 # (default 2), RING_SLOTS and SLOT_SIZE (agent-dump's launch ring; default
 # the collector's, 65536 x 128 bytes), OUT_DIR, BASE_SHIM, BASE_STSHIM.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 gp=$root/bin/gpuprobe
 harness=$root/bin/gpuprobe-harness
@@ -175,7 +175,7 @@ echo "records: $(grep -h "total clients" "$out"/dump.*.txt | awk '{for (i = 1; i
 for m in "${modes[@]}"; do
 	p=$(med "$out/$m.plain"); f=$(med "$out/$m.forward"); c=$(med "$out/$m.recording")
 	# Row names: the cudart table's are plain/forward/recording (what
-	# gpu-bench.sh reads), the driver table's are prefixed.
+	# bench.sh reads), the driver table's are prefixed.
 	pre=; [[ $m == cudart ]] || pre=$m/
 	echo
 	echo "$m: ns per launch (median, range); vs plain = added by the shim"

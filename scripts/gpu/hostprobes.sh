@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-hostprobes.sh: issue 5's checks on the GPU machine, from prebuilt
+# hostprobes.sh: issue 5's checks on the GPU machine, from prebuilt
 # binaries (no Go there), as root (uprobes):
 #
 #   bin/otelcol-gpuprobe  the collector (host_probes on, kernel_phases,
@@ -50,7 +50,7 @@
 set -uo pipefail
 export GPUPROBE_PATCH=1
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 out=${HP_OUT:-$root/build/gpu-hostprobes}
 nvcc=${NVCC:-nvcc}

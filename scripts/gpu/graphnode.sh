@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# gpu-graphnode.sh: on the GPU machine, from prebuilt bin/gpuprobe, bin/gpuprobe-harness and
+# graphnode.sh: on the GPU machine, from prebuilt bin/gpuprobe, bin/gpuprobe-harness and
 # bin/libgpuprobe.so: a kernel in an explicitly built graph node
 # (testdata/cuda/shim/graphnode.cu, PTX only so that it is patched) must
 # compute the same result with the shim patching as without it.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 out=$root/build/gpu-graphnode
 mkdir -p "$out"
