@@ -153,11 +153,11 @@ adversarial: bin/gpuprobe-harness bin/otelcol-gpuprobe ## hostile clients agains
 # ---- GPU machine -----------------------------------------------------------
 
 # Runs on the GPU machine without Go, from the prebuilt binaries in bin/.
-gpu-test: ## every GPU check from prebuilt bin/ (no Go needed); PARTS=samples,bench,... selects parts
+gpu-test: ## every GPU check from prebuilt bin/ (no Go needed); PARTS=samples,bench,... selects parts; DRY_RUN=1 checks files only
 	bash scripts/gpu-test.sh
 
 # Everything gpu-test needs, in one archive to carry to the GPU machine.
-gpu-bundle: bin/gpuprobe bin/gpuprobe-harness bin/otelcol-gpuprobe bin/libgpuprobe.so bin/gpuprobe-gpucheck $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
+gpu-bundle: bin/gpuprobe bin/gpuprobe-harness bin/otelcol-gpuprobe bin/libgpuprobe.so bin/libgpuprobe-selftime.so bin/gpuprobe-gpucheck $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
 	bash scripts/gpu-bundle.sh build/gpu-bundle.tar.gz
 
 # ---- performance and fuzzing ------------------------------------------------

@@ -15,9 +15,11 @@ b=$stage/gpuprobe
 mkdir -p "$b/bin" "$b/scripts" "$b/testdata"
 
 # gpuprobe, gpuprobe-harness, the shim and gpuprobe-gpucheck are needed by
-# gpu-test's parts (inject, samples, bench, e2e, graphnode); the collector
-# and the shim's test binary are optional.
-for f in bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so bin/gpuprobe-gpucheck bin/otelcol-gpuprobe bin/shim.test; do
+# gpu-test's parts (inject, samples, bench, e2e, graphnode); the collector,
+# the shim's test binary and the self-timing shim (launch-cost.sh) are
+# optional.
+for f in bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so bin/gpuprobe-gpucheck bin/otelcol-gpuprobe bin/shim.test \
+	bin/libgpuprobe-selftime.so; do
 	[[ -e "$f" ]] && cp "$f" "$b/bin/"
 done
 for f in gpuprobe gpuprobe-harness libgpuprobe.so gpuprobe-gpucheck; do
@@ -40,6 +42,10 @@ cp -r scripts/gpu scripts/experiments "$b/scripts/"
 # part model), SASS-comparison twins,
 # the conformance data, the default config.
 cp -r testdata/. "$b/testdata/"
+# gpu/hostprobes.sh (run by hand, as root) builds the host probes'
+# stand-in CUDA libraries from their sources.
+mkdir -p "$b/gpuprobe/hostprobe/testdata"
+cp -r gpuprobe/hostprobe/testdata/standin "$b/gpuprobe/hostprobe/testdata/"
 if [[ ! -d "$b/testdata/conformance/tests" ]]; then
 	for c in ../shared/conformance shared/conformance; do
 		[[ -d "$c/tests" ]] && { cp -r "$c" "$b/conformance"; break; }

@@ -42,6 +42,12 @@
 #                                  maps checked exactly from its OTLP JSON
 #                                  (needs bin/otelcol-gpuprobe, python3)
 #                     e.g. PARTS=samples,bench make gpu-test
+#   DRY_RUN=1         no GPU: check that every file each part uses (its
+#                     script, libraries, binaries, objects, sources) is
+#                     here and that its scripts parse, one row per part;
+#                     `--dry-run` as the first argument does the same.
+#                     The bundle test (scripts/bundle_test.go) runs it in
+#                     an unpacked bundle.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -59,6 +65,7 @@ for p in ${parts//,/ }; do
 done
 # want PART: whether PARTS names it.
 want() { [[ ,$parts, == *,$1,* ]]; }
+[[ ${1:-} == --dry-run ]] && DRY_RUN=1
 
 # row STEP RESULT DETAIL: one line of the final table.
 row() {
@@ -89,6 +96,75 @@ step() {
 	fi
 }
 
+# needs PART: sets need to the files PART uses (globs expanded: one that
+# matches nothing stays as written and counts as missing).
+needs() {
+	local bpf=testdata/bpf cuda=testdata/cuda g=scripts/gpu
+	local run=("$bin" bin/gpuprobe-harness bin/libgpuprobe.so)
+	local col=(bin/otelcol-gpuprobe "$bin" bin/libgpuprobe.so $g/lib_collector.sh)
+	case $1 in
+	conformance) need=("$bin" "${conf:-conformance data (CONFORMANCE_DIR)}/tests") ;;
+	ptxas) need=("$bin" $bpf/*.o $bpf/compat/*.o) ;;
+	sass) need=($g/sass-compare.sh "$bin" testdata/sass/*.data testdata/sass/*.cu) ;;
+	inject) need=($g/inject-check.sh bin/gpuprobe-gpucheck $cuda/inject/{vectoradd,gemm,exits}.cu
+		$bpf/{kernelretsnoop,threadhist,launchlate,memcount,hostcall_rt}.o) ;;
+	compat) need=($g/inject-check.sh bin/gpuprobe-gpucheck $cuda/inject/{vectoradd,gemm,exits}.cu $bpf/compat/*.o) ;;
+	samples) need=($g/samples.sh "${run[@]}" $bpf/{kernelretsnoop,threadhist,launchlate}.o
+		$cuda/shim/vectoradd.cu $cuda/samples/{multistream,graph,ptxload}.cu) ;;
+	bench) need=($g/bench.sh $g/launch-cost.sh bin/gpuprobe-gpucheck "${run[@]}"
+		$cuda/inject/{vectoradd,gemm,exits}.cu $cuda/model/maps_model.cu $cuda/bench/launchbench.cu) ;;
+	e2e) need=($g/e2e.sh "${run[@]}" $cuda/shim/vectoradd.cu) ;;
+	graphnode) need=($g/graphnode.sh "${run[@]}" $cuda/shim/graphnode.cu) ;;
+	graphspans) need=($g/graph-spans.sh "${col[@]}" bin/gpuprobe-harness $cuda/samples/graph.cu) ;;
+	sampling) need=($g/sampling.sh "${col[@]}" $g/lib_traces.py $cuda/shim/vectoradd.cu) ;;
+	hostwait) need=($g/hostwait.sh "${col[@]}" $g/lib_traces.py $cuda/shim/vectoradd.cu) ;;
+	programs) need=($g/programs.sh "${col[@]}" $g/{programs_check,lib_metrics,lib_traces}.py
+		$bpf/{threadhist,kernelretsnoop}.o $cuda/samples/progs.cu) ;;
+	esac
+}
+
+# dry_run: one row per part: its files present, binaries executable,
+# scripts parsed by bash and python3 (when there); exits.
+dry_run() {
+	local p f missing bad
+	for p in ${parts//,/ }; do
+		needs "$p"
+		missing=() bad=()
+		for f in "${need[@]}"; do
+			if [[ ! -e $f ]]; then
+				missing+=("$f")
+			elif [[ $f == bin/* || $f == "$bin" ]] && [[ $f != *.so && ! -x $f ]]; then
+				bad+=("$f not executable")
+			elif [[ $f == *.sh ]] && ! bash -n "$f" 2>/dev/null; then
+				bad+=("$f does not parse")
+			elif [[ $f == *.py ]] && command -v python3 >/dev/null &&
+				! python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$f" 2>/dev/null; then
+				bad+=("$f does not parse")
+			fi
+		done
+		((${#missing[@]} == 0)) || bad=("missing: ${missing[*]}" "${bad[@]}")
+		if ((${#bad[@]} == 0)); then
+			row "dry-run $p" PASS "${#need[@]} files"
+		else
+			row "dry-run $p" FAIL "$(IFS=';'; echo "${bad[*]}")"
+		fi
+	done
+	echo
+	echo "---- gpu-test (dry run) ----"
+	printf '%s\n' "${rows[@]}"
+	((failed == 0)) || { echo "gpu-test: $failed part(s) miss files"; exit 1; }
+	echo "gpu-test: every part has its files"
+	exit 0
+}
+
+conf=${CONFORMANCE_DIR:-}
+if [[ -z "$conf" ]]; then
+	for d in testdata/conformance conformance shared/conformance ../shared/conformance; do
+		[[ -d "$d/tests" ]] && { conf=$(cd "$d" && pwd); break; }
+	done
+fi
+[[ ${DRY_RUN:-} == 1 ]] && dry_run
+
 # ---- the machine ------------------------------------------------------------
 
 if [[ ! -x "$bin" ]]; then
@@ -112,13 +188,6 @@ if command -v ptxas >/dev/null; then
 	row "ptxas" PASS "$(ptxas --version | tail -1) -> $arch"
 else
 	row "ptxas" FAIL "ptxas not on PATH (add /usr/local/cuda/bin)"
-fi
-
-conf=${CONFORMANCE_DIR:-}
-if [[ -z "$conf" ]]; then
-	for d in testdata/conformance conformance shared/conformance ../shared/conformance; do
-		[[ -d "$d/tests" ]] && { conf=$(cd "$d" && pwd); break; }
-	done
 fi
 
 # ---- steps ------------------------------------------------------------------
