@@ -177,7 +177,7 @@ func badObject(t *testing.T, name string) string {
 	}
 	out := filepath.Join(t.TempDir(), name+".o")
 	src := filepath.Join("..", "..", "testdata", "bpf", "bad", name+".c")
-	if b, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-c", src, "-o", out).CombinedOutput(); err != nil {
+	if b, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-I", "../../jit/include", "-c", src, "-o", out).CombinedOutput(); err != nil {
 		t.Fatalf("clang %s.c: %v\n%s", name, err, b)
 	}
 	return out

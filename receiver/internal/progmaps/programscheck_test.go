@@ -108,7 +108,7 @@ func TestProgramsCheckReadsProgmaps(t *testing.T) {
 	var objs []config.ProgramConfig
 	for _, name := range []string{"threadhist", "kernelretsnoop"} {
 		obj := filepath.Join(dir, name+".o")
-		cmd := exec.Command("clang", "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
+		cmd := exec.Command("clang", "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", filepath.Join(root, "jit", "include"),
 			"-c", filepath.Join(root, "testdata", "bpf", name+".c"), "-o", obj)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("clang %s.c: %v\n%s", name, err, b)
