@@ -21,9 +21,10 @@ var optional = map[string]string{
 // TestBundleCarriesTheChecks builds what `make gpu-bundle` packs (all but
 // the ocb-built collector), packs it with scripts/gpu-bundle.sh into a
 // temporary archive, unpacks it and, there: runs `gpu-test.sh --dry-run`
-// (every part finds its script, libraries, binaries, objects and sources)
-// and checks that every repository path named in the GPU scripts' code
-// exists.
+// (every part finds its script, libraries, binaries, objects and sources),
+// checks that every repository path named in the GPU scripts' code exists
+// and every link resolves, and builds the examples against the bundled
+// gpuprobe.h.
 func TestBundleCarriesTheChecks(t *testing.T) {
 	for _, tool := range []string{"make", "gcc", "clang", "tar"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -66,6 +67,32 @@ func TestBundleCarriesTheChecks(t *testing.T) {
 			if !regexp.MustCompile(`(?m)^dry-run ` + regexp.QuoteMeta(p) + ` +PASS `).MatchString(out) {
 				t.Errorf("part %s: no PASS row in the dry run:\n%s", p, out)
 			}
+		}
+	})
+
+	t.Run("links resolve", func(t *testing.T) {
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type()&os.ModeSymlink != 0 {
+				if _, serr := os.Stat(p); serr != nil {
+					rel, _ := filepath.Rel(dir, p)
+					t.Errorf("%s: dangling link in the bundle: %v", rel, serr)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("examples build with the bundled header", func(t *testing.T) {
+		srcs, _ := filepath.Glob(filepath.Join(dir, "examples", "*.c"))
+		if len(srcs) == 0 {
+			t.Fatal("no examples/*.c in the bundle")
+		}
+		for _, src := range srcs {
+			run(t, dir, nil, "clang", "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
+				"-I", "jit/include", "-c", src, "-o", filepath.Join(t.TempDir(), "prog.o"))
 		}
 	})
 

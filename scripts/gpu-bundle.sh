@@ -2,7 +2,7 @@
 # gpu-bundle.sh OUT.tar.gz: packs what `make gpu-test` needs on the GPU
 # machine (which has no Go): the prebuilt binaries, the testdata objects and
 # CUDA sources, the conformance data, the Makefile and the scripts (shell and
-# Python). On the GPU machine:
+# Python); and gpuprobe.h with the example programs. On the GPU machine:
 #   tar xzf OUT.tar.gz && cd gpuprobe && make gpu-test
 # (or bash scripts/gpu-test.sh where make is missing).
 set -euo pipefail
@@ -42,6 +42,11 @@ cp -r scripts/gpu scripts/experiments "$b/scripts/"
 # part model), SASS-comparison twins,
 # the conformance data, the default config.
 cp -r testdata/. "$b/testdata/"
+# The GPU programs' header and the examples (testdata/bpf links to three
+# of them): what a user writes probes with on the GPU machine.
+mkdir -p "$b/jit/include"
+cp jit/include/gpuprobe.h "$b/jit/include/"
+cp -r examples "$b/"
 # gpu/hostprobes.sh (run by hand, as root) builds the host probes'
 # stand-in CUDA libraries from their sources.
 mkdir -p "$b/gpuprobe/hostprobe/testdata"
