@@ -52,7 +52,7 @@ BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
 .PHONY: all build generate ocb otelcol run test fmt-check vet unit e2e adversarial backends \
-	gpu-test gpu-bundle bench fuzz clean distclean help
+	gpu-test gpu-bundle bench fuzz install clean distclean help
 
 all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
 
@@ -88,6 +88,14 @@ generate: ## regenerate mdatagen code and the host probes' bpf2go bindings
 	else \
 		echo "generate: receiver/metadata.yaml does not exist yet, nothing to do"; \
 	fi
+
+# The user tools: gpuprobe with the shim beside it (where `gpuprobe run`
+# looks for it), and the GPU programs' header, for -I $(PREFIX)/include/gpuprobe.
+PREFIX ?= /usr/local
+install: bin/gpuprobe bin/libgpuprobe.so ## install gpuprobe, the shim and gpuprobe.h under $(DESTDIR)$(PREFIX)
+	install -D -m 755 bin/gpuprobe $(DESTDIR)$(PREFIX)/bin/gpuprobe
+	install -D -m 755 bin/libgpuprobe.so $(DESTDIR)$(PREFIX)/bin/libgpuprobe.so
+	install -D -m 644 jit/include/gpuprobe.h $(DESTDIR)$(PREFIX)/include/gpuprobe/gpuprobe.h
 
 # ---- the collector distribution (ocb) ------------------------------------
 
