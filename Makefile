@@ -52,11 +52,11 @@ BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
 .PHONY: all build generate ocb otelcol run test fmt-check vet unit e2e adversarial backends \
-	gpu-test gpu-bundle bench fuzz clean distclean help
+	gpu-test gpu-bundle bench fuzz install clean distclean help
 
-all: build ## build every package, bin/gpuprobe and the testdata eBPF objects
+all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
 
-build: bin/gpuprobe $(BPF_OBJECTS) ## same as all
+build: bin/gpuprobe bin/gpuprobe-harness $(BPF_OBJECTS) ## same as all
 	$(GO) build $(GOFLAGS_BUILD) ./...
 
 # eBPF objects embedded with go:embed (the built-in GPU probes, the host
@@ -66,6 +66,12 @@ GO_EMBEDS := $(wildcard gpuprobe/probes/*.o gpuprobe/hostprobe/*_bpfel.o)
 bin/gpuprobe: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 	@mkdir -p bin
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe
+
+# The test harness (agent-dump, tracecheck, loadgen): run by the GPU checks
+# in scripts/ and by the e2e tests, not part of the user tools.
+bin/gpuprobe-harness: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
+	@mkdir -p bin
+	$(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe-harness
 
 # The in-application shim (bin/libgpuprobe.so) and its test binary.
 -include shim/shim.mk
@@ -82,6 +88,14 @@ generate: ## regenerate mdatagen code and the host probes' bpf2go bindings
 	else \
 		echo "generate: receiver/metadata.yaml does not exist yet, nothing to do"; \
 	fi
+
+# The user tools: gpuprobe with the shim beside it (where `gpuprobe run`
+# looks for it), and the GPU programs' header, for -I $(PREFIX)/include/gpuprobe.
+PREFIX ?= /usr/local
+install: bin/gpuprobe bin/libgpuprobe.so ## install gpuprobe, the shim and gpuprobe.h under $(DESTDIR)$(PREFIX)
+	install -D -m 755 bin/gpuprobe $(DESTDIR)$(PREFIX)/bin/gpuprobe
+	install -D -m 755 bin/libgpuprobe.so $(DESTDIR)$(PREFIX)/bin/libgpuprobe.so
+	install -D -m 644 jit/include/gpuprobe.h $(DESTDIR)$(PREFIX)/include/gpuprobe/gpuprobe.h
 
 # ---- the collector distribution (ocb) ------------------------------------
 
@@ -130,28 +144,28 @@ $(JAEGER_BIN):
 $(PROMETHEUS_BIN):
 	scripts/build-backend.sh prometheus $(PROMETHEUS_VERSION)
 
-e2e: bin/gpuprobe bin/otelcol-gpuprobe backends ## end-to-end test against real Jaeger and Prometheus
+e2e: bin/gpuprobe-harness bin/otelcol-gpuprobe backends ## end-to-end test against real Jaeger and Prometheus
 	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
-	GPUPROBE_CLI=$(CURDIR)/bin/gpuprobe \
+	GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness \
 	GPUPROBE_JAEGER=$(JAEGER_BIN) \
 	GPUPROBE_PROMETHEUS=$(PROMETHEUS_BIN) \
 	$(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
 
 # Hostile agent clients against the real collector binary (as root: one
 # class runs as an unprivileged uid). See e2e/adversarial/doc.go.
-adversarial: bin/gpuprobe bin/otelcol-gpuprobe ## hostile clients against the real collector (root, ~2 min)
+adversarial: bin/gpuprobe-harness bin/otelcol-gpuprobe ## hostile clients against the real collector (root, ~2 min)
 	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
-	GPUPROBE_CLI=$(CURDIR)/bin/gpuprobe \
+	GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness \
 	$(GO) test -count=1 -v -timeout $(ADVERSARIAL_TIMEOUT) ./e2e/adversarial/
 
 # ---- GPU machine -----------------------------------------------------------
 
 # Runs on the GPU machine without Go, from the prebuilt binaries in bin/.
-gpu-test: ## every GPU check from prebuilt bin/ (no Go needed); PARTS=samples,bench,... selects parts
+gpu-test: ## every GPU check from prebuilt bin/ (no Go needed); PARTS=samples,bench,... selects parts; DRY_RUN=1 checks files only
 	bash scripts/gpu-test.sh
 
 # Everything gpu-test needs, in one archive to carry to the GPU machine.
-gpu-bundle: bin/gpuprobe bin/otelcol-gpuprobe bin/libgpuprobe.so bin/gpuprobe-gpucheck $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
+gpu-bundle: bin/gpuprobe bin/gpuprobe-harness bin/otelcol-gpuprobe bin/libgpuprobe.so bin/libgpuprobe-selftime.so bin/gpuprobe-gpucheck $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
 	bash scripts/gpu-bundle.sh build/gpu-bundle.tar.gz
 
 # ---- performance and fuzzing ------------------------------------------------

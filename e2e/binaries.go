@@ -24,7 +24,7 @@ const (
 // Tool names accepted by Find.
 const (
 	ToolOtelcol    = "otelcol-gpuprobe" // ocb-built collector distribution
-	ToolCLI        = "gpuprobe"         // bin/gpuprobe (loadgen)
+	ToolHarness    = "gpuprobe-harness" // bin/gpuprobe-harness (loadgen)
 	ToolJaeger     = "jaeger"
 	ToolPrometheus = "prometheus"
 )
@@ -102,9 +102,9 @@ func Find(ctx context.Context, tool string, timeout time.Duration) (string, erro
 		return FindBinary("GPUPROBE_OTELCOL", func() (string, error) {
 			return MakeTarget(ctx, root, "bin/otelcol-gpuprobe", timeout)
 		})
-	case ToolCLI:
-		return FindBinary("GPUPROBE_CLI", func() (string, error) {
-			return MakeTarget(ctx, root, "bin/gpuprobe", timeout)
+	case ToolHarness:
+		return FindBinary("GPUPROBE_HARNESS", func() (string, error) {
+			return MakeTarget(ctx, root, "bin/gpuprobe-harness", timeout)
 		})
 	case ToolJaeger:
 		return FindBinary("GPUPROBE_JAEGER", func() (string, error) {

@@ -12,7 +12,7 @@
 // Binaries come from the environment when set, else they are built:
 //
 //	GPUPROBE_OTELCOL     the collector (default: make bin/otelcol-gpuprobe)
-//	GPUPROBE_CLI         the gpuprobe CLI (default: make bin/gpuprobe)
+//	GPUPROBE_HARNESS     the test harness (default: make bin/gpuprobe-harness)
 //	GPUPROBE_JAEGER      Jaeger (default: scripts/build-backend.sh jaeger v1.76.0)
 //	GPUPROBE_PROMETHEUS  Prometheus (default: scripts/build-backend.sh prometheus v0.315.0)
 //

@@ -24,13 +24,13 @@ var loadgenKernels = []struct{ mangled, demangled string }{
 }
 
 // TestReceiverEndToEnd runs the whole pipeline with real components: the
-// synthetic producer (gpuprobe loadgen) writes launch records into the
+// synthetic producer (gpuprobe-harness loadgen) writes launch records into the
 // receiver's shared-memory ring through its agent socket; the collector
 // exports spans to Jaeger and metrics to the prometheus exporter and to
 // Prometheus's OTLP receiver; the test reads everything back through each
 // backend's own API and checks names, structure, attributes and exact counts.
 func TestReceiverEndToEnd(t *testing.T) {
-	otelcol, cli := need(t, ToolOtelcol), need(t, ToolCLI)
+	otelcol, harness := need(t, ToolOtelcol), need(t, ToolHarness)
 	ctx := testCtx(t, 5*time.Minute)
 	b := startBackends(t, ctx)
 
@@ -78,7 +78,7 @@ func TestReceiverEndToEnd(t *testing.T) {
 	kernels := loadgenKernels[0].mangled + "," + loadgenKernels[1].mangled
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(lctx, cli, "loadgen", "--socket", socket, "--launches", strconv.Itoa(launches),
+	out, err := exec.CommandContext(lctx, harness, "loadgen", "--socket", socket, "--launches", strconv.Itoa(launches),
 		"--kernels", kernels, "--grid", fmt.Sprintf("%d,1,1", gridX), "--block", fmt.Sprintf("%d,1,1", blockX),
 		"--memcpy-every", strconv.Itoa(memcpyEvery)).CombinedOutput()
 	if err != nil {

@@ -4,7 +4,8 @@
 //
 // The helper ABI and the map type numbers follow bpftime's GPU support, so
 // that its GPU programs compile unmodified. Our own helpers start at id 600
-// and our own map types at 1600.
+// and our own map types at 1600. include/gpuprobe.h declares the same
+// table for C programs (abi_header_test.go checks the two agree).
 package jit
 
 import (

@@ -201,7 +201,7 @@ func TestBlockaggSharedVariable(t *testing.T) {
 // TestLoadELFPerBlockLimits: the loader rejects per-block arrays that do
 // not fit the 1 KiB of shared memory they may take, naming the map.
 func TestLoadELFPerBlockLimits(t *testing.T) {
-	hdr, err := filepath.Abs(filepath.Join(bpfDir, "gpuprobe.h"))
+	hdr, err := filepath.Abs(filepath.Join(includeDir, "gpuprobe.h"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,10 @@ import (
 const bpfDir = "../testdata/bpf"
 
 // bpfCFlags are testdata/bpf/bpf.mk's flags; keep the two in step.
-var bpfCFlags = []string{"-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3"}
+var bpfCFlags = []string{"-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", includeDir}
+
+// includeDir holds gpuprobe.h, relative to this package.
+const includeDir = "include"
 
 var (
 	buildOnce sync.Once
@@ -76,7 +79,7 @@ func buildObjects(dir string) error {
 	if len(srcs) == 0 {
 		return fmt.Errorf("no C sources in %s", dir)
 	}
-	hdr, err := os.Stat(filepath.Join(dir, "gpuprobe.h"))
+	hdr, err := os.Stat(filepath.Join(includeDir, "gpuprobe.h"))
 	if err != nil {
 		return err
 	}

@@ -127,7 +127,7 @@ func buildBad(t *testing.T, name string) string {
 		t.Fatalf("clang is needed to build testdata/bpf/bad/%s.c: %v", name, err)
 	}
 	out := filepath.Join(t.TempDir(), name+".o")
-	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-c", "../testdata/bpf/bad/"+name+".c", "-o", out)
+	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-I", "../jit/include", "-c", "../testdata/bpf/bad/"+name+".c", "-o", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clang %s.c: %v\n%s", name, err, b)
 	}

@@ -27,7 +27,7 @@ func buildIdioms(t *testing.T) string {
 		t.Fatalf("clang is needed to build testdata/bpf/idioms.c: %v", err)
 	}
 	out := filepath.Join(t.TempDir(), "idioms.o")
-	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
+	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", "../jit/include",
 		"-c", "../testdata/bpf/idioms.c", "-o", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clang idioms.c: %v\n%s", err, b)

@@ -29,7 +29,7 @@ func buildUserProg(t *testing.T, name string) string {
 	}
 	out := filepath.Join(t.TempDir(), name+".o")
 	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
-		"-I", "../testdata/bpf", "-c", "../testdata/userprog/"+name+".c", "-o", out)
+		"-I", "../jit/include", "-c", "../testdata/userprog/"+name+".c", "-o", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clang %s.c: %v\n%s", name, err, b)
 	}

@@ -2,7 +2,7 @@
 # gpu-bundle.sh OUT.tar.gz: packs what `make gpu-test` needs on the GPU
 # machine (which has no Go): the prebuilt binaries, the testdata objects and
 # CUDA sources, the conformance data, the Makefile and the scripts (shell and
-# Python). On the GPU machine:
+# Python); and gpuprobe.h with the example programs. On the GPU machine:
 #   tar xzf OUT.tar.gz && cd gpuprobe && make gpu-test
 # (or bash scripts/gpu-test.sh where make is missing).
 set -euo pipefail
@@ -14,14 +14,16 @@ trap 'rm -rf "$stage"' EXIT
 b=$stage/gpuprobe
 mkdir -p "$b/bin" "$b/scripts" "$b/testdata"
 
-# gpuprobe, the shim and gpuprobe-gpucheck are needed by gpu-test's parts
-# (inject, samples, bench, e2e, graphnode); the collector and the shim's test
-# binary are optional.
-for f in bin/gpuprobe bin/libgpuprobe.so bin/gpuprobe-gpucheck bin/otelcol-gpuprobe bin/shim.test; do
+# gpuprobe, gpuprobe-harness, the shim and gpuprobe-gpucheck are needed by
+# gpu-test's parts (inject, samples, bench, e2e, graphnode); the collector,
+# the shim's test binary and the self-timing shim (launch-cost.sh) are
+# optional.
+for f in bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so bin/gpuprobe-gpucheck bin/otelcol-gpuprobe bin/shim.test \
+	bin/libgpuprobe-selftime.so; do
 	[[ -e "$f" ]] && cp "$f" "$b/bin/"
 done
-for f in gpuprobe libgpuprobe.so gpuprobe-gpucheck; do
-	[[ -e "$b/bin/$f" ]] || { echo "gpu-bundle: bin/$f missing (make bin/gpuprobe bin/libgpuprobe.so; CGO_ENABLED=1 go build -o bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck)" >&2; exit 1; }
+for f in gpuprobe gpuprobe-harness libgpuprobe.so gpuprobe-gpucheck; do
+	[[ -e "$b/bin/$f" ]] || { echo "gpu-bundle: bin/$f missing (make bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so bin/gpuprobe-gpucheck)" >&2; exit 1; }
 done
 # The objects the inject and compat parts load (compat: every
 # testdata/bpf/compat/*.c, gpuprobe-gpucheck -compat).
@@ -31,12 +33,24 @@ for f in kernelretsnoop threadhist launchlate memcount hostcall_rt $compat; do
 	[[ -e "testdata/bpf/$f.o" ]] || { echo "gpu-bundle: testdata/bpf/$f.o missing (make -f testdata/bpf/bpf.mk bpf-objects)" >&2; exit 1; }
 done
 cp Makefile "$b/"
-cp scripts/*.sh scripts/*.py "$b/scripts/" # the checks' Python (lib_traces.py, programs_check.py, ...) too
+cp scripts/gpu-test.sh "$b/scripts/"
+# the checks gpu-test runs (shell and Python: lib_traces.py,
+# programs_check.py, ...) and the one-off experiments, run by hand
+cp -r scripts/gpu scripts/experiments "$b/scripts/"
 # testdata: eBPF objects and sources, CUDA samples (testdata/cuda/samples,
-# shim, inject), the CUDA C models (testdata/cuda/model, gpu-bench.sh's
+# shim, inject), the CUDA C models (testdata/cuda/model, scripts/gpu/bench.sh's
 # part model), SASS-comparison twins,
 # the conformance data, the default config.
 cp -r testdata/. "$b/testdata/"
+# The GPU programs' header and the examples (testdata/bpf links to three
+# of them): what a user writes probes with on the GPU machine.
+mkdir -p "$b/jit/include"
+cp jit/include/gpuprobe.h "$b/jit/include/"
+cp -r examples "$b/"
+# gpu/hostprobes.sh (run by hand, as root) builds the host probes'
+# stand-in CUDA libraries from their sources.
+mkdir -p "$b/gpuprobe/hostprobe/testdata"
+cp -r gpuprobe/hostprobe/testdata/standin "$b/gpuprobe/hostprobe/testdata/"
 if [[ ! -d "$b/testdata/conformance/tests" ]]; then
 	for c in ../shared/conformance shared/conformance; do
 		[[ -d "$c/tests" ]] && { cp -r "$c" "$b/conformance"; break; }

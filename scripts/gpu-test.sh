@@ -18,30 +18,36 @@
 #                     conformance  bpf_conformance on the GPU, interp, negative
 #                     ptxas        testdata/bpf PTX through ptxas
 #                     sass         SASS comparison vs nvcc
-#                     inject       scripts/gpu-inject-check.sh (checks only)
+#                     inject       scripts/gpu/inject-check.sh (checks only)
 #                     compat       the compatibility suite: every
 #                                  testdata/bpf/compat program (bpftime's
 #                                  GPU idioms) on its sample kernel, maps in
 #                                  host and in device memory, exact values
 #                                  (gpuprobe-gpucheck -compat); one row per
 #                                  program x placement
-#                     samples      scripts/gpu-samples.sh (5 samples x 4 configs)
-#                     bench        scripts/gpu-bench.sh (kernel ratios, load
+#                     samples      scripts/gpu/samples.sh (5 samples x 4 configs)
+#                     bench        scripts/gpu/bench.sh (kernel ratios, load
 #                                  latency, the CUDA C model's limits,
 #                                  shim cost per launch)
-#                     e2e          scripts/gpu-e2e.sh
-#                     graphnode    scripts/gpu-graphnode.sh
-#                     graphspans   scripts/gpu-graph-spans.sh (needs
+#                     e2e          scripts/gpu/e2e.sh
+#                     graphnode    scripts/gpu/graphnode.sh
+#                     graphspans   scripts/gpu/graph-spans.sh (needs
 #                                  bin/otelcol-gpuprobe)
-#                     sampling     scripts/gpu-sampling.sh (needs
+#                     sampling     scripts/gpu/sampling.sh (needs
 #                                  bin/otelcol-gpuprobe)
-#                     hostwait     scripts/gpu-hostwait.sh (needs
+#                     hostwait     scripts/gpu/hostwait.sh (needs
 #                                  bin/otelcol-gpuprobe)
-#                     programs     scripts/gpu-programs.sh: threadhist.o and
+#                     programs     scripts/gpu/programs.sh: threadhist.o and
 #                                  kernelretsnoop.o through the collector,
 #                                  maps checked exactly from its OTLP JSON
 #                                  (needs bin/otelcol-gpuprobe, python3)
 #                     e.g. PARTS=samples,bench make gpu-test
+#   DRY_RUN=1         no GPU: check that every file each part uses (its
+#                     script, libraries, binaries, objects, sources) is
+#                     here and that its scripts parse, one row per part;
+#                     `--dry-run` as the first argument does the same.
+#                     The bundle test (scripts/bundle_test.go) runs it in
+#                     an unpacked bundle.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -59,6 +65,7 @@ for p in ${parts//,/ }; do
 done
 # want PART: whether PARTS names it.
 want() { [[ ,$parts, == *,$1,* ]]; }
+[[ ${1:-} == --dry-run ]] && DRY_RUN=1
 
 # row STEP RESULT DETAIL: one line of the final table.
 row() {
@@ -89,6 +96,75 @@ step() {
 	fi
 }
 
+# needs PART: sets need to the files PART uses (globs expanded: one that
+# matches nothing stays as written and counts as missing).
+needs() {
+	local bpf=testdata/bpf cuda=testdata/cuda g=scripts/gpu
+	local run=("$bin" bin/gpuprobe-harness bin/libgpuprobe.so)
+	local col=(bin/otelcol-gpuprobe "$bin" bin/libgpuprobe.so $g/lib_collector.sh)
+	case $1 in
+	conformance) need=("$bin" "${conf:-conformance data (CONFORMANCE_DIR)}/tests") ;;
+	ptxas) need=("$bin" $bpf/*.o $bpf/compat/*.o) ;;
+	sass) need=($g/sass-compare.sh "$bin" testdata/sass/*.data testdata/sass/*.cu) ;;
+	inject) need=($g/inject-check.sh bin/gpuprobe-gpucheck $cuda/inject/{vectoradd,gemm,exits}.cu
+		$bpf/{kernelretsnoop,threadhist,launchlate,memcount,hostcall_rt}.o) ;;
+	compat) need=($g/inject-check.sh bin/gpuprobe-gpucheck $cuda/inject/{vectoradd,gemm,exits}.cu $bpf/compat/*.o) ;;
+	samples) need=($g/samples.sh "${run[@]}" $bpf/{kernelretsnoop,threadhist,launchlate}.o
+		$cuda/shim/vectoradd.cu $cuda/samples/{multistream,graph,ptxload}.cu) ;;
+	bench) need=($g/bench.sh $g/launch-cost.sh bin/gpuprobe-gpucheck "${run[@]}"
+		$cuda/inject/{vectoradd,gemm,exits}.cu $cuda/model/maps_model.cu $cuda/bench/launchbench.cu) ;;
+	e2e) need=($g/e2e.sh "${run[@]}" $cuda/shim/vectoradd.cu) ;;
+	graphnode) need=($g/graphnode.sh "${run[@]}" $cuda/shim/graphnode.cu) ;;
+	graphspans) need=($g/graph-spans.sh "${col[@]}" bin/gpuprobe-harness $cuda/samples/graph.cu) ;;
+	sampling) need=($g/sampling.sh "${col[@]}" $g/lib_traces.py $cuda/shim/vectoradd.cu) ;;
+	hostwait) need=($g/hostwait.sh "${col[@]}" $g/lib_traces.py $cuda/shim/vectoradd.cu) ;;
+	programs) need=($g/programs.sh "${col[@]}" $g/{programs_check,lib_metrics,lib_traces}.py
+		$bpf/{threadhist,kernelretsnoop}.o $cuda/samples/progs.cu) ;;
+	esac
+}
+
+# dry_run: one row per part: its files present, binaries executable,
+# scripts parsed by bash and python3 (when there); exits.
+dry_run() {
+	local p f missing bad
+	for p in ${parts//,/ }; do
+		needs "$p"
+		missing=() bad=()
+		for f in "${need[@]}"; do
+			if [[ ! -e $f ]]; then
+				missing+=("$f")
+			elif [[ $f == bin/* || $f == "$bin" ]] && [[ $f != *.so && ! -x $f ]]; then
+				bad+=("$f not executable")
+			elif [[ $f == *.sh ]] && ! bash -n "$f" 2>/dev/null; then
+				bad+=("$f does not parse")
+			elif [[ $f == *.py ]] && command -v python3 >/dev/null &&
+				! python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$f" 2>/dev/null; then
+				bad+=("$f does not parse")
+			fi
+		done
+		((${#missing[@]} == 0)) || bad=("missing: ${missing[*]}" "${bad[@]}")
+		if ((${#bad[@]} == 0)); then
+			row "dry-run $p" PASS "${#need[@]} files"
+		else
+			row "dry-run $p" FAIL "$(IFS=';'; echo "${bad[*]}")"
+		fi
+	done
+	echo
+	echo "---- gpu-test (dry run) ----"
+	printf '%s\n' "${rows[@]}"
+	((failed == 0)) || { echo "gpu-test: $failed part(s) miss files"; exit 1; }
+	echo "gpu-test: every part has its files"
+	exit 0
+}
+
+conf=${CONFORMANCE_DIR:-}
+if [[ -z "$conf" ]]; then
+	for d in testdata/conformance conformance shared/conformance ../shared/conformance; do
+		[[ -d "$d/tests" ]] && { conf=$(cd "$d" && pwd); break; }
+	done
+fi
+[[ ${DRY_RUN:-} == 1 ]] && dry_run
+
 # ---- the machine ------------------------------------------------------------
 
 if [[ ! -x "$bin" ]]; then
@@ -112,13 +188,6 @@ if command -v ptxas >/dev/null; then
 	row "ptxas" PASS "$(ptxas --version | tail -1) -> $arch"
 else
 	row "ptxas" FAIL "ptxas not on PATH (add /usr/local/cuda/bin)"
-fi
-
-conf=${CONFORMANCE_DIR:-}
-if [[ -z "$conf" ]]; then
-	for d in testdata/conformance conformance shared/conformance ../shared/conformance; do
-		[[ -d "$d/tests" ]] && { conf=$(cd "$d" && pwd); break; }
-	done
 fi
 
 # ---- steps ------------------------------------------------------------------
@@ -166,14 +235,14 @@ fi
 
 if ! want sass; then
 	:
-elif [[ -f scripts/sass-compare.sh ]]; then
-	step "SASS comparison vs nvcc" sass-compare.log env ARCH="$arch" bash scripts/sass-compare.sh "$bin"
+elif [[ -f scripts/gpu/sass-compare.sh ]]; then
+	step "SASS comparison vs nvcc" sass-compare.log env ARCH="$arch" bash scripts/gpu/sass-compare.sh "$bin"
 	if [[ -s "$out/sass-compare.log" ]]; then
 		echo "---- SASS comparison ----"
 		tail -15 "$out/sass-compare.log"
 	fi
 else
-	row "SASS comparison vs nvcc" SKIP "scripts/sass-compare.sh not written yet"
+	row "SASS comparison vs nvcc" SKIP "scripts/gpu/sass-compare.sh not written yet"
 fi
 
 # tailstep NAME LOG FROM CMD...: step, then the log from the line matching
@@ -189,7 +258,7 @@ tailstep() {
 }
 
 want inject && tailstep "inject check (gpucheck)" inject-check.log '^== gpuprobe-gpucheck' \
-	env GPU_INJECT_OUT="$out/gpu-inject" bash scripts/gpu-inject-check.sh -nobench -ringmode device
+	env GPU_INJECT_OUT="$out/gpu-inject" bash scripts/gpu/inject-check.sh -nobench -ringmode device
 # compat_rows LOG: one table row per "==> compat NAME  PASS|FAIL DETAIL"
 # line of gpuprobe-gpucheck -compat's log.
 compat_rows() {
@@ -201,20 +270,20 @@ compat_rows() {
 }
 if want compat; then
 	step "compat suite (gpucheck)" compat.log \
-		env GPU_INJECT_OUT="$out/gpu-compat" bash scripts/gpu-inject-check.sh -compat
+		env GPU_INJECT_OUT="$out/gpu-compat" bash scripts/gpu/inject-check.sh -compat
 	compat_rows "$out/compat.log"
 fi
 want samples && tailstep "e2e samples (5 x 4 configs)" samples.log '^---- gpu-samples' \
-	env SAMPLES_OUT="$out/gpu-samples" bash scripts/gpu-samples.sh
+	env SAMPLES_OUT="$out/gpu-samples" bash scripts/gpu/samples.sh
 want bench && tailstep "bench (ratios, load, model, launch)" bench.log '^== bench on' \
-	env BENCH_OUT="$out/gpu-bench" bash scripts/gpu-bench.sh
-want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out/gpu-e2e" bash scripts/gpu-e2e.sh
-want graphnode && step "graph node patched" graphnode.log bash scripts/gpu-graphnode.sh
-want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu-graph-spans.sh
-want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu-sampling.sh
-want hostwait && step "stream idle and host wait" hostwait.log bash scripts/gpu-hostwait.sh
+	env BENCH_OUT="$out/gpu-bench" bash scripts/gpu/bench.sh
+want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out/gpu-e2e" bash scripts/gpu/e2e.sh
+want graphnode && step "graph node patched" graphnode.log bash scripts/gpu/graphnode.sh
+want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu/graph-spans.sh
+want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu/sampling.sh
+want hostwait && step "stream idle and host wait" hostwait.log bash scripts/gpu/hostwait.sh
 want programs && tailstep "user programs via collector" programs.log '^---- gpu-programs' \
-	env PROGRAMS_OUT="$out/gpu-programs" bash scripts/gpu-programs.sh
+	env PROGRAMS_OUT="$out/gpu-programs" bash scripts/gpu/programs.sh
 
 # ---- report -----------------------------------------------------------------
 

@@ -38,7 +38,7 @@ func launchlateGPU(t *testing.T) []*jit.Program {
 		t.Fatalf("clang is needed to build testdata/bpf/launchlate.c: %v", err)
 	}
 	obj := filepath.Join(t.TempDir(), "launchlate.o")
-	out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c",
+	out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", "../jit/include", "-c",
 		filepath.Join("..", "testdata", "bpf", "launchlate.c"), "-o", obj).CombinedOutput()
 	if err != nil {
 		t.Fatalf("clang: %v\n%s", err, out)

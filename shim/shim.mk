@@ -21,7 +21,7 @@ bin/libgpuprobe.so: $(SHIM_SRCS) $(SHIM_HDRS)
 
 # The self-timing build: its launch wrappers time their own instructions
 # around the driver call (GP_SELFTIME, shim/src/selftime.c) and it prints one
-# "gpuprobe selftime:" line at exit; scripts/gpu-launch-cost.sh adds it to
+# "gpuprobe selftime:" line at exit; scripts/gpu/launch-cost.sh adds it to
 # its rounds when it exists. Not for production.
 bin/libgpuprobe-selftime.so: $(SHIM_SRCS) $(SHIM_SELFTIME_SRC) $(SHIM_HDRS)
 	@mkdir -p bin

@@ -52,7 +52,7 @@ func TestBenchConfigsInject(t *testing.T) {
 	dir := t.TempDir()
 	for _, o := range []string{"kernelretsnoop", "threadhist"} {
 		src := filepath.Join("..", "..", "testdata", "bpf", o+".c")
-		if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c", src, "-o", filepath.Join(dir, o+".o")).CombinedOutput(); err != nil {
+		if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", "../../jit/include", "-c", src, "-o", filepath.Join(dir, o+".o")).CombinedOutput(); err != nil {
 			t.Fatalf("clang %s: %v\n%s", src, err, out)
 		}
 	}

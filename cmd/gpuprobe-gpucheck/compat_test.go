@@ -30,7 +30,7 @@ func compatObjects(t *testing.T) string {
 	dir := t.TempDir()
 	for _, c := range compatObjectNames(t) {
 		src := filepath.Join(compatSrc, c+".c")
-		out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c", src, "-o", filepath.Join(dir, c+".o")).CombinedOutput()
+		out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", "../../jit/include", "-c", src, "-o", filepath.Join(dir, c+".o")).CombinedOutput()
 		if err != nil {
 			t.Fatalf("clang %s: %v\n%s", src, err, out)
 		}

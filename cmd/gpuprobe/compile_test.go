@@ -10,25 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/internal/bpftest"
 	"github.com/gpuprobe/gpuprobe/jit/ptx"
 )
 
-// buildTestObject compiles testdata/bpf/<rel>.c with clang (the flags of
-// testdata/bpf/bpf.mk) into a temporary object. A missing clang fails.
-func buildTestObject(t *testing.T, rel string) string {
-	t.Helper()
-	clang, err := exec.LookPath("clang")
-	if err != nil {
-		t.Fatalf("clang is needed to build the test objects: %v", err)
-	}
-	src := filepath.Join("..", "..", "testdata", "bpf", rel+".c")
-	obj := filepath.Join(t.TempDir(), filepath.Base(rel)+".o")
-	out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c", src, "-o", obj).CombinedOutput()
-	if err != nil {
-		t.Fatalf("clang %s: %v\n%s", src, err, out)
-	}
-	return obj
-}
+// buildTestObject is bpftest.Object.
+func buildTestObject(t *testing.T, rel string) string { t.Helper(); return bpftest.Object(t, rel) }
 
 func runCompileCmd(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
@@ -190,7 +177,7 @@ func badObject(t *testing.T, name string) string {
 	}
 	out := filepath.Join(t.TempDir(), name+".o")
 	src := filepath.Join("..", "..", "testdata", "bpf", "bad", name+".c")
-	if b, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-c", src, "-o", out).CombinedOutput(); err != nil {
+	if b, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-I", "../../jit/include", "-c", src, "-o", out).CombinedOutput(); err != nil {
 		t.Fatalf("clang %s.c: %v\n%s", name, err, b)
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/internal/cli"
 	"github.com/gpuprobe/gpuprobe/jit"
 )
 
@@ -56,7 +57,7 @@ func runPatch(args []string, stdout, stderr io.Writer) int {
 	if *probe == "" && *progFiles == "" {
 		*probe = probes.KernelPhases
 	}
-	opts := inject.Options{Arch: *arch, RaiseTarget: *raise, Generic: *generic, NoInline: *noInline, Kernels: splitList(*kernels)}
+	opts := inject.Options{Arch: *arch, RaiseTarget: *raise, Generic: *generic, NoInline: *noInline, Kernels: cli.SplitList(*kernels)}
 	switch *launch {
 	case "param":
 		opts.LaunchID = inject.LaunchIDParam
@@ -65,7 +66,7 @@ func runPatch(args []string, stdout, stderr io.Writer) int {
 	default:
 		return fail("-launch-id %q: want param or global", *launch)
 	}
-	progs, err := patchPrograms(splitList(*probe), splitList(*progFiles))
+	progs, err := patchPrograms(cli.SplitList(*probe), cli.SplitList(*progFiles))
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -165,17 +166,6 @@ func writeReport(w io.Writer, file string, i int, arch string, rep *inject.Repor
 	if len(rep.Unmatched) > 0 {
 		fmt.Fprintf(w, "//   programs with no kernel here: %s\n", strings.Join(rep.Unmatched, ", "))
 	}
-}
-
-// splitList splits a comma-separated flag value, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, x := range strings.Split(s, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // entryArch names a PTX entry's architecture ("PTX" for a loose PTX file).

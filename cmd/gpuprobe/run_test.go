@@ -8,13 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
-	"github.com/gpuprobe/gpuprobe/record"
-	"github.com/gpuprobe/gpuprobe/shm"
 )
 
 func envValue(env []string, key string) (string, int) {
@@ -165,79 +163,46 @@ func TestRunCommand(t *testing.T) {
 	}
 }
 
-// startDump runs agent-dump in the background; stop() ends it and returns
-// its output.
+// startDump builds cmd/gpuprobe-harness and runs its agent-dump in the
+// background; stop() waits for it to exit and returns its output.
 func startDump(t *testing.T, args ...string) (socket string, stop func() string) {
 	t.Helper()
-	socket = filepath.Join(t.TempDir(), "agent.sock")
-	dumpStop = make(chan struct{})
-	var out, errb bytes.Buffer
-	done := make(chan int)
-	go func() { done <- runAgentDump(append([]string{"--socket", socket}, args...), &out, &errb) }()
+	dir := t.TempDir()
+	harness := filepath.Join(dir, "gpuprobe-harness")
+	if out, err := exec.Command("go", "build", "-o", harness, "../gpuprobe-harness").CombinedOutput(); err != nil {
+		t.Fatalf("go build gpuprobe-harness: %v\n%s", err, out)
+	}
+	socket = filepath.Join(dir, "agent.sock")
+	var out bytes.Buffer
+	cmd := exec.Command(harness, append([]string{"agent-dump", "--socket", socket}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	for i := 0; ; i++ {
 		if _, err := os.Stat(socket); err == nil {
 			break
 		}
 		if i == 500 {
-			t.Fatalf("agent-dump did not listen: %s", errb.String())
+			t.Fatalf("agent-dump did not listen: %s", out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	var code int
-	stopped := false
 	return socket, func() string {
-		if !stopped {
-			stopped = true
-			select {
-			case code = <-done:
-			case <-time.After(100 * time.Millisecond):
-				close(dumpStop)
-				code = <-done
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("agent-dump: %v: %s", err, out.String())
 			}
-		}
-		if code != 0 {
-			t.Errorf("agent-dump exit %d: %s", code, errb.String())
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-done
+			t.Errorf("agent-dump did not exit after its client: %s", out.String())
 		}
 		return out.String()
-	}
-}
-
-func TestAgentDump(t *testing.T) {
-	socket, stop := startDump(t, "--exit-after", "1", "--slot-size", "256", "-v")
-	s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "dump-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := shm.NewRing(s.Region(agent.RoleLaunchRing, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(r interface{ Append([]byte) []byte }) {
-		b := r.Append(nil)
-		p, _ := record.ParsePrefix(b)
-		if res := ring.Produce(uint32(p.Type), b); res != shm.Published {
-			t.Fatalf("produce: %v", res)
-		}
-	}
-	put(&record.KernelName{Function: 7, PID: 1, Name: "_Z6vecAddPfS_S_i"})
-	for i := range 3 {
-		put(&record.Launch{LaunchID: uint64(i + 1), PID: 1, Function: 7, Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{256, 1, 1}})
-	}
-	put(&record.Launch{LaunchID: 9, PID: 1, Function: 8, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}})
-	put(&record.Sync{PID: 1, Kind: record.SyncStream})
-	put(&record.Memcpy{PID: 1, Bytes: 4096, Kind: record.MemcpyHostToDevice})
-	s.Close()
-	out := stop()
-	for _, want := range []string{
-		"agent-dump: total clients=1 launches=4 names=1 syncs=1 memcpys=1 dropped=0 errors=0",
-		"       3  _Z6vecAddPfS_S_i",
-		"       1  unnamed 0x8",
-		"launch pid=1 tid=0 id=2 _Z6vecAddPfS_S_i grid=4x1x1 block=256x1x1",
-		"(dump-test): launches=4 names=1 syncs=1 memcpys=1 (4096 bytes) unnamed=1",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
 	}
 }
 

@@ -71,7 +71,7 @@ func child(name, socket string) int {
 // suite holds the binaries; every class gets a fresh collector, so that
 // what one class did (memory it left, a crash) is not blamed on the next.
 type suite struct {
-	otelcol, cli string
+	otelcol, harness string
 }
 
 // start starts a collector for t and terminates it when t ends, checking
@@ -125,7 +125,7 @@ func TestAdversarial(t *testing.T) {
 		t.Fatal("the adversarial suite runs as root: the collector's model is a root daemon, and the unprivileged class setuids a child")
 	}
 	start := time.Now()
-	s := &suite{otelcol: find(t, e2e.ToolOtelcol), cli: find(t, e2e.ToolCLI)}
+	s := &suite{otelcol: find(t, e2e.ToolOtelcol), harness: find(t, e2e.ToolHarness)}
 	classes := append(Classes[:len(Classes):len(Classes)], ClassInfo{"all", All, Duration})
 	for _, c := range classes {
 		t.Run(c.Name, func(t *testing.T) { s.runClass(t, c) })
@@ -152,7 +152,7 @@ func (s *suite) runClass(t *testing.T, c ClassInfo) {
 	hostile := make(chan error, 1)
 	go func() { hostile <- run(hctx, col.Socket) }()
 	pause(hctx, 500*time.Millisecond)
-	honest, herr := RunHonest(t.Context(), s.cli, col.Socket, "honest_"+name, 120, 30)
+	honest, herr := RunHonest(t.Context(), s.harness, col.Socket, "honest_"+name, 120, 30)
 	<-hctx.Done()
 	select {
 	case err := <-hostile:
@@ -288,7 +288,7 @@ func (s *suite) selfMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := RunHonest(t.Context(), s.cli, col.Socket, "honest_alone", 200, 200)
+	h, err := RunHonest(t.Context(), s.harness, col.Socket, "honest_alone", 200, 200)
 	if err != nil {
 		t.Fatal(err)
 	}

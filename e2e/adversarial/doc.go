@@ -4,7 +4,7 @@
 // (`make adversarial`; part of `make test`).
 //
 // Each class runs for a bounded time (Duration) beside an honest producer
-// (bin/gpuprobe loadgen):
+// (bin/gpuprobe-harness loadgen):
 //
 //  1. bomb: PATCH with decompression bombs and huge images
 //  2. ring: a launch ring with a lying header (head far ahead, every drop
@@ -32,6 +32,6 @@
 // socket in a missing directory (without creating it).
 //
 // The suite needs root (the collector's deployment model; the unprivileged
-// class setuids a child) and the binaries GPUPROBE_OTELCOL and GPUPROBE_CLI
+// class setuids a child) and the binaries GPUPROBE_OTELCOL and GPUPROBE_HARNESS
 // (built by make when unset).
 package adversarial

@@ -11,7 +11,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/e2e"
 )
 
-// Honest is one run of the honest producer (bin/gpuprobe loadgen).
+// Honest is one run of the honest producer (bin/gpuprobe-harness loadgen).
 type Honest struct {
 	Kernel    string // its kernel name, unique per run
 	Launches  int    // launches it wrote
@@ -22,10 +22,10 @@ type Honest struct {
 var loadgenCounts = regexp.MustCompile(`(\d+) records published, (\d+) dropped`)
 
 // RunHonest writes launches launches of kernel at rate per second through
-// the CLI's load generator, as a CUDA application's shim would.
-func RunHonest(ctx context.Context, cli, socket, kernel string, launches int, rate float64) (Honest, error) {
+// the harness's load generator (gpuprobe-harness loadgen), as a CUDA application's shim would.
+func RunHonest(ctx context.Context, harness, socket, kernel string, launches int, rate float64) (Honest, error) {
 	h := Honest{Kernel: kernel, Launches: launches}
-	out, err := exec.CommandContext(ctx, cli, "loadgen", "--socket", socket,
+	out, err := exec.CommandContext(ctx, harness, "loadgen", "--socket", socket,
 		"--launches", strconv.Itoa(launches), "--rate", strconv.FormatFloat(rate, 'f', -1, 64),
 		"--kernels", kernel, "--grid", "1,1,1", "--block", "32,1,1", "--max-warps", "1",
 		"--memcpy-every", "0").CombinedOutput()

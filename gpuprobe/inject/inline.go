@@ -15,7 +15,7 @@ import (
 // less. Measured on the H100, same run: kernel_phases' logic written in
 // CUDA C around vectorAdd (2^24 threads), 1.357x called and 1.160x
 // inlined; kernel_phases injected into vectorAddN, 1.387x called and
-// 1.221x inlined (scripts/gpu-bench.sh).
+// 1.221x inlined (scripts/gpu/bench.sh).
 //
 // An inlined program is its .func's body in a nested block of the kernel:
 // PTX scopes the block's .reg and .local declarations (the program's

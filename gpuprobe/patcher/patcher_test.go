@@ -265,7 +265,7 @@ func gpuPrograms(t *testing.T, name string) []*jit.Program {
 	}
 	obj := filepath.Join(t.TempDir(), name+".o")
 	src := filepath.Join("..", "..", "testdata", "bpf", name+".c")
-	if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c", src, "-o", obj).CombinedOutput(); err != nil {
+	if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", "../../jit/include", "-c", src, "-o", obj).CombinedOutput(); err != nil {
 		t.Fatalf("clang: %v\n%s", err, out)
 	}
 	progs, err := jit.LoadELF(obj)

@@ -8,7 +8,7 @@
 // The aggregation happens on the GPU, in three levels, because anything a
 // kernel like vectorAdd does per warp in global memory costs more than the
 // kernel (an H100 spike: one atomic per warp on 64..128 striped counters
-// doubled vectorAdd's time). Measured on the H100 (gpu-bench.sh, ratio to
+// doubled vectorAdd's time). Measured on the H100 (scripts/gpu/bench.sh, ratio to
 // the uninstrumented kernel in the same run, probes inlined into the
 // kernel by gpuprobe/inject): 1.23x on vectorAdd with one thread per
 // element (2^24 threads: what the probes add to a warp's life is a large

@@ -24,7 +24,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/jit"
 )
 
-//go:generate clang -target bpf -O2 -g -Wall -Werror -mcpu=v3 -I../../testdata/bpf -c kernel_phases.c -o kernel_phases.o
+//go:generate clang -target bpf -O2 -g -Wall -Werror -mcpu=v3 -I../../jit/include -c kernel_phases.c -o kernel_phases.o
 
 //go:embed kernel_phases.o
 var kernelPhasesObj []byte

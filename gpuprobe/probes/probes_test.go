@@ -25,7 +25,7 @@ func TestObjectsFresh(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			obj := filepath.Join(t.TempDir(), name+".o")
 			cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
-				"-I", filepath.Join("..", "..", "testdata", "bpf"), "-c", name+".c", "-o", obj)
+				"-I", filepath.Join("..", "..", "jit", "include"), "-c", name+".c", "-o", obj)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("clang: %v\n%s", err, out)
 			}

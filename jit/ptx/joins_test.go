@@ -23,7 +23,7 @@ func joinPrograms(t *testing.T) map[string]*Func {
 		t.Fatal("clang not installed: the join tests need clang -target bpf")
 	}
 	obj := filepath.Join(t.TempDir(), "joins.o")
-	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c", "../testdata/joins.c", "-o", obj)
+	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", "../include", "-c", "../testdata/joins.c", "-o", obj)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clang: %v\n%s", err, out)
 	}

@@ -2,7 +2,7 @@
 // into another on the other. Linux's verifier explores such paths apart and
 // accepts the programs whose every path is safe; so must ours. The programs
 // named bad_* must be rejected. Built by the tests of jit/verifier and jit/ptx.
-#include "../../testdata/bpf/gpuprobe.h"
+#include "gpuprobe.h"
 
 // Keeps clang from sinking the uses of p into the branches that set it.
 #define join_here(p) asm volatile("" : "+r"(p))

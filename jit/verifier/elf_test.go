@@ -57,7 +57,7 @@ func TestSourceLineFromBTF(t *testing.T) {
 	}
 	obj := filepath.Join(t.TempDir(), "unchecked.o")
 	src := filepath.Join(bpfDir, "bad", "unchecked.c")
-	if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-c", src, "-o", obj).CombinedOutput(); err != nil {
+	if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-mcpu=v3", "-I", "../include", "-c", src, "-o", obj).CombinedOutput(); err != nil {
 		t.Fatalf("clang: %v\n%s", err, out)
 	}
 	progs, err := jit.LoadELF(obj)

@@ -27,7 +27,7 @@ func joinPrograms(t *testing.T) map[string]*jit.Program {
 		t.Fatal("clang not installed: the join tests need clang -target bpf")
 	}
 	obj := filepath.Join(t.TempDir(), "joins.o")
-	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-c", joinsSrc, "-o", obj)
+	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", "../include", "-c", joinsSrc, "-o", obj)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clang: %v\n%s", err, out)
 	}

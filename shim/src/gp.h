@@ -678,7 +678,7 @@ static inline void gp_ring_commit(struct gpbr_slot *s, uint64_t ticket, uint32_t
  * arrive while the driver works instead of being fetched by the record's
  * stores after it. Only a hint: if another thread takes that ticket, the
  * prefetch was wasted and nothing else changes. With gp_hot, in-process
- * A/B on H200s (gpu-launch-cost.sh's ab): 4-7 ns less added per launch
+ * A/B on H200s (scripts/gpu/launch-cost.sh's ab): 4-7 ns less added per launch
  * (medians of 9-15 rounds against the build before). */
 static inline void gp_ring_prefetch(void *ring, uint32_t len)
 {

@@ -3,18 +3,21 @@
 # Included by the top-level Makefile; usable alone too:
 #   make -f testdata/bpf/bpf.mk bpf-objects
 BPF_DIR     ?= testdata/bpf
+# gpuprobe.h, the GPU programs' header, lives beside the ABI table it
+# mirrors (jit/abi.go).
+BPF_INCLUDE ?= jit/include
 BPF_CLANG   ?= clang
-BPF_CFLAGS  ?= -target bpf -O2 -g -Wall -Werror -mcpu=v3
+BPF_CFLAGS  ?= -target bpf -O2 -g -Wall -Werror -mcpu=v3 -I $(BPF_INCLUDE)
 BPF_SOURCES := $(wildcard $(BPF_DIR)/*.c) $(wildcard $(BPF_DIR)/compat/*.c)
 BPF_OBJECTS := $(BPF_SOURCES:.c=.o)
 
 .PHONY: bpf-objects bpf-clean
 bpf-objects: $(BPF_OBJECTS)
 
-$(BPF_DIR)/%.o: $(BPF_DIR)/%.c $(BPF_DIR)/gpuprobe.h
+$(BPF_DIR)/%.o: $(BPF_DIR)/%.c $(BPF_INCLUDE)/gpuprobe.h
 	$(BPF_CLANG) $(BPF_CFLAGS) -c $< -o $@
 
-$(BPF_DIR)/compat/%.o: $(BPF_DIR)/compat/%.c $(BPF_DIR)/gpuprobe.h
+$(BPF_DIR)/compat/%.o: $(BPF_DIR)/compat/%.c $(BPF_INCLUDE)/gpuprobe.h
 	$(BPF_CLANG) $(BPF_CFLAGS) -c $< -o $@
 
 bpf-clean:

@@ -73,7 +73,7 @@ func buildBPF(t testing.TB, src string) string {
 	}
 	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".c")+".o")
 	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", targetArch(t),
-		"-I", "testdata", "-I", filepath.Join(repoRoot(t), "testdata", "bpf"), "-c", src, "-o", out)
+		"-I", "testdata", "-I", filepath.Join(repoRoot(t), "jit", "include"), "-c", src, "-o", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clang %s: %v\n%s", src, err, b)
 	}

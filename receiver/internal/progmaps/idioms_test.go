@@ -20,7 +20,7 @@ import (
 func buildIdioms(t testing.TB) string {
 	root := repoRoot(t)
 	out := filepath.Join(t.TempDir(), "idioms.o")
-	cmd := exec.Command("clang", "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
+	cmd := exec.Command("clang", "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", filepath.Join(root, "jit", "include"),
 		"-c", filepath.Join(root, "testdata", "bpf", "idioms.c"), "-o", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clang idioms.c: %v\n%s", err, b)

@@ -157,7 +157,7 @@ func buildHostObject(t *testing.T) (obj, targetDir, target string) {
 	}
 	obj = filepath.Join(t.TempDir(), "hostprog.o")
 	cmd := exec.Command("clang", "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", arch,
-		"-I", td, "-I", filepath.Join(root, "testdata", "bpf"), "-c", filepath.Join(td, "hostprog.c"), "-o", obj)
+		"-I", td, "-I", filepath.Join(root, "jit", "include"), "-c", filepath.Join(td, "hostprog.c"), "-o", obj)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clang hostprog.c: %v\n%s", err, b)
 	}

@@ -47,7 +47,7 @@ func buildObject(t testing.TB, name string) string {
 	root := repoRoot(t)
 	out := filepath.Join(t.TempDir(), name+".o")
 	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
-		"-I", filepath.Join(root, "testdata", "bpf"), "-c", filepath.Join(root, "testdata", "userprog", name+".c"), "-o", out)
+		"-I", filepath.Join(root, "jit", "include"), "-c", filepath.Join(root, "testdata", "userprog", name+".c"), "-o", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("clang %s.c: %v\n%s", name, err, b)
 	}

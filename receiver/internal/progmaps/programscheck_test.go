@@ -50,7 +50,7 @@ func (r progsRun) fill(t *testing.T, in *Instance) {
 // writeProgsExport writes, in dir, what the collector's file exporters and
 // log would hold after the run: the maps' metrics and ring spans as
 // progmaps makes them, and the receiver's launch spans and self-metrics
-// that gpu-programs.sh reads (their names as in receiver.go), dropped
+// that scripts/gpu/programs.sh reads (their names as in receiver.go), dropped
 // dropped records reported.
 func writeProgsExport(t *testing.T, dir string, c *Collector, in *Instance, r progsRun, dropped uint64) {
 	md := pmetric.NewMetrics()
@@ -94,8 +94,8 @@ func writeProgsExport(t *testing.T, dir string, c *Collector, in *Instance, r pr
 	}
 }
 
-// TestProgramsCheckReadsProgmaps runs scripts/programs_check.py, the GPU
-// script gpu-programs.sh's checks, on what progmaps exports for a simulated
+// TestProgramsCheckReadsProgmaps runs scripts/gpu/programs_check.py, the GPU
+// script scripts/gpu/programs.sh's checks, on what progmaps exports for a simulated
 // run of progs.cu with the real threadhist.o and kernelretsnoop.o: every
 // check passes, and a wrong block count or drop count fails its check.
 func TestProgramsCheckReadsProgmaps(t *testing.T) {
@@ -108,7 +108,7 @@ func TestProgramsCheckReadsProgmaps(t *testing.T) {
 	var objs []config.ProgramConfig
 	for _, name := range []string{"threadhist", "kernelretsnoop"} {
 		obj := filepath.Join(dir, name+".o")
-		cmd := exec.Command("clang", "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
+		cmd := exec.Command("clang", "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", filepath.Join(root, "jit", "include"),
 			"-c", filepath.Join(root, "testdata", "bpf", name+".c"), "-o", obj)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("clang %s.c: %v\n%s", name, err, b)
@@ -153,10 +153,10 @@ func TestProgramsCheckReadsProgmaps(t *testing.T) {
 				t.Fatal(err)
 			}
 			writeProgsExport(t, out, c, in, r, uint64(int64(c.Counters().Dropped)+tt.dropAdj))
-			cmd := exec.Command(py, filepath.Join(root, "scripts", "programs_check.py"),
+			cmd := exec.Command(py, filepath.Join(root, "scripts", "gpu", "programs_check.py"),
 				filepath.Join(out, "traces.json"), filepath.Join(out, "metrics.json"), filepath.Join(out, "collector.log"),
 				fmt.Sprint(r.n), fmt.Sprint(r.iters), "256")
-			cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1") // no scripts/__pycache__
+			cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1") // no scripts/gpu/__pycache__
 			b, err := cmd.CombinedOutput()
 			var failing []string
 			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {

@@ -1,5 +1,5 @@
 // A GPU array whose key is not a u32 index.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_GPU_ARRAY_MAP);

@@ -1,5 +1,5 @@
 // A program in a section gpuprobe does not know.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 SEC("xdp")
 int not_a_probe(void *ctx)

@@ -1,5 +1,5 @@
 // A GPU ring buffer with no room.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_GPU_RINGBUF_MAP);

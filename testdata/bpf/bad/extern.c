@@ -1,5 +1,5 @@
 // A call to a function that is not defined in the object.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 extern u64 elsewhere(u64 x);
 

@@ -1,5 +1,5 @@
 // A GPU program that reads global data (.rodata): not supported on the GPU.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 static volatile const u64 threshold = 42;
 

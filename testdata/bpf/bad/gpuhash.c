@@ -1,6 +1,6 @@
 // bpftime's GPU hash map (1501), which gpuprobe does not support: the
 // loader refuses it, naming the map, its type and the program.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 struct {
 	__uint(type, 1501); /* bpftime BPF_MAP_TYPE_GPU_HASH_MAP */

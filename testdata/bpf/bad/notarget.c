@@ -1,5 +1,5 @@
 // A kprobe section that names no kernel.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 SEC("kprobe/")
 int no_target(void *ctx)

@@ -1,6 +1,6 @@
 // A GPU program that dereferences a lookup result without a NULL check:
 // loads fine, and the verifier must reject it.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_GPU_ARRAY_MAP);

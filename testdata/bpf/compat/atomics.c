@@ -8,7 +8,7 @@
 // Expected (grid G blocks of B threads): totals[0] = G*B,
 // totals[1] = G*B*(B+1)/2, blocks[b] = B for b < G, threads[g] = 1 for
 // g < G*B; the slots past the grid stay 0.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 #define AT_MAX_BLOCKS 1024
 #define AT_MAX_THREADS (1 << 17)

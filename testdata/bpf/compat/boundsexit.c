@@ -8,7 +8,7 @@
 //   be_blocks[block.x] += 1 at exit
 // Expected (grid G x B): counts[0] = counts[1] = G*B, counts[2] = G*B - n
 // for n = 1<<20 + 100, blocks[b] = B for every b < G.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 #define BE_N ((1 << 20) + 100) /* gpucheck's vectorAddN sample */
 #define BE_MAX_BLOCKS 8192

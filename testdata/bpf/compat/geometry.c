@@ -8,7 +8,7 @@
 // Expected on vectorAdd (683 x 96): idx/dims exact, lane = tid.x % 32,
 // warp < 64, sm below a bound, start <= entry <= exit <= end of the
 // kernel's window, pid_tgid = the value the checker compiles in.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 enum {
 	GEO_BLOCK,

@@ -6,7 +6,7 @@
 //   key 2: 7, written only by threads with tid.x % 5 != 4 (the others
 //          return early, before the write)
 // Expected: exactly those values; key 2 is 0 for the early leavers.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 #define LP_STEPS 500
 

@@ -6,7 +6,7 @@
 // same shape with the lookup's value copied first (`*v + 1` into a stack
 // slot, then the join), as bpftime's kernel_trace counts calls.
 // Expected: every thread's slot is 1 under key 0 and 1 under key 1.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP);

@@ -6,7 +6,7 @@
 // lane = tid.x % 32, magic RS_MAGIC and a %globaltimer inside the kernel's
 // window; with a ring too small for the grid, records produced (one per
 // thread) = delivered + dropped.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 #define RS_MAGIC 0x5eed
 

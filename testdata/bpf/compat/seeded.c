@@ -10,7 +10,7 @@
 // Expected with cfg {1, every, weight} and acc {start, 0}:
 // acc[0] = start + weight*ceil(T/every), acc[1] = ceil(T/every), for T
 // threads; with enabled = 0 the seeds come back unchanged.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_GPU_ARRAY_MAP);

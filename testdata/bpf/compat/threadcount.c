@@ -2,7 +2,7 @@
 // bumped with a plain `*v += 1` through the looked-up pointer, at entry
 // (key 0) and at exit (key 1) of vectorAdd.
 // Expected: every thread's slot is 1 under both keys; nothing else moves.
-#include "../gpuprobe.h"
+#include "gpuprobe.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP);

@@ -15,7 +15,7 @@
 //   launchbench facts                   cuCtxGetDevice, rdtsc and
 //                                       clock_gettime costs
 //
-// Built by scripts/gpu-launch-cost.sh on the GPU machine.
+// Built by scripts/gpu/launch-cost.sh on the GPU machine.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // maps_model.cu - the probe shapes of testdata/bpf/threadhist.c and
 // testdata/bpf/kernelretsnoop.c written by hand in CUDA C at the exit of two
 // kernels: what gpuprobe's compiled probes should approach, measured in one
-// process against the plain kernels (scripts/gpu-bench.sh, part "model").
+// process against the plain kernels (scripts/gpu/bench.sh, part "model").
 //
 // Workloads: vectorAddN over 2^24 floats (one thread per element, 256-thread
 // blocks) and a tiled SGEMM 2048 (16x16 tiles, as testdata/cuda/inject).

@@ -1,5 +1,5 @@
 // graph.cu - gpuprobe end-to-end sample 4: a CUDA Graph captured from a
-// stream (scripts/gpu-samples.sh).
+// stream (scripts/gpu/samples.sh).
 //
 //   graph [ITERS]   (default 5): the graph is launched ITERS times
 //

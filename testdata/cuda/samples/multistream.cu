@@ -1,12 +1,12 @@
 // multistream.cu - gpuprobe end-to-end sample 3: several kernels on several
-// streams with async copies (scripts/gpu-samples.sh).
+// streams with async copies (scripts/gpu/samples.sh).
 //
 //   multistream [ITERS]            (default 3)
 //   multistream ITERS blocking     the same on 3 blocking streams
 //                                  (cudaStreamCreate) with no events: the
 //                                  legacy default stream's implicit
 //                                  synchronisation orders the digest after
-//                                  them (scripts/gpu-hostprobes.sh)
+//                                  them (scripts/gpu/hostprobes.sh)
 //
 // Each iteration, on each of 3 non-blocking streams: an H2D copy from pinned
 // memory, three kernels (1D with 100-thread blocks, 2D with 16x8 blocks, 3D

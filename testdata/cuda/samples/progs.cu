@@ -1,5 +1,5 @@
 // progs.cu - gpuprobe end-to-end sample for user programs through the real
-// collector (scripts/gpu-programs.sh): bpftime's vectorAdd signature, so
+// collector (scripts/gpu/programs.sh): bpftime's vectorAdd signature, so
 // testdata/bpf/threadhist.o and kernelretsnoop.o attach unmodified
 // (kretprobe/_Z9vectorAddPKfS0_Pf).
 //

@@ -1,6 +1,6 @@
 // ptxload.cu - gpuprobe end-to-end sample 5: kernels loaded at run time from
 // PTX text through the driver API, the way NVRTC and Triton do it
-// (scripts/gpu-samples.sh). Build with -lcuda.
+// (scripts/gpu/samples.sh). Build with -lcuda.
 //
 //   ptxload [ITERS]   (default 4)
 //

@@ -1,4 +1,4 @@
-"""graph.py - the shim spike's PyTorch CUDA graph sample (scripts/gpu-shim-spike.sh).
+"""graph.py - the shim spike's PyTorch CUDA graph sample (scripts/experiments/shim-spike.sh).
 
     python3 graph.py            captures one step (matmul, relu, scale, add)
                                 into a CUDA graph with torch.cuda.graph and

@@ -1,4 +1,4 @@
-"""matmul.py - the shim spike's PyTorch sample (scripts/gpu-shim-spike.sh).
+"""matmul.py - the shim spike's PyTorch sample (scripts/experiments/shim-spike.sh).
 
     python3 matmul.py            ITERS 256x256 matmuls; prints a checksum
     python3 matmul.py --count    the same under torch.profiler, and prints

@@ -1,4 +1,4 @@
-// vectoradd.cu - the shim spike's sample (scripts/gpu-shim-spike.sh), built
+// vectoradd.cu - the shim spike's sample (scripts/experiments/shim-spike.sh), built
 // twice by nvcc on the GPU machine: with static cudart (nvcc's default) and
 // with -cudart shared.
 //
@@ -9,7 +9,7 @@
 //                            asleep): spinB is always queued while spinA
 //                            runs (about 0.5 ms each); spinA finds its
 //                            stream idle, waiting for the host (the
-//                            stream-gap check, scripts/gpu-hostwait.sh);
+//                            stream-gap check, scripts/gpu/hostwait.sh);
 //                            prints a checksum and "app: launches=2*ITERS"
 //   vectoradd bench [N]      N launches of an empty kernel; prints the host
 //                            time per launch (enqueue only) and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-bench.sh: issues 4's and 16's performance figures on the GPU machine, from
+# bench.sh: issues 4's and 16's performance figures on the GPU machine, from
 # prebuilt bin/gpuprobe-gpucheck (CGO_ENABLED=1 go build -o
 # bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck), bin/gpuprobe,
 # bin/libgpuprobe.so and testdata/bpf/{kernelretsnoop,threadhist}.o.
@@ -23,7 +23,7 @@
 #     issue-16 target, the compiled probe's ratio from $out/bench.csv
 #     (configs threadhist and kernelretsnoop, maps in device memory) and
 #     the model's.
-#  3. Shim host cost per launch: scripts/gpu-launch-cost.sh (plain / shim
+#  3. Shim host cost per launch: scripts/gpu/launch-cost.sh (plain / shim
 #     forwarding / shim recording, interleaved rounds, medians; the target
 #     is checked on its ab figure, the same process launching through the
 #     shim and around it).
@@ -34,7 +34,7 @@
 #
 # Environment: ROUNDS (default 7), BATCH (default 10), NVCC, GPU_ARCH (e.g.
 # sm_90; default from nvidia-smi), BENCH_OUT (default build/gpu-bench),
-# LAUNCH_ROUNDS / LAUNCH_N (gpu-launch-cost.sh's ROUNDS and N; defaults 5,
+# LAUNCH_ROUNDS / LAUNCH_N (launch-cost.sh's ROUNDS and N; defaults 5,
 # 100000), PARTS (kernels,model,launch; default all), BENCH_CONFIGS (gpucheck
 # -configs; default all eight: kernel_phases_call is kernel_phases with its
 # entry and exit called instead of inlined, for the inlining's effect;
@@ -42,7 +42,7 @@
 # 8 and 0 to the others, with the probe sites skipped when it is 0, as
 # sampling::device_one_in: 8 has the collector and the shim do).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 out=${BENCH_OUT:-$root/build/gpu-bench}
 bin=${GPUCHECK_BIN:-$root/bin/gpuprobe-gpucheck}
@@ -126,7 +126,7 @@ fi
 
 if [[ ,$parts, == *,launch,* ]]; then
 	echo
-	if OUT_DIR=$out/launch-cost ROUNDS=${LAUNCH_ROUNDS:-5} N=${LAUNCH_N:-100000} bash scripts/gpu-launch-cost.sh >"$out/launch-cost.txt" 2>&1; then
+	if OUT_DIR=$out/launch-cost ROUNDS=${LAUNCH_ROUNDS:-5} N=${LAUNCH_N:-100000} bash scripts/gpu/launch-cost.sh >"$out/launch-cost.txt" 2>&1; then
 		tail -12 "$out/launch-cost.txt"
 		# The target's figure: the in-process difference (ab), which
 		# carries no process-to-process spread; the cudart table's
@@ -135,7 +135,7 @@ if [[ ,$parts, == *,launch,* ]]; then
 		rec=$(awk '$1 == "recording" {print $3}' "$out/launch-cost.txt")
 		[[ -n $ab ]] && awk -v a="$ab" -v r="${rec:-nan}" 'BEGIN { printf "  shim host cost per launch (driver API, same process) <= 100 ns: %+.1f ns %s (cudart, recording - plain across processes: %+.1f ns)\n", a, (a <= 100 ? "met" : "MISSED"), r }'
 	else
-		echo "gpu-bench: gpu-launch-cost.sh failed: $(tail -3 "$out/launch-cost.txt")" >&2
+		echo "gpu-bench: launch-cost.sh failed: $(tail -3 "$out/launch-cost.txt")" >&2
 		status=1
 	fi
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-programs.sh: user programs through the REAL collector on the GPU
+# programs.sh: user programs through the REAL collector on the GPU
 # machine, from prebuilt bin/otelcol-gpuprobe, bin/gpuprobe,
 # bin/libgpuprobe.so and the clang-built testdata/bpf/{threadhist,
 # kernelretsnoop}.o (no Go or clang there).
@@ -9,9 +9,9 @@
 # 256-thread blocks; PTX and SASS: -gencode arch=compute_XX,code=[compute_XX,
 # sm_XX], so the collector can patch it), starts the collector with
 # `programs:` threadhist.o and kernelretsnoop.o, kernel_phases, poll_interval
-# 5ms, a traces and a metrics file exporter (lib-collector.sh
+# 5ms, a traces and a metrics file exporter (lib_collector.sh
 # start_collector), runs the sample plainly and under `gpuprobe run`, and
-# checks from the exported OTLP JSON (scripts/programs_check.py):
+# checks from the exported OTLP JSON (scripts/gpu/programs_check.py):
 #   output bit-identical          the shim run prints what the plain run did
 #   launch spans (kernel_phases)  ITERS launch spans, each with cuda.executing
 #                                 (so the launch and kp_exec rings dropped
@@ -40,13 +40,13 @@
 # Environment: NVCC (default nvcc, then /usr/local/cuda/bin/nvcc), GPU_ARCH
 # (e.g. 90; default from nvidia-smi), ITERS (default 10, ≤ 60000), N
 # (default 1048576, a multiple of 256, ≤ 2^26), PROGRAMS_ITERS and
-# PROGRAMS_N (win over ITERS and N, which gpu-sampling.sh reads too),
+# PROGRAMS_N (win over ITERS and N, which sampling.sh reads too),
 # LONG_ITERS (default 50000), PROGRAMS_OUT (logs, default
 # build/gpu-programs; copied to $OUT).
 set -uo pipefail
 export GPUPROBE_PATCH=1 # patching is opt-in (shim/README.md)
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 out=${PROGRAMS_OUT:-$root/build/gpu-programs}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -78,7 +78,7 @@ finish() {
 
 # ---- setup ------------------------------------------------------------------
 for f in bin/otelcol-gpuprobe bin/gpuprobe bin/libgpuprobe.so testdata/bpf/threadhist.o testdata/bpf/kernelretsnoop.o \
-	scripts/programs_check.py scripts/lib_metrics.py scripts/lib_traces.py; do
+	scripts/gpu/programs_check.py scripts/gpu/lib_metrics.py scripts/gpu/lib_traces.py; do
 	[[ -e $f ]] || { row setup FAIL "$f missing: build it where Go and clang are (make gpu-bundle) and carry it"; finish; }
 done
 command -v python3 >/dev/null || { row setup FAIL "python3 not on PATH"; finish; }
@@ -104,7 +104,7 @@ fi
 row "plain run" ok "$(tr '\n' ' ' <"$out/plain.txt")"
 
 # ---- the collector with both programs ---------------------------------------
-. scripts/lib-collector.sh
+. scripts/gpu/lib_collector.sh
 max_threads=$((n > 1 << 20 ? n : 1 << 20))
 receiver_yaml=$(printf '%s\n' \
 	"    metrics_interval: 500ms" \
@@ -140,7 +140,7 @@ elif cmp -s "$out/plain.txt" "$run/shim.txt"; then
 else
 	row "output bit-identical" FAIL "diff $out/plain.txt $run/shim.txt"
 fi
-python3 scripts/programs_check.py "$run/traces.json" "$run/metrics.json" "$run/collector.log" "$n" "$iters" "$block" \
+python3 scripts/gpu/programs_check.py "$run/traces.json" "$run/metrics.json" "$run/collector.log" "$n" "$iters" "$block" \
 	>"$run/check.txt" 2>"$run/check.err"
 prc=$?
 while IFS=$'\t' read -r check res detail; do

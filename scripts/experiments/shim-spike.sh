@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# gpu-shim-spike.sh: the interception spike of the shim (issue 4, DESIGN §2),
+# shim-spike.sh (experiment): the interception spike of the shim (issue 4, DESIGN §2),
 # on the GPU machine, from prebuilt binaries (no Go there):
 #
-#   bin/gpuprobe        (make bin/gpuprobe)      `run` and `agent-dump`
+#   bin/gpuprobe        (make bin/gpuprobe)      `run`
+#   bin/gpuprobe-harness (make bin/gpuprobe-harness) `agent-dump`
 #   bin/libgpuprobe.so  (make bin/libgpuprobe.so)
 #   bin/shim.test       (make bin/shim.test; optional: the mock-driver
 #                        launch-overhead benchmark, needs gcc and shim/)
@@ -14,7 +15,7 @@
 #   1. runs the app plainly (reference output);
 #   2. runs it with the shim and GPUPROBE_TRACE=FILE (no collector): which
 #      dlsym/cuGetProcAddress requests, wrappers, first calls and loads;
-#   3. runs it under `gpuprobe run` against `gpuprobe agent-dump` and checks
+#   3. runs it under `gpuprobe run` against `gpuprobe-harness agent-dump` and checks
 #      that the launches recorded equal the app's own count and that the
 #      output is identical;
 #   4. tries CUDA_INJECTION64_PATH=libgpuprobe.so (does the driver load it?).
@@ -29,9 +30,10 @@
 # SPIKE_OUT (logs, default build/gpu-shim-spike; copied to $OUT if set).
 set -uo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 gp=$root/bin/gpuprobe
+harness=$root/bin/gpuprobe-harness
 shim=$root/bin/libgpuprobe.so
 out=${SPIKE_OUT:-$root/build/gpu-shim-spike}
 arch=${GPU_ARCH:-native}
@@ -46,7 +48,7 @@ row() {
 	printf '==> %-34s %-5s %s\n' "$1" "$2" "$3"
 }
 
-for f in "$gp" "$shim"; do
+for f in "$gp" "$harness" "$shim"; do
 	[[ -x "$f" || -f "$f" ]] || { echo "missing $f: build it on the development machine (make bin/gpuprobe bin/libgpuprobe.so)"; exit 2; }
 done
 
@@ -94,7 +96,7 @@ dump_run() {
 	local name=$1 sock=$2
 	shift 2
 	rm -f "$sock"
-	"$gp" agent-dump --socket "$sock" --exit-after 1 --slot-size 1024 --slots 262144 --timeout 120s >"$out/$name.dump.txt" 2>&1 &
+	"$harness" agent-dump --socket "$sock" --exit-after 1 --slot-size 1024 --slots 262144 --timeout 120s >"$out/$name.dump.txt" 2>&1 &
 	local dpid=$!
 	for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
 	timeout 120 "$gp" run --socket "$sock" --shim "$shim" -- "$@" >"$out/$name.run.txt" 2>"$out/$name.run.err"
@@ -156,7 +158,7 @@ if [[ " ${apps[*]} " == *" vectoradd_static "* ]]; then
 	sock=$out/kill.sock
 	rm -f "$sock"
 	"$out/vectoradd_static" run 20000 >"$out/kill.plain.txt" 2>&1
-	"$gp" agent-dump --socket "$sock" --timeout 120s >"$out/kill.dump.txt" 2>&1 &
+	"$harness" agent-dump --socket "$sock" --timeout 120s >"$out/kill.dump.txt" 2>&1 &
 	dpid=$!
 	for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
 	"$gp" run --socket "$sock" --shim "$shim" -- "$out/vectoradd_static" run 20000 >"$out/kill.run.txt" 2>&1 &
@@ -179,7 +181,7 @@ if [[ " ${apps[*]} " == *" vectoradd_static "* ]]; then
 	dump_run bench "$out/bench.sock" "$out/vectoradd_static" bench $n
 	rec=$(sed -n 's/.*ns_per_launch=//p' "$out/bench.run.txt")
 	dropped=$(sed -n 's/^agent-dump: total .* dropped=\([0-9]*\) .*/\1/p' "$out/bench.dump.txt")
-	row "launch loop, real driver (unsynchronised: queue-bound; per-launch cost: gpu-launch-cost.sh)" INFO "$(awk -v b="$base" -v f="$fwd" -v r="$rec" 'BEGIN{printf "plain %.1f ns, shim forward-only %.1f (+%.1f), shim recording %.1f (+%.1f) per launch", b, f, f-b, r, r-b}'); recorded=$dump_launches dropped=$dropped"
+	row "launch loop, real driver (unsynchronised: queue-bound; per-launch cost: scripts/gpu/launch-cost.sh)" INFO "$(awk -v b="$base" -v f="$fwd" -v r="$rec" 'BEGIN{printf "plain %.1f ns, shim forward-only %.1f (+%.1f), shim recording %.1f (+%.1f) per launch", b, f, f-b, r, r-b}'); recorded=$dump_launches dropped=$dropped"
 fi
 
 # ---- the mock-driver benchmark (Go test binary) ---------------------------------

@@ -1,9 +1,11 @@
 /* gpuprobe.h: everything a gpuprobe eBPF program needs, with no libbpf or
- * vmlinux.h dependency. Compile with: clang -target bpf -O2 -g -c prog.c
+ * vmlinux.h dependency. Compile with:
+ *   clang -target bpf -O2 -g -I <gpuprobe>/jit/include -c prog.c
  *
  * The helper ids and map type numbers follow bpftime's GPU support, so the
  * same source runs under bpftime; ours start at 600 (helpers) and 1600 (map
- * types). The authoritative table is jit/abi.go.
+ * types). The authoritative table is jit/abi.go, beside this file;
+ * jit/abi_header_test.go checks that the two agree.
  *
  * Section names:
  *   SEC("kprobe/<kernel>")        runs at the entry of a CUDA kernel

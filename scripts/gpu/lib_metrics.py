@@ -1,6 +1,6 @@
 """lib_metrics: reads the metrics the collector's file exporter wrote (one
 OTLP/JSON document per line), for the GPU scripts' checks
-(gpu-programs.sh); lib_traces.py reads the traces."""
+(programs.sh); lib_traces.py reads the traces."""
 import json
 
 

@@ -122,23 +122,23 @@ func (s *loadgenStats) add(r shm.ProduceResult) {
 func runLoadgen(args []string, stdout, stderr io.Writer) int {
 	o, err := parseLoadgen(args, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "gpuprobe loadgen:", err)
+		fmt.Fprintln(stderr, "gpuprobe-harness loadgen:", err)
 		return 2
 	}
 	sess, err := agent.Dial(o.socket, agent.Hello{PID: uint32(os.Getpid()), Name: "gpuprobe-loadgen"})
 	if err != nil {
-		fmt.Fprintln(stderr, "gpuprobe loadgen:", err)
+		fmt.Fprintln(stderr, "gpuprobe-harness loadgen:", err)
 		return 1
 	}
 	defer sess.Close()
 	region := sess.Region(agent.RoleLaunchRing, "")
 	if region == nil {
-		fmt.Fprintln(stderr, "gpuprobe loadgen: the receiver handed over no launch ring")
+		fmt.Fprintln(stderr, "gpuprobe-harness loadgen: the receiver handed over no launch ring")
 		return 1
 	}
 	ring, err := shm.NewRing(region)
 	if err != nil {
-		fmt.Fprintln(stderr, "gpuprobe loadgen: launch ring:", err)
+		fmt.Fprintln(stderr, "gpuprobe-harness loadgen: launch ring:", err)
 		return 1
 	}
 	// Kernel names go to the names ring (role 4) whose slots hold any name;
@@ -146,7 +146,7 @@ func runLoadgen(args []string, stdout, stderr io.Writer) int {
 	names := ring
 	if nr := sess.Region(roleNameRing, ""); nr != nil {
 		if names, err = shm.NewRing(nr); err != nil {
-			fmt.Fprintln(stderr, "gpuprobe loadgen: names ring:", err)
+			fmt.Fprintln(stderr, "gpuprobe-harness loadgen: names ring:", err)
 			return 1
 		}
 	}

@@ -1,6 +1,6 @@
 """lib_traces: reads the traces the collector's file exporter wrote (one
 OTLP/JSON document per line), for the GPU scripts' checks
-(gpu-sampling.sh, gpu-hostwait.sh)."""
+(sampling.sh, hostwait.sh)."""
 import json
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-samples.sh: issue 4's end-to-end samples on the GPU machine, from
+# samples.sh: issue 4's end-to-end samples on the GPU machine, from
 # prebuilt binaries (no Go there): bin/gpuprobe, bin/libgpuprobe.so and the
 # clang-built testdata/bpf/{kernelretsnoop,threadhist,launchlate}.o.
 #
@@ -11,12 +11,12 @@
 #   graph             testdata/cuda/samples/graph.cu
 #   ptxload           testdata/cuda/samples/ptxload.cu (-lcuda, PTX strings)
 # runs each plainly, then under `gpuprobe run` against
-# `gpuprobe agent-dump --patch --expect PLAIN_OUTPUT` in four configurations
+# `gpuprobe-harness agent-dump --patch --expect PLAIN_OUTPUT` in four configurations
 #   phases     built-in kernel_phases
 #   retsnoop   kernelretsnoop.o (retargeted to every kernel) + kernel_phases
 #   threadhist threadhist.o (retargeted to every kernel)
 #   launchlate launchlate.o (GPU half, retargeted to every kernel)
-# and checks (agent-dump's checks, see cmd/gpuprobe/agentdump_device.go):
+# and checks (agent-dump's checks, see cmd/gpuprobe-harness/agentdump_device.go):
 #   output       the application's output is bit-identical to the plain run
 #   launch counts  launch records per kernel == the sample's printed counts
 #   kernels patched every kernel the sample launched was patched
@@ -42,9 +42,10 @@
 set -uo pipefail
 export GPUPROBE_PATCH=1 # patching is opt-in (shim/README.md)
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 gp=$root/bin/gpuprobe
+harness=$root/bin/gpuprobe-harness
 shim=$root/bin/libgpuprobe.so
 bpf=$root/testdata/bpf
 out=${SAMPLES_OUT:-$root/build/gpu-samples}
@@ -74,7 +75,7 @@ finish() {
 	exit "$failed"
 }
 
-for f in "$gp" "$shim" "$bpf/kernelretsnoop.o" "$bpf/threadhist.o" "$bpf/launchlate.o"; do
+for f in "$gp" "$harness" "$shim" "$bpf/kernelretsnoop.o" "$bpf/threadhist.o" "$bpf/launchlate.o"; do
 	[[ -e $f ]] || { row setup - "prebuilt $(basename "$f")" FAIL "missing: build it where Go and clang are, carry it"; finish; }
 done
 arch=${GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')}
@@ -148,7 +149,7 @@ instrumented() {
 	local name=$1 s=$2 exp=$3 a=$4 sock=$out/$1.sock rc dpid
 	shift 4
 	rm -f "$sock"
-	"$gp" agent-dump --patch --socket "$sock" --exit-after 1 --slot-size 1024 --slots 262144 --timeout 150s \
+	"$harness" agent-dump --patch --socket "$sock" --exit-after 1 --slot-size 1024 --slots 262144 --timeout 150s \
 		--expect "$exp" --summary "$out/$name.summary.json" "$@" >"$out/$name.dump.txt" 2>&1 &
 	dpid=$!
 	echo "$dpid" >"$out/$name.dump.pid"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-hostwait.sh: the stream-gap attributes (cuda.launch.stream_idle,
+# hostwait.sh: the stream-gap attributes (cuda.launch.stream_idle,
 # cuda.launch.host_wait) end to end on the GPU machine, from prebuilt
 # bin/otelcol-gpuprobe, bin/gpuprobe and bin/libgpuprobe.so.
 # It builds testdata/cuda/shim/vectoradd.cu with PTX (patchable), starts the
@@ -21,19 +21,19 @@
 # HOSTWAIT_OUT (default build/gpu-hostwait).
 set -uo pipefail
 export GPUPROBE_PATCH=1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${HOSTWAIT_OUT:-$PWD/build/gpu-hostwait}
 iters=${ITERS:-20}
 mkdir -p "$out"
 "${NVCC:-nvcc}" -O3 -cudart shared -gencode arch=compute_90,code=compute_90 -o "$out/vectoradd" testdata/cuda/shim/vectoradd.cu >"$out/nvcc.txt" 2>&1 ||
 	{ echo "gpu-hostwait: nvcc failed: $(tail -3 "$out/nvcc.txt")"; exit 1; }
-. scripts/lib-collector.sh
+. scripts/gpu/lib_collector.sh
 start_traces_collector "$out" || { echo "gpu-hostwait: collector did not start (see $out/collector.log)"; exit 1; }
 status=0
 run_with_shim "$out" gpu-hostwait "$out/vectoradd" gap "$iters" || status=1
 python3 - "$out/traces.json" "$iters" <<'PY' || status=1
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/gpu")
 from lib_traces import load, launch_spans
 path, iters = sys.argv[1], int(sys.argv[2])
 spans, _ = load(path)

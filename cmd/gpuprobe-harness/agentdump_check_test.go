@@ -16,6 +16,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/internal/bpftest"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -167,7 +168,7 @@ func simulate(t *testing.T, s *agent.Session, launches []simLaunch, f fault) {
 // sample, a simulated GPU writes what the patched kernels would, and the
 // checks pass exactly when the records are right.
 func TestAgentDumpChecks(t *testing.T) {
-	objs := buildTestObject(t, "kernelretsnoop") + "," + buildTestObject(t, "threadhist")
+	objs := bpftest.Object(t, "kernelretsnoop") + "," + bpftest.Object(t, "threadhist")
 	launches := []simLaunch{
 		{id: 1, grid: [3]uint32{3, 1, 1}, block: [3]uint32{40, 1, 1}},
 		{id: 2, grid: [3]uint32{3, 1, 1}, block: [3]uint32{40, 1, 1}},
@@ -302,7 +303,7 @@ func startDumpRC(t *testing.T, args ...string) (string, func() (string, int)) {
 	}
 }
 
-// TestAgentDumpPatchesSamples: every configuration of scripts/gpu-samples.sh
+// TestAgentDumpPatchesSamples: every configuration of scripts/gpu/samples.sh
 // patches every kernel of the samples 3-5 (testdata/cuda/samples, PTX from
 // nvcc 11.8 here, as the GPU machine's nvcc embeds it), and ptxas accepts
 // each patched module for sm_90. Needs nvcc, ptxas and clang.
@@ -334,9 +335,9 @@ func TestAgentDumpPatchesSamples(t *testing.T) {
 		args []string
 	}{
 		{"kernel_phases", nil},
-		{"kernelretsnoop", []string{"--programs", buildTestObject(t, "kernelretsnoop"), "--target", "*"}},
-		{"threadhist", []string{"--probes", "", "--programs", buildTestObject(t, "threadhist"), "--target", "*"}},
-		{"launchlate", []string{"--probes", "", "--programs", buildTestObject(t, "launchlate"), "--target", "*"}},
+		{"kernelretsnoop", []string{"--programs", bpftest.Object(t, "kernelretsnoop"), "--target", "*"}},
+		{"threadhist", []string{"--probes", "", "--programs", bpftest.Object(t, "threadhist"), "--target", "*"}},
+		{"launchlate", []string{"--probes", "", "--programs", bpftest.Object(t, "launchlate"), "--target", "*"}},
 	}
 	for _, c := range configs {
 		t.Run(c.name, func(t *testing.T) {
@@ -380,7 +381,7 @@ func TestAgentDumpPatchesSamples(t *testing.T) {
 // the host half) gets no region, and the delay histogram check passes
 // exactly when the histogram is empty.
 func TestAgentDumpLaunchlate(t *testing.T) {
-	obj := buildTestObject(t, "launchlate")
+	obj := bpftest.Object(t, "launchlate")
 	for _, tt := range []struct {
 		name   string
 		bucket int // -1: none

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-inject-check.sh: the injector's GPU check, on the GPU machine. Builds
+# inject-check.sh: the injector's GPU check, on the GPU machine. Builds
 # the samples of testdata/cuda/inject with nvcc (-ptx, for the GPU's arch),
 # then runs bin/gpuprobe-gpucheck (built on a machine with Go:
 # `go build -o bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck`), which patches
@@ -15,7 +15,7 @@
 # GPU_INJECT_OUT (default build/gpu-inject; copied to $OUT when set).
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bin=${GPUCHECK_BIN:-bin/gpuprobe-gpucheck}
 out=${GPU_INJECT_OUT:-build/gpu-inject}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}

@@ -15,14 +15,14 @@
 # `gpuprobe ptx -aligned` (ptx.Options.AssumeAligned), which trusts natural
 # alignment as the CUDA C code does. Static counts include cold paths.
 #
-# Usage: scripts/sass-compare.sh [GPUPROBE_BINARY]
+# Usage: scripts/gpu/sass-compare.sh [GPUPROBE_BINARY]
 #   GPUPROBE_BINARY defaults to bin/gpuprobe (built with
 #   `go build -o bin/gpuprobe ./cmd/gpuprobe` on a machine with Go).
 # Environment: ARCH (default sm_90), NVCC, PTXAS, CUOBJDUMP, NVCC_FLAGS,
 # KEEP=1 keeps the work directory and prints its path.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 gpuprobe=${1:-$root/bin/gpuprobe}
 arch=${ARCH:-sm_90}
 nvcc=${NVCC:-nvcc}

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# gpu-graph-spans.sh: CUDA graph replays through the real collector, on the
+# graph-spans.sh: CUDA graph replays through the real collector, on the
 # GPU machine, from prebuilt bin/otelcol-gpuprobe, bin/gpuprobe and
 # bin/libgpuprobe.so. Builds testdata/cuda/samples/graph.cu (PTX and SASS,
 # so the shim can patch it), runs the collector (kernel_phases, file
 # exporter), runs the sample under `gpuprobe run` (its graph of 4 kernel
 # nodes launched REPLAYS times; every node keeps its launch id across
-# replays), stops the collector and checks with `gpuprobe tracecheck
+# replays), stops the collector and checks with `gpuprobe-harness tracecheck
 # --graph-exe`: each node has one launch span per replay (cuda.graph.replay
 # 0..REPLAYS-1) with its own cuda.executing phase, g_never (captured into a
 # graph that is never launched) has no span, and the sample's output is
@@ -13,13 +13,13 @@
 # GRAPH_OUT (default build/gpu-graph-spans).
 set -uo pipefail
 export GPUPROBE_PATCH=1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 out=${GRAPH_OUT:-$root/build/gpu-graph-spans}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 replays=${REPLAYS:-5}
 mkdir -p "$out"
-for f in bin/otelcol-gpuprobe bin/gpuprobe bin/libgpuprobe.so; do
+for f in bin/otelcol-gpuprobe bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so; do
 	[[ -x $f || -f $f ]] || { echo "gpu-graph-spans: $f missing"; exit 2; }
 done
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
@@ -29,7 +29,7 @@ app=$out/graph
 "$app" "$replays" >"$out/plain.txt" 2>&1 || { echo "gpu-graph-spans: plain run failed"; exit 1; }
 
 sock=$out/agent.sock
-. scripts/lib-collector.sh
+. scripts/gpu/lib_collector.sh
 start_traces_collector "$out" || { echo "gpu-graph-spans: collector did not start (see $out/collector.log)"; exit 1; }
 timeout 120 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so -- "$app" "$replays" >"$out/shim.txt" 2>"$out/shim.err"
 rc=$?
@@ -43,6 +43,6 @@ else
 	echo "output identical to the plain run: FAIL (rc $rc; diff $out/plain.txt $out/shim.txt)"
 	status=1
 fi
-bin/gpuprobe tracecheck --traces "$out/traces.json" --graph-exe graph --graph-replays "$replays" --absent-kernel g_never || status=1
+bin/gpuprobe-harness tracecheck --traces "$out/traces.json" --graph-exe graph --graph-replays "$replays" --absent-kernel g_never || status=1
 [[ -n ${OUT:-} ]] && cp "$out/collector.log" "$OUT/graph-collector.log" 2>/dev/null
 exit $status

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-inline-model.sh: on the GPU machine, builds testdata/cuda/model/kp_model.cu
+# inline-model.sh (experiment): on the GPU machine, builds testdata/cuda/model/kp_model.cu
 # (kernel_phases' logic in CUDA C around vectorAdd: plain, inlined, called,
 # and a ticket-based variant) and testdata/cuda/model/kp_variants.cu (other
 # designs of the per-block protocol, and the floor of its exit and fold) and
@@ -7,7 +7,7 @@
 # the plain kernel, measured in the same run. Environment: NVCC, GPU_ARCH (default from nvidia-smi), RUNS, MODEL_OUT
 # (default build/gpu-inline-model).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 out=${MODEL_OUT:-build/gpu-inline-model}
 if [[ -z ${GPU_ARCH:-} ]]; then

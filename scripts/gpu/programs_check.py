@@ -1,11 +1,11 @@
-"""programs_check: gpu-programs.sh's checks of what the collector exported
+"""programs_check: programs.sh's checks of what the collector exported
 for testdata/cuda/samples/progs.cu (vectorAdd launched ITERS times over N
 threads in BLOCK-thread blocks) with threadhist.o and kernelretsnoop.o.
 
-  python3 scripts/programs_check.py TRACES METRICS LOG N ITERS [BLOCK]
+  python3 scripts/gpu/programs_check.py TRACES METRICS LOG N ITERS [BLOCK]
 
 Prints one line per check, "name<TAB>ok|FAIL<TAB>detail", and exits 1 if
-any failed. See gpu-programs.sh for what each check asserts."""
+any failed. See programs.sh for what each check asserts."""
 import re
 import sys
 import os

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-sampling.sh: sampling::device_one_in end to end on the GPU machine,
+# sampling.sh: sampling::device_one_in end to end on the GPU machine,
 # from prebuilt bin/otelcol-gpuprobe, bin/gpuprobe and bin/libgpuprobe.so.
 # It builds testdata/cuda/shim/vectoradd.cu with PTX (patchable), starts the
 # collector with kernel_phases and sampling::device_one_in: N (default 4),
@@ -24,21 +24,21 @@
 # RATE (default 100), SAMPLING_OUT (default build/gpu-sampling).
 set -uo pipefail
 export GPUPROBE_PATCH=1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${SAMPLING_OUT:-$PWD/build/gpu-sampling}
 n=${N:-4}
 iters=${ITERS:-40}
 mkdir -p "$out"
 "${NVCC:-nvcc}" -O3 -cudart shared -gencode arch=compute_90,code=compute_90 -o "$out/vectoradd" testdata/cuda/shim/vectoradd.cu >"$out/nvcc.txt" 2>&1 ||
 	{ echo "gpu-sampling: nvcc failed: $(tail -3 "$out/nvcc.txt")"; exit 1; }
-. scripts/lib-collector.sh
+. scripts/gpu/lib_collector.sh
 start_traces_collector "$out" "$(printf '    sampling:\n      device_one_in: %d' "$n")" ||
 	{ echo "gpu-sampling: collector did not start (see $out/collector.log)"; exit 1; }
 status=0
 run_with_shim "$out" gpu-sampling "$out/vectoradd" sync "$iters" || status=1
 python3 - "$out/traces.json" "$n" "$((2 * iters))" <<'PY' || status=1
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/gpu")
 from lib_traces import load, launch_spans
 path, n, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 spans, children = load(path)
@@ -70,7 +70,7 @@ start_traces_collector "$rout" "$(printf '    sampling:\n      device_max_per_se
 run_with_shim "$rout" "gpu-sampling (rate)" "$out/vectoradd" gap "$iters" || status=1
 python3 - "$rout/traces.json" "$rate" "$((2 * iters))" <<'PY' || status=1
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/gpu")
 from lib_traces import load, launch_spans
 path, rate, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 spans, children = load(path)

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/internal/cli"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -268,15 +269,15 @@ func runAgentDump(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "gpuprobe agent-dump: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
 	if *slots > 1<<24 || *slotSize > shm.MaxSlotSize {
-		fmt.Fprintf(stderr, "gpuprobe agent-dump: --slots %d or --slot-size %d too large\n", *slots, *slotSize)
+		fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: --slots %d or --slot-size %d too large\n", *slots, *slotSize)
 		return 2
 	}
 	if *ringSlots > 1<<24 || *lanes > 1<<28 || *lanes == 0 {
-		fmt.Fprintf(stderr, "gpuprobe agent-dump: --ring-slots %d (at most 1<<24) or --lanes %d (1..1<<28) out of range\n", *ringSlots, *lanes)
+		fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: --ring-slots %d (at most 1<<24) or --lanes %d (1..1<<28) out of range\n", *ringSlots, *lanes)
 		return 2
 	}
 	stdout = &lockedWriter{w: stdout} // the server's goroutines print too
@@ -285,35 +286,35 @@ func runAgentDump(args []string, stdout, stderr io.Writer) int {
 	if *expect != "" {
 		e, err := readExpect(*expect)
 		if err != nil {
-			fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+			fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: %v\n", err)
 			return 2
 		}
 		d.checks.expect = e
 	}
 	cb := agent.Callbacks{Connect: d.connect, Disconnect: d.disconnect}
 	if *patch {
-		progs, err := loadDumpProgs(splitList(*builtins), splitList(*objects), *target, uint32(*lanes), uint32(*ringSlots))
+		progs, err := loadDumpProgs(cli.SplitList(*builtins), cli.SplitList(*objects), *target, uint32(*lanes), uint32(*ringSlots))
 		if err != nil {
-			fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+			fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: %v\n", err)
 			return 2
 		}
 		p, err := progs.newPatcher()
 		if err != nil {
-			fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+			fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: %v\n", err)
 			return 1
 		}
 		d.progs, d.patcher, cb.Patch = progs, p, d.onPatch
 	} else if *builtins != probes.KernelPhases || *objects != "" || *target != "" {
-		fmt.Fprintf(stderr, "gpuprobe agent-dump: --probes, --programs and --target need --patch\n")
+		fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: --probes, --programs and --target need --patch\n")
 		return 2
 	}
 	if err := os.MkdirAll(filepath.Dir(*socket), 0o755); err != nil {
-		fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+		fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: %v\n", err)
 		return 1
 	}
 	srv, err := agent.Listen(agent.Options{Path: *socket}, cb)
 	if err != nil {
-		fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+		fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "agent-dump: listening on %s\n", *socket)
@@ -348,7 +349,7 @@ loop:
 	failed, err := d.report()
 	d.close()
 	if err != nil {
-		fmt.Fprintf(stderr, "gpuprobe agent-dump: %v\n", err)
+		fmt.Fprintf(stderr, "gpuprobe-harness agent-dump: %v\n", err)
 		return 1
 	}
 	if failed > 0 {

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# gpu-e2e.sh: the patch loop of issue 4 end to end on the GPU machine, from
+# e2e.sh: the patch loop of issue 4 end to end on the GPU machine, from
 # prebuilt binaries (no Go there):
 #
-#   bin/gpuprobe        (make bin/gpuprobe)        `run` and `agent-dump --patch`
+#   bin/gpuprobe        (make bin/gpuprobe)        `run`
+#   bin/gpuprobe-harness (make bin/gpuprobe-harness) `agent-dump --patch`
 #   bin/libgpuprobe.so  (make bin/libgpuprobe.so)
 #
 # It builds testdata/cuda/shim/vectoradd.cu with PTX only for sm_90
 # (-gencode arch=compute_90,code=compute_90, static cudart), runs it plainly,
-# then under `gpuprobe run` against `gpuprobe agent-dump --patch` (which
+# then under `gpuprobe run` against `gpuprobe-harness agent-dump --patch` (which
 # answers the shim's PATCH with the kernel_phases probe), and checks:
 #   - the output is identical (the patched kernels compute the same thing);
 #   - the module was patched, and every launch was recorded;
@@ -22,9 +23,10 @@
 set -uo pipefail
 export GPUPROBE_PATCH=1 # patching is opt-in (see shim/README.md)
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 gp=$root/bin/gpuprobe
+harness=$root/bin/gpuprobe-harness
 shim=$root/bin/libgpuprobe.so
 out=${E2E_OUT:-$root/build/gpu-e2e}
 nvcc=${NVCC:-nvcc}
@@ -46,7 +48,7 @@ finish() {
 	exit "$failed"
 }
 
-for f in "$gp" "$shim"; do
+for f in "$gp" "$harness" "$shim"; do
 	[[ -e $f ]] || { row "prebuilt $(basename "$f")" FAIL "missing: build it here with make and carry bin/"; finish; }
 done
 
@@ -66,7 +68,7 @@ patched() {
 	local name=$1 ms=$2 sock=$out/$1.sock
 	shift 2
 	rm -f "$sock"
-	"$gp" agent-dump --patch --socket "$sock" --exit-after 1 --slot-size 1024 --slots 65536 --timeout 90s "$@" \
+	"$harness" agent-dump --patch --socket "$sock" --exit-after 1 --slot-size 1024 --slots 65536 --timeout 90s "$@" \
 		>"$out/$name.dump.txt" 2>&1 &
 	local dpid=$!
 	for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done

@@ -115,7 +115,7 @@ func (t *checkTable) row(name string, ok bool, format string, args ...any) {
 }
 
 func runTraceCheck(args []string, stdout, stderr io.Writer) int {
-	fs := newUsageFlags("tracecheck", "gpuprobe tracecheck --traces FILE [checks]", stderr)
+	fs := newUsageFlags("tracecheck", "gpuprobe-harness tracecheck --traces FILE [checks]", stderr)
 	traces := fs.String("traces", "", "traces written by the file exporter (JSON lines)")
 	metrics := fs.String("metrics", "", "metrics written by the file exporter (JSON lines), for --launchlate")
 	nestedPID := fs.Int64("nested-pid", 0, "a process run with the shim: its launch spans must have a host launch-call parent")
@@ -135,12 +135,12 @@ func runTraceCheck(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *traces == "" {
-		fmt.Fprintln(stderr, "gpuprobe tracecheck: --traces is required")
+		fmt.Fprintln(stderr, "gpuprobe-harness tracecheck: --traces is required")
 		return 2
 	}
 	spans, err := loadSpans(*traces)
 	if err != nil {
-		fmt.Fprintf(stderr, "gpuprobe tracecheck: %v\n", err)
+		fmt.Fprintf(stderr, "gpuprobe-harness tracecheck: %v\n", err)
 		return 1
 	}
 	byID := map[[24]byte]*span{}

@@ -1,6 +1,6 @@
-# lib-collector.sh: sourced by the GPU scripts that run the real collector
-# with a traces file exporter (gpu-graph-spans.sh, gpu-sampling.sh,
-# gpu-hostwait.sh) or a traces and a metrics one (gpu-programs.sh);
+# lib_collector.sh: sourced by the GPU scripts that run the real collector
+# with a traces file exporter (graph-spans.sh, sampling.sh,
+# hostwait.sh) or a traces and a metrics one (programs.sh);
 # lib_traces.py and lib_metrics.py read what they wrote.
 #
 # start_traces_collector DIR [RECEIVER_YAML]: writes DIR/config.yaml (the

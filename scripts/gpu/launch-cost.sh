@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-launch-cost.sh: the host cost the shim adds to a kernel launch on the
+# launch-cost.sh: the host cost the shim adds to a kernel launch on the
 # real driver (issue 4: <= 100 ns). On the GPU machine, from prebuilt
 # bin/gpuprobe and bin/libgpuprobe.so; needs nvcc.
 #
@@ -17,7 +17,7 @@
 # (make bin/libgpuprobe-selftime.so):
 #   plain      no shim
 #   forward    shim loaded, no collector (forwards only)
-#   recording  shim recording into `gpuprobe agent-dump`'s ring
+#   recording  shim recording into `gpuprobe-harness agent-dump`'s ring
 #   selftime   as recording, with the self-timing shim: it times its own
 #              instructions around the driver call on every launch (rdtscp
 #              at entry, before and after the call, and at exit; see
@@ -31,7 +31,7 @@
 # medians over rounds of the shim's own ns per launch (and its pre-call
 # and post-call parts): a direct figure, free of the driver's jitter that
 # the end-to-end difference carries. The last table is the cudart one: its
-# "recording" row's third field is the added cost gpu-bench.sh checks.
+# "recording" row's third field is the added cost bench.sh checks.
 # A last configuration, ab, measures the driver-API path inside one process:
 # launchbench's ab mode, recording under the shim, launches in alternating
 # bursts through cuLaunchKernel as linked (the shim's wrapper) and through
@@ -52,9 +52,10 @@
 # (default 2), RING_SLOTS and SLOT_SIZE (agent-dump's launch ring; default
 # the collector's, 65536 x 128 bytes), OUT_DIR, BASE_SHIM, BASE_STSHIM.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 gp=$root/bin/gpuprobe
+harness=$root/bin/gpuprobe-harness
 shim=$root/bin/libgpuprobe.so
 stshim=$root/bin/libgpuprobe-selftime.so
 out=${OUT_DIR:-$root/build/gpu-launch-cost}
@@ -70,7 +71,7 @@ ring_slots=${RING_SLOTS:-65536}
 slot_size=${SLOT_SIZE:-128}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 mkdir -p "$out"
-for f in "$gp" "$shim"; do
+for f in "$gp" "$harness" "$shim"; do
 	[[ -e $f ]] || { echo "gpu-launch-cost: $f missing (make bin/gpuprobe bin/libgpuprobe.so)"; exit 1; }
 done
 
@@ -109,7 +110,7 @@ done
 record() {
 	local sock=$out/agent.sock dpid rc
 	rm -f "$sock"
-	"${pin2[@]}" "$gp" agent-dump --socket "$sock" --exit-after 1 --slot-size "$slot_size" --slots "$ring_slots" --timeout 120s \
+	"${pin2[@]}" "$harness" agent-dump --socket "$sock" --exit-after 1 --slot-size "$slot_size" --slots "$ring_slots" --timeout 120s \
 		>"$4" 2>&1 &
 	dpid=$!
 	for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
@@ -174,7 +175,7 @@ echo "records: $(grep -h "total clients" "$out"/dump.*.txt | awk '{for (i = 1; i
 for m in "${modes[@]}"; do
 	p=$(med "$out/$m.plain"); f=$(med "$out/$m.forward"); c=$(med "$out/$m.recording")
 	# Row names: the cudart table's are plain/forward/recording (what
-	# gpu-bench.sh reads), the driver table's are prefixed.
+	# bench.sh reads), the driver table's are prefixed.
 	pre=; [[ $m == cudart ]] || pre=$m/
 	echo
 	echo "$m: ns per launch (median, range); vs plain = added by the shim"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# gpu-hostprobes.sh: issue 5's checks on the GPU machine, from prebuilt
+# hostprobes.sh: issue 5's checks on the GPU machine, from prebuilt
 # binaries (no Go there), as root (uprobes):
 #
 #   bin/otelcol-gpuprobe  the collector (host_probes on, kernel_phases,
 #                         testdata/bpf/launchlate.o), file exporters
-#   bin/gpuprobe          `run` (the shim launcher) and `tracecheck`
+#   bin/gpuprobe          `run` (the shim launcher)
+#   bin/gpuprobe-harness  `tracecheck`
 #   bin/libgpuprobe.so    the shim
 #   bin/hostprobe.test    optional: the hostprobe package's test binary, for
 #                         the uprobe-hit benchmark on this machine
@@ -12,7 +13,7 @@
 # It builds testdata/cuda/shim/vectoradd.cu with PTX and `-cudart shared`,
 # starts the collector, then runs two copies of the app: vectoradd_shim
 # under `gpuprobe run` (patched, launch records) and vectoradd_noshim
-# plainly; stops the collector and checks with `gpuprobe tracecheck`:
+# plainly; stops the collector and checks with `gpuprobe-harness tracecheck`:
 #   - every launch span of the shim process has a host launch call
 #     (cudaLaunchKernel, uprobe on libcudart) as its parent, starts inside
 #     it, and has its device phases below it;
@@ -49,7 +50,7 @@
 set -uo pipefail
 export GPUPROBE_PATCH=1
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 out=${HP_OUT:-$root/build/gpu-hostprobes}
 nvcc=${NVCC:-nvcc}
@@ -78,7 +79,7 @@ finish() {
 	exit "$failed"
 }
 
-for f in bin/otelcol-gpuprobe bin/gpuprobe bin/libgpuprobe.so testdata/bpf/launchlate.o; do
+for f in bin/otelcol-gpuprobe bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so testdata/bpf/launchlate.o; do
 	[[ -e $f ]] || { row "prebuilt $f" FAIL "missing"; finish; }
 done
 
@@ -178,12 +179,12 @@ kill -TERM "$col_pid"
 wait "$col_pid"
 col_pid=
 
-bin/gpuprobe tracecheck --traces "$out/traces.json" --metrics "$out/metrics.json" \
+bin/gpuprobe-harness tracecheck --traces "$out/traces.json" --metrics "$out/metrics.json" \
 	--nested-exe vectoradd_shim --approx-exe vectoradd_noshim --launches "${want:-0}" \
 	--captured-exe graph_noshim --captured-launches 5 --captured-graph-launches 3 \
 	--launchlate "${LAUNCHLATE_METRIC:-gpuprobe.map.delay_log2_ns}" >"$out/tracecheck.txt" 2>&1
-bin/gpuprobe tracecheck --traces "$out/traces.json" --approx-exe multistream_noshim --launches 40 >"$out/tracecheck-ms.txt" 2>&1
-bin/gpuprobe tracecheck --traces "$out/traces.json" --approx-exe multistream_legacy_noshim --launches 40 >"$out/tracecheck-msl.txt" 2>&1
+bin/gpuprobe-harness tracecheck --traces "$out/traces.json" --approx-exe multistream_noshim --launches 40 >"$out/tracecheck-ms.txt" 2>&1
+bin/gpuprobe-harness tracecheck --traces "$out/traces.json" --approx-exe multistream_legacy_noshim --launches 40 >"$out/tracecheck-msl.txt" 2>&1
 if [[ -n $torch_ran ]]; then
 	# graph.py's spans (process python3*): captured launch calls, approximate graph spans.
 	python3 - "$out/traces.json" >"$out/tracecheck-torch.txt" <<'PY'

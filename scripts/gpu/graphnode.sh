@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# gpu-graphnode.sh: on the GPU machine, from prebuilt bin/gpuprobe and
+# graphnode.sh: on the GPU machine, from prebuilt bin/gpuprobe, bin/gpuprobe-harness and
 # bin/libgpuprobe.so: a kernel in an explicitly built graph node
 # (testdata/cuda/shim/graphnode.cu, PTX only so that it is patched) must
 # compute the same result with the shim patching as without it.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 out=$root/build/gpu-graphnode
 mkdir -p "$out"
@@ -14,7 +14,7 @@ nvcc -O2 -gencode arch=compute_90,code=compute_90 -o "$out/graphnode" testdata/c
 "$out/graphnode" >"$out/plain.txt" 2>&1 || { echo "plain run failed: $(cat "$out/plain.txt")"; exit 1; }
 sock=$out/agent.sock
 rm -f "$sock"
-"$root/bin/gpuprobe" agent-dump --socket "$sock" --patch --exit-after 1 --timeout 60s >"$out/dump.txt" 2>&1 &
+"$root/bin/gpuprobe-harness" agent-dump --socket "$sock" --patch --exit-after 1 --timeout 60s >"$out/dump.txt" 2>&1 &
 dpid=$!
 for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
 GPUPROBE_TRACE="$out/trace.txt" "$root/bin/gpuprobe" run --socket "$sock" --shim "$root/bin/libgpuprobe.so" -- "$out/graphnode" >"$out/patched.txt" 2>&1

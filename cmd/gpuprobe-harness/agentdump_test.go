@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/record"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// startDump runs agent-dump in the background; stop() ends it and returns
+// its output.
+func startDump(t *testing.T, args ...string) (socket string, stop func() string) {
+	t.Helper()
+	socket = filepath.Join(t.TempDir(), "agent.sock")
+	dumpStop = make(chan struct{})
+	var out, errb bytes.Buffer
+	done := make(chan int)
+	go func() { done <- runAgentDump(append([]string{"--socket", socket}, args...), &out, &errb) }()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(socket); err == nil {
+			break
+		}
+		if i == 500 {
+			t.Fatalf("agent-dump did not listen: %s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var code int
+	stopped := false
+	return socket, func() string {
+		if !stopped {
+			stopped = true
+			select {
+			case code = <-done:
+			case <-time.After(100 * time.Millisecond):
+				close(dumpStop)
+				code = <-done
+			}
+		}
+		if code != 0 {
+			t.Errorf("agent-dump exit %d: %s", code, errb.String())
+		}
+		return out.String()
+	}
+}
+
+func TestAgentDump(t *testing.T) {
+	socket, stop := startDump(t, "--exit-after", "1", "--slot-size", "256", "-v")
+	s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "dump-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := shm.NewRing(s.Region(agent.RoleLaunchRing, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(r interface{ Append([]byte) []byte }) {
+		b := r.Append(nil)
+		p, _ := record.ParsePrefix(b)
+		if res := ring.Produce(uint32(p.Type), b); res != shm.Published {
+			t.Fatalf("produce: %v", res)
+		}
+	}
+	put(&record.KernelName{Function: 7, PID: 1, Name: "_Z6vecAddPfS_S_i"})
+	for i := range 3 {
+		put(&record.Launch{LaunchID: uint64(i + 1), PID: 1, Function: 7, Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{256, 1, 1}})
+	}
+	put(&record.Launch{LaunchID: 9, PID: 1, Function: 8, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}})
+	put(&record.Sync{PID: 1, Kind: record.SyncStream})
+	put(&record.Memcpy{PID: 1, Bytes: 4096, Kind: record.MemcpyHostToDevice})
+	s.Close()
+	out := stop()
+	for _, want := range []string{
+		"agent-dump: total clients=1 launches=4 names=1 syncs=1 memcpys=1 dropped=0 errors=0",
+		"       3  _Z6vecAddPfS_S_i",
+		"       1  unnamed 0x8",
+		"launch pid=1 tid=0 id=2 _Z6vecAddPfS_S_i grid=4x1x1 block=256x1x1",
+		"(dump-test): launches=4 names=1 syncs=1 memcpys=1 (4096 bytes) unnamed=1",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

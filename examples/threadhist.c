@@ -1,0 +1,41 @@
+// threadhist: counts how often each GPU thread runs the exit of vectorAdd,
+// in a per-thread array (one u64 slot per thread), and how many threads of
+// each block got there, in a GPU array indexed by block.
+#include "gpuprobe.h"
+
+#define MAX_BLOCKS 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} thread_runs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_GPU_ARRAY_MAP);
+	__uint(max_entries, MAX_BLOCKS);
+	__type(key, u32);
+	__type(value, u64);
+} block_threads SEC(".maps");
+
+SEC("kretprobe/_Z9vectorAddPKfS0_Pf")
+int threadhist(void *ctx)
+{
+	u32 zero = 0;
+	u64 *runs = bpf_map_lookup_elem(&thread_runs, &zero);
+	if (runs)
+		*runs += 1;
+
+	u64 bx, by, bz;
+	bpf_get_block_idx(&bx, &by, &bz);
+	if (bx >= MAX_BLOCKS)
+		return 0;
+	u32 block = bx;
+	u64 *n = bpf_map_lookup_elem(&block_threads, &block);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
