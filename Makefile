@@ -62,6 +62,9 @@ build: bin/gpuprobe bin/gpuprobe-harness $(BPF_OBJECTS) ## same as all
 # eBPF objects embedded with go:embed (the built-in GPU probes, the host
 # probes' bpf2go output): a rebuilt object must rebuild the binaries.
 GO_EMBEDS := $(wildcard gpuprobe/probes/*.o gpuprobe/hostprobe/*_bpfel.o)
+# They are committed (go generate rebuilds them): never remake them with
+# make's built-in %.o: %.c rule when a checkout leaves the .c newer.
+$(GO_EMBEDS): ;
 
 bin/gpuprobe: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 	@mkdir -p bin

@@ -180,7 +180,7 @@ func generate(ring, names *shm.Ring, o *loadgenOpts) loadgenStats {
 		put(&record.Calibration{MonoNS: m, RealtimeNS: realNS(), GPUNS: m + synthGPUOffset, Device: 0})
 	}
 	put(&record.Device{Device: 0, PID: pid, UUID: [16]byte{0x67, 0x70, 0x75, 0x70, 0x72, 0x6f, 0x62, 0x65}, SMCount: 132,
-		ComputeCap: 90, Name: "synthetic (gpuprobe loadgen)"})
+		ComputeCap: 90, Name: "synthetic (gpuprobe-harness loadgen)"})
 	calibrate()
 	for i, k := range o.kernels {
 		buf = (&record.KernelName{Function: uint64(i + 1), PID: pid, Name: k}).AppendFit(buf[:0], names.MaxPayload())
