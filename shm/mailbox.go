@@ -135,12 +135,15 @@ func (m *Mailbox) Poll(h Handler) int {
 			late++ // the requester gave up waiting (doc.go)
 		}
 		ret := h(&req)
+		// Counted before the answer is published: a requester that
+		// sees its answer also sees it counted.
+		m.served.Add(1)
 		atomic.StoreUint64(field64(s, mbRet), uint64(ret))
 		atomic.StoreUint64(field64(s, mbAck), r)
 		n++
 	}
 	if n > 0 {
-		atomic.StoreUint64(m.r.u64(offMboxServed), m.served.Add(uint64(n)))
+		atomic.StoreUint64(m.r.u64(offMboxServed), m.served.Load())
 	}
 	if late > 0 {
 		atomic.StoreUint64(m.r.u64(offMboxLate), m.late.Add(late))
