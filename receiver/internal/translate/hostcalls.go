@@ -220,7 +220,7 @@ func (t *Translator) onHostKernelName(k *record.KernelName) {
 		n.mangled += TruncatedMarker
 		n.name = n.mangled
 	} else {
-		n.name = t.demangle(k.Name)
+		n.name = t.series.demangle(k.Name)
 	}
 	if len(t.hostNames) >= maxHostNames {
 		// Two generations: the names used since the last turn survive it.

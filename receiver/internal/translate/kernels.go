@@ -22,13 +22,13 @@ func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
 		mangled += TruncatedMarker
 		name = mangled
 	} else {
-		name = t.demangle(k.Name)
+		name = t.series.demangle(k.Name)
 	}
 	t.makeKernelRoom(c)
 	c.kernels[k.Function] = &kernel{
 		mangled: mangled,
 		name:    name,
-		series:  t.seriesFor(name),
+		series:  t.series.seriesFor(name),
 		include: t.o.Filter.Match(k.Name, name),
 	}
 }
@@ -42,15 +42,16 @@ const (
 
 // demangle returns the span name of a mangled name, cached: every process
 // (source) names the same kernels again.
-func (t *Translator) demangle(mangled string) string {
-	if n, ok := t.names[mangled]; ok {
+func (sr *seriesStore) demangle(mangled string) string {
+	t := sr.t
+	if n, ok := sr.names[mangled]; ok {
 		return n
 	}
 	n := t.o.Demangle(mangled)
-	if len(t.names) >= maxNameCache {
-		clear(t.names)
+	if len(sr.names) >= maxNameCache {
+		clear(sr.names)
 	}
-	t.names[mangled] = n
+	sr.names[mangled] = n
 	return n
 }
 
@@ -81,16 +82,17 @@ func (t *Translator) makeKernelRoom(c *client) {
 
 // seriesFor returns the metric series of a kernel name, folding names beyond
 // MaxKernelNames into "other".
-func (t *Translator) seriesFor(name string) *series {
-	if s, ok := t.byName[name]; ok {
+func (sr *seriesStore) seriesFor(name string) *series {
+	t := sr.t
+	if s, ok := sr.byName[name]; ok {
 		return s
 	}
-	if len(t.byName) >= t.o.MaxKernelNames {
-		return t.other
+	if len(sr.byName) >= t.o.MaxKernelNames {
+		return sr.other
 	}
 	s := &series{name: name}
-	t.byName[name] = s
-	t.order = append(t.order, s)
+	sr.byName[name] = s
+	sr.order = append(sr.order, s)
 	return s
 }
 
@@ -101,7 +103,7 @@ func (t *Translator) kernelOf(src uint32, fn uint64) *kernel {
 	}
 	// A launch of a function never named: name it by its handle.
 	name := "function@0x" + strconv.FormatUint(fn, 16)
-	k := &kernel{mangled: name, name: name, series: t.seriesFor(name), include: t.o.Filter.Match(name)}
+	k := &kernel{mangled: name, name: name, series: t.series.seriesFor(name), include: t.o.Filter.Match(name)}
 	t.makeKernelRoom(c)
 	c.kernels[fn] = k
 	return k

@@ -36,11 +36,11 @@ type memcpySeries struct {
 
 func (t *Translator) onMemcpy(src uint32, m *record.Memcpy) {
 	k := memcpyKey{m.Device, m.Kind}
-	s := t.memcpy[k]
+	s := t.series.memcpy[k]
 	if s == nil {
 		s = &memcpySeries{}
-		t.memcpy[k] = s
-		t.mcOrder = append(t.mcOrder, k)
+		t.series.memcpy[k] = s
+		t.series.mcOrder = append(t.series.mcOrder, k)
 	}
 	s.bytes += m.Bytes
 	s.duration.Record(float64(m.EndNS-m.StartNS) / 1e9)
@@ -82,7 +82,7 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 	for _, h := range hs {
 		h.m = newExpHist(sm, h.name, h.unit, h.desc)
 	}
-	all := append(t.order[:len(t.order):len(t.order)], t.other)
+	all := append(t.series.order[:len(t.series.order):len(t.series.order)], t.series.other)
 	for _, s := range all {
 		for _, d := range s.devs {
 			if d.launches > 0 {
@@ -106,13 +106,13 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 		}
 	}
 	if t.o.PerThreadSeries {
-		t.appendThreadSeries(sm, all, ts)
+		t.series.appendThreadSeries(sm, all, ts)
 	}
-	if len(t.mcOrder) > 0 {
+	if len(t.series.mcOrder) > 0 {
 		size := newSum(sm, MetricMemcpySize, "By", "Bytes copied by memory copy calls.")
 		dur := newExpHist(sm, MetricMemcpyDuration, "s", "Duration of memory copy calls.")
-		for _, k := range t.mcOrder {
-			s := t.memcpy[k]
+		for _, k := range t.series.mcOrder {
+			s := t.series.memcpy[k]
 			dp := size.AppendEmpty()
 			dp.SetStartTimestamp(t.start)
 			dp.SetTimestamp(ts)
@@ -148,7 +148,8 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 
 // appendThreadSeries writes one cumulative sum per thread index of small
 // grids (Options.PerThreadSeries).
-func (t *Translator) appendThreadSeries(sm pmetric.MetricSlice, all []*series, ts pcommon.Timestamp) {
+func (sr *seriesStore) appendThreadSeries(sm pmetric.MetricSlice, all []*series, ts pcommon.Timestamp) {
+	t := sr.t
 	dps := newSum(sm, MetricThreadSeries, "{execution}",
 		"Executions of the probed code per thread, for launches of at most limits::max_thread_series threads.")
 	var idx []uint32

@@ -136,9 +136,7 @@ type warpTimes struct{ exec, skew uint64 }
 // Translator holds the join and aggregation state.
 type Translator struct {
 	o       Options
-	byName  map[string]*series // kernel name → its series (bounded)
-	other   *series
-	order   []*series          // series in creation order, for stable output
+	series  *seriesStore       // metric series (series.go)
 	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
 	queue   []*launch          // FIFO of pending launches (done ones are skipped)
 	qhead   int
@@ -148,12 +146,9 @@ type Translator struct {
 	nGraph     int                     // pending runs of graph nodes
 	graphSweep uint32                  // sweeps of graphs (replayChain.touch)
 
-	memcpy  map[memcpyKey]*memcpySeries
-	mcOrder []memcpyKey
 	clients map[uint32]*client // source → its state (client.go)
 	peerExe map[uint32]string  // peer pid of a connected client → its executable
 	procs   map[uint32]string  // pid → executable name (host probes, unconnected sources)
-	names   map[string]string  // mangled → demangled, bounded by maxNameCache
 
 	hosts        map[uint32]*hostProc // pid → host-call state
 	hostNames    map[pidHandle]hostName
@@ -211,19 +206,16 @@ func New(o Options) *Translator {
 	}
 	t := &Translator{
 		o:         o,
-		byName:    map[string]*series{},
 		pending:   map[srcKey]*launch{},
 		graphs:    map[srcKey]*replayChain{},
-		memcpy:    map[memcpyKey]*memcpySeries{},
 		clients:   map[uint32]*client{},
 		peerExe:   map[uint32]string{},
 		procs:     map[uint32]string{},
-		names:     map[string]string{},
 		hosts:     map[uint32]*hostProc{},
 		hostNames: map[pidHandle]hostName{},
 		start:     pcommon.NewTimestampFromTime(time.Now()),
 	}
-	t.other = &series{name: OtherKernel}
+	t.series = newSeriesStore(t)
 	t.resetTraces()
 	return t
 }
@@ -528,7 +520,7 @@ func (t *Translator) onThreadCount(src uint32, tc *record.ThreadCount) {
 	} else if l := t.pending[key]; l != nil && l.have {
 		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
 	}
-	s := t.other
+	s := t.series.other
 	if k != nil {
 		s = k.series
 	}
