@@ -506,7 +506,7 @@ func (t *Translator) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool
 			kernel = n.name
 		}
 	}
-	ss := t.spansOf(p.pid)
+	ss := t.spans.spansOf(p.pid)
 	i := ss.Len()
 	t.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
 	return ss.At(i), true
@@ -525,7 +525,7 @@ func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCa
 	if !sampled(srcKey{p.pid, r.EnterNS}, t.o.SampleOneIn) {
 		return
 	}
-	ss := t.spansOf(p.pid)
+	ss := t.spans.spansOf(p.pid)
 	tr := otelid.NewTraceID()
 	name := ol.kernel.name
 	if graph {
@@ -541,7 +541,7 @@ func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCa
 	start := t.mono(HostProbeSource, r.EnterNS)
 	sp.SetStartTimestamp(start)
 	sp.SetEndTimestamp(max(start, t.mono(HostProbeSource, sync.ExitNS)))
-	t.nSpans++
+	t.spans.nSpans++
 	a := sp.Attributes()
 	a.EnsureCapacity(14)
 	if graph {

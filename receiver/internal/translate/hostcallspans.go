@@ -76,7 +76,7 @@ func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pc
 	sp.SetKind(ptrace.SpanKindInternal)
 	sp.SetStartTimestamp(t.mono(HostProbeSource, r.EnterNS))
 	sp.SetEndTimestamp(t.mono(HostProbeSource, r.ExitNS))
-	t.nSpans++
+	t.spans.nSpans++
 
 	a := sp.Attributes()
 	a.EnsureCapacity(16)

@@ -26,37 +26,47 @@ const (
 	SpanSync       = "cuda.sync"        // one synchronisation call
 )
 
-func (t *Translator) resetTraces() {
-	t.traces = ptrace.NewTraces()
-	t.byPID = map[uint32]ptrace.SpanSlice{}
-	t.nSpans = 0
+// spanOut owns the spans built since the last TakeTraces, one resource
+// per process.
+type spanOut struct {
+	t      *Translator
+	traces ptrace.Traces
+	byPID  map[uint32]ptrace.SpanSlice
+	nSpans int
+}
+
+func (so *spanOut) resetTraces() {
+	so.traces = ptrace.NewTraces()
+	so.byPID = map[uint32]ptrace.SpanSlice{}
+	so.nSpans = 0
 }
 
 // TakeTraces returns the spans built since the last call (possibly none).
 func (t *Translator) TakeTraces() ptrace.Traces {
-	out := t.traces
-	t.resetTraces()
+	out := t.spans.traces
+	t.spans.resetTraces()
 	return out
 }
 
 // SpanCount is the number of spans waiting in TakeTraces.
-func (t *Translator) SpanCount() int { return t.nSpans }
+func (t *Translator) SpanCount() int { return t.spans.nSpans }
 
 // spansOf returns the span slice of a process's resource.
-func (t *Translator) spansOf(pid uint32) ptrace.SpanSlice {
-	if ss, ok := t.byPID[pid]; ok {
+func (so *spanOut) spansOf(pid uint32) ptrace.SpanSlice {
+	if ss, ok := so.byPID[pid]; ok {
 		return ss
 	}
-	rs := t.traces.ResourceSpans().AppendEmpty()
-	t.fillResource(rs.Resource().Attributes(), pid)
+	rs := so.traces.ResourceSpans().AppendEmpty()
+	so.fillResource(rs.Resource().Attributes(), pid)
 	sc := rs.ScopeSpans().AppendEmpty()
 	sc.Scope().SetName(ScopeName)
 	ss := sc.Spans()
-	t.byPID[pid] = ss
+	so.byPID[pid] = ss
 	return ss
 }
 
-func (t *Translator) fillResource(attrs pcommon.Map, pid uint32) {
+func (so *spanOut) fillResource(attrs pcommon.Map, pid uint32) {
+	t := so.t
 	exe := t.processName(pid)
 	attrs.PutInt("process.pid", int64(pid))
 	if exe != "" {
@@ -122,7 +132,7 @@ func (t *Translator) mono(src uint32, ns uint64) pcommon.Timestamp {
 // launchSpans appends the launch span and its phase children.
 func (t *Translator) launchSpans(l *launch) {
 	r := &l.rec
-	ss := t.spansOf(r.PID)
+	ss := t.spans.spansOf(r.PID)
 	tid := otelid.NewTraceID()
 	parent := t.hostParents(ss, l, tid)
 	root := ss.AppendEmpty()
@@ -173,7 +183,7 @@ func (t *Translator) launchSpans(l *launch) {
 		c.SetName(name)
 		c.SetStartTimestamp(s)
 		c.SetEndTimestamp(max(s, e))
-		t.nSpans++
+		t.spans.nSpans++
 		end = max(end, e)
 	}
 	child(SpanLaunchCall, start, t.mono(l.key.src, r.ReturnNS))
@@ -208,7 +218,7 @@ func (t *Translator) launchSpans(l *launch) {
 		child(SpanCompletion, execEnd, t.mono(l.key.src, l.completeNS))
 	}
 	root.SetEndTimestamp(end)
-	t.nSpans++
+	t.spans.nSpans++
 }
 
 func (t *Translator) onSync(src uint32, s *record.Sync) {
@@ -241,12 +251,12 @@ func (t *Translator) hostSpan(name string, src, pid uint32, startNS, endNS uint6
 	if !sampled(srcKey{pid, startNS}, t.o.SampleOneIn) {
 		return pcommon.Map{}, false
 	}
-	sp := t.spansOf(pid).AppendEmpty()
+	sp := t.spans.spansOf(pid).AppendEmpty()
 	sp.SetTraceID(otelid.NewTraceID())
 	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetName(name)
 	sp.SetStartTimestamp(t.mono(src, startNS))
 	sp.SetEndTimestamp(t.mono(src, endNS))
-	t.nSpans++
+	t.spans.nSpans++
 	return sp.Attributes(), true
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 )
 
 // OtherKernel is the kernel name series beyond Options.MaxKernelNames fold into.
@@ -155,13 +154,15 @@ type Translator struct {
 	oldHostNames map[pidHandle]hostName
 	hostDur      hostDurations
 
-	traces   ptrace.Traces
-	byPID    map[uint32]ptrace.SpanSlice
-	nSpans   int
+	spans    *spanOut // spans built since the last TakeTraces (spans.go)
 	counters Counters
 	start    pcommon.Timestamp
 
-	// decode scratch
+	dec decoder // decode scratch
+}
+
+// decoder is the scratch space records are decoded into, one per type.
+type decoder struct {
 	dl record.Launch
 	dw record.Warp
 	de record.Exec
@@ -216,7 +217,8 @@ func New(o Options) *Translator {
 		start:     pcommon.NewTimestampFromTime(time.Now()),
 	}
 	t.series = newSeriesStore(t)
-	t.resetTraces()
+	t.spans = &spanOut{t: t}
+	t.spans.resetTraces()
 	return t
 }
 
@@ -247,76 +249,76 @@ var errUnknownType = errors.New("unknown record type")
 func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Time) error {
 	switch typ {
 	case record.TypeLaunch:
-		if err := t.dl.Decode(rec); err != nil {
+		if err := t.dec.dl.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dl.PID, &t.dl.Device)
-		t.onLaunch(src, &t.dl, now)
+		t.validate(src, &t.dec.dl.PID, &t.dec.dl.Device)
+		t.onLaunch(src, &t.dec.dl, now)
 	case record.TypeWarp:
-		if err := t.dw.Decode(rec); err != nil {
+		if err := t.dec.dw.Decode(rec); err != nil {
 			return err
 		}
-		t.onWarp(src, &t.dw, now)
+		t.onWarp(src, &t.dec.dw, now)
 	case record.TypeExec:
-		if err := t.de.Decode(rec); err != nil {
+		if err := t.dec.de.Decode(rec); err != nil {
 			return err
 		}
-		t.onExec(src, &t.de, now)
+		t.onExec(src, &t.dec.de, now)
 	case record.TypeCompletion:
-		if err := t.dc.Decode(rec); err != nil {
+		if err := t.dec.dc.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, nil, &t.dc.Device)
-		t.onCompletion(src, &t.dc, now)
+		t.validate(src, nil, &t.dec.dc.Device)
+		t.onCompletion(src, &t.dec.dc, now)
 	case record.TypeKernelName:
-		if err := t.dk.Decode(rec); err != nil {
+		if err := t.dec.dk.Decode(rec); err != nil {
 			return err
 		}
 		if src == HostProbeSource {
-			t.onHostKernelName(&t.dk)
+			t.onHostKernelName(&t.dec.dk)
 		} else {
-			t.onKernelName(src, &t.dk)
+			t.onKernelName(src, &t.dec.dk)
 		}
 	case record.TypeCalibration:
-		if err := t.db.Decode(rec); err != nil {
+		if err := t.dec.db.Decode(rec); err != nil {
 			return err
 		}
-		if err := t.o.Clock.AddCalibration(src, t.db.Device, t.db.GPUNS, t.db.MonoNS, t.db.RealtimeNS); err != nil {
+		if err := t.o.Clock.AddCalibration(src, t.dec.db.Device, t.dec.db.GPUNS, t.dec.db.MonoNS, t.dec.db.RealtimeNS); err != nil {
 			t.counters.CalibrationsBad++
 			return fmt.Errorf("record %s: %w", typ, err)
 		}
 	case record.TypeMemcpy:
-		if err := t.dm.Decode(rec); err != nil {
+		if err := t.dec.dm.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dm.PID, &t.dm.Device)
+		t.validate(src, &t.dec.dm.PID, &t.dec.dm.Device)
 		if src != HostProbeSource {
-			t.streamCount(slotOf(src, t.dm.Device, t.dm.Stream, t.dm.TID))
+			t.streamCount(slotOf(src, t.dec.dm.Device, t.dec.dm.Stream, t.dec.dm.TID))
 		}
-		t.onMemcpy(src, &t.dm)
+		t.onMemcpy(src, &t.dec.dm)
 	case record.TypeSync:
-		if err := t.ds.Decode(rec); err != nil {
+		if err := t.dec.ds.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.ds.PID, &t.ds.Device)
-		t.onSync(src, &t.ds)
+		t.validate(src, &t.dec.ds.PID, &t.dec.ds.Device)
+		t.onSync(src, &t.dec.ds)
 	case record.TypeThreadCount:
-		if err := t.dt.Decode(rec); err != nil {
+		if err := t.dec.dt.Decode(rec); err != nil {
 			return err
 		}
-		t.onThreadCount(src, &t.dt)
+		t.onThreadCount(src, &t.dec.dt)
 	case record.TypeDevice:
-		if err := t.dd.Decode(rec); err != nil {
+		if err := t.dec.dd.Decode(rec); err != nil {
 			return err
 		}
-		t.onDevice(t.clientOf(src), &t.dd)
+		t.onDevice(t.clientOf(src), &t.dec.dd)
 	case record.TypeHostCall:
-		if err := t.dh.Decode(rec); err != nil {
+		if err := t.dec.dh.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dh.PID)
-		t.processName(t.dh.PID) // while the process is alive: spans are built later
-		t.onHostCall(&t.dh, now)
+		t.validate(src, &t.dec.dh.PID)
+		t.processName(t.dec.dh.PID) // while the process is alive: spans are built later
+		t.onHostCall(&t.dec.dh, now)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
 	}
