@@ -73,11 +73,7 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 			}
 		}
 	}
-	for key := range t.graphs {
-		if key.src == src {
-			delete(t.graphs, key)
-		}
-	}
+	t.graphs.forget(src)
 	if c := t.clients[src]; c != nil && c.peer.PID != 0 {
 		delete(t.peerExe, c.peer.PID)
 	}

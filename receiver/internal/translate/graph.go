@@ -33,13 +33,31 @@ const maxGraphNodes = 1 << 16
 // earlier replay whose launch record was lost or already gone.
 const replayClockSlack = time.Millisecond
 
+// graphTable owns the runs of CUDA graph nodes: they are not in the
+// launch table's pending map but queued per node here.
+type graphTable struct {
+	t      *Translator
+	chains map[srcKey]*replayChain // graph node (id with GraphIDBit, or adopted from a capture) → its runs
+	n      int                     // pending runs of graph nodes
+	sweep  uint32                  // sweeps of chains (replayChain.touch)
+}
+
+// forget drops the nodes of source src (disconnected).
+func (gt *graphTable) forget(src uint32) {
+	for key := range gt.chains {
+		if key.src == src {
+			delete(gt.chains, key)
+		}
+	}
+}
+
 // replayChain is the state of one graph node (source, launch id): its
 // runs (launches) still pending, queued by what they wait for, and the
 // replay count.
 type replayChain struct {
 	live  int    // runs pending
 	next  uint64 // replay ordinal of the next launch record
-	touch uint32 // t.graphSweep when last used
+	touch uint32 // graphTable.sweep when last used
 
 	wantLaunch runQueue // runs with device records and no launch record
 	wantExec   runQueue // runs with no Exec window (that will run on the device)
@@ -110,11 +128,11 @@ func wantsDone(l *launch) bool   { return !l.done && !l.completed }
 // node the shim numbered: explicit kernel nodes), or one that a
 // cuGraphLaunch record carried (a node captured from a stream keeps the id
 // of the launch it was captured from; see adoptCaptured).
-func (t *Translator) isGraph(key srcKey) bool {
+func (gt *graphTable) isGraph(key srcKey) bool {
 	if key.id&GraphIDBit != 0 {
 		return true
 	}
-	_, ok := t.graphs[key]
+	_, ok := gt.chains[key]
 	return ok
 }
 
@@ -124,8 +142,9 @@ func (t *Translator) isGraph(key srcKey) bool {
 // (counted in LaunchesCaptured). Device records that reached the key
 // meanwhile (a replay's window read before its launch record) become the
 // node's first run.
-func (t *Translator) adoptCaptured(key srcKey, now time.Time) {
-	c := t.chain(key)
+func (gt *graphTable) adoptCaptured(key srcKey, now time.Time) {
+	t := gt.t
+	c := gt.chain(key)
 	p := t.pending[key]
 	if p == nil {
 		return
@@ -138,7 +157,7 @@ func (t *Translator) adoptCaptured(key srcKey, now time.Time) {
 	if p.exec == nil && p.warps == 0 {
 		return
 	}
-	l := t.newRun(c, key, now)
+	l := gt.newRun(c, key, now)
 	l.exec, l.warps, l.buffered = p.exec, p.warps, p.buffered
 	l.firstStart, l.lastEnd, l.maxSkew = p.firstStart, p.lastEnd, p.maxSkew
 	c.wantLaunch.push(l, c.live)
@@ -149,50 +168,51 @@ func (t *Translator) adoptCaptured(key srcKey, now time.Time) {
 }
 
 // chain returns the state of graph node key, creating it.
-func (t *Translator) chain(key srcKey) *replayChain {
-	c := t.graphs[key]
+func (gt *graphTable) chain(key srcKey) *replayChain {
+	c := gt.chains[key]
 	if c == nil {
-		if len(t.graphs) >= maxGraphNodes {
-			t.sweepGraphs()
+		if len(gt.chains) >= maxGraphNodes {
+			gt.sweepChains()
 		}
 		c = &replayChain{}
-		t.graphs[key] = c
+		gt.chains[key] = c
 	}
-	c.touch = t.graphSweep
+	c.touch = gt.sweep
 	return c
 }
 
 // sweepGraphs forgets the nodes with nothing pending that were not used
 // since the last sweep, or, if that frees nothing, all with nothing pending.
-func (t *Translator) sweepGraphs() {
+func (gt *graphTable) sweepChains() {
 	for _, stale := range [2]bool{true, false} {
-		for key, c := range t.graphs {
-			if c.live == 0 && (!stale || c.touch != t.graphSweep) {
-				delete(t.graphs, key)
+		for key, c := range gt.chains {
+			if c.live == 0 && (!stale || c.touch != gt.sweep) {
+				delete(gt.chains, key)
 			}
 		}
-		if len(t.graphs) < maxGraphNodes {
+		if len(gt.chains) < maxGraphNodes {
 			break
 		}
 	}
-	t.graphSweep++
+	gt.sweep++
 }
 
 // newRun adds a pending run of graph node key.
-func (t *Translator) newRun(c *replayChain, key srcKey, now time.Time) *launch {
+func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch {
+	t := gt.t
 	t.makeRoom(key.src, now)
 	l := &launch{key: key, created: now, chain: c}
 	c.live++
-	t.nGraph++
+	gt.n++
 	t.queue = append(t.queue, l)
 	t.track(l)
 	return l
 }
 
 // dropRun forgets run l (done) of its node.
-func (t *Translator) dropRun(l *launch) {
+func (gt *graphTable) dropRun(l *launch) {
 	c := l.chain
-	t.nGraph--
+	gt.n--
 	if c.live--; c.live == 0 {
 		c.wantLaunch.reset()
 		c.wantExec.reset()
@@ -207,7 +227,8 @@ func (t *Translator) dropRun(l *launch) {
 // endedBefore reports whether device time gpuEnd of dev lies more than
 // replayClockSlack before host time monoStart, both mapped to realtime
 // (false while either mapping is unknown).
-func (t *Translator) endedBefore(src, dev uint32, gpuEnd, monoStart uint64) bool {
+func (gt *graphTable) endedBefore(src, dev uint32, gpuEnd, monoStart uint64) bool {
+	t := gt.t
 	e, ok1 := t.o.Clock.GPUToReal(src, dev, gpuEnd)
 	s, ok2 := t.o.Clock.ClientMonoToReal(src, monoStart)
 	return ok1 && ok2 && e+uint64(replayClockSlack) < s
@@ -218,8 +239,9 @@ func (t *Translator) endedBefore(src, dev uint32, gpuEnd, monoStart uint64) bool
 // a new one. A failed launch (nothing ran) gets a run of its own. Runs
 // whose device window ended before the launch call began are orphans (their
 // launch record is lost): they are dropped on the way.
-func (t *Translator) graphLaunchRun(key srcKey, r *record.Launch, now time.Time) *launch {
-	c := t.chain(key)
+func (gt *graphTable) launchRun(key srcKey, r *record.Launch, now time.Time) *launch {
+	t := gt.t
+	c := gt.chain(key)
 	if r.Result == 0 {
 		for {
 			l := c.wantLaunch.front(wantsLaunch)
@@ -227,19 +249,19 @@ func (t *Translator) graphLaunchRun(key srcKey, r *record.Launch, now time.Time)
 				break
 			}
 			c.wantLaunch.pop()
-			if t.endedBefore(key.src, r.Device, l.lastEnd, r.EnqueueNS) {
+			if gt.endedBefore(key.src, r.Device, l.lastEnd, r.EnqueueNS) {
 				t.finish(l, now) // counted as an orphan
 				continue
 			}
 			return l
 		}
 	}
-	return t.newRun(c, key, now)
+	return gt.newRun(c, key, now)
 }
 
 // graphLaunched queues run l, which just got its launch record, for the
 // records it still lacks and numbers it.
-func (t *Translator) graphLaunched(l *launch) {
+func (gt *graphTable) launched(l *launch) {
 	c := l.chain
 	r := &l.rec
 	l.replay = c.next
@@ -263,17 +285,18 @@ func (t *Translator) graphLaunched(l *launch) {
 // with: the oldest run that has none, else a new one; nil when the window
 // ended before that run's launch call began (its own launch record is
 // lost or gone: the window is an orphan).
-func (t *Translator) graphExecRun(key srcKey, e *record.Exec, now time.Time) *launch {
-	c := t.chain(key)
+func (gt *graphTable) execRun(key srcKey, e *record.Exec, now time.Time) *launch {
+	t := gt.t
+	c := gt.chain(key)
 	if l := c.wantExec.front(wantsExec); l != nil {
-		if l.have && t.endedBefore(key.src, l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
+		if l.have && gt.endedBefore(key.src, l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
 			t.counters.LaunchesOrphan++
 			return nil
 		}
 		c.wantExec.pop()
 		return l
 	}
-	l := t.newRun(c, key, now)
+	l := gt.newRun(c, key, now)
 	c.wantLaunch.push(l, c.live)
 	return l
 }
@@ -282,15 +305,15 @@ func (t *Translator) graphExecRun(key srcKey, e *record.Exec, now time.Time) *la
 // with: the oldest run with a launch record and fewer warps than its grid,
 // else the run without launch record that collects warps (until its Exec
 // window or as many warps as the node's grid has came), else a new one.
-func (t *Translator) graphWarpRun(key srcKey, now time.Time) *launch {
-	c := t.chain(key)
+func (gt *graphTable) warpRun(key srcKey, now time.Time) *launch {
+	c := gt.chain(key)
 	if l := c.wantWarps.front(wantsWarps); l != nil {
 		return l
 	}
 	if l := c.collect; l != nil && !l.have && l.exec == nil && (c.warps == 0 || l.warps < c.warps) {
 		return l
 	}
-	l := t.newRun(c, key, now)
+	l := gt.newRun(c, key, now)
 	c.wantLaunch.push(l, c.live)
 	c.wantExec.push(l, c.live)
 	c.collect = l
@@ -299,8 +322,8 @@ func (t *Translator) graphWarpRun(key srcKey, now time.Time) *launch {
 
 // graphCompletionRun returns the oldest run of graph node key with a
 // launch record and no completion record (nil if none).
-func (t *Translator) graphCompletionRun(key srcKey) *launch {
-	c := t.graphs[key]
+func (gt *graphTable) completionRun(key srcKey) *launch {
+	c := gt.chains[key]
 	if c == nil {
 		return nil
 	}
@@ -313,8 +336,9 @@ func (t *Translator) graphCompletionRun(key srcKey) *launch {
 
 // graphFiltered drops the oldest run of graph node key that waits for its
 // launch record, whose launch record came for a kernel filtered out.
-func (t *Translator) graphFiltered(key srcKey) {
-	c := t.graphs[key]
+func (gt *graphTable) filtered(key srcKey) {
+	t := gt.t
+	c := gt.chains[key]
 	if c == nil {
 		return
 	}

@@ -140,10 +140,7 @@ type Translator struct {
 	queue   []*launch          // FIFO of pending launches (done ones are skipped)
 	qhead   int
 
-	// Runs of CUDA graph nodes are not in pending but in graphs.
-	graphs     map[srcKey]*replayChain // graph node (id with GraphIDBit, or adopted from a capture) → its runs
-	nGraph     int                     // pending runs of graph nodes
-	graphSweep uint32                  // sweeps of graphs (replayChain.touch)
+	graphs *graphTable // runs of CUDA graph nodes, not in pending (graph.go)
 
 	clients map[uint32]*client // source → its state (client.go)
 	peerExe map[uint32]string  // peer pid of a connected client → its executable
@@ -208,7 +205,6 @@ func New(o Options) *Translator {
 	t := &Translator{
 		o:         o,
 		pending:   map[srcKey]*launch{},
-		graphs:    map[srcKey]*replayChain{},
 		clients:   map[uint32]*client{},
 		peerExe:   map[uint32]string{},
 		procs:     map[uint32]string{},
@@ -217,6 +213,7 @@ func New(o Options) *Translator {
 		start:     pcommon.NewTimestampFromTime(time.Now()),
 	}
 	t.series = newSeriesStore(t)
+	t.graphs = &graphTable{t: t, chains: map[srcKey]*replayChain{}}
 	t.spans = &spanOut{t: t}
 	t.spans.resetTraces()
 	return t
@@ -226,7 +223,7 @@ func New(o Options) *Translator {
 func (t *Translator) Counters() Counters { return t.counters }
 
 // Pending is the number of launches waiting for more records.
-func (t *Translator) Pending() int { return len(t.pending) + t.nGraph }
+func (t *Translator) Pending() int { return len(t.pending) + t.graphs.n }
 
 // Handle decodes one record from source src (one producer process
 // connection) and folds it into the state. now is the wall clock, used for
@@ -339,20 +336,20 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 			t.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
 		}
 		t.counters.LaunchesFilter++
-		if t.isGraph(key) {
-			t.graphFiltered(key)
+		if t.graphs.isGraph(key) {
+			t.graphs.filtered(key)
 		} else if l := t.pending[key]; l != nil {
 			l.done = true
 			t.drop(l)
 		}
 		return
 	}
-	if r.API == record.APIGraphLaunch && !t.isGraph(key) {
-		t.adoptCaptured(key, now)
+	if r.API == record.APIGraphLaunch && !t.graphs.isGraph(key) {
+		t.graphs.adoptCaptured(key, now)
 	}
 	var l *launch
-	if t.isGraph(key) {
-		l = t.graphLaunchRun(key, r, now) // a replay of a graph node: its own run
+	if t.graphs.isGraph(key) {
+		l = t.graphs.launchRun(key, r, now) // a replay of a graph node: its own run
 	} else {
 		if l = t.pending[key]; l == nil {
 			l = t.newPending(key, now)
@@ -367,7 +364,7 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	}
 	l.buffered = nil
 	if l.chain != nil {
-		t.graphLaunched(l)
+		t.graphs.launched(l)
 	}
 	if src != HostProbeSource {
 		t.onShimLaunch(r.PID, l, now)
@@ -388,7 +385,7 @@ func (t *Translator) newPending(key srcKey, now time.Time) *launch {
 // of source src when it holds half of them or more (so that one client
 // cannot evict another's launches), else the oldest of all.
 func (t *Translator) makeRoom(src uint32, now time.Time) {
-	for len(t.pending)+t.nGraph >= t.o.MaxPendingLaunches {
+	for len(t.pending)+t.graphs.n >= t.o.MaxPendingLaunches {
 		if c := t.clients[src]; c != nil && 2*c.pending >= t.o.MaxPendingLaunches && t.evictOldestOf(c, now) {
 			continue
 		}
@@ -400,7 +397,7 @@ func (t *Translator) makeRoom(src uint32, now time.Time) {
 func (t *Translator) drop(l *launch) {
 	t.untrack(l)
 	if l.chain != nil {
-		t.dropRun(l)
+		t.graphs.dropRun(l)
 		return
 	}
 	delete(t.pending, l.key)
@@ -431,8 +428,8 @@ func (t *Translator) compactQueue() {
 func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
 	key := srcKey{src, w.LaunchID}
 	var l *launch
-	if t.isGraph(key) {
-		l = t.graphWarpRun(key, now)
+	if t.graphs.isGraph(key) {
+		l = t.graphs.warpRun(key, now)
 	} else if l = t.pending[key]; l == nil {
 		l = t.newPending(key, now)
 	}
@@ -459,8 +456,8 @@ func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
 func (t *Translator) onExec(src uint32, e *record.Exec, now time.Time) {
 	key := srcKey{src, e.LaunchID}
 	var l *launch
-	if t.isGraph(key) {
-		if l = t.graphExecRun(key, e, now); l == nil {
+	if t.graphs.isGraph(key) {
+		if l = t.graphs.execRun(key, e, now); l == nil {
 			return
 		}
 	} else if l = t.pending[key]; l == nil {
@@ -497,8 +494,8 @@ func (t *Translator) recordWarp(l *launch, w warpTimes) {
 func (t *Translator) onCompletion(src uint32, c *record.Completion, now time.Time) {
 	key := srcKey{src, c.LaunchID}
 	var l *launch
-	if t.isGraph(key) {
-		l = t.graphCompletionRun(key)
+	if t.graphs.isGraph(key) {
+		l = t.graphs.completionRun(key)
 	} else {
 		l = t.pending[key]
 	}
@@ -514,9 +511,9 @@ func (t *Translator) onThreadCount(src uint32, tc *record.ThreadCount) {
 	var k *kernel // nil: launch unknown
 	var dev uint32
 	var threads uint64
-	if t.isGraph(key) {
+	if t.graphs.isGraph(key) {
 		// Every replay of a graph node is the same kernel on the same grid.
-		if c := t.graphs[key]; c != nil && c.k != nil {
+		if c := t.graphs.chains[key]; c != nil && c.k != nil {
 			k, dev, threads = c.k, c.dev, c.threads
 		}
 	} else if l := t.pending[key]; l != nil && l.have {
