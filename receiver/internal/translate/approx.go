@@ -101,10 +101,11 @@ type openLaunch struct {
 }
 
 // deferCall queues c of p in enter_ns order until its grace has passed.
-func (t *Translator) deferCall(p *hostProc, c *hostCall, now time.Time) {
+func (ht *hostTable) deferCall(p *hostProc, c *hostCall, now time.Time) {
+	t := ht.t
 	if len(p.deferred)-p.dhead >= t.o.MaxHostCalls {
 		t.counters.HostCallsEvicted++
-		t.releaseOne(p, now)
+		ht.releaseOne(p, now)
 	}
 	p.deferred = append(p.deferred, c)
 	i := len(p.deferred) - 1
@@ -118,19 +119,19 @@ func (t *Translator) deferCall(p *hostProc, c *hostCall, now time.Time) {
 // releaseDeferred handles the deferred calls of p whose grace has passed
 // (all of them with force), in enter_ns order. A call waits until every
 // call before it in that order is released.
-func (t *Translator) releaseDeferred(p *hostProc, now time.Time, force bool) {
+func (ht *hostTable) releaseDeferred(p *hostProc, now time.Time, force bool) {
 	for p.dhead < len(p.deferred) {
 		c := p.deferred[p.dhead]
-		if !c.taken && !force && now.Sub(c.arrived) < t.hostGrace() {
+		if !c.taken && !force && now.Sub(c.arrived) < ht.grace() {
 			break
 		}
-		t.releaseOne(p, now)
+		ht.releaseOne(p, now)
 	}
 	p.deferred, p.dhead = compact(p.deferred, p.dhead)
 }
 
 // releaseOne handles the first deferred call of p.
-func (t *Translator) releaseOne(p *hostProc, now time.Time) {
+func (ht *hostTable) releaseOne(p *hostProc, now time.Time) {
 	c := p.deferred[p.dhead]
 	p.deferred[p.dhead] = nil
 	p.dhead++
@@ -148,12 +149,13 @@ func (t *Translator) releaseOne(p *hostProc, now time.Time) {
 			c.children = append(c.children, d)
 		}
 	}
-	t.handleReleased(p, c, now)
+	ht.handleReleased(p, c, now)
 }
 
 // handleReleased turns a released call into spans or opens it as a
 // shim-less launch, and applies its closing rule.
-func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
+func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
+	t := ht.t
 	r := &c.rec
 	returned := r.Flags&record.HostCallReturned != 0
 	switch r.API.Category() {
@@ -167,7 +169,7 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 				return
 			}
 			p.legacyOrder(keyOf(r.API, r.Args[5], r.TID), r.EnterNS)
-			t.openLaunch(p, c, now)
+			ht.openLaunch(p, c, now)
 			return
 		}
 		t.emitStandalone(p, c)
@@ -175,20 +177,20 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	case record.HostCatGraphLaunch:
 		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
 			p.legacyOrder(keyOf(r.API, r.Args[5], r.TID), r.EnterNS)
-			t.openLaunch(p, c, now)
+			ht.openLaunch(p, c, now)
 			return
 		}
 		t.emitStandalone(p, c)
 	case record.HostCatCapture:
 		t.emitStandalone(p, c)
-		t.captureCall(p, r)
+		ht.captureCall(p, r)
 	case record.HostCatEvent:
 		t.emitStandalone(p, c)
 		if returned && r.Ret == 0 {
 			if !p.shim {
 				p.legacyOrder(eventStream(r), r.EnterNS)
 			}
-			t.eventCall(p, r)
+			ht.eventCall(p, r)
 		}
 	case record.HostCatStream:
 		t.emitStandalone(p, c)
@@ -203,17 +205,17 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 		switch r.API {
 		case record.HostCudaStreamSynchronize, record.HostCudaStreamSynchronizePts,
 			record.HostCuStreamSynchronize, record.HostCuStreamSynchronizePtsz:
-			t.closeStream(p, keyOf(r.API, r.Args[0], r.TID), r)
+			ht.closeStream(p, keyOf(r.API, r.Args[0], r.TID), r)
 		case record.HostCudaDeviceSynchronize, record.HostCuCtxSynchronize:
 			for k := range p.streams {
-				t.closeStream(p, k, r)
+				ht.closeStream(p, k, r)
 			}
 		case record.HostCudaEventSynchronize, record.HostCuEventSynchronize:
 			if e, ok := p.events[r.Args[0]]; ok && !e.captured {
 				// What the event covers: the work enqueued before its record.
 				upTo := *r
 				upTo.EnterNS = min(r.EnterNS, e.at)
-				t.closeStream(p, e.stream, &upTo)
+				ht.closeStream(p, e.stream, &upTo)
 			}
 		}
 	case record.HostCatMemcpy:
@@ -230,7 +232,7 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			p.legacyOrder(k, r.EnterNS)
 		}
 		if !async {
-			t.closeStream(p, k, r)
+			ht.closeStream(p, k, r)
 		}
 	default:
 		t.emitStandalone(p, c)
@@ -276,7 +278,7 @@ type eventRec struct {
 // failed or did not return opens nothing; an end ends the capture whether
 // it succeeded or not (a capture that fails as invalidated is over too),
 // for its stream and every stream that joined it.
-func (t *Translator) captureCall(p *hostProc, r *record.HostCall) {
+func (ht *hostTable) captureCall(p *hostProc, r *record.HostCall) {
 	k := keyOf(r.API, r.Args[0], r.TID)
 	if r.API.CaptureEnds() {
 		origin := k
@@ -307,7 +309,7 @@ func (p *hostProc) joinCapture(k streamKey, c capture) {
 // eventCall applies a successful event record or stream wait: a record
 // notes where the event is (and whether in a capture), a wait on an event
 // recorded in a capture that is still open joins the waiting stream to it.
-func (t *Translator) eventCall(p *hostProc, r *record.HostCall) {
+func (ht *hostTable) eventCall(p *hostProc, r *record.HostCall) {
 	if r.API.WaitsEvent() {
 		e, ok := p.events[r.Args[1]]
 		if !ok {
@@ -345,21 +347,23 @@ func eventStream(r *record.HostCall) streamKey {
 }
 
 // openLaunch adds a shim-less launch to its stream's FIFO.
-func (t *Translator) openLaunch(p *hostProc, c *hostCall, now time.Time) {
+func (ht *hostTable) openLaunch(p *hostProc, c *hostCall, now time.Time) {
+	t := ht.t
 	if p.nOpen >= t.o.MaxHostCalls {
-		t.evictOpen(p)
+		ht.evictOpen(p)
 	}
 	k := keyOf(c.rec.API, c.rec.Args[5], c.rec.TID)
 	var kernel hostName
 	if c.rec.API.Category() == record.HostCatLaunch {
-		kernel = t.launchKernel(c)
+		kernel = ht.launchKernel(c)
 	}
 	p.streams[k] = append(p.streams[k], &openLaunch{call: c, kernel: kernel, at: now})
 	p.nOpen++
 }
 
 // evictOpen emits the oldest open launch of p as a plain host call.
-func (t *Translator) evictOpen(p *hostProc) {
+func (ht *hostTable) evictOpen(p *hostProc) {
+	t := ht.t
 	var oldest streamKey
 	var at time.Time
 	found := false
@@ -415,11 +419,12 @@ func (p *hostProc) addWait(k streamKey, w streamWait) {
 // closeStream closes the launches on stream k of p that returned before
 // sync was entered, and through k's waits entered before it, those of the
 // streams it waited on.
-func (t *Translator) closeStream(p *hostProc, k streamKey, sync *record.HostCall) {
-	t.closeStreamDepth(p, k, sync, 0)
+func (ht *hostTable) closeStream(p *hostProc, k streamKey, sync *record.HostCall) {
+	ht.closeStreamDepth(p, k, sync, 0)
 }
 
-func (t *Translator) closeStreamDepth(p *hostProc, k streamKey, sync *record.HostCall, depth int) {
+func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.HostCall, depth int) {
+	t := ht.t
 	if q := p.streams[k]; len(q) > 0 {
 		kept := make([]*openLaunch, 0, 1)
 		for _, ol := range q {
@@ -455,12 +460,13 @@ func (t *Translator) closeStreamDepth(p *hostProc, k streamKey, sync *record.Hos
 	for _, w := range follow {
 		upTo := *sync
 		upTo.EnterNS = min(sync.EnterNS, w.upTo)
-		t.closeStreamDepth(p, w.src, &upTo, depth+1)
+		ht.closeStreamDepth(p, w.src, &upTo, depth+1)
 	}
 }
 
 // expireOpen emits the launches of p no sync closed within LaunchTimeout.
-func (t *Translator) expireOpen(p *hostProc, now time.Time) {
+func (ht *hostTable) expireOpen(p *hostProc, now time.Time) {
+	t := ht.t
 	for k, q := range p.streams {
 		n := 0
 		for n < len(q) && now.Sub(q[n].at) >= t.o.LaunchTimeout {
@@ -478,7 +484,7 @@ func (t *Translator) expireOpen(p *hostProc, now time.Time) {
 // call, or for a runtime call by that of a driver launch call nested in it
 // (the runtime's argument is the host stub), from the host probes'
 // KernelName records; else "kernel 0x<handle>".
-func (t *Translator) launchKernel(c *hostCall) hostName {
+func (ht *hostTable) launchKernel(c *hostCall) hostName {
 	h := c.rec.Args[0]
 	if !apiInfo(c.rec.API).driver {
 		for _, d := range c.children {
@@ -488,7 +494,7 @@ func (t *Translator) launchKernel(c *hostCall) hostName {
 			}
 		}
 	}
-	if n, ok := t.hostKernelName(c.rec.PID, h); ok {
+	if n, ok := ht.kernelName(c.rec.PID, h); ok {
 		return n
 	}
 	return hostName{name: "kernel 0x" + strconv.FormatUint(h, 16)}
@@ -502,7 +508,7 @@ func (t *Translator) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool
 	}
 	kernel := ""
 	if c.rec.API.Category() == record.HostCatLaunch {
-		if n := t.launchKernel(c); n.mangled != "" {
+		if n := t.hosts.launchKernel(c); n.mangled != "" {
 			kernel = n.name
 		}
 	}

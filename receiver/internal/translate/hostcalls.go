@@ -50,6 +50,18 @@ type hostThread struct {
 	held     int       // how many of them wait for host calls (holdSince set)
 }
 
+// hostTable owns the host-call state: per process, the calls waiting to
+// nest with shim launches or, for processes without the shim, to close
+// approximate kernel spans (approx.go); the kernel names of host probes;
+// and the per-API call durations.
+type hostTable struct {
+	t        *Translator
+	procs    map[uint32]*hostProc // pid → host-call state
+	names    map[pidHandle]hostName
+	oldNames map[pidHandle]hostName
+	dur      hostDurations
+}
+
 // hostProc is the host-call state of one process.
 //
 // Which processes run with the shim: a pid is "with the shim" from the
@@ -124,54 +136,59 @@ func (p *hostProc) idle() bool {
 	return true
 }
 
-func (t *Translator) hostGrace() time.Duration { return t.o.HostCallGrace }
+func (ht *hostTable) grace() time.Duration {
+	t := ht.t
+	return t.o.HostCallGrace
+}
 
 // hostProcOf returns the host-call state of pid, creating it.
-func (t *Translator) hostProcOf(pid uint32, now time.Time) *hostProc {
-	if p, ok := t.hosts[pid]; ok {
+func (ht *hostTable) procOf(pid uint32, now time.Time) *hostProc {
+	if p, ok := ht.procs[pid]; ok {
 		p.lastActive = now
 		return p
 	}
-	if len(t.hosts) >= maxHostProcs {
-		t.evictHostProcs(now)
+	if len(ht.procs) >= maxHostProcs {
+		ht.evictProcs(now)
 	}
 	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, streams: map[streamKey][]*openLaunch{},
 		capturing: map[streamKey]capture{}, events: map[uint64]eventRec{}, waits: map[streamKey][]streamWait{},
 		blocking: map[streamKey]bool{}}
-	t.hosts[pid] = p
+	ht.procs[pid] = p
 	return p
 }
 
 // evictHostProcs forgets the processes with nothing pending; if all have
 // something, it flushes the least recently active one.
-func (t *Translator) evictHostProcs(now time.Time) {
+func (ht *hostTable) evictProcs(now time.Time) {
+	t := ht.t
 	var oldest *hostProc
-	for pid, p := range t.hosts {
+	for pid, p := range ht.procs {
 		if p.idle() {
-			delete(t.hosts, pid)
+			delete(ht.procs, pid)
 			continue
 		}
 		if oldest == nil || p.lastActive.Before(oldest.lastActive) {
 			oldest = p
 		}
 	}
-	if len(t.hosts) < maxHostProcs || oldest == nil {
+	if len(ht.procs) < maxHostProcs || oldest == nil {
 		return
 	}
 	t.counters.HostProcsEvicted++
-	t.flushHostProc(oldest, now)
+	ht.flushProc(oldest, now)
 	for _, th := range oldest.threads {
 		for _, l := range th.launches {
 			l.hth = nil
 		}
 	}
-	delete(t.hosts, oldest.pid)
+	delete(ht.procs, oldest.pid)
 }
 
 // flushHostProc emits everything p holds, as if its grace and timeouts
 // had passed.
-func (t *Translator) flushHostProc(p *hostProc, now time.Time) {
-	t.releaseDeferred(p, now, true)
+func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
+	t := ht.t
+	ht.releaseDeferred(p, now, true)
 	for ; p.uhead < len(p.unmatched); p.uhead++ {
 		if c := p.unmatched[p.uhead]; !c.taken {
 			t.counters.HostCallsUnmatched++
@@ -189,29 +206,31 @@ func (t *Translator) flushHostProc(p *hostProc, now time.Time) {
 	p.nOpen = 0
 }
 
-func (t *Translator) onHostCall(c *record.HostCall, now time.Time) {
+func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
+	t := ht.t
 	t.counters.HostCalls++
-	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(t.hostDur) {
-		t.hostDur[c.API].Record(float64(c.ExitNS-c.EnterNS) / 1e9)
+	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(ht.dur) {
+		ht.dur[c.API].Record(float64(c.ExitNS-c.EnterNS) / 1e9)
 	}
-	p := t.hostProcOf(c.PID, now)
+	p := ht.procOf(c.PID, now)
 	p.hostSeen = true
 	th := p.thread(c.TID)
 	th.lastExit = max(th.lastExit, c.ExitNS)
 	hc := &hostCall{rec: *c, arrived: now}
 	if p.shim && c.API.Category() == record.HostCatLaunch {
-		t.matchOrWait(p, hc)
+		ht.matchOrWait(p, hc)
 	} else {
-		t.deferCall(p, hc, now)
+		ht.deferCall(p, hc, now)
 	}
-	t.releaseDeferred(p, now, false)
-	t.finishSettled(th, now)
+	ht.releaseDeferred(p, now, false)
+	ht.finishSettled(th, now)
 }
 
 // onHostKernelName binds a (pid, handle) of the host probes to its name.
-func (t *Translator) onHostKernelName(k *record.KernelName) {
+func (ht *hostTable) onKernelName(k *record.KernelName) {
+	t := ht.t
 	key := pidHandle{k.PID, k.Function}
-	if _, ok := t.hostNames[key]; ok {
+	if _, ok := ht.names[key]; ok {
 		return
 	}
 	n := hostName{mangled: k.Name}
@@ -222,11 +241,11 @@ func (t *Translator) onHostKernelName(k *record.KernelName) {
 	} else {
 		n.name = t.series.demangle(k.Name)
 	}
-	if len(t.hostNames) >= maxHostNames {
+	if len(ht.names) >= maxHostNames {
 		// Two generations: the names used since the last turn survive it.
-		t.oldHostNames, t.hostNames = t.hostNames, map[pidHandle]hostName{}
+		ht.oldNames, ht.names = ht.names, map[pidHandle]hostName{}
 	}
-	t.hostNames[key] = n
+	ht.names[key] = n
 }
 
 type pidHandle struct {
@@ -238,14 +257,14 @@ type hostName struct{ mangled, name string }
 
 // hostKernelName returns the name of a function handle of pid from the
 // host probes' KernelName records.
-func (t *Translator) hostKernelName(pid uint32, handle uint64) (hostName, bool) {
+func (ht *hostTable) kernelName(pid uint32, handle uint64) (hostName, bool) {
 	key := pidHandle{pid, handle}
-	if n, ok := t.hostNames[key]; ok {
+	if n, ok := ht.names[key]; ok {
 		return n, true
 	}
-	if n, ok := t.oldHostNames[key]; ok {
-		if len(t.hostNames) < maxHostNames {
-			t.hostNames[key] = n
+	if n, ok := ht.oldNames[key]; ok {
+		if len(ht.names) < maxHostNames {
+			ht.names[key] = n
 		}
 		return n, true
 	}
@@ -268,7 +287,8 @@ func matches(c *record.HostCall, r *record.Launch) bool {
 
 // matchOrWait nests launch call c of a shim process under a pending shim
 // launch of its thread, or keeps it in the unmatched list for the grace.
-func (t *Translator) matchOrWait(p *hostProc, c *hostCall) {
+func (ht *hostTable) matchOrWait(p *hostProc, c *hostCall) {
+	t := ht.t
 	if th := p.threads[c.rec.TID]; th != nil {
 		for i := len(th.launches) - 1; i >= 0; i-- {
 			l := th.launches[i]
@@ -318,11 +338,12 @@ func compact[T any](q []T, head int) ([]T, int) {
 // not taken for a shim-less process's), but its launches register with
 // their thread (to nest host calls and wait for them) only when host probes
 // are on or the process has sent host calls.
-func (t *Translator) onShimLaunch(pid uint32, l *launch, now time.Time) {
-	p := t.hostProcOf(pid, now)
+func (ht *hostTable) onShimLaunch(pid uint32, l *launch, now time.Time) {
+	t := ht.t
+	p := ht.procOf(pid, now)
 	if !p.shim {
 		p.shim = true
-		t.moveDeferredLaunches(p)
+		ht.moveDeferredLaunches(p)
 	}
 	if l == nil || (!t.o.HostProbes && !p.hostSeen) {
 		return
@@ -350,7 +371,7 @@ func (t *Translator) onShimLaunch(pid uint32, l *launch, now time.Time) {
 
 // moveDeferredLaunches moves the launch calls still deferred into the
 // unmatched list (the process turned out to run with the shim).
-func (t *Translator) moveDeferredLaunches(p *hostProc) {
+func (ht *hostTable) moveDeferredLaunches(p *hostProc) {
 	n := len(p.unmatched)
 	for _, c := range p.deferred[p.dhead:] {
 		if !c.taken && c.rec.API.Category() == record.HostCatLaunch {
@@ -368,12 +389,13 @@ func (t *Translator) moveDeferredLaunches(p *hostProc) {
 // on and it has not shown that it sends none), and no call of the thread
 // that returned after the launch has arrived yet. It waits at most
 // HostCallGrace from the first time it was held.
-func (t *Translator) holdForHost(l *launch, now time.Time) bool {
+func (ht *hostTable) hold(l *launch, now time.Time) bool {
+	t := ht.t
 	th := l.hth
 	if th == nil || th.lastExit > l.rec.ReturnNS {
 		return false
 	}
-	p := t.hosts[l.rec.PID]
+	p := ht.procs[l.rec.PID]
 	if p == nil || (!p.hostSeen && (!t.o.HostProbes || p.noHost)) {
 		return false
 	}
@@ -381,7 +403,7 @@ func (t *Translator) holdForHost(l *launch, now time.Time) bool {
 		l.holdSince = now
 		th.held++
 	}
-	if now.Sub(l.holdSince) < t.hostGrace() {
+	if now.Sub(l.holdSince) < ht.grace() {
 		return true
 	}
 	if !p.hostSeen {
@@ -392,7 +414,8 @@ func (t *Translator) holdForHost(l *launch, now time.Time) bool {
 
 // finishSettled finishes the held launches of th that the latest host call
 // of the thread settled.
-func (t *Translator) finishSettled(th *hostThread, now time.Time) {
+func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
+	t := ht.t
 	if th.held == 0 {
 		return
 	}
@@ -427,12 +450,13 @@ func (l *launch) unregister() {
 // expireHost emits the host calls that waited long enough: unmatched
 // launch calls after the grace, deferred calls after the grace, shim-less
 // launches never closed after LaunchTimeout.
-func (t *Translator) expireHost(now time.Time) {
-	for _, p := range t.hosts {
+func (ht *hostTable) expire(now time.Time) {
+	t := ht.t
+	for _, p := range ht.procs {
 		for p.uhead < len(p.unmatched) {
 			c := p.unmatched[p.uhead]
 			if !c.taken {
-				if now.Sub(c.arrived) < t.hostGrace() {
+				if now.Sub(c.arrived) < ht.grace() {
 					break
 				}
 				t.counters.HostCallsUnmatched++
@@ -442,7 +466,7 @@ func (t *Translator) expireHost(now time.Time) {
 			p.uhead++
 		}
 		p.unmatched, p.uhead = compact(p.unmatched, p.uhead)
-		t.releaseDeferred(p, now, false)
-		t.expireOpen(p, now)
+		ht.releaseDeferred(p, now, false)
+		ht.expireOpen(p, now)
 	}
 }

@@ -246,10 +246,11 @@ func cmpU64(a, b uint64) int {
 
 // appendHostMetrics writes the host call duration histograms (per API) and
 // the count of approximate kernel spans.
-func (t *Translator) appendHostMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+	t := ht.t
 	dur := newExpHist(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.")
 	for _, a := range record.HostAPIs() {
-		h := &t.hostDur[a]
+		h := &ht.dur[a]
 		if h.Count() == 0 {
 			continue
 		}

@@ -12,7 +12,7 @@ func (t *Translator) maybeFinish(l *launch, now time.Time) {
 	if !l.have || !l.completed {
 		return
 	}
-	if (!t.o.ExpectWarps || l.deviceDone()) && !t.holdForHost(l, now) {
+	if (!t.o.ExpectWarps || l.deviceDone()) && !t.hosts.hold(l, now) {
 		t.finish(l, now)
 	}
 }
@@ -26,7 +26,7 @@ func (t *Translator) Expire(now time.Time) {
 			continue
 		}
 		switch {
-		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace && !t.holdForHost(l, now):
+		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace && !t.hosts.hold(l, now):
 			t.finish(l, now)
 		case l.have && !l.completed && t.o.ExpectWarps && l.deviceDone() &&
 			now.Sub(l.created) < t.o.LaunchTimeout:
@@ -35,7 +35,7 @@ func (t *Translator) Expire(now time.Time) {
 			// producer that does write them) the launch is done.
 			if l.warpsAt.IsZero() {
 				l.warpsAt = now
-			} else if now.Sub(l.warpsAt) >= t.o.CompletionGrace && !t.holdForHost(l, now) {
+			} else if now.Sub(l.warpsAt) >= t.o.CompletionGrace && !t.hosts.hold(l, now) {
 				t.finish(l, now)
 			}
 		case now.Sub(l.created) >= t.o.LaunchTimeout:
@@ -54,7 +54,7 @@ func (t *Translator) Expire(now time.Time) {
 		t.qhead++
 	}
 	t.compactQueue()
-	t.expireHost(now)
+	t.hosts.expire(now)
 }
 
 // finish turns a launch into metrics and (sampled) spans and forgets it.

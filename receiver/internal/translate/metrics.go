@@ -127,7 +127,7 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 			hp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
 		}
 	}
-	t.appendHostMetrics(sm, ts)
+	t.hosts.appendMetrics(sm, ts)
 	for _, c := range self {
 		dp := newSum(sm, c.Name, c.Unit, c.Desc).AppendEmpty()
 		dp.SetStartTimestamp(t.start)

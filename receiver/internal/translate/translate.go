@@ -146,10 +146,7 @@ type Translator struct {
 	peerExe map[uint32]string  // peer pid of a connected client → its executable
 	procs   map[uint32]string  // pid → executable name (host probes, unconnected sources)
 
-	hosts        map[uint32]*hostProc // pid → host-call state
-	hostNames    map[pidHandle]hostName
-	oldHostNames map[pidHandle]hostName
-	hostDur      hostDurations
+	hosts *hostTable // host calls and the shim-less approximation (hostcalls.go, approx.go)
 
 	spans    *spanOut // spans built since the last TakeTraces (spans.go)
 	counters Counters
@@ -203,17 +200,16 @@ func New(o Options) *Translator {
 		o.MaxHostCalls = DefaultMaxHostCalls
 	}
 	t := &Translator{
-		o:         o,
-		pending:   map[srcKey]*launch{},
-		clients:   map[uint32]*client{},
-		peerExe:   map[uint32]string{},
-		procs:     map[uint32]string{},
-		hosts:     map[uint32]*hostProc{},
-		hostNames: map[pidHandle]hostName{},
-		start:     pcommon.NewTimestampFromTime(time.Now()),
+		o:       o,
+		pending: map[srcKey]*launch{},
+		clients: map[uint32]*client{},
+		peerExe: map[uint32]string{},
+		procs:   map[uint32]string{},
+		start:   pcommon.NewTimestampFromTime(time.Now()),
 	}
 	t.series = newSeriesStore(t)
 	t.graphs = &graphTable{t: t, chains: map[srcKey]*replayChain{}}
+	t.hosts = &hostTable{t: t, procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
 	t.spans = &spanOut{t: t}
 	t.spans.resetTraces()
 	return t
@@ -272,7 +268,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		if src == HostProbeSource {
-			t.onHostKernelName(&t.dec.dk)
+			t.hosts.onKernelName(&t.dec.dk)
 		} else {
 			t.onKernelName(src, &t.dec.dk)
 		}
@@ -315,7 +311,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		}
 		t.validate(src, &t.dec.dh.PID)
 		t.processName(t.dec.dh.PID) // while the process is alive: spans are built later
-		t.onHostCall(&t.dec.dh, now)
+		t.hosts.onHostCall(&t.dec.dh, now)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
 	}
@@ -333,7 +329,7 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	}
 	if !k.include {
 		if src != HostProbeSource {
-			t.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
+			t.hosts.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
 		}
 		t.counters.LaunchesFilter++
 		if t.graphs.isGraph(key) {
@@ -367,7 +363,7 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		t.graphs.launched(l)
 	}
 	if src != HostProbeSource {
-		t.onShimLaunch(r.PID, l, now)
+		t.hosts.onShimLaunch(r.PID, l, now)
 	}
 	t.maybeFinish(l, now)
 }
