@@ -163,7 +163,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
 			if cp, ok := p.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= cp.since {
 				t.counters.ApproxCaptured++
-				if sp, ok := t.emitStandalone(p, c); ok {
+				if sp, ok := t.spans.emitStandalone(p, c); ok {
 					sp.Attributes().PutBool("cuda.graph.captured", true)
 				}
 				return
@@ -172,7 +172,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.openLaunch(p, c, now)
 			return
 		}
-		t.emitStandalone(p, c)
+		t.spans.emitStandalone(p, c)
 		return
 	case record.HostCatGraphLaunch:
 		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
@@ -180,12 +180,12 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.openLaunch(p, c, now)
 			return
 		}
-		t.emitStandalone(p, c)
+		t.spans.emitStandalone(p, c)
 	case record.HostCatCapture:
-		t.emitStandalone(p, c)
+		t.spans.emitStandalone(p, c)
 		ht.captureCall(p, r)
 	case record.HostCatEvent:
-		t.emitStandalone(p, c)
+		t.spans.emitStandalone(p, c)
 		if returned && r.Ret == 0 {
 			if !p.shim {
 				p.legacyOrder(eventStream(r), r.EnterNS)
@@ -193,12 +193,12 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.eventCall(p, r)
 		}
 	case record.HostCatStream:
-		t.emitStandalone(p, c)
+		t.spans.emitStandalone(p, c)
 		if returned && r.Ret == 0 {
 			p.streamCall(r)
 		}
 	case record.HostCatSync:
-		t.emitStandalone(p, c)
+		t.spans.emitStandalone(p, c)
 		if !returned {
 			return
 		}
@@ -219,7 +219,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			}
 		}
 	case record.HostCatMemcpy:
-		t.emitStandalone(p, c)
+		t.spans.emitStandalone(p, c)
 		if !returned {
 			return
 		}
@@ -235,7 +235,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.closeStream(p, k, r)
 		}
 	default:
-		t.emitStandalone(p, c)
+		t.spans.emitStandalone(p, c)
 	}
 }
 
@@ -377,7 +377,7 @@ func (ht *hostTable) evictOpen(p *hostProc) {
 	}
 	q := p.streams[oldest]
 	t.counters.HostCallsEvicted++
-	t.emitStandalone(p, q[0].call)
+	t.spans.emitStandalone(p, q[0].call)
 	p.dropOpen(oldest, q[1:])
 }
 
@@ -429,7 +429,7 @@ func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.Hos
 		kept := make([]*openLaunch, 0, 1)
 		for _, ol := range q {
 			if ol.call.rec.ExitNS <= sync.EnterNS {
-				t.emitApprox(p, ol, sync)
+				t.spans.emitApprox(p, ol, sync)
 			} else {
 				kept = append(kept, ol)
 			}
@@ -471,7 +471,7 @@ func (ht *hostTable) expireOpen(p *hostProc, now time.Time) {
 		n := 0
 		for n < len(q) && now.Sub(q[n].at) >= t.o.LaunchTimeout {
 			t.counters.ApproxUnclosed++
-			t.emitStandalone(p, q[n].call)
+			t.spans.emitStandalone(p, q[n].call)
 			n++
 		}
 		if n > 0 {
@@ -502,7 +502,8 @@ func (ht *hostTable) launchKernel(c *hostCall) hostName {
 
 // emitStandalone emits c and its children as a trace of their own and
 // returns c's span (false when sampling left the trace out).
-func (t *Translator) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool) {
+func (so *spanOut) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool) {
+	t := so.t
 	if !sampled(srcKey{p.pid, c.rec.EnterNS}, t.o.SampleOneIn) {
 		return ptrace.Span{}, false
 	}
@@ -512,15 +513,16 @@ func (t *Translator) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool
 			kernel = n.name
 		}
 	}
-	ss := t.spans.spansOf(p.pid)
+	ss := so.spansOf(p.pid)
 	i := ss.Len()
-	t.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
+	so.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
 	return ss.At(i), true
 }
 
 // emitApprox emits launch ol, closed by sync, with its approximate kernel
 // span (graph span for a graph launch).
-func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall) {
+func (so *spanOut) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall) {
+	t := so.t
 	r := &ol.call.rec
 	graph := r.API.Category() == record.HostCatGraphLaunch
 	if graph {
@@ -531,23 +533,23 @@ func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCa
 	if !sampled(srcKey{p.pid, r.EnterNS}, t.o.SampleOneIn) {
 		return
 	}
-	ss := t.spans.spansOf(p.pid)
+	ss := so.spansOf(p.pid)
 	tr := otelid.NewTraceID()
 	name := ol.kernel.name
 	if graph {
 		name = "cuda.graph"
 	}
-	parent := t.emitTree(ss, ol.call, tr, pcommon.SpanID{}, ol.kernel.name)
+	parent := so.emitTree(ss, ol.call, tr, pcommon.SpanID{}, ol.kernel.name)
 	sp := ss.AppendEmpty()
 	sp.SetTraceID(tr)
 	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetParentSpanID(parent)
 	sp.SetName(name)
 	sp.SetKind(ptrace.SpanKindInternal)
-	start := t.mono(HostProbeSource, r.EnterNS)
+	start := so.mono(HostProbeSource, r.EnterNS)
 	sp.SetStartTimestamp(start)
-	sp.SetEndTimestamp(max(start, t.mono(HostProbeSource, sync.ExitNS)))
-	t.spans.nSpans++
+	sp.SetEndTimestamp(max(start, so.mono(HostProbeSource, sync.ExitNS)))
+	so.nSpans++
 	a := sp.Attributes()
 	a.EnsureCapacity(14)
 	if graph {

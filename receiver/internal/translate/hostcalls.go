@@ -192,14 +192,14 @@ func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
 	for ; p.uhead < len(p.unmatched); p.uhead++ {
 		if c := p.unmatched[p.uhead]; !c.taken {
 			t.counters.HostCallsUnmatched++
-			t.emitStandalone(p, c)
+			t.spans.emitStandalone(p, c)
 		}
 	}
 	p.unmatched, p.uhead = p.unmatched[:0], 0
 	for k, q := range p.streams {
 		for _, ol := range q {
 			t.counters.ApproxUnclosed++
-			t.emitStandalone(p, ol.call)
+			t.spans.emitStandalone(p, ol.call)
 		}
 		delete(p.streams, k)
 	}
@@ -310,7 +310,7 @@ func (ht *hostTable) matchOrWait(p *hostProc, c *hostCall) {
 			p.uhead++
 			if !old.taken {
 				t.counters.HostCallsEvicted++
-				t.emitStandalone(p, old)
+				t.spans.emitStandalone(p, old)
 				break
 			}
 		}
@@ -460,7 +460,7 @@ func (ht *hostTable) expire(now time.Time) {
 					break
 				}
 				t.counters.HostCallsUnmatched++
-				t.emitStandalone(p, c)
+				t.spans.emitStandalone(p, c)
 			}
 			p.unmatched[p.uhead] = nil
 			p.uhead++

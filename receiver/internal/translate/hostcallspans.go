@@ -52,20 +52,20 @@ func apiInfo(a record.HostAPI) *apiMeta {
 // emitTree appends the span of c under parent (empty: a root) in trace tr,
 // then its children under it, and returns its span id. kernel is the
 // kernel name of a launch call ("" when unknown).
-func (t *Translator) emitTree(ss ptrace.SpanSlice, c *hostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
-	id := t.hostCallSpan(ss, &c.rec, tr, parent, kernel)
+func (so *spanOut) emitTree(ss ptrace.SpanSlice, c *hostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
+	id := so.hostCallSpan(ss, &c.rec, tr, parent, kernel)
 	for _, d := range c.children {
 		k := ""
 		if d.rec.API.Category() == record.HostCatLaunch {
 			k = kernel
 		}
-		t.emitTree(ss, d, tr, id, k)
+		so.emitTree(ss, d, tr, id, k)
 	}
 	return id
 }
 
 // hostCallSpan appends the span of one host API call and returns its id.
-func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
+func (so *spanOut) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
 	m := apiInfo(r.API)
 	sp := ss.AppendEmpty()
 	id := otelid.NewSpanID()
@@ -74,9 +74,9 @@ func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pc
 	sp.SetParentSpanID(parent)
 	sp.SetName(m.name)
 	sp.SetKind(ptrace.SpanKindInternal)
-	sp.SetStartTimestamp(t.mono(HostProbeSource, r.EnterNS))
-	sp.SetEndTimestamp(t.mono(HostProbeSource, r.ExitNS))
-	t.spans.nSpans++
+	sp.SetStartTimestamp(so.mono(HostProbeSource, r.EnterNS))
+	sp.SetEndTimestamp(so.mono(HostProbeSource, r.ExitNS))
+	so.nSpans++
 
 	a := sp.Attributes()
 	a.EnsureCapacity(16)
@@ -201,7 +201,7 @@ func putLaunchArgs(a pcommon.Map, r *record.HostCall) {
 // hostParents emits the runtime launch calls nested with shim launch l
 // (outermost first, each inside the previous) in trace tr and returns the
 // innermost one's span id, the launch span's parent (empty when none).
-func (t *Translator) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
+func (so *spanOut) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
 	var parent pcommon.SpanID
 	if len(l.host) == 0 {
 		return parent
@@ -219,17 +219,17 @@ func (t *Translator) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.Trac
 		return cmpU64(b.rec.ExitNS, a.rec.ExitNS)
 	})
 	for _, c := range runtime {
-		parent = t.hostCallSpan(ss, &c.rec, tr, parent, l.k.name)
+		parent = so.hostCallSpan(ss, &c.rec, tr, parent, l.k.name)
 	}
 	return parent
 }
 
 // hostChildren emits the driver launch calls nested with shim launch l
 // under its span.
-func (t *Translator) hostChildren(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID, launchSpan pcommon.SpanID) {
+func (so *spanOut) hostChildren(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID, launchSpan pcommon.SpanID) {
 	for _, c := range l.host {
 		if apiInfo(c.rec.API).driver {
-			t.hostCallSpan(ss, &c.rec, tr, launchSpan, l.k.name)
+			so.hostCallSpan(ss, &c.rec, tr, launchSpan, l.k.name)
 		}
 	}
 }

@@ -91,7 +91,7 @@ func (t *Translator) finish(l *launch, now time.Time) {
 		t.counters.SpansSampledOut++
 		return
 	}
-	t.launchSpans(l)
+	t.spans.launchSpans(l)
 }
 
 // execNS is the device execution time: first block (warp) start → last

@@ -44,7 +44,7 @@ func (t *Translator) onMemcpy(src uint32, m *record.Memcpy) {
 	}
 	s.bytes += m.Bytes
 	s.duration.Record(float64(m.EndNS-m.StartNS) / 1e9)
-	t.memcpySpan(src, m)
+	t.spans.memcpySpan(src, m)
 }
 
 // SelfMetric is one self-telemetry counter added to the metrics output.

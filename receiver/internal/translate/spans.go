@@ -124,17 +124,19 @@ func ProcName(pid uint32) string {
 
 // mono maps a CLOCK_MONOTONIC reading of source src to a timestamp (0 when
 // unknown).
-func (t *Translator) mono(src uint32, ns uint64) pcommon.Timestamp {
+func (so *spanOut) mono(src uint32, ns uint64) pcommon.Timestamp {
+	t := so.t
 	r, _ := t.o.Clock.ClientMonoToReal(src, ns)
 	return pcommon.Timestamp(r)
 }
 
 // launchSpans appends the launch span and its phase children.
-func (t *Translator) launchSpans(l *launch) {
+func (so *spanOut) launchSpans(l *launch) {
+	t := so.t
 	r := &l.rec
-	ss := t.spans.spansOf(r.PID)
+	ss := so.spansOf(r.PID)
 	tid := otelid.NewTraceID()
-	parent := t.hostParents(ss, l, tid)
+	parent := so.hostParents(ss, l, tid)
 	root := ss.AppendEmpty()
 	root.SetTraceID(tid)
 	rootID := otelid.NewSpanID()
@@ -142,7 +144,7 @@ func (t *Translator) launchSpans(l *launch) {
 	root.SetParentSpanID(parent)
 	root.SetName(l.k.name)
 	root.SetKind(ptrace.SpanKindInternal)
-	start, end := t.mono(l.key.src, r.EnqueueNS), t.mono(l.key.src, r.ReturnNS)
+	start, end := so.mono(l.key.src, r.EnqueueNS), so.mono(l.key.src, r.ReturnNS)
 	root.SetStartTimestamp(start)
 
 	a := root.Attributes()
@@ -183,13 +185,13 @@ func (t *Translator) launchSpans(l *launch) {
 		c.SetName(name)
 		c.SetStartTimestamp(s)
 		c.SetEndTimestamp(max(s, e))
-		t.spans.nSpans++
+		so.nSpans++
 		end = max(end, e)
 	}
-	child(SpanLaunchCall, start, t.mono(l.key.src, r.ReturnNS))
-	t.hostChildren(ss, l, tid, rootID)
+	child(SpanLaunchCall, start, so.mono(l.key.src, r.ReturnNS))
+	so.hostChildren(ss, l, tid, rootID)
 
-	execEnd := t.mono(l.key.src, r.ReturnNS)
+	execEnd := so.mono(l.key.src, r.ReturnNS)
 	if l.exec != nil {
 		a.PutInt("cuda.blocks.observed", int64(l.exec.Blocks))
 		a.PutInt("cuda.threads.observed", int64(l.exec.Threads))
@@ -215,14 +217,14 @@ func (t *Translator) launchSpans(l *launch) {
 		}
 	}
 	if l.completed {
-		child(SpanCompletion, execEnd, t.mono(l.key.src, l.completeNS))
+		child(SpanCompletion, execEnd, so.mono(l.key.src, l.completeNS))
 	}
 	root.SetEndTimestamp(end)
-	t.spans.nSpans++
+	so.nSpans++
 }
 
-func (t *Translator) onSync(src uint32, s *record.Sync) {
-	a, ok := t.hostSpan(SpanSync, src, s.PID, s.StartNS, s.EndNS)
+func (so *spanOut) onSync(src uint32, s *record.Sync) {
+	a, ok := so.hostSpan(SpanSync, src, s.PID, s.StartNS, s.EndNS)
 	if !ok {
 		return
 	}
@@ -232,8 +234,9 @@ func (t *Translator) onSync(src uint32, s *record.Sync) {
 	a.PutInt("thread.id", int64(s.TID))
 }
 
-func (t *Translator) memcpySpan(src uint32, m *record.Memcpy) {
-	a, ok := t.hostSpan(SpanMemcpy, src, m.PID, m.StartNS, m.EndNS)
+func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
+	t := so.t
+	a, ok := so.hostSpan(SpanMemcpy, src, m.PID, m.StartNS, m.EndNS)
 	if !ok {
 		return
 	}
@@ -247,16 +250,17 @@ func (t *Translator) memcpySpan(src uint32, m *record.Memcpy) {
 
 // hostSpan appends the span of a host call (a sync or a copy) of process
 // pid and returns its attributes, or false when sampling drops the call.
-func (t *Translator) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
+func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
+	t := so.t
 	if !sampled(srcKey{pid, startNS}, t.o.SampleOneIn) {
 		return pcommon.Map{}, false
 	}
-	sp := t.spans.spansOf(pid).AppendEmpty()
+	sp := so.spansOf(pid).AppendEmpty()
 	sp.SetTraceID(otelid.NewTraceID())
 	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetName(name)
-	sp.SetStartTimestamp(t.mono(src, startNS))
-	sp.SetEndTimestamp(t.mono(src, endNS))
-	t.spans.nSpans++
+	sp.SetStartTimestamp(so.mono(src, startNS))
+	sp.SetEndTimestamp(so.mono(src, endNS))
+	so.nSpans++
 	return sp.Attributes(), true
 }
