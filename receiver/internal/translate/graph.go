@@ -205,7 +205,7 @@ func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch 
 	c.live++
 	gt.n++
 	t.queue = append(t.queue, l)
-	t.track(l)
+	t.clients.track(l)
 	return l
 }
 

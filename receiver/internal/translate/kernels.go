@@ -10,8 +10,9 @@ import (
 )
 
 // onKernelName records a function handle's kernel name (the first wins).
-func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
-	c := t.clientOf(src)
+func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
+	t := ct.t
+	c := ct.clientOf(src)
 	if _, ok := c.kernels[k.Function]; ok {
 		return
 	}
@@ -24,7 +25,7 @@ func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
 	} else {
 		name = t.series.demangle(k.Name)
 	}
-	t.makeKernelRoom(c)
+	ct.makeKernelRoom(c)
 	c.kernels[k.Function] = &kernel{
 		mangled: mangled,
 		name:    name,
@@ -60,7 +61,8 @@ func (sr *seriesStore) demangle(mangled string) string {
 // all of them if that leaves the map over 3/4 full (so a client cannot make
 // every record rescan the queue). A later launch of a forgotten handle is
 // named by its handle; pending launches keep their kernel.
-func (t *Translator) makeKernelRoom(c *client) {
+func (ct *clientTable) makeKernelRoom(c *client) {
+	t := ct.t
 	if len(c.kernels) < maxKernelHandles {
 		return
 	}
@@ -96,15 +98,16 @@ func (sr *seriesStore) seriesFor(name string) *series {
 	return s
 }
 
-func (t *Translator) kernelOf(src uint32, fn uint64) *kernel {
-	c := t.clientOf(src)
+func (ct *clientTable) kernelOf(src uint32, fn uint64) *kernel {
+	t := ct.t
+	c := ct.clientOf(src)
 	if k, ok := c.kernels[fn]; ok {
 		return k
 	}
 	// A launch of a function never named: name it by its handle.
 	name := "function@0x" + strconv.FormatUint(fn, 16)
 	k := &kernel{mangled: name, name: name, series: t.series.seriesFor(name), include: t.o.Filter.Match(name)}
-	t.makeKernelRoom(c)
+	ct.makeKernelRoom(c)
 	c.kernels[fn] = k
 	return k
 }

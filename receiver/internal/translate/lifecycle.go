@@ -76,7 +76,7 @@ func (t *Translator) finish(l *launch, now time.Time) {
 	if q, ok := t.queueNS(l); ok {
 		s.queue.Record(float64(q) / 1e9)
 	}
-	if t.streamGap(l, &s.hostWait); l.gapKnown {
+	if t.clients.streamGap(l, &s.hostWait); l.gapKnown {
 		s.hostWait.Record(float64(l.hostWaitNS) / 1e9)
 	}
 	if !sampled(l.sampleKey(), t.o.SampleOneIn) {

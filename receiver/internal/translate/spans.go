@@ -67,7 +67,7 @@ func (so *spanOut) spansOf(pid uint32) ptrace.SpanSlice {
 
 func (so *spanOut) fillResource(attrs pcommon.Map, pid uint32) {
 	t := so.t
-	exe := t.processName(pid)
+	exe := t.clients.processName(pid)
 	attrs.PutInt("process.pid", int64(pid))
 	if exe != "" {
 		attrs.PutStr("process.executable.name", exe)
@@ -83,11 +83,12 @@ func (so *spanOut) fillResource(attrs pcommon.Map, pid uint32) {
 }
 
 // processName returns the executable name of pid, cached.
-func (t *Translator) processName(pid uint32) string {
-	if n, ok := t.peerExe[pid]; ok {
+func (ct *clientTable) processName(pid uint32) string {
+	t := ct.t
+	if n, ok := ct.peerExe[pid]; ok {
 		return n // a connected client's, read at connect
 	}
-	if n, ok := t.procs[pid]; ok {
+	if n, ok := ct.procs[pid]; ok {
 		return n
 	}
 	var n string
@@ -100,10 +101,10 @@ func (t *Translator) processName(pid uint32) string {
 	if n == "" {
 		return "" // gone or unreadable: not cached, a later record may know it
 	}
-	if len(t.procs) > 4096 {
-		clear(t.procs)
+	if len(ct.procs) > 4096 {
+		clear(ct.procs)
 	}
-	t.procs[pid] = n
+	ct.procs[pid] = n
 	return n
 }
 
@@ -161,7 +162,7 @@ func (so *spanOut) launchSpans(l *launch) {
 		// patched, or left out by sampling::device_one_in): no phases.
 		a.PutBool("cuda.launch.probed", false)
 	}
-	t.putDevice(a, l.key.src, r.Device)
+	t.clients.putDevice(a, l.key.src, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))
 	a.PutInt("cuda.grid.x", int64(r.Grid[0]))
 	a.PutInt("cuda.grid.y", int64(r.Grid[1]))
@@ -243,7 +244,7 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 	a.PutStr("cuda.memcpy.kind", m.Kind.String())
 	a.PutInt("cuda.memcpy.size", int64(m.Bytes))
 	a.PutBool("cuda.memcpy.async", m.Flags&record.MemcpyAsync != 0)
-	t.putDevice(a, src, m.Device)
+	t.clients.putDevice(a, src, m.Device)
 	a.PutInt("cuda.stream", int64(m.Stream))
 	a.PutInt("thread.id", int64(m.TID))
 }

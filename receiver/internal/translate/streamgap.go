@@ -78,8 +78,8 @@ func slotOf(src, device uint32, stream uint64, tid uint32) streamSlot {
 }
 
 // streamCount counts one launch or copy on a stream and returns its count.
-func (t *Translator) streamCount(k streamSlot) uint64 {
-	streams := t.clientOf(k.src).streams
+func (ct *clientTable) streamCount(k streamSlot) uint64 {
+	streams := ct.clientOf(k.src).streams
 	st := streams[k]
 	if st == nil {
 		if len(streams) >= maxStreamSlots {
@@ -97,12 +97,13 @@ func (t *Translator) streamCount(k streamSlot) uint64 {
 // before it on its stream has finished and ran probes, records the host
 // wait of a launch that finished early when l is its predecessor, and
 // makes l the stream's latest finished launch.
-func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
+func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
+	t := ct.t
 	if l.streamSeq == 0 {
 		return
 	}
 	r := &l.rec
-	c := t.clients[l.key.src]
+	c := ct.byID[l.key.src]
 	if c == nil {
 		return // gone
 	}

@@ -142,9 +142,7 @@ type Translator struct {
 
 	graphs *graphTable // runs of CUDA graph nodes, not in pending (graph.go)
 
-	clients map[uint32]*client // source → its state (client.go)
-	peerExe map[uint32]string  // peer pid of a connected client → its executable
-	procs   map[uint32]string  // pid → executable name (host probes, unconnected sources)
+	clients *clientTable // per-source state and process names (client.go)
 
 	hosts *hostTable // host calls and the shim-less approximation (hostcalls.go, approx.go)
 
@@ -202,13 +200,11 @@ func New(o Options) *Translator {
 	t := &Translator{
 		o:       o,
 		pending: map[srcKey]*launch{},
-		clients: map[uint32]*client{},
-		peerExe: map[uint32]string{},
-		procs:   map[uint32]string{},
 		start:   pcommon.NewTimestampFromTime(time.Now()),
 	}
 	t.series = newSeriesStore(t)
 	t.graphs = &graphTable{t: t, chains: map[srcKey]*replayChain{}}
+	t.clients = &clientTable{t: t, byID: map[uint32]*client{}, peerExe: map[uint32]string{}, procs: map[uint32]string{}}
 	t.hosts = &hostTable{t: t, procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
 	t.spans = &spanOut{t: t}
 	t.spans.resetTraces()
@@ -245,7 +241,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dec.dl.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dec.dl.PID, &t.dec.dl.Device)
+		t.clients.validate(src, &t.dec.dl.PID, &t.dec.dl.Device)
 		t.onLaunch(src, &t.dec.dl, now)
 	case record.TypeWarp:
 		if err := t.dec.dw.Decode(rec); err != nil {
@@ -261,7 +257,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dec.dc.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, nil, &t.dec.dc.Device)
+		t.clients.validate(src, nil, &t.dec.dc.Device)
 		t.onCompletion(src, &t.dec.dc, now)
 	case record.TypeKernelName:
 		if err := t.dec.dk.Decode(rec); err != nil {
@@ -270,7 +266,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if src == HostProbeSource {
 			t.hosts.onKernelName(&t.dec.dk)
 		} else {
-			t.onKernelName(src, &t.dec.dk)
+			t.clients.onKernelName(src, &t.dec.dk)
 		}
 	case record.TypeCalibration:
 		if err := t.dec.db.Decode(rec); err != nil {
@@ -284,16 +280,16 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dec.dm.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dec.dm.PID, &t.dec.dm.Device)
+		t.clients.validate(src, &t.dec.dm.PID, &t.dec.dm.Device)
 		if src != HostProbeSource {
-			t.streamCount(slotOf(src, t.dec.dm.Device, t.dec.dm.Stream, t.dec.dm.TID))
+			t.clients.streamCount(slotOf(src, t.dec.dm.Device, t.dec.dm.Stream, t.dec.dm.TID))
 		}
 		t.onMemcpy(src, &t.dec.dm)
 	case record.TypeSync:
 		if err := t.dec.ds.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dec.ds.PID, &t.dec.ds.Device)
+		t.clients.validate(src, &t.dec.ds.PID, &t.dec.ds.Device)
 		t.spans.onSync(src, &t.dec.ds)
 	case record.TypeThreadCount:
 		if err := t.dec.dt.Decode(rec); err != nil {
@@ -304,13 +300,13 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dec.dd.Decode(rec); err != nil {
 			return err
 		}
-		t.onDevice(t.clientOf(src), &t.dec.dd)
+		t.clients.onDevice(t.clients.clientOf(src), &t.dec.dd)
 	case record.TypeHostCall:
 		if err := t.dec.dh.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dec.dh.PID)
-		t.processName(t.dec.dh.PID) // while the process is alive: spans are built later
+		t.clients.validate(src, &t.dec.dh.PID)
+		t.clients.processName(t.dec.dh.PID) // while the process is alive: spans are built later
 		t.hosts.onHostCall(&t.dec.dh, now)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
@@ -319,13 +315,13 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 }
 
 func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
-	t.processName(r.PID) // while the process is alive: spans are built later
-	t.clientOf(src).lastDev = r.Device
-	k := t.kernelOf(src, r.Function)
+	t.clients.processName(r.PID) // while the process is alive: spans are built later
+	t.clients.clientOf(src).lastDev = r.Device
+	k := t.clients.kernelOf(src, r.Function)
 	key := srcKey{src, r.LaunchID}
 	var seq uint64
 	if src != HostProbeSource && r.Result == 0 {
-		seq = t.streamCount(slotOf(src, r.Device, r.Stream, r.TID))
+		seq = t.clients.streamCount(slotOf(src, r.Device, r.Stream, r.TID))
 	}
 	if !k.include {
 		if src != HostProbeSource {
@@ -373,7 +369,7 @@ func (t *Translator) newPending(key srcKey, now time.Time) *launch {
 	l := &launch{key: key, created: now}
 	t.pending[key] = l
 	t.queue = append(t.queue, l)
-	t.track(l)
+	t.clients.track(l)
 	return l
 }
 
@@ -382,7 +378,7 @@ func (t *Translator) newPending(key srcKey, now time.Time) *launch {
 // cannot evict another's launches), else the oldest of all.
 func (t *Translator) makeRoom(src uint32, now time.Time) {
 	for len(t.pending)+t.graphs.n >= t.o.MaxPendingLaunches {
-		if c := t.clients[src]; c != nil && 2*c.pending >= t.o.MaxPendingLaunches && t.evictOldestOf(c, now) {
+		if c := t.clients.byID[src]; c != nil && 2*c.pending >= t.o.MaxPendingLaunches && t.clients.evictOldestOf(c, now) {
 			continue
 		}
 		t.evictOldest(now)
@@ -391,7 +387,7 @@ func (t *Translator) makeRoom(src uint32, now time.Time) {
 
 // drop forgets launch l (done).
 func (t *Translator) drop(l *launch) {
-	t.untrack(l)
+	t.clients.untrack(l)
 	if l.chain != nil {
 		t.graphs.dropRun(l)
 		return
