@@ -76,14 +76,14 @@ func (ct *clientTable) connect(src uint32, p Peer) {
 // Disconnect ends source src (its rings are drained): its pending launches
 // are emitted now, and all its state is freed.
 func (t *Translator) Disconnect(src uint32, now time.Time) {
-	for _, l := range t.queue[t.qhead:] {
+	for _, l := range t.launches.queue[t.launches.qhead:] {
 		if l != nil && !l.done && l.key.src == src {
 			if l.have {
-				t.finish(l, now)
+				t.launches.finish(l, now)
 			} else {
 				t.counters.LaunchesOrphan++
 				l.done = true
-				t.drop(l)
+				t.launches.drop(l)
 			}
 		}
 	}
@@ -204,7 +204,7 @@ func (ct *clientTable) evictOldestOf(c *client, now time.Time) bool {
 		c.qhead++
 		if l.tracked && !l.done {
 			t.counters.LaunchesEvicted++
-			t.finish(l, now)
+			t.launches.finish(l, now)
 			return true
 		}
 	}

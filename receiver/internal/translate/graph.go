@@ -145,12 +145,12 @@ func (gt *graphTable) isGraph(key srcKey) bool {
 func (gt *graphTable) adoptCaptured(key srcKey, now time.Time) {
 	t := gt.t
 	c := gt.chain(key)
-	p := t.pending[key]
+	p := t.launches.pending[key]
 	if p == nil {
 		return
 	}
 	p.done = true
-	t.drop(p)
+	t.launches.drop(p)
 	if p.have {
 		t.counters.LaunchesCaptured++
 	}
@@ -200,11 +200,11 @@ func (gt *graphTable) sweepChains() {
 // newRun adds a pending run of graph node key.
 func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch {
 	t := gt.t
-	t.makeRoom(key.src, now)
+	t.launches.makeRoom(key.src, now)
 	l := &launch{key: key, created: now, chain: c}
 	c.live++
 	gt.n++
-	t.queue = append(t.queue, l)
+	t.launches.queue = append(t.launches.queue, l)
 	t.clients.track(l)
 	return l
 }
@@ -250,7 +250,7 @@ func (gt *graphTable) launchRun(key srcKey, r *record.Launch, now time.Time) *la
 			}
 			c.wantLaunch.pop()
 			if gt.endedBefore(key.src, r.Device, l.lastEnd, r.EnqueueNS) {
-				t.finish(l, now) // counted as an orphan
+				t.launches.finish(l, now) // counted as an orphan
 				continue
 			}
 			return l
@@ -345,6 +345,6 @@ func (gt *graphTable) filtered(key srcKey) {
 	if l := c.wantLaunch.front(wantsLaunch); l != nil {
 		c.wantLaunch.pop()
 		l.done = true
-		t.drop(l)
+		t.launches.drop(l)
 	}
 }

@@ -487,8 +487,8 @@ func TestGraphPendingBounded(t *testing.T) {
 					t.Errorf("queue of %d runs for 100 pending", n)
 				}
 			}
-			if ch.live != 100 || tr.graphs.n != 100 || len(tr.pending) != 0 {
-				t.Errorf("live %d, nGraph %d, pending map %d", ch.live, tr.graphs.n, len(tr.pending))
+			if ch.live != 100 || tr.graphs.n != 100 || len(tr.launches.pending) != 0 {
+				t.Errorf("live %d, nGraph %d, pending map %d", ch.live, tr.graphs.n, len(tr.launches.pending))
 			}
 		})
 	}

@@ -427,7 +427,7 @@ func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
 	}
 	for _, l := range done {
 		if !l.done {
-			t.finish(l, now)
+			t.launches.finish(l, now)
 		}
 	}
 }

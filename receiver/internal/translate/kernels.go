@@ -67,7 +67,7 @@ func (ct *clientTable) makeKernelRoom(c *client) {
 		return
 	}
 	used := map[*kernel]bool{}
-	for _, l := range t.queue[t.qhead:] {
+	for _, l := range t.launches.queue[t.launches.qhead:] {
 		if !l.done && l.k != nil {
 			used[l.k] = true
 		}

@@ -8,26 +8,34 @@ import (
 )
 
 // maybeFinish emits a launch as soon as every record it waits for is in.
-func (t *Translator) maybeFinish(l *launch, now time.Time) {
+func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
+	t := lt.t
 	if !l.have || !l.completed {
 		return
 	}
 	if (!t.o.ExpectWarps || l.deviceDone()) && !t.hosts.hold(l, now) {
-		t.finish(l, now)
+		lt.finish(l, now)
 	}
 }
 
 // Expire emits launches that waited long enough: completed ones after the
 // completion grace, any after LaunchTimeout. Call it once per poll.
 func (t *Translator) Expire(now time.Time) {
-	for i := t.qhead; i < len(t.queue); i++ {
-		l := t.queue[i]
+	t.launches.expire(now)
+	t.hosts.expire(now)
+}
+
+// expire emits or drops the launches whose wait is over.
+func (lt *launchTable) expire(now time.Time) {
+	t := lt.t
+	for i := lt.qhead; i < len(lt.queue); i++ {
+		l := lt.queue[i]
 		if l.done {
 			continue
 		}
 		switch {
 		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace && !t.hosts.hold(l, now):
-			t.finish(l, now)
+			lt.finish(l, now)
 		case l.have && !l.completed && t.o.ExpectWarps && l.deviceDone() &&
 			now.Sub(l.created) < t.o.LaunchTimeout:
 			// Every warp reported: the kernel is over. The shim writes
@@ -36,31 +44,31 @@ func (t *Translator) Expire(now time.Time) {
 			if l.warpsAt.IsZero() {
 				l.warpsAt = now
 			} else if now.Sub(l.warpsAt) >= t.o.CompletionGrace && !t.hosts.hold(l, now) {
-				t.finish(l, now)
+				lt.finish(l, now)
 			}
 		case now.Sub(l.created) >= t.o.LaunchTimeout:
 			if l.have {
 				t.counters.LaunchesExpired++
-				t.finish(l, now)
+				lt.finish(l, now)
 			} else {
 				t.counters.LaunchesOrphan++
 				l.done = true
-				t.drop(l)
+				lt.drop(l)
 			}
 		}
 	}
-	for t.qhead < len(t.queue) && t.queue[t.qhead].done {
-		t.queue[t.qhead] = nil
-		t.qhead++
+	for lt.qhead < len(lt.queue) && lt.queue[lt.qhead].done {
+		lt.queue[lt.qhead] = nil
+		lt.qhead++
 	}
-	t.compactQueue()
-	t.hosts.expire(now)
+	lt.compactQueue()
 }
 
 // finish turns a launch into metrics and (sampled) spans and forgets it.
-func (t *Translator) finish(l *launch, now time.Time) {
+func (lt *launchTable) finish(l *launch, now time.Time) {
+	t := lt.t
 	l.done = true
-	t.drop(l)
+	lt.drop(l)
 	l.unregister()
 	if !l.have {
 		t.counters.LaunchesOrphan++
@@ -73,7 +81,7 @@ func (t *Translator) finish(l *launch, now time.Time) {
 	if haveExec {
 		s.exec.Record(float64(execNS) / 1e9)
 	}
-	if q, ok := t.queueNS(l); ok {
+	if q, ok := lt.queueNS(l); ok {
 		s.queue.Record(float64(q) / 1e9)
 	}
 	if t.clients.streamGap(l, &s.hostWait); l.gapKnown {
@@ -104,7 +112,8 @@ func (l *launch) execNS() (uint64, bool) {
 }
 
 // queueNS is host enqueue → first block start, through the clock mapping.
-func (t *Translator) queueNS(l *launch) (uint64, bool) {
+func (lt *launchTable) queueNS(l *launch) (uint64, bool) {
+	t := lt.t
 	if !l.hasDevice() {
 		return 0, false
 	}

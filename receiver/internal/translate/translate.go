@@ -132,13 +132,20 @@ type launch struct {
 
 type warpTimes struct{ exec, skew uint64 }
 
-// Translator holds the join and aggregation state.
-type Translator struct {
-	o       Options
-	series  *seriesStore       // metric series (series.go)
+// launchTable owns the pending launches (graph runs are in graphTable):
+// by key, and in creation order for eviction and expiry.
+type launchTable struct {
+	t       *Translator
 	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
 	queue   []*launch          // FIFO of pending launches (done ones are skipped)
 	qhead   int
+}
+
+// Translator holds the join and aggregation state.
+type Translator struct {
+	o        Options
+	series   *seriesStore // metric series (series.go)
+	launches *launchTable // pending launches but graph runs (translate.go, lifecycle.go)
 
 	graphs *graphTable // runs of CUDA graph nodes, not in pending (graph.go)
 
@@ -198,11 +205,11 @@ func New(o Options) *Translator {
 		o.MaxHostCalls = DefaultMaxHostCalls
 	}
 	t := &Translator{
-		o:       o,
-		pending: map[srcKey]*launch{},
-		start:   pcommon.NewTimestampFromTime(time.Now()),
+		o:     o,
+		start: pcommon.NewTimestampFromTime(time.Now()),
 	}
 	t.series = newSeriesStore(t)
+	t.launches = &launchTable{t: t, pending: map[srcKey]*launch{}}
 	t.graphs = &graphTable{t: t, chains: map[srcKey]*replayChain{}}
 	t.clients = &clientTable{t: t, byID: map[uint32]*client{}, peerExe: map[uint32]string{}, procs: map[uint32]string{}}
 	t.hosts = &hostTable{t: t, procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
@@ -215,7 +222,7 @@ func New(o Options) *Translator {
 func (t *Translator) Counters() Counters { return t.counters }
 
 // Pending is the number of launches waiting for more records.
-func (t *Translator) Pending() int { return len(t.pending) + t.graphs.n }
+func (t *Translator) Pending() int { return len(t.launches.pending) + t.graphs.n }
 
 // Handle decodes one record from source src (one producer process
 // connection) and folds it into the state. now is the wall clock, used for
@@ -242,23 +249,23 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.clients.validate(src, &t.dec.dl.PID, &t.dec.dl.Device)
-		t.onLaunch(src, &t.dec.dl, now)
+		t.launches.onLaunch(src, &t.dec.dl, now)
 	case record.TypeWarp:
 		if err := t.dec.dw.Decode(rec); err != nil {
 			return err
 		}
-		t.onWarp(src, &t.dec.dw, now)
+		t.launches.onWarp(src, &t.dec.dw, now)
 	case record.TypeExec:
 		if err := t.dec.de.Decode(rec); err != nil {
 			return err
 		}
-		t.onExec(src, &t.dec.de, now)
+		t.launches.onExec(src, &t.dec.de, now)
 	case record.TypeCompletion:
 		if err := t.dec.dc.Decode(rec); err != nil {
 			return err
 		}
 		t.clients.validate(src, nil, &t.dec.dc.Device)
-		t.onCompletion(src, &t.dec.dc, now)
+		t.launches.onCompletion(src, &t.dec.dc, now)
 	case record.TypeKernelName:
 		if err := t.dec.dk.Decode(rec); err != nil {
 			return err
@@ -295,7 +302,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dec.dt.Decode(rec); err != nil {
 			return err
 		}
-		t.onThreadCount(src, &t.dec.dt)
+		t.launches.onThreadCount(src, &t.dec.dt)
 	case record.TypeDevice:
 		if err := t.dec.dd.Decode(rec); err != nil {
 			return err
@@ -314,7 +321,8 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 	return nil
 }
 
-func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
+func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
+	t := lt.t
 	t.clients.processName(r.PID) // while the process is alive: spans are built later
 	t.clients.clientOf(src).lastDev = r.Device
 	k := t.clients.kernelOf(src, r.Function)
@@ -330,9 +338,9 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		t.counters.LaunchesFilter++
 		if t.graphs.isGraph(key) {
 			t.graphs.filtered(key)
-		} else if l := t.pending[key]; l != nil {
+		} else if l := lt.pending[key]; l != nil {
 			l.done = true
-			t.drop(l)
+			lt.drop(l)
 		}
 		return
 	}
@@ -343,8 +351,8 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	if t.graphs.isGraph(key) {
 		l = t.graphs.launchRun(key, r, now) // a replay of a graph node: its own run
 	} else {
-		if l = t.pending[key]; l == nil {
-			l = t.newPending(key, now)
+		if l = lt.pending[key]; l == nil {
+			l = lt.newPending(key, now)
 		} else if l.have {
 			return // duplicate launch id: keep the first
 		}
@@ -352,7 +360,7 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	}
 	l.have, l.rec, l.k = true, *r, k
 	for _, w := range l.buffered {
-		t.recordWarp(l, w)
+		lt.recordWarp(l, w)
 	}
 	l.buffered = nil
 	if l.chain != nil {
@@ -361,14 +369,15 @@ func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	if src != HostProbeSource {
 		t.hosts.onShimLaunch(r.PID, l, now)
 	}
-	t.maybeFinish(l, now)
+	lt.maybeFinish(l, now)
 }
 
-func (t *Translator) newPending(key srcKey, now time.Time) *launch {
-	t.makeRoom(key.src, now)
+func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
+	t := lt.t
+	lt.makeRoom(key.src, now)
 	l := &launch{key: key, created: now}
-	t.pending[key] = l
-	t.queue = append(t.queue, l)
+	lt.pending[key] = l
+	lt.queue = append(lt.queue, l)
 	t.clients.track(l)
 	return l
 }
@@ -376,54 +385,58 @@ func (t *Translator) newPending(key srcKey, now time.Time) *launch {
 // makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
 // of source src when it holds half of them or more (so that one client
 // cannot evict another's launches), else the oldest of all.
-func (t *Translator) makeRoom(src uint32, now time.Time) {
-	for len(t.pending)+t.graphs.n >= t.o.MaxPendingLaunches {
+func (lt *launchTable) makeRoom(src uint32, now time.Time) {
+	t := lt.t
+	for len(lt.pending)+t.graphs.n >= t.o.MaxPendingLaunches {
 		if c := t.clients.byID[src]; c != nil && 2*c.pending >= t.o.MaxPendingLaunches && t.clients.evictOldestOf(c, now) {
 			continue
 		}
-		t.evictOldest(now)
+		lt.evictOldest(now)
 	}
 }
 
 // drop forgets launch l (done).
-func (t *Translator) drop(l *launch) {
+func (lt *launchTable) drop(l *launch) {
+	t := lt.t
 	t.clients.untrack(l)
 	if l.chain != nil {
 		t.graphs.dropRun(l)
 		return
 	}
-	delete(t.pending, l.key)
+	delete(lt.pending, l.key)
 }
 
-func (t *Translator) evictOldest(now time.Time) {
-	for t.qhead < len(t.queue) {
-		l := t.queue[t.qhead]
-		t.queue[t.qhead] = nil
-		t.qhead++
+func (lt *launchTable) evictOldest(now time.Time) {
+	t := lt.t
+	for lt.qhead < len(lt.queue) {
+		l := lt.queue[lt.qhead]
+		lt.queue[lt.qhead] = nil
+		lt.qhead++
 		if !l.done {
 			t.counters.LaunchesEvicted++
-			t.finish(l, now)
+			lt.finish(l, now)
 			break
 		}
 	}
-	t.compactQueue()
+	lt.compactQueue()
 }
 
-func (t *Translator) compactQueue() {
-	if t.qhead > 1024 && t.qhead*2 > len(t.queue) {
-		n := copy(t.queue, t.queue[t.qhead:])
-		clear(t.queue[n:])
-		t.queue, t.qhead = t.queue[:n], 0
+func (lt *launchTable) compactQueue() {
+	if lt.qhead > 1024 && lt.qhead*2 > len(lt.queue) {
+		n := copy(lt.queue, lt.queue[lt.qhead:])
+		clear(lt.queue[n:])
+		lt.queue, lt.qhead = lt.queue[:n], 0
 	}
 }
 
-func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
+func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
+	t := lt.t
 	key := srcKey{src, w.LaunchID}
 	var l *launch
 	if t.graphs.isGraph(key) {
 		l = t.graphs.warpRun(key, now)
-	} else if l = t.pending[key]; l == nil {
-		l = t.newPending(key, now)
+	} else if l = lt.pending[key]; l == nil {
+		l = lt.newPending(key, now)
 	}
 	exec := w.EndNS - w.StartNS
 	skew := w.ExitSkewNS()
@@ -434,26 +447,27 @@ func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
 	l.maxSkew = max(l.maxSkew, skew)
 	l.warps++
 	if l.have {
-		t.recordWarp(l, warpTimes{exec, skew})
+		lt.recordWarp(l, warpTimes{exec, skew})
 	} else if len(l.buffered) < maxBufferedWarps {
 		l.buffered = append(l.buffered, warpTimes{exec, skew})
 	}
-	t.maybeFinish(l, now)
+	lt.maybeFinish(l, now)
 }
 
 // onExec takes a launch's device window, aggregated on the GPU: it stands
 // for all of the launch's warps. The windows of a CUDA graph node (whose
 // launch id is the same for every replay) go to its runs in order (see
 // graph.go); a second window for any other launch id keeps the first.
-func (t *Translator) onExec(src uint32, e *record.Exec, now time.Time) {
+func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
+	t := lt.t
 	key := srcKey{src, e.LaunchID}
 	var l *launch
 	if t.graphs.isGraph(key) {
 		if l = t.graphs.execRun(key, e, now); l == nil {
 			return
 		}
-	} else if l = t.pending[key]; l == nil {
-		l = t.newPending(key, now)
+	} else if l = lt.pending[key]; l == nil {
+		l = lt.newPending(key, now)
 	} else if l.exec != nil {
 		t.counters.ExecDuplicate++
 		return
@@ -464,7 +478,7 @@ func (t *Translator) onExec(src uint32, e *record.Exec, now time.Time) {
 		l.firstStart = e.StartNS
 	}
 	l.lastEnd = max(l.lastEnd, e.EndNS)
-	t.maybeFinish(l, now)
+	lt.maybeFinish(l, now)
 }
 
 // deviceDone says whether every device record the launch waits for is in:
@@ -477,28 +491,30 @@ func (l *launch) deviceDone() bool {
 // hasDevice says whether the launch has device times (firstStart, lastEnd).
 func (l *launch) hasDevice() bool { return l.exec != nil || l.warps > 0 }
 
-func (t *Translator) recordWarp(l *launch, w warpTimes) {
+func (lt *launchTable) recordWarp(l *launch, w warpTimes) {
 	s := l.k.series.dev(l.rec.Device)
 	s.warpExec.Record(float64(w.exec) / 1e9)
 	s.warpSkew.Record(float64(w.skew) / 1e9)
 }
 
-func (t *Translator) onCompletion(src uint32, c *record.Completion, now time.Time) {
+func (lt *launchTable) onCompletion(src uint32, c *record.Completion, now time.Time) {
+	t := lt.t
 	key := srcKey{src, c.LaunchID}
 	var l *launch
 	if t.graphs.isGraph(key) {
 		l = t.graphs.completionRun(key)
 	} else {
-		l = t.pending[key]
+		l = lt.pending[key]
 	}
 	if l == nil {
 		return // already emitted (timeout) or filtered out
 	}
 	l.completed, l.completeNS, l.completeAt = true, c.CompleteNS, now
-	t.maybeFinish(l, now)
+	lt.maybeFinish(l, now)
 }
 
-func (t *Translator) onThreadCount(src uint32, tc *record.ThreadCount) {
+func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
+	t := lt.t
 	key := srcKey{src, tc.LaunchID}
 	var k *kernel // nil: launch unknown
 	var dev uint32
@@ -508,7 +524,7 @@ func (t *Translator) onThreadCount(src uint32, tc *record.ThreadCount) {
 		if c := t.graphs.chains[key]; c != nil && c.k != nil {
 			k, dev, threads = c.k, c.dev, c.threads
 		}
-	} else if l := t.pending[key]; l != nil && l.have {
+	} else if l := lt.pending[key]; l != nil && l.have {
 		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
 	}
 	s := t.series.other
