@@ -102,9 +102,8 @@ type openLaunch struct {
 
 // deferCall queues c of p in enter_ns order until its grace has passed.
 func (ht *hostTable) deferCall(p *hostProc, c *hostCall, now time.Time) {
-	t := ht.t
-	if len(p.deferred)-p.dhead >= t.o.MaxHostCalls {
-		t.counters.HostCallsEvicted++
+	if len(p.deferred)-p.dhead >= ht.o.MaxHostCalls {
+		ht.counters.HostCallsEvicted++
 		ht.releaseOne(p, now)
 	}
 	p.deferred = append(p.deferred, c)
@@ -155,15 +154,14 @@ func (ht *hostTable) releaseOne(p *hostProc, now time.Time) {
 // handleReleased turns a released call into spans or opens it as a
 // shim-less launch, and applies its closing rule.
 func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
-	t := ht.t
 	r := &c.rec
 	returned := r.Flags&record.HostCallReturned != 0
 	switch r.API.Category() {
 	case record.HostCatLaunch:
-		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
+		if !p.shim && returned && r.Ret == 0 && !ht.o.NoApproximateKernels {
 			if cp, ok := p.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= cp.since {
-				t.counters.ApproxCaptured++
-				if sp, ok := t.spans.emitStandalone(p, c); ok {
+				ht.counters.ApproxCaptured++
+				if sp, ok := ht.spans.emitStandalone(p, c); ok {
 					sp.Attributes().PutBool("cuda.graph.captured", true)
 				}
 				return
@@ -172,20 +170,20 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.openLaunch(p, c, now)
 			return
 		}
-		t.spans.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		return
 	case record.HostCatGraphLaunch:
-		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
+		if !p.shim && returned && r.Ret == 0 && !ht.o.NoApproximateKernels {
 			p.legacyOrder(keyOf(r.API, r.Args[5], r.TID), r.EnterNS)
 			ht.openLaunch(p, c, now)
 			return
 		}
-		t.spans.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 	case record.HostCatCapture:
-		t.spans.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		ht.captureCall(p, r)
 	case record.HostCatEvent:
-		t.spans.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		if returned && r.Ret == 0 {
 			if !p.shim {
 				p.legacyOrder(eventStream(r), r.EnterNS)
@@ -193,12 +191,12 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.eventCall(p, r)
 		}
 	case record.HostCatStream:
-		t.spans.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		if returned && r.Ret == 0 {
 			p.streamCall(r)
 		}
 	case record.HostCatSync:
-		t.spans.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		if !returned {
 			return
 		}
@@ -219,7 +217,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			}
 		}
 	case record.HostCatMemcpy:
-		t.spans.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		if !returned {
 			return
 		}
@@ -235,7 +233,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.closeStream(p, k, r)
 		}
 	default:
-		t.spans.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 	}
 }
 
@@ -348,8 +346,7 @@ func eventStream(r *record.HostCall) streamKey {
 
 // openLaunch adds a shim-less launch to its stream's FIFO.
 func (ht *hostTable) openLaunch(p *hostProc, c *hostCall, now time.Time) {
-	t := ht.t
-	if p.nOpen >= t.o.MaxHostCalls {
+	if p.nOpen >= ht.o.MaxHostCalls {
 		ht.evictOpen(p)
 	}
 	k := keyOf(c.rec.API, c.rec.Args[5], c.rec.TID)
@@ -363,7 +360,6 @@ func (ht *hostTable) openLaunch(p *hostProc, c *hostCall, now time.Time) {
 
 // evictOpen emits the oldest open launch of p as a plain host call.
 func (ht *hostTable) evictOpen(p *hostProc) {
-	t := ht.t
 	var oldest streamKey
 	var at time.Time
 	found := false
@@ -376,8 +372,8 @@ func (ht *hostTable) evictOpen(p *hostProc) {
 		return
 	}
 	q := p.streams[oldest]
-	t.counters.HostCallsEvicted++
-	t.spans.emitStandalone(p, q[0].call)
+	ht.counters.HostCallsEvicted++
+	ht.spans.emitStandalone(p, q[0].call)
 	p.dropOpen(oldest, q[1:])
 }
 
@@ -424,12 +420,11 @@ func (ht *hostTable) closeStream(p *hostProc, k streamKey, sync *record.HostCall
 }
 
 func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.HostCall, depth int) {
-	t := ht.t
 	if q := p.streams[k]; len(q) > 0 {
 		kept := make([]*openLaunch, 0, 1)
 		for _, ol := range q {
 			if ol.call.rec.ExitNS <= sync.EnterNS {
-				t.spans.emitApprox(p, ol, sync)
+				ht.spans.emitApprox(p, ol, sync)
 			} else {
 				kept = append(kept, ol)
 			}
@@ -466,12 +461,11 @@ func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.Hos
 
 // expireOpen emits the launches of p no sync closed within LaunchTimeout.
 func (ht *hostTable) expireOpen(p *hostProc, now time.Time) {
-	t := ht.t
 	for k, q := range p.streams {
 		n := 0
-		for n < len(q) && now.Sub(q[n].at) >= t.o.LaunchTimeout {
-			t.counters.ApproxUnclosed++
-			t.spans.emitStandalone(p, q[n].call)
+		for n < len(q) && now.Sub(q[n].at) >= ht.o.LaunchTimeout {
+			ht.counters.ApproxUnclosed++
+			ht.spans.emitStandalone(p, q[n].call)
 			n++
 		}
 		if n > 0 {
@@ -503,13 +497,12 @@ func (ht *hostTable) launchKernel(c *hostCall) hostName {
 // emitStandalone emits c and its children as a trace of their own and
 // returns c's span (false when sampling left the trace out).
 func (so *spanOut) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool) {
-	t := so.t
-	if !sampled(srcKey{p.pid, c.rec.EnterNS}, t.o.SampleOneIn) {
+	if !sampled(srcKey{p.pid, c.rec.EnterNS}, so.o.SampleOneIn) {
 		return ptrace.Span{}, false
 	}
 	kernel := ""
 	if c.rec.API.Category() == record.HostCatLaunch {
-		if n := t.hosts.launchKernel(c); n.mangled != "" {
+		if n := so.hosts.launchKernel(c); n.mangled != "" {
 			kernel = n.name
 		}
 	}
@@ -522,15 +515,14 @@ func (so *spanOut) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool) 
 // emitApprox emits launch ol, closed by sync, with its approximate kernel
 // span (graph span for a graph launch).
 func (so *spanOut) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall) {
-	t := so.t
 	r := &ol.call.rec
 	graph := r.API.Category() == record.HostCatGraphLaunch
 	if graph {
-		t.counters.ApproxGraphs++
+		so.counters.ApproxGraphs++
 	} else {
-		t.counters.ApproxSpans++
+		so.counters.ApproxSpans++
 	}
-	if !sampled(srcKey{p.pid, r.EnterNS}, t.o.SampleOneIn) {
+	if !sampled(srcKey{p.pid, r.EnterNS}, so.o.SampleOneIn) {
 		return
 	}
 	ss := so.spansOf(p.pid)

@@ -37,7 +37,11 @@ type Peer struct {
 // devices, kernel handles, streams and pending-launch queue, and the
 // executable names of processes.
 type clientTable struct {
-	t       *Translator
+	o        *Options
+	counters *Counters
+	launches *launchTable
+	series   *seriesStore
+
 	byID    map[uint32]*client // source → its state
 	peerExe map[uint32]string  // peer pid of a connected client → its executable
 	procs   map[uint32]string  // pid → executable name (host probes, unconnected sources)
@@ -117,7 +121,6 @@ func (ct *clientTable) clientOf(src uint32) *client {
 // device validates a device number of a record: one the client reported,
 // or before any report one below MaxDevices; else OtherDevice (counted).
 func (ct *clientTable) device(c *client, d uint32) uint32 {
-	t := ct.t
 	if len(c.devices) > 0 {
 		if _, ok := c.devices[d]; ok {
 			return d
@@ -125,7 +128,7 @@ func (ct *clientTable) device(c *client, d uint32) uint32 {
 	} else if d < MaxDevices {
 		return d
 	}
-	t.counters.DevicesFolded++
+	ct.counters.DevicesFolded++
 	return OtherDevice
 }
 
@@ -139,9 +142,8 @@ func (c *client) pid(recPID uint32) uint32 {
 
 // onDevice records a device the client reports (at most MaxDevices).
 func (ct *clientTable) onDevice(c *client, d *record.Device) {
-	t := ct.t
 	if _, ok := c.devices[d.Device]; !ok && (d.Device >= MaxDevices || len(c.devices) >= MaxDevices) {
-		t.counters.DevicesFolded++
+		ct.counters.DevicesFolded++
 		return
 	}
 	c.devices[d.Device] = d.UUIDString()
@@ -169,7 +171,7 @@ func (ct *clientTable) track(l *launch) {
 }
 
 // trim drops the finished launches at the head of c's queue and compacts
-// it, as compactQueue does the Translator's.
+// it, as compactQueue does the launch table's.
 func (c *client) trim() {
 	for c.qhead < len(c.queue) && !c.queue[c.qhead].tracked {
 		c.queue[c.qhead] = nil
@@ -196,15 +198,14 @@ func (ct *clientTable) untrack(l *launch) {
 // evictOldestOf emits the oldest pending launch of client c early; false
 // when it has none.
 func (ct *clientTable) evictOldestOf(c *client, now time.Time) bool {
-	t := ct.t
 	defer c.trim()
 	for c.qhead < len(c.queue) {
 		l := c.queue[c.qhead]
 		c.queue[c.qhead] = nil
 		c.qhead++
 		if l.tracked && !l.done {
-			t.counters.LaunchesEvicted++
-			t.launches.finish(l, now)
+			ct.counters.LaunchesEvicted++
+			ct.launches.finish(l, now)
 			return true
 		}
 	}

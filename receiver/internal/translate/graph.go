@@ -36,7 +36,11 @@ const replayClockSlack = time.Millisecond
 // graphTable owns the runs of CUDA graph nodes: they are not in the
 // launch table's pending map but queued per node here.
 type graphTable struct {
-	t      *Translator
+	o        *Options
+	counters *Counters
+	launches *launchTable
+	clients  *clientTable
+
 	chains map[srcKey]*replayChain // graph node (id with GraphIDBit, or adopted from a capture) → its runs
 	n      int                     // pending runs of graph nodes
 	sweep  uint32                  // sweeps of chains (replayChain.touch)
@@ -143,16 +147,15 @@ func (gt *graphTable) isGraph(key srcKey) bool {
 // meanwhile (a replay's window read before its launch record) become the
 // node's first run.
 func (gt *graphTable) adoptCaptured(key srcKey, now time.Time) {
-	t := gt.t
 	c := gt.chain(key)
-	p := t.launches.pending[key]
+	p := gt.launches.pending[key]
 	if p == nil {
 		return
 	}
 	p.done = true
-	t.launches.drop(p)
+	gt.launches.drop(p)
 	if p.have {
-		t.counters.LaunchesCaptured++
+		gt.counters.LaunchesCaptured++
 	}
 	if p.exec == nil && p.warps == 0 {
 		return
@@ -181,7 +184,7 @@ func (gt *graphTable) chain(key srcKey) *replayChain {
 	return c
 }
 
-// sweepGraphs forgets the nodes with nothing pending that were not used
+// sweepChains forgets the nodes with nothing pending that were not used
 // since the last sweep, or, if that frees nothing, all with nothing pending.
 func (gt *graphTable) sweepChains() {
 	for _, stale := range [2]bool{true, false} {
@@ -199,13 +202,12 @@ func (gt *graphTable) sweepChains() {
 
 // newRun adds a pending run of graph node key.
 func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch {
-	t := gt.t
-	t.launches.makeRoom(key.src, now)
+	gt.launches.makeRoom(key.src, now)
 	l := &launch{key: key, created: now, chain: c}
 	c.live++
 	gt.n++
-	t.launches.queue = append(t.launches.queue, l)
-	t.clients.track(l)
+	gt.launches.queue = append(gt.launches.queue, l)
+	gt.clients.track(l)
 	return l
 }
 
@@ -228,19 +230,17 @@ func (gt *graphTable) dropRun(l *launch) {
 // replayClockSlack before host time monoStart, both mapped to realtime
 // (false while either mapping is unknown).
 func (gt *graphTable) endedBefore(src, dev uint32, gpuEnd, monoStart uint64) bool {
-	t := gt.t
-	e, ok1 := t.o.Clock.GPUToReal(src, dev, gpuEnd)
-	s, ok2 := t.o.Clock.ClientMonoToReal(src, monoStart)
+	e, ok1 := gt.o.Clock.GPUToReal(src, dev, gpuEnd)
+	s, ok2 := gt.o.Clock.ClientMonoToReal(src, monoStart)
 	return ok1 && ok2 && e+uint64(replayClockSlack) < s
 }
 
-// graphLaunchRun returns the run that launch record r of graph node key
+// launchRun returns the run that launch record r of graph node key
 // goes with: the oldest run with device records and no launch record, else
 // a new one. A failed launch (nothing ran) gets a run of its own. Runs
 // whose device window ended before the launch call began are orphans (their
 // launch record is lost): they are dropped on the way.
 func (gt *graphTable) launchRun(key srcKey, r *record.Launch, now time.Time) *launch {
-	t := gt.t
 	c := gt.chain(key)
 	if r.Result == 0 {
 		for {
@@ -250,7 +250,7 @@ func (gt *graphTable) launchRun(key srcKey, r *record.Launch, now time.Time) *la
 			}
 			c.wantLaunch.pop()
 			if gt.endedBefore(key.src, r.Device, l.lastEnd, r.EnqueueNS) {
-				t.launches.finish(l, now) // counted as an orphan
+				gt.launches.finish(l, now) // counted as an orphan
 				continue
 			}
 			return l
@@ -259,7 +259,7 @@ func (gt *graphTable) launchRun(key srcKey, r *record.Launch, now time.Time) *la
 	return gt.newRun(c, key, now)
 }
 
-// graphLaunched queues run l, which just got its launch record, for the
+// launched queues run l, which just got its launch record, for the
 // records it still lacks and numbers it.
 func (gt *graphTable) launched(l *launch) {
 	c := l.chain
@@ -281,16 +281,15 @@ func (gt *graphTable) launched(l *launch) {
 	}
 }
 
-// graphExecRun returns the run that device window e of graph node key goes
+// execRun returns the run that device window e of graph node key goes
 // with: the oldest run that has none, else a new one; nil when the window
 // ended before that run's launch call began (its own launch record is
 // lost or gone: the window is an orphan).
 func (gt *graphTable) execRun(key srcKey, e *record.Exec, now time.Time) *launch {
-	t := gt.t
 	c := gt.chain(key)
 	if l := c.wantExec.front(wantsExec); l != nil {
 		if l.have && gt.endedBefore(key.src, l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
-			t.counters.LaunchesOrphan++
+			gt.counters.LaunchesOrphan++
 			return nil
 		}
 		c.wantExec.pop()
@@ -301,7 +300,7 @@ func (gt *graphTable) execRun(key srcKey, e *record.Exec, now time.Time) *launch
 	return l
 }
 
-// graphWarpRun returns the run that a Warp record of graph node key goes
+// warpRun returns the run that a Warp record of graph node key goes
 // with: the oldest run with a launch record and fewer warps than its grid,
 // else the run without launch record that collects warps (until its Exec
 // window or as many warps as the node's grid has came), else a new one.
@@ -320,7 +319,7 @@ func (gt *graphTable) warpRun(key srcKey, now time.Time) *launch {
 	return l
 }
 
-// graphCompletionRun returns the oldest run of graph node key with a
+// completionRun returns the oldest run of graph node key with a
 // launch record and no completion record (nil if none).
 func (gt *graphTable) completionRun(key srcKey) *launch {
 	c := gt.chains[key]
@@ -334,10 +333,9 @@ func (gt *graphTable) completionRun(key srcKey) *launch {
 	return l
 }
 
-// graphFiltered drops the oldest run of graph node key that waits for its
+// filtered drops the oldest run of graph node key that waits for its
 // launch record, whose launch record came for a kernel filtered out.
 func (gt *graphTable) filtered(key srcKey) {
-	t := gt.t
 	c := gt.chains[key]
 	if c == nil {
 		return
@@ -345,6 +343,6 @@ func (gt *graphTable) filtered(key srcKey) {
 	if l := c.wantLaunch.front(wantsLaunch); l != nil {
 		c.wantLaunch.pop()
 		l.done = true
-		t.launches.drop(l)
+		gt.launches.drop(l)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 )
 
 // HostProbeSource is the source id of the records of the built-in host
@@ -55,7 +56,13 @@ type hostThread struct {
 // approximate kernel spans (approx.go); the kernel names of host probes;
 // and the per-API call durations.
 type hostTable struct {
-	t        *Translator
+	o        *Options
+	counters *Counters
+	start    pcommon.Timestamp
+	launches *launchTable
+	spans    *spanOut
+	series   *seriesStore
+
 	procs    map[uint32]*hostProc // pid → host-call state
 	names    map[pidHandle]hostName
 	oldNames map[pidHandle]hostName
@@ -137,11 +144,10 @@ func (p *hostProc) idle() bool {
 }
 
 func (ht *hostTable) grace() time.Duration {
-	t := ht.t
-	return t.o.HostCallGrace
+	return ht.o.HostCallGrace
 }
 
-// hostProcOf returns the host-call state of pid, creating it.
+// procOf returns the host-call state of pid, creating it.
 func (ht *hostTable) procOf(pid uint32, now time.Time) *hostProc {
 	if p, ok := ht.procs[pid]; ok {
 		p.lastActive = now
@@ -157,10 +163,9 @@ func (ht *hostTable) procOf(pid uint32, now time.Time) *hostProc {
 	return p
 }
 
-// evictHostProcs forgets the processes with nothing pending; if all have
+// evictProcs forgets the processes with nothing pending; if all have
 // something, it flushes the least recently active one.
 func (ht *hostTable) evictProcs(now time.Time) {
-	t := ht.t
 	var oldest *hostProc
 	for pid, p := range ht.procs {
 		if p.idle() {
@@ -174,7 +179,7 @@ func (ht *hostTable) evictProcs(now time.Time) {
 	if len(ht.procs) < maxHostProcs || oldest == nil {
 		return
 	}
-	t.counters.HostProcsEvicted++
+	ht.counters.HostProcsEvicted++
 	ht.flushProc(oldest, now)
 	for _, th := range oldest.threads {
 		for _, l := range th.launches {
@@ -184,22 +189,21 @@ func (ht *hostTable) evictProcs(now time.Time) {
 	delete(ht.procs, oldest.pid)
 }
 
-// flushHostProc emits everything p holds, as if its grace and timeouts
+// flushProc emits everything p holds, as if its grace and timeouts
 // had passed.
 func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
-	t := ht.t
 	ht.releaseDeferred(p, now, true)
 	for ; p.uhead < len(p.unmatched); p.uhead++ {
 		if c := p.unmatched[p.uhead]; !c.taken {
-			t.counters.HostCallsUnmatched++
-			t.spans.emitStandalone(p, c)
+			ht.counters.HostCallsUnmatched++
+			ht.spans.emitStandalone(p, c)
 		}
 	}
 	p.unmatched, p.uhead = p.unmatched[:0], 0
 	for k, q := range p.streams {
 		for _, ol := range q {
-			t.counters.ApproxUnclosed++
-			t.spans.emitStandalone(p, ol.call)
+			ht.counters.ApproxUnclosed++
+			ht.spans.emitStandalone(p, ol.call)
 		}
 		delete(p.streams, k)
 	}
@@ -207,8 +211,7 @@ func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
 }
 
 func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
-	t := ht.t
-	t.counters.HostCalls++
+	ht.counters.HostCalls++
 	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(ht.dur) {
 		ht.dur[c.API].Record(float64(c.ExitNS-c.EnterNS) / 1e9)
 	}
@@ -226,20 +229,19 @@ func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
 	ht.finishSettled(th, now)
 }
 
-// onHostKernelName binds a (pid, handle) of the host probes to its name.
+// onKernelName binds a (pid, handle) of the host probes to its name.
 func (ht *hostTable) onKernelName(k *record.KernelName) {
-	t := ht.t
 	key := pidHandle{k.PID, k.Function}
 	if _, ok := ht.names[key]; ok {
 		return
 	}
 	n := hostName{mangled: k.Name}
 	if k.Truncated {
-		t.counters.NamesTruncated++
+		ht.counters.NamesTruncated++
 		n.mangled += TruncatedMarker
 		n.name = n.mangled
 	} else {
-		n.name = t.series.demangle(k.Name)
+		n.name = ht.series.demangle(k.Name)
 	}
 	if len(ht.names) >= maxHostNames {
 		// Two generations: the names used since the last turn survive it.
@@ -255,7 +257,7 @@ type pidHandle struct {
 
 type hostName struct{ mangled, name string }
 
-// hostKernelName returns the name of a function handle of pid from the
+// kernelName returns the name of a function handle of pid from the
 // host probes' KernelName records.
 func (ht *hostTable) kernelName(pid uint32, handle uint64) (hostName, bool) {
 	key := pidHandle{pid, handle}
@@ -288,7 +290,6 @@ func matches(c *record.HostCall, r *record.Launch) bool {
 // matchOrWait nests launch call c of a shim process under a pending shim
 // launch of its thread, or keeps it in the unmatched list for the grace.
 func (ht *hostTable) matchOrWait(p *hostProc, c *hostCall) {
-	t := ht.t
 	if th := p.threads[c.rec.TID]; th != nil {
 		for i := len(th.launches) - 1; i >= 0; i-- {
 			l := th.launches[i]
@@ -297,20 +298,20 @@ func (ht *hostTable) matchOrWait(p *hostProc, c *hostCall) {
 			}
 			if len(l.host) < maxHostPerLaunch && matches(&c.rec, &l.rec) {
 				l.host = append(l.host, c)
-				t.counters.HostCallsMatched++
+				ht.counters.HostCallsMatched++
 				return
 			}
 		}
 	}
-	if len(p.unmatched)-p.uhead >= t.o.MaxHostCalls {
+	if len(p.unmatched)-p.uhead >= ht.o.MaxHostCalls {
 		// Full: the oldest goes out alone now.
 		for p.uhead < len(p.unmatched) {
 			old := p.unmatched[p.uhead]
 			p.unmatched[p.uhead] = nil
 			p.uhead++
 			if !old.taken {
-				t.counters.HostCallsEvicted++
-				t.spans.emitStandalone(p, old)
+				ht.counters.HostCallsEvicted++
+				ht.spans.emitStandalone(p, old)
 				break
 			}
 		}
@@ -339,13 +340,12 @@ func compact[T any](q []T, head int) ([]T, int) {
 // their thread (to nest host calls and wait for them) only when host probes
 // are on or the process has sent host calls.
 func (ht *hostTable) onShimLaunch(pid uint32, l *launch, now time.Time) {
-	t := ht.t
 	p := ht.procOf(pid, now)
 	if !p.shim {
 		p.shim = true
 		ht.moveDeferredLaunches(p)
 	}
-	if l == nil || (!t.o.HostProbes && !p.hostSeen) {
+	if l == nil || (!ht.o.HostProbes && !p.hostSeen) {
 		return
 	}
 	th := p.thread(l.rec.TID)
@@ -364,7 +364,7 @@ func (ht *hostTable) onShimLaunch(pid uint32, l *launch, now time.Time) {
 		if matches(&c.rec, &l.rec) {
 			c.taken = true
 			l.host = append(l.host, c)
-			t.counters.HostCallsMatched++
+			ht.counters.HostCallsMatched++
 		}
 	}
 }
@@ -384,19 +384,18 @@ func (ht *hostTable) moveDeferredLaunches(p *hostProc) {
 	}
 }
 
-// holdForHost reports whether finished launch l must still wait for host
+// hold reports whether finished launch l must still wait for host
 // calls of its thread: its process sends host calls (or host probes are
 // on and it has not shown that it sends none), and no call of the thread
 // that returned after the launch has arrived yet. It waits at most
 // HostCallGrace from the first time it was held.
 func (ht *hostTable) hold(l *launch, now time.Time) bool {
-	t := ht.t
 	th := l.hth
 	if th == nil || th.lastExit > l.rec.ReturnNS {
 		return false
 	}
 	p := ht.procs[l.rec.PID]
-	if p == nil || (!p.hostSeen && (!t.o.HostProbes || p.noHost)) {
+	if p == nil || (!p.hostSeen && (!ht.o.HostProbes || p.noHost)) {
 		return false
 	}
 	if l.holdSince.IsZero() {
@@ -415,7 +414,6 @@ func (ht *hostTable) hold(l *launch, now time.Time) bool {
 // finishSettled finishes the held launches of th that the latest host call
 // of the thread settled.
 func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
-	t := ht.t
 	if th.held == 0 {
 		return
 	}
@@ -427,7 +425,7 @@ func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
 	}
 	for _, l := range done {
 		if !l.done {
-			t.launches.finish(l, now)
+			ht.launches.finish(l, now)
 		}
 	}
 }
@@ -447,11 +445,10 @@ func (l *launch) unregister() {
 	}
 }
 
-// expireHost emits the host calls that waited long enough: unmatched
+// expire emits the host calls that waited long enough: unmatched
 // launch calls after the grace, deferred calls after the grace, shim-less
 // launches never closed after LaunchTimeout.
 func (ht *hostTable) expire(now time.Time) {
-	t := ht.t
 	for _, p := range ht.procs {
 		for p.uhead < len(p.unmatched) {
 			c := p.unmatched[p.uhead]
@@ -459,8 +456,8 @@ func (ht *hostTable) expire(now time.Time) {
 				if now.Sub(c.arrived) < ht.grace() {
 					break
 				}
-				t.counters.HostCallsUnmatched++
-				t.spans.emitStandalone(p, c)
+				ht.counters.HostCallsUnmatched++
+				ht.spans.emitStandalone(p, c)
 			}
 			p.unmatched[p.uhead] = nil
 			p.uhead++

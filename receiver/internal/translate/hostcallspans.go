@@ -244,10 +244,9 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// appendHostMetrics writes the host call duration histograms (per API) and
+// appendMetrics writes the host call duration histograms (per API) and
 // the count of approximate kernel spans.
 func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
-	t := ht.t
 	dur := newExpHist(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.")
 	for _, a := range record.HostAPIs() {
 		h := &ht.dur[a]
@@ -255,18 +254,18 @@ func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp)
 			continue
 		}
 		dp := dur.AppendEmpty()
-		dp.SetStartTimestamp(t.start)
+		dp.SetStartTimestamp(ht.start)
 		dp.SetTimestamp(ts)
 		h.CopyTo(dp)
 		dp.Attributes().PutStr("cuda.api.name", apiInfo(a).name)
 		dp.Attributes().PutStr("cuda.api.category", apiInfo(a).category)
 	}
-	if t.counters.ApproxSpans > 0 {
+	if ht.counters.ApproxSpans > 0 {
 		dp := newSum(sm, MetricApproxKernels, "{span}",
 			"Approximate kernel spans (launch call to the sync that covered it) of processes without the shim.").AppendEmpty()
-		dp.SetStartTimestamp(t.start)
+		dp.SetStartTimestamp(ht.start)
 		dp.SetTimestamp(ts)
-		dp.SetIntValue(int64(t.counters.ApproxSpans))
+		dp.SetIntValue(int64(ht.counters.ApproxSpans))
 	}
 }
 

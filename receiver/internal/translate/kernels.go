@@ -11,7 +11,6 @@ import (
 
 // onKernelName records a function handle's kernel name (the first wins).
 func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
-	t := ct.t
 	c := ct.clientOf(src)
 	if _, ok := c.kernels[k.Function]; ok {
 		return
@@ -19,18 +18,18 @@ func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
 	mangled, name := k.Name, ""
 	if k.Truncated {
 		// A cut mangled name does not demangle: show it as it is, marked.
-		t.counters.NamesTruncated++
+		ct.counters.NamesTruncated++
 		mangled += TruncatedMarker
 		name = mangled
 	} else {
-		name = t.series.demangle(k.Name)
+		name = ct.series.demangle(k.Name)
 	}
 	ct.makeKernelRoom(c)
 	c.kernels[k.Function] = &kernel{
 		mangled: mangled,
 		name:    name,
-		series:  t.series.seriesFor(name),
-		include: t.o.Filter.Match(k.Name, name),
+		series:  ct.series.seriesFor(name),
+		include: ct.o.Filter.Match(k.Name, name),
 	}
 }
 
@@ -44,11 +43,10 @@ const (
 // demangle returns the span name of a mangled name, cached: every process
 // (source) names the same kernels again.
 func (sr *seriesStore) demangle(mangled string) string {
-	t := sr.t
 	if n, ok := sr.names[mangled]; ok {
 		return n
 	}
-	n := t.o.Demangle(mangled)
+	n := sr.o.Demangle(mangled)
 	if len(sr.names) >= maxNameCache {
 		clear(sr.names)
 	}
@@ -62,12 +60,11 @@ func (sr *seriesStore) demangle(mangled string) string {
 // every record rescan the queue). A later launch of a forgotten handle is
 // named by its handle; pending launches keep their kernel.
 func (ct *clientTable) makeKernelRoom(c *client) {
-	t := ct.t
 	if len(c.kernels) < maxKernelHandles {
 		return
 	}
 	used := map[*kernel]bool{}
-	for _, l := range t.launches.queue[t.launches.qhead:] {
+	for _, l := range ct.launches.queue[ct.launches.qhead:] {
 		if !l.done && l.k != nil {
 			used[l.k] = true
 		}
@@ -85,11 +82,10 @@ func (ct *clientTable) makeKernelRoom(c *client) {
 // seriesFor returns the metric series of a kernel name, folding names beyond
 // MaxKernelNames into "other".
 func (sr *seriesStore) seriesFor(name string) *series {
-	t := sr.t
 	if s, ok := sr.byName[name]; ok {
 		return s
 	}
-	if len(sr.byName) >= t.o.MaxKernelNames {
+	if len(sr.byName) >= sr.o.MaxKernelNames {
 		return sr.other
 	}
 	s := &series{name: name}
@@ -99,14 +95,13 @@ func (sr *seriesStore) seriesFor(name string) *series {
 }
 
 func (ct *clientTable) kernelOf(src uint32, fn uint64) *kernel {
-	t := ct.t
 	c := ct.clientOf(src)
 	if k, ok := c.kernels[fn]; ok {
 		return k
 	}
 	// A launch of a function never named: name it by its handle.
 	name := "function@0x" + strconv.FormatUint(fn, 16)
-	k := &kernel{mangled: name, name: name, series: t.series.seriesFor(name), include: t.o.Filter.Match(name)}
+	k := &kernel{mangled: name, name: name, series: ct.series.seriesFor(name), include: ct.o.Filter.Match(name)}
 	ct.makeKernelRoom(c)
 	c.kernels[fn] = k
 	return k

@@ -9,11 +9,10 @@ import (
 
 // maybeFinish emits a launch as soon as every record it waits for is in.
 func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
-	t := lt.t
 	if !l.have || !l.completed {
 		return
 	}
-	if (!t.o.ExpectWarps || l.deviceDone()) && !t.hosts.hold(l, now) {
+	if (!lt.o.ExpectWarps || l.deviceDone()) && !lt.hosts.hold(l, now) {
 		lt.finish(l, now)
 	}
 }
@@ -27,31 +26,30 @@ func (t *Translator) Expire(now time.Time) {
 
 // expire emits or drops the launches whose wait is over.
 func (lt *launchTable) expire(now time.Time) {
-	t := lt.t
 	for i := lt.qhead; i < len(lt.queue); i++ {
 		l := lt.queue[i]
 		if l.done {
 			continue
 		}
 		switch {
-		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace && !t.hosts.hold(l, now):
+		case l.have && l.completed && now.Sub(l.completeAt) >= lt.o.CompletionGrace && !lt.hosts.hold(l, now):
 			lt.finish(l, now)
-		case l.have && !l.completed && t.o.ExpectWarps && l.deviceDone() &&
-			now.Sub(l.created) < t.o.LaunchTimeout:
+		case l.have && !l.completed && lt.o.ExpectWarps && l.deviceDone() &&
+			now.Sub(l.created) < lt.o.LaunchTimeout:
 			// Every warp reported: the kernel is over. The shim writes
 			// no completion records, so after a grace for one (a
 			// producer that does write them) the launch is done.
 			if l.warpsAt.IsZero() {
 				l.warpsAt = now
-			} else if now.Sub(l.warpsAt) >= t.o.CompletionGrace && !t.hosts.hold(l, now) {
+			} else if now.Sub(l.warpsAt) >= lt.o.CompletionGrace && !lt.hosts.hold(l, now) {
 				lt.finish(l, now)
 			}
-		case now.Sub(l.created) >= t.o.LaunchTimeout:
+		case now.Sub(l.created) >= lt.o.LaunchTimeout:
 			if l.have {
-				t.counters.LaunchesExpired++
+				lt.counters.LaunchesExpired++
 				lt.finish(l, now)
 			} else {
-				t.counters.LaunchesOrphan++
+				lt.counters.LaunchesOrphan++
 				l.done = true
 				lt.drop(l)
 			}
@@ -66,15 +64,14 @@ func (lt *launchTable) expire(now time.Time) {
 
 // finish turns a launch into metrics and (sampled) spans and forgets it.
 func (lt *launchTable) finish(l *launch, now time.Time) {
-	t := lt.t
 	l.done = true
 	lt.drop(l)
 	l.unregister()
 	if !l.have {
-		t.counters.LaunchesOrphan++
+		lt.counters.LaunchesOrphan++
 		return
 	}
-	t.counters.LaunchesEmitted++
+	lt.counters.LaunchesEmitted++
 	s := l.k.series.dev(l.rec.Device)
 	s.launches++
 	execNS, haveExec := l.execNS()
@@ -84,22 +81,22 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	if q, ok := lt.queueNS(l); ok {
 		s.queue.Record(float64(q) / 1e9)
 	}
-	if t.clients.streamGap(l, &s.hostWait); l.gapKnown {
+	if lt.clients.streamGap(l, &s.hostWait); l.gapKnown {
 		s.hostWait.Record(float64(l.hostWaitNS) / 1e9)
 	}
-	if !sampled(l.sampleKey(), t.o.SampleOneIn) {
-		t.counters.SpansSampledOut++
+	if !sampled(l.sampleKey(), lt.o.SampleOneIn) {
+		lt.counters.SpansSampledOut++
 		return
 	}
-	if haveExec && time.Duration(execNS) < t.o.MinDuration {
-		t.counters.SpansSampledOut++
+	if haveExec && time.Duration(execNS) < lt.o.MinDuration {
+		lt.counters.SpansSampledOut++
 		return
 	}
-	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < t.o.MinDuration {
-		t.counters.SpansSampledOut++
+	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.MinDuration {
+		lt.counters.SpansSampledOut++
 		return
 	}
-	t.spans.launchSpans(l)
+	lt.spans.launchSpans(l)
 }
 
 // execNS is the device execution time: first block (warp) start → last
@@ -113,12 +110,11 @@ func (l *launch) execNS() (uint64, bool) {
 
 // queueNS is host enqueue → first block start, through the clock mapping.
 func (lt *launchTable) queueNS(l *launch) (uint64, bool) {
-	t := lt.t
 	if !l.hasDevice() {
 		return 0, false
 	}
-	startReal, ok1 := t.o.Clock.GPUToReal(l.key.src, l.rec.Device, l.firstStart)
-	enqReal, ok2 := t.o.Clock.ClientMonoToReal(l.key.src, l.rec.EnqueueNS)
+	startReal, ok1 := lt.o.Clock.GPUToReal(l.key.src, l.rec.Device, l.firstStart)
+	enqReal, ok2 := lt.o.Clock.ClientMonoToReal(l.key.src, l.rec.EnqueueNS)
 	if !ok1 || !ok2 || startReal < enqReal {
 		return 0, ok1 && ok2 // clocks disagree by less than their uncertainty: 0
 	}

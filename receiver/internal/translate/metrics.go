@@ -149,7 +149,6 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 // appendThreadSeries writes one cumulative sum per thread index of small
 // grids (Options.PerThreadSeries).
 func (sr *seriesStore) appendThreadSeries(sm pmetric.MetricSlice, all []*series, ts pcommon.Timestamp) {
-	t := sr.t
 	dps := newSum(sm, MetricThreadSeries, "{execution}",
 		"Executions of the probed code per thread, for launches of at most limits::max_thread_series threads.")
 	var idx []uint32
@@ -165,7 +164,7 @@ func (sr *seriesStore) appendThreadSeries(sm pmetric.MetricSlice, all []*series,
 			slices.Sort(idx)
 			for _, i := range idx {
 				dp := dps.AppendEmpty()
-				dp.SetStartTimestamp(t.start)
+				dp.SetStartTimestamp(sr.start)
 				dp.SetTimestamp(ts)
 				dp.SetIntValue(int64(d.perThread[i]))
 				kernelAttrs(dp.Attributes(), s.name, d.device)

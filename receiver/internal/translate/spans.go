@@ -29,7 +29,11 @@ const (
 // spanOut owns the spans built since the last TakeTraces, one resource
 // per process.
 type spanOut struct {
-	t      *Translator
+	o        *Options
+	counters *Counters
+	clients  *clientTable
+	hosts    *hostTable
+
 	traces ptrace.Traces
 	byPID  map[uint32]ptrace.SpanSlice
 	nSpans int
@@ -66,15 +70,14 @@ func (so *spanOut) spansOf(pid uint32) ptrace.SpanSlice {
 }
 
 func (so *spanOut) fillResource(attrs pcommon.Map, pid uint32) {
-	t := so.t
-	exe := t.clients.processName(pid)
+	exe := so.clients.processName(pid)
 	attrs.PutInt("process.pid", int64(pid))
 	if exe != "" {
 		attrs.PutStr("process.executable.name", exe)
 	}
 	switch {
-	case t.o.ServiceName != "":
-		attrs.PutStr("service.name", t.o.ServiceName)
+	case so.o.ServiceName != "":
+		attrs.PutStr("service.name", so.o.ServiceName)
 	case exe != "":
 		attrs.PutStr("service.name", exe)
 	default:
@@ -84,7 +87,6 @@ func (so *spanOut) fillResource(attrs pcommon.Map, pid uint32) {
 
 // processName returns the executable name of pid, cached.
 func (ct *clientTable) processName(pid uint32) string {
-	t := ct.t
 	if n, ok := ct.peerExe[pid]; ok {
 		return n // a connected client's, read at connect
 	}
@@ -92,8 +94,8 @@ func (ct *clientTable) processName(pid uint32) string {
 		return n
 	}
 	var n string
-	if t.o.ProcessName != nil {
-		n = t.o.ProcessName(pid)
+	if ct.o.ProcessName != nil {
+		n = ct.o.ProcessName(pid)
 	} else {
 		n = ProcName(pid)
 	}
@@ -126,14 +128,12 @@ func ProcName(pid uint32) string {
 // mono maps a CLOCK_MONOTONIC reading of source src to a timestamp (0 when
 // unknown).
 func (so *spanOut) mono(src uint32, ns uint64) pcommon.Timestamp {
-	t := so.t
-	r, _ := t.o.Clock.ClientMonoToReal(src, ns)
+	r, _ := so.o.Clock.ClientMonoToReal(src, ns)
 	return pcommon.Timestamp(r)
 }
 
 // launchSpans appends the launch span and its phase children.
 func (so *spanOut) launchSpans(l *launch) {
-	t := so.t
 	r := &l.rec
 	ss := so.spansOf(r.PID)
 	tid := otelid.NewTraceID()
@@ -157,12 +157,12 @@ func (so *spanOut) launchSpans(l *launch) {
 		a.PutInt("cuda.graph.replay", int64(l.replay))
 	}
 	a.PutStr("cuda.launch.api", r.API.String())
-	if r.Flags&record.LaunchUnprobed != 0 && t.o.ExpectWarps {
+	if r.Flags&record.LaunchUnprobed != 0 && so.o.ExpectWarps {
 		// Device probes are on, but this launch ran none (kernel not
 		// patched, or left out by sampling::device_one_in): no phases.
 		a.PutBool("cuda.launch.probed", false)
 	}
-	t.clients.putDevice(a, l.key.src, r.Device)
+	so.clients.putDevice(a, l.key.src, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))
 	a.PutInt("cuda.grid.x", int64(r.Grid[0]))
 	a.PutInt("cuda.grid.y", int64(r.Grid[1]))
@@ -209,8 +209,8 @@ func (so *spanOut) launchSpans(l *launch) {
 		a.PutInt("cuda.warp.exit_skew.max", int64(l.maxSkew))
 	}
 	if l.hasDevice() {
-		fs, ok1 := t.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
-		le, ok2 := t.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd)
+		fs, ok1 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
+		le, ok2 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd)
 		if ok1 && ok2 {
 			child(SpanQueued, start, max(start, pcommon.Timestamp(fs)))
 			child(SpanExecuting, pcommon.Timestamp(fs), pcommon.Timestamp(le))
@@ -236,7 +236,6 @@ func (so *spanOut) onSync(src uint32, s *record.Sync) {
 }
 
 func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
-	t := so.t
 	a, ok := so.hostSpan(SpanMemcpy, src, m.PID, m.StartNS, m.EndNS)
 	if !ok {
 		return
@@ -244,7 +243,7 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 	a.PutStr("cuda.memcpy.kind", m.Kind.String())
 	a.PutInt("cuda.memcpy.size", int64(m.Bytes))
 	a.PutBool("cuda.memcpy.async", m.Flags&record.MemcpyAsync != 0)
-	t.clients.putDevice(a, src, m.Device)
+	so.clients.putDevice(a, src, m.Device)
 	a.PutInt("cuda.stream", int64(m.Stream))
 	a.PutInt("thread.id", int64(m.TID))
 }
@@ -252,8 +251,7 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 // hostSpan appends the span of a host call (a sync or a copy) of process
 // pid and returns its attributes, or false when sampling drops the call.
 func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
-	t := so.t
-	if !sampled(srcKey{pid, startNS}, t.o.SampleOneIn) {
+	if !sampled(srcKey{pid, startNS}, so.o.SampleOneIn) {
 		return pcommon.Map{}, false
 	}
 	sp := so.spansOf(pid).AppendEmpty()

@@ -98,7 +98,6 @@ func (ct *clientTable) streamCount(k streamSlot) uint64 {
 // wait of a launch that finished early when l is its predecessor, and
 // makes l the stream's latest finished launch.
 func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
-	t := ct.t
 	if l.streamSeq == 0 {
 		return
 	}
@@ -111,15 +110,15 @@ func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
 	if st == nil {
 		return // forgotten
 	}
-	retReal, okRet := t.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
+	retReal, okRet := ct.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
 	var startReal uint64
 	if l.hasDevice() {
-		startReal, _ = t.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
+		startReal, _ = ct.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
 	}
 	s := l.streamSeq
 	switch {
 	case s == st.doneSeq+1 && st.end != 0 && okRet:
-		if endReal, ok := t.o.Clock.GPUToReal(l.key.src, r.Device, st.end); ok {
+		if endReal, ok := ct.o.Clock.GPUToReal(l.key.src, r.Device, st.end); ok {
 			l.hostWaitNS, l.gapKnown = gapWait(retReal, endReal, startReal), true
 			if l.hasDevice() && l.firstStart >= st.end {
 				l.idleNS, l.idleKnown = l.firstStart-st.end, true
@@ -129,7 +128,7 @@ func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
 		st.early = earlyLaunch{seq: s, retReal: retReal, startReal: startReal, hostWait: hw}
 	}
 	if s+1 == st.early.seq && l.hasDevice() {
-		if endReal, ok := t.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd); ok {
+		if endReal, ok := ct.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd); ok {
 			st.early.hostWait.Record(float64(gapWait(st.early.retReal, endReal, st.early.startReal)) / 1e9)
 		}
 		st.early = earlyLaunch{}

@@ -135,29 +135,36 @@ type warpTimes struct{ exec, skew uint64 }
 // launchTable owns the pending launches (graph runs are in graphTable):
 // by key, and in creation order for eviction and expiry.
 type launchTable struct {
-	t       *Translator
+	o        *Options
+	counters *Counters
+	graphs   *graphTable
+	clients  *clientTable
+	hosts    *hostTable
+	spans    *spanOut
+	series   *seriesStore
+
 	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
 	queue   []*launch          // FIFO of pending launches (done ones are skipped)
 	qhead   int
 }
 
-// Translator holds the join and aggregation state.
+// Translator decodes records and routes them to the parts that own the
+// state: launchTable (pending launches), graphTable (graph node replays),
+// clientTable (per-source state, stream gaps), hostTable (host calls and
+// the shim-less approximation), seriesStore (metric series) and spanOut
+// (spans). It keeps the counters and options they all read.
 type Translator struct {
 	o        Options
-	series   *seriesStore // metric series (series.go)
-	launches *launchTable // pending launches but graph runs (translate.go, lifecycle.go)
-
-	graphs *graphTable // runs of CUDA graph nodes, not in pending (graph.go)
-
-	clients *clientTable // per-source state and process names (client.go)
-
-	hosts *hostTable // host calls and the shim-less approximation (hostcalls.go, approx.go)
-
-	spans    *spanOut // spans built since the last TakeTraces (spans.go)
 	counters Counters
 	start    pcommon.Timestamp
+	dec      decoder // decode scratch
 
-	dec decoder // decode scratch
+	launches *launchTable // pending launches but graph runs (launches.go, lifecycle.go)
+	graphs   *graphTable  // runs of CUDA graph nodes (graph.go)
+	clients  *clientTable // per-source state and process names (client.go)
+	hosts    *hostTable   // host calls and the shim-less approximation (hostcalls.go, approx.go)
+	series   *seriesStore // metric series (series.go)
+	spans    *spanOut     // spans built since the last TakeTraces (spans.go)
 }
 
 // decoder is the scratch space records are decoded into, one per type.
@@ -204,17 +211,28 @@ func New(o Options) *Translator {
 	if o.MaxHostCalls < 1 {
 		o.MaxHostCalls = DefaultMaxHostCalls
 	}
-	t := &Translator{
-		o:     o,
-		start: pcommon.NewTimestampFromTime(time.Now()),
+	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
+	t.series = &seriesStore{
+		o: &t.o, start: t.start,
+		byName: map[string]*series{}, other: &series{name: OtherKernel},
+		memcpy: map[memcpyKey]*memcpySeries{}, names: map[string]string{},
 	}
-	t.series = newSeriesStore(t)
-	t.launches = &launchTable{t: t, pending: map[srcKey]*launch{}}
-	t.graphs = &graphTable{t: t, chains: map[srcKey]*replayChain{}}
-	t.clients = &clientTable{t: t, byID: map[uint32]*client{}, peerExe: map[uint32]string{}, procs: map[uint32]string{}}
-	t.hosts = &hostTable{t: t, procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
-	t.spans = &spanOut{t: t}
+	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}}
+	t.graphs = &graphTable{o: &t.o, counters: &t.counters, chains: map[srcKey]*replayChain{}}
+	t.clients = &clientTable{o: &t.o, counters: &t.counters,
+		byID: map[uint32]*client{}, peerExe: map[uint32]string{}, procs: map[uint32]string{}}
+	t.hosts = &hostTable{o: &t.o, counters: &t.counters, start: t.start,
+		procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
+	t.spans = &spanOut{o: &t.o, counters: &t.counters}
 	t.spans.resetTraces()
+
+	// The parts call each other; each names the ones it calls.
+	t.launches.graphs, t.launches.clients, t.launches.hosts = t.graphs, t.clients, t.hosts
+	t.launches.spans, t.launches.series = t.spans, t.series
+	t.graphs.launches, t.graphs.clients = t.launches, t.clients
+	t.clients.launches, t.clients.series = t.launches, t.series
+	t.hosts.launches, t.hosts.spans, t.hosts.series = t.launches, t.spans, t.series
+	t.spans.clients, t.spans.hosts = t.clients, t.hosts
 	return t
 }
 
@@ -322,34 +340,33 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 }
 
 func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
-	t := lt.t
-	t.clients.processName(r.PID) // while the process is alive: spans are built later
-	t.clients.clientOf(src).lastDev = r.Device
-	k := t.clients.kernelOf(src, r.Function)
+	lt.clients.processName(r.PID) // while the process is alive: spans are built later
+	lt.clients.clientOf(src).lastDev = r.Device
+	k := lt.clients.kernelOf(src, r.Function)
 	key := srcKey{src, r.LaunchID}
 	var seq uint64
 	if src != HostProbeSource && r.Result == 0 {
-		seq = t.clients.streamCount(slotOf(src, r.Device, r.Stream, r.TID))
+		seq = lt.clients.streamCount(slotOf(src, r.Device, r.Stream, r.TID))
 	}
 	if !k.include {
 		if src != HostProbeSource {
-			t.hosts.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
+			lt.hosts.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
 		}
-		t.counters.LaunchesFilter++
-		if t.graphs.isGraph(key) {
-			t.graphs.filtered(key)
+		lt.counters.LaunchesFilter++
+		if lt.graphs.isGraph(key) {
+			lt.graphs.filtered(key)
 		} else if l := lt.pending[key]; l != nil {
 			l.done = true
 			lt.drop(l)
 		}
 		return
 	}
-	if r.API == record.APIGraphLaunch && !t.graphs.isGraph(key) {
-		t.graphs.adoptCaptured(key, now)
+	if r.API == record.APIGraphLaunch && !lt.graphs.isGraph(key) {
+		lt.graphs.adoptCaptured(key, now)
 	}
 	var l *launch
-	if t.graphs.isGraph(key) {
-		l = t.graphs.launchRun(key, r, now) // a replay of a graph node: its own run
+	if lt.graphs.isGraph(key) {
+		l = lt.graphs.launchRun(key, r, now) // a replay of a graph node: its own run
 	} else {
 		if l = lt.pending[key]; l == nil {
 			l = lt.newPending(key, now)
@@ -364,21 +381,20 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	}
 	l.buffered = nil
 	if l.chain != nil {
-		t.graphs.launched(l)
+		lt.graphs.launched(l)
 	}
 	if src != HostProbeSource {
-		t.hosts.onShimLaunch(r.PID, l, now)
+		lt.hosts.onShimLaunch(r.PID, l, now)
 	}
 	lt.maybeFinish(l, now)
 }
 
 func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
-	t := lt.t
 	lt.makeRoom(key.src, now)
 	l := &launch{key: key, created: now}
 	lt.pending[key] = l
 	lt.queue = append(lt.queue, l)
-	t.clients.track(l)
+	lt.clients.track(l)
 	return l
 }
 
@@ -386,9 +402,8 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 // of source src when it holds half of them or more (so that one client
 // cannot evict another's launches), else the oldest of all.
 func (lt *launchTable) makeRoom(src uint32, now time.Time) {
-	t := lt.t
-	for len(lt.pending)+t.graphs.n >= t.o.MaxPendingLaunches {
-		if c := t.clients.byID[src]; c != nil && 2*c.pending >= t.o.MaxPendingLaunches && t.clients.evictOldestOf(c, now) {
+	for len(lt.pending)+lt.graphs.n >= lt.o.MaxPendingLaunches {
+		if c := lt.clients.byID[src]; c != nil && 2*c.pending >= lt.o.MaxPendingLaunches && lt.clients.evictOldestOf(c, now) {
 			continue
 		}
 		lt.evictOldest(now)
@@ -397,23 +412,21 @@ func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 
 // drop forgets launch l (done).
 func (lt *launchTable) drop(l *launch) {
-	t := lt.t
-	t.clients.untrack(l)
+	lt.clients.untrack(l)
 	if l.chain != nil {
-		t.graphs.dropRun(l)
+		lt.graphs.dropRun(l)
 		return
 	}
 	delete(lt.pending, l.key)
 }
 
 func (lt *launchTable) evictOldest(now time.Time) {
-	t := lt.t
 	for lt.qhead < len(lt.queue) {
 		l := lt.queue[lt.qhead]
 		lt.queue[lt.qhead] = nil
 		lt.qhead++
 		if !l.done {
-			t.counters.LaunchesEvicted++
+			lt.counters.LaunchesEvicted++
 			lt.finish(l, now)
 			break
 		}
@@ -430,11 +443,10 @@ func (lt *launchTable) compactQueue() {
 }
 
 func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
-	t := lt.t
 	key := srcKey{src, w.LaunchID}
 	var l *launch
-	if t.graphs.isGraph(key) {
-		l = t.graphs.warpRun(key, now)
+	if lt.graphs.isGraph(key) {
+		l = lt.graphs.warpRun(key, now)
 	} else if l = lt.pending[key]; l == nil {
 		l = lt.newPending(key, now)
 	}
@@ -459,17 +471,16 @@ func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
 // launch id is the same for every replay) go to its runs in order (see
 // graph.go); a second window for any other launch id keeps the first.
 func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
-	t := lt.t
 	key := srcKey{src, e.LaunchID}
 	var l *launch
-	if t.graphs.isGraph(key) {
-		if l = t.graphs.execRun(key, e, now); l == nil {
+	if lt.graphs.isGraph(key) {
+		if l = lt.graphs.execRun(key, e, now); l == nil {
 			return
 		}
 	} else if l = lt.pending[key]; l == nil {
 		l = lt.newPending(key, now)
 	} else if l.exec != nil {
-		t.counters.ExecDuplicate++
+		lt.counters.ExecDuplicate++
 		return
 	}
 	x := *e
@@ -498,11 +509,10 @@ func (lt *launchTable) recordWarp(l *launch, w warpTimes) {
 }
 
 func (lt *launchTable) onCompletion(src uint32, c *record.Completion, now time.Time) {
-	t := lt.t
 	key := srcKey{src, c.LaunchID}
 	var l *launch
-	if t.graphs.isGraph(key) {
-		l = t.graphs.completionRun(key)
+	if lt.graphs.isGraph(key) {
+		l = lt.graphs.completionRun(key)
 	} else {
 		l = lt.pending[key]
 	}
@@ -514,20 +524,19 @@ func (lt *launchTable) onCompletion(src uint32, c *record.Completion, now time.T
 }
 
 func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
-	t := lt.t
 	key := srcKey{src, tc.LaunchID}
 	var k *kernel // nil: launch unknown
 	var dev uint32
 	var threads uint64
-	if t.graphs.isGraph(key) {
+	if lt.graphs.isGraph(key) {
 		// Every replay of a graph node is the same kernel on the same grid.
-		if c := t.graphs.chains[key]; c != nil && c.k != nil {
+		if c := lt.graphs.chains[key]; c != nil && c.k != nil {
 			k, dev, threads = c.k, c.dev, c.threads
 		}
 	} else if l := lt.pending[key]; l != nil && l.have {
 		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
 	}
-	s := t.series.other
+	s := lt.series.other
 	if k != nil {
 		s = k.series
 	}
@@ -536,7 +545,7 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
 	for _, c := range tc.Counts {
 		h.Record(float64(c))
 	}
-	if !t.o.PerThreadSeries || k == nil || threads > uint64(t.o.MaxThreadSeries) {
+	if !lt.o.PerThreadSeries || k == nil || threads > uint64(lt.o.MaxThreadSeries) {
 		return
 	}
 	if ds.perThread == nil {
@@ -544,7 +553,7 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
 	}
 	for i, c := range tc.Counts {
 		idx := tc.FirstThread + uint32(i)
-		if _, ok := ds.perThread[idx]; ok || len(ds.perThread) < t.o.MaxThreadSeries {
+		if _, ok := ds.perThread[idx]; ok || len(ds.perThread) < lt.o.MaxThreadSeries {
 			ds.perThread[idx] += c
 		}
 	}
