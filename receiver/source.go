@@ -43,9 +43,41 @@ func newRingReader(g *shm.Ring, owned bool) *ringReader {
 	return &ringReader{ring: g, cons: g.NewConsumer(shm.ConsumerOptions{}), owned: owned}
 }
 
+// read hands up to max records to h and returns the records lost and
+// corrupt since the last read or drain.
+func (g *ringReader) read(max int, h func(shm.Record)) (lost, corrupt uint64) {
+	g.cons.Read(max, h)
+	return g.count()
+}
+
+// drain resolves what is left without waiting for dead producers' tickets
+// (shm.Consumer.Drain): up to maxReadPerPoll records handed to h, then up
+// to the ring's slot count more counted as dropped unread. It returns the
+// records lost and corrupt since the last read or drain.
+func (g *ringReader) drain(h func(shm.Record)) (lost, corrupt uint64) {
+	g.cons.Drain(maxReadPerPoll, h)
+	g.cons.Drain(g.ring.Slots(), nil)
+	return g.count()
+}
+
+// empty reports whether the ring holds nothing left to read, as far as its
+// head tells.
+func (g *ringReader) empty() bool { return g.ring.Stats().Head <= g.cons.Position() }
+
+// err returns the ring invariant the producer broke, or nil.
+func (g *ringReader) err() error { return g.cons.Err() }
+
+// close closes the ring if the receiver owns it.
+func (g *ringReader) close() error {
+	if !g.owned {
+		return nil
+	}
+	return g.ring.Close()
+}
+
 // count returns the records the ring lost and the corrupt records since the
-// last call. The ring's own counters are written by the client: only
-// their growth counts.
+// last call: the one place drops are counted. The ring's own counters are
+// written by the client: only their growth counts.
 func (g *ringReader) count() (lost, corrupt uint64) {
 	st, cs := g.ring.Stats(), g.cons.Stats()
 	if l := st.Dropped + st.Oversize + cs.Stalled + cs.Abandoned; l > g.lost {
@@ -86,7 +118,7 @@ func (s *source) rings() []*ringReader {
 // violation returns the first ring invariant the client broke, or nil.
 func (s *source) violation() error {
 	for _, g := range s.rings() {
-		if err := g.cons.Err(); err != nil {
+		if err := g.err(); err != nil {
 			return err
 		}
 	}
@@ -141,8 +173,7 @@ func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64
 		if g == s.warps {
 			max = ExecRingSlots
 		}
-		g.cons.Read(max, handle)
-		l, c := g.count()
+		l, c := g.read(max, handle)
 		lost, corrupt = lost+l, corrupt+c
 	}
 	if s.maps != nil {
@@ -153,11 +184,9 @@ func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64
 
 // finished reports whether gone source s can be released now, after this
 // poll's read: its rings are empty, or drainTime has passed since it went
-// (or the receiver stops). What is left is then resolved without waiting
-// for dead producers' tickets (shm.Consumer.Drain): up to maxReadPerPoll
-// tickets per ring delivered, then up to a ring's slot count more counted
-// as dropped unread. That is exact: no ticket a lap or more past the
-// consumer can hold a record (the producer's step 4 drops and counts it).
+// (or the receiver stops). What is left is then drained (ringReader.drain).
+// That is exact: no ticket a lap or more past the consumer can hold a
+// record (the producer's step 4 drops and counts it).
 // It returns the records lost and corrupt since the read.
 func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bool, lost, corrupt uint64) {
 	if s.goneAt.IsZero() {
@@ -168,9 +197,7 @@ func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bo
 	}
 	handle := func(rec shm.Record) { _ = r.tr.Handle(s.id, rec.Payload, now) }
 	for _, g := range s.rings() {
-		g.cons.Drain(maxReadPerPoll, handle)
-		g.cons.Drain(g.ring.Slots(), nil)
-		l, c := g.count()
+		l, c := g.drain(handle)
 		lost, corrupt = lost+l, corrupt+c
 	}
 	if s.maps != nil {
@@ -183,7 +210,7 @@ func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bo
 // their heads tell.
 func (s *source) empty() bool {
 	for _, g := range s.rings() {
-		if g.ring.Stats().Head > g.cons.Position() {
+		if !g.empty() {
 			return false
 		}
 	}
@@ -234,10 +261,7 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 	for _, s := range gone {
 		r.tr.Disconnect(s.id, time.Now())
 		for _, g := range s.rings() {
-			if !g.owned {
-				continue
-			}
-			if err := g.ring.Close(); err != nil {
+			if err := g.close(); err != nil {
 				r.log.Debug("gpuprobe: closing a ring", zap.Error(err))
 			}
 		}
