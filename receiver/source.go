@@ -87,6 +87,14 @@ func (g *ringReader) count() (lost, corrupt uint64) {
 	return lost, corrupt
 }
 
+// sourceSet is the clients' sources, in creation order, numbered from 1,
+// and the agent session each came with.
+type sourceSet struct {
+	list   []*source
+	next   uint32
+	bySess map[uint32]*source // agent session → its ring
+}
+
 // source is one client process's rings and regions, with the id that
 // scopes its launch ids and function handles.
 type source struct {
@@ -138,15 +146,15 @@ func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 {
 func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring, peer *translate.Peer) *source {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.nextSrc++
-	s := &source{id: r.nextSrc, launch: newRingReader(ring, owned), maps: maps, peer: peer}
+	r.srcs.next++
+	s := &source{id: r.srcs.next, launch: newRingReader(ring, owned), maps: maps, peer: peer}
 	if maps != nil {
 		maps.Src = s.id
 	}
 	if names != nil {
 		s.names = newRingReader(names, true)
 	}
-	r.sources = append(r.sources, s)
+	r.srcs.list = append(r.srcs.list, s)
 	return s
 }
 
@@ -155,7 +163,7 @@ func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Insta
 func (r *gpuReceiver) RemoveRing(id uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range r.sources {
+	for _, s := range r.srcs.list {
 		if s.id == id {
 			s.closing = true
 		}
@@ -177,7 +185,7 @@ func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64
 		lost, corrupt = lost+l, corrupt+c
 	}
 	if s.maps != nil {
-		r.col.ReadRings(s.maps, now, maxReadPerPoll)
+		r.maps.col.ReadRings(s.maps, now, maxReadPerPoll)
 	}
 	return lost, corrupt
 }
@@ -201,7 +209,7 @@ func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bo
 		lost, corrupt = lost+l, corrupt+c
 	}
 	if s.maps != nil {
-		r.col.DrainRings(s.maps)
+		r.maps.col.DrainRings(s.maps)
 	}
 	return true, lost, corrupt
 }
@@ -225,12 +233,12 @@ func (r *gpuReceiver) disconnect(ctx context.Context, s *source, err error) {
 		reason = string(v.Reason)
 	}
 	r.mu.Lock()
-	for k, v := range r.bySess {
+	for k, v := range r.srcs.bySess {
 		if v == s {
-			delete(r.bySess, k)
+			delete(r.srcs.bySess, k)
 		}
 	}
-	r.disconnected++
+	r.counts.disconnected++
 	r.mu.Unlock()
 	r.log.Warn("gpuprobe: a client broke the ring protocol; its rings are no longer read",
 		zap.Uint32("source", s.id), zap.String("reason", reason), zap.Error(err))
@@ -243,17 +251,17 @@ func (r *gpuReceiver) disconnect(ctx context.Context, s *source, err error) {
 // dropSources forgets the given sources and closes the regions it owns.
 func (r *gpuReceiver) dropSources(gone []*source) {
 	r.mu.Lock()
-	kept := r.sources[:0]
-	for _, s := range r.sources {
+	kept := r.srcs.list[:0]
+	for _, s := range r.srcs.list {
 		if !slices.Contains(gone, s) {
 			kept = append(kept, s)
 		}
 	}
-	clear(r.sources[len(kept):])
-	r.sources = kept
+	clear(r.srcs.list[len(kept):])
+	r.srcs.list = kept
 	for _, s := range gone {
 		if s.maps != nil {
-			r.retired = append(r.retired, s.maps)
+			r.maps.retired = append(r.maps.retired, s.maps)
 			s.maps = nil
 		}
 	}
