@@ -124,8 +124,8 @@ func (r *runQueue) pop() {
 func (r *runQueue) reset() { r.q, r.head = nil, 0 }
 
 func wantsLaunch(l *launch) bool { return !l.done && !l.have }
-func wantsExec(l *launch) bool   { return !l.done && l.exec == nil }
-func wantsWarps(l *launch) bool  { return !l.done && l.warps < expectedWarps(&l.rec) }
+func wantsExec(l *launch) bool   { return !l.done && l.gpu.exec == nil }
+func wantsWarps(l *launch) bool  { return !l.done && l.gpu.warps < expectedWarps(&l.rec) }
 func wantsDone(l *launch) bool   { return !l.done && !l.completed }
 
 // isGraph reports whether key is a graph node: an id with GraphIDBit (a
@@ -157,14 +157,14 @@ func (gt *graphTable) adoptCaptured(key srcKey, now time.Time) {
 	if p.have {
 		gt.counters.LaunchesCaptured++
 	}
-	if p.exec == nil && p.warps == 0 {
+	if p.gpu.exec == nil && p.gpu.warps == 0 {
 		return
 	}
 	l := gt.newRun(c, key, now)
-	l.exec, l.warps, l.buffered = p.exec, p.warps, p.buffered
-	l.firstStart, l.lastEnd, l.maxSkew = p.firstStart, p.lastEnd, p.maxSkew
+	l.gpu.exec, l.gpu.warps, l.gpu.buffered = p.gpu.exec, p.gpu.warps, p.gpu.buffered
+	l.gpu.firstStart, l.gpu.lastEnd, l.gpu.maxSkew = p.gpu.firstStart, p.gpu.lastEnd, p.gpu.maxSkew
 	c.wantLaunch.push(l, c.live)
-	if l.exec == nil {
+	if l.gpu.exec == nil {
 		c.wantExec.push(l, c.live)
 		c.collect = l
 	}
@@ -203,7 +203,7 @@ func (gt *graphTable) sweepChains() {
 // newRun adds a pending run of graph node key.
 func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch {
 	gt.launches.makeRoom(key.src, now)
-	l := &launch{key: key, created: now, chain: c}
+	l := &launch{key: key, created: now, graph: graphRun{chain: c}}
 	c.live++
 	gt.n++
 	gt.launches.queue = append(gt.launches.queue, l)
@@ -213,7 +213,7 @@ func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch 
 
 // dropRun forgets run l (done) of its node.
 func (gt *graphTable) dropRun(l *launch) {
-	c := l.chain
+	c := l.graph.chain
 	gt.n--
 	if c.live--; c.live == 0 {
 		c.wantLaunch.reset()
@@ -249,7 +249,7 @@ func (gt *graphTable) launchRun(key srcKey, r *record.Launch, now time.Time) *la
 				break
 			}
 			c.wantLaunch.pop()
-			if gt.endedBefore(key.src, r.Device, l.lastEnd, r.EnqueueNS) {
+			if gt.endedBefore(key.src, r.Device, l.gpu.lastEnd, r.EnqueueNS) {
 				gt.launches.finish(l, now) // counted as an orphan
 				continue
 			}
@@ -262,18 +262,18 @@ func (gt *graphTable) launchRun(key srcKey, r *record.Launch, now time.Time) *la
 // launched queues run l, which just got its launch record, for the
 // records it still lacks and numbers it.
 func (gt *graphTable) launched(l *launch) {
-	c := l.chain
+	c := l.graph.chain
 	r := &l.rec
-	l.replay = c.next
+	l.graph.replay = c.next
 	c.next++
 	c.k, c.dev, c.threads, c.warps = l.k, r.Device, launchThreads(r), expectedWarps(r)
 	if r.Result != 0 {
 		return
 	}
-	if l.exec == nil {
+	if l.gpu.exec == nil {
 		c.wantExec.push(l, c.live)
 	}
-	if l.warps < c.warps {
+	if l.gpu.warps < c.warps {
 		c.wantWarps.push(l, c.live)
 	}
 	if !l.completed {
@@ -309,7 +309,7 @@ func (gt *graphTable) warpRun(key srcKey, now time.Time) *launch {
 	if l := c.wantWarps.front(wantsWarps); l != nil {
 		return l
 	}
-	if l := c.collect; l != nil && !l.have && l.exec == nil && (c.warps == 0 || l.warps < c.warps) {
+	if l := c.collect; l != nil && !l.have && l.gpu.exec == nil && (c.warps == 0 || l.gpu.warps < c.warps) {
 		return l
 	}
 	l := gt.newRun(c, key, now)

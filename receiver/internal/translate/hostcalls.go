@@ -183,7 +183,7 @@ func (ht *hostTable) evictProcs(now time.Time) {
 	ht.flushProc(oldest, now)
 	for _, th := range oldest.threads {
 		for _, l := range th.launches {
-			l.hth = nil
+			l.host.th = nil
 		}
 	}
 	delete(ht.procs, oldest.pid)
@@ -296,8 +296,8 @@ func (ht *hostTable) matchOrWait(p *hostProc, c *hostCall) {
 			if l.rec.ReturnNS < c.rec.EnterNS {
 				break // this and older launches of the thread returned before c began
 			}
-			if len(l.host) < maxHostPerLaunch && matches(&c.rec, &l.rec) {
-				l.host = append(l.host, c)
+			if len(l.host.calls) < maxHostPerLaunch && matches(&c.rec, &l.rec) {
+				l.host.calls = append(l.host.calls, c)
 				ht.counters.HostCallsMatched++
 				return
 			}
@@ -350,8 +350,8 @@ func (ht *hostTable) onShimLaunch(pid uint32, l *launch, now time.Time) {
 	}
 	th := p.thread(l.rec.TID)
 	th.launches = append(th.launches, l)
-	l.hth = th
-	for i := p.uhead; i < len(p.unmatched) && len(l.host) < maxHostPerLaunch; i++ {
+	l.host.th = th
+	for i := p.uhead; i < len(p.unmatched) && len(l.host.calls) < maxHostPerLaunch; i++ {
 		c := p.unmatched[i]
 		if c.taken || c.rec.TID != l.rec.TID {
 			continue
@@ -363,7 +363,7 @@ func (ht *hostTable) onShimLaunch(pid uint32, l *launch, now time.Time) {
 		}
 		if matches(&c.rec, &l.rec) {
 			c.taken = true
-			l.host = append(l.host, c)
+			l.host.calls = append(l.host.calls, c)
 			ht.counters.HostCallsMatched++
 		}
 	}
@@ -390,7 +390,7 @@ func (ht *hostTable) moveDeferredLaunches(p *hostProc) {
 // that returned after the launch has arrived yet. It waits at most
 // HostCallGrace from the first time it was held.
 func (ht *hostTable) hold(l *launch, now time.Time) bool {
-	th := l.hth
+	th := l.host.th
 	if th == nil || th.lastExit > l.rec.ReturnNS {
 		return false
 	}
@@ -398,11 +398,11 @@ func (ht *hostTable) hold(l *launch, now time.Time) bool {
 	if p == nil || (!p.hostSeen && (!ht.o.HostProbes || p.noHost)) {
 		return false
 	}
-	if l.holdSince.IsZero() {
-		l.holdSince = now
+	if l.host.since.IsZero() {
+		l.host.since = now
 		th.held++
 	}
-	if now.Sub(l.holdSince) < ht.grace() {
+	if now.Sub(l.host.since) < ht.grace() {
 		return true
 	}
 	if !p.hostSeen {
@@ -419,7 +419,7 @@ func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
 	}
 	var done []*launch
 	for _, l := range th.launches {
-		if !l.holdSince.IsZero() && th.lastExit > l.rec.ReturnNS {
+		if !l.host.since.IsZero() && th.lastExit > l.rec.ReturnNS {
 			done = append(done, l)
 		}
 	}
@@ -432,12 +432,12 @@ func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
 
 // unregister removes l from its thread's pending launches.
 func (l *launch) unregister() {
-	th := l.hth
+	th := l.host.th
 	if th == nil {
 		return
 	}
-	l.hth = nil
-	if !l.holdSince.IsZero() {
+	l.host.th = nil
+	if !l.host.since.IsZero() {
 		th.held--
 	}
 	if i := slices.Index(th.launches, l); i >= 0 {

@@ -203,11 +203,11 @@ func putLaunchArgs(a pcommon.Map, r *record.HostCall) {
 // innermost one's span id, the launch span's parent (empty when none).
 func (so *spanOut) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
 	var parent pcommon.SpanID
-	if len(l.host) == 0 {
+	if len(l.host.calls) == 0 {
 		return parent
 	}
 	var runtime []*hostCall
-	for _, c := range l.host {
+	for _, c := range l.host.calls {
 		if !apiInfo(c.rec.API).driver {
 			runtime = append(runtime, c)
 		}
@@ -227,7 +227,7 @@ func (so *spanOut) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceI
 // hostChildren emits the driver launch calls nested with shim launch l
 // under its span.
 func (so *spanOut) hostChildren(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID, launchSpan pcommon.SpanID) {
-	for _, c := range l.host {
+	for _, c := range l.host.calls {
 		if apiInfo(c.rec.API).driver {
 			so.hostCallSpan(ss, &c.rec, tr, launchSpan, l.k.name)
 		}

@@ -27,28 +27,44 @@ type launch struct {
 	warpsAt    time.Time // when Expire first saw every warp in (no completion record yet)
 	tracked    bool      // counted in its client's pending (client.go)
 	completeNS uint64
+	gpu        gpuTimes  // from its device records
+	host       hostLink  // its host calls (host probes)
+	graph      graphRun  // its node, if a run of a CUDA graph node
+	gap        streamGap // its place on its stream
+}
+
+// gpuTimes are a launch's device records, folded.
+type gpuTimes struct {
 	warps      uint64
 	exec       *record.Exec // the launch's device window from kernel_phases (nil until it comes)
 	firstStart uint64
 	lastEnd    uint64
 	maxSkew    uint64
 	buffered   []warpTimes // warp durations seen before the launch record
-	host       []*hostCall // host launch calls nested with it (host probes)
-	hth        *hostThread // the host state of its thread, while registered there
-	holdSince  time.Time   // when it first waited for host calls of its thread
+}
 
-	// A run of a CUDA graph node (see graph.go, isGraph): its node and
-	// replay ordinal (how many launch records of its id came before its
-	// own); chain is nil for other launches.
+// hostLink ties a launch to its host calls (host probes).
+type hostLink struct {
+	calls []*hostCall // host launch calls nested with it
+	th    *hostThread // the host state of its thread, while registered there
+	since time.Time   // when it first waited for host calls of its thread
+}
+
+// graphRun places a run of a CUDA graph node (see graph.go, isGraph): its
+// node and replay ordinal (how many launch records of its id came before
+// its own); chain is nil for other launches.
+type graphRun struct {
 	chain  *replayChain
 	replay uint64
+}
 
-	// Its place on its stream (streamgap.go): its count there (0: not
-	// counted), and once finished, the stream's idle time before it and
-	// the host's part of it.
-	streamSeq           uint64
-	idleNS, hostWaitNS  uint64
-	gapKnown, idleKnown bool
+// streamGap is a launch's place on its stream (streamgap.go): its count
+// there (0: not counted), and once finished, the stream's idle time
+// before it and the host's part of it.
+type streamGap struct {
+	seq                uint64
+	idleNS, hostWaitNS uint64
+	known, idleKnown   bool
 }
 
 type warpTimes struct{ exec, skew uint64 }
@@ -103,14 +119,14 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		} else if l.have {
 			return // duplicate launch id: keep the first
 		}
-		l.streamSeq = seq
+		l.gap.seq = seq
 	}
 	l.have, l.rec, l.k = true, *r, k
-	for _, w := range l.buffered {
+	for _, w := range l.gpu.buffered {
 		lt.recordWarp(l, w)
 	}
-	l.buffered = nil
-	if l.chain != nil {
+	l.gpu.buffered = nil
+	if l.graph.chain != nil {
 		lt.graphs.launched(l)
 	}
 	if src != HostProbeSource {
@@ -143,7 +159,7 @@ func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 // drop forgets launch l (done).
 func (lt *launchTable) drop(l *launch) {
 	lt.clients.untrack(l)
-	if l.chain != nil {
+	if l.graph.chain != nil {
 		lt.graphs.dropRun(l)
 		return
 	}
@@ -182,16 +198,16 @@ func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
 	}
 	exec := w.EndNS - w.StartNS
 	skew := w.ExitSkewNS()
-	if l.warps == 0 || w.StartNS < l.firstStart {
-		l.firstStart = w.StartNS
+	if l.gpu.warps == 0 || w.StartNS < l.gpu.firstStart {
+		l.gpu.firstStart = w.StartNS
 	}
-	l.lastEnd = max(l.lastEnd, w.EndNS)
-	l.maxSkew = max(l.maxSkew, skew)
-	l.warps++
+	l.gpu.lastEnd = max(l.gpu.lastEnd, w.EndNS)
+	l.gpu.maxSkew = max(l.gpu.maxSkew, skew)
+	l.gpu.warps++
 	if l.have {
 		lt.recordWarp(l, warpTimes{exec, skew})
-	} else if len(l.buffered) < maxBufferedWarps {
-		l.buffered = append(l.buffered, warpTimes{exec, skew})
+	} else if len(l.gpu.buffered) < maxBufferedWarps {
+		l.gpu.buffered = append(l.gpu.buffered, warpTimes{exec, skew})
 	}
 	lt.maybeFinish(l, now)
 }
@@ -209,16 +225,16 @@ func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
 		}
 	} else if l = lt.pending[key]; l == nil {
 		l = lt.newPending(key, now)
-	} else if l.exec != nil {
+	} else if l.gpu.exec != nil {
 		lt.counters.ExecDuplicate++
 		return
 	}
 	x := *e
-	l.exec = &x
-	if l.warps == 0 || e.StartNS < l.firstStart {
-		l.firstStart = e.StartNS
+	l.gpu.exec = &x
+	if l.gpu.warps == 0 || e.StartNS < l.gpu.firstStart {
+		l.gpu.firstStart = e.StartNS
 	}
-	l.lastEnd = max(l.lastEnd, e.EndNS)
+	l.gpu.lastEnd = max(l.gpu.lastEnd, e.EndNS)
 	lt.maybeFinish(l, now)
 }
 
@@ -226,11 +242,11 @@ func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
 // its Exec window, or one Warp record per warp; at once for a launch the
 // shim marked unprobed (no device record of it will come).
 func (l *launch) deviceDone() bool {
-	return l.rec.Flags&record.LaunchUnprobed != 0 || l.exec != nil || l.warps >= expectedWarps(&l.rec)
+	return l.rec.Flags&record.LaunchUnprobed != 0 || l.gpu.exec != nil || l.gpu.warps >= expectedWarps(&l.rec)
 }
 
 // hasDevice says whether the launch has device times (firstStart, lastEnd).
-func (l *launch) hasDevice() bool { return l.exec != nil || l.warps > 0 }
+func (l *launch) hasDevice() bool { return l.gpu.exec != nil || l.gpu.warps > 0 }
 
 func (lt *launchTable) recordWarp(l *launch, w warpTimes) {
 	s := l.k.series.dev(l.rec.Device)

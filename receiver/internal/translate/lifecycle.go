@@ -81,8 +81,8 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	if q, ok := lt.queueNS(l); ok {
 		s.queue.Record(float64(q) / 1e9)
 	}
-	if lt.clients.streamGap(l, &s.hostWait); l.gapKnown {
-		s.hostWait.Record(float64(l.hostWaitNS) / 1e9)
+	if lt.clients.streamGap(l, &s.hostWait); l.gap.known {
+		s.hostWait.Record(float64(l.gap.hostWaitNS) / 1e9)
 	}
 	if !sampled(l.sampleKey(), lt.o.SampleOneIn) {
 		lt.counters.SpansSampledOut++
@@ -105,7 +105,7 @@ func (l *launch) execNS() (uint64, bool) {
 	if !l.hasDevice() {
 		return 0, false
 	}
-	return l.lastEnd - l.firstStart, true
+	return l.gpu.lastEnd - l.gpu.firstStart, true
 }
 
 // queueNS is host enqueue → first block start, through the clock mapping.
@@ -113,7 +113,7 @@ func (lt *launchTable) queueNS(l *launch) (uint64, bool) {
 	if !l.hasDevice() {
 		return 0, false
 	}
-	startReal, ok1 := lt.o.Clock.GPUToReal(l.key.src, l.rec.Device, l.firstStart)
+	startReal, ok1 := lt.o.Clock.GPUToReal(l.key.src, l.rec.Device, l.gpu.firstStart)
 	enqReal, ok2 := lt.o.Clock.ClientMonoToReal(l.key.src, l.rec.EnqueueNS)
 	if !ok1 || !ok2 || startReal < enqReal {
 		return 0, ok1 && ok2 // clocks disagree by less than their uncertainty: 0
@@ -126,8 +126,8 @@ func (lt *launchTable) queueNS(l *launch) (uint64, bool) {
 // that the kernel nodes of one graph launch are kept or dropped together
 // (their replay counts agree) and the replays of one node are sampled.
 func (l *launch) sampleKey() srcKey {
-	if l.chain != nil {
-		return srcKey{l.key.src, GraphIDBit | l.replay}
+	if l.graph.chain != nil {
+		return srcKey{l.key.src, GraphIDBit | l.graph.replay}
 	}
 	return l.key
 }

@@ -153,8 +153,8 @@ func (so *spanOut) launchSpans(l *launch) {
 	a.PutStr("code.function.name", l.k.name)
 	a.PutStr("cuda.kernel.mangled_name", l.k.mangled)
 	a.PutInt("cuda.launch.id", int64(r.LaunchID))
-	if l.chain != nil {
-		a.PutInt("cuda.graph.replay", int64(l.replay))
+	if l.graph.chain != nil {
+		a.PutInt("cuda.graph.replay", int64(l.graph.replay))
 	}
 	a.PutStr("cuda.launch.api", r.API.String())
 	if r.Flags&record.LaunchUnprobed != 0 && so.o.ExpectWarps {
@@ -193,24 +193,24 @@ func (so *spanOut) launchSpans(l *launch) {
 	so.hostChildren(ss, l, tid, rootID)
 
 	execEnd := so.mono(l.key.src, r.ReturnNS)
-	if l.exec != nil {
-		a.PutInt("cuda.blocks.observed", int64(l.exec.Blocks))
-		a.PutInt("cuda.threads.observed", int64(l.exec.Threads))
+	if l.gpu.exec != nil {
+		a.PutInt("cuda.blocks.observed", int64(l.gpu.exec.Blocks))
+		a.PutInt("cuda.threads.observed", int64(l.gpu.exec.Threads))
 	}
-	if l.idleKnown {
-		a.PutInt("cuda.launch.stream_idle", int64(l.idleNS))
+	if l.gap.idleKnown {
+		a.PutInt("cuda.launch.stream_idle", int64(l.gap.idleNS))
 	}
-	if l.gapKnown {
-		a.PutInt("cuda.launch.host_wait", int64(l.hostWaitNS))
+	if l.gap.known {
+		a.PutInt("cuda.launch.host_wait", int64(l.gap.hostWaitNS))
 	}
-	if l.warps > 0 {
-		a.PutInt("cuda.warps.observed", int64(l.warps))
+	if l.gpu.warps > 0 {
+		a.PutInt("cuda.warps.observed", int64(l.gpu.warps))
 		a.PutInt("cuda.warps.expected", int64(expectedWarps(r)))
-		a.PutInt("cuda.warp.exit_skew.max", int64(l.maxSkew))
+		a.PutInt("cuda.warp.exit_skew.max", int64(l.gpu.maxSkew))
 	}
 	if l.hasDevice() {
-		fs, ok1 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
-		le, ok2 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd)
+		fs, ok1 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.firstStart)
+		le, ok2 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.lastEnd)
 		if ok1 && ok2 {
 			child(SpanQueued, start, max(start, pcommon.Timestamp(fs)))
 			child(SpanExecuting, pcommon.Timestamp(fs), pcommon.Timestamp(le))
