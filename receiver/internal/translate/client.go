@@ -80,21 +80,17 @@ func (ct *clientTable) connect(src uint32, p Peer) {
 // Disconnect ends source src (its rings are drained): its pending launches
 // are emitted now, and all its state is freed.
 func (t *Translator) Disconnect(src uint32, now time.Time) {
-	for _, l := range t.launches.queue[t.launches.qhead:] {
-		if l != nil && !l.done && l.key.src == src {
-			if l.have {
-				t.launches.finish(l, now)
-			} else {
-				t.counters.LaunchesOrphan++
-				l.done = true
-				t.launches.drop(l)
-			}
-		}
-	}
+	t.launches.forget(src, now)
 	t.graphs.forget(src)
 	t.clients.forget(src)
 	t.o.Clock.Forget(src)
 }
+
+// size is the number of sources with state.
+func (ct *clientTable) size() int { return len(ct.byID) }
+
+// get returns the state of source src, nil if it has none.
+func (ct *clientTable) get(src uint32) *client { return ct.byID[src] }
 
 // forget drops the state of source src (disconnected).
 func (ct *clientTable) forget(src uint32) {
@@ -105,7 +101,7 @@ func (ct *clientTable) forget(src uint32) {
 }
 
 // Clients is the number of sources with state.
-func (t *Translator) Clients() int { return len(t.clients.byID) }
+func (t *Translator) Clients() int { return t.clients.size() }
 
 // clientOf returns the state of source src, created on first use (sources
 // are numbered by the receiver, never by records).
@@ -215,7 +211,7 @@ func (ct *clientTable) evictOldestOf(c *client, now time.Time) bool {
 // LastDevice is the device of the latest launch read from source src (0
 // before any).
 func (t *Translator) LastDevice(src uint32) uint32 {
-	if c := t.clients.byID[src]; c != nil {
+	if c := t.clients.get(src); c != nil {
 		return c.lastDev
 	}
 	return 0

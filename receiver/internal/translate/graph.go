@@ -55,6 +55,12 @@ func (gt *graphTable) forget(src uint32) {
 	}
 }
 
+// runs is the number of pending runs of graph nodes.
+func (gt *graphTable) runs() int { return gt.n }
+
+// node returns the replay chain of graph node key, nil if none.
+func (gt *graphTable) node(key srcKey) *replayChain { return gt.chains[key] }
+
 // replayChain is the state of one graph node (source, launch id): its
 // runs (launches) still pending, queued by what they wait for, and the
 // replay count.
@@ -148,7 +154,7 @@ func (gt *graphTable) isGraph(key srcKey) bool {
 // node's first run.
 func (gt *graphTable) adoptCaptured(key srcKey, now time.Time) {
 	c := gt.chain(key)
-	p := gt.launches.pending[key]
+	p := gt.launches.get(key)
 	if p == nil {
 		return
 	}
@@ -206,7 +212,7 @@ func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch 
 	l := &launch{key: key, created: now, graph: graphRun{chain: c}}
 	c.live++
 	gt.n++
-	gt.launches.queue = append(gt.launches.queue, l)
+	gt.launches.enqueue(l)
 	gt.clients.track(l)
 	return l
 }

@@ -64,11 +64,7 @@ func (ct *clientTable) makeKernelRoom(c *client) {
 		return
 	}
 	used := map[*kernel]bool{}
-	for _, l := range ct.launches.queue[ct.launches.qhead:] {
-		if !l.done && l.k != nil {
-			used[l.k] = true
-		}
-	}
+	ct.launches.kernelsInUse(used)
 	for fn, k := range c.kernels {
 		if !used[k] {
 			delete(c.kernels, fn)

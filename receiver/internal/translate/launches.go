@@ -144,12 +144,46 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 	return l
 }
 
+// get returns the pending launch key (not a graph run), nil if none.
+func (lt *launchTable) get(key srcKey) *launch { return lt.pending[key] }
+
+// size is the number of pending launches (not graph runs).
+func (lt *launchTable) size() int { return len(lt.pending) }
+
+// enqueue queues a graph run for eviction and expiry (graph.go keys it).
+func (lt *launchTable) enqueue(l *launch) { lt.queue = append(lt.queue, l) }
+
+// kernelsInUse marks the kernels of the launches not done.
+func (lt *launchTable) kernelsInUse(used map[*kernel]bool) {
+	for _, l := range lt.queue[lt.qhead:] {
+		if !l.done && l.k != nil {
+			used[l.k] = true
+		}
+	}
+}
+
+// forget emits the pending launches of source src (disconnected) now:
+// those without launch record count as orphans.
+func (lt *launchTable) forget(src uint32, now time.Time) {
+	for _, l := range lt.queue[lt.qhead:] {
+		if l != nil && !l.done && l.key.src == src {
+			if l.have {
+				lt.finish(l, now)
+			} else {
+				lt.counters.LaunchesOrphan++
+				l.done = true
+				lt.drop(l)
+			}
+		}
+	}
+}
+
 // makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
 // of source src when it holds half of them or more (so that one client
 // cannot evict another's launches), else the oldest of all.
 func (lt *launchTable) makeRoom(src uint32, now time.Time) {
-	for len(lt.pending)+lt.graphs.n >= lt.o.MaxPendingLaunches {
-		if c := lt.clients.byID[src]; c != nil && 2*c.pending >= lt.o.MaxPendingLaunches && lt.clients.evictOldestOf(c, now) {
+	for len(lt.pending)+lt.graphs.runs() >= lt.o.MaxPendingLaunches {
+		if c := lt.clients.get(src); c != nil && 2*c.pending >= lt.o.MaxPendingLaunches && lt.clients.evictOldestOf(c, now) {
 			continue
 		}
 		lt.evictOldest(now)
@@ -276,16 +310,13 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
 	var threads uint64
 	if lt.graphs.isGraph(key) {
 		// Every replay of a graph node is the same kernel on the same grid.
-		if c := lt.graphs.chains[key]; c != nil && c.k != nil {
+		if c := lt.graphs.node(key); c != nil && c.k != nil {
 			k, dev, threads = c.k, c.dev, c.threads
 		}
 	} else if l := lt.pending[key]; l != nil && l.have {
 		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
 	}
-	s := lt.series.other
-	if k != nil {
-		s = k.series
-	}
+	s := lt.series.of(k)
 	ds := s.dev(dev)
 	h := &ds.threadExec
 	for _, c := range tc.Counts {

@@ -32,6 +32,14 @@ func (s *series) dev(d uint32) *devSeries {
 	return ds
 }
 
+// of returns the series of kernel k, "other" for nil (launch unknown).
+func (sr *seriesStore) of(k *kernel) *series {
+	if k == nil {
+		return sr.other
+	}
+	return k.series
+}
+
 // series is one kernel name's metrics, per device.
 type series struct {
 	name string

@@ -180,7 +180,7 @@ func New(o Options) *Translator {
 func (t *Translator) Counters() Counters { return t.counters }
 
 // Pending is the number of launches waiting for more records.
-func (t *Translator) Pending() int { return len(t.launches.pending) + t.graphs.n }
+func (t *Translator) Pending() int { return t.launches.size() + t.graphs.runs() }
 
 // Handle decodes one record from source src (one producer process
 // connection) and folds it into the state. now is the wall clock, used for
