@@ -159,7 +159,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	switch r.API.Category() {
 	case record.HostCatLaunch:
 		if !p.shim && returned && r.Ret == 0 && !ht.o.NoApproximateKernels {
-			if cp, ok := p.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= cp.since {
+			if cp, ok := p.shimless.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= cp.since {
 				ht.counters.ApproxCaptured++
 				if sp, ok := ht.spans.emitStandalone(p, c); ok {
 					sp.Attributes().PutBool("cuda.graph.captured", true)
@@ -205,11 +205,11 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			record.HostCuStreamSynchronize, record.HostCuStreamSynchronizePtsz:
 			ht.closeStream(p, keyOf(r.API, r.Args[0], r.TID), r)
 		case record.HostCudaDeviceSynchronize, record.HostCuCtxSynchronize:
-			for k := range p.streams {
+			for k := range p.shimless.streams {
 				ht.closeStream(p, k, r)
 			}
 		case record.HostCudaEventSynchronize, record.HostCuEventSynchronize:
-			if e, ok := p.events[r.Args[0]]; ok && !e.captured {
+			if e, ok := p.shimless.events[r.Args[0]]; ok && !e.captured {
 				// What the event covers: the work enqueued before its record.
 				upTo := *r
 				upTo.EnterNS = min(r.EnterNS, e.at)
@@ -280,12 +280,12 @@ func (ht *hostTable) captureCall(p *hostProc, r *record.HostCall) {
 	k := keyOf(r.API, r.Args[0], r.TID)
 	if r.API.CaptureEnds() {
 		origin := k
-		if c, ok := p.capturing[k]; ok {
+		if c, ok := p.shimless.capturing[k]; ok {
 			origin = c.origin
 		}
-		for s, c := range p.capturing {
+		for s, c := range p.shimless.capturing {
 			if c.origin == origin {
-				delete(p.capturing, s)
+				delete(p.shimless.capturing, s)
 			}
 		}
 		return
@@ -298,10 +298,10 @@ func (ht *hostTable) captureCall(p *hostProc, r *record.HostCall) {
 
 // joinCapture makes stream k part of capture c.
 func (p *hostProc) joinCapture(k streamKey, c capture) {
-	if _, ok := p.capturing[k]; !ok && len(p.capturing) >= maxCapturing {
+	if _, ok := p.shimless.capturing[k]; !ok && len(p.shimless.capturing) >= maxCapturing {
 		return // a process that never ends its captures: its launches stay approximate
 	}
-	p.capturing[k] = c
+	p.shimless.capturing[k] = c
 }
 
 // eventCall applies a successful event record or stream wait: a record
@@ -309,7 +309,7 @@ func (p *hostProc) joinCapture(k streamKey, c capture) {
 // recorded in a capture that is still open joins the waiting stream to it.
 func (ht *hostTable) eventCall(p *hostProc, r *record.HostCall) {
 	if r.API.WaitsEvent() {
-		e, ok := p.events[r.Args[1]]
+		e, ok := p.shimless.events[r.Args[1]]
 		if !ok {
 			return
 		}
@@ -318,20 +318,20 @@ func (ht *hostTable) eventCall(p *hostProc, r *record.HostCall) {
 			p.addWait(k, streamWait{at: r.EnterNS, src: e.stream, upTo: e.at})
 			return
 		}
-		if c, open := p.capturing[e.origin]; open && c.origin == e.origin && c.since <= e.at {
+		if c, open := p.shimless.capturing[e.origin]; open && c.origin == e.origin && c.since <= e.at {
 			p.joinCapture(k, capture{since: r.ExitNS, origin: e.origin})
 		}
 		return
 	}
 	k := eventStream(r)
 	e := eventRec{stream: k, at: r.EnterNS}
-	if c, ok := p.capturing[k]; ok && c.since <= r.EnterNS {
+	if c, ok := p.shimless.capturing[k]; ok && c.since <= r.EnterNS {
 		e.captured, e.origin = true, c.origin
 	}
-	if _, ok := p.events[r.Args[0]]; !ok && len(p.events) >= maxEvents {
-		clear(p.events) // forget them all rather than track which is oldest: event syncs close nothing until recorded again
+	if _, ok := p.shimless.events[r.Args[0]]; !ok && len(p.shimless.events) >= maxEvents {
+		clear(p.shimless.events) // forget them all rather than track which is oldest: event syncs close nothing until recorded again
 	}
-	p.events[r.Args[0]] = e
+	p.shimless.events[r.Args[0]] = e
 }
 
 // eventStream is the stream an event call works on: the waiting stream
@@ -346,7 +346,7 @@ func eventStream(r *record.HostCall) streamKey {
 
 // openLaunch adds a shim-less launch to its stream's FIFO.
 func (ht *hostTable) openLaunch(p *hostProc, c *hostCall, now time.Time) {
-	if p.nOpen >= ht.o.MaxHostCalls {
+	if p.shimless.nOpen >= ht.o.MaxHostCalls {
 		ht.evictOpen(p)
 	}
 	k := keyOf(c.rec.API, c.rec.Args[5], c.rec.TID)
@@ -354,8 +354,8 @@ func (ht *hostTable) openLaunch(p *hostProc, c *hostCall, now time.Time) {
 	if c.rec.API.Category() == record.HostCatLaunch {
 		kernel = ht.launchKernel(c)
 	}
-	p.streams[k] = append(p.streams[k], &openLaunch{call: c, kernel: kernel, at: now})
-	p.nOpen++
+	p.shimless.streams[k] = append(p.shimless.streams[k], &openLaunch{call: c, kernel: kernel, at: now})
+	p.shimless.nOpen++
 }
 
 // evictOpen emits the oldest open launch of p as a plain host call.
@@ -363,7 +363,7 @@ func (ht *hostTable) evictOpen(p *hostProc) {
 	var oldest streamKey
 	var at time.Time
 	found := false
-	for k, q := range p.streams {
+	for k, q := range p.shimless.streams {
 		if !found || q[0].at.Before(at) {
 			oldest, at, found = k, q[0].at, true
 		}
@@ -371,7 +371,7 @@ func (ht *hostTable) evictOpen(p *hostProc) {
 	if !found {
 		return
 	}
-	q := p.streams[oldest]
+	q := p.shimless.streams[oldest]
 	ht.counters.HostCallsEvicted++
 	ht.spans.emitStandalone(p, q[0].call)
 	p.dropOpen(oldest, q[1:])
@@ -379,11 +379,11 @@ func (ht *hostTable) evictOpen(p *hostProc) {
 
 // dropOpen stores the rest q of a stream's FIFO.
 func (p *hostProc) dropOpen(k streamKey, q []*openLaunch) {
-	p.nOpen -= len(p.streams[k]) - len(q)
+	p.shimless.nOpen -= len(p.shimless.streams[k]) - len(q)
 	if len(q) == 0 {
-		delete(p.streams, k)
+		delete(p.shimless.streams, k)
 	} else {
-		p.streams[k] = q
+		p.shimless.streams[k] = q
 	}
 }
 
@@ -393,8 +393,8 @@ func (p *hostProc) addWait(k streamKey, w streamWait) {
 	if k == w.src {
 		return // a stream waiting on itself adds nothing
 	}
-	ws, ok := p.waits[k]
-	if !ok && len(p.waits) >= maxWaitStreams {
+	ws, ok := p.shimless.waits[k]
+	if !ok && len(p.shimless.waits) >= maxWaitStreams {
 		return
 	}
 	// A later wait on the same stream covering as much or more replaces an
@@ -409,7 +409,7 @@ func (p *hostProc) addWait(k streamKey, w streamWait) {
 	if len(ws) >= maxWaitsPerStream {
 		ws = append(ws[:0], ws[1:]...)
 	}
-	p.waits[k] = append(ws, w)
+	p.shimless.waits[k] = append(ws, w)
 }
 
 // closeStream closes the launches on stream k of p that returned before
@@ -420,7 +420,7 @@ func (ht *hostTable) closeStream(p *hostProc, k streamKey, sync *record.HostCall
 }
 
 func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.HostCall, depth int) {
-	if q := p.streams[k]; len(q) > 0 {
+	if q := p.shimless.streams[k]; len(q) > 0 {
 		kept := make([]*openLaunch, 0, 1)
 		for _, ol := range q {
 			if ol.call.rec.ExitNS <= sync.EnterNS {
@@ -431,7 +431,7 @@ func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.Hos
 		}
 		p.dropOpen(k, kept)
 	}
-	ws := p.waits[k]
+	ws := p.shimless.waits[k]
 	if len(ws) == 0 {
 		return
 	}
@@ -445,9 +445,9 @@ func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.Hos
 		}
 	}
 	if len(kept) == 0 {
-		delete(p.waits, k)
+		delete(p.shimless.waits, k)
 	} else {
-		p.waits[k] = kept
+		p.shimless.waits[k] = kept
 	}
 	if depth >= maxWaitDepth {
 		return
@@ -461,7 +461,7 @@ func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.Hos
 
 // expireOpen emits the launches of p no sync closed within LaunchTimeout.
 func (ht *hostTable) expireOpen(p *hostProc, now time.Time) {
-	for k, q := range p.streams {
+	for k, q := range p.shimless.streams {
 		n := 0
 		for n < len(q) && now.Sub(q[n].at) >= ht.o.LaunchTimeout {
 			ht.counters.ApproxUnclosed++

@@ -227,13 +227,13 @@ func TestHostCallBounds(t *testing.T) {
 			}
 			handleAll(t, tr, t0, recs...)
 			p := tr.hosts.procs[80]
-			if d, u := len(p.deferred)-p.dhead, len(p.unmatched)-p.uhead; d > limit || u > limit || p.nOpen > limit {
-				t.Errorf("deferred %d, unmatched %d, open %d: over %d", d, u, p.nOpen, limit)
+			if d, u := len(p.deferred)-p.dhead, len(p.unmatched)-p.uhead; d > limit || u > limit || p.shimless.nOpen > limit {
+				t.Errorf("deferred %d, unmatched %d, open %d: over %d", d, u, p.shimless.nOpen, limit)
 			}
 			spans := hostSpanCount(tr.TakeTraces())
 			tr.Expire(t0.Add(DefaultHostCallGrace))
-			if p.nOpen > limit {
-				t.Errorf("open %d over %d", p.nOpen, limit)
+			if p.shimless.nOpen > limit {
+				t.Errorf("open %d over %d", p.shimless.nOpen, limit)
 			}
 			spans += hostSpanCount(tr.TakeTraces())
 			tr.Expire(t0.Add(DefaultHostCallGrace + 5*time.Second))

@@ -99,6 +99,11 @@ type hostProc struct {
 	deferred []*hostCall
 	dhead    int
 
+	shimless shimless // the approximation's state (approx.go)
+}
+
+// shimless is a process's state for approximate kernel spans (approx.go).
+type shimless struct {
 	// Shim-less launches waiting for the sync that closes them, per stream.
 	streams map[streamKey][]*openLaunch
 	nOpen   int
@@ -132,7 +137,7 @@ func (p *hostProc) thread(tid uint32) *hostThread {
 
 // idle reports whether p holds nothing that still has to be emitted.
 func (p *hostProc) idle() bool {
-	if p.uhead < len(p.unmatched) || p.dhead < len(p.deferred) || p.nOpen > 0 {
+	if p.uhead < len(p.unmatched) || p.dhead < len(p.deferred) || p.shimless.nOpen > 0 {
 		return false
 	}
 	for _, th := range p.threads {
@@ -156,9 +161,9 @@ func (ht *hostTable) procOf(pid uint32, now time.Time) *hostProc {
 	if len(ht.procs) >= maxHostProcs {
 		ht.evictProcs(now)
 	}
-	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, streams: map[streamKey][]*openLaunch{},
-		capturing: map[streamKey]capture{}, events: map[uint64]eventRec{}, waits: map[streamKey][]streamWait{},
-		blocking: map[streamKey]bool{}}
+	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, shimless: shimless{
+		streams: map[streamKey][]*openLaunch{}, capturing: map[streamKey]capture{},
+		events: map[uint64]eventRec{}, waits: map[streamKey][]streamWait{}, blocking: map[streamKey]bool{}}}
 	ht.procs[pid] = p
 	return p
 }
@@ -200,14 +205,14 @@ func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
 		}
 	}
 	p.unmatched, p.uhead = p.unmatched[:0], 0
-	for k, q := range p.streams {
+	for k, q := range p.shimless.streams {
 		for _, ol := range q {
 			ht.counters.ApproxUnclosed++
 			ht.spans.emitStandalone(p, ol.call)
 		}
-		delete(p.streams, k)
+		delete(p.shimless.streams, k)
 	}
-	p.nOpen = 0
+	p.shimless.nOpen = 0
 }
 
 func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
