@@ -46,8 +46,15 @@ type Options struct {
 	NoApproximateKernels bool          // no approximate kernel spans for processes without the shim
 }
 
-// Counters are the translator's own counts (self-telemetry).
+// Counters are the translator's own counts (self-telemetry): of records
+// and launches, and of host calls.
 type Counters struct {
+	LaunchCounters
+	HostCounters
+}
+
+// LaunchCounters count records and the launches they make.
+type LaunchCounters struct {
 	RecordsRead      uint64 // records handed to Handle
 	RecordsInvalid   uint64 // records that failed to decode
 	LaunchesEmitted  uint64 // launches finished and turned into metrics
@@ -61,7 +68,10 @@ type Counters struct {
 	CalibrationsBad  uint64 // calibration records rejected (clock.Mapper.AddCalibration)
 	ExecDuplicate    uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
 	LaunchesCaptured uint64 // launch records of stream-captured launches (never run; shims before capture.c wrote them): dropped at their graph node's first cuGraphLaunch record
+}
 
+// HostCounters count host calls (host probes) and approximate spans.
+type HostCounters struct {
 	HostCalls          uint64 // host call records handled
 	HostCallsMatched   uint64 // host launch calls nested with a shim launch
 	HostCallsUnmatched uint64 // host launch calls of shim processes emitted alone after the grace
