@@ -102,7 +102,7 @@ type openLaunch struct {
 
 // deferCall queues c of p in enter_ns order until its grace has passed.
 func (ht *hostTable) deferCall(p *hostProc, c *hostCall, now time.Time) {
-	if len(p.deferred)-p.dhead >= ht.o.MaxHostCalls {
+	if len(p.deferred)-p.dhead >= ht.o.Host.MaxHostCalls {
 		ht.counters.HostCallsEvicted++
 		ht.releaseOne(p, now)
 	}
@@ -158,7 +158,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	returned := r.Flags&record.HostCallReturned != 0
 	switch r.API.Category() {
 	case record.HostCatLaunch:
-		if !p.shim && returned && r.Ret == 0 && !ht.o.NoApproximateKernels {
+		if !p.shim && returned && r.Ret == 0 && !ht.o.Host.NoApproximateKernels {
 			if cp, ok := p.shimless.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= cp.since {
 				ht.counters.ApproxCaptured++
 				if sp, ok := ht.spans.emitStandalone(p, c); ok {
@@ -173,7 +173,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 		ht.spans.emitStandalone(p, c)
 		return
 	case record.HostCatGraphLaunch:
-		if !p.shim && returned && r.Ret == 0 && !ht.o.NoApproximateKernels {
+		if !p.shim && returned && r.Ret == 0 && !ht.o.Host.NoApproximateKernels {
 			p.legacyOrder(keyOf(r.API, r.Args[5], r.TID), r.EnterNS)
 			ht.openLaunch(p, c, now)
 			return
@@ -346,7 +346,7 @@ func eventStream(r *record.HostCall) streamKey {
 
 // openLaunch adds a shim-less launch to its stream's FIFO.
 func (ht *hostTable) openLaunch(p *hostProc, c *hostCall, now time.Time) {
-	if p.shimless.nOpen >= ht.o.MaxHostCalls {
+	if p.shimless.nOpen >= ht.o.Host.MaxHostCalls {
 		ht.evictOpen(p)
 	}
 	k := keyOf(c.rec.API, c.rec.Args[5], c.rec.TID)

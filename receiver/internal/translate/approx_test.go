@@ -216,7 +216,7 @@ func TestHostCallBounds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTr(Options{MaxHostCalls: limit})
+			tr := newTr(Options{Host: HostOptions{MaxHostCalls: limit}})
 			var recs []rec
 			if tc.shimProcess {
 				recs = append(recs, shim(&record.Launch{LaunchID: 1, PID: 80, TID: 1, EnqueueNS: 1, ReturnNS: 2, Function: 1,
@@ -455,7 +455,7 @@ func TestApproximateGraph(t *testing.T) {
 		{"sync of another stream", Options{}, hc(record.HostCudaGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
 			hc(record.HostCudaStreamSynchronize, pid, tid, 2_000, 5_000, 8), ""},
 		{"failed launch", Options{}, failed, hc(record.HostCuCtxSynchronize, pid, tid, 2_000, 5_000), ""},
-		{"approximate spans off", Options{NoApproximateKernels: true}, hc(record.HostCudaGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
+		{"approximate spans off", Options{Host: HostOptions{NoApproximateKernels: true}}, hc(record.HostCudaGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
 			hc(record.HostCudaStreamSynchronize, pid, tid, 2_000, 5_000, 7), ""},
 	}
 	t0 := time.Unix(1000, 0)

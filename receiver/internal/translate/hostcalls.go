@@ -16,11 +16,11 @@ import (
 const HostProbeSource uint32 = math.MaxUint32
 
 // DefaultHostCallGrace is how long a host call waits for the records it
-// joins with when Options.HostCallGrace is 0.
+// joins with when Options.Host.HostCallGrace is 0.
 const DefaultHostCallGrace = 100 * time.Millisecond
 
 // DefaultMaxHostCalls bounds each per-process structure of host calls when
-// Options.MaxHostCalls is 0.
+// Options.Host.MaxHostCalls is 0.
 const DefaultMaxHostCalls = 4096
 
 // Bounds of the host-call state that have no option.
@@ -74,7 +74,7 @@ type hostTable struct {
 // Which processes run with the shim: a pid is "with the shim" from the
 // first Launch record of it that arrives from a shim source (any source
 // but HostProbeSource) on. Until then none of its host calls is committed
-// to being shim-less: each waits Options.HostCallGrace after its arrival
+// to being shim-less: each waits Options.Host.HostCallGrace after its arrival
 // in the deferred queue, so a fresh process whose first shim records are
 // read after its first host calls still nests them. A call that has waited
 // the grace is handled as a shim-less process's call (approximate kernel
@@ -149,7 +149,7 @@ func (p *hostProc) idle() bool {
 }
 
 func (ht *hostTable) grace() time.Duration {
-	return ht.o.HostCallGrace
+	return ht.o.Host.HostCallGrace
 }
 
 // procOf returns the host-call state of pid, creating it.
@@ -308,7 +308,7 @@ func (ht *hostTable) matchOrWait(p *hostProc, c *hostCall) {
 			}
 		}
 	}
-	if len(p.unmatched)-p.uhead >= ht.o.MaxHostCalls {
+	if len(p.unmatched)-p.uhead >= ht.o.Host.MaxHostCalls {
 		// Full: the oldest goes out alone now.
 		for p.uhead < len(p.unmatched) {
 			old := p.unmatched[p.uhead]
@@ -350,7 +350,7 @@ func (ht *hostTable) onShimLaunch(pid uint32, l *launch, now time.Time) {
 		p.shim = true
 		ht.moveDeferredLaunches(p)
 	}
-	if l == nil || (!ht.o.HostProbes && !p.hostSeen) {
+	if l == nil || (!ht.o.Host.HostProbes && !p.hostSeen) {
 		return
 	}
 	th := p.thread(l.rec.TID)
@@ -400,7 +400,7 @@ func (ht *hostTable) hold(l *launch, now time.Time) bool {
 		return false
 	}
 	p := ht.procs[l.rec.PID]
-	if p == nil || (!p.hostSeen && (!ht.o.HostProbes || p.noHost)) {
+	if p == nil || (!p.hostSeen && (!ht.o.Host.HostProbes || p.noHost)) {
 		return false
 	}
 	if l.host.since.IsZero() {

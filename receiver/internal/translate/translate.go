@@ -38,8 +38,12 @@ type Options struct {
 	Clock              *clock.Mapper
 	PerThreadSeries    bool // per-thread execution-count series for small grids
 	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
+	Host               HostOptions
+}
 
-	// Host probes (HostCall and KernelName records from HostProbeSource).
+// HostOptions configure the handling of host probes (HostCall and
+// KernelName records from HostProbeSource).
+type HostOptions struct {
 	HostProbes           bool          // host probes are attached: shim launches wait for their thread's host calls from the start
 	HostCallGrace        time.Duration // longest wait of a host call for the records it joins with (default 100 ms)
 	MaxHostCalls         int           // bound of each per-process queue of host calls (default 4096)
@@ -155,11 +159,11 @@ func New(o Options) *Translator {
 	if o.Clock == nil {
 		o.Clock = clock.New()
 	}
-	if o.HostCallGrace <= 0 {
-		o.HostCallGrace = DefaultHostCallGrace
+	if o.Host.HostCallGrace <= 0 {
+		o.Host.HostCallGrace = DefaultHostCallGrace
 	}
-	if o.MaxHostCalls < 1 {
-		o.MaxHostCalls = DefaultMaxHostCalls
+	if o.Host.MaxHostCalls < 1 {
+		o.Host.MaxHostCalls = DefaultMaxHostCalls
 	}
 	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
 	t.series = &seriesStore{
