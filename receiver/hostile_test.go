@@ -152,7 +152,7 @@ func TestShutdownDeadline(t *testing.T) {
 	r := tr.(*handle).r
 	t.Cleanup(func() { // the loop reads g until the pipeline lets it go
 		close(block.release)
-		<-r.done
+		<-r.run.done
 		g.Close()
 	})
 	r.AddRing(g)
@@ -231,7 +231,7 @@ func TestAccountingExact(t *testing.T) {
 			waitFor(t, "every record accounted", func() bool {
 				read, dropped, corrupt := counts()
 				r.mu.Lock()
-				left := len(r.sources)
+				left := len(r.srcs.list)
 				r.mu.Unlock()
 				return read+dropped+corrupt >= want && (left == 0 || !tt.remove)
 			})

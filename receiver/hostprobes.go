@@ -299,7 +299,7 @@ func (r *gpuReceiver) pollHost(now time.Time, sources []*source) {
 		})
 	}
 	if r.host.maps != nil {
-		r.col.ReadRings(r.host.maps, now, maxReadPerPoll)
+		r.maps.col.ReadRings(r.host.maps, now, maxReadPerPoll)
 	}
 	mono, err := readMono()
 	if err != nil {

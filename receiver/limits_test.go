@@ -35,11 +35,11 @@ func TestPatchLimitCounted(t *testing.T) {
 	if !errors.As(err, &np) || np.Code != agent.NoPatchError || !strings.Contains(np.Message, "Limits.MaxEntry") {
 		t.Fatalf("bomb: %v, want NOPATCH naming Limits.MaxEntry", err)
 	}
-	if f := r.patchErr.Load(); f != 1 {
+	if f := r.patch.failed.Load(); f != 1 {
 		t.Fatalf("patch.failures %d after the bomb, want 1", f)
 	}
 	r.onPatchRefused(&agent.Peer{PID: 1}, 2, errors.New("image memfd is sparse"))
-	if f := r.patchErr.Load(); f != 2 {
+	if f := r.patch.failed.Load(); f != 2 {
 		t.Fatalf("patch.failures %d after a refusal, want 2", f)
 	}
 }

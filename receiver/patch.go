@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
@@ -28,6 +30,19 @@ const (
 // newPatcher builds the patcher of the configured probes: kernel_phases
 // (when on) and the GPU programs of programs[] (those named in attach, or
 // all). It returns nil when there is nothing to inject.
+// patchState is the patcher and what its PATCH work counted: modules
+// patched and not (agent goroutines), and programs left out of a module
+// they could not be patched into, with the (program, reason) pairs logged
+// already.
+type patchState struct {
+	patcher  *patcher.Patcher
+	patched  atomic.Uint64
+	failed   atomic.Uint64
+	skips    atomic.Uint64
+	skipMu   sync.Mutex
+	skipSeen map[string]bool
+}
+
 func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 	var progs []*jit.Program
 	var keys []string
@@ -112,27 +127,27 @@ func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding 
 // onPatch answers a client's PATCH with the configured probes, bound to
 // the client's regions, and counts the outcome.
 func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
-	if r.patcher == nil {
+	if r.patch.patcher == nil {
 		return nil, &agent.NoPatch{Code: agent.NoPatchDisabled, Message: "no GPU probes are configured (probes::kernel_phases off, no programs)"}
 	}
 	r.mu.Lock()
-	s := r.bySess[p.Session]
+	s := r.srcs.bySess[p.Session]
 	r.mu.Unlock()
 	if s == nil {
 		return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: fmt.Sprintf("session %d is not known", p.Session)}
 	}
 	start := time.Now()
-	a, err := r.patcher.Patch(req, func(name string) (patcher.Binding, bool) {
+	a, err := r.patch.patcher.Patch(req, func(name string) (patcher.Binding, bool) {
 		b, ok := s.bind[name]
 		return b, ok
 	})
 	if err != nil {
-		r.patchErr.Add(1)
+		r.patch.failed.Add(1)
 		r.log.Info("gpuprobe: module not patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
 			zap.Int("image_bytes", len(req.Image)), zap.Error(err))
 		return nil, err
 	}
-	r.patched.Add(1)
+	r.patch.patched.Add(1)
 	r.log.Debug("gpuprobe: module patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
 		zap.Int("kernels", len(a.Kernels)), zap.Duration("took", time.Since(start)))
 	return a, nil
@@ -142,7 +157,7 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 // reached onPatch (an oversized or sparse image memfd, no room in the
 // agent's image memory) as a module not patched.
 func (r *gpuReceiver) onPatchRefused(p *agent.Peer, id uint32, err error) {
-	r.patchErr.Add(1)
+	r.patch.failed.Add(1)
 	r.log.Info("gpuprobe: module not patched", zap.Int32("pid", p.PID), zap.Uint32("request", id), zap.Error(err))
 }
 
@@ -155,17 +170,17 @@ const maxSkipReasons = 1024
 // into (the module was patched with the other programs) and logs each
 // (program, reason) once.
 func (r *gpuReceiver) onSkip(s patcher.Skip) {
-	r.progSkips.Add(1)
+	r.patch.skips.Add(1)
 	k := s.Key + "\x00" + s.Err.Error()
-	r.skipMu.Lock()
-	if r.skipSeen == nil {
-		r.skipSeen = map[string]bool{}
+	r.patch.skipMu.Lock()
+	if r.patch.skipSeen == nil {
+		r.patch.skipSeen = map[string]bool{}
 	}
-	seen := r.skipSeen[k]
-	if !seen && len(r.skipSeen) < maxSkipReasons {
-		r.skipSeen[k] = true
+	seen := r.patch.skipSeen[k]
+	if !seen && len(r.patch.skipSeen) < maxSkipReasons {
+		r.patch.skipSeen[k] = true
 	}
-	r.skipMu.Unlock()
+	r.patch.skipMu.Unlock()
 	if !seen {
 		r.log.Warn("gpuprobe: GPU program left out of a module (the module is patched with the other probes)",
 			zap.String("program", s.Key), zap.Error(s.Err))

@@ -77,7 +77,7 @@ func TestPatchAndWarpRing(t *testing.T) {
 	if !errors.As(err, &np) || np.Code != agent.NoPatchError {
 		t.Fatalf("bad image: %v", err)
 	}
-	if p, f := r.patched.Load(), r.patchErr.Load(); p != 1 || f != 1 {
+	if p, f := r.patch.patched.Load(), r.patch.failed.Load(); p != 1 || f != 1 {
 		t.Fatalf("modules patched %d, failures %d; want 1 and 1", p, f)
 	}
 
@@ -138,7 +138,7 @@ func TestOnSkipLogsOnce(t *testing.T) {
 	for _, err := range []error{noRegion, noRegion, other, noRegion} {
 		r.onSkip(patcher.Skip{Index: 2, Key: key, Err: err})
 	}
-	if n := r.progSkips.Load(); n != 4 {
+	if n := r.patch.skips.Load(); n != 4 {
 		t.Errorf("counted %d skips, want 4", n)
 	}
 	entries := logs.All()
@@ -193,7 +193,7 @@ func TestRejectedPatchIsAFailure(t *testing.T) {
 	if np, err := agent.UnmarshalNoPatch(p); err != nil || !strings.Contains(np.Message, "0 descriptors") {
 		t.Fatalf("NOPATCH %+v, %v", np, err)
 	}
-	if f := r.patchErr.Load(); f != 1 {
+	if f := r.patch.failed.Load(); f != 1 {
 		t.Fatalf("patch failures %d, want 1", f)
 	}
 }

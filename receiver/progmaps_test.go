@@ -184,7 +184,7 @@ func TestUserMapsThroughAgent(t *testing.T) {
 	r := tr.(*handle).r
 	for time.Now().Before(deadline) {
 		r.mu.Lock()
-		n := len(r.sources) + len(r.retired)
+		n := len(r.srcs.list) + len(r.maps.retired)
 		r.mu.Unlock()
 		if v, _ := mapValue(metrics.AllMetrics(), "gpuprobe.map.stats.calls", 9); n == 0 && v == 124 {
 			return

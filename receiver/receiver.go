@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
-	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
@@ -37,42 +35,53 @@ const (
 
 // gpuReceiver is the instance shared by the traces and metrics handles.
 type gpuReceiver struct {
-	cfg     *config.Config
-	set     receiver.Settings
-	log     *zap.Logger
-	tel     *metadata.TelemetryBuilder
-	mu      sync.Mutex // guards the consumers and sources
+	cfg    *config.Config
+	set    receiver.Settings
+	log    *zap.Logger
+	tel    *metadata.TelemetryBuilder
+	mu     sync.Mutex // guards out, srcs, maps.retired and counts.disconnected
+	out    consumers
+	srcs   sourceSet // clients' rings (source.go)
+	tr     *translate.Translator
+	mapper *clock.Mapper
+	run    running
+	counts pollCounts
+	patch  patchState // PATCH requests (patch.go)
+	maps   userMaps   // the configured programs' user maps
+	host   *hostSide  // uprobes and host programs in Linux
+	hc     *hostCalls // GPU programs' host calls (hostcalls.go)
+}
+
+// consumers are the pipelines the receiver feeds.
+type consumers struct {
 	traces  consumer.Traces
 	metrics consumer.Metrics
-	sources []*source
-	nextSrc uint32
-	tr      *translate.Translator
-	agent   *agent.Server
-	bySess  map[uint32]*source // agent session → its ring
-	cancel  context.CancelFunc
-	done    chan struct{}
-	driver  driverStatus
+}
+
+// running is what start sets going and stop ends.
+type running struct {
+	agent  *agent.Server
+	cancel context.CancelFunc
+	done   chan struct{}
+	flushc chan chan struct{} // flush requests to the poll loop
+}
+
+// pollCounts are the receiver's own counts of what the poll loop lost.
+type pollCounts struct {
 	dropped uint64 // records dropped (ring full, oversize, stalled, invalid, left unread)
 	corrupt uint64 // records whose length exceeded their slot
 	// disconnected counts clients let go for breaking a ring invariant.
 	disconnected uint64
-	patched      atomic.Uint64 // modules patched (agent goroutines)
-	patchErr     atomic.Uint64 // modules not patched
-	// progSkips counts programs left out of a module they could not be
-	// patched into; skipSeen the (program, reason) pairs logged already.
-	progSkips atomic.Uint64
-	skipMu    sync.Mutex
-	skipSeen  map[string]bool
-	patcher   *patcher.Patcher
-	spansErr  uint64
-	defs      []*progmaps.Def      // GPU maps of the configured programs
-	col       *progmaps.Collector  // user maps → pdata (poll goroutine only)
-	retired   []*progmaps.Instance // map regions of gone applications, reported once more then closed
-	mapStats  progmaps.Counters    // last counters seen, for deltas
-	host      *hostSide            // uprobes and host programs in Linux
-	flushc    chan chan struct{}   // flush requests to the poll loop
-	mapper    *clock.Mapper
-	hc        *hostCalls // GPU programs' host calls (hostcalls.go)
+	spansErr     uint64
+}
+
+// userMaps are the GPU maps of the configured programs and what the poll
+// loop reads from them (poll goroutine only, but retired: mu).
+type userMaps struct {
+	defs    []*progmaps.Def      // GPU maps of the configured programs
+	col     *progmaps.Collector  // user maps → pdata
+	retired []*progmaps.Instance // map regions of gone applications, reported once more then closed
+	stats   progmaps.Counters    // last counters seen, for deltas
 }
 
 func newReceiver(set receiver.Settings, cfg *config.Config) (*gpuReceiver, error) {
@@ -84,13 +93,13 @@ func newReceiver(set receiver.Settings, cfg *config.Config) (*gpuReceiver, error
 
 func (r *gpuReceiver) setTraces(c consumer.Traces) {
 	r.mu.Lock()
-	r.traces = c
+	r.out.traces = c
 	r.mu.Unlock()
 }
 
 func (r *gpuReceiver) setMetrics(c consumer.Metrics) {
 	r.mu.Lock()
-	r.metrics = c
+	r.out.metrics = c
 	r.mu.Unlock()
 }
 
@@ -111,15 +120,15 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		tel.Shutdown()
 		return fmt.Errorf("gpuprobe: %w", err)
 	}
-	r.defs = defs
+	r.maps.defs = defs
 	r.tel = tel
-	if r.patcher, err = r.newPatcher(); err != nil {
+	if r.patch.patcher, err = r.newPatcher(); err != nil {
 		tel.Shutdown()
 		return err
 	}
 	setMemoryLimit(r.log, r.cfg.Agent.MaxPatchMemory)
-	r.driver = detectDriver(r.cfg.HostProbes.LibraryPaths)
-	logDriverOnce(r.log, r.driver, r.cfg)
+	driver := detectDriver(r.cfg.HostProbes.LibraryPaths)
+	logDriverOnce(r.log, driver, r.cfg)
 
 	r.host = startHost(r.log, r.cfg)
 	mapper := clock.New()
@@ -128,24 +137,26 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		mapper.SetMonoOffset(off)
 	}
 	r.tr = translate.New(translate.Options{
-		MaxKernelNames:       r.cfg.Limits.MaxKernelNames,
-		MaxPendingLaunches:   r.cfg.Limits.MaxPendingLaunches,
-		LaunchTimeout:        r.cfg.Limits.LaunchTimeout,
-		CompletionGrace:      2 * r.cfg.PollInterval,
-		SampleOneIn:          r.cfg.Sampling.OneIn,
-		MinDuration:          r.cfg.Sampling.MinDuration,
-		ExpectWarps:          r.cfg.Probes.KernelPhases && r.driver.found,
-		Filter:               filter,
-		Demangle:             demangle.Short,
-		ServiceName:          r.cfg.Resource.ServiceName,
-		Clock:                mapper,
-		PerThreadSeries:      r.cfg.Limits.PerThreadSeries,
-		MaxThreadSeries:      r.cfg.Limits.MaxThreadSeries,
-		HostProbes:           r.host.probes != nil,
-		HostCallGrace:        max(r.cfg.HostProbes.HostCallGrace, time.Nanosecond),
-		NoApproximateKernels: !r.cfg.HostProbes.ApproximateKernels,
+		MaxKernelNames:     r.cfg.Limits.MaxKernelNames,
+		MaxPendingLaunches: r.cfg.Limits.MaxPendingLaunches,
+		LaunchTimeout:      r.cfg.Limits.LaunchTimeout,
+		CompletionGrace:    2 * r.cfg.PollInterval,
+		SampleOneIn:        r.cfg.Sampling.OneIn,
+		MinDuration:        r.cfg.Sampling.MinDuration,
+		ExpectWarps:        r.cfg.Probes.KernelPhases && driver.found,
+		Filter:             filter,
+		Demangle:           demangle.Short,
+		ServiceName:        r.cfg.Resource.ServiceName,
+		Clock:              mapper,
+		PerThreadSeries:    r.cfg.Limits.PerThreadSeries,
+		MaxThreadSeries:    r.cfg.Limits.MaxThreadSeries,
+		Host: translate.HostOptions{
+			HostProbes:           r.host.probes != nil,
+			HostCallGrace:        max(r.cfg.HostProbes.HostCallGrace, time.Nanosecond),
+			NoApproximateKernels: !r.cfg.HostProbes.ApproximateKernels,
+		},
 	})
-	r.col = progmaps.NewCollector(progmaps.CollectorOptions{
+	r.maps.col = progmaps.NewCollector(progmaps.CollectorOptions{
 		MaxMapKeys:      r.cfg.Limits.MaxMapKeys,
 		PerThreadSeries: r.cfg.Limits.PerThreadSeries,
 		MaxThreadSeries: r.cfg.Limits.MaxThreadSeries,
@@ -160,7 +171,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done, r.flushc = cancel, make(chan struct{}), make(chan chan struct{})
+	r.run.cancel, r.run.done, r.run.flushc = cancel, make(chan struct{}), make(chan chan struct{})
 	go r.loop(ctx, mapper)
 	return nil
 }
@@ -177,7 +188,7 @@ func (r *gpuReceiver) listen() error {
 	if err := config.CheckSocketDir(r.cfg.Agent.Socket); err != nil {
 		return fmt.Errorf("gpuprobe: agent::socket: %w", err)
 	}
-	r.bySess = map[uint32]*source{}
+	r.srcs.bySess = map[uint32]*source{}
 	srv, err := agent.Listen(agent.Options{
 		Path: r.cfg.Agent.Socket, Mode: mode,
 		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
@@ -188,7 +199,7 @@ func (r *gpuReceiver) listen() error {
 	if err != nil {
 		return fmt.Errorf("gpuprobe: agent::socket %s: %w", r.cfg.Agent.Socket, err)
 	}
-	r.agent = srv
+	r.run.agent = srv
 	return nil
 }
 
@@ -208,8 +219,8 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	// once here, never from what it writes (HELLO, records).
 	peer := &translate.Peer{PID: uint32(p.PID), Exe: record.Sanitize(translate.ProcName(uint32(p.PID)), 255)}
 	var maps *progmaps.Instance
-	if len(r.defs) > 0 {
-		maps, err = progmaps.NewInstance(r.defs, peer.PID, 0, peer.Exe, time.Now())
+	if len(r.maps.defs) > 0 {
+		maps, err = progmaps.NewInstance(r.maps.defs, peer.PID, 0, peer.Exe, time.Now())
 		if err != nil {
 			ring.Close()
 			names.Close()
@@ -249,7 +260,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 		s.warps = newRingReader(warps, true)
 	}
 	s.bind = bindings(offers, warps)
-	r.bySess[p.Session] = s
+	r.srcs.bySess[p.Session] = s
 	r.mu.Unlock()
 	return offers, nil
 }
@@ -257,9 +268,9 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s := r.bySess[p.Session]; s != nil {
+	if s := r.srcs.bySess[p.Session]; s != nil {
 		s.closing = true
-		delete(r.bySess, p.Session)
+		delete(r.srcs.bySess, p.Session)
 	}
 }
 
@@ -274,7 +285,7 @@ const (
 )
 
 func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
-	defer close(r.done)
+	defer close(r.run.done)
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
 	var lastMetrics time.Time // zero: the first poll emits, so self-metrics show at once
@@ -285,7 +296,7 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 			r.hc.flush(context.Background(), r.cfg.Resource.ServiceName, r.log)
 			r.emitMetrics(context.Background(), time.Now())
 			return
-		case ch := <-r.flushc:
+		case ch := <-r.run.flushc:
 			r.flushTraces(false)
 			close(ch)
 		case now := <-poll.C:
@@ -310,7 +321,7 @@ func (r *gpuReceiver) flushTraces(stopping bool) {
 	r.pollOnce(context.Background(), now, stopping)
 	r.tr.Expire(now.Add(r.cfg.Limits.LaunchTimeout + time.Minute))
 	r.mu.Lock()
-	tc := r.traces
+	tc := r.out.traces
 	r.mu.Unlock()
 	r.sendTraces(context.Background(), tc)
 }
@@ -320,15 +331,15 @@ func (r *gpuReceiver) flushTraces(stopping bool) {
 // running), at most flushTimeout. It returns at once when the loop is not
 // running.
 func (r *gpuReceiver) requestFlush(ctx context.Context) {
-	if r.flushc == nil || r.done == nil {
+	if r.run.flushc == nil || r.run.done == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()
 	ch := make(chan struct{})
 	select {
-	case r.flushc <- ch:
-	case <-r.done:
+	case r.run.flushc <- ch:
+	case <-r.run.done:
 		return
 	case <-ctx.Done():
 		r.log.Warn("gpuprobe: the poll loop did not take the flush request in time", zap.Duration("timeout", flushTimeout))
@@ -336,7 +347,7 @@ func (r *gpuReceiver) requestFlush(ctx context.Context) {
 	}
 	select {
 	case <-ch:
-	case <-r.done:
+	case <-r.run.done:
 	case <-ctx.Done():
 		r.log.Warn("gpuprobe: the final flush of traces did not finish in time", zap.Duration("timeout", flushTimeout))
 	}
@@ -348,8 +359,8 @@ func (r *gpuReceiver) requestFlush(ctx context.Context) {
 // source after this read.
 func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool) {
 	r.mu.Lock()
-	sources := append([]*source(nil), r.sources...)
-	tc := r.traces
+	sources := append([]*source(nil), r.srcs.list...)
+	tc := r.out.traces
 	r.mu.Unlock()
 	var closed []*source
 
@@ -390,13 +401,13 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 	r.tr.Expire(now)
 	after := r.tr.Counters()
 	dropped += after.RecordsInvalid - before.RecordsInvalid
-	mc := r.col.Counters()
-	dropped += (mc.Dropped - r.mapStats.Dropped) + (mc.Invalid - r.mapStats.Invalid)
-	corrupt += mc.Corrupt - r.mapStats.Corrupt
-	mapRead := mc.Records - r.mapStats.Records
-	r.mapStats = mc
-	r.dropped += dropped
-	r.corrupt += corrupt
+	mc := r.maps.col.Counters()
+	dropped += (mc.Dropped - r.maps.stats.Dropped) + (mc.Invalid - r.maps.stats.Invalid)
+	corrupt += mc.Corrupt - r.maps.stats.Corrupt
+	mapRead := mc.Records - r.maps.stats.Records
+	r.maps.stats = mc
+	r.counts.dropped += dropped
+	r.counts.corrupt += corrupt
 	if r.tel != nil {
 		r.tel.GpuprobeReceiverRecordsRead.Add(ctx, int64(after.RecordsRead-before.RecordsRead+mapRead))
 		r.tel.GpuprobeReceiverRecordsDropped.Add(ctx, int64(dropped))
@@ -409,17 +420,17 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 
 // sendTraces hands the spans built so far to the traces consumer tc.
 func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
-	if r.tr.SpanCount() == 0 && r.col.SpanCount() == 0 {
+	if r.tr.SpanCount() == 0 && r.maps.col.SpanCount() == 0 {
 		return
 	}
 	td := r.tr.TakeTraces()
-	r.col.TakeTraces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	r.maps.col.TakeTraces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	if tc == nil {
 		return
 	}
 	if err := tc.ConsumeTraces(ctx, td); err != nil {
 		// Back-pressure: drop, count, never block the poll loop.
-		r.spansErr += uint64(td.SpanCount())
+		r.counts.spansErr += uint64(td.SpanCount())
 		r.log.Debug("gpuprobe: dropping spans the pipeline refused", zap.Int("spans", td.SpanCount()), zap.Error(err))
 	}
 }
@@ -428,28 +439,28 @@ func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 	c := r.tr.Counters()
 	return append([]translate.SelfMetric{
-		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead + r.mapStats.Records},
-		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, invalid, or left unread by a gone client).", Value: r.dropped},
-		{Name: "gpuprobe.receiver.records.corrupt", Unit: "{record}", Desc: "Records whose length field exceeded their ring slot.", Value: r.corrupt},
-		{Name: "gpuprobe.receiver.clients.disconnected", Unit: "{client}", Desc: "Clients let go for breaking a ring invariant (by reason in the collector's own telemetry).", Value: r.disconnected},
+		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead + r.maps.stats.Records},
+		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, invalid, or left unread by a gone client).", Value: r.counts.dropped},
+		{Name: "gpuprobe.receiver.records.corrupt", Unit: "{record}", Desc: "Records whose length field exceeded their ring slot.", Value: r.counts.corrupt},
+		{Name: "gpuprobe.receiver.clients.disconnected", Unit: "{client}", Desc: "Clients let go for breaking a ring invariant (by reason in the collector's own telemetry).", Value: r.counts.disconnected},
 		{Name: "gpuprobe.receiver.launches.evicted", Unit: "{launch}", Desc: "Launches emitted before all their records arrived.", Value: c.LaunchesEvicted + c.LaunchesExpired},
-		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.spansErr},
-		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patched.Load()},
+		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.counts.spansErr},
+		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patch.patched.Load()},
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
 		{Name: "gpuprobe.receiver.devices.folded", Unit: "{record}", Desc: "Records naming a device their client did not report, counted under device index -1.", Value: c.DevicesFolded},
 		{Name: "gpuprobe.receiver.calibrations.rejected", Unit: "{record}", Desc: "Clock calibration records rejected as implausible.", Value: c.CalibrationsBad},
-		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patchErr.Load()},
-		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.progSkips.Load()},
+		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patch.failed.Load()},
+		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.patch.skips.Load()},
 	}, append(r.hostSelfMetrics(), r.hc.metrics()...)...)
 }
 
 func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 	r.mu.Lock()
-	mc := r.metrics
-	retired := r.retired
-	r.retired = nil
+	mc := r.out.metrics
+	retired := r.maps.retired
+	r.maps.retired = nil
 	var live []*progmaps.Instance
-	for _, s := range r.sources {
+	for _, s := range r.srcs.list {
 		if s.maps != nil {
 			live = append(live, s.maps)
 		}
@@ -465,7 +476,7 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 	md := r.tr.Metrics(now, r.selfMetrics())
 	if len(live)+len(retired) > 0 {
 		sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-		r.col.AppendMetrics(sm, append(live, retired...), now)
+		r.maps.col.AppendMetrics(sm, append(live, retired...), now)
 	}
 	if err := mc.ConsumeMetrics(ctx, md); err != nil {
 		r.log.Debug("gpuprobe: metrics refused by the pipeline", zap.Error(err))
@@ -476,7 +487,7 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 // releases the regions, waiting at most stopTimeout: past it, it returns
 // an error and the rest of the work finishes in the background.
 func (r *gpuReceiver) shutdown(ctx context.Context) error {
-	if r.cancel == nil {
+	if r.run.cancel == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
@@ -495,24 +506,24 @@ func (r *gpuReceiver) shutdown(ctx context.Context) error {
 // (its last pass reads and releases every source), release the rest.
 func (r *gpuReceiver) stop() error {
 	var errs []error
-	if r.agent != nil {
-		if err := r.agent.Close(); err != nil {
+	if r.run.agent != nil {
+		if err := r.run.agent.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("gpuprobe: closing the agent socket: %w", err))
 		}
 	}
-	r.cancel()
-	<-r.done
-	r.cancel = nil
+	r.run.cancel()
+	<-r.run.done
+	r.run.cancel = nil
 	if r.tel != nil {
 		r.tel.Shutdown()
 	}
 	r.mu.Lock()
-	all := append([]*source(nil), r.sources...)
+	all := append([]*source(nil), r.srcs.list...)
 	r.mu.Unlock()
 	r.dropSources(all)
 	r.mu.Lock()
-	retired := r.retired
-	r.retired = nil
+	retired := r.maps.retired
+	r.maps.retired = nil
 	r.mu.Unlock()
 	closeInstances(r.log, retired)
 	if err := r.host.close(); err != nil {

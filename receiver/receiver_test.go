@@ -64,7 +64,7 @@ func TestSharedInstanceLifecycle(t *testing.T) {
 		if err := s.do(); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if running := r.cancel != nil; running != s.run {
+		if running := r.run.cancel != nil; running != s.run {
 			t.Fatalf("after %s: running=%v, want %v", s.name, running, s.run)
 		}
 	}

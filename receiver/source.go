@@ -43,9 +43,41 @@ func newRingReader(g *shm.Ring, owned bool) *ringReader {
 	return &ringReader{ring: g, cons: g.NewConsumer(shm.ConsumerOptions{}), owned: owned}
 }
 
+// read hands up to max records to h and returns the records lost and
+// corrupt since the last read or drain.
+func (g *ringReader) read(max int, h func(shm.Record)) (lost, corrupt uint64) {
+	g.cons.Read(max, h)
+	return g.count()
+}
+
+// drain resolves what is left without waiting for dead producers' tickets
+// (shm.Consumer.Drain): up to maxReadPerPoll records handed to h, then up
+// to the ring's slot count more counted as dropped unread. It returns the
+// records lost and corrupt since the last read or drain.
+func (g *ringReader) drain(h func(shm.Record)) (lost, corrupt uint64) {
+	g.cons.Drain(maxReadPerPoll, h)
+	g.cons.Drain(g.ring.Slots(), nil)
+	return g.count()
+}
+
+// empty reports whether the ring holds nothing left to read, as far as its
+// head tells.
+func (g *ringReader) empty() bool { return g.ring.Stats().Head <= g.cons.Position() }
+
+// err returns the ring invariant the producer broke, or nil.
+func (g *ringReader) err() error { return g.cons.Err() }
+
+// close closes the ring if the receiver owns it.
+func (g *ringReader) close() error {
+	if !g.owned {
+		return nil
+	}
+	return g.ring.Close()
+}
+
 // count returns the records the ring lost and the corrupt records since the
-// last call. The ring's own counters are written by the client: only
-// their growth counts.
+// last call: the one place drops are counted. The ring's own counters are
+// written by the client: only their growth counts.
 func (g *ringReader) count() (lost, corrupt uint64) {
 	st, cs := g.ring.Stats(), g.cons.Stats()
 	if l := st.Dropped + st.Oversize + cs.Stalled + cs.Abandoned; l > g.lost {
@@ -53,6 +85,14 @@ func (g *ringReader) count() (lost, corrupt uint64) {
 	}
 	corrupt, g.bad = cs.Corrupt-g.bad, cs.Corrupt
 	return lost, corrupt
+}
+
+// sourceSet is the clients' sources, in creation order, numbered from 1,
+// and the agent session each came with.
+type sourceSet struct {
+	list   []*source
+	next   uint32
+	bySess map[uint32]*source // agent session → its ring
 }
 
 // source is one client process's rings and regions, with the id that
@@ -86,7 +126,7 @@ func (s *source) rings() []*ringReader {
 // violation returns the first ring invariant the client broke, or nil.
 func (s *source) violation() error {
 	for _, g := range s.rings() {
-		if err := g.cons.Err(); err != nil {
+		if err := g.err(); err != nil {
 			return err
 		}
 	}
@@ -106,15 +146,15 @@ func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 {
 func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring, peer *translate.Peer) *source {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.nextSrc++
-	s := &source{id: r.nextSrc, launch: newRingReader(ring, owned), maps: maps, peer: peer}
+	r.srcs.next++
+	s := &source{id: r.srcs.next, launch: newRingReader(ring, owned), maps: maps, peer: peer}
 	if maps != nil {
 		maps.Src = s.id
 	}
 	if names != nil {
 		s.names = newRingReader(names, true)
 	}
-	r.sources = append(r.sources, s)
+	r.srcs.list = append(r.srcs.list, s)
 	return s
 }
 
@@ -123,7 +163,7 @@ func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Insta
 func (r *gpuReceiver) RemoveRing(id uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range r.sources {
+	for _, s := range r.srcs.list {
 		if s.id == id {
 			s.closing = true
 		}
@@ -141,23 +181,20 @@ func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64
 		if g == s.warps {
 			max = ExecRingSlots
 		}
-		g.cons.Read(max, handle)
-		l, c := g.count()
+		l, c := g.read(max, handle)
 		lost, corrupt = lost+l, corrupt+c
 	}
 	if s.maps != nil {
-		r.col.ReadRings(s.maps, now, maxReadPerPoll)
+		r.maps.col.ReadRings(s.maps, now, maxReadPerPoll)
 	}
 	return lost, corrupt
 }
 
 // finished reports whether gone source s can be released now, after this
 // poll's read: its rings are empty, or drainTime has passed since it went
-// (or the receiver stops). What is left is then resolved without waiting
-// for dead producers' tickets (shm.Consumer.Drain): up to maxReadPerPoll
-// tickets per ring delivered, then up to a ring's slot count more counted
-// as dropped unread. That is exact: no ticket a lap or more past the
-// consumer can hold a record (the producer's step 4 drops and counts it).
+// (or the receiver stops). What is left is then drained (ringReader.drain).
+// That is exact: no ticket a lap or more past the consumer can hold a
+// record (the producer's step 4 drops and counts it).
 // It returns the records lost and corrupt since the read.
 func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bool, lost, corrupt uint64) {
 	if s.goneAt.IsZero() {
@@ -168,13 +205,11 @@ func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bo
 	}
 	handle := func(rec shm.Record) { _ = r.tr.Handle(s.id, rec.Payload, now) }
 	for _, g := range s.rings() {
-		g.cons.Drain(maxReadPerPoll, handle)
-		g.cons.Drain(g.ring.Slots(), nil)
-		l, c := g.count()
+		l, c := g.drain(handle)
 		lost, corrupt = lost+l, corrupt+c
 	}
 	if s.maps != nil {
-		r.col.DrainRings(s.maps)
+		r.maps.col.DrainRings(s.maps)
 	}
 	return true, lost, corrupt
 }
@@ -183,7 +218,7 @@ func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bo
 // their heads tell.
 func (s *source) empty() bool {
 	for _, g := range s.rings() {
-		if g.ring.Stats().Head > g.cons.Position() {
+		if !g.empty() {
 			return false
 		}
 	}
@@ -198,12 +233,12 @@ func (r *gpuReceiver) disconnect(ctx context.Context, s *source, err error) {
 		reason = string(v.Reason)
 	}
 	r.mu.Lock()
-	for k, v := range r.bySess {
+	for k, v := range r.srcs.bySess {
 		if v == s {
-			delete(r.bySess, k)
+			delete(r.srcs.bySess, k)
 		}
 	}
-	r.disconnected++
+	r.counts.disconnected++
 	r.mu.Unlock()
 	r.log.Warn("gpuprobe: a client broke the ring protocol; its rings are no longer read",
 		zap.Uint32("source", s.id), zap.String("reason", reason), zap.Error(err))
@@ -216,17 +251,17 @@ func (r *gpuReceiver) disconnect(ctx context.Context, s *source, err error) {
 // dropSources forgets the given sources and closes the regions it owns.
 func (r *gpuReceiver) dropSources(gone []*source) {
 	r.mu.Lock()
-	kept := r.sources[:0]
-	for _, s := range r.sources {
+	kept := r.srcs.list[:0]
+	for _, s := range r.srcs.list {
 		if !slices.Contains(gone, s) {
 			kept = append(kept, s)
 		}
 	}
-	clear(r.sources[len(kept):])
-	r.sources = kept
+	clear(r.srcs.list[len(kept):])
+	r.srcs.list = kept
 	for _, s := range gone {
 		if s.maps != nil {
-			r.retired = append(r.retired, s.maps)
+			r.maps.retired = append(r.maps.retired, s.maps)
 			s.maps = nil
 		}
 	}
@@ -234,10 +269,7 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 	for _, s := range gone {
 		r.tr.Disconnect(s.id, time.Now())
 		for _, g := range s.rings() {
-			if !g.owned {
-				continue
-			}
-			if err := g.ring.Close(); err != nil {
+			if err := g.close(); err != nil {
 				r.log.Debug("gpuprobe: closing a ring", zap.Error(err))
 			}
 		}

@@ -42,21 +42,21 @@ func Parse(mangled string) (*Symbol, error) {
 	if !strings.HasPrefix(mangled, "_Z") {
 		return nil, &Error{Offset: 0, Reason: `not a mangled name (no "_Z" prefix)`}
 	}
-	p := &parser{s: mangled, pos: 2}
+	p := &parser{in: cursor{s: mangled, pos: 2}}
 	root := p.encoding()
-	if p.err != nil {
-		return nil, p.err
+	if p.in.err != nil {
+		return nil, p.in.err
 	}
 	var clones []string
-	for p.pos < len(p.s) && p.s[p.pos] == '.' {
-		c, ok := p.cloneSuffix()
+	for p.in.pos < len(p.in.s) && p.in.s[p.in.pos] == '.' {
+		c, ok := p.in.cloneSuffix()
 		if !ok {
 			break
 		}
 		clones = append(clones, c)
 	}
-	if p.pos != len(p.s) {
-		return nil, &Error{Offset: p.pos, Reason: fmt.Sprintf("unexpected %q after the name", p.s[p.pos:min(len(p.s), p.pos+8)])}
+	if p.in.pos != len(p.in.s) {
+		return nil, &Error{Offset: p.in.pos, Reason: fmt.Sprintf("unexpected %q after the name", p.in.s[p.in.pos:min(len(p.in.s), p.in.pos+8)])}
 	}
 	s := &Symbol{root: root, clones: clones}
 	pr := newPrinter()
@@ -73,8 +73,8 @@ func Parse(mangled string) (*Symbol, error) {
 }
 
 // cloneSuffix reads a GCC clone suffix such as ".constprop.0" or ".cold".
-func (p *parser) cloneSuffix() (string, bool) {
-	s, i := p.s, p.pos
+func (in *cursor) cloneSuffix() (string, bool) {
+	s, i := in.s, in.pos
 	if i+1 >= len(s) || !(isLower(s[i+1]) || isDigit(s[i+1]) || s[i+1] == '_') {
 		return "", false
 	}
@@ -88,8 +88,8 @@ func (p *parser) cloneSuffix() (string, bool) {
 			i++
 		}
 	}
-	c := s[p.pos:i]
-	p.pos = i
+	c := s[in.pos:i]
+	in.pos = i
 	return c, true
 }
 

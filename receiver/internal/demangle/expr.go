@@ -50,10 +50,10 @@ var namedCasts = [256]string{'d': "dynamic_cast", 's': "static_cast", 'c': "cons
 // operatorName parses <operator-name> in a name (operator+, operator new,
 // conversion and literal operators).
 func (p *parser) operatorName(info *nameInfo) node {
-	code := p.s[p.pos:min(len(p.s), p.pos+2)]
+	code := p.in.s[p.in.pos:min(len(p.in.s), p.in.pos+2)]
 	switch code {
 	case "cv":
-		p.pos += 2
+		p.in.pos += 2
 		p.convType++
 		t := p.typ()
 		p.convType--
@@ -63,7 +63,7 @@ func (p *parser) operatorName(info *nameInfo) node {
 		info.ctorConv = true
 		return &convN{typ: t}
 	case "li":
-		p.pos += 2
+		p.in.pos += 2
 		s := p.sourceName()
 		if s == nil {
 			return nil
@@ -71,7 +71,7 @@ func (p *parser) operatorName(info *nameInfo) node {
 		return &litOpN{suffix: s.(*nameN).s}
 	}
 	if len(code) == 2 && code[0] == 'v' && isDigit(code[1]) {
-		p.pos += 2
+		p.in.pos += 2
 		s := p.sourceName()
 		if s == nil {
 			return nil
@@ -80,70 +80,70 @@ func (p *parser) operatorName(info *nameInfo) node {
 	}
 	o, ok := operators[code]
 	if !ok || code == "dt" || code == "ds" || code == "st" || code == "at" || code == "tw" {
-		return p.fail("unknown operator %q", code)
+		return p.in.fail("unknown operator %q", code)
 	}
-	p.pos += 2
+	p.in.pos += 2
 	return &opN{op: o}
 }
 
 // expression parses <expression>.
 func (p *parser) expression() node {
-	if !p.enter() {
+	if !p.in.enter() {
 		return nil
 	}
-	defer p.leave()
-	c := p.peek()
-	code := p.s[p.pos:min(len(p.s), p.pos+2)]
+	defer p.in.leave()
+	c := p.in.peek()
+	code := p.in.s[p.in.pos:min(len(p.in.s), p.in.pos+2)]
 	switch {
 	case c == 'L':
 		return p.exprPrimary()
 	case c == 'T':
 		return p.templateParam()
 	case code == "fp":
-		p.pos += 2
-		if p.consume('_') {
+		p.in.pos += 2
+		if p.in.consume('_') {
 			return &nameN{"{parm#1}"}
 		}
-		n, _ := p.number()
-		if p.err != nil || !p.expect('_', "function parameter") {
+		n, _ := p.in.number()
+		if p.in.err != nil || !p.in.expect('_', "function parameter") {
 			return nil
 		}
 		return &nameN{"{parm#" + strconv.Itoa(n+2) + "}"}
 	case code == "fL":
-		p.pos += 2
-		p.number()
-		if !p.expect('p', "function parameter level") {
+		p.in.pos += 2
+		p.in.number()
+		if !p.in.expect('p', "function parameter level") {
 			return nil
 		}
-		p.cvQualifiers()
+		p.in.cvQualifiers()
 		n := 1
-		if !p.consume('_') {
-			v, _ := p.number()
-			if !p.expect('_', "function parameter") {
+		if !p.in.consume('_') {
+			v, _ := p.in.number()
+			if !p.in.expect('_', "function parameter") {
 				return nil
 			}
 			n = v + 2
 		}
 		return &nameN{"{parm#" + strconv.Itoa(n) + "}"}
-	case code == "pp" && p.peekAt(2) == '_', code == "mm" && p.peekAt(2) == '_':
-		p.pos += 3
+	case code == "pp" && p.in.peekAt(2) == '_', code == "mm" && p.in.peekAt(2) == '_':
+		p.in.pos += 3
 		a := p.expression()
 		if a == nil {
 			return nil
 		}
 		return &exprN{kind: exUnary, op: operators[code].name, args: []node{a}}
 	case code == "cl":
-		p.pos += 2
+		p.in.pos += 2
 		args, ok := p.listToE(p.expression)
 		if !ok {
 			return nil
 		}
 		if len(args) == 0 {
-			return p.fail("call expression without a callee")
+			return p.in.fail("call expression without a callee")
 		}
 		return &exprN{kind: exCall, args: args}
 	case code == "cv":
-		p.pos += 2
+		p.in.pos += 2
 		p.convType++
 		t := p.typ()
 		p.convType--
@@ -151,7 +151,7 @@ func (p *parser) expression() node {
 			return nil
 		}
 		e := &exprN{kind: exCast, typ: t}
-		if p.consume('_') {
+		if p.in.consume('_') {
 			e.op = "list"
 			var ok bool
 			if e.args, ok = p.listToE(p.expression); !ok {
@@ -166,7 +166,7 @@ func (p *parser) expression() node {
 		e.args = []node{a}
 		return e
 	case code == "tl", code == "il":
-		p.pos += 2
+		p.in.pos += 2
 		e := &exprN{kind: exBraced}
 		if code == "tl" {
 			if e.typ = p.typ(); e.typ == nil {
@@ -179,7 +179,7 @@ func (p *parser) expression() node {
 		}
 		return e
 	case code == "dc", code == "sc", code == "cc", code == "rc":
-		p.pos += 2
+		p.in.pos += 2
 		t := p.typ()
 		if t == nil {
 			return nil
@@ -191,9 +191,9 @@ func (p *parser) expression() node {
 		name := namedCasts[code[0]]
 		return &exprN{kind: exNamedCast, op: name, typ: t, args: []node{a}}
 	case code == "sZ":
-		p.pos += 2
+		p.in.pos += 2
 		var a node
-		if p.peek() == 'T' {
+		if p.in.peek() == 'T' {
 			a = p.templateParam()
 		} else {
 			a = p.expression()
@@ -203,20 +203,20 @@ func (p *parser) expression() node {
 		}
 		return &exprN{kind: exSizeofPack, args: []node{a}}
 	case code == "sp":
-		p.pos += 2
+		p.in.pos += 2
 		a := p.expression()
 		if a == nil {
 			return nil
 		}
 		return &expandN{child: a}
 	case code == "fl", code == "fr", code == "fL", code == "fR":
-		p.pos += 2
-		ocode := p.s[p.pos:min(len(p.s), p.pos+2)]
+		p.in.pos += 2
+		ocode := p.in.s[p.in.pos:min(len(p.in.s), p.in.pos+2)]
 		o, ok := operators[ocode]
 		if !ok {
-			return p.fail("unknown operator %q in fold expression", ocode)
+			return p.in.fail("unknown operator %q in fold expression", ocode)
 		}
-		p.pos += 2
+		p.in.pos += 2
 		e := &exprN{kind: exFold, op: code + o.name}
 		n := 1
 		if code[1] == 'L' || code[1] == 'R' {
@@ -231,7 +231,7 @@ func (p *parser) expression() node {
 		}
 		return e
 	case code == "tr":
-		p.pos += 2
+		p.in.pos += 2
 		return &nameN{"throw"}
 	case code == "nw", code == "na":
 		return p.newExpr(code)
@@ -240,9 +240,9 @@ func (p *parser) expression() node {
 	}
 	o, ok := operators[code]
 	if !ok {
-		return p.fail("unknown expression %q", code)
+		return p.in.fail("unknown expression %q", code)
 	}
-	p.pos += 2
+	p.in.pos += 2
 	e := &exprN{kind: o.kind, op: o.name}
 	if o.kind == exSizeofT {
 		if e.typ = p.typ(); e.typ == nil {
@@ -274,26 +274,26 @@ func (p *parser) expression() node {
 
 // newExpr parses [gs] nw <expression>* _ <type> [pi <expression>* E | il ...] E.
 func (p *parser) newExpr(code string) node {
-	p.pos += 2
-	for p.peek() != '_' {
+	p.in.pos += 2
+	for p.in.peek() != '_' {
 		if p.expression() == nil {
 			return nil
 		}
 	}
-	p.pos++
+	p.in.pos++
 	t := p.typ()
 	if t == nil {
 		return nil
 	}
-	if p.peek() == 'p' && p.peekAt(1) == 'i' {
-		p.pos += 2
-		for p.peek() != 'E' {
+	if p.in.peek() == 'p' && p.in.peekAt(1) == 'i' {
+		p.in.pos += 2
+		for p.in.peek() != 'E' {
 			if p.expression() == nil {
 				return nil
 			}
 		}
 	}
-	if !p.expect('E', "end of new expression") {
+	if !p.in.expect('E', "end of new expression") {
 		return nil
 	}
 	return &exprN{kind: exNew, op: operators[code].name, typ: t}
@@ -303,13 +303,13 @@ func (p *parser) newExpr(code string) node {
 // <base-unresolved-name>.
 func (p *parser) unresolvedName() node {
 	global := false
-	if p.peek() == 'g' && p.peekAt(1) == 's' {
-		p.pos += 2
+	if p.in.peek() == 'g' && p.in.peekAt(1) == 's' {
+		p.in.pos += 2
 		global = true
 	}
 	var n node
-	if p.peek() == 's' && p.peekAt(1) == 'r' {
-		p.pos += 2
+	if p.in.peek() == 's' && p.in.peekAt(1) == 'r' {
+		p.in.pos += 2
 		scope := p.unresolvedScope()
 		if scope == nil {
 			return nil
@@ -333,26 +333,26 @@ func (p *parser) unresolvedName() node {
 // unresolvedScope parses the scope after "sr": N <type> <level>* E,
 // <level>+ E (levels are simple ids) or, as older GCC emits, a plain <type>.
 func (p *parser) unresolvedScope() node {
-	if p.consume('N') {
+	if p.in.consume('N') {
 		scope := p.typ()
-		for scope != nil && p.peek() != 'E' {
+		for scope != nil && p.in.peek() != 'E' {
 			q := p.simpleID()
 			if q == nil {
 				return nil
 			}
 			scope = &qualN{scope: scope, name: q}
 		}
-		if scope == nil || !p.expect('E', "end of unresolved scope") {
+		if scope == nil || !p.in.expect('E', "end of unresolved scope") {
 			return nil
 		}
 		return scope
 	}
-	if !isDigit(p.peek()) {
+	if !isDigit(p.in.peek()) {
 		return p.typ()
 	}
-	pos, nsubs, last := p.pos, len(p.subs), p.lastName
+	pos, nsubs, last := p.in.pos, len(p.subs), p.lastName
 	var scope node
-	for isDigit(p.peek()) {
+	for isDigit(p.in.peek()) {
 		q := p.simpleID()
 		if q == nil {
 			break
@@ -363,18 +363,18 @@ func (p *parser) unresolvedScope() node {
 			scope = &qualN{scope: scope, name: q}
 		}
 	}
-	if p.err == nil && scope != nil && p.consume('E') {
-		save := p.pos
-		if b := p.baseUnresolvedName(); b != nil && p.err == nil {
-			p.pos = save // the caller reads the base name
+	if p.in.err == nil && scope != nil && p.in.consume('E') {
+		save := p.in.pos
+		if b := p.baseUnresolvedName(); b != nil && p.in.err == nil {
+			p.in.pos = save // the caller reads the base name
 			return scope
 		}
 	}
 	if p.retries >= maxRetries {
-		return p.fail("too many ambiguous dependent names")
+		return p.in.fail("too many ambiguous dependent names")
 	}
 	p.retries++
-	p.pos, p.subs, p.lastName, p.err = pos, p.subs[:nsubs], last, nil
+	p.in.pos, p.subs, p.lastName, p.in.err = pos, p.subs[:nsubs], last, nil
 	return p.typ()
 }
 
@@ -384,7 +384,7 @@ func (p *parser) simpleID() node {
 	if n == nil {
 		return nil
 	}
-	if p.peek() == 'I' {
+	if p.in.peek() == 'I' {
 		args := p.templateArgs()
 		if args == nil {
 			return nil
@@ -397,11 +397,11 @@ func (p *parser) simpleID() node {
 // baseUnresolvedName parses <simple-id>, on <operator-name> or dn <type>.
 func (p *parser) baseUnresolvedName() node {
 	switch {
-	case p.peek() == 'o' && p.peekAt(1) == 'n':
-		p.pos += 2
+	case p.in.peek() == 'o' && p.in.peekAt(1) == 'n':
+		p.in.pos += 2
 		var info nameInfo
 		n := p.operatorName(&info)
-		if n != nil && p.peek() == 'I' {
+		if n != nil && p.in.peek() == 'I' {
 			args := p.templateArgs()
 			if args == nil {
 				return nil
@@ -409,10 +409,10 @@ func (p *parser) baseUnresolvedName() node {
 			return &tmplN{name: n, args: args}
 		}
 		return n
-	case p.peek() == 'd' && p.peekAt(1) == 'n':
-		p.pos += 2
+	case p.in.peek() == 'd' && p.in.peekAt(1) == 'n':
+		p.in.pos += 2
 		var t node
-		if isDigit(p.peek()) {
+		if isDigit(p.in.peek()) {
 			t = p.simpleID()
 		} else {
 			t = p.typ()
@@ -427,14 +427,14 @@ func (p *parser) baseUnresolvedName() node {
 
 // exprPrimary parses L <type> <value> E, L <mangled-name> E and L_Z ... E.
 func (p *parser) exprPrimary() node {
-	p.pos++ // L
-	if p.peek() == '_' && p.peekAt(1) == 'Z' || p.peek() == 'Z' {
-		if p.peek() == '_' {
-			p.pos++
+	p.in.pos++ // L
+	if p.in.peek() == '_' && p.in.peekAt(1) == 'Z' || p.in.peek() == 'Z' {
+		if p.in.peek() == '_' {
+			p.in.pos++
 		}
-		p.pos++
+		p.in.pos++
 		e := p.encoding()
-		if e == nil || !p.expect('E', "end of external name literal") {
+		if e == nil || !p.in.expect('E', "end of external name literal") {
 			return nil
 		}
 		return e
@@ -444,23 +444,23 @@ func (p *parser) exprPrimary() node {
 		return nil
 	}
 	l := &litN{typ: t}
-	l.neg = p.consume('n')
-	start := p.pos
-	for p.pos < len(p.s) && p.s[p.pos] != 'E' {
-		p.pos++
+	l.neg = p.in.consume('n')
+	start := p.in.pos
+	for p.in.pos < len(p.in.s) && p.in.s[p.in.pos] != 'E' {
+		p.in.pos++
 	}
-	l.val = p.s[start:p.pos]
-	if !p.expect('E', "end of literal") {
+	l.val = p.in.s[start:p.in.pos]
+	if !p.in.expect('E', "end of literal") {
 		return nil
 	}
 	if l.val == "" {
 		if b, ok := t.(*builtinN); ok && b.code == "Dn" {
 			return &nameN{"nullptr"}
 		}
-		return p.fail("literal without a value")
+		return p.in.fail("literal without a value")
 	}
 	if strings.ContainsAny(l.val, "()") {
-		return p.fail("bad literal value %q", l.val)
+		return p.in.fail("bad literal value %q", l.val)
 	}
 	return l
 }

@@ -5,17 +5,17 @@ import "strings"
 // name parses <name>, reporting in info what decides how a function type
 // after it is read.
 func (p *parser) name(info *nameInfo) node {
-	if !p.enter() {
+	if !p.in.enter() {
 		return nil
 	}
-	defer p.leave()
-	switch c := p.peek(); {
+	defer p.in.leave()
+	switch c := p.in.peek(); {
 	case c == 'N':
 		return p.nestedName(info)
 	case c == 'Z':
 		return p.localName(info)
-	case c == 'S' && p.peekAt(1) == 't':
-		p.pos += 2
+	case c == 'S' && p.in.peekAt(1) == 't':
+		p.in.pos += 2
 		u := p.unqualifiedName(nil, info)
 		if u == nil {
 			return nil
@@ -26,8 +26,8 @@ func (p *parser) name(info *nameInfo) node {
 		if s == nil {
 			return nil
 		}
-		if p.peek() != 'I' {
-			return p.fail("substitution used as a name without template arguments")
+		if p.in.peek() != 'I' {
+			return p.in.fail("substitution used as a name without template arguments")
 		}
 		info.ctorConv = false
 		return p.templateOn(s, info)
@@ -43,7 +43,7 @@ func (p *parser) name(info *nameInfo) node {
 // maybeTemplate applies template arguments to an unscoped name, which
 // makes the name a substitution candidate.
 func (p *parser) maybeTemplate(n node, info *nameInfo) node {
-	if p.peek() != 'I' {
+	if p.in.peek() != 'I' {
 		info.template = false
 		return n
 	}
@@ -62,43 +62,43 @@ func (p *parser) templateOn(n node, info *nameInfo) node {
 
 // nestedName parses N [<CV-qualifiers>] [<ref-qualifier>] <prefix> E.
 func (p *parser) nestedName(info *nameInfo) node {
-	p.pos++ // N
-	info.cv = p.cvQualifiers()
-	if p.consume('R') {
+	p.in.pos++ // N
+	info.cv = p.in.cvQualifiers()
+	if p.in.consume('R') {
 		info.ref = " &"
-	} else if p.consume('O') {
+	} else if p.in.consume('O') {
 		info.ref = " &&"
 	}
-	p.consume('H') // C++23 explicit object parameter
+	p.in.consume('H') // C++23 explicit object parameter
 	var cur node
 	for {
-		c := p.peek()
+		c := p.in.peek()
 		if c == 'E' {
-			p.pos++
+			p.in.pos++
 			break
 		}
 		if c == 0 {
-			return p.fail("nested name not closed by 'E'")
+			return p.in.fail("nested name not closed by 'E'")
 		}
 		isSub := false
 		switch {
-		case c == 'S' && p.peekAt(1) == 't':
+		case c == 'S' && p.in.peekAt(1) == 't':
 			if cur != nil {
-				return p.fail("'St' inside a nested name")
+				return p.in.fail("'St' inside a nested name")
 			}
-			p.pos += 2
+			p.in.pos += 2
 			cur = &nameN{"std"}
 			isSub = true
 		case c == 'S':
 			if cur != nil {
-				return p.fail("substitution inside a nested name")
+				return p.in.fail("substitution inside a nested name")
 			}
 			cur = p.substitution(true)
 			isSub = true
 			info.template, info.ctorConv = false, false
 		case c == 'I':
 			if cur == nil {
-				return p.fail("template arguments without a name")
+				return p.in.fail("template arguments without a name")
 			}
 			args := p.templateArgs()
 			if args == nil {
@@ -108,19 +108,19 @@ func (p *parser) nestedName(info *nameInfo) node {
 			info.template = true
 		case c == 'T':
 			if cur != nil {
-				return p.fail("template parameter inside a nested name")
+				return p.in.fail("template parameter inside a nested name")
 			}
 			cur = p.templateParam()
 			info.template, info.ctorConv = false, false
-		case c == 'D' && (p.peekAt(1) == 't' || p.peekAt(1) == 'T'):
+		case c == 'D' && (p.in.peekAt(1) == 't' || p.in.peekAt(1) == 'T'):
 			if cur != nil {
-				return p.fail("decltype inside a nested name")
+				return p.in.fail("decltype inside a nested name")
 			}
 			cur = p.decltype()
 			info.template, info.ctorConv = false, false
 		case c == 'M':
 			// <closure-prefix> data member initializer: nothing to print.
-			p.pos++
+			p.in.pos++
 			continue
 		default:
 			u := p.unqualifiedName(cur, info)
@@ -134,45 +134,45 @@ func (p *parser) nestedName(info *nameInfo) node {
 			}
 			info.template = false
 		}
-		if cur == nil || p.err != nil {
+		if cur == nil || p.in.err != nil {
 			return nil
 		}
-		if !isSub && p.peek() != 'E' {
+		if !isSub && p.in.peek() != 'E' {
 			p.addSub(cur)
 		}
 	}
 	if cur == nil {
-		return p.fail("empty nested name")
+		return p.in.fail("empty nested name")
 	}
 	return cur
 }
 
 // localName parses Z <encoding> E <entity> [<discriminator>].
 func (p *parser) localName(info *nameInfo) node {
-	p.pos++ // Z
+	p.in.pos++ // Z
 	e := p.encoding()
-	if e == nil || !p.expect('E', "end of local name's function") {
+	if e == nil || !p.in.expect('E', "end of local name's function") {
 		return nil
 	}
 	if f, ok := e.(*encN); ok {
 		f.ret = nil // c++filt leaves out the return type of the enclosing function
 	}
-	switch p.peek() {
+	switch p.in.peek() {
 	case 's':
-		p.pos++
-		if !p.discriminator() {
+		p.in.pos++
+		if !p.in.discriminator() {
 			return nil
 		}
 		*info = nameInfo{}
 		return &localN{enc: e, entity: &nameN{"string literal"}}
 	case 'd':
-		p.pos++
+		p.in.pos++
 		num := 0
-		if p.peek() != '_' {
-			n, _ := p.number()
+		if p.in.peek() != '_' {
+			n, _ := p.in.number()
 			num = n + 1
 		}
-		if !p.expect('_', "default argument number") {
+		if !p.in.expect('_', "default argument number") {
 			return nil
 		}
 		entity := p.name(info)
@@ -182,25 +182,25 @@ func (p *parser) localName(info *nameInfo) node {
 		return &localN{enc: e, entity: &qualN{scope: &defaultArgN{num: num + 1}, name: entity}}
 	}
 	entity := p.name(info)
-	if entity == nil || !p.discriminator() {
+	if entity == nil || !p.in.discriminator() {
 		return nil
 	}
 	return &localN{enc: e, entity: entity}
 }
 
 // discriminator skips an optional _ <digit> or __ <number> _.
-func (p *parser) discriminator() bool {
-	if p.peek() != '_' {
+func (in *cursor) discriminator() bool {
+	if in.peek() != '_' {
 		return true
 	}
-	p.pos++
-	if p.consume('_') {
-		p.number()
-		return p.expect('_', "discriminator")
+	in.pos++
+	if in.consume('_') {
+		in.number()
+		return in.expect('_', "discriminator")
 	}
 	// c++filt takes any run of digits here, including none.
-	for isDigit(p.peek()) {
-		p.pos++
+	for isDigit(in.peek()) {
+		in.pos++
 	}
 	return true
 }
@@ -208,48 +208,48 @@ func (p *parser) discriminator() bool {
 // unqualifiedName parses operator, ctor/dtor, source and unnamed names plus
 // ABI tags. prev is the enclosing scope (for constructor names).
 func (p *parser) unqualifiedName(prev node, info *nameInfo) node {
-	if !p.enter() {
+	if !p.in.enter() {
 		return nil
 	}
-	defer p.leave()
+	defer p.in.leave()
 	var n node
 	info.ctorConv = false
-	c := p.peek()
+	c := p.in.peek()
 	switch {
 	case isDigit(c):
 		n = p.sourceName()
 	case isLower(c):
 		n = p.operatorName(info)
-	case c == 'C' || (c == 'D' && p.peekAt(1) != 'C'):
+	case c == 'C' || (c == 'D' && p.in.peekAt(1) != 'C'):
 		n = p.ctorDtorName(prev)
 		info.ctorConv = true
 	case c == 'U':
 		n = p.unnamedTypeName()
 	case c == 'L':
-		p.pos++
+		p.in.pos++
 		n = p.sourceName()
-		if n != nil && !p.discriminator() {
+		if n != nil && !p.in.discriminator() {
 			return nil
 		}
 	case c == 'D':
-		p.pos += 2 // DC
+		p.in.pos += 2 // DC
 		b := &bindingN{}
-		for p.peek() != 'E' {
+		for p.in.peek() != 'E' {
 			s := p.sourceName()
 			if s == nil {
 				return nil
 			}
 			b.names = append(b.names, s)
 		}
-		p.pos++
+		p.in.pos++
 		n = b
 	case c == 0:
-		return p.fail("name ends where a name was expected")
+		return p.in.fail("name ends where a name was expected")
 	default:
-		return p.fail("unexpected %q where a name was expected", c)
+		return p.in.fail("unexpected %q where a name was expected", c)
 	}
-	for n != nil && p.peek() == 'B' {
-		p.pos++
+	for n != nil && p.in.peek() == 'B' {
+		p.in.pos++
 		t := p.sourceName()
 		if t == nil {
 			return nil
@@ -261,18 +261,18 @@ func (p *parser) unqualifiedName(prev node, info *nameInfo) node {
 
 // sourceName parses <number> <identifier>.
 func (p *parser) sourceName() node {
-	if !isDigit(p.peek()) {
-		return p.fail("expected a length-prefixed identifier")
+	if !isDigit(p.in.peek()) {
+		return p.in.fail("expected a length-prefixed identifier")
 	}
-	n, _ := p.number()
-	if p.err != nil {
+	n, _ := p.in.number()
+	if p.in.err != nil {
 		return nil
 	}
-	if n == 0 || p.pos+n > len(p.s) {
-		return p.fail("identifier length %d runs past the end of the name", n)
+	if n == 0 || p.in.pos+n > len(p.in.s) {
+		return p.in.fail("identifier length %d runs past the end of the name", n)
 	}
-	id := p.s[p.pos : p.pos+n]
-	p.pos += n
+	id := p.in.s[p.in.pos : p.in.pos+n]
+	p.in.pos += n
 	name := &nameN{id}
 	if len(id) >= 10 && strings.HasPrefix(id, "_GLOBAL_") && strings.IndexByte("._$", id[8]) >= 0 && id[9] == 'N' {
 		name.s = "(anonymous namespace)"
@@ -284,51 +284,51 @@ func (p *parser) sourceName() node {
 // ctorDtorName parses C1..C5, CI1/CI2 <type>, D0..D5.
 func (p *parser) ctorDtorName(prev node) node {
 	if prev == nil || p.lastName == nil {
-		return p.fail("constructor or destructor outside a class")
+		return p.in.fail("constructor or destructor outside a class")
 	}
-	c := p.s[p.pos]
-	p.pos++
+	c := p.in.s[p.in.pos]
+	p.in.pos++
 	if c == 'C' {
-		inherit := p.consume('I')
-		if d := p.peek(); d < '1' || d > '5' {
-			return p.fail("bad constructor kind %q", d)
+		inherit := p.in.consume('I')
+		if d := p.in.peek(); d < '1' || d > '5' {
+			return p.in.fail("bad constructor kind %q", d)
 		}
-		p.pos++
+		p.in.pos++
 		if inherit && p.typ() == nil {
 			return nil
 		}
 		return &ctorN{base: p.lastName}
 	}
-	if d := p.peek(); d < '0' || d > '5' || d == '3' {
-		return p.fail("bad destructor kind %q", d)
+	if d := p.in.peek(); d < '0' || d > '5' || d == '3' {
+		return p.in.fail("bad destructor kind %q", d)
 	}
-	p.pos++
+	p.in.pos++
 	return &ctorN{base: p.lastName, dtor: true}
 }
 
 // unnamedTypeName parses Ut [<number>] _ and Ul <lambda-sig> E [<number>] _.
 func (p *parser) unnamedTypeName() node {
-	p.pos++ // U
-	switch p.consumeAny() {
+	p.in.pos++ // U
+	switch p.in.consumeAny() {
 	case 't':
 		num := 1
-		if p.peek() != '_' {
-			n, _ := p.number()
+		if p.in.peek() != '_' {
+			n, _ := p.in.number()
 			num = n + 2
 		}
-		if !p.expect('_', "unnamed type") {
+		if !p.in.expect('_', "unnamed type") {
 			return nil
 		}
 		return &unnamedN{num: num}
 	case 'l':
 		l := &lambdaN{}
-		for p.peek() == 'T' && strings.IndexByte("ynt", p.peekAt(1)) >= 0 {
-			p.pos += 2 // template parameter declarations of a generic lambda
+		for p.in.peek() == 'T' && strings.IndexByte("ynt", p.in.peekAt(1)) >= 0 {
+			p.in.pos += 2 // template parameter declarations of a generic lambda
 		}
-		if p.peek() == 'v' {
-			p.pos++
+		if p.in.peek() == 'v' {
+			p.in.pos++
 		} else {
-			for p.peek() != 'E' {
+			for p.in.peek() != 'E' {
 				t := p.typ()
 				if t == nil {
 					return nil
@@ -336,31 +336,31 @@ func (p *parser) unnamedTypeName() node {
 				l.params = append(l.params, t)
 			}
 		}
-		if !p.expect('E', "end of lambda signature") {
+		if !p.in.expect('E', "end of lambda signature") {
 			return nil
 		}
 		l.num = 1
-		if p.peek() != '_' {
-			n, _ := p.number()
+		if p.in.peek() != '_' {
+			n, _ := p.in.number()
 			l.num = n + 2
 		}
-		if !p.expect('_', "lambda number") {
+		if !p.in.expect('_', "lambda number") {
 			return nil
 		}
 		return l
 	}
-	p.pos--
-	return p.fail("unknown unnamed type kind")
+	p.in.pos--
+	return p.in.fail("unknown unnamed type kind")
 }
 
 // substitution parses S_, S <seq-id> _ and the std:: abbreviations.
 // prefix is true inside a nested name.
 func (p *parser) substitution(prefix bool) node {
-	start := p.pos
-	p.pos++ // S
-	c := p.peek()
+	start := p.in.pos
+	p.in.pos++ // S
+	c := p.in.peek()
 	if isLower(c) {
-		p.pos++
+		p.in.pos++
 		base := stdAbbrev[c]
 		if base != "" {
 			p.lastName = &nameN{base}
@@ -373,17 +373,17 @@ func (p *parser) substitution(prefix bool) node {
 		case 'i', 'o', 'd':
 			return stdTemplate(base, "char", false)
 		}
-		p.pos--
-		return p.fail("unknown std:: abbreviation S%c", c)
+		p.in.pos--
+		return p.in.fail("unknown std:: abbreviation S%c", c)
 	}
-	id := p.seqID()
-	if p.err != nil {
+	id := p.in.seqID()
+	if p.in.err != nil {
 		return nil
 	}
 	if id >= len(p.subs) {
-		text := p.s[start:p.pos]
-		p.pos = start
-		return p.fail("substitution %s refers past the %d candidates", text, len(p.subs))
+		text := p.in.s[start:p.in.pos]
+		p.in.pos = start
+		return p.in.fail("substitution %s refers past the %d candidates", text, len(p.subs))
 	}
 	return p.subs[id]
 }
@@ -405,18 +405,18 @@ func stdTemplate(name, ch string, alloc bool) node {
 
 // templateParam parses T_ / T <n> _ and returns the argument it names.
 func (p *parser) templateParam() node {
-	off := p.pos
-	p.pos++             // T
-	if p.consume('L') { // TL <level> __ <index>: lambda template parameters
-		p.number()
-		if !p.expect('_', "template parameter level") {
+	off := p.in.pos
+	p.in.pos++             // T
+	if p.in.consume('L') { // TL <level> __ <index>: lambda template parameters
+		p.in.number()
+		if !p.in.expect('_', "template parameter level") {
 			return nil
 		}
 	}
 	idx := 0
-	if !p.consume('_') {
-		n, _ := p.number()
-		if p.err != nil || !p.expect('_', "template parameter") {
+	if !p.in.consume('_') {
+		n, _ := p.in.number()
+		if p.in.err != nil || !p.in.expect('_', "template parameter") {
 			return nil
 		}
 		idx = n + 1
@@ -426,11 +426,11 @@ func (p *parser) templateParam() node {
 
 // templateArgs parses I <template-arg>+ E.
 func (p *parser) templateArgs() []node {
-	if !p.enter() {
+	if !p.in.enter() {
 		return nil
 	}
-	defer p.leave()
-	p.pos++ // I
+	defer p.in.leave()
+	p.in.pos++ // I
 	saved := p.lastName
 	defer func() { p.lastName = saved }()
 	args, _ := p.listToE(p.templateArg) // nil when one fails
@@ -441,37 +441,37 @@ func (p *parser) templateArgs() []node {
 // is empty but not nil when there are none; ok is false when an item fails.
 func (p *parser) listToE(item func() node) (list []node, ok bool) {
 	list = []node{}
-	for p.peek() != 'E' {
+	for p.in.peek() != 'E' {
 		n := item()
 		if n == nil {
 			return nil, false
 		}
 		list = append(list, n)
 	}
-	p.pos++
+	p.in.pos++
 	return list, true
 }
 
 func (p *parser) templateArg() node {
-	switch p.peek() {
+	switch p.in.peek() {
 	case 'X':
-		p.pos++
+		p.in.pos++
 		e := p.expression()
-		if e == nil || !p.expect('E', "end of template argument expression") {
+		if e == nil || !p.in.expect('E', "end of template argument expression") {
 			return nil
 		}
 		return e
 	case 'L':
 		return p.exprPrimary()
 	case 'J', 'I': // old GCC manglings wrote argument packs as I...E
-		p.pos++
+		p.in.pos++
 		elems, ok := p.listToE(p.templateArg)
 		if !ok {
 			return nil
 		}
 		return &packN{elems: elems}
 	case 0:
-		return p.fail("name ends inside template arguments")
+		return p.in.fail("name ends inside template arguments")
 	}
 	return p.typ()
 }

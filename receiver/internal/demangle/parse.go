@@ -8,16 +8,23 @@ import (
 // parser is a recursive-descent parser for the Itanium C++ ABI grammar
 // (https://itanium-cxx-abi.github.io/cxx-abi/abi.html#mangling).
 type parser struct {
-	s     string
-	pos   int
-	subs  []node // substitution candidates, S_ = subs[0]
-	depth int
-	nodes int
-	err   *Error
+	in   cursor
+	subs []node // substitution candidates, S_ = subs[0]
 
 	convType int  // >0 while parsing the type of a conversion operator
 	lastName node // last source name outside template arguments (ctor names)
 	retries  int  // re-parses of ambiguous "sr" scopes, at most maxRetries
+}
+
+// cursor is the position in the mangled name, the limits on the work
+// spent on it, and the first error: the lexical layer the parser's
+// productions read through.
+type cursor struct {
+	s     string
+	pos   int
+	depth int
+	nodes int
+	err   *Error
 }
 
 // nameInfo reports facts about a parsed name that decide how the function
@@ -29,63 +36,63 @@ type nameInfo struct {
 	ref      string // member function ref-qualifier
 }
 
-func (p *parser) fail(format string, args ...any) node {
-	if p.err == nil {
-		p.err = &Error{Offset: p.pos, Reason: fmt.Sprintf(format, args...)}
+func (in *cursor) fail(format string, args ...any) node {
+	if in.err == nil {
+		in.err = &Error{Offset: in.pos, Reason: fmt.Sprintf(format, args...)}
 	}
 	return nil
 }
 
-func (p *parser) peek() byte {
-	if p.pos < len(p.s) {
-		return p.s[p.pos]
+func (in *cursor) peek() byte {
+	if in.pos < len(in.s) {
+		return in.s[in.pos]
 	}
 	return 0
 }
 
-func (p *parser) peekAt(i int) byte {
-	if p.pos+i < len(p.s) {
-		return p.s[p.pos+i]
+func (in *cursor) peekAt(i int) byte {
+	if in.pos+i < len(in.s) {
+		return in.s[in.pos+i]
 	}
 	return 0
 }
 
-func (p *parser) consume(c byte) bool {
-	if p.peek() == c {
-		p.pos++
+func (in *cursor) consume(c byte) bool {
+	if in.peek() == c {
+		in.pos++
 		return true
 	}
 	return false
 }
 
-func (p *parser) expect(c byte, what string) bool {
-	if p.consume(c) {
+func (in *cursor) expect(c byte, what string) bool {
+	if in.consume(c) {
 		return true
 	}
-	if p.pos >= len(p.s) {
-		p.fail("name ends where %q (%s) was expected", c, what)
+	if in.pos >= len(in.s) {
+		in.fail("name ends where %q (%s) was expected", c, what)
 	} else {
-		p.fail("expected %q (%s), found %q", c, what, p.s[p.pos])
+		in.fail("expected %q (%s), found %q", c, what, in.s[in.pos])
 	}
 	return false
 }
 
 // enter guards recursion depth and the number of nodes built.
-func (p *parser) enter() bool {
-	p.depth++
-	p.nodes++
-	if p.depth > maxDepth {
-		p.fail("nesting deeper than %d", maxDepth)
+func (in *cursor) enter() bool {
+	in.depth++
+	in.nodes++
+	if in.depth > maxDepth {
+		in.fail("nesting deeper than %d", maxDepth)
 		return false
 	}
-	if p.nodes > maxNodes {
-		p.fail("more than %d components", maxNodes)
+	if in.nodes > maxNodes {
+		in.fail("more than %d components", maxNodes)
 		return false
 	}
-	return p.err == nil
+	return in.err == nil
 }
 
-func (p *parser) leave() { p.depth-- }
+func (in *cursor) leave() { in.depth-- }
 
 func (p *parser) addSub(n node) {
 	if n != nil {
@@ -94,20 +101,20 @@ func (p *parser) addSub(n node) {
 }
 
 // number reads [n] <decimal>, returning the value and whether it was negative.
-func (p *parser) number() (int, bool) {
-	neg := p.consume('n')
-	start := p.pos
-	for isDigit(p.peek()) {
-		p.pos++
+func (in *cursor) number() (int, bool) {
+	neg := in.consume('n')
+	start := in.pos
+	for isDigit(in.peek()) {
+		in.pos++
 	}
-	if start == p.pos {
-		p.fail("expected a number")
+	if start == in.pos {
+		in.fail("expected a number")
 		return 0, false
 	}
-	v, err := strconv.Atoi(p.s[start:p.pos])
+	v, err := strconv.Atoi(in.s[start:in.pos])
 	if err != nil || v > maxInput {
-		p.pos = start
-		p.fail("number %q out of range", p.s[start:p.pos])
+		in.pos = start
+		in.fail("number %q out of range", in.s[start:in.pos])
 		return 0, false
 	}
 	return v, neg
@@ -115,42 +122,42 @@ func (p *parser) number() (int, bool) {
 
 // seqID reads a base-36 <seq-id> up to '_' and returns it plus one; a bare
 // '_' gives 0.
-func (p *parser) seqID() int {
-	if p.consume('_') {
+func (in *cursor) seqID() int {
+	if in.consume('_') {
 		return 0
 	}
 	v := 0
 	for {
-		c := p.peek()
+		c := in.peek()
 		switch {
 		case isDigit(c):
 			v = v*36 + int(c-'0')
 		case isUpper(c):
 			v = v*36 + int(c-'A') + 10
 		case c == '_':
-			p.pos++
+			in.pos++
 			return v + 1
 		default:
-			p.fail("bad character in sequence id")
+			in.fail("bad character in sequence id")
 			return -1
 		}
 		if v > maxNodes {
-			p.fail("sequence id out of range")
+			in.fail("sequence id out of range")
 			return -1
 		}
-		p.pos++
+		in.pos++
 	}
 }
 
 // encoding parses <encoding>: a function (name + types), data (name) or a
 // special name.
 func (p *parser) encoding() node {
-	if !p.enter() {
+	if !p.in.enter() {
 		return nil
 	}
-	defer p.leave()
-	c := p.peek()
-	if c == 'T' || (c == 'G' && (p.peekAt(1) == 'V' || p.peekAt(1) == 'R' || p.peekAt(1) == 'T' || p.peekAt(1) == 'A')) {
+	defer p.in.leave()
+	c := p.in.peek()
+	if c == 'T' || (c == 'G' && (p.in.peekAt(1) == 'V' || p.in.peekAt(1) == 'R' || p.in.peekAt(1) == 'T' || p.in.peekAt(1) == 'A')) {
 		return p.specialName()
 	}
 	var info nameInfo
@@ -158,7 +165,7 @@ func (p *parser) encoding() node {
 	if name == nil {
 		return nil
 	}
-	c = p.peek()
+	c = p.in.peek()
 	if c == 0 || c == 'E' || c == '.' {
 		if info.cv+info.ref != "" {
 			return &qualTypeN{child: name, q: info.cv + info.ref}
@@ -184,8 +191,8 @@ func (p *parser) encoding() node {
 func (p *parser) paramTypes() ([]node, bool) {
 	var params []node
 	for {
-		c := p.peek()
-		if c == 0 || c == 'E' || c == '.' || (c == 'R' || c == 'O') && p.peekAt(1) == 'E' {
+		c := p.in.peek()
+		if c == 0 || c == 'E' || c == '.' || (c == 'R' || c == 'O') && p.in.peekAt(1) == 'E' {
 			break
 		}
 		t := p.typ()
@@ -195,7 +202,7 @@ func (p *parser) paramTypes() ([]node, bool) {
 		params = append(params, t)
 	}
 	if len(params) == 0 {
-		p.fail("function has no parameter types")
+		p.in.fail("function has no parameter types")
 		return nil, false
 	}
 	return dropVoid(params), true
@@ -213,8 +220,8 @@ func dropVoid(params []node) []node {
 
 // specialName parses virtual tables, typeinfo, guard variables and thunks.
 func (p *parser) specialName() node {
-	two := p.s[p.pos:min(len(p.s), p.pos+2)]
-	p.pos += len(two)
+	two := p.in.s[p.in.pos:min(len(p.in.s), p.in.pos+2)]
+	p.in.pos += len(two)
 	typeOf := func(prefix string) node {
 		t := p.typ()
 		if t == nil {
@@ -232,7 +239,7 @@ func (p *parser) specialName() node {
 	case "TS":
 		return typeOf("typeinfo name for ")
 	case "Th", "Tv":
-		if !p.callOffset(two[1]) {
+		if !p.in.callOffset(two[1]) {
 			return nil
 		}
 		e := p.encoding()
@@ -244,7 +251,7 @@ func (p *parser) specialName() node {
 		}
 		return &specialN{prefix: "virtual thunk to ", child: e}
 	case "Tc":
-		if !p.callOffset(p.consumeAny()) || !p.callOffset(p.consumeAny()) {
+		if !p.in.callOffset(p.in.consumeAny()) || !p.in.callOffset(p.in.consumeAny()) {
 			return nil
 		}
 		e := p.encoding()
@@ -257,8 +264,8 @@ func (p *parser) specialName() node {
 		if derived == nil {
 			return nil
 		}
-		p.number()
-		if !p.expect('_', "construction vtable") {
+		p.in.number()
+		if !p.in.expect('_', "construction vtable") {
 			return nil
 		}
 		base := p.typ()
@@ -290,10 +297,10 @@ func (p *parser) specialName() node {
 			return nil
 		}
 		id := 0
-		if p.peek() != '_' {
-			id = p.seqID()
+		if p.in.peek() != '_' {
+			id = p.in.seqID()
 		} else {
-			p.pos++
+			p.in.pos++
 		}
 		return &specialN{prefix: fmt.Sprintf("reference temporary #%d for ", id), child: n}
 	case "GA":
@@ -303,7 +310,7 @@ func (p *parser) specialName() node {
 		}
 		return &specialN{prefix: "hidden alias for ", child: e}
 	case "GT":
-		k := p.consumeAny()
+		k := p.in.consumeAny()
 		e := p.encoding()
 		if e == nil {
 			return nil
@@ -313,33 +320,33 @@ func (p *parser) specialName() node {
 		}
 		return &specialN{prefix: "transaction clone for ", child: e}
 	}
-	p.pos -= len(two)
-	return p.fail("unknown special name %q", two)
+	p.in.pos -= len(two)
+	return p.in.fail("unknown special name %q", two)
 }
 
-func (p *parser) consumeAny() byte {
-	c := p.peek()
+func (in *cursor) consumeAny() byte {
+	c := in.peek()
 	if c != 0 {
-		p.pos++
+		in.pos++
 	}
 	return c
 }
 
 // callOffset parses h <number> _ or v <number> _ <number> _ (after the
 // kind letter, which the caller consumed).
-func (p *parser) callOffset(kind byte) bool {
+func (in *cursor) callOffset(kind byte) bool {
 	switch kind {
 	case 'h':
-		p.number()
-		return p.expect('_', "call offset")
+		in.number()
+		return in.expect('_', "call offset")
 	case 'v':
-		p.number()
-		if !p.expect('_', "call offset") {
+		in.number()
+		if !in.expect('_', "call offset") {
 			return false
 		}
-		p.number()
-		return p.expect('_', "call offset")
+		in.number()
+		return in.expect('_', "call offset")
 	}
-	p.fail("bad call offset kind %q", kind)
+	in.fail("bad call offset kind %q", kind)
 	return false
 }

@@ -24,20 +24,20 @@ var ptrSyms = [256]string{'P': "*", 'R': "&", 'O': "&&"}
 
 // typ parses <type>, adding substitution candidates as the ABI requires.
 func (p *parser) typ() node {
-	if !p.enter() {
+	if !p.in.enter() {
 		return nil
 	}
-	defer p.leave()
-	c := p.peek()
+	defer p.in.leave()
+	c := p.in.peek()
 	if name := builtins[c]; name != "" {
-		p.pos++
+		p.in.pos++
 		return &builtinN{s: name, code: string(c)}
 	}
 	var t node
 	switch c {
 	case 'r', 'V', 'K':
-		q := p.cvQualifiers()
-		if p.peek() == 'F' || (p.peek() == 'D' && strings.IndexByte("oOwx", p.peekAt(1)) >= 0) {
+		q := p.in.cvQualifiers()
+		if p.in.peek() == 'F' || (p.in.peek() == 'D' && strings.IndexByte("oOwx", p.in.peekAt(1)) >= 0) {
 			f := p.functionType()
 			if f == nil {
 				return nil
@@ -55,13 +55,13 @@ func (p *parser) typ() node {
 		}
 		t = &qualTypeN{child: inner, q: q}
 	case 'U':
-		p.pos++
+		p.in.pos++
 		q := p.sourceName()
 		if q == nil {
 			return nil
 		}
 		qs := q.(*nameN).s
-		if p.peek() == 'I' {
+		if p.in.peek() == 'I' {
 			args := p.templateArgs()
 			if args == nil {
 				return nil
@@ -76,14 +76,14 @@ func (p *parser) typ() node {
 		}
 		t = &qualTypeN{child: inner, q: " " + qs}
 	case 'P', 'R', 'O':
-		p.pos++
+		p.in.pos++
 		inner := p.typ()
 		if inner == nil {
 			return nil
 		}
 		t = &ptrN{child: inner, sym: ptrSyms[c]}
 	case 'C', 'G':
-		p.pos++
+		p.in.pos++
 		inner := p.typ()
 		if inner == nil {
 			return nil
@@ -97,7 +97,7 @@ func (p *parser) typ() node {
 	case 'A':
 		t = p.arrayType()
 	case 'M':
-		p.pos++
+		p.in.pos++
 		cls := p.typ()
 		if cls == nil {
 			return nil
@@ -108,8 +108,8 @@ func (p *parser) typ() node {
 		}
 		t = &ptrMemN{cls: cls, mem: mem}
 	case 'T':
-		if d := p.peekAt(1); d == 's' || d == 'u' || d == 'e' {
-			p.pos += 2
+		if d := p.in.peekAt(1); d == 's' || d == 'u' || d == 'e' {
+			p.in.pos += 2
 			var info nameInfo
 			t = p.name(&info)
 			break
@@ -118,7 +118,7 @@ func (p *parser) typ() node {
 		if t == nil {
 			return nil
 		}
-		if p.peek() == 'I' && p.convType == 0 {
+		if p.in.peek() == 'I' && p.convType == 0 {
 			p.addSub(t)
 			args := p.templateArgs()
 			if args == nil {
@@ -127,7 +127,7 @@ func (p *parser) typ() node {
 			t = &tmplN{name: t, args: args}
 		}
 	case 'S':
-		if p.peekAt(1) == 't' {
+		if p.in.peekAt(1) == 't' {
 			var info nameInfo
 			t = p.name(&info)
 			break
@@ -136,7 +136,7 @@ func (p *parser) typ() node {
 		if s == nil {
 			return nil
 		}
-		if p.peek() != 'I' {
+		if p.in.peek() != 'I' {
 			return s
 		}
 		args := p.templateArgs()
@@ -145,35 +145,35 @@ func (p *parser) typ() node {
 		}
 		t = &tmplN{name: s, args: args}
 	case 'D':
-		d := p.peekAt(1)
+		d := p.in.peekAt(1)
 		if name := dBuiltins[d]; name != "" {
-			p.pos += 2
+			p.in.pos += 2
 			return &builtinN{s: name, code: "D" + string(d)}
 		}
 		switch d {
 		case 'F':
-			p.pos += 2
-			start := p.pos
-			n, _ := p.number()
-			if p.err != nil {
+			p.in.pos += 2
+			start := p.in.pos
+			n, _ := p.in.number()
+			if p.in.err != nil {
 				return nil
 			}
-			bits := p.s[start:p.pos]
-			if p.consume('b') {
+			bits := p.in.s[start:p.in.pos]
+			if p.in.consume('b') {
 				if n != 16 {
-					return p.fail("bad std::bfloat width")
+					return p.in.fail("bad std::bfloat width")
 				}
 				return &builtinN{s: "std::bfloat16_t", code: "DF16b"}
 			}
-			if p.consume('x') {
+			if p.in.consume('x') {
 				return &builtinN{s: "_Float" + bits + "x", code: "DF"}
 			}
-			if !p.expect('_', "_FloatN") {
+			if !p.in.expect('_', "_FloatN") {
 				return nil
 			}
 			return &builtinN{s: "_Float" + bits, code: "DF"}
 		case 'p':
-			p.pos += 2
+			p.in.pos += 2
 			inner := p.typ()
 			if inner == nil {
 				return nil
@@ -182,18 +182,18 @@ func (p *parser) typ() node {
 		case 't', 'T':
 			t = p.decltype()
 		case 'v':
-			p.pos += 2
+			p.in.pos += 2
 			v := &vectorN{}
-			if isDigit(p.peek()) {
-				start := p.pos
-				p.number()
-				v.dim = &nameN{p.s[start:p.pos]}
-			} else if p.peek() != '_' {
+			if isDigit(p.in.peek()) {
+				start := p.in.pos
+				p.in.number()
+				v.dim = &nameN{p.in.s[start:p.in.pos]}
+			} else if p.in.peek() != '_' {
 				if v.dim = p.expression(); v.dim == nil {
 					return nil
 				}
 			}
-			if !p.expect('_', "vector size") {
+			if !p.in.expect('_', "vector size") {
 				return nil
 			}
 			if v.child = p.typ(); v.child == nil {
@@ -203,10 +203,10 @@ func (p *parser) typ() node {
 		case 'o', 'O', 'w', 'x':
 			t = p.functionType()
 		default:
-			return p.fail("unknown type code D%c", d)
+			return p.in.fail("unknown type code D%c", d)
 		}
 	case 'u':
-		p.pos++
+		p.in.pos++
 		n := p.sourceName()
 		if n == nil {
 			return nil
@@ -219,9 +219,9 @@ func (p *parser) typ() node {
 			t = &qualTypeN{child: t, q: info.cv + info.ref}
 		}
 	case 0:
-		return p.fail("name ends where a type was expected")
+		return p.in.fail("name ends where a type was expected")
 	default:
-		return p.fail("unexpected %q where a type was expected", c)
+		return p.in.fail("unexpected %q where a type was expected", c)
 	}
 	if t == nil {
 		return nil
@@ -231,10 +231,10 @@ func (p *parser) typ() node {
 }
 
 // cvQualifiers parses [r] [V] [K] and returns the text c++filt appends.
-func (p *parser) cvQualifiers() string {
+func (in *cursor) cvQualifiers() string {
 	var r, v, k bool
 	for {
-		switch p.peek() {
+		switch in.peek() {
 		case 'r':
 			r = true
 		case 'V':
@@ -244,7 +244,7 @@ func (p *parser) cvQualifiers() string {
 		default:
 			goto done
 		}
-		p.pos++
+		in.pos++
 	}
 done:
 	q := ""
@@ -274,15 +274,15 @@ func dropRepeated(q, inner string) string {
 // functionType parses [exception spec] [Dx] F [Y] <types> [R|O] E.
 func (p *parser) functionType() node {
 	f := &funcTypeN{}
-	for p.peek() == 'D' {
-		switch p.peekAt(1) {
+	for p.in.peek() == 'D' {
+		switch p.in.peekAt(1) {
 		case 'o':
-			p.pos += 2
+			p.in.pos += 2
 			f.exc = " noexcept"
 		case 'O':
-			p.pos += 2
+			p.in.pos += 2
 			e := p.expression()
-			if e == nil || !p.expect('E', "end of noexcept expression") {
+			if e == nil || !p.in.expect('E', "end of noexcept expression") {
 				return nil
 			}
 			pr := newPrinter()
@@ -290,9 +290,9 @@ func (p *parser) functionType() node {
 			s, _ := pr.result()
 			f.exc = " noexcept(" + s + ")"
 		case 'w':
-			p.pos += 2
+			p.in.pos += 2
 			var ts []string
-			for p.peek() != 'E' {
+			for p.in.peek() != 'E' {
 				t := p.typ()
 				if t == nil {
 					return nil
@@ -302,31 +302,31 @@ func (p *parser) functionType() node {
 				s, _ := pr.result()
 				ts = append(ts, s)
 			}
-			p.pos++
+			p.in.pos++
 			f.exc = " throw(" + strings.Join(ts, ", ") + ")"
 		case 'x':
-			p.pos += 2
+			p.in.pos += 2
 			f.exc += " transaction_safe"
 		default:
-			return p.fail("unexpected D%c before a function type", p.peekAt(1))
+			return p.in.fail("unexpected D%c before a function type", p.in.peekAt(1))
 		}
 	}
-	if !p.expect('F', "function type") {
+	if !p.in.expect('F', "function type") {
 		return nil
 	}
-	p.consume('Y')
+	p.in.consume('Y')
 	if f.ret = p.typ(); f.ret == nil {
 		return nil
 	}
 	for {
-		c := p.peek()
+		c := p.in.peek()
 		if c == 'E' {
-			p.pos++
+			p.in.pos++
 			break
 		}
-		if (c == 'R' || c == 'O') && p.peekAt(1) == 'E' {
+		if (c == 'R' || c == 'O') && p.in.peekAt(1) == 'E' {
 			f.ref = " " + ptrSyms[c]
-			p.pos += 2
+			p.in.pos += 2
 			break
 		}
 		t := p.typ()
@@ -341,18 +341,18 @@ func (p *parser) functionType() node {
 
 // arrayType parses A [<dimension>] _ <element type>.
 func (p *parser) arrayType() node {
-	p.pos++ // A
+	p.in.pos++ // A
 	a := &arrayN{}
-	if isDigit(p.peek()) {
-		start := p.pos
-		p.number()
-		a.dim = &nameN{p.s[start:p.pos]}
-	} else if p.peek() != '_' {
+	if isDigit(p.in.peek()) {
+		start := p.in.pos
+		p.in.number()
+		a.dim = &nameN{p.in.s[start:p.in.pos]}
+	} else if p.in.peek() != '_' {
 		if a.dim = p.expression(); a.dim == nil {
 			return nil
 		}
 	}
-	if !p.expect('_', "array dimension") {
+	if !p.in.expect('_', "array dimension") {
 		return nil
 	}
 	if a.child = p.typ(); a.child == nil {
@@ -363,9 +363,9 @@ func (p *parser) arrayType() node {
 
 // decltype parses Dt/DT <expression> E.
 func (p *parser) decltype() node {
-	p.pos += 2
+	p.in.pos += 2
 	e := p.expression()
-	if e == nil || !p.expect('E', "end of decltype") {
+	if e == nil || !p.in.expect('E', "end of decltype") {
 		return nil
 	}
 	return &exprN{kind: exParen, op: "decltype ", args: []node{e}}

@@ -156,14 +156,14 @@ func (d *Def) classifyRing() {
 		return
 	}
 	h := d.Dec.Span()
-	d.ringSpan = h.OK
+	d.rec.ringSpan = h.OK
 	descs := d.Dec.Fields()
-	d.tsField = findField(descs, timestampNames, true)
-	d.devField = findField(descs, deviceNames, false)
+	d.rec.tsField = findField(descs, timestampNames, true)
+	d.rec.devField = findField(descs, deviceNames, false)
 	if h.OK {
-		d.tids = append(d.tids, h.Start, h.End)
-	} else if d.tsField >= 0 {
-		d.tids = append(d.tids, d.tsField)
+		d.rec.tids = append(d.rec.tids, h.Start, h.End)
+	} else if d.rec.tsField >= 0 {
+		d.rec.tids = append(d.rec.tids, d.rec.tsField)
 	}
 }
 

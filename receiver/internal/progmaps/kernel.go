@@ -90,7 +90,7 @@ func newHostDef(km KernelMap, id uint32) (*Def, error) {
 		return nil, errors.New("no map spec or no kernel map")
 	}
 	d := &Def{Object: km.Object, Name: km.Name, Type: jit.MapType(km.Spec.Type), ID: id, Lanes: 1,
-		metricBase: "gpuprobe.map." + km.Name, tsField: -1, devField: -1, pidField: -1, hostClock: true}
+		metricBase: "gpuprobe.map." + km.Name, rec: recordLayout{tsField: -1, devField: -1, pidField: -1, hostClock: true}}
 	switch km.Spec.Type {
 	case ebpf.Array:
 		if km.Map.Type() != ebpf.Array || km.Map.KeySize() != 4 {
@@ -116,10 +116,10 @@ func newHostDef(km KernelMap, id uint32) (*Def, error) {
 		return nil, err
 	}
 	if d.Kind == shm.KindRing {
-		d.pidField = findField(d.Dec.Fields(), pidNames, false)
-		if d.pidField >= 0 {
-			desc := d.Dec.Fields()[d.pidField]
-			d.pidIsTgid = desc.Size == 8 && lastSegment(desc.Name) == "pid_tgid"
+		d.rec.pidField = findField(d.Dec.Fields(), pidNames, false)
+		if d.rec.pidField >= 0 {
+			desc := d.Dec.Fields()[d.rec.pidField]
+			d.rec.pidIsTgid = desc.Size == 8 && lastSegment(desc.Name) == "pid_tgid"
 		}
 	}
 	return d, nil

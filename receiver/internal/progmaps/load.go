@@ -58,16 +58,21 @@ type Def struct {
 	Lanes      uint32      // per-thread/per-warp arrays: threads/warps per key; else 1
 	SlotSize   uint32      // rings: bytes per slot, 16-byte slot header included
 	Dec        *btfdecode.Decoder
-	fields     []field // one per decoder field
-	ringSpan   bool    // ring records carry start/end: spans, not events
-	tsField    int     // ring records: index of the event timestamp field, or -1
-	devField   int     // ring records: index of a device field, or -1
-	tids       []int   // ring records: fields that are not span attributes
-	metricBase string  // "gpuprobe.map.<name>"
-	hostClock  bool    // host programs' maps: times are CLOCK_MONOTONIC, not %globaltimer
-	pidField   int     // host ring records: index of a pid field, or -1
-	pidIsTgid  bool    // ... which is a pid_tgid (tgid in the upper 32 bits)
-	seeds      []seed  // arrays: initial values (programs[i]::map_values)
+	fields     []field      // one per decoder field
+	rec        recordLayout // ring records: how they map to spans and events
+	metricBase string       // "gpuprobe.map.<name>"
+	seeds      []seed       // arrays: initial values (programs[i]::map_values)
+}
+
+// recordLayout is how a ring's records map to spans or events.
+type recordLayout struct {
+	ringSpan  bool  // ring records carry start/end: spans, not events
+	tsField   int   // ring records: index of the event timestamp field, or -1
+	devField  int   // ring records: index of a device field, or -1
+	tids      []int // ring records: fields that are not span attributes
+	hostClock bool  // host programs' maps: times are CLOCK_MONOTONIC, not %globaltimer
+	pidField  int   // host ring records: index of a pid field, or -1
+	pidIsTgid bool  // ... which is a pid_tgid (tgid in the upper 32 bits)
 }
 
 // field says how one decoded field of an array value is reported.
@@ -183,7 +188,7 @@ func newDef(path string, m *jit.Map, ms *ebpf.MapSpec, o Options) (*Def, error) 
 		return nil, errors.New("value size 0")
 	}
 	d := &Def{Object: path, Name: m.Name, Type: m.Type, ValueSize: m.ValueSize, Lanes: 1,
-		metricBase: "gpuprobe.map." + m.Name, tsField: -1, devField: -1, pidField: -1}
+		metricBase: "gpuprobe.map." + m.Name, rec: recordLayout{tsField: -1, devField: -1, pidField: -1}}
 	entries := m.MaxEntries
 	if entries == 0 {
 		entries = o.MapEntries

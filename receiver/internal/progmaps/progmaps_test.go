@@ -90,8 +90,8 @@ func TestLoad(t *testing.T) {
 			t.Errorf("%s: id %d kind %v keys %d lanes %d slot %d, want kind %v keys %d lanes %d slot %d",
 				d.Name, d.ID, d.Kind, d.Keys, d.Lanes, d.SlotSize, w.kind, w.keys, w.lanes, w.slot)
 		}
-		if d.ringSpan != w.span || (d.tsField >= 0) != w.hasTS {
-			t.Errorf("%s: span %v ts %d, want span %v ts %v", d.Name, d.ringSpan, d.tsField, w.span, w.hasTS)
+		if d.rec.ringSpan != w.span || (d.rec.tsField >= 0) != w.hasTS {
+			t.Errorf("%s: span %v ts %d, want span %v ts %v", d.Name, d.rec.ringSpan, d.rec.tsField, w.span, w.hasTS)
 		}
 		if w.fieldMetrics != nil {
 			var got []string

@@ -93,15 +93,15 @@ func pidOf(in *Instance, d *Def, fs []btfdecode.Field) uint32 {
 	if !in.Host {
 		return in.PID
 	}
-	if d.pidField < 0 || fs[d.pidField].Absent {
+	if d.rec.pidField < 0 || fs[d.rec.pidField].Absent {
 		return 0
 	}
-	f := &fs[d.pidField]
+	f := &fs[d.rec.pidField]
 	v := f.Uint
 	if f.Kind == btfdecode.KindInt {
 		v = uint64(f.Int)
 	}
-	if d.pidIsTgid {
+	if d.rec.pidIsTgid {
 		v >>= 32 // bpf_get_current_pid_tgid: tgid in the upper half
 	}
 	return uint32(v)
@@ -207,7 +207,7 @@ func (c *Collector) record(in *Instance, d *Def, p []byte, now time.Time, b *bat
 			c.logCut(d, len(p))
 		}
 	}
-	if d.ringSpan && !fs[d.Dec.Span().Start].Absent && !fs[d.Dec.Span().End].Absent {
+	if d.rec.ringSpan && !fs[d.Dec.Span().Start].Absent && !fs[d.Dec.Span().End].Absent {
 		c.recordSpan(in, d, fs, now)
 	} else {
 		c.recordEvent(in, d, fs, now, b)
@@ -228,10 +228,10 @@ func (c *Collector) logCut(d *Def, n int) {
 // gpuTime maps a %globaltimer reading of the record's device onto the host
 // clock; without a calibration it returns now and false.
 //
-// Host programs' records (d.hostClock) carry bpf_ktime_get_ns, which is
+// Host programs' records (d.rec.hostClock) carry bpf_ktime_get_ns, which is
 // CLOCK_MONOTONIC: they are mapped with the monotonic offset instead.
 func (c *Collector) gpuTime(in *Instance, d *Def, fs []btfdecode.Field, ns uint64, now time.Time) (pcommon.Timestamp, bool) {
-	if d.hostClock {
+	if d.rec.hostClock {
 		if r, ok := c.o.Clock.MonoToReal(ns); ok {
 			return pcommon.Timestamp(r), true
 		}
@@ -239,8 +239,8 @@ func (c *Collector) gpuTime(in *Instance, d *Def, fs []btfdecode.Field, ns uint6
 	}
 	var dev uint32
 	switch {
-	case d.devField >= 0 && !fs[d.devField].Absent:
-		dev = uint32(fs[d.devField].Uint)
+	case d.rec.devField >= 0 && !fs[d.rec.devField].Absent:
+		dev = uint32(fs[d.rec.devField].Uint)
 	case c.o.Device != nil:
 		dev = c.o.Device(in.Src)
 	}
@@ -284,8 +284,8 @@ func (c *Collector) recordSpan(in *Instance, d *Def, fs []btfdecode.Field, now t
 
 func (c *Collector) recordEvent(in *Instance, d *Def, fs []btfdecode.Field, now time.Time, b *batch) {
 	ts, ok := pcommon.NewTimestampFromTime(now), true
-	if d.tsField >= 0 && !fs[d.tsField].Absent {
-		ts, ok = c.gpuTime(in, d, fs, fs[d.tsField].Uint, now)
+	if d.rec.tsField >= 0 && !fs[d.rec.tsField].Absent {
+		ts, ok = c.gpuTime(in, d, fs, fs[d.rec.tsField].Uint, now)
 		if !ok {
 			c.counters.Unmapped++
 		}
@@ -349,7 +349,7 @@ func putFields(a pcommon.Map, d *Def, fs []btfdecode.Field) {
 }
 
 func isTime(d *Def, i int) bool {
-	for _, t := range d.tids {
+	for _, t := range d.rec.tids {
 		if t == i {
 			return true
 		}

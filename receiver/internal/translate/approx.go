@@ -101,10 +101,10 @@ type openLaunch struct {
 }
 
 // deferCall queues c of p in enter_ns order until its grace has passed.
-func (t *Translator) deferCall(p *hostProc, c *hostCall, now time.Time) {
-	if len(p.deferred)-p.dhead >= t.o.MaxHostCalls {
-		t.counters.HostCallsEvicted++
-		t.releaseOne(p, now)
+func (ht *hostTable) deferCall(p *hostProc, c *hostCall, now time.Time) {
+	if len(p.deferred)-p.dhead >= ht.o.Host.MaxHostCalls {
+		ht.counters.HostCallsEvicted++
+		ht.releaseOne(p, now)
 	}
 	p.deferred = append(p.deferred, c)
 	i := len(p.deferred) - 1
@@ -118,19 +118,19 @@ func (t *Translator) deferCall(p *hostProc, c *hostCall, now time.Time) {
 // releaseDeferred handles the deferred calls of p whose grace has passed
 // (all of them with force), in enter_ns order. A call waits until every
 // call before it in that order is released.
-func (t *Translator) releaseDeferred(p *hostProc, now time.Time, force bool) {
+func (ht *hostTable) releaseDeferred(p *hostProc, now time.Time, force bool) {
 	for p.dhead < len(p.deferred) {
 		c := p.deferred[p.dhead]
-		if !c.taken && !force && now.Sub(c.arrived) < t.hostGrace() {
+		if !c.taken && !force && now.Sub(c.arrived) < ht.grace() {
 			break
 		}
-		t.releaseOne(p, now)
+		ht.releaseOne(p, now)
 	}
 	p.deferred, p.dhead = compact(p.deferred, p.dhead)
 }
 
 // releaseOne handles the first deferred call of p.
-func (t *Translator) releaseOne(p *hostProc, now time.Time) {
+func (ht *hostTable) releaseOne(p *hostProc, now time.Time) {
 	c := p.deferred[p.dhead]
 	p.deferred[p.dhead] = nil
 	p.dhead++
@@ -148,76 +148,76 @@ func (t *Translator) releaseOne(p *hostProc, now time.Time) {
 			c.children = append(c.children, d)
 		}
 	}
-	t.handleReleased(p, c, now)
+	ht.handleReleased(p, c, now)
 }
 
 // handleReleased turns a released call into spans or opens it as a
 // shim-less launch, and applies its closing rule.
-func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
+func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 	r := &c.rec
 	returned := r.Flags&record.HostCallReturned != 0
 	switch r.API.Category() {
 	case record.HostCatLaunch:
-		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
-			if cp, ok := p.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= cp.since {
-				t.counters.ApproxCaptured++
-				if sp, ok := t.emitStandalone(p, c); ok {
+		if !p.shim && returned && r.Ret == 0 && !ht.o.Host.NoApproximateKernels {
+			if cp, ok := p.shimless.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= cp.since {
+				ht.counters.ApproxCaptured++
+				if sp, ok := ht.spans.emitStandalone(p, c); ok {
 					sp.Attributes().PutBool("cuda.graph.captured", true)
 				}
 				return
 			}
 			p.legacyOrder(keyOf(r.API, r.Args[5], r.TID), r.EnterNS)
-			t.openLaunch(p, c, now)
+			ht.openLaunch(p, c, now)
 			return
 		}
-		t.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		return
 	case record.HostCatGraphLaunch:
-		if !p.shim && returned && r.Ret == 0 && !t.o.NoApproximateKernels {
+		if !p.shim && returned && r.Ret == 0 && !ht.o.Host.NoApproximateKernels {
 			p.legacyOrder(keyOf(r.API, r.Args[5], r.TID), r.EnterNS)
-			t.openLaunch(p, c, now)
+			ht.openLaunch(p, c, now)
 			return
 		}
-		t.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 	case record.HostCatCapture:
-		t.emitStandalone(p, c)
-		t.captureCall(p, r)
+		ht.spans.emitStandalone(p, c)
+		ht.captureCall(p, r)
 	case record.HostCatEvent:
-		t.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		if returned && r.Ret == 0 {
 			if !p.shim {
 				p.legacyOrder(eventStream(r), r.EnterNS)
 			}
-			t.eventCall(p, r)
+			ht.eventCall(p, r)
 		}
 	case record.HostCatStream:
-		t.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		if returned && r.Ret == 0 {
 			p.streamCall(r)
 		}
 	case record.HostCatSync:
-		t.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		if !returned {
 			return
 		}
 		switch r.API {
 		case record.HostCudaStreamSynchronize, record.HostCudaStreamSynchronizePts,
 			record.HostCuStreamSynchronize, record.HostCuStreamSynchronizePtsz:
-			t.closeStream(p, keyOf(r.API, r.Args[0], r.TID), r)
+			ht.closeStream(p, keyOf(r.API, r.Args[0], r.TID), r)
 		case record.HostCudaDeviceSynchronize, record.HostCuCtxSynchronize:
-			for k := range p.streams {
-				t.closeStream(p, k, r)
+			for k := range p.shimless.streams {
+				ht.closeStream(p, k, r)
 			}
 		case record.HostCudaEventSynchronize, record.HostCuEventSynchronize:
-			if e, ok := p.events[r.Args[0]]; ok && !e.captured {
+			if e, ok := p.shimless.events[r.Args[0]]; ok && !e.captured {
 				// What the event covers: the work enqueued before its record.
 				upTo := *r
 				upTo.EnterNS = min(r.EnterNS, e.at)
-				t.closeStream(p, e.stream, &upTo)
+				ht.closeStream(p, e.stream, &upTo)
 			}
 		}
 	case record.HostCatMemcpy:
-		t.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 		if !returned {
 			return
 		}
@@ -230,10 +230,10 @@ func (t *Translator) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			p.legacyOrder(k, r.EnterNS)
 		}
 		if !async {
-			t.closeStream(p, k, r)
+			ht.closeStream(p, k, r)
 		}
 	default:
-		t.emitStandalone(p, c)
+		ht.spans.emitStandalone(p, c)
 	}
 }
 
@@ -276,16 +276,16 @@ type eventRec struct {
 // failed or did not return opens nothing; an end ends the capture whether
 // it succeeded or not (a capture that fails as invalidated is over too),
 // for its stream and every stream that joined it.
-func (t *Translator) captureCall(p *hostProc, r *record.HostCall) {
+func (ht *hostTable) captureCall(p *hostProc, r *record.HostCall) {
 	k := keyOf(r.API, r.Args[0], r.TID)
 	if r.API.CaptureEnds() {
 		origin := k
-		if c, ok := p.capturing[k]; ok {
+		if c, ok := p.shimless.capturing[k]; ok {
 			origin = c.origin
 		}
-		for s, c := range p.capturing {
+		for s, c := range p.shimless.capturing {
 			if c.origin == origin {
-				delete(p.capturing, s)
+				delete(p.shimless.capturing, s)
 			}
 		}
 		return
@@ -298,18 +298,18 @@ func (t *Translator) captureCall(p *hostProc, r *record.HostCall) {
 
 // joinCapture makes stream k part of capture c.
 func (p *hostProc) joinCapture(k streamKey, c capture) {
-	if _, ok := p.capturing[k]; !ok && len(p.capturing) >= maxCapturing {
+	if _, ok := p.shimless.capturing[k]; !ok && len(p.shimless.capturing) >= maxCapturing {
 		return // a process that never ends its captures: its launches stay approximate
 	}
-	p.capturing[k] = c
+	p.shimless.capturing[k] = c
 }
 
 // eventCall applies a successful event record or stream wait: a record
 // notes where the event is (and whether in a capture), a wait on an event
 // recorded in a capture that is still open joins the waiting stream to it.
-func (t *Translator) eventCall(p *hostProc, r *record.HostCall) {
+func (ht *hostTable) eventCall(p *hostProc, r *record.HostCall) {
 	if r.API.WaitsEvent() {
-		e, ok := p.events[r.Args[1]]
+		e, ok := p.shimless.events[r.Args[1]]
 		if !ok {
 			return
 		}
@@ -318,20 +318,20 @@ func (t *Translator) eventCall(p *hostProc, r *record.HostCall) {
 			p.addWait(k, streamWait{at: r.EnterNS, src: e.stream, upTo: e.at})
 			return
 		}
-		if c, open := p.capturing[e.origin]; open && c.origin == e.origin && c.since <= e.at {
+		if c, open := p.shimless.capturing[e.origin]; open && c.origin == e.origin && c.since <= e.at {
 			p.joinCapture(k, capture{since: r.ExitNS, origin: e.origin})
 		}
 		return
 	}
 	k := eventStream(r)
 	e := eventRec{stream: k, at: r.EnterNS}
-	if c, ok := p.capturing[k]; ok && c.since <= r.EnterNS {
+	if c, ok := p.shimless.capturing[k]; ok && c.since <= r.EnterNS {
 		e.captured, e.origin = true, c.origin
 	}
-	if _, ok := p.events[r.Args[0]]; !ok && len(p.events) >= maxEvents {
-		clear(p.events) // forget them all rather than track which is oldest: event syncs close nothing until recorded again
+	if _, ok := p.shimless.events[r.Args[0]]; !ok && len(p.shimless.events) >= maxEvents {
+		clear(p.shimless.events) // forget them all rather than track which is oldest: event syncs close nothing until recorded again
 	}
-	p.events[r.Args[0]] = e
+	p.shimless.events[r.Args[0]] = e
 }
 
 // eventStream is the stream an event call works on: the waiting stream
@@ -345,25 +345,25 @@ func eventStream(r *record.HostCall) streamKey {
 }
 
 // openLaunch adds a shim-less launch to its stream's FIFO.
-func (t *Translator) openLaunch(p *hostProc, c *hostCall, now time.Time) {
-	if p.nOpen >= t.o.MaxHostCalls {
-		t.evictOpen(p)
+func (ht *hostTable) openLaunch(p *hostProc, c *hostCall, now time.Time) {
+	if p.shimless.nOpen >= ht.o.Host.MaxHostCalls {
+		ht.evictOpen(p)
 	}
 	k := keyOf(c.rec.API, c.rec.Args[5], c.rec.TID)
 	var kernel hostName
 	if c.rec.API.Category() == record.HostCatLaunch {
-		kernel = t.launchKernel(c)
+		kernel = ht.launchKernel(c)
 	}
-	p.streams[k] = append(p.streams[k], &openLaunch{call: c, kernel: kernel, at: now})
-	p.nOpen++
+	p.shimless.streams[k] = append(p.shimless.streams[k], &openLaunch{call: c, kernel: kernel, at: now})
+	p.shimless.nOpen++
 }
 
 // evictOpen emits the oldest open launch of p as a plain host call.
-func (t *Translator) evictOpen(p *hostProc) {
+func (ht *hostTable) evictOpen(p *hostProc) {
 	var oldest streamKey
 	var at time.Time
 	found := false
-	for k, q := range p.streams {
+	for k, q := range p.shimless.streams {
 		if !found || q[0].at.Before(at) {
 			oldest, at, found = k, q[0].at, true
 		}
@@ -371,19 +371,19 @@ func (t *Translator) evictOpen(p *hostProc) {
 	if !found {
 		return
 	}
-	q := p.streams[oldest]
-	t.counters.HostCallsEvicted++
-	t.emitStandalone(p, q[0].call)
+	q := p.shimless.streams[oldest]
+	ht.counters.HostCallsEvicted++
+	ht.spans.emitStandalone(p, q[0].call)
 	p.dropOpen(oldest, q[1:])
 }
 
 // dropOpen stores the rest q of a stream's FIFO.
 func (p *hostProc) dropOpen(k streamKey, q []*openLaunch) {
-	p.nOpen -= len(p.streams[k]) - len(q)
+	p.shimless.nOpen -= len(p.shimless.streams[k]) - len(q)
 	if len(q) == 0 {
-		delete(p.streams, k)
+		delete(p.shimless.streams, k)
 	} else {
-		p.streams[k] = q
+		p.shimless.streams[k] = q
 	}
 }
 
@@ -393,8 +393,8 @@ func (p *hostProc) addWait(k streamKey, w streamWait) {
 	if k == w.src {
 		return // a stream waiting on itself adds nothing
 	}
-	ws, ok := p.waits[k]
-	if !ok && len(p.waits) >= maxWaitStreams {
+	ws, ok := p.shimless.waits[k]
+	if !ok && len(p.shimless.waits) >= maxWaitStreams {
 		return
 	}
 	// A later wait on the same stream covering as much or more replaces an
@@ -409,29 +409,29 @@ func (p *hostProc) addWait(k streamKey, w streamWait) {
 	if len(ws) >= maxWaitsPerStream {
 		ws = append(ws[:0], ws[1:]...)
 	}
-	p.waits[k] = append(ws, w)
+	p.shimless.waits[k] = append(ws, w)
 }
 
 // closeStream closes the launches on stream k of p that returned before
 // sync was entered, and through k's waits entered before it, those of the
 // streams it waited on.
-func (t *Translator) closeStream(p *hostProc, k streamKey, sync *record.HostCall) {
-	t.closeStreamDepth(p, k, sync, 0)
+func (ht *hostTable) closeStream(p *hostProc, k streamKey, sync *record.HostCall) {
+	ht.closeStreamDepth(p, k, sync, 0)
 }
 
-func (t *Translator) closeStreamDepth(p *hostProc, k streamKey, sync *record.HostCall, depth int) {
-	if q := p.streams[k]; len(q) > 0 {
+func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.HostCall, depth int) {
+	if q := p.shimless.streams[k]; len(q) > 0 {
 		kept := make([]*openLaunch, 0, 1)
 		for _, ol := range q {
 			if ol.call.rec.ExitNS <= sync.EnterNS {
-				t.emitApprox(p, ol, sync)
+				ht.spans.emitApprox(p, ol, sync)
 			} else {
 				kept = append(kept, ol)
 			}
 		}
 		p.dropOpen(k, kept)
 	}
-	ws := p.waits[k]
+	ws := p.shimless.waits[k]
 	if len(ws) == 0 {
 		return
 	}
@@ -445,9 +445,9 @@ func (t *Translator) closeStreamDepth(p *hostProc, k streamKey, sync *record.Hos
 		}
 	}
 	if len(kept) == 0 {
-		delete(p.waits, k)
+		delete(p.shimless.waits, k)
 	} else {
-		p.waits[k] = kept
+		p.shimless.waits[k] = kept
 	}
 	if depth >= maxWaitDepth {
 		return
@@ -455,17 +455,17 @@ func (t *Translator) closeStreamDepth(p *hostProc, k streamKey, sync *record.Hos
 	for _, w := range follow {
 		upTo := *sync
 		upTo.EnterNS = min(sync.EnterNS, w.upTo)
-		t.closeStreamDepth(p, w.src, &upTo, depth+1)
+		ht.closeStreamDepth(p, w.src, &upTo, depth+1)
 	}
 }
 
 // expireOpen emits the launches of p no sync closed within LaunchTimeout.
-func (t *Translator) expireOpen(p *hostProc, now time.Time) {
-	for k, q := range p.streams {
+func (ht *hostTable) expireOpen(p *hostProc, now time.Time) {
+	for k, q := range p.shimless.streams {
 		n := 0
-		for n < len(q) && now.Sub(q[n].at) >= t.o.LaunchTimeout {
-			t.counters.ApproxUnclosed++
-			t.emitStandalone(p, q[n].call)
+		for n < len(q) && now.Sub(q[n].at) >= ht.o.LaunchTimeout {
+			ht.counters.ApproxUnclosed++
+			ht.spans.emitStandalone(p, q[n].call)
 			n++
 		}
 		if n > 0 {
@@ -478,7 +478,7 @@ func (t *Translator) expireOpen(p *hostProc, now time.Time) {
 // call, or for a runtime call by that of a driver launch call nested in it
 // (the runtime's argument is the host stub), from the host probes'
 // KernelName records; else "kernel 0x<handle>".
-func (t *Translator) launchKernel(c *hostCall) hostName {
+func (ht *hostTable) launchKernel(c *hostCall) hostName {
 	h := c.rec.Args[0]
 	if !apiInfo(c.rec.API).driver {
 		for _, d := range c.children {
@@ -488,7 +488,7 @@ func (t *Translator) launchKernel(c *hostCall) hostName {
 			}
 		}
 	}
-	if n, ok := t.hostKernelName(c.rec.PID, h); ok {
+	if n, ok := ht.kernelName(c.rec.PID, h); ok {
 		return n
 	}
 	return hostName{name: "kernel 0x" + strconv.FormatUint(h, 16)}
@@ -496,52 +496,52 @@ func (t *Translator) launchKernel(c *hostCall) hostName {
 
 // emitStandalone emits c and its children as a trace of their own and
 // returns c's span (false when sampling left the trace out).
-func (t *Translator) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool) {
-	if !sampled(srcKey{p.pid, c.rec.EnterNS}, t.o.SampleOneIn) {
+func (so *spanOut) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool) {
+	if !sampled(srcKey{p.pid, c.rec.EnterNS}, so.o.SampleOneIn) {
 		return ptrace.Span{}, false
 	}
 	kernel := ""
 	if c.rec.API.Category() == record.HostCatLaunch {
-		if n := t.launchKernel(c); n.mangled != "" {
+		if n := so.hosts.launchKernel(c); n.mangled != "" {
 			kernel = n.name
 		}
 	}
-	ss := t.spansOf(p.pid)
+	ss := so.spansOf(p.pid)
 	i := ss.Len()
-	t.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
+	so.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
 	return ss.At(i), true
 }
 
 // emitApprox emits launch ol, closed by sync, with its approximate kernel
 // span (graph span for a graph launch).
-func (t *Translator) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall) {
+func (so *spanOut) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall) {
 	r := &ol.call.rec
 	graph := r.API.Category() == record.HostCatGraphLaunch
 	if graph {
-		t.counters.ApproxGraphs++
+		so.counters.ApproxGraphs++
 	} else {
-		t.counters.ApproxSpans++
+		so.counters.ApproxSpans++
 	}
-	if !sampled(srcKey{p.pid, r.EnterNS}, t.o.SampleOneIn) {
+	if !sampled(srcKey{p.pid, r.EnterNS}, so.o.SampleOneIn) {
 		return
 	}
-	ss := t.spansOf(p.pid)
+	ss := so.spansOf(p.pid)
 	tr := otelid.NewTraceID()
 	name := ol.kernel.name
 	if graph {
 		name = "cuda.graph"
 	}
-	parent := t.emitTree(ss, ol.call, tr, pcommon.SpanID{}, ol.kernel.name)
+	parent := so.emitTree(ss, ol.call, tr, pcommon.SpanID{}, ol.kernel.name)
 	sp := ss.AppendEmpty()
 	sp.SetTraceID(tr)
 	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetParentSpanID(parent)
 	sp.SetName(name)
 	sp.SetKind(ptrace.SpanKindInternal)
-	start := t.mono(HostProbeSource, r.EnterNS)
+	start := so.mono(HostProbeSource, r.EnterNS)
 	sp.SetStartTimestamp(start)
-	sp.SetEndTimestamp(max(start, t.mono(HostProbeSource, sync.ExitNS)))
-	t.nSpans++
+	sp.SetEndTimestamp(max(start, so.mono(HostProbeSource, sync.ExitNS)))
+	so.nSpans++
 	a := sp.Attributes()
 	a.EnsureCapacity(14)
 	if graph {

@@ -216,7 +216,7 @@ func TestHostCallBounds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTr(Options{MaxHostCalls: limit})
+			tr := newTr(Options{Host: HostOptions{MaxHostCalls: limit}})
 			var recs []rec
 			if tc.shimProcess {
 				recs = append(recs, shim(&record.Launch{LaunchID: 1, PID: 80, TID: 1, EnqueueNS: 1, ReturnNS: 2, Function: 1,
@@ -226,14 +226,14 @@ func TestHostCallBounds(t *testing.T) {
 				recs = append(recs, host(launchCall(record.HostCuLaunchKernel, 80, 1, 1_000*(i+1), 1_000*(i+1)+10, 0xd1, 5)))
 			}
 			handleAll(t, tr, t0, recs...)
-			p := tr.hosts[80]
-			if d, u := len(p.deferred)-p.dhead, len(p.unmatched)-p.uhead; d > limit || u > limit || p.nOpen > limit {
-				t.Errorf("deferred %d, unmatched %d, open %d: over %d", d, u, p.nOpen, limit)
+			p := tr.hosts.procs[80]
+			if d, u := len(p.deferred)-p.dhead, len(p.unmatched)-p.uhead; d > limit || u > limit || p.shimless.nOpen > limit {
+				t.Errorf("deferred %d, unmatched %d, open %d: over %d", d, u, p.shimless.nOpen, limit)
 			}
 			spans := hostSpanCount(tr.TakeTraces())
 			tr.Expire(t0.Add(DefaultHostCallGrace))
-			if p.nOpen > limit {
-				t.Errorf("open %d over %d", p.nOpen, limit)
+			if p.shimless.nOpen > limit {
+				t.Errorf("open %d over %d", p.shimless.nOpen, limit)
 			}
 			spans += hostSpanCount(tr.TakeTraces())
 			tr.Expire(t0.Add(DefaultHostCallGrace + 5*time.Second))
@@ -269,8 +269,8 @@ func TestHostProcsBounded(t *testing.T) {
 	for pid := range uint32(maxHostProcs + 10) {
 		handleAll(t, tr, t0, host(hc(record.HostCudaMalloc, pid+1, 1, 100, 200, 64, 0xd0)))
 	}
-	if len(tr.hosts) > maxHostProcs {
-		t.Fatalf("%d processes held, limit %d", len(tr.hosts), maxHostProcs)
+	if len(tr.hosts.procs) > maxHostProcs {
+		t.Fatalf("%d processes held, limit %d", len(tr.hosts.procs), maxHostProcs)
 	}
 	if c := tr.Counters(); c.HostProcsEvicted != 10 {
 		t.Errorf("evicted %d processes, want 10", c.HostProcsEvicted)
@@ -455,7 +455,7 @@ func TestApproximateGraph(t *testing.T) {
 		{"sync of another stream", Options{}, hc(record.HostCudaGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
 			hc(record.HostCudaStreamSynchronize, pid, tid, 2_000, 5_000, 8), ""},
 		{"failed launch", Options{}, failed, hc(record.HostCuCtxSynchronize, pid, tid, 2_000, 5_000), ""},
-		{"approximate spans off", Options{NoApproximateKernels: true}, hc(record.HostCudaGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
+		{"approximate spans off", Options{Host: HostOptions{NoApproximateKernels: true}}, hc(record.HostCudaGraphLaunch, pid, tid, 1_000, 1_100, 0x6e, 0, 0, 0, 0, 7),
 			hc(record.HostCudaStreamSynchronize, pid, tid, 2_000, 5_000, 7), ""},
 	}
 	t0 := time.Unix(1000, 0)

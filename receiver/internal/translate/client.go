@@ -33,6 +33,20 @@ type Peer struct {
 	Exe string // executable name; "" when it could not be read
 }
 
+// clientTable owns the state of each source (producer connection): its
+// devices, kernel handles, streams and pending-launch queue, and the
+// executable names of processes.
+type clientTable struct {
+	o        *Options
+	counters *Counters
+	launches *launchTable
+	series   *seriesStore
+
+	byID    map[uint32]*client // source → its state
+	peerExe map[uint32]string  // peer pid of a connected client → its executable
+	procs   map[uint32]string  // pid → executable name (host probes, unconnected sources)
+}
+
 // client is the state of one source.
 type client struct {
 	peer    Peer
@@ -52,56 +66,57 @@ type client struct {
 // carry p.PID and p.Exe, whatever pid its records claim.
 func (t *Translator) Connect(src uint32, p Peer) {
 	p.Exe = record.Sanitize(p.Exe, maxExeLen)
-	c := t.clientOf(src)
+	t.clients.connect(src, p)
+}
+
+func (ct *clientTable) connect(src uint32, p Peer) {
+	c := ct.clientOf(src)
 	c.peer = p
 	if p.PID != 0 && p.Exe != "" {
-		t.peerExe[p.PID] = p.Exe
+		ct.peerExe[p.PID] = p.Exe
 	}
 }
 
 // Disconnect ends source src (its rings are drained): its pending launches
 // are emitted now, and all its state is freed.
 func (t *Translator) Disconnect(src uint32, now time.Time) {
-	for _, l := range t.queue[t.qhead:] {
-		if l != nil && !l.done && l.key.src == src {
-			if l.have {
-				t.finish(l, now)
-			} else {
-				t.counters.LaunchesOrphan++
-				l.done = true
-				t.drop(l)
-			}
-		}
-	}
-	for key := range t.graphs {
-		if key.src == src {
-			delete(t.graphs, key)
-		}
-	}
-	if c := t.clients[src]; c != nil && c.peer.PID != 0 {
-		delete(t.peerExe, c.peer.PID)
-	}
-	delete(t.clients, src)
+	t.launches.forget(src, now)
+	t.graphs.forget(src)
+	t.clients.forget(src)
 	t.o.Clock.Forget(src)
 }
 
+// size is the number of sources with state.
+func (ct *clientTable) size() int { return len(ct.byID) }
+
+// get returns the state of source src, nil if it has none.
+func (ct *clientTable) get(src uint32) *client { return ct.byID[src] }
+
+// forget drops the state of source src (disconnected).
+func (ct *clientTable) forget(src uint32) {
+	if c := ct.byID[src]; c != nil && c.peer.PID != 0 {
+		delete(ct.peerExe, c.peer.PID)
+	}
+	delete(ct.byID, src)
+}
+
 // Clients is the number of sources with state.
-func (t *Translator) Clients() int { return len(t.clients) }
+func (t *Translator) Clients() int { return t.clients.size() }
 
 // clientOf returns the state of source src, created on first use (sources
 // are numbered by the receiver, never by records).
-func (t *Translator) clientOf(src uint32) *client {
-	c := t.clients[src]
+func (ct *clientTable) clientOf(src uint32) *client {
+	c := ct.byID[src]
 	if c == nil {
 		c = &client{devices: map[uint32]string{}, kernels: map[uint64]*kernel{}, streams: map[streamSlot]*streamState{}}
-		t.clients[src] = c
+		ct.byID[src] = c
 	}
 	return c
 }
 
 // device validates a device number of a record: one the client reported,
 // or before any report one below MaxDevices; else OtherDevice (counted).
-func (t *Translator) device(c *client, d uint32) uint32 {
+func (ct *clientTable) device(c *client, d uint32) uint32 {
 	if len(c.devices) > 0 {
 		if _, ok := c.devices[d]; ok {
 			return d
@@ -109,7 +124,7 @@ func (t *Translator) device(c *client, d uint32) uint32 {
 	} else if d < MaxDevices {
 		return d
 	}
-	t.counters.DevicesFolded++
+	ct.counters.DevicesFolded++
 	return OtherDevice
 }
 
@@ -122,9 +137,9 @@ func (c *client) pid(recPID uint32) uint32 {
 }
 
 // onDevice records a device the client reports (at most MaxDevices).
-func (t *Translator) onDevice(c *client, d *record.Device) {
+func (ct *clientTable) onDevice(c *client, d *record.Device) {
 	if _, ok := c.devices[d.Device]; !ok && (d.Device >= MaxDevices || len(c.devices) >= MaxDevices) {
-		t.counters.DevicesFolded++
+		ct.counters.DevicesFolded++
 		return
 	}
 	c.devices[d.Device] = d.UUIDString()
@@ -132,10 +147,10 @@ func (t *Translator) onDevice(c *client, d *record.Device) {
 
 // validate rewrites the client-supplied identity fields of a decoded record
 // in place: device numbers folded (devs), the pid replaced by the peer's.
-func (t *Translator) validate(src uint32, pid *uint32, devs ...*uint32) {
-	c := t.clientOf(src)
+func (ct *clientTable) validate(src uint32, pid *uint32, devs ...*uint32) {
+	c := ct.clientOf(src)
 	for _, d := range devs {
-		*d = t.device(c, *d)
+		*d = ct.device(c, *d)
 	}
 	if pid != nil && src != HostProbeSource {
 		*pid = c.pid(*pid)
@@ -143,8 +158,8 @@ func (t *Translator) validate(src uint32, pid *uint32, devs ...*uint32) {
 }
 
 // track counts pending launch l in its client.
-func (t *Translator) track(l *launch) {
-	c := t.clientOf(l.key.src)
+func (ct *clientTable) track(l *launch) {
+	c := ct.clientOf(l.key.src)
 	c.trim()
 	c.pending++
 	c.queue = append(c.queue, l)
@@ -152,7 +167,7 @@ func (t *Translator) track(l *launch) {
 }
 
 // trim drops the finished launches at the head of c's queue and compacts
-// it, as compactQueue does the Translator's.
+// it, as compactQueue does the launch table's.
 func (c *client) trim() {
 	for c.qhead < len(c.queue) && !c.queue[c.qhead].tracked {
 		c.queue[c.qhead] = nil
@@ -166,27 +181,27 @@ func (c *client) trim() {
 }
 
 // untrack uncounts launch l (done) from its client, once.
-func (t *Translator) untrack(l *launch) {
+func (ct *clientTable) untrack(l *launch) {
 	if !l.tracked {
 		return
 	}
 	l.tracked = false
-	if c := t.clients[l.key.src]; c != nil {
+	if c := ct.byID[l.key.src]; c != nil {
 		c.pending--
 	}
 }
 
 // evictOldestOf emits the oldest pending launch of client c early; false
 // when it has none.
-func (t *Translator) evictOldestOf(c *client, now time.Time) bool {
+func (ct *clientTable) evictOldestOf(c *client, now time.Time) bool {
 	defer c.trim()
 	for c.qhead < len(c.queue) {
 		l := c.queue[c.qhead]
 		c.queue[c.qhead] = nil
 		c.qhead++
 		if l.tracked && !l.done {
-			t.counters.LaunchesEvicted++
-			t.finish(l, now)
+			ct.counters.LaunchesEvicted++
+			ct.launches.finish(l, now)
 			return true
 		}
 	}
@@ -196,16 +211,16 @@ func (t *Translator) evictOldestOf(c *client, now time.Time) bool {
 // LastDevice is the device of the latest launch read from source src (0
 // before any).
 func (t *Translator) LastDevice(src uint32) uint32 {
-	if c := t.clients[src]; c != nil {
+	if c := t.clients.get(src); c != nil {
 		return c.lastDev
 	}
 	return 0
 }
 
 // putDevice puts the device index and, when src reported it, its UUID.
-func (t *Translator) putDevice(a pcommon.Map, src, dev uint32) {
+func (ct *clientTable) putDevice(a pcommon.Map, src, dev uint32) {
 	a.PutInt("cuda.device.index", deviceIndex(dev))
-	if c := t.clients[src]; c != nil {
+	if c := ct.byID[src]; c != nil {
 		if u, ok := c.devices[dev]; ok {
 			a.PutStr("cuda.device.uuid", u)
 		}

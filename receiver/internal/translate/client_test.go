@@ -136,8 +136,8 @@ func TestDisconnectFreesClient(t *testing.T) {
 		t.Fatalf("pending %d, clients %d", tr.Pending(), tr.Clients())
 	}
 	tr.Disconnect(1, now)
-	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.peerExe) != 0 {
-		t.Fatalf("after disconnect: pending %d, clients %d, peers %d", tr.Pending(), tr.Clients(), len(tr.peerExe))
+	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.clients.peerExe) != 0 {
+		t.Fatalf("after disconnect: pending %d, clients %d, peers %d", tr.Pending(), tr.Clients(), len(tr.clients.peerExe))
 	}
 	if _, ok := mapper.GPUToReal(1, 0, gpuBase); ok {
 		t.Fatal("the client's clock fit outlived it")
@@ -299,10 +299,10 @@ func TestKernelHandlesPerClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(tr.clientOf(2).kernels); n > maxKernelHandles {
+	if n := len(tr.clients.clientOf(2).kernels); n > maxKernelHandles {
 		t.Errorf("client 2 holds %d handles, want ≤ %d", n, maxKernelHandles)
 	}
-	if k := tr.clientOf(1).kernels[0xf]; k == nil || k.name != "victim" {
+	if k := tr.clients.clientOf(1).kernels[0xf]; k == nil || k.name != "victim" {
 		t.Errorf("client 1's kernel name lost: %+v", k)
 	}
 }
@@ -323,8 +323,8 @@ func TestPendingPerClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if tr.Pending() > 100 || len(tr.clientOf(2).queue)-tr.clientOf(2).qhead > 2*100+1024 {
-		t.Fatalf("pending %d, client 2 queue %d", tr.Pending(), len(tr.clientOf(2).queue)-tr.clientOf(2).qhead)
+	if tr.Pending() > 100 || len(tr.clients.clientOf(2).queue)-tr.clients.clientOf(2).qhead > 2*100+1024 {
+		t.Fatalf("pending %d, client 2 queue %d", tr.Pending(), len(tr.clients.clientOf(2).queue)-tr.clients.clientOf(2).qhead)
 	}
 	var done stream
 	done.add(&record.Completion{LaunchID: 1, CompleteNS: 13_000})

@@ -33,13 +33,41 @@ const maxGraphNodes = 1 << 16
 // earlier replay whose launch record was lost or already gone.
 const replayClockSlack = time.Millisecond
 
+// graphTable owns the runs of CUDA graph nodes: they are not in the
+// launch table's pending map but queued per node here.
+type graphTable struct {
+	o        *Options
+	counters *Counters
+	launches *launchTable
+	clients  *clientTable
+
+	chains map[srcKey]*replayChain // graph node (id with GraphIDBit, or adopted from a capture) → its runs
+	n      int                     // pending runs of graph nodes
+	sweep  uint32                  // sweeps of chains (replayChain.touch)
+}
+
+// forget drops the nodes of source src (disconnected).
+func (gt *graphTable) forget(src uint32) {
+	for key := range gt.chains {
+		if key.src == src {
+			delete(gt.chains, key)
+		}
+	}
+}
+
+// runs is the number of pending runs of graph nodes.
+func (gt *graphTable) runs() int { return gt.n }
+
+// node returns the replay chain of graph node key, nil if none.
+func (gt *graphTable) node(key srcKey) *replayChain { return gt.chains[key] }
+
 // replayChain is the state of one graph node (source, launch id): its
 // runs (launches) still pending, queued by what they wait for, and the
 // replay count.
 type replayChain struct {
 	live  int    // runs pending
 	next  uint64 // replay ordinal of the next launch record
-	touch uint32 // t.graphSweep when last used
+	touch uint32 // graphTable.sweep when last used
 
 	wantLaunch runQueue // runs with device records and no launch record
 	wantExec   runQueue // runs with no Exec window (that will run on the device)
@@ -102,19 +130,19 @@ func (r *runQueue) pop() {
 func (r *runQueue) reset() { r.q, r.head = nil, 0 }
 
 func wantsLaunch(l *launch) bool { return !l.done && !l.have }
-func wantsExec(l *launch) bool   { return !l.done && l.exec == nil }
-func wantsWarps(l *launch) bool  { return !l.done && l.warps < expectedWarps(&l.rec) }
+func wantsExec(l *launch) bool   { return !l.done && l.gpu.exec == nil }
+func wantsWarps(l *launch) bool  { return !l.done && l.gpu.warps < expectedWarps(&l.rec) }
 func wantsDone(l *launch) bool   { return !l.done && !l.completed }
 
 // isGraph reports whether key is a graph node: an id with GraphIDBit (a
 // node the shim numbered: explicit kernel nodes), or one that a
 // cuGraphLaunch record carried (a node captured from a stream keeps the id
 // of the launch it was captured from; see adoptCaptured).
-func (t *Translator) isGraph(key srcKey) bool {
+func (gt *graphTable) isGraph(key srcKey) bool {
 	if key.id&GraphIDBit != 0 {
 		return true
 	}
-	_, ok := t.graphs[key]
+	_, ok := gt.chains[key]
 	return ok
 }
 
@@ -124,75 +152,75 @@ func (t *Translator) isGraph(key srcKey) bool {
 // (counted in LaunchesCaptured). Device records that reached the key
 // meanwhile (a replay's window read before its launch record) become the
 // node's first run.
-func (t *Translator) adoptCaptured(key srcKey, now time.Time) {
-	c := t.chain(key)
-	p := t.pending[key]
+func (gt *graphTable) adoptCaptured(key srcKey, now time.Time) {
+	c := gt.chain(key)
+	p := gt.launches.get(key)
 	if p == nil {
 		return
 	}
 	p.done = true
-	t.drop(p)
+	gt.launches.drop(p)
 	if p.have {
-		t.counters.LaunchesCaptured++
+		gt.counters.LaunchesCaptured++
 	}
-	if p.exec == nil && p.warps == 0 {
+	if p.gpu.exec == nil && p.gpu.warps == 0 {
 		return
 	}
-	l := t.newRun(c, key, now)
-	l.exec, l.warps, l.buffered = p.exec, p.warps, p.buffered
-	l.firstStart, l.lastEnd, l.maxSkew = p.firstStart, p.lastEnd, p.maxSkew
+	l := gt.newRun(c, key, now)
+	l.gpu.exec, l.gpu.warps, l.gpu.buffered = p.gpu.exec, p.gpu.warps, p.gpu.buffered
+	l.gpu.firstStart, l.gpu.lastEnd, l.gpu.maxSkew = p.gpu.firstStart, p.gpu.lastEnd, p.gpu.maxSkew
 	c.wantLaunch.push(l, c.live)
-	if l.exec == nil {
+	if l.gpu.exec == nil {
 		c.wantExec.push(l, c.live)
 		c.collect = l
 	}
 }
 
 // chain returns the state of graph node key, creating it.
-func (t *Translator) chain(key srcKey) *replayChain {
-	c := t.graphs[key]
+func (gt *graphTable) chain(key srcKey) *replayChain {
+	c := gt.chains[key]
 	if c == nil {
-		if len(t.graphs) >= maxGraphNodes {
-			t.sweepGraphs()
+		if len(gt.chains) >= maxGraphNodes {
+			gt.sweepChains()
 		}
 		c = &replayChain{}
-		t.graphs[key] = c
+		gt.chains[key] = c
 	}
-	c.touch = t.graphSweep
+	c.touch = gt.sweep
 	return c
 }
 
-// sweepGraphs forgets the nodes with nothing pending that were not used
+// sweepChains forgets the nodes with nothing pending that were not used
 // since the last sweep, or, if that frees nothing, all with nothing pending.
-func (t *Translator) sweepGraphs() {
+func (gt *graphTable) sweepChains() {
 	for _, stale := range [2]bool{true, false} {
-		for key, c := range t.graphs {
-			if c.live == 0 && (!stale || c.touch != t.graphSweep) {
-				delete(t.graphs, key)
+		for key, c := range gt.chains {
+			if c.live == 0 && (!stale || c.touch != gt.sweep) {
+				delete(gt.chains, key)
 			}
 		}
-		if len(t.graphs) < maxGraphNodes {
+		if len(gt.chains) < maxGraphNodes {
 			break
 		}
 	}
-	t.graphSweep++
+	gt.sweep++
 }
 
 // newRun adds a pending run of graph node key.
-func (t *Translator) newRun(c *replayChain, key srcKey, now time.Time) *launch {
-	t.makeRoom(key.src, now)
-	l := &launch{key: key, created: now, chain: c}
+func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch {
+	gt.launches.makeRoom(key.src, now)
+	l := &launch{key: key, created: now, graph: graphRun{chain: c}}
 	c.live++
-	t.nGraph++
-	t.queue = append(t.queue, l)
-	t.track(l)
+	gt.n++
+	gt.launches.enqueue(l)
+	gt.clients.track(l)
 	return l
 }
 
 // dropRun forgets run l (done) of its node.
-func (t *Translator) dropRun(l *launch) {
-	c := l.chain
-	t.nGraph--
+func (gt *graphTable) dropRun(l *launch) {
+	c := l.graph.chain
+	gt.n--
 	if c.live--; c.live == 0 {
 		c.wantLaunch.reset()
 		c.wantExec.reset()
@@ -207,19 +235,19 @@ func (t *Translator) dropRun(l *launch) {
 // endedBefore reports whether device time gpuEnd of dev lies more than
 // replayClockSlack before host time monoStart, both mapped to realtime
 // (false while either mapping is unknown).
-func (t *Translator) endedBefore(src, dev uint32, gpuEnd, monoStart uint64) bool {
-	e, ok1 := t.o.Clock.GPUToReal(src, dev, gpuEnd)
-	s, ok2 := t.o.Clock.ClientMonoToReal(src, monoStart)
+func (gt *graphTable) endedBefore(src, dev uint32, gpuEnd, monoStart uint64) bool {
+	e, ok1 := gt.o.Clock.GPUToReal(src, dev, gpuEnd)
+	s, ok2 := gt.o.Clock.ClientMonoToReal(src, monoStart)
 	return ok1 && ok2 && e+uint64(replayClockSlack) < s
 }
 
-// graphLaunchRun returns the run that launch record r of graph node key
+// launchRun returns the run that launch record r of graph node key
 // goes with: the oldest run with device records and no launch record, else
 // a new one. A failed launch (nothing ran) gets a run of its own. Runs
 // whose device window ended before the launch call began are orphans (their
 // launch record is lost): they are dropped on the way.
-func (t *Translator) graphLaunchRun(key srcKey, r *record.Launch, now time.Time) *launch {
-	c := t.chain(key)
+func (gt *graphTable) launchRun(key srcKey, r *record.Launch, now time.Time) *launch {
+	c := gt.chain(key)
 	if r.Result == 0 {
 		for {
 			l := c.wantLaunch.front(wantsLaunch)
@@ -227,31 +255,31 @@ func (t *Translator) graphLaunchRun(key srcKey, r *record.Launch, now time.Time)
 				break
 			}
 			c.wantLaunch.pop()
-			if t.endedBefore(key.src, r.Device, l.lastEnd, r.EnqueueNS) {
-				t.finish(l, now) // counted as an orphan
+			if gt.endedBefore(key.src, r.Device, l.gpu.lastEnd, r.EnqueueNS) {
+				gt.launches.finish(l, now) // counted as an orphan
 				continue
 			}
 			return l
 		}
 	}
-	return t.newRun(c, key, now)
+	return gt.newRun(c, key, now)
 }
 
-// graphLaunched queues run l, which just got its launch record, for the
+// launched queues run l, which just got its launch record, for the
 // records it still lacks and numbers it.
-func (t *Translator) graphLaunched(l *launch) {
-	c := l.chain
+func (gt *graphTable) launched(l *launch) {
+	c := l.graph.chain
 	r := &l.rec
-	l.replay = c.next
+	l.graph.replay = c.next
 	c.next++
 	c.k, c.dev, c.threads, c.warps = l.k, r.Device, launchThreads(r), expectedWarps(r)
 	if r.Result != 0 {
 		return
 	}
-	if l.exec == nil {
+	if l.gpu.exec == nil {
 		c.wantExec.push(l, c.live)
 	}
-	if l.warps < c.warps {
+	if l.gpu.warps < c.warps {
 		c.wantWarps.push(l, c.live)
 	}
 	if !l.completed {
@@ -259,48 +287,48 @@ func (t *Translator) graphLaunched(l *launch) {
 	}
 }
 
-// graphExecRun returns the run that device window e of graph node key goes
+// execRun returns the run that device window e of graph node key goes
 // with: the oldest run that has none, else a new one; nil when the window
 // ended before that run's launch call began (its own launch record is
 // lost or gone: the window is an orphan).
-func (t *Translator) graphExecRun(key srcKey, e *record.Exec, now time.Time) *launch {
-	c := t.chain(key)
+func (gt *graphTable) execRun(key srcKey, e *record.Exec, now time.Time) *launch {
+	c := gt.chain(key)
 	if l := c.wantExec.front(wantsExec); l != nil {
-		if l.have && t.endedBefore(key.src, l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
-			t.counters.LaunchesOrphan++
+		if l.have && gt.endedBefore(key.src, l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
+			gt.counters.LaunchesOrphan++
 			return nil
 		}
 		c.wantExec.pop()
 		return l
 	}
-	l := t.newRun(c, key, now)
+	l := gt.newRun(c, key, now)
 	c.wantLaunch.push(l, c.live)
 	return l
 }
 
-// graphWarpRun returns the run that a Warp record of graph node key goes
+// warpRun returns the run that a Warp record of graph node key goes
 // with: the oldest run with a launch record and fewer warps than its grid,
 // else the run without launch record that collects warps (until its Exec
 // window or as many warps as the node's grid has came), else a new one.
-func (t *Translator) graphWarpRun(key srcKey, now time.Time) *launch {
-	c := t.chain(key)
+func (gt *graphTable) warpRun(key srcKey, now time.Time) *launch {
+	c := gt.chain(key)
 	if l := c.wantWarps.front(wantsWarps); l != nil {
 		return l
 	}
-	if l := c.collect; l != nil && !l.have && l.exec == nil && (c.warps == 0 || l.warps < c.warps) {
+	if l := c.collect; l != nil && !l.have && l.gpu.exec == nil && (c.warps == 0 || l.gpu.warps < c.warps) {
 		return l
 	}
-	l := t.newRun(c, key, now)
+	l := gt.newRun(c, key, now)
 	c.wantLaunch.push(l, c.live)
 	c.wantExec.push(l, c.live)
 	c.collect = l
 	return l
 }
 
-// graphCompletionRun returns the oldest run of graph node key with a
+// completionRun returns the oldest run of graph node key with a
 // launch record and no completion record (nil if none).
-func (t *Translator) graphCompletionRun(key srcKey) *launch {
-	c := t.graphs[key]
+func (gt *graphTable) completionRun(key srcKey) *launch {
+	c := gt.chains[key]
 	if c == nil {
 		return nil
 	}
@@ -311,16 +339,16 @@ func (t *Translator) graphCompletionRun(key srcKey) *launch {
 	return l
 }
 
-// graphFiltered drops the oldest run of graph node key that waits for its
+// filtered drops the oldest run of graph node key that waits for its
 // launch record, whose launch record came for a kernel filtered out.
-func (t *Translator) graphFiltered(key srcKey) {
-	c := t.graphs[key]
+func (gt *graphTable) filtered(key srcKey) {
+	c := gt.chains[key]
 	if c == nil {
 		return
 	}
 	if l := c.wantLaunch.front(wantsLaunch); l != nil {
 		c.wantLaunch.pop()
 		l.done = true
-		t.drop(l)
+		gt.launches.drop(l)
 	}
 }

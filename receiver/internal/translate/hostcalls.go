@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 )
 
 // HostProbeSource is the source id of the records of the built-in host
@@ -15,11 +16,11 @@ import (
 const HostProbeSource uint32 = math.MaxUint32
 
 // DefaultHostCallGrace is how long a host call waits for the records it
-// joins with when Options.HostCallGrace is 0.
+// joins with when Options.Host.HostCallGrace is 0.
 const DefaultHostCallGrace = 100 * time.Millisecond
 
 // DefaultMaxHostCalls bounds each per-process structure of host calls when
-// Options.MaxHostCalls is 0.
+// Options.Host.MaxHostCalls is 0.
 const DefaultMaxHostCalls = 4096
 
 // Bounds of the host-call state that have no option.
@@ -50,12 +51,30 @@ type hostThread struct {
 	held     int       // how many of them wait for host calls (holdSince set)
 }
 
+// hostTable owns the host-call state: per process, the calls waiting to
+// nest with shim launches or, for processes without the shim, to close
+// approximate kernel spans (approx.go); the kernel names of host probes;
+// and the per-API call durations.
+type hostTable struct {
+	o        *Options
+	counters *Counters
+	start    pcommon.Timestamp
+	launches *launchTable
+	spans    *spanOut
+	series   *seriesStore
+
+	procs    map[uint32]*hostProc // pid → host-call state
+	names    map[pidHandle]hostName
+	oldNames map[pidHandle]hostName
+	dur      hostDurations
+}
+
 // hostProc is the host-call state of one process.
 //
 // Which processes run with the shim: a pid is "with the shim" from the
 // first Launch record of it that arrives from a shim source (any source
 // but HostProbeSource) on. Until then none of its host calls is committed
-// to being shim-less: each waits Options.HostCallGrace after its arrival
+// to being shim-less: each waits Options.Host.HostCallGrace after its arrival
 // in the deferred queue, so a fresh process whose first shim records are
 // read after its first host calls still nests them. A call that has waited
 // the grace is handled as a shim-less process's call (approximate kernel
@@ -80,6 +99,11 @@ type hostProc struct {
 	deferred []*hostCall
 	dhead    int
 
+	shimless shimless // the approximation's state (approx.go)
+}
+
+// shimless is a process's state for approximate kernel spans (approx.go).
+type shimless struct {
 	// Shim-less launches waiting for the sync that closes them, per stream.
 	streams map[streamKey][]*openLaunch
 	nOpen   int
@@ -113,7 +137,7 @@ func (p *hostProc) thread(tid uint32) *hostThread {
 
 // idle reports whether p holds nothing that still has to be emitted.
 func (p *hostProc) idle() bool {
-	if p.uhead < len(p.unmatched) || p.dhead < len(p.deferred) || p.nOpen > 0 {
+	if p.uhead < len(p.unmatched) || p.dhead < len(p.deferred) || p.shimless.nOpen > 0 {
 		return false
 	}
 	for _, th := range p.threads {
@@ -124,109 +148,111 @@ func (p *hostProc) idle() bool {
 	return true
 }
 
-func (t *Translator) hostGrace() time.Duration { return t.o.HostCallGrace }
+func (ht *hostTable) grace() time.Duration {
+	return ht.o.Host.HostCallGrace
+}
 
-// hostProcOf returns the host-call state of pid, creating it.
-func (t *Translator) hostProcOf(pid uint32, now time.Time) *hostProc {
-	if p, ok := t.hosts[pid]; ok {
+// procOf returns the host-call state of pid, creating it.
+func (ht *hostTable) procOf(pid uint32, now time.Time) *hostProc {
+	if p, ok := ht.procs[pid]; ok {
 		p.lastActive = now
 		return p
 	}
-	if len(t.hosts) >= maxHostProcs {
-		t.evictHostProcs(now)
+	if len(ht.procs) >= maxHostProcs {
+		ht.evictProcs(now)
 	}
-	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, streams: map[streamKey][]*openLaunch{},
-		capturing: map[streamKey]capture{}, events: map[uint64]eventRec{}, waits: map[streamKey][]streamWait{},
-		blocking: map[streamKey]bool{}}
-	t.hosts[pid] = p
+	p := &hostProc{pid: pid, lastActive: now, threads: map[uint32]*hostThread{}, shimless: shimless{
+		streams: map[streamKey][]*openLaunch{}, capturing: map[streamKey]capture{},
+		events: map[uint64]eventRec{}, waits: map[streamKey][]streamWait{}, blocking: map[streamKey]bool{}}}
+	ht.procs[pid] = p
 	return p
 }
 
-// evictHostProcs forgets the processes with nothing pending; if all have
+// evictProcs forgets the processes with nothing pending; if all have
 // something, it flushes the least recently active one.
-func (t *Translator) evictHostProcs(now time.Time) {
+func (ht *hostTable) evictProcs(now time.Time) {
 	var oldest *hostProc
-	for pid, p := range t.hosts {
+	for pid, p := range ht.procs {
 		if p.idle() {
-			delete(t.hosts, pid)
+			delete(ht.procs, pid)
 			continue
 		}
 		if oldest == nil || p.lastActive.Before(oldest.lastActive) {
 			oldest = p
 		}
 	}
-	if len(t.hosts) < maxHostProcs || oldest == nil {
+	if len(ht.procs) < maxHostProcs || oldest == nil {
 		return
 	}
-	t.counters.HostProcsEvicted++
-	t.flushHostProc(oldest, now)
+	ht.counters.HostProcsEvicted++
+	ht.flushProc(oldest, now)
 	for _, th := range oldest.threads {
 		for _, l := range th.launches {
-			l.hth = nil
+			l.host.th = nil
 		}
 	}
-	delete(t.hosts, oldest.pid)
+	delete(ht.procs, oldest.pid)
 }
 
-// flushHostProc emits everything p holds, as if its grace and timeouts
+// flushProc emits everything p holds, as if its grace and timeouts
 // had passed.
-func (t *Translator) flushHostProc(p *hostProc, now time.Time) {
-	t.releaseDeferred(p, now, true)
+func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
+	ht.releaseDeferred(p, now, true)
 	for ; p.uhead < len(p.unmatched); p.uhead++ {
 		if c := p.unmatched[p.uhead]; !c.taken {
-			t.counters.HostCallsUnmatched++
-			t.emitStandalone(p, c)
+			ht.counters.HostCallsUnmatched++
+			ht.spans.emitStandalone(p, c)
 		}
 	}
 	p.unmatched, p.uhead = p.unmatched[:0], 0
-	for k, q := range p.streams {
+	for k, q := range p.shimless.streams {
 		for _, ol := range q {
-			t.counters.ApproxUnclosed++
-			t.emitStandalone(p, ol.call)
+			ht.counters.ApproxUnclosed++
+			ht.spans.emitStandalone(p, ol.call)
 		}
-		delete(p.streams, k)
+		delete(p.shimless.streams, k)
 	}
-	p.nOpen = 0
+	p.shimless.nOpen = 0
 }
 
-func (t *Translator) onHostCall(c *record.HostCall, now time.Time) {
-	t.counters.HostCalls++
-	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(t.hostDur) {
-		t.hostDur[c.API].Record(float64(c.ExitNS-c.EnterNS) / 1e9)
+func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
+	ht.counters.HostCalls++
+	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(ht.dur) {
+		ht.dur[c.API].Record(float64(c.ExitNS-c.EnterNS) / 1e9)
 	}
-	p := t.hostProcOf(c.PID, now)
+	p := ht.procOf(c.PID, now)
 	p.hostSeen = true
 	th := p.thread(c.TID)
 	th.lastExit = max(th.lastExit, c.ExitNS)
 	hc := &hostCall{rec: *c, arrived: now}
 	if p.shim && c.API.Category() == record.HostCatLaunch {
-		t.matchOrWait(p, hc)
+		ht.matchOrWait(p, hc)
 	} else {
-		t.deferCall(p, hc, now)
+		ht.deferCall(p, hc, now)
 	}
-	t.releaseDeferred(p, now, false)
-	t.finishSettled(th, now)
+	ht.releaseDeferred(p, now, false)
+	ht.finishSettled(th, now)
 }
 
-// onHostKernelName binds a (pid, handle) of the host probes to its name.
-func (t *Translator) onHostKernelName(k *record.KernelName) {
+// onKernelName binds a (pid, handle) of the host probes to its name.
+func (ht *hostTable) onKernelName(k *record.KernelName) {
 	key := pidHandle{k.PID, k.Function}
-	if _, ok := t.hostNames[key]; ok {
+	if _, ok := ht.names[key]; ok {
 		return
 	}
 	n := hostName{mangled: k.Name}
 	if k.Truncated {
-		t.counters.NamesTruncated++
+		ht.counters.NamesTruncated++
 		n.mangled += TruncatedMarker
 		n.name = n.mangled
 	} else {
-		n.name = t.demangle(k.Name)
+		n.name = ht.series.demangle(k.Name)
 	}
-	if len(t.hostNames) >= maxHostNames {
+	if len(ht.names) >= maxHostNames {
 		// Two generations: the names used since the last turn survive it.
-		t.oldHostNames, t.hostNames = t.hostNames, map[pidHandle]hostName{}
+		ht.oldNames, ht.names = ht.names, map[pidHandle]hostName{}
 	}
-	t.hostNames[key] = n
+	ht.names[key] = n
 }
 
 type pidHandle struct {
@@ -236,16 +262,16 @@ type pidHandle struct {
 
 type hostName struct{ mangled, name string }
 
-// hostKernelName returns the name of a function handle of pid from the
+// kernelName returns the name of a function handle of pid from the
 // host probes' KernelName records.
-func (t *Translator) hostKernelName(pid uint32, handle uint64) (hostName, bool) {
+func (ht *hostTable) kernelName(pid uint32, handle uint64) (hostName, bool) {
 	key := pidHandle{pid, handle}
-	if n, ok := t.hostNames[key]; ok {
+	if n, ok := ht.names[key]; ok {
 		return n, true
 	}
-	if n, ok := t.oldHostNames[key]; ok {
-		if len(t.hostNames) < maxHostNames {
-			t.hostNames[key] = n
+	if n, ok := ht.oldNames[key]; ok {
+		if len(ht.names) < maxHostNames {
+			ht.names[key] = n
 		}
 		return n, true
 	}
@@ -268,29 +294,29 @@ func matches(c *record.HostCall, r *record.Launch) bool {
 
 // matchOrWait nests launch call c of a shim process under a pending shim
 // launch of its thread, or keeps it in the unmatched list for the grace.
-func (t *Translator) matchOrWait(p *hostProc, c *hostCall) {
+func (ht *hostTable) matchOrWait(p *hostProc, c *hostCall) {
 	if th := p.threads[c.rec.TID]; th != nil {
 		for i := len(th.launches) - 1; i >= 0; i-- {
 			l := th.launches[i]
 			if l.rec.ReturnNS < c.rec.EnterNS {
 				break // this and older launches of the thread returned before c began
 			}
-			if len(l.host) < maxHostPerLaunch && matches(&c.rec, &l.rec) {
-				l.host = append(l.host, c)
-				t.counters.HostCallsMatched++
+			if len(l.host.calls) < maxHostPerLaunch && matches(&c.rec, &l.rec) {
+				l.host.calls = append(l.host.calls, c)
+				ht.counters.HostCallsMatched++
 				return
 			}
 		}
 	}
-	if len(p.unmatched)-p.uhead >= t.o.MaxHostCalls {
+	if len(p.unmatched)-p.uhead >= ht.o.Host.MaxHostCalls {
 		// Full: the oldest goes out alone now.
 		for p.uhead < len(p.unmatched) {
 			old := p.unmatched[p.uhead]
 			p.unmatched[p.uhead] = nil
 			p.uhead++
 			if !old.taken {
-				t.counters.HostCallsEvicted++
-				t.emitStandalone(p, old)
+				ht.counters.HostCallsEvicted++
+				ht.spans.emitStandalone(p, old)
 				break
 			}
 		}
@@ -318,19 +344,19 @@ func compact[T any](q []T, head int) ([]T, int) {
 // not taken for a shim-less process's), but its launches register with
 // their thread (to nest host calls and wait for them) only when host probes
 // are on or the process has sent host calls.
-func (t *Translator) onShimLaunch(pid uint32, l *launch, now time.Time) {
-	p := t.hostProcOf(pid, now)
+func (ht *hostTable) onShimLaunch(pid uint32, l *launch, now time.Time) {
+	p := ht.procOf(pid, now)
 	if !p.shim {
 		p.shim = true
-		t.moveDeferredLaunches(p)
+		ht.moveDeferredLaunches(p)
 	}
-	if l == nil || (!t.o.HostProbes && !p.hostSeen) {
+	if l == nil || (!ht.o.Host.HostProbes && !p.hostSeen) {
 		return
 	}
 	th := p.thread(l.rec.TID)
 	th.launches = append(th.launches, l)
-	l.hth = th
-	for i := p.uhead; i < len(p.unmatched) && len(l.host) < maxHostPerLaunch; i++ {
+	l.host.th = th
+	for i := p.uhead; i < len(p.unmatched) && len(l.host.calls) < maxHostPerLaunch; i++ {
 		c := p.unmatched[i]
 		if c.taken || c.rec.TID != l.rec.TID {
 			continue
@@ -342,15 +368,15 @@ func (t *Translator) onShimLaunch(pid uint32, l *launch, now time.Time) {
 		}
 		if matches(&c.rec, &l.rec) {
 			c.taken = true
-			l.host = append(l.host, c)
-			t.counters.HostCallsMatched++
+			l.host.calls = append(l.host.calls, c)
+			ht.counters.HostCallsMatched++
 		}
 	}
 }
 
 // moveDeferredLaunches moves the launch calls still deferred into the
 // unmatched list (the process turned out to run with the shim).
-func (t *Translator) moveDeferredLaunches(p *hostProc) {
+func (ht *hostTable) moveDeferredLaunches(p *hostProc) {
 	n := len(p.unmatched)
 	for _, c := range p.deferred[p.dhead:] {
 		if !c.taken && c.rec.API.Category() == record.HostCatLaunch {
@@ -363,25 +389,25 @@ func (t *Translator) moveDeferredLaunches(p *hostProc) {
 	}
 }
 
-// holdForHost reports whether finished launch l must still wait for host
+// hold reports whether finished launch l must still wait for host
 // calls of its thread: its process sends host calls (or host probes are
 // on and it has not shown that it sends none), and no call of the thread
 // that returned after the launch has arrived yet. It waits at most
 // HostCallGrace from the first time it was held.
-func (t *Translator) holdForHost(l *launch, now time.Time) bool {
-	th := l.hth
+func (ht *hostTable) hold(l *launch, now time.Time) bool {
+	th := l.host.th
 	if th == nil || th.lastExit > l.rec.ReturnNS {
 		return false
 	}
-	p := t.hosts[l.rec.PID]
-	if p == nil || (!p.hostSeen && (!t.o.HostProbes || p.noHost)) {
+	p := ht.procs[l.rec.PID]
+	if p == nil || (!p.hostSeen && (!ht.o.Host.HostProbes || p.noHost)) {
 		return false
 	}
-	if l.holdSince.IsZero() {
-		l.holdSince = now
+	if l.host.since.IsZero() {
+		l.host.since = now
 		th.held++
 	}
-	if now.Sub(l.holdSince) < t.hostGrace() {
+	if now.Sub(l.host.since) < ht.grace() {
 		return true
 	}
 	if !p.hostSeen {
@@ -392,31 +418,31 @@ func (t *Translator) holdForHost(l *launch, now time.Time) bool {
 
 // finishSettled finishes the held launches of th that the latest host call
 // of the thread settled.
-func (t *Translator) finishSettled(th *hostThread, now time.Time) {
+func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
 	if th.held == 0 {
 		return
 	}
 	var done []*launch
 	for _, l := range th.launches {
-		if !l.holdSince.IsZero() && th.lastExit > l.rec.ReturnNS {
+		if !l.host.since.IsZero() && th.lastExit > l.rec.ReturnNS {
 			done = append(done, l)
 		}
 	}
 	for _, l := range done {
 		if !l.done {
-			t.finish(l, now)
+			ht.launches.finish(l, now)
 		}
 	}
 }
 
 // unregister removes l from its thread's pending launches.
 func (l *launch) unregister() {
-	th := l.hth
+	th := l.host.th
 	if th == nil {
 		return
 	}
-	l.hth = nil
-	if !l.holdSince.IsZero() {
+	l.host.th = nil
+	if !l.host.since.IsZero() {
 		th.held--
 	}
 	if i := slices.Index(th.launches, l); i >= 0 {
@@ -424,25 +450,25 @@ func (l *launch) unregister() {
 	}
 }
 
-// expireHost emits the host calls that waited long enough: unmatched
+// expire emits the host calls that waited long enough: unmatched
 // launch calls after the grace, deferred calls after the grace, shim-less
 // launches never closed after LaunchTimeout.
-func (t *Translator) expireHost(now time.Time) {
-	for _, p := range t.hosts {
+func (ht *hostTable) expire(now time.Time) {
+	for _, p := range ht.procs {
 		for p.uhead < len(p.unmatched) {
 			c := p.unmatched[p.uhead]
 			if !c.taken {
-				if now.Sub(c.arrived) < t.hostGrace() {
+				if now.Sub(c.arrived) < ht.grace() {
 					break
 				}
-				t.counters.HostCallsUnmatched++
-				t.emitStandalone(p, c)
+				ht.counters.HostCallsUnmatched++
+				ht.spans.emitStandalone(p, c)
 			}
 			p.unmatched[p.uhead] = nil
 			p.uhead++
 		}
 		p.unmatched, p.uhead = compact(p.unmatched, p.uhead)
-		t.releaseDeferred(p, now, false)
-		t.expireOpen(p, now)
+		ht.releaseDeferred(p, now, false)
+		ht.expireOpen(p, now)
 	}
 }

@@ -227,7 +227,7 @@ func TestShimNesting(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTr(Options{HostProbes: tc.hostProbes})
+			tr := newTr(Options{Host: HostOptions{HostProbes: tc.hostProbes}})
 			handleAll(t, tr, t0, tc.recs...)
 			if tr.Pending() != 0 {
 				t.Fatalf("%d launches pending after the records that settle them", tr.Pending())
@@ -327,7 +327,7 @@ func TestShimGrace(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTr(Options{HostProbes: tc.hostProbes})
+			tr := newTr(Options{Host: HostOptions{HostProbes: tc.hostProbes}})
 			handleAll(t, tr, t0, tc.recs...)
 			tr.Expire(t0.Add(tc.after))
 			td := tr.TakeTraces()
@@ -344,7 +344,7 @@ func TestShimGrace(t *testing.T) {
 	}
 	// Once a held launch's process showed it sends no host calls, its
 	// later launches are not held.
-	tr := newTr(Options{HostProbes: true})
+	tr := newTr(Options{Host: HostOptions{HostProbes: true}})
 	l := func(id uint64) []rec {
 		return []rec{shim(&record.Launch{LaunchID: id, PID: 42, TID: 43, EnqueueNS: 1_000 * id, ReturnNS: 1_000*id + 100, Function: 1,
 			Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}}), shim(&record.Completion{LaunchID: id, CompleteNS: 1_000*id + 500})}

@@ -52,20 +52,20 @@ func apiInfo(a record.HostAPI) *apiMeta {
 // emitTree appends the span of c under parent (empty: a root) in trace tr,
 // then its children under it, and returns its span id. kernel is the
 // kernel name of a launch call ("" when unknown).
-func (t *Translator) emitTree(ss ptrace.SpanSlice, c *hostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
-	id := t.hostCallSpan(ss, &c.rec, tr, parent, kernel)
+func (so *spanOut) emitTree(ss ptrace.SpanSlice, c *hostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
+	id := so.hostCallSpan(ss, &c.rec, tr, parent, kernel)
 	for _, d := range c.children {
 		k := ""
 		if d.rec.API.Category() == record.HostCatLaunch {
 			k = kernel
 		}
-		t.emitTree(ss, d, tr, id, k)
+		so.emitTree(ss, d, tr, id, k)
 	}
 	return id
 }
 
 // hostCallSpan appends the span of one host API call and returns its id.
-func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
+func (so *spanOut) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
 	m := apiInfo(r.API)
 	sp := ss.AppendEmpty()
 	id := otelid.NewSpanID()
@@ -74,9 +74,9 @@ func (t *Translator) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pc
 	sp.SetParentSpanID(parent)
 	sp.SetName(m.name)
 	sp.SetKind(ptrace.SpanKindInternal)
-	sp.SetStartTimestamp(t.mono(HostProbeSource, r.EnterNS))
-	sp.SetEndTimestamp(t.mono(HostProbeSource, r.ExitNS))
-	t.nSpans++
+	sp.SetStartTimestamp(so.mono(HostProbeSource, r.EnterNS))
+	sp.SetEndTimestamp(so.mono(HostProbeSource, r.ExitNS))
+	so.nSpans++
 
 	a := sp.Attributes()
 	a.EnsureCapacity(16)
@@ -201,13 +201,13 @@ func putLaunchArgs(a pcommon.Map, r *record.HostCall) {
 // hostParents emits the runtime launch calls nested with shim launch l
 // (outermost first, each inside the previous) in trace tr and returns the
 // innermost one's span id, the launch span's parent (empty when none).
-func (t *Translator) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
+func (so *spanOut) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
 	var parent pcommon.SpanID
-	if len(l.host) == 0 {
+	if len(l.host.calls) == 0 {
 		return parent
 	}
 	var runtime []*hostCall
-	for _, c := range l.host {
+	for _, c := range l.host.calls {
 		if !apiInfo(c.rec.API).driver {
 			runtime = append(runtime, c)
 		}
@@ -219,17 +219,17 @@ func (t *Translator) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.Trac
 		return cmpU64(b.rec.ExitNS, a.rec.ExitNS)
 	})
 	for _, c := range runtime {
-		parent = t.hostCallSpan(ss, &c.rec, tr, parent, l.k.name)
+		parent = so.hostCallSpan(ss, &c.rec, tr, parent, l.k.name)
 	}
 	return parent
 }
 
 // hostChildren emits the driver launch calls nested with shim launch l
 // under its span.
-func (t *Translator) hostChildren(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID, launchSpan pcommon.SpanID) {
-	for _, c := range l.host {
+func (so *spanOut) hostChildren(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID, launchSpan pcommon.SpanID) {
+	for _, c := range l.host.calls {
 		if apiInfo(c.rec.API).driver {
-			t.hostCallSpan(ss, &c.rec, tr, launchSpan, l.k.name)
+			so.hostCallSpan(ss, &c.rec, tr, launchSpan, l.k.name)
 		}
 	}
 }
@@ -244,28 +244,28 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// appendHostMetrics writes the host call duration histograms (per API) and
+// appendMetrics writes the host call duration histograms (per API) and
 // the count of approximate kernel spans.
-func (t *Translator) appendHostMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
 	dur := newExpHist(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.")
 	for _, a := range record.HostAPIs() {
-		h := &t.hostDur[a]
+		h := &ht.dur[a]
 		if h.Count() == 0 {
 			continue
 		}
 		dp := dur.AppendEmpty()
-		dp.SetStartTimestamp(t.start)
+		dp.SetStartTimestamp(ht.start)
 		dp.SetTimestamp(ts)
 		h.CopyTo(dp)
 		dp.Attributes().PutStr("cuda.api.name", apiInfo(a).name)
 		dp.Attributes().PutStr("cuda.api.category", apiInfo(a).category)
 	}
-	if t.counters.ApproxSpans > 0 {
+	if ht.counters.ApproxSpans > 0 {
 		dp := newSum(sm, MetricApproxKernels, "{span}",
 			"Approximate kernel spans (launch call to the sync that covered it) of processes without the shim.").AppendEmpty()
-		dp.SetStartTimestamp(t.start)
+		dp.SetStartTimestamp(ht.start)
 		dp.SetTimestamp(ts)
-		dp.SetIntValue(int64(t.counters.ApproxSpans))
+		dp.SetIntValue(int64(ht.counters.ApproxSpans))
 	}
 }
 

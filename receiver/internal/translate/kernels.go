@@ -10,26 +10,26 @@ import (
 )
 
 // onKernelName records a function handle's kernel name (the first wins).
-func (t *Translator) onKernelName(src uint32, k *record.KernelName) {
-	c := t.clientOf(src)
+func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
+	c := ct.clientOf(src)
 	if _, ok := c.kernels[k.Function]; ok {
 		return
 	}
 	mangled, name := k.Name, ""
 	if k.Truncated {
 		// A cut mangled name does not demangle: show it as it is, marked.
-		t.counters.NamesTruncated++
+		ct.counters.NamesTruncated++
 		mangled += TruncatedMarker
 		name = mangled
 	} else {
-		name = t.demangle(k.Name)
+		name = ct.series.demangle(k.Name)
 	}
-	t.makeKernelRoom(c)
+	ct.makeKernelRoom(c)
 	c.kernels[k.Function] = &kernel{
 		mangled: mangled,
 		name:    name,
-		series:  t.seriesFor(name),
-		include: t.o.Filter.Match(k.Name, name),
+		series:  ct.series.seriesFor(name),
+		include: ct.o.Filter.Match(k.Name, name),
 	}
 }
 
@@ -42,15 +42,15 @@ const (
 
 // demangle returns the span name of a mangled name, cached: every process
 // (source) names the same kernels again.
-func (t *Translator) demangle(mangled string) string {
-	if n, ok := t.names[mangled]; ok {
+func (sr *seriesStore) demangle(mangled string) string {
+	if n, ok := sr.names[mangled]; ok {
 		return n
 	}
-	n := t.o.Demangle(mangled)
-	if len(t.names) >= maxNameCache {
-		clear(t.names)
+	n := sr.o.Demangle(mangled)
+	if len(sr.names) >= maxNameCache {
+		clear(sr.names)
 	}
-	t.names[mangled] = n
+	sr.names[mangled] = n
 	return n
 }
 
@@ -59,16 +59,12 @@ func (t *Translator) demangle(mangled string) string {
 // all of them if that leaves the map over 3/4 full (so a client cannot make
 // every record rescan the queue). A later launch of a forgotten handle is
 // named by its handle; pending launches keep their kernel.
-func (t *Translator) makeKernelRoom(c *client) {
+func (ct *clientTable) makeKernelRoom(c *client) {
 	if len(c.kernels) < maxKernelHandles {
 		return
 	}
 	used := map[*kernel]bool{}
-	for _, l := range t.queue[t.qhead:] {
-		if !l.done && l.k != nil {
-			used[l.k] = true
-		}
-	}
+	ct.launches.kernelsInUse(used)
 	for fn, k := range c.kernels {
 		if !used[k] {
 			delete(c.kernels, fn)
@@ -81,28 +77,28 @@ func (t *Translator) makeKernelRoom(c *client) {
 
 // seriesFor returns the metric series of a kernel name, folding names beyond
 // MaxKernelNames into "other".
-func (t *Translator) seriesFor(name string) *series {
-	if s, ok := t.byName[name]; ok {
+func (sr *seriesStore) seriesFor(name string) *series {
+	if s, ok := sr.byName[name]; ok {
 		return s
 	}
-	if len(t.byName) >= t.o.MaxKernelNames {
-		return t.other
+	if len(sr.byName) >= sr.o.MaxKernelNames {
+		return sr.other
 	}
 	s := &series{name: name}
-	t.byName[name] = s
-	t.order = append(t.order, s)
+	sr.byName[name] = s
+	sr.order = append(sr.order, s)
 	return s
 }
 
-func (t *Translator) kernelOf(src uint32, fn uint64) *kernel {
-	c := t.clientOf(src)
+func (ct *clientTable) kernelOf(src uint32, fn uint64) *kernel {
+	c := ct.clientOf(src)
 	if k, ok := c.kernels[fn]; ok {
 		return k
 	}
 	// A launch of a function never named: name it by its handle.
 	name := "function@0x" + strconv.FormatUint(fn, 16)
-	k := &kernel{mangled: name, name: name, series: t.seriesFor(name), include: t.o.Filter.Match(name)}
-	t.makeKernelRoom(c)
+	k := &kernel{mangled: name, name: name, series: ct.series.seriesFor(name), include: ct.o.Filter.Match(name)}
+	ct.makeKernelRoom(c)
 	c.kernels[fn] = k
 	return k
 }

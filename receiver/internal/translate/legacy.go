@@ -36,46 +36,46 @@ const maxStreamFlags = 4096
 // streamCall applies a successful stream creation or destruction.
 func (p *hostProc) streamCall(r *record.HostCall) {
 	if !r.API.CreatesStream() {
-		delete(p.blocking, keyOf(r.API, r.Args[0], r.TID))
+		delete(p.shimless.blocking, keyOf(r.API, r.Args[0], r.TID))
 		return
 	}
 	if r.Args[0] == 0 {
 		return
 	}
 	k := keyOf(r.API, r.Args[0], r.TID)
-	if _, ok := p.blocking[k]; !ok && len(p.blocking) >= maxStreamFlags {
-		clear(p.blocking)
+	if _, ok := p.shimless.blocking[k]; !ok && len(p.shimless.blocking) >= maxStreamFlags {
+		clear(p.shimless.blocking)
 	}
-	p.blocking[k] = uint32(r.Args[1])&streamNonBlocking == 0
+	p.shimless.blocking[k] = uint32(r.Args[1])&streamNonBlocking == 0
 }
 
 // isBlocking reports whether stream k is known to order with the legacy
 // stream.
 func (p *hostProc) isBlocking(k streamKey) bool {
-	return k.stream == streamPerThread || p.blocking[k]
+	return k.stream == streamPerThread || p.shimless.blocking[k]
 }
 
 // legacyOrder applies the legacy stream's implicit ordering to work that a
 // call entered at at enqueued on stream k.
 func (p *hostProc) legacyOrder(k streamKey, at uint64) {
-	if _, ok := p.capturing[k]; ok {
+	if _, ok := p.shimless.capturing[k]; ok {
 		return // captured work does not run now
 	}
 	legacy := streamKey{}
 	if k != legacy {
-		if p.isBlocking(k) && (len(p.streams[legacy]) > 0 || len(p.waits[legacy]) > 0) {
+		if p.isBlocking(k) && (len(p.shimless.streams[legacy]) > 0 || len(p.shimless.waits[legacy]) > 0) {
 			p.addWait(k, streamWait{at: at, src: legacy, upTo: at})
 		}
 		return
 	}
 	var srcs []streamKey
-	for s := range p.streams {
+	for s := range p.shimless.streams {
 		if s != legacy && p.isBlocking(s) {
 			srcs = append(srcs, s)
 		}
 	}
-	for s := range p.waits {
-		if _, open := p.streams[s]; !open && s != legacy && p.isBlocking(s) {
+	for s := range p.shimless.waits {
+		if _, open := p.shimless.streams[s]; !open && s != legacy && p.isBlocking(s) {
 			srcs = append(srcs, s)
 		}
 	}

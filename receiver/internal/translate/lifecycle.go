@@ -8,90 +8,95 @@ import (
 )
 
 // maybeFinish emits a launch as soon as every record it waits for is in.
-func (t *Translator) maybeFinish(l *launch, now time.Time) {
+func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
 	if !l.have || !l.completed {
 		return
 	}
-	if (!t.o.ExpectWarps || l.deviceDone()) && !t.holdForHost(l, now) {
-		t.finish(l, now)
+	if (!lt.o.ExpectWarps || l.deviceDone()) && !lt.hosts.hold(l, now) {
+		lt.finish(l, now)
 	}
 }
 
 // Expire emits launches that waited long enough: completed ones after the
 // completion grace, any after LaunchTimeout. Call it once per poll.
 func (t *Translator) Expire(now time.Time) {
-	for i := t.qhead; i < len(t.queue); i++ {
-		l := t.queue[i]
+	t.launches.expire(now)
+	t.hosts.expire(now)
+}
+
+// expire emits or drops the launches whose wait is over.
+func (lt *launchTable) expire(now time.Time) {
+	for i := lt.qhead; i < len(lt.queue); i++ {
+		l := lt.queue[i]
 		if l.done {
 			continue
 		}
 		switch {
-		case l.have && l.completed && now.Sub(l.completeAt) >= t.o.CompletionGrace && !t.holdForHost(l, now):
-			t.finish(l, now)
-		case l.have && !l.completed && t.o.ExpectWarps && l.deviceDone() &&
-			now.Sub(l.created) < t.o.LaunchTimeout:
+		case l.have && l.completed && now.Sub(l.completeAt) >= lt.o.CompletionGrace && !lt.hosts.hold(l, now):
+			lt.finish(l, now)
+		case l.have && !l.completed && lt.o.ExpectWarps && l.deviceDone() &&
+			now.Sub(l.created) < lt.o.LaunchTimeout:
 			// Every warp reported: the kernel is over. The shim writes
 			// no completion records, so after a grace for one (a
 			// producer that does write them) the launch is done.
 			if l.warpsAt.IsZero() {
 				l.warpsAt = now
-			} else if now.Sub(l.warpsAt) >= t.o.CompletionGrace && !t.holdForHost(l, now) {
-				t.finish(l, now)
+			} else if now.Sub(l.warpsAt) >= lt.o.CompletionGrace && !lt.hosts.hold(l, now) {
+				lt.finish(l, now)
 			}
-		case now.Sub(l.created) >= t.o.LaunchTimeout:
+		case now.Sub(l.created) >= lt.o.LaunchTimeout:
 			if l.have {
-				t.counters.LaunchesExpired++
-				t.finish(l, now)
+				lt.counters.LaunchesExpired++
+				lt.finish(l, now)
 			} else {
-				t.counters.LaunchesOrphan++
+				lt.counters.LaunchesOrphan++
 				l.done = true
-				t.drop(l)
+				lt.drop(l)
 			}
 		}
 	}
-	for t.qhead < len(t.queue) && t.queue[t.qhead].done {
-		t.queue[t.qhead] = nil
-		t.qhead++
+	for lt.qhead < len(lt.queue) && lt.queue[lt.qhead].done {
+		lt.queue[lt.qhead] = nil
+		lt.qhead++
 	}
-	t.compactQueue()
-	t.expireHost(now)
+	lt.compactQueue()
 }
 
 // finish turns a launch into metrics and (sampled) spans and forgets it.
-func (t *Translator) finish(l *launch, now time.Time) {
+func (lt *launchTable) finish(l *launch, now time.Time) {
 	l.done = true
-	t.drop(l)
+	lt.drop(l)
 	l.unregister()
 	if !l.have {
-		t.counters.LaunchesOrphan++
+		lt.counters.LaunchesOrphan++
 		return
 	}
-	t.counters.LaunchesEmitted++
+	lt.counters.LaunchesEmitted++
 	s := l.k.series.dev(l.rec.Device)
 	s.launches++
 	execNS, haveExec := l.execNS()
 	if haveExec {
 		s.exec.Record(float64(execNS) / 1e9)
 	}
-	if q, ok := t.queueNS(l); ok {
+	if q, ok := lt.queueNS(l); ok {
 		s.queue.Record(float64(q) / 1e9)
 	}
-	if t.streamGap(l, &s.hostWait); l.gapKnown {
-		s.hostWait.Record(float64(l.hostWaitNS) / 1e9)
+	if lt.clients.streamGap(l, &s.hostWait); l.gap.known {
+		s.hostWait.Record(float64(l.gap.hostWaitNS) / 1e9)
 	}
-	if !sampled(l.sampleKey(), t.o.SampleOneIn) {
-		t.counters.SpansSampledOut++
+	if !sampled(l.sampleKey(), lt.o.SampleOneIn) {
+		lt.counters.SpansSampledOut++
 		return
 	}
-	if haveExec && time.Duration(execNS) < t.o.MinDuration {
-		t.counters.SpansSampledOut++
+	if haveExec && time.Duration(execNS) < lt.o.MinDuration {
+		lt.counters.SpansSampledOut++
 		return
 	}
-	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < t.o.MinDuration {
-		t.counters.SpansSampledOut++
+	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.MinDuration {
+		lt.counters.SpansSampledOut++
 		return
 	}
-	t.launchSpans(l)
+	lt.spans.launchSpans(l)
 }
 
 // execNS is the device execution time: first block (warp) start → last
@@ -100,16 +105,16 @@ func (l *launch) execNS() (uint64, bool) {
 	if !l.hasDevice() {
 		return 0, false
 	}
-	return l.lastEnd - l.firstStart, true
+	return l.gpu.lastEnd - l.gpu.firstStart, true
 }
 
 // queueNS is host enqueue → first block start, through the clock mapping.
-func (t *Translator) queueNS(l *launch) (uint64, bool) {
+func (lt *launchTable) queueNS(l *launch) (uint64, bool) {
 	if !l.hasDevice() {
 		return 0, false
 	}
-	startReal, ok1 := t.o.Clock.GPUToReal(l.key.src, l.rec.Device, l.firstStart)
-	enqReal, ok2 := t.o.Clock.ClientMonoToReal(l.key.src, l.rec.EnqueueNS)
+	startReal, ok1 := lt.o.Clock.GPUToReal(l.key.src, l.rec.Device, l.gpu.firstStart)
+	enqReal, ok2 := lt.o.Clock.ClientMonoToReal(l.key.src, l.rec.EnqueueNS)
 	if !ok1 || !ok2 || startReal < enqReal {
 		return 0, ok1 && ok2 // clocks disagree by less than their uncertainty: 0
 	}
@@ -121,8 +126,8 @@ func (t *Translator) queueNS(l *launch) (uint64, bool) {
 // that the kernel nodes of one graph launch are kept or dropped together
 // (their replay counts agree) and the replays of one node are sampled.
 func (l *launch) sampleKey() srcKey {
-	if l.chain != nil {
-		return srcKey{l.key.src, GraphIDBit | l.replay}
+	if l.graph.chain != nil {
+		return srcKey{l.key.src, GraphIDBit | l.graph.replay}
 	}
 	return l.key
 }

@@ -35,16 +35,21 @@ type memcpySeries struct {
 }
 
 func (t *Translator) onMemcpy(src uint32, m *record.Memcpy) {
+	t.series.addMemcpy(m)
+	t.spans.memcpySpan(src, m)
+}
+
+// addMemcpy folds one memory copy into its (device, kind) series.
+func (sr *seriesStore) addMemcpy(m *record.Memcpy) {
 	k := memcpyKey{m.Device, m.Kind}
-	s := t.memcpy[k]
+	s := sr.memcpy[k]
 	if s == nil {
 		s = &memcpySeries{}
-		t.memcpy[k] = s
-		t.mcOrder = append(t.mcOrder, k)
+		sr.memcpy[k] = s
+		sr.mcOrder = append(sr.mcOrder, k)
 	}
 	s.bytes += m.Bytes
 	s.duration.Record(float64(m.EndNS-m.StartNS) / 1e9)
-	t.memcpySpan(src, m)
 }
 
 // SelfMetric is one self-telemetry counter added to the metrics output.
@@ -58,7 +63,28 @@ type SelfMetric struct {
 // AppendMetrics writes the cumulative metrics into sm (one scope's slice).
 func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self []SelfMetric) {
 	ts := pcommon.NewTimestampFromTime(now)
+	t.series.appendMetrics(sm, ts)
+	t.hosts.appendMetrics(sm, ts)
+	for _, c := range self {
+		dp := newSum(sm, c.Name, c.Unit, c.Desc).AppendEmpty()
+		dp.SetStartTimestamp(t.start)
+		dp.SetTimestamp(ts)
+		dp.SetIntValue(int64(c.Value))
+	}
+	// Drop metrics that got no data point (e.g. no warps observed yet).
+	sm.RemoveIf(func(m pmetric.Metric) bool {
+		switch m.Type() {
+		case pmetric.MetricTypeSum:
+			return m.Sum().DataPoints().Len() == 0
+		case pmetric.MetricTypeExponentialHistogram:
+			return m.ExponentialHistogram().DataPoints().Len() == 0
+		}
+		return false
+	})
+}
 
+// appendMetrics writes the kernel, thread and memcpy series.
+func (sr *seriesStore) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
 	launches := newSum(sm, MetricLaunches, "{launch}", "Kernel launches, per kernel name (bounded; the rest under \"other\") and device.")
 	type hmetric struct {
 		name, unit, desc string
@@ -82,12 +108,12 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 	for _, h := range hs {
 		h.m = newExpHist(sm, h.name, h.unit, h.desc)
 	}
-	all := append(t.order[:len(t.order):len(t.order)], t.other)
+	all := append(sr.order[:len(sr.order):len(sr.order)], sr.other)
 	for _, s := range all {
 		for _, d := range s.devs {
 			if d.launches > 0 {
 				dp := launches.AppendEmpty()
-				dp.SetStartTimestamp(t.start)
+				dp.SetStartTimestamp(sr.start)
 				dp.SetTimestamp(ts)
 				dp.SetIntValue(int64(d.launches))
 				kernelAttrs(dp.Attributes(), s.name, d.device)
@@ -98,57 +124,40 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 					continue
 				}
 				dp := h.m.AppendEmpty()
-				dp.SetStartTimestamp(t.start)
+				dp.SetStartTimestamp(sr.start)
 				dp.SetTimestamp(ts)
 				hist.CopyTo(dp)
 				kernelAttrs(dp.Attributes(), s.name, d.device)
 			}
 		}
 	}
-	if t.o.PerThreadSeries {
-		t.appendThreadSeries(sm, all, ts)
+	if sr.o.PerThreadSeries {
+		sr.appendThreadSeries(sm, all, ts)
 	}
-	if len(t.mcOrder) > 0 {
+	if len(sr.mcOrder) > 0 {
 		size := newSum(sm, MetricMemcpySize, "By", "Bytes copied by memory copy calls.")
 		dur := newExpHist(sm, MetricMemcpyDuration, "s", "Duration of memory copy calls.")
-		for _, k := range t.mcOrder {
-			s := t.memcpy[k]
+		for _, k := range sr.mcOrder {
+			s := sr.memcpy[k]
 			dp := size.AppendEmpty()
-			dp.SetStartTimestamp(t.start)
+			dp.SetStartTimestamp(sr.start)
 			dp.SetTimestamp(ts)
 			dp.SetIntValue(int64(s.bytes))
 			dp.Attributes().PutInt("cuda.device.index", deviceIndex(k.device))
 			dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
 			hp := dur.AppendEmpty()
-			hp.SetStartTimestamp(t.start)
+			hp.SetStartTimestamp(sr.start)
 			hp.SetTimestamp(ts)
 			s.duration.CopyTo(hp)
 			hp.Attributes().PutInt("cuda.device.index", deviceIndex(k.device))
 			hp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
 		}
 	}
-	t.appendHostMetrics(sm, ts)
-	for _, c := range self {
-		dp := newSum(sm, c.Name, c.Unit, c.Desc).AppendEmpty()
-		dp.SetStartTimestamp(t.start)
-		dp.SetTimestamp(ts)
-		dp.SetIntValue(int64(c.Value))
-	}
-	// Drop metrics that got no data point (e.g. no warps observed yet).
-	sm.RemoveIf(func(m pmetric.Metric) bool {
-		switch m.Type() {
-		case pmetric.MetricTypeSum:
-			return m.Sum().DataPoints().Len() == 0
-		case pmetric.MetricTypeExponentialHistogram:
-			return m.ExponentialHistogram().DataPoints().Len() == 0
-		}
-		return false
-	})
 }
 
 // appendThreadSeries writes one cumulative sum per thread index of small
 // grids (Options.PerThreadSeries).
-func (t *Translator) appendThreadSeries(sm pmetric.MetricSlice, all []*series, ts pcommon.Timestamp) {
+func (sr *seriesStore) appendThreadSeries(sm pmetric.MetricSlice, all []*series, ts pcommon.Timestamp) {
 	dps := newSum(sm, MetricThreadSeries, "{execution}",
 		"Executions of the probed code per thread, for launches of at most limits::max_thread_series threads.")
 	var idx []uint32
@@ -164,7 +173,7 @@ func (t *Translator) appendThreadSeries(sm pmetric.MetricSlice, all []*series, t
 			slices.Sort(idx)
 			for _, i := range idx {
 				dp := dps.AppendEmpty()
-				dp.SetStartTimestamp(t.start)
+				dp.SetStartTimestamp(sr.start)
 				dp.SetTimestamp(ts)
 				dp.SetIntValue(int64(d.perThread[i]))
 				kernelAttrs(dp.Attributes(), s.name, d.device)

@@ -26,45 +26,58 @@ const (
 	SpanSync       = "cuda.sync"        // one synchronisation call
 )
 
-func (t *Translator) resetTraces() {
-	t.traces = ptrace.NewTraces()
-	t.byPID = map[uint32]ptrace.SpanSlice{}
-	t.nSpans = 0
+// spanOut owns the spans built since the last TakeTraces, one resource
+// per process.
+type spanOut struct {
+	o        *Options
+	counters *Counters
+	clients  *clientTable
+	hosts    *hostTable
+
+	traces ptrace.Traces
+	byPID  map[uint32]ptrace.SpanSlice
+	nSpans int
+}
+
+func (so *spanOut) resetTraces() {
+	so.traces = ptrace.NewTraces()
+	so.byPID = map[uint32]ptrace.SpanSlice{}
+	so.nSpans = 0
 }
 
 // TakeTraces returns the spans built since the last call (possibly none).
 func (t *Translator) TakeTraces() ptrace.Traces {
-	out := t.traces
-	t.resetTraces()
+	out := t.spans.traces
+	t.spans.resetTraces()
 	return out
 }
 
 // SpanCount is the number of spans waiting in TakeTraces.
-func (t *Translator) SpanCount() int { return t.nSpans }
+func (t *Translator) SpanCount() int { return t.spans.nSpans }
 
 // spansOf returns the span slice of a process's resource.
-func (t *Translator) spansOf(pid uint32) ptrace.SpanSlice {
-	if ss, ok := t.byPID[pid]; ok {
+func (so *spanOut) spansOf(pid uint32) ptrace.SpanSlice {
+	if ss, ok := so.byPID[pid]; ok {
 		return ss
 	}
-	rs := t.traces.ResourceSpans().AppendEmpty()
-	t.fillResource(rs.Resource().Attributes(), pid)
+	rs := so.traces.ResourceSpans().AppendEmpty()
+	so.fillResource(rs.Resource().Attributes(), pid)
 	sc := rs.ScopeSpans().AppendEmpty()
 	sc.Scope().SetName(ScopeName)
 	ss := sc.Spans()
-	t.byPID[pid] = ss
+	so.byPID[pid] = ss
 	return ss
 }
 
-func (t *Translator) fillResource(attrs pcommon.Map, pid uint32) {
-	exe := t.processName(pid)
+func (so *spanOut) fillResource(attrs pcommon.Map, pid uint32) {
+	exe := so.clients.processName(pid)
 	attrs.PutInt("process.pid", int64(pid))
 	if exe != "" {
 		attrs.PutStr("process.executable.name", exe)
 	}
 	switch {
-	case t.o.ServiceName != "":
-		attrs.PutStr("service.name", t.o.ServiceName)
+	case so.o.ServiceName != "":
+		attrs.PutStr("service.name", so.o.ServiceName)
 	case exe != "":
 		attrs.PutStr("service.name", exe)
 	default:
@@ -73,16 +86,16 @@ func (t *Translator) fillResource(attrs pcommon.Map, pid uint32) {
 }
 
 // processName returns the executable name of pid, cached.
-func (t *Translator) processName(pid uint32) string {
-	if n, ok := t.peerExe[pid]; ok {
+func (ct *clientTable) processName(pid uint32) string {
+	if n, ok := ct.peerExe[pid]; ok {
 		return n // a connected client's, read at connect
 	}
-	if n, ok := t.procs[pid]; ok {
+	if n, ok := ct.procs[pid]; ok {
 		return n
 	}
 	var n string
-	if t.o.ProcessName != nil {
-		n = t.o.ProcessName(pid)
+	if ct.o.ProcessName != nil {
+		n = ct.o.ProcessName(pid)
 	} else {
 		n = ProcName(pid)
 	}
@@ -90,10 +103,10 @@ func (t *Translator) processName(pid uint32) string {
 	if n == "" {
 		return "" // gone or unreadable: not cached, a later record may know it
 	}
-	if len(t.procs) > 4096 {
-		clear(t.procs)
+	if len(ct.procs) > 4096 {
+		clear(ct.procs)
 	}
-	t.procs[pid] = n
+	ct.procs[pid] = n
 	return n
 }
 
@@ -114,17 +127,17 @@ func ProcName(pid uint32) string {
 
 // mono maps a CLOCK_MONOTONIC reading of source src to a timestamp (0 when
 // unknown).
-func (t *Translator) mono(src uint32, ns uint64) pcommon.Timestamp {
-	r, _ := t.o.Clock.ClientMonoToReal(src, ns)
+func (so *spanOut) mono(src uint32, ns uint64) pcommon.Timestamp {
+	r, _ := so.o.Clock.ClientMonoToReal(src, ns)
 	return pcommon.Timestamp(r)
 }
 
 // launchSpans appends the launch span and its phase children.
-func (t *Translator) launchSpans(l *launch) {
+func (so *spanOut) launchSpans(l *launch) {
 	r := &l.rec
-	ss := t.spansOf(r.PID)
+	ss := so.spansOf(r.PID)
 	tid := otelid.NewTraceID()
-	parent := t.hostParents(ss, l, tid)
+	parent := so.hostParents(ss, l, tid)
 	root := ss.AppendEmpty()
 	root.SetTraceID(tid)
 	rootID := otelid.NewSpanID()
@@ -132,7 +145,7 @@ func (t *Translator) launchSpans(l *launch) {
 	root.SetParentSpanID(parent)
 	root.SetName(l.k.name)
 	root.SetKind(ptrace.SpanKindInternal)
-	start, end := t.mono(l.key.src, r.EnqueueNS), t.mono(l.key.src, r.ReturnNS)
+	start, end := so.mono(l.key.src, r.EnqueueNS), so.mono(l.key.src, r.ReturnNS)
 	root.SetStartTimestamp(start)
 
 	a := root.Attributes()
@@ -140,16 +153,16 @@ func (t *Translator) launchSpans(l *launch) {
 	a.PutStr("code.function.name", l.k.name)
 	a.PutStr("cuda.kernel.mangled_name", l.k.mangled)
 	a.PutInt("cuda.launch.id", int64(r.LaunchID))
-	if l.chain != nil {
-		a.PutInt("cuda.graph.replay", int64(l.replay))
+	if l.graph.chain != nil {
+		a.PutInt("cuda.graph.replay", int64(l.graph.replay))
 	}
 	a.PutStr("cuda.launch.api", r.API.String())
-	if r.Flags&record.LaunchUnprobed != 0 && t.o.ExpectWarps {
+	if r.Flags&record.LaunchUnprobed != 0 && so.o.ExpectWarps {
 		// Device probes are on, but this launch ran none (kernel not
 		// patched, or left out by sampling::device_one_in): no phases.
 		a.PutBool("cuda.launch.probed", false)
 	}
-	t.putDevice(a, l.key.src, r.Device)
+	so.clients.putDevice(a, l.key.src, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))
 	a.PutInt("cuda.grid.x", int64(r.Grid[0]))
 	a.PutInt("cuda.grid.y", int64(r.Grid[1]))
@@ -173,31 +186,31 @@ func (t *Translator) launchSpans(l *launch) {
 		c.SetName(name)
 		c.SetStartTimestamp(s)
 		c.SetEndTimestamp(max(s, e))
-		t.nSpans++
+		so.nSpans++
 		end = max(end, e)
 	}
-	child(SpanLaunchCall, start, t.mono(l.key.src, r.ReturnNS))
-	t.hostChildren(ss, l, tid, rootID)
+	child(SpanLaunchCall, start, so.mono(l.key.src, r.ReturnNS))
+	so.hostChildren(ss, l, tid, rootID)
 
-	execEnd := t.mono(l.key.src, r.ReturnNS)
-	if l.exec != nil {
-		a.PutInt("cuda.blocks.observed", int64(l.exec.Blocks))
-		a.PutInt("cuda.threads.observed", int64(l.exec.Threads))
+	execEnd := so.mono(l.key.src, r.ReturnNS)
+	if l.gpu.exec != nil {
+		a.PutInt("cuda.blocks.observed", int64(l.gpu.exec.Blocks))
+		a.PutInt("cuda.threads.observed", int64(l.gpu.exec.Threads))
 	}
-	if l.idleKnown {
-		a.PutInt("cuda.launch.stream_idle", int64(l.idleNS))
+	if l.gap.idleKnown {
+		a.PutInt("cuda.launch.stream_idle", int64(l.gap.idleNS))
 	}
-	if l.gapKnown {
-		a.PutInt("cuda.launch.host_wait", int64(l.hostWaitNS))
+	if l.gap.known {
+		a.PutInt("cuda.launch.host_wait", int64(l.gap.hostWaitNS))
 	}
-	if l.warps > 0 {
-		a.PutInt("cuda.warps.observed", int64(l.warps))
+	if l.gpu.warps > 0 {
+		a.PutInt("cuda.warps.observed", int64(l.gpu.warps))
 		a.PutInt("cuda.warps.expected", int64(expectedWarps(r)))
-		a.PutInt("cuda.warp.exit_skew.max", int64(l.maxSkew))
+		a.PutInt("cuda.warp.exit_skew.max", int64(l.gpu.maxSkew))
 	}
 	if l.hasDevice() {
-		fs, ok1 := t.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
-		le, ok2 := t.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd)
+		fs, ok1 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.firstStart)
+		le, ok2 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.lastEnd)
 		if ok1 && ok2 {
 			child(SpanQueued, start, max(start, pcommon.Timestamp(fs)))
 			child(SpanExecuting, pcommon.Timestamp(fs), pcommon.Timestamp(le))
@@ -205,14 +218,14 @@ func (t *Translator) launchSpans(l *launch) {
 		}
 	}
 	if l.completed {
-		child(SpanCompletion, execEnd, t.mono(l.key.src, l.completeNS))
+		child(SpanCompletion, execEnd, so.mono(l.key.src, l.completeNS))
 	}
 	root.SetEndTimestamp(end)
-	t.nSpans++
+	so.nSpans++
 }
 
-func (t *Translator) onSync(src uint32, s *record.Sync) {
-	a, ok := t.hostSpan(SpanSync, src, s.PID, s.StartNS, s.EndNS)
+func (so *spanOut) onSync(src uint32, s *record.Sync) {
+	a, ok := so.hostSpan(SpanSync, src, s.PID, s.StartNS, s.EndNS)
 	if !ok {
 		return
 	}
@@ -222,31 +235,31 @@ func (t *Translator) onSync(src uint32, s *record.Sync) {
 	a.PutInt("thread.id", int64(s.TID))
 }
 
-func (t *Translator) memcpySpan(src uint32, m *record.Memcpy) {
-	a, ok := t.hostSpan(SpanMemcpy, src, m.PID, m.StartNS, m.EndNS)
+func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
+	a, ok := so.hostSpan(SpanMemcpy, src, m.PID, m.StartNS, m.EndNS)
 	if !ok {
 		return
 	}
 	a.PutStr("cuda.memcpy.kind", m.Kind.String())
 	a.PutInt("cuda.memcpy.size", int64(m.Bytes))
 	a.PutBool("cuda.memcpy.async", m.Flags&record.MemcpyAsync != 0)
-	t.putDevice(a, src, m.Device)
+	so.clients.putDevice(a, src, m.Device)
 	a.PutInt("cuda.stream", int64(m.Stream))
 	a.PutInt("thread.id", int64(m.TID))
 }
 
 // hostSpan appends the span of a host call (a sync or a copy) of process
 // pid and returns its attributes, or false when sampling drops the call.
-func (t *Translator) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
-	if !sampled(srcKey{pid, startNS}, t.o.SampleOneIn) {
+func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
+	if !sampled(srcKey{pid, startNS}, so.o.SampleOneIn) {
 		return pcommon.Map{}, false
 	}
-	sp := t.spansOf(pid).AppendEmpty()
+	sp := so.spansOf(pid).AppendEmpty()
 	sp.SetTraceID(otelid.NewTraceID())
 	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetName(name)
-	sp.SetStartTimestamp(t.mono(src, startNS))
-	sp.SetEndTimestamp(t.mono(src, endNS))
-	t.nSpans++
+	sp.SetStartTimestamp(so.mono(src, startNS))
+	sp.SetEndTimestamp(so.mono(src, endNS))
+	so.nSpans++
 	return sp.Attributes(), true
 }

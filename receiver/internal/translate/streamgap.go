@@ -78,8 +78,8 @@ func slotOf(src, device uint32, stream uint64, tid uint32) streamSlot {
 }
 
 // streamCount counts one launch or copy on a stream and returns its count.
-func (t *Translator) streamCount(k streamSlot) uint64 {
-	streams := t.clientOf(k.src).streams
+func (ct *clientTable) streamCount(k streamSlot) uint64 {
+	streams := ct.clientOf(k.src).streams
 	st := streams[k]
 	if st == nil {
 		if len(streams) >= maxStreamSlots {
@@ -97,12 +97,12 @@ func (t *Translator) streamCount(k streamSlot) uint64 {
 // before it on its stream has finished and ran probes, records the host
 // wait of a launch that finished early when l is its predecessor, and
 // makes l the stream's latest finished launch.
-func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
-	if l.streamSeq == 0 {
+func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
+	if l.gap.seq == 0 {
 		return
 	}
 	r := &l.rec
-	c := t.clients[l.key.src]
+	c := ct.byID[l.key.src]
 	if c == nil {
 		return // gone
 	}
@@ -110,25 +110,25 @@ func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
 	if st == nil {
 		return // forgotten
 	}
-	retReal, okRet := t.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
+	retReal, okRet := ct.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
 	var startReal uint64
 	if l.hasDevice() {
-		startReal, _ = t.o.Clock.GPUToReal(l.key.src, r.Device, l.firstStart)
+		startReal, _ = ct.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.firstStart)
 	}
-	s := l.streamSeq
+	s := l.gap.seq
 	switch {
 	case s == st.doneSeq+1 && st.end != 0 && okRet:
-		if endReal, ok := t.o.Clock.GPUToReal(l.key.src, r.Device, st.end); ok {
-			l.hostWaitNS, l.gapKnown = gapWait(retReal, endReal, startReal), true
-			if l.hasDevice() && l.firstStart >= st.end {
-				l.idleNS, l.idleKnown = l.firstStart-st.end, true
+		if endReal, ok := ct.o.Clock.GPUToReal(l.key.src, r.Device, st.end); ok {
+			l.gap.hostWaitNS, l.gap.known = gapWait(retReal, endReal, startReal), true
+			if l.hasDevice() && l.gpu.firstStart >= st.end {
+				l.gap.idleNS, l.gap.idleKnown = l.gpu.firstStart-st.end, true
 			}
 		}
 	case s > st.doneSeq+1 && okRet:
 		st.early = earlyLaunch{seq: s, retReal: retReal, startReal: startReal, hostWait: hw}
 	}
 	if s+1 == st.early.seq && l.hasDevice() {
-		if endReal, ok := t.o.Clock.GPUToReal(l.key.src, r.Device, l.lastEnd); ok {
+		if endReal, ok := ct.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.lastEnd); ok {
 			st.early.hostWait.Record(float64(gapWait(st.early.retReal, endReal, st.early.startReal)) / 1e9)
 		}
 		st.early = earlyLaunch{}
@@ -136,7 +136,7 @@ func (t *Translator) streamGap(l *launch, hw *exphist.Hist) {
 	if s > st.doneSeq {
 		st.doneSeq, st.end = s, 0
 		if l.hasDevice() {
-			st.end = l.lastEnd
+			st.end = l.gpu.lastEnd
 		}
 	}
 }

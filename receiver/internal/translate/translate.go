@@ -15,18 +15,12 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
-	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.opentelemetry.io/collector/pdata/pcommon"
-	"go.opentelemetry.io/collector/pdata/ptrace"
 )
 
 // OtherKernel is the kernel name series beyond Options.MaxKernelNames fold into.
 const OtherKernel = "other"
-
-// maxBufferedWarps bounds the warp durations a launch holds while its launch
-// record has not been read yet (so its kernel name is unknown).
-const maxBufferedWarps = 256
 
 // Options configure a Translator.
 type Options struct {
@@ -44,16 +38,27 @@ type Options struct {
 	Clock              *clock.Mapper
 	PerThreadSeries    bool // per-thread execution-count series for small grids
 	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
+	Host               HostOptions
+}
 
-	// Host probes (HostCall and KernelName records from HostProbeSource).
+// HostOptions configure the handling of host probes (HostCall and
+// KernelName records from HostProbeSource).
+type HostOptions struct {
 	HostProbes           bool          // host probes are attached: shim launches wait for their thread's host calls from the start
 	HostCallGrace        time.Duration // longest wait of a host call for the records it joins with (default 100 ms)
 	MaxHostCalls         int           // bound of each per-process queue of host calls (default 4096)
 	NoApproximateKernels bool          // no approximate kernel spans for processes without the shim
 }
 
-// Counters are the translator's own counts (self-telemetry).
+// Counters are the translator's own counts (self-telemetry): of records
+// and launches, and of host calls.
 type Counters struct {
+	LaunchCounters
+	HostCounters
+}
+
+// LaunchCounters count records and the launches they make.
+type LaunchCounters struct {
 	RecordsRead      uint64 // records handed to Handle
 	RecordsInvalid   uint64 // records that failed to decode
 	LaunchesEmitted  uint64 // launches finished and turned into metrics
@@ -67,7 +72,10 @@ type Counters struct {
 	CalibrationsBad  uint64 // calibration records rejected (clock.Mapper.AddCalibration)
 	ExecDuplicate    uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
 	LaunchesCaptured uint64 // launch records of stream-captured launches (never run; shims before capture.c wrote them): dropped at their graph node's first cuGraphLaunch record
+}
 
+// HostCounters count host calls (host probes) and approximate spans.
+type HostCounters struct {
 	HostCalls          uint64 // host call records handled
 	HostCallsMatched   uint64 // host launch calls nested with a shim launch
 	HostCallsUnmatched uint64 // host launch calls of shim processes emitted alone after the grace
@@ -94,79 +102,27 @@ type kernel struct {
 	include bool
 }
 
-// launch is one pending launch.
-type launch struct {
-	key        srcKey
-	have       bool // launch record seen
-	rec        record.Launch
-	k          *kernel
-	created    time.Time
-	done       bool
-	completed  bool
-	completeAt time.Time
-	warpsAt    time.Time // when Expire first saw every warp in (no completion record yet)
-	tracked    bool      // counted in its client's pending (client.go)
-	completeNS uint64
-	warps      uint64
-	exec       *record.Exec // the launch's device window from kernel_phases (nil until it comes)
-	firstStart uint64
-	lastEnd    uint64
-	maxSkew    uint64
-	buffered   []warpTimes // warp durations seen before the launch record
-	host       []*hostCall // host launch calls nested with it (host probes)
-	hth        *hostThread // the host state of its thread, while registered there
-	holdSince  time.Time   // when it first waited for host calls of its thread
-
-	// A run of a CUDA graph node (see graph.go, isGraph): its node and
-	// replay ordinal (how many launch records of its id came before its
-	// own); chain is nil for other launches.
-	chain  *replayChain
-	replay uint64
-
-	// Its place on its stream (streamgap.go): its count there (0: not
-	// counted), and once finished, the stream's idle time before it and
-	// the host's part of it.
-	streamSeq           uint64
-	idleNS, hostWaitNS  uint64
-	gapKnown, idleKnown bool
-}
-
-type warpTimes struct{ exec, skew uint64 }
-
-// Translator holds the join and aggregation state.
+// Translator decodes records and routes them to the parts that own the
+// state: launchTable (pending launches), graphTable (graph node replays),
+// clientTable (per-source state, stream gaps), hostTable (host calls and
+// the shim-less approximation), seriesStore (metric series) and spanOut
+// (spans). It keeps the counters and options they all read.
 type Translator struct {
-	o       Options
-	byName  map[string]*series // kernel name → its series (bounded)
-	other   *series
-	order   []*series          // series in creation order, for stable output
-	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
-	queue   []*launch          // FIFO of pending launches (done ones are skipped)
-	qhead   int
-
-	// Runs of CUDA graph nodes are not in pending but in graphs.
-	graphs     map[srcKey]*replayChain // graph node (id with GraphIDBit, or adopted from a capture) → its runs
-	nGraph     int                     // pending runs of graph nodes
-	graphSweep uint32                  // sweeps of graphs (replayChain.touch)
-
-	memcpy  map[memcpyKey]*memcpySeries
-	mcOrder []memcpyKey
-	clients map[uint32]*client // source → its state (client.go)
-	peerExe map[uint32]string  // peer pid of a connected client → its executable
-	procs   map[uint32]string  // pid → executable name (host probes, unconnected sources)
-	names   map[string]string  // mangled → demangled, bounded by maxNameCache
-
-	hosts        map[uint32]*hostProc // pid → host-call state
-	hostNames    map[pidHandle]hostName
-	oldHostNames map[pidHandle]hostName
-	hostDur      hostDurations
-
-	traces   ptrace.Traces
-	byPID    map[uint32]ptrace.SpanSlice
-	nSpans   int
+	o        Options
 	counters Counters
 	start    pcommon.Timestamp
+	dec      decoder // decode scratch
 
-	// decode scratch
+	launches *launchTable // pending launches but graph runs (launches.go, lifecycle.go)
+	graphs   *graphTable  // runs of CUDA graph nodes (graph.go)
+	clients  *clientTable // per-source state and process names (client.go)
+	hosts    *hostTable   // host calls and the shim-less approximation (hostcalls.go, approx.go)
+	series   *seriesStore // metric series (series.go)
+	spans    *spanOut     // spans built since the last TakeTraces (spans.go)
+}
+
+// decoder is the scratch space records are decoded into, one per type.
+type decoder struct {
 	dl record.Launch
 	dw record.Warp
 	de record.Exec
@@ -203,28 +159,34 @@ func New(o Options) *Translator {
 	if o.Clock == nil {
 		o.Clock = clock.New()
 	}
-	if o.HostCallGrace <= 0 {
-		o.HostCallGrace = DefaultHostCallGrace
+	if o.Host.HostCallGrace <= 0 {
+		o.Host.HostCallGrace = DefaultHostCallGrace
 	}
-	if o.MaxHostCalls < 1 {
-		o.MaxHostCalls = DefaultMaxHostCalls
+	if o.Host.MaxHostCalls < 1 {
+		o.Host.MaxHostCalls = DefaultMaxHostCalls
 	}
-	t := &Translator{
-		o:         o,
-		byName:    map[string]*series{},
-		pending:   map[srcKey]*launch{},
-		graphs:    map[srcKey]*replayChain{},
-		memcpy:    map[memcpyKey]*memcpySeries{},
-		clients:   map[uint32]*client{},
-		peerExe:   map[uint32]string{},
-		procs:     map[uint32]string{},
-		names:     map[string]string{},
-		hosts:     map[uint32]*hostProc{},
-		hostNames: map[pidHandle]hostName{},
-		start:     pcommon.NewTimestampFromTime(time.Now()),
+	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
+	t.series = &seriesStore{
+		o: &t.o, start: t.start,
+		byName: map[string]*series{}, other: &series{name: OtherKernel},
+		memcpy: map[memcpyKey]*memcpySeries{}, names: map[string]string{},
 	}
-	t.other = &series{name: OtherKernel}
-	t.resetTraces()
+	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}}
+	t.graphs = &graphTable{o: &t.o, counters: &t.counters, chains: map[srcKey]*replayChain{}}
+	t.clients = &clientTable{o: &t.o, counters: &t.counters,
+		byID: map[uint32]*client{}, peerExe: map[uint32]string{}, procs: map[uint32]string{}}
+	t.hosts = &hostTable{o: &t.o, counters: &t.counters, start: t.start,
+		procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
+	t.spans = &spanOut{o: &t.o, counters: &t.counters}
+	t.spans.resetTraces()
+
+	// The parts call each other; each names the ones it calls.
+	t.launches.graphs, t.launches.clients, t.launches.hosts = t.graphs, t.clients, t.hosts
+	t.launches.spans, t.launches.series = t.spans, t.series
+	t.graphs.launches, t.graphs.clients = t.launches, t.clients
+	t.clients.launches, t.clients.series = t.launches, t.series
+	t.hosts.launches, t.hosts.spans, t.hosts.series = t.launches, t.spans, t.series
+	t.spans.clients, t.spans.hosts = t.clients, t.hosts
 	return t
 }
 
@@ -232,7 +194,7 @@ func New(o Options) *Translator {
 func (t *Translator) Counters() Counters { return t.counters }
 
 // Pending is the number of launches waiting for more records.
-func (t *Translator) Pending() int { return len(t.pending) + t.nGraph }
+func (t *Translator) Pending() int { return t.launches.size() + t.graphs.runs() }
 
 // Handle decodes one record from source src (one producer process
 // connection) and folds it into the state. now is the wall clock, used for
@@ -255,339 +217,78 @@ var errUnknownType = errors.New("unknown record type")
 func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Time) error {
 	switch typ {
 	case record.TypeLaunch:
-		if err := t.dl.Decode(rec); err != nil {
+		if err := t.dec.dl.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dl.PID, &t.dl.Device)
-		t.onLaunch(src, &t.dl, now)
+		t.clients.validate(src, &t.dec.dl.PID, &t.dec.dl.Device)
+		t.launches.onLaunch(src, &t.dec.dl, now)
 	case record.TypeWarp:
-		if err := t.dw.Decode(rec); err != nil {
+		if err := t.dec.dw.Decode(rec); err != nil {
 			return err
 		}
-		t.onWarp(src, &t.dw, now)
+		t.launches.onWarp(src, &t.dec.dw, now)
 	case record.TypeExec:
-		if err := t.de.Decode(rec); err != nil {
+		if err := t.dec.de.Decode(rec); err != nil {
 			return err
 		}
-		t.onExec(src, &t.de, now)
+		t.launches.onExec(src, &t.dec.de, now)
 	case record.TypeCompletion:
-		if err := t.dc.Decode(rec); err != nil {
+		if err := t.dec.dc.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, nil, &t.dc.Device)
-		t.onCompletion(src, &t.dc, now)
+		t.clients.validate(src, nil, &t.dec.dc.Device)
+		t.launches.onCompletion(src, &t.dec.dc, now)
 	case record.TypeKernelName:
-		if err := t.dk.Decode(rec); err != nil {
+		if err := t.dec.dk.Decode(rec); err != nil {
 			return err
 		}
 		if src == HostProbeSource {
-			t.onHostKernelName(&t.dk)
+			t.hosts.onKernelName(&t.dec.dk)
 		} else {
-			t.onKernelName(src, &t.dk)
+			t.clients.onKernelName(src, &t.dec.dk)
 		}
 	case record.TypeCalibration:
-		if err := t.db.Decode(rec); err != nil {
+		if err := t.dec.db.Decode(rec); err != nil {
 			return err
 		}
-		if err := t.o.Clock.AddCalibration(src, t.db.Device, t.db.GPUNS, t.db.MonoNS, t.db.RealtimeNS); err != nil {
+		if err := t.o.Clock.AddCalibration(src, t.dec.db.Device, t.dec.db.GPUNS, t.dec.db.MonoNS, t.dec.db.RealtimeNS); err != nil {
 			t.counters.CalibrationsBad++
 			return fmt.Errorf("record %s: %w", typ, err)
 		}
 	case record.TypeMemcpy:
-		if err := t.dm.Decode(rec); err != nil {
+		if err := t.dec.dm.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dm.PID, &t.dm.Device)
+		t.clients.validate(src, &t.dec.dm.PID, &t.dec.dm.Device)
 		if src != HostProbeSource {
-			t.streamCount(slotOf(src, t.dm.Device, t.dm.Stream, t.dm.TID))
+			t.clients.streamCount(slotOf(src, t.dec.dm.Device, t.dec.dm.Stream, t.dec.dm.TID))
 		}
-		t.onMemcpy(src, &t.dm)
+		t.onMemcpy(src, &t.dec.dm)
 	case record.TypeSync:
-		if err := t.ds.Decode(rec); err != nil {
+		if err := t.dec.ds.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.ds.PID, &t.ds.Device)
-		t.onSync(src, &t.ds)
+		t.clients.validate(src, &t.dec.ds.PID, &t.dec.ds.Device)
+		t.spans.onSync(src, &t.dec.ds)
 	case record.TypeThreadCount:
-		if err := t.dt.Decode(rec); err != nil {
+		if err := t.dec.dt.Decode(rec); err != nil {
 			return err
 		}
-		t.onThreadCount(src, &t.dt)
+		t.launches.onThreadCount(src, &t.dec.dt)
 	case record.TypeDevice:
-		if err := t.dd.Decode(rec); err != nil {
+		if err := t.dec.dd.Decode(rec); err != nil {
 			return err
 		}
-		t.onDevice(t.clientOf(src), &t.dd)
+		t.clients.onDevice(t.clients.clientOf(src), &t.dec.dd)
 	case record.TypeHostCall:
-		if err := t.dh.Decode(rec); err != nil {
+		if err := t.dec.dh.Decode(rec); err != nil {
 			return err
 		}
-		t.validate(src, &t.dh.PID)
-		t.processName(t.dh.PID) // while the process is alive: spans are built later
-		t.onHostCall(&t.dh, now)
+		t.clients.validate(src, &t.dec.dh.PID)
+		t.clients.processName(t.dec.dh.PID) // while the process is alive: spans are built later
+		t.hosts.onHostCall(&t.dec.dh, now)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
 	}
 	return nil
-}
-
-func (t *Translator) onLaunch(src uint32, r *record.Launch, now time.Time) {
-	t.processName(r.PID) // while the process is alive: spans are built later
-	t.clientOf(src).lastDev = r.Device
-	k := t.kernelOf(src, r.Function)
-	key := srcKey{src, r.LaunchID}
-	var seq uint64
-	if src != HostProbeSource && r.Result == 0 {
-		seq = t.streamCount(slotOf(src, r.Device, r.Stream, r.TID))
-	}
-	if !k.include {
-		if src != HostProbeSource {
-			t.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
-		}
-		t.counters.LaunchesFilter++
-		if t.isGraph(key) {
-			t.graphFiltered(key)
-		} else if l := t.pending[key]; l != nil {
-			l.done = true
-			t.drop(l)
-		}
-		return
-	}
-	if r.API == record.APIGraphLaunch && !t.isGraph(key) {
-		t.adoptCaptured(key, now)
-	}
-	var l *launch
-	if t.isGraph(key) {
-		l = t.graphLaunchRun(key, r, now) // a replay of a graph node: its own run
-	} else {
-		if l = t.pending[key]; l == nil {
-			l = t.newPending(key, now)
-		} else if l.have {
-			return // duplicate launch id: keep the first
-		}
-		l.streamSeq = seq
-	}
-	l.have, l.rec, l.k = true, *r, k
-	for _, w := range l.buffered {
-		t.recordWarp(l, w)
-	}
-	l.buffered = nil
-	if l.chain != nil {
-		t.graphLaunched(l)
-	}
-	if src != HostProbeSource {
-		t.onShimLaunch(r.PID, l, now)
-	}
-	t.maybeFinish(l, now)
-}
-
-func (t *Translator) newPending(key srcKey, now time.Time) *launch {
-	t.makeRoom(key.src, now)
-	l := &launch{key: key, created: now}
-	t.pending[key] = l
-	t.queue = append(t.queue, l)
-	t.track(l)
-	return l
-}
-
-// makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
-// of source src when it holds half of them or more (so that one client
-// cannot evict another's launches), else the oldest of all.
-func (t *Translator) makeRoom(src uint32, now time.Time) {
-	for len(t.pending)+t.nGraph >= t.o.MaxPendingLaunches {
-		if c := t.clients[src]; c != nil && 2*c.pending >= t.o.MaxPendingLaunches && t.evictOldestOf(c, now) {
-			continue
-		}
-		t.evictOldest(now)
-	}
-}
-
-// drop forgets launch l (done).
-func (t *Translator) drop(l *launch) {
-	t.untrack(l)
-	if l.chain != nil {
-		t.dropRun(l)
-		return
-	}
-	delete(t.pending, l.key)
-}
-
-func (t *Translator) evictOldest(now time.Time) {
-	for t.qhead < len(t.queue) {
-		l := t.queue[t.qhead]
-		t.queue[t.qhead] = nil
-		t.qhead++
-		if !l.done {
-			t.counters.LaunchesEvicted++
-			t.finish(l, now)
-			break
-		}
-	}
-	t.compactQueue()
-}
-
-func (t *Translator) compactQueue() {
-	if t.qhead > 1024 && t.qhead*2 > len(t.queue) {
-		n := copy(t.queue, t.queue[t.qhead:])
-		clear(t.queue[n:])
-		t.queue, t.qhead = t.queue[:n], 0
-	}
-}
-
-func (t *Translator) onWarp(src uint32, w *record.Warp, now time.Time) {
-	key := srcKey{src, w.LaunchID}
-	var l *launch
-	if t.isGraph(key) {
-		l = t.graphWarpRun(key, now)
-	} else if l = t.pending[key]; l == nil {
-		l = t.newPending(key, now)
-	}
-	exec := w.EndNS - w.StartNS
-	skew := w.ExitSkewNS()
-	if l.warps == 0 || w.StartNS < l.firstStart {
-		l.firstStart = w.StartNS
-	}
-	l.lastEnd = max(l.lastEnd, w.EndNS)
-	l.maxSkew = max(l.maxSkew, skew)
-	l.warps++
-	if l.have {
-		t.recordWarp(l, warpTimes{exec, skew})
-	} else if len(l.buffered) < maxBufferedWarps {
-		l.buffered = append(l.buffered, warpTimes{exec, skew})
-	}
-	t.maybeFinish(l, now)
-}
-
-// onExec takes a launch's device window, aggregated on the GPU: it stands
-// for all of the launch's warps. The windows of a CUDA graph node (whose
-// launch id is the same for every replay) go to its runs in order (see
-// graph.go); a second window for any other launch id keeps the first.
-func (t *Translator) onExec(src uint32, e *record.Exec, now time.Time) {
-	key := srcKey{src, e.LaunchID}
-	var l *launch
-	if t.isGraph(key) {
-		if l = t.graphExecRun(key, e, now); l == nil {
-			return
-		}
-	} else if l = t.pending[key]; l == nil {
-		l = t.newPending(key, now)
-	} else if l.exec != nil {
-		t.counters.ExecDuplicate++
-		return
-	}
-	x := *e
-	l.exec = &x
-	if l.warps == 0 || e.StartNS < l.firstStart {
-		l.firstStart = e.StartNS
-	}
-	l.lastEnd = max(l.lastEnd, e.EndNS)
-	t.maybeFinish(l, now)
-}
-
-// deviceDone says whether every device record the launch waits for is in:
-// its Exec window, or one Warp record per warp; at once for a launch the
-// shim marked unprobed (no device record of it will come).
-func (l *launch) deviceDone() bool {
-	return l.rec.Flags&record.LaunchUnprobed != 0 || l.exec != nil || l.warps >= expectedWarps(&l.rec)
-}
-
-// hasDevice says whether the launch has device times (firstStart, lastEnd).
-func (l *launch) hasDevice() bool { return l.exec != nil || l.warps > 0 }
-
-func (t *Translator) recordWarp(l *launch, w warpTimes) {
-	s := l.k.series.dev(l.rec.Device)
-	s.warpExec.Record(float64(w.exec) / 1e9)
-	s.warpSkew.Record(float64(w.skew) / 1e9)
-}
-
-func (t *Translator) onCompletion(src uint32, c *record.Completion, now time.Time) {
-	key := srcKey{src, c.LaunchID}
-	var l *launch
-	if t.isGraph(key) {
-		l = t.graphCompletionRun(key)
-	} else {
-		l = t.pending[key]
-	}
-	if l == nil {
-		return // already emitted (timeout) or filtered out
-	}
-	l.completed, l.completeNS, l.completeAt = true, c.CompleteNS, now
-	t.maybeFinish(l, now)
-}
-
-func (t *Translator) onThreadCount(src uint32, tc *record.ThreadCount) {
-	key := srcKey{src, tc.LaunchID}
-	var k *kernel // nil: launch unknown
-	var dev uint32
-	var threads uint64
-	if t.isGraph(key) {
-		// Every replay of a graph node is the same kernel on the same grid.
-		if c := t.graphs[key]; c != nil && c.k != nil {
-			k, dev, threads = c.k, c.dev, c.threads
-		}
-	} else if l := t.pending[key]; l != nil && l.have {
-		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
-	}
-	s := t.other
-	if k != nil {
-		s = k.series
-	}
-	ds := s.dev(dev)
-	h := &ds.threadExec
-	for _, c := range tc.Counts {
-		h.Record(float64(c))
-	}
-	if !t.o.PerThreadSeries || k == nil || threads > uint64(t.o.MaxThreadSeries) {
-		return
-	}
-	if ds.perThread == nil {
-		ds.perThread = map[uint32]uint64{}
-	}
-	for i, c := range tc.Counts {
-		idx := tc.FirstThread + uint32(i)
-		if _, ok := ds.perThread[idx]; ok || len(ds.perThread) < t.o.MaxThreadSeries {
-			ds.perThread[idx] += c
-		}
-	}
-}
-
-// launchThreads is the number of threads of the launch.
-func launchThreads(r *record.Launch) uint64 {
-	return uint64(r.Grid[0]) * uint64(r.Grid[1]) * uint64(r.Grid[2]) *
-		uint64(r.Block[0]) * uint64(r.Block[1]) * uint64(r.Block[2])
-}
-
-// expectedWarps is the number of warps of the launch.
-func expectedWarps(r *record.Launch) uint64 {
-	return uint64(r.Grid[0]) * uint64(r.Grid[1]) * uint64(r.Grid[2]) * r.WarpsPerBlock()
-}
-
-// dev returns the per-device aggregate of a series.
-func (s *series) dev(d uint32) *devSeries {
-	for _, ds := range s.devs {
-		if ds.device == d {
-			return ds
-		}
-	}
-	ds := &devSeries{device: d}
-	s.devs = append(s.devs, ds)
-	return ds
-}
-
-// series is one kernel name's metrics, per device.
-type series struct {
-	name string
-	devs []*devSeries
-}
-
-type devSeries struct {
-	device     uint32
-	launches   uint64
-	exec       exphist.Hist
-	queue      exphist.Hist
-	hostWait   exphist.Hist
-	warpExec   exphist.Hist
-	warpSkew   exphist.Hist
-	threadExec exphist.Hist
-	perThread  map[uint32]uint64 // thread index → executions (Options.PerThreadSeries), bounded
 }
