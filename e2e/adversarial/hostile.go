@@ -210,7 +210,11 @@ const IdleConnections = 400
 // IdlePreHello opens IdleConnections connections that never send a byte
 // (reopening those the server closes); while they are open, a legitimate
 // client must get WELCOME within 2 s, every second.
-func IdlePreHello(ctx context.Context, socket string) error {
+func IdlePreHello(ctx context.Context, socket string) error { return idleFlood(ctx, socket, true) }
+
+// idleFlood holds the idle connections and, with legit, checks that a
+// legitimate client still gets WELCOME every second.
+func idleFlood(ctx context.Context, socket string, legit bool) error {
 	conns := make(chan *net.UnixConn, IdleConnections)
 	defer func() {
 		close(conns)
@@ -230,6 +234,11 @@ func IdlePreHello(ctx context.Context, socket string) error {
 	hold()
 	var failures []error
 	for ctx.Err() == nil {
+		if !legit {
+			pause(ctx, time.Second)
+			hold()
+			continue
+		}
 		start := time.Now()
 		s, err := agent.DialTimeout(socket, hello("legit"), 2*time.Second)
 		if err != nil {
