@@ -29,6 +29,9 @@ const (
 	// RingTailOffset is the offset of a ring's tail word, which the
 	// drainer of a device-resident ring writes back to the device copy.
 	RingTailOffset = offRingTail
+	// RingStalledOffset is the offset of a ring's stalled count, which
+	// its consumer owns.
+	RingStalledOffset = offRingStalled
 
 	// RingDevDropped is the offset in the ring's control block of the host
 	// mirror of the device block's dropped count (producers: atomic max).

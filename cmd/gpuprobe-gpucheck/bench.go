@@ -74,6 +74,9 @@ func (tl *timedLaunch) accounting() (string, error) {
 	rings := 0
 	for _, m := range tl.in.mirrors {
 		if m.ring != nil {
+			if err := m.cons.Err(); err != nil {
+				return "", fmt.Errorf("ring %s: the consumer stopped: %w", m.name, err)
+			}
 			st := m.ring.Stats()
 			dropped, oversize, rings = dropped+st.Dropped, oversize+st.Oversize, rings+1
 		}

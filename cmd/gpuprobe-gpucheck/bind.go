@@ -339,9 +339,11 @@ func (in *instance) mirrored(g *shm.Ring) bool {
 func (in *instance) sync() error {
 	for _, m := range in.mirrors {
 		b := m.host.Bytes()
+		keep := consumerWords(b, m.ring != nil)
 		if err := in.c.MemcpyDtoH(b, m.dev); err != nil {
 			return fmt.Errorf("map %s: %w", m.name, err)
 		}
+		keep()
 		if m.ring != nil {
 			// The device's drops are in its shards; on the host they
 			// are dev_dropped, as the shim's drainer stores them.
@@ -353,6 +355,30 @@ func (in *instance) sync() error {
 		}
 	}
 	return nil
+}
+
+// consumerWords saves the words of a ring region that its host consumer
+// owns (tail, stalled, the slot_acked array: shm/doc.go), which the
+// device copy never holds, and returns the function that puts them back
+// after the region is overwritten with the device copy. Not a ring:
+// nothing to keep.
+func consumerWords(b []byte, ring bool) func() {
+	h, err := shm.ParseHeader(b, int64(len(b)), shm.KindRing)
+	if !ring || err != nil {
+		return func() {}
+	}
+	slots, stride := uint64(h.MaxEntries), uint64(h.Stride)
+	acked := shm.DataOffset + slots*(stride+4)
+	spans := [][2]uint64{{shm.RingTailOffset, 8}, {shm.RingStalledOffset, 8}, {acked, 4 * slots}}
+	saved := make([][]byte, len(spans))
+	for i, sp := range spans {
+		saved[i] = append([]byte(nil), b[sp[0]:sp[0]+sp[1]]...)
+	}
+	return func() {
+		for i, sp := range spans {
+			copy(b[sp[0]:], saved[i])
+		}
+	}
 }
 
 // records drains the device-resident rings' host regions (after sync)
