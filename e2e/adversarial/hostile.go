@@ -105,7 +105,7 @@ func Bomb(ctx context.Context, socket string) error {
 // head 2^40 tickets ahead of tail, the dropped counter near 2^63, and every
 // slot's drop mark set.
 func LyingRing(ctx context.Context, socket string) error {
-	s, err := agent.DialTimeout(socket, hello("ring"), 5*time.Second)
+	s, err := session(ctx, socket, "ring")
 	if err != nil {
 		return fmt.Errorf("ring: %w", err)
 	}
@@ -326,7 +326,7 @@ func (p *producer) putWait(ctx context.Context, r interface{ Append([]byte) []by
 // produce takes a session and calls step with 0, 1, ... until ctx ends,
 // yielding for a millisecond whenever the ring was full.
 func produce(ctx context.Context, socket, name string, step func(p *producer, i uint64)) error {
-	s, err := agent.DialTimeout(socket, hello(name), 5*time.Second)
+	s, err := session(ctx, socket, name)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -361,5 +361,20 @@ func pause(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
+	}
+}
+
+// session dials a session for a hostile class, retrying for up to 5 s:
+// when the classes run all at once as one uid, the others' dials can
+// evict this one before its HELLO (pre-HELLO slots are per uid), which
+// says nothing about the collector's bounds.
+func session(ctx context.Context, socket, name string) (*agent.Session, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, err := agent.DialTimeout(socket, hello(name), 5*time.Second)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return s, err
+		}
+		pause(ctx, 50*time.Millisecond)
 	}
 }
