@@ -137,6 +137,12 @@ func TestAdversarial(t *testing.T) {
 	t.Logf("suite took %s", time.Since(start).Round(time.Second))
 }
 
+// accountWait is how long the honest client's records may take to show
+// in the exporter after it stops. With 5 s, two classes once failed here
+// (1 run in 9 on 2 shared cores; the cause was not found); a record that
+// never arrives still fails.
+const accountWait = 15 * time.Second
+
 // runClass runs one hostile class for its time beside the honest client
 // and checks the bounds.
 func (s *suite) runClass(t *testing.T, c ClassInfo) {
@@ -169,7 +175,7 @@ func (s *suite) runClass(t *testing.T, c ClassInfo) {
 	}
 	if herr != nil {
 		t.Errorf("honest client beside %s: %v", name, herr)
-	} else if err := honest.Accounted(t.Context(), col.Exporter, 5*time.Second); err != nil {
+	} else if err := honest.Accounted(t.Context(), col.Exporter, accountWait); err != nil {
 		t.Errorf("honest client beside %s not accounted: %v", name, err)
 	}
 	s.checkFds(t, col, base)
@@ -306,7 +312,7 @@ func (s *suite) selfMetrics(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
-	if err := h.Accounted(t.Context(), col.Exporter, 5*time.Second); err != nil {
+	if err := h.Accounted(t.Context(), col.Exporter, accountWait); err != nil {
 		t.Error(err)
 	}
 }
