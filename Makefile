@@ -51,7 +51,7 @@ GO_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/adversarial$$'
 BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
-.PHONY: all build generate ocb otelcol run test fmt-check vet unit e2e adversarial backends \
+.PHONY: all build generate ocb otelcol run test fmt-check vet cross unit e2e adversarial backends \
 	gpu-test gpu-bundle bench fuzz install clean distclean help
 
 all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
@@ -127,7 +127,10 @@ run: build bin/otelcol-gpuprobe ## build everything and start the collector with
 
 # ---- tests -----------------------------------------------------------------
 
-test: fmt-check vet unit e2e adversarial ## everything CI runs
+test: fmt-check vet cross unit e2e adversarial ## everything CI runs
+
+cross: ## the collector and the CLIs build for linux/arm64 (GH200, GB200 nodes)
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) ./receiver/... ./gpuprobe/... ./cmd/gpuprobe ./cmd/gpuprobe-harness
 
 fmt-check: ## fail if any Go file is not gofmt-formatted
 	@out=$$(gofmt -l $(GO_SRCS)); \

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"syscall"
 
 	"github.com/cilium/ebpf/link"
@@ -316,6 +317,10 @@ func statKey(path string) (fileKey, error) {
 	return fileKey{dev: st.Dev, ino: st.Ino}, nil
 }
 
+// hostMachine is the ELF machine of the architectures the host probes are
+// built for (gen.go): a binary of another machine cannot run here.
+var hostMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+
 // definedFuncs returns the function symbols that the open ELF file defines
 // (in .symtab or .dynsym, not undefined imports) and whether it lacks a
 // .symtab.
@@ -327,8 +332,8 @@ func definedFuncs(file *libfile.File) (map[string]bool, bool, error) {
 	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
 		return nil, false, fmt.Errorf("ELF type %s is neither an executable nor a shared library", f.Type)
 	}
-	if f.Machine != elf.EM_X86_64 {
-		return nil, false, fmt.Errorf("ELF machine %s: the probes are x86-64 only", f.Machine)
+	if want, ok := hostMachine[runtime.GOARCH]; !ok || f.Machine != want {
+		return nil, false, fmt.Errorf("ELF machine %s: the probes run on this host's %s", f.Machine, runtime.GOARCH)
 	}
 	out := map[string]bool{}
 	syms, err := f.Symbols()

@@ -64,7 +64,7 @@ struct call_event {
 	__u32 tid;
 	__u64 enter_ns;
 	__u64 exit_ns;
-	__u64 ret;  /* rax at return */
+	__u64 ret;  /* the return register (rax, x0) */
 	__u64 out;  /* SHAPE_OUT: *arg0 at return */
 	__u64 regs[6];
 	__u64 extra[EXTRA_WORDS];
@@ -128,27 +128,37 @@ static __always_inline void count_drop(void)
 		__sync_fetch_and_add(n, 1);
 }
 
+/* read_stack_args puts arguments 7 .. 6+n (n = 2 or 3) into e->extra. */
+static __always_inline void read_stack_args(struct pt_regs *ctx, struct entry *e, int n)
+{
+#if GP_REG_ARGS == 8
+	e->extra[0] = ctx->regs[6];
+	e->extra[1] = ctx->regs[7];
+	if (n == 3 && bpf_probe_read_user(&e->extra[2], 8, (void *)GP_STACK_ARGS(ctx)))
+		e->flags |= FLAG_FAULTED;
+#else
+	if (bpf_probe_read_user(e->extra, n * 8, (void *)GP_STACK_ARGS(ctx)))
+		e->flags |= FLAG_FAULTED;
+#endif
+}
+
 static __always_inline int on_enter(struct pt_regs *ctx, __u32 api, int shape)
 {
 	struct key k = { .pid_tgid = bpf_get_current_pid_tgid(), .api = api };
 	struct entry e = {};
 
-	e.regs[0] = ctx->rdi;
-	e.regs[1] = ctx->rsi;
-	e.regs[2] = ctx->rdx;
-	e.regs[3] = ctx->rcx;
-	e.regs[4] = ctx->r8;
-	e.regs[5] = ctx->r9;
-	/* At the first instruction rsp points at the return address: the
-	 * seventh and later arguments follow at rsp+8, rsp+16, ... */
-	if (shape == SHAPE_STACK2) {
-		if (bpf_probe_read_user(e.extra, 2 * 8, (void *)(ctx->rsp + 8)))
-			e.flags |= FLAG_FAULTED;
-	} else if (shape == SHAPE_STACK3) {
-		if (bpf_probe_read_user(e.extra, 3 * 8, (void *)(ctx->rsp + 8)))
-			e.flags |= FLAG_FAULTED;
-	} else if (shape == SHAPE_CFG) {
-		if (bpf_probe_read_user(e.extra, EXTRA_WORDS * 8, (void *)ctx->rdi)) {
+	e.regs[0] = GP_ARG1(ctx);
+	e.regs[1] = GP_ARG2(ctx);
+	e.regs[2] = GP_ARG3(ctx);
+	e.regs[3] = GP_ARG4(ctx);
+	e.regs[4] = GP_ARG5(ctx);
+	e.regs[5] = GP_ARG6(ctx);
+	/* Arguments 7 and later: on the stack on x86-64 (hostprobe.h); on
+	 * arm64 7 and 8 are still registers (x6, x7) and 9 is at sp. */
+	if (shape == SHAPE_STACK2 || shape == SHAPE_STACK3)
+		read_stack_args(ctx, &e, shape == SHAPE_STACK2 ? 2 : 3);
+	else if (shape == SHAPE_CFG) {
+		if (bpf_probe_read_user(e.extra, EXTRA_WORDS * 8, (void *)GP_ARG1(ctx))) {
 			e.flags |= FLAG_FAULTED;
 			__builtin_memset(e.extra, 0, sizeof(e.extra));
 		}
@@ -167,7 +177,7 @@ static __always_inline int emit_name(struct pt_regs *ctx, __u32 api, struct entr
 	struct name_event *ev;
 	__u64 handle = 0;
 
-	if ((__u32)ctx->rax != 0)
+	if ((__u32)GP_RET(ctx) != 0)
 		return 0; /* no handle: nothing to name */
 	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
@@ -182,7 +192,7 @@ static __always_inline int emit_name(struct pt_regs *ctx, __u32 api, struct entr
 	ev->tid = (__u32)pid_tgid;
 	ev->enter_ns = e->enter_ns;
 	ev->exit_ns = now;
-	ev->ret = ctx->rax;
+	ev->ret = GP_RET(ctx);
 	if (bpf_probe_read_user(&handle, sizeof(handle), (void *)e->regs[0]))
 		ev->flags |= FLAG_FAULTED;
 	ev->function = handle;
@@ -225,9 +235,9 @@ static __always_inline int on_exit(struct pt_regs *ctx, __u32 api, int shape)
 	ev->tid = (__u32)pid_tgid;
 	ev->enter_ns = e->enter_ns;
 	ev->exit_ns = now;
-	ev->ret = ctx->rax;
+	ev->ret = GP_RET(ctx);
 	ev->out = 0;
-	if (shape == SHAPE_OUT && (__u32)ctx->rax == 0) {
+	if (shape == SHAPE_OUT && (__u32)GP_RET(ctx) == 0) {
 		if (bpf_probe_read_user(&ev->out, sizeof(ev->out), (void *)e->regs[0])) {
 			ev->out = 0;
 			ev->flags |= FLAG_FAULTED;
