@@ -79,8 +79,8 @@ type Probes struct {
 // memlock limit where the kernel still needs it, and loads the host-probe
 // programs and maps into the kernel. Nothing is attached yet.
 func Load(opts Options) (*Probes, error) {
-	if runtime.GOARCH != "amd64" {
-		return nil, fmt.Errorf("hostprobe: the probes are built for x86-64, this is %s: %w", runtime.GOARCH, ErrUnsupported)
+	if _, ok := hostMachine[runtime.GOARCH]; !ok {
+		return nil, fmt.Errorf("hostprobe: the probes are built for x86-64 and arm64, this is %s: %w", runtime.GOARCH, ErrUnsupported)
 	}
 	ring, pending, delay, err := opts.sizes()
 	if err != nil {
