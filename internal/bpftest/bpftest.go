@@ -25,7 +25,7 @@ func Object(t testing.TB, rel string) string {
 	}
 	src := filepath.Join(Root(), "testdata", "bpf", rel+".c")
 	obj := filepath.Join(t.TempDir(), filepath.Base(rel)+".o")
-	out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", filepath.Join(Root(), "jit", "include"), "-c", src, "-o", obj).CombinedOutput()
+	out, err := exec.Command(clang, append(append([]string{}, CFlags...), "-I", filepath.Join(Root(), "jit", "include"), "-c", src, "-o", obj)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("clang %s: %v\n%s", src, err, out)
 	}
