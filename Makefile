@@ -122,7 +122,7 @@ bin/otelcol-gpuprobe: $(OTELCOL_SRC)/components.go $(GO_BUILD_SRCS) $(GO_EMBEDS)
 
 otelcol: bin/otelcol-gpuprobe ## build the collector distribution bin/otelcol-gpuprobe with ocb
 
-run: build bin/otelcol-gpuprobe ## build everything and start the collector with testdata/config.yaml
+run: bin/otelcol-gpuprobe ## build the collector and start it with testdata/config.yaml (no clang needed)
 	bin/otelcol-gpuprobe --config testdata/config.yaml
 
 # ---- tests -----------------------------------------------------------------
