@@ -34,7 +34,8 @@ type loadgenOpts struct {
 	grid, block [3]uint32
 	maxWarps    int
 	memcpyEvery int
-	noComplete  bool // no completion records: launches stay pending (shutdown flush tests)
+	noComplete  bool          // no completion records: launches stay pending (shutdown flush tests)
+	dialRetry   time.Duration // keep dialing this long while the handshake fails
 }
 
 func parseDim3(flagName, s string) ([3]uint32, error) {
@@ -65,6 +66,7 @@ func parseLoadgen(args []string, stderr io.Writer) (*loadgenOpts, error) {
 	fs.IntVar(&o.maxWarps, "max-warps", 64, "most warp records written per launch (all warps if the launch has fewer)")
 	fs.BoolVar(&o.noComplete, "no-completion", false, "write no completion records (as the shim): launches wait for their warps or limits::launch_timeout")
 	fs.IntVar(&o.memcpyEvery, "memcpy-every", 10, "write a memcpy record every N launches (0: never)")
+	fs.DurationVar(&o.dialRetry, "dial-retry", 0, "keep dialing this long while the handshake fails (0: one try)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -126,6 +128,10 @@ func runLoadgen(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sess, err := agent.Dial(o.socket, agent.Hello{PID: uint32(os.Getpid()), Name: "gpuprobe-loadgen"})
+	for deadline := time.Now().Add(o.dialRetry); err != nil && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		sess, err = agent.Dial(o.socket, agent.Hello{PID: uint32(os.Getpid()), Name: "gpuprobe-loadgen"})
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gpuprobe-harness loadgen:", err)
 		return 1

@@ -23,12 +23,14 @@ var loadgenCounts = regexp.MustCompile(`(\d+) records published, (\d+) dropped`)
 
 // RunHonest writes launches launches of kernel at rate per second through
 // the harness's load generator (gpuprobe-harness loadgen), as a CUDA application's shim would.
+// Its dial is retried for 5 s: when every class runs as one uid, their
+// dials can evict its connection before its HELLO (slots are per uid).
 func RunHonest(ctx context.Context, harness, socket, kernel string, launches int, rate float64) (Honest, error) {
 	h := Honest{Kernel: kernel, Launches: launches}
 	out, err := exec.CommandContext(ctx, harness, "loadgen", "--socket", socket,
 		"--launches", strconv.Itoa(launches), "--rate", strconv.FormatFloat(rate, 'f', -1, 64),
 		"--kernels", kernel, "--grid", "1,1,1", "--block", "32,1,1", "--max-warps", "1",
-		"--memcpy-every", "0").CombinedOutput()
+		"--memcpy-every", "0", "--dial-retry", "5s").CombinedOutput()
 	if err != nil {
 		return h, fmt.Errorf("honest loadgen: %w\n%s", err, out)
 	}
