@@ -29,6 +29,8 @@ enum gp_rec_type {
 	GP_REC_DEVICE = 9,
 	GP_REC_HOST_CALL = 10, /* written by the collector's host uprobes, not the shim */
 	GP_REC_EXEC = 11,      /* written by the GPU (kernel_phases), not the shim */
+	GP_REC_WINDOW = 12,
+	GP_REC_WINDOW_STATE = 13,
 };
 
 /* Common 8-byte prefix. */
@@ -203,6 +205,57 @@ struct gp_rec_device {
 	char name[64];        /* NUL padded */
 };
 
+/* Window flags (gp_rec_window.flags). GRAPH: the kernel ran as a node of a
+ * graph launch (launch_id is the graph launch's first node record; match
+ * by name_hash among that launch's nodes). NO_LAUNCH: the shim found no
+ * launch of this correlation id (launch_id is 0). */
+#define GP_WINDOW_F_GRAPH 1u
+#define GP_WINDOW_F_NO_LAUNCH 2u
+
+/* Type 12, 48 bytes: one kernel's exact device window as the driver timed
+ * it (CUPTI activity, any kernel: SASS or PTX, patched or not), written by
+ * the shim's activity thread some time after the kernel ran.
+ * start_ns <= end_ns, CLOCK_MONOTONIC (the shim hands CUPTI its clock). */
+struct gp_rec_window {
+	struct gp_rec_prefix h;
+	uint64_t launch_id;   /* the Launch it belongs to; 0 with NO_LAUNCH */
+	uint64_t start_ns;    /* the kernel began executing */
+	uint64_t end_ns;      /* the kernel finished */
+	uint32_t device;      /* device ordinal */
+	uint32_t name_hash;   /* FNV-1a 32 of the mangled kernel name */
+	uint32_t correlation; /* the driver's correlation id of the launch */
+	uint32_t flags;       /* GP_WINDOW_F_* */
+};
+
+/* Window states (gp_rec_window_state.state). */
+enum gp_window_state {
+	GP_WINDOWS_ON = 1,          /* device windows are being recorded */
+	GP_WINDOWS_UNAVAILABLE = 2, /* no usable CUPTI: reason says why */
+	GP_WINDOWS_STEPPED_ASIDE = 3, /* the application's profiler has CUPTI */
+	GP_WINDOWS_OFF = 4,         /* turned off (configuration, exit) */
+};
+
+/* Why (gp_rec_window_state.reason). */
+enum gp_window_reason {
+	GP_WINDOWS_R_NONE = 0,
+	GP_WINDOWS_R_NO_LIBRARY = 1,   /* libcupti could not be loaded */
+	GP_WINDOWS_R_API_ERROR = 2,    /* a CUPTI call failed (detail: its CUptiResult) */
+	GP_WINDOWS_R_PROFILER = 3,     /* the application called CUPTI itself */
+	GP_WINDOWS_R_INJECTION = 4,    /* a profiler injected itself (CUDA_INJECTION64_PATH) */
+	GP_WINDOWS_R_CONFIG = 5,       /* the collector's configuration turned them off */
+};
+
+/* Type 13, 32 bytes: device windows turned on or off, and what was lost:
+ * written by the shim at each change and at each activity buffer. */
+struct gp_rec_window_state {
+	struct gp_rec_prefix h;
+	uint64_t time_ns;  /* CLOCK_MONOTONIC of the change */
+	uint32_t state;    /* enum gp_window_state */
+	uint32_t reason;   /* enum gp_window_reason */
+	uint32_t detail;   /* e.g. the CUptiResult of a failed call */
+	uint32_t dropped;  /* windows lost since the last state record (CUPTI's dropped count + full ring) */
+};
+
 #define GP_STATIC_ASSERT(c, m) _Static_assert(c, m)
 GP_STATIC_ASSERT(sizeof(struct gp_rec_prefix) == 8, "prefix");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_launch) == 96, "launch");
@@ -216,5 +269,7 @@ GP_STATIC_ASSERT(sizeof(struct gp_rec_sync) == 48, "sync");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_calibration) == 40, "calibration");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_thread_count) == 24, "thread_count");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_device) == 104, "device");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_window) == 48, "window");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_window_state) == 32, "window_state");
 
 #endif /* GPUPROBE_RECORD_H */
