@@ -62,6 +62,10 @@ type ProbesConfig struct {
 	// KernelPhases records launch, queueing, execution and completion of
 	// every kernel launch (and per-warp timing where PTX is available).
 	KernelPhases bool `mapstructure:"kernel_phases"`
+	// DeviceWindows asks every application for the exact device start and
+	// end of every kernel it runs (CUPTI activity, any kernel: SASS-only
+	// library kernels too), handed over every poll_interval.
+	DeviceWindows bool `mapstructure:"device_windows"`
 }
 
 // ProgramConfig is one user eBPF object whose GPU programs are attached.
@@ -208,7 +212,7 @@ func Default() *Config {
 			SocketMode:     DefaultSocketMode,
 			MaxPatchMemory: DefaultMaxPatchMemory,
 		},
-		Probes:   ProbesConfig{KernelPhases: true},
+		Probes:   ProbesConfig{KernelPhases: true, DeviceWindows: true},
 		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1},
 		Buffers: BuffersConfig{
 			RingSlots:  DefaultRingSlots,

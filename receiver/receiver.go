@@ -194,6 +194,7 @@ func (r *gpuReceiver) listen() error {
 		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
 		MaxConnsPerUID: r.cfg.Agent.MaxConnectionsPerUID, IdleTimeout: r.cfg.Agent.IdleTimeout,
 		ImageMemory: imageMemory(r.cfg.Agent.MaxPatchMemory), Logger: r.log,
+		Settings: r.settings(),
 	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch,
 		PatchRefused: r.onPatchRefused})
 	if err != nil {
@@ -201,6 +202,16 @@ func (r *gpuReceiver) listen() error {
 	}
 	r.run.agent = srv
 	return nil
+}
+
+// settings are what every client is asked to record besides launches.
+func (r *gpuReceiver) settings() agent.Settings {
+	var st agent.Settings
+	if r.cfg.Probes.DeviceWindows {
+		st.Flags |= agent.SettingWindows
+		st.WindowFlushMS = uint32(min(max(r.cfg.PollInterval.Milliseconds(), 10), 10000))
+	}
+	return st
 }
 
 func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {

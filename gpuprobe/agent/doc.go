@@ -106,6 +106,11 @@
 //	           16  u32  id           the region header's id (headerless: 0)
 //	           20  u32  reserved     0
 //	           24  u8   name[40]     NUL-padded UTF-8 (e.g. the map name)
+//	  8+64*count  8 bytes of settings (absent from an older server's WELCOME,
+//	            which asks for nothing optional):
+//	            0  u32  flags        bit 0: record device windows (CUPTI kernel
+//	                                 activity; record types 12 and 13)
+//	            4  u32  flush_ms     how often device windows are handed over
 //
 // The client maps each descriptor MAP_SHARED (region_size bytes) and checks
 // its shm header (gpbr_check in shm/include/gpuprobe_shm.h) before use,

@@ -39,6 +39,8 @@ type Options struct {
 	// no room within ImageWait (default 2 s) is answered NOPATCH.
 	ImageMemory int64
 	ImageWait   time.Duration
+	// Settings go to every client in its WELCOME.
+	Settings Settings
 }
 
 // Defaults of Options.
@@ -467,7 +469,7 @@ func (s *Server) disconnect(p *Peer) {
 // welcome sends the WELCOME frame with the offered regions' memfds and
 // returns the file identities of the shm regions among them.
 func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) ([]fileID, error) {
-	w := Welcome{Session: p.Session}
+	w := Welcome{Session: p.Session, Settings: s.opts.Settings}
 	fds := make([]int, 0, len(offers))
 	var ids []fileID
 	for i, o := range offers {

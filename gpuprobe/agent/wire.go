@@ -119,9 +119,31 @@ type RegionInfo struct {
 // Welcome is the server's answer to a HELLO (the descriptors travel beside
 // it).
 type Welcome struct {
-	Session uint32       // server-assigned session id
-	Regions []RegionInfo // one per descriptor, in order
+	Session  uint32       // server-assigned session id
+	Regions  []RegionInfo // one per descriptor, in order
+	Settings Settings     // what the client should record
 }
+
+// Settings are the collector's wishes a WELCOME carries after its
+// descriptors (8 bytes: u32 flags, u32 window flush period in ms; a WELCOME
+// without them asks for nothing optional).
+type Settings struct {
+	Flags         SettingFlags // optional recording the collector asks for
+	WindowFlushMS uint32       // how often device windows are handed over, 10..10000 ms
+}
+
+// SettingFlags are the bits of Settings.Flags.
+type SettingFlags uint32
+
+// Setting flags.
+const (
+	// SettingWindows asks the client for exact device windows of every
+	// kernel (CUPTI activity; record types window and window_state).
+	SettingWindows SettingFlags = 1
+)
+
+// SettingsSize is the size of the settings block of a WELCOME.
+const SettingsSize = 8
 
 // ProtocolError is an ERROR frame received from the server, or a malformed
 // frame detected locally.
@@ -252,6 +274,8 @@ func MarshalWelcome(w Welcome) ([]byte, error) {
 		copy(d[24:], r.Name)
 		p = append(p, d[:]...)
 	}
+	p = le.AppendUint32(p, uint32(w.Settings.Flags))
+	p = le.AppendUint32(p, w.Settings.WindowFlushMS)
 	return appendFrame(nil, FrameWelcome, p), nil
 }
 
@@ -267,8 +291,12 @@ func UnmarshalWelcome(p []byte) (Welcome, error) {
 	if n > MaxRegions {
 		return w, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME count %d at payload offset 4 exceeds %d", n, MaxRegions)}
 	}
-	if uint64(len(p)) != 8+uint64(n)*DescriptorSize {
-		return w, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME of %d bytes does not hold %d descriptors", len(p), n)}
+	end := 8 + uint64(n)*DescriptorSize
+	if uint64(len(p)) != end && uint64(len(p)) != end+SettingsSize {
+		return w, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME of %d bytes does not hold %d descriptors (and settings)", len(p), n)}
+	}
+	if uint64(len(p)) == end+SettingsSize {
+		w.Settings = Settings{Flags: SettingFlags(le.Uint32(p[end:])), WindowFlushMS: le.Uint32(p[end+4:])}
 	}
 	for i := uint32(0); i < n; i++ {
 		d := p[8+i*DescriptorSize : 8+(i+1)*DescriptorSize]

@@ -31,13 +31,25 @@ func TestWireRoundTrip(t *testing.T) {
 		{Role: RoleMap, Kind: shm.KindPerThreadArray, RegionSize: 1 << 20, ID: 2, Name: strings.Repeat("m", MaxRegionName)},
 		{Role: RoleKernelMap, Kind: shm.KindArray, Flags: FlagNoHeader, RegionSize: 4096, Name: "launch_clock"},
 		{Role: RoleClock, Kind: shm.KindArray, RegionSize: 4096, ID: 3, Name: "clock"},
-	}}
+	}, Settings: Settings{Flags: SettingWindows, WindowFlushMS: 250}}
 	b, err := MarshalWelcome(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) != FrameHeader+8+4*DescriptorSize {
+	if len(b) != FrameHeader+8+4*DescriptorSize+SettingsSize {
 		t.Fatalf("WELCOME is %d bytes", len(b))
+	}
+	// The settings follow the descriptors: flags, then the flush period.
+	if f, ms := binary.LittleEndian.Uint32(b[len(b)-8:]), binary.LittleEndian.Uint32(b[len(b)-4:]); f != 1 || ms != 250 {
+		t.Fatalf("settings %d %d, want 1 250", f, ms)
+	}
+	// A WELCOME without settings (an older collector) asks for nothing.
+	if got, err := UnmarshalWelcome(b[FrameHeader : len(b)-SettingsSize]); err != nil || got.Settings != (Settings{}) || len(got.Regions) != 4 {
+		t.Fatalf("welcome without settings: %+v, %v", got, err)
+	}
+	// Anything else after the descriptors is refused.
+	if _, err := UnmarshalWelcome(b[FrameHeader : len(b)-4]); err == nil {
+		t.Fatal("a WELCOME with 4 bytes of settings was accepted")
 	}
 	// The documented byte layout: version 3 at frame offset 4; descriptor
 	// 1's region_size at payload 8+64+8; descriptor 2's role at payload

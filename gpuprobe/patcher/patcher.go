@@ -185,7 +185,30 @@ func selectEntry(image []byte, arch uint32) (*fatbin.Entry, error) {
 	if len(best) > 1 {
 		return nil, noPatch(agent.NoPatchError, "%d PTX entries for %s (separate translation units cannot be loaded as one module)", len(best), best[0].ArchName())
 	}
+	if sass := replacedSASS(f.Entries(), best[0], arch); sass != nil {
+		// The driver would run that SASS; the patched module would run
+		// code JIT-compiled from PTX that lacks its features, and a library
+		// that checks which code it got (cuBLAS does) picks other kernels.
+		return nil, noPatch(agent.NoPatchNoPTX, "the image has %s SASS for this device and its PTX is %s: patching would replace the code the application chose", sass.ArchName(), best[0].ArchName())
+	}
 	return best[0], nil
+}
+
+// replacedSASS returns the cubin entry a device of SM arch would run as is
+// when patching ptx would replace it with weaker code: PTX of an older
+// architecture, or generic PTX in place of arch-specific SASS (sm_90a). Nil
+// when there is none, or when ptx compiles to the same features.
+func replacedSASS(entries []*fatbin.Entry, ptx *fatbin.Entry, arch uint32) *fatbin.Entry {
+	var got *fatbin.Entry
+	for _, e := range entries {
+		if e.Kind == fatbin.KindELF && e.Arch == arch && (got == nil || e.ArchSpecific) {
+			got = e
+		}
+	}
+	if got == nil || (ptx.Arch == arch && (ptx.ArchSpecific || !got.ArchSpecific)) {
+		return nil
+	}
+	return got
 }
 
 // inflate returns the text of a PTX entry under limits l.

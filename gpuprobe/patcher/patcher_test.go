@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
@@ -394,5 +395,54 @@ func TestPatchKernelMapAndClock(t *testing.T) {
 				t.Fatalf("ptxas: %v", err)
 			}
 		})
+	}
+}
+
+// TestReplacedSASS: a module whose SASS for the device is better than its
+// PTX (arch-specific, or the PTX is older) is not patched: cuBLAS picked
+// other GEMM kernels on an H200 when its sm_90a detection kernel was
+// replaced by JIT-compiled compute_90 PTX (issue 17).
+func TestReplacedSASS(t *testing.T) {
+	ptx := func(a uint32, spec bool) *fatbin.Entry {
+		return &fatbin.Entry{Kind: fatbin.KindPTX, Arch: a, ArchSpecific: spec}
+	}
+	sass := func(a uint32, spec bool) *fatbin.Entry {
+		return &fatbin.Entry{Kind: fatbin.KindELF, Arch: a, ArchSpecific: spec}
+	}
+	tests := []struct {
+		name    string
+		entries []*fatbin.Entry
+		ptx     *fatbin.Entry
+		want    string // the replaced entry's arch name, "" for none
+	}{
+		{"PTX only", nil, ptx(90, false), ""},
+		{"sm_90 SASS and compute_90 PTX", []*fatbin.Entry{sass(90, false)}, ptx(90, false), ""},
+		{"sm_90a SASS and compute_90 PTX", []*fatbin.Entry{sass(90, false), sass(90, true)}, ptx(90, false), "sm_90a"},
+		{"sm_90a SASS and compute_90a PTX", []*fatbin.Entry{sass(90, true)}, ptx(90, true), ""},
+		{"sm_90 SASS and compute_80 PTX", []*fatbin.Entry{sass(80, false), sass(90, false)}, ptx(80, false), "sm_90"},
+		{"SASS for another device only", []*fatbin.Entry{sass(80, false), sass(100, false)}, ptx(80, false), ""},
+	}
+	for _, tt := range tests {
+		name := ""
+		if got := replacedSASS(tt.entries, tt.ptx, 90); got != nil {
+			name = got.ArchName()
+		}
+		if name != tt.want {
+			t.Errorf("%s: replaced %q, want %q", tt.name, name, tt.want)
+		}
+	}
+}
+
+// TestPatchKeepsNewerSASS: nvcc's real fatbin with sm_90 SASS and only
+// compute_80 PTX is answered NOPATCH for an sm_90 device, naming both.
+func TestPatchKeepsNewerSASS(t *testing.T) {
+	b := build(t, "vectoradd.80-90.fatbin", "-fatbin", "-gencode", "arch=compute_80,code=compute_80", "-gencode", "arch=compute_90,code=sm_90")
+	_, err := SelectPTX(b, 90)
+	var np *agent.NoPatch
+	if !errors.As(err, &np) || !strings.Contains(np.Message, "sm_90 SASS") || !strings.Contains(np.Message, "sm_80") {
+		t.Fatalf("SelectPTX = %v, want NOPATCH naming the sm_90 SASS and the sm_80 PTX", err)
+	}
+	if _, err := SelectPTX(b, 86); err != nil {
+		t.Fatalf("SelectPTX for sm_86 (no SASS of its own) = %v, want the compute_80 PTX", err)
 	}
 }

@@ -23,6 +23,7 @@
  *   clock.c      cheap CLOCK_MONOTONIC timestamps (TSC) for the launch path
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
  *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
+ *   cupti.c      exact device windows of every kernel (CUPTI activity)
  *
  * Only dlsym and the cu* entry points are exported (-fvisibility=hidden).
  */
@@ -283,7 +284,9 @@ struct gp_conn {
 	size_t ring_size;
 	uint32_t nregions;
 	struct gp_region regions[GP_MAX_REGIONS];
+	uint32_t settings, flush_ms; /* the WELCOME's settings (GP_SET_*), 0 when it has none */
 };
+#define GP_SET_WINDOWS 1u /* record device windows (cupti.c) */
 GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
 			   struct gp_conn *c, const char **why);
 GP_HIDDEN void gp_install(struct gp_conn *c);
@@ -426,6 +429,7 @@ static inline void *gp_session(void)
 /* Per-thread state (session.c): kept tiny (static TLS, initial-exec). */
 struct gp_thread {
 	uint32_t tid;
+	uint32_t corr; /* CUPTI's correlation id of the thread's last launch call (cupti.c) */
 	uint64_t next_id, end_id;
 };
 extern GP_HIDDEN __thread struct gp_thread gp_self __attribute__((tls_model("initial-exec")));
@@ -696,6 +700,22 @@ static inline void gp_produce(void *ring, uint32_t type, const void *rec, uint32
 		GP_COUNT(published, 1);
 	else
 		GP_COUNT(dropped, 1);
+}
+
+/* cupti.c: device windows. gp_windows_start turns them on (once, when the
+ * first session is up; flush_ms: how often CUPTI hands records over);
+ * gp_win_note files the calling thread's last launch call under launch id
+ * id (the launch path: a few stores, only while windows are on). */
+GP_HIDDEN void gp_windows_start(uint32_t flush_ms);
+GP_HIDDEN void gp_windows_forked(void);
+GP_HIDDEN void gp_win_file(uint32_t corr, uint64_t id);
+extern GP_HIDDEN int gp_win_on;
+static inline void gp_win_note(uint64_t id)
+{
+	if (GP_UNLIKELY(__atomic_load_n(&gp_win_on, __ATOMIC_RELAXED)) && gp_self.corr != 0) {
+		gp_win_file(gp_self.corr, id);
+		gp_self.corr = 0;
+	}
 }
 
 #endif /* GPUPROBE_SHIM_GP_H */

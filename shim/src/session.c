@@ -407,11 +407,16 @@ GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t l
 		goto fail;
 	}
 	uint32_t count = len >= 8 ? gp_le32(payload + 4) : 0;
-	if (type != GP_FRAME_WELCOME || len < 8 || count > GP_MAX_REGIONS ||
-	    len != 8 + count * GP_DESC_SIZE || (int)count != nfds) {
+	/* The descriptors, then (from a collector that has them) 8 bytes of
+	 * settings. */
+	uint32_t end = 8 + count * GP_DESC_SIZE;
+	if (type != GP_FRAME_WELCOME || len < 8 || count > GP_MAX_REGIONS || (len != end && len != end + 8) ||
+	    (int)count != nfds) {
 		err = -EPROTO, *why = "malformed WELCOME";
 		goto fail;
 	}
+	if (len == end + 8)
+		c->settings = gp_le32(payload + end), c->flush_ms = gp_le32(payload + end + 4);
 	gp_take_regions(c, payload, count, fds);
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
@@ -513,8 +518,11 @@ GP_HIDDEN void gp_connect(void)
 		else
 			GP_TRACE("GPUPROBE_TIMEOUT_MS=%s is not 1..60000; using %d", t, ms);
 	}
+	/* Device probes are the collector's to decide (it answers NOPATCH when
+	 * its configuration has none); GPUPROBE_PATCH=0 keeps an application's
+	 * modules from being sent at all. */
 	const char *pe = getenv("GPUPROBE_PATCH");
-	gp_patch_enabled = pe && strcmp(pe, "1") == 0;
+	gp_patch_enabled = !(pe && strcmp(pe, "0") == 0);
 	const char *off = getenv("GPUPROBE_DISABLE");
 	if (off && off[0] && strcmp(off, "0") != 0) {
 		GP_TRACE("GPUPROBE_DISABLE is set: forwarding only");
@@ -530,9 +538,12 @@ GP_HIDDEN void gp_connect(void)
 		return;
 	}
 	gp_timeout_ms = ms;
+	uint32_t settings = c.settings, flush_ms = c.flush_ms;
 	gp_install(&c);
 	__atomic_store_n(&gp_state, GP_READY, __ATOMIC_RELEASE);
 	gp_reconnect_start(path, c.fd);
+	if (settings & GP_SET_WINDOWS)
+		gp_windows_start(flush_ms);
 }
 
 /* fork: the child drops the parent's session (its ring belongs to the
@@ -550,6 +561,7 @@ static void gp_atfork_child(void)
 	gp_pid_cache = 0;
 	gp_self.tid = 0;
 	gp_reconnect_forked();
+	gp_windows_forked();
 	gp_state = GP_IDLE;
 }
 

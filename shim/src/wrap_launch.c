@@ -287,6 +287,7 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
 	gp_stamp_end(&ts);
+	gp_win_note(id);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
 			 by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
@@ -314,6 +315,7 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
 	gp_stamp_end(&ts);
+	gp_win_note(id);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX | fl, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
 			 cfg->sharedMemBytes, stream, r, gp_rec_device());
@@ -345,6 +347,7 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));
 	gp_stamp_end(&ts);
+	gp_win_note(id);
 	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx,
 			 gy, gz, bx, by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
@@ -567,8 +570,14 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 		/* A patched kernel's node has its launch id in its parameters. */
 		uint64_t id = __atomic_load_n(&k->id, __ATOMIC_ACQUIRE);
 		uint64_t f = __atomic_load_n(&k->func, __ATOMIC_ACQUIRE);
-		gp_launch_record(ring, id ? GP_API_GRAPH_LAUNCH : GP_API_GRAPH_LAUNCH | GP_LAUNCH_F_UNPROBED,
-				 id ? id : gp_next_launch_id(), ts.t0, ts.t1, f, k->grid[0],
+		uint32_t fl = id ? GP_API_GRAPH_LAUNCH : GP_API_GRAPH_LAUNCH | GP_LAUNCH_F_UNPROBED;
+		if (id == 0)
+			id = gp_next_launch_id();
+		/* Device windows of the graph's kernels: filed under the first
+		 * node's launch id (cupti.c; matched to nodes by name). */
+		if (i == 0)
+			gp_win_note(id);
+		gp_launch_record(ring, fl, id, ts.t0, ts.t1, f, k->grid[0],
 				 k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->shmem, stream, r,
 				 dev);
 	}

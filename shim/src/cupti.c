@@ -1,0 +1,650 @@
+/*
+ * cupti.c - exact device windows for every kernel (issue 17): CUPTI kernel
+ * activity, mapped to the shim's launch records.
+ *
+ * Every kernel the driver runs - SASS-only cuBLAS, PyTorch and Triton
+ * kernels, patched or not, plain launch or graph node - gets its device
+ * start and end from CUPTI's CONCURRENT_KERNEL activity records. The shim
+ * loads the application's own libcupti (or the toolkit's, cupti_load),
+ * hands CUPTI its clock (CLOCK_MONOTONIC, the launch records' domain) and
+ * learns each launch's correlation id from a driver callback on the launch
+ * entry points; the launch wrapper files that id against its launch id in
+ * a table (gp_win_note: three stores), and the activity thread turns each
+ * kernel record into a window record (record type 12) keyed by the launch
+ * id, written into the session's launch ring.
+ *
+ * The application's profiler comes first. torch.profiler (Kineto), Nsight
+ * Systems and ncu use CUPTI, which has one set of activity callbacks and
+ * one subscriber per process: the shim exports CUPTI's entry points a
+ * profiler starts with, and when the application calls one the shim steps
+ * aside (disables its kinds, flushes, unsubscribes) before forwarding the
+ * call, says so in a window_state record, and comes back once the
+ * application has disabled every kind it enabled and has no subscriber. A
+ * profiler injected through CUDA_INJECTION64_PATH keeps CUPTI to itself.
+ *
+ * Bounded: GP_WIN_BUFS activity buffers of GP_WIN_BUF bytes, allocated
+ * once (CUPTI asks for buffers on the application's launch path: a buffer
+ * is taken from the pool there, never allocated); records CUPTI drops when
+ * the pool is empty, and windows the ring cannot take, are counted in the
+ * next window_state record. Any failure leaves windows off and the
+ * application unchanged.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gp.h"
+
+/* ---- the CUPTI ABI used here (checked against cupti.h on the GPU
+ * machine: scripts/gpu/windows.sh, "abi") ---------------------------- */
+
+typedef int gp_cupti_result;
+#define GP_CUPTI_SUCCESS 0
+#define GP_CUPTI_KIND_KERNEL 3
+#define GP_CUPTI_KIND_CONCURRENT_KERNEL 10
+#define GP_CUPTI_DOMAIN_DRIVER 1
+#define GP_CUPTI_API_EXIT 1
+#define GP_CUPTI_FLUSH_FORCED 1
+/* CUpti_CallbackData: callbackSite at 0, correlationId at 64. */
+#define GP_CB_SITE 0
+#define GP_CB_CORRELATION 64
+/* CUpti_ActivityKernel4..9 (CUDA 11 onwards), the fields read here. */
+#define GP_AK_KIND 0
+#define GP_AK_START 16
+#define GP_AK_END 24
+#define GP_AK_DEVICE 40
+#define GP_AK_CORRELATION 92
+#define GP_AK_NAME 104
+#define GP_AK_GRAPH_NODE 144
+#define GP_AK_MIN_SIZE 152
+/* The oldest CUPTI whose kernel records have that layout and whose
+ * activity and callback APIs behave as used here: CUDA 12.0 (API 18). */
+#define GP_CUPTI_MIN_API 18
+
+/* Driver callback ids of the launch entry points (cupti_driver_cbid.h). */
+static const uint32_t gp_win_cbids[] = {
+	307, /* cuLaunchKernel */
+	442, /* cuLaunchKernel_ptsz */
+	652, /* cuLaunchKernelEx */
+	653, /* cuLaunchKernelEx_ptsz */
+	477, /* cuLaunchCooperativeKernel */
+	478, /* cuLaunchCooperativeKernel_ptsz */
+	514, /* cuGraphLaunch */
+	515, /* cuGraphLaunch_ptsz */
+};
+
+typedef void (*gp_buf_req_fn)(uint8_t **, size_t *, size_t *);
+typedef void (*gp_buf_done_fn)(void *, uint32_t, uint8_t *, size_t, size_t);
+typedef void (*gp_cb_fn)(void *, uint32_t, uint32_t, const void *);
+
+static struct {
+	gp_cupti_result (*get_version)(uint32_t *);
+	gp_cupti_result (*register_callbacks)(gp_buf_req_fn, gp_buf_done_fn);
+	gp_cupti_result (*enable)(uint32_t);
+	gp_cupti_result (*disable)(uint32_t);
+	gp_cupti_result (*flush_all)(uint32_t);
+	gp_cupti_result (*flush_period)(uint32_t);
+	gp_cupti_result (*next_record)(uint8_t *, size_t, void **);
+	gp_cupti_result (*dropped)(void *, uint32_t, size_t *);
+	gp_cupti_result (*subscribe)(void **, gp_cb_fn, void *);
+	gp_cupti_result (*unsubscribe)(void *);
+	gp_cupti_result (*enable_callback)(uint32_t, void *, uint32_t, uint32_t);
+	gp_cupti_result (*timestamp_cb)(uint64_t (*)(void));
+	gp_cupti_result (*get_timestamp)(uint64_t *);
+	void *lib;
+	char path[512];
+} gp_cu;
+
+/* ---- state --------------------------------------------------------- */
+
+/* gp_win_on: windows are being recorded (the launch path files ids). */
+GP_HOT_VAR GP_HIDDEN int gp_win_on;
+
+enum { GP_WIN_IDLE, GP_WIN_ON, GP_WIN_ASIDE, GP_WIN_UNAVAILABLE };
+static pthread_mutex_t gp_win_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Set while this thread holds gp_win_mu: a CUPTI call made under it that
+ * comes back through an interposer below (libcupti calling its own
+ * exported entry points) goes straight through. */
+static __thread int gp_win_held;
+
+static void gp_win_lock(void)
+{
+	pthread_mutex_lock(&gp_win_mu);
+	gp_win_held = 1;
+}
+
+static void gp_win_unlock(void)
+{
+	gp_win_held = 0;
+	pthread_mutex_unlock(&gp_win_mu);
+}
+static int gp_win_state = GP_WIN_IDLE;
+static void *gp_win_sub;
+static int gp_win_ts_ours; /* CUPTI timestamps are gp_now's */
+static uint32_t gp_win_flush_ms = 100;
+/* What the application itself asked of CUPTI (the interposers). */
+static uint32_t gp_app_kinds;  /* kinds enabled, counted */
+static int gp_app_sub;         /* it holds a subscriber */
+static int gp_app_cb;          /* it registered activity callbacks and has not disabled every kind since */
+static uint64_t gp_app_idle_since;
+static uint32_t gp_win_lost;   /* windows lost since the last state record (atomic) */
+
+/* The correlation table: slot corr % GP_CORR_SLOTS holds the launch id of
+ * correlation id corr. Written by the launch path, read by the activity
+ * thread; a slot is invalidated (corr 0) before its id changes. */
+#define GP_CORR_SLOTS 65536u
+struct gp_corr {
+	uint32_t corr; /* atomic */
+	uint32_t pad;
+	uint64_t id;   /* atomic */
+};
+static struct gp_corr gp_corr_tab[GP_CORR_SLOTS];
+
+GP_HIDDEN void gp_win_file(uint32_t corr, uint64_t id)
+{
+	struct gp_corr *e = &gp_corr_tab[corr % GP_CORR_SLOTS];
+	__atomic_store_n(&e->corr, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&e->id, id, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->corr, corr, __ATOMIC_RELEASE);
+}
+
+/* gp_win_lookup returns the launch id filed for corr, 0 if none is. */
+static uint64_t gp_win_lookup(uint32_t corr)
+{
+	struct gp_corr *e = &gp_corr_tab[corr % GP_CORR_SLOTS];
+	if (corr == 0 || __atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) != corr)
+		return 0;
+	uint64_t id = __atomic_load_n(&e->id, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(&e->corr, __ATOMIC_RELAXED) == corr ? id : 0;
+}
+
+/* ---- activity buffers: a fixed pool ------------------------------- */
+
+#define GP_WIN_BUFS 16u
+#define GP_WIN_BUF ((size_t)512 << 10)
+static uint8_t *gp_win_pool;
+static uint32_t gp_win_free = (1u << GP_WIN_BUFS) - 1; /* bit i: buffer i is free (atomic) */
+
+static void gp_buf_requested(uint8_t **buf, size_t *size, size_t *max)
+{
+	*buf = NULL, *size = 0, *max = 0;
+	uint32_t f = __atomic_load_n(&gp_win_free, __ATOMIC_ACQUIRE);
+	while (f != 0) {
+		uint32_t i = (uint32_t)__builtin_ctz(f);
+		if (__atomic_compare_exchange_n(&gp_win_free, &f, f & ~(1u << i), 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			*buf = gp_win_pool + i * GP_WIN_BUF, *size = GP_WIN_BUF;
+			return;
+		}
+	}
+	/* None free: CUPTI drops records and counts them (gp_win_dropped). */
+}
+
+static void gp_buf_release(uint8_t *buf)
+{
+	if (buf < gp_win_pool || buf >= gp_win_pool + GP_WIN_BUFS * GP_WIN_BUF)
+		return;
+	uint32_t i = (uint32_t)((size_t)(buf - gp_win_pool) / GP_WIN_BUF);
+	__atomic_fetch_or(&gp_win_free, 1u << i, __ATOMIC_RELEASE);
+}
+
+/* ---- records --------------------------------------------------------- */
+
+static uint32_t gp_fnv1a(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (int i = 0; s != NULL && s[i] != 0 && i < GP_KERNEL_NAME_MAX; i++)
+		h = (h ^ (uint8_t)s[i]) * 16777619u;
+	return h;
+}
+
+static void gp_win_state_record(uint32_t state, uint32_t reason, uint32_t detail)
+{
+	void *ring = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+	if (ring == NULL)
+		return;
+	struct gp_rec_window_state r = {
+		.h = {.type = GP_REC_WINDOW_STATE, .version = GP_REC_VERSION, .size = sizeof r},
+		.time_ns = gp_now(),
+		.state = state,
+		.reason = reason,
+		.detail = detail,
+		.dropped = __atomic_exchange_n(&gp_win_lost, 0, __ATOMIC_RELAXED),
+	};
+	gp_produce(ring, GP_REC_WINDOW_STATE, &r, sizeof r);
+}
+
+static uint64_t gp_rd64(const uint8_t *p, size_t off)
+{
+	uint64_t v;
+	memcpy(&v, p + off, 8);
+	return v;
+}
+
+static uint32_t gp_rd32(const uint8_t *p, size_t off)
+{
+	uint32_t v;
+	memcpy(&v, p + off, 4);
+	return v;
+}
+
+/* gp_win_emit writes the window of one kernel record. */
+static void gp_win_emit(void *ring, const uint8_t *k, int64_t shift)
+{
+	uint64_t start = gp_rd64(k, GP_AK_START), end = gp_rd64(k, GP_AK_END);
+	if (start == 0 || end < start) {
+		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED); /* not timed (CUPTI says so with 0) */
+		return;
+	}
+	uint32_t corr = gp_rd32(k, GP_AK_CORRELATION);
+	const char *name;
+	memcpy(&name, k + GP_AK_NAME, sizeof name);
+	struct gp_rec_window w = {
+		.h = {.type = GP_REC_WINDOW, .version = GP_REC_VERSION, .size = sizeof w},
+		.launch_id = gp_win_lookup(corr),
+		.start_ns = start + (uint64_t)shift,
+		.end_ns = end + (uint64_t)shift,
+		.device = gp_rd32(k, GP_AK_DEVICE),
+		.name_hash = gp_fnv1a(name),
+		.correlation = corr,
+	};
+	if (gp_rd64(k, GP_AK_GRAPH_NODE) != 0)
+		w.flags |= GP_WINDOW_F_GRAPH;
+	if (w.launch_id == 0)
+		w.flags |= GP_WINDOW_F_NO_LAUNCH;
+	if (ring == NULL || gpbr_ring_produce(ring, GP_REC_WINDOW, &w, sizeof w) != GPBR_PUBLISHED)
+		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED);
+}
+
+/* gp_buf_completed runs on CUPTI's thread (or the one that flushes). */
+static void gp_buf_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
+{
+	(void)ctx, (void)stream, (void)size;
+	void *ring = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+	/* CUPTI's own clock when it has no callback of ours: its offset to
+	 * gp_now, read now (both count nanoseconds). */
+	int64_t shift = 0;
+	uint64_t ct = 0;
+	if (!gp_win_ts_ours && gp_cu.get_timestamp && gp_cu.get_timestamp(&ct) == GP_CUPTI_SUCCESS)
+		shift = (int64_t)(gp_now() - ct);
+	void *r = NULL;
+	uint32_t n = 0;
+	while (buf != NULL && valid > 0 && n < GP_WIN_BUF / 16 &&
+	       gp_cu.next_record(buf, valid, &r) == GP_CUPTI_SUCCESS && r != NULL) {
+		const uint8_t *k = r;
+		uint32_t kind = gp_rd32(k, GP_AK_KIND);
+		if (kind == GP_CUPTI_KIND_CONCURRENT_KERNEL || kind == GP_CUPTI_KIND_KERNEL)
+			gp_win_emit(ring, k, shift);
+		n++;
+	}
+	size_t d = 0;
+	if (gp_cu.dropped && gp_cu.dropped(ctx, stream, &d) == GP_CUPTI_SUCCESS && d > 0)
+		__atomic_fetch_add(&gp_win_lost, (uint32_t)d, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&gp_win_lost, __ATOMIC_RELAXED) != 0)
+		gp_win_state_record(GP_WINDOWS_ON, GP_WINDOWS_R_NONE, 0);
+	gp_buf_release(buf);
+}
+
+/* The driver callback: the correlation id of this thread's launch call. */
+static void gp_win_callback(void *ud, uint32_t domain, uint32_t cbid, const void *data)
+{
+	(void)ud, (void)domain, (void)cbid;
+	const uint8_t *d = data;
+	if (d != NULL && gp_rd32(d, GP_CB_SITE) == GP_CUPTI_API_EXIT)
+		gp_self.corr = gp_rd32(d, GP_CB_CORRELATION);
+}
+
+static uint64_t gp_win_clock(void) { return gp_now(); }
+
+/* ---- loading libcupti ------------------------------------------------ */
+
+static const char *const gp_cupti_names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
+
+static int gp_cupti_try(const char *path, int flags)
+{
+	void *h = dlopen(path, flags | RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL)
+		return 0;
+	gp_cu.lib = h;
+	snprintf(gp_cu.path, sizeof gp_cu.path, "%s", path);
+	return 1;
+}
+
+/* Beside a loaded CUDA library (the application's toolkit or wheel):
+ * its own directory, a pip wheel's nvidia/cuda_cupti/lib, the toolkit's
+ * extras/CUPTI/lib64. */
+static int gp_cupti_beside(struct dl_phdr_info *info, size_t sz, void *arg)
+{
+	(void)sz, (void)arg;
+	const char *p = info->dlpi_name, *base = p ? strrchr(p, '/') : NULL;
+	if (base == NULL || (strncmp(base + 1, "libcudart.so", 12) != 0 && strncmp(base + 1, "libcublas", 9) != 0))
+		return 0;
+	static const char *const rel[] = {"", "/../../cuda_cupti/lib", "/../extras/CUPTI/lib64"};
+	char path[512];
+	for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++)
+		for (size_t j = 0; j < sizeof gp_cupti_names / sizeof gp_cupti_names[0]; j++) {
+			int n = snprintf(path, sizeof path, "%.*s%s/%s", (int)(base - p), p, rel[i], gp_cupti_names[j]);
+			if (n > 0 && (size_t)n < sizeof path && access(path, R_OK) == 0 && gp_cupti_try(path, 0))
+				return 1;
+		}
+	return 0;
+}
+
+static int gp_cupti_load(const char **why)
+{
+	const char *env = getenv("GPUPROBE_CUPTI");
+	if (env && env[0])
+		return gp_cupti_try(env, 0) ? 0 : (*why = "GPUPROBE_CUPTI could not be loaded", -1);
+	/* One the application loaded already comes first: two CUPTIs in one
+	 * process would fight over the driver's hooks. */
+	for (size_t j = 0; j < sizeof gp_cupti_names / sizeof gp_cupti_names[0]; j++)
+		if (gp_cupti_try(gp_cupti_names[j], RTLD_NOLOAD))
+			return 0;
+	if (dl_iterate_phdr(gp_cupti_beside, NULL))
+		return 0;
+	static const char *const dirs[] = {"/usr/local/cuda/extras/CUPTI/lib64", "/usr/local/cuda/lib64",
+					   "/usr/local/cuda/targets/x86_64-linux/lib",
+					   "/usr/local/cuda/targets/sbsa-linux/lib"};
+	char path[512];
+	for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+		snprintf(path, sizeof path, "%s/libcupti.so", dirs[i]);
+		if (access(path, R_OK) == 0 && gp_cupti_try(path, 0))
+			return 0;
+	}
+	for (size_t j = 0; j < sizeof gp_cupti_names / sizeof gp_cupti_names[0]; j++)
+		if (gp_cupti_try(gp_cupti_names[j], 0))
+			return 0;
+	*why = "no libcupti found (set GPUPROBE_CUPTI to its path)";
+	return -1;
+}
+
+#define GP_CU_SYM(field, name) (*(void **)&gp_cu.field = gp_real_dlsym(gp_cu.lib, name))
+
+static int gp_cupti_syms(const char **why)
+{
+	GP_CU_SYM(get_version, "cuptiGetVersion");
+	GP_CU_SYM(register_callbacks, "cuptiActivityRegisterCallbacks");
+	GP_CU_SYM(enable, "cuptiActivityEnable");
+	GP_CU_SYM(disable, "cuptiActivityDisable");
+	GP_CU_SYM(flush_all, "cuptiActivityFlushAll");
+	GP_CU_SYM(flush_period, "cuptiActivityFlushPeriod");
+	GP_CU_SYM(next_record, "cuptiActivityGetNextRecord");
+	GP_CU_SYM(dropped, "cuptiActivityGetNumDroppedRecords");
+	GP_CU_SYM(subscribe, "cuptiSubscribe");
+	GP_CU_SYM(unsubscribe, "cuptiUnsubscribe");
+	GP_CU_SYM(enable_callback, "cuptiEnableCallback");
+	GP_CU_SYM(timestamp_cb, "cuptiActivityRegisterTimestampCallback");
+	GP_CU_SYM(get_timestamp, "cuptiGetTimestamp");
+	if (!gp_cu.get_version || !gp_cu.register_callbacks || !gp_cu.enable || !gp_cu.disable ||
+	    !gp_cu.flush_all || !gp_cu.next_record || !gp_cu.subscribe || !gp_cu.unsubscribe ||
+	    !gp_cu.enable_callback) {
+		*why = "libcupti lacks an entry point";
+		return -1;
+	}
+	uint32_t v = 0;
+	if (gp_cu.get_version(&v) != GP_CUPTI_SUCCESS || v < GP_CUPTI_MIN_API) {
+		*why = "libcupti older than CUDA 12";
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- on, aside, back --------------------------------------------------- */
+
+/* gp_win_enable turns our collection on (gp_win_mu held); a CUptiResult
+ * on failure, with everything it did undone. */
+static int gp_win_enable(const char **why)
+{
+	gp_cupti_result r;
+	if ((r = gp_cu.subscribe(&gp_win_sub, gp_win_callback, NULL)) != GP_CUPTI_SUCCESS) {
+		gp_win_sub = NULL;
+		return *why = "cuptiSubscribe (another subscriber?)", r;
+	}
+	for (size_t i = 0; i < sizeof gp_win_cbids / sizeof gp_win_cbids[0]; i++)
+		gp_cu.enable_callback(1, gp_win_sub, GP_CUPTI_DOMAIN_DRIVER, gp_win_cbids[i]);
+	gp_win_ts_ours = gp_cu.timestamp_cb && gp_cu.timestamp_cb(gp_win_clock) == GP_CUPTI_SUCCESS;
+	if ((r = gp_cu.register_callbacks(gp_buf_requested, gp_buf_completed)) != GP_CUPTI_SUCCESS ||
+	    (r = gp_cu.enable(GP_CUPTI_KIND_CONCURRENT_KERNEL)) != GP_CUPTI_SUCCESS) {
+		gp_cu.unsubscribe(gp_win_sub);
+		gp_win_sub = NULL;
+		return *why = "enabling kernel activity", r;
+	}
+	if (gp_cu.flush_period)
+		gp_cu.flush_period(gp_win_flush_ms);
+	__atomic_store_n(&gp_win_on, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* gp_win_disable turns our collection off and drains it (gp_win_mu held). */
+static void gp_win_disable(void)
+{
+	__atomic_store_n(&gp_win_on, 0, __ATOMIC_RELEASE);
+	gp_cu.disable(GP_CUPTI_KIND_CONCURRENT_KERNEL);
+	gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);
+	if (gp_win_sub != NULL)
+		gp_cu.unsubscribe(gp_win_sub);
+	gp_win_sub = NULL;
+}
+
+/* The flush thread: CUPTI's own periodic flush where it has one, else
+ * ours; and the way back after the application's profiler is done. */
+static void *gp_win_main(void *arg)
+{
+	(void)arg;
+	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)gp_win_flush_ms * 1000000L};
+	for (;;) {
+		nanosleep(&ts, NULL);
+		gp_win_lock();
+		if (gp_win_state == GP_WIN_ON && !gp_cu.flush_period)
+			gp_cu.flush_all(0);
+		if (gp_win_state == GP_WIN_ASIDE && gp_app_kinds == 0 && !gp_app_sub && gp_app_idle_since &&
+		    gp_now() - gp_app_idle_since > 1000000000ull) {
+			const char *why = "";
+			int r = gp_win_enable(&why);
+			if (r == 0) {
+				gp_win_state = GP_WIN_ON;
+				GP_TRACE("device windows: back on (the application's profiler is done)");
+				gp_win_state_record(GP_WINDOWS_ON, GP_WINDOWS_R_NONE, 0);
+			} else
+				gp_app_idle_since = gp_now(); /* try again later */
+		}
+		gp_win_unlock();
+	}
+	return NULL;
+}
+
+static void gp_win_exit(void)
+{
+	if (pthread_mutex_trylock(&gp_win_mu) != 0)
+		return;
+	gp_win_held = 1;
+	if (gp_win_state == GP_WIN_ON)
+		gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);
+	gp_win_unlock();
+}
+
+static void gp_win_unavailable(uint32_t reason, uint32_t detail, const char *why)
+{
+	gp_win_state = reason == GP_WINDOWS_R_INJECTION || reason == GP_WINDOWS_R_PROFILER ? GP_WIN_ASIDE
+											     : GP_WIN_UNAVAILABLE;
+	GP_TRACE("device windows: off: %s (%u)", why, detail);
+	gp_win_state_record(gp_win_state == GP_WIN_ASIDE ? GP_WINDOWS_STEPPED_ASIDE : GP_WINDOWS_UNAVAILABLE, reason,
+			    detail);
+}
+
+/* gp_windows_start turns device windows on for this process, once (called
+ * when the first session is up). */
+GP_HIDDEN void gp_windows_start(uint32_t flush_ms)
+{
+	static int once;
+	if (__atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
+		return;
+	const char *why = "", *off = getenv("GPUPROBE_WINDOWS");
+	gp_win_lock();
+	if (flush_ms >= 10 && flush_ms <= 10000)
+		gp_win_flush_ms = flush_ms;
+	const char *inj = getenv("CUDA_INJECTION64_PATH");
+	if (off && strcmp(off, "0") == 0)
+		gp_win_unavailable(GP_WINDOWS_R_CONFIG, 0, "GPUPROBE_WINDOWS=0");
+	else if (inj && inj[0])
+		gp_win_unavailable(GP_WINDOWS_R_INJECTION, 0, "a profiler is injected (CUDA_INJECTION64_PATH)");
+	else if (gp_app_kinds || gp_app_sub || gp_app_cb)
+		gp_win_unavailable(GP_WINDOWS_R_PROFILER, 0, "the application uses CUPTI");
+	else if (gp_cupti_load(&why) != 0)
+		gp_win_unavailable(GP_WINDOWS_R_NO_LIBRARY, 0, why);
+	else if (gp_cupti_syms(&why) != 0)
+		gp_win_unavailable(GP_WINDOWS_R_NO_LIBRARY, 0, why);
+	else if ((gp_win_pool = aligned_alloc(64, GP_WIN_BUFS * GP_WIN_BUF)) == NULL)
+		gp_win_unavailable(GP_WINDOWS_R_API_ERROR, 0, "no memory for activity buffers");
+	else {
+		int r = gp_win_enable(&why);
+		if (r != 0)
+			gp_win_unavailable(GP_WINDOWS_R_API_ERROR, (uint32_t)r, why);
+		else {
+			gp_win_state = GP_WIN_ON;
+			GP_TRACE("device windows: on (%s, %s clock, flush every %u ms)", gp_cu.path,
+				 gp_win_ts_ours ? "the shim's" : "CUPTI's", gp_win_flush_ms);
+			gp_win_state_record(GP_WINDOWS_ON, GP_WINDOWS_R_NONE, 0);
+			pthread_t th;
+			pthread_attr_t a;
+			sigset_t all, old;
+			pthread_attr_init(&a);
+			pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+			sigfillset(&all);
+			pthread_sigmask(SIG_SETMASK, &all, &old);
+			if (pthread_create(&th, &a, gp_win_main, NULL) == 0)
+				pthread_setname_np(th, "gpuprobe-window");
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			pthread_attr_destroy(&a);
+			atexit(gp_win_exit);
+		}
+	}
+	gp_win_unlock();
+}
+
+/* gp_windows_forked: a fork child records no windows (CUPTI's state is
+ * the parent's). */
+GP_HIDDEN void gp_windows_forked(void) { __atomic_store_n(&gp_win_on, 0, __ATOMIC_RELAXED); }
+
+/* ---- the application's own CUPTI calls --------------------------------- */
+
+/* gp_app_uses steps aside before the application's call reaches CUPTI. */
+static void gp_app_uses(const char *what)
+{
+	if (gp_win_state == GP_WIN_ON) {
+		gp_win_disable();
+		gp_win_state = GP_WIN_ASIDE;
+		GP_TRACE("device windows: stepped aside (the application called %s)", what);
+		gp_win_state_record(GP_WINDOWS_STEPPED_ASIDE, GP_WINDOWS_R_PROFILER, 0);
+	}
+	gp_app_idle_since = 0;
+}
+
+static void gp_app_maybe_idle(void)
+{
+	if (gp_app_kinds == 0)
+		gp_app_cb = 0;
+	if (gp_app_kinds == 0 && !gp_app_sub)
+		gp_app_idle_since = gp_now();
+}
+
+/* gp_next_cupti returns the application's CUPTI entry point name. */
+static void *gp_next_cupti(const char *name)
+{
+	void *p = gp_cu.lib ? gp_real_dlsym(gp_cu.lib, name) : NULL;
+	return p ? p : gp_real_dlsym(RTLD_NEXT, name);
+}
+
+#define GP_CUPTI_NOT_INITIALIZED 15
+
+GP_EXPORT gp_cupti_result cuptiActivityRegisterCallbacks(gp_buf_req_fn req, gp_buf_done_fn done)
+{
+	gp_cupti_result (*fn)(gp_buf_req_fn, gp_buf_done_fn) = gp_next_cupti("cuptiActivityRegisterCallbacks");
+	if (gp_win_held)
+		return fn ? fn(req, done) : GP_CUPTI_NOT_INITIALIZED;
+	gp_win_lock();
+	gp_app_uses("cuptiActivityRegisterCallbacks");
+	gp_cupti_result r = fn ? fn(req, done) : GP_CUPTI_NOT_INITIALIZED;
+	gp_app_cb = 1;
+	gp_win_unlock();
+	return r;
+}
+
+GP_EXPORT gp_cupti_result cuptiActivityEnable(uint32_t kind)
+{
+	gp_cupti_result (*fn)(uint32_t) = gp_next_cupti("cuptiActivityEnable");
+	if (gp_win_held)
+		return fn ? fn(kind) : GP_CUPTI_NOT_INITIALIZED;
+	gp_win_lock();
+	gp_app_uses("cuptiActivityEnable");
+	gp_cupti_result r = fn ? fn(kind) : GP_CUPTI_NOT_INITIALIZED;
+	if (r == GP_CUPTI_SUCCESS)
+		gp_app_kinds++;
+	gp_win_unlock();
+	return r;
+}
+
+GP_EXPORT gp_cupti_result cuptiActivityDisable(uint32_t kind)
+{
+	gp_cupti_result (*fn)(uint32_t) = gp_next_cupti("cuptiActivityDisable");
+	if (gp_win_held)
+		return fn ? fn(kind) : GP_CUPTI_NOT_INITIALIZED;
+	gp_win_lock();
+	gp_cupti_result r = fn ? fn(kind) : GP_CUPTI_NOT_INITIALIZED;
+	if (r == GP_CUPTI_SUCCESS && gp_app_kinds > 0)
+		gp_app_kinds--;
+	gp_app_maybe_idle();
+	gp_win_unlock();
+	return r;
+}
+
+GP_EXPORT gp_cupti_result cuptiSubscribe(void **sub, gp_cb_fn cb, void *ud)
+{
+	gp_cupti_result (*fn)(void **, gp_cb_fn, void *) = gp_next_cupti("cuptiSubscribe");
+	if (gp_win_held)
+		return fn ? fn(sub, cb, ud) : GP_CUPTI_NOT_INITIALIZED;
+	gp_win_lock();
+	gp_app_uses("cuptiSubscribe");
+	gp_cupti_result r = fn ? fn(sub, cb, ud) : GP_CUPTI_NOT_INITIALIZED;
+	if (r == GP_CUPTI_SUCCESS)
+		gp_app_sub = 1;
+	gp_win_unlock();
+	return r;
+}
+
+GP_EXPORT gp_cupti_result cuptiUnsubscribe(void *sub)
+{
+	gp_cupti_result (*fn)(void *) = gp_next_cupti("cuptiUnsubscribe");
+	if (gp_win_held)
+		return fn ? fn(sub) : GP_CUPTI_NOT_INITIALIZED;
+	gp_win_lock();
+	gp_cupti_result r = fn ? fn(sub) : GP_CUPTI_NOT_INITIALIZED;
+	if (r == GP_CUPTI_SUCCESS && sub != gp_win_sub)
+		gp_app_sub = 0;
+	gp_app_maybe_idle();
+	gp_win_unlock();
+	return r;
+}
+
+GP_EXPORT gp_cupti_result cuptiFinalize(void)
+{
+	gp_cupti_result (*fn)(void) = gp_next_cupti("cuptiFinalize");
+	if (gp_win_held)
+		return fn ? fn() : GP_CUPTI_NOT_INITIALIZED;
+	gp_win_lock();
+	gp_app_uses("cuptiFinalize");
+	gp_cupti_result r = fn ? fn() : GP_CUPTI_NOT_INITIALIZED;
+	gp_app_kinds = 0, gp_app_sub = 0, gp_app_cb = 0;
+	gp_app_maybe_idle();
+	gp_win_unlock();
+	return r;
+}
