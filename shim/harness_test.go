@@ -2,6 +2,7 @@ package shim
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,6 +23,8 @@ type built struct {
 	shim      string // libgpuprobe.so
 	app       string // dlopen-based test app
 	appDirect string // the test app linked with -lcuda
+	cupti     string // libcupti.so.13 (the MOCK CUPTI)
+	profiler  string // an app that uses CUPTI itself (testdata/profiler.c)
 }
 
 var (
@@ -53,7 +56,8 @@ func build() (*built, error) {
 	}
 	buildDir = dir
 	b := &built{dir: dir, shim: filepath.Join(dir, "libgpuprobe.so"), app: filepath.Join(dir, "app"),
-		appDirect: filepath.Join(dir, "app-direct")}
+		appDirect: filepath.Join(dir, "app-direct"), cupti: filepath.Join(dir, "libcupti.so.13"),
+		profiler: filepath.Join(dir, "profiler")}
 	srcs, err := filepath.Glob("src/*.c")
 	if err != nil || len(srcs) == 0 {
 		return nil, fmt.Errorf("no shim sources: %v", err)
@@ -67,6 +71,10 @@ func build() (*built, error) {
 		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app, "testdata/app.c", "-ldl", "-lpthread"},
 		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c",
 			filepath.Join(dir, "libcuda.so.1"), "-Wl,-rpath," + dir, "-ldl", "-lpthread"},
+		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcupti.so.13",
+			"-o", b.cupti, "testdata/mock_libcupti.c", "-ldl", "-lpthread"},
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.profiler, "testdata/profiler.c",
+			filepath.Join(dir, "libcuda.so.1"), b.cupti, "-Wl,-rpath," + dir},
 	}
 	for _, s := range steps {
 		if err := gcc(s...); err != nil {
@@ -170,6 +178,40 @@ type stream struct {
 	nameRecs []record.KernelName
 	syncs    []record.Sync
 	memcpys  []record.Memcpy
+	windows  []window
+	states   []windowState
+}
+
+// window and windowState are the window records (record types 12 and 13)
+// as the shim writes them (record/include/gpuprobe_record.h).
+type window struct {
+	launchID, startNS, endNS              uint64
+	device, nameHash, correlation, flags uint32
+}
+type windowState struct {
+	timeNS                          uint64
+	state, reason, detail, dropped uint32
+}
+
+func decodeWindow(b []byte) (window, error) {
+	if len(b) != 48 {
+		return window{}, fmt.Errorf("window record of %d bytes, want 48", len(b))
+	}
+	le := binary.LittleEndian
+	w := window{le.Uint64(b[8:]), le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint32(b[32:]), le.Uint32(b[36:]),
+		le.Uint32(b[40:]), le.Uint32(b[44:])}
+	if w.endNS < w.startNS {
+		return w, fmt.Errorf("window ends (%d) before it starts (%d)", w.endNS, w.startNS)
+	}
+	return w, nil
+}
+
+func decodeWindowState(b []byte) (windowState, error) {
+	if len(b) != 32 {
+		return windowState{}, fmt.Errorf("window_state record of %d bytes, want 32", len(b))
+	}
+	le := binary.LittleEndian
+	return windowState{le.Uint64(b[8:]), le.Uint32(b[16:]), le.Uint32(b[20:]), le.Uint32(b[24:]), le.Uint32(b[28:])}, nil
 }
 
 func readRing(tb testing.TB, ring *shm.Ring) *stream {
@@ -210,6 +252,16 @@ func readRing(tb testing.TB, ring *shm.Ring) *stream {
 			var m record.Memcpy
 			if derr = m.Decode(r.Payload); derr == nil {
 				st.memcpys = append(st.memcpys, m)
+			}
+		case 12: // window
+			var w window
+			if w, derr = decodeWindow(r.Payload); derr == nil {
+				st.windows = append(st.windows, w)
+			}
+		case 13: // window_state
+			var w windowState
+			if w, derr = decodeWindowState(r.Payload); derr == nil {
+				st.states = append(st.states, w)
 			}
 		default:
 			tb.Errorf("ticket %d: unexpected record type %v", r.Ticket, p.Type)

@@ -1,0 +1,199 @@
+/*
+ * mock_libcupti.c - a MOCK of libcupti for the shim's tests (CI has no GPU):
+ * the activity and callback entry points cupti.c uses, with the record and
+ * callback-data layouts of CUDA 13's CUPTI (CUpti_ActivityKernel9,
+ * CUpti_CallbackData). The mock driver (mock_libcuda.c) tells it of every
+ * kernel it "runs": the subscriber's launch callback gets a correlation id
+ * at API exit and a kernel record (start = the mock's clock, 1 us long) is
+ * queued for the next flush.
+ *
+ * MOCK_CUPTI_FAIL=enable makes cuptiActivityEnable fail (fail-open test).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define REC 208 /* sizeof(CUpti_ActivityKernel9) */
+#define MAXQ 65536
+
+typedef void (*buf_req_fn)(uint8_t **, size_t *, size_t *);
+typedef void (*buf_done_fn)(void *, uint32_t, uint8_t *, size_t, size_t);
+typedef void (*cb_fn)(void *, uint32_t, uint32_t, const void *);
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static buf_req_fn req;
+static buf_done_fn done;
+static uint64_t (*ts_fn)(void);
+static int kernels_on, subscribed, launch_cb_on;
+static cb_fn sub_cb;
+static void *sub_ud;
+static uint32_t corr;
+static uint8_t queue[MAXQ][REC];
+static char names[MAXQ][256];
+static uint32_t nq;
+static int sub_token;
+
+static uint64_t now(void)
+{
+	if (ts_fn)
+		return ts_fn();
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t); /* CUPTI's own clock is wall time */
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* What the driver's launch entry points call (a real CUPTI hooks them). */
+static void on_launch(const char *name)
+{
+	pthread_mutex_lock(&mu);
+	uint32_t c = ++corr;
+	cb_fn cb = subscribed && launch_cb_on ? sub_cb : NULL;
+	void *ud = sub_ud;
+	if (kernels_on && nq < MAXQ) {
+		uint8_t *r = queue[nq];
+		memset(r, 0, REC);
+		uint32_t kind = 10; /* CONCURRENT_KERNEL */
+		uint64_t start = now(), end = start + 1000;
+		memcpy(r, &kind, 4);
+		memcpy(r + 16, &start, 8);
+		memcpy(r + 24, &end, 8);
+		memcpy(r + 92, &c, 4);
+		snprintf(names[nq], sizeof names[nq], "%s", name);
+		const char *np = names[nq];
+		memcpy(r + 104, &np, sizeof np);
+		nq++;
+	}
+	pthread_mutex_unlock(&mu);
+	if (cb) {
+		uint8_t d[72] = {0};
+		uint32_t site = 1; /* API exit */
+		memcpy(d, &site, 4);
+		memcpy(d + 64, &c, 4);
+		cb(ud, 1, 307, d);
+	}
+}
+
+__attribute__((constructor)) static void init(void)
+{
+	void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	void (*set)(void (*)(const char *)) = cuda ? (void (*)(void (*)(const char *)))dlsym(cuda, "mock_cuda_set_launch_hook") : NULL;
+	if (set)
+		set(on_launch);
+}
+
+EXPORT int cuptiGetVersion(uint32_t *v) { *v = 130001; return 0; }
+EXPORT int cuptiActivityRegisterCallbacks(buf_req_fn r, buf_done_fn d) { req = r, done = d; return 0; }
+EXPORT int cuptiActivityRegisterTimestampCallback(uint64_t (*f)(void)) { ts_fn = f; return 0; }
+EXPORT int cuptiGetTimestamp(uint64_t *t) { *t = now(); return 0; }
+/* CUPTI's worker thread: flushes every period once one is set. */
+static uint32_t period_ms;
+EXPORT int cuptiActivityFlushAll(uint32_t flags);
+static void *worker(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct timespec t = {0, (long)__atomic_load_n(&period_ms, __ATOMIC_RELAXED) * 1000000L};
+		nanosleep(&t, NULL);
+		cuptiActivityFlushAll(0);
+	}
+	return NULL;
+}
+EXPORT int cuptiActivityFlushPeriod(uint32_t ms)
+{
+	if (ms == 0)
+		return 0;
+	if (__atomic_exchange_n(&period_ms, ms, __ATOMIC_RELAXED) == 0) {
+		pthread_t t;
+		pthread_create(&t, NULL, worker, NULL);
+		pthread_detach(t);
+	}
+	return 0;
+}
+EXPORT int cuptiActivityGetNumDroppedRecords(void *c, uint32_t s, size_t *n) { (void)c, (void)s; *n = 0; return 0; }
+
+EXPORT int cuptiActivityEnable(uint32_t kind)
+{
+	const char *f = getenv("MOCK_CUPTI_FAIL");
+	if (f && strcmp(f, "enable") == 0)
+		return 1;
+	if (kind == 10)
+		kernels_on = 1;
+	return 0;
+}
+
+EXPORT int cuptiActivityDisable(uint32_t kind)
+{
+	if (kind == 10)
+		kernels_on = 0;
+	return 0;
+}
+
+EXPORT int cuptiActivityFlushAll(uint32_t flags)
+{
+	(void)flags;
+	pthread_mutex_lock(&mu);
+	uint32_t i = 0;
+	while (i < nq && req && done) {
+		uint8_t *buf = NULL;
+		size_t size = 0, max = 0;
+		req(&buf, &size, &max);
+		if (buf == NULL)
+			break;
+		size_t valid = 0;
+		while (i < nq && valid + REC <= size) {
+			memcpy(buf + valid, queue[i], REC);
+			valid += REC, i++;
+		}
+		done(NULL, 0, buf, size, valid);
+	}
+	memmove(queue, queue[i], (size_t)(nq - i) * REC);
+	memmove(names, names[i], (size_t)(nq - i) * 256);
+	for (uint32_t j = 0; j < nq - i; j++) { /* the names moved: point the records at them again */
+		const char *np = names[j];
+		memcpy(queue[j] + 104, &np, sizeof np);
+	}
+	nq -= i;
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+EXPORT int cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, void **rec)
+{
+	uint8_t *r = *rec == NULL ? buf : (uint8_t *)*rec + REC;
+	if (r + REC > buf + valid)
+		return 3; /* CUPTI_ERROR_MAX_LIMIT_REACHED's place: no more */
+	*rec = r;
+	return 0;
+}
+
+EXPORT int cuptiSubscribe(void **sub, cb_fn cb, void *ud)
+{
+	if (subscribed)
+		return 39; /* one subscriber at a time, as CUPTI */
+	subscribed = 1, sub_cb = cb, sub_ud = ud;
+	*sub = &sub_token;
+	return 0;
+}
+
+EXPORT int cuptiUnsubscribe(void *sub)
+{
+	(void)sub;
+	subscribed = 0, launch_cb_on = 0, sub_cb = NULL;
+	return 0;
+}
+
+EXPORT int cuptiEnableCallback(uint32_t on, void *sub, uint32_t domain, uint32_t cbid)
+{
+	(void)sub, (void)domain;
+	if (cbid == 307)
+		launch_cb_on = on;
+	return 0;
+}
+
+EXPORT int cuptiFinalize(void) { return 0; }

@@ -1,0 +1,72 @@
+/*
+ * profiler.c - an application that uses CUPTI itself, as torch.profiler
+ * does (the shim's device-window tests; MOCK driver and MOCK libcupti, both
+ * linked directly so that its CUPTI calls bind to the shim's interposers as
+ * Kineto's do): it launches BEFORE kernels, then registers activity
+ * callbacks, enables kernel activity and launches DURING kernels, disables
+ * it and flushes, sleeps SLEEP_MS, and launches AFTER kernels.
+ *
+ * usage: profiler BEFORE DURING AFTER SLEEP_MS
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef int CUresult;
+CUresult cuInit(unsigned);
+CUresult cuModuleLoadData(void **, const void *);
+CUresult cuModuleGetFunction(void **, void *, const char *);
+CUresult cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+			void **, void **);
+int cuptiActivityRegisterCallbacks(void (*)(uint8_t **, size_t *, size_t *),
+				   void (*)(void *, uint32_t, uint8_t *, size_t, size_t));
+int cuptiActivityEnable(uint32_t);
+int cuptiActivityDisable(uint32_t);
+int cuptiActivityFlushAll(uint32_t);
+int cuptiActivityGetNextRecord(uint8_t *, size_t, void **);
+
+static uint8_t buf[1 << 20];
+static int seen; /* kernel records the application's own profiler got */
+
+static void req(uint8_t **b, size_t *size, size_t *max) { *b = buf, *size = sizeof buf, *max = 0; }
+static void done(void *c, uint32_t s, uint8_t *b, size_t size, size_t valid)
+{
+	(void)c, (void)s, (void)size;
+	void *r = NULL;
+	while (cuptiActivityGetNextRecord(b, valid, &r) == 0)
+		seen++;
+}
+
+static const uint32_t fatbin[4] = {0xBA55ED50u, 0x00100001u, 0, 0};
+
+static void launch(void *f, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) != 0) {
+			fprintf(stderr, "profiler: launch failed\n");
+			exit(1);
+		}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 5) {
+		fprintf(stderr, "usage: profiler BEFORE DURING AFTER SLEEP_MS\n");
+		return 2;
+	}
+	void *m, *f;
+	if (cuInit(0) || cuModuleLoadData(&m, fatbin) || cuModuleGetFunction(&f, m, "_Z6vecAddPfS_S_i"))
+		return 1;
+	launch(f, atoi(argv[1]));
+	if (cuptiActivityRegisterCallbacks(req, done) || cuptiActivityEnable(10))
+		return 1;
+	launch(f, atoi(argv[2]));
+	cuptiActivityDisable(10);
+	cuptiActivityFlushAll(1);
+	struct timespec t = {atoi(argv[4]) / 1000, (long)(atoi(argv[4]) % 1000) * 1000000L};
+	nanosleep(&t, NULL);
+	launch(f, atoi(argv[3]));
+	printf("profiler: its own profiler saw %d kernels\n", seen);
+	return 0;
+}

@@ -1,0 +1,153 @@
+package shim
+
+import (
+	"hash/fnv"
+	"strings"
+	"testing"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+)
+
+// Window states and reasons (record/include/gpuprobe_record.h).
+const (
+	winOn          = 1
+	winUnavailable = 2
+	winAside       = 3
+	reasonAPI      = 2
+	reasonProfiler = 3
+)
+
+// windowsOn is a collector that asks for device windows.
+var windowsOn = agent.Options{Settings: agent.Settings{Flags: agent.SettingWindows, WindowFlushMS: 10}}
+
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
+}
+
+// TestWindows: with the collector asking for them, every launch of the
+// basic workload gets exactly one window (the MOCK CUPTI's kernel record)
+// filed under its launch id, with its kernel's name hash, in the launch
+// records' clock; the output is unchanged.
+func TestWindows(t *testing.T) {
+	b := binaries(t)
+	for _, mode := range []string{"cudart", "direct"} {
+		t.Run(mode, func(t *testing.T) {
+			plain, _, err := run(t, b, nil, b.program(mode), mode, "basic", "5")
+			if err != nil {
+				t.Fatalf("uninstrumented run: %v", err)
+			}
+			a := startAgent(t, 256, 1024, windowsOn)
+			out, errOut, err := run(t, b, append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti), b.program(mode), mode, "basic", "5")
+			if err != nil || out != plain {
+				t.Fatalf("run under the shim: %v, output %q, want %q\n%s", err, out, plain, errOut)
+			}
+			st := readRing(t, a.waitGone(t, 1)[0].ring)
+			checkLaunches(t, st, a.sessions[0].peer.PID, basicLaunches())
+			if len(st.states) == 0 || st.states[0].state != winOn {
+				t.Fatalf("window states %+v, want ON first", st.states)
+			}
+			byID := map[uint64]window{}
+			for _, w := range st.windows {
+				if _, dup := byID[w.launchID]; dup || w.flags != 0 {
+					t.Errorf("window %+v: repeated launch id or flags set", w)
+				}
+				byID[w.launchID] = w
+			}
+			for i, l := range st.launches {
+				w, ok := byID[l.LaunchID]
+				if !ok {
+					t.Errorf("launch %d (id %d): no window", i, l.LaunchID)
+					continue
+				}
+				if w.nameHash != fnv32(st.names[l.Function]) {
+					t.Errorf("launch %d: window name hash %#x, want FNV-1a of %q", i, w.nameHash, st.names[l.Function])
+				}
+				// The MOCK CUPTI timed the kernel inside the launch call,
+				// with the clock the shim handed it.
+				if w.startNS < l.EnqueueNS || w.startNS > l.ReturnNS || w.endNS != w.startNS+1000 {
+					t.Errorf("launch %d: window %d..%d outside its launch call %d..%d", i, w.startNS, w.endNS, l.EnqueueNS, l.ReturnNS)
+				}
+			}
+			if len(st.windows) != len(st.launches) {
+				t.Errorf("%d windows for %d launches", len(st.windows), len(st.launches))
+			}
+		})
+	}
+}
+
+// TestWindowsOff: a collector that does not ask, GPUPROBE_WINDOWS=0, or a
+// CUPTI whose kernel activity cannot be enabled: no window records, the
+// application unchanged; the last two say why.
+func TestWindowsOff(t *testing.T) {
+	b := binaries(t)
+	plain, _, err := run(t, b, nil, b.appDirect, "direct", "basic", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		opts  agent.Options
+		env   []string
+		state uint32 // 0: none expected
+	}{
+		{"not asked", agent.Options{}, nil, 0},
+		{"GPUPROBE_WINDOWS=0", windowsOn, []string{"GPUPROBE_WINDOWS=0"}, winUnavailable},
+		{"enable fails", windowsOn, []string{"MOCK_CUPTI_FAIL=enable"}, winUnavailable},
+		{"no libcupti", windowsOn, []string{"GPUPROBE_CUPTI=/nonexistent/libcupti.so"}, winUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startAgent(t, 256, 1024, tc.opts)
+			env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti)
+			out, errOut, err := run(t, b, append(env, tc.env...), b.appDirect, "direct", "basic", "3")
+			if err != nil || out != plain {
+				t.Fatalf("run: %v, output %q, want %q\n%s", err, out, plain, errOut)
+			}
+			st := readRing(t, a.waitGone(t, 1)[0].ring)
+			if len(st.windows) != 0 || len(st.launches) != 6 {
+				t.Errorf("%d windows and %d launches, want 0 and 6", len(st.windows), len(st.launches))
+			}
+			if tc.state == 0 && len(st.states) != 0 || tc.state != 0 && (len(st.states) != 1 || st.states[0].state != tc.state) {
+				t.Errorf("window states %+v, want one of state %d", st.states, tc.state)
+			}
+		})
+	}
+}
+
+// TestWindowsStepAside: an application that starts its own CUPTI
+// profiler (as torch.profiler does) gets its kernel records; the shim
+// steps aside first (saying so), records nothing meanwhile, and comes back
+// a second after the application disabled kernel activity.
+func TestWindowsStepAside(t *testing.T) {
+	b := binaries(t)
+	a := startAgent(t, 256, 1024, windowsOn)
+	out, errOut, err := run(t, b, append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_TRACE=1"), b.profiler, "4", "5", "6", "1500")
+	if err != nil || !strings.Contains(out, "its own profiler saw 5 kernels") {
+		t.Fatalf("profiler run: %v, output %q\n%s", err, out, errOut)
+	}
+	st := readRing(t, a.waitGone(t, 1)[0].ring)
+	if len(st.launches) != 15 {
+		t.Fatalf("%d launch records, want 15", len(st.launches))
+	}
+	var states []uint32
+	for _, s := range st.states {
+		states = append(states, s.state)
+	}
+	if len(states) != 3 || states[0] != winOn || states[1] != winAside || states[2] != winOn || st.states[1].reason != reasonProfiler {
+		t.Errorf("window states %+v, want ON, STEPPED_ASIDE (profiler), ON", st.states)
+	}
+	got := map[uint64]bool{}
+	for _, w := range st.windows {
+		got[w.launchID] = true
+	}
+	for i, l := range st.launches {
+		want := i < 4 || i >= 9
+		if got[l.LaunchID] != want {
+			t.Errorf("launch %d: window %v, want %v (the application's profiler had launches 4..8)", i, got[l.LaunchID], want)
+		}
+	}
+	if !strings.Contains(errOut, "stepped aside (the application called cuptiActivityRegisterCallbacks)") {
+		t.Errorf("the trace does not say the shim stepped aside:\n%s", errOut)
+	}
+}
