@@ -199,6 +199,10 @@ const (
 	DefaultLaunchTimeout      = 5 * time.Second
 	DefaultMaxMapKeys         = 256
 	DefaultPollInterval       = 10 * time.Millisecond
+	// DefaultDeviceMaxPerSecond caps the device probes of each patched
+	// kernel for always-on use: a launch-bound loop of a patched kernel
+	// then costs what the shim and the windows cost (issue 17).
+	DefaultDeviceMaxPerSecond = 100
 	DefaultMetricsInterval    = 10 * time.Second
 	DefaultScanInterval       = time.Second            // host_probes::scan_interval
 	DefaultHostCallGrace      = 100 * time.Millisecond // host_probes::host_call_grace
@@ -213,7 +217,7 @@ func Default() *Config {
 			MaxPatchMemory: DefaultMaxPatchMemory,
 		},
 		Probes:   ProbesConfig{KernelPhases: true, DeviceWindows: true},
-		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1},
+		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1, DeviceMaxPerSecond: DefaultDeviceMaxPerSecond},
 		Buffers: BuffersConfig{
 			RingSlots:  DefaultRingSlots,
 			SlotSize:   DefaultSlotSize,

@@ -19,6 +19,9 @@ start_collector() {
 	{
 		printf 'receivers:\n  gpuprobe:\n    agent:\n      socket: %s\n' "$dir/agent.sock"
 		printf '    probes:\n      kernel_phases: true\n    host_probes:\n      enabled: false\n    poll_interval: 5ms\n'
+		# Every launch probed (the checks count device records exactly),
+		# unless the caller's own lines set sampling.
+		[[ $extra == *sampling:* ]] || printf '    sampling:\n      device_max_per_second: 0\n'
 		[[ -n $extra ]] && printf '%s\n' "$extra"
 		printf 'exporters:\n  file/traces:\n    path: %s\n' "$dir/traces.json"
 		[[ $signals == metrics ]] && printf '  file/metrics:\n    path: %s\n' "$dir/metrics.json"

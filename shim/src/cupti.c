@@ -135,6 +135,7 @@ static int gp_app_sub;         /* it holds a subscriber */
 static int gp_app_cb;          /* it registered activity callbacks and has not disabled every kind since */
 static uint64_t gp_app_idle_since;
 static uint32_t gp_win_lost;   /* windows lost since the last state record (atomic) */
+static uint64_t gp_win_written, gp_win_lost_all; /* for the trace's exit line (atomic) */
 
 /* The correlation table: slot corr % GP_CORR_SLOTS holds the launch id of
  * correlation id corr. Written by the launch path, read by the activity
@@ -261,8 +262,11 @@ static void gp_win_emit(void *ring, const uint8_t *k, int64_t shift)
 		w.flags |= GP_WINDOW_F_GRAPH;
 	if (w.launch_id == 0)
 		w.flags |= GP_WINDOW_F_NO_LAUNCH;
-	if (ring == NULL || gpbr_ring_produce(ring, GP_REC_WINDOW, &w, sizeof w) != GPBR_PUBLISHED)
+	if (ring == NULL || gpbr_ring_produce(ring, GP_REC_WINDOW, &w, sizeof w) != GPBR_PUBLISHED) {
 		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&gp_win_lost_all, 1, __ATOMIC_RELAXED);
+	} else
+		__atomic_fetch_add(&gp_win_written, 1, __ATOMIC_RELAXED);
 }
 
 /* gp_buf_completed runs on CUPTI's thread (or the one that flushes). */
@@ -469,6 +473,8 @@ static void gp_win_exit(void)
 	gp_win_held = 1;
 	if (gp_win_state == GP_WIN_ON)
 		gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);
+	GP_TRACE("device windows: %llu written, %llu lost", (unsigned long long)gp_win_written,
+		 (unsigned long long)gp_win_lost_all);
 	gp_win_unlock();
 }
 
