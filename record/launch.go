@@ -81,6 +81,9 @@ const (
 	// is not patched, or the shim gave it launch id 0): no device record of
 	// it will come.
 	LaunchUnprobed LaunchFlags = 1
+	// LaunchNoWindow marks a launch of which no Window record will come
+	// (device windows off, paused by their rate cap, or no correlation id).
+	LaunchNoWindow LaunchFlags = 2
 )
 
 // Decode fills l from the record in b.

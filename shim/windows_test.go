@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/record"
 )
 
 // Window states and reasons (record/include/gpuprobe_record.h).
@@ -56,6 +57,9 @@ func TestWindows(t *testing.T) {
 				byID[w.launchID] = w
 			}
 			for i, l := range st.launches {
+				if l.Flags&record.LaunchNoWindow != 0 {
+					t.Errorf("launch %d (id %d) flagged NO_WINDOW while windows are on", i, l.LaunchID)
+				}
 				w, ok := byID[l.LaunchID]
 				if !ok {
 					t.Errorf("launch %d (id %d): no window", i, l.LaunchID)
@@ -108,6 +112,11 @@ func TestWindowsOff(t *testing.T) {
 			if len(st.windows) != 0 || len(st.launches) != 6 {
 				t.Errorf("%d windows and %d launches, want 0 and 6", len(st.windows), len(st.launches))
 			}
+			for i, l := range st.launches {
+				if l.Flags&record.LaunchNoWindow == 0 {
+					t.Errorf("launch %d not flagged NO_WINDOW with windows off", i)
+				}
+			}
 			if tc.state == 0 && len(st.states) != 0 || tc.state != 0 && (len(st.states) != 1 || st.states[0].state != tc.state) {
 				t.Errorf("window states %+v, want one of state %d", st.states, tc.state)
 			}
@@ -149,5 +158,45 @@ func TestWindowsStepAside(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "stepped aside (the application called cuptiActivityRegisterCallbacks)") {
 		t.Errorf("the trace does not say the shim stepped aside:\n%s", errOut)
+	}
+}
+
+// TestWindowsRateCap: a process that launches faster than the windows'
+// budget allows (GPUPROBE_WINDOWS_BUDGET_PPM=1000 at about 1 us a launch:
+// 1,000 launches a second) gets windows for all of its first second and
+// a share of each later one; every launch either has its window or is
+// flagged NO_WINDOW.
+func TestWindowsRateCap(t *testing.T) {
+	b := binaries(t)
+	a := startAgent(t, 256, 1<<15, windowsOn)
+	env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_WINDOWS_BUDGET_PPM=1000")
+	out, errOut, err := run(t, b, env, b.profiler, "rate", "4000", "2500")
+	if err != nil || !strings.Contains(out, "rate done") {
+		t.Fatalf("run: %v, output %q\n%s", err, out, errOut)
+	}
+	st := readRing(t, a.waitGone(t, 1)[0].ring)
+	has := map[uint64]bool{}
+	for _, w := range st.windows {
+		has[w.launchID] = true
+	}
+	noWin, both := 0, 0
+	for _, l := range st.launches {
+		flagged := l.Flags&record.LaunchNoWindow != 0
+		if flagged {
+			noWin++
+		}
+		if flagged && has[l.LaunchID] {
+			both++
+		}
+		if !flagged && !has[l.LaunchID] {
+			t.Errorf("launch %d: neither a window nor NO_WINDOW", l.LaunchID)
+		}
+	}
+	n := len(st.launches)
+	t.Logf("%d launches: %d windows, %d flagged NO_WINDOW (%d of them with a window, paused mid-launch)", n, len(st.windows), noWin, both)
+	// The first second is all windows (about 40% of the launches); the
+	// next ones are capped at 1,000 a second of 4,000.
+	if n < 4000 || noWin < n/4 || len(st.windows) < n/3 || both > 2 {
+		t.Errorf("%d launches, %d windows, %d flagged: the cap did not hold", n, len(st.windows), noWin)
 	}
 }

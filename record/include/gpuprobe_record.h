@@ -52,6 +52,10 @@ enum gp_launch_api {
  * runs no device probe (its kernel is not patched, or it was given launch
  * id 0): no device record of it will come. */
 #define GP_LAUNCH_F_UNPROBED (1u << 16)
+/* NO_WINDOW: no window record (type 12) of this launch will come: device
+ * windows are off, paused by their rate cap, or the driver gave the launch
+ * no correlation id. */
+#define GP_LAUNCH_F_NO_WINDOW (1u << 17)
 
 /* Type 1, 96 bytes: one kernel launch, written when the launch call returns. */
 struct gp_rec_launch {

@@ -128,6 +128,7 @@ static void gp_win_unlock(void)
 static int gp_win_state = GP_WIN_IDLE;
 static void *gp_win_sub;
 static int gp_win_ts_ours; /* CUPTI timestamps are gp_now's */
+static int gp_win_paused;  /* the rate cap paused collection for the rest of its epoch */
 static uint32_t gp_win_flush_ms = 100;
 /* What the application itself asked of CUPTI (the interposers). */
 static uint32_t gp_app_kinds;  /* kinds enabled, counted */
@@ -432,6 +433,7 @@ static int gp_win_enable(const char **why)
 static void gp_win_disable(void)
 {
 	__atomic_store_n(&gp_win_on, 0, __ATOMIC_RELEASE);
+	gp_win_paused = 0;
 	gp_cu.disable(GP_CUPTI_KIND_CONCURRENT_KERNEL);
 	gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);
 	if (gp_win_sub != NULL)
@@ -439,8 +441,58 @@ static void gp_win_disable(void)
 	gp_win_sub = NULL;
 }
 
+/* ---- the rate cap ------------------------------------------------------
+ * Windows cost the launching thread about GP_WIN_COST_NS a launch (CUPTI's
+ * own work in the driver's launch path plus its callback: about 1 us on an
+ * H100 and an H200, measured on an empty-kernel loop), nothing at all on
+ * the GPU. A process that launches more than the budget allows (launches
+ * a second x cost > budget_ppm of one thread) gets windows for a part of
+ * every second in proportion, so that a launch-bound loop stays within
+ * its budget; its other launches are flagged NO_WINDOW and counted by the
+ * collector as launches without exact windows. PyTorch steps launch
+ * 12,000-14,000 kernels a second (issue 17's transformer, eager and
+ * compiled): all of them get windows. */
+#define GP_WIN_COST_NS 1000ull
+#define GP_WIN_EPOCH_NS 1000000000ull
+static uint64_t gp_win_budget_ppm = 20000; /* GPUPROBE_WINDOWS_BUDGET_PPM; 0: no cap */
+static uint64_t gp_win_epoch, gp_win_epoch_ids, gp_win_on_ns = GP_WIN_EPOCH_NS;
+
+static void gp_win_callbacks(uint32_t on)
+{
+	for (size_t i = 0; i < sizeof gp_win_cbids / sizeof gp_win_cbids[0]; i++)
+		gp_cu.enable_callback(on, gp_win_sub, GP_CUPTI_DOMAIN_DRIVER, gp_win_cbids[i]);
+}
+
+/* gp_win_pace pauses and resumes collection within each epoch (gp_win_mu
+ * held, state ON). */
+static void gp_win_pace(uint64_t now)
+{
+	if (gp_win_budget_ppm == 0)
+		return;
+	if (now - gp_win_epoch >= GP_WIN_EPOCH_NS) {
+		uint64_t ids = gp_ids_handed(), rate = (ids - gp_win_epoch_ids) * GP_WIN_EPOCH_NS / (now - gp_win_epoch);
+		uint64_t allowed = gp_win_budget_ppm * 1000 / GP_WIN_COST_NS;
+		gp_win_on_ns = rate <= allowed ? GP_WIN_EPOCH_NS : GP_WIN_EPOCH_NS / rate * allowed;
+		gp_win_epoch = now, gp_win_epoch_ids = ids;
+		if (gp_win_paused && gp_cu.enable(GP_CUPTI_KIND_CONCURRENT_KERNEL) == GP_CUPTI_SUCCESS) {
+			gp_win_callbacks(1);
+			gp_win_paused = 0;
+			__atomic_store_n(&gp_win_on, 1, __ATOMIC_RELEASE);
+		}
+	} else if (!gp_win_paused && now - gp_win_epoch >= gp_win_on_ns) {
+		__atomic_store_n(&gp_win_on, 0, __ATOMIC_RELEASE);
+		gp_win_callbacks(0);
+		gp_cu.disable(GP_CUPTI_KIND_CONCURRENT_KERNEL);
+		gp_win_paused = 1;
+		GP_TRACE("device windows: paused for %llu ms of this second (%llu launches a second over the budget)",
+			 (unsigned long long)((GP_WIN_EPOCH_NS - gp_win_on_ns) / 1000000),
+			 (unsigned long long)(gp_win_budget_ppm * 1000 / GP_WIN_COST_NS));
+	}
+}
+
 /* The flush thread: CUPTI's own periodic flush where it has one, else
- * ours; and the way back after the application's profiler is done. */
+ * ours; the rate cap; and the way back after the application's profiler
+ * is done. */
 static void *gp_win_main(void *arg)
 {
 	(void)arg;
@@ -450,6 +502,8 @@ static void *gp_win_main(void *arg)
 		gp_win_lock();
 		if (gp_win_state == GP_WIN_ON && !gp_cu.flush_period)
 			gp_cu.flush_all(0);
+		if (gp_win_state == GP_WIN_ON)
+			gp_win_pace(gp_now());
 		if (gp_win_state == GP_WIN_ASIDE && gp_app_kinds == 0 && !gp_app_sub && gp_app_idle_since &&
 		    gp_now() - gp_app_idle_since > 1000000000ull) {
 			const char *why = "";
@@ -498,7 +552,14 @@ GP_HIDDEN void gp_windows_start(uint32_t flush_ms)
 	gp_win_lock();
 	if (flush_ms >= 10 && flush_ms <= 10000)
 		gp_win_flush_ms = flush_ms;
-	const char *inj = getenv("CUDA_INJECTION64_PATH");
+	const char *inj = getenv("CUDA_INJECTION64_PATH"), *bud = getenv("GPUPROBE_WINDOWS_BUDGET_PPM");
+	if (bud && bud[0]) {
+		char *end;
+		unsigned long long v = strtoull(bud, &end, 10);
+		if (*end == 0 && v <= 1000000)
+			gp_win_budget_ppm = v;
+	}
+	gp_win_epoch = gp_now(), gp_win_epoch_ids = gp_ids_handed();
 	if (off && strcmp(off, "0") == 0)
 		gp_win_unavailable(GP_WINDOWS_R_CONFIG, 0, "GPUPROBE_WINDOWS=0");
 	else if (inj && inj[0])

@@ -705,17 +705,22 @@ static inline void gp_produce(void *ring, uint32_t type, const void *rec, uint32
 /* cupti.c: device windows. gp_windows_start turns them on (once, when the
  * first session is up; flush_ms: how often CUPTI hands records over);
  * gp_win_note files the calling thread's last launch call under launch id
- * id (the launch path: a few stores, only while windows are on). */
+ * id (the launch path: a few stores, only while windows are on) and
+ * returns the launch record's flag: GP_LAUNCH_F_NO_WINDOW when no window
+ * will come. gp_ids_handed: launch ids handed out so far (the rate cap). */
+GP_HIDDEN uint64_t gp_ids_handed(void);
 GP_HIDDEN void gp_windows_start(uint32_t flush_ms);
 GP_HIDDEN void gp_windows_forked(void);
 GP_HIDDEN void gp_win_file(uint32_t corr, uint64_t id);
 extern GP_HIDDEN int gp_win_on;
-static inline void gp_win_note(uint64_t id)
+static inline uint32_t gp_win_note(uint64_t id)
 {
 	if (GP_UNLIKELY(__atomic_load_n(&gp_win_on, __ATOMIC_RELAXED)) && gp_self.corr != 0) {
 		gp_win_file(gp_self.corr, id);
 		gp_self.corr = 0;
+		return 0;
 	}
+	return GP_LAUNCH_F_NO_WINDOW;
 }
 
 #endif /* GPUPROBE_SHIM_GP_H */

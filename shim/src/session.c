@@ -61,6 +61,8 @@ GP_HIDDEN uint32_t gp_tid_slow(void)
 	return gp_self.tid;
 }
 
+GP_HIDDEN uint64_t gp_ids_handed(void) { return __atomic_load_n(&gp_id_counter, __ATOMIC_RELAXED); }
+
 GP_HIDDEN uint64_t gp_next_launch_id_slow(void)
 {
 	uint64_t b = __atomic_fetch_add(&gp_id_counter, GP_ID_BLOCK, __ATOMIC_RELAXED);

@@ -287,7 +287,7 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
 	gp_stamp_end(&ts);
-	gp_win_note(id);
+	fl |= gp_win_note(id);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
 			 by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
@@ -315,7 +315,7 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
 	gp_stamp_end(&ts);
-	gp_win_note(id);
+	fl |= gp_win_note(id);
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX | fl, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
 			 cfg->sharedMemBytes, stream, r, gp_rec_device());
@@ -347,7 +347,7 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));
 	gp_stamp_end(&ts);
-	gp_win_note(id);
+	fl |= gp_win_note(id);
 	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx,
 			 gy, gz, bx, by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
@@ -565,6 +565,7 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 	}
 	uint32_t dev = gp_rec_device();
 	uint64_t stream = gp_stream(s, st);
+	uint32_t wfl = 0;
 	for (uint32_t i = 0; i < g->n; i++) {
 		const struct gp_gnode *k = &g->nodes[i];
 		/* A patched kernel's node has its launch id in its parameters. */
@@ -576,8 +577,8 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 		/* Device windows of the graph's kernels: filed under the first
 		 * node's launch id (cupti.c; matched to nodes by name). */
 		if (i == 0)
-			gp_win_note(id);
-		gp_launch_record(ring, fl, id, ts.t0, ts.t1, f, k->grid[0],
+			wfl = gp_win_note(id);
+		gp_launch_record(ring, fl | wfl, id, ts.t0, ts.t1, f, k->grid[0],
 				 k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->shmem, stream, r,
 				 dev);
 	}

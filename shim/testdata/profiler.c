@@ -7,7 +7,10 @@
  * it and flushes, sleeps SLEEP_MS, and launches AFTER kernels.
  *
  * usage: profiler BEFORE DURING AFTER SLEEP_MS
+ *        profiler rate PER_SECOND MS   (launches PER_SECOND kernels a second
+ *                                       for MS milliseconds: the rate cap)
  */
+#include <string.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +52,25 @@ static void launch(void *f, int n)
 		}
 }
 
+static int rate(void *f, long per_second, long ms)
+{
+	struct timespec gap = {0, 1000000000L / per_second};
+	for (long i = 0; i < per_second * ms / 1000; i++) {
+		launch(f, 1);
+		nanosleep(&gap, NULL);
+	}
+	printf("profiler: rate done\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && strcmp(argv[1], "rate") == 0) {
+		void *m, *f;
+		if (cuInit(0) || cuModuleLoadData(&m, fatbin) || cuModuleGetFunction(&f, m, "_Z6vecAddPfS_S_i"))
+			return 1;
+		return rate(f, atol(argv[2]), atol(argv[3]));
+	}
 	if (argc != 5) {
 		fprintf(stderr, "usage: profiler BEFORE DURING AFTER SLEEP_MS\n");
 		return 2;
