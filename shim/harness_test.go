@@ -185,11 +185,11 @@ type stream struct {
 // window and windowState are the window records (record types 12 and 13)
 // as the shim writes them (record/include/gpuprobe_record.h).
 type window struct {
-	launchID, startNS, endNS              uint64
+	launchID, startNS, endNS             uint64
 	device, nameHash, correlation, flags uint32
 }
 type windowState struct {
-	timeNS                          uint64
+	timeNS                         uint64
 	state, reason, detail, dropped uint32
 }
 
