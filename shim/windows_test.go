@@ -163,14 +163,14 @@ func TestWindowsStepAside(t *testing.T) {
 
 // TestWindowsRateCap: a process that launches faster than the windows'
 // budget allows (GPUPROBE_WINDOWS_BUDGET_PPM=1000 at about 1 us a launch:
-// 1,000 launches a second) gets windows for all of its first second and
-// a share of each later one; every launch either has its window or is
-// flagged NO_WINDOW.
+// 1,000 launches a second) gets windows for all of its first fifth of a
+// second and a share of each later one; every launch either has its
+// window or is flagged NO_WINDOW.
 func TestWindowsRateCap(t *testing.T) {
 	b := binaries(t)
 	a := startAgent(t, 256, 1<<15, windowsOn)
 	env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_WINDOWS_BUDGET_PPM=1000")
-	out, errOut, err := run(t, b, env, b.profiler, "rate", "4000", "2500")
+	out, errOut, err := run(t, b, env, b.profiler, "rate", "8000", "2500")
 	if err != nil || !strings.Contains(out, "rate done") {
 		t.Fatalf("run: %v, output %q\n%s", err, out, errOut)
 	}
@@ -194,9 +194,10 @@ func TestWindowsRateCap(t *testing.T) {
 	}
 	n := len(st.launches)
 	t.Logf("%d launches: %d windows, %d flagged NO_WINDOW (%d of them with a window, paused mid-launch)", n, len(st.windows), noWin, both)
-	// The first second is all windows (about 40% of the launches); the
-	// next ones are capped at 1,000 a second of 4,000.
-	if n < 4000 || noWin < n/4 || len(st.windows) < n/3 || both > 2 {
+	// The first epoch is all windows; the next ones are capped at 1,000
+	// launches a second of up to 8,000 (the test machine's sleeps set the
+	// real rate).
+	if n < 4000 || noWin < n/2 || len(st.windows) < n/50 || both > 2 {
 		t.Errorf("%d launches, %d windows, %d flagged: the cap did not hold", n, len(st.windows), noWin)
 	}
 }

@@ -429,7 +429,8 @@ static inline void *gp_session(void)
 /* Per-thread state (session.c): kept tiny (static TLS, initial-exec). */
 struct gp_thread {
 	uint32_t tid;
-	uint32_t corr; /* CUPTI's correlation id of the thread's last launch call (cupti.c) */
+	uint32_t corr;    /* CUPTI's correlation id of the thread's last launch call, once filed (cupti.c) */
+	uint64_t pending; /* the launch id of the launch call in progress, for cupti.c's callback */
 	uint64_t next_id, end_id;
 };
 extern GP_HIDDEN __thread struct gp_thread gp_self __attribute__((tls_model("initial-exec")));
@@ -704,19 +705,20 @@ static inline void gp_produce(void *ring, uint32_t type, const void *rec, uint32
 
 /* cupti.c: device windows. gp_windows_start turns them on (once, when the
  * first session is up; flush_ms: how often CUPTI hands records over);
- * gp_win_note files the calling thread's last launch call under launch id
- * id (the launch path: a few stores, only while windows are on) and
+ * gp_win_expect, before a launch call, names its launch id: CUPTI's callback
+ * at the call's entry files its correlation id under it (before the kernel
+ * can run, so before its record can come); gp_win_note, after the call,
  * returns the launch record's flag: GP_LAUNCH_F_NO_WINDOW when no window
  * will come. gp_ids_handed: launch ids handed out so far (the rate cap). */
 GP_HIDDEN uint64_t gp_ids_handed(void);
 GP_HIDDEN void gp_windows_start(uint32_t flush_ms);
 GP_HIDDEN void gp_windows_forked(void);
-GP_HIDDEN void gp_win_file(uint32_t corr, uint64_t id);
 extern GP_HIDDEN int gp_win_on;
-static inline uint32_t gp_win_note(uint64_t id)
+static inline void gp_win_expect(uint64_t id) { gp_self.pending = id; }
+static inline uint32_t gp_win_note(void)
 {
-	if (GP_UNLIKELY(__atomic_load_n(&gp_win_on, __ATOMIC_RELAXED)) && gp_self.corr != 0) {
-		gp_win_file(gp_self.corr, id);
+	gp_self.pending = 0;
+	if (gp_self.corr != 0) {
 		gp_self.corr = 0;
 		return 0;
 	}

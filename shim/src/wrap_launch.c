@@ -284,10 +284,11 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
 	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
+	gp_win_expect(id);
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
 	gp_stamp_end(&ts);
-	fl |= gp_win_note(id);
+	fl |= gp_win_note();
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
 			 by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
@@ -312,10 +313,11 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
 	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
+	gp_win_expect(id);
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
 	gp_stamp_end(&ts);
-	fl |= gp_win_note(id);
+	fl |= gp_win_note();
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX | fl, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
 			 cfg->sharedMemBytes, stream, r, gp_rec_device());
@@ -344,10 +346,11 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
 	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
+	gp_win_expect(id);
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));
 	gp_stamp_end(&ts);
-	fl |= gp_win_note(id);
+	fl |= gp_win_note();
 	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx,
 			 gy, gz, bx, by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
@@ -552,12 +555,23 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 	if (ring == NULL)
 		return GP_ST_FORWARD(real(GP_A_GRAPH_LAUNCH));
 	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
+	/* The graph is known before the call (instantiation recorded it): its
+	 * first node's launch id is the one its device windows are filed
+	 * under (cupti.c; the collector matches them to nodes by name). */
+	struct gp_gentry *e = gp_graph_find((uint64_t)exec, 0);
+	const struct gp_graph *g = e ? __atomic_load_n(&e->graph, __ATOMIC_ACQUIRE) : NULL;
+	uint64_t first = 0;
+	if (g != NULL && g->n > 0) {
+		first = __atomic_load_n(&g->nodes[0].id, __ATOMIC_ACQUIRE);
+		if (first == 0)
+			first = gp_next_launch_id();
+		gp_win_expect(first);
+	}
 	struct gp_stamp ts;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_GRAPH_LAUNCH));
 	gp_stamp_end(&ts);
-	struct gp_gentry *e = gp_graph_find((uint64_t)exec, 0);
-	const struct gp_graph *g = e ? __atomic_load_n(&e->graph, __ATOMIC_ACQUIRE) : NULL;
+	uint32_t wfl = gp_win_note();
 	GP_COUNT(graph_launches, 1);
 	if (g == NULL) {
 		GP_ST_END(1);
@@ -565,22 +579,18 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 	}
 	uint32_t dev = gp_rec_device();
 	uint64_t stream = gp_stream(s, st);
-	uint32_t wfl = 0;
 	for (uint32_t i = 0; i < g->n; i++) {
 		const struct gp_gnode *k = &g->nodes[i];
 		/* A patched kernel's node has its launch id in its parameters. */
 		uint64_t id = __atomic_load_n(&k->id, __ATOMIC_ACQUIRE);
 		uint64_t f = __atomic_load_n(&k->func, __ATOMIC_ACQUIRE);
 		uint32_t fl = id ? GP_API_GRAPH_LAUNCH : GP_API_GRAPH_LAUNCH | GP_LAUNCH_F_UNPROBED;
-		if (id == 0)
-			id = gp_next_launch_id();
-		/* Device windows of the graph's kernels: filed under the first
-		 * node's launch id (cupti.c; matched to nodes by name). */
 		if (i == 0)
-			wfl = gp_win_note(id);
-		gp_launch_record(ring, fl | wfl, id, ts.t0, ts.t1, f, k->grid[0],
-				 k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->shmem, stream, r,
-				 dev);
+			id = first;
+		else if (id == 0)
+			id = gp_next_launch_id();
+		gp_launch_record(ring, fl | wfl, id, ts.t0, ts.t1, f, k->grid[0], k->grid[1], k->grid[2],
+				 k->block[0], k->block[1], k->block[2], k->shmem, stream, r, dev);
 	}
 	GP_ST_END(1);
 	return r;

@@ -49,12 +49,24 @@ static uint64_t now(void)
 }
 
 /* What the driver's launch entry points call (a real CUPTI hooks them). */
+static void callback(cb_fn cb, void *ud, uint32_t site, uint32_t c)
+{
+	uint8_t d[72] = {0};
+	memcpy(d, &site, 4);
+	memcpy(d + 64, &c, 4);
+	cb(ud, 1, 307, d);
+}
+
 static void on_launch(const char *name)
 {
 	pthread_mutex_lock(&mu);
 	uint32_t c = ++corr;
 	cb_fn cb = subscribed && launch_cb_on ? sub_cb : NULL;
 	void *ud = sub_ud;
+	pthread_mutex_unlock(&mu);
+	if (cb)
+		callback(cb, ud, 0, c); /* API entry */
+	pthread_mutex_lock(&mu);
 	if (kernels_on && nq < MAXQ) {
 		uint8_t *r = queue[nq];
 		memset(r, 0, REC);
@@ -70,13 +82,8 @@ static void on_launch(const char *name)
 		nq++;
 	}
 	pthread_mutex_unlock(&mu);
-	if (cb) {
-		uint8_t d[72] = {0};
-		uint32_t site = 1; /* API exit */
-		memcpy(d, &site, 4);
-		memcpy(d + 64, &c, 4);
-		cb(ud, 1, 307, d);
-	}
+	if (cb)
+		callback(cb, ud, 1, c); /* API exit */
 }
 
 __attribute__((constructor)) static void init(void)
