@@ -41,6 +41,11 @@
 #                                  kernelretsnoop.o through the collector,
 #                                  maps checked exactly from its OTLP JSON
 #                                  (needs bin/otelcol-gpuprobe, python3)
+#                     windows      scripts/gpu/windows.sh: the CUPTI ABI,
+#                                  the launch loop's cost, and PyTorch
+#                                  steps (eager, torch.compile, cuBLAS)
+#                                  plain and under gpuprobe run (needs
+#                                  bin/otelcol-gpuprobe, python3, torch)
 #                     e.g. PARTS=samples,bench make gpu-test
 #   DRY_RUN=1         no GPU: check that every file each part uses (its
 #                     script, libraries, binaries, objects, sources) is
@@ -58,7 +63,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -120,6 +125,7 @@ needs() {
 	hostwait) need=($g/hostwait.sh "${col[@]}" $g/lib_traces.py $cuda/shim/vectoradd.cu) ;;
 	programs) need=($g/programs.sh "${col[@]}" $g/{programs_check,lib_metrics,lib_traces}.py
 		$bpf/{threadhist,kernelretsnoop}.o $cuda/samples/progs.cu) ;;
+	windows) need=($g/windows.sh "${col[@]}" $g/torchstep.py scripts/experiments/cupti_cost.cu) ;;
 	esac
 }
 
@@ -284,6 +290,8 @@ want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu/sam
 want hostwait && step "stream idle and host wait" hostwait.log bash scripts/gpu/hostwait.sh
 want programs && tailstep "user programs via collector" programs.log '^---- gpu-programs' \
 	env PROGRAMS_OUT="$out/gpu-programs" bash scripts/gpu/programs.sh
+want windows && tailstep "device windows (CUPTI, torch)" windows.log '^windows' \
+	env WINDOWS_OUT="$out/gpu-windows" bash scripts/gpu/windows.sh
 
 # ---- report -----------------------------------------------------------------
 
