@@ -10,7 +10,7 @@ Prints one JSON line: the mode, the median step time in ms (CUDA events),
 a checksum of the outputs (identical across runs of one mode on one GPU:
 the seeds are fixed and cuDNN/cuBLAS are made deterministic) and, with
 --kernels, the kernel names and launch counts of one step as torch.profiler
-(CUPTI) saw them.
+(CUPTI) saw them, and when (wall clock, ns) the profiler started.
 """
 import argparse
 import json
@@ -86,7 +86,9 @@ def main():
     res = {"mode": a.mode, "step_ms": statistics.median(times), "min_ms": min(times),
            "checksum": "%.9g" % sum(sums)}
     if a.kernels:
+        import time
         from torch.profiler import profile, ProfilerActivity
+        res["profile_start_unix_ns"] = time.time_ns()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             step()
             torch.cuda.synchronize()

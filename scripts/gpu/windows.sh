@@ -12,7 +12,9 @@
 #   torch  scripts/gpu/torchstep.py eager, compile and cublas: plain and
 #          under `gpuprobe run` with the default configuration; step times,
 #          outputs, torch.profiler's kernel names and counts (equal to
-#          plain's), and what the shim's trace says of windows
+#          plain's), the collector's spans (>= 99% of launch spans with
+#          their exact window, names whole and demangled), and what the
+#          shim's trace says of windows
 # Environment: WINDOWS_OUT (default build/gpu-windows), ROUNDS (5), PARTS.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -115,6 +117,42 @@ for k in diff[:10]:
 ca, cb = float(a["checksum"]), float(b["checksum"])
 same = ca == cb if sys.argv[3] == "cublas" else abs(ca - cb) <= 1e-6 * max(abs(ca), 1)
 sys.exit(1 if diff or not same or len(kb) == 0 else 0)
+PY
+		python3 - "$out/traces.json" "$out/$m-shim.json" "$m" <<'PY' || status=1
+# The spans of the shimmed run: every launch span of the process has its
+# exact window (cuda.executing child, cuda.launch.window) - at least 99%
+# of launches and of GPU time - and a whole, demangled name.
+import json, sys
+sys.path.insert(0, "scripts/gpu")
+from lib_traces import load, launch_spans
+spans, children = load(sys.argv[1])
+prof = json.load(open(sys.argv[2])).get("profile_start_unix_ns", 1 << 63)
+# torch.profiler's step ran with the shim stepped aside: counted apart.
+allls = launch_spans(spans)
+ls = [(s, at) for s, at in allls if int(s["startTimeUnixNano"]) < prof]
+during = [(s, at) for s, at in allls if int(s["startTimeUnixNano"]) >= prof]
+ids = {s["spanId"]: s for s, _ in spans}
+exe = {}
+for s, at in spans:
+    if s["name"] == "cuda.executing":
+        exe[s.get("parentSpanId")] = int(s["endTimeUnixNano"]) - int(s["startTimeUnixNano"])
+n = len(ls)
+win = [(s, at) for s, at in ls if s["spanId"] in exe]
+route = {}
+for s, at in ls:
+    r = at.get("cuda.launch.window", {}).get("stringValue", "none")
+    route[r] = route.get(r, 0) + 1
+gpu_all = sum(exe.values())
+cut = [at["code.function.name"]["stringValue"] for s, at in ls if "code.function.name" in at and
+       ("\u2026" in at["code.function.name"]["stringValue"] or at["code.function.name"]["stringValue"].startswith("_Z"))]
+names = sorted({s["name"] for s, _ in ls})
+share = len(win) / n if n else 0
+print("windows torch %s spans: %d launch spans, %d (%.2f%%) with cuda.executing; routes %s; GPU time in windows %.3f ms; %d names cut or mangled of %d kernels; %d launches while torch.profiler ran, %d of them with a driver window"
+      % (sys.argv[3], n, len(win), 100 * share, route, gpu_all / 1e6, len(cut), len(names), len(during),
+         sum(1 for s, at in during if at.get("cuda.launch.window", {}).get("stringValue") == "windows")))
+for c in sorted(set(cut))[:5]:
+    print("   cut/mangled: %s" % c[:160])
+sys.exit(0 if n > 0 and share >= 0.99 and not cut else 1)
 PY
 		grep -h "device windows\|not patched\|loaded the patched" "$out/$m-trace.txt" | sed 's/^gpuprobe\[[0-9]*\]: //' | sort | uniq -c | sort -rn | head -8
 		tail -3 "$out/$m-shim.err"
