@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,5 +102,65 @@ func TestLongKernelNames(t *testing.T) {
 	r := tr.(*handle).r
 	if n := r.tr.Counters().NamesTruncated; n != 1 {
 		t.Errorf("truncated names counted %d, want 1", n)
+	}
+}
+
+// TestNameBeforeLaunch: a kernel's name published after a poll read the
+// names ring, and its launch published after that (a shim thread running
+// between the two reads), is still read before the launch: the launch
+// waits for the next poll instead of being named by its handle.
+func TestNameBeforeLaunch(t *testing.T) {
+	f := NewFactory()
+	cfg := testConfig(t)
+	cfg.Probes.KernelPhases = false
+	traces := new(consumertest.TracesSink)
+	tr, err := f.CreateTraces(context.Background(), receivertest.NewNopSettings(f.Type()), cfg, traces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	hooked := make(chan struct{})
+	testHookNamesRead = func(s *source) {
+		once.Do(func() {
+			pid := uint32(os.Getpid())
+			k := (&record.KernelName{Function: 7, PID: pid, Name: "_Z4racev"}).Append(nil)
+			s.names.ring.Produce(uint32(record.TypeKernelName), k)
+			now := monoNow(t)
+			l := &record.Launch{LaunchID: 1, PID: pid, EnqueueNS: now, ReturnNS: now + 100, Function: 7,
+				Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}}
+			s.launch.ring.Produce(uint32(record.TypeLaunch), l.Append(nil))
+			c := &record.Completion{LaunchID: 1, CompleteNS: now + 200}
+			s.launch.ring.Produce(uint32(record.TypeCompletion), c.Append(nil))
+			close(hooked)
+		})
+	}
+	defer func() { testHookNamesRead = func(*source) {} }()
+	if err := tr.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "race"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	<-hooked
+	deadline := time.Now().Add(10 * time.Second)
+	for traces.SpanCount() < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, td := range traces.AllTraces() {
+		ss := td.ResourceSpans().At(0).ScopeSpans().At(0).Spans()
+		for i := range ss.Len() {
+			if _, ok := ss.At(i).Attributes().Get("cuda.kernel.mangled_name"); ok {
+				names = append(names, ss.At(i).Name())
+			}
+		}
+	}
+	if len(names) != 1 || names[0] != "race" {
+		t.Errorf("launch spans %q, want one named race", names)
 	}
 }

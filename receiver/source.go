@@ -43,12 +43,19 @@ func newRingReader(g *shm.Ring, owned bool) *ringReader {
 	return &ringReader{ring: g, cons: g.NewConsumer(shm.ConsumerOptions{}), owned: owned}
 }
 
-// read hands up to max records to h and returns the records lost and
-// corrupt since the last read or drain.
-func (g *ringReader) read(max int, h func(shm.Record)) (lost, corrupt uint64) {
-	g.cons.Read(max, h)
+// readUpTo resolves up to max (> 0) tickets, handing records to h (none
+// for max 0), and returns the records lost and corrupt since the last read
+// or drain.
+func (g *ringReader) readUpTo(max int, h func(shm.Record)) (lost, corrupt uint64) {
+	if max > 0 {
+		g.cons.Read(max, h)
+	}
 	return g.count()
 }
+
+// testHookNamesRead runs between the reads of a source's names ring and
+// its launch ring (tests: a producer acting in between).
+var testHookNamesRead = func(*source) {}
 
 // drain resolves what is left without waiting for dead producers' tickets
 // (shm.Consumer.Drain): up to maxReadPerPoll records handed to h, then up
@@ -174,14 +181,30 @@ func (r *gpuReceiver) RemoveRing(id uint32) {
 // tickets per ring (the kernel_phases ring: ExecRingSlots, as its Exec and
 // Warp records fold into pending launches and build no pdata). It returns
 // the records lost and corrupt since the last poll.
+//
+// The launch ring is read only up to the head it had before the names ring
+// was read: a producer publishes a kernel's name before it takes the
+// ticket of the kernel's launch, so every launch read has its name read
+// first. Reading the launch ring to its end instead would take a launch
+// whose name was published after the names ring was read, and name it by
+// its handle.
 func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64) {
 	handle := func(rec shm.Record) { _ = r.tr.Handle(s.id, rec.Payload, now) } // invalid records are counted
+	launchEnd := s.launch.ring.Stats().Head
 	for _, g := range s.rings() {
 		max := maxReadPerPoll
-		if g == s.warps {
+		switch g {
+		case s.warps:
 			max = ExecRingSlots
+		case s.launch:
+			if s.names != nil {
+				testHookNamesRead(s)
+				if pos := g.cons.Position(); launchEnd-pos < uint64(max) {
+					max = int(launchEnd - pos)
+				}
+			}
 		}
-		l, c := g.read(max, handle)
+		l, c := g.readUpTo(max, handle)
 		lost, corrupt = lost+l, corrupt+c
 	}
 	if s.maps != nil {

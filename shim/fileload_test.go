@@ -161,7 +161,7 @@ func TestPatchFileLoad(t *testing.T) {
 				t.Fatalf("app: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 			}
 			ss := a.waitGone(t, 1)
-			st := readRing(t, ss[0].ring)
+			st := ss[0].read(t)
 			if !strings.Contains(stdout, "app: file-load r="+tc.result+"\n") {
 				t.Errorf("want the load's result %s:\n%s", tc.result, stdout)
 			}

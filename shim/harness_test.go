@@ -68,8 +68,8 @@ func build() (*built, error) {
 		// references to its entry points are not interposed by the shim.
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
 			"-o", filepath.Join(dir, "libcuda.so.1"), "testdata/mock_libcuda.c"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app, "testdata/app.c", "-ldl", "-lpthread"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c",
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app, "testdata/app.c", "testdata/app_names.c", "-ldl", "-lpthread"},
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c", "testdata/app_names.c",
 			filepath.Join(dir, "libcuda.so.1"), "-Wl,-rpath," + dir, "-ldl", "-lpthread"},
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcupti.so.13",
 			"-o", b.cupti, "testdata/mock_libcupti.c", "-ldl", "-lpthread"},
@@ -93,14 +93,31 @@ func binaries(tb testing.TB) *built {
 	return buildRes
 }
 
-// session is one client of the test agent: its peer and its ring.
+// session is one client of the test agent: its peer, its launch ring and
+// its names ring (nil when the agent offers none).
 type session struct {
-	peer *agent.Peer
-	ring *shm.Ring
+	peer  *agent.Peer
+	ring  *shm.Ring
+	names *shm.Ring
 }
 
+// read decodes what the session's rings hold: the names ring first, as
+// the receiver reads it.
+func (s *session) read(tb testing.TB) *stream {
+	tb.Helper()
+	return readRing(tb, s.names, s.ring)
+}
+
+// The names ring the test agent offers, as the receiver does
+// (receiver.NameRingSlotSize, NameRingSlots): slots that hold the largest
+// kernel_name record.
+const (
+	nameSlotSize = shm.SlotHeaderSize + record.MaxKernelNameSize
+	nameSlots    = 256
+)
+
 // testAgent is a real agent socket server (package agent) handing each
-// client its own launch ring, as the receiver does.
+// client its own launch ring and names ring, as the receiver does.
 type testAgent struct {
 	srv  *agent.Server
 	path string
@@ -118,6 +135,13 @@ func startAgent(tb testing.TB, slotSize, slots uint32, opts agent.Options) *test
 // startAgentAt is startAgent serving path (a restarted collector).
 func startAgentAt(tb testing.TB, path string, slotSize, slots uint32, opts agent.Options) *testAgent {
 	tb.Helper()
+	return startAgentNames(tb, path, slotSize, slots, nameSlots, opts)
+}
+
+// startAgentNames is startAgentAt with names rings of nslots slots (0: no
+// names ring, as an older collector).
+func startAgentNames(tb testing.TB, path string, slotSize, slots, nslots uint32, opts agent.Options) *testAgent {
+	tb.Helper()
 	a := &testAgent{path: path}
 	opts.Path = a.path
 	srv, err := agent.Listen(opts, agent.Callbacks{
@@ -126,10 +150,19 @@ func startAgentAt(tb testing.TB, path string, slotSize, slots uint32, opts agent
 			if err != nil {
 				return nil, err
 			}
+			s := &session{peer: p, ring: ring}
+			offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}
+			if nslots > 0 {
+				if s.names, err = shm.CreateRing(nameSlotSize, nslots); err != nil {
+					ring.Close()
+					return nil, err
+				}
+				offers = append(offers, agent.Offer{Role: agent.RoleNameRing, Name: "names", Region: s.names.Region()})
+			}
 			a.mu.Lock()
-			a.sessions = append(a.sessions, &session{peer: p, ring: ring})
+			a.sessions = append(a.sessions, s)
 			a.mu.Unlock()
-			return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}, nil
+			return offers, nil
 		},
 		Disconnect: func(*agent.Peer) {
 			a.mu.Lock()
@@ -147,6 +180,9 @@ func startAgentAt(tb testing.TB, path string, slotSize, slots uint32, opts agent
 		defer a.mu.Unlock()
 		for _, s := range a.sessions {
 			s.ring.Close()
+			if s.names != nil {
+				s.names.Close()
+			}
 		}
 	})
 	return a
@@ -171,7 +207,7 @@ func (a *testAgent) waitGone(tb testing.TB, n int) []*session {
 	}
 }
 
-// stream is what one ring carried, decoded.
+// stream is what a session's rings carried, decoded.
 type stream struct {
 	launches []record.Launch
 	names    map[uint64]string // function handle → name
@@ -180,6 +216,9 @@ type stream struct {
 	memcpys  []record.Memcpy
 	windows  []window
 	states   []windowState
+	// Of nameRecs, those that came through the names ring; and the
+	// records the launch ring held (of any type).
+	namesRing, launchRing int
 }
 
 // window and windowState are the window records (record types 12 and 13)
@@ -214,11 +253,32 @@ func decodeWindowState(b []byte) (windowState, error) {
 	return windowState{le.Uint64(b[8:]), le.Uint32(b[16:]), le.Uint32(b[20:]), le.Uint32(b[24:]), le.Uint32(b[28:])}, nil
 }
 
-func readRing(tb testing.TB, ring *shm.Ring) *stream {
+// readRing decodes the records of rings, read in turn (nil ones skipped).
+func readRing(tb testing.TB, rings ...*shm.Ring) *stream {
 	tb.Helper()
 	st := &stream{names: map[uint64]string{}}
+	for i, ring := range rings {
+		if ring == nil {
+			continue
+		}
+		st.read(tb, ring, i < len(rings)-1)
+		if s := ring.Stats(); s.Dropped != 0 || s.Oversize != 0 {
+			tb.Errorf("ring dropped %d and rejected %d oversize records", s.Dropped, s.Oversize)
+		}
+	}
+	return st
+}
+
+// read adds the records of ring to st; names says it is a names ring.
+func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
+	tb.Helper()
 	c := ring.NewConsumer(shm.ConsumerOptions{})
 	c.Read(0, func(r shm.Record) {
+		if names {
+			st.namesRing++
+		} else {
+			st.launchRing++
+		}
 		p, err := record.ParsePrefix(r.Payload)
 		if err != nil {
 			tb.Errorf("ticket %d: %v", r.Ticket, err)
@@ -270,10 +330,6 @@ func readRing(tb testing.TB, ring *shm.Ring) *stream {
 			tb.Errorf("ticket %d: %v", r.Ticket, derr)
 		}
 	})
-	if s := ring.Stats(); s.Dropped != 0 || s.Oversize != 0 {
-		tb.Errorf("ring dropped %d and rejected %d oversize records", s.Dropped, s.Oversize)
-	}
-	return st
 }
 
 // run runs a test program with env added, returning stdout and stderr.

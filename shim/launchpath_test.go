@@ -42,7 +42,7 @@ func TestRecordDevice(t *testing.T) {
 				t.Fatalf("%v\n%s", err, errOut)
 			}
 			ss := a.waitGone(t, 1)
-			st := readRing(t, ss[0].ring)
+			st := ss[0].read(t)
 			if len(st.launches) != 8 || len(st.syncs) != 1 || len(st.memcpys) != 1 {
 				t.Fatalf("%d launches, %d syncs, %d memcpys, want 8, 1, 1", len(st.launches), len(st.syncs), len(st.memcpys))
 			}

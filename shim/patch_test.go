@@ -214,7 +214,7 @@ func TestPatchLoad(t *testing.T) {
 				t.Fatalf("app: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 			}
 			ss := a.waitGone(t, 1)
-			st := readRing(t, ss[0].ring)
+			st := ss[0].read(t)
 			sentMu.Lock()
 			// A slow collector may not have read the request yet.
 			if strings.HasPrefix(tc.name, "timeout") && len(sent) == 0 {

@@ -260,7 +260,7 @@ func TestSelftime(t *testing.T) {
 			}
 			if c.records >= 0 {
 				ss := a.waitGone(t, 1)
-				if got := len(readRing(t, ss[0].ring).launches); got != c.records {
+				if got := len(ss[0].read(t).launches); got != c.records {
 					t.Errorf("%d launch records, want %d", got, c.records)
 				}
 			}

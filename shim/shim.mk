@@ -27,7 +27,7 @@ bin/libgpuprobe-selftime.so: $(SHIM_SRCS) $(SHIM_SELFTIME_SRC) $(SHIM_HDRS)
 	@mkdir -p bin
 	$(SHIM_CC) $(SHIM_CFLAGS) -DGP_SELFTIME=1 -Ishim/src -Ishm/include -Irecord/include -o $@ $(SHIM_SRCS) $(SHIM_SELFTIME_SRC) -ldl -lpthread
 
-bin/shim.test: $(SHIM_SRCS) $(SHIM_SELFTIME_SRC) $(SHIM_HDRS) $(wildcard shim/*.go) shim/testdata/app.c shim/testdata/mock_libcuda.c shim/testdata/mock_libcupti.c shim/testdata/profiler.c
+bin/shim.test: $(SHIM_SRCS) $(SHIM_SELFTIME_SRC) $(SHIM_HDRS) $(wildcard shim/*.go) $(wildcard shim/testdata/*.[ch])
 	@mkdir -p bin
 	$(GO) test -c -o $@ ./shim
 

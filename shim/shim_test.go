@@ -2,6 +2,7 @@ package shim
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -45,6 +46,15 @@ func basicLaunches() []want {
 		want{gemm, [3]uint32{1, 1, 1}, [3]uint32{64, 1, 1}, 0, 0x77, record.APILaunchCooperativeKernel})
 }
 
+// String prints w with a long name shortened (the test names reach 4 KiB).
+func (w want) String() string {
+	name := w.name
+	if len(name) > 48 {
+		name = fmt.Sprintf("%s…(%d bytes)", name[:40], len(name))
+	}
+	return fmt.Sprintf("{%s grid %v block %v shmem %d stream %#x api %v}", name, w.grid, w.block, w.shmem, w.stream, w.api)
+}
+
 func checkLaunches(t *testing.T, st *stream, pid int32, ws []want) {
 	t.Helper()
 	if len(st.launches) != len(ws) {
@@ -55,7 +65,7 @@ func checkLaunches(t *testing.T, st *stream, pid int32, ws []want) {
 		w := ws[i]
 		got := want{st.names[l.Function], l.Grid, l.Block, l.SharedMem, l.Stream, l.API}
 		if got != w {
-			t.Errorf("launch %d: got %+v, want %+v", i, got, w)
+			t.Errorf("launch %d: got %v, want %v", i, got, w)
 		}
 		if l.PID != uint32(pid) || l.TID == 0 || l.Result != 0 || l.Device != 0 {
 			t.Errorf("launch %d: pid %d tid %d result %d device %d, want pid %d, a tid, result 0, device 0",
@@ -93,7 +103,7 @@ func TestLaunchRecords(t *testing.T) {
 			if len(ss) != 1 {
 				t.Fatalf("%d sessions, want 1", len(ss))
 			}
-			st := readRing(t, ss[0].ring)
+			st := ss[0].read(t)
 			checkLaunches(t, st, ss[0].peer.PID, basicLaunches())
 			// Nothing is patched in this session: no launch runs a probe.
 			for i, l := range st.launches {
@@ -125,7 +135,7 @@ func TestGraphLaunch(t *testing.T) {
 				t.Fatalf("%v\n%s", err, errOut)
 			}
 			ss := a.waitGone(t, 1)
-			st := readRing(t, ss[0].ring)
+			st := ss[0].read(t)
 			checkLaunches(t, st, ss[0].peer.PID, []want{node1, node2, node1, node2})
 		})
 	}
@@ -155,7 +165,7 @@ func TestCaptureLaunch(t *testing.T) {
 				t.Errorf("the trace summary does not count 2 captured launches:\n%s", errOut)
 			}
 			ss := a.waitGone(t, 1)
-			checkLaunches(t, readRing(t, ss[0].ring), ss[0].peer.PID, ws)
+			checkLaunches(t, ss[0].read(t), ss[0].peer.PID, ws)
 		})
 	}
 }
@@ -169,7 +179,7 @@ func TestUnnamedFunction(t *testing.T) {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
 	ss := a.waitGone(t, 1)
-	st := readRing(t, ss[0].ring)
+	st := ss[0].read(t)
 	w := want{"_Z9hiddenKernv", [3]uint32{7, 1, 1}, [3]uint32{64, 1, 1}, 0, 0, record.APILaunchKernel}
 	checkLaunches(t, st, ss[0].peer.PID, []want{w, w})
 	if len(st.nameRecs) != 1 {
@@ -186,7 +196,7 @@ func TestRenamedHandle(t *testing.T) {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
 	ss := a.waitGone(t, 1)
-	st := readRing(t, ss[0].ring)
+	st := ss[0].read(t)
 	if len(st.launches) != 4 {
 		t.Fatalf("%d launches, want 4", len(st.launches))
 	}
@@ -221,7 +231,7 @@ func TestFork(t *testing.T) {
 	}
 	byPID := map[int32]*stream{}
 	for _, s := range ss {
-		byPID[s.peer.PID] = readRing(t, s.ring)
+		byPID[s.peer.PID] = s.read(t)
 	}
 	parent, child := ss[0], ss[1]
 	if parent.peer.PID == child.peer.PID {
@@ -242,7 +252,7 @@ func TestThreads(t *testing.T) {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
 	ss := a.waitGone(t, 1)
-	st := readRing(t, ss[0].ring)
+	st := ss[0].read(t)
 	if len(st.launches) != 1000 {
 		t.Fatalf("%d launches, want 1000", len(st.launches))
 	}
@@ -455,7 +465,7 @@ func TestTimestamps(t *testing.T) {
 	}
 	after := monotonic(t)
 	ss := a.waitGone(t, 1)
-	st := readRing(t, ss[0].ring)
+	st := ss[0].read(t)
 	if len(st.launches) != 30 {
 		t.Fatalf("%d launches, want 30", len(st.launches))
 	}
@@ -504,7 +514,7 @@ func TestTrace(t *testing.T) {
 		`cuLibraryGetKernel(0x`,
 		`, "_Z6vecAddPfS_S_i") = 0, 0x`,
 		"connected to " + a.path,
-		"summary: launches=8 graph_launches=0 captured=0 names=2 loads=1 syncs=1 memcpys=1 records=12 not_written=0",
+		"summary: launches=8 graph_launches=0 captured=0 names=2 names_cut=0 loads=1 syncs=1 memcpys=1 records=12 not_written=0",
 	} {
 		if !strings.Contains(text, s) {
 			t.Errorf("trace lacks %q:\n%s", s, text)

@@ -44,7 +44,7 @@ func TestWindows(t *testing.T) {
 			if err != nil || out != plain {
 				t.Fatalf("run under the shim: %v, output %q, want %q\n%s", err, out, plain, errOut)
 			}
-			st := readRing(t, a.waitGone(t, 1)[0].ring)
+			st := a.waitGone(t, 1)[0].read(t)
 			checkLaunches(t, st, a.sessions[0].peer.PID, basicLaunches())
 			if len(st.states) == 0 || st.states[0].state != winOn {
 				t.Fatalf("window states %+v, want ON first", st.states)
@@ -108,7 +108,7 @@ func TestWindowsOff(t *testing.T) {
 			if err != nil || out != plain {
 				t.Fatalf("run: %v, output %q, want %q\n%s", err, out, plain, errOut)
 			}
-			st := readRing(t, a.waitGone(t, 1)[0].ring)
+			st := a.waitGone(t, 1)[0].read(t)
 			if len(st.windows) != 0 || len(st.launches) != 6 {
 				t.Errorf("%d windows and %d launches, want 0 and 6", len(st.windows), len(st.launches))
 			}
@@ -135,7 +135,7 @@ func TestWindowsStepAside(t *testing.T) {
 	if err != nil || !strings.Contains(out, "its own profiler saw 5 kernels") {
 		t.Fatalf("profiler run: %v, output %q\n%s", err, out, errOut)
 	}
-	st := readRing(t, a.waitGone(t, 1)[0].ring)
+	st := a.waitGone(t, 1)[0].read(t)
 	if len(st.launches) != 15 {
 		t.Fatalf("%d launch records, want 15", len(st.launches))
 	}
@@ -174,7 +174,7 @@ func TestWindowsRateCap(t *testing.T) {
 	if err != nil || !strings.Contains(out, "rate done") {
 		t.Fatalf("run: %v, output %q\n%s", err, out, errOut)
 	}
-	st := readRing(t, a.waitGone(t, 1)[0].ring)
+	st := a.waitGone(t, 1)[0].read(t)
 	has := map[uint64]bool{}
 	for _, w := range st.windows {
 		has[w.launchID] = true

@@ -35,10 +35,12 @@ type dumpSession struct {
 	peer     *agent.Peer
 	ring     *shm.Ring
 	cons     *shm.Consumer
+	names    *shm.Ring // the names ring (agent role 4), read before ring
+	ncons    *shm.Consumer
 	gone     bool // disconnected; drained once more, then finished
 	finished bool
 
-	names                              map[uint64]string // function handle → kernel name
+	kernels                            map[uint64]string // function handle → kernel name
 	launches, nameRecs, syncs, memcpys int
 	errors, unnamed                    int
 	byKernel                           map[string]int
@@ -68,13 +70,23 @@ func (d *dumper) connect(p *agent.Peer) ([]agent.Offer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating a %d×%d-byte ring: %w", d.slots, d.slotSize, err)
 	}
+	// The names ring, as the receiver's (receiver.NameRingSlotSize and
+	// NameRingSlots): kernel names arrive whole whatever --slot-size is.
+	names, err := shm.CreateRing(shm.SlotHeaderSize+record.MaxKernelNameSize, 256)
+	if err != nil {
+		ring.Close()
+		return nil, fmt.Errorf("creating the names ring: %w", err)
+	}
 	s := &dumpSession{peer: p, ring: ring, cons: ring.NewConsumer(shm.ConsumerOptions{}),
-		names: map[uint64]string{}, byKernel: map[string]int{}, apis: map[record.LaunchAPI]int{}, acct: newAccounting()}
-	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}
+		names: names, ncons: names.NewConsumer(shm.ConsumerOptions{}),
+		kernels: map[uint64]string{}, byKernel: map[string]int{}, apis: map[record.LaunchAPI]int{}, acct: newAccounting()}
+	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
+		{Role: agent.RoleNameRing, Name: "names", Region: names.Region()}}
 	if d.patcher != nil {
 		o, err := d.patchOffers(s)
 		if err != nil {
 			ring.Close()
+			names.Close()
 			if s.patch != nil {
 				s.patch.close()
 			}
@@ -120,7 +132,7 @@ func (d *dumper) decode(s *dumpSession, r shm.Record) {
 			return
 		}
 		s.launches++
-		name, ok := s.names[l.Function]
+		name, ok := s.kernels[l.Function]
 		if !ok {
 			name = fmt.Sprintf("unnamed %#x", l.Function)
 			s.unnamed++
@@ -139,7 +151,7 @@ func (d *dumper) decode(s *dumpSession, r shm.Record) {
 			fail(err)
 			return
 		}
-		s.names[k.Function] = k.Name
+		s.kernels[k.Function] = k.Name
 		s.nameRecs++
 		if d.verbose {
 			fmt.Fprintf(d.out, "kernel_name pid=%d function=%#x module=%#x truncated=%v %s\n", k.PID, k.Function, k.Module, k.Truncated, k.Name)
@@ -186,7 +198,17 @@ func (d *dumper) poll() int {
 		d.mu.Lock()
 		gone := s.gone
 		d.mu.Unlock()
-		s.cons.Read(0, func(r shm.Record) { d.decode(s, r) })
+		// The launch ring up to its head before the names ring is read
+		// (as the receiver: receiver/source.go, readSource), so that every
+		// launch read has its name read first; all of it once the client
+		// is gone.
+		end := s.ring.Stats().Head
+		s.ncons.Read(0, func(r shm.Record) { d.decode(s, r) })
+		if n := end - s.cons.Position(); gone || n > 1<<30 {
+			s.cons.Read(0, func(r shm.Record) { d.decode(s, r) })
+		} else if n > 0 {
+			s.cons.Read(int(n), func(r shm.Record) { d.decode(s, r) })
+		}
 		d.patchPoll(s)
 		if gone { // the client is gone and its ring was drained after that
 			s.finished = true
@@ -203,7 +225,8 @@ func (d *dumper) summary() (total int) {
 	var launches, names, syncs, memcpys, errs int
 	var dropped uint64
 	for _, s := range d.sessions {
-		st := s.ring.Stats()
+		st, nst := s.ring.Stats(), s.names.Stats()
+		st.Dropped, st.Oversize = st.Dropped+nst.Dropped, st.Oversize+nst.Oversize
 		fmt.Fprintf(d.out, "agent-dump: session %d pid %d (%s): launches=%d names=%d syncs=%d memcpys=%d (%d bytes) unnamed=%d dropped=%d errors=%d apis=%v\n",
 			s.peer.Session, s.peer.PID, s.peer.Hello.Name, s.launches, s.nameRecs, s.syncs, s.memcpys, s.memcpyBytes,
 			s.unnamed, st.Dropped+st.Oversize, s.errors, s.apis)
@@ -236,6 +259,7 @@ func (d *dumper) close() {
 	defer d.mu.Unlock()
 	for _, s := range d.sessions {
 		s.ring.Close()
+		s.names.Close()
 		if s.patch != nil {
 			s.patch.close()
 		}
@@ -249,7 +273,7 @@ func runAgentDump(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("agent-dump", stderr)
 	socket := fs.String("socket", config.DefaultSocket, "socket path to serve")
 	slots := fs.Uint("slots", 65536, "slots of each client's launch ring (a power of two)")
-	slotSize := fs.Uint("slot-size", 512, "bytes of one ring slot (multiple of 8; kernel names longer than the slot are truncated)")
+	slotSize := fs.Uint("slot-size", 512, "bytes of one launch ring slot (multiple of 8; kernel names go whole to a names ring)")
 	exitAfter := fs.Int("exit-after", 0, "exit once this many clients have come and gone (0: run until SIGINT/SIGTERM)")
 	timeout := fs.Duration("timeout", 0, "exit after this long in any case (0: no limit)")
 	verbose := fs.Bool("v", false, "print every record")

@@ -88,3 +88,34 @@ func TestAgentDump(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentDumpNamesRing: agent-dump offers a names ring, as the receiver
+// does, so a name longer than a launch slot is printed whole.
+func TestAgentDumpNamesRing(t *testing.T) {
+	socket, stop := startDump(t, "--exit-after", "1", "--slot-size", "128")
+	s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "dump-names"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	launches, err := shm.NewRing(s.Region(agent.RoleLaunchRing, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := shm.NewRing(s.Region(agent.RoleNameRing, "names"))
+	if err != nil {
+		t.Fatalf("no names ring: %v", err)
+	}
+	long := "_ZN2at6native" + "300" + strings.Repeat("x", 300) + "Ev"
+	k := (&record.KernelName{Function: 7, PID: 1, Name: long}).AppendFit(nil, names.MaxPayload())
+	if r := names.Produce(uint32(record.TypeKernelName), k); r != shm.Published {
+		t.Fatal(r)
+	}
+	l := &record.Launch{LaunchID: 1, PID: 1, Function: 7, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}}
+	if r := launches.Produce(uint32(record.TypeLaunch), l.Append(nil)); r != shm.Published {
+		t.Fatal(r)
+	}
+	s.Close()
+	if out := stop(); !strings.Contains(out, "       1  "+long+"\n") {
+		t.Errorf("output lacks the whole name:\n%s", out)
+	}
+}

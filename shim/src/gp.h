@@ -10,7 +10,7 @@
  *   wrap_graph.c kernel nodes built explicitly: the hidden launch id
  *   wrap_misc.c  synchronisation and memcpy records
  *   capture.c    stream capture: captured launches write no record
- *   session.c    the agent socket handshake, the launch ring, fork
+ *   session.c    the agent socket handshake, the launch and names rings, fork
  *   handles.c    function handle -> kernel name table, name records
  *   image.c      classifying code images; the patching hook
  *   patch.c      PATCH/PATCHED: loading patched code, binding its globals
@@ -243,6 +243,7 @@ static inline void *gp_real(struct gp_slot *s)
  * cannot be registered, globals bound to them stay 0 and the module loads
  * anyway (the GPU programs see the map as absent, ktime as %globaltimer). */
 #define GP_ROLE_LAUNCH_RING 1u
+/* GP_ROLE_NAME_RING (4, gpuprobe_record.h): kernel_name records. */
 #define GP_ROLE_KERNEL_MAP 5u
 #define GP_ROLE_CLOCK 6u
 /* A WELCOME region: its descriptor, kept for patched modules' globals. */
@@ -271,6 +272,15 @@ GP_HIDDEN int gp_agent_exchange(const uint8_t *frame, size_t n, int sendfd, uint
 extern GP_HIDDEN void *gp_ring_base; /* the launch ring, or NULL */
 extern GP_HIDDEN size_t gp_ring_size; /* bytes mapped there */
 extern GP_HIDDEN uint32_t gp_gen;    /* session generation (bumped per handshake) */
+/* The rings of session generation g are gp_rings[g & 1], written before
+ * gp_gen moves to g (release), so that a thread that read g (acquire)
+ * writes g's name records into g's rings (handles.c). Only two: sessions
+ * are at least 100 ms apart (reconnect.c's backoff). */
+struct gp_rings {
+	void *launch; /* the launch ring */
+	void *names;  /* the names ring (GP_ROLE_NAME_RING), or NULL */
+};
+extern GP_HIDDEN struct gp_rings gp_rings[2];
 GP_HIDDEN void gp_connect(void);
 GP_HIDDEN uint32_t gp_device(void);
 /* HELLO flags bit 0: a reconnect; lost records and earlier sessions follow
@@ -282,6 +292,8 @@ struct gp_conn {
 	uint32_t refused; /* an ERROR frame's code */
 	void *ring;
 	size_t ring_size;
+	void *names; /* the names ring, or NULL */
+	size_t names_size;
 	uint32_t nregions;
 	struct gp_region regions[GP_MAX_REGIONS];
 	uint32_t settings, flush_ms; /* the WELCOME's settings (GP_SET_*), 0 when it has none */
@@ -526,7 +538,7 @@ static inline void gp_stamp_end(struct gp_stamp *s)
 /* handles.c */
 GP_HIDDEN void gp_name_set(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN int gp_name_copy(uint64_t from, uint64_t to);
-GP_HIDDEN void gp_name_emit(void *ring, uint64_t function);
+GP_HIDDEN void gp_name_emit(uint64_t function);
 /* A thread's handles whose name record is in this session's ring, direct-
  * mapped by handle, so that a launch of one does not read the shared
  * table: its 1.5 MiB hold one random line per handle, which the driver's
@@ -543,15 +555,15 @@ static inline struct gp_seen *gp_seen_slot(uint64_t f)
 {
 	return &gp_seen[(f * 0x9E3779B97F4A7C15ull) >> 60];
 }
-/* gp_name_emit_fast: gp_name_emit, unless this thread saw f's name record
- * go into this session's ring since f was last named. */
-static inline void gp_name_emit_fast(void *ring, uint64_t f)
+/* gp_name_emit_fast: gp_name_emit, unless this thread saw f's whole name
+ * record go into this session's rings since f was last named. */
+static inline void gp_name_emit_fast(uint64_t f)
 {
 	const struct gp_seen *s = gp_seen_slot(f);
 	if (GP_LIKELY(s->f == f && s->gen == __atomic_load_n(&gp_gen, __ATOMIC_ACQUIRE) &&
 		      s->epoch == __atomic_load_n(&gp_names_epoch, __ATOMIC_ACQUIRE)))
 		return;
-	gp_name_emit(ring, f);
+	gp_name_emit(f);
 }
 GP_HIDDEN const char *gp_name_of(uint64_t handle);
 
@@ -648,6 +660,7 @@ GP_HIDDEN void gp_tracef(const char *fmt, ...) __attribute__((format(printf, 1, 
 struct gp_stats {
 	uint64_t launches, graph_launches, captured, published, dropped, names, loads, syncs, memcpys;
 	uint64_t unbound; /* optional regions (kernel map, clock) that could not be registered: always counted */
+	uint64_t names_cut; /* kernel names cut to fit a launch slot (flagged): always counted */
 	uint64_t devmap_bound, devmap_unbound, devmap_stopped; /* device maps made, refused, stopped: always counted */
 };
 extern GP_HIDDEN struct gp_stats gp_stats;

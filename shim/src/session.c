@@ -5,7 +5,8 @@
  * At the first CUDA load or launch of the process, the shim connects to the
  * socket (GPUPROBE_SOCKET, default /run/gpuprobe/agent.sock), sends HELLO and
  * waits for WELCOME with the region memfds, all within GPUPROBE_TIMEOUT_MS
- * (default 200 ms). It maps the launch ring and keeps the connection open
+ * (default 200 ms). It maps the launch ring and the names ring (kernel_name
+ * records, handles.c) and keeps the connection open
  * (the collector learns from its closing that the process is gone). Any
  * failure leaves the shim forwarding calls and recording nothing; there is
  * one attempt per process (and per fork child). Before anything is sent the
@@ -34,8 +35,10 @@
 GP_HOT_VAR GP_HIDDEN void *gp_ring_base;
 GP_HOT_VAR GP_HIDDEN uint32_t gp_gen;
 GP_HIDDEN int gp_state = GP_IDLE;
+GP_HIDDEN struct gp_rings gp_rings[2];
 
 GP_HIDDEN size_t gp_ring_size; /* bytes mapped at gp_ring_base */
+static size_t gp_names_size;   /* bytes mapped at the session's names ring */
 static int gp_sock = -1;
 GP_HIDDEN int gp_timeout_ms = GP_DEFAULT_TIMEOUT_MS;
 GP_HIDDEN struct gp_region gp_regions[GP_MAX_REGIONS];
@@ -283,9 +286,26 @@ static size_t gp_hello(uint8_t *b, int ext, uint64_t lost, uint32_t sessions)
 	return 12 + n;
 }
 
+/* gp_map_ring maps ring region i of the WELCOME (the launch or the names
+ * ring) and checks its header; NULL when it is unusable (traced). */
+static void *gp_map_ring(int fd, uint64_t size, uint32_t i, const char *what)
+{
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	int ck = gpbr_check(m, size, GPBR_KIND_RING);
+	if (ck != GPBR_OK) {
+		GP_TRACE("%s %u rejected: gpbr_check = %d", what, i, ck);
+		munmap(m, size);
+		return NULL;
+	}
+	return m;
+}
+
 /* gp_take_regions checks the WELCOME's descriptors and their fds into c
- * (fds duplicated) and maps the launch ring. A region whose fd fails its
- * checks is kept unusable (size 0): mapping it could SIGBUS. */
+ * (fds duplicated) and maps the launch ring and the names ring. A region
+ * whose fd fails its checks is kept unusable (size 0): mapping it could
+ * SIGBUS. */
 static void gp_take_regions(struct gp_conn *c, const uint8_t *payload, uint32_t count, const int *fds)
 {
 	for (uint32_t i = 0; i < count; i++) {
@@ -312,19 +332,15 @@ static void gp_take_regions(struct gp_conn *c, const uint8_t *payload, uint32_t 
 			r->size = 0;
 			continue;
 		}
-		if (c->ring != NULL || role != GP_ROLE_LAUNCH_RING || kind != GPBR_KIND_RING || flags != 0 ||
-		    size < GPBR_DATA_OFFSET)
+		if (kind != GPBR_KIND_RING || flags != 0 || size < GPBR_DATA_OFFSET)
 			continue; /* other roles: later steps (maps, mailbox) */
-		void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
-		if (m == MAP_FAILED)
-			continue;
-		int ck = gpbr_check(m, size, GPBR_KIND_RING);
-		if (ck != GPBR_OK) {
-			GP_TRACE("launch ring %u rejected: gpbr_check = %d", i, ck);
-			munmap(m, size);
-			continue;
+		if (role == GP_ROLE_LAUNCH_RING && c->ring == NULL) {
+			if ((c->ring = gp_map_ring(fds[i], size, i, "launch ring")) != NULL)
+				c->ring_size = size;
+		} else if (role == GP_ROLE_NAME_RING && c->names == NULL) {
+			if ((c->names = gp_map_ring(fds[i], size, i, "names ring")) != NULL)
+				c->names_size = size;
 		}
-		c->ring = m, c->ring_size = size;
 	}
 }
 
@@ -336,9 +352,11 @@ static void gp_conn_drop(struct gp_conn *c)
 			close(c->regions[i].fd);
 	if (c->ring != NULL)
 		munmap(c->ring, c->ring_size);
+	if (c->names != NULL)
+		munmap(c->names, c->names_size);
 	if (c->fd >= 0)
 		close(c->fd);
-	c->nregions = 0, c->ring = NULL, c->fd = -1;
+	c->nregions = 0, c->ring = NULL, c->names = NULL, c->fd = -1;
 }
 
 /* gp_handshake connects to a trusted server (trust.c), sends HELLO (with
@@ -430,6 +448,13 @@ GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t l
 	GP_TRACE("connected to %s: session %u, launch ring %zu bytes (%u slots of %u bytes)", path,
 		 gp_le32(payload), c->ring_size, ((struct gpbr_header *)c->ring)->max_entries,
 		 ((struct gpbr_header *)c->ring)->stride);
+	if (c->names != NULL)
+		GP_TRACE("names ring %zu bytes (%u slots of %u bytes)", c->names_size,
+			 ((struct gpbr_header *)c->names)->max_entries, ((struct gpbr_header *)c->names)->stride);
+	else
+		GP_TRACE("no names ring: kernel names longer than a launch slot's %u bytes are cut (and flagged)",
+			 ((struct gpbr_header *)c->ring)->stride - GPBR_SLOT_HEADER -
+				 (uint32_t)sizeof(struct gp_rec_kernel_name));
 	free(payload);
 	c->fd = fd;
 	return 0;
@@ -442,11 +467,13 @@ fail:
 	return err;
 }
 
-/* gp_install makes c the session: regions, socket, then the ring that
- * the launch path reads (one acquire load of gp_ring_base; the generation
- * moves first so that name records go again into the new ring). The
- * previous session's region mappings stay: device code of modules bound
- * to them may still use them. */
+/* gp_install makes c the session: regions, socket, the new generation's
+ * rings (gp_rings), the generation, then the launch ring that the launch
+ * path reads (one acquire load of gp_ring_base). A launch that reads the
+ * new ring so reads the new generation, and announces its kernel's name
+ * again into the new rings before its record. The previous session's
+ * region mappings stay: device code of modules bound to them may still
+ * use them. */
 GP_HIDDEN void gp_install(struct gp_conn *c)
 {
 	pthread_mutex_lock(&gp_patch_mu);
@@ -455,17 +482,31 @@ GP_HIDDEN void gp_install(struct gp_conn *c)
 	gp_nregions = c->nregions;
 	gp_sock = c->fd;
 	gp_ring_size = c->ring_size;
-	__atomic_add_fetch(&gp_gen, 1, __ATOMIC_RELEASE);
+	gp_names_size = c->names_size;
+	uint32_t g = gp_gen + 1;
+	__atomic_store_n(&gp_rings[g & 1].launch, c->ring, __ATOMIC_RELEASE);
+	__atomic_store_n(&gp_rings[g & 1].names, c->names, __ATOMIC_RELEASE);
+	__atomic_store_n(&gp_gen, g, __ATOMIC_RELEASE);
 	__atomic_store_n(&gp_ring_base, c->ring, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&gp_patch_mu);
 }
 
+/* gp_limbo turns a dead session's ring at p (size bytes) into private zero
+ * pages at the same addresses (see gp_session_lost). */
+static void gp_limbo(void *p, size_t size, const char *what)
+{
+	if (p != NULL && mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+				 MAP_FAILED)
+		GP_TRACE("%s: cannot replace it (%d); records keep going into it", what, errno);
+}
+
 /* gp_session_lost closes the dead session's socket and turns its launch
- * ring into limbo: the same addresses, now private zeroed memory, whose
- * all-zero header makes every reservation fail and count a drop (at
- * GPBR_RING_DROPPED). A launch that read the old pointer keeps writing
- * inside that range, so nothing is unmapped; the collector's memfd is let
- * go. Returns the records the old collector never consumed. */
+ * and names rings into limbo: the same addresses, now private zeroed
+ * memory, whose all-zero header makes every reservation fail and count a
+ * drop (at GPBR_RING_DROPPED). A launch that read the old pointer keeps
+ * writing inside that range, so nothing is unmapped; the collector's memfd
+ * is let go. Returns the launch records the old collector never consumed
+ * (names are announced again in the next session). */
 GP_HIDDEN uint64_t gp_session_lost(void)
 {
 	uint64_t unread = 0;
@@ -478,9 +519,8 @@ GP_HIDDEN uint64_t gp_session_lost(void)
 		uint64_t hd = __atomic_load_n(gpbr_u64(ring, GPBR_RING_HEAD), __ATOMIC_ACQUIRE);
 		uint64_t tl = __atomic_load_n(gpbr_u64(ring, GPBR_RING_TAIL), __ATOMIC_ACQUIRE);
 		unread = hd - tl > h->max_entries ? h->max_entries : hd - tl;
-		if (mmap(ring, gp_ring_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
-		    MAP_FAILED)
-			GP_TRACE("launch ring: cannot replace it (%d); records keep going into it", errno);
+		gp_limbo(ring, gp_ring_size, "launch ring");
+		gp_limbo(gp_rings[gp_gen & 1].names, gp_names_size, "names ring");
 	}
 	pthread_mutex_unlock(&gp_patch_mu);
 	return unread;
@@ -552,10 +592,13 @@ GP_HIDDEN void gp_connect(void)
  * parent's stream) and handshakes again at its next CUDA call. */
 static void gp_atfork_child(void)
 {
-	void *ring = gp_ring_base;
+	void *ring = gp_ring_base, *names = gp_rings[gp_gen & 1].names;
 	gp_ring_base = NULL;
+	memset(gp_rings, 0, sizeof gp_rings);
 	if (ring != NULL)
 		munmap(ring, gp_ring_size);
+	if (names != NULL)
+		munmap(names, gp_names_size);
 	if (gp_sock >= 0)
 		close(gp_sock);
 	gp_sock = -1;

@@ -69,11 +69,12 @@ __attribute__((destructor)) static void gp_trace_fini(void)
 	void *ring = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
 	if (ring != NULL)
 		dropped = __atomic_load_n(gpbr_u64(ring, GPBR_RING_DROPPED), __ATOMIC_RELAXED);
-	GP_TRACE("summary: launches=%llu graph_launches=%llu captured=%llu names=%llu loads=%llu syncs=%llu memcpys=%llu "
-		 "records=%llu not_written=%llu ring_dropped=%llu unbound_regions=%llu device_maps=%llu "
-		 "unbound_device_maps=%llu stopped_device_maps=%llu session=%s",
+	GP_TRACE("summary: launches=%llu graph_launches=%llu captured=%llu names=%llu names_cut=%llu loads=%llu "
+		 "syncs=%llu memcpys=%llu records=%llu not_written=%llu ring_dropped=%llu unbound_regions=%llu "
+		 "device_maps=%llu unbound_device_maps=%llu stopped_device_maps=%llu session=%s",
 		 (unsigned long long)gp_stats.launches, (unsigned long long)gp_stats.graph_launches,
-		 (unsigned long long)gp_stats.captured, (unsigned long long)gp_stats.names, (unsigned long long)gp_stats.loads,
+		 (unsigned long long)gp_stats.captured, (unsigned long long)gp_stats.names,
+		 (unsigned long long)gp_stats.names_cut, (unsigned long long)gp_stats.loads,
 		 (unsigned long long)gp_stats.syncs, (unsigned long long)gp_stats.memcpys,
 		 (unsigned long long)gp_stats.published, (unsigned long long)gp_stats.dropped,
 		 (unsigned long long)dropped, (unsigned long long)gp_stats.unbound, (unsigned long long)gp_stats.devmap_bound,

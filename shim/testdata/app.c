@@ -11,6 +11,8 @@
  *   app-direct direct SCENARIO  linked with -lcuda, calls the symbols
  *
  * Scenarios: basic (default), graph, capture, fork, unnamed, threads, slow, bench N,
+ * the kernel-name scenarios of app_names.c (long names, devices, spawned
+ * workers, a full names ring),
  * ptxagain FILE (ptx, then ptx again once a line arrives on stdin),
  * ptx FILE (loads a real PTX file, launches its vectorAdd by kernelParams
  * and by a CU_LAUNCH_PARAM_BUFFER_POINTER buffer and from a graph kernel
@@ -39,72 +41,12 @@
 
 #include "gpuprobe_shm.h"
 
-typedef int CUresult;
-typedef unsigned long long u64;
+#include "app.h"
 
-typedef struct {
-	unsigned gx, gy, gz, bx, by, bz, shm;
-	void *stream;
-	void *attrs;
-	unsigned nattrs;
-} launch_config;
-typedef struct {
-	void *func;
-	unsigned gx, gy, gz, bx, by, bz, shm;
-	void **params, **extra;
-} kernel_node_params;
+void *cuda;
+const char *mode;
 
-struct api {
-	CUresult (*init)(unsigned);
-	CUresult (*mod_load)(void **, const void *);
-	CUresult (*mod_fn)(void **, void *, const char *);
-	CUresult (*lib_load)(void **, const void *, void *, void **, unsigned, void *, void **, unsigned);
-	CUresult (*mod_load_file)(void **, const char *);
-	CUresult (*lib_load_file)(void **, const char *, int *, void **, unsigned, int *, void **, unsigned);
-	CUresult (*lib_kernel)(void **, void *, const char *);
-	CUresult (*kernel_fn)(void **, void *);
-	CUresult (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
-			   void **, void **);
-	CUresult (*launch_ptsz)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-				void *, void **, void **);
-	CUresult (*launch_ex)(const launch_config *, void *, void **, void **);
-	CUresult (*coop)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
-			 void **);
-	CUresult (*stream_sync)(void *);
-	CUresult (*memcpy_htod)(u64, const void *, size_t);
-	CUresult (*graph_create)(void **, unsigned);
-	CUresult (*graph_add)(void **, void *, void *, size_t, const kernel_node_params *);
-	CUresult (*graph_inst)(void **, void *, unsigned long long);
-	CUresult (*graph_launch)(void *, void *);
-	CUresult (*capture_begin)(void *, int);
-	CUresult (*capture_end)(void *, void **);
-	CUresult (*ctx_sync)(void *); /* the version-13000 answer: takes a context */
-	CUresult (*unload)(void *);   /* cuModuleUnload, or cuLibraryUnload for libraries */
-	CUresult (*prim_retain)(void **, int);
-	CUresult (*prim_release)(int);
-	int library;                  /* load code as a library (cudart 13 style) */
-};
-
-static void *cuda;
-static const char *mode;
-
-#define CHECK(call)                                                                        \
-	do {                                                                               \
-		CUresult r_ = (call);                                                      \
-		if (r_ != 0) {                                                             \
-			fprintf(stderr, "app: %s failed: %d (line %d)\n", #call, r_, __LINE__); \
-			exit(1);                                                           \
-		}                                                                          \
-	} while (0)
-
-static void *need(void *p, const char *what)
-{
-	if (p == NULL) {
-		fprintf(stderr, "app: %s not found\n", what);
-		exit(1);
-	}
-	return p;
-}
+void *mock(const char *name) { return need(dlsym(cuda ? cuda : RTLD_DEFAULT, name), name); }
 
 #ifndef APP_DIRECT
 typedef CUresult (*gpa2_t)(const char *, void **, int, u64, int *);
@@ -220,9 +162,9 @@ static void load_direct(struct api *a)
 #endif
 
 /* A fatbin container header (magic, version 1, header 16 bytes, 0 bytes). */
-static const uint32_t fatbin[4] = {0xBA55ED50u, 0x00100001u, 0, 0};
+const uint32_t fatbin[4] = {0xBA55ED50u, 0x00100001u, 0, 0};
 
-static struct api A;
+struct api A;
 static void *f_vec, *f_gemm;
 static void *code_mod; /* the module of f_vec (module paths only) */
 
@@ -633,9 +575,15 @@ int main(int argc, char **argv)
 		return 2;
 	}
 #endif
+	if (strcmp(scenario, "spawn") == 0)
+		return names_spawn(argc, argv);
 	CHECK(A.init(0));
 	load_code();
-	if (strcmp(scenario, "basic") == 0) {
+	int r = names_scenario(scenario, argc, argv);
+	if (r >= 0) {
+		if (r > 0)
+			return r;
+	} else if (strcmp(scenario, "basic") == 0) {
 		basic(argc > 3 ? atoi(argv[3]) : 5);
 	} else if (strcmp(scenario, "graph") == 0) {
 		graph();

@@ -29,12 +29,14 @@ typedef unsigned long long cuuint64_t;
 
 #define EXPORT __attribute__((visibility("default")))
 
+#define MOCK_DEVICES 8
+
 struct mock_fn {
 	uint32_t magic; /* 'FUNC' or 'KERN' */
 	uint32_t id;
-	char name[256];
+	char *name; /* any length, as the driver's (C++ kernel names reach kilobytes) */
 	struct mock_fn *next;
-	struct mock_fn *func; /* KERN: its CUfunction */
+	struct mock_fn *func[MOCK_DEVICES]; /* KERN: its CUfunction in each device's context */
 	int nparams;          /* .param count of its PTX .entry (-1: unknown) */
 };
 struct mock_global {
@@ -164,7 +166,7 @@ static struct mock_fn *mod_fn(struct mock_mod *m, const char *name, uint32_t mag
 	f->magic = magic;
 	f->id = next_id++;
 	f->nparams = ptx_nparams(m->ptx, name);
-	snprintf(f->name, sizeof f->name, "%s", name);
+	f->name = strdup(name);
 	f->next = m->fns;
 	m->fns = f;
 	return f;
@@ -484,7 +486,7 @@ EXPORT void mock_reuse_function(void *f, const char *name)
 {
 	struct mock_fn *fn = as_fn(f);
 	if (fn != NULL)
-		snprintf(fn->name, sizeof fn->name, "%s", name);
+		fn->name = strdup(name); /* the old name is leaked: a copy may share it */
 }
 
 EXPORT CUresult cuFuncGetName(const char **name, void *f)
@@ -524,19 +526,46 @@ EXPORT CUresult cuLibraryGetKernel(void **k, void *lib, const char *name)
 	*k = mod_fn(mod, name, 0x4b45524e);
 	return 0;
 }
+/* cuKernelGetFunction: like the driver, a CUkernel has one CUfunction per
+ * context, so the same kernel gets another handle on another device. */
 EXPORT CUresult cuKernelGetFunction(void **f, void *k)
 {
 	struct mock_fn *kern = k;
+	int d = 0;
 	if (kern == NULL || kern->magic != 0x4b45524e)
 		return 400;
-	if (kern->func == NULL) {
+	cuCtxGetDevice(&d);
+	if (d < 0 || d >= MOCK_DEVICES)
+		return 101; /* CUDA_ERROR_INVALID_DEVICE */
+	if (kern->func[d] == NULL) {
 		struct mock_fn *fn = calloc(1, sizeof *fn);
 		*fn = *kern;
 		fn->magic = 0x46554e43;
 		fn->next = NULL;
-		kern->func = fn;
+		memset(fn->func, 0, sizeof fn->func);
+		kern->func[d] = fn;
 	}
-	*f = kern->func;
+	*f = kern->func[d];
+	return 0;
+}
+
+/* mock_quiet_kernel: a CUkernel obtained behind the shim's back (like
+ * cudart's cudaGetKernel of a kernel it found itself), so the shim names
+ * it at its first launch or cuKernelGetFunction. */
+EXPORT void *mock_quiet_kernel(const char *name)
+{
+	static struct mock_mod *m;
+	if (m == NULL)
+		m = new_mod();
+	return mod_fn(m, name, 0x4b45524e);
+}
+
+EXPORT CUresult cuKernelGetName(const char **name, void *k)
+{
+	struct mock_fn *kern = k;
+	if (kern == NULL || kern->magic != 0x4b45524e)
+		return 400;
+	*name = kern->name;
 	return 0;
 }
 

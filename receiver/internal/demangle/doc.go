@@ -1,28 +1,18 @@
-// Package demangle turns Itanium C++ ABI mangled names (what nvcc, g++ and
-// clang emit for CUDA kernels) into readable C++ names, in exactly the
-// format binutils' c++filt prints, so that kernel spans read like Nsight
-// Systems and like the operator's own tools.
+// Package demangle names kernels for spans and metrics: the Itanium C++ ABI
+// mangled names that nvcc, g++ and clang emit, made readable by
+// github.com/ianlancetaylor/demangle (the demangler Go's own pprof
+// vendors), in the one form the receiver emits:
 //
-// It is written from the ABI specification
-// (https://itanium-cxx-abi.github.io/cxx-abi/abi.html#mangling) and tested
-// against c++filt on over a thousand real manglings: kernels from
-// PyTorch-, CUTLASS-, cute-, cub- and thrust-style sources built with
-// nvcc, nvcc's extended-lambda wrappers (__nv_dl_wrapper_t), and g++
-// library code. It covers nested and local names, templates (literals,
-// packs, template template parameters, expressions, decltype), every
-// builtin and vendor type, qualifiers, function, array and member-pointer
-// types, substitutions and the std:: abbreviations, lambdas and unnamed
-// types, anonymous namespaces, ABI tags, special names (vtables, thunks,
-// guard variables) and GCC clone suffixes.
+//	mangled: _ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_
+//	Short:   at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >
 //
-// Three forms are offered:
-//
-//	Demangle: void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)
-//	Short:    at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >
-//	Base:     vectorized_elementwise_kernel
-//
-// Each returns its input unchanged when it is not a mangled name or cannot be
-// parsed; Parse says why, with the byte offset. Input is limited to 64 KiB,
-// nesting to 200 levels and output to 256 KiB, so hostile names cost
-// bounded time and memory; nothing panics.
+// Short keeps the qualified name and its template arguments (two
+// instantiations of a template are different kernels) and drops the return
+// type, the parameter list, qualifiers and clone suffixes, as Nsight Systems
+// shows kernels. A name that is not a valid mangling as a whole (C kernels
+// declared extern "C", cut names) comes back unchanged, so every kernel
+// gets a name. Input over 64 KiB and output over 256 KiB are refused (the
+// input comes back), and a panic inside the library is recovered: a
+// hostile name costs bounded time and memory and never stops the
+// receiver.
 package demangle

@@ -5,26 +5,37 @@ package translate
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
-// onKernelName records a function handle's kernel name (the first wins).
+// onKernelName records a function handle's kernel name. A later record
+// for the handle replaces it: the shim names a handle again when the
+// driver reuses it for another kernel, and sends a name whole after a cut
+// copy when its names ring was full; a launch that came first was named by
+// its handle. Only a cut copy of the name the handle has changes nothing.
+// Launches already pending keep the kernel they were bound to.
 func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
 	c := ct.clientOf(src)
-	if _, ok := c.kernels[k.Function]; ok {
+	if k.Truncated {
+		ct.counters.NamesTruncated++
+	}
+	old, known := c.kernels[k.Function]
+	if known && (old.mangled == k.Name || (k.Truncated && strings.HasPrefix(old.mangled, k.Name))) {
 		return
 	}
 	mangled, name := k.Name, ""
 	if k.Truncated {
 		// A cut mangled name does not demangle: show it as it is, marked.
-		ct.counters.NamesTruncated++
 		mangled += TruncatedMarker
 		name = mangled
 	} else {
 		name = ct.series.demangle(k.Name)
 	}
-	ct.makeKernelRoom(c)
+	if !known {
+		ct.makeKernelRoom(c)
+	}
 	c.kernels[k.Function] = &kernel{
 		mangled: mangled,
 		name:    name,
