@@ -117,7 +117,7 @@ func (gt *groupTable) add(c *client, g *graphGroup, l *launch, k *kernel) {
 	if l == nil {
 		return
 	}
-	l.group = groupRef{g, len(g.nodes) - 1}
+	l.graph.call = groupRef{g, len(g.nodes) - 1}
 	g.live++
 	if !g.listed {
 		g.listed = true
@@ -164,7 +164,7 @@ func (gt *groupTable) match(c *client, w *record.Window) (*launch, matchOutcome)
 // release marks launch l's node emitted (l keeps its link); a call with
 // no pending node left is forgotten.
 func (gt *groupTable) release(c *client, l *launch) {
-	g, i := l.group.g, l.group.i
+	g, i := l.graph.call.g, l.graph.call.i
 	if g.nodes == nil || g.nodes[i].done {
 		return // its client's calls were forgotten, or released already
 	}

@@ -31,7 +31,6 @@ type launch struct {
 	host       hostLink  // its host calls (host probes)
 	graph      graphRun  // its node, if a run of a CUDA graph node
 	gap        streamGap // its place on its stream
-	group      groupRef  // its node of a cuGraphLaunch call (graphgroups.go), if any
 }
 
 // gpuTimes are a launch's device records, folded.
@@ -61,10 +60,12 @@ type hostLink struct {
 
 // graphRun places a run of a CUDA graph node (see graph.go, isGraph): its
 // node and replay ordinal (how many launch records of its id came before
-// its own); chain is nil for other launches.
+// its own); chain is nil for other launches. call is its node of a
+// cuGraphLaunch call, for driver windows (graphgroups.go).
 type graphRun struct {
 	chain  *replayChain
 	replay uint64
+	call   groupRef
 }
 
 // streamGap is a launch's place on its stream (streamgap.go): its count
@@ -145,7 +146,7 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	if l.graph.chain != nil {
 		lt.graphs.launched(l)
 	}
-	if call != nil && l.group.g == nil {
+	if call != nil && l.graph.call.g == nil {
 		lt.windows.groups.add(lt.clients.clientOf(src), call, l, k)
 	}
 	if src != HostProbeSource {

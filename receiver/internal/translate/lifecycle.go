@@ -104,15 +104,15 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	if lt.clients.streamGap(l, &s.hostWait); l.gap.known {
 		s.hostWait.Record(float64(l.gap.hostWaitNS) / 1e9)
 	}
-	if !sampled(l.sampleKey(), lt.o.SampleOneIn) {
+	if !sampled(l.sampleKey(), lt.o.Sampling.OneIn) {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	if haveExec && time.Duration(execNS) < lt.o.MinDuration {
+	if haveExec && time.Duration(execNS) < lt.o.Sampling.MinDuration {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.MinDuration {
+	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.Sampling.MinDuration {
 		lt.counters.SpansSampledOut++
 		return
 	}

@@ -254,7 +254,7 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 // hostSpan appends the span of a host call (a sync or a copy) of process
 // pid and returns its attributes, or false when sampling drops the call.
 func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
-	if !sampled(srcKey{pid, startNS}, so.o.SampleOneIn) {
+	if !sampled(srcKey{pid, startNS}, so.o.Sampling.OneIn) {
 		return pcommon.Map{}, false
 	}
 	sp := so.spansOf(pid).AppendEmpty()

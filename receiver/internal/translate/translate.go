@@ -28,9 +28,8 @@ type Options struct {
 	MaxPendingLaunches int           // launches waiting for more records
 	LaunchTimeout      time.Duration // longest wait for device/completion records
 	CompletionGrace    time.Duration // wait after completion for late warps (default 20 ms)
-	SampleOneIn        uint32        // keep 1 launch span in N
-	MinDuration        time.Duration // drop launch spans shorter than this
-	ExpectWarps        bool          // device probes are attached: wait for warp records
+	Sampling           SamplingOptions
+	ExpectWarps        bool // device probes are attached: wait for warp records
 	Filter             *config.KernelFilter
 	Demangle           func(string) string // mangled → span name (default identity)
 	ProcessName        func(pid uint32) string
@@ -39,14 +38,24 @@ type Options struct {
 	PerThreadSeries    bool // per-thread execution-count series for small grids
 	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
 	Host               HostOptions
+	Windows            WindowOptions
+}
 
-	// WindowWait is how long a launch waits for its driver window while
-	// its client's windows are on (windows::wait; 0: DefaultWindowWait,
+// SamplingOptions thin out the spans (metrics count every launch).
+type SamplingOptions struct {
+	OneIn       uint32        // keep 1 launch span in N
+	MinDuration time.Duration // drop launch spans shorter than this
+}
+
+// WindowOptions configure the use of driver windows (windows.go).
+type WindowOptions struct {
+	// Wait is how long a launch waits for its driver window while its
+	// client's windows are on (windows::wait; 0: DefaultWindowWait,
 	// negative: not at all).
-	WindowWait time.Duration
-	// OnWindowState, if set, is called when a client's windows state
-	// changes, with the client's peer pid (0: unknown).
-	OnWindowState func(pid uint32, s record.WindowState)
+	Wait time.Duration
+	// OnState, if set, is called when a client's windows state changes,
+	// with the client's peer pid (0: unknown).
+	OnState func(pid uint32, s record.WindowState)
 }
 
 // HostOptions configure the handling of host probes (HostCall and
@@ -163,8 +172,8 @@ func New(o Options) *Translator {
 	if o.CompletionGrace <= 0 {
 		o.CompletionGrace = 20 * time.Millisecond
 	}
-	if o.SampleOneIn < 1 {
-		o.SampleOneIn = 1
+	if o.Sampling.OneIn < 1 {
+		o.Sampling.OneIn = 1
 	}
 	if o.Demangle == nil {
 		o.Demangle = func(s string) string { return s }
@@ -178,8 +187,8 @@ func New(o Options) *Translator {
 	if o.Host.MaxHostCalls < 1 {
 		o.Host.MaxHostCalls = DefaultMaxHostCalls
 	}
-	if o.WindowWait == 0 {
-		o.WindowWait = DefaultWindowWait
+	if o.Windows.Wait == 0 {
+		o.Windows.Wait = DefaultWindowWait
 	}
 	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
 	t.series = &seriesStore{

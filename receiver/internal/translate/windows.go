@@ -58,6 +58,8 @@ type windowTable struct {
 	launches *launchTable
 	clients  *clientTable
 
+	nOn     int         // clients whose windows are on
+	onCache [8]onAnswer // on's answers by source (direct-mapped), while no state changes
 	groups  groupTable
 	recent  recentSet
 	changes [record.WindowsOff + 1][record.WindowsReasonConfig + 1]uint64 // by state and reason
@@ -65,17 +67,44 @@ type windowTable struct {
 	cover   coverage
 }
 
+// onAnswer is a cached answer of on.
+type onAnswer struct {
+	src    uint32
+	on, ok bool
+}
+
 // on says whether the latest WindowState of source src said windows on.
+// It runs for every pending launch at every poll: no map lookup while no
+// client has windows on, and answers are cached per source otherwise.
 func (wt *windowTable) on(src uint32) bool {
-	c := wt.clients.get(src)
-	return c != nil && c.win.state == record.WindowsOn
+	if wt.nOn == 0 {
+		return false
+	}
+	a := &wt.onCache[src%uint32(len(wt.onCache))]
+	if !a.ok || a.src != src {
+		c := wt.clients.get(src)
+		*a = onAnswer{src: src, on: c != nil && c.win.state == record.WindowsOn, ok: true}
+	}
+	return a.on
+}
+
+// setState records client c's windows state.
+func (wt *windowTable) setState(c *client, st record.WindowsState, r record.WindowsReason) {
+	if c.win.state == record.WindowsOn {
+		wt.nOn--
+	}
+	if st == record.WindowsOn {
+		wt.nOn++
+	}
+	c.win.state, c.win.reason = st, r
+	wt.onCache = [len(wt.onCache)]onAnswer{}
 }
 
 // waits says whether launch l (its launch record in) still waits for its
 // window: windows are on for its client, the launch call succeeded, and
 // it has waited less than Options.WindowWait.
 func (wt *windowTable) waits(l *launch, now time.Time) bool {
-	return !l.gpu.win.ok && l.rec.Result == 0 && now.Sub(l.created) < wt.o.WindowWait && wt.on(l.key.src)
+	return !l.gpu.win.ok && l.rec.Result == 0 && now.Sub(l.created) < wt.o.Windows.Wait && wt.on(l.key.src)
 }
 
 // matchOutcome is what became of a window.
@@ -128,11 +157,11 @@ func (wt *windowTable) onWindowState(src uint32, s *record.WindowState) {
 	if s.State == c.win.state && s.Reason == c.win.reason {
 		return
 	}
-	c.win.state, c.win.reason = s.State, s.Reason
+	wt.setState(c, s.State, s.Reason)
 	wt.counters.WindowStates++
 	wt.changes[s.State][s.Reason]++
-	if wt.o.OnWindowState != nil {
-		wt.o.OnWindowState(c.peer.PID, *s)
+	if wt.o.Windows.OnState != nil {
+		wt.o.Windows.OnState(c.peer.PID, *s)
 	}
 }
 
@@ -157,7 +186,7 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 		return
 	}
 	// A graph launch call is named by its first node's id alone.
-	if c.win.state != 0 && (l.rec.API != record.APIGraphLaunch || (l.group.g != nil && l.group.g.first == l.key.id)) {
+	if c.win.state != 0 && (l.rec.API != record.APIGraphLaunch || (l.graph.call.g != nil && l.graph.call.g.first == l.key.id)) {
 		wt.recent.add(l.key, false)
 	}
 	if l.rec.Result != 0 {
@@ -216,7 +245,7 @@ func (wt *windowTable) offset(edge int, later, earlier uint64) {
 
 // released marks launch l (done) emitted in its graph launch call.
 func (wt *windowTable) released(l *launch) {
-	if l.group.g != nil {
+	if l.graph.call.g != nil {
 		wt.groups.release(wt.clients.get(l.key.src), l)
 	}
 }
@@ -230,6 +259,7 @@ func (wt *windowTable) forget(src uint32) {
 		return
 	}
 	wt.groups.forget(&c.win.groups)
+	wt.setState(c, 0, 0)
 	if c.peer.PID != 0 {
 		wt.cover.gone(c.peer.PID)
 	}

@@ -29,7 +29,7 @@ var windowsOn = windowsState(record.WindowsOn, record.WindowsReasonNone)
 
 // winTr is a translator for the window tests.
 func winTr(probes bool) *Translator {
-	return newTr(Options{ExpectWarps: probes, CompletionGrace: winGrace, LaunchTimeout: time.Hour, WindowWait: winWait})
+	return newTr(Options{ExpectWarps: probes, CompletionGrace: winGrace, LaunchTimeout: time.Hour, Windows: WindowOptions{Wait: winWait}})
 }
 
 // expireSteps calls Expire at each of winSteps and returns the first step
@@ -345,9 +345,9 @@ func TestWindowStates(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []report
-			tr := newTr(Options{OnWindowState: func(pid uint32, s record.WindowState) {
+			tr := newTr(Options{Windows: WindowOptions{OnState: func(pid uint32, s record.WindowState) {
 				got = append(got, report{pid, s.State.String() + "/" + s.Reason.String()})
-			}})
+			}}})
 			tr.Connect(1, Peer{PID: 100})
 			tr.Connect(2, Peer{PID: 200})
 			handleAll(t, tr, time.Now(), tc.recs...)
@@ -513,7 +513,7 @@ func TestCoverage(t *testing.T) {
 // emitted launches, and the pending launches that wait for windows.
 func TestWindowBounds(t *testing.T) {
 	const calls = 20_000
-	tr := newTr(Options{CompletionGrace: winGrace, LaunchTimeout: time.Hour, WindowWait: time.Hour, MaxPendingLaunches: 1000,
+	tr := newTr(Options{CompletionGrace: winGrace, LaunchTimeout: time.Hour, Windows: WindowOptions{Wait: time.Hour}, MaxPendingLaunches: 1000,
 		Filter: mustFilter(t, "^keep")})
 	now := time.Unix(1000, 0)
 	recs := []rec{windowsOn, shim(&record.KernelName{Function: 0xa, Name: "keep"}), shim(&record.KernelName{Function: 0xb, Name: "drop"})}
@@ -557,4 +557,34 @@ func mustFilter(t *testing.T, include ...string) *config.KernelFilter {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestWindowsOnPerClient: only the launches of clients whose windows are
+// on wait, also for sources that share a slot of the answer cache, and a
+// state change reaches the launches that wait.
+func TestWindowsOnPerClient(t *testing.T) {
+	tr := winTr(true)
+	now := time.Unix(1000, 0)
+	recs := []rec{{1, &record.WindowState{State: record.WindowsOn}}, {9, &record.WindowState{State: record.WindowsOn}},
+		{9, &record.WindowState{State: record.WindowsUnavailable, Reason: record.WindowsReasonNoLibrary}},
+		{17, &record.WindowState{State: record.WindowsOn}}}
+	for _, src := range []uint32{1, 9, 17, 25} {
+		recs = append(recs, rec{src, &record.Launch{LaunchID: 1, PID: 42, TID: 43, EnqueueNS: 10_000, ReturnNS: 10_100, Function: 0xf,
+			Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}, Flags: record.LaunchUnprobed}})
+	}
+	handleAll(t, tr, now, recs...)
+	tr.Expire(now)
+	tr.Expire(now.Add(winSteps[1]))
+	if p := tr.Pending(); p != 2 {
+		t.Fatalf("%d pending, want 2 (sources 1 and 17 wait)", p)
+	}
+	handleAll(t, tr, now, rec{17, &record.WindowState{State: record.WindowsOff}})
+	tr.Expire(now.Add(winSteps[2]))
+	if p := tr.Pending(); p != 1 {
+		t.Fatalf("%d pending, want 1 (source 1 waits)", p)
+	}
+	tr.Expire(now.Add(winSteps[3]))
+	if p, m := tr.Pending(), tr.Counters().WindowsMissing; p != 0 || m != 1 {
+		t.Fatalf("%d pending, %d missing; want 0 and 1", p, m)
+	}
 }
