@@ -27,6 +27,7 @@ type Config struct {
 	// MetricsInterval is how often the cumulative metrics are emitted.
 	MetricsInterval time.Duration    `mapstructure:"metrics_interval"`
 	HostProbes      HostProbesConfig `mapstructure:"host_probes"`
+	Windows         WindowsConfig    `mapstructure:"windows"`
 	Resource        ResourceConfig   `mapstructure:"resource"`
 
 	// prevent unkeyed literal initialization
@@ -178,6 +179,15 @@ type HostProbesConfig struct {
 	HostCallGrace time.Duration `mapstructure:"host_call_grace"`
 }
 
+// WindowsConfig controls the use of the device windows that the driver
+// times for the shim (CUPTI kernel activity, record.Window).
+type WindowsConfig struct {
+	// Wait is how long a launch waits for its driver window while its
+	// application's windows are on, before it is emitted without one; 0:
+	// it does not wait (a window that came in time is used all the same).
+	Wait time.Duration `mapstructure:"wait"`
+}
+
 // ResourceConfig overrides resource attributes.
 type ResourceConfig struct {
 	// ServiceName overrides service.name; empty: the application's
@@ -206,6 +216,7 @@ const (
 	DefaultMetricsInterval    = 10 * time.Second
 	DefaultScanInterval       = time.Second            // host_probes::scan_interval
 	DefaultHostCallGrace      = 100 * time.Millisecond // host_probes::host_call_grace
+	DefaultWindowWait         = 2 * time.Second        // windows::wait
 )
 
 // Default returns the default configuration.
@@ -239,5 +250,6 @@ func Default() *Config {
 			ApproximateKernels: true,
 			HostCallGrace:      DefaultHostCallGrace,
 		},
+		Windows: WindowsConfig{Wait: DefaultWindowWait},
 	}
 }

@@ -52,6 +52,7 @@ func TestLoadYAML(t *testing.T) {
 			c.PollInterval = 5 * time.Millisecond
 			c.HostProbes = HostProbesConfig{Enabled: true, LibraryPaths: []string{"/usr/lib/x86_64-linux-gnu"},
 				Ldconfig: false, ScanInterval: 2 * time.Second, ApproximateKernels: false, HostCallGrace: 50 * time.Millisecond}
+			c.Windows.Wait = 500 * time.Millisecond
 			c.Resource.ServiceName = "trainer"
 			return c
 		}},
@@ -159,6 +160,8 @@ func TestValidateErrors(t *testing.T) {
 		{"library path empty", func(c *Config) { c.HostProbes.LibraryPaths = []string{"/lib", ""} }, "host_probes::library_paths[1]: must not be empty"},
 		{"scan_interval too short", func(c *Config) { c.HostProbes.ScanInterval = time.Millisecond }, "host_probes::scan_interval: must be 0 (off) or between 100ms and 1h0m0s, got 1ms"},
 		{"host_call_grace negative", func(c *Config) { c.HostProbes.HostCallGrace = -time.Second }, "host_probes::host_call_grace: must be between 0s and 1m0s, got -1s"},
+		{"windows wait negative", func(c *Config) { c.Windows.Wait = -time.Millisecond }, "windows::wait: must be between 0s and 1m0s, got -1ms"},
+		{"windows wait long", func(c *Config) { c.Windows.Wait = 2 * time.Minute }, "windows::wait: must be between 0s and 1m0s, got 2m0s"},
 		{"service name control", func(c *Config) { c.Resource.ServiceName = "a\nb" }, `resource::service_name: must not contain control characters, got "a\nb"`},
 	}
 	for _, tt := range tests {

@@ -43,6 +43,7 @@ const (
 	maxSeedKeys       = 1 << 16 // programs[i]::map_values::<map>
 	maxProgramMaps    = 256     // programs[i]::record_types, programs[i]::map_values
 	maxMinDuration    = time.Hour
+	maxWindowWait     = time.Minute // windows::wait
 )
 
 // keyError is one invalid value: its key (confmap "::" path) and reason.
@@ -108,6 +109,9 @@ func (c *Config) Validate() error {
 	}
 	if d := c.HostProbes.HostCallGrace; d < 0 || d > time.Minute {
 		l.add("host_probes::host_call_grace", "must be between 0s and 1m0s, got %s", d)
+	}
+	if d := c.Windows.Wait; d < 0 || d > maxWindowWait {
+		l.add("windows::wait", "must be between 0s and %s, got %s", maxWindowWait, d)
 	}
 	if n := len(c.Resource.ServiceName); n > maxServiceName {
 		l.add("resource::service_name", "must be at most %d bytes, got %d", maxServiceName, n)

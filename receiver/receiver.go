@@ -141,8 +141,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		MaxPendingLaunches: r.cfg.Limits.MaxPendingLaunches,
 		LaunchTimeout:      r.cfg.Limits.LaunchTimeout,
 		CompletionGrace:    2 * r.cfg.PollInterval,
-		SampleOneIn:        r.cfg.Sampling.OneIn,
-		MinDuration:        r.cfg.Sampling.MinDuration,
+		Sampling:           translate.SamplingOptions{OneIn: r.cfg.Sampling.OneIn, MinDuration: r.cfg.Sampling.MinDuration},
 		ExpectWarps:        r.cfg.Probes.KernelPhases && driver.found,
 		Filter:             filter,
 		Demangle:           demangle.Short,
@@ -155,6 +154,8 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 			HostCallGrace:        max(r.cfg.HostProbes.HostCallGrace, time.Nanosecond),
 			NoApproximateKernels: !r.cfg.HostProbes.ApproximateKernels,
 		},
+		Windows: translate.WindowOptions{Wait: windowWait(r.cfg.Windows.Wait),
+			OnState: (&windowReports{log: r.log, tel: tel}).state},
 	})
 	r.maps.col = progmaps.NewCollector(progmaps.CollectorOptions{
 		MaxMapKeys:      r.cfg.Limits.MaxMapKeys,
@@ -425,6 +426,7 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 		r.tel.GpuprobeReceiverRecordsCorrupt.Add(ctx, int64(corrupt))
 		r.tel.GpuprobeReceiverLaunchesEvicted.Add(ctx, int64(after.LaunchesEvicted-before.LaunchesEvicted+
 			after.LaunchesExpired-before.LaunchesExpired))
+		windowTelemetry(ctx, r.tel, &before.WindowCounters, &after.WindowCounters)
 	}
 	r.sendTraces(ctx, tc)
 }

@@ -38,6 +38,8 @@ const (
 	TypeDevice      Type = 9  // Device: index → UUID, name and SM count
 	TypeHostCall    Type = 10 // HostCall: a CUDA API call seen by a host uprobe
 	TypeExec        Type = 11 // Exec: one launch's device window, aggregated on the GPU
+	TypeWindow      Type = 12 // Window: one kernel's device window, timed by the driver (CUPTI)
+	TypeWindowState Type = 13 // WindowState: device windows turned on or off
 )
 
 // Version is the layout version of every type defined here.
@@ -70,6 +72,8 @@ var typeNames = [...]string{
 	TypeDevice:      "device",
 	TypeHostCall:    "host_call",
 	TypeExec:        "exec",
+	TypeWindow:      "window",
+	TypeWindowState: "window_state",
 }
 
 // Prefix is the common 8-byte prefix of every record.

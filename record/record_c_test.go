@@ -2,9 +2,11 @@ package record
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -59,9 +61,42 @@ int main(void) {
 	const unsigned char u[16] = {0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
 	d.device = 1; d.pid = 100; memcpy(d.uuid, u, 16); d.sm_count = 132; d.compute_cap = 90;
 	strcpy(d.name, "NVIDIA H100 80GB HBM3"); out(&d, sizeof d);
+
+	/* FNV-1a 32 of the mangled name, as the shim hashes it. */
+	uint32_t hash = 2166136261u;
+	for (const char *p = nm; *p; p++) { hash ^= (unsigned char)*p; hash *= 16777619u; }
+	struct gp_rec_window wi; memset(&wi, 0, sizeof wi); PREFIX(wi, GP_REC_WINDOW, sizeof wi);
+	wi.launch_id = 7; wi.start_ns = 2000; wi.end_ns = 82000; wi.device = 1; wi.name_hash = hash;
+	wi.correlation = 12345; wi.flags = GP_WINDOW_F_GRAPH; out(&wi, sizeof wi);
+
+	struct gp_rec_window_state ws; memset(&ws, 0, sizeof ws); PREFIX(ws, GP_REC_WINDOW_STATE, sizeof ws);
+	ws.time_ns = 1500; ws.state = GP_WINDOWS_UNAVAILABLE; ws.reason = GP_WINDOWS_R_API_ERROR; ws.detail = 17;
+	ws.dropped = 3; out(&ws, sizeof ws);
 	return 0;
 }
 `
+
+// cConstants asserts, at compile time, that the header's enum and flag
+// values are the Go constants.
+func cConstants() string {
+	var b strings.Builder
+	for _, c := range []struct {
+		c string
+		v uint32
+	}{
+		{"GP_REC_WINDOW", uint32(TypeWindow)}, {"GP_REC_WINDOW_STATE", uint32(TypeWindowState)},
+		{"GP_WINDOW_F_GRAPH", uint32(WindowGraph)}, {"GP_WINDOW_F_NO_LAUNCH", uint32(WindowNoLaunch)},
+		{"GP_WINDOWS_ON", uint32(WindowsOn)}, {"GP_WINDOWS_UNAVAILABLE", uint32(WindowsUnavailable)},
+		{"GP_WINDOWS_STEPPED_ASIDE", uint32(WindowsSteppedAside)}, {"GP_WINDOWS_OFF", uint32(WindowsOff)},
+		{"GP_WINDOWS_R_NONE", uint32(WindowsReasonNone)}, {"GP_WINDOWS_R_NO_LIBRARY", uint32(WindowsReasonNoLibrary)},
+		{"GP_WINDOWS_R_API_ERROR", uint32(WindowsReasonAPIError)}, {"GP_WINDOWS_R_PROFILER", uint32(WindowsReasonProfiler)},
+		{"GP_WINDOWS_R_INJECTION", uint32(WindowsReasonInjection)}, {"GP_WINDOWS_R_CONFIG", uint32(WindowsReasonConfig)},
+		{"sizeof(struct gp_rec_window)", WindowSize}, {"sizeof(struct gp_rec_window_state)", WindowStateSize},
+	} {
+		fmt.Fprintf(&b, "_Static_assert(%s == %d, %q);\n", c.c, c.v, c.c)
+	}
+	return b.String()
+}
 
 // TestCHeaderMatches compiles a C producer against include/gpuprobe_record.h
 // and checks that its bytes are exactly what the Go encoder writes.
@@ -72,7 +107,7 @@ func TestCHeaderMatches(t *testing.T) {
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "producer.c")
-	if err := os.WriteFile(src, []byte(cProducer), 0o600); err != nil {
+	if err := os.WriteFile(src, []byte(cProducer+cConstants()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "producer")

@@ -28,6 +28,8 @@ func sampleRecords() []decoder {
 		&ThreadCount{LaunchID: 7, FirstThread: 256, Counts: []uint64{1, 2, 3}},
 		&Device{Device: 1, PID: 100, UUID: [16]byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, SMCount: 132, ComputeCap: 90, Name: "NVIDIA H100 80GB HBM3"},
 		&Exec{LaunchID: 7, StartNS: 100, EndNS: 80100, Blocks: 65536, Threads: 1 << 24},
+		&Window{LaunchID: 7, StartNS: 2000, EndNS: 82000, Device: 1, NameHash: NameHash("_Z6vecAddPfS_S_i"), Correlation: 12345, Flags: WindowGraph},
+		&WindowState{TimeNS: 1500, State: WindowsUnavailable, Reason: WindowsReasonAPIError, Detail: 17, Dropped: 3},
 	}
 }
 
@@ -92,6 +94,7 @@ func mutate(rec decoder, fn func(b []byte)) []byte {
 func TestDecodeErrors(t *testing.T) {
 	s := sampleRecords()
 	launch, name, warp, memcpy, sync, calib, tc, exec := s[0], s[1], s[3], s[5], s[6], s[7], s[8], s[10]
+	window, state := s[11], s[12]
 	u16 := func(off int, v uint16) func([]byte) {
 		return func(b []byte) { binary.LittleEndian.PutUint16(b[off:], v) }
 	}
@@ -123,6 +126,15 @@ func TestDecodeErrors(t *testing.T) {
 		{"name size small", &KernelName{}, mutate(name, u32(4, 24)), "size", 4, "must be ≥ 32, got 24"},
 		{"exec no blocks", &Exec{}, mutate(exec, u64(32, 0)), "blocks", 32, "must be nonzero"},
 		{"exec end before start", &Exec{}, mutate(exec, u64(24, 99)), "end_ns", 24, "99 is before start_ns 100"},
+		{"window end before start", &Window{}, mutate(window, u64(24, 1999)), "end_ns", 24, "1999 is before start_ns 2000"},
+		{"window unknown flags", &Window{}, mutate(window, u32(44, 5)), "flags", 44, "unknown flags 0x4"},
+		{"window no launch with id", &Window{}, mutate(window, u32(44, 2)), "launch_id", 8, "must be 0 with NO_LAUNCH, got 7"},
+		{"window wrong size", &Window{}, append(mutate(window, u32(4, 56)), make([]byte, 8)...), "size", 4, "must be 48, got 56"},
+		{"window as state", &WindowState{}, window.Append(nil), "type", 0, "is window, not window_state"},
+		{"state zero", &WindowState{}, mutate(state, u32(16, 0)), "state", 16, "unknown state 0"},
+		{"state unknown", &WindowState{}, mutate(state, u32(16, 5)), "state", 16, "unknown state 5"},
+		{"state reason unknown", &WindowState{}, mutate(state, u32(20, 6)), "reason", 20, "unknown reason 6"},
+		{"state version", &WindowState{}, mutate(state, u16(2, 2)), "version", 2, "unsupported version 2 (want 1)"},
 		{"warp no lanes", &Warp{}, mutate(warp, u32(36, 0)), "active_mask", 36, "must be nonzero"},
 		{"warp exit before start", &Warp{}, mutate(warp, u64(56, 5)), "min_exit_ns", 56, "5 is before start_ns 10"},
 		{"warp end before exit", &Warp{}, mutate(warp, u64(48, 60)), "end_ns", 48, "60 is before min_exit_ns 70"},
@@ -186,7 +198,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(r.Append(nil))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}} {
+		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}, &Window{}, &WindowState{}} {
 			if err := d.Decode(b); err != nil {
 				continue
 			}

@@ -156,11 +156,161 @@ func (ms *GpuCudaThreadExecutionsByThreadMetricConfig) Validate() error {
 	return nil
 }
 
+// GpuprobeReceiverCoverageGpuTimeMetricAttributeKey specifies the key of an attribute for the gpuprobe.receiver.coverage.gpu_time metric.
+type GpuprobeReceiverCoverageGpuTimeMetricAttributeKey string
+
+const (
+	GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyProcessPid           GpuprobeReceiverCoverageGpuTimeMetricAttributeKey = "process.pid"
+	GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyGpuprobeWindowsRoute GpuprobeReceiverCoverageGpuTimeMetricAttributeKey = "gpuprobe.windows.route"
+)
+
+// GpuprobeReceiverCoverageGpuTimeMetricConfig provides config for the gpuprobe.receiver.coverage.gpu_time metric.
+type GpuprobeReceiverCoverageGpuTimeMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                              `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuprobeReceiverCoverageGpuTimeMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuprobeReceiverCoverageGpuTimeMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuprobeReceiverCoverageGpuTimeMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyGpuprobeWindowsRoute:
+		default:
+			return fmt.Errorf("metric gpuprobe.receiver.coverage.gpu_time doesn't have an attribute %v, valid attributes: [process.pid, gpuprobe.windows.route]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuprobeReceiverCoverageLaunchesMetricAttributeKey specifies the key of an attribute for the gpuprobe.receiver.coverage.launches metric.
+type GpuprobeReceiverCoverageLaunchesMetricAttributeKey string
+
+const (
+	GpuprobeReceiverCoverageLaunchesMetricAttributeKeyProcessPid           GpuprobeReceiverCoverageLaunchesMetricAttributeKey = "process.pid"
+	GpuprobeReceiverCoverageLaunchesMetricAttributeKeyGpuprobeWindowsRoute GpuprobeReceiverCoverageLaunchesMetricAttributeKey = "gpuprobe.windows.route"
+)
+
+// GpuprobeReceiverCoverageLaunchesMetricConfig provides config for the gpuprobe.receiver.coverage.launches metric.
+type GpuprobeReceiverCoverageLaunchesMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                               `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuprobeReceiverCoverageLaunchesMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuprobeReceiverCoverageLaunchesMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuprobeReceiverCoverageLaunchesMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuprobeReceiverCoverageLaunchesMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageLaunchesMetricAttributeKeyGpuprobeWindowsRoute:
+		default:
+			return fmt.Errorf("metric gpuprobe.receiver.coverage.launches doesn't have an attribute %v, valid attributes: [process.pid, gpuprobe.windows.route]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuprobeReceiverWindowsStateChangesMetricAttributeKey specifies the key of an attribute for the gpuprobe.receiver.windows.state_changes metric.
+type GpuprobeReceiverWindowsStateChangesMetricAttributeKey string
+
+const (
+	GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsState  GpuprobeReceiverWindowsStateChangesMetricAttributeKey = "gpuprobe.windows.state"
+	GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsReason GpuprobeReceiverWindowsStateChangesMetricAttributeKey = "gpuprobe.windows.reason"
+)
+
+// GpuprobeReceiverWindowsStateChangesMetricConfig provides config for the gpuprobe.receiver.windows.state_changes metric.
+type GpuprobeReceiverWindowsStateChangesMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                                  `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuprobeReceiverWindowsStateChangesMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuprobeReceiverWindowsStateChangesMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuprobeReceiverWindowsStateChangesMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsState, GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsReason:
+		default:
+			return fmt.Errorf("metric gpuprobe.receiver.windows.state_changes doesn't have an attribute %v, valid attributes: [gpuprobe.windows.state, gpuprobe.windows.reason]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
 // MetricsConfig provides config for gpuprobe metrics.
 type MetricsConfig struct {
-	GpuCudaKernelLaunches           GpuCudaKernelLaunchesMetricConfig           `mapstructure:"gpu.cuda.kernel.launches"`
-	GpuCudaMemcpySize               GpuCudaMemcpySizeMetricConfig               `mapstructure:"gpu.cuda.memcpy.size"`
-	GpuCudaThreadExecutionsByThread GpuCudaThreadExecutionsByThreadMetricConfig `mapstructure:"gpu.cuda.thread.executions.by_thread"`
+	GpuCudaKernelLaunches               GpuCudaKernelLaunchesMetricConfig               `mapstructure:"gpu.cuda.kernel.launches"`
+	GpuCudaMemcpySize                   GpuCudaMemcpySizeMetricConfig                   `mapstructure:"gpu.cuda.memcpy.size"`
+	GpuCudaThreadExecutionsByThread     GpuCudaThreadExecutionsByThreadMetricConfig     `mapstructure:"gpu.cuda.thread.executions.by_thread"`
+	GpuprobeReceiverCoverageGpuTime     GpuprobeReceiverCoverageGpuTimeMetricConfig     `mapstructure:"gpuprobe.receiver.coverage.gpu_time"`
+	GpuprobeReceiverCoverageLaunches    GpuprobeReceiverCoverageLaunchesMetricConfig    `mapstructure:"gpuprobe.receiver.coverage.launches"`
+	GpuprobeReceiverWindowsStateChanges GpuprobeReceiverWindowsStateChangesMetricConfig `mapstructure:"gpuprobe.receiver.windows.state_changes"`
 }
 
 func DefaultMetricsConfig() MetricsConfig {
@@ -179,6 +329,21 @@ func DefaultMetricsConfig() MetricsConfig {
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
+		},
+		GpuprobeReceiverCoverageGpuTime: GpuprobeReceiverCoverageGpuTimeMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuprobeReceiverCoverageGpuTimeMetricAttributeKey{GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyGpuprobeWindowsRoute},
+		},
+		GpuprobeReceiverCoverageLaunches: GpuprobeReceiverCoverageLaunchesMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuprobeReceiverCoverageLaunchesMetricAttributeKey{GpuprobeReceiverCoverageLaunchesMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageLaunchesMetricAttributeKeyGpuprobeWindowsRoute},
+		},
+		GpuprobeReceiverWindowsStateChanges: GpuprobeReceiverWindowsStateChangesMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuprobeReceiverWindowsStateChangesMetricAttributeKey{GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsState, GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsReason},
 		},
 	}
 }

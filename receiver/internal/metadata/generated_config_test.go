@@ -41,6 +41,21 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
 					},
+					GpuprobeReceiverCoverageGpuTime: GpuprobeReceiverCoverageGpuTimeMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverCoverageGpuTimeMetricAttributeKey{GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyGpuprobeWindowsRoute},
+					},
+					GpuprobeReceiverCoverageLaunches: GpuprobeReceiverCoverageLaunchesMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverCoverageLaunchesMetricAttributeKey{GpuprobeReceiverCoverageLaunchesMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageLaunchesMetricAttributeKeyGpuprobeWindowsRoute},
+					},
+					GpuprobeReceiverWindowsStateChanges: GpuprobeReceiverWindowsStateChangesMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverWindowsStateChangesMetricAttributeKey{GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsState, GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsReason},
+					},
 				},
 			},
 		},
@@ -63,6 +78,21 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
 					},
+					GpuprobeReceiverCoverageGpuTime: GpuprobeReceiverCoverageGpuTimeMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverCoverageGpuTimeMetricAttributeKey{GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyGpuprobeWindowsRoute},
+					},
+					GpuprobeReceiverCoverageLaunches: GpuprobeReceiverCoverageLaunchesMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverCoverageLaunchesMetricAttributeKey{GpuprobeReceiverCoverageLaunchesMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageLaunchesMetricAttributeKeyGpuprobeWindowsRoute},
+					},
+					GpuprobeReceiverWindowsStateChanges: GpuprobeReceiverWindowsStateChangesMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverWindowsStateChangesMetricAttributeKey{GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsState, GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsReason},
+					},
 				},
 			},
 		},
@@ -70,7 +100,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
@@ -107,6 +137,42 @@ func TestGpuCudaThreadExecutionsByThreadMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.thread.executions.by_thread doesn't have an attribute invalid, valid attributes: [code.function.name, cuda.device.index, cuda.thread.index]")
 
 	cfg = DefaultMetricsConfig().GpuCudaThreadExecutionsByThread
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuprobeReceiverCoverageGpuTimeMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuprobeReceiverCoverageGpuTime
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuprobeReceiverCoverageGpuTimeMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpuprobe.receiver.coverage.gpu_time doesn't have an attribute invalid, valid attributes: [process.pid, gpuprobe.windows.route]")
+
+	cfg = DefaultMetricsConfig().GpuprobeReceiverCoverageGpuTime
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuprobeReceiverCoverageLaunchesMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuprobeReceiverCoverageLaunches
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuprobeReceiverCoverageLaunchesMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpuprobe.receiver.coverage.launches doesn't have an attribute invalid, valid attributes: [process.pid, gpuprobe.windows.route]")
+
+	cfg = DefaultMetricsConfig().GpuprobeReceiverCoverageLaunches
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuprobeReceiverWindowsStateChangesMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuprobeReceiverWindowsStateChanges
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuprobeReceiverWindowsStateChangesMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpuprobe.receiver.windows.state_changes doesn't have an attribute invalid, valid attributes: [gpuprobe.windows.state, gpuprobe.windows.reason]")
+
+	cfg = DefaultMetricsConfig().GpuprobeReceiverWindowsStateChanges
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

@@ -60,6 +60,116 @@ var MapAttributeCudaMemcpyKind = map[string]AttributeCudaMemcpyKind{
 	"unknown": AttributeCudaMemcpyKindUnknown,
 }
 
+// AttributeGpuprobeWindowsReason specifies the value gpuprobe.windows.reason attribute.
+type AttributeGpuprobeWindowsReason int
+
+const (
+	_ AttributeGpuprobeWindowsReason = iota
+	AttributeGpuprobeWindowsReasonNone
+	AttributeGpuprobeWindowsReasonNoLibrary
+	AttributeGpuprobeWindowsReasonAPIError
+	AttributeGpuprobeWindowsReasonProfiler
+	AttributeGpuprobeWindowsReasonInjection
+	AttributeGpuprobeWindowsReasonConfig
+)
+
+// String returns the string representation of the AttributeGpuprobeWindowsReason.
+func (av AttributeGpuprobeWindowsReason) String() string {
+	switch av {
+	case AttributeGpuprobeWindowsReasonNone:
+		return "none"
+	case AttributeGpuprobeWindowsReasonNoLibrary:
+		return "no_library"
+	case AttributeGpuprobeWindowsReasonAPIError:
+		return "api_error"
+	case AttributeGpuprobeWindowsReasonProfiler:
+		return "profiler"
+	case AttributeGpuprobeWindowsReasonInjection:
+		return "injection"
+	case AttributeGpuprobeWindowsReasonConfig:
+		return "config"
+	}
+	return ""
+}
+
+// MapAttributeGpuprobeWindowsReason is a helper map of string to AttributeGpuprobeWindowsReason attribute value.
+var MapAttributeGpuprobeWindowsReason = map[string]AttributeGpuprobeWindowsReason{
+	"none":       AttributeGpuprobeWindowsReasonNone,
+	"no_library": AttributeGpuprobeWindowsReasonNoLibrary,
+	"api_error":  AttributeGpuprobeWindowsReasonAPIError,
+	"profiler":   AttributeGpuprobeWindowsReasonProfiler,
+	"injection":  AttributeGpuprobeWindowsReasonInjection,
+	"config":     AttributeGpuprobeWindowsReasonConfig,
+}
+
+// AttributeGpuprobeWindowsRoute specifies the value gpuprobe.windows.route attribute.
+type AttributeGpuprobeWindowsRoute int
+
+const (
+	_ AttributeGpuprobeWindowsRoute = iota
+	AttributeGpuprobeWindowsRouteInlinePtx
+	AttributeGpuprobeWindowsRouteWindows
+	AttributeGpuprobeWindowsRoutePatchedSass
+	AttributeGpuprobeWindowsRouteNone
+)
+
+// String returns the string representation of the AttributeGpuprobeWindowsRoute.
+func (av AttributeGpuprobeWindowsRoute) String() string {
+	switch av {
+	case AttributeGpuprobeWindowsRouteInlinePtx:
+		return "inline_ptx"
+	case AttributeGpuprobeWindowsRouteWindows:
+		return "windows"
+	case AttributeGpuprobeWindowsRoutePatchedSass:
+		return "patched_sass"
+	case AttributeGpuprobeWindowsRouteNone:
+		return "none"
+	}
+	return ""
+}
+
+// MapAttributeGpuprobeWindowsRoute is a helper map of string to AttributeGpuprobeWindowsRoute attribute value.
+var MapAttributeGpuprobeWindowsRoute = map[string]AttributeGpuprobeWindowsRoute{
+	"inline_ptx":   AttributeGpuprobeWindowsRouteInlinePtx,
+	"windows":      AttributeGpuprobeWindowsRouteWindows,
+	"patched_sass": AttributeGpuprobeWindowsRoutePatchedSass,
+	"none":         AttributeGpuprobeWindowsRouteNone,
+}
+
+// AttributeGpuprobeWindowsState specifies the value gpuprobe.windows.state attribute.
+type AttributeGpuprobeWindowsState int
+
+const (
+	_ AttributeGpuprobeWindowsState = iota
+	AttributeGpuprobeWindowsStateOn
+	AttributeGpuprobeWindowsStateUnavailable
+	AttributeGpuprobeWindowsStateSteppedAside
+	AttributeGpuprobeWindowsStateOff
+)
+
+// String returns the string representation of the AttributeGpuprobeWindowsState.
+func (av AttributeGpuprobeWindowsState) String() string {
+	switch av {
+	case AttributeGpuprobeWindowsStateOn:
+		return "on"
+	case AttributeGpuprobeWindowsStateUnavailable:
+		return "unavailable"
+	case AttributeGpuprobeWindowsStateSteppedAside:
+		return "stepped_aside"
+	case AttributeGpuprobeWindowsStateOff:
+		return "off"
+	}
+	return ""
+}
+
+// MapAttributeGpuprobeWindowsState is a helper map of string to AttributeGpuprobeWindowsState attribute value.
+var MapAttributeGpuprobeWindowsState = map[string]AttributeGpuprobeWindowsState{
+	"on":            AttributeGpuprobeWindowsStateOn,
+	"unavailable":   AttributeGpuprobeWindowsStateUnavailable,
+	"stepped_aside": AttributeGpuprobeWindowsStateSteppedAside,
+	"off":           AttributeGpuprobeWindowsStateOff,
+}
+
 // AttributeReason specifies the value reason attribute.
 type AttributeReason int
 
@@ -107,12 +217,27 @@ var MetricsInfo = metricsInfo{
 		Name:       "gpu.cuda.thread.executions.by_thread",
 		Attributes: []string{"code.function.name", "cuda.device.index", "cuda.thread.index"},
 	},
+	GpuprobeReceiverCoverageGpuTime: metricInfo{
+		Name:       "gpuprobe.receiver.coverage.gpu_time",
+		Attributes: []string{"process.pid", "gpuprobe.windows.route"},
+	},
+	GpuprobeReceiverCoverageLaunches: metricInfo{
+		Name:       "gpuprobe.receiver.coverage.launches",
+		Attributes: []string{"process.pid", "gpuprobe.windows.route"},
+	},
+	GpuprobeReceiverWindowsStateChanges: metricInfo{
+		Name:       "gpuprobe.receiver.windows.state_changes",
+		Attributes: []string{"gpuprobe.windows.state", "gpuprobe.windows.reason"},
+	},
 }
 
 type metricsInfo struct {
-	GpuCudaKernelLaunches           metricInfo
-	GpuCudaMemcpySize               metricInfo
-	GpuCudaThreadExecutionsByThread metricInfo
+	GpuCudaKernelLaunches               metricInfo
+	GpuCudaMemcpySize                   metricInfo
+	GpuCudaThreadExecutionsByThread     metricInfo
+	GpuprobeReceiverCoverageGpuTime     metricInfo
+	GpuprobeReceiverCoverageLaunches    metricInfo
+	GpuprobeReceiverWindowsStateChanges metricInfo
 }
 
 type metricInfo struct {
@@ -405,17 +530,302 @@ func newMetricGpuCudaThreadExecutionsByThread(cfg GpuCudaThreadExecutionsByThrea
 	return m
 }
 
+type metricGpuprobeReceiverCoverageGpuTime struct {
+	data          pmetric.Metric                              // data buffer for generated metric.
+	config        GpuprobeReceiverCoverageGpuTimeMetricConfig // metric config provided by user.
+	capacity      int                                         // max observed number of data points added to the metric.
+	aggDataPoints []float64                                   // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpuprobe.receiver.coverage.gpu_time metric with initial data.
+func (m *metricGpuprobeReceiverCoverageGpuTime) init() {
+	m.data.SetName("gpuprobe.receiver.coverage.gpu_time")
+	m.data.SetDescription("GPU time of launches by the route of their exact device window, per process (route none - estimated from the kernel's mean execution time).")
+	m.data.SetUnit("s")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuprobeReceiverCoverageGpuTime) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, processPidAttributeValue int64, gpuprobeWindowsRouteAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyProcessPid) {
+		dp.Attributes().PutInt("process.pid", processPidAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverCoverageGpuTimeMetricAttributeKeyGpuprobeWindowsRoute) {
+		dp.Attributes().PutStr("gpuprobe.windows.route", gpuprobeWindowsRouteAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuprobeReceiverCoverageGpuTime) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuprobeReceiverCoverageGpuTime) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetDoubleValue(m.data.Sum().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuprobeReceiverCoverageGpuTime(cfg GpuprobeReceiverCoverageGpuTimeMetricConfig) metricGpuprobeReceiverCoverageGpuTime {
+	m := metricGpuprobeReceiverCoverageGpuTime{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuprobeReceiverCoverageLaunches struct {
+	data          pmetric.Metric                               // data buffer for generated metric.
+	config        GpuprobeReceiverCoverageLaunchesMetricConfig // metric config provided by user.
+	capacity      int                                          // max observed number of data points added to the metric.
+	aggDataPoints []int64                                      // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpuprobe.receiver.coverage.launches metric with initial data.
+func (m *metricGpuprobeReceiverCoverageLaunches) init() {
+	m.data.SetName("gpuprobe.receiver.coverage.launches")
+	m.data.SetDescription("Launches by the route of their exact device window (none - no exact window), per process; failed launch calls and filtered kernels are not counted.")
+	m.data.SetUnit("{launch}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuprobeReceiverCoverageLaunches) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, processPidAttributeValue int64, gpuprobeWindowsRouteAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverCoverageLaunchesMetricAttributeKeyProcessPid) {
+		dp.Attributes().PutInt("process.pid", processPidAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverCoverageLaunchesMetricAttributeKeyGpuprobeWindowsRoute) {
+		dp.Attributes().PutStr("gpuprobe.windows.route", gpuprobeWindowsRouteAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuprobeReceiverCoverageLaunches) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuprobeReceiverCoverageLaunches) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuprobeReceiverCoverageLaunches(cfg GpuprobeReceiverCoverageLaunchesMetricConfig) metricGpuprobeReceiverCoverageLaunches {
+	m := metricGpuprobeReceiverCoverageLaunches{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuprobeReceiverWindowsStateChanges struct {
+	data          pmetric.Metric                                  // data buffer for generated metric.
+	config        GpuprobeReceiverWindowsStateChangesMetricConfig // metric config provided by user.
+	capacity      int                                             // max observed number of data points added to the metric.
+	aggDataPoints []int64                                         // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpuprobe.receiver.windows.state_changes metric with initial data.
+func (m *metricGpuprobeReceiverWindowsStateChanges) init() {
+	m.data.SetName("gpuprobe.receiver.windows.state_changes")
+	m.data.SetDescription("Changes of a client's driver windows state, by the state and reason it changed to.")
+	m.data.SetUnit("{change}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuprobeReceiverWindowsStateChanges) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, gpuprobeWindowsStateAttributeValue string, gpuprobeWindowsReasonAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsState) {
+		dp.Attributes().PutStr("gpuprobe.windows.state", gpuprobeWindowsStateAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsReason) {
+		dp.Attributes().PutStr("gpuprobe.windows.reason", gpuprobeWindowsReasonAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuprobeReceiverWindowsStateChanges) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuprobeReceiverWindowsStateChanges) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuprobeReceiverWindowsStateChanges(cfg GpuprobeReceiverWindowsStateChangesMetricConfig) metricGpuprobeReceiverWindowsStateChanges {
+	m := metricGpuprobeReceiverWindowsStateChanges{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
 // MetricsBuilder provides an interface for scrapers to report metrics while taking care of all the transformations
 // required to produce metric representation defined in metadata and user config.
 type MetricsBuilder struct {
-	config                                MetricsBuilderConfig // config of the metrics builder.
-	startTime                             pcommon.Timestamp    // start time that will be applied to all recorded data points.
-	metricsCapacity                       int                  // maximum observed number of metrics per resource.
-	metricsBuffer                         pmetric.Metrics      // accumulates metrics data before emitting.
-	buildInfo                             component.BuildInfo  // contains version information.
-	metricGpuCudaKernelLaunches           metricGpuCudaKernelLaunches
-	metricGpuCudaMemcpySize               metricGpuCudaMemcpySize
-	metricGpuCudaThreadExecutionsByThread metricGpuCudaThreadExecutionsByThread
+	config                                    MetricsBuilderConfig // config of the metrics builder.
+	startTime                                 pcommon.Timestamp    // start time that will be applied to all recorded data points.
+	metricsCapacity                           int                  // maximum observed number of metrics per resource.
+	metricsBuffer                             pmetric.Metrics      // accumulates metrics data before emitting.
+	buildInfo                                 component.BuildInfo  // contains version information.
+	metricGpuCudaKernelLaunches               metricGpuCudaKernelLaunches
+	metricGpuCudaMemcpySize                   metricGpuCudaMemcpySize
+	metricGpuCudaThreadExecutionsByThread     metricGpuCudaThreadExecutionsByThread
+	metricGpuprobeReceiverCoverageGpuTime     metricGpuprobeReceiverCoverageGpuTime
+	metricGpuprobeReceiverCoverageLaunches    metricGpuprobeReceiverCoverageLaunches
+	metricGpuprobeReceiverWindowsStateChanges metricGpuprobeReceiverWindowsStateChanges
 }
 
 // MetricBuilderOption applies changes to default metrics builder.
@@ -437,13 +847,16 @@ func WithStartTime(startTime pcommon.Timestamp) MetricBuilderOption {
 }
 func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, options ...MetricBuilderOption) *MetricsBuilder {
 	mb := &MetricsBuilder{
-		config:                                mbc,
-		startTime:                             pcommon.NewTimestampFromTime(time.Now()),
-		metricsBuffer:                         pmetric.NewMetrics(),
-		buildInfo:                             settings.BuildInfo,
-		metricGpuCudaKernelLaunches:           newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
-		metricGpuCudaMemcpySize:               newMetricGpuCudaMemcpySize(mbc.Metrics.GpuCudaMemcpySize),
-		metricGpuCudaThreadExecutionsByThread: newMetricGpuCudaThreadExecutionsByThread(mbc.Metrics.GpuCudaThreadExecutionsByThread),
+		config:                                    mbc,
+		startTime:                                 pcommon.NewTimestampFromTime(time.Now()),
+		metricsBuffer:                             pmetric.NewMetrics(),
+		buildInfo:                                 settings.BuildInfo,
+		metricGpuCudaKernelLaunches:               newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
+		metricGpuCudaMemcpySize:                   newMetricGpuCudaMemcpySize(mbc.Metrics.GpuCudaMemcpySize),
+		metricGpuCudaThreadExecutionsByThread:     newMetricGpuCudaThreadExecutionsByThread(mbc.Metrics.GpuCudaThreadExecutionsByThread),
+		metricGpuprobeReceiverCoverageGpuTime:     newMetricGpuprobeReceiverCoverageGpuTime(mbc.Metrics.GpuprobeReceiverCoverageGpuTime),
+		metricGpuprobeReceiverCoverageLaunches:    newMetricGpuprobeReceiverCoverageLaunches(mbc.Metrics.GpuprobeReceiverCoverageLaunches),
+		metricGpuprobeReceiverWindowsStateChanges: newMetricGpuprobeReceiverWindowsStateChanges(mbc.Metrics.GpuprobeReceiverWindowsStateChanges),
 	}
 
 	for _, op := range options {
@@ -512,6 +925,9 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	mb.metricGpuCudaKernelLaunches.emit(ils.Metrics())
 	mb.metricGpuCudaMemcpySize.emit(ils.Metrics())
 	mb.metricGpuCudaThreadExecutionsByThread.emit(ils.Metrics())
+	mb.metricGpuprobeReceiverCoverageGpuTime.emit(ils.Metrics())
+	mb.metricGpuprobeReceiverCoverageLaunches.emit(ils.Metrics())
+	mb.metricGpuprobeReceiverWindowsStateChanges.emit(ils.Metrics())
 
 	for _, op := range options {
 		op.apply(rm)
@@ -546,6 +962,21 @@ func (mb *MetricsBuilder) RecordGpuCudaMemcpySizeDataPoint(ts pcommon.Timestamp,
 // RecordGpuCudaThreadExecutionsByThreadDataPoint adds a data point to gpu.cuda.thread.executions.by_thread metric.
 func (mb *MetricsBuilder) RecordGpuCudaThreadExecutionsByThreadDataPoint(ts pcommon.Timestamp, val int64, codeFunctionNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaThreadIndexAttributeValue int64) {
 	mb.metricGpuCudaThreadExecutionsByThread.recordDataPoint(mb.startTime, ts, val, codeFunctionNameAttributeValue, cudaDeviceIndexAttributeValue, cudaThreadIndexAttributeValue)
+}
+
+// RecordGpuprobeReceiverCoverageGpuTimeDataPoint adds a data point to gpuprobe.receiver.coverage.gpu_time metric.
+func (mb *MetricsBuilder) RecordGpuprobeReceiverCoverageGpuTimeDataPoint(ts pcommon.Timestamp, val float64, processPidAttributeValue int64, gpuprobeWindowsRouteAttributeValue AttributeGpuprobeWindowsRoute) {
+	mb.metricGpuprobeReceiverCoverageGpuTime.recordDataPoint(mb.startTime, ts, val, processPidAttributeValue, gpuprobeWindowsRouteAttributeValue.String())
+}
+
+// RecordGpuprobeReceiverCoverageLaunchesDataPoint adds a data point to gpuprobe.receiver.coverage.launches metric.
+func (mb *MetricsBuilder) RecordGpuprobeReceiverCoverageLaunchesDataPoint(ts pcommon.Timestamp, val int64, processPidAttributeValue int64, gpuprobeWindowsRouteAttributeValue AttributeGpuprobeWindowsRoute) {
+	mb.metricGpuprobeReceiverCoverageLaunches.recordDataPoint(mb.startTime, ts, val, processPidAttributeValue, gpuprobeWindowsRouteAttributeValue.String())
+}
+
+// RecordGpuprobeReceiverWindowsStateChangesDataPoint adds a data point to gpuprobe.receiver.windows.state_changes metric.
+func (mb *MetricsBuilder) RecordGpuprobeReceiverWindowsStateChangesDataPoint(ts pcommon.Timestamp, val int64, gpuprobeWindowsStateAttributeValue AttributeGpuprobeWindowsState, gpuprobeWindowsReasonAttributeValue AttributeGpuprobeWindowsReason) {
+	mb.metricGpuprobeReceiverWindowsStateChanges.recordDataPoint(mb.startTime, ts, val, gpuprobeWindowsStateAttributeValue.String(), gpuprobeWindowsReasonAttributeValue.String())
 }
 
 // Reset resets metrics builder to its initial state. It should be used when external metrics source is restarted,

@@ -61,6 +61,9 @@ func TestMetricsBuilder(t *testing.T) {
 			aggMap["gpu.cuda.kernel.launches"] = mb.metricGpuCudaKernelLaunches.config.AggregationStrategy
 			aggMap["gpu.cuda.memcpy.size"] = mb.metricGpuCudaMemcpySize.config.AggregationStrategy
 			aggMap["gpu.cuda.thread.executions.by_thread"] = mb.metricGpuCudaThreadExecutionsByThread.config.AggregationStrategy
+			aggMap["gpuprobe.receiver.coverage.gpu_time"] = mb.metricGpuprobeReceiverCoverageGpuTime.config.AggregationStrategy
+			aggMap["gpuprobe.receiver.coverage.launches"] = mb.metricGpuprobeReceiverCoverageLaunches.config.AggregationStrategy
+			aggMap["gpuprobe.receiver.windows.state_changes"] = mb.metricGpuprobeReceiverWindowsStateChanges.config.AggregationStrategy
 
 			expectedWarnings := 0
 			if tt.metricsSet != testDataSetReag {
@@ -87,6 +90,24 @@ func TestMetricsBuilder(t *testing.T) {
 			if tt.name == "reaggregate_set" {
 				mb.RecordGpuCudaThreadExecutionsByThreadDataPoint(ts, 3, "code.function.name-val-2", 18, 18)
 			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuprobeReceiverCoverageGpuTimeDataPoint(ts, 1, 11, AttributeGpuprobeWindowsRouteInlinePtx)
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuprobeReceiverCoverageGpuTimeDataPoint(ts, 3, 12, AttributeGpuprobeWindowsRouteWindows)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuprobeReceiverCoverageLaunchesDataPoint(ts, 1, 11, AttributeGpuprobeWindowsRouteInlinePtx)
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuprobeReceiverCoverageLaunchesDataPoint(ts, 3, 12, AttributeGpuprobeWindowsRouteWindows)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuprobeReceiverWindowsStateChangesDataPoint(ts, 1, AttributeGpuprobeWindowsStateOn, AttributeGpuprobeWindowsReasonNone)
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuprobeReceiverWindowsStateChangesDataPoint(ts, 3, AttributeGpuprobeWindowsStateUnavailable, AttributeGpuprobeWindowsReasonNoLibrary)
+			}
 
 			res := pcommon.NewResource()
 			metrics := mb.Emit(WithResource(res))
@@ -94,6 +115,9 @@ func TestMetricsBuilder(t *testing.T) {
 				assert.Empty(t, mb.metricGpuCudaKernelLaunches.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaMemcpySize.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaThreadExecutionsByThread.aggDataPoints)
+				assert.Empty(t, mb.metricGpuprobeReceiverCoverageGpuTime.aggDataPoints)
+				assert.Empty(t, mb.metricGpuprobeReceiverCoverageLaunches.aggDataPoints)
+				assert.Empty(t, mb.metricGpuprobeReceiverWindowsStateChanges.aggDataPoints)
 			}
 
 			if tt.expectEmpty {
@@ -271,6 +295,153 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok = dp.Attributes().Get("cuda.device.index")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("cuda.thread.index")
+						assert.False(t, ok)
+					}
+				case "gpuprobe.receiver.coverage.gpu_time":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.coverage.gpu_time"], "Found a duplicate in the metrics slice: gpuprobe.receiver.coverage.gpu_time")
+						validatedMetrics["gpuprobe.receiver.coverage.gpu_time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "GPU time of launches by the route of their exact device window, per process (route none - estimated from the kernel's mean execution time).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						processPidAttrVal, ok := dp.Attributes().Get("process.pid")
+						assert.True(t, ok)
+						assert.EqualValues(t, 11, processPidAttrVal.Int())
+						gpuprobeWindowsRouteAttrVal, ok := dp.Attributes().Get("gpuprobe.windows.route")
+						assert.True(t, ok)
+						assert.Equal(t, "inline_ptx", gpuprobeWindowsRouteAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.coverage.gpu_time"], "Found a duplicate in the metrics slice: gpuprobe.receiver.coverage.gpu_time")
+						validatedMetrics["gpuprobe.receiver.coverage.gpu_time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "GPU time of launches by the route of their exact device window, per process (route none - estimated from the kernel's mean execution time).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpuprobe.receiver.coverage.gpu_time"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("process.pid")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("gpuprobe.windows.route")
+						assert.False(t, ok)
+					}
+				case "gpuprobe.receiver.coverage.launches":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.coverage.launches"], "Found a duplicate in the metrics slice: gpuprobe.receiver.coverage.launches")
+						validatedMetrics["gpuprobe.receiver.coverage.launches"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Launches by the route of their exact device window (none - no exact window), per process; failed launch calls and filtered kernels are not counted.", mi.Description())
+						assert.Equal(t, "{launch}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						processPidAttrVal, ok := dp.Attributes().Get("process.pid")
+						assert.True(t, ok)
+						assert.EqualValues(t, 11, processPidAttrVal.Int())
+						gpuprobeWindowsRouteAttrVal, ok := dp.Attributes().Get("gpuprobe.windows.route")
+						assert.True(t, ok)
+						assert.Equal(t, "inline_ptx", gpuprobeWindowsRouteAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.coverage.launches"], "Found a duplicate in the metrics slice: gpuprobe.receiver.coverage.launches")
+						validatedMetrics["gpuprobe.receiver.coverage.launches"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Launches by the route of their exact device window (none - no exact window), per process; failed launch calls and filtered kernels are not counted.", mi.Description())
+						assert.Equal(t, "{launch}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["gpuprobe.receiver.coverage.launches"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("process.pid")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("gpuprobe.windows.route")
+						assert.False(t, ok)
+					}
+				case "gpuprobe.receiver.windows.state_changes":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.windows.state_changes"], "Found a duplicate in the metrics slice: gpuprobe.receiver.windows.state_changes")
+						validatedMetrics["gpuprobe.receiver.windows.state_changes"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Changes of a client's driver windows state, by the state and reason it changed to.", mi.Description())
+						assert.Equal(t, "{change}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						gpuprobeWindowsStateAttrVal, ok := dp.Attributes().Get("gpuprobe.windows.state")
+						assert.True(t, ok)
+						assert.Equal(t, "on", gpuprobeWindowsStateAttrVal.Str())
+						gpuprobeWindowsReasonAttrVal, ok := dp.Attributes().Get("gpuprobe.windows.reason")
+						assert.True(t, ok)
+						assert.Equal(t, "none", gpuprobeWindowsReasonAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.windows.state_changes"], "Found a duplicate in the metrics slice: gpuprobe.receiver.windows.state_changes")
+						validatedMetrics["gpuprobe.receiver.windows.state_changes"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Changes of a client's driver windows state, by the state and reason it changed to.", mi.Description())
+						assert.Equal(t, "{change}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["gpuprobe.receiver.windows.state_changes"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("gpuprobe.windows.state")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("gpuprobe.windows.reason")
 						assert.False(t, ok)
 					}
 				}

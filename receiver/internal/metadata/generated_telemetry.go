@@ -34,6 +34,9 @@ type TelemetryBuilder struct {
 	GpuprobeReceiverRecordsCorrupt       metric.Int64Counter
 	GpuprobeReceiverRecordsDropped       metric.Int64Counter
 	GpuprobeReceiverRecordsRead          metric.Int64Counter
+	GpuprobeReceiverWindowsDropped       metric.Int64Counter
+	GpuprobeReceiverWindowsMissing       metric.Int64Counter
+	GpuprobeReceiverWindowsStateChanges  metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -111,6 +114,24 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_gpuprobe.receiver.records.read",
 		metric.WithDescription("Records read from the shared-memory rings. [Development]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.GpuprobeReceiverWindowsDropped, err = builder.meter.Int64Counter(
+		"otelcol_gpuprobe.receiver.windows.dropped",
+		metric.WithDescription("Driver windows the shim lost (CUPTI's dropped count and a full ring), as its window state records report them. [Development]"),
+		metric.WithUnit("{window}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.GpuprobeReceiverWindowsMissing, err = builder.meter.Int64Counter(
+		"otelcol_gpuprobe.receiver.windows.missing",
+		metric.WithDescription("Launches emitted without a driver window while their client's windows were on (windows::wait passed, evicted, or the client left). [Development]"),
+		metric.WithUnit("{launch}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.GpuprobeReceiverWindowsStateChanges, err = builder.meter.Int64Counter(
+		"otelcol_gpuprobe.receiver.windows.state_changes",
+		metric.WithDescription("Changes of a client's driver windows state (on, stepped aside for the application's profiler, unavailable, off), by the state and reason it changed to. [Development]"),
+		metric.WithUnit("{change}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

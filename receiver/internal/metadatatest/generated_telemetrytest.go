@@ -148,3 +148,51 @@ func AssertEqualGpuprobeReceiverRecordsRead(t *testing.T, tt *componenttest.Tele
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
+
+func AssertEqualGpuprobeReceiverWindowsDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_gpuprobe.receiver.windows.dropped",
+		Description: "Driver windows the shim lost (CUPTI's dropped count and a full ring), as its window state records report them. [Development]",
+		Unit:        "{window}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_gpuprobe.receiver.windows.dropped")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualGpuprobeReceiverWindowsMissing(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_gpuprobe.receiver.windows.missing",
+		Description: "Launches emitted without a driver window while their client's windows were on (windows::wait passed, evicted, or the client left). [Development]",
+		Unit:        "{launch}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_gpuprobe.receiver.windows.missing")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualGpuprobeReceiverWindowsStateChanges(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_gpuprobe.receiver.windows.state_changes",
+		Description: "Changes of a client's driver windows state (on, stepped aside for the application's profiler, unavailable, off), by the state and reason it changed to. [Development]",
+		Unit:        "{change}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_gpuprobe.receiver.windows.state_changes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}

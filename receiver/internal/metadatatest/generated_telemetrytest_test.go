@@ -27,6 +27,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.GpuprobeReceiverRecordsCorrupt.Add(context.Background(), 1)
 	tb.GpuprobeReceiverRecordsDropped.Add(context.Background(), 1)
 	tb.GpuprobeReceiverRecordsRead.Add(context.Background(), 1)
+	tb.GpuprobeReceiverWindowsDropped.Add(context.Background(), 1)
+	tb.GpuprobeReceiverWindowsMissing.Add(context.Background(), 1)
+	tb.GpuprobeReceiverWindowsStateChanges.Add(context.Background(), 1)
 	AssertEqualGpuprobeReceiverClientsDisconnected(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -49,6 +52,15 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualGpuprobeReceiverRecordsRead(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualGpuprobeReceiverWindowsDropped(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualGpuprobeReceiverWindowsMissing(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualGpuprobeReceiverWindowsStateChanges(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 

@@ -54,6 +54,7 @@ type client struct {
 	lastDev uint32                      // device of its latest launch
 	kernels map[uint64]*kernel          // function handle → kernel, ≤ maxKernelHandles (kernels.go)
 	streams map[streamSlot]*streamState // launch order per stream, ≤ maxStreamSlots (streamgap.go)
+	win     clientWindows               // its driver windows' state and graph launch calls (windows.go)
 
 	// Its pending launches and graph runs: how many, and in creation
 	// order (done ones are skipped), for makeRoom.
@@ -81,6 +82,7 @@ func (ct *clientTable) connect(src uint32, p Peer) {
 // are emitted now, and all its state is freed.
 func (t *Translator) Disconnect(src uint32, now time.Time) {
 	t.launches.forget(src, now)
+	t.windows.forget(src)
 	t.graphs.forget(src)
 	t.clients.forget(src)
 	t.o.Clock.Forget(src)

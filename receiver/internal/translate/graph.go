@@ -169,6 +169,7 @@ func (gt *graphTable) adoptCaptured(key srcKey, now time.Time) {
 	l := gt.newRun(c, key, now)
 	l.gpu.exec, l.gpu.warps, l.gpu.buffered = p.gpu.exec, p.gpu.warps, p.gpu.buffered
 	l.gpu.firstStart, l.gpu.lastEnd, l.gpu.maxSkew = p.gpu.firstStart, p.gpu.lastEnd, p.gpu.maxSkew
+	l.gpu.win = p.gpu.win
 	c.wantLaunch.push(l, c.live)
 	if l.gpu.exec == nil {
 		c.wantExec.push(l, c.live)

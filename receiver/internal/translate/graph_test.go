@@ -431,7 +431,7 @@ func TestGraphReplayWarps(t *testing.T) {
 // all or none), and the nodes of one graph launch together.
 func TestGraphReplaySampling(t *testing.T) {
 	const n, gap = 200, 100_000
-	tr := newTr(Options{ExpectWarps: true, SampleOneIn: 4, CompletionGrace: 10 * time.Millisecond, LaunchTimeout: time.Hour})
+	tr := newTr(Options{ExpectWarps: true, Sampling: SamplingOptions{OneIn: 4}, CompletionGrace: 10 * time.Millisecond, LaunchTimeout: time.Hour})
 	now := time.Unix(1000, 0)
 	recs := graphKernelNames()
 	for _, o := range graphOrders(n)[2:3] { // each replay launches then windows

@@ -46,7 +46,7 @@ func TestHostSpans(t *testing.T) {
 			s.calibrate(0)
 			s.add(&record.Device{Device: 0, UUID: [16]byte{1, 2, 3, 4}})
 			s.add(tc.rec)
-			tr := newTr(Options{SampleOneIn: tc.sample})
+			tr := newTr(Options{Sampling: SamplingOptions{OneIn: tc.sample}})
 			feed(t, tr, &s, time.Now())
 			n := tr.SpanCount()
 			td := tr.TakeTraces()

@@ -38,6 +38,7 @@ func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
 	}
 	c.kernels[k.Function] = &kernel{
 		mangled: mangled,
+		hash:    record.NameHash(k.Name),
 		name:    name,
 		series:  ct.series.seriesFor(name),
 		include: ct.o.Filter.Match(k.Name, name),

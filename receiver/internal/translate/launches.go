@@ -41,6 +41,14 @@ type gpuTimes struct {
 	lastEnd    uint64
 	maxSkew    uint64
 	buffered   []warpTimes // warp durations seen before the launch record
+	win        monoWindow  // its device window as the driver timed it (windows.go)
+}
+
+// monoWindow is a launch's device window from a record.Window, in the
+// client's CLOCK_MONOTONIC; ok is false until it comes.
+type monoWindow struct {
+	start, end uint64
+	ok         bool
 }
 
 // hostLink ties a launch to its host calls (host probes).
@@ -52,10 +60,12 @@ type hostLink struct {
 
 // graphRun places a run of a CUDA graph node (see graph.go, isGraph): its
 // node and replay ordinal (how many launch records of its id came before
-// its own); chain is nil for other launches.
+// its own); chain is nil for other launches. call is its node of a
+// cuGraphLaunch call, for driver windows (graphgroups.go).
 type graphRun struct {
 	chain  *replayChain
 	replay uint64
+	call   groupRef
 }
 
 // streamGap is a launch's place on its stream (streamgap.go): its count
@@ -79,6 +89,7 @@ type launchTable struct {
 	hosts    *hostTable
 	spans    *spanOut
 	series   *seriesStore
+	windows  *windowTable
 
 	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
 	queue   []*launch          // FIFO of pending launches (done ones are skipped)
@@ -90,6 +101,10 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	lt.clients.clientOf(src).lastDev = r.Device
 	k := lt.clients.kernelOf(src, r.Function)
 	key := srcKey{src, r.LaunchID}
+	var call *graphGroup // the cuGraphLaunch call of a node's record; its first record names it
+	if r.API == record.APIGraphLaunch && src != HostProbeSource {
+		call = lt.windows.groups.call(lt.clients.clientOf(src), r)
+	}
 	var seq uint64
 	if src != HostProbeSource && r.Result == 0 {
 		seq = lt.clients.streamCount(slotOf(src, r.Device, r.Stream, r.TID))
@@ -105,6 +120,8 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 			l.done = true
 			lt.drop(l)
 		}
+		lt.windows.filtered(key, r.API)
+		lt.windows.groups.add(lt.clients.clientOf(src), call, nil, k)
 		return
 	}
 	if r.API == record.APIGraphLaunch && !lt.graphs.isGraph(key) {
@@ -128,6 +145,9 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	l.gpu.buffered = nil
 	if l.graph.chain != nil {
 		lt.graphs.launched(l)
+	}
+	if call != nil && l.graph.call.g == nil {
+		lt.windows.groups.add(lt.clients.clientOf(src), call, l, k)
 	}
 	if src != HostProbeSource {
 		lt.hosts.onShimLaunch(r.PID, l, now)
@@ -193,6 +213,7 @@ func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 // drop forgets launch l (done).
 func (lt *launchTable) drop(l *launch) {
 	lt.clients.untrack(l)
+	lt.windows.released(l)
 	if l.graph.chain != nil {
 		lt.graphs.dropRun(l)
 		return
@@ -279,8 +300,44 @@ func (l *launch) deviceDone() bool {
 	return l.rec.Flags&record.LaunchUnprobed != 0 || l.gpu.exec != nil || l.gpu.warps >= expectedWarps(&l.rec)
 }
 
-// hasDevice says whether the launch has device times (firstStart, lastEnd).
-func (l *launch) hasDevice() bool { return l.gpu.exec != nil || l.gpu.warps > 0 }
+// hasDevice says whether the launch has a device window (devWindow).
+func (l *launch) hasDevice() bool { return l.gpu.exec != nil || l.gpu.warps > 0 || l.gpu.win.ok }
+
+// probed says whether the launch's own probes timed all of it: its Exec
+// window, or every warp.
+func (l *launch) probed() bool {
+	return l.gpu.exec != nil || (l.have && l.gpu.warps > 0 && l.gpu.warps >= expectedWarps(&l.rec))
+}
+
+// devTime is a device timestamp of a launch: %globaltimer of its device
+// (its probes'), or its client's CLOCK_MONOTONIC (mono: a driver window).
+type devTime struct {
+	ns   uint64
+	mono bool
+}
+
+// devWindow is the device window the launch's spans and figures use: its
+// probes' when they timed all of it (kernel_phases' Exec, every warp),
+// else the driver's (record.Window), else the warps that came; ok is
+// false when it has none.
+func (l *launch) devWindow() (start, end devTime, ok bool) {
+	switch {
+	case l.probed():
+	case l.gpu.win.ok:
+		return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
+	case l.gpu.warps == 0:
+		return devTime{}, devTime{}, false
+	}
+	return devTime{l.gpu.firstStart, false}, devTime{l.gpu.lastEnd, false}, true
+}
+
+// toReal maps device time t of source src and device dev to realtime ns.
+func (o *Options) toReal(src, dev uint32, t devTime) (uint64, bool) {
+	if t.mono {
+		return o.Clock.ClientMonoToReal(src, t.ns)
+	}
+	return o.Clock.GPUToReal(src, dev, t.ns)
+}
 
 func (lt *launchTable) recordWarp(l *launch, w warpTimes) {
 	s := l.k.series.dev(l.rec.Device)

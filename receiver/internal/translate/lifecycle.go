@@ -12,9 +12,29 @@ func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
 	if !l.have || !l.completed {
 		return
 	}
-	if (!lt.o.ExpectWarps || l.deviceDone()) && !lt.hosts.hold(l, now) {
+	if (!lt.o.ExpectWarps || l.deviceDone()) && !lt.held(l, now) {
 		lt.finish(l, now)
 	}
+}
+
+// held says whether l, whose records are in, waits for more: the host
+// calls of its thread (host probes), or its driver window (windows.go).
+func (lt *launchTable) held(l *launch, now time.Time) bool {
+	return lt.windows.waits(l, now) || lt.hosts.hold(l, now)
+}
+
+// kernelOver says whether l's kernel is known to be over without a
+// completion record: its driver window came, or the device records it
+// waits for are in; or, with driver windows on and no device probes, at
+// once (held then waits for the window, at most windows::wait).
+func (lt *launchTable) kernelOver(l *launch) bool {
+	if l.gpu.win.ok {
+		return true
+	}
+	if lt.o.ExpectWarps {
+		return l.deviceDone()
+	}
+	return lt.windows.on(l.key.src)
 }
 
 // Expire emits launches that waited long enough: completed ones after the
@@ -32,16 +52,15 @@ func (lt *launchTable) expire(now time.Time) {
 			continue
 		}
 		switch {
-		case l.have && l.completed && now.Sub(l.completeAt) >= lt.o.CompletionGrace && !lt.hosts.hold(l, now):
+		case l.have && l.completed && now.Sub(l.completeAt) >= lt.o.CompletionGrace && !lt.held(l, now):
 			lt.finish(l, now)
-		case l.have && !l.completed && lt.o.ExpectWarps && l.deviceDone() &&
-			now.Sub(l.created) < lt.o.LaunchTimeout:
-			// Every warp reported: the kernel is over. The shim writes
-			// no completion records, so after a grace for one (a
-			// producer that does write them) the launch is done.
+		case l.have && !l.completed && lt.kernelOver(l) && now.Sub(l.created) < lt.o.LaunchTimeout:
+			// Every device record is in: the kernel is over. The shim
+			// writes no completion records, so after a grace for one
+			// (a producer that does write them) the launch is done.
 			if l.warpsAt.IsZero() {
 				l.warpsAt = now
-			} else if now.Sub(l.warpsAt) >= lt.o.CompletionGrace && !lt.hosts.hold(l, now) {
+			} else if now.Sub(l.warpsAt) >= lt.o.CompletionGrace && !lt.held(l, now) {
 				lt.finish(l, now)
 			}
 		case now.Sub(l.created) >= lt.o.LaunchTimeout:
@@ -74,6 +93,7 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	lt.counters.LaunchesEmitted++
 	s := l.k.series.dev(l.rec.Device)
 	s.launches++
+	lt.windows.finished(l, s)
 	execNS, haveExec := l.execNS()
 	if haveExec {
 		s.exec.Record(float64(execNS) / 1e9)
@@ -84,15 +104,15 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	if lt.clients.streamGap(l, &s.hostWait); l.gap.known {
 		s.hostWait.Record(float64(l.gap.hostWaitNS) / 1e9)
 	}
-	if !sampled(l.sampleKey(), lt.o.SampleOneIn) {
+	if !sampled(l.sampleKey(), lt.o.Sampling.OneIn) {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	if haveExec && time.Duration(execNS) < lt.o.MinDuration {
+	if haveExec && time.Duration(execNS) < lt.o.Sampling.MinDuration {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.MinDuration {
+	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.Sampling.MinDuration {
 		lt.counters.SpansSampledOut++
 		return
 	}
@@ -100,20 +120,26 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 }
 
 // execNS is the device execution time: first block (warp) start → last
-// block (warp) end.
+// block (warp) end, or the driver's window.
 func (l *launch) execNS() (uint64, bool) {
-	if !l.hasDevice() {
+	start, end, ok := l.devWindow()
+	if !ok {
 		return 0, false
 	}
-	return l.gpu.lastEnd - l.gpu.firstStart, true
+	return end.ns - start.ns, true
 }
 
-// queueNS is host enqueue → first block start, through the clock mapping.
+// queueNS is host enqueue → first block start: through the clock mapping,
+// or at once for a driver window (the host's clock).
 func (lt *launchTable) queueNS(l *launch) (uint64, bool) {
-	if !l.hasDevice() {
+	start, _, ok := l.devWindow()
+	if !ok {
 		return 0, false
 	}
-	startReal, ok1 := lt.o.Clock.GPUToReal(l.key.src, l.rec.Device, l.gpu.firstStart)
+	if start.mono {
+		return start.ns - min(start.ns, l.rec.EnqueueNS), true
+	}
+	startReal, ok1 := lt.o.Clock.GPUToReal(l.key.src, l.rec.Device, start.ns)
 	enqReal, ok2 := lt.o.Clock.ClientMonoToReal(l.key.src, l.rec.EnqueueNS)
 	if !ok1 || !ok2 || startReal < enqReal {
 		return 0, ok1 && ok2 // clocks disagree by less than their uncertainty: 0

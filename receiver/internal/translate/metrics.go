@@ -65,6 +65,7 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 	ts := pcommon.NewTimestampFromTime(now)
 	t.series.appendMetrics(sm, ts)
 	t.hosts.appendMetrics(sm, ts)
+	t.windows.appendMetrics(sm, ts)
 	for _, c := range self {
 		dp := newSum(sm, c.Name, c.Unit, c.Desc).AppendEmpty()
 		dp.SetStartTimestamp(t.start)
@@ -92,9 +93,9 @@ func (sr *seriesStore) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestam
 		m                pmetric.ExponentialHistogramDataPointSlice
 	}
 	hs := []*hmetric{
-		{name: MetricExecDuration, unit: "s", desc: "Kernel execution time on the device: first warp start to last warp end.",
+		{name: MetricExecDuration, unit: "s", desc: "Kernel execution time on the device: first warp start to last warp end, or the driver's window of the kernel.",
 			pick: func(d *devSeries) *exphist.Hist { return &d.exec }},
-		{name: MetricQueueDuration, unit: "s", desc: "Host enqueue of a launch to its first warp starting on the device.",
+		{name: MetricQueueDuration, unit: "s", desc: "Host enqueue of a launch to its first warp (or, by the driver's window, the kernel) starting on the device.",
 			pick: func(d *devSeries) *exphist.Hist { return &d.queue }},
 		{name: MetricHostWait, unit: "s", desc: "Time a launch's stream sat idle, after the previous kernel on it ended, before the launch call returned (0 when the launch was queued in time).",
 			pick: func(d *devSeries) *exphist.Hist { return &d.hostWait }},

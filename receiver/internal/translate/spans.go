@@ -19,8 +19,8 @@ const ScopeName = "github.com/gpuprobe/gpuprobe/receiver"
 // after the kernel).
 const (
 	SpanLaunchCall = "cuda.launch_call" // host: the launch API call
-	SpanQueued     = "cuda.queued"      // host enqueue → first warp start
-	SpanExecuting  = "cuda.executing"   // first warp start → last warp end
+	SpanQueued     = "cuda.queued"      // host enqueue → first warp start (or the driver's kernel start)
+	SpanExecuting  = "cuda.executing"   // first warp start → last warp end (or the driver's window)
 	SpanCompletion = "cuda.completion"  // end of execution (or of the call) → host saw completion
 	SpanMemcpy     = "cuda.memcpy"      // one memory copy
 	SpanSync       = "cuda.sync"        // one synchronisation call
@@ -197,6 +197,9 @@ func (so *spanOut) launchSpans(l *launch) {
 		a.PutInt("cuda.blocks.observed", int64(l.gpu.exec.Blocks))
 		a.PutInt("cuda.threads.observed", int64(l.gpu.exec.Threads))
 	}
+	if rt := l.route(); rt != routeNone {
+		a.PutStr("cuda.launch.window", rt.String())
+	}
 	if l.gap.idleKnown {
 		a.PutInt("cuda.launch.stream_idle", int64(l.gap.idleNS))
 	}
@@ -208,9 +211,9 @@ func (so *spanOut) launchSpans(l *launch) {
 		a.PutInt("cuda.warps.expected", int64(expectedWarps(r)))
 		a.PutInt("cuda.warp.exit_skew.max", int64(l.gpu.maxSkew))
 	}
-	if l.hasDevice() {
-		fs, ok1 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.firstStart)
-		le, ok2 := so.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.lastEnd)
+	if ds, de, ok := l.devWindow(); ok {
+		fs, ok1 := so.o.toReal(l.key.src, r.Device, ds)
+		le, ok2 := so.o.toReal(l.key.src, r.Device, de)
 		if ok1 && ok2 {
 			child(SpanQueued, start, max(start, pcommon.Timestamp(fs)))
 			child(SpanExecuting, pcommon.Timestamp(fs), pcommon.Timestamp(le))
@@ -251,7 +254,7 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 // hostSpan appends the span of a host call (a sync or a copy) of process
 // pid and returns its attributes, or false when sampling drops the call.
 func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
-	if !sampled(srcKey{pid, startNS}, so.o.SampleOneIn) {
+	if !sampled(srcKey{pid, startNS}, so.o.Sampling.OneIn) {
 		return pcommon.Map{}, false
 	}
 	sp := so.spansOf(pid).AppendEmpty()

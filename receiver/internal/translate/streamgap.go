@@ -24,13 +24,17 @@ import "github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
 // Only launches adjacent on their stream are compared: every launch
 // record and memory copy of a stream advances its count as it is read,
 // and launch k is compared with the launch counted just before it, k−1,
-// which must have run probes (its end E is needed). A copy, a graph launch
-// or an unprobed launch in between leaves k without figures: never a
-// wrong figure, sometimes none. When k ran no probe (sampling, an
-// unpatched kernel), S is unknown: k gets host_wait = max(R − E, 0)
-// without the clamp (at most the launch call's own duration more) and no
-// stream_idle, so that sampled streams still report host waits, for the
-// launches right after probed ones. When k finishes before k−1 (an
+// which must have a device window (its end E is needed): its probes' or
+// the driver's (record.Window), whichever its span shows. A copy, a graph
+// launch or a launch without window in between leaves k without figures:
+// never a wrong figure, sometimes none. When k has no device window
+// (sampling, an unpatched kernel, no driver windows), S is unknown: k gets
+// host_wait = max(R − E, 0) without the clamp (at most the launch call's
+// own duration more) and no stream_idle, so that sampled streams still
+// report host waits, for the launches right after probed ones. E and S
+// from one clock (both %globaltimer, or both the host's CLOCK_MONOTONIC)
+// are compared as they are; across clocks, through their realtime
+// mappings. When k finishes before k−1 (an
 // unprobed launch is emitted a grace after its record, a probed one when
 // its device records are in), its span is out already: k−1's finish
 // records k's host_wait in the metric only. Streams: stream 0 and 0x1 are
@@ -53,7 +57,7 @@ type streamSlot struct {
 type streamState struct {
 	seq     uint64      // launches and copies counted on the stream
 	doneSeq uint64      // count of the latest finished launch (0: none)
-	end     uint64      // its last block end (%globaltimer), 0 when it ran no probe
+	end     devTime     // its last block end (or driver window end), ns 0 when it has no device window
 	early   earlyLaunch // a launch that finished before the one counted before it
 }
 
@@ -62,7 +66,7 @@ type streamState struct {
 type earlyLaunch struct {
 	seq       uint64
 	retReal   uint64 // its launch call's return (real ns)
-	startReal uint64 // its first block start (real ns), 0 when it ran no probe
+	startReal uint64 // its first block start (real ns), 0 when it has no device window
 	hostWait  *exphist.Hist
 }
 
@@ -94,7 +98,7 @@ func (ct *clientTable) streamCount(k streamSlot) uint64 {
 
 // streamGap runs at l's finish, with hw its kernel's host-wait histogram:
 // it sets l's stream idle time and host wait when the launch counted just
-// before it on its stream has finished and ran probes, records the host
+// before it on its stream has finished and has a device window, records the host
 // wait of a launch that finished early when l is its predecessor, and
 // makes l the stream's latest finished launch.
 func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
@@ -111,34 +115,49 @@ func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
 		return // forgotten
 	}
 	retReal, okRet := ct.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
+	start, end, dev := l.devWindow()
 	var startReal uint64
-	if l.hasDevice() {
-		startReal, _ = ct.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.firstStart)
+	if dev {
+		startReal, _ = ct.o.toReal(l.key.src, r.Device, start)
 	}
 	s := l.gap.seq
 	switch {
-	case s == st.doneSeq+1 && st.end != 0 && okRet:
-		if endReal, ok := ct.o.Clock.GPUToReal(l.key.src, r.Device, st.end); ok {
+	case s == st.doneSeq+1 && st.end.ns != 0 && okRet:
+		if endReal, ok := ct.o.toReal(l.key.src, r.Device, st.end); ok {
 			l.gap.hostWaitNS, l.gap.known = gapWait(retReal, endReal, startReal), true
-			if l.hasDevice() && l.gpu.firstStart >= st.end {
-				l.gap.idleNS, l.gap.idleKnown = l.gpu.firstStart-st.end, true
+			if idle, ok := idleNS(st.end, start, endReal, startReal); dev && ok {
+				l.gap.idleNS, l.gap.idleKnown = idle, true
 			}
 		}
 	case s > st.doneSeq+1 && okRet:
 		st.early = earlyLaunch{seq: s, retReal: retReal, startReal: startReal, hostWait: hw}
 	}
-	if s+1 == st.early.seq && l.hasDevice() {
-		if endReal, ok := ct.o.Clock.GPUToReal(l.key.src, r.Device, l.gpu.lastEnd); ok {
+	if s+1 == st.early.seq && dev {
+		if endReal, ok := ct.o.toReal(l.key.src, r.Device, end); ok {
 			st.early.hostWait.Record(float64(gapWait(st.early.retReal, endReal, st.early.startReal)) / 1e9)
 		}
 		st.early = earlyLaunch{}
 	}
 	if s > st.doneSeq {
-		st.doneSeq, st.end = s, 0
-		if l.hasDevice() {
-			st.end = l.gpu.lastEnd
+		st.doneSeq, st.end = s, devTime{}
+		if dev {
+			st.end = end
 		}
 	}
+}
+
+// idleNS is the stream's idle time from the previous kernel's end to this
+// one's start: in their own clock when both are in the same one (exact),
+// else through their realtime mappings (endReal, startReal; 0: unknown).
+// ok is false when the start is not after the end.
+func idleNS(end, start devTime, endReal, startReal uint64) (uint64, bool) {
+	switch {
+	case end.mono == start.mono && start.ns >= end.ns:
+		return start.ns - end.ns, true
+	case end.mono != start.mono && startReal != 0 && startReal >= endReal:
+		return startReal - endReal, true
+	}
+	return 0, false
 }
 
 // gapWait is the host wait of a launch whose call returned at ret after

@@ -28,9 +28,8 @@ type Options struct {
 	MaxPendingLaunches int           // launches waiting for more records
 	LaunchTimeout      time.Duration // longest wait for device/completion records
 	CompletionGrace    time.Duration // wait after completion for late warps (default 20 ms)
-	SampleOneIn        uint32        // keep 1 launch span in N
-	MinDuration        time.Duration // drop launch spans shorter than this
-	ExpectWarps        bool          // device probes are attached: wait for warp records
+	Sampling           SamplingOptions
+	ExpectWarps        bool // device probes are attached: wait for warp records
 	Filter             *config.KernelFilter
 	Demangle           func(string) string // mangled → span name (default identity)
 	ProcessName        func(pid uint32) string
@@ -39,6 +38,24 @@ type Options struct {
 	PerThreadSeries    bool // per-thread execution-count series for small grids
 	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
 	Host               HostOptions
+	Windows            WindowOptions
+}
+
+// SamplingOptions thin out the spans (metrics count every launch).
+type SamplingOptions struct {
+	OneIn       uint32        // keep 1 launch span in N
+	MinDuration time.Duration // drop launch spans shorter than this
+}
+
+// WindowOptions configure the use of driver windows (windows.go).
+type WindowOptions struct {
+	// Wait is how long a launch waits for its driver window while its
+	// client's windows are on (windows::wait; 0: DefaultWindowWait,
+	// negative: not at all).
+	Wait time.Duration
+	// OnState, if set, is called when a client's windows state changes,
+	// with the client's peer pid (0: unknown).
+	OnState func(pid uint32, s record.WindowState)
 }
 
 // HostOptions configure the handling of host probes (HostCall and
@@ -55,6 +72,7 @@ type HostOptions struct {
 type Counters struct {
 	LaunchCounters
 	HostCounters
+	WindowCounters
 }
 
 // LaunchCounters count records and the launches they make.
@@ -97,6 +115,7 @@ type srcKey struct {
 
 type kernel struct {
 	mangled string
+	hash    uint32 // record.NameHash of the name its KernelName record carried (0: none came)
 	name    string // demangled
 	series  *series
 	include bool
@@ -117,6 +136,7 @@ type Translator struct {
 	graphs   *graphTable  // runs of CUDA graph nodes (graph.go)
 	clients  *clientTable // per-source state and process names (client.go)
 	hosts    *hostTable   // host calls and the shim-less approximation (hostcalls.go, approx.go)
+	windows  *windowTable // driver windows, graph launch calls, coverage (windows.go, graphgroups.go, coverage.go)
 	series   *seriesStore // metric series (series.go)
 	spans    *spanOut     // spans built since the last TakeTraces (spans.go)
 }
@@ -134,6 +154,8 @@ type decoder struct {
 	dd record.Device
 	db record.Calibration
 	dh record.HostCall
+	dv record.Window
+	dx record.WindowState
 }
 
 // New returns a Translator.
@@ -150,8 +172,8 @@ func New(o Options) *Translator {
 	if o.CompletionGrace <= 0 {
 		o.CompletionGrace = 20 * time.Millisecond
 	}
-	if o.SampleOneIn < 1 {
-		o.SampleOneIn = 1
+	if o.Sampling.OneIn < 1 {
+		o.Sampling.OneIn = 1
 	}
 	if o.Demangle == nil {
 		o.Demangle = func(s string) string { return s }
@@ -165,6 +187,9 @@ func New(o Options) *Translator {
 	if o.Host.MaxHostCalls < 1 {
 		o.Host.MaxHostCalls = DefaultMaxHostCalls
 	}
+	if o.Windows.Wait == 0 {
+		o.Windows.Wait = DefaultWindowWait
+	}
 	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
 	t.series = &seriesStore{
 		o: &t.o, start: t.start,
@@ -177,12 +202,15 @@ func New(o Options) *Translator {
 		byID: map[uint32]*client{}, peerExe: map[uint32]string{}, procs: map[uint32]string{}}
 	t.hosts = &hostTable{o: &t.o, counters: &t.counters, start: t.start,
 		procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
+	t.windows = &windowTable{o: &t.o, counters: &t.counters, groups: groupTable{o: &t.o},
+		cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}}
 	t.spans = &spanOut{o: &t.o, counters: &t.counters}
 	t.spans.resetTraces()
 
 	// The parts call each other; each names the ones it calls.
 	t.launches.graphs, t.launches.clients, t.launches.hosts = t.graphs, t.clients, t.hosts
-	t.launches.spans, t.launches.series = t.spans, t.series
+	t.launches.spans, t.launches.series, t.launches.windows = t.spans, t.series, t.windows
+	t.windows.launches, t.windows.clients = t.launches, t.clients
 	t.graphs.launches, t.graphs.clients = t.launches, t.clients
 	t.clients.launches, t.clients.series = t.launches, t.series
 	t.hosts.launches, t.hosts.spans, t.hosts.series = t.launches, t.spans, t.series
@@ -232,6 +260,20 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.launches.onExec(src, &t.dec.de, now)
+	case record.TypeWindow:
+		if err := t.dec.dv.Decode(rec); err != nil {
+			return err
+		}
+		if src != HostProbeSource {
+			t.windows.onWindow(src, &t.dec.dv, now)
+		}
+	case record.TypeWindowState:
+		if err := t.dec.dx.Decode(rec); err != nil {
+			return err
+		}
+		if src != HostProbeSource {
+			t.windows.onWindowState(src, &t.dec.dx)
+		}
 	case record.TypeCompletion:
 		if err := t.dec.dc.Decode(rec); err != nil {
 			return err

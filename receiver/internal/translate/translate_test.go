@@ -293,7 +293,7 @@ func TestFilterAndSampling(t *testing.T) {
 			for id := range uint64(100) {
 				s.launch(id+1, 1, 1000*(id+1), 1, 32, 1, true)
 			}
-			tr := newTr(Options{Filter: f, SampleOneIn: tt.oneIn, MinDuration: tt.minDur, ExpectWarps: true})
+			tr := newTr(Options{Filter: f, Sampling: SamplingOptions{OneIn: tt.oneIn, MinDuration: tt.minDur}, ExpectWarps: true})
 			feed(t, tr, &s, time.Now())
 			roots := len(spanByName(tr.TakeTraces())["k"])
 			if tt.wantRoots >= 0 && roots != tt.wantRoots {
@@ -357,7 +357,7 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 	b.ResetTimer()
 	n := 0
 	for i := range b.N {
-		tr := newTr(Options{ExpectWarps: true, SampleOneIn: 1 << 30})
+		tr := newTr(Options{ExpectWarps: true, Sampling: SamplingOptions{OneIn: 1 << 30}})
 		for _, r := range s.b {
 			_ = tr.Handle(uint32(i), r, now)
 		}
@@ -404,7 +404,7 @@ func BenchmarkOverloadMemory(b *testing.B) {
 		s.launch(id+1, 1, 1000*(id+1), 1, 128, 4, false)
 	}
 	for range b.N {
-		tr := newTr(Options{MaxPendingLaunches: limit, ExpectWarps: true, SampleOneIn: 1 << 30})
+		tr := newTr(Options{MaxPendingLaunches: limit, ExpectWarps: true, Sampling: SamplingOptions{OneIn: 1 << 30}})
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)

@@ -1,0 +1,189 @@
+package translate
+
+// Coverage: per process, how many launches, and how much GPU time, had an
+// exact device window, and from where (route). A launch counts once, when
+// it is emitted (sampled-out spans too; failed launch calls not at all).
+// The GPU time of a launch without an exact window is not known: it is
+// estimated as the mean execution time of its kernel on its device so far
+// (0 before any launch of the kernel was timed).
+
+import (
+	"slices"
+
+	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+)
+
+// route is where a launch's exact device window came from.
+type route uint8
+
+const (
+	routeNone        route = iota // none: no exact window (or only some of its warps)
+	routeInlinePTX                // its own probes, patched into its PTX (kernel_phases' Exec, every warp)
+	routeWindows                  // the driver's window alone (record.Window)
+	routePatchedSASS              // probes patched into SASS: reserved, none yet
+	nRoutes
+)
+
+var routeNames = [nRoutes]string{"none", "inline_ptx", "windows", "patched_sass"}
+
+// String is the route's gpuprobe.windows.route value.
+func (r route) String() string { return routeNames[r] }
+
+// route says where l's exact device window came from.
+func (l *launch) route() route {
+	switch {
+	case l.probed():
+		return routeInlinePTX
+	case l.gpu.win.ok:
+		return routeWindows
+	}
+	return routeNone
+}
+
+// Bounds of the coverage series.
+const (
+	maxCoverageProcs = 1024 // processes with their own series; later ones fold into pid -1
+	otherPID         = ^uint32(0)
+)
+
+// procCoverage is one process's launches and GPU seconds by route.
+type procCoverage struct {
+	launches [nRoutes]uint64
+	seconds  [nRoutes]float64
+	start    pcommon.Timestamp
+	gone     bool // its client left: emitted once more, then forgotten
+}
+
+// coverage is the coverage of every process.
+type coverage struct {
+	start pcommon.Timestamp
+	now   pcommon.Timestamp // the latest emission (start of series created after it)
+	byPID map[uint32]*procCoverage
+}
+
+func (cv *coverage) add(pid uint32, rt route, secs float64) {
+	p := cv.byPID[pid]
+	if p == nil {
+		if len(cv.byPID) >= maxCoverageProcs {
+			pid = otherPID
+			p = cv.byPID[pid]
+		}
+		if p == nil {
+			p = &procCoverage{start: max(cv.start, cv.now)}
+			cv.byPID[pid] = p
+		}
+	}
+	p.gone = false
+	p.launches[rt]++
+	p.seconds[rt] += secs
+}
+
+// gone marks pid's coverage for removal after its next emission.
+func (cv *coverage) gone(pid uint32) {
+	if p := cv.byPID[pid]; p != nil {
+		p.gone = true
+	}
+}
+
+// Names of the driver-window self-metrics.
+const (
+	MetricCoverageLaunches = "gpuprobe.receiver.coverage.launches"
+	MetricCoverageGPUTime  = "gpuprobe.receiver.coverage.gpu_time"
+	MetricProbeOffset      = "gpuprobe.receiver.windows.probe_offset"
+	MetricWindowStates     = "gpuprobe.receiver.windows.state_changes"
+)
+
+// appendMetrics writes the windows' counters (once a client reported
+// windows), state changes and probe offsets, and the coverage.
+func (wt *windowTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+	c := &wt.counters.WindowCounters
+	if c.WindowsRead+c.WindowStates > 0 {
+		for _, m := range []struct {
+			name, unit, desc string
+			v                uint64
+		}{
+			{"gpuprobe.receiver.windows.matched", "{window}", "Driver windows joined to their launch.", c.WindowsMatched},
+			{"gpuprobe.receiver.windows.late", "{window}", "Driver windows whose launch was emitted before they came.", c.WindowsLate},
+			{"gpuprobe.receiver.windows.unmatched", "{window}", "Driver windows of no known launch (the shim found none, unknown launch id or graph node, duplicate, or began before the launch call).", c.WindowsUnmatched},
+			{"gpuprobe.receiver.windows.missing", "{launch}", "Launches emitted without a driver window while their client's windows were on.", c.WindowsMissing},
+			{"gpuprobe.receiver.windows.dropped", "{window}", "Driver windows the shim lost (CUPTI's dropped count, full ring).", c.WindowsDropped},
+		} {
+			dp := newSum(sm, m.name, m.unit, m.desc).AppendEmpty()
+			dp.SetStartTimestamp(wt.cover.start)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(int64(m.v))
+		}
+	}
+	changes := newSum(sm, MetricWindowStates, "{change}", "Changes of a client's driver windows state, by the state and reason it changed to.")
+	for st := range wt.changes {
+		for rs, n := range wt.changes[st] {
+			if n == 0 {
+				continue
+			}
+			dp := changes.AppendEmpty()
+			dp.SetStartTimestamp(wt.cover.start)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(int64(n))
+			dp.Attributes().PutStr("gpuprobe.windows.state", record.WindowsState(st).String())
+			dp.Attributes().PutStr("gpuprobe.windows.reason", record.WindowsReason(rs).String())
+		}
+	}
+	offs := newExpHist(sm, MetricProbeOffset, "s", "How far a launch's probe window lies from the driver's window of it, per edge, inside or outside the driver's.")
+	for edge, name := range [2]string{"start", "end"} {
+		for dir, dname := range [2]string{"inside", "outside"} {
+			h := &wt.offsets[edge][dir]
+			if h.Count() == 0 {
+				continue
+			}
+			dp := offs.AppendEmpty()
+			dp.SetStartTimestamp(wt.cover.start)
+			dp.SetTimestamp(ts)
+			h.CopyTo(dp)
+			dp.Attributes().PutStr("gpuprobe.windows.edge", name)
+			dp.Attributes().PutStr("gpuprobe.windows.direction", dname)
+		}
+	}
+	wt.cover.appendMetrics(sm, ts)
+}
+
+// appendMetrics writes the coverage of every process, every route (zeros
+// included), and forgets the processes that are gone.
+func (cv *coverage) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+	launches := newSum(sm, MetricCoverageLaunches, "{launch}", "Launches by the route of their exact device window (none: no exact window), per process.")
+	gpuTime := newSum(sm, MetricCoverageGPUTime, "s", "GPU time of launches by the route of their exact device window, per process (route none: estimated from the kernel's mean).")
+	pids := make([]uint32, 0, len(cv.byPID))
+	for pid := range cv.byPID {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	for _, pid := range pids {
+		p := cv.byPID[pid]
+		for rt := range nRoutes {
+			dp := launches.AppendEmpty()
+			dp.SetStartTimestamp(p.start)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(int64(p.launches[rt]))
+			coverageAttrs(dp.Attributes(), pid, rt)
+			dp = gpuTime.AppendEmpty()
+			dp.SetStartTimestamp(p.start)
+			dp.SetTimestamp(ts)
+			dp.SetDoubleValue(p.seconds[rt])
+			coverageAttrs(dp.Attributes(), pid, rt)
+		}
+		if p.gone {
+			delete(cv.byPID, pid)
+		}
+	}
+	cv.now = ts
+}
+
+func coverageAttrs(a pcommon.Map, pid uint32, rt route) {
+	if pid == otherPID {
+		a.PutInt("process.pid", -1)
+	} else {
+		a.PutInt("process.pid", int64(pid))
+	}
+	a.PutStr("gpuprobe.windows.route", rt.String())
+}
