@@ -63,10 +63,6 @@ type ProbesConfig struct {
 	// KernelPhases records launch, queueing, execution and completion of
 	// every kernel launch (and per-warp timing where PTX is available).
 	KernelPhases bool `mapstructure:"kernel_phases"`
-	// DeviceWindows asks every application for the exact device start and
-	// end of every kernel it runs (CUPTI activity, any kernel: SASS-only
-	// library kernels too), handed over every poll_interval.
-	DeviceWindows bool `mapstructure:"device_windows"`
 }
 
 // ProgramConfig is one user eBPF object whose GPU programs are attached.
@@ -182,6 +178,10 @@ type HostProbesConfig struct {
 // WindowsConfig controls the use of the device windows that the driver
 // times for the shim (CUPTI kernel activity, record.Window).
 type WindowsConfig struct {
+	// Enabled asks every application for the exact device start and end
+	// of every kernel it runs (CUPTI activity, any kernel: SASS-only
+	// library kernels too), handed over every poll_interval.
+	Enabled bool `mapstructure:"enabled"`
 	// Wait is how long a launch waits for its driver window while its
 	// application's windows are on, before it is emitted without one; 0:
 	// it does not wait (a window that came in time is used all the same).
@@ -227,7 +227,7 @@ func Default() *Config {
 			SocketMode:     DefaultSocketMode,
 			MaxPatchMemory: DefaultMaxPatchMemory,
 		},
-		Probes:   ProbesConfig{KernelPhases: true, DeviceWindows: true},
+		Probes:   ProbesConfig{KernelPhases: true},
 		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1, DeviceMaxPerSecond: DefaultDeviceMaxPerSecond},
 		Buffers: BuffersConfig{
 			RingSlots:  DefaultRingSlots,
@@ -250,6 +250,6 @@ func Default() *Config {
 			ApproximateKernels: true,
 			HostCallGrace:      DefaultHostCallGrace,
 		},
-		Windows: WindowsConfig{Wait: DefaultWindowWait},
+		Windows: WindowsConfig{Enabled: true, Wait: DefaultWindowWait},
 	}
 }

@@ -208,7 +208,7 @@ func (r *gpuReceiver) listen() error {
 // settings are what every client is asked to record besides launches.
 func (r *gpuReceiver) settings() agent.Settings {
 	var st agent.Settings
-	if r.cfg.Probes.DeviceWindows {
+	if r.cfg.Windows.Enabled {
 		st.Flags |= agent.SettingWindows
 		st.WindowFlushMS = uint32(min(max(r.cfg.PollInterval.Milliseconds(), 10), 10000))
 	}

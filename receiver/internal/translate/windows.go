@@ -101,10 +101,12 @@ func (wt *windowTable) setState(c *client, st record.WindowsState, r record.Wind
 }
 
 // waits says whether launch l (its launch record in) still waits for its
-// window: windows are on for its client, the launch call succeeded, and
-// it has waited less than Options.WindowWait.
+// window: windows are on for its client, the shim did not flag the launch
+// NO_WINDOW (windows paused by their rate cap, or no correlation id), the
+// launch call succeeded, and it has waited less than Options.WindowWait.
 func (wt *windowTable) waits(l *launch, now time.Time) bool {
-	return !l.gpu.win.ok && l.rec.Result == 0 && now.Sub(l.created) < wt.o.Windows.Wait && wt.on(l.key.src)
+	return !l.gpu.win.ok && l.rec.Flags&record.LaunchNoWindow == 0 && l.rec.Result == 0 &&
+		now.Sub(l.created) < wt.o.Windows.Wait && wt.on(l.key.src)
 }
 
 // matchOutcome is what became of a window.
@@ -192,7 +194,7 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 	if l.rec.Result != 0 {
 		return // nothing ran
 	}
-	if c.win.state == record.WindowsOn && !l.gpu.win.ok {
+	if c.win.state == record.WindowsOn && !l.gpu.win.ok && l.rec.Flags&record.LaunchNoWindow == 0 {
 		wt.counters.WindowsMissing++
 	}
 	rt := l.route()
