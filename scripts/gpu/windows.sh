@@ -15,12 +15,12 @@
 #          plain's), the collector's spans (>= 99% of launch spans with
 #          their exact window, names whole and demangled), and what the
 #          shim's trace says of windows
-# Environment: WINDOWS_OUT (default build/gpu-windows), ROUNDS (5), PARTS.
+# Environment: WINDOWS_OUT (default build/gpu-windows), ROUNDS (5), WINDOWS_PARTS.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 out=${WINDOWS_OUT:-$root/build/gpu-windows}
-parts=${PARTS:-abi,loop,torch}
+parts=${WINDOWS_PARTS:-abi,loop,torch}
 rounds=${ROUNDS:-5}
 mkdir -p "$out"
 status=0
