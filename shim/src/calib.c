@@ -28,14 +28,18 @@ GP_HIDDEN void gp_calibrate(void);
 #define GP_CAL_CTXS 16
 
 /* Host-mapped block: [0] monotonic (host writes), [1] g2 of the best
- * sample, [2] its host value, [3] its g2 - g1, [4] done (GPU writes 1). */
+ * sample, [2] its host value, [3] its g2 - g1, [4] done (GPU writes 1).
+ * The kernel takes 64 samples of the host's word once the host writes it,
+ * waiting up to 40 ms of %globaltimer for the first: a launch call that
+ * returns late (CUPTI's activity adds work to it) left the kernel done
+ * before the host's first write, with no sample (H200, this session). */
 static const char gp_cal_ptx[] =
 	".version 6.0\n"
 	".target sm_50\n"
 	".address_size 64\n"
 	".visible .entry __gpuprobe_calibrate(.param .u64 blk)\n"
 	"{\n"
-	"	.reg .u64 %a, %h, %g1, %g2, %d, %w, %bd, %bg, %bh, %bw;\n"
+	"	.reg .u64 %a, %h, %g1, %g2, %d, %w, %bd, %bg, %bh, %bw, %t0, %e;\n"
 	"	.reg .u32 %i;\n"
 	"	.reg .pred %p, %q;\n"
 	"	ld.param.u64 %a, [blk];\n"
@@ -44,6 +48,7 @@ static const char gp_cal_ptx[] =
 	"	mov.u64 %bh, 0;\n"
 	"	mov.u64 %bw, 0;\n"
 	"	mov.u32 %i, 0;\n"
+	"	mov.u64 %t0, %globaltimer;\n"
 	"L:\n"
 	"	mov.u64 %g1, %globaltimer;\n"
 	"	ld.volatile.global.u64 %h, [%a];\n"
@@ -57,10 +62,14 @@ static const char gp_cal_ptx[] =
 	"	@%p mov.u64 %bg, %g2;\n"
 	"	@%p mov.u64 %bh, %h;\n"
 	"	@%p mov.u64 %bw, %w;\n"
-	"N:\n"
 	"	add.u32 %i, %i, 1;\n"
+	"N:\n"
+	"	sub.u64 %e, %g2, %t0;\n"
+	"	setp.gt.u64 %p, %e, 40000000;\n"
+	"	@%p bra D;\n"
 	"	setp.lt.u32 %p, %i, 64;\n"
 	"	@%p bra L;\n"
+	"D:\n"
 	"	st.volatile.global.u64 [%a+8], %bg;\n"
 	"	st.volatile.global.u64 [%a+16], %bh;\n"
 	"	st.volatile.global.u64 [%a+24], %bw;\n"

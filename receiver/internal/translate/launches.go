@@ -331,6 +331,20 @@ func (l *launch) devWindow() (start, end devTime, ok bool) {
 	return devTime{l.gpu.firstStart, false}, devTime{l.gpu.lastEnd, false}, true
 }
 
+// window is the device window l's spans and figures use: devWindow's, or
+// the driver's when devWindow's is the probes' and their device has no
+// clock mapping (its calibration failed), so that a launch the driver
+// timed always shows its window.
+func (o *Options) window(l *launch) (start, end devTime, ok bool) {
+	start, end, ok = l.devWindow()
+	if ok && !start.mono && l.gpu.win.ok {
+		if _, mapped := o.Clock.GPUToReal(l.key.src, l.rec.Device, start.ns); !mapped {
+			return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
+		}
+	}
+	return start, end, ok
+}
+
 // toReal maps device time t of source src and device dev to realtime ns.
 func (o *Options) toReal(src, dev uint32, t devTime) (uint64, bool) {
 	if t.mono {

@@ -132,7 +132,7 @@ func (l *launch) execNS() (uint64, bool) {
 // queueNS is host enqueue → first block start: through the clock mapping,
 // or at once for a driver window (the host's clock).
 func (lt *launchTable) queueNS(l *launch) (uint64, bool) {
-	start, _, ok := l.devWindow()
+	start, _, ok := lt.o.window(l)
 	if !ok {
 		return 0, false
 	}

@@ -211,7 +211,7 @@ func (so *spanOut) launchSpans(l *launch) {
 		a.PutInt("cuda.warps.expected", int64(expectedWarps(r)))
 		a.PutInt("cuda.warp.exit_skew.max", int64(l.gpu.maxSkew))
 	}
-	if ds, de, ok := l.devWindow(); ok {
+	if ds, de, ok := so.o.window(l); ok {
 		fs, ok1 := so.o.toReal(l.key.src, r.Device, ds)
 		le, ok2 := so.o.toReal(l.key.src, r.Device, de)
 		if ok1 && ok2 {

@@ -115,7 +115,7 @@ func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
 		return // forgotten
 	}
 	retReal, okRet := ct.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
-	start, end, dev := l.devWindow()
+	start, end, dev := ct.o.window(l)
 	var startReal uint64
 	if dev {
 		startReal, _ = ct.o.toReal(l.key.src, r.Device, start)

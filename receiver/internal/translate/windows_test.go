@@ -591,3 +591,24 @@ func TestWindowsOnPerClient(t *testing.T) {
 		t.Fatalf("%d pending, %d missing; want 0 and 1", p, m)
 	}
 }
+
+// TestWindowWithoutCalibration: a launch its probes timed on a device with
+// no calibration (the shim's calibration kernel got no reading) shows the
+// driver's window instead of no window at all.
+func TestWindowWithoutCalibration(t *testing.T) {
+	const k = "_Z1kv"
+	tr := winTr(true)
+	now := time.Unix(1000, 0)
+	// handleAll calibrates device 0 only: this launch runs on device 1.
+	l := &record.Launch{LaunchID: 9, PID: 42, TID: 43, EnqueueNS: 10_000, ReturnNS: 10_100, Stream: 7, Function: 0xf,
+		Device: 1, Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{256, 1, 1}}
+	handleAll(t, tr, now, shim(&record.KernelName{Function: 0xf, Name: k}), windowsOn, shim(l),
+		shim(&record.Exec{LaunchID: 9, StartNS: gpuBase + 10_600, EndNS: gpuBase + 90_600, Blocks: 4, Threads: 1024}),
+		shim(&record.Window{LaunchID: 9, StartNS: 10_500, EndNS: 90_800, Device: 1, NameHash: record.NameHash(k), Correlation: 5}))
+	expireSteps(tr, now)
+	td := tr.TakeTraces()
+	root := index(td).one(t, k)
+	if got := phases(td, root)[SpanExecuting]; got != [2]uint64{10_500, 90_800} {
+		t.Errorf("cuda.executing %v, want the driver's window [10500 90800]", got)
+	}
+}
