@@ -97,12 +97,24 @@ if [[ $parts == *torch* ]]; then
 	export PYTHONUNBUFFERED=1
 	for m in eager compile cublas; do
 		python3 scripts/gpu/torchstep.py $m --kernels >"$out/$m-plain.json" 2>"$out/$m-plain.err"
-		start_collector "$out" "    sampling: {}" traces || { echo "windows torch: no collector"; exit 1; }
+		start_collector "$out" "$(printf '    sampling: {}\n    metrics_interval: 1s')" metrics || { echo "windows torch: no collector"; exit 1; }
 		rm -f "$out/$m-trace.txt"
 		GPUPROBE_TRACE="$out/$m-trace.txt" timeout 400 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- \
 			python3 scripts/gpu/torchstep.py $m --kernels >"$out/$m-shim.json" 2>"$out/$m-shim.err"
-		sleep 1.5
+		sleep 3 # windows::wait and a metrics interval
 		kill -TERM "$col"; wait "$col"
+		cp "$out/traces.json" "$out/$m-traces.json"; cp "$out/metrics.json" "$out/$m-metrics.json"
+		cp "$out/collector.log" "$out/$m-collector.log"
+		python3 - "$out/metrics.json" "$m" <<'PY'
+import sys
+sys.path.insert(0, "scripts/gpu")
+from lib_metrics import load
+last = {}
+for p in load(sys.argv[1]):
+    if p["name"].startswith("gpuprobe.receiver.windows.") and p["kind"] == "sum":
+        last[(p["name"], tuple(sorted(p["attrs"].items())))] = p["value"]
+print("windows torch %s counters: %s" % (sys.argv[2], ", ".join("%s%s=%s" % (n[len("gpuprobe.receiver.windows."):], dict(a) if a else "", v) for (n, a), v in sorted(last.items()))))
+PY
 		python3 - "$out/$m-plain.json" "$out/$m-shim.json" "$m" <<'PY' || status=1
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))

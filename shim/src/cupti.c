@@ -91,7 +91,6 @@ static struct {
 	gp_cupti_result (*enable)(uint32_t);
 	gp_cupti_result (*disable)(uint32_t);
 	gp_cupti_result (*flush_all)(uint32_t);
-	gp_cupti_result (*flush_period)(uint32_t);
 	gp_cupti_result (*next_record)(uint8_t *, size_t, void **);
 	gp_cupti_result (*dropped)(void *, uint32_t, size_t *);
 	gp_cupti_result (*subscribe)(void **, gp_cb_fn, void *);
@@ -393,7 +392,6 @@ static int gp_cupti_syms(const char **why)
 	GP_CU_SYM(enable, "cuptiActivityEnable");
 	GP_CU_SYM(disable, "cuptiActivityDisable");
 	GP_CU_SYM(flush_all, "cuptiActivityFlushAll");
-	GP_CU_SYM(flush_period, "cuptiActivityFlushPeriod");
 	GP_CU_SYM(next_record, "cuptiActivityGetNextRecord");
 	GP_CU_SYM(dropped, "cuptiActivityGetNumDroppedRecords");
 	GP_CU_SYM(subscribe, "cuptiSubscribe");
@@ -435,8 +433,6 @@ static int gp_win_enable(const char **why)
 		gp_win_sub = NULL;
 		return *why = "enabling kernel activity", r;
 	}
-	if (gp_cu.flush_period)
-		gp_cu.flush_period(gp_win_flush_ms);
 	__atomic_store_n(&gp_win_on, 1, __ATOMIC_RELEASE);
 	return 0;
 }
@@ -505,9 +501,13 @@ static void gp_win_pace(uint64_t now)
 	}
 }
 
-/* The flush thread: CUPTI's own periodic flush where it has one, else
- * ours; the rate cap; and the way back after the application's profiler
- * is done. */
+/* The flush thread: a default flush every flush period (it hands over
+ * every buffer whose records are complete, full or not; CUPTI's own
+ * periodic flush, cuptiActivityFlushPeriod, hands over full buffers only,
+ * so a process launching a few hundred kernels a second got its windows
+ * only at exit, seconds after its launches: H200, this session's call 6);
+ * the rate cap; and the way back after the application's profiler is
+ * done. */
 static void *gp_win_main(void *arg)
 {
 	(void)arg;
@@ -515,7 +515,7 @@ static void *gp_win_main(void *arg)
 	for (;;) {
 		nanosleep(&ts, NULL);
 		gp_win_lock();
-		if (gp_win_state == GP_WIN_ON && !gp_cu.flush_period)
+		if (gp_win_state == GP_WIN_ON)
 			gp_cu.flush_all(0);
 		if (gp_win_state == GP_WIN_ON)
 			gp_win_pace(gp_now());
