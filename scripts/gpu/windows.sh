@@ -15,7 +15,8 @@
 #          plain's), the collector's spans (>= 99% of launch spans with
 #          their exact window, names whole and demangled), and what the
 #          shim's trace says of windows
-# Environment: WINDOWS_OUT (default build/gpu-windows), ROUNDS (5), WINDOWS_PARTS.
+# Environment: WINDOWS_OUT (default build/gpu-windows), ROUNDS (5), WINDOWS_PARTS,
+# TORCH_MODES (eager compile cublas), TORCH_REPEAT (1: rounds of the torch part).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -95,7 +96,8 @@ fi
 
 if [[ $parts == *torch* ]]; then
 	export PYTHONUNBUFFERED=1
-	for m in eager compile cublas; do
+	for rep in $(seq "${TORCH_REPEAT:-1}"); do
+	for m in ${TORCH_MODES:-eager compile cublas}; do
 		python3 scripts/gpu/torchstep.py $m --kernels >"$out/$m-plain.json" 2>"$out/$m-plain.err"
 		start_collector "$out" "$(printf '    sampling: {}\n    metrics_interval: 1s')" metrics || { echo "windows torch: no collector"; exit 1; }
 		rm -f "$out/$m-trace.txt"
@@ -168,6 +170,7 @@ sys.exit(0 if n > 0 and share >= 0.99 and not cut else 1)
 PY
 		grep -h "device windows\|not patched\|loaded the patched" "$out/$m-trace.txt" | sed 's/^gpuprobe\[[0-9]*\]: //' | sort | uniq -c | sort -rn | head -8
 		tail -3 "$out/$m-shim.err"
+	done
 	done
 fi
 exit $status
