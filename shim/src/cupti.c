@@ -23,8 +23,8 @@
  * application has disabled every kind it enabled and has no subscriber. A
  * profiler injected through CUDA_INJECTION64_PATH keeps CUPTI to itself.
  *
- * Bounded: GP_WIN_BUFS activity buffers of GP_WIN_BUF bytes, allocated
- * once (CUPTI asks for buffers on the application's launch path: a buffer
+ * Bounded: GP_WIN_BUFS activity buffers of GP_WIN_BUF bytes (16 MiB of
+ * address space, touched as CUPTI fills them), allocated once (CUPTI asks for buffers on the application's launch path: a buffer
  * is taken from the pool there, never allocated); records CUPTI drops when
  * the pool is empty, and windows the ring cannot take, are counted in the
  * next window_state record. Any failure leaves windows off and the
@@ -171,10 +171,10 @@ static uint64_t gp_win_lookup(uint32_t corr)
 
 /* ---- activity buffers: a fixed pool ------------------------------- */
 
-#define GP_WIN_BUFS 16u
+#define GP_WIN_BUFS 32u /* one bit each in gp_win_free */
 #define GP_WIN_BUF ((size_t)512 << 10)
 static uint8_t *gp_win_pool;
-static uint32_t gp_win_free = (1u << GP_WIN_BUFS) - 1; /* bit i: buffer i is free (atomic) */
+static uint32_t gp_win_free = 0xffffffffu; /* bit i: buffer i is free (atomic) */
 
 static void gp_buf_requested(uint8_t **buf, size_t *size, size_t *max)
 {
