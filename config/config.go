@@ -176,7 +176,23 @@ type HostProbesConfig struct {
 	// HostCallGrace is how long a host launch call waits for the shim's
 	// launch record it belongs to before it is emitted on its own.
 	HostCallGrace time.Duration `mapstructure:"host_call_grace"`
+	// ShimProcesses says where the entry points whose calls the shim
+	// records itself (launches, graph launches, syncs, the driver copies
+	// it wraps) are probed: ShimProcessesSkip, only in the processes
+	// without a shim session that the /proc scan finds (with
+	// scan_interval 0: everywhere); ShimProcessesAll, in every process.
+	ShimProcesses string `mapstructure:"shim_processes"`
+	// MaxProcesses bounds the processes probed one by one (shim_processes
+	// skip); those found beyond it are counted and left without those
+	// entry points' probes.
+	MaxProcesses int `mapstructure:"max_processes"`
 }
+
+// Values of host_probes::shim_processes.
+const (
+	ShimProcessesSkip = "skip"
+	ShimProcessesAll  = "all"
+)
 
 // ResourceConfig overrides resource attributes.
 type ResourceConfig struct {
@@ -206,6 +222,7 @@ const (
 	DefaultMetricsInterval    = 10 * time.Second
 	DefaultScanInterval       = time.Second            // host_probes::scan_interval
 	DefaultHostCallGrace      = 100 * time.Millisecond // host_probes::host_call_grace
+	DefaultHostMaxProcesses   = 256                    // host_probes::max_processes
 )
 
 // Default returns the default configuration.
@@ -238,6 +255,8 @@ func Default() *Config {
 			ScanInterval:       DefaultScanInterval,
 			ApproximateKernels: true,
 			HostCallGrace:      DefaultHostCallGrace,
+			ShimProcesses:      ShimProcessesSkip,
+			MaxProcesses:       DefaultHostMaxProcesses,
 		},
 	}
 }
