@@ -2,17 +2,16 @@ package hostprobe
 
 import (
 	"bytes"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/hostprobetest"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.uber.org/goleak"
 )
@@ -55,74 +54,11 @@ func TestShimCoveredMatchesShim(t *testing.T) {
 	}
 }
 
-// symbolOffset is the file offset of sym's first instruction in the ELF
-// file at path, and the byte there.
-func symbolOffset(tb testing.TB, path, sym string) (uint64, byte) {
-	tb.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	syms, _ := f.Symbols()
-	dyn, _ := f.DynamicSymbols()
-	for _, s := range append(syms, dyn...) {
-		if s.Name != sym || elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 {
-			continue
-		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
-				b := make([]byte, 1)
-				if _, err := p.ReadAt(b, int64(s.Value-p.Vaddr)); err != nil {
-					tb.Fatal(err)
-				}
-				return s.Value - p.Vaddr + p.Off, b[0]
-			}
-		}
-	}
-	tb.Fatalf("%s defines no function %s", path, sym)
-	return 0, 0
-}
-
 // trapped reports whether process pid runs sym of the file at path with
-// a breakpoint: the byte at the function's address in the process's
-// memory differs from the file's (x86-64 uprobes write int3 there).
+// a breakpoint (hostprobetest.Trapped).
 func trapped(tb testing.TB, pid int, path, sym string) bool {
 	tb.Helper()
-	off, orig := symbolOffset(tb, path, sym)
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		tb.Fatal(err)
-	}
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, l := range strings.Split(string(maps), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 6 || f[4] != strconv.FormatUint(st.Ino, 10) || !strings.Contains(f[1], "x") {
-			continue
-		}
-		lo, hi, _ := strings.Cut(f[0], "-")
-		start, _ := strconv.ParseUint(lo, 16, 64)
-		end, _ := strconv.ParseUint(hi, 16, 64)
-		mapOff, _ := strconv.ParseUint(f[2], 16, 64)
-		if off < mapOff || off >= mapOff+end-start {
-			continue
-		}
-		mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		defer mem.Close()
-		b := make([]byte, 1)
-		if _, err := mem.ReadAt(b, int64(start+off-mapOff)); err != nil {
-			tb.Fatal(err)
-		}
-		return b[0] != orig
-	}
-	tb.Fatalf("pid %d does not map %s's %s executable", pid, path, sym)
-	return false
+	return hostprobetest.Trapped(tb, pid, path, sym)
 }
 
 // TestAttachProcess runs two stand-in apps while the shim-covered entry
