@@ -86,7 +86,6 @@ type Probes struct {
 	// (taken before mu); it guards procs.
 	procMu sync.Mutex
 	procs  map[int]*procLinks
-	nProcs atomic.Int64 // len(procs), read without procMu
 
 	mu        sync.Mutex // guards files, dropped0, dropsDone
 	files     map[fileKey]*Attachment

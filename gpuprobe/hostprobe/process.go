@@ -65,7 +65,6 @@ func (p *Probes) AttachProcess(pid int, path string, dev, ino uint64) (int, erro
 	if pl == nil {
 		pl = &procLinks{files: map[fileKey][]link.Link{}}
 		p.procs[pid] = pl
-		p.nProcs.Store(int64(len(p.procs)))
 	}
 	pl.files[key] = links
 	return len(a.PerProcess), nil
@@ -99,7 +98,6 @@ func (p *Probes) DetachProcess(pid int) error {
 		return nil
 	}
 	delete(p.procs, pid)
-	p.nProcs.Store(int64(len(p.procs)))
 	var errs []error
 	for _, links := range pl.files {
 		errs = append(errs, closeLinks(links))
@@ -134,7 +132,6 @@ func (p *Probes) detachFileProcs(key fileKey) error {
 			delete(p.procs, pid)
 		}
 	}
-	p.nProcs.Store(int64(len(p.procs)))
 	return errors.Join(errs...)
 }
 
@@ -149,6 +146,5 @@ func (p *Probes) closeProcs() error {
 		}
 		delete(p.procs, pid)
 	}
-	p.nProcs.Store(0)
 	return errors.Join(errs...)
 }
