@@ -173,6 +173,16 @@ type HostProbesConfig struct {
 	// HostCallGrace is how long a host launch call waits for the shim's
 	// launch record it belongs to before it is emitted on its own.
 	HostCallGrace time.Duration `mapstructure:"host_call_grace"`
+	// ShimProcesses says where the entry points whose calls the shim
+	// records itself (launches, graph launches, syncs, the driver copies
+	// it wraps) are probed: ShimProcessesSkip, only in the processes
+	// without a shim session that the /proc scan finds (with
+	// scan_interval 0: everywhere); ShimProcessesAll, in every process.
+	ShimProcesses string `mapstructure:"shim_processes"`
+	// MaxProcesses bounds the processes probed one by one (shim_processes
+	// skip); those found beyond it are counted and left without those
+	// entry points' probes.
+	MaxProcesses int `mapstructure:"max_processes"`
 }
 
 // WindowsConfig controls the use of the device windows that the driver
@@ -187,6 +197,12 @@ type WindowsConfig struct {
 	// it does not wait (a window that came in time is used all the same).
 	Wait time.Duration `mapstructure:"wait"`
 }
+
+// Values of host_probes::shim_processes.
+const (
+	ShimProcessesSkip = "skip"
+	ShimProcessesAll  = "all"
+)
 
 // ResourceConfig overrides resource attributes.
 type ResourceConfig struct {
@@ -217,6 +233,7 @@ const (
 	DefaultScanInterval       = time.Second            // host_probes::scan_interval
 	DefaultHostCallGrace      = 100 * time.Millisecond // host_probes::host_call_grace
 	DefaultWindowWait         = 2 * time.Second        // windows::wait
+	DefaultHostMaxProcesses   = 256                    // host_probes::max_processes
 )
 
 // Default returns the default configuration.
@@ -249,6 +266,8 @@ func Default() *Config {
 			ScanInterval:       DefaultScanInterval,
 			ApproximateKernels: true,
 			HostCallGrace:      DefaultHostCallGrace,
+			ShimProcesses:      ShimProcessesSkip,
+			MaxProcesses:       DefaultHostMaxProcesses,
 		},
 		Windows: WindowsConfig{Enabled: true, Wait: DefaultWindowWait},
 	}

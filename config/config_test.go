@@ -51,7 +51,8 @@ func TestLoadYAML(t *testing.T) {
 				LaunchTimeout: 2 * time.Second, MaxMapKeys: 64}
 			c.PollInterval = 5 * time.Millisecond
 			c.HostProbes = HostProbesConfig{Enabled: true, LibraryPaths: []string{"/usr/lib/x86_64-linux-gnu"},
-				Ldconfig: false, ScanInterval: 2 * time.Second, ApproximateKernels: false, HostCallGrace: 50 * time.Millisecond}
+				Ldconfig: false, ScanInterval: 2 * time.Second, ApproximateKernels: false, HostCallGrace: 50 * time.Millisecond,
+				ShimProcesses: ShimProcessesAll, MaxProcesses: 32}
 			c.Windows.Wait = 500 * time.Millisecond
 			c.Resource.ServiceName = "trainer"
 			return c
@@ -162,6 +163,9 @@ func TestValidateErrors(t *testing.T) {
 		{"host_call_grace negative", func(c *Config) { c.HostProbes.HostCallGrace = -time.Second }, "host_probes::host_call_grace: must be between 0s and 1m0s, got -1s"},
 		{"windows wait negative", func(c *Config) { c.Windows.Wait = -time.Millisecond }, "windows::wait: must be between 0s and 1m0s, got -1ms"},
 		{"windows wait long", func(c *Config) { c.Windows.Wait = 2 * time.Minute }, "windows::wait: must be between 0s and 1m0s, got 2m0s"},
+		{"shim_processes unknown", func(c *Config) { c.HostProbes.ShimProcesses = "none" }, `host_probes::shim_processes: must be "skip" or "all", got "none"`},
+		{"max_processes zero", func(c *Config) { c.HostProbes.MaxProcesses = 0 }, "host_probes::max_processes: must be between 1 and 4096, got 0"},
+		{"max_processes too many", func(c *Config) { c.HostProbes.MaxProcesses = 5000 }, "host_probes::max_processes: must be between 1 and 4096, got 5000"},
 		{"service name control", func(c *Config) { c.Resource.ServiceName = "a\nb" }, `resource::service_name: must not contain control characters, got "a\nb"`},
 	}
 	for _, tt := range tests {

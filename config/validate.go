@@ -38,6 +38,7 @@ const (
 	maxPrograms       = 64
 	maxAttach         = 1024 // programs[i]::attach
 	maxLibraryPaths   = 64
+	maxHostProcesses  = 4096 // host_probes::max_processes (hostprobe's bound)
 	maxServiceName    = 256
 	maxLaunchTimeout  = 24 * time.Hour
 	maxSeedKeys       = 1 << 16 // programs[i]::map_values::<map>
@@ -112,6 +113,12 @@ func (c *Config) Validate() error {
 	}
 	if d := c.Windows.Wait; d < 0 || d > maxWindowWait {
 		l.add("windows::wait", "must be between 0s and %s, got %s", maxWindowWait, d)
+	}
+	if s := c.HostProbes.ShimProcesses; s != ShimProcessesSkip && s != ShimProcessesAll {
+		l.add("host_probes::shim_processes", "must be %q or %q, got %q", ShimProcessesSkip, ShimProcessesAll, s)
+	}
+	if n := c.HostProbes.MaxProcesses; n < 1 || n > maxHostProcesses {
+		l.add("host_probes::max_processes", "must be between 1 and %d, got %d", maxHostProcesses, n)
 	}
 	if n := len(c.Resource.ServiceName); n > maxServiceName {
 		l.add("resource::service_name", "must be at most %d bytes, got %d", maxServiceName, n)

@@ -35,6 +35,7 @@ const maxHostBytes = 64 << 20
 type hostSide struct {
 	log    *zap.Logger
 	probes *hostprobe.Probes // nil: host_probes off or unavailable
+	procs  *procProbes       // nil: the shim-covered probes are attached for every process
 	sets   []*userprog.Set   // configured objects with host programs
 	maps   *progmaps.Instance
 	cancel context.CancelFunc
@@ -58,7 +59,10 @@ func startHost(log *zap.Logger, cfg *config.Config) *hostSide {
 	h.cancel = cancel
 	h.loadPrograms(cfg)
 	if cfg.HostProbes.Enabled {
-		p, err := hostprobe.Load(hostprobe.Options{})
+		// Without the /proc scan no process is found to probe one by one:
+		// the shim-covered entry points are probed everywhere then.
+		split := cfg.HostProbes.ShimProcesses == config.ShimProcessesSkip && cfg.HostProbes.ScanInterval != 0
+		p, err := hostprobe.Load(hostprobe.Options{ShimCoveredPerProcess: split, MaxProcesses: cfg.HostProbes.MaxProcesses})
 		switch {
 		case err != nil:
 			h.unusable = err.Error()
@@ -68,6 +72,14 @@ func startHost(log *zap.Logger, cfg *config.Config) *hostSide {
 			h.probes = p
 			h.wg.Add(1)
 			go h.read(ctx)
+			if split {
+				h.procs = newProcProbes(p, log)
+				h.wg.Add(1)
+				go func() {
+					defer h.wg.Done()
+					h.procs.run(ctx)
+				}()
+			}
 		}
 	}
 	if h.probes != nil || len(h.sets) > 0 {
@@ -127,13 +139,17 @@ func (h *hostSide) loadPrograms(cfg *config.Config) {
 // watch attaches the built-in probes and the user programs to every CUDA
 // library found now or later (config paths, ldconfig, /proc).
 func (h *hostSide) watch(ctx context.Context, cfg *config.Config) error {
-	w, err := discover.NewWatcher(discover.Options{
+	opts := discover.Options{
 		Interval: cfg.HostProbes.ScanInterval,
 		Paths:    cfg.HostProbes.LibraryPaths,
 		Ldconfig: cfg.HostProbes.Ldconfig,
 		NoProcs:  cfg.HostProbes.ScanInterval == 0,
 		Logger:   h.log,
-	})
+	}
+	if h.procs != nil {
+		opts.Processes = h.procs.scanned
+	}
+	w, err := discover.NewWatcher(opts)
 	if err != nil {
 		return err
 	}
@@ -192,6 +208,20 @@ func (h *hostSide) found(lib discover.Library) {
 	}
 }
 
+// shimConnected and shimDisconnected tell the per-process probes of a
+// shim session of pid (agent connect and disconnect).
+func (h *hostSide) shimConnected(pid int32) {
+	if h != nil && h.procs != nil {
+		h.procs.connected(pid)
+	}
+}
+
+func (h *hostSide) shimDisconnected(pid int32) {
+	if h != nil && h.procs != nil {
+		h.procs.disconnected(pid)
+	}
+}
+
 // read moves records from the kernel's ring buffer to buf until ctx ends.
 func (h *hostSide) read(ctx context.Context) {
 	defer h.wg.Done()
@@ -241,6 +271,7 @@ func (h *hostSide) offers() []agent.Offer {
 // hostStats are the host side's numbers for the self-metrics.
 type hostStats struct {
 	libraries, failed, recordsRead, recordsDropped, programs uint64
+	procsProbed, procsCapped                                 uint64
 }
 
 func (h *hostSide) stats() hostStats {
@@ -251,6 +282,7 @@ func (h *hostSide) stats() hostStats {
 	h.mu.Lock()
 	s.libraries, s.failed, s.recordsDropped = uint64(len(h.libs)), h.failed, h.dropped
 	h.mu.Unlock()
+	s.procsProbed, s.procsCapped = h.procs.counts()
 	if h.probes != nil {
 		ps := h.probes.Stats()
 		s.recordsRead = ps.Read
@@ -349,6 +381,8 @@ func (r *gpuReceiver) hostSelfMetrics() []translate.SelfMetric {
 	return []translate.SelfMetric{
 		{Name: "gpuprobe.receiver.host_probes.libraries", Unit: "{library}", Desc: "CUDA libraries and executables the host probes or host programs are attached to.", Value: s.libraries},
 		{Name: "gpuprobe.receiver.host_probes.attach_failures", Unit: "{library}", Desc: "Libraries the host probes could not be attached to.", Value: s.failed},
+		{Name: "gpuprobe.receiver.host_probes.processes", Unit: "{process}", Desc: "Processes without the shim given their own probes on the entry points the shim records (launches, syncs).", Value: s.procsProbed},
+		{Name: "gpuprobe.receiver.host_probes.processes_unprobed", Unit: "{process}", Desc: "Processes without the shim left without those probes: host_probes::max_processes reached.", Value: s.procsCapped},
 		{Name: "gpuprobe.receiver.host_calls.read", Unit: "{record}", Desc: "Records read from the host probes' kernel ring buffer.", Value: s.recordsRead},
 		{Name: "gpuprobe.receiver.host_calls.dropped", Unit: "{record}", Desc: "Host-probe records dropped (kernel ring buffer full, undecodable, or the collector behind).", Value: s.recordsDropped},
 		{Name: "gpuprobe.receiver.host_calls.unmatched", Unit: "{call}", Desc: "Host launch calls of processes with the shim that matched no launch record.", Value: c.HostCallsUnmatched},

@@ -151,6 +151,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		MaxThreadSeries:    r.cfg.Limits.MaxThreadSeries,
 		Host: translate.HostOptions{
 			HostProbes:           r.host.probes != nil,
+			NoShimLaunchCalls:    r.host.procs != nil,
 			HostCallGrace:        max(r.cfg.HostProbes.HostCallGrace, time.Nanosecond),
 			NoApproximateKernels: !r.cfg.HostProbes.ApproximateKernels,
 		},
@@ -274,10 +275,12 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	s.bind = bindings(offers, warps)
 	r.srcs.bySess[p.Session] = s
 	r.mu.Unlock()
+	r.host.shimConnected(p.PID)
 	return offers, nil
 }
 
 func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
+	r.host.shimDisconnected(p.PID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s := r.srcs.bySess[p.Session]; s != nil {

@@ -36,9 +36,12 @@ type Attachment struct {
 	// Path is the path the file was first attached by.
 	Path string
 	// Attached lists the symbols whose entry and return probes are
-	// attached, in Symbols order.
+	// attached for every process, in Symbols order.
 	Attached []string
-	// APIs are the HostAPIs among Attached.
+	// PerProcess lists the symbols the file defines that are left to
+	// AttachProcess (Options.ShimCoveredPerProcess), in Symbols order.
+	PerProcess []string
+	// APIs are the HostAPIs among Attached and PerProcess.
 	APIs []record.HostAPI
 	// Missing lists the known symbols the file does not define.
 	Missing []string
@@ -54,12 +57,9 @@ type Attachment struct {
 type fileKey struct{ dev, ino uint64 }
 
 func (a *Attachment) close() error {
-	var errs []error
-	for _, l := range a.links {
-		errs = append(errs, l.Close())
-	}
+	err := closeLinks(a.links)
 	a.links = nil
-	return errors.Join(errs...)
+	return err
 }
 
 // Attach puts the entry and return probes on every known symbol that the
@@ -116,13 +116,19 @@ func (p *Probes) attach(path string, want *fileKey) (*Attachment, error) {
 	}
 	a := &Attachment{Path: path, Stripped: stripped, key: key}
 	for _, sym := range Symbols() {
-		if !defined[sym] {
+		switch {
+		case !defined[sym]:
 			a.Missing = append(a.Missing, sym)
-			continue
+		case p.split && ShimCovered(sym):
+			a.PerProcess = append(a.PerProcess, sym)
+		default:
+			a.Attached = append(a.Attached, sym)
 		}
-		a.Attached = append(a.Attached, sym)
+		if defined[sym] && apiOf(sym) != record.HostAPIUnknown {
+			a.APIs = append(a.APIs, apiOf(sym))
+		}
 	}
-	if len(a.Attached) == 0 {
+	if len(a.Attached)+len(a.PerProcess) == 0 {
 		how := ".symtab and .dynsym"
 		if stripped {
 			how = ".dynsym (the file is stripped: no .symtab)"
@@ -133,14 +139,8 @@ func (p *Probes) attach(path string, want *fileKey) (*Attachment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hostprobe: attach %s: %w", path, err)
 	}
-	if err := p.attachAll(ex, a); err != nil {
-		a.close()
+	if a.links, err = p.attachSyms(ex, a.Attached, 0); err != nil {
 		return nil, fmt.Errorf("hostprobe: attach %s: %w", path, err)
-	}
-	for _, sym := range a.Attached {
-		if api := apiOf(sym); api != record.HostAPIUnknown {
-			a.APIs = append(a.APIs, api)
-		}
 	}
 	p.files[key] = a
 	return a, nil
@@ -150,10 +150,12 @@ func (p *Probes) attach(path string, want *fileKey) (*Attachment, error) {
 // of a file and the reading of its symbols.
 var testHookChecked func(path string)
 
-// Detach removes the probes that Attach put on the file at path (found by
-// its device and inode, or by the path it was attached by when the file is
-// gone). A file that is not attached is an error.
+// Detach removes the probes that Attach and AttachProcess put on the file
+// at path (found by its device and inode, or by the path it was attached
+// by when the file is gone). A file that is not attached is an error.
 func (p *Probes) Detach(path string) error {
+	p.procMu.Lock()
+	defer p.procMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed.Load() {
@@ -175,7 +177,7 @@ func (p *Probes) Detach(path string) error {
 		return fmt.Errorf("hostprobe: detach %s: not attached", path)
 	}
 	delete(p.files, a.key)
-	if err := a.close(); err != nil {
+	if err := errors.Join(p.detachFileProcs(a.key), a.close()); err != nil {
 		return fmt.Errorf("hostprobe: detach %s: %w", path, err)
 	}
 	return nil
@@ -192,56 +194,71 @@ func (p *Probes) Attachments() []*Attachment {
 	return out
 }
 
-// attachAll attaches the probes of a.Attached, grouped by shape: one
-// uprobe_multi link per shape and direction, or one perf-event uprobe per
-// symbol and direction. The return probes go first: an entry without its
-// return would leave a pending call behind.
-func (p *Probes) attachAll(ex *link.Executable, a *Attachment) error {
+// attachSyms attaches the probes of syms for process pid (0: every
+// process), grouped by shape: one uprobe_multi link per shape and
+// direction, or one perf-event uprobe per symbol and direction. The return
+// probes go first: an entry without its return would leave a pending call
+// behind. On error the links made so far are closed.
+func (p *Probes) attachSyms(ex *link.Executable, syms []string, pid int) (links []link.Link, err error) {
+	defer func() {
+		if err != nil {
+			closeLinks(links)
+			links = nil
+		}
+	}()
 	groups := map[shape][]string{}
-	for _, sym := range a.Attached {
+	for _, sym := range syms {
 		sh := shapeOf(sym)
 		groups[sh] = append(groups[sh], sym)
 	}
 	for sh := shapePlain; sh <= shapeName; sh++ {
-		syms := groups[sh]
-		if len(syms) == 0 {
+		group := groups[sh]
+		if len(group) == 0 {
 			continue
 		}
-		cookies := make([]uint64, len(syms))
-		for i, sym := range syms {
+		cookies := make([]uint64, len(group))
+		for i, sym := range group {
 			cookies[i] = cookieOf(sym)
 		}
 		enter, exit := p.coll.Programs["enter_"+sh.String()], p.coll.Programs["exit_"+sh.String()]
 		if enter == nil || exit == nil {
-			return fmt.Errorf("no programs for shape %s in the eBPF object", sh)
+			return links, fmt.Errorf("no programs for shape %s in the eBPF object", sh)
 		}
 		if p.multi {
-			opts := &link.UprobeMultiOptions{Cookies: cookies} // PID 0: every process
-			l, err := ex.UretprobeMulti(syms, exit, opts)
+			opts := &link.UprobeMultiOptions{Cookies: cookies, PID: uint32(pid)} // PID 0: every process
+			l, err := ex.UretprobeMulti(group, exit, opts)
 			if err != nil {
-				return fmt.Errorf("uretprobe_multi on %v: %w", syms, err)
+				return links, fmt.Errorf("uretprobe_multi on %v: %w", group, err)
 			}
-			a.links = append(a.links, l)
-			if l, err = ex.UprobeMulti(syms, enter, opts); err != nil {
-				return fmt.Errorf("uprobe_multi on %v: %w", syms, err)
+			links = append(links, l)
+			if l, err = ex.UprobeMulti(group, enter, opts); err != nil {
+				return links, fmt.Errorf("uprobe_multi on %v: %w", group, err)
 			}
-			a.links = append(a.links, l)
+			links = append(links, l)
 			continue
 		}
-		for i, sym := range syms {
-			opts := &link.UprobeOptions{Cookie: cookies[i]}
+		for i, sym := range group {
+			opts := &link.UprobeOptions{Cookie: cookies[i], PID: pid}
 			l, err := ex.Uretprobe(sym, exit, opts)
 			if err != nil {
-				return fmt.Errorf("uretprobe on %s: %w", sym, err)
+				return links, fmt.Errorf("uretprobe on %s: %w", sym, err)
 			}
-			a.links = append(a.links, l)
+			links = append(links, l)
 			if l, err = ex.Uprobe(sym, enter, opts); err != nil {
-				return fmt.Errorf("uprobe on %s: %w", sym, err)
+				return links, fmt.Errorf("uprobe on %s: %w", sym, err)
 			}
-			a.links = append(a.links, l)
+			links = append(links, l)
 		}
 	}
-	return nil
+	return links, nil
+}
+
+func closeLinks(links []link.Link) error {
+	var errs []error
+	for _, l := range links {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // shape is what a probe reads besides the register arguments (enum shape

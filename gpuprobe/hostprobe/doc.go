@@ -71,6 +71,24 @@
 // cannot be read (a page not present) sets record.HostCallArgsFaulted and
 // leaves those words 0.
 //
+// Per process: a uprobe costs its traps whatever its program does, so
+// the entry points whose calls the shim records itself (ShimCovered:
+// launches, graph launches, syncs, the driver copies the shim wraps) can
+// be left out of Attach (Options.ShimCoveredPerProcess) and probed with
+// AttachProcess only in the processes that run without the shim. Such a
+// link carries a PID filter (perf_event_open's pid, uprobe_multi's pid),
+// and the kernel consults it before writing the breakpoint into a
+// process's text (register_for_each_vma, uprobe_mmap): the other
+// processes run those entry points untouched (measured by reading their
+// memory: TestAttachProcess). A child forked from a probed process
+// inherits the breakpoints in its copied text pages (measured on Linux
+// 6.18): its calls trap but run no program; with perf-event links the
+// first hit of each removes it, with uprobe_multi links it stays until
+// the child execs or the child is given its own AttachProcess. Before
+// Linux 6.10 a uprobe_multi link with a pid ran its program for the
+// process's main thread only ("bpf: fix multi-uprobe PID filtering
+// logic").
+//
 // Attach works on shared libraries and on executables with a statically
 // linked runtime (their .symtab), by device and inode, so a library reached
 // through /proc/<pid>/root of a container is the same file as on the host.

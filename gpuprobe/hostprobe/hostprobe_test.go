@@ -254,6 +254,13 @@ func runApp(tb testing.TB, app string) appRun {
 // mapped and waits on stdin; release runs it to its end.
 func startWaiting(tb testing.TB, app string) (release func() appRun) {
 	tb.Helper()
+	_, release = startWaitingCmd(tb, app)
+	return release
+}
+
+// startWaitingCmd is startWaiting that also returns the process.
+func startWaitingCmd(tb testing.TB, app string) (*exec.Cmd, func() appRun) {
+	tb.Helper()
 	cmd := exec.Command(app, "wait")
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -273,7 +280,13 @@ func startWaiting(tb testing.TB, app string) (release func() appRun) {
 		_ = cmd.Wait()
 		tb.Fatalf("%s wait: first line %q, %v; want \"ready\"", app, l, err)
 	}
-	return func() appRun {
+	tb.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, func() appRun {
 		tb.Helper()
 		if _, err := io.WriteString(in, "go\n"); err != nil {
 			tb.Fatal(err)
@@ -291,11 +304,18 @@ func startWaiting(tb testing.TB, app string) (release func() appRun) {
 // checkRun asserts that calls and names are exactly what one run produces.
 func checkRun(t *testing.T, r appRun, calls []record.HostCall, names []record.KernelName) {
 	t.Helper()
-	if len(calls) != len(wantCalls) {
-		t.Errorf("got %d HostCall records, want %d", len(calls), len(wantCalls))
+	checkCalls(t, r, wantCalls, calls, names)
+}
+
+// checkCalls asserts that calls are exactly the records of want and names
+// those of one run.
+func checkCalls(t *testing.T, r appRun, want []wantCall, calls []record.HostCall, names []record.KernelName) {
+	t.Helper()
+	if len(calls) != len(want) {
+		t.Errorf("got %d HostCall records, want %d", len(calls), len(want))
 	}
 	byWant := map[int]record.HostCall{}
-	for _, w := range wantCalls {
+	for _, w := range want {
 		var got []record.HostCall
 		for _, c := range calls {
 			if c.API == w.api && c.Args == w.args {
@@ -334,7 +354,7 @@ func checkRun(t *testing.T, r appRun, calls []record.HostCall, names []record.Ke
 		}
 	}
 	// The runtime's launches call the driver's inside them.
-	for _, w := range wantCalls {
+	for _, w := range want {
 		if w.outer == record.HostAPIUnknown {
 			continue
 		}
@@ -349,13 +369,13 @@ func checkRun(t *testing.T, r appRun, calls []record.HostCall, names []record.Ke
 		}
 	}
 	slices.SortFunc(names, func(a, b record.KernelName) int { return int(a.Module) - int(b.Module) })
-	want := make([]record.KernelName, len(wantNames))
+	wantN := make([]record.KernelName, len(wantNames))
 	for i, n := range wantNames {
 		n.PID = r.pid
-		want[i] = n
+		wantN[i] = n
 	}
-	if !slices.Equal(names, want) {
-		t.Errorf("KernelName records:\n got %+v\nwant %+v", names, want)
+	if !slices.Equal(names, wantN) {
+		t.Errorf("KernelName records:\n got %+v\nwant %+v", names, wantN)
 	}
 }
 

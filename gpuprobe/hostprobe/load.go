@@ -32,6 +32,8 @@ const (
 	DefaultRingSize   = 4 << 20 // bytes of the events ring buffer
 	DefaultMaxPending = 16384   // calls in flight tracked between entry and return
 	DefaultMaxDelay   = 50 * time.Millisecond
+	// DefaultMaxProcesses bounds the processes with per-process probes.
+	DefaultMaxProcesses = 256
 )
 
 // Options configure Load. The zero value gives the defaults.
@@ -48,6 +50,16 @@ type Options struct {
 	// the reader only once an eighth of the ring is filled: waking it on
 	// every event would cost each probed call microseconds more.
 	MaxDelay time.Duration
+	// ShimCoveredPerProcess leaves the entry points the shim records
+	// itself (ShimCovered) out of Attach: they are probed only in the
+	// processes given to AttachProcess, those without the shim. The
+	// kernel puts a uprobe's breakpoint only into the processes its
+	// filter accepts, so the others run these calls untrapped.
+	ShimCoveredPerProcess bool
+	// MaxProcesses bounds the processes with per-process probes at once
+	// (0: DefaultMaxProcesses); AttachProcess of one more fails with
+	// ErrTooManyProcesses.
+	MaxProcesses int
 
 	// perfLinks forces one perf-event uprobe per symbol even where the
 	// kernel has uprobe_multi links (tests of the fallback).
@@ -67,6 +79,14 @@ type Probes struct {
 	readMu sync.Mutex // one Read at a time: guards rec
 	rec    ringbuf.Record
 
+	split    bool // Options.ShimCoveredPerProcess
+	maxProcs int
+
+	// procMu serialises AttachProcess, DetachProcess, Detach and Close
+	// (taken before mu); it guards procs.
+	procMu sync.Mutex
+	procs  map[int]*procLinks
+
 	mu        sync.Mutex // guards files, dropped0, dropsDone
 	files     map[fileKey]*Attachment
 	dropped0  uint64 // drops counted just before the map was closed
@@ -85,6 +105,13 @@ func Load(opts Options) (*Probes, error) {
 	ring, pending, delay, err := opts.sizes()
 	if err != nil {
 		return nil, err
+	}
+	procs := opts.MaxProcesses
+	if procs == 0 {
+		procs = DefaultMaxProcesses
+	}
+	if procs < 0 || procs > maxMaxProcesses {
+		return nil, fmt.Errorf("hostprobe: Options.MaxProcesses %d must be 0 (default) to %d", opts.MaxProcesses, maxMaxProcesses)
 	}
 	if err := checkCaps(); err != nil {
 		return nil, err
@@ -120,7 +147,8 @@ func Load(opts Options) (*Probes, error) {
 		coll.Close()
 		return nil, fmt.Errorf("hostprobe: opening the events ring buffer: %w", err)
 	}
-	return &Probes{coll: coll, multi: multi, maxDelay: delay, drops: coll.Maps[cudahostMapDrops], ring: rd, files: map[fileKey]*Attachment{}}, nil
+	return &Probes{coll: coll, multi: multi, maxDelay: delay, drops: coll.Maps[cudahostMapDrops], ring: rd,
+		split: opts.ShimCoveredPerProcess, maxProcs: procs, procs: map[int]*procLinks{}, files: map[fileKey]*Attachment{}}, nil
 }
 
 func (o Options) sizes() (ring, pending int, delay time.Duration, err error) {
@@ -220,7 +248,7 @@ func (p *Probes) Close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
-	errs := []error{p.ring.Close()}
+	errs := []error{p.ring.Close(), p.closeProcs()}
 	p.mu.Lock()
 	p.dropped0, p.dropsDone = p.kernelDrops(), true
 	for k, a := range p.files {

@@ -42,6 +42,8 @@ func TestOptionsErrors(t *testing.T) {
 		{Options{MaxPending: 1 << 25}, "Options.MaxPending 33554432"},
 		{Options{MaxDelay: -time.Second}, "Options.MaxDelay -1s must be 0 (default) to 10s"},
 		{Options{MaxDelay: time.Minute}, "Options.MaxDelay 1m0s"},
+		{Options{MaxProcesses: -1}, "Options.MaxProcesses -1 must be 0 (default) to 4096"},
+		{Options{MaxProcesses: 4097}, "Options.MaxProcesses 4097"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			p, err := Load(tc.opts)

@@ -112,6 +112,9 @@ receivers:
     host_probes:
       enabled: true
       scan_interval: 200ms
+      # The shim process's launch calls are probed too: the checks nest
+      # them with its launch spans (the default, skip, leaves them out).
+      shim_processes: all
     poll_interval: 5ms
     metrics_interval: 500ms
 exporters:

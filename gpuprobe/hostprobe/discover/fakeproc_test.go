@@ -1,11 +1,14 @@
 package discover
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestScanFakeProc scans testdata/proc: processes in other mount
@@ -39,6 +42,28 @@ func TestScanFakeProc(t *testing.T) {
 		if id := mustID(t, w.path); id != l.Key() {
 			t.Errorf("%s: identity %v, stat gives %v", w.path, l.Key(), id)
 		}
+	}
+	// Per process: each with its own path to the file and its start time.
+	procs := s.Processes()
+	type proc struct {
+		pid   int
+		start uint64
+		paths []string
+	}
+	var got []proc
+	for _, pr := range procs {
+		g := proc{pid: pr.PID, start: pr.Start}
+		for _, l := range pr.Libs {
+			g.paths = append(g.paths, l.Path)
+		}
+		got = append(got, g)
+	}
+	wantProcs := []proc{
+		{100, 5000, []string{want[1].path, want[0].path}}, // in maps order
+		{500, 7000, []string{filepath.Join(root, "500/root/opt/cuda/lib64/libcudart.so.13")}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(wantProcs) {
+		t.Errorf("Processes() = %v, want %v", got, wantProcs)
 	}
 	st := s.Stats()
 	// 100/maps: 3 bad lines, 200/stat: 1, 400/maps: 2, 500/maps: 1.
@@ -157,4 +182,85 @@ func TestScannerRescanPolicy(t *testing.T) {
 	if err != nil || len(libs) != 0 || s.Stats().Processes != 0 {
 		t.Errorf("after exit: %v, %v, %d processes; want nothing", libs, err, s.Stats().Processes)
 	}
+}
+
+// TestWatcherProcesses: after each scan, Options.Processes gets every
+// process that maps a CUDA library, after its new libraries were reported
+// to found; a reused pid comes with its new start time, and a process
+// that exited is absent.
+func TestWatcherProcesses(t *testing.T) {
+	f := newFakeProc(t)
+	f.set(100, 1000, "libcuda.so.1")
+	type event struct {
+		found string // a library reported
+		procs []Process
+	}
+	events := make(chan event, 64)
+	w, err := NewWatcher(Options{ProcRoot: f.root, Interval: 10 * time.Millisecond, RescanEvery: 1,
+		Processes: func(ps []Process) { events <- event{procs: ps} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx, func(l Library) { events <- event{found: filepath.Base(l.Path)} })
+	}()
+	defer func() { cancel(); <-done }()
+	next := func() event {
+		t.Helper()
+		select {
+		case e := <-events:
+			return e
+		case <-time.After(30 * time.Second):
+			t.Fatal("no callback in 30 s")
+		}
+		return event{}
+	}
+	// summary is "pid/start:lib,lib" of the processes.
+	summary := func(ps []Process) string {
+		var out []string
+		for _, p := range ps {
+			var libs []string
+			for _, l := range p.Libs {
+				libs = append(libs, filepath.Base(l.Path))
+			}
+			out = append(out, fmt.Sprintf("%d/%d:%s", p.PID, p.Start, strings.Join(libs, ",")))
+		}
+		return strings.Join(out, " ")
+	}
+	if e := next(); e.found != "libcuda.so.1" {
+		t.Fatalf("first callback %+v, want the library found", e)
+	}
+	if e := next(); e.found != "" || summary(e.procs) != "7/100:libcuda.so.1" {
+		t.Fatalf("second callback %+v, want the processes: 7/100:libcuda.so.1", e)
+	}
+	// Wait for rounds that see each change (a round may have started
+	// before it).
+	waitFor := func(want string) {
+		t.Helper()
+		for {
+			e := next()
+			if e.found == "" && summary(e.procs) == want {
+				return
+			}
+		}
+	}
+	f.set(200, 1000, "libcudart.so.13") // pid 7 reused
+	waitFor("7/200:libcudart.so.13")
+	// A second process, in the same container.
+	f.write("9/ns/mnt", "other")
+	if err := os.Symlink(filepath.Join(f.root, "fs"), filepath.Join(f.root, "9", "root")); err != nil {
+		t.Fatal(err)
+	}
+	f.write("9/stat", "9 (other) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 300 1000 0 0")
+	f.write("9/maps", "7f000000-7f001000 r-xp 00000000 00:00 1 /lib/libcuda.so.1\n")
+	waitFor("7/200:libcudart.so.13 9/300:libcuda.so.1")
+	if err := os.RemoveAll(filepath.Join(f.root, "7")); err != nil { // exited
+		t.Fatal(err)
+	}
+	waitFor("9/300:libcuda.so.1")
+	f.write("9/maps", "7f000000-7f001000 r-xp 00000000 00:00 1 /lib/libc.so.6\n") // unmapped
+	waitFor("")
 }

@@ -418,6 +418,38 @@ func (s *Scanner) aggregate() []Library {
 	return libs
 }
 
+// Process is a running process that maps CUDA libraries, as a Scan saw
+// it.
+type Process struct {
+	// PID and Start identify the process: Start is when it started (clock
+	// ticks after boot, field 22 of /proc/<pid>/stat), so a pid reused
+	// by a new process has another Start.
+	PID   int
+	Start uint64
+	// Libs are the CUDA files it maps (its executable, if that links the
+	// runtime statically), each with the path the collector reaches it
+	// by for this process; PIDs is empty.
+	Libs []Library
+}
+
+// Processes returns the processes of the last Scan that map a CUDA
+// library, by pid. Like Scan, it must not be called concurrently.
+func (s *Scanner) Processes() []Process {
+	var out []Process
+	for pid, ps := range s.pids {
+		if len(ps.libs) == 0 {
+			continue
+		}
+		pr := Process{PID: pid, Start: ps.start}
+		for _, pl := range ps.libs {
+			pr.Libs = append(pr.Libs, Library{Path: pl.path, Dev: pl.key.Dev, Ino: pl.key.Ino, Kind: pl.kind, Source: pl.source})
+		}
+		out = append(out, pr)
+	}
+	slices.SortFunc(out, func(a, b Process) int { return a.PID - b.PID })
+	return out
+}
+
 // mkdev encodes a device number as Linux's st_dev does.
 func mkdev(major, minor uint32) uint64 {
 	ma, mi := uint64(major), uint64(minor)

@@ -34,6 +34,10 @@ type Options struct {
 	// Logger gets source errors (each distinct one once) and findings
 	// (default: none).
 	Logger *zap.Logger
+	// Processes, when set, is called after each /proc scan, from Run's
+	// goroutine once the scan's new libraries were reported, with every
+	// process the scan saw mapping a CUDA library (Scanner.Processes).
+	Processes func([]Process)
 }
 
 // Stats say what a Watcher did.
@@ -105,14 +109,14 @@ func NewWatcher(opts Options) (*Watcher, error) {
 func (w *Watcher) Run(ctx context.Context, found func(Library)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	batches := make(chan []Library)
+	batches := make(chan batch)
 	go w.work(ctx, batches)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case libs := <-batches:
-			for _, l := range libs {
+		case b := <-batches:
+			for _, l := range b.libs {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -125,8 +129,18 @@ func (w *Watcher) Run(ctx context.Context, found func(Library)) error {
 					found(l)
 				}
 			}
+			if b.scanned && w.opts.Processes != nil && ctx.Err() == nil {
+				w.opts.Processes(b.procs)
+			}
 		}
 	}
+}
+
+// batch is what one round found.
+type batch struct {
+	libs    []Library
+	procs   []Process // of the /proc scan, if scanned
+	scanned bool      // the /proc scan ran and succeeded
 }
 
 // Forget lets a later round report k again; call it when the probes on k
@@ -150,15 +164,15 @@ func (w *Watcher) Stats() Stats {
 }
 
 // work runs rounds until ctx is done and hands their findings to Run.
-func (w *Watcher) work(ctx context.Context, batches chan<- []Library) {
+func (w *Watcher) work(ctx context.Context, batches chan<- batch) {
 	t := time.NewTicker(w.opts.Interval)
 	defer t.Stop()
 	for {
-		libs := w.round(ctx)
+		b := w.round(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case batches <- libs:
+		case batches <- b:
 		}
 		select {
 		case <-ctx.Done():
@@ -169,7 +183,8 @@ func (w *Watcher) work(ctx context.Context, batches chan<- []Library) {
 }
 
 // round queries every source once.
-func (w *Watcher) round(ctx context.Context) []Library {
+func (w *Watcher) round(ctx context.Context) batch {
+	var b batch
 	var libs []Library
 	if len(w.opts.Paths) > 0 {
 		l, err := FromConfig(w.opts.Paths)
@@ -183,11 +198,15 @@ func (w *Watcher) round(ctx context.Context) []Library {
 		l, err := w.scanner.Scan()
 		w.note("procs", err)
 		libs = append(libs, l...)
+		if err == nil && w.opts.Processes != nil {
+			b.procs, b.scanned = w.scanner.Processes(), true
+		}
 	}
 	w.mu.Lock()
 	w.rounds++
 	w.mu.Unlock()
-	return libs
+	b.libs = libs
+	return b
 }
 
 // ldconfig runs ldconfig in the first round and then when its cache

@@ -343,14 +343,15 @@ func compact[T any](q []T, head int) ([]T, int) {
 // Every shim process is remembered (so that host calls arriving later are
 // not taken for a shim-less process's), but its launches register with
 // their thread (to nest host calls and wait for them) only when host probes
-// are on or the process has sent host calls.
+// are on or the process has sent host calls, and never when the probes
+// skip the launch entry points of shim processes (NoShimLaunchCalls).
 func (ht *hostTable) onShimLaunch(pid uint32, l *launch, now time.Time) {
 	p := ht.procOf(pid, now)
 	if !p.shim {
 		p.shim = true
 		ht.moveDeferredLaunches(p)
 	}
-	if l == nil || (!ht.o.Host.HostProbes && !p.hostSeen) {
+	if l == nil || ht.o.Host.NoShimLaunchCalls || (!ht.o.Host.HostProbes && !p.hostSeen) {
 		return
 	}
 	th := p.thread(l.rec.TID)

@@ -356,3 +356,37 @@ func TestShimGrace(t *testing.T) {
 		t.Errorf("second launch of a process without host calls is held")
 	}
 }
+
+// TestNoShimLaunchCalls: when the host probes skip the launch entry points
+// of shim processes, a shim launch finishes with its completion although
+// the process sends other host calls (no launch call will come to nest),
+// and a launch call that does come (probed before the process connected)
+// is emitted alone after the grace.
+func TestNoShimLaunchCalls(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	alloc := host(hc(record.HostCudaMalloc, 42, 43, 500, 600, 4096, 0xd000))
+	launch := shim(&record.Launch{LaunchID: 1, PID: 42, TID: 43, EnqueueNS: 1_000, ReturnNS: 1_100, Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}})
+	done := shim(&record.Completion{LaunchID: 1, CompleteNS: 2_000})
+	for _, skip := range []bool{false, true} {
+		tr := newTr(Options{Host: HostOptions{HostProbes: true, NoShimLaunchCalls: skip}})
+		handleAll(t, tr, t0, alloc, launch, done)
+		tr.Expire(t0)
+		if want := map[bool]int{false: 1, true: 0}[skip]; tr.Pending() != want {
+			t.Errorf("NoShimLaunchCalls %v: %d launches pending, want %d", skip, tr.Pending(), want)
+		}
+	}
+	tr := newTr(Options{Host: HostOptions{HostProbes: true, NoShimLaunchCalls: true}})
+	handleAll(t, tr, t0, launch, host(launchCall(record.HostCuLaunchKernel, 42, 43, 1_010, 1_090, 1, 0)), done)
+	tr.Expire(t0)
+	if n := tr.TakeTraces().SpanCount(); n != 3 {
+		t.Errorf("%d spans at once, want the launch's 3", n)
+	}
+	tr.Expire(t0.Add(DefaultHostCallGrace))
+	x := index(tr.TakeTraces())
+	if c := x.one(t, "cuLaunchKernel"); !c.ParentSpanID().IsEmpty() {
+		t.Error("the launch call nested although shim launches take no host calls")
+	}
+	if c := tr.Counters(); c.HostCallsUnmatched != 1 || c.HostCallsMatched != 0 {
+		t.Errorf("matched %d unmatched %d, want 0, 1", c.HostCallsMatched, c.HostCallsUnmatched)
+	}
+}

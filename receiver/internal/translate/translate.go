@@ -65,6 +65,7 @@ type HostOptions struct {
 	HostCallGrace        time.Duration // longest wait of a host call for the records it joins with (default 100 ms)
 	MaxHostCalls         int           // bound of each per-process queue of host calls (default 4096)
 	NoApproximateKernels bool          // no approximate kernel spans for processes without the shim
+	NoShimLaunchCalls    bool          // the host probes skip the launch entry points of processes with the shim: their launches wait for no host call
 }
 
 // Counters are the translator's own counts (self-telemetry): of records

@@ -4,8 +4,12 @@
  * values are in the Go test's table, hostprobe_test.go). No GPU work.
  *
  *   standin_app all         call everything once; print "pid=P thread_tid=T"
- *   standin_app wait        print "ready", wait for a line on stdin, then as all
  *   standin_app loop N      N calls of cuCtxSynchronize; print "ns_per_call=X"
+ *   standin_app loop N launch
+ *                           N calls of cudaLaunchKernel (each calls
+ *                           cuLaunchKernel, as the real runtime does)
+ *   standin_app wait [...]  print "ready", wait for a line on stdin, then
+ *                           as the rest of the arguments (default: all)
  *
  * cuStreamSynchronize_ptsz is called from a second thread, whose tid is the
  * thread_tid printed. */
@@ -170,12 +174,17 @@ static int all(void)
 	return 0;
 }
 
-static int loop(long n)
+static int loop(long n, int launches)
 {
 	struct timespec a, b;
+	dim3 g = {1, 1, 1}, bl = {32, 1, 1};
 	clock_gettime(CLOCK_MONOTONIC, &a);
-	for (long i = 0; i < n; i++)
-		cuCtxSynchronize();
+	if (launches)
+		for (long i = 0; i < n; i++)
+			cudaLaunchKernel(P(0x1001000), g, bl, kargs, 0, NULL);
+	else
+		for (long i = 0; i < n; i++)
+			cuCtxSynchronize();
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	double ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
 	printf("ns_per_call=%.3f\n", ns / (double)n);
@@ -186,23 +195,26 @@ int main(int argc, char **argv)
 {
 	char line[16];
 
-	if (argc == 2 && strcmp(argv[1], "all") == 0)
-		return all();
-	if (argc == 2 && strcmp(argv[1], "wait") == 0) {
+	if (argc >= 2 && strcmp(argv[1], "wait") == 0) {
 		printf("ready\n");
 		fflush(stdout);
 		if (!fgets(line, sizeof(line), stdin))
 			return 2;
-		return all();
+		argc--;
+		argv++;
+		if (argc == 1)
+			return all();
 	}
-	if (argc == 3 && strcmp(argv[1], "loop") == 0) {
+	if (argc == 2 && strcmp(argv[1], "all") == 0)
+		return all();
+	if ((argc == 3 || (argc == 4 && strcmp(argv[3], "launch") == 0)) && strcmp(argv[1], "loop") == 0) {
 		long n = strtol(argv[2], NULL, 10);
 		if (n < 1) {
 			fprintf(stderr, "standin_app: loop count %s must be ≥ 1\n", argv[2]);
 			return 2;
 		}
-		return loop(n);
+		return loop(n, argc == 4);
 	}
-	fprintf(stderr, "usage: standin_app all | wait | loop N\n");
+	fprintf(stderr, "usage: standin_app [wait] all | [wait] loop N [launch]\n");
 	return 2;
 }
