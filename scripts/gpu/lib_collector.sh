@@ -10,6 +10,9 @@
 # socket and sets col to its pid. Returns 1 when it did not start.
 start_traces_collector() { start_collector "$1" "${2:-}" traces; }
 
+# HOST_PROBES=true turns the receiver's host probes on (default off; they
+# need root).
+#
 # start_collector DIR RECEIVER_YAML traces|metrics: start_traces_collector,
 # or with metrics also a metrics pipeline to DIR/metrics.json (file/metrics)
 # and debug logs (the receiver logs each module it patched at debug level).
@@ -18,7 +21,7 @@ start_collector() {
 	rm -f "$dir/agent.sock" "$dir/traces.json" "$dir/metrics.json"
 	{
 		printf 'receivers:\n  gpuprobe:\n    agent:\n      socket: %s\n' "$dir/agent.sock"
-		printf '    probes:\n      kernel_phases: true\n    host_probes:\n      enabled: false\n    poll_interval: 5ms\n'
+		printf '    probes:\n      kernel_phases: true\n    host_probes:\n      enabled: %s\n    poll_interval: 5ms\n' "${HOST_PROBES:-false}"
 		# Every launch probed (the checks count device records exactly),
 		# unless the caller's own lines set sampling.
 		[[ $extra == *sampling:* ]] || printf '    sampling:\n      device_max_per_second: 0\n'

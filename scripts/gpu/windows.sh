@@ -7,8 +7,10 @@
 #   loop   an empty-kernel launch loop through shared cudart (200,000
 #          launches, ROUNDS interleaved rounds): plain, under the shim with
 #          the collector's default configuration (windows), with
-#          GPUPROBE_WINDOWS=0, GPUPROBE_PATCH=0, and windows without their
-#          rate cap (GPUPROBE_WINDOWS_BUDGET_PPM=0)
+#          GPUPROBE_WINDOWS=0, GPUPROBE_PATCH=0, windows without their
+#          rate cap (GPUPROBE_WINDOWS_BUDGET_PPM=0) and paused after their
+#          first epoch (budget 1 ppm: what CUPTI costs while paused); the
+#          collector's host probes on, as in testdata/config.yaml
 #   torch  scripts/gpu/torchstep.py eager, compile and cublas: plain and
 #          under `gpuprobe run` with the default configuration; step times,
 #          outputs, torch.profiler's kernel names and counts (equal to
@@ -72,13 +74,16 @@ if [[ $parts == *loop* ]]; then
 		-L"$(dirname "$(find "$CUDA"/ -name 'libcupti.so' | head -1)")" -lcupti >"$out/nvcc.txt" 2>&1 || { echo "windows loop: nvcc failed"; status=1; }
 	# The default configuration (`sampling: {}` keeps lib_collector's
 	# every-launch override out).
-	start_collector "$out" "    sampling: {}" traces || { echo "windows loop: no collector"; exit 1; }
+	# Host probes on as in testdata/config.yaml (make run): shim processes
+	# are not trapped (host_probes::shim_processes skip).
+	HOST_PROBES=true start_collector "$out" "    sampling: {}" traces || { echo "windows loop: no collector"; exit 1; }
 	for r in $(seq "$rounds"); do
 		"$out/loop" plain 200000 | sed 's/^/plain /'
 		GPUPROBE_TRACE="$out/loop-trace.txt" bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/windows /'
 		GPUPROBE_WINDOWS=0 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/nowindows /'
 		GPUPROBE_PATCH=0 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/nopatch /'
 		GPUPROBE_WINDOWS_BUDGET_PPM=0 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/uncapped /'
+		GPUPROBE_WINDOWS_BUDGET_PPM=1 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/paused /'
 	done | tee "$out/loop.txt"
 	kill -TERM "$col"; wait "$col"
 	python3 - "$out/loop.txt" <<'PY'
@@ -88,7 +93,7 @@ for line in open(sys.argv[1]):
     m = re.match(r"(\S+) mode=\S+\s+ns/launch=(\d+)", line)
     if m: v.setdefault(m.group(1), []).append(int(m.group(2)))
 p = statistics.median(v["plain"])
-for k in ("plain", "windows", "nowindows", "nopatch", "uncapped"):
+for k in ("plain", "windows", "nowindows", "nopatch", "uncapped", "paused"):
     print("windows loop: %-9s median %5d ns/launch (%s) %.3fx plain" % (k, statistics.median(v[k]), v[k], statistics.median(v[k]) / p))
 PY
 	grep "device windows" "$out/loop-trace.txt" | sort | uniq -c | head
