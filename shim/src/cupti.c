@@ -485,15 +485,23 @@ static void gp_win_pace(uint64_t now)
 		uint64_t allowed = gp_win_budget_ppm * 1000 / GP_WIN_COST_NS;
 		gp_win_on_ns = rate <= allowed ? GP_WIN_EPOCH_NS : GP_WIN_EPOCH_NS / rate * allowed;
 		gp_win_epoch = now, gp_win_epoch_ids = ids;
-		if (gp_win_paused && gp_cu.enable(GP_CUPTI_KIND_CONCURRENT_KERNEL) == GP_CUPTI_SUCCESS) {
-			gp_win_callbacks(1);
-			gp_win_paused = 0;
-			__atomic_store_n(&gp_win_on, 1, __ATOMIC_RELEASE);
+		if (gp_win_paused && gp_cu.subscribe(&gp_win_sub, gp_win_callback, NULL) == GP_CUPTI_SUCCESS) {
+			if (gp_cu.enable(GP_CUPTI_KIND_CONCURRENT_KERNEL) == GP_CUPTI_SUCCESS) {
+				gp_win_callbacks(1);
+				gp_win_paused = 0;
+				__atomic_store_n(&gp_win_on, 1, __ATOMIC_RELEASE);
+			} else {
+				gp_cu.unsubscribe(gp_win_sub);
+				gp_win_sub = NULL;
+			}
 		}
 	} else if (!gp_win_paused && now - gp_win_epoch >= gp_win_on_ns) {
+		/* Unsubscribed, not only the callbacks turned off: the driver's
+		 * launch path then skips CUPTI's callback layer altogether. */
 		__atomic_store_n(&gp_win_on, 0, __ATOMIC_RELEASE);
-		gp_win_callbacks(0);
 		gp_cu.disable(GP_CUPTI_KIND_CONCURRENT_KERNEL);
+		gp_cu.unsubscribe(gp_win_sub);
+		gp_win_sub = NULL;
 		gp_win_paused = 1;
 		GP_TRACE("device windows: paused for %llu ms of this %llu ms (over the budget of %llu launches a second)",
 			 (unsigned long long)((GP_WIN_EPOCH_NS - gp_win_on_ns) / 1000000),
