@@ -9,8 +9,7 @@
 #          the collector's default configuration (windows), with
 #          GPUPROBE_WINDOWS=0, GPUPROBE_PATCH=0, windows without their
 #          rate cap (GPUPROBE_WINDOWS_BUDGET_PPM=0) and paused after their
-#          first epoch (budget 1 ppm: what CUPTI costs while paused); the
-#          collector's host probes on, as in testdata/config.yaml
+#          first epoch (budget 1 ppm: what CUPTI costs while paused)
 #   torch  scripts/gpu/torchstep.py eager, compile and cublas: plain and
 #          under `gpuprobe run` with the default configuration; step times,
 #          outputs, torch.profiler's kernel names and counts (equal to
@@ -74,9 +73,12 @@ if [[ $parts == *loop* ]]; then
 		-L"$(dirname "$(find "$CUDA"/ -name 'libcupti.so' | head -1)")" -lcupti >"$out/nvcc.txt" 2>&1 || { echo "windows loop: nvcc failed"; status=1; }
 	# The default configuration (`sampling: {}` keeps lib_collector's
 	# every-launch override out).
-	# Host probes on as in testdata/config.yaml (make run): shim processes
-	# are not trapped (host_probes::shim_processes skip).
-	HOST_PROBES=true start_collector "$out" "    sampling: {}" traces || { echo "windows loop: no collector"; exit 1; }
+	# Host probes off: with them on (testdata/config.yaml) the plain run,
+	# a process without the shim, is probed per process and is no longer
+	# plain; shim processes are not trapped either way
+	# (host_probes::shim_processes skip, gpuprobe/hostprobe's
+	# BenchmarkShimProcesses).
+	start_collector "$out" "    sampling: {}" traces || { echo "windows loop: no collector"; exit 1; }
 	for r in $(seq "$rounds"); do
 		"$out/loop" plain 200000 | sed 's/^/plain /'
 		GPUPROBE_TRACE="$out/loop-trace.txt" bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/windows /'
