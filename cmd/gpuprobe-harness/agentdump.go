@@ -83,7 +83,7 @@ func (d *dumper) connect(p *agent.Peer) ([]agent.Offer, error) {
 	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
 		{Role: agent.RoleNameRing, Name: "names", Region: names.Region()}}
 	if d.patcher != nil {
-		o, err := d.patchOffers(s)
+		o, err := d.patchOffers(s, uint32(len(offers)))
 		if err != nil {
 			ring.Close()
 			names.Close()

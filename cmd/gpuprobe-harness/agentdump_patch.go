@@ -189,14 +189,14 @@ type dumpPatch struct {
 	refused int             // PATCH requests answered NOPATCH
 }
 
-// patchOffers creates the regions of a session's maps (regions 1.. of
-// its WELCOME, after the launch ring).
-func (d *dumper) patchOffers(s *dumpSession) ([]agent.Offer, error) {
+// patchOffers creates the regions of a session's maps: WELCOME regions
+// base.. (after the launch and names rings).
+func (d *dumper) patchOffers(s *dumpSession, base uint32) ([]agent.Offer, error) {
 	s.patch = &dumpPatch{arrays: map[string]*shm.Array{}, binds: map[string]patcher.Binding{},
 		patched: map[string]bool{}}
 	var offers []agent.Offer
 	for _, m := range d.progs.maps {
-		idx := uint32(len(offers) + 1)
+		idx := base + uint32(len(offers))
 		switch m.Type {
 		case jit.MapTypeGPURingbuf:
 			slot := max((shm.SlotHeaderSize+m.ValueSize+7)&^7, 24)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -117,5 +119,35 @@ func TestAgentDumpNamesRing(t *testing.T) {
 	s.Close()
 	if out := stop(); !strings.Contains(out, "       1  "+long+"\n") {
 		t.Errorf("output lacks the whole name:\n%s", out)
+	}
+}
+
+// TestAgentDumpPatchRegions: in --patch mode every map's binding names the
+// WELCOME region that carries it (the names ring sits between the launch
+// ring and the maps: bindings off by one sent kernel_phases' records into
+// the names ring, on an H200 in the eighth session).
+func TestAgentDumpPatchRegions(t *testing.T) {
+	progs, err := loadDumpProgs([]string{probes.KernelPhases}, nil, "", 1024, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := progs.newPatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dumper{out: io.Discard, slotSize: 512, slots: 64, progs: progs, patcher: p}
+	offers, err := d.connect(&agent.Peer{Session: 1, PID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	s := d.sessions[0]
+	if len(s.patch.binds) == 0 {
+		t.Fatal("no map bindings")
+	}
+	for name, b := range s.patch.binds {
+		if int(b.Region) >= len(offers) || offers[b.Region].Name != name {
+			t.Errorf("map %s bound to WELCOME region %d, which is %+v", name, b.Region, offers[min(int(b.Region), len(offers)-1)])
+		}
 	}
 }
