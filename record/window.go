@@ -136,11 +136,12 @@ const (
 	WindowsReasonProfiler  WindowsReason = 3 // the application called CUPTI itself
 	WindowsReasonInjection WindowsReason = 4 // a profiler injected itself (CUDA_INJECTION64_PATH)
 	WindowsReasonConfig    WindowsReason = 5 // the collector's configuration turned them off
+	WindowsReasonRate      WindowsReason = 6 // the process launches more than the windows' budget allows
 
-	windowsReasonLast = WindowsReasonConfig
+	windowsReasonLast = WindowsReasonRate
 )
 
-var windowsReasonNames = [...]string{"none", "no_library", "api_error", "profiler", "injection", "config"}
+var windowsReasonNames = [...]string{"none", "no_library", "api_error", "profiler", "injection", "config", "rate"}
 
 // String names the reason ("none", "no_library", "api_error", "profiler",
 // "injection", "config").
@@ -158,7 +159,7 @@ func (r WindowsReason) String() string {
 //	offset  0  prefix {u16 type = 13, u16 version = 1, u32 size = 32}
 //	offset  8  u64 time_ns   host CLOCK_MONOTONIC of the change
 //	offset 16  u32 state     WindowsState, 1..4
-//	offset 20  u32 reason    WindowsReason, 0..5
+//	offset 20  u32 reason    WindowsReason, 0..6
 //	offset 24  u32 detail    e.g. the CUptiResult of a failed call
 //	offset 28  u32 dropped   windows lost since the previous state record
 type WindowState struct {

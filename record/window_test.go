@@ -27,7 +27,8 @@ func TestWindowNames(t *testing.T) {
 		{WindowsReasonNone.String(), "none"}, {WindowsReasonNoLibrary.String(), "no_library"},
 		{WindowsReasonAPIError.String(), "api_error"}, {WindowsReasonProfiler.String(), "profiler"},
 		{WindowsReasonInjection.String(), "injection"}, {WindowsReasonConfig.String(), "config"},
-		{WindowsReason(6).String(), "reason(6)"},
+		{WindowsReasonRate.String(), "rate"},
+		{WindowsReason(7).String(), "reason(7)"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)

@@ -247,6 +247,7 @@ enum gp_window_reason {
 	GP_WINDOWS_R_PROFILER = 3,     /* the application called CUPTI itself */
 	GP_WINDOWS_R_INJECTION = 4,    /* a profiler injected itself (CUDA_INJECTION64_PATH) */
 	GP_WINDOWS_R_CONFIG = 5,       /* the collector's configuration turned them off */
+	GP_WINDOWS_R_RATE = 6,         /* the process launches more than the windows' budget allows */
 };
 
 /* Type 13, 32 bytes: device windows turned on or off, and what was lost:

@@ -52,6 +52,7 @@ typedef int gp_cupti_result;
 #define GP_CUPTI_KIND_CONCURRENT_KERNEL 10
 #define GP_CUPTI_DOMAIN_DRIVER 1
 #define GP_CUPTI_API_ENTER 0
+#define GP_CUPTI_API_EXIT 1
 #define GP_CUPTI_FLUSH_FORCED 1
 /* CUpti_CallbackData: callbackSite at 0, correlationId at 64. */
 #define GP_CB_SITE 0
@@ -97,6 +98,7 @@ static struct {
 	gp_cupti_result (*unsubscribe)(void *);
 	gp_cupti_result (*enable_callback)(uint32_t, void *, uint32_t, uint32_t);
 	gp_cupti_result (*timestamp_cb)(uint64_t (*)(void));
+	gp_cupti_result (*finalize)(void);
 	gp_cupti_result (*get_timestamp)(uint64_t *);
 	void *lib;
 	char path[512];
@@ -128,7 +130,6 @@ static void gp_win_unlock(void)
 static int gp_win_state = GP_WIN_IDLE;
 static void *gp_win_sub;
 static int gp_win_ts_ours; /* CUPTI timestamps are gp_now's */
-static int gp_win_paused;  /* the rate cap paused collection for the rest of its epoch */
 static uint32_t gp_win_flush_ms = 100;
 /* What the application itself asked of CUPTI (the interposers). */
 static uint32_t gp_app_kinds;  /* kinds enabled, counted */
@@ -136,6 +137,8 @@ static int gp_app_sub;         /* it holds a subscriber */
 static int gp_app_cb;          /* it registered activity callbacks and has not disabled every kind since */
 static uint64_t gp_app_idle_since;
 static uint32_t gp_win_lost;   /* windows lost since the last state record (atomic) */
+static int gp_win_detach;      /* the rate cap asks for CUPTI's detach at the next launch's exit (atomic) */
+static void gp_win_detach_now(void);
 static uint64_t gp_win_written, gp_win_lost_all, gp_win_cupti_dropped; /* for the trace's exit line (atomic) */
 
 /* The correlation table: slot corr % GP_CORR_SLOTS holds the launch id of
@@ -309,6 +312,11 @@ static void gp_win_callback(void *ud, uint32_t domain, uint32_t cbid, const void
 	(void)ud, (void)domain, (void)cbid;
 	const uint8_t *d = data;
 	uint64_t id = gp_self.pending;
+	if (d != NULL && gp_rd32(d, GP_CB_SITE) == GP_CUPTI_API_EXIT &&
+	    GP_UNLIKELY(__atomic_load_n(&gp_win_detach, __ATOMIC_ACQUIRE))) {
+		gp_win_detach_now();
+		return;
+	}
 	if (d == NULL || id == 0 || gp_rd32(d, GP_CB_SITE) != GP_CUPTI_API_ENTER ||
 	    !__atomic_load_n(&gp_win_on, __ATOMIC_RELAXED))
 		return;
@@ -399,6 +407,7 @@ static int gp_cupti_syms(const char **why)
 	GP_CU_SYM(enable_callback, "cuptiEnableCallback");
 	GP_CU_SYM(timestamp_cb, "cuptiActivityRegisterTimestampCallback");
 	GP_CU_SYM(get_timestamp, "cuptiGetTimestamp");
+	GP_CU_SYM(finalize, "cuptiFinalize");
 	if (!gp_cu.get_version || !gp_cu.register_callbacks || !gp_cu.enable || !gp_cu.disable ||
 	    !gp_cu.flush_all || !gp_cu.next_record || !gp_cu.subscribe || !gp_cu.unsubscribe ||
 	    !gp_cu.enable_callback) {
@@ -441,7 +450,6 @@ static int gp_win_enable(const char **why)
 static void gp_win_disable(void)
 {
 	__atomic_store_n(&gp_win_on, 0, __ATOMIC_RELEASE);
-	gp_win_paused = 0;
 	gp_cu.disable(GP_CUPTI_KIND_CONCURRENT_KERNEL);
 	gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);
 	if (gp_win_sub != NULL)
@@ -450,63 +458,64 @@ static void gp_win_disable(void)
 }
 
 /* ---- the rate cap ------------------------------------------------------
- * Windows cost the launching thread about GP_WIN_COST_NS a launch (CUPTI's
- * own work in the driver's launch path plus its callback: about 1 us on an
- * H100 and an H200, measured on an empty-kernel loop), nothing at all on
- * the GPU. A process that launches more than the budget allows (launches
- * a second x cost > budget_ppm of one thread) gets windows for a part of
- * every second in proportion, so that a launch-bound loop stays within
- * its budget; its other launches are flagged NO_WINDOW and counted by the
- * collector as launches without exact windows. The rate is measured every
- * GP_WIN_EPOCH_NS from the launch ids handed out (blocks of 1024 a thread:
- * coarse below about 5,000 launches a second, far under any budget).
- * PyTorch steps launch
- * 12,000-14,000 kernels a second (issue 17's transformer, eager and
- * compiled): all of them get windows. */
+ * Windows cost the launching thread about 1 us a launch, nothing on the
+ * GPU, and once CUPTI is attached that cost stays even with its kinds
+ * disabled and its subscriber gone (H200, this session's call 10: an
+ * empty-kernel loop at 1.23x plain with windows on, 1.25x with them
+ * paused, 1.006x with the shim alone). So a process that launches more
+ * than the budget allows (launches a second x 1 us > budget_ppm of one
+ * thread) for two epochs in a row has CUPTI detached (cuptiFinalize, from
+ * a launch call's exit callback, where CUPTI says it is safe): windows
+ * stay off for it, said in a window_state record (reason RATE), and its
+ * launches are flagged NO_WINDOW. The rate is measured every
+ * GP_WIN_EPOCH_NS from the launch ids handed out (blocks of 1024 a
+ * thread: coarse below about 5,000 launches a second, far under any
+ * budget). PyTorch steps launch 12,000-14,000 kernels a second (issue
+ * 17's transformer, eager and compiled): they keep their windows. */
 #define GP_WIN_COST_NS 1000ull
-#define GP_WIN_EPOCH_NS 200000000ull /* a fifth of a second: a short loop is capped too */
+#define GP_WIN_EPOCH_NS 200000000ull
 static uint64_t gp_win_budget_ppm = 20000; /* GPUPROBE_WINDOWS_BUDGET_PPM; 0: no cap */
-static uint64_t gp_win_epoch, gp_win_epoch_ids, gp_win_on_ns = GP_WIN_EPOCH_NS;
+static uint64_t gp_win_epoch, gp_win_epoch_ids;
+static int gp_win_over; /* epochs in a row over the budget */
 
-static void gp_win_callbacks(uint32_t on)
-{
-	for (size_t i = 0; i < sizeof gp_win_cbids / sizeof gp_win_cbids[0]; i++)
-		gp_cu.enable_callback(on, gp_win_sub, GP_CUPTI_DOMAIN_DRIVER, gp_win_cbids[i]);
-}
-
-/* gp_win_pace pauses and resumes collection within each epoch (gp_win_mu
- * held, state ON). */
+/* gp_win_pace measures the launch rate each epoch (gp_win_mu held, state
+ * ON) and asks for the detach when it stays over the budget. */
 static void gp_win_pace(uint64_t now)
 {
-	if (gp_win_budget_ppm == 0)
+	if (gp_win_budget_ppm == 0 || now - gp_win_epoch < GP_WIN_EPOCH_NS)
 		return;
-	if (now - gp_win_epoch >= GP_WIN_EPOCH_NS) {
-		uint64_t ids = gp_ids_handed(), rate = (ids - gp_win_epoch_ids) * 1000000000ull / (now - gp_win_epoch);
-		uint64_t allowed = gp_win_budget_ppm * 1000 / GP_WIN_COST_NS;
-		gp_win_on_ns = rate <= allowed ? GP_WIN_EPOCH_NS : GP_WIN_EPOCH_NS / rate * allowed;
-		gp_win_epoch = now, gp_win_epoch_ids = ids;
-		if (gp_win_paused && gp_cu.subscribe(&gp_win_sub, gp_win_callback, NULL) == GP_CUPTI_SUCCESS) {
-			if (gp_cu.enable(GP_CUPTI_KIND_CONCURRENT_KERNEL) == GP_CUPTI_SUCCESS) {
-				gp_win_callbacks(1);
-				gp_win_paused = 0;
-				__atomic_store_n(&gp_win_on, 1, __ATOMIC_RELEASE);
-			} else {
-				gp_cu.unsubscribe(gp_win_sub);
-				gp_win_sub = NULL;
-			}
-		}
-	} else if (!gp_win_paused && now - gp_win_epoch >= gp_win_on_ns) {
-		/* Unsubscribed, not only the callbacks turned off: the driver's
-		 * launch path then skips CUPTI's callback layer altogether. */
+	uint64_t ids = gp_ids_handed(), rate = (ids - gp_win_epoch_ids) * 1000000000ull / (now - gp_win_epoch);
+	uint64_t allowed = gp_win_budget_ppm * 1000 / GP_WIN_COST_NS;
+	gp_win_epoch = now, gp_win_epoch_ids = ids;
+	gp_win_over = rate > allowed ? gp_win_over + 1 : 0;
+	if (gp_win_over >= 2 && !__atomic_exchange_n(&gp_win_detach, 1, __ATOMIC_ACQ_REL))
+		GP_TRACE("device windows: %llu launches a second, over the budget of %llu: detaching CUPTI",
+			 (unsigned long long)rate, (unsigned long long)allowed);
+}
+
+/* gp_win_detach_now runs in the driver callback at a launch call's exit
+ * once the detach is asked for: CUPTI is finalized (or, without
+ * cuptiFinalize, its kind disabled and its subscriber dropped). */
+static void gp_win_detach_now(void)
+{
+	if (pthread_mutex_trylock(&gp_win_mu) != 0)
+		return; /* the next launch tries again */
+	gp_win_held = 1;
+	if (gp_win_state == GP_WIN_ON) {
 		__atomic_store_n(&gp_win_on, 0, __ATOMIC_RELEASE);
 		gp_cu.disable(GP_CUPTI_KIND_CONCURRENT_KERNEL);
-		gp_cu.unsubscribe(gp_win_sub);
+		if (gp_cu.finalize)
+			gp_cu.finalize();
+		else
+			gp_cu.unsubscribe(gp_win_sub);
 		gp_win_sub = NULL;
-		gp_win_paused = 1;
-		GP_TRACE("device windows: paused for %llu ms of this %llu ms (over the budget of %llu launches a second)",
-			 (unsigned long long)((GP_WIN_EPOCH_NS - gp_win_on_ns) / 1000000),
-			 (unsigned long long)(GP_WIN_EPOCH_NS / 1000000), (unsigned long long)(gp_win_budget_ppm * 1000 / GP_WIN_COST_NS));
+		/* This launch's record will not come: its record says so. */
+		gp_self.corr = 0;
+		gp_win_state = GP_WIN_UNAVAILABLE;
+		GP_TRACE("device windows: off (CUPTI %s)", gp_cu.finalize ? "detached" : "unsubscribed");
+		gp_win_state_record(GP_WINDOWS_OFF, GP_WINDOWS_R_RATE, 0);
 	}
+	gp_win_unlock();
 }
 
 /* The flush thread: a default flush every flush period (it hands over

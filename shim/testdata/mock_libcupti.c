@@ -203,4 +203,12 @@ EXPORT int cuptiEnableCallback(uint32_t on, void *sub, uint32_t domain, uint32_t
 	return 0;
 }
 
-EXPORT int cuptiFinalize(void) { return 0; }
+/* Detaches: no more callbacks or records (what is queued is dropped). */
+EXPORT int cuptiFinalize(void)
+{
+	pthread_mutex_lock(&mu);
+	subscribed = 0, launch_cb_on = 0, sub_cb = NULL, kernels_on = 0, nq = 0;
+	req = NULL, done = NULL;
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
