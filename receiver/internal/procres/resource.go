@@ -52,7 +52,8 @@ const (
 // "unknown_service:<executable name>" (the SDK specification's default).
 // service.instance.id is the application's, else a UUID (version 5) of the
 // host name, pid and start time, the same for every connection of the
-// process.
+// process (of the agent session where those are unknown; none without
+// either).
 func Build(p Process) (pcommon.Map, []error) {
 	var errs []error
 	svc := ""
@@ -114,7 +115,7 @@ func Build(p Process) (pcommon.Map, []error) {
 		svc = "unknown_service"
 	}
 	m.PutStr("service.name", svc)
-	if _, ok := m.Get("service.instance.id"); !ok {
+	if _, ok := m.Get("service.instance.id"); !ok && (p.PID != 0 && p.Start != 0 || p.Session != 0) {
 		m.PutStr("service.instance.id", p.instanceID())
 	}
 	return m, errs

@@ -74,7 +74,7 @@ func TestBuild(t *testing.T) {
 			tc.edit(&p)
 			m, errs := Build(p)
 			got := m.AsRaw()
-			if id, _ := got["service.instance.id"].(string); !uuid5.MatchString(id) {
+			if id, _ := got["service.instance.id"].(string); p.Session+p.PID != 0 && !uuid5.MatchString(id) {
 				t.Errorf("service.instance.id %q is not a version 5 UUID", id)
 			}
 			delete(got, "service.instance.id")
@@ -122,5 +122,8 @@ func TestInstanceID(t *testing.T) {
 	a.EnvResAttrs = "service.instance.id=rank-3"
 	if got := id(a); got != "rank-3" {
 		t.Errorf("the application's instance id: got %q", got)
+	}
+	if got := id(Process{PID: 10, HostName: "h"}); got != "" {
+		t.Errorf("a process known by its pid alone: instance id %q, want none", got)
 	}
 }

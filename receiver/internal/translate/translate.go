@@ -34,11 +34,20 @@ type Options struct {
 	Demangle           func(string) string // mangled → span name (default identity)
 	ProcessName        func(pid uint32) string
 	ServiceName        string // resource service.name override
+	HostName           string // host.name of every resource
 	Clock              *clock.Mapper
 	PerThreadSeries    bool // per-thread execution-count series for small grids
 	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
-	Host               HostOptions
-	Windows            WindowOptions
+	// Bounds of the per-process series (seriesStore): processes with
+	// series (default DefaultMaxProcesses), kernel and copy series of all
+	// of them (default (MaxKernelNames+1) × (MaxDevices+1)), and how long
+	// a process's series stay after it left (default
+	// DefaultProcessRetention).
+	MaxProcesses     int
+	MaxSeries        int
+	ProcessRetention time.Duration
+	Host             HostOptions
+	Windows          WindowOptions
 }
 
 // SamplingOptions thin out the spans (metrics count every launch).
@@ -88,6 +97,8 @@ type LaunchCounters struct {
 	NamesTruncated   uint64 // kernel names that arrived cut by their producer
 	DevicesFolded    uint64 // device numbers (records) a client had not reported, folded into OtherDevice
 	CalibrationsBad  uint64 // calibration records rejected (clock.Mapper.AddCalibration)
+	SeriesFolded     uint64 // records counted in their process's overflow series: Options.MaxSeries were made
+	ProcessesFolded  uint64 // processes counted in the shared overflow resource: Options.MaxProcesses had series
 	ExecDuplicate    uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
 	LaunchesCaptured uint64 // launch records of stream-captured launches (never run; shims before capture.c wrote them): dropped at their graph node's first cuGraphLaunch record
 }
@@ -190,16 +201,22 @@ func New(o Options) *Translator {
 	if o.Windows.Wait == 0 {
 		o.Windows.Wait = DefaultWindowWait
 	}
-	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
-	t.series = &seriesStore{
-		o: &t.o, start: t.start,
-		byName: map[string]*series{}, other: &series{name: OtherKernel},
-		memcpy: map[memcpyKey]*memcpySeries{}, names: map[string]string{},
+	if o.MaxProcesses < 1 {
+		o.MaxProcesses = DefaultMaxProcesses
 	}
+	if o.MaxSeries < 1 {
+		o.MaxSeries = defaultMaxSeries(o.MaxKernelNames)
+	}
+	if o.ProcessRetention <= 0 {
+		o.ProcessRetention = DefaultProcessRetention
+	}
+	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
+	t.series = &seriesStore{o: &t.o, counters: &t.counters, start: t.start,
+		names: map[string]string{}, kernels: map[string]bool{}, procs: map[procKey]*procSeries{}}
 	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}}
 	t.graphs = &graphTable{o: &t.o, counters: &t.counters, chains: map[srcKey]*replayChain{}}
 	t.clients = &clientTable{o: &t.o, counters: &t.counters,
-		byID: map[uint32]*client{}, peerExe: map[uint32]string{}, procs: map[uint32]string{}}
+		byID: map[uint32]*client{}, peers: map[uint32]*client{}, procs: map[uint32]string{}}
 	t.hosts = &hostTable{o: &t.o, counters: &t.counters, start: t.start,
 		procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
 	t.windows = &windowTable{o: &t.o, counters: &t.counters, groups: groupTable{o: &t.o},
@@ -209,7 +226,7 @@ func New(o Options) *Translator {
 
 	// The parts call each other; each names the ones it calls.
 	t.launches.graphs, t.launches.clients, t.launches.hosts = t.graphs, t.clients, t.hosts
-	t.launches.spans, t.launches.series, t.launches.windows = t.spans, t.series, t.windows
+	t.launches.spans, t.launches.windows = t.spans, t.windows
 	t.windows.launches, t.windows.clients = t.launches, t.clients
 	t.graphs.launches, t.graphs.clients = t.launches, t.clients
 	t.clients.launches, t.clients.series = t.launches, t.series
