@@ -286,6 +286,19 @@ GP_HIDDEN uint32_t gp_device(void);
 /* HELLO flags bit 0: a reconnect; lost records and earlier sessions follow
  * the name (doc.go). */
 #define GP_HELLO_RECONNECT 1u
+/* HELLO flags bit 1: the application's OTEL_SERVICE_NAME and
+ * OTEL_RESOURCE_ATTRIBUTES follow (doc.go, the resource extension), at most
+ * GP_MAX_SERVICE and GP_MAX_RES_ATTRS bytes; a longer one is left out and
+ * flagged (GP_RES_OMIT_*). gp_res_ext: this process sends it (cleared when
+ * a collector refuses it). */
+#define GP_HELLO_RESOURCE 2u
+#define GP_MAX_SERVICE 256u
+#define GP_MAX_RES_ATTRS 4096u
+#define GP_RES_OMIT_SERVICE 1u
+#define GP_RES_OMIT_ATTRS 2u
+extern GP_HIDDEN int gp_res_ext;
+/* An ERROR frame's code 1: the collector did not understand the HELLO. */
+#define GP_ERROR_PROTOCOL 1u
 /* A handshake's result before it becomes the session (gp_install). */
 struct gp_conn {
 	int fd;
