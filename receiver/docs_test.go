@@ -18,7 +18,7 @@ const telemetryDoc = "../docs/telemetry.md"
 
 // emitters are the packages whose string literals name what the receiver
 // emits (metric, span and attribute names).
-var emitters = []string{".", "internal/translate", "internal/progmaps", "internal/hostcall"}
+var emitters = []string{".", "internal/translate", "internal/progmaps", "internal/hostcall", "internal/procres"}
 
 // TestDocsDocumentEveryMetric checks that docs/telemetry.md names every
 // metric the receiver emits: those of metadata.yaml and the self-metrics

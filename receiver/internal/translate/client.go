@@ -118,7 +118,7 @@ func (ct *clientTable) bindProc(c *client) {
 
 // Disconnect ends source src (its rings are drained): its pending launches
 // are emitted now, and all its state is freed but its process's metric
-// series, kept Options.ProcessRetention.
+// series, kept Options.Process.Retention.
 func (t *Translator) Disconnect(src uint32, now time.Time) {
 	t.launches.forget(src, now)
 	t.windows.forget(src)

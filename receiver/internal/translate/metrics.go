@@ -260,13 +260,13 @@ func newExpHist(sm pmetric.MetricSlice, name, unit, desc string) pmetric.Exponen
 func (t *Translator) Metrics(now time.Time, self []SelfMetric) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	rm := md.ResourceMetrics().AppendEmpty()
-	svc := t.o.ServiceName
+	svc := t.o.Process.ServiceName
 	if svc == "" {
 		svc = "gpuprobe"
 	}
 	rm.Resource().Attributes().PutStr("service.name", svc)
-	if t.o.HostName != "" {
-		rm.Resource().Attributes().PutStr("host.name", t.o.HostName)
+	if t.o.Process.HostName != "" {
+		rm.Resource().Attributes().PutStr("host.name", t.o.Process.HostName)
 	}
 	sc := rm.ScopeMetrics().AppendEmpty()
 	sc.Scope().SetName(ScopeName)

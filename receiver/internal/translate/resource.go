@@ -14,13 +14,13 @@ import (
 // peerResource builds the resource of a client connected without one.
 func (o *Options) peerResource(src uint32, p *Peer) pcommon.Map {
 	m, _ := procres.Build(procres.Process{PID: p.PID, Start: p.Start, Session: src, ExeName: p.Exe,
-		HostName: o.HostName, ServiceOverride: o.ServiceName})
+		HostName: o.Process.HostName, ServiceOverride: o.Process.ServiceName})
 	return m
 }
 
 // overflowResource is the resource of the processes beyond MaxProcesses.
 func (o *Options) overflowResource() pcommon.Map {
-	m, _ := procres.Build(procres.Process{HostName: o.HostName, ServiceOverride: o.ServiceName})
+	m, _ := procres.Build(procres.Process{HostName: o.Process.HostName, ServiceOverride: o.Process.ServiceName})
 	return m
 }
 
@@ -32,6 +32,6 @@ func (ct *clientTable) fillResource(attrs pcommon.Map, pid uint32) {
 		return
 	}
 	m, _ := procres.Build(procres.Process{PID: pid, ExeName: ct.processName(pid),
-		HostName: ct.o.HostName, ServiceOverride: ct.o.ServiceName})
+		HostName: ct.o.Process.HostName, ServiceOverride: ct.o.Process.ServiceName})
 	m.MoveTo(attrs)
 }

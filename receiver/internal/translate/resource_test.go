@@ -52,7 +52,7 @@ func gpuStream(uuid byte, gpuOff uint64, launches int) *stream {
 func TestTwoPodsDeviceZero(t *testing.T) {
 	mapper := clock.New()
 	mapper.SetMonoOffset(realBase)
-	tr := newTr(Options{Clock: mapper, ExpectWarps: true, HostName: "node-1"})
+	tr := newTr(Options{Clock: mapper, ExpectWarps: true, Process: ProcessOptions{HostName: "node-1"}})
 	now := time.Now()
 	tr.Connect(1, podPeer(t, 1000, "a"))
 	tr.Connect(2, podPeer(t, 2000, "b"))
@@ -187,7 +187,7 @@ func pmetricOf(rm pmetric.ResourceMetrics) pmetric.Metrics {
 // ProcessRetention, a reconnect of the same process continues them, and
 // then they go.
 func TestProcessRetention(t *testing.T) {
-	tr := newTr(Options{ProcessRetention: time.Minute})
+	tr := newTr(Options{Process: ProcessOptions{Retention: time.Minute}})
 	t0 := time.Now()
 	peer := Peer{PID: 7, Exe: "app", Start: 55}
 	tr.Connect(1, peer)
@@ -223,7 +223,7 @@ func TestProcessRetention(t *testing.T) {
 // TestProcessesBounded: past MaxProcesses, a process gone and emitted
 // makes room; with none, new processes count in one overflow resource.
 func TestProcessesBounded(t *testing.T) {
-	tr := newTr(Options{MaxProcesses: 2})
+	tr := newTr(Options{Process: ProcessOptions{MaxProcesses: 2}})
 	now := time.Now()
 	for src := uint32(1); src <= 3; src++ {
 		tr.Connect(src, Peer{PID: 100 * src, Exe: "app", Start: 1})
@@ -258,7 +258,7 @@ func TestProcessesBounded(t *testing.T) {
 // TestSeriesBounded: past MaxSeries, in all processes together, a
 // process's new kernel and copy series count in its overflow series.
 func TestSeriesBounded(t *testing.T) {
-	tr := newTr(Options{MaxSeries: 3})
+	tr := newTr(Options{Process: ProcessOptions{MaxSeries: 3}})
 	now := time.Now()
 	for src := uint32(1); src <= 2; src++ {
 		tr.Connect(src, Peer{PID: 10 * src, Exe: "app", Start: 1})

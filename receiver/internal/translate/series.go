@@ -12,15 +12,15 @@ import (
 // and device. Its bounds, for every client together:
 //   - kernel names: the first Options.MaxKernelNames distinct names have
 //     series of their own in every process, later ones fold into "other";
-//   - series: at most Options.MaxSeries (kernel name, device) and (copy
+//   - series: at most Options.Process.MaxSeries (kernel name, device) and (copy
 //     kind, device) series in all processes, each process's beyond them
 //     counted in its overflow series ("other" on device -1, per kind for
 //     copies; Counters.SeriesFolded);
-//   - processes: at most Options.MaxProcesses; a process beyond them, when
+//   - processes: at most Options.Process.MaxProcesses; a process beyond them, when
 //     no gone process can make room, counts in one shared overflow resource
 //     (Counters.ProcessesFolded).
 //
-// A process's series stay Options.ProcessRetention after its last client
+// A process's series stay Options.Process.Retention after its last client
 // disconnected, then go.
 type seriesStore struct {
 	o        *Options
@@ -112,7 +112,7 @@ func (s *series) dev(d uint32) *devSeries {
 // MaxSeries are made.
 func (p *procSeries) take() bool {
 	st := p.store
-	if st.nseries >= st.o.MaxSeries {
+	if st.nseries >= st.o.Process.MaxSeries {
 		st.counters.SeriesFolded++
 		return false
 	}
@@ -174,7 +174,7 @@ func (st *seriesStore) acquire(key procKey, res func() pcommon.Map) *procSeries 
 	p := st.procs[key]
 	switch {
 	case p != nil:
-	case len(st.procs) < st.o.MaxProcesses || st.evictGone():
+	case len(st.procs) < st.o.Process.MaxProcesses || st.evictGone():
 		p = st.newProc(key, res())
 		st.procs[key] = p
 		st.order = append(st.order, p)
@@ -227,7 +227,7 @@ func (st *seriesStore) sweep(now time.Time) {
 		return
 	}
 	st.nextSweep = now.Add(time.Second)
-	st.drop(func(p *procSeries) bool { return p.refs == 0 && now.Sub(p.goneAt) >= st.o.ProcessRetention })
+	st.drop(func(p *procSeries) bool { return p.refs == 0 && now.Sub(p.goneAt) >= st.o.Process.Retention })
 }
 
 // drop forgets the processes gone says so of.

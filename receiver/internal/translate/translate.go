@@ -33,21 +33,12 @@ type Options struct {
 	Filter             *config.KernelFilter
 	Demangle           func(string) string // mangled → span name (default identity)
 	ProcessName        func(pid uint32) string
-	ServiceName        string // resource service.name override
-	HostName           string // host.name of every resource
 	Clock              *clock.Mapper
 	PerThreadSeries    bool // per-thread execution-count series for small grids
 	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
-	// Bounds of the per-process series (seriesStore): processes with
-	// series (default DefaultMaxProcesses), kernel and copy series of all
-	// of them (default (MaxKernelNames+1) × (MaxDevices+1)), and how long
-	// a process's series stay after it left (default
-	// DefaultProcessRetention).
-	MaxProcesses     int
-	MaxSeries        int
-	ProcessRetention time.Duration
-	Host             HostOptions
-	Windows          WindowOptions
+	Process            ProcessOptions
+	Host               HostOptions
+	Windows            WindowOptions
 }
 
 // SamplingOptions thin out the spans (metrics count every launch).
@@ -65,6 +56,20 @@ type WindowOptions struct {
 	// OnState, if set, is called when a client's windows state changes,
 	// with the client's peer pid (0: unknown).
 	OnState func(pid uint32, s record.WindowState)
+}
+
+// ProcessOptions configure the processes' resources and the bounds of
+// their series (seriesStore).
+type ProcessOptions struct {
+	ServiceName string // service.name override of every resource
+	HostName    string // host.name of every resource
+	// Processes with series (default DefaultMaxProcesses), kernel and copy
+	// series of all of them (default (MaxKernelNames+1) × (MaxDevices+1)),
+	// and how long a process's series stay after it left (default
+	// DefaultProcessRetention).
+	MaxProcesses int
+	MaxSeries    int
+	Retention    time.Duration
 }
 
 // HostOptions configure the handling of host probes (HostCall and
@@ -97,8 +102,8 @@ type LaunchCounters struct {
 	NamesTruncated   uint64 // kernel names that arrived cut by their producer
 	DevicesFolded    uint64 // device numbers (records) a client had not reported, folded into OtherDevice
 	CalibrationsBad  uint64 // calibration records rejected (clock.Mapper.AddCalibration)
-	SeriesFolded     uint64 // records counted in their process's overflow series: Options.MaxSeries were made
-	ProcessesFolded  uint64 // processes counted in the shared overflow resource: Options.MaxProcesses had series
+	SeriesFolded     uint64 // records counted in their process's overflow series: Options.Process.MaxSeries were made
+	ProcessesFolded  uint64 // processes counted in the shared overflow resource: Options.Process.MaxProcesses had series
 	ExecDuplicate    uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
 	LaunchesCaptured uint64 // launch records of stream-captured launches (never run; shims before capture.c wrote them): dropped at their graph node's first cuGraphLaunch record
 }
@@ -201,14 +206,14 @@ func New(o Options) *Translator {
 	if o.Windows.Wait == 0 {
 		o.Windows.Wait = DefaultWindowWait
 	}
-	if o.MaxProcesses < 1 {
-		o.MaxProcesses = DefaultMaxProcesses
+	if o.Process.MaxProcesses < 1 {
+		o.Process.MaxProcesses = DefaultMaxProcesses
 	}
-	if o.MaxSeries < 1 {
-		o.MaxSeries = defaultMaxSeries(o.MaxKernelNames)
+	if o.Process.MaxSeries < 1 {
+		o.Process.MaxSeries = defaultMaxSeries(o.MaxKernelNames)
 	}
-	if o.ProcessRetention <= 0 {
-		o.ProcessRetention = DefaultProcessRetention
+	if o.Process.Retention <= 0 {
+		o.Process.Retention = DefaultProcessRetention
 	}
 	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
 	t.series = &seriesStore{o: &t.o, counters: &t.counters, start: t.start,
