@@ -42,12 +42,12 @@ func TestDocsDocumentEveryMetric(t *testing.T) {
 }
 
 // TestDocsDocumentEveryAttribute checks that docs/telemetry.md names every
-// attribute (and span name) the receiver emits: those of metadata.yaml,
-// the keys set with Put* on attribute maps, and the dotted names in the
-// emitting packages' code.
+// attribute (and span name) the receiver emits: those of metadata.yaml
+// (resource attributes too), the keys set with Put* on attribute maps, and
+// the dotted names in the emitting packages' code.
 func TestDocsDocumentEveryAttribute(t *testing.T) {
 	doc := documentedNames(t)
-	names := metadataNames(t, "attributes")
+	names := append(metadataNames(t, "attributes"), metadataNames(t, "resource_attributes")...)
 	for _, n := range emittedNames(t) {
 		if !strings.HasPrefix(n, "gpu.") && !strings.HasPrefix(n, "gpuprobe.receiver.") {
 			names = append(names, n)
