@@ -32,10 +32,12 @@ type Process struct {
 }
 
 // Attribute keys the collector sets from its own facts; the application's
-// attributes of these keys are ignored.
+// attributes of these keys are ignored. service.instance.id is one: with
+// service.name it makes a series' identity in Prometheus (job, instance),
+// so a process that could choose it could write into another's series.
 var collectorKeys = map[string]bool{
 	"process.pid": true, "process.executable.name": true, "process.executable.path": true,
-	"container.id": true, "host.name": true,
+	"container.id": true, "host.name": true, "service.instance.id": true,
 }
 
 // Bounds of the executable's path (PATH_MAX) and name (NAME_MAX).
@@ -50,10 +52,9 @@ const (
 // service.name is resource::service_name, else OTEL_SERVICE_NAME, else the
 // service.name of OTEL_RESOURCE_ATTRIBUTES, else
 // "unknown_service:<executable name>" (the SDK specification's default).
-// service.instance.id is the application's, else a UUID (version 5) of the
-// host name, pid and start time, the same for every connection of the
-// process (of the agent session where those are unknown; none without
-// either).
+// service.instance.id is a UUID (version 5) of the host name, pid and
+// start time, the same for every connection of the process (of the agent
+// session where those are unknown; none without either).
 func Build(p Process) (pcommon.Map, []error) {
 	var errs []error
 	svc := ""
@@ -115,7 +116,7 @@ func Build(p Process) (pcommon.Map, []error) {
 		svc = "unknown_service"
 	}
 	m.PutStr("service.name", svc)
-	if _, ok := m.Get("service.instance.id"); !ok && (p.PID != 0 && p.Start != 0 || p.Session != 0) {
+	if p.PID != 0 && p.Start != 0 || p.Session != 0 {
 		m.PutStr("service.instance.id", p.instanceID())
 	}
 	return m, errs

@@ -49,7 +49,7 @@ func TestBuild(t *testing.T) {
 		}, with("service.name", "unknown_service:python3.12", "k8s.pod.name", "train-0", "k8s.namespace.name", "ml",
 			"deployment.environment.name", "prod"), nil},
 		{"collector's facts are not the client's to say", func(p *Process) {
-			p.EnvResAttrs = "process.pid=1,container.id=abc,host.name=elsewhere,process.executable.name=sshd,process.executable.path=/sbin/init,team=a"
+			p.EnvResAttrs = "process.pid=1,container.id=abc,host.name=elsewhere,process.executable.name=sshd,process.executable.path=/sbin/init,team=a,service.instance.id=x"
 		}, with("service.name", "unknown_service:python3.12", "team", "a"), nil},
 		{"bad attributes discarded whole", func(p *Process) { p.EnvServiceName, p.EnvResAttrs = "trainer", "team=a,evil=%1B[2J" },
 			with("service.name", "trainer"), []string{`OTEL_RESOURCE_ATTRIBUTES: pair 2: value of "evil": control character U+001B`}},
@@ -95,9 +95,9 @@ func TestBuild(t *testing.T) {
 
 var uuid5 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
-// TestInstanceID: the generated service.instance.id is the same for every
-// connection of a process, differs between processes (a pid reused later
-// has another start time), and the application's own wins.
+// TestInstanceID: service.instance.id is the same for every connection of
+// a process, differs between processes (a pid reused later has another
+// start time), and is not the application's to choose.
 func TestInstanceID(t *testing.T) {
 	id := func(p Process) string {
 		m, _ := Build(p)
@@ -119,9 +119,10 @@ func TestInstanceID(t *testing.T) {
 	if id(unknown) == id(unknown2) {
 		t.Errorf("processes of unknown pid share %s", id(unknown))
 	}
-	a.EnvResAttrs = "service.instance.id=rank-3"
-	if got := id(a); got != "rank-3" {
-		t.Errorf("the application's instance id: got %q", got)
+	claimed := a
+	claimed.EnvResAttrs = "service.instance.id=" + id(other)
+	if got := id(claimed); got != id(a) {
+		t.Errorf("a process claiming another's instance id got %q, want its own %q", got, id(a))
 	}
 	if got := id(Process{PID: 10, HostName: "h"}); got != "" {
 		t.Errorf("a process known by its pid alone: instance id %q, want none", got)
