@@ -55,7 +55,7 @@ func TestHelloResource(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("HELLO %+v, want %+v", got, tc.want)
 			}
-			checkLaunches(t, readRing(t, ss[0].ring), ss[0].peer.PID, basicLaunches())
+			checkLaunches(t, ss[0].read(t), ss[0].peer.PID, basicLaunches())
 		})
 	}
 }
@@ -135,5 +135,55 @@ func TestHelloResourceOldCollector(t *testing.T) {
 	st := readRing(t, ring)
 	if len(st.launches) != len(basicLaunches()) {
 		t.Fatalf("%d launches recorded, want %d\n%s", len(st.launches), len(basicLaunches()), tr)
+	}
+}
+
+// TestDeviceRecords: after its handshake the shim writes one Device record
+// per device the process sees, before any launch: the UUID of its GPU, or
+// of its MIG instance (cuDeviceGetUuid_v2), so the collector tells apart
+// the device 0 of two containers.
+func TestDeviceRecords(t *testing.T) {
+	b := binaries(t)
+	uuid := func(b byte) [16]byte {
+		var u [16]byte
+		for i := range u {
+			u[i] = b
+		}
+		return u
+	}
+	tests := []struct {
+		name  string
+		env   []string
+		uuids [][16]byte
+		names []string
+	}{
+		{"one GPU", []string{"MOCK_DEVICE_COUNT=1"}, [][16]byte{uuid(0x10)}, []string{"Mock H100 0"}},
+		{"two GPUs", []string{"MOCK_DEVICE_COUNT=2", "MOCK_CURRENT_DEVICE=1"}, [][16]byte{uuid(0x10), uuid(0x11)},
+			[]string{"Mock H100 0", "Mock H100 1"}},
+		{"a MIG instance", []string{"MOCK_DEVICE_COUNT=1", "MOCK_MIG=1"}, [][16]byte{uuid(0xa0)},
+			[]string{"Mock H100 0 MIG 1g.10gb"}},
+		{"the driver cannot count", []string{"MOCK_DEVICE_COUNT=-1", "MOCK_CURRENT_DEVICE=0"}, nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startAgent(t, 256, 1024, agent.Options{})
+			if _, errOut, err := run(t, b, append(preload(b, a.path), tc.env...), b.app, "cudart", "basic", "5"); err != nil {
+				t.Fatalf("app: %v\n%s", err, errOut)
+			}
+			ss := a.waitGone(t, 1)
+			st := ss[0].read(t)
+			if len(st.devices) != len(tc.uuids) {
+				t.Fatalf("%d device records, want %d", len(st.devices), len(tc.uuids))
+			}
+			for i, d := range st.devices {
+				if d.Device != uint32(i) || d.UUID != tc.uuids[i] || d.Name != tc.names[i] || d.PID != uint32(ss[0].peer.PID) ||
+					d.SMCount != 132 || d.ComputeCap != 90 {
+					t.Errorf("device record %d: %+v, want ordinal %d, uuid %x, name %q", i, d, i, tc.uuids[i], tc.names[i])
+				}
+			}
+			if len(st.launches) != len(basicLaunches()) {
+				t.Errorf("%d launches, want %d", len(st.launches), len(basicLaunches()))
+			}
+		})
 	}
 }

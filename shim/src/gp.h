@@ -20,6 +20,7 @@
  *   mirror.c     device-resident maps (global kind 5) and their mirror thread
  *   ctxgone.c    context release and destruction: device maps' final pass
  *   calib.c      calibration records: %globaltimer against CLOCK_MONOTONIC
+ *   devices.c    device records: each ordinal's GPU (UUID), per session
  *   clock.c      cheap CLOCK_MONOTONIC timestamps (TSC) for the launch path
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
  *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
@@ -315,6 +316,8 @@ struct gp_conn {
 GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
 			   struct gp_conn *c, const char **why);
 GP_HIDDEN void gp_install(struct gp_conn *c);
+/* devices.c: a Device record per device into the session's ring. */
+GP_HIDDEN void gp_devices_announce(void);
 GP_HIDDEN uint64_t gp_session_lost(void);
 GP_HIDDEN uint64_t gp_limbo_dropped(void);
 /* patch.c's lock: PATCH exchanges and the region table; the session is

@@ -636,6 +636,7 @@ GP_HIDDEN void gp_connect(void)
 	gp_timeout_ms = ms;
 	uint32_t settings = c.settings, flush_ms = c.flush_ms;
 	gp_install(&c);
+	gp_devices_announce();
 	__atomic_store_n(&gp_state, GP_READY, __ATOMIC_RELEASE);
 	gp_reconnect_start(path, c.fd);
 	if (settings & GP_SET_WINDOWS)

@@ -9,6 +9,7 @@ package translate
 // process's (series.go), kept a while after it leaves.
 
 import (
+	"strings"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
@@ -190,8 +191,20 @@ func (ct *clientTable) onDevice(c *client, d *record.Device) {
 		ct.counters.DevicesFolded++
 		return
 	}
-	c.devices[d.Device] = d.UUIDString()
+	c.devices[d.Device] = deviceUUID(d)
 	ct.procOf(c.src).putDevice(d.Device, c.devices[d.Device])
+}
+
+// deviceUUID is a device's UUID as nvidia-smi and NVIDIA_VISIBLE_DEVICES
+// write it: "MIG-…" for a MIG instance (the shim sends its own UUID, and
+// the driver names it "<GPU> MIG <profile>", e.g. "NVIDIA A100-SXM4-40GB
+// MIG 1g.5gb"), else "GPU-…".
+func deviceUUID(d *record.Device) string {
+	u := d.UUIDString()
+	if strings.Contains(d.Name, " MIG ") {
+		return "MIG" + strings.TrimPrefix(u, "GPU")
+	}
+	return u
 }
 
 // validate rewrites the client-supplied identity fields of a decoded record

@@ -301,3 +301,18 @@ func TestSeriesBounded(t *testing.T) {
 		t.Errorf("%d records folded, want 5", c.SeriesFolded)
 	}
 }
+
+// TestDeviceUUID: a MIG instance's UUID is written as nvidia-smi writes it.
+func TestDeviceUUID(t *testing.T) {
+	u := [16]byte{0xc6, 0xd4, 0xf1, 0xef, 0x42, 0xe4, 0x5d, 0xe3, 0x91, 0xc7, 0x45, 0xd7, 0x1c, 0x87, 0xeb, 0x3f}
+	tests := []struct{ name, want string }{
+		{"NVIDIA H100 80GB HBM3", "GPU-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"},
+		{"NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"},
+		{"", "GPU-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"},
+	}
+	for _, tc := range tests {
+		if got := deviceUUID(&record.Device{UUID: u, Name: tc.name}); got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
