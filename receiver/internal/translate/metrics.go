@@ -112,7 +112,7 @@ func (st *seriesStore) appendProcs(rms pmetric.ResourceMetricsSlice, ts pcommon.
 		p.res.CopyTo(rm.Resource().Attributes())
 		sc := rm.ScopeMetrics().AppendEmpty()
 		sc.Scope().SetName(ScopeName)
-		p.appendMetrics(sc.Metrics(), st.start, ts)
+		p.appendMetrics(sc.Metrics(), p.start, ts)
 		dropEmpty(sc.Metrics())
 	}
 }

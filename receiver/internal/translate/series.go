@@ -25,7 +25,6 @@ import (
 type seriesStore struct {
 	o        *Options
 	counters *Counters
-	start    pcommon.Timestamp
 
 	names     map[string]string // mangled → demangled, bounded by maxNameCache
 	kernels   map[string]bool   // kernel names with series of their own (≤ MaxKernelNames)
@@ -48,10 +47,11 @@ type procKey struct {
 type procSeries struct {
 	key     procKey
 	res     pcommon.Map
-	refs    int       // its connected clients
-	goneAt  time.Time // when refs went to 0
-	flushed bool      // emitted since goneAt: evicting it loses nothing
-	nseries int       // its series counted in seriesStore.nseries
+	start   pcommon.Timestamp // start of its cumulative series
+	refs    int               // its connected clients
+	goneAt  time.Time         // when refs went to 0
+	flushed bool              // emitted since goneAt: evicting it loses nothing
+	nseries int               // its series counted in seriesStore.nseries
 
 	byName  map[string]*series // kernel name → its series (≤ MaxKernelNames)
 	other   *series
@@ -191,8 +191,10 @@ func (st *seriesStore) acquire(key procKey, res func() pcommon.Map) *procSeries 
 }
 
 func (st *seriesStore) newProc(key procKey, res pcommon.Map) *procSeries {
-	p := &procSeries{key: key, res: res, byName: map[string]*series{}, memcpy: map[memcpyKey]*memcpySeries{},
-		devices: map[uint32]string{}, store: st}
+	// Each process's series start when it is first met (again, after its
+	// series were dropped: the backend sees a new start, not a reset).
+	p := &procSeries{key: key, res: res, start: pcommon.NewTimestampFromTime(time.Now()),
+		byName: map[string]*series{}, memcpy: map[memcpyKey]*memcpySeries{}, devices: map[uint32]string{}, store: st}
 	p.other = &series{name: OtherKernel, proc: p}
 	return p
 }

@@ -216,7 +216,7 @@ func New(o Options) *Translator {
 		o.Process.Retention = DefaultProcessRetention
 	}
 	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
-	t.series = &seriesStore{o: &t.o, counters: &t.counters, start: t.start,
+	t.series = &seriesStore{o: &t.o, counters: &t.counters,
 		names: map[string]string{}, kernels: map[string]bool{}, procs: map[procKey]*procSeries{}}
 	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}}
 	t.graphs = &graphTable{o: &t.o, counters: &t.counters, chains: map[srcKey]*replayChain{}}
