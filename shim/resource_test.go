@@ -123,7 +123,7 @@ func TestHelloResourceOldCollector(t *testing.T) {
 	}()
 	defer func() { ln.Close(); wg.Wait() }()
 
-	env := append(append(preload(b, path), noOTel...), "OTEL_SERVICE_NAME=trainer", "GPUPROBE_PATCH=")
+	env := append(append(preload(b, path), noOTel...), "OTEL_SERVICE_NAME=trainer", "GPUPROBE_PATCH=0")
 	_, tr := traced(t, b, env, "cudart", "basic", "5")
 	wantTrace(t, tr, []string{"refused the HELLO resource extension", "connected to"}, nil)
 	o.mu.Lock()
