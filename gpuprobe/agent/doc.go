@@ -16,6 +16,10 @@
 // SO_PEERPIDFD or its start time: proc.go) is in the allowed GIDs. A
 // rejected peer is sent an ERROR frame (code 2) saying which uid/gid was
 // refused, the connection is closed, and the server logs the rejection.
+// After HELLO, still pinned, the server reads the peer's /proc/PID/exe,
+// comm and cgroup (at most MaxCgroupRead bytes) and hands them to the
+// owner with the start time (Peer.Proc): who the process is, from the
+// collector's side.
 //
 // The handshake (HELLO from the client, then WELCOME or ERROR from the
 // server) must complete within the handshake timeout (default 5 s); every
