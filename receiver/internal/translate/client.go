@@ -74,8 +74,10 @@ type client struct {
 	qhead   int
 }
 
-// Connect binds source src to the connection credentials p. Spans of src
-// carry p.PID and p.Exe, whatever pid its records claim.
+// Connect binds source src to the connection credentials p. Spans and
+// metrics of src carry p.Resource (else one of p.PID and p.Exe), whatever
+// pid its records claim; its metric series are those of its process (p.PID
+// and p.Start), kept across its reconnects.
 func (t *Translator) Connect(src uint32, p Peer) {
 	p.Exe = record.Sanitize(p.Exe, maxExeLen)
 	t.clients.connect(src, p)
