@@ -206,8 +206,9 @@ const (
 
 // ResourceConfig overrides resource attributes.
 type ResourceConfig struct {
-	// ServiceName overrides service.name; empty: the application's
-	// executable name.
+	// ServiceName overrides service.name of every process; empty: the
+	// application's OTEL_SERVICE_NAME, else unknown_service:<executable
+	// name> (docs/telemetry.md, Resources).
 	ServiceName string `mapstructure:"service_name"`
 }
 

@@ -18,7 +18,7 @@ const telemetryDoc = "../docs/telemetry.md"
 
 // emitters are the packages whose string literals name what the receiver
 // emits (metric, span and attribute names).
-var emitters = []string{".", "internal/translate", "internal/progmaps", "internal/hostcall"}
+var emitters = []string{".", "internal/translate", "internal/progmaps", "internal/hostcall", "internal/procres"}
 
 // TestDocsDocumentEveryMetric checks that docs/telemetry.md names every
 // metric the receiver emits: those of metadata.yaml and the self-metrics
@@ -42,12 +42,12 @@ func TestDocsDocumentEveryMetric(t *testing.T) {
 }
 
 // TestDocsDocumentEveryAttribute checks that docs/telemetry.md names every
-// attribute (and span name) the receiver emits: those of metadata.yaml,
-// the keys set with Put* on attribute maps, and the dotted names in the
-// emitting packages' code.
+// attribute (and span name) the receiver emits: those of metadata.yaml
+// (resource attributes too), the keys set with Put* on attribute maps, and
+// the dotted names in the emitting packages' code.
 func TestDocsDocumentEveryAttribute(t *testing.T) {
 	doc := documentedNames(t)
-	names := metadataNames(t, "attributes")
+	names := append(metadataNames(t, "attributes"), metadataNames(t, "resource_attributes")...)
 	for _, n := range emittedNames(t) {
 		if !strings.HasPrefix(n, "gpu.") && !strings.HasPrefix(n, "gpuprobe.receiver.") {
 			names = append(names, n)

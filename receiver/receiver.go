@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -131,6 +132,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	logDriverOnce(r.log, driver, r.cfg)
 
 	r.host = startHost(r.log, r.cfg)
+	r.srcs.res.hostName, _ = os.Hostname()
 	mapper := clock.New()
 	r.mapper = mapper
 	if off, err := monoOffset(); err == nil {
@@ -145,10 +147,10 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		ExpectWarps:        r.cfg.Probes.KernelPhases && driver.found,
 		Filter:             filter,
 		Demangle:           demangle.Short,
-		ServiceName:        r.cfg.Resource.ServiceName,
 		Clock:              mapper,
 		PerThreadSeries:    r.cfg.Limits.PerThreadSeries,
 		MaxThreadSeries:    r.cfg.Limits.MaxThreadSeries,
+		Process:            translate.ProcessOptions{ServiceName: r.cfg.Resource.ServiceName, HostName: r.srcs.res.hostName},
 		Host: translate.HostOptions{
 			HostProbes:           r.host.probes != nil,
 			NoShimLaunchCalls:    r.host.procs != nil,
@@ -228,9 +230,10 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	}
 	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
 		{Role: RoleNameRing, Name: "names", Region: names.Region()}}
-	// Who the client is comes from its connection (SO_PEERCRED), read
-	// once here, never from what it writes (HELLO, records).
-	peer := &translate.Peer{PID: uint32(p.PID), Exe: record.Sanitize(translate.ProcName(uint32(p.PID)), 255)}
+	// Who the client is comes from its connection (SO_PEERCRED) and
+	// /proc, read once at its handshake, never from what it writes (HELLO,
+	// records); HELLO names its service.
+	peer := r.srcs.res.peer(p, r.cfg.Resource.ServiceName, r.log)
 	var maps *progmaps.Instance
 	if len(r.maps.defs) > 0 {
 		maps, err = progmaps.NewInstance(r.maps.defs, peer.PID, 0, peer.Exe, time.Now())
@@ -239,6 +242,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 			names.Close()
 			return nil, fmt.Errorf("map regions for pid %d: %w", p.PID, err)
 		}
+		maps.Resource = peer.Resource
 		offers = append(offers, maps.Offers()...)
 	}
 	var warps *shm.Ring
@@ -465,6 +469,9 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
 		{Name: "gpuprobe.receiver.devices.folded", Unit: "{record}", Desc: "Records naming a device their client did not report, counted under device index -1.", Value: c.DevicesFolded},
 		{Name: "gpuprobe.receiver.calibrations.rejected", Unit: "{record}", Desc: "Clock calibration records rejected as implausible.", Value: c.CalibrationsBad},
+		{Name: "gpuprobe.receiver.resource.rejected", Unit: "{variable}", Desc: "OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES values of clients discarded as malformed or too long.", Value: r.srcs.res.rejected.Load()},
+		{Name: "gpuprobe.receiver.series.folded", Unit: "{record}", Desc: "Records counted in their process's overflow series (kernel other, device -1) because the series limit was reached.", Value: c.SeriesFolded},
+		{Name: "gpuprobe.receiver.processes.folded", Unit: "{process}", Desc: "Processes whose metrics went into the shared overflow resource because the process limit was reached.", Value: c.ProcessesFolded},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patch.failed.Load()},
 		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.patch.skips.Load()},
 	}, append(r.hostSelfMetrics(), r.hc.metrics()...)...)

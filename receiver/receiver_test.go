@@ -219,17 +219,23 @@ func TestRingToPdata(t *testing.T) {
 func launchCounts(all []pmetric.Metrics) map[string]int64 {
 	out := map[string]int64{}
 	for _, md := range all {
-		sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-		for i := range sm.Len() {
-			m := sm.At(i)
-			if m.Name() != "gpu.cuda.kernel.launches" {
-				continue
+		cur := map[string]int64{} // this emission's, of every process
+		for r := range md.ResourceMetrics().Len() {
+			sm := md.ResourceMetrics().At(r).ScopeMetrics().At(0).Metrics()
+			for i := range sm.Len() {
+				m := sm.At(i)
+				if m.Name() != "gpu.cuda.kernel.launches" {
+					continue
+				}
+				for j := range m.Sum().DataPoints().Len() {
+					dp := m.Sum().DataPoints().At(j)
+					v, _ := dp.Attributes().Get("code.function.name")
+					cur[v.Str()] += dp.IntValue()
+				}
 			}
-			for j := range m.Sum().DataPoints().Len() {
-				dp := m.Sum().DataPoints().At(j)
-				v, _ := dp.Attributes().Get("code.function.name")
-				out[v.Str()] = dp.IntValue()
-			}
+		}
+		for k, v := range cur {
+			out[k] = v
 		}
 	}
 	return out

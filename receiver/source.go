@@ -100,6 +100,7 @@ type sourceSet struct {
 	list   []*source
 	next   uint32
 	bySess map[uint32]*source // agent session → its ring
+	res    resources          // their processes' resources (resource.go; needs no lock)
 }
 
 // source is one client process's rings and regions, with the id that

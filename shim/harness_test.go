@@ -219,6 +219,7 @@ type stream struct {
 	// Of nameRecs, those that came through the names ring; and the
 	// records the launch ring held (of any type).
 	namesRing, launchRing int
+	devices               []record.Device
 }
 
 // window and windowState are the window records (record types 12 and 13)
@@ -322,6 +323,14 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 			var w windowState
 			if w, derr = decodeWindowState(r.Payload); derr == nil {
 				st.states = append(st.states, w)
+			}
+		case record.TypeDevice:
+			var d record.Device
+			if derr = d.Decode(r.Payload); derr == nil {
+				if len(st.launches) > 0 {
+					tb.Errorf("device record %d after a launch record", d.Device)
+				}
+				st.devices = append(st.devices, d)
 			}
 		default:
 			tb.Errorf("ticket %d: unexpected record type %v", r.Ticket, p.Type)

@@ -514,7 +514,9 @@ func TestTrace(t *testing.T) {
 		`cuLibraryGetKernel(0x`,
 		`, "_Z6vecAddPfS_S_i") = 0, 0x`,
 		"connected to " + a.path,
-		"summary: launches=8 graph_launches=0 captured=0 names=2 names_cut=0 loads=1 syncs=1 memcpys=1 records=12 not_written=0",
+		// 12 records of the workload, and one Device record.
+		"summary: launches=8 graph_launches=0 captured=0 names=2 names_cut=0 loads=1 syncs=1 memcpys=1 records=13 not_written=0",
+		"device record 0: Mock H100 0, sm_90, uuid 10101010-",
 	} {
 		if !strings.Contains(text, s) {
 			t.Errorf("trace lacks %q:\n%s", s, text)

@@ -415,6 +415,9 @@ func TestReconnect(t *testing.T) {
 	if l2 < n/4 {
 		t.Errorf("the new collector got %d of %d launches\n%s", l2, n, tr)
 	}
+	if len(st1.devices) != 1 || len(st2.devices) != 1 {
+		t.Errorf("device records: %d then %d, want one per session", len(st1.devices), len(st2.devices))
+	}
 	for _, l := range st2.launches {
 		if l.PID != uint32(app.Process.Pid) {
 			t.Errorf("launch %d: pid %d, want %d", l.LaunchID, l.PID, app.Process.Pid)

@@ -16,6 +16,10 @@
 // SO_PEERPIDFD or its start time: proc.go) is in the allowed GIDs. A
 // rejected peer is sent an ERROR frame (code 2) saying which uid/gid was
 // refused, the connection is closed, and the server logs the rejection.
+// After HELLO, still pinned, the server reads the peer's /proc/PID/exe,
+// comm and cgroup (at most MaxCgroupRead bytes) and hands them to the
+// owner with the start time (Peer.Proc): who the process is, from the
+// collector's side.
 //
 // The handshake (HELLO from the client, then WELCOME or ERROR from the
 // server) must complete within the handshake timeout (default 5 s); every
@@ -69,7 +73,9 @@
 //	                    SO_PEERCRED's pid)
 //	  4  u32  flags     client feature bits, passed to the owner; bit 0
 //	                    (HelloReconnect): the reconnect extension follows
-//	                    the name; other bits 0
+//	                    the name; bit 1 (HelloResource): the resource
+//	                    extension follows (after the reconnect one, if
+//	                    both); other bits 0
 //	  8  u32  name_len  bytes of name, <= 256
 //	 12  ...  name      process name, UTF-8, not NUL-terminated
 //
@@ -85,6 +91,27 @@
 //
 // A server without the extension answers ERROR code 1; the shim then
 // retries with a plain HELLO (the count goes unreported).
+//
+// The resource extension (only with flags bit 1) carries the
+// application's own OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read
+// by the shim from its environment at its first handshake and sent as
+// they are (undecoded; the collector parses them, and trusts them only
+// for the process's service attributes: docs/security.md):
+//
+//	 0  u32  service_len  bytes of service, <= 256
+//	 4  u32  attrs_len    bytes of attrs, <= 4096
+//	 8  u32  omitted      bit 0: OTEL_SERVICE_NAME was longer than 256
+//	                      bytes and is left out; bit 1: the same for
+//	                      OTEL_RESOURCE_ATTRIBUTES (4096); other bits 0
+//	12  u32  reserved     0
+//	16  ...  service      OTEL_SERVICE_NAME, not NUL-terminated
+//	 .  ...  attrs        OTEL_RESOURCE_ATTRIBUTES, not NUL-terminated
+//
+// The extension ends the payload. The shim sends it only when the
+// application has either variable set and not empty (otherwise its HELLO
+// is byte for byte that of a shim without it). A server without it
+// answers ERROR code 1; the shim then drops it and asks again (then the
+// reconnect extension, if that is refused too).
 //
 // WELCOME (server → client). The frame is sent with one sendmsg whose
 // SCM_RIGHTS control message carries exactly count descriptors (memfds, or

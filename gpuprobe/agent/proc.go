@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -104,6 +105,72 @@ func (p *peerProc) read(name string) ([]byte, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, errPeerGone
 		}
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if !p.alive() {
+		return nil, errPeerGone
+	}
+	return b, nil
+}
+
+// ProcInfo is what the server read about a peer's process from /proc/PID
+// at its handshake, while the process was pinned; "" or 0: unknown (the
+// process is outside the collector's pid namespace, gone, or not readable).
+type ProcInfo struct {
+	ExePath string // the target of /proc/PID/exe, " (deleted)" cut
+	Comm    string // /proc/PID/comm: set by the process itself, a name of last resort
+	Cgroup  string // /proc/PID/cgroup, at most MaxCgroupRead bytes
+	Start   uint64 // start time in clock ticks after boot (/proc/PID/stat field 22)
+}
+
+// MaxCgroupRead bounds the bytes of /proc/PID/cgroup read (a process can
+// lengthen its cgroup paths where cgroups are delegated to it).
+const MaxCgroupRead = 16 << 10
+
+// info reads the peer's ProcInfo.
+func (p *peerProc) info() ProcInfo {
+	var in ProcInfo
+	in.Start, _ = strconv.ParseUint(p.start, 10, 64)
+	if exe, err := p.readlink("exe"); err == nil {
+		in.ExePath = strings.TrimSuffix(exe, " (deleted)")
+	}
+	if b, err := p.readMax("comm", 64); err == nil {
+		in.Comm = strings.TrimSpace(string(b))
+	}
+	if b, err := p.readMax("cgroup", MaxCgroupRead); err == nil {
+		in.Cgroup = string(b)
+	}
+	return in
+}
+
+// readlink reads the link /proc/PID/name, then checks that it was the peer's.
+func (p *peerProc) readlink(name string) (string, error) {
+	if p.pid <= 0 {
+		return "", fmt.Errorf("agent: peer pid %d is outside our pid namespace", p.pid)
+	}
+	s, err := os.Readlink(p.path(name))
+	if err != nil {
+		return "", fmt.Errorf("agent: %w", err)
+	}
+	if !p.alive() {
+		return "", errPeerGone
+	}
+	return s, nil
+}
+
+// readMax reads at most max bytes of /proc/PID/name, then checks that it
+// was the peer's.
+func (p *peerProc) readMax(name string, max int64) ([]byte, error) {
+	if p.pid <= 0 {
+		return nil, fmt.Errorf("agent: peer pid %d is outside our pid namespace", p.pid)
+	}
+	f, err := os.Open(p.path(name))
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max))
+	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	if !p.alive() {

@@ -61,6 +61,7 @@ type Peer struct {
 	UID     uint32   // from SO_PEERCRED
 	GID     uint32   // from SO_PEERCRED
 	Groups  []uint32 // supplementary groups, from /proc/PID/status (nil if unknown)
+	Proc    ProcInfo // its executable, cgroups and start time, from /proc/PID
 	Hello   Hello    // what the client said
 }
 
@@ -420,7 +421,7 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 		s.refuse(c, CodeTooMany, msg)
 		return
 	}
-	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Groups: groups, Hello: hello}
+	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Groups: groups, Proc: proc.info(), Hello: hello}
 	log = log.With(zap.Uint32("session", peer.Session), zap.String("process", hello.Name))
 	offers, err := s.cb.Connect(peer)
 	if err != nil {

@@ -222,6 +222,13 @@ func TestClientProcessGetsRegions(t *testing.T) {
 	if int(p.PID) != c.cmd.Process.Pid || p.Hello.Name != "agent-child" || p.UID != uint32(os.Getuid()) || int(p.Session) != id {
 		t.Fatalf("peer %+v, child pid %d", p, c.cmd.Process.Pid)
 	}
+	// Its executable, cgroups and start time, read from /proc/PID at the
+	// handshake (the child is this test binary).
+	self, _ := os.Executable()
+	cg, _ := os.ReadFile("/proc/self/cgroup")
+	if p.Proc.ExePath != self || p.Proc.Comm == "" || p.Proc.Start == 0 || (len(cg) > 0 && p.Proc.Cgroup == "") {
+		t.Fatalf("peer's process %+v, want exe %s", p.Proc, self)
+	}
 	// What the child wrote is in the collector's regions.
 	var got []string
 	o.rings[p.Session].NewConsumer(shm.ConsumerOptions{}).Read(0, func(r shm.Record) { got = append(got, string(r.Payload)) })

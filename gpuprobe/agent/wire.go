@@ -20,6 +20,8 @@ const (
 	DescriptorSize = 64         // bytes of one region descriptor
 	MaxRegionName  = 40         // bytes of a descriptor's name field
 	MaxErrorMsg    = 1024       // longest ERROR message
+	MaxServiceName = 256        // longest OTEL_SERVICE_NAME in HELLO's resource extension
+	MaxResAttrs    = 4096       // longest OTEL_RESOURCE_ATTRIBUTES in HELLO's resource extension
 )
 
 // FrameType is the type of a frame.
@@ -92,8 +94,24 @@ const (
 // one; the reconnect extension follows the name.
 const HelloReconnect uint32 = 1
 
-// helloExt is the size of the reconnect extension.
-const helloExt = 16
+// HelloResource (HELLO flags bit 1): the resource extension follows the
+// name (and the reconnect extension, if any).
+const HelloResource uint32 = 2
+
+// Omitted bits of the resource extension: a variable the client left out
+// because it was longer than the protocol allows.
+const (
+	OmittedServiceName uint32 = 1 // OTEL_SERVICE_NAME over MaxServiceName bytes
+	OmittedResAttrs    uint32 = 2 // OTEL_RESOURCE_ATTRIBUTES over MaxResAttrs bytes
+	knownOmitted              = OmittedServiceName | OmittedResAttrs
+)
+
+// helloExt is the size of the reconnect extension; resExt the fixed part
+// of the resource extension.
+const (
+	helloExt = 16
+	resExt   = 16
+)
 
 // Hello is what a client says about itself.
 type Hello struct {
@@ -104,6 +122,13 @@ type Hello struct {
 	// collector read (lost), and how many sessions it had before.
 	Lost     uint64
 	Sessions uint32
+	// With Flags&HelloResource: the application's OTEL_SERVICE_NAME and
+	// OTEL_RESOURCE_ATTRIBUTES as it found them, undecoded (the client's
+	// word: see docs/security.md), and which of them it left out as too
+	// long (Omitted* bits).
+	ServiceName string
+	ResAttrs    string
+	Omitted     uint32
 }
 
 // RegionInfo describes one region of a WELCOME.
@@ -219,6 +244,22 @@ func MarshalHello(h Hello) ([]byte, error) {
 		p = le.AppendUint32(p, h.Sessions)
 		p = le.AppendUint32(p, 0)
 	}
+	if h.Flags&HelloResource != 0 {
+		switch {
+		case len(h.ServiceName) > MaxServiceName:
+			return nil, fmt.Errorf("agent: OTEL_SERVICE_NAME of %d bytes exceeds %d", len(h.ServiceName), MaxServiceName)
+		case len(h.ResAttrs) > MaxResAttrs:
+			return nil, fmt.Errorf("agent: OTEL_RESOURCE_ATTRIBUTES of %d bytes exceeds %d", len(h.ResAttrs), MaxResAttrs)
+		case h.Omitted&^knownOmitted != 0:
+			return nil, fmt.Errorf("agent: omitted bits %#x: only %#x are defined", h.Omitted, knownOmitted)
+		}
+		p = le.AppendUint32(p, uint32(len(h.ServiceName)))
+		p = le.AppendUint32(p, uint32(len(h.ResAttrs)))
+		p = le.AppendUint32(p, h.Omitted)
+		p = le.AppendUint32(p, 0)
+		p = append(p, h.ServiceName...)
+		p = append(p, h.ResAttrs...)
+	}
 	return appendFrame(nil, FrameHello, p), nil
 }
 
@@ -237,17 +278,51 @@ func UnmarshalHello(p []byte) (Hello, error) {
 	if h.Flags&HelloReconnect != 0 {
 		ext = helloExt
 	}
-	if int(n)+ext != len(p)-12 {
+	if h.Flags&HelloResource != 0 {
+		ext += resExt
+	}
+	if int(n)+ext > len(p)-12 || (h.Flags&HelloResource == 0 && int(n)+ext != len(p)-12) {
 		return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO name_len %d at payload offset 8 (+%d extension bytes), but %d bytes follow", n, ext, len(p)-12)}
 	}
 	h.Name = string(p[12 : 12+n])
-	if ext != 0 {
-		h.Lost, h.Sessions = le.Uint64(p[12+n:]), le.Uint32(p[20+n:])
-		if r := le.Uint32(p[24+n:]); r != 0 {
-			return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO reconnect extension reserved %#x at payload offset %d, want 0", r, 24+n)}
+	off := 12 + n
+	if h.Flags&HelloReconnect != 0 {
+		h.Lost, h.Sessions = le.Uint64(p[off:]), le.Uint32(p[off+8:])
+		if r := le.Uint32(p[off+12:]); r != 0 {
+			return h, &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO reconnect extension reserved %#x at payload offset %d, want 0", r, off+12)}
+		}
+		off += helloExt
+	}
+	if h.Flags&HelloResource != 0 {
+		if err := h.unmarshalResource(p, off); err != nil {
+			return h, err
 		}
 	}
 	return h, nil
+}
+
+// unmarshalResource decodes the resource extension at payload offset off
+// (its fixed part is there: UnmarshalHello checked).
+func (h *Hello) unmarshalResource(p []byte, off uint32) error {
+	le := binary.LittleEndian
+	sn, an := le.Uint32(p[off:]), le.Uint32(p[off+4:])
+	h.Omitted = le.Uint32(p[off+8:])
+	switch r := le.Uint32(p[off+12:]); {
+	case sn > MaxServiceName:
+		return &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO service_len %d at payload offset %d exceeds %d", sn, off, MaxServiceName)}
+	case an > MaxResAttrs:
+		return &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO attrs_len %d at payload offset %d exceeds %d", an, off+4, MaxResAttrs)}
+	case h.Omitted&^knownOmitted != 0:
+		return &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO omitted %#x at payload offset %d: only %#x are defined", h.Omitted, off+8, knownOmitted)}
+	case r != 0:
+		return &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO resource extension reserved %#x at payload offset %d, want 0", r, off+12)}
+	case uint64(off)+resExt+uint64(sn)+uint64(an) != uint64(len(p)):
+		return &ProtocolError{CodeProtocol, fmt.Sprintf("HELLO service_len %d + attrs_len %d at payload offset %d, but %d bytes follow", sn, an, off, len(p)-int(off)-resExt)}
+	}
+	off += resExt
+	h.ServiceName = string(p[off : off+sn])
+	h.ResAttrs = string(p[off+sn : off+sn+an])
+	return nil
 }
 
 // MarshalWelcome encodes a WELCOME frame.

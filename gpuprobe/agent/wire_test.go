@@ -12,7 +12,11 @@ import (
 
 func TestWireRoundTrip(t *testing.T) {
 	hellos := []Hello{{}, {PID: 77, Flags: 3, Name: "python3"}, {Name: strings.Repeat("n", MaxNameLen)},
-		{PID: 5, Flags: HelloReconnect, Name: "app", Lost: 1 << 40, Sessions: 2}}
+		{PID: 5, Flags: HelloReconnect, Name: "app", Lost: 1 << 40, Sessions: 2},
+		{PID: 6, Flags: HelloResource, Name: "python3", ServiceName: "trainer", ResAttrs: "k8s.pod.name=p%2C1,a=b"},
+		{PID: 7, Flags: HelloReconnect | HelloResource, Name: "app", Lost: 3, Sessions: 1,
+			ServiceName: strings.Repeat("s", MaxServiceName), ResAttrs: strings.Repeat("a", MaxResAttrs)},
+		{Flags: HelloResource, Omitted: OmittedServiceName | OmittedResAttrs}}
 	for _, h := range hellos {
 		b, err := MarshalHello(h)
 		if err != nil {
@@ -77,6 +81,37 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 }
 
+// TestHelloResourceLayout: the resource extension sits where doc.go says,
+// after the reconnect extension, and a HELLO without flags bit 1 (an older
+// shim's) is the 12 bytes + name it always was.
+func TestHelloResourceLayout(t *testing.T) {
+	le := binary.LittleEndian
+	old := le.AppendUint32(nil, 9)
+	old = le.AppendUint32(old, 0)
+	old = le.AppendUint32(old, 3)
+	old = append(old, "app"...)
+	h, err := UnmarshalHello(old)
+	if err != nil || h != (Hello{PID: 9, Name: "app"}) {
+		t.Fatalf("older shim's HELLO: %+v, %v", h, err)
+	}
+	b, err := MarshalHello(Hello{PID: 9, Flags: HelloReconnect | HelloResource, Name: "app", Lost: 4, Sessions: 1,
+		ServiceName: "svc", ResAttrs: "a=b", Omitted: OmittedResAttrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b[FrameHeader:]
+	off := 12 + 3 + 16 // name, reconnect extension
+	if len(p) != off+16+3+3 {
+		t.Fatalf("payload of %d bytes, want %d", len(p), off+16+6)
+	}
+	if sn, an, om := le.Uint32(p[off:]), le.Uint32(p[off+4:]), le.Uint32(p[off+8:]); sn != 3 || an != 3 || om != OmittedResAttrs {
+		t.Fatalf("service_len %d attrs_len %d omitted %d", sn, an, om)
+	}
+	if got := string(p[off+16:]); got != "svca=b" {
+		t.Fatalf("strings %q", got)
+	}
+}
+
 func TestWireRejects(t *testing.T) {
 	tests := []struct {
 		name string
@@ -108,6 +143,17 @@ func TestWireRejects(t *testing.T) {
 			return err
 		}(), "protocol version 1 at offset 4, this side speaks 3"},
 		{"error length lies", UnmarshalError([]byte{1, 0, 0, 0, 9, 0, 0, 0, 'a'}), "msg_len 9"},
+		{"long service name", func() error {
+			_, err := MarshalHello(Hello{Flags: HelloResource, ServiceName: strings.Repeat("s", MaxServiceName+1)})
+			return err
+		}(), "OTEL_SERVICE_NAME of 257 bytes exceeds 256"},
+		{"hello service_len huge", helloRes(257, 0, 0, 0, 0), "service_len 257 at payload offset 12 exceeds 256"},
+		{"hello attrs_len huge", helloRes(0, 4097, 0, 0, 0), "attrs_len 4097 at payload offset 16 exceeds 4096"},
+		{"hello omitted unknown", helloRes(0, 0, 4, 0, 0), "omitted 0x4 at payload offset 20"},
+		{"hello resource reserved", helloRes(0, 0, 0, 1, 0), "reserved 0x1 at payload offset 24"},
+		{"hello resource lengths lie", helloRes(2, 2, 0, 0, 3), "service_len 2 + attrs_len 2 at payload offset 12, but 3 bytes follow"},
+		{"hello resource cut", func() error { _, err := UnmarshalHello([]byte{0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1}); return err }(),
+			"(+16 extension bytes), but 1 bytes follow"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,10 +164,26 @@ func TestWireRejects(t *testing.T) {
 	}
 }
 
+// helloRes decodes a HELLO with no name and a resource extension of the
+// given fields followed by n bytes.
+func helloRes(sn, an, omitted, reserved uint32, n int) error {
+	le := binary.LittleEndian
+	p := le.AppendUint32(nil, 0)
+	p = le.AppendUint32(p, HelloResource)
+	p = le.AppendUint32(p, 0)
+	for _, v := range []uint32{sn, an, omitted, reserved} {
+		p = le.AppendUint32(p, v)
+	}
+	_, err := UnmarshalHello(append(p, make([]byte, n)...))
+	return err
+}
+
 // FuzzFrames: no byte sequence makes the decoders panic, and what decodes
 // re-encodes to the same bytes.
 func FuzzFrames(f *testing.F) {
 	h, _ := MarshalHello(Hello{PID: 1, Name: "a"})
+	hr, _ := MarshalHello(Hello{PID: 1, Flags: HelloReconnect | HelloResource, Name: "a", ServiceName: "s", ResAttrs: "k=v"})
+	f.Add(hr)
 	w, _ := MarshalWelcome(Welcome{Session: 1, Regions: []RegionInfo{{Role: 1, Kind: 1, RegionSize: 4096, Name: "r"}}})
 	f.Add(h)
 	f.Add(w)

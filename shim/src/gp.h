@@ -20,6 +20,7 @@
  *   mirror.c     device-resident maps (global kind 5) and their mirror thread
  *   ctxgone.c    context release and destruction: device maps' final pass
  *   calib.c      calibration records: %globaltimer against CLOCK_MONOTONIC
+ *   devices.c    device records: each ordinal's GPU (UUID), per session
  *   clock.c      cheap CLOCK_MONOTONIC timestamps (TSC) for the launch path
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
  *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
@@ -286,6 +287,19 @@ GP_HIDDEN uint32_t gp_device(void);
 /* HELLO flags bit 0: a reconnect; lost records and earlier sessions follow
  * the name (doc.go). */
 #define GP_HELLO_RECONNECT 1u
+/* HELLO flags bit 1: the application's OTEL_SERVICE_NAME and
+ * OTEL_RESOURCE_ATTRIBUTES follow (doc.go, the resource extension), at most
+ * GP_MAX_SERVICE and GP_MAX_RES_ATTRS bytes; a longer one is left out and
+ * flagged (GP_RES_OMIT_*). gp_res_ext: this process sends it (cleared when
+ * a collector refuses it). */
+#define GP_HELLO_RESOURCE 2u
+#define GP_MAX_SERVICE 256u
+#define GP_MAX_RES_ATTRS 4096u
+#define GP_RES_OMIT_SERVICE 1u
+#define GP_RES_OMIT_ATTRS 2u
+extern GP_HIDDEN int gp_res_ext;
+/* An ERROR frame's code 1: the collector did not understand the HELLO. */
+#define GP_ERROR_PROTOCOL 1u
 /* A handshake's result before it becomes the session (gp_install). */
 struct gp_conn {
 	int fd;
@@ -302,6 +316,8 @@ struct gp_conn {
 GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
 			   struct gp_conn *c, const char **why);
 GP_HIDDEN void gp_install(struct gp_conn *c);
+/* devices.c: a Device record per device into the session's ring. */
+GP_HIDDEN void gp_devices_announce(void);
 GP_HIDDEN uint64_t gp_session_lost(void);
 GP_HIDDEN uint64_t gp_limbo_dropped(void);
 /* patch.c's lock: PATCH exchanges and the region table; the session is

@@ -10,8 +10,9 @@
  * carries the records lost (never read by the old collector, plus those
  * attempted in limbo) and the number of earlier sessions (doc.go, the
  * reconnect extension); an old collector that refuses it (ERROR code 1)
- * is asked again without. gp_install then swaps the ring that launches
- * read with one release store.
+ * is asked again without (the resource extension, if any, is dropped
+ * first). gp_install then swaps the ring that launches read with one
+ * release store.
  *
  * Modules loaded before the reconnect stay as they were loaded (patched
  * ones keep writing to the old session's regions, which stay mapped):
@@ -34,7 +35,6 @@
 
 #define GP_BACKOFF_MIN_MS 100u
 #define GP_BACKOFF_MAX_MS 30000u
-#define GP_ERROR_PROTOCOL 1u
 
 GP_HIDDEN uint32_t gp_reconnects;
 static char gp_rc_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -79,10 +79,16 @@ static void gp_rejoin(uint64_t unread)
 			__atomic_store_n(&gp_reconnects, n + 1, __ATOMIC_RELEASE);
 			gp_install(&c);
 			gp_ring_prefault();
+			gp_devices_announce(); /* the new collector keys devices per session */
 			gp_rc_fd = c.fd;
 			GP_TRACE("reconnected to %s (session %u of this process): %llu records lost meanwhile",
 				 gp_rc_path, n + 2, (unsigned long long)lost);
 			return;
+		}
+		if (c.refused == GP_ERROR_PROTOCOL && gp_res_ext) {
+			gp_res_ext = 0; /* an older collector: the service is named by default */
+			GP_TRACE("the collector refused the HELLO resource extension; trying without");
+			continue;
 		}
 		if (c.refused == GP_ERROR_PROTOCOL && gp_rc_ext) {
 			gp_rc_ext = 0; /* an older collector: the lost count goes unreported */

@@ -3,11 +3,13 @@
  * github.com/gpuprobe/gpuprobe/gpuprobe/agent, doc.go).
  *
  * At the first CUDA load or launch of the process, the shim connects to the
- * socket (GPUPROBE_SOCKET, default /run/gpuprobe/agent.sock), sends HELLO and
- * waits for WELCOME with the region memfds, all within GPUPROBE_TIMEOUT_MS
- * (default 200 ms). It maps the launch ring and the names ring (kernel_name
- * records, handles.c) and keeps the connection open
- * (the collector learns from its closing that the process is gone). Any
+ * socket (GPUPROBE_SOCKET, default /run/gpuprobe/agent.sock), sends HELLO
+ * (with the application's OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES,
+ * when set, for its resource) and waits for WELCOME with the region
+ * memfds, all within GPUPROBE_TIMEOUT_MS (default 200 ms). It maps the
+ * launch ring and the names ring (kernel_name records, handles.c) and keeps
+ * the connection open (the collector learns from its closing that the
+ * process is gone). Any
  * failure leaves the shim forwarding calls and recording nothing; there is
  * one attempt per process (and per fork child). Before anything is sent the
  * server must be trusted (trust.c), and every descriptor it passes is
@@ -266,23 +268,68 @@ GP_HIDDEN int gp_agent_exchange(const uint8_t *frame, size_t n, int sendfd, uint
 	}
 }
 
+/* The application's OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, for
+ * HELLO's resource extension (doc.go), read at the first handshake of the
+ * process (or fork child) and kept for its reconnects. */
+GP_HIDDEN int gp_res_ext;
+static char gp_res_service[GP_MAX_SERVICE], gp_res_attrs[GP_MAX_RES_ATTRS];
+static uint32_t gp_res_slen, gp_res_alen, gp_res_omitted;
+
+/* gp_res_take copies the variable name into buf (cap bytes), or flags it
+ * omit when it is longer; returns its length kept. */
+static uint32_t gp_res_take(const char *name, char *buf, size_t cap, uint32_t omit)
+{
+	const char *v = getenv(name);
+	size_t n = v ? strnlen(v, cap + 1) : 0;
+	if (n > cap) {
+		gp_res_omitted |= omit;
+		GP_TRACE("%s is longer than %zu bytes: not sent to the collector", name, cap);
+		return 0;
+	}
+	memcpy(buf, v, n);
+	return (uint32_t)n;
+}
+
+static void gp_res_read(void)
+{
+	gp_res_omitted = 0;
+	gp_res_slen = gp_res_take("OTEL_SERVICE_NAME", gp_res_service, sizeof gp_res_service, GP_RES_OMIT_SERVICE);
+	gp_res_alen = gp_res_take("OTEL_RESOURCE_ATTRIBUTES", gp_res_attrs, sizeof gp_res_attrs, GP_RES_OMIT_ATTRS);
+	gp_res_ext = gp_res_slen > 0 || gp_res_alen > 0 || gp_res_omitted != 0;
+}
+
+/* GP_HELLO_MAX: the largest HELLO frame gp_hello writes. */
+#define GP_HELLO_MAX (12 + 12 + 256 + 16 + 16 + GP_MAX_SERVICE + GP_MAX_RES_ATTRS)
+
 /* gp_hello encodes HELLO; with ext, flags bit 0 and the reconnect
- * extension (doc.go: lost records and earlier sessions) follow the name. */
+ * extension (doc.go: lost records and earlier sessions) follow the name,
+ * then with gp_res_ext flags bit 1 and the resource extension. */
 static size_t gp_hello(uint8_t *b, int ext, uint64_t lost, uint32_t sessions)
 {
 	const char *name = program_invocation_short_name;
-	size_t nlen = name ? strnlen(name, 256) : 0, n = 12 + nlen + (ext ? 16 : 0);
+	size_t nlen = name ? strnlen(name, 256) : 0, n = 12 + nlen;
+	uint32_t flags = (ext ? GP_HELLO_RECONNECT : 0) | (gp_res_ext ? GP_HELLO_RESOURCE : 0);
 	gp_put32(b, GP_MAGIC);
 	b[4] = GP_PROTO, b[5] = 0, b[6] = GP_FRAME_HELLO, b[7] = 0;
-	gp_put32(b + 8, (uint32_t)n);
 	gp_put32(b + 12, gp_pid());
-	gp_put32(b + 16, ext ? GP_HELLO_RECONNECT : 0);
+	gp_put32(b + 16, flags);
 	gp_put32(b + 20, (uint32_t)nlen);
 	memcpy(b + 24, name, nlen);
 	if (ext) {
-		gp_put32(b + 24 + nlen, (uint32_t)lost), gp_put32(b + 28 + nlen, (uint32_t)(lost >> 32));
-		gp_put32(b + 32 + nlen, sessions), gp_put32(b + 36 + nlen, 0);
+		uint8_t *e = b + 12 + n;
+		gp_put32(e, (uint32_t)lost), gp_put32(e + 4, (uint32_t)(lost >> 32));
+		gp_put32(e + 8, sessions), gp_put32(e + 12, 0);
+		n += 16;
 	}
+	if (gp_res_ext) {
+		uint8_t *e = b + 12 + n;
+		gp_put32(e, gp_res_slen), gp_put32(e + 4, gp_res_alen);
+		gp_put32(e + 8, gp_res_omitted), gp_put32(e + 12, 0);
+		memcpy(e + 16, gp_res_service, gp_res_slen);
+		memcpy(e + 16 + gp_res_slen, gp_res_attrs, gp_res_alen);
+		n += 16 + gp_res_slen + gp_res_alen;
+	}
+	gp_put32(b + 8, (uint32_t)n);
 	return 12 + n;
 }
 
@@ -367,7 +414,7 @@ GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t l
 {
 	uint64_t deadline = gp_now() + (uint64_t)timeout_ms * 1000000u;
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
-	uint8_t hdr[12], *payload = NULL, hello[12 + 12 + 256 + 16];
+	uint8_t hdr[12], *payload = NULL, hello[GP_HELLO_MAX];
 	int fds[GP_MAX_REGIONS], nfds = 0, fd, err;
 
 	memset(c, 0, sizeof *c);
@@ -572,8 +619,15 @@ GP_HIDDEN void gp_connect(void)
 		return;
 	}
 	gp_trust_init();
+	gp_res_read();
 	struct gp_conn c;
 	err = gp_handshake(path, ms, 0, 0, 0, &c, &why);
+	if (err && c.refused == GP_ERROR_PROTOCOL && gp_res_ext) {
+		/* A collector older than the resource extension. */
+		GP_TRACE("the collector refused the HELLO resource extension; trying without");
+		gp_res_ext = 0;
+		err = gp_handshake(path, ms, 0, 0, 0, &c, &why);
+	}
 	if (err) {
 		GP_TRACE("no collector at %s (%s: %s); forwarding only", path, why, strerror(-err));
 		__atomic_store_n(&gp_state, GP_OFF, __ATOMIC_RELEASE);
@@ -582,6 +636,7 @@ GP_HIDDEN void gp_connect(void)
 	gp_timeout_ms = ms;
 	uint32_t settings = c.settings, flush_ms = c.flush_ms;
 	gp_install(&c);
+	gp_devices_announce();
 	__atomic_store_n(&gp_state, GP_READY, __ATOMIC_RELEASE);
 	gp_reconnect_start(path, c.fd);
 	if (settings & GP_SET_WINDOWS)

@@ -359,8 +359,36 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
 		*v = 9;
 	else if (attr == 76) /* minor */
 		*v = 0;
+	else if (attr == 16) /* multiprocessors */
+		*v = 132;
 	else
 		return 1;
+	return 0;
+}
+
+/* Device identities: device d's UUID is 16 bytes of 0x10 + d (its GPU's);
+ * with MOCK_MIG set, cuDeviceGetUuid_v2 gives a MIG instance's own, 16
+ * bytes of 0xa0 + d, and the name says MIG as the driver's does. */
+EXPORT CUresult cuDeviceGet(int *dev, int ordinal)
+{
+	*dev = ordinal;
+	return 0;
+}
+EXPORT CUresult cuDeviceGetUuid(unsigned char *uuid, int dev)
+{
+	memset(uuid, 0x10 + dev, 16);
+	return 0;
+}
+EXPORT CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev)
+{
+	const char *mig = getenv("MOCK_MIG");
+	memset(uuid, (mig && mig[0] ? 0xa0 : 0x10) + dev, 16);
+	return 0;
+}
+EXPORT CUresult cuDeviceGetName(char *name, int len, int dev)
+{
+	const char *mig = getenv("MOCK_MIG");
+	snprintf(name, (size_t)len, "Mock H100 %d%s", dev, mig && mig[0] ? " MIG 1g.10gb" : "");
 	return 0;
 }
 static struct {

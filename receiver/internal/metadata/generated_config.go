@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/filter"
 )
 
 // GpuCudaKernelLaunchesMetricAttributeKey specifies the key of an attribute for the gpu.cuda.kernel.launches metric.
@@ -348,14 +349,79 @@ func DefaultMetricsConfig() MetricsConfig {
 	}
 }
 
+// ResourceAttributeConfig provides common config for a particular resource attribute.
+type ResourceAttributeConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+	// Experimental: MetricsInclude defines a list of filters for attribute values.
+	// If the list is not empty, only metrics with matching resource attribute values will be emitted.
+	MetricsInclude []filter.Config `mapstructure:"metrics_include"`
+	// Experimental: MetricsExclude defines a list of filters for attribute values.
+	// If the list is not empty, metrics with matching resource attribute values will not be emitted.
+	// MetricsInclude has higher priority than MetricsExclude.
+	MetricsExclude []filter.Config `mapstructure:"metrics_exclude"`
+
+	enabledSetByUser bool
+}
+
+func (rac *ResourceAttributeConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+	err := parser.Unmarshal(rac)
+	if err != nil {
+		return err
+	}
+	rac.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+// ResourceAttributesConfig provides config for gpuprobe resource attributes.
+type ResourceAttributesConfig struct {
+	ContainerID           ResourceAttributeConfig `mapstructure:"container.id"`
+	HostName              ResourceAttributeConfig `mapstructure:"host.name"`
+	ProcessExecutableName ResourceAttributeConfig `mapstructure:"process.executable.name"`
+	ProcessExecutablePath ResourceAttributeConfig `mapstructure:"process.executable.path"`
+	ProcessPid            ResourceAttributeConfig `mapstructure:"process.pid"`
+	ServiceInstanceID     ResourceAttributeConfig `mapstructure:"service.instance.id"`
+	ServiceName           ResourceAttributeConfig `mapstructure:"service.name"`
+}
+
+func DefaultResourceAttributesConfig() ResourceAttributesConfig {
+	return ResourceAttributesConfig{
+		ContainerID: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		HostName: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ProcessExecutableName: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ProcessExecutablePath: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ProcessPid: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ServiceInstanceID: ResourceAttributeConfig{
+			Enabled: true,
+		},
+		ServiceName: ResourceAttributeConfig{
+			Enabled: true,
+		},
+	}
+}
+
 // MetricsBuilderConfig is a configuration for gpuprobe metrics builder.
 type MetricsBuilderConfig struct {
-	Metrics MetricsConfig `mapstructure:"metrics"`
+	Metrics            MetricsConfig            `mapstructure:"metrics"`
+	ResourceAttributes ResourceAttributesConfig `mapstructure:"resource_attributes"`
 }
 
 func NewDefaultMetricsBuilderConfig() MetricsBuilderConfig {
 	return MetricsBuilderConfig{
-		Metrics: DefaultMetricsConfig(),
+		Metrics:            DefaultMetricsConfig(),
+		ResourceAttributes: DefaultResourceAttributesConfig(),
 	}
 }
 

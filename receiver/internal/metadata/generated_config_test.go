@@ -57,6 +57,15 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						EnabledAttributes:   []GpuprobeReceiverWindowsStateChangesMetricAttributeKey{GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsState, GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsReason},
 					},
 				},
+				ResourceAttributes: ResourceAttributesConfig{
+					ContainerID:           ResourceAttributeConfig{Enabled: true},
+					HostName:              ResourceAttributeConfig{Enabled: true},
+					ProcessExecutableName: ResourceAttributeConfig{Enabled: true},
+					ProcessExecutablePath: ResourceAttributeConfig{Enabled: true},
+					ProcessPid:            ResourceAttributeConfig{Enabled: true},
+					ServiceInstanceID:     ResourceAttributeConfig{Enabled: true},
+					ServiceName:           ResourceAttributeConfig{Enabled: true},
+				},
 			},
 		},
 		{
@@ -94,13 +103,22 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						EnabledAttributes:   []GpuprobeReceiverWindowsStateChangesMetricAttributeKey{GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsState, GpuprobeReceiverWindowsStateChangesMetricAttributeKeyGpuprobeWindowsReason},
 					},
 				},
+				ResourceAttributes: ResourceAttributesConfig{
+					ContainerID:           ResourceAttributeConfig{Enabled: false},
+					HostName:              ResourceAttributeConfig{Enabled: false},
+					ProcessExecutableName: ResourceAttributeConfig{Enabled: false},
+					ProcessExecutablePath: ResourceAttributeConfig{Enabled: false},
+					ProcessPid:            ResourceAttributeConfig{Enabled: false},
+					ServiceInstanceID:     ResourceAttributeConfig{Enabled: false},
+					ServiceName:           ResourceAttributeConfig{Enabled: false},
+				},
 			},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
@@ -184,5 +202,60 @@ func loadMetricsBuilderConfig(t *testing.T, name string) MetricsBuilderConfig {
 	require.NoError(t, err)
 	cfg := NewDefaultMetricsBuilderConfig()
 	require.NoError(t, sub.Unmarshal(&cfg, confmap.WithIgnoreUnused()))
+	return cfg
+}
+
+func TestResourceAttributesConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		want ResourceAttributesConfig
+	}{
+		{
+			name: "default",
+			want: DefaultResourceAttributesConfig(),
+		},
+		{
+			name: "all_set",
+			want: ResourceAttributesConfig{
+				ContainerID:           ResourceAttributeConfig{Enabled: true},
+				HostName:              ResourceAttributeConfig{Enabled: true},
+				ProcessExecutableName: ResourceAttributeConfig{Enabled: true},
+				ProcessExecutablePath: ResourceAttributeConfig{Enabled: true},
+				ProcessPid:            ResourceAttributeConfig{Enabled: true},
+				ServiceInstanceID:     ResourceAttributeConfig{Enabled: true},
+				ServiceName:           ResourceAttributeConfig{Enabled: true},
+			},
+		},
+		{
+			name: "none_set",
+			want: ResourceAttributesConfig{
+				ContainerID:           ResourceAttributeConfig{Enabled: false},
+				HostName:              ResourceAttributeConfig{Enabled: false},
+				ProcessExecutableName: ResourceAttributeConfig{Enabled: false},
+				ProcessExecutablePath: ResourceAttributeConfig{Enabled: false},
+				ProcessPid:            ResourceAttributeConfig{Enabled: false},
+				ServiceInstanceID:     ResourceAttributeConfig{Enabled: false},
+				ServiceName:           ResourceAttributeConfig{Enabled: false},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := loadResourceAttributesConfig(t, tt.name)
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(ResourceAttributeConfig{}))
+			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
+		})
+	}
+}
+
+func loadResourceAttributesConfig(t *testing.T, name string) ResourceAttributesConfig {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	require.NoError(t, err)
+	sub, err := cm.Sub(name)
+	require.NoError(t, err)
+	sub, err = sub.Sub("resource_attributes")
+	require.NoError(t, err)
+	cfg := DefaultResourceAttributesConfig()
+	require.NoError(t, sub.Unmarshal(&cfg))
 	return cfg
 }

@@ -19,7 +19,15 @@ func TestLogsBuilderAppendLogRecord(t *testing.T) {
 	settings.Logger = zap.New(observedZapCore)
 	lb := NewLogsBuilder(settings)
 
-	res := pcommon.NewResource()
+	rb := lb.NewResourceBuilder()
+	rb.SetContainerID("container.id-val")
+	rb.SetHostName("host.name-val")
+	rb.SetProcessExecutableName("process.executable.name-val")
+	rb.SetProcessExecutablePath("process.executable.path-val")
+	rb.SetProcessPid(11)
+	rb.SetServiceInstanceID("service.instance.id-val")
+	rb.SetServiceName("service.name-val")
+	res := rb.Emit()
 
 	// append the first log record
 	lr := plog.NewLogRecord()

@@ -48,6 +48,15 @@ func TestMetricsBuilder(t *testing.T) {
 			resAttrsSet: testDataSetNone,
 			expectEmpty: true,
 		},
+		{
+			name:        "filter_set_include",
+			resAttrsSet: testDataSetAll,
+		},
+		{
+			name:        "filter_set_exclude",
+			resAttrsSet: testDataSetAll,
+			expectEmpty: true,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,7 +118,15 @@ func TestMetricsBuilder(t *testing.T) {
 				mb.RecordGpuprobeReceiverWindowsStateChangesDataPoint(ts, 3, AttributeGpuprobeWindowsStateUnavailable, AttributeGpuprobeWindowsReasonNoLibrary)
 			}
 
-			res := pcommon.NewResource()
+			rb := mb.NewResourceBuilder()
+			rb.SetContainerID("container.id-val")
+			rb.SetHostName("host.name-val")
+			rb.SetProcessExecutableName("process.executable.name-val")
+			rb.SetProcessExecutablePath("process.executable.path-val")
+			rb.SetProcessPid(11)
+			rb.SetServiceInstanceID("service.instance.id-val")
+			rb.SetServiceName("service.name-val")
+			res := rb.Emit()
 			metrics := mb.Emit(WithResource(res))
 			if tt.name == "reaggregate_set" {
 				assert.Empty(t, mb.metricGpuCudaKernelLaunches.aggDataPoints)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/shm"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,8 +18,11 @@ import (
 type Instance struct {
 	PID     uint32    // the application's pid
 	Src     uint32    // the receiver's source id of the application's launch ring
-	Process string    // the application's process name (from its HELLO)
+	Process string    // the application's process name (from /proc at connect)
 	Created time.Time // start time of the cumulative metrics
+	// Resource is the application's process resource, that of its other
+	// spans; the zero Map: one of PID and Process.
+	Resource pcommon.Map
 	// Host is true for the one instance of host programs' kernel maps
 	// (NewHostInstance): its data is not per application, so metrics carry
 	// no process.pid and spans take the process from the record.

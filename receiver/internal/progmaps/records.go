@@ -63,7 +63,21 @@ func (c *Collector) spansOf(in *Instance, pid uint32) ptrace.SpanSlice {
 		return ss
 	}
 	rs := c.tr.td.ResourceSpans().AppendEmpty()
-	a := rs.Resource().Attributes()
+	c.fillResource(rs.Resource().Attributes(), in, pid)
+	sc := rs.ScopeSpans().AppendEmpty()
+	sc.Scope().SetName(ScopeName)
+	ss := sc.Spans()
+	c.tr.byPID[key] = ss
+	return ss
+}
+
+// fillResource puts the resource of process pid into a: the application's
+// own, else one of its pid and executable name.
+func (c *Collector) fillResource(a pcommon.Map, in *Instance, pid uint32) {
+	if !in.Host && in.Resource != (pcommon.Map{}) {
+		in.Resource.CopyTo(a)
+		return
+	}
 	if !in.Host || pid != 0 {
 		a.PutInt("process.pid", int64(pid))
 	}
@@ -80,11 +94,6 @@ func (c *Collector) spansOf(in *Instance, pid uint32) ptrace.SpanSlice {
 	default:
 		a.PutStr("service.name", "unknown_service:cuda")
 	}
-	sc := rs.ScopeSpans().AppendEmpty()
-	sc.Scope().SetName(ScopeName)
-	ss := sc.Spans()
-	c.tr.byPID[key] = ss
-	return ss
 }
 
 // pidOf is the process of a record: the application's for GPU maps; for

@@ -3,10 +3,13 @@ package translate
 // Per-client state: what one client (a source: one authenticated agent
 // connection and its rings) has told the translator, and who the agent
 // server says it is. Nothing a client writes changes another client's
-// state: its device identities, clock fit (clock.Mapper, by source), pid
-// and executable are its own, and all of it goes when the client leaves.
+// state: its device identities (ordinal → UUID), clock fit (clock.Mapper,
+// by source and ordinal), pid, executable and resource are its own, and
+// all of it goes when the client leaves. Its metric series are its
+// process's (series.go), kept a while after it leaves.
 
 import (
+	"strings"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
@@ -27,10 +30,15 @@ const (
 )
 
 // Peer is what the agent server vouches for about a client: the
-// credentials of its connection (SO_PEERCRED), read once at connect.
+// credentials of its connection (SO_PEERCRED) and what /proc said of its
+// process, read once at connect.
 type Peer struct {
-	PID uint32 // in the collector's pid namespace; 0: unknown, records' pids are used
-	Exe string // executable name; "" when it could not be read
+	PID   uint32 // in the collector's pid namespace; 0: unknown, records' pids are used
+	Exe   string // executable name; "" when it could not be read
+	Start uint64 // the process's start time (ticks after boot); 0: unknown, the client is a process of its own
+	// Resource is the process's resource (procres.Build); the zero Map:
+	// one is built from PID and Exe.
+	Resource pcommon.Map
 }
 
 // clientTable owns the state of each source (producer connection): its
@@ -42,14 +50,17 @@ type clientTable struct {
 	launches *launchTable
 	series   *seriesStore
 
-	byID    map[uint32]*client // source → its state
-	peerExe map[uint32]string  // peer pid of a connected client → its executable
-	procs   map[uint32]string  // pid → executable name (host probes, unconnected sources)
+	byID  map[uint32]*client // source → its state
+	peers map[uint32]*client // peer pid of a connected client → its state
+	procs map[uint32]string  // pid → executable name (host probes, unconnected sources)
 }
 
 // client is the state of one source.
 type client struct {
+	src     uint32
 	peer    Peer
+	res     pcommon.Map                 // its spans' resource (set with proc)
+	proc    *procSeries                 // its process's metric series (nil until needed)
 	devices map[uint32]string           // reported device ordinal → UUID, ≤ MaxDevices
 	lastDev uint32                      // device of its latest launch
 	kernels map[uint64]*kernel          // function handle → kernel, ≤ maxKernelHandles (kernels.go)
@@ -63,8 +74,10 @@ type client struct {
 	qhead   int
 }
 
-// Connect binds source src to the connection credentials p. Spans of src
-// carry p.PID and p.Exe, whatever pid its records claim.
+// Connect binds source src to the connection credentials p. Spans and
+// metrics of src carry p.Resource (else one of p.PID and p.Exe), whatever
+// pid its records claim; its metric series are those of its process (p.PID
+// and p.Start), kept across its reconnects.
 func (t *Translator) Connect(src uint32, p Peer) {
 	p.Exe = record.Sanitize(p.Exe, maxExeLen)
 	t.clients.connect(src, p)
@@ -72,19 +85,48 @@ func (t *Translator) Connect(src uint32, p Peer) {
 
 func (ct *clientTable) connect(src uint32, p Peer) {
 	c := ct.clientOf(src)
-	c.peer = p
-	if p.PID != 0 && p.Exe != "" {
-		ct.peerExe[p.PID] = p.Exe
+	if c.proc != nil {
+		ct.series.release(c.proc, time.Now())
+		c.proc = nil
 	}
+	c.peer = p
+	if p.PID != 0 {
+		ct.peers[p.PID] = c
+	}
+	ct.bindProc(c)
+}
+
+// procOf returns the metric series of source src's process, made on first
+// use.
+func (ct *clientTable) procOf(src uint32) *procSeries {
+	c := ct.clientOf(src)
+	if c.proc == nil {
+		ct.bindProc(c)
+	}
+	return c.proc
+}
+
+// bindProc gives client c its resource and its process's series.
+func (ct *clientTable) bindProc(c *client) {
+	c.res = c.peer.Resource
+	if c.res == (pcommon.Map{}) {
+		c.res = ct.o.peerResource(c.src, &c.peer)
+	}
+	key := procKey{pid: c.peer.PID, start: c.peer.Start}
+	if key.pid == 0 || key.start == 0 {
+		key = procKey{src: c.src}
+	}
+	c.proc = ct.series.acquire(key, func() pcommon.Map { return c.res })
 }
 
 // Disconnect ends source src (its rings are drained): its pending launches
-// are emitted now, and all its state is freed.
+// are emitted now, and all its state is freed but its process's metric
+// series, kept Options.Process.Retention.
 func (t *Translator) Disconnect(src uint32, now time.Time) {
 	t.launches.forget(src, now)
 	t.windows.forget(src)
 	t.graphs.forget(src)
-	t.clients.forget(src)
+	t.clients.forget(src, now)
 	t.o.Clock.Forget(src)
 }
 
@@ -95,9 +137,16 @@ func (ct *clientTable) size() int { return len(ct.byID) }
 func (ct *clientTable) get(src uint32) *client { return ct.byID[src] }
 
 // forget drops the state of source src (disconnected).
-func (ct *clientTable) forget(src uint32) {
-	if c := ct.byID[src]; c != nil && c.peer.PID != 0 {
-		delete(ct.peerExe, c.peer.PID)
+func (ct *clientTable) forget(src uint32, now time.Time) {
+	c := ct.byID[src]
+	if c == nil {
+		return
+	}
+	if c.peer.PID != 0 && ct.peers[c.peer.PID] == c {
+		delete(ct.peers, c.peer.PID)
+	}
+	if c.proc != nil {
+		ct.series.release(c.proc, now)
 	}
 	delete(ct.byID, src)
 }
@@ -110,7 +159,7 @@ func (t *Translator) Clients() int { return t.clients.size() }
 func (ct *clientTable) clientOf(src uint32) *client {
 	c := ct.byID[src]
 	if c == nil {
-		c = &client{devices: map[uint32]string{}, kernels: map[uint64]*kernel{}, streams: map[streamSlot]*streamState{}}
+		c = &client{src: src, devices: map[uint32]string{}, kernels: map[uint64]*kernel{}, streams: map[streamSlot]*streamState{}}
 		ct.byID[src] = c
 	}
 	return c
@@ -144,7 +193,20 @@ func (ct *clientTable) onDevice(c *client, d *record.Device) {
 		ct.counters.DevicesFolded++
 		return
 	}
-	c.devices[d.Device] = d.UUIDString()
+	c.devices[d.Device] = deviceUUID(d)
+	ct.procOf(c.src).putDevice(d.Device, c.devices[d.Device])
+}
+
+// deviceUUID is a device's UUID as nvidia-smi and NVIDIA_VISIBLE_DEVICES
+// write it: "MIG-…" for a MIG instance (the shim sends its own UUID, and
+// the driver names it "<GPU> MIG <profile>", e.g. "NVIDIA A100-SXM4-40GB
+// MIG 1g.5gb"), else "GPU-…".
+func deviceUUID(d *record.Device) string {
+	u := d.UUIDString()
+	if strings.Contains(d.Name, " MIG ") {
+		return "MIG" + strings.TrimPrefix(u, "GPU")
+	}
+	return u
 }
 
 // validate rewrites the client-supplied identity fields of a decoded record

@@ -23,14 +23,25 @@ func feedSrc(t testing.TB, tr *Translator, src uint32, s *stream, now time.Time)
 	}
 }
 
+// eachMetric calls f with every metric of md, of every resource.
+func eachMetric(md pmetric.Metrics, f func(pmetric.Metric)) {
+	for i := range md.ResourceMetrics().Len() {
+		sms := md.ResourceMetrics().At(i).ScopeMetrics()
+		for j := range sms.Len() {
+			ms := sms.At(j).Metrics()
+			for k := range ms.Len() {
+				f(ms.At(k))
+			}
+		}
+	}
+}
+
 // dataPoints counts the data points of metric name.
 func dataPoints(md pmetric.Metrics, name string) int {
 	n := 0
-	sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-	for i := range sm.Len() {
-		m := sm.At(i)
+	eachMetric(md, func(m pmetric.Metric) {
 		if m.Name() != name {
-			continue
+			return
 		}
 		switch m.Type() {
 		case pmetric.MetricTypeSum:
@@ -38,7 +49,7 @@ func dataPoints(md pmetric.Metrics, name string) int {
 		case pmetric.MetricTypeExponentialHistogram:
 			n += m.ExponentialHistogram().DataPoints().Len()
 		}
-	}
+	})
 	return n
 }
 
@@ -136,8 +147,8 @@ func TestDisconnectFreesClient(t *testing.T) {
 		t.Fatalf("pending %d, clients %d", tr.Pending(), tr.Clients())
 	}
 	tr.Disconnect(1, now)
-	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.clients.peerExe) != 0 {
-		t.Fatalf("after disconnect: pending %d, clients %d, peers %d", tr.Pending(), tr.Clients(), len(tr.clients.peerExe))
+	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.clients.peers) != 0 {
+		t.Fatalf("after disconnect: pending %d, clients %d, peers %d", tr.Pending(), tr.Clients(), len(tr.clients.peers))
 	}
 	if _, ok := mapper.GPUToReal(1, 0, gpuBase); ok {
 		t.Fatal("the client's clock fit outlived it")
@@ -267,14 +278,12 @@ func TestKernelNameUTF8(t *testing.T) {
 			})
 		}
 	}
-	md := tr.Metrics(time.Now(), nil)
-	sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-	for i := range sm.Len() {
-		if sm.At(i).Name() == MetricLaunches {
-			v, _ := sm.At(i).Sum().DataPoints().At(0).Attributes().Get("code.function.name")
+	eachMetric(tr.Metrics(time.Now(), nil), func(m pmetric.Metric) {
+		if m.Name() == MetricLaunches {
+			v, _ := m.Sum().DataPoints().At(0).Attributes().Get("code.function.name")
 			names = append(names, v.Str())
 		}
-	}
+	})
 	if len(names) < 3 {
 		t.Fatalf("strings %q", names)
 	}

@@ -1,7 +1,8 @@
 package translate
 
 // Kernel names: the shim's name records (function handle → mangled name),
-// demangled once per name, and the per-kernel series they key.
+// demangled once per name, and the per-kernel series of their process
+// they key.
 
 import (
 	"strconv"
@@ -40,7 +41,7 @@ func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
 		mangled: mangled,
 		hash:    record.NameHash(k.Name),
 		name:    name,
-		series:  ct.series.seriesFor(name),
+		series:  ct.procOf(src).seriesFor(name),
 		include: ct.o.Filter.Match(k.Name, name),
 	}
 }
@@ -87,21 +88,6 @@ func (ct *clientTable) makeKernelRoom(c *client) {
 	}
 }
 
-// seriesFor returns the metric series of a kernel name, folding names beyond
-// MaxKernelNames into "other".
-func (sr *seriesStore) seriesFor(name string) *series {
-	if s, ok := sr.byName[name]; ok {
-		return s
-	}
-	if len(sr.byName) >= sr.o.MaxKernelNames {
-		return sr.other
-	}
-	s := &series{name: name}
-	sr.byName[name] = s
-	sr.order = append(sr.order, s)
-	return s
-}
-
 func (ct *clientTable) kernelOf(src uint32, fn uint64) *kernel {
 	c := ct.clientOf(src)
 	if k, ok := c.kernels[fn]; ok {
@@ -109,7 +95,7 @@ func (ct *clientTable) kernelOf(src uint32, fn uint64) *kernel {
 	}
 	// A launch of a function never named: name it by its handle.
 	name := "function@0x" + strconv.FormatUint(fn, 16)
-	k := &kernel{mangled: name, name: name, series: ct.series.seriesFor(name), include: ct.o.Filter.Match(name)}
+	k := &kernel{mangled: name, name: name, series: ct.procOf(src).seriesFor(name), include: ct.o.Filter.Match(name)}
 	ct.makeKernelRoom(c)
 	c.kernels[fn] = k
 	return k

@@ -88,7 +88,6 @@ type launchTable struct {
 	clients  *clientTable
 	hosts    *hostTable
 	spans    *spanOut
-	series   *seriesStore
 	windows  *windowTable
 
 	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
@@ -387,7 +386,7 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
 	} else if l := lt.pending[key]; l != nil && l.have {
 		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
 	}
-	s := lt.series.of(k)
+	s := lt.clients.procOf(src).of(k)
 	ds := s.dev(dev)
 	h := &ds.threadExec
 	for _, c := range tc.Counts {

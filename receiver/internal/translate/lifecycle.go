@@ -38,10 +38,12 @@ func (lt *launchTable) kernelOver(l *launch) bool {
 }
 
 // Expire emits launches that waited long enough: completed ones after the
-// completion grace, any after LaunchTimeout. Call it once per poll.
+// completion grace, any after LaunchTimeout, and drops the series of
+// processes gone for Process.Retention. Call it once per poll.
 func (t *Translator) Expire(now time.Time) {
 	t.launches.expire(now)
 	t.hosts.expire(now)
+	t.series.sweep(now)
 }
 
 // expire emits or drops the launches whose wait is over.

@@ -35,18 +35,23 @@ type memcpySeries struct {
 }
 
 func (t *Translator) onMemcpy(src uint32, m *record.Memcpy) {
-	t.series.addMemcpy(m)
+	t.clients.procOf(src).addMemcpy(m)
 	t.spans.memcpySpan(src, m)
 }
 
-// addMemcpy folds one memory copy into its (device, kind) series.
-func (sr *seriesStore) addMemcpy(m *record.Memcpy) {
+// addMemcpy folds one memory copy into its (device, kind) series; past
+// MaxSeries, into the kind's series on OtherDevice.
+func (p *procSeries) addMemcpy(m *record.Memcpy) {
 	k := memcpyKey{m.Device, m.Kind}
-	s := sr.memcpy[k]
+	s := p.memcpy[k]
+	if s == nil && !p.take() {
+		k.device = OtherDevice
+		s = p.memcpy[k]
+	}
 	if s == nil {
 		s = &memcpySeries{}
-		sr.memcpy[k] = s
-		sr.mcOrder = append(sr.mcOrder, k)
+		p.memcpy[k] = s
+		p.mcOrder = append(p.mcOrder, k)
 	}
 	s.bytes += m.Bytes
 	s.duration.Record(float64(m.EndNS-m.StartNS) / 1e9)
@@ -60,10 +65,10 @@ type SelfMetric struct {
 	Value uint64
 }
 
-// AppendMetrics writes the cumulative metrics into sm (one scope's slice).
+// AppendMetrics writes the cumulative metrics of no process into sm (one
+// scope's slice): the host calls' and the self-metrics.
 func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self []SelfMetric) {
 	ts := pcommon.NewTimestampFromTime(now)
-	t.series.appendMetrics(sm, ts)
 	t.hosts.appendMetrics(sm, ts)
 	t.windows.appendMetrics(sm, ts)
 	for _, c := range self {
@@ -72,7 +77,12 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 		dp.SetTimestamp(ts)
 		dp.SetIntValue(int64(c.Value))
 	}
-	// Drop metrics that got no data point (e.g. no warps observed yet).
+	dropEmpty(sm)
+}
+
+// dropEmpty drops metrics that got no data point (e.g. no warps observed
+// yet).
+func dropEmpty(sm pmetric.MetricSlice) {
 	sm.RemoveIf(func(m pmetric.Metric) bool {
 		switch m.Type() {
 		case pmetric.MetricTypeSum:
@@ -84,8 +94,31 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 	})
 }
 
-// appendMetrics writes the kernel, thread and memcpy series.
-func (sr *seriesStore) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+// appendProcs appends one resource per process that has series, and marks
+// the gone ones emitted.
+func (st *seriesStore) appendProcs(rms pmetric.ResourceMetricsSlice, ts pcommon.Timestamp) {
+	procs := st.order
+	if st.overflow != nil {
+		procs = append(procs[:len(procs):len(procs)], st.overflow)
+	}
+	for _, p := range procs {
+		if p.refs == 0 {
+			p.flushed = true
+		}
+		if len(p.order) == 0 && len(p.other.devs) == 0 && len(p.mcOrder) == 0 {
+			continue
+		}
+		rm := rms.AppendEmpty()
+		p.res.CopyTo(rm.Resource().Attributes())
+		sc := rm.ScopeMetrics().AppendEmpty()
+		sc.Scope().SetName(ScopeName)
+		p.appendMetrics(sc.Metrics(), p.start, ts)
+		dropEmpty(sc.Metrics())
+	}
+}
+
+// appendMetrics writes p's kernel, thread and memcpy series.
+func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Timestamp) {
 	launches := newSum(sm, MetricLaunches, "{launch}", "Kernel launches, per kernel name (bounded; the rest under \"other\") and device.")
 	type hmetric struct {
 		name, unit, desc string
@@ -109,15 +142,15 @@ func (sr *seriesStore) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestam
 	for _, h := range hs {
 		h.m = newExpHist(sm, h.name, h.unit, h.desc)
 	}
-	all := append(sr.order[:len(sr.order):len(sr.order)], sr.other)
+	all := append(p.order[:len(p.order):len(p.order)], p.other)
 	for _, s := range all {
 		for _, d := range s.devs {
 			if d.launches > 0 {
 				dp := launches.AppendEmpty()
-				dp.SetStartTimestamp(sr.start)
+				dp.SetStartTimestamp(start)
 				dp.SetTimestamp(ts)
 				dp.SetIntValue(int64(d.launches))
-				kernelAttrs(dp.Attributes(), s.name, d.device)
+				p.kernelAttrs(dp.Attributes(), s.name, d.device)
 			}
 			for _, h := range hs {
 				hist := h.pick(d)
@@ -125,32 +158,32 @@ func (sr *seriesStore) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestam
 					continue
 				}
 				dp := h.m.AppendEmpty()
-				dp.SetStartTimestamp(sr.start)
+				dp.SetStartTimestamp(start)
 				dp.SetTimestamp(ts)
 				hist.CopyTo(dp)
-				kernelAttrs(dp.Attributes(), s.name, d.device)
+				p.kernelAttrs(dp.Attributes(), s.name, d.device)
 			}
 		}
 	}
-	if sr.o.PerThreadSeries {
-		sr.appendThreadSeries(sm, all, ts)
+	if p.store.o.PerThreadSeries {
+		p.appendThreadSeries(sm, all, start, ts)
 	}
-	if len(sr.mcOrder) > 0 {
+	if len(p.mcOrder) > 0 {
 		size := newSum(sm, MetricMemcpySize, "By", "Bytes copied by memory copy calls.")
 		dur := newExpHist(sm, MetricMemcpyDuration, "s", "Duration of memory copy calls.")
-		for _, k := range sr.mcOrder {
-			s := sr.memcpy[k]
+		for _, k := range p.mcOrder {
+			s := p.memcpy[k]
 			dp := size.AppendEmpty()
-			dp.SetStartTimestamp(sr.start)
+			dp.SetStartTimestamp(start)
 			dp.SetTimestamp(ts)
 			dp.SetIntValue(int64(s.bytes))
-			dp.Attributes().PutInt("cuda.device.index", deviceIndex(k.device))
+			p.deviceAttrs(dp.Attributes(), k.device)
 			dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
 			hp := dur.AppendEmpty()
-			hp.SetStartTimestamp(sr.start)
+			hp.SetStartTimestamp(start)
 			hp.SetTimestamp(ts)
 			s.duration.CopyTo(hp)
-			hp.Attributes().PutInt("cuda.device.index", deviceIndex(k.device))
+			p.deviceAttrs(hp.Attributes(), k.device)
 			hp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
 		}
 	}
@@ -158,7 +191,7 @@ func (sr *seriesStore) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestam
 
 // appendThreadSeries writes one cumulative sum per thread index of small
 // grids (Options.PerThreadSeries).
-func (sr *seriesStore) appendThreadSeries(sm pmetric.MetricSlice, all []*series, ts pcommon.Timestamp) {
+func (p *procSeries) appendThreadSeries(sm pmetric.MetricSlice, all []*series, start, ts pcommon.Timestamp) {
 	dps := newSum(sm, MetricThreadSeries, "{execution}",
 		"Executions of the probed code per thread, for launches of at most limits::max_thread_series threads.")
 	var idx []uint32
@@ -174,19 +207,28 @@ func (sr *seriesStore) appendThreadSeries(sm pmetric.MetricSlice, all []*series,
 			slices.Sort(idx)
 			for _, i := range idx {
 				dp := dps.AppendEmpty()
-				dp.SetStartTimestamp(sr.start)
+				dp.SetStartTimestamp(start)
 				dp.SetTimestamp(ts)
 				dp.SetIntValue(int64(d.perThread[i]))
-				kernelAttrs(dp.Attributes(), s.name, d.device)
+				p.kernelAttrs(dp.Attributes(), s.name, d.device)
 				dp.Attributes().PutInt("cuda.thread.index", int64(i))
 			}
 		}
 	}
 }
 
-func kernelAttrs(a pcommon.Map, name string, dev uint32) {
+func (p *procSeries) kernelAttrs(a pcommon.Map, name string, dev uint32) {
 	a.PutStr("code.function.name", name)
+	p.deviceAttrs(a, dev)
+}
+
+// deviceAttrs puts the device index and, when the process reported it,
+// the device's UUID.
+func (p *procSeries) deviceAttrs(a pcommon.Map, dev uint32) {
 	a.PutInt("cuda.device.index", deviceIndex(dev))
+	if u, ok := p.devices[dev]; ok {
+		a.PutStr("cuda.device.uuid", u)
+	}
 }
 
 // newMetric appends a metric with its name, unit and description.
@@ -211,18 +253,24 @@ func newExpHist(sm pmetric.MetricSlice, name, unit, desc string) pmetric.Exponen
 	return h.DataPoints()
 }
 
-// Metrics returns all cumulative metrics in one resource (service.name from
-// the options, else "gpuprobe").
+// Metrics returns all cumulative metrics: first the collector's own
+// resource (service.name from the options, else "gpuprobe"; host calls
+// and self-metrics), then one resource per process with its kernel and
+// copy series.
 func (t *Translator) Metrics(now time.Time, self []SelfMetric) pmetric.Metrics {
 	md := pmetric.NewMetrics()
 	rm := md.ResourceMetrics().AppendEmpty()
-	svc := t.o.ServiceName
+	svc := t.o.Process.ServiceName
 	if svc == "" {
 		svc = "gpuprobe"
 	}
 	rm.Resource().Attributes().PutStr("service.name", svc)
+	if t.o.Process.HostName != "" {
+		rm.Resource().Attributes().PutStr("host.name", t.o.Process.HostName)
+	}
 	sc := rm.ScopeMetrics().AppendEmpty()
 	sc.Scope().SetName(ScopeName)
 	t.AppendMetrics(sc.Metrics(), now, self)
+	t.series.appendProcs(md.ResourceMetrics(), pcommon.NewTimestampFromTime(now))
 	return md
 }

@@ -1,49 +1,72 @@
 package translate
 
 import (
+	"time"
+
 	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 )
 
-// seriesStore owns the metric series: one per kernel name (at most
-// Options.MaxKernelNames, the rest folded into "other"), the memory copy
-// series, and the cache of demangled names.
+// seriesStore owns the metric series, one set per process (procSeries, a
+// resource of its own): per kernel name and device, per memory copy kind
+// and device. Its bounds, for every client together:
+//   - kernel names: the first Options.MaxKernelNames distinct names have
+//     series of their own in every process, later ones fold into "other";
+//   - series: at most Options.Process.MaxSeries (kernel name, device) and (copy
+//     kind, device) series in all processes, each process's beyond them
+//     counted in its overflow series ("other" on device -1, per kind for
+//     copies; Counters.SeriesFolded);
+//   - processes: at most Options.Process.MaxProcesses; a process beyond them, when
+//     no gone process can make room, counts in one shared overflow resource
+//     (Counters.ProcessesFolded).
+//
+// A process's series stay Options.Process.Retention after its last client
+// disconnected, then go.
 type seriesStore struct {
-	o     *Options
-	start pcommon.Timestamp
+	o        *Options
+	counters *Counters
 
-	byName  map[string]*series // kernel name → its series (bounded)
+	names     map[string]string // mangled → demangled, bounded by maxNameCache
+	kernels   map[string]bool   // kernel names with series of their own (≤ MaxKernelNames)
+	procs     map[procKey]*procSeries
+	order     []*procSeries // procs in creation order, for stable output
+	overflow  *procSeries   // processes beyond MaxProcesses (nil until needed)
+	nseries   int           // series of all processes, ≤ MaxSeries
+	nextSweep time.Time
+}
+
+// procKey identifies a process: its pid and start time, which a client
+// cannot choose; or, where the collector could not read them, the source.
+type procKey struct {
+	pid   uint32
+	start uint64
+	src   uint32
+}
+
+// procSeries is one process's series and resource.
+type procSeries struct {
+	key     procKey
+	res     pcommon.Map
+	start   pcommon.Timestamp // start of its cumulative series
+	refs    int               // its connected clients
+	goneAt  time.Time         // when refs went to 0
+	flushed bool              // emitted since goneAt: evicting it loses nothing
+	nseries int               // its series counted in seriesStore.nseries
+
+	byName  map[string]*series // kernel name → its series (≤ MaxKernelNames)
 	other   *series
-	order   []*series // series in creation order, for stable output
+	order   []*series // series in creation order
 	memcpy  map[memcpyKey]*memcpySeries
 	mcOrder []memcpyKey
-	names   map[string]string // mangled → demangled, bounded by maxNameCache
+	devices map[uint32]string // device ordinal → UUID, as its clients reported them (≤ MaxDevices)
+	store   *seriesStore
 }
 
-// dev returns the per-device aggregate of a series.
-func (s *series) dev(d uint32) *devSeries {
-	for _, ds := range s.devs {
-		if ds.device == d {
-			return ds
-		}
-	}
-	ds := &devSeries{device: d}
-	s.devs = append(s.devs, ds)
-	return ds
-}
-
-// of returns the series of kernel k, "other" for nil (launch unknown).
-func (sr *seriesStore) of(k *kernel) *series {
-	if k == nil {
-		return sr.other
-	}
-	return k.series
-}
-
-// series is one kernel name's metrics, per device.
+// series is one kernel name's metrics in one process, per device.
 type series struct {
 	name string
 	devs []*devSeries
+	proc *procSeries
 }
 
 type devSeries struct {
@@ -57,3 +80,173 @@ type devSeries struct {
 	threadExec exphist.Hist
 	perThread  map[uint32]uint64 // thread index → executions (Options.PerThreadSeries), bounded
 }
+
+// Defaults of the process bounds.
+const (
+	DefaultMaxProcesses     = 1024
+	DefaultProcessRetention = 5 * time.Minute
+)
+
+// defaultMaxSeries is the bound series had when they were not per
+// process: every kernel name and "other" on every device and device -1.
+func defaultMaxSeries(maxKernelNames int) int { return (maxKernelNames + 1) * (MaxDevices + 1) }
+
+// dev returns the per-device aggregate of a series; past MaxSeries, its
+// process's overflow aggregate.
+func (s *series) dev(d uint32) *devSeries {
+	for _, ds := range s.devs {
+		if ds.device == d {
+			return ds
+		}
+	}
+	p := s.proc
+	if !p.take() {
+		return p.overflowDev()
+	}
+	ds := &devSeries{device: d}
+	s.devs = append(s.devs, ds)
+	return ds
+}
+
+// take counts one more series of p, false (and a fold counted) when
+// MaxSeries are made.
+func (p *procSeries) take() bool {
+	st := p.store
+	if st.nseries >= st.o.Process.MaxSeries {
+		st.counters.SeriesFolded++
+		return false
+	}
+	st.nseries++
+	p.nseries++
+	return true
+}
+
+// overflowDev is p's series beyond MaxSeries: "other" on OtherDevice,
+// made without counting.
+func (p *procSeries) overflowDev() *devSeries {
+	for _, ds := range p.other.devs {
+		if ds.device == OtherDevice {
+			return ds
+		}
+	}
+	ds := &devSeries{device: OtherDevice}
+	p.other.devs = append(p.other.devs, ds)
+	return ds
+}
+
+// seriesFor returns p's series of a kernel name: "other" for a name beyond
+// the first MaxKernelNames of all processes.
+func (p *procSeries) seriesFor(name string) *series {
+	if s, ok := p.byName[name]; ok {
+		return s
+	}
+	st := p.store
+	if !st.kernels[name] {
+		if len(st.kernels) >= st.o.MaxKernelNames {
+			return p.other
+		}
+		st.kernels[name] = true
+	}
+	s := &series{name: name, proc: p}
+	p.byName[name] = s
+	p.order = append(p.order, s)
+	return s
+}
+
+// of returns the series of kernel k, p's "other" for nil (launch unknown).
+func (p *procSeries) of(k *kernel) *series {
+	if k == nil {
+		return p.other
+	}
+	return k.series
+}
+
+// putDevice records the UUID of a device ordinal of p.
+func (p *procSeries) putDevice(d uint32, uuid string) {
+	if _, ok := p.devices[d]; ok || len(p.devices) < MaxDevices {
+		p.devices[d] = uuid
+	}
+}
+
+// acquire returns the series of process key, made with resource res()
+// if new, counting one more client of it.
+func (st *seriesStore) acquire(key procKey, res func() pcommon.Map) *procSeries {
+	p := st.procs[key]
+	switch {
+	case p != nil:
+	case len(st.procs) < st.o.Process.MaxProcesses || st.evictGone():
+		p = st.newProc(key, res())
+		st.procs[key] = p
+		st.order = append(st.order, p)
+	default:
+		st.counters.ProcessesFolded++
+		if st.overflow == nil {
+			st.overflow = st.newProc(procKey{}, st.o.overflowResource())
+		}
+		p = st.overflow
+	}
+	p.refs++
+	p.goneAt, p.flushed = time.Time{}, false
+	return p
+}
+
+func (st *seriesStore) newProc(key procKey, res pcommon.Map) *procSeries {
+	// Each process's series start when it is first met (again, after its
+	// series were dropped: the backend sees a new start, not a reset).
+	p := &procSeries{key: key, res: res, start: pcommon.NewTimestampFromTime(time.Now()),
+		byName: map[string]*series{}, memcpy: map[memcpyKey]*memcpySeries{}, devices: map[uint32]string{}, store: st}
+	p.other = &series{name: OtherKernel, proc: p}
+	return p
+}
+
+// release counts one client of p less.
+func (st *seriesStore) release(p *procSeries, now time.Time) {
+	if p.refs--; p.refs == 0 {
+		p.goneAt = now
+	}
+}
+
+// evictGone drops the process that left first among those emitted since,
+// to make room; false when there is none.
+func (st *seriesStore) evictGone() bool {
+	var oldest *procSeries
+	for _, p := range st.order {
+		if p.refs == 0 && p.flushed && (oldest == nil || p.goneAt.Before(oldest.goneAt)) {
+			oldest = p
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	st.drop(func(p *procSeries) bool { return p == oldest })
+	return true
+}
+
+// sweep drops the processes gone for ProcessRetention, at most once a
+// second.
+func (st *seriesStore) sweep(now time.Time) {
+	if now.Before(st.nextSweep) {
+		return
+	}
+	st.nextSweep = now.Add(time.Second)
+	st.drop(func(p *procSeries) bool { return p.refs == 0 && now.Sub(p.goneAt) >= st.o.Process.Retention })
+}
+
+// drop forgets the processes gone says so of.
+func (st *seriesStore) drop(gone func(*procSeries) bool) {
+	keep := st.order[:0]
+	for _, p := range st.order {
+		if gone(p) {
+			delete(st.procs, p.key)
+			st.nseries -= p.nseries
+			continue
+		}
+		keep = append(keep, p)
+	}
+	clear(st.order[len(keep):])
+	st.order = keep
+}
+
+// Processes is the number of processes with metric series (the overflow
+// resource not counted).
+func (t *Translator) Processes() int { return len(t.series.procs) }

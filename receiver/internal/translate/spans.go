@@ -70,25 +70,13 @@ func (so *spanOut) spansOf(pid uint32) ptrace.SpanSlice {
 }
 
 func (so *spanOut) fillResource(attrs pcommon.Map, pid uint32) {
-	exe := so.clients.processName(pid)
-	attrs.PutInt("process.pid", int64(pid))
-	if exe != "" {
-		attrs.PutStr("process.executable.name", exe)
-	}
-	switch {
-	case so.o.ServiceName != "":
-		attrs.PutStr("service.name", so.o.ServiceName)
-	case exe != "":
-		attrs.PutStr("service.name", exe)
-	default:
-		attrs.PutStr("service.name", "unknown_service:cuda")
-	}
+	so.clients.fillResource(attrs, pid)
 }
 
 // processName returns the executable name of pid, cached.
 func (ct *clientTable) processName(pid uint32) string {
-	if n, ok := ct.peerExe[pid]; ok {
-		return n // a connected client's, read at connect
+	if c, ok := ct.peers[pid]; ok && c.peer.Exe != "" {
+		return c.peer.Exe // a connected client's, read at connect
 	}
 	if n, ok := ct.procs[pid]; ok {
 		return n

@@ -188,15 +188,14 @@ func TestStreamGap(t *testing.T) {
 func hostWaitHist(md pmetric.Metrics) (uint64, float64) {
 	var n uint64
 	var sum float64
-	sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-	for i := range sm.Len() {
-		if m := sm.At(i); m.Name() == MetricHostWait {
+	eachMetric(md, func(m pmetric.Metric) {
+		if m.Name() == MetricHostWait {
 			for j := range m.ExponentialHistogram().DataPoints().Len() {
 				dp := m.ExponentialHistogram().DataPoints().At(j)
 				n += dp.Count()
 				sum += dp.Sum()
 			}
 		}
-	}
+	})
 	return n, sum
 }

@@ -12,11 +12,9 @@ import (
 // kernel named k.
 func threadSeries(md pmetric.Metrics, k string) map[int64]int64 {
 	out := map[int64]int64{}
-	sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-	for i := range sm.Len() {
-		m := sm.At(i)
+	eachMetric(md, func(m pmetric.Metric) {
 		if m.Name() != MetricThreadSeries {
-			continue
+			return
 		}
 		for j := range m.Sum().DataPoints().Len() {
 			dp := m.Sum().DataPoints().At(j)
@@ -26,7 +24,7 @@ func threadSeries(md pmetric.Metrics, k string) map[int64]int64 {
 			idx, _ := dp.Attributes().Get("cuda.thread.index")
 			out[idx.Int()] = dp.IntValue()
 		}
-	}
+	})
 	return out
 }
 

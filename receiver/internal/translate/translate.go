@@ -33,10 +33,10 @@ type Options struct {
 	Filter             *config.KernelFilter
 	Demangle           func(string) string // mangled → span name (default identity)
 	ProcessName        func(pid uint32) string
-	ServiceName        string // resource service.name override
 	Clock              *clock.Mapper
 	PerThreadSeries    bool // per-thread execution-count series for small grids
 	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
+	Process            ProcessOptions
 	Host               HostOptions
 	Windows            WindowOptions
 }
@@ -56,6 +56,20 @@ type WindowOptions struct {
 	// OnState, if set, is called when a client's windows state changes,
 	// with the client's peer pid (0: unknown).
 	OnState func(pid uint32, s record.WindowState)
+}
+
+// ProcessOptions configure the processes' resources and the bounds of
+// their series (seriesStore).
+type ProcessOptions struct {
+	ServiceName string // service.name override of every resource
+	HostName    string // host.name of every resource
+	// Processes with series (default DefaultMaxProcesses), kernel and copy
+	// series of all of them (default (MaxKernelNames+1) × (MaxDevices+1)),
+	// and how long a process's series stay after it left (default
+	// DefaultProcessRetention).
+	MaxProcesses int
+	MaxSeries    int
+	Retention    time.Duration
 }
 
 // HostOptions configure the handling of host probes (HostCall and
@@ -89,6 +103,8 @@ type LaunchCounters struct {
 	NamesTruncated   uint64 // kernel names that arrived cut by their producer
 	DevicesFolded    uint64 // device numbers (records) a client had not reported, folded into OtherDevice
 	CalibrationsBad  uint64 // calibration records rejected (clock.Mapper.AddCalibration)
+	SeriesFolded     uint64 // records counted in their process's overflow series: Options.Process.MaxSeries were made
+	ProcessesFolded  uint64 // processes counted in the shared overflow resource: Options.Process.MaxProcesses had series
 	ExecDuplicate    uint64 // device windows for a (non-graph) launch that already had one; replays of graph nodes are paired instead
 	LaunchesCaptured uint64 // launch records of stream-captured launches (never run; shims before capture.c wrote them): dropped at their graph node's first cuGraphLaunch record
 }
@@ -191,16 +207,22 @@ func New(o Options) *Translator {
 	if o.Windows.Wait == 0 {
 		o.Windows.Wait = DefaultWindowWait
 	}
-	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
-	t.series = &seriesStore{
-		o: &t.o, start: t.start,
-		byName: map[string]*series{}, other: &series{name: OtherKernel},
-		memcpy: map[memcpyKey]*memcpySeries{}, names: map[string]string{},
+	if o.Process.MaxProcesses < 1 {
+		o.Process.MaxProcesses = DefaultMaxProcesses
 	}
+	if o.Process.MaxSeries < 1 {
+		o.Process.MaxSeries = defaultMaxSeries(o.MaxKernelNames)
+	}
+	if o.Process.Retention <= 0 {
+		o.Process.Retention = DefaultProcessRetention
+	}
+	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
+	t.series = &seriesStore{o: &t.o, counters: &t.counters,
+		names: map[string]string{}, kernels: map[string]bool{}, procs: map[procKey]*procSeries{}}
 	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}}
 	t.graphs = &graphTable{o: &t.o, counters: &t.counters, chains: map[srcKey]*replayChain{}}
 	t.clients = &clientTable{o: &t.o, counters: &t.counters,
-		byID: map[uint32]*client{}, peerExe: map[uint32]string{}, procs: map[uint32]string{}}
+		byID: map[uint32]*client{}, peers: map[uint32]*client{}, procs: map[uint32]string{}}
 	t.hosts = &hostTable{o: &t.o, counters: &t.counters, start: t.start,
 		procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
 	t.windows = &windowTable{o: &t.o, counters: &t.counters, groups: groupTable{o: &t.o},
@@ -210,7 +232,7 @@ func New(o Options) *Translator {
 
 	// The parts call each other; each names the ones it calls.
 	t.launches.graphs, t.launches.clients, t.launches.hosts = t.graphs, t.clients, t.hosts
-	t.launches.spans, t.launches.series, t.launches.windows = t.spans, t.series, t.windows
+	t.launches.spans, t.launches.windows = t.spans, t.windows
 	t.windows.launches, t.windows.clients = t.launches, t.clients
 	t.graphs.launches, t.graphs.clients = t.launches, t.clients
 	t.clients.launches, t.clients.series = t.launches, t.series

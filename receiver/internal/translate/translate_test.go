@@ -90,7 +90,7 @@ func TestLaunchSpans(t *testing.T) {
 		t.Fatalf("%d spans, want 5", td.SpanCount())
 	}
 	res := td.ResourceSpans().At(0).Resource().Attributes()
-	for k, want := range map[string]any{"process.pid": int64(42), "process.executable.name": "trainer", "service.name": "trainer"} {
+	for k, want := range map[string]any{"process.pid": int64(42), "process.executable.name": "trainer", "service.name": "unknown_service:trainer"} {
 		if v, ok := res.Get(k); !ok || v.AsRaw() != want {
 			t.Errorf("resource %s = %v, want %v", k, v.AsRaw(), want)
 		}
@@ -194,24 +194,25 @@ func TestLaunchLifecycle(t *testing.T) {
 // histogram counts).
 func metricPoints(md pmetric.Metrics) map[string]map[string]uint64 {
 	out := map[string]map[string]uint64{}
-	sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-	for i := range sm.Len() {
-		m := sm.At(i)
-		pts := map[string]uint64{}
+	eachMetric(md, func(m pmetric.Metric) {
+		pts := out[m.Name()]
+		if pts == nil {
+			pts = map[string]uint64{}
+			out[m.Name()] = pts
+		}
 		switch m.Type() {
 		case pmetric.MetricTypeSum:
 			for j := range m.Sum().DataPoints().Len() {
 				dp := m.Sum().DataPoints().At(j)
-				pts[attrString(dp.Attributes())] = uint64(dp.IntValue())
+				pts[attrString(dp.Attributes())] += uint64(dp.IntValue())
 			}
 		case pmetric.MetricTypeExponentialHistogram:
 			for j := range m.ExponentialHistogram().DataPoints().Len() {
 				dp := m.ExponentialHistogram().DataPoints().At(j)
-				pts[attrString(dp.Attributes())] = dp.Count()
+				pts[attrString(dp.Attributes())] += dp.Count()
 			}
 		}
-		out[m.Name()] = pts
-	}
+	})
 	return out
 }
 

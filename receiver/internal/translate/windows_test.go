@@ -164,14 +164,13 @@ func TestDriverWindows(t *testing.T) {
 // execSum is the sum of gpu.cuda.kernel.execution.duration over its points.
 func execSum(md pmetric.Metrics) float64 {
 	var sum float64
-	sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
-	for i := range sm.Len() {
-		if m := sm.At(i); m.Name() == MetricExecDuration {
+	eachMetric(md, func(m pmetric.Metric) { // the kernel series are their process's
+		if m.Name() == MetricExecDuration {
 			for j := range m.ExponentialHistogram().DataPoints().Len() {
 				sum += m.ExponentialHistogram().DataPoints().At(j).Sum()
 			}
 		}
-	}
+	})
 	return sum
 }
 
