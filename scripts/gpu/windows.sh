@@ -6,10 +6,9 @@
 #          toolkit's cupti.h: kernel record offsets, callback data, ids
 #   loop   an empty-kernel launch loop through shared cudart (200,000
 #          launches, ROUNDS interleaved rounds): plain, under the shim with
-#          the collector's default configuration (windows), with
-#          GPUPROBE_WINDOWS=0, GPUPROBE_PATCH=0, windows without their
-#          rate cap (GPUPROBE_WINDOWS_BUDGET_PPM=0) and paused after their
-#          first epoch (budget 1 ppm: what CUPTI costs while paused)
+#          the collector's default configuration (windows: CUPTI detached
+#          by the rate cap after two epochs), with GPUPROBE_WINDOWS=0, and
+#          windows without their rate cap (GPUPROBE_WINDOWS_BUDGET_PPM=0)
 #   torch  scripts/gpu/torchstep.py eager, compile and cublas: plain and
 #          under `gpuprobe run` with the default configuration; step times,
 #          outputs, torch.profiler's kernel names and counts (equal to
@@ -83,9 +82,7 @@ if [[ $parts == *loop* ]]; then
 		"$out/loop" plain 200000 | sed 's/^/plain /'
 		GPUPROBE_TRACE="$out/loop-trace.txt" bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/windows /'
 		GPUPROBE_WINDOWS=0 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/nowindows /'
-		GPUPROBE_PATCH=0 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/nopatch /'
 		GPUPROBE_WINDOWS_BUDGET_PPM=0 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/uncapped /'
-		GPUPROBE_WINDOWS_BUDGET_PPM=1 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/loop" plain 200000 | sed 's/^/paused /'
 	done | tee "$out/loop.txt"
 	kill -TERM "$col"; wait "$col"
 	python3 - "$out/loop.txt" <<'PY'
@@ -95,7 +92,7 @@ for line in open(sys.argv[1]):
     m = re.match(r"(\S+) mode=\S+\s+ns/launch=(\d+)", line)
     if m: v.setdefault(m.group(1), []).append(int(m.group(2)))
 p = statistics.median(v["plain"])
-for k in ("plain", "windows", "nowindows", "nopatch", "uncapped", "paused"):
+for k in ("plain", "windows", "nowindows", "uncapped"):
     print("windows loop: %-9s median %5d ns/launch (%s) %.3fx plain" % (k, statistics.median(v[k]), v[k], statistics.median(v[k]) / p))
 PY
 	grep "device windows" "$out/loop-trace.txt" | sort | uniq -c | head
