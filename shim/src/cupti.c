@@ -460,7 +460,7 @@ static void gp_win_disable(void)
 /* ---- the rate cap ------------------------------------------------------
  * Windows cost the launching thread about 1 us a launch, nothing on the
  * GPU, and once CUPTI is attached that cost stays even with its kinds
- * disabled and its subscriber gone (H200, this session's call 10: an
+ * disabled and its subscriber gone (H200, the eighth session's call 9: an
  * empty-kernel loop at 1.23x plain with windows on, 1.25x with them
  * paused, 1.006x with the shim alone). So a process that launches more
  * than the budget allows (launches a second x 1 us > budget_ppm of one
