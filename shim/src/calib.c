@@ -32,7 +32,7 @@ GP_HIDDEN void gp_calibrate(void);
  * The kernel takes 64 samples of the host's word once the host writes it,
  * waiting up to 40 ms of %globaltimer for the first: a launch call that
  * returns late (CUPTI's activity adds work to it) left the kernel done
- * before the host's first write, with no sample (H200, this session). */
+ * before the host's first write, with no sample (H200, the eighth session). */
 static const char gp_cal_ptx[] =
 	".version 6.0\n"
 	".target sm_50\n"

@@ -522,7 +522,7 @@ static void gp_win_detach_now(void)
  * every buffer whose records are complete, full or not; CUPTI's own
  * periodic flush, cuptiActivityFlushPeriod, hands over full buffers only,
  * so a process launching a few hundred kernels a second got its windows
- * only at exit, seconds after its launches: H200, this session's call 6);
+ * only at exit, seconds after its launches: H200, the eighth session's call 6);
  * the rate cap; and the way back after the application's profiler is
  * done. */
 static void *gp_win_main(void *arg)
