@@ -9,6 +9,26 @@ import (
 	"go.opentelemetry.io/collector/filter"
 )
 
+// GpuCudaKernelApproximateSpansMetricConfig provides config for the gpu.cuda.kernel.approximate.spans metric.
+type GpuCudaKernelApproximateSpansMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+}
+
+func (ms *GpuCudaKernelApproximateSpansMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
 // GpuCudaKernelLaunchesMetricAttributeKey specifies the key of an attribute for the gpu.cuda.kernel.launches metric.
 type GpuCudaKernelLaunchesMetricAttributeKey string
 
@@ -306,6 +326,7 @@ func (ms *GpuprobeReceiverWindowsStateChangesMetricConfig) Validate() error {
 
 // MetricsConfig provides config for gpuprobe metrics.
 type MetricsConfig struct {
+	GpuCudaKernelApproximateSpans       GpuCudaKernelApproximateSpansMetricConfig       `mapstructure:"gpu.cuda.kernel.approximate.spans"`
 	GpuCudaKernelLaunches               GpuCudaKernelLaunchesMetricConfig               `mapstructure:"gpu.cuda.kernel.launches"`
 	GpuCudaMemcpySize                   GpuCudaMemcpySizeMetricConfig                   `mapstructure:"gpu.cuda.memcpy.size"`
 	GpuCudaThreadExecutionsByThread     GpuCudaThreadExecutionsByThreadMetricConfig     `mapstructure:"gpu.cuda.thread.executions.by_thread"`
@@ -316,6 +337,9 @@ type MetricsConfig struct {
 
 func DefaultMetricsConfig() MetricsConfig {
 	return MetricsConfig{
+		GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
+			Enabled: true,
+		},
 		GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,

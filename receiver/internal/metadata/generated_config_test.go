@@ -26,6 +26,9 @@ func TestMetricsBuilderConfig(t *testing.T) {
 			name: "all_set",
 			want: MetricsBuilderConfig{
 				Metrics: MetricsConfig{
+					GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
+						Enabled: true,
+					},
 					GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
@@ -72,6 +75,9 @@ func TestMetricsBuilderConfig(t *testing.T) {
 			name: "none_set",
 			want: MetricsBuilderConfig{
 				Metrics: MetricsConfig{
+					GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
+						Enabled: false,
+					},
 					GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
@@ -118,11 +124,12 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
 }
+
 func TestGpuCudaKernelLaunchesMetricsConfig_Validate(t *testing.T) {
 	cfg := DefaultMetricsConfig().GpuCudaKernelLaunches
 	require.NoError(t, cfg.Validate())

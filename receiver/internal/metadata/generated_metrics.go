@@ -206,6 +206,9 @@ var MapAttributeReason = map[string]AttributeReason{
 }
 
 var MetricsInfo = metricsInfo{
+	GpuCudaKernelApproximateSpans: metricInfo{
+		Name: "gpu.cuda.kernel.approximate.spans",
+	},
 	GpuCudaKernelLaunches: metricInfo{
 		Name:       "gpu.cuda.kernel.launches",
 		Attributes: []string{"code.function.name", "cuda.device.index"},
@@ -233,6 +236,7 @@ var MetricsInfo = metricsInfo{
 }
 
 type metricsInfo struct {
+	GpuCudaKernelApproximateSpans       metricInfo
 	GpuCudaKernelLaunches               metricInfo
 	GpuCudaMemcpySize                   metricInfo
 	GpuCudaThreadExecutionsByThread     metricInfo
@@ -244,6 +248,58 @@ type metricsInfo struct {
 type metricInfo struct {
 	Name       string
 	Attributes []string
+}
+
+type metricGpuCudaKernelApproximateSpans struct {
+	data     pmetric.Metric                            // data buffer for generated metric.
+	config   GpuCudaKernelApproximateSpansMetricConfig // metric config provided by user.
+	capacity int                                       // max observed number of data points added to the metric.
+}
+
+// init fills gpu.cuda.kernel.approximate.spans metric with initial data.
+func (m *metricGpuCudaKernelApproximateSpans) init() {
+	m.data.SetName("gpu.cuda.kernel.approximate.spans")
+	m.data.SetDescription("Approximate kernel spans (launch call to the sync that covered it) of processes without the shim.")
+	m.data.SetUnit("{span}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+}
+
+func (m *metricGpuCudaKernelApproximateSpans) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64) {
+	if !m.config.Enabled {
+		return
+	}
+	dp := m.data.Sum().DataPoints().AppendEmpty()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	dp.SetIntValue(val)
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaKernelApproximateSpans) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaKernelApproximateSpans) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaKernelApproximateSpans(cfg GpuCudaKernelApproximateSpansMetricConfig) metricGpuCudaKernelApproximateSpans {
+	m := metricGpuCudaKernelApproximateSpans{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
 }
 
 type metricGpuCudaKernelLaunches struct {
@@ -823,6 +879,7 @@ type MetricsBuilder struct {
 	buildInfo                                 component.BuildInfo  // contains version information.
 	resourceAttributeIncludeFilter            map[string]filter.Filter
 	resourceAttributeExcludeFilter            map[string]filter.Filter
+	metricGpuCudaKernelApproximateSpans       metricGpuCudaKernelApproximateSpans
 	metricGpuCudaKernelLaunches               metricGpuCudaKernelLaunches
 	metricGpuCudaMemcpySize                   metricGpuCudaMemcpySize
 	metricGpuCudaThreadExecutionsByThread     metricGpuCudaThreadExecutionsByThread
@@ -854,6 +911,7 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		startTime:                                 pcommon.NewTimestampFromTime(time.Now()),
 		metricsBuffer:                             pmetric.NewMetrics(),
 		buildInfo:                                 settings.BuildInfo,
+		metricGpuCudaKernelApproximateSpans:       newMetricGpuCudaKernelApproximateSpans(mbc.Metrics.GpuCudaKernelApproximateSpans),
 		metricGpuCudaKernelLaunches:               newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
 		metricGpuCudaMemcpySize:                   newMetricGpuCudaMemcpySize(mbc.Metrics.GpuCudaMemcpySize),
 		metricGpuCudaThreadExecutionsByThread:     newMetricGpuCudaThreadExecutionsByThread(mbc.Metrics.GpuCudaThreadExecutionsByThread),
@@ -974,6 +1032,7 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	ils.Scope().SetName(ScopeName)
 	ils.Scope().SetVersion(mb.buildInfo.Version)
 	ils.Metrics().EnsureCapacity(mb.metricsCapacity)
+	mb.metricGpuCudaKernelApproximateSpans.emit(ils.Metrics())
 	mb.metricGpuCudaKernelLaunches.emit(ils.Metrics())
 	mb.metricGpuCudaMemcpySize.emit(ils.Metrics())
 	mb.metricGpuCudaThreadExecutionsByThread.emit(ils.Metrics())
@@ -1009,6 +1068,11 @@ func (mb *MetricsBuilder) Emit(options ...ResourceMetricsOption) pmetric.Metrics
 	metrics := mb.metricsBuffer
 	mb.metricsBuffer = pmetric.NewMetrics()
 	return metrics
+}
+
+// RecordGpuCudaKernelApproximateSpansDataPoint adds a data point to gpu.cuda.kernel.approximate.spans metric.
+func (mb *MetricsBuilder) RecordGpuCudaKernelApproximateSpansDataPoint(ts pcommon.Timestamp, val int64) {
+	mb.metricGpuCudaKernelApproximateSpans.recordDataPoint(mb.startTime, ts, val)
 }
 
 // RecordGpuCudaKernelLaunchesDataPoint adds a data point to gpu.cuda.kernel.launches metric.

@@ -83,6 +83,9 @@ func TestMetricsBuilder(t *testing.T) {
 			allMetricsCount := 0
 			defaultMetricsCount++
 			allMetricsCount++
+			mb.RecordGpuCudaKernelApproximateSpansDataPoint(ts, 1)
+			defaultMetricsCount++
+			allMetricsCount++
 			mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 1, "code.function.name-val", 17)
 			if tt.name == "reaggregate_set" {
 				mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 3, "code.function.name-val-2", 18)
@@ -162,6 +165,20 @@ func TestMetricsBuilder(t *testing.T) {
 			validatedMetrics := make(map[string]bool)
 			for _, mi := range allMetricsList {
 				switch mi.Name() {
+				case "gpu.cuda.kernel.approximate.spans":
+					assert.False(t, validatedMetrics["gpu.cuda.kernel.approximate.spans"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.approximate.spans")
+					validatedMetrics["gpu.cuda.kernel.approximate.spans"] = true
+					assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+					assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+					assert.Equal(t, "Approximate kernel spans (launch call to the sync that covered it) of processes without the shim.", mi.Description())
+					assert.Equal(t, "{span}", mi.Unit())
+					assert.True(t, mi.Sum().IsMonotonic())
+					assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+					dp := mi.Sum().DataPoints().At(0)
+					assert.Equal(t, start, dp.StartTimestamp())
+					assert.Equal(t, ts, dp.Timestamp())
+					assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+					assert.Equal(t, int64(1), dp.IntValue())
 				case "gpu.cuda.kernel.launches":
 					if tt.name != "reaggregate_set" {
 						assert.False(t, validatedMetrics["gpu.cuda.kernel.launches"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.launches")
