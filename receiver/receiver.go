@@ -57,6 +57,7 @@ type gpuReceiver struct {
 type consumers struct {
 	traces  consumer.Traces
 	metrics consumer.Metrics
+	view    metricView // what of the metrics the configuration keeps
 }
 
 // running is what start sets going and stop ends.
@@ -501,6 +502,7 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 		sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
 		r.maps.col.AppendMetrics(sm, append(live, retired...), now)
 	}
+	r.out.view.apply(md)
 	if err := mc.ConsumeMetrics(ctx, md); err != nil {
 		r.log.Debug("gpuprobe: metrics refused by the pipeline", zap.Error(err))
 	}
