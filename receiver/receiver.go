@@ -149,9 +149,9 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		Filter:             filter,
 		Demangle:           demangle.Short,
 		Clock:              mapper,
-		PerThreadSeries:    r.cfg.Limits.PerThreadSeries,
-		MaxThreadSeries:    r.cfg.Limits.MaxThreadSeries,
-		Process:            translate.ProcessOptions{ServiceName: r.cfg.Resource.ServiceName, HostName: r.srcs.res.hostName},
+		Metrics: translate.MetricOptions{PerThreadSeries: r.cfg.Limits.PerThreadSeries,
+			MaxThreadSeries: r.cfg.Limits.MaxThreadSeries, DurationBounds: r.cfg.Histograms.DurationBounds()},
+		Process: translate.ProcessOptions{ServiceName: r.cfg.Resource.ServiceName, HostName: r.srcs.res.hostName},
 		Host: translate.HostOptions{
 			HostProbes:           r.host.probes != nil,
 			NoShimLaunchCalls:    r.host.procs != nil,
