@@ -24,41 +24,41 @@ type AttributeCudaMemcpyKind int
 
 const (
 	_ AttributeCudaMemcpyKind = iota
-	AttributeCudaMemcpyKindHtod
-	AttributeCudaMemcpyKindDtoh
-	AttributeCudaMemcpyKindDtod
-	AttributeCudaMemcpyKindHtoh
-	AttributeCudaMemcpyKindPeer
-	AttributeCudaMemcpyKindUnknown
+	AttributeCudaMemcpyKindMemcpyHostToDevice
+	AttributeCudaMemcpyKindMemcpyDeviceToHost
+	AttributeCudaMemcpyKindMemcpyDeviceToDevice
+	AttributeCudaMemcpyKindMemcpyHostToHost
+	AttributeCudaMemcpyKindMemcpyPeer
+	AttributeCudaMemcpyKindMemcpyDefault
 )
 
 // String returns the string representation of the AttributeCudaMemcpyKind.
 func (av AttributeCudaMemcpyKind) String() string {
 	switch av {
-	case AttributeCudaMemcpyKindHtod:
-		return "htod"
-	case AttributeCudaMemcpyKindDtoh:
-		return "dtoh"
-	case AttributeCudaMemcpyKindDtod:
-		return "dtod"
-	case AttributeCudaMemcpyKindHtoh:
-		return "htoh"
-	case AttributeCudaMemcpyKindPeer:
-		return "peer"
-	case AttributeCudaMemcpyKindUnknown:
-		return "unknown"
+	case AttributeCudaMemcpyKindMemcpyHostToDevice:
+		return "MemcpyHostToDevice"
+	case AttributeCudaMemcpyKindMemcpyDeviceToHost:
+		return "MemcpyDeviceToHost"
+	case AttributeCudaMemcpyKindMemcpyDeviceToDevice:
+		return "MemcpyDeviceToDevice"
+	case AttributeCudaMemcpyKindMemcpyHostToHost:
+		return "MemcpyHostToHost"
+	case AttributeCudaMemcpyKindMemcpyPeer:
+		return "MemcpyPeer"
+	case AttributeCudaMemcpyKindMemcpyDefault:
+		return "MemcpyDefault"
 	}
 	return ""
 }
 
 // MapAttributeCudaMemcpyKind is a helper map of string to AttributeCudaMemcpyKind attribute value.
 var MapAttributeCudaMemcpyKind = map[string]AttributeCudaMemcpyKind{
-	"htod":    AttributeCudaMemcpyKindHtod,
-	"dtoh":    AttributeCudaMemcpyKindDtoh,
-	"dtod":    AttributeCudaMemcpyKindDtod,
-	"htoh":    AttributeCudaMemcpyKindHtoh,
-	"peer":    AttributeCudaMemcpyKindPeer,
-	"unknown": AttributeCudaMemcpyKindUnknown,
+	"MemcpyHostToDevice":   AttributeCudaMemcpyKindMemcpyHostToDevice,
+	"MemcpyDeviceToHost":   AttributeCudaMemcpyKindMemcpyDeviceToHost,
+	"MemcpyDeviceToDevice": AttributeCudaMemcpyKindMemcpyDeviceToDevice,
+	"MemcpyHostToHost":     AttributeCudaMemcpyKindMemcpyHostToHost,
+	"MemcpyPeer":           AttributeCudaMemcpyKindMemcpyPeer,
+	"MemcpyDefault":        AttributeCudaMemcpyKindMemcpyDefault,
 }
 
 // AttributeGpuprobeWindowsReason specifies the value gpuprobe.windows.reason attribute.

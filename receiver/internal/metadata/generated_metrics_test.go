@@ -92,9 +92,9 @@ func TestMetricsBuilder(t *testing.T) {
 			}
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordGpuCudaMemcpySizeDataPoint(ts, 1, 17, AttributeCudaMemcpyKindHtod)
+			mb.RecordGpuCudaMemcpySizeDataPoint(ts, 1, 17, AttributeCudaMemcpyKindMemcpyHostToDevice)
 			if tt.name == "reaggregate_set" {
-				mb.RecordGpuCudaMemcpySizeDataPoint(ts, 3, 18, AttributeCudaMemcpyKindDtoh)
+				mb.RecordGpuCudaMemcpySizeDataPoint(ts, 3, 18, AttributeCudaMemcpyKindMemcpyDeviceToHost)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -248,7 +248,7 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
 						cudaMemcpyKindAttrVal, ok := dp.Attributes().Get("cuda.memcpy.kind")
 						assert.True(t, ok)
-						assert.Equal(t, "htod", cudaMemcpyKindAttrVal.Str())
+						assert.Equal(t, "MemcpyHostToDevice", cudaMemcpyKindAttrVal.Str())
 					} else {
 						assert.False(t, validatedMetrics["gpu.cuda.memcpy.size"], "Found a duplicate in the metrics slice: gpu.cuda.memcpy.size")
 						validatedMetrics["gpu.cuda.memcpy.size"] = true
