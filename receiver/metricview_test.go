@@ -33,7 +33,7 @@ func TestConfigBuilderKeys(t *testing.T) {
 		{name: "metric off",
 			raw: map[string]any{"metrics": map[string]any{"gpu.cuda.kernel.launches": map[string]any{"enabled": false}}},
 			check: func(c *Config) bool {
-				return !c.Metrics.GpuCudaKernelLaunches.Enabled && c.Metrics.GpuCudaMemcpySize.Enabled
+				return !c.Metrics.GpuCudaKernelLaunches.Enabled && c.Metrics.GpuCudaMemcpyBytes.Enabled && !c.Metrics.GpuCudaMemcpySize.Enabled
 			}},
 		{name: "resource attribute off, own keys kept",
 			raw: map[string]any{"resource_attributes": map[string]any{"process.executable.path": map[string]any{"enabled": false}},
@@ -124,8 +124,9 @@ func TestMetricViewEndToEnd(t *testing.T) {
 	}
 	want := map[string]bool{
 		"gpu.cuda.kernel.launches":       false, // turned off
-		"gpu.cuda.memcpy.size":           true,  // turned on
-		"gpu.cuda.memcpy.duration":       true,  // not in metadata.yaml: always kept
+		"gpu.cuda.memcpy.size":           true,  // turned on (off by default)
+		"gpu.cuda.memcpy.bytes":          true,
+		"gpu.cuda.memcpy.duration":       true, // not in metadata.yaml: always kept
 		"gpuprobe.receiver.records.read": true,
 	}
 	for name, w := range want {
@@ -135,6 +136,23 @@ func TestMetricViewEndToEnd(t *testing.T) {
 	}
 	if hosts != 0 {
 		t.Errorf("%d resources with host.name, want 0", hosts)
+	}
+}
+
+// TestMetricViewDefaults checks what the default configuration leaves
+// out: the deprecated gpu.cuda.memcpy.size alone.
+func TestMetricViewDefaults(t *testing.T) {
+	v := newMetricView(createDefaultConfig().(*Config).MetricsBuilderConfig)
+	if len(v.off) != 1 || !v.off["gpu.cuda.memcpy.size"] || len(v.resource) != 0 {
+		t.Fatalf("default view turns off %v and resource attributes %v", v.off, v.resource)
+	}
+	md := pmetric.NewMetrics()
+	ms := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics()
+	ms.AppendEmpty().SetName("gpu.cuda.memcpy.size")
+	ms.AppendEmpty().SetName("gpu.cuda.memcpy.bytes")
+	v.apply(md)
+	if got, _ := emitted([]pmetric.Metrics{md}); len(got) != 1 || !got["gpu.cuda.memcpy.bytes"] {
+		t.Fatalf("kept %v", got)
 	}
 }
 

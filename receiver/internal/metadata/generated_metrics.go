@@ -213,6 +213,10 @@ var MetricsInfo = metricsInfo{
 		Name:       "gpu.cuda.kernel.launches",
 		Attributes: []string{"code.function.name", "cuda.device.index"},
 	},
+	GpuCudaMemcpyBytes: metricInfo{
+		Name:       "gpu.cuda.memcpy.bytes",
+		Attributes: []string{"cuda.device.index", "cuda.memcpy.kind"},
+	},
 	GpuCudaMemcpySize: metricInfo{
 		Name:       "gpu.cuda.memcpy.size",
 		Attributes: []string{"cuda.device.index", "cuda.memcpy.kind"},
@@ -238,6 +242,7 @@ var MetricsInfo = metricsInfo{
 type metricsInfo struct {
 	GpuCudaKernelApproximateSpans       metricInfo
 	GpuCudaKernelLaunches               metricInfo
+	GpuCudaMemcpyBytes                  metricInfo
 	GpuCudaMemcpySize                   metricInfo
 	GpuCudaThreadExecutionsByThread     metricInfo
 	GpuprobeReceiverCoverageGpuTime     metricInfo
@@ -396,6 +401,100 @@ func newMetricGpuCudaKernelLaunches(cfg GpuCudaKernelLaunchesMetricConfig) metri
 	return m
 }
 
+type metricGpuCudaMemcpyBytes struct {
+	data          pmetric.Metric                 // data buffer for generated metric.
+	config        GpuCudaMemcpyBytesMetricConfig // metric config provided by user.
+	capacity      int                            // max observed number of data points added to the metric.
+	aggDataPoints []int64                        // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.memcpy.bytes metric with initial data.
+func (m *metricGpuCudaMemcpyBytes) init() {
+	m.data.SetName("gpu.cuda.memcpy.bytes")
+	m.data.SetDescription("Bytes copied by memory copy calls.")
+	m.data.SetUnit("By")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaMemcpyBytes) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, cudaDeviceIndexAttributeValue int64, cudaMemcpyKindAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex) {
+		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind) {
+		dp.Attributes().PutStr("cuda.memcpy.kind", cudaMemcpyKindAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaMemcpyBytes) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaMemcpyBytes) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaMemcpyBytes(cfg GpuCudaMemcpyBytesMetricConfig) metricGpuCudaMemcpyBytes {
+	m := metricGpuCudaMemcpyBytes{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
 type metricGpuCudaMemcpySize struct {
 	data          pmetric.Metric                // data buffer for generated metric.
 	config        GpuCudaMemcpySizeMetricConfig // metric config provided by user.
@@ -406,7 +505,7 @@ type metricGpuCudaMemcpySize struct {
 // init fills gpu.cuda.memcpy.size metric with initial data.
 func (m *metricGpuCudaMemcpySize) init() {
 	m.data.SetName("gpu.cuda.memcpy.size")
-	m.data.SetDescription("Bytes copied by memory copy calls.")
+	m.data.SetDescription("Deprecated, the same counter as gpu.cuda.memcpy.bytes under its old name (a *.size metric is a distribution in semantic conventions); turn it on to keep old queries working.")
 	m.data.SetUnit("By")
 	m.data.SetEmptySum()
 	m.data.Sum().SetIsMonotonic(true)
@@ -881,6 +980,7 @@ type MetricsBuilder struct {
 	resourceAttributeExcludeFilter            map[string]filter.Filter
 	metricGpuCudaKernelApproximateSpans       metricGpuCudaKernelApproximateSpans
 	metricGpuCudaKernelLaunches               metricGpuCudaKernelLaunches
+	metricGpuCudaMemcpyBytes                  metricGpuCudaMemcpyBytes
 	metricGpuCudaMemcpySize                   metricGpuCudaMemcpySize
 	metricGpuCudaThreadExecutionsByThread     metricGpuCudaThreadExecutionsByThread
 	metricGpuprobeReceiverCoverageGpuTime     metricGpuprobeReceiverCoverageGpuTime
@@ -913,6 +1013,7 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		buildInfo:                                 settings.BuildInfo,
 		metricGpuCudaKernelApproximateSpans:       newMetricGpuCudaKernelApproximateSpans(mbc.Metrics.GpuCudaKernelApproximateSpans),
 		metricGpuCudaKernelLaunches:               newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
+		metricGpuCudaMemcpyBytes:                  newMetricGpuCudaMemcpyBytes(mbc.Metrics.GpuCudaMemcpyBytes),
 		metricGpuCudaMemcpySize:                   newMetricGpuCudaMemcpySize(mbc.Metrics.GpuCudaMemcpySize),
 		metricGpuCudaThreadExecutionsByThread:     newMetricGpuCudaThreadExecutionsByThread(mbc.Metrics.GpuCudaThreadExecutionsByThread),
 		metricGpuprobeReceiverCoverageGpuTime:     newMetricGpuprobeReceiverCoverageGpuTime(mbc.Metrics.GpuprobeReceiverCoverageGpuTime),
@@ -1034,6 +1135,7 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	ils.Metrics().EnsureCapacity(mb.metricsCapacity)
 	mb.metricGpuCudaKernelApproximateSpans.emit(ils.Metrics())
 	mb.metricGpuCudaKernelLaunches.emit(ils.Metrics())
+	mb.metricGpuCudaMemcpyBytes.emit(ils.Metrics())
 	mb.metricGpuCudaMemcpySize.emit(ils.Metrics())
 	mb.metricGpuCudaThreadExecutionsByThread.emit(ils.Metrics())
 	mb.metricGpuprobeReceiverCoverageGpuTime.emit(ils.Metrics())
@@ -1078,6 +1180,11 @@ func (mb *MetricsBuilder) RecordGpuCudaKernelApproximateSpansDataPoint(ts pcommo
 // RecordGpuCudaKernelLaunchesDataPoint adds a data point to gpu.cuda.kernel.launches metric.
 func (mb *MetricsBuilder) RecordGpuCudaKernelLaunchesDataPoint(ts pcommon.Timestamp, val int64, codeFunctionNameAttributeValue string, cudaDeviceIndexAttributeValue int64) {
 	mb.metricGpuCudaKernelLaunches.recordDataPoint(mb.startTime, ts, val, codeFunctionNameAttributeValue, cudaDeviceIndexAttributeValue)
+}
+
+// RecordGpuCudaMemcpyBytesDataPoint adds a data point to gpu.cuda.memcpy.bytes metric.
+func (mb *MetricsBuilder) RecordGpuCudaMemcpyBytesDataPoint(ts pcommon.Timestamp, val int64, cudaDeviceIndexAttributeValue int64, cudaMemcpyKindAttributeValue AttributeCudaMemcpyKind) {
+	mb.metricGpuCudaMemcpyBytes.recordDataPoint(mb.startTime, ts, val, cudaDeviceIndexAttributeValue, cudaMemcpyKindAttributeValue.String())
 }
 
 // RecordGpuCudaMemcpySizeDataPoint adds a data point to gpu.cuda.memcpy.size metric.

@@ -20,7 +20,8 @@ const (
 	MetricWarpExitSkew   = "gpu.cuda.warp.exit_skew"
 	MetricThreadExecs    = "gpu.cuda.thread.executions"
 	MetricThreadSeries   = "gpu.cuda.thread.executions.by_thread"
-	MetricMemcpySize     = "gpu.cuda.memcpy.size"
+	MetricMemcpyBytes    = "gpu.cuda.memcpy.bytes"
+	MetricMemcpySize     = "gpu.cuda.memcpy.size" // deprecated name of MetricMemcpyBytes, off by default
 	MetricMemcpyDuration = "gpu.cuda.memcpy.duration"
 )
 
@@ -170,16 +171,19 @@ func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Tim
 		p.appendThreadSeries(sm, all, start, ts)
 	}
 	if len(p.mcOrder) > 0 {
-		size := newSum(sm, MetricMemcpySize, "By", "Bytes copied by memory copy calls.")
+		bytes := newSum(sm, MetricMemcpyBytes, "By", "Bytes copied by memory copy calls.")
+		size := newSum(sm, MetricMemcpySize, "By", "Deprecated: gpu.cuda.memcpy.bytes.")
 		dur := newHistOut(sm, MetricMemcpyDuration, "s", "Duration of memory copy calls.", explicit)
 		for _, k := range p.mcOrder {
 			s := p.memcpy[k]
-			dp := size.AppendEmpty()
-			dp.SetStartTimestamp(start)
-			dp.SetTimestamp(ts)
-			dp.SetIntValue(int64(s.bytes))
-			p.deviceAttrs(dp.Attributes(), k.device)
-			dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
+			for _, sum := range []pmetric.NumberDataPointSlice{bytes, size} {
+				dp := sum.AppendEmpty()
+				dp.SetStartTimestamp(start)
+				dp.SetTimestamp(ts)
+				dp.SetIntValue(int64(s.bytes))
+				p.deviceAttrs(dp.Attributes(), k.device)
+				dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
+			}
 			ha := dur.add(&s.duration, start, ts)
 			p.deviceAttrs(ha, k.device)
 			ha.PutStr("cuda.memcpy.kind", k.kind.String())
