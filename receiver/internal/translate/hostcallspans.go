@@ -89,6 +89,7 @@ func (so *spanOut) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcom
 		a.PutInt("cuda.api.return_code", int64(r.Ret))
 		if r.Ret != 0 {
 			sp.Status().SetCode(ptrace.StatusCodeError)
+			a.PutStr("error.type", errorType(int64(r.Ret), m.driver))
 			if m.driver {
 				sp.Status().SetMessage("CUresult " + strconv.Itoa(int(r.Ret)))
 			} else {
