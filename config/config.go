@@ -1,7 +1,7 @@
 // Package config is the configuration of the gpuprobe receiver (component
 // type "gpuprobe"): the agent socket that CUDA applications connect to, the
 // GPU programs to attach, kernel filters, sampling, buffer sizes, cardinality
-// limits and host probes.
+// limits, host probes and the kind of the duration histograms.
 //
 // Every field has a default (see Default) and Validate names the key of any
 // invalid value, e.g. "sampling::one_in: must be ≥ 1, got 0".
@@ -29,6 +29,7 @@ type Config struct {
 	HostProbes      HostProbesConfig `mapstructure:"host_probes"`
 	Windows         WindowsConfig    `mapstructure:"windows"`
 	Resource        ResourceConfig   `mapstructure:"resource"`
+	Histograms      HistogramsConfig `mapstructure:"histograms"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -270,6 +271,7 @@ func Default() *Config {
 			ShimProcesses:      ShimProcessesSkip,
 			MaxProcesses:       DefaultHostMaxProcesses,
 		},
-		Windows: WindowsConfig{Enabled: true, Wait: DefaultWindowWait},
+		Windows:    WindowsConfig{Enabled: true, Wait: DefaultWindowWait},
+		Histograms: HistogramsConfig{Kind: HistogramsExponential},
 	}
 }

@@ -120,6 +120,7 @@ func (c *Config) Validate() error {
 	if n := c.HostProbes.MaxProcesses; n < 1 || n > maxHostProcesses {
 		l.add("host_probes::max_processes", "must be between 1 and %d, got %d", maxHostProcesses, n)
 	}
+	c.Histograms.validate(&l)
 	if n := len(c.Resource.ServiceName); n > maxServiceName {
 		l.add("resource::service_name", "must be at most %d bytes, got %d", maxServiceName, n)
 	}

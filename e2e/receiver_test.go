@@ -138,12 +138,12 @@ func TestReceiverEndToEnd(t *testing.T) {
 			if waits != launches-1-memcpys {
 				return fmt.Errorf("gpu_cuda_kernel_host_wait_duration_seconds count %d, want %d", waits, launches-1-memcpys)
 			}
-			ms := FindMetric(fams, "gpu_cuda_memcpy_size_bytes_total", map[string]string{"job": service, "cuda_memcpy_kind": "dtoh"})
+			ms := FindMetric(fams, "gpu_cuda_memcpy_bytes_total", map[string]string{"job": service, "cuda_memcpy_kind": "MemcpyDeviceToHost"})
 			if len(ms) != 1 {
-				return fmt.Errorf("%d gpu_cuda_memcpy_size_bytes_total{dtoh} series, want 1", len(ms))
+				return fmt.Errorf("%d gpu_cuda_memcpy_bytes_total{MemcpyDeviceToHost} series, want 1", len(ms))
 			}
 			if v := ms[0].GetCounter().GetValue(); v != memcpys<<20 {
-				return fmt.Errorf("gpu_cuda_memcpy_size_bytes_total = %v, want %d", v, memcpys<<20)
+				return fmt.Errorf("gpu_cuda_memcpy_bytes_total = %v, want %d", v, memcpys<<20)
 			}
 			return nil
 		})

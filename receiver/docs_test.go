@@ -63,6 +63,24 @@ func TestDocsDocumentEveryAttribute(t *testing.T) {
 	}
 }
 
+// TestNamesTableCoversEveryName checks that docs/names.md, which says
+// where each name comes from, has every metric, attribute and span name
+// the receiver emits or metadata.yaml declares.
+func TestNamesTableCoversEveryName(t *testing.T) {
+	doc := namesIn(t, namesDoc)
+	names := append(metadataNames(t, "attributes"), metadataNames(t, "resource_attributes")...)
+	names = append(names, metadataNames(t, "metrics")...)
+	names = append(names, emittedNames(t)...)
+	for _, n := range dedup(names) {
+		if !doc[n] {
+			t.Errorf("%s: %s has no row", namesDoc, n)
+		}
+	}
+}
+
+// namesDoc says where each name comes from (semconv, OBI, ours).
+const namesDoc = "../docs/names.md"
+
 // dottedName matches the names the receiver gives metrics, spans and
 // attributes ("cuda.launch.host_wait").
 var dottedName = regexp.MustCompile(`^(cuda|gpu|gpuprobe|process|thread|service|code)(\.[a-z0-9_]+)+$`)
@@ -149,7 +167,14 @@ func metadataNames(t *testing.T, section string) []string {
 // reference, with brace lists expanded (`cuda.grid.{x,y,z}`).
 func documentedNames(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(telemetryDoc)
+	return namesIn(t, telemetryDoc)
+}
+
+// namesIn returns the names written in backquotes in the doc at path,
+// with brace lists expanded.
+func namesIn(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

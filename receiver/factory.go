@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadata"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
@@ -24,17 +23,21 @@ func NewFactory() receiver.Factory {
 	)
 }
 
-func createDefaultConfig() component.Config { return config.Default() }
-
 // instances maps a configuration to the receiver that serves all its signals.
-var instances = newShared[*config.Config, *gpuReceiver]()
+var instances = newShared[*Config, *gpuReceiver]()
 
 func getReceiver(set receiver.Settings, cfg component.Config) (*handle, error) {
-	c, ok := cfg.(*config.Config)
+	c, ok := cfg.(*Config)
 	if !ok {
-		return nil, fmt.Errorf("gpuprobe: config is %T, want *config.Config", cfg)
+		return nil, fmt.Errorf("gpuprobe: config is %T, want *receiver.Config", cfg)
 	}
-	e, err := instances.acquire(c, func() (*gpuReceiver, error) { return newReceiver(set, c) })
+	e, err := instances.acquire(c, func() (*gpuReceiver, error) {
+		r, err := newReceiver(set, &c.Config)
+		if err == nil {
+			r.out.view = newMetricView(c.MetricsBuilderConfig)
+		}
+		return r, err
+	})
 	if err != nil {
 		return nil, err
 	}

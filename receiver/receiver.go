@@ -57,6 +57,7 @@ type gpuReceiver struct {
 type consumers struct {
 	traces  consumer.Traces
 	metrics consumer.Metrics
+	view    metricView // what of the metrics the configuration keeps
 }
 
 // running is what start sets going and stop ends.
@@ -148,9 +149,9 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		Filter:             filter,
 		Demangle:           demangle.Short,
 		Clock:              mapper,
-		PerThreadSeries:    r.cfg.Limits.PerThreadSeries,
-		MaxThreadSeries:    r.cfg.Limits.MaxThreadSeries,
-		Process:            translate.ProcessOptions{ServiceName: r.cfg.Resource.ServiceName, HostName: r.srcs.res.hostName},
+		Metrics: translate.MetricOptions{PerThreadSeries: r.cfg.Limits.PerThreadSeries,
+			MaxThreadSeries: r.cfg.Limits.MaxThreadSeries, DurationBounds: r.cfg.Histograms.DurationBounds()},
+		Process: translate.ProcessOptions{ServiceName: r.cfg.Resource.ServiceName, HostName: r.srcs.res.hostName},
 		Host: translate.HostOptions{
 			HostProbes:           r.host.probes != nil,
 			NoShimLaunchCalls:    r.host.procs != nil,
@@ -501,6 +502,7 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 		sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
 		r.maps.col.AppendMetrics(sm, append(live, retired...), now)
 	}
+	r.out.view.apply(md)
 	if err := mc.ConsumeMetrics(ctx, md); err != nil {
 		r.log.Debug("gpuprobe: metrics refused by the pipeline", zap.Error(err))
 	}

@@ -22,8 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func testConfig(t *testing.T) *config.Config {
-	c := config.Default()
+func testConfig(t *testing.T) *Config {
+	c := createDefaultConfig().(*Config)
 	c.Agent.Socket = filepath.Join(t.TempDir(), "agent.sock")
 	c.PollInterval = time.Millisecond
 	c.MetricsInterval = 20 * time.Millisecond
@@ -99,7 +99,7 @@ func TestInvalidConfigRejected(t *testing.T) {
 
 // startBoth creates the traces and the metrics receiver of cfg (one shared
 // instance), with sinks, and starts both; the caller shuts them down.
-func startBoth(t *testing.T, cfg *config.Config) (tr, mr component.Component, traces *consumertest.TracesSink, metrics *consumertest.MetricsSink) {
+func startBoth(t *testing.T, cfg *Config) (tr, mr component.Component, traces *consumertest.TracesSink, metrics *consumertest.MetricsSink) {
 	t.Helper()
 	f := NewFactory()
 	set := receivertest.NewNopSettings(f.Type())

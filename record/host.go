@@ -5,12 +5,12 @@ import "fmt"
 // MemcpySize is the size of a Memcpy record.
 const MemcpySize = 56
 
-// MemcpyKind is the direction of a copy (OBI's cuda.memcpy.kind values).
+// MemcpyKind is the direction of a copy.
 type MemcpyKind uint16
 
 // Copy directions.
 const (
-	MemcpyUnknown        MemcpyKind = 0
+	MemcpyUnknown        MemcpyKind = 0 // cudaMemcpyDefault, cuMemcpy: inferred from the pointers
 	MemcpyHostToDevice   MemcpyKind = 1
 	MemcpyDeviceToHost   MemcpyKind = 2
 	MemcpyDeviceToDevice MemcpyKind = 3
@@ -18,21 +18,25 @@ const (
 	MemcpyPeer           MemcpyKind = 5
 )
 
-// String gives the attribute value: "htod", "dtoh", "dtod", "htoh", "peer".
+// String gives the cuda.memcpy.kind value, OBI's (the cudaMemcpyKind
+// enumerator without its cuda prefix): "MemcpyHostToDevice",
+// "MemcpyDeviceToHost", "MemcpyDeviceToDevice", "MemcpyHostToHost",
+// "MemcpyDefault" (direction left to the driver), and "MemcpyPeer" (ours,
+// cuMemcpyPeer; OBI allows custom values).
 func (k MemcpyKind) String() string {
 	switch k {
 	case MemcpyHostToDevice:
-		return "htod"
+		return "MemcpyHostToDevice"
 	case MemcpyDeviceToHost:
-		return "dtoh"
+		return "MemcpyDeviceToHost"
 	case MemcpyDeviceToDevice:
-		return "dtod"
+		return "MemcpyDeviceToDevice"
 	case MemcpyHostToHost:
-		return "htoh"
+		return "MemcpyHostToHost"
 	case MemcpyPeer:
-		return "peer"
+		return "MemcpyPeer"
 	}
-	return "unknown"
+	return "MemcpyDefault"
 }
 
 // MemcpyAsync is the Memcpy flag of an asynchronous copy (the times are then

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/config"
 	gpureceiver "github.com/gpuprobe/gpuprobe/receiver"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
@@ -55,7 +54,7 @@ func TestLoadgenThroughAgent(t *testing.T) {
 
 func loadgenThroughAgent(t *testing.T, extra []string, perLaunch int) {
 	f := gpureceiver.NewFactory()
-	cfg := f.CreateDefaultConfig().(*config.Config)
+	cfg := f.CreateDefaultConfig().(*gpureceiver.Config)
 	cfg.Agent.Socket = filepath.Join(t.TempDir(), "agent.sock")
 	cfg.PollInterval = time.Millisecond
 	cfg.MetricsInterval = 10 * time.Millisecond

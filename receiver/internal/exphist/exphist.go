@@ -6,10 +6,15 @@
 // (scale−1, merging bucket pairs) whenever the populated range would need
 // more than MaxBuckets buckets, as the OpenTelemetry SDK does; memory per
 // histogram is therefore bounded by MaxBuckets counters.
+//
+// A histogram given explicit bounds (SetBounds) counts into them instead,
+// for backends without exponential histograms (Prometheus without native
+// histograms).
 package exphist
 
 import (
 	"math"
+	"sort"
 
 	"go.opentelemetry.io/collector/pdata/pmetric"
 )
@@ -20,19 +25,34 @@ const (
 	MaxBuckets = 160 // the SDK's default
 )
 
-// Hist is one exponential histogram of non-negative values. The zero value is
-// ready to use.
+// Hist is one histogram of non-negative values: exponential, or with the
+// explicit bounds of SetBounds. The zero value is an empty exponential
+// histogram.
 type Hist struct {
-	scale  int32
-	init   bool
-	offset int32    // index of counts[0]
-	counts []uint64 // contiguous buckets
-	zero   uint64
-	count  uint64
-	sum    float64
-	min    float64
-	max    float64
+	scale    int32
+	init     bool
+	offset   int32    // index of counts[0]
+	counts   []uint64 // contiguous buckets
+	zero     uint64
+	count    uint64
+	sum      float64
+	min      float64
+	max      float64
+	bounds   []float64 // explicit upper bounds, shared and never modified; nil: exponential
+	explicit []uint64  // len(bounds)+1 explicit bucket counts
 }
+
+// SetBounds makes an empty h count into explicit buckets with these
+// upper bounds (increasing; bucket i holds (bounds[i-1], bounds[i]], the
+// last one everything above). It does nothing to a histogram with values.
+func (h *Hist) SetBounds(bounds []float64) {
+	if h.count == 0 && len(bounds) > 0 {
+		h.bounds, h.explicit = bounds, nil
+	}
+}
+
+// Explicit reports whether h has explicit bounds.
+func (h *Hist) Explicit() bool { return h.bounds != nil }
 
 // Count is the number of recorded values.
 func (h *Hist) Count() uint64 { return h.count }
@@ -67,6 +87,13 @@ func (h *Hist) Record(v float64) {
 	}
 	h.count++
 	h.sum += v
+	if h.bounds != nil {
+		if h.explicit == nil {
+			h.explicit = make([]uint64, len(h.bounds)+1)
+		}
+		h.explicit[sort.SearchFloat64s(h.bounds, v)]++
+		return
+	}
 	if v == 0 {
 		h.zero++
 		return
@@ -136,4 +163,21 @@ func (h *Hist) CopyTo(dp pmetric.ExponentialHistogramDataPoint) {
 	dp.SetZeroCount(h.zero)
 	dp.Positive().SetOffset(h.offset)
 	dp.Positive().BucketCounts().FromRaw(h.counts)
+}
+
+// CopyToExplicit writes an explicit-bounds histogram into dp (count, sum,
+// min, max, bounds and bucket counts).
+func (h *Hist) CopyToExplicit(dp pmetric.HistogramDataPoint) {
+	dp.SetCount(h.count)
+	dp.SetSum(h.sum)
+	if h.count > 0 {
+		dp.SetMin(h.min)
+		dp.SetMax(h.max)
+	}
+	dp.ExplicitBounds().FromRaw(h.bounds)
+	counts := h.explicit
+	if counts == nil {
+		counts = make([]uint64, len(h.bounds)+1)
+	}
+	dp.BucketCounts().FromRaw(counts)
 }

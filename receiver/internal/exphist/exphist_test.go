@@ -2,6 +2,7 @@ package exphist
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -98,5 +99,48 @@ func BenchmarkRecord(b *testing.B) {
 	v := 1e-6
 	for i := range b.N {
 		h.Record(v * float64(1+i%1000))
+	}
+}
+
+func TestExplicitBounds(t *testing.T) {
+	limits := []float64{1e-3, 1e-2, 1e-1}
+	tests := []struct {
+		name   string
+		values []float64
+		want   []uint64
+	}{
+		{"empty", nil, []uint64{0, 0, 0, 0}},
+		{"a bound is its bucket's upper edge", []float64{1e-3, 1e-2, 1e-1}, []uint64{1, 1, 1, 0}},
+		{"between and beyond", []float64{0, 5e-4, 2e-3, 0.5, 7}, []uint64{2, 1, 0, 2}},
+		{"negative and NaN count as zero", []float64{-1, math.NaN()}, []uint64{2, 0, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h Hist
+			h.SetBounds(limits)
+			for _, v := range tt.values {
+				h.Record(v)
+			}
+			dp := pmetric.NewHistogramDataPoint()
+			h.CopyToExplicit(dp)
+			if got := dp.BucketCounts().AsRaw(); !slices.Equal(got, tt.want) {
+				t.Errorf("buckets %v, want %v", got, tt.want)
+			}
+			if got := dp.ExplicitBounds().AsRaw(); !slices.Equal(got, limits) {
+				t.Errorf("bounds %v", got)
+			}
+			if dp.Count() != uint64(len(tt.values)) || !h.Explicit() {
+				t.Errorf("count %d, explicit %v", dp.Count(), h.Explicit())
+			}
+		})
+	}
+}
+
+func TestSetBoundsOnlyWhenEmpty(t *testing.T) {
+	var h Hist
+	h.Record(1)
+	h.SetBounds([]float64{1})
+	if h.Explicit() {
+		t.Fatal("a histogram with values became explicit")
 	}
 }

@@ -9,6 +9,26 @@ import (
 	"go.opentelemetry.io/collector/filter"
 )
 
+// GpuCudaKernelApproximateSpansMetricConfig provides config for the gpu.cuda.kernel.approximate.spans metric.
+type GpuCudaKernelApproximateSpansMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+}
+
+func (ms *GpuCudaKernelApproximateSpansMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
 // GpuCudaKernelLaunchesMetricAttributeKey specifies the key of an attribute for the gpu.cuda.kernel.launches metric.
 type GpuCudaKernelLaunchesMetricAttributeKey string
 
@@ -46,6 +66,55 @@ func (ms *GpuCudaKernelLaunchesMetricConfig) Validate() error {
 		case GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex:
 		default:
 			return fmt.Errorf("metric gpu.cuda.kernel.launches doesn't have an attribute %v, valid attributes: [code.function.name, cuda.device.index]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuCudaMemcpyBytesMetricAttributeKey specifies the key of an attribute for the gpu.cuda.memcpy.bytes metric.
+type GpuCudaMemcpyBytesMetricAttributeKey string
+
+const (
+	GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex GpuCudaMemcpyBytesMetricAttributeKey = "cuda.device.index"
+	GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind  GpuCudaMemcpyBytesMetricAttributeKey = "cuda.memcpy.kind"
+)
+
+// GpuCudaMemcpyBytesMetricConfig provides config for the gpu.cuda.memcpy.bytes metric.
+type GpuCudaMemcpyBytesMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                 `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaMemcpyBytesMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaMemcpyBytesMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaMemcpyBytesMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind:
+		default:
+			return fmt.Errorf("metric gpu.cuda.memcpy.bytes doesn't have an attribute %v, valid attributes: [cuda.device.index, cuda.memcpy.kind]", val)
 		}
 	}
 
@@ -306,7 +375,9 @@ func (ms *GpuprobeReceiverWindowsStateChangesMetricConfig) Validate() error {
 
 // MetricsConfig provides config for gpuprobe metrics.
 type MetricsConfig struct {
+	GpuCudaKernelApproximateSpans       GpuCudaKernelApproximateSpansMetricConfig       `mapstructure:"gpu.cuda.kernel.approximate.spans"`
 	GpuCudaKernelLaunches               GpuCudaKernelLaunchesMetricConfig               `mapstructure:"gpu.cuda.kernel.launches"`
+	GpuCudaMemcpyBytes                  GpuCudaMemcpyBytesMetricConfig                  `mapstructure:"gpu.cuda.memcpy.bytes"`
 	GpuCudaMemcpySize                   GpuCudaMemcpySizeMetricConfig                   `mapstructure:"gpu.cuda.memcpy.size"`
 	GpuCudaThreadExecutionsByThread     GpuCudaThreadExecutionsByThreadMetricConfig     `mapstructure:"gpu.cuda.thread.executions.by_thread"`
 	GpuprobeReceiverCoverageGpuTime     GpuprobeReceiverCoverageGpuTimeMetricConfig     `mapstructure:"gpuprobe.receiver.coverage.gpu_time"`
@@ -316,13 +387,21 @@ type MetricsConfig struct {
 
 func DefaultMetricsConfig() MetricsConfig {
 	return MetricsConfig{
+		GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
+			Enabled: true,
+		},
 		GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
 		},
-		GpuCudaMemcpySize: GpuCudaMemcpySizeMetricConfig{
+		GpuCudaMemcpyBytes: GpuCudaMemcpyBytesMetricConfig{
 			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuCudaMemcpyBytesMetricAttributeKey{GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind},
+		},
+		GpuCudaMemcpySize: GpuCudaMemcpySizeMetricConfig{
+			Enabled:             false,
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []GpuCudaMemcpySizeMetricAttributeKey{GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind},
 		},

@@ -26,10 +26,18 @@ func TestMetricsBuilderConfig(t *testing.T) {
 			name: "all_set",
 			want: MetricsBuilderConfig{
 				Metrics: MetricsConfig{
+					GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
+						Enabled: true,
+					},
 					GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
+					},
+					GpuCudaMemcpyBytes: GpuCudaMemcpyBytesMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaMemcpyBytesMetricAttributeKey{GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind},
 					},
 					GpuCudaMemcpySize: GpuCudaMemcpySizeMetricConfig{
 						Enabled:             true,
@@ -72,10 +80,18 @@ func TestMetricsBuilderConfig(t *testing.T) {
 			name: "none_set",
 			want: MetricsBuilderConfig{
 				Metrics: MetricsConfig{
+					GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
+						Enabled: false,
+					},
 					GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
+					},
+					GpuCudaMemcpyBytes: GpuCudaMemcpyBytesMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaMemcpyBytesMetricAttributeKey{GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind},
 					},
 					GpuCudaMemcpySize: GpuCudaMemcpySizeMetricConfig{
 						Enabled:             false,
@@ -118,11 +134,12 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
 }
+
 func TestGpuCudaKernelLaunchesMetricsConfig_Validate(t *testing.T) {
 	cfg := DefaultMetricsConfig().GpuCudaKernelLaunches
 	require.NoError(t, cfg.Validate())
@@ -131,6 +148,18 @@ func TestGpuCudaKernelLaunchesMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.kernel.launches doesn't have an attribute invalid, valid attributes: [code.function.name, cuda.device.index]")
 
 	cfg = DefaultMetricsConfig().GpuCudaKernelLaunches
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaMemcpyBytesMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaMemcpyBytes
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaMemcpyBytesMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.memcpy.bytes doesn't have an attribute invalid, valid attributes: [cuda.device.index, cuda.memcpy.kind]")
+
+	cfg = DefaultMetricsConfig().GpuCudaMemcpyBytes
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

@@ -24,41 +24,41 @@ type AttributeCudaMemcpyKind int
 
 const (
 	_ AttributeCudaMemcpyKind = iota
-	AttributeCudaMemcpyKindHtod
-	AttributeCudaMemcpyKindDtoh
-	AttributeCudaMemcpyKindDtod
-	AttributeCudaMemcpyKindHtoh
-	AttributeCudaMemcpyKindPeer
-	AttributeCudaMemcpyKindUnknown
+	AttributeCudaMemcpyKindMemcpyHostToDevice
+	AttributeCudaMemcpyKindMemcpyDeviceToHost
+	AttributeCudaMemcpyKindMemcpyDeviceToDevice
+	AttributeCudaMemcpyKindMemcpyHostToHost
+	AttributeCudaMemcpyKindMemcpyPeer
+	AttributeCudaMemcpyKindMemcpyDefault
 )
 
 // String returns the string representation of the AttributeCudaMemcpyKind.
 func (av AttributeCudaMemcpyKind) String() string {
 	switch av {
-	case AttributeCudaMemcpyKindHtod:
-		return "htod"
-	case AttributeCudaMemcpyKindDtoh:
-		return "dtoh"
-	case AttributeCudaMemcpyKindDtod:
-		return "dtod"
-	case AttributeCudaMemcpyKindHtoh:
-		return "htoh"
-	case AttributeCudaMemcpyKindPeer:
-		return "peer"
-	case AttributeCudaMemcpyKindUnknown:
-		return "unknown"
+	case AttributeCudaMemcpyKindMemcpyHostToDevice:
+		return "MemcpyHostToDevice"
+	case AttributeCudaMemcpyKindMemcpyDeviceToHost:
+		return "MemcpyDeviceToHost"
+	case AttributeCudaMemcpyKindMemcpyDeviceToDevice:
+		return "MemcpyDeviceToDevice"
+	case AttributeCudaMemcpyKindMemcpyHostToHost:
+		return "MemcpyHostToHost"
+	case AttributeCudaMemcpyKindMemcpyPeer:
+		return "MemcpyPeer"
+	case AttributeCudaMemcpyKindMemcpyDefault:
+		return "MemcpyDefault"
 	}
 	return ""
 }
 
 // MapAttributeCudaMemcpyKind is a helper map of string to AttributeCudaMemcpyKind attribute value.
 var MapAttributeCudaMemcpyKind = map[string]AttributeCudaMemcpyKind{
-	"htod":    AttributeCudaMemcpyKindHtod,
-	"dtoh":    AttributeCudaMemcpyKindDtoh,
-	"dtod":    AttributeCudaMemcpyKindDtod,
-	"htoh":    AttributeCudaMemcpyKindHtoh,
-	"peer":    AttributeCudaMemcpyKindPeer,
-	"unknown": AttributeCudaMemcpyKindUnknown,
+	"MemcpyHostToDevice":   AttributeCudaMemcpyKindMemcpyHostToDevice,
+	"MemcpyDeviceToHost":   AttributeCudaMemcpyKindMemcpyDeviceToHost,
+	"MemcpyDeviceToDevice": AttributeCudaMemcpyKindMemcpyDeviceToDevice,
+	"MemcpyHostToHost":     AttributeCudaMemcpyKindMemcpyHostToHost,
+	"MemcpyPeer":           AttributeCudaMemcpyKindMemcpyPeer,
+	"MemcpyDefault":        AttributeCudaMemcpyKindMemcpyDefault,
 }
 
 // AttributeGpuprobeWindowsReason specifies the value gpuprobe.windows.reason attribute.
@@ -206,9 +206,16 @@ var MapAttributeReason = map[string]AttributeReason{
 }
 
 var MetricsInfo = metricsInfo{
+	GpuCudaKernelApproximateSpans: metricInfo{
+		Name: "gpu.cuda.kernel.approximate.spans",
+	},
 	GpuCudaKernelLaunches: metricInfo{
 		Name:       "gpu.cuda.kernel.launches",
 		Attributes: []string{"code.function.name", "cuda.device.index"},
+	},
+	GpuCudaMemcpyBytes: metricInfo{
+		Name:       "gpu.cuda.memcpy.bytes",
+		Attributes: []string{"cuda.device.index", "cuda.memcpy.kind"},
 	},
 	GpuCudaMemcpySize: metricInfo{
 		Name:       "gpu.cuda.memcpy.size",
@@ -233,7 +240,9 @@ var MetricsInfo = metricsInfo{
 }
 
 type metricsInfo struct {
+	GpuCudaKernelApproximateSpans       metricInfo
 	GpuCudaKernelLaunches               metricInfo
+	GpuCudaMemcpyBytes                  metricInfo
 	GpuCudaMemcpySize                   metricInfo
 	GpuCudaThreadExecutionsByThread     metricInfo
 	GpuprobeReceiverCoverageGpuTime     metricInfo
@@ -244,6 +253,58 @@ type metricsInfo struct {
 type metricInfo struct {
 	Name       string
 	Attributes []string
+}
+
+type metricGpuCudaKernelApproximateSpans struct {
+	data     pmetric.Metric                            // data buffer for generated metric.
+	config   GpuCudaKernelApproximateSpansMetricConfig // metric config provided by user.
+	capacity int                                       // max observed number of data points added to the metric.
+}
+
+// init fills gpu.cuda.kernel.approximate.spans metric with initial data.
+func (m *metricGpuCudaKernelApproximateSpans) init() {
+	m.data.SetName("gpu.cuda.kernel.approximate.spans")
+	m.data.SetDescription("Approximate kernel spans (launch call to the sync that covered it) of processes without the shim.")
+	m.data.SetUnit("{span}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+}
+
+func (m *metricGpuCudaKernelApproximateSpans) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64) {
+	if !m.config.Enabled {
+		return
+	}
+	dp := m.data.Sum().DataPoints().AppendEmpty()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	dp.SetIntValue(val)
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaKernelApproximateSpans) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaKernelApproximateSpans) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaKernelApproximateSpans(cfg GpuCudaKernelApproximateSpansMetricConfig) metricGpuCudaKernelApproximateSpans {
+	m := metricGpuCudaKernelApproximateSpans{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
 }
 
 type metricGpuCudaKernelLaunches struct {
@@ -340,6 +401,100 @@ func newMetricGpuCudaKernelLaunches(cfg GpuCudaKernelLaunchesMetricConfig) metri
 	return m
 }
 
+type metricGpuCudaMemcpyBytes struct {
+	data          pmetric.Metric                 // data buffer for generated metric.
+	config        GpuCudaMemcpyBytesMetricConfig // metric config provided by user.
+	capacity      int                            // max observed number of data points added to the metric.
+	aggDataPoints []int64                        // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.memcpy.bytes metric with initial data.
+func (m *metricGpuCudaMemcpyBytes) init() {
+	m.data.SetName("gpu.cuda.memcpy.bytes")
+	m.data.SetDescription("Bytes copied by memory copy calls.")
+	m.data.SetUnit("By")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaMemcpyBytes) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, cudaDeviceIndexAttributeValue int64, cudaMemcpyKindAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex) {
+		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind) {
+		dp.Attributes().PutStr("cuda.memcpy.kind", cudaMemcpyKindAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaMemcpyBytes) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaMemcpyBytes) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaMemcpyBytes(cfg GpuCudaMemcpyBytesMetricConfig) metricGpuCudaMemcpyBytes {
+	m := metricGpuCudaMemcpyBytes{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
 type metricGpuCudaMemcpySize struct {
 	data          pmetric.Metric                // data buffer for generated metric.
 	config        GpuCudaMemcpySizeMetricConfig // metric config provided by user.
@@ -350,7 +505,7 @@ type metricGpuCudaMemcpySize struct {
 // init fills gpu.cuda.memcpy.size metric with initial data.
 func (m *metricGpuCudaMemcpySize) init() {
 	m.data.SetName("gpu.cuda.memcpy.size")
-	m.data.SetDescription("Bytes copied by memory copy calls.")
+	m.data.SetDescription("Deprecated, the same counter as gpu.cuda.memcpy.bytes under its old name (a *.size metric is a distribution in semantic conventions); turn it on to keep old queries working.")
 	m.data.SetUnit("By")
 	m.data.SetEmptySum()
 	m.data.Sum().SetIsMonotonic(true)
@@ -823,7 +978,9 @@ type MetricsBuilder struct {
 	buildInfo                                 component.BuildInfo  // contains version information.
 	resourceAttributeIncludeFilter            map[string]filter.Filter
 	resourceAttributeExcludeFilter            map[string]filter.Filter
+	metricGpuCudaKernelApproximateSpans       metricGpuCudaKernelApproximateSpans
 	metricGpuCudaKernelLaunches               metricGpuCudaKernelLaunches
+	metricGpuCudaMemcpyBytes                  metricGpuCudaMemcpyBytes
 	metricGpuCudaMemcpySize                   metricGpuCudaMemcpySize
 	metricGpuCudaThreadExecutionsByThread     metricGpuCudaThreadExecutionsByThread
 	metricGpuprobeReceiverCoverageGpuTime     metricGpuprobeReceiverCoverageGpuTime
@@ -854,7 +1011,9 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		startTime:                                 pcommon.NewTimestampFromTime(time.Now()),
 		metricsBuffer:                             pmetric.NewMetrics(),
 		buildInfo:                                 settings.BuildInfo,
+		metricGpuCudaKernelApproximateSpans:       newMetricGpuCudaKernelApproximateSpans(mbc.Metrics.GpuCudaKernelApproximateSpans),
 		metricGpuCudaKernelLaunches:               newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
+		metricGpuCudaMemcpyBytes:                  newMetricGpuCudaMemcpyBytes(mbc.Metrics.GpuCudaMemcpyBytes),
 		metricGpuCudaMemcpySize:                   newMetricGpuCudaMemcpySize(mbc.Metrics.GpuCudaMemcpySize),
 		metricGpuCudaThreadExecutionsByThread:     newMetricGpuCudaThreadExecutionsByThread(mbc.Metrics.GpuCudaThreadExecutionsByThread),
 		metricGpuprobeReceiverCoverageGpuTime:     newMetricGpuprobeReceiverCoverageGpuTime(mbc.Metrics.GpuprobeReceiverCoverageGpuTime),
@@ -974,7 +1133,9 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	ils.Scope().SetName(ScopeName)
 	ils.Scope().SetVersion(mb.buildInfo.Version)
 	ils.Metrics().EnsureCapacity(mb.metricsCapacity)
+	mb.metricGpuCudaKernelApproximateSpans.emit(ils.Metrics())
 	mb.metricGpuCudaKernelLaunches.emit(ils.Metrics())
+	mb.metricGpuCudaMemcpyBytes.emit(ils.Metrics())
 	mb.metricGpuCudaMemcpySize.emit(ils.Metrics())
 	mb.metricGpuCudaThreadExecutionsByThread.emit(ils.Metrics())
 	mb.metricGpuprobeReceiverCoverageGpuTime.emit(ils.Metrics())
@@ -1011,9 +1172,19 @@ func (mb *MetricsBuilder) Emit(options ...ResourceMetricsOption) pmetric.Metrics
 	return metrics
 }
 
+// RecordGpuCudaKernelApproximateSpansDataPoint adds a data point to gpu.cuda.kernel.approximate.spans metric.
+func (mb *MetricsBuilder) RecordGpuCudaKernelApproximateSpansDataPoint(ts pcommon.Timestamp, val int64) {
+	mb.metricGpuCudaKernelApproximateSpans.recordDataPoint(mb.startTime, ts, val)
+}
+
 // RecordGpuCudaKernelLaunchesDataPoint adds a data point to gpu.cuda.kernel.launches metric.
 func (mb *MetricsBuilder) RecordGpuCudaKernelLaunchesDataPoint(ts pcommon.Timestamp, val int64, codeFunctionNameAttributeValue string, cudaDeviceIndexAttributeValue int64) {
 	mb.metricGpuCudaKernelLaunches.recordDataPoint(mb.startTime, ts, val, codeFunctionNameAttributeValue, cudaDeviceIndexAttributeValue)
+}
+
+// RecordGpuCudaMemcpyBytesDataPoint adds a data point to gpu.cuda.memcpy.bytes metric.
+func (mb *MetricsBuilder) RecordGpuCudaMemcpyBytesDataPoint(ts pcommon.Timestamp, val int64, cudaDeviceIndexAttributeValue int64, cudaMemcpyKindAttributeValue AttributeCudaMemcpyKind) {
+	mb.metricGpuCudaMemcpyBytes.recordDataPoint(mb.startTime, ts, val, cudaDeviceIndexAttributeValue, cudaMemcpyKindAttributeValue.String())
 }
 
 // RecordGpuCudaMemcpySizeDataPoint adds a data point to gpu.cuda.memcpy.size metric.

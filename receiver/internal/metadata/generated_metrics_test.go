@@ -68,6 +68,7 @@ func TestMetricsBuilder(t *testing.T) {
 			mb := NewMetricsBuilder(loadMetricsBuilderConfig(t, tt.name), settings, WithStartTime(start))
 			aggMap := make(map[string]string) // contains the aggregation strategies for each metric name
 			aggMap["gpu.cuda.kernel.launches"] = mb.metricGpuCudaKernelLaunches.config.AggregationStrategy
+			aggMap["gpu.cuda.memcpy.bytes"] = mb.metricGpuCudaMemcpyBytes.config.AggregationStrategy
 			aggMap["gpu.cuda.memcpy.size"] = mb.metricGpuCudaMemcpySize.config.AggregationStrategy
 			aggMap["gpu.cuda.thread.executions.by_thread"] = mb.metricGpuCudaThreadExecutionsByThread.config.AggregationStrategy
 			aggMap["gpuprobe.receiver.coverage.gpu_time"] = mb.metricGpuprobeReceiverCoverageGpuTime.config.AggregationStrategy
@@ -83,15 +84,24 @@ func TestMetricsBuilder(t *testing.T) {
 			allMetricsCount := 0
 			defaultMetricsCount++
 			allMetricsCount++
+			mb.RecordGpuCudaKernelApproximateSpansDataPoint(ts, 1)
+			defaultMetricsCount++
+			allMetricsCount++
 			mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 1, "code.function.name-val", 17)
 			if tt.name == "reaggregate_set" {
 				mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 3, "code.function.name-val-2", 18)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordGpuCudaMemcpySizeDataPoint(ts, 1, 17, AttributeCudaMemcpyKindHtod)
+			mb.RecordGpuCudaMemcpyBytesDataPoint(ts, 1, 17, AttributeCudaMemcpyKindMemcpyHostToDevice)
 			if tt.name == "reaggregate_set" {
-				mb.RecordGpuCudaMemcpySizeDataPoint(ts, 3, 18, AttributeCudaMemcpyKindDtoh)
+				mb.RecordGpuCudaMemcpyBytesDataPoint(ts, 3, 18, AttributeCudaMemcpyKindMemcpyDeviceToHost)
+			}
+
+			allMetricsCount++
+			mb.RecordGpuCudaMemcpySizeDataPoint(ts, 1, 17, AttributeCudaMemcpyKindMemcpyHostToDevice)
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaMemcpySizeDataPoint(ts, 3, 18, AttributeCudaMemcpyKindMemcpyDeviceToHost)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -130,6 +140,7 @@ func TestMetricsBuilder(t *testing.T) {
 			metrics := mb.Emit(WithResource(res))
 			if tt.name == "reaggregate_set" {
 				assert.Empty(t, mb.metricGpuCudaKernelLaunches.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaMemcpyBytes.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaMemcpySize.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaThreadExecutionsByThread.aggDataPoints)
 				assert.Empty(t, mb.metricGpuprobeReceiverCoverageGpuTime.aggDataPoints)
@@ -162,6 +173,20 @@ func TestMetricsBuilder(t *testing.T) {
 			validatedMetrics := make(map[string]bool)
 			for _, mi := range allMetricsList {
 				switch mi.Name() {
+				case "gpu.cuda.kernel.approximate.spans":
+					assert.False(t, validatedMetrics["gpu.cuda.kernel.approximate.spans"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.approximate.spans")
+					validatedMetrics["gpu.cuda.kernel.approximate.spans"] = true
+					assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+					assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+					assert.Equal(t, "Approximate kernel spans (launch call to the sync that covered it) of processes without the shim.", mi.Description())
+					assert.Equal(t, "{span}", mi.Unit())
+					assert.True(t, mi.Sum().IsMonotonic())
+					assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+					dp := mi.Sum().DataPoints().At(0)
+					assert.Equal(t, start, dp.StartTimestamp())
+					assert.Equal(t, ts, dp.Timestamp())
+					assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+					assert.Equal(t, int64(1), dp.IntValue())
 				case "gpu.cuda.kernel.launches":
 					if tt.name != "reaggregate_set" {
 						assert.False(t, validatedMetrics["gpu.cuda.kernel.launches"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.launches")
@@ -211,10 +236,10 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok = dp.Attributes().Get("cuda.device.index")
 						assert.False(t, ok)
 					}
-				case "gpu.cuda.memcpy.size":
+				case "gpu.cuda.memcpy.bytes":
 					if tt.name != "reaggregate_set" {
-						assert.False(t, validatedMetrics["gpu.cuda.memcpy.size"], "Found a duplicate in the metrics slice: gpu.cuda.memcpy.size")
-						validatedMetrics["gpu.cuda.memcpy.size"] = true
+						assert.False(t, validatedMetrics["gpu.cuda.memcpy.bytes"], "Found a duplicate in the metrics slice: gpu.cuda.memcpy.bytes")
+						validatedMetrics["gpu.cuda.memcpy.bytes"] = true
 						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
 						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
 						assert.Equal(t, "Bytes copied by memory copy calls.", mi.Description())
@@ -231,13 +256,62 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
 						cudaMemcpyKindAttrVal, ok := dp.Attributes().Get("cuda.memcpy.kind")
 						assert.True(t, ok)
-						assert.Equal(t, "htod", cudaMemcpyKindAttrVal.Str())
+						assert.Equal(t, "MemcpyHostToDevice", cudaMemcpyKindAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.memcpy.bytes"], "Found a duplicate in the metrics slice: gpu.cuda.memcpy.bytes")
+						validatedMetrics["gpu.cuda.memcpy.bytes"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Bytes copied by memory copy calls.", mi.Description())
+						assert.Equal(t, "By", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["gpu.cuda.memcpy.bytes"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("cuda.device.index")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.memcpy.kind")
+						assert.False(t, ok)
+					}
+				case "gpu.cuda.memcpy.size":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.memcpy.size"], "Found a duplicate in the metrics slice: gpu.cuda.memcpy.size")
+						validatedMetrics["gpu.cuda.memcpy.size"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Deprecated, the same counter as gpu.cuda.memcpy.bytes under its old name (a *.size metric is a distribution in semantic conventions); turn it on to keep old queries working.", mi.Description())
+						assert.Equal(t, "By", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
+						assert.True(t, ok)
+						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
+						cudaMemcpyKindAttrVal, ok := dp.Attributes().Get("cuda.memcpy.kind")
+						assert.True(t, ok)
+						assert.Equal(t, "MemcpyHostToDevice", cudaMemcpyKindAttrVal.Str())
 					} else {
 						assert.False(t, validatedMetrics["gpu.cuda.memcpy.size"], "Found a duplicate in the metrics slice: gpu.cuda.memcpy.size")
 						validatedMetrics["gpu.cuda.memcpy.size"] = true
 						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
 						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
-						assert.Equal(t, "Bytes copied by memory copy calls.", mi.Description())
+						assert.Equal(t, "Deprecated, the same counter as gpu.cuda.memcpy.bytes under its old name (a *.size metric is a distribution in semantic conventions); turn it on to keep old queries working.", mi.Description())
 						assert.Equal(t, "By", mi.Unit())
 						assert.True(t, mi.Sum().IsMonotonic())
 						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())

@@ -218,7 +218,9 @@ func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
 func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
 	ht.counters.HostCalls++
 	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(ht.dur) {
-		ht.dur[c.API].Record(float64(c.ExitNS-c.EnterNS) / 1e9)
+		h := &ht.dur[c.API]
+		h.SetBounds(ht.o.Metrics.DurationBounds) // a no-op once it has values
+		h.Record(float64(c.ExitNS-c.EnterNS) / 1e9)
 	}
 	p := ht.procOf(c.PID, now)
 	p.hostSeen = true

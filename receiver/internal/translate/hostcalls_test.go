@@ -120,9 +120,9 @@ func TestHostCallSpans(t *testing.T) {
 		{"async copy", []rec{host(hc(record.HostCudaMemcpyAsync, 7, 8, 500, 900, 0xd0, 0x70, 4096, uint64(record.MemcpyHostToDevice), 5))},
 			"cudaMemcpyAsync", map[string]any{"code.function.name": "cudaMemcpyAsync", "cuda.api.category": "memcpy",
 				"process.pid": int64(7), "thread.id": int64(8), "cuda.stream": int64(5), "cuda.memcpy.size": int64(4096),
-				"cuda.memcpy.kind": "htod", "cuda.api.async": true, "cuda.api.return_code": int64(0)}, []string{"cuda.api.returned"}, ""},
+				"cuda.memcpy.kind": "MemcpyHostToDevice", "cuda.api.async": true, "cuda.api.return_code": int64(0)}, []string{"cuda.api.returned", "error.type"}, ""},
 		{"driver copy: kind from the entry point", []rec{host(hc(record.HostCuMemcpyDtoH, 7, 8, 500, 900, 0x70, 0xd0, 64))},
-			"cuMemcpyDtoH_v2", map[string]any{"cuda.memcpy.kind": "dtoh", "cuda.memcpy.size": int64(64), "cuda.api.async": false},
+			"cuMemcpyDtoH_v2", map[string]any{"cuda.memcpy.kind": "MemcpyDeviceToHost", "cuda.memcpy.size": int64(64), "cuda.api.async": false},
 			[]string{"cuda.stream"}, ""},
 		{"malloc", []rec{host(hc(record.HostCudaMalloc, 7, 8, 500, 900, 1<<20, 0x7f0000))},
 			"cudaMalloc", map[string]any{"cuda.api.category": "alloc", "cuda.memory.size": int64(1 << 20), "cuda.memory.address": int64(0x7f0000)},
@@ -139,15 +139,15 @@ func TestHostCallSpans(t *testing.T) {
 		{"graph launch", []rec{host(hc(record.HostCudaGraphLaunch, 7, 8, 500, 900, 0x9a, 0, 0, 0, 0, 4))},
 			"cudaGraphLaunch", map[string]any{"cuda.api.category": "graph_launch", "cuda.graph.exec": int64(0x9a), "cuda.stream": int64(4),
 				"cuda.api.async": true}, nil, ""},
-		{"runtime error", []rec{host(failed)}, "cudaMalloc", map[string]any{"cuda.api.return_code": int64(2)}, nil, "cudaError_t 2"},
-		{"driver error", []rec{host(failedDrv)}, "cuMemFree_v2", map[string]any{"cuda.api.return_code": int64(1)}, nil, "CUresult 1"},
+		{"runtime error", []rec{host(failed)}, "cudaMalloc", map[string]any{"cuda.api.return_code": int64(2), "error.type": "cudaErrorMemoryAllocation"}, nil, "cudaError_t 2"},
+		{"driver error", []rec{host(failedDrv)}, "cuMemFree_v2", map[string]any{"cuda.api.return_code": int64(1), "error.type": "CUDA_ERROR_INVALID_VALUE"}, nil, "CUresult 1"},
 		{"did not return", []rec{host(unreturned)}, "cudaDeviceSynchronize",
 			map[string]any{"cuda.api.returned": false, "cuda.api.args_faulted": true}, []string{"cuda.api.return_code", "cuda.stream"}, ""},
 		{"failed launch: no approximate span, named kernel", []rec{
 			host(&record.KernelName{PID: 7, Function: 0xf1, Name: "_Z3fooi"}), host(failedLaunch)},
 			"cuLaunchKernel", map[string]any{"cuda.api.category": "launch", "cuda.kernel.name": "foo(int)", "cuda.grid.x": int64(4),
 				"cuda.grid.y": int64(1), "cuda.block.x": int64(128), "cuda.block.z": int64(1), "cuda.shared_memory.size": int64(256),
-				"cuda.stream": int64(3), "cuda.api.async": true}, nil, "CUresult 98"},
+				"cuda.stream": int64(3), "cuda.api.async": true, "error.type": "98"}, nil, "CUresult 98"},
 	}
 	t0 := time.Unix(1000, 0)
 	for _, tc := range tests {

@@ -89,6 +89,7 @@ func (so *spanOut) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcom
 		a.PutInt("cuda.api.return_code", int64(r.Ret))
 		if r.Ret != 0 {
 			sp.Status().SetCode(ptrace.StatusCodeError)
+			a.PutStr("error.type", errorType(int64(r.Ret), m.driver))
 			if m.driver {
 				sp.Status().SetMessage("CUresult " + strconv.Itoa(int(r.Ret)))
 			} else {
@@ -247,18 +248,16 @@ func cmpU64(a, b uint64) int {
 // appendMetrics writes the host call duration histograms (per API) and
 // the count of approximate kernel spans.
 func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
-	dur := newExpHist(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.")
+	dur := newHistOut(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.",
+		ht.o.Metrics.DurationBounds != nil)
 	for _, a := range record.HostAPIs() {
 		h := &ht.dur[a]
 		if h.Count() == 0 {
 			continue
 		}
-		dp := dur.AppendEmpty()
-		dp.SetStartTimestamp(ht.start)
-		dp.SetTimestamp(ts)
-		h.CopyTo(dp)
-		dp.Attributes().PutStr("cuda.api.name", apiInfo(a).name)
-		dp.Attributes().PutStr("cuda.api.category", apiInfo(a).category)
+		attrs := dur.add(h, ht.start, ts)
+		attrs.PutStr("cuda.api.name", apiInfo(a).name)
+		attrs.PutStr("cuda.api.category", apiInfo(a).category)
 	}
 	if ht.counters.ApproxSpans > 0 {
 		dp := newSum(sm, MetricApproxKernels, "{span}",

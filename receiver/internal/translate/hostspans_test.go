@@ -24,11 +24,11 @@ func TestHostSpans(t *testing.T) {
 	}{
 		{"memcpy on a known device", &record.Memcpy{Bytes: 4096, StartNS: 2000, EndNS: 2500, Stream: 3, PID: 42, TID: 43,
 			Kind: record.MemcpyHostToDevice, Flags: record.MemcpyAsync}, 0, SpanMemcpy, 2000, 2500,
-			map[string]any{"cuda.memcpy.kind": "htod", "cuda.memcpy.size": int64(4096), "cuda.memcpy.async": true,
+			map[string]any{"cuda.memcpy.kind": "MemcpyHostToDevice", "cuda.memcpy.size": int64(4096), "cuda.memcpy.async": true,
 				"cuda.device.index": int64(0), "cuda.device.uuid": uuid, "cuda.stream": int64(3), "thread.id": int64(43)}, nil},
 		{"memcpy on a device the client did not report", &record.Memcpy{Bytes: 8, StartNS: 2000, EndNS: 2100, PID: 42, TID: 43, Device: 5,
 			Kind: record.MemcpyDeviceToHost}, 0, SpanMemcpy, 2000, 2100,
-			map[string]any{"cuda.memcpy.kind": "dtoh", "cuda.memcpy.async": false, "cuda.device.index": int64(-1)},
+			map[string]any{"cuda.memcpy.kind": "MemcpyDeviceToHost", "cuda.memcpy.async": false, "cuda.device.index": int64(-1)},
 			[]string{"cuda.device.uuid"}},
 		{"sync", &record.Sync{StartNS: 3000, EndNS: 3900, Stream: 9, PID: 42, TID: 44, Kind: record.SyncStream}, 0, SpanSync, 3000, 3900,
 			map[string]any{"cuda.sync.kind": "stream", "cuda.device.index": int64(0), "cuda.stream": int64(9), "thread.id": int64(44)},

@@ -392,7 +392,7 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
 	for _, c := range tc.Counts {
 		h.Record(float64(c))
 	}
-	if !lt.o.PerThreadSeries || k == nil || threads > uint64(lt.o.MaxThreadSeries) {
+	if !lt.o.Metrics.PerThreadSeries || k == nil || threads > uint64(lt.o.Metrics.MaxThreadSeries) {
 		return
 	}
 	if ds.perThread == nil {
@@ -400,7 +400,7 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
 	}
 	for i, c := range tc.Counts {
 		idx := tc.FirstThread + uint32(i)
-		if _, ok := ds.perThread[idx]; ok || len(ds.perThread) < lt.o.MaxThreadSeries {
+		if _, ok := ds.perThread[idx]; ok || len(ds.perThread) < lt.o.Metrics.MaxThreadSeries {
 			ds.perThread[idx] += c
 		}
 	}

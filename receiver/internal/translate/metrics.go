@@ -20,7 +20,8 @@ const (
 	MetricWarpExitSkew   = "gpu.cuda.warp.exit_skew"
 	MetricThreadExecs    = "gpu.cuda.thread.executions"
 	MetricThreadSeries   = "gpu.cuda.thread.executions.by_thread"
-	MetricMemcpySize     = "gpu.cuda.memcpy.size"
+	MetricMemcpyBytes    = "gpu.cuda.memcpy.bytes"
+	MetricMemcpySize     = "gpu.cuda.memcpy.size" // deprecated name of MetricMemcpyBytes, off by default
 	MetricMemcpyDuration = "gpu.cuda.memcpy.duration"
 )
 
@@ -50,6 +51,7 @@ func (p *procSeries) addMemcpy(m *record.Memcpy) {
 	}
 	if s == nil {
 		s = &memcpySeries{}
+		s.duration.SetBounds(p.store.o.Metrics.DurationBounds)
 		p.memcpy[k] = s
 		p.mcOrder = append(p.mcOrder, k)
 	}
@@ -89,6 +91,8 @@ func dropEmpty(sm pmetric.MetricSlice) {
 			return m.Sum().DataPoints().Len() == 0
 		case pmetric.MetricTypeExponentialHistogram:
 			return m.ExponentialHistogram().DataPoints().Len() == 0
+		case pmetric.MetricTypeHistogram:
+			return m.Histogram().DataPoints().Len() == 0
 		}
 		return false
 	})
@@ -123,7 +127,8 @@ func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Tim
 	type hmetric struct {
 		name, unit, desc string
 		pick             func(*devSeries) *exphist.Hist
-		m                pmetric.ExponentialHistogramDataPointSlice
+		count            bool // a count distribution, always exponential
+		m                histOut
 	}
 	hs := []*hmetric{
 		{name: MetricExecDuration, unit: "s", desc: "Kernel execution time on the device: first warp start to last warp end, or the driver's window of the kernel.",
@@ -137,10 +142,11 @@ func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Tim
 		{name: MetricWarpExitSkew, unit: "s", desc: "Latest minus earliest lane exit of one warp (divergence).",
 			pick: func(d *devSeries) *exphist.Hist { return &d.warpSkew }},
 		{name: MetricThreadExecs, unit: "{execution}", desc: "Distribution over threads of how many times each thread ran the probed code.",
-			pick: func(d *devSeries) *exphist.Hist { return &d.threadExec }},
+			pick: func(d *devSeries) *exphist.Hist { return &d.threadExec }, count: true},
 	}
+	explicit := p.store.o.Metrics.DurationBounds != nil
 	for _, h := range hs {
-		h.m = newExpHist(sm, h.name, h.unit, h.desc)
+		h.m = newHistOut(sm, h.name, h.unit, h.desc, explicit && !h.count)
 	}
 	all := append(p.order[:len(p.order):len(p.order)], p.other)
 	for _, s := range all {
@@ -157,34 +163,30 @@ func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Tim
 				if hist.Count() == 0 {
 					continue
 				}
-				dp := h.m.AppendEmpty()
-				dp.SetStartTimestamp(start)
-				dp.SetTimestamp(ts)
-				hist.CopyTo(dp)
-				p.kernelAttrs(dp.Attributes(), s.name, d.device)
+				p.kernelAttrs(h.m.add(hist, start, ts), s.name, d.device)
 			}
 		}
 	}
-	if p.store.o.PerThreadSeries {
+	if p.store.o.Metrics.PerThreadSeries {
 		p.appendThreadSeries(sm, all, start, ts)
 	}
 	if len(p.mcOrder) > 0 {
-		size := newSum(sm, MetricMemcpySize, "By", "Bytes copied by memory copy calls.")
-		dur := newExpHist(sm, MetricMemcpyDuration, "s", "Duration of memory copy calls.")
+		bytes := newSum(sm, MetricMemcpyBytes, "By", "Bytes copied by memory copy calls.")
+		size := newSum(sm, MetricMemcpySize, "By", "Deprecated: gpu.cuda.memcpy.bytes.")
+		dur := newHistOut(sm, MetricMemcpyDuration, "s", "Duration of memory copy calls.", explicit)
 		for _, k := range p.mcOrder {
 			s := p.memcpy[k]
-			dp := size.AppendEmpty()
-			dp.SetStartTimestamp(start)
-			dp.SetTimestamp(ts)
-			dp.SetIntValue(int64(s.bytes))
-			p.deviceAttrs(dp.Attributes(), k.device)
-			dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
-			hp := dur.AppendEmpty()
-			hp.SetStartTimestamp(start)
-			hp.SetTimestamp(ts)
-			s.duration.CopyTo(hp)
-			p.deviceAttrs(hp.Attributes(), k.device)
-			hp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
+			for _, sum := range []pmetric.NumberDataPointSlice{bytes, size} {
+				dp := sum.AppendEmpty()
+				dp.SetStartTimestamp(start)
+				dp.SetTimestamp(ts)
+				dp.SetIntValue(int64(s.bytes))
+				p.deviceAttrs(dp.Attributes(), k.device)
+				dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
+			}
+			ha := dur.add(&s.duration, start, ts)
+			p.deviceAttrs(ha, k.device)
+			ha.PutStr("cuda.memcpy.kind", k.kind.String())
 		}
 	}
 }
@@ -251,6 +253,39 @@ func newExpHist(sm pmetric.MetricSlice, name, unit, desc string) pmetric.Exponen
 	h := newMetric(sm, name, unit, desc).SetEmptyExponentialHistogram()
 	h.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
 	return h.DataPoints()
+}
+
+// histOut is one histogram metric being written: exponential, or
+// explicit-bucket (Options.Metrics.DurationBounds).
+type histOut struct {
+	exp      pmetric.ExponentialHistogramDataPointSlice
+	bucketed pmetric.HistogramDataPointSlice
+	explicit bool
+}
+
+func newHistOut(sm pmetric.MetricSlice, name, unit, desc string, explicit bool) histOut {
+	if !explicit {
+		return histOut{exp: newExpHist(sm, name, unit, desc)}
+	}
+	h := newMetric(sm, name, unit, desc).SetEmptyHistogram()
+	h.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	return histOut{bucketed: h.DataPoints(), explicit: true}
+}
+
+// add writes h as one cumulative point and returns its attributes.
+func (o histOut) add(h *exphist.Hist, start, ts pcommon.Timestamp) pcommon.Map {
+	if o.explicit {
+		dp := o.bucketed.AppendEmpty()
+		dp.SetStartTimestamp(start)
+		dp.SetTimestamp(ts)
+		h.CopyToExplicit(dp)
+		return dp.Attributes()
+	}
+	dp := o.exp.AppendEmpty()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	h.CopyTo(dp)
+	return dp.Attributes()
 }
 
 // Metrics returns all cumulative metrics: first the collector's own

@@ -292,8 +292,8 @@ func TestSeriesBounded(t *testing.T) {
 			}
 		})
 	}
-	want := map[string]int64{"10 k0 0": 1, "10 k1 0": 1, "10 k2 0": 1, "10 htod -1": 8,
-		"20 other -1": 3, "20 htod -1": 8}
+	want := map[string]int64{"10 k0 0": 1, "10 k1 0": 1, "10 k2 0": 1, "10 MemcpyHostToDevice -1": 8,
+		"20 other -1": 3, "20 MemcpyHostToDevice -1": 8}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("series %v\nwant %v", got, want)
 	}

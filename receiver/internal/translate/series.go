@@ -103,7 +103,7 @@ func (s *series) dev(d uint32) *devSeries {
 	if !p.take() {
 		return p.overflowDev()
 	}
-	ds := &devSeries{device: d}
+	ds := p.newDev(d)
 	s.devs = append(s.devs, ds)
 	return ds
 }
@@ -129,8 +129,18 @@ func (p *procSeries) overflowDev() *devSeries {
 			return ds
 		}
 	}
-	ds := &devSeries{device: OtherDevice}
+	ds := p.newDev(OtherDevice)
 	p.other.devs = append(p.other.devs, ds)
+	return ds
+}
+
+// newDev makes a device's series, its duration histograms explicit-bucket
+// where Options.Metrics.DurationBounds says so.
+func (p *procSeries) newDev(d uint32) *devSeries {
+	ds := &devSeries{device: d}
+	for _, h := range []*exphist.Hist{&ds.exec, &ds.queue, &ds.hostWait, &ds.warpExec, &ds.warpSkew} {
+		h.SetBounds(p.store.o.Metrics.DurationBounds)
+	}
 	return ds
 }
 

@@ -164,6 +164,7 @@ func (so *spanOut) launchSpans(l *launch) {
 	if r.Result != 0 {
 		root.Status().SetCode(ptrace.StatusCodeError)
 		root.Status().SetMessage("CUresult " + strconv.FormatUint(uint64(r.Result), 10))
+		a.PutStr("error.type", errorType(int64(r.Result), true))
 	}
 
 	child := func(name string, s, e pcommon.Timestamp) {

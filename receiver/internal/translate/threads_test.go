@@ -62,7 +62,7 @@ func TestPerThreadSeries(t *testing.T) {
 				s.add(&record.ThreadCount{LaunchID: id, FirstThread: 10, Counts: tc.counts})
 				s.add(&record.Completion{LaunchID: id, CompleteNS: 1000*id + 100})
 			}
-			tr := newTr(Options{PerThreadSeries: tc.perThread, MaxThreadSeries: tc.maxSeries})
+			tr := newTr(Options{Metrics: MetricOptions{PerThreadSeries: tc.perThread, MaxThreadSeries: tc.maxSeries}})
 			feed(t, tr, &s, time.Now())
 			md := tr.Metrics(time.Now(), nil)
 			got := threadSeries(md, "k")

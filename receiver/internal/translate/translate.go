@@ -34,8 +34,7 @@ type Options struct {
 	Demangle           func(string) string // mangled → span name (default identity)
 	ProcessName        func(pid uint32) string
 	Clock              *clock.Mapper
-	PerThreadSeries    bool // per-thread execution-count series for small grids
-	MaxThreadSeries    int  // ... of launches with at most this many threads, and at most this many per series
+	Metrics            MetricOptions
 	Process            ProcessOptions
 	Host               HostOptions
 	Windows            WindowOptions
@@ -56,6 +55,17 @@ type WindowOptions struct {
 	// OnState, if set, is called when a client's windows state changes,
 	// with the client's peer pid (0: unknown).
 	OnState func(pid uint32, s record.WindowState)
+}
+
+// MetricOptions shape the metric series.
+type MetricOptions struct {
+	PerThreadSeries bool // per-thread execution-count series for small grids
+	MaxThreadSeries int  // ... of launches with at most this many threads, and at most this many per series
+	// DurationBounds, if set, makes the duration histograms (kernel
+	// execution, queue, host wait, warp execution and exit skew, memory
+	// copy, host call) explicit-bucket ones with these upper bounds in
+	// seconds, increasing; nil: exponential.
+	DurationBounds []float64
 }
 
 // ProcessOptions configure the processes' resources and the bounds of

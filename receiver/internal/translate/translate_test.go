@@ -252,8 +252,9 @@ func TestMetricsAndFolding(t *testing.T) {
 		MetricWarpDuration:               {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
 		MetricWarpExitSkew:               {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
 		MetricThreadExecs:                {OtherKernel: 3},
-		MetricMemcpySize:                 {"htod": 1024},
-		MetricMemcpyDuration:             {"htod": 2},
+		MetricMemcpyBytes:                {"MemcpyHostToDevice": 1024},
+		MetricMemcpySize:                 {"MemcpyHostToDevice": 1024},
+		MetricMemcpyDuration:             {"MemcpyHostToDevice": 2},
 		"gpuprobe.receiver.records.read": {"": 7},
 	}
 	for name, pts := range want {
