@@ -43,7 +43,7 @@ FUZZTIME ?= 30s
 # Every Go source of the main module (nested modules such as the generated
 # collector under build/ and tool caches are left out).
 GO_SRCS := $(shell find . -name '*.go' -not -path './build/*' -not -path './.cache/*' -not -path './.dev/*' 2>/dev/null)
-GO_BUILD_SRCS := $(filter-out %_test.go ./e2e/%,$(GO_SRCS))
+GO_BUILD_SRCS := $(filter-out %_test.go ./e2e/% ./deploy/%,$(GO_SRCS))
 GO_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/adversarial$$')
 
 # testdata/bpf/bpf.mk (written with the ELF loader) adds the clang-built eBPF
@@ -52,7 +52,7 @@ BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
 .PHONY: all build generate ocb otelcol run test fmt-check vet cross unit e2e adversarial backends \
-	gpu-test gpu-bundle bench fuzz install clean distclean help
+	gpu-test gpu-bundle bench fuzz install clean distclean help deploy-check
 
 all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
 
@@ -127,7 +127,7 @@ run: bin/otelcol-gpuprobe ## build the collector and start it with testdata/conf
 
 # ---- tests -----------------------------------------------------------------
 
-test: fmt-check vet cross unit e2e adversarial ## everything CI runs
+test: fmt-check vet cross unit deploy-check e2e adversarial ## everything CI runs
 
 cross: ## the collector and the CLIs build for linux/arm64 (GH200, GB200 nodes)
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) ./receiver/... ./gpuprobe/... ./cmd/gpuprobe ./cmd/gpuprobe-harness
@@ -141,6 +141,14 @@ vet: ## go vet
 
 unit: build ## unit tests of every package (not e2e)
 	$(GO) test $(RACE) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
+
+# deploy/ is a module of its own (Helm and go-containerregistry stay out of
+# the collector's build): its tests render the Helm chart with Helm's
+# engine, check the manifests, and have the collector validate their
+# configuration. See docs/kubernetes.md.
+deploy-check: bin/otelcol-gpuprobe ## Kubernetes manifests, Helm chart and image checks (no cluster)
+	cd deploy && $(GO) vet ./...
+	cd deploy && GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 backends: $(JAEGER_BIN) $(PROMETHEUS_BIN) ## build (or reuse) Jaeger and Prometheus
 
