@@ -52,7 +52,7 @@ BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
 .PHONY: all build generate ocb otelcol run test fmt-check vet cross unit e2e adversarial backends \
-	gpu-test gpu-bundle bench fuzz install clean distclean help deploy-check
+	gpu-test gpu-bundle bench fuzz install clean distclean help deploy-check image
 
 all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
 
@@ -146,9 +146,26 @@ unit: build ## unit tests of every package (not e2e)
 # the collector's build): its tests render the Helm chart with Helm's
 # engine, check the manifests, and have the collector validate their
 # configuration. See docs/kubernetes.md.
-deploy-check: bin/otelcol-gpuprobe ## Kubernetes manifests, Helm chart and image checks (no cluster)
+deploy-check: bin/otelcol-gpuprobe build/gpuprobe-image.tar ## Kubernetes manifests, Helm chart and image checks (no cluster)
 	cd deploy && $(GO) vet ./...
-	cd deploy && GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd deploy && GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe GPUPROBE_IMAGE=$(CURDIR)/build/gpuprobe-image.tar \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The container image, without a Docker daemon: a `docker save` tarball of
+# the collector, a static gpuprobe and the shim (deploy/image). Load it with
+# docker load, podman load, ctr -n k8s.io images import or kind load
+# image-archive; push it with crane push.
+IMAGE_TAG ?= gpuprobe:0.1.0-dev
+image: build/gpuprobe-image.tar ## the container image as build/gpuprobe-image.tar (IMAGE_TAG)
+
+build/image/gpuprobe: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
+	@mkdir -p build/image
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe
+
+build/gpuprobe-image.tar: bin/otelcol-gpuprobe bin/libgpuprobe.so build/image/gpuprobe deploy/kubernetes/config.yaml $(wildcard deploy/image/*.go deploy/cmd/*/*.go) deploy/go.mod
+	ln -sf $(CURDIR)/bin/otelcol-gpuprobe $(CURDIR)/bin/libgpuprobe.so build/image/
+	cd deploy && $(GO) run ./cmd/gpuprobe-image -bin ../build/image -config kubernetes/config.yaml \
+		-tag $(IMAGE_TAG) -o ../$@
 
 backends: $(JAEGER_BIN) $(PROMETHEUS_BIN) ## build (or reuse) Jaeger and Prometheus
 
