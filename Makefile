@@ -189,10 +189,12 @@ $(KUBE_APISERVER_BIN):
 	scripts/build-backend.sh kube-apiserver $(KUBE_VERSION)
 
 # Server-side dry-run of every manifest and of the chart's objects on a
-# real kube-apiserver and etcd started on loopback ports (deploy/dryrun_test.go).
+# real kube-apiserver and etcd started on loopback ports (deploy/dryrun_test.go),
+# and k8s_attributes associating a pod on container.id through that API
+# server (deploy/association_test.go).
 deploy-dryrun: $(ETCD_BIN) $(KUBE_APISERVER_BIN) ## admit the manifests and the chart on a real kube-apiserver (dry run)
 	cd deploy && GPUPROBE_KUBE_APISERVER=$(KUBE_APISERVER_BIN) GPUPROBE_ETCD=$(ETCD_BIN) \
-		$(GO) test -count=1 -v -run TestServerDryRun -timeout 5m .
+		$(GO) test -count=1 -v -run 'TestServerDryRun|TestPodAssociationOnContainerID' -timeout 5m .
 
 e2e: bin/gpuprobe-harness bin/otelcol-gpuprobe backends ## end-to-end test against real Jaeger and Prometheus
 	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
