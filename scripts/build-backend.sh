@@ -78,18 +78,22 @@ local_replaces() {
 	grep -v FORBIDDEN_DEPENDENCY go.mod |
 		sed -n -E 's/^(replace)?[[:space:]]*([^[:space:]]+)[[:space:]]+=>[[:space:]]+\.\.?\/[^[:space:]]+$/\2/p'
 }
+# -mod=mod lets go build record the releases' sums in the copy's go.sum.
+gobuild_flags=""
 case "$name" in
 etcd)
 	(cd "$work" && for m in $(local_replaces); do go mod edit -dropreplace "$m"; done) >&2
+	gobuild_flags=-mod=mod
 	;;
 kube-apiserver)
 	(cd "$work" && for m in $(local_replaces); do go mod edit -dropreplace "$m" -require "$m@v0.${version#v1.}"; done) >&2
+	gobuild_flags=-mod=mod
 	;;
 esac
 
 # Jaeger's and Prometheus's release builds strip debug info; so do we (smaller
 # cache, faster link). -trimpath keeps the binary independent of $work.
-(cd "$work" && GOWORK=off GOFLAGS=-mod=mod go build -buildvcs=false -trimpath -ldflags='-s -w' -o "$out.tmp" "$pkg") >&2
+(cd "$work" && GOWORK=off GOFLAGS=${gobuild_flags:-${GOFLAGS:-}} go build -buildvcs=false -trimpath -ldflags='-s -w' -o "$out.tmp" "$pkg") >&2
 mv "$out.tmp" "$out"
 echo "build-backend.sh: built $name $version in $(($(date +%s) - start))s" >&2
 echo "$out"
