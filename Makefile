@@ -18,6 +18,11 @@ export GPUPROBE_CACHE
 OCB_VERSION ?= v0.161.0
 JAEGER_VERSION ?= v1.76.0
 PROMETHEUS_VERSION ?= v0.315.0
+# The API server that deploy-dryrun admits the manifests on (Kubernetes
+# v1.34.4 from k8s.io/kubernetes, with the published staging modules), and
+# its etcd.
+KUBE_VERSION ?= v1.34.4
+ETCD_VERSION ?= v3.6.16
 
 OCB_DIR ?= $(CURDIR)/.cache/bin
 OCB := $(OCB_DIR)/ocb-$(OCB_VERSION)
@@ -27,6 +32,8 @@ OTELCOL_SRC := build/otelcol-gpuprobe
 OTELCOL_CGO ?= 0
 JAEGER_BIN := $(GPUPROBE_CACHE)/backends/jaeger-$(JAEGER_VERSION)
 PROMETHEUS_BIN := $(GPUPROBE_CACHE)/backends/prometheus-$(PROMETHEUS_VERSION)
+KUBE_APISERVER_BIN := $(GPUPROBE_CACHE)/backends/kube-apiserver-$(KUBE_VERSION)
+ETCD_BIN := $(GPUPROBE_CACHE)/backends/etcd-$(ETCD_VERSION)
 
 # Tests: -race where affordable (set RACE= to turn it off on a slow machine).
 RACE ?= -race
@@ -43,7 +50,7 @@ FUZZTIME ?= 30s
 # Every Go source of the main module (nested modules such as the generated
 # collector under build/ and tool caches are left out).
 GO_SRCS := $(shell find . -name '*.go' -not -path './build/*' -not -path './.cache/*' -not -path './.dev/*' 2>/dev/null)
-GO_BUILD_SRCS := $(filter-out %_test.go ./e2e/%,$(GO_SRCS))
+GO_BUILD_SRCS := $(filter-out %_test.go ./e2e/% ./deploy/%,$(GO_SRCS))
 GO_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/adversarial$$')
 
 # testdata/bpf/bpf.mk (written with the ELF loader) adds the clang-built eBPF
@@ -52,7 +59,7 @@ BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
 .PHONY: all build generate ocb otelcol run test fmt-check vet cross unit e2e adversarial backends \
-	gpu-test gpu-bundle bench fuzz install clean distclean help
+	gpu-test gpu-bundle bench fuzz install clean distclean help deploy-check deploy-dryrun image
 
 all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
 
@@ -127,7 +134,7 @@ run: bin/otelcol-gpuprobe ## build the collector and start it with testdata/conf
 
 # ---- tests -----------------------------------------------------------------
 
-test: fmt-check vet cross unit e2e adversarial ## everything CI runs
+test: fmt-check vet cross unit deploy-check deploy-dryrun e2e adversarial ## everything CI runs
 
 cross: ## the collector and the CLIs build for linux/arm64 (GH200, GB200 nodes)
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) ./receiver/... ./gpuprobe/... ./cmd/gpuprobe ./cmd/gpuprobe-harness
@@ -142,13 +149,52 @@ vet: ## go vet
 unit: build ## unit tests of every package (not e2e)
 	$(GO) test $(RACE) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
 
-backends: $(JAEGER_BIN) $(PROMETHEUS_BIN) ## build (or reuse) Jaeger and Prometheus
+# deploy/ is a module of its own (Helm and go-containerregistry stay out of
+# the collector's build): its tests render the Helm chart with Helm's
+# engine, check the manifests, and have the collector validate their
+# configuration. See docs/kubernetes.md.
+deploy-check: bin/otelcol-gpuprobe build/gpuprobe-image.tar ## Kubernetes manifests, Helm chart and image checks (no cluster)
+	cd deploy && $(GO) vet ./...
+	cd deploy && GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe GPUPROBE_IMAGE=$(CURDIR)/build/gpuprobe-image.tar \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The container image, without a Docker daemon: a `docker save` tarball of
+# the collector, a static gpuprobe and the shim (deploy/image). Load it with
+# docker load, podman load, ctr -n k8s.io images import or kind load
+# image-archive; push it with crane push.
+IMAGE_TAG ?= gpuprobe:0.1.0-dev
+image: build/gpuprobe-image.tar ## the container image as build/gpuprobe-image.tar (IMAGE_TAG)
+
+build/image/gpuprobe: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
+	@mkdir -p build/image
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe
+
+build/gpuprobe-image.tar: bin/otelcol-gpuprobe bin/libgpuprobe.so build/image/gpuprobe deploy/kubernetes/config.yaml $(wildcard deploy/image/*.go deploy/cmd/*/*.go) deploy/go.mod
+	ln -sf $(CURDIR)/bin/otelcol-gpuprobe $(CURDIR)/bin/libgpuprobe.so build/image/
+	cd deploy && $(GO) run ./cmd/gpuprobe-image -bin ../build/image -config kubernetes/config.yaml \
+		-tag $(IMAGE_TAG) -o ../$@
+
+backends: $(JAEGER_BIN) $(PROMETHEUS_BIN) $(ETCD_BIN) $(KUBE_APISERVER_BIN) ## build (or reuse) Jaeger, Prometheus, etcd and kube-apiserver
 
 $(JAEGER_BIN):
 	scripts/build-backend.sh jaeger $(JAEGER_VERSION)
 
 $(PROMETHEUS_BIN):
 	scripts/build-backend.sh prometheus $(PROMETHEUS_VERSION)
+
+$(ETCD_BIN):
+	scripts/build-backend.sh etcd $(ETCD_VERSION)
+
+$(KUBE_APISERVER_BIN):
+	scripts/build-backend.sh kube-apiserver $(KUBE_VERSION)
+
+# Server-side dry-run of every manifest and of the chart's objects on a
+# real kube-apiserver and etcd started on loopback ports (deploy/dryrun_test.go),
+# and k8s_attributes associating a pod on container.id through that API
+# server (deploy/association_test.go).
+deploy-dryrun: $(ETCD_BIN) $(KUBE_APISERVER_BIN) ## admit the manifests and the chart on a real kube-apiserver (dry run)
+	cd deploy && GPUPROBE_KUBE_APISERVER=$(KUBE_APISERVER_BIN) GPUPROBE_ETCD=$(ETCD_BIN) \
+		$(GO) test -count=1 -v -run 'TestServerDryRun|TestPodAssociationOnContainerID' -timeout 5m .
 
 e2e: bin/gpuprobe-harness bin/otelcol-gpuprobe backends ## end-to-end test against real Jaeger and Prometheus
 	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \

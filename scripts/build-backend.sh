@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# build-backend.sh NAME VERSION: builds a real telemetry backend from its Go
-# module source and prints the path of the cached binary.
+# build-backend.sh NAME VERSION: builds a real backend from its Go module
+# source and prints the path of the cached binary.
 #
-#   NAME     jaeger (github.com/jaegertracing/jaeger, ./cmd/jaeger) or
-#            prometheus (github.com/prometheus/prometheus, ./cmd/prometheus)
-#   VERSION  the module version, e.g. v1.76.0 or v0.315.0
+#   NAME     jaeger (github.com/jaegertracing/jaeger, ./cmd/jaeger),
+#            prometheus (github.com/prometheus/prometheus, ./cmd/prometheus),
+#            etcd (go.etcd.io/etcd/server/v3, .) or
+#            kube-apiserver (k8s.io/kubernetes, ./cmd/kube-apiserver)
+#   VERSION  the module version, e.g. v1.76.0, v0.315.0, v3.6.16, v1.34.4
 #
-# `go install` refuses both modules (their go.mod has replace directives), so
+# `go install` refuses these modules (their go.mod has replace directives), so
 # the script downloads the module with `go mod download -json`, copies it to a
 # writable temporary directory and runs `go build` there. The binary is cached
 # as $GPUPROBE_CACHE/backends/NAME-VERSION (default cache: ~/.cache/gpuprobe),
@@ -27,8 +29,16 @@ prometheus)
 	module=github.com/prometheus/prometheus
 	pkg=./cmd/prometheus
 	;;
+etcd)
+	module=go.etcd.io/etcd/server/v3
+	pkg=.
+	;;
+kube-apiserver)
+	module=k8s.io/kubernetes
+	pkg=./cmd/kube-apiserver
+	;;
 *)
-	echo "build-backend.sh: unknown backend \"$name\" (want jaeger or prometheus)" >&2
+	echo "build-backend.sh: unknown backend \"$name\" (want jaeger, prometheus, etcd or kube-apiserver)" >&2
 	exit 2
 	;;
 esac
@@ -59,9 +69,31 @@ trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 cp -r "$dir/." "$work/"
 chmod -R u+w "$work"
 
+# etcd's and Kubernetes' go.mod replace their sibling modules with paths
+# outside the module zip (../api, ./staging/src/k8s.io/...): take the
+# published releases instead. The staging modules k8s.io/X are published as
+# v0.N.M for Kubernetes v1.N.M and required as v0.0.0, so their version is
+# set too; etcd's siblings are required at the release's own version.
+local_replaces() {
+	grep -v FORBIDDEN_DEPENDENCY go.mod |
+		sed -n -E 's/^(replace)?[[:space:]]*([^[:space:]]+)[[:space:]]+=>[[:space:]]+\.\.?\/[^[:space:]]+$/\2/p'
+}
+# -mod=mod lets go build record the releases' sums in the copy's go.sum.
+gobuild_flags=""
+case "$name" in
+etcd)
+	(cd "$work" && for m in $(local_replaces); do go mod edit -dropreplace "$m"; done) >&2
+	gobuild_flags=-mod=mod
+	;;
+kube-apiserver)
+	(cd "$work" && for m in $(local_replaces); do go mod edit -dropreplace "$m" -require "$m@v0.${version#v1.}"; done) >&2
+	gobuild_flags=-mod=mod
+	;;
+esac
+
 # Jaeger's and Prometheus's release builds strip debug info; so do we (smaller
 # cache, faster link). -trimpath keeps the binary independent of $work.
-(cd "$work" && GOWORK=off go build -buildvcs=false -trimpath -ldflags='-s -w' -o "$out.tmp" "$pkg") >&2
+(cd "$work" && GOWORK=off GOFLAGS=${gobuild_flags:-${GOFLAGS:-}} go build -buildvcs=false -trimpath -ldflags='-s -w' -o "$out.tmp" "$pkg") >&2
 mv "$out.tmp" "$out"
 echo "build-backend.sh: built $name $version in $(($(date +%s) - start))s" >&2
 echo "$out"
