@@ -30,6 +30,10 @@ OTELCOL_SRC := build/otelcol-gpuprobe
 # The collector is a static binary by default so that it runs unchanged on
 # the GPU machine; set OTELCOL_CGO=1 if a component needs cgo.
 OTELCOL_CGO ?= 0
+# Without the symbol and DWARF tables (as the collector's releases ship):
+# the distribution with the Kubernetes processors is 156 MiB otherwise,
+# and the GPU bundle must stay under the device tool's 64 MiB.
+OTELCOL_LDFLAGS ?= -s -w
 JAEGER_BIN := $(GPUPROBE_CACHE)/backends/jaeger-$(JAEGER_VERSION)
 PROMETHEUS_BIN := $(GPUPROBE_CACHE)/backends/prometheus-$(PROMETHEUS_VERSION)
 KUBE_APISERVER_BIN := $(GPUPROBE_CACHE)/backends/kube-apiserver-$(KUBE_VERSION)
@@ -125,7 +129,7 @@ $(OTELCOL_SRC)/components.go: builder-config.yaml go.mod go.sum | $(OCB)
 
 bin/otelcol-gpuprobe: $(OTELCOL_SRC)/components.go $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 	@mkdir -p bin
-	cd $(OTELCOL_SRC) && CGO_ENABLED=$(OTELCOL_CGO) $(GO) build $(GOFLAGS_BUILD) -mod=mod -o $(CURDIR)/$@ .
+	cd $(OTELCOL_SRC) && CGO_ENABLED=$(OTELCOL_CGO) $(GO) build $(GOFLAGS_BUILD) -ldflags '$(OTELCOL_LDFLAGS)' -mod=mod -o $(CURDIR)/$@ .
 
 otelcol: bin/otelcol-gpuprobe ## build the collector distribution bin/otelcol-gpuprobe with ocb
 

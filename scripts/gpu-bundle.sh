@@ -60,3 +60,9 @@ fi
 mkdir -p "$(dirname "$dst")"
 tar -C "$stage" -czf "$dst" gpuprobe
 echo "gpu-bundle: $dst ($(du -h "$dst" | cut -f1))"
+# The device tool carries at most 64 MiB of working tree a call.
+size=$(stat -c %s "$dst")
+if ((size > 60 << 20)); then
+	echo "gpu-bundle: $dst is $((size >> 20)) MiB, over the 60 MiB the GPU machine's carry allows with room to spare" >&2
+	exit 1
+fi
