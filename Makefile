@@ -200,9 +200,10 @@ deploy-dryrun: $(ETCD_BIN) $(KUBE_APISERVER_BIN) ## admit the manifests and the 
 	cd deploy && GPUPROBE_KUBE_APISERVER=$(KUBE_APISERVER_BIN) GPUPROBE_ETCD=$(ETCD_BIN) \
 		$(GO) test -count=1 -v -run 'TestServerDryRun|TestPodAssociationOnContainerID' -timeout 5m .
 
-e2e: bin/gpuprobe-harness bin/otelcol-gpuprobe backends ## end-to-end test against real Jaeger and Prometheus
+e2e: bin/gpuprobe-harness bin/otelcol-gpuprobe bin/libgpuprobe.so backends ## end-to-end test against real Jaeger and Prometheus
 	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
 	GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness \
+	GPUPROBE_SHIM=$(CURDIR)/bin/libgpuprobe.so \
 	GPUPROBE_JAEGER=$(JAEGER_BIN) \
 	GPUPROBE_PROMETHEUS=$(PROMETHEUS_BIN) \
 	$(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/

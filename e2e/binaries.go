@@ -25,6 +25,7 @@ const (
 const (
 	ToolOtelcol    = "otelcol-gpuprobe" // ocb-built collector distribution
 	ToolHarness    = "gpuprobe-harness" // bin/gpuprobe-harness (loadgen)
+	ToolShim       = "libgpuprobe.so"   // bin/libgpuprobe.so, the in-application shim
 	ToolJaeger     = "jaeger"
 	ToolPrometheus = "prometheus"
 )
@@ -105,6 +106,10 @@ func Find(ctx context.Context, tool string, timeout time.Duration) (string, erro
 	case ToolHarness:
 		return FindBinary("GPUPROBE_HARNESS", func() (string, error) {
 			return MakeTarget(ctx, root, "bin/gpuprobe-harness", timeout)
+		})
+	case ToolShim:
+		return FindBinary("GPUPROBE_SHIM", func() (string, error) {
+			return MakeTarget(ctx, root, "bin/libgpuprobe.so", timeout)
 		})
 	case ToolJaeger:
 		return FindBinary("GPUPROBE_JAEGER", func() (string, error) {

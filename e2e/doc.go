@@ -13,8 +13,14 @@
 //
 //	GPUPROBE_OTELCOL     the collector (default: make bin/otelcol-gpuprobe)
 //	GPUPROBE_HARNESS     the test harness (default: make bin/gpuprobe-harness)
+//	GPUPROBE_SHIM        the shim (default: make bin/libgpuprobe.so)
 //	GPUPROBE_JAEGER      Jaeger (default: scripts/build-backend.sh jaeger v1.76.0)
 //	GPUPROBE_PROMETHEUS  Prometheus (default: scripts/build-backend.sh prometheus v0.315.0)
+//
+// Applications run through the real shim on the MOCK driver of the shim's
+// tests (shim/testdata, built with gcc), each in a cgroup v2 scope of its
+// own named as a container runtime names it: that test needs root and a
+// writable cgroup2 hierarchy, and fails without them.
 //
 // Backends are cached under $GPUPROBE_CACHE (default ~/.cache/gpuprobe). The
 // tests are skipped with -short, since a cold build takes many minutes.

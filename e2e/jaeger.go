@@ -178,6 +178,16 @@ func (s JaegerSpan) Tag(key string) (any, bool) {
 	return nil, false
 }
 
+// Tag returns the value of the resource attribute key.
+func (p JaegerProcess) Tag(key string) (any, bool) {
+	for _, t := range p.Tags {
+		if t.Key == key {
+			return t.Value, true
+		}
+	}
+	return nil, false
+}
+
 // Services lists the service names Jaeger has spans for.
 func (j *Jaeger) Services(ctx context.Context) ([]string, error) {
 	var resp struct {
