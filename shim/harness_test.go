@@ -2,7 +2,6 @@ package shim
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -214,44 +213,12 @@ type stream struct {
 	nameRecs []record.KernelName
 	syncs    []record.Sync
 	memcpys  []record.Memcpy
-	windows  []window
-	states   []windowState
+	windows  []record.Window
+	states   []record.WindowState
 	// Of nameRecs, those that came through the names ring; and the
 	// records the launch ring held (of any type).
 	namesRing, launchRing int
 	devices               []record.Device
-}
-
-// window and windowState are the window records (record types 12 and 13)
-// as the shim writes them (record/include/gpuprobe_record.h).
-type window struct {
-	launchID, startNS, endNS             uint64
-	device, nameHash, correlation, flags uint32
-}
-type windowState struct {
-	timeNS                         uint64
-	state, reason, detail, dropped uint32
-}
-
-func decodeWindow(b []byte) (window, error) {
-	if len(b) != 48 {
-		return window{}, fmt.Errorf("window record of %d bytes, want 48", len(b))
-	}
-	le := binary.LittleEndian
-	w := window{le.Uint64(b[8:]), le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint32(b[32:]), le.Uint32(b[36:]),
-		le.Uint32(b[40:]), le.Uint32(b[44:])}
-	if w.endNS < w.startNS {
-		return w, fmt.Errorf("window ends (%d) before it starts (%d)", w.endNS, w.startNS)
-	}
-	return w, nil
-}
-
-func decodeWindowState(b []byte) (windowState, error) {
-	if len(b) != 32 {
-		return windowState{}, fmt.Errorf("window_state record of %d bytes, want 32", len(b))
-	}
-	le := binary.LittleEndian
-	return windowState{le.Uint64(b[8:]), le.Uint32(b[16:]), le.Uint32(b[20:]), le.Uint32(b[24:]), le.Uint32(b[28:])}, nil
 }
 
 // readRing decodes the records of rings, read in turn (nil ones skipped).
@@ -314,14 +281,14 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 			if derr = m.Decode(r.Payload); derr == nil {
 				st.memcpys = append(st.memcpys, m)
 			}
-		case 12: // window
-			var w window
-			if w, derr = decodeWindow(r.Payload); derr == nil {
+		case record.TypeWindow:
+			var w record.Window
+			if derr = w.Decode(r.Payload); derr == nil {
 				st.windows = append(st.windows, w)
 			}
-		case 13: // window_state
-			var w windowState
-			if w, derr = decodeWindowState(r.Payload); derr == nil {
+		case record.TypeWindowState:
+			var w record.WindowState
+			if derr = w.Decode(r.Payload); derr == nil {
 				st.states = append(st.states, w)
 			}
 		case record.TypeDevice:

@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"hash/fnv"
 	"strings"
 	"testing"
 
@@ -9,25 +8,8 @@ import (
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
-// Window states and reasons (record/include/gpuprobe_record.h).
-const (
-	winOn          = 1
-	winUnavailable = 2
-	winAside       = 3
-	winOff         = 4
-	reasonAPI      = 2
-	reasonRate     = 6
-	reasonProfiler = 3
-)
-
 // windowsOn is a collector that asks for device windows.
 var windowsOn = agent.Options{Settings: agent.Settings{Flags: agent.SettingWindows, WindowFlushMS: 10}}
-
-func fnv32(s string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(s))
-	return h.Sum32()
-}
 
 // TestWindows: with the collector asking for them, every launch of the
 // basic workload gets exactly one window (the MOCK CUPTI's kernel record)
@@ -48,15 +30,15 @@ func TestWindows(t *testing.T) {
 			}
 			st := a.waitGone(t, 1)[0].read(t)
 			checkLaunches(t, st, a.sessions[0].peer.PID, basicLaunches())
-			if len(st.states) == 0 || st.states[0].state != winOn {
+			if len(st.states) == 0 || st.states[0].State != record.WindowsOn {
 				t.Fatalf("window states %+v, want ON first", st.states)
 			}
-			byID := map[uint64]window{}
+			byID := map[uint64]record.Window{}
 			for _, w := range st.windows {
-				if _, dup := byID[w.launchID]; dup || w.flags != 0 {
+				if _, dup := byID[w.LaunchID]; dup || w.Flags != 0 {
 					t.Errorf("window %+v: repeated launch id or flags set", w)
 				}
-				byID[w.launchID] = w
+				byID[w.LaunchID] = w
 			}
 			for i, l := range st.launches {
 				if l.Flags&record.LaunchNoWindow != 0 {
@@ -67,13 +49,13 @@ func TestWindows(t *testing.T) {
 					t.Errorf("launch %d (id %d): no window", i, l.LaunchID)
 					continue
 				}
-				if w.nameHash != fnv32(st.names[l.Function]) {
-					t.Errorf("launch %d: window name hash %#x, want FNV-1a of %q", i, w.nameHash, st.names[l.Function])
+				if w.NameHash != record.NameHash(st.names[l.Function]) {
+					t.Errorf("launch %d: window name hash %#x, want FNV-1a of %q", i, w.NameHash, st.names[l.Function])
 				}
 				// The MOCK CUPTI timed the kernel inside the launch call,
 				// with the clock the shim handed it.
-				if w.startNS < l.EnqueueNS || w.startNS > l.ReturnNS || w.endNS != w.startNS+1000 {
-					t.Errorf("launch %d: window %d..%d outside its launch call %d..%d", i, w.startNS, w.endNS, l.EnqueueNS, l.ReturnNS)
+				if w.StartNS < l.EnqueueNS || w.StartNS > l.ReturnNS || w.EndNS != w.StartNS+1000 {
+					t.Errorf("launch %d: window %d..%d outside its launch call %d..%d", i, w.StartNS, w.EndNS, l.EnqueueNS, l.ReturnNS)
 				}
 			}
 			if len(st.windows) != len(st.launches) {
@@ -96,12 +78,12 @@ func TestWindowsOff(t *testing.T) {
 		name  string
 		opts  agent.Options
 		env   []string
-		state uint32 // 0: none expected
+		state record.WindowsState // 0: none expected
 	}{
 		{"not asked", agent.Options{}, nil, 0},
-		{"GPUPROBE_WINDOWS=0", windowsOn, []string{"GPUPROBE_WINDOWS=0"}, winUnavailable},
-		{"enable fails", windowsOn, []string{"MOCK_CUPTI_FAIL=enable"}, winUnavailable},
-		{"no libcupti", windowsOn, []string{"GPUPROBE_CUPTI=/nonexistent/libcupti.so"}, winUnavailable},
+		{"GPUPROBE_WINDOWS=0", windowsOn, []string{"GPUPROBE_WINDOWS=0"}, record.WindowsUnavailable},
+		{"enable fails", windowsOn, []string{"MOCK_CUPTI_FAIL=enable"}, record.WindowsUnavailable},
+		{"no libcupti", windowsOn, []string{"GPUPROBE_CUPTI=/nonexistent/libcupti.so"}, record.WindowsUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := startAgent(t, 256, 1024, tc.opts)
@@ -119,7 +101,7 @@ func TestWindowsOff(t *testing.T) {
 					t.Errorf("launch %d not flagged NO_WINDOW with windows off", i)
 				}
 			}
-			if tc.state == 0 && len(st.states) != 0 || tc.state != 0 && (len(st.states) != 1 || st.states[0].state != tc.state) {
+			if tc.state == 0 && len(st.states) != 0 || tc.state != 0 && (len(st.states) != 1 || st.states[0].State != tc.state) {
 				t.Errorf("window states %+v, want one of state %d", st.states, tc.state)
 			}
 		})
@@ -141,16 +123,16 @@ func TestWindowsStepAside(t *testing.T) {
 	if len(st.launches) != 15 {
 		t.Fatalf("%d launch records, want 15", len(st.launches))
 	}
-	var states []uint32
+	var states []record.WindowsState
 	for _, s := range st.states {
-		states = append(states, s.state)
+		states = append(states, s.State)
 	}
-	if len(states) != 3 || states[0] != winOn || states[1] != winAside || states[2] != winOn || st.states[1].reason != reasonProfiler {
+	if len(states) != 3 || states[0] != record.WindowsOn || states[1] != record.WindowsSteppedAside || states[2] != record.WindowsOn || st.states[1].Reason != record.WindowsReasonProfiler {
 		t.Errorf("window states %+v, want ON, STEPPED_ASIDE (profiler), ON", st.states)
 	}
 	got := map[uint64]bool{}
 	for _, w := range st.windows {
-		got[w.launchID] = true
+		got[w.LaunchID] = true
 	}
 	for i, l := range st.launches {
 		want := i < 4 || i >= 9
@@ -179,7 +161,7 @@ func TestWindowsRateCap(t *testing.T) {
 	st := a.waitGone(t, 1)[0].read(t)
 	has := map[uint64]bool{}
 	for _, w := range st.windows {
-		has[w.launchID] = true
+		has[w.LaunchID] = true
 	}
 	noWin, both, lastWin, firstNo := 0, 0, -1, -1
 	for i, l := range st.launches {
@@ -205,11 +187,11 @@ func TestWindowsRateCap(t *testing.T) {
 	if n < 4000 || len(st.windows) == 0 || noWin < n/2 || both != 0 || lastWin > firstNo {
 		t.Errorf("%d launches, %d windows, %d flagged, %d both: the cap did not detach once and for all", n, len(st.windows), noWin, both)
 	}
-	var last windowState
+	var last record.WindowState
 	if len(st.states) > 0 {
 		last = st.states[len(st.states)-1]
 	}
-	if last.state != winOff || last.reason != reasonRate {
+	if last.State != record.WindowsOff || last.Reason != record.WindowsReasonRate {
 		t.Errorf("window states %+v, want OFF (reason rate) last", st.states)
 	}
 }

@@ -98,30 +98,6 @@ EXPORT int cuptiGetVersion(uint32_t *v) { *v = 130001; return 0; }
 EXPORT int cuptiActivityRegisterCallbacks(buf_req_fn r, buf_done_fn d) { req = r, done = d; return 0; }
 EXPORT int cuptiActivityRegisterTimestampCallback(uint64_t (*f)(void)) { ts_fn = f; return 0; }
 EXPORT int cuptiGetTimestamp(uint64_t *t) { *t = now(); return 0; }
-/* CUPTI's worker thread: flushes every period once one is set. */
-static uint32_t period_ms;
-EXPORT int cuptiActivityFlushAll(uint32_t flags);
-static void *worker(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		struct timespec t = {0, (long)__atomic_load_n(&period_ms, __ATOMIC_RELAXED) * 1000000L};
-		nanosleep(&t, NULL);
-		cuptiActivityFlushAll(0);
-	}
-	return NULL;
-}
-EXPORT int cuptiActivityFlushPeriod(uint32_t ms)
-{
-	if (ms == 0)
-		return 0;
-	if (__atomic_exchange_n(&period_ms, ms, __ATOMIC_RELAXED) == 0) {
-		pthread_t t;
-		pthread_create(&t, NULL, worker, NULL);
-		pthread_detach(t);
-	}
-	return 0;
-}
 EXPORT int cuptiActivityGetNumDroppedRecords(void *c, uint32_t s, size_t *n) { (void)c, (void)s; *n = 0; return 0; }
 
 EXPORT int cuptiActivityEnable(uint32_t kind)
