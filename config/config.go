@@ -64,6 +64,11 @@ type ProbesConfig struct {
 	// KernelPhases records launch, queueing, execution and completion of
 	// every kernel launch (and per-warp timing where PTX is available).
 	KernelPhases bool `mapstructure:"kernel_phases"`
+	// SASS puts kernel_phases' window probe into kernels that have no PTX
+	// (cuBLAS, cuDNN, PyTorch and Triton cubins) through NVIDIA's Compute
+	// Sanitizer API, in at most sampling::device_max_per_second launches a
+	// second of each module; needs kernel_phases.
+	SASS bool `mapstructure:"sass"`
 }
 
 // ProgramConfig is one user eBPF object whose GPU programs are attached.

@@ -80,6 +80,9 @@ func (c *Config) Validate() error {
 	if c.Sampling.DeviceOneIn < 1 {
 		l.add("sampling::device_one_in", "must be ≥ 1, got %d", c.Sampling.DeviceOneIn)
 	}
+	if c.Probes.SASS && !c.Probes.KernelPhases {
+		l.add("probes::sass", "needs probes::kernel_phases (its records are kernel_phases' Exec records)")
+	}
 	if c.Sampling.DeviceMaxPerSecond > maxDeviceRate {
 		l.add("sampling::device_max_per_second", "must be ≤ %d (0: no limit), got %d", maxDeviceRate, c.Sampling.DeviceMaxPerSecond)
 	}

@@ -214,6 +214,15 @@ func (r *gpuReceiver) settings() agent.Settings {
 	var st agent.Settings
 	if r.cfg.Windows.Enabled {
 		st.Flags |= agent.SettingWindows
+	}
+	if r.cfg.Probes.SASS && r.cfg.Probes.KernelPhases {
+		st.Flags |= agent.SettingSASS
+		st.SASSRate = uint16(min(r.cfg.Sampling.DeviceMaxPerSecond, 65535))
+		if st.SASSRate == 0 {
+			st.SASSRate = 65535 // no limit: every launch
+		}
+	}
+	if st.Flags != 0 {
 		st.WindowFlushMS = uint32(min(max(r.cfg.PollInterval.Milliseconds(), 10), 10000))
 	}
 	return st

@@ -84,6 +84,9 @@ const (
 	// LaunchNoWindow marks a launch of which no Window record will come
 	// (device windows off, paused by their rate cap, or no correlation id).
 	LaunchNoWindow LaunchFlags = 2
+	// LaunchSASS marks a launch that runs the SASS route's patch functions
+	// (Compute Sanitizer, shim/src/sass.c): one Exec record of it will come.
+	LaunchSASS LaunchFlags = 4
 )
 
 // Decode fills l from the record in b.

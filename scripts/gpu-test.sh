@@ -46,6 +46,10 @@
 #                                  steps (eager, torch.compile, cuBLAS)
 #                                  plain and under gpuprobe run (needs
 #                                  bin/otelcol-gpuprobe, python3, torch)
+#                     sanitizer    scripts/gpu/sanitizer.sh: the SASS route
+#                                  (probes::sass) in cuBLAS, PyTorch and
+#                                  Triton kernels: ABI, exact windows,
+#                                  cost, fail-open cases, PyTorch steps
 #                     e.g. PARTS=samples,bench make gpu-test
 #   DRY_RUN=1         no GPU: check that every file each part uses (its
 #                     script, libraries, binaries, objects, sources) is
@@ -63,7 +67,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -126,6 +130,7 @@ needs() {
 	programs) need=($g/programs.sh "${col[@]}" $g/{programs_check,lib_metrics,lib_traces}.py
 		$bpf/{threadhist,kernelretsnoop}.o $cuda/samples/progs.cu) ;;
 	windows) need=($g/windows.sh "${col[@]}" $g/torchstep.py scripts/experiments/cupti_cost.cu) ;;
+	sanitizer) need=($g/sanitizer.sh "${col[@]}" $g/{sassbench,sanitizer_check,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
 }
 
@@ -292,6 +297,8 @@ want programs && tailstep "user programs via collector" programs.log '^---- gpu-
 	env PROGRAMS_OUT="$out/gpu-programs" bash scripts/gpu/programs.sh
 want windows && tailstep "device windows (CUPTI, torch)" windows.log '^windows' \
 	env WINDOWS_OUT="$out/gpu-windows" bash scripts/gpu/windows.sh
+want sanitizer && tailstep "SASS route (Compute Sanitizer)" sanitizer.log '^sanitizer' \
+	env SANITIZER_OUT="$out/gpu-sanitizer" bash scripts/gpu/sanitizer.sh
 
 # ---- report -----------------------------------------------------------------
 

@@ -150,11 +150,13 @@ type Welcome struct {
 }
 
 // Settings are the collector's wishes a WELCOME carries after its
-// descriptors (8 bytes: u32 flags, u32 window flush period in ms; a WELCOME
-// without them asks for nothing optional).
+// descriptors (8 bytes: u32 flags, bits 16-31 the SASS route's rate; u32
+// window flush period in ms; a WELCOME without them asks for nothing
+// optional).
 type Settings struct {
 	Flags         SettingFlags // optional recording the collector asks for
-	WindowFlushMS uint32       // how often device windows are handed over, 10..10000 ms
+	SASSRate      uint16       // with SettingSASS: sampled launches a second per module, ≥ 1
+	WindowFlushMS uint32       // how often device windows and SASS records are handed over, 10..10000 ms
 }
 
 // SettingFlags are the bits of Settings.Flags.
@@ -165,6 +167,11 @@ const (
 	// SettingWindows asks the client for exact device windows of every
 	// kernel (CUPTI activity; record types window and window_state).
 	SettingWindows SettingFlags = 1
+	// SettingSASS asks the client for the SASS route's probes in kernels
+	// that have no PTX (Compute Sanitizer; Exec records from the shim).
+	SettingSASS SettingFlags = 2
+
+	settingFlagsMask SettingFlags = 0xffff // bits 16-31 carry SASSRate
 )
 
 // SettingsSize is the size of the settings block of a WELCOME.
@@ -349,7 +356,7 @@ func MarshalWelcome(w Welcome) ([]byte, error) {
 		copy(d[24:], r.Name)
 		p = append(p, d[:]...)
 	}
-	p = le.AppendUint32(p, uint32(w.Settings.Flags))
+	p = le.AppendUint32(p, uint32(w.Settings.Flags&settingFlagsMask)|uint32(w.Settings.SASSRate)<<16)
 	p = le.AppendUint32(p, w.Settings.WindowFlushMS)
 	return appendFrame(nil, FrameWelcome, p), nil
 }
@@ -371,7 +378,8 @@ func UnmarshalWelcome(p []byte) (Welcome, error) {
 		return w, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME of %d bytes does not hold %d descriptors (and settings)", len(p), n)}
 	}
 	if uint64(len(p)) == end+SettingsSize {
-		w.Settings = Settings{Flags: SettingFlags(le.Uint32(p[end:])), WindowFlushMS: le.Uint32(p[end+4:])}
+		f := le.Uint32(p[end:])
+		w.Settings = Settings{Flags: SettingFlags(f) & settingFlagsMask, SASSRate: uint16(f >> 16), WindowFlushMS: le.Uint32(p[end+4:])}
 	}
 	for i := uint32(0); i < n; i++ {
 		d := p[8+i*DescriptorSize : 8+(i+1)*DescriptorSize]

@@ -35,7 +35,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{Role: RoleMap, Kind: shm.KindPerThreadArray, RegionSize: 1 << 20, ID: 2, Name: strings.Repeat("m", MaxRegionName)},
 		{Role: RoleKernelMap, Kind: shm.KindArray, Flags: FlagNoHeader, RegionSize: 4096, Name: "launch_clock"},
 		{Role: RoleClock, Kind: shm.KindArray, RegionSize: 4096, ID: 3, Name: "clock"},
-	}, Settings: Settings{Flags: SettingWindows, WindowFlushMS: 250}}
+	}, Settings: Settings{Flags: SettingWindows | SettingSASS, SASSRate: 100, WindowFlushMS: 250}}
 	b, err := MarshalWelcome(w)
 	if err != nil {
 		t.Fatal(err)
@@ -44,8 +44,8 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Fatalf("WELCOME is %d bytes", len(b))
 	}
 	// The settings follow the descriptors: flags, then the flush period.
-	if f, ms := binary.LittleEndian.Uint32(b[len(b)-8:]), binary.LittleEndian.Uint32(b[len(b)-4:]); f != 1 || ms != 250 {
-		t.Fatalf("settings %d %d, want 1 250", f, ms)
+	if f, ms := binary.LittleEndian.Uint32(b[len(b)-8:]), binary.LittleEndian.Uint32(b[len(b)-4:]); f != 3|100<<16 || ms != 250 {
+		t.Fatalf("settings %#x %d, want %#x 250", f, ms, 3|100<<16)
 	}
 	// A WELCOME without settings (an older collector) asks for nothing.
 	if got, err := UnmarshalWelcome(b[FrameHeader : len(b)-SettingsSize]); err != nil || got.Settings != (Settings{}) || len(got.Regions) != 4 {

@@ -28,7 +28,7 @@ enum gp_rec_type {
 	GP_REC_THREAD_COUNT = 8,
 	GP_REC_DEVICE = 9,
 	GP_REC_HOST_CALL = 10, /* written by the collector's host uprobes, not the shim */
-	GP_REC_EXEC = 11,      /* written by the GPU (kernel_phases), not the shim */
+	GP_REC_EXEC = 11,      /* written by the GPU (kernel_phases), or the shim (SASS route) */
 	GP_REC_WINDOW = 12,
 	GP_REC_WINDOW_STATE = 13,
 };
@@ -56,6 +56,9 @@ enum gp_launch_api {
  * windows are off, paused by their rate cap, or the driver gave the launch
  * no correlation id. */
 #define GP_LAUNCH_F_NO_WINDOW (1u << 17)
+/* SASS: the launch runs the SASS route's patch functions (shim/src/sass.c):
+ * one Exec record (type 11) of it will come, from the shim. */
+#define GP_LAUNCH_F_SASS (1u << 18)
 
 /* Type 1, 96 bytes: one kernel launch, written when the launch call returns. */
 struct gp_rec_launch {
@@ -229,6 +232,20 @@ struct gp_rec_window {
 	uint32_t name_hash;   /* FNV-1a 32 of the mangled kernel name */
 	uint32_t correlation; /* the driver's correlation id of the launch */
 	uint32_t flags;       /* GP_WINDOW_F_* */
+};
+
+/* Type 11, 48 bytes: one launch's device window measured by its own
+ * probes: earliest warp start and latest warp exit, %globaltimer of the
+ * device (kernel_phases writes it from the GPU; the SASS route's patch
+ * functions aggregate it on the GPU and the shim copies it here).
+ * start_ns <= end_ns, blocks >= 1. */
+struct gp_rec_exec {
+	struct gp_rec_prefix h;
+	uint64_t launch_id; /* the Launch it belongs to */
+	uint64_t start_ns;  /* first warp entered */
+	uint64_t end_ns;    /* last warp exited */
+	uint64_t blocks;    /* blocks of the grid */
+	uint64_t threads;   /* threads that reached the exit probe */
 };
 
 /* Window states (gp_rec_window_state.state). */

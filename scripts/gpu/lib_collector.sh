@@ -11,7 +11,7 @@
 start_traces_collector() { start_collector "$1" "${2:-}" traces; }
 
 # HOST_PROBES=true turns the receiver's host probes on (default off; they
-# need root).
+# need root). SASS=true turns on the SASS route (probes::sass).
 #
 # start_collector DIR RECEIVER_YAML traces|metrics: start_traces_collector,
 # or with metrics also a metrics pipeline to DIR/metrics.json (file/metrics)
@@ -21,7 +21,7 @@ start_collector() {
 	rm -f "$dir/agent.sock" "$dir/traces.json" "$dir/metrics.json"
 	{
 		printf 'receivers:\n  gpuprobe:\n    agent:\n      socket: %s\n' "$dir/agent.sock"
-		printf '    probes:\n      kernel_phases: true\n    host_probes:\n      enabled: %s\n    poll_interval: 5ms\n' "${HOST_PROBES:-false}"
+		printf '    probes:\n      kernel_phases: true\n      sass: %s\n    host_probes:\n      enabled: %s\n    poll_interval: 5ms\n' "${SASS:-false}" "${HOST_PROBES:-false}"
 		# Every launch probed (the checks count device records exactly),
 		# unless the caller's own lines set sampling.
 		[[ $extra == *sampling:* ]] || printf '    sampling:\n      device_max_per_second: 0\n'

@@ -313,6 +313,7 @@ struct gp_conn {
 	uint32_t settings, flush_ms; /* the WELCOME's settings (GP_SET_*), 0 when it has none */
 };
 #define GP_SET_WINDOWS 1u /* record device windows (cupti.c) */
+#define GP_SET_SASS 2u    /* SASS-route probes (sass.c); bits 16-31: sampled launches a second per module */
 GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
 			   struct gp_conn *c, const char **why);
 GP_HIDDEN void gp_install(struct gp_conn *c);
@@ -458,7 +459,10 @@ static inline void *gp_session(void)
 struct gp_thread {
 	uint32_t tid;
 	uint32_t corr;    /* CUPTI's correlation id of the thread's last launch call, once filed (cupti.c) */
-	uint64_t pending; /* the launch id of the launch call in progress, for cupti.c's callback */
+	uint64_t pending; /* the launch id of the launch call in progress, for cupti.c's and sass.c's callbacks */
+	uint64_t launching; /* the same launch id for sass.c (cupti.c's callback, first, clears pending) */
+	uint8_t in_graph; /* a cuGraphLaunch is in progress (sass.c samples no graph node) */
+	uint8_t sass;     /* sass.c sampled the launch call in progress */
 	uint64_t next_id, end_id;
 };
 extern GP_HIDDEN __thread struct gp_thread gp_self __attribute__((tls_model("initial-exec")));
@@ -743,15 +747,29 @@ GP_HIDDEN uint64_t gp_ids_handed(void);
 GP_HIDDEN void gp_windows_start(uint32_t flush_ms);
 GP_HIDDEN void gp_windows_forked(void);
 extern GP_HIDDEN int gp_win_on;
-static inline void gp_win_expect(uint64_t id) { gp_self.pending = id; }
+static inline void gp_win_expect(uint64_t id) { gp_self.pending = gp_self.launching = id; }
 static inline uint32_t gp_win_note(void)
 {
-	gp_self.pending = 0;
+	gp_self.pending = gp_self.launching = 0;
 	if (gp_self.corr != 0) {
 		gp_self.corr = 0;
 		return 0;
 	}
 	return GP_LAUNCH_F_NO_WINDOW;
+}
+
+/* sass.c: the SASS route. gp_sass_start turns it on (the collector's
+ * settings: rate sampled launches a second per module); gp_sass_note, after
+ * a launch call, turns the launch record's flags into those of a launch
+ * that runs the route's probes when sass.c sampled it. */
+GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms);
+GP_HIDDEN void gp_sass_summary(void);
+static inline uint32_t gp_sass_note(uint32_t fl)
+{
+	if (GP_LIKELY(!gp_self.sass))
+		return fl;
+	gp_self.sass = 0;
+	return (fl & ~GP_LAUNCH_F_UNPROBED) | GP_LAUNCH_F_SASS;
 }
 
 #endif /* GPUPROBE_SHIM_GP_H */

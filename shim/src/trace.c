@@ -80,6 +80,7 @@ __attribute__((destructor)) static void gp_trace_fini(void)
 		 (unsigned long long)dropped, (unsigned long long)gp_stats.unbound, (unsigned long long)gp_stats.devmap_bound,
 		 (unsigned long long)gp_stats.devmap_unbound, (unsigned long long)gp_stats.devmap_stopped,
 		 ring ? "connected" : "none");
+	gp_sass_summary();
 }
 
 /*

@@ -288,7 +288,7 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH));
 	gp_stamp_end(&ts);
-	fl |= gp_win_note();
+	fl = gp_sass_note(fl | gp_win_note());
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx, gy, gz, bx,
 			 by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
@@ -317,7 +317,7 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
 	gp_stamp_end(&ts);
-	fl |= gp_win_note();
+	fl = gp_sass_note(fl | gp_win_note());
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX | fl, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
 			 cfg->sharedMemBytes, stream, r, gp_rec_device());
@@ -350,7 +350,7 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_COOP));
 	gp_stamp_end(&ts);
-	fl |= gp_win_note();
+	fl = gp_sass_note(fl | gp_win_note());
 	gp_launch_record(ring, GP_API_LAUNCH_COOPERATIVE_KERNEL | fl, id, ts.t0, ts.t1, (uint64_t)f, gx,
 			 gy, gz, bx, by, bz, shmem, stream, r, gp_rec_device());
 	GP_ST_END(1);
@@ -568,9 +568,11 @@ GP_HOT CUresult gp_i_GRAPH_LAUNCH(struct gp_slot *s, GP_P_GRAPH_LAUNCH)
 		gp_win_expect(first);
 	}
 	struct gp_stamp ts;
+	gp_self.in_graph = 1;
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_GRAPH_LAUNCH));
 	gp_stamp_end(&ts);
+	gp_self.in_graph = 0;
 	uint32_t wfl = gp_win_note();
 	GP_COUNT(graph_launches, 1);
 	if (g == NULL) {

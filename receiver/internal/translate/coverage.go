@@ -22,7 +22,7 @@ const (
 	routeNone        route = iota // none: no exact window (or only some of its warps)
 	routeInlinePTX                // its own probes, patched into its PTX (kernel_phases' Exec, every warp)
 	routeWindows                  // the driver's window alone (record.Window)
-	routePatchedSASS              // probes patched into SASS: reserved, none yet
+	routePatchedSASS              // its own probes, patched into its SASS (the shim's Exec, Compute Sanitizer)
 	nRoutes
 )
 
@@ -34,6 +34,8 @@ func (r route) String() string { return routeNames[r] }
 // route says where l's exact device window came from.
 func (l *launch) route() route {
 	switch {
+	case l.probed() && l.rec.Flags&record.LaunchSASS != 0:
+		return routePatchedSASS
 	case l.probed():
 		return routeInlinePTX
 	case l.gpu.win.ok:

@@ -205,7 +205,7 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 		secs = s.exec.Sum() / float64(n) // estimated: the kernel's mean on this device
 	}
 	wt.cover.add(l.rec.PID, rt, secs)
-	if rt == routeInlinePTX && l.gpu.win.ok {
+	if (rt == routeInlinePTX || rt == routePatchedSASS) && l.gpu.win.ok {
 		wt.compare(l)
 	}
 }

@@ -1,0 +1,150 @@
+#!/bin/bash
+# sanitizer.sh: the SASS route (probes::sass, shim/src/sass.c) on the GPU
+# machine: the Sanitizer ABI the shim assumes, kernel_phases' window inside
+# SASS-only kernels (cuBLAS GEMMs, a PyTorch elementwise kernel, a Triton
+# kernel) under the real collector, what it costs, the fail-open cases and
+# the PyTorch steps of torchstep.py. Run from the bundle:
+#   SANITIZER_OUT=DIR SANITIZER_PARTS=abi,work,failopen,step bash scripts/gpu/sanitizer.sh
+# Every ratio is against a plain run of the same workload in this run.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${SANITIZER_OUT:-$PWD/build/gpu-sanitizer}
+parts=${SANITIZER_PARTS:-abi,work,failopen,step}
+mkdir -p "$out"
+status=0
+CUDA=${CUDA:-/usr/local/cuda}
+san=$(dirname "$(find "$CUDA"/ -name sanitizer.h 2>/dev/null | head -1)")
+export PYTHONUNBUFFERED=1
+. scripts/gpu/lib_collector.sh
+
+if [[ $parts == *abi* ]]; then
+	# The offsets and values shim/src/sass.c hard-codes.
+	cat >"$out/abi.c" <<'EOC'
+#include <stddef.h>
+#include <stdio.h>
+#include <sanitizer.h>
+#define EQ(a, b) do { if ((long)(a) != (long)(b)) { printf("sanitizer abi: %s = %ld, shim assumes %ld\n", #a, (long)(a), (long)(b)); bad = 1; } } while (0)
+int main(void)
+{
+	int bad = 0;
+	EQ(SANITIZER_CB_DOMAIN_LAUNCH, 5);
+	EQ(SANITIZER_CBID_LAUNCH_BEGIN, 1);
+	EQ(SANITIZER_INSTRUCTION_BLOCK_ENTER, 1);
+	EQ(SANITIZER_INSTRUCTION_BLOCK_EXIT, 2);
+	EQ(offsetof(Sanitizer_LaunchData, context), 0);
+	EQ(offsetof(Sanitizer_LaunchData, hStream), 16);
+	EQ(offsetof(Sanitizer_LaunchData, module), 24);
+	EQ(offsetof(Sanitizer_LaunchData, function), 32);
+	EQ(offsetof(Sanitizer_LaunchData, functionName), 40);
+	EQ(offsetof(Sanitizer_LaunchData, hLaunch), 96);
+	printf("sanitizer abi: %s (sizeof Sanitizer_LaunchData %zu)\n", bad ? "FAIL" : "ok", sizeof(Sanitizer_LaunchData));
+	return bad;
+}
+EOC
+	gcc -I"$CUDA/include" -I"$san" "$out/abi.c" -o "$out/abi" && "$out/abi" || status=1
+fi
+
+# run_work NAME WORK ENV...: one sassbench run under gpuprobe run (env set).
+run_work() {
+	local name=$1 w=$2
+	shift 2
+	env "$@" GPUPROBE_TRACE="$out/$w-$name-trace.txt" timeout 300 bin/gpuprobe run --socket "$out/agent.sock" \
+		--shim bin/libgpuprobe.so -- python3 scripts/gpu/sassbench.py "$w" 50 >"$out/$w-$name.json" 2>"$out/$w-$name.err"
+}
+
+if [[ $parts == *work* ]]; then
+	for w in ${SANITIZER_WORK:-mm32 bf16 add triton}; do
+		python3 scripts/gpu/sassbench.py "$w" 50 >"$out/$w-plain.json" 2>"$out/$w-plain.err"
+		# Every launch sampled: the route's output checked exactly.
+		SASS=true start_collector "$out" "    metrics_interval: 1s" metrics || { echo "sanitizer: no collector"; exit 1; }
+		run_work all "$w" GPUPROBE_SASS=1
+		sleep 3
+		kill -TERM "$col"; wait "$col"
+		cp "$out/traces.json" "$out/$w-traces.json"; cp "$out/metrics.json" "$out/$w-metrics.json"
+		# The default rate (100 sampled launches a second per module).
+		SASS=true start_collector "$out" "    sampling: {}" traces || exit 1
+		run_work rate "$w" GPUPROBE_SASS=1
+		kill -TERM "$col"; wait "$col"
+		# The route off (the default configuration).
+		start_collector "$out" "    sampling: {}" traces || exit 1
+		run_work off "$w"
+		kill -TERM "$col"; wait "$col"
+		python3 scripts/gpu/sanitizer_check.py "$w" "$out" || status=1
+		grep -h "sass:" "$out/$w-all-trace.txt" | sed 's/^gpuprobe\[[0-9]*\]: //' | sort | uniq -c | sort -rn | head -4
+	done
+fi
+
+if [[ $parts == *failopen* ]]; then
+	# No collector, a library that cannot load, the collector killed mid-run.
+	w=add
+	python3 scripts/gpu/sassbench.py $w 50 >"$out/fo-plain.json"
+	GPUPROBE_SASS=1 timeout 120 bin/gpuprobe run --socket "$out/none.sock" --shim bin/libgpuprobe.so -- \
+		python3 scripts/gpu/sassbench.py $w 50 >"$out/fo-nocollector.json" 2>"$out/fo-nocollector.err"
+	SASS=true start_collector "$out" "" traces || exit 1
+	GPUPROBE_SASS=1 GPUPROBE_SANITIZER=/nonexistent/libsanitizer-public.so timeout 120 bin/gpuprobe run --socket "$out/agent.sock" \
+		--shim bin/libgpuprobe.so -- python3 scripts/gpu/sassbench.py $w 50 >"$out/fo-nolib.json" 2>"$out/fo-nolib.err"
+	(sleep 6; kill -KILL "$col") &
+	GPUPROBE_SASS=1 timeout 120 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- \
+		python3 scripts/gpu/sassbench.py $w 400 >"$out/fo-killed.json" 2>"$out/fo-killed.err"
+	wait
+	python3 - "$out" <<'PY' || status=1
+import json, sys
+d = sys.argv[1]
+p = json.load(open(d + "/fo-plain.json"))
+bad = 0
+for k in ("nocollector", "nolib", "killed"):
+    try:
+        r = json.load(open("%s/fo-%s.json" % (d, k)))
+    except Exception as e:
+        print("sanitizer failopen %s: FAIL: %s" % (k, e)); bad = 1; continue
+    same = r["sha"] == p["sha"]
+    print("sanitizer failopen %-11s %.1f us vs plain %.1f (%.3fx); output %s" % (k, r["median_us"], p["median_us"], r["median_us"] / p["median_us"], "identical" if same else "DIFFERS"))
+    bad |= not same
+sys.exit(bad)
+PY
+fi
+
+if [[ $parts == *step* ]]; then
+	for m in ${SANITIZER_STEPS:-eager cublas}; do
+		python3 scripts/gpu/torchstep.py $m >"$out/step-$m-plain.json" 2>"$out/step-$m-plain.err"
+		# sass: opted in and asked for; released: opted in, the collector
+		# does not ask (CUPTI's windows must work); off: the default.
+		for cfg in sass released off; do
+			if [[ $cfg == sass ]]; then SASS=true start_collector "$out" "    sampling: {}" traces || exit 1
+			else start_collector "$out" "    sampling: {}" traces || exit 1; fi
+			optin=GPUPROBE_SASS=0
+			[[ $cfg != off ]] && optin=GPUPROBE_SASS=1
+			env $optin GPUPROBE_TRACE="$out/step-$m-$cfg-trace.txt" timeout 400 bin/gpuprobe run --socket "$out/agent.sock" \
+				--shim bin/libgpuprobe.so -- python3 scripts/gpu/torchstep.py $m >"$out/step-$m-$cfg.json" 2>"$out/step-$m-$cfg.err"
+			sleep 2
+			kill -TERM "$col"; wait "$col"
+			cp "$out/traces.json" "$out/step-$m-$cfg-traces.json"
+		done
+		python3 - "$out" "$m" <<'PY' || status=1
+import json, sys
+sys.path.insert(0, "scripts/gpu")
+from lib_traces import load, launch_spans
+d, m = sys.argv[1], sys.argv[2]
+p = json.load(open("%s/step-%s-plain.json" % (d, m)))
+bad = 0
+for cfg in ("off", "released", "sass"):
+    r = json.load(open("%s/step-%s-%s.json" % (d, m, cfg)))
+    spans, _ = load("%s/step-%s-%s-traces.json" % (d, m, cfg))
+    ls = launch_spans(spans)
+    routes = {}
+    for s, at in ls:
+        k = at.get("cuda.launch.window", {}).get("stringValue", "none")
+        routes[k] = routes.get(k, 0) + 1
+    same = abs(float(r["checksum"]) - float(p["checksum"])) <= 1e-6 * max(abs(float(p["checksum"])), 1)
+    print("sanitizer step %s %-4s %.3f ms vs plain %.3f (%.3fx); checksum %s; %d launch spans, routes %s"
+          % (m, cfg, r["step_ms"], p["step_ms"], r["step_ms"] / p["step_ms"], "same" if same else "DIFFERS", len(ls), routes))
+    bad |= not same
+    if cfg == "released" and routes.get("windows", 0) < 0.99 * len(ls):
+        print("sanitizer step %s released: FAIL: CUPTI's windows did not come back" % m)
+        bad = 1
+sys.exit(bad)
+PY
+		grep -h "sass:" "$out/step-$m-sass-trace.txt" | sed 's/^gpuprobe\[[0-9]*\]: //' | sort | uniq -c | sort -rn | head -3
+	done
+fi
+exit $status

@@ -1,0 +1,495 @@
+/*
+ * sass.c - the SASS route: device windows measured by probes inside kernels
+ * that ship as machine code only (cuBLAS, cuDNN, PyTorch and Triton cubins),
+ * patched in through NVIDIA's Compute Sanitizer API (libsanitizer-public.so).
+ *
+ * The patch functions (shim/patch/sass_phases.cu, built ahead of time for
+ * sm_70..sm_90 into sass_image.h) run at every block's entry and exit; the
+ * launch id is their userdata (0: not sampled, they return at once). They
+ * aggregate the launch on the GPU and write one record per launch into a
+ * ring in host-pinned memory; a thread of ours copies each into the launch
+ * ring as a record.Exec (type 11), and the launch record carries
+ * GP_LAUNCH_F_SASS so that the collector waits for it.
+ *
+ * Cost control: a module is patched only for a burst of its launches
+ * (sanitizerPatchModule before the burst's first launch,
+ * sanitizerUnpatchModule at the module's first launch after it), and the
+ * process starts at most rate / GP_SASS_BURST bursts a second, so at most
+ * rate launches a second are sampled. A patch and unpatch cost about 0.5 ms
+ * of the launching thread, and patched short kernels run 2-6x slower;
+ * unpatched they run as they were. Patching around every sampled launch,
+ * 100 a second per module, made a PyTorch training step 2.13x slower (H200,
+ * the ninth session): bursts bound the toggles.
+ *
+ * The Sanitizer API must be subscribed before the application's first CUDA
+ * call (subscribed later, it never calls back), so a process opts in with
+ * GPUPROBE_SASS=1 (the constructor subscribes) and the collector's
+ * probes::sass turns it on; otherwise the subscription is released at the
+ * handshake. The Sanitizer API holds the driver's one callback subscriber:
+ * with it on, CUPTI's device windows (cupti.c) are unavailable in the
+ * process.
+ *
+ * Fails open: no library, no cubin for the device, a refused patch or
+ * allocation leaves the kernel unpatched, logged once (GP_TRACE) and counted
+ * in gp_sass_stats. Kernels the PTX route patched (gp_pfunc_find), the
+ * shim's own (__gpuprobe_*) and graph launches are never sampled here.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gp.h"
+#include "sass_image.h"
+
+/* The Sanitizer ABI this file uses (sanitizer_callbacks.h and
+ * sanitizer_patching.h of CUDA 11.8 to 13.0; scripts/gpu/sass.sh checks the
+ * offsets against the header on the GPU machine). */
+#define GP_SAN_DOMAIN_LAUNCH 5
+#define GP_SAN_CBID_LAUNCH_BEGIN 1
+#define GP_SAN_BLOCK_ENTER 1
+#define GP_SAN_BLOCK_EXIT 2
+/* Sanitizer_LaunchData offsets. */
+#define GP_SAN_LD_CONTEXT 0
+#define GP_SAN_LD_HSTREAM 16
+#define GP_SAN_LD_MODULE 24
+#define GP_SAN_LD_FUNCTION 32
+#define GP_SAN_LD_NAME 40
+#define GP_SAN_LD_HLAUNCH 96
+
+/* Layout shared with sass_phases.cu. */
+#define GP_SP_SLOTS 256
+#define GP_SP_STRIPES 32
+#define GP_SP_RING 4096
+#define GP_SP_SCRATCH_BYTES (256u * 64u * 16u)
+#define GP_SP_TABLE_BYTES (GP_SP_SLOTS * (1u + GP_SP_STRIPES) * 32u)
+#define GP_SP_RING_BYTES (64u + GP_SP_RING * 48u)
+static const uint64_t gp_sp_magic[3] = {0x4750535053435230ull, 0x4750535053435231ull, 0x4750535053435232ull};
+
+typedef void (*gp_san_cb)(void *ud, uint32_t domain, uint32_t cbid, const void *data);
+static struct {
+	void *lib, *sub;
+	int (*subscribe)(void **sub, gp_san_cb cb, void *ud);
+	int (*unsubscribe)(void *sub);
+	int (*enable_domain)(uint32_t on, void *sub, uint32_t domain);
+	int (*alloc)(CUcontext ctx, void **p, size_t n);
+	int (*alloc_host)(CUcontext ctx, void **p, size_t n);
+	int (*memset)(void *p, int v, size_t n, void *stream);
+	int (*add_patches)(const void *image, CUcontext ctx);
+	int (*patch_instr)(uint32_t id, CUmodule m, const char *fn);
+	int (*patch_module)(CUmodule m);
+	int (*unpatch_module)(CUmodule m);
+	int (*set_launch_data)(void *launch, CUfunction f, void *stream, const void *ud);
+} gp_san;
+
+/* Per context: the patch image (its globals bound to our allocations) is
+ * added once; state 1 ready, -1 refused. */
+#define GP_SASS_CTXS 16
+struct gp_sass_ctx {
+	CUcontext ctx;
+	int state;
+	volatile uint64_t *ring; /* host-pinned: [0] head, records from byte 64 */
+	uint64_t tail;           /* drain thread only */
+};
+static struct gp_sass_ctx gp_sass_ctxs[GP_SASS_CTXS];
+static pthread_mutex_t gp_sass_mu = PTHREAD_MUTEX_INITIALIZER; /* setup and patching, never the common path */
+
+/* Per module: patched or not, and what is left of its burst. */
+#define GP_SASS_MODS 4096
+struct gp_sass_mod {
+	uint64_t mod; /* CUmodule, 0 = free (atomic) */
+	int64_t left; /* launches left in its burst (atomic) */
+	int patched;  /* under gp_sass_mu; read relaxed */
+	int refused;
+};
+static struct gp_sass_mod gp_sass_mods[GP_SASS_MODS];
+
+/* Launches sampled in a burst. */
+#define GP_SASS_BURST 10
+
+GP_HIDDEN int gp_sass_on;
+static uint64_t gp_sass_gap_ns = 100000000; /* between bursts: 10 a second (rate 100) */
+static uint64_t gp_sass_next_ns;            /* the next burst may start at or after this (atomic) */
+static uint32_t gp_sass_flush_ms = 50;
+/* Counted outcomes (GPUPROBE_TRACE prints them at exit). */
+static struct gp_sass_stats {
+	uint64_t callbacks, sampled, patches, unpatches, refused, records, lost, torn;
+} gp_sass_stats;
+
+static void gp_sass_count(uint64_t *c, uint64_t n) { __atomic_fetch_add(c, n, __ATOMIC_RELAXED); }
+
+/* ---- loading the library --------------------------------------------- */
+
+static int gp_sass_try(const char *path)
+{
+	gp_san.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	return gp_san.lib != NULL;
+}
+
+static int gp_sass_load(const char **why)
+{
+	const char *env = getenv("GPUPROBE_SANITIZER");
+	if (env && env[0])
+		return gp_sass_try(env) ? 0 : (*why = "GPUPROBE_SANITIZER could not be loaded", -1);
+	static const char *const paths[] = {"libsanitizer-public.so",
+					    "/usr/local/cuda/compute-sanitizer/libsanitizer-public.so"};
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+		if (gp_sass_try(paths[i]))
+			return 0;
+	/* Beside libgpuprobe.so (gpuprobe install-shim can put it there). */
+	Dl_info di;
+	char path[512];
+	const char *slash;
+	if (dladdr((void *)gp_sass_load, &di) && di.dli_fname && (slash = strrchr(di.dli_fname, '/')) != NULL) {
+		snprintf(path, sizeof path, "%.*s/libsanitizer-public.so", (int)(slash - di.dli_fname), di.dli_fname);
+		if (gp_sass_try(path))
+			return 0;
+	}
+	*why = "no libsanitizer-public.so (set GPUPROBE_SANITIZER to its path)";
+	return -1;
+}
+
+#define GP_SAN_SYM(field, name) (*(void **)&gp_san.field = gp_real_dlsym(gp_san.lib, name))
+
+static int gp_sass_syms(void)
+{
+	GP_SAN_SYM(subscribe, "sanitizerSubscribe");
+	GP_SAN_SYM(unsubscribe, "sanitizerUnsubscribe");
+	GP_SAN_SYM(enable_domain, "sanitizerEnableDomain");
+	GP_SAN_SYM(alloc, "sanitizerAlloc");
+	GP_SAN_SYM(alloc_host, "sanitizerAllocHost");
+	GP_SAN_SYM(memset, "sanitizerMemset");
+	GP_SAN_SYM(add_patches, "sanitizerAddPatches");
+	GP_SAN_SYM(patch_instr, "sanitizerPatchInstructions");
+	GP_SAN_SYM(patch_module, "sanitizerPatchModule");
+	GP_SAN_SYM(unpatch_module, "sanitizerUnpatchModule");
+	GP_SAN_SYM(set_launch_data, "sanitizerSetLaunchCallbackData");
+	return gp_san.subscribe && gp_san.unsubscribe && gp_san.enable_domain && gp_san.alloc && gp_san.alloc_host &&
+			       gp_san.memset && gp_san.add_patches && gp_san.patch_instr && gp_san.patch_module &&
+			       gp_san.unpatch_module && gp_san.set_launch_data
+		       ? 0
+		       : -1;
+}
+
+/* ---- per context ------------------------------------------------------ */
+
+/* gp_sass_bind writes the three allocations into a copy of the image:
+ * every cubin of the fatbin holds each magic once (as its global's initial
+ * value). -1 when a magic is missing. */
+static int gp_sass_bind(uint8_t *img, size_t n, const uint64_t val[3])
+{
+	for (int k = 0; k < 3; k++) {
+		int hits = 0;
+		for (size_t i = 0; i + 8 <= n; i += 8)
+			if (memcmp(img + i, &gp_sp_magic[k], 8) == 0)
+				memcpy(img + i, &val[k], 8), hits++;
+		if (hits == 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int gp_sass_setup(struct gp_sass_ctx *c)
+{
+	void *scratch = NULL, *table = NULL, *ring = NULL;
+	if (gp_san.alloc(c->ctx, &scratch, GP_SP_SCRATCH_BYTES) || gp_san.alloc(c->ctx, &table, GP_SP_TABLE_BYTES) ||
+	    gp_san.alloc_host(c->ctx, &ring, GP_SP_RING_BYTES)) {
+		GP_TRACE("sass: allocation in context %p failed", (void *)c->ctx);
+		return -1;
+	}
+	if (gp_san.memset(scratch, 0, GP_SP_SCRATCH_BYTES, NULL) || gp_san.memset(table, 0, GP_SP_TABLE_BYTES, NULL)) {
+		GP_TRACE("sass: clearing the tables failed");
+		return -1;
+	}
+	memset(ring, 0, GP_SP_RING_BYTES);
+	uint8_t *img = malloc(sizeof gp_sass_image);
+	if (img == NULL)
+		return -1;
+	memcpy(img, gp_sass_image, sizeof gp_sass_image);
+	const uint64_t val[3] = {(uint64_t)(uintptr_t)scratch, (uint64_t)(uintptr_t)table, (uint64_t)(uintptr_t)ring};
+	int r = gp_sass_bind(img, sizeof gp_sass_image, val) ? -1 : gp_san.add_patches(img, c->ctx);
+	free(img); /* the driver copied the module */
+	if (r != 0) {
+		/* A device the image has no cubin for (sm_100 and newer) lands here. */
+		GP_TRACE("sass: sanitizerAddPatches refused the patch image (%d); no SASS probes in context %p", r,
+			 (void *)c->ctx);
+		return -1;
+	}
+	c->ring = ring;
+	return 0;
+}
+
+/* gp_sass_ctx returns the context's state, setting it up at its first
+ * sampled launch; under gp_sass_mu. */
+static struct gp_sass_ctx *gp_sass_ctx(CUcontext ctx)
+{
+	for (int i = 0; i < GP_SASS_CTXS; i++) {
+		struct gp_sass_ctx *c = &gp_sass_ctxs[i];
+		if (c->ctx == ctx)
+			return c->state > 0 ? c : NULL;
+		if (c->ctx == NULL) {
+			c->ctx = ctx;
+			c->state = gp_sass_setup(c) == 0 ? 1 : -1;
+			__atomic_store_n(&c->state, c->state, __ATOMIC_RELEASE);
+			return c->state > 0 ? c : NULL;
+		}
+	}
+	return NULL;
+}
+
+/* ---- per module ------------------------------------------------------- */
+
+static struct gp_sass_mod *gp_sass_mod(uint64_t mod)
+{
+	uint32_t h = (uint32_t)((mod * 0x9E3779B97F4A7C15ull) >> 52);
+	for (uint32_t i = 0; i < 64; i++) {
+		struct gp_sass_mod *m = &gp_sass_mods[(h + i) % GP_SASS_MODS];
+		uint64_t k = __atomic_load_n(&m->mod, __ATOMIC_ACQUIRE);
+		if (k == mod)
+			return m;
+		if (k == 0 && __atomic_compare_exchange_n(&m->mod, &k, mod, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return m;
+		if (k == mod)
+			return m;
+	}
+	return NULL;
+}
+
+/* gp_sass_sample says whether a launch of module m is sampled: while its
+ * burst lasts, or when it starts one (the process's first launch at or
+ * after gp_sass_next_ns does, and moves it one gap on: of threads
+ * launching at once exactly one wins). */
+static int gp_sass_sample(struct gp_sass_mod *m)
+{
+	if (__atomic_load_n(&m->left, __ATOMIC_RELAXED) > 0 && __atomic_sub_fetch(&m->left, 1, __ATOMIC_RELAXED) >= 0)
+		return 1;
+	uint64_t now = gp_now(), next = __atomic_load_n(&gp_sass_next_ns, __ATOMIC_RELAXED);
+	if (now < next || !__atomic_compare_exchange_n(&gp_sass_next_ns, &next, now + gp_sass_gap_ns, 0,
+						      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return 0;
+	__atomic_store_n(&m->left, GP_SASS_BURST - 1, __ATOMIC_RELAXED);
+	return 1;
+}
+
+/* gp_sass_patch patches or unpatches a module; under gp_sass_mu. */
+static int gp_sass_patch(struct gp_sass_mod *m, CUmodule mod, int on)
+{
+	if (m->patched == on)
+		return 0;
+	if (!on) {
+		gp_san.unpatch_module(mod);
+		m->patched = 0;
+		gp_sass_count(&gp_sass_stats.unpatches, 1);
+		return 0;
+	}
+	int r = gp_san.patch_instr(GP_SAN_BLOCK_ENTER, mod, "gp_sp_enter");
+	if (r == 0)
+		r = gp_san.patch_instr(GP_SAN_BLOCK_EXIT, mod, "gp_sp_exit");
+	if (r == 0)
+		r = gp_san.patch_module(mod);
+	if (r != 0) {
+		m->refused = 1;
+		gp_sass_count(&gp_sass_stats.refused, 1);
+		GP_TRACE("sass: module %p refused (%d): left unpatched", (void *)mod, r);
+		gp_san.unpatch_module(mod);
+		return -1;
+	}
+	m->patched = 1;
+	gp_sass_count(&gp_sass_stats.patches, 1);
+	return 0;
+}
+
+static const void *gp_rdp(const uint8_t *d, size_t off)
+{
+	const void *p;
+	memcpy(&p, d + off, sizeof p);
+	return p;
+}
+
+/* The launch callback, in the launching thread inside the driver's launch
+ * call. Launches of unpatched modules that are not sampled return after
+ * one table lookup. */
+static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *data)
+{
+	(void)ud;
+	if (domain != GP_SAN_DOMAIN_LAUNCH || cbid != GP_SAN_CBID_LAUNCH_BEGIN || data == NULL)
+		return;
+	const uint8_t *d = data;
+	uint64_t id = gp_self.launching;
+	gp_sass_count(&gp_sass_stats.callbacks, 1);
+	CUmodule mod = (CUmodule)gp_rdp(d, GP_SAN_LD_MODULE);
+	struct gp_sass_mod *m = gp_sass_mod((uint64_t)mod);
+	if (m == NULL || m->refused)
+		return;
+	CUfunction f = (CUfunction)gp_rdp(d, GP_SAN_LD_FUNCTION);
+	const char *name = gp_rdp(d, GP_SAN_LD_NAME);
+	int take = id != 0 && !gp_self.in_graph && __atomic_load_n(&gp_sass_on, __ATOMIC_RELAXED) &&
+		   !(name && strncmp(name, "__gpuprobe", 10) == 0) && gp_pfunc_find((uint64_t)f) == NULL &&
+		   gp_sass_sample(m);
+	if (!take && !__atomic_load_n(&m->patched, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&gp_sass_mu);
+	if (take && (gp_sass_ctx((CUcontext)gp_rdp(d, GP_SAN_LD_CONTEXT)) == NULL || gp_sass_patch(m, mod, 1) != 0))
+		take = 0;
+	if (!take)
+		gp_sass_patch(m, mod, 0);
+	pthread_mutex_unlock(&gp_sass_mu);
+	if (!take)
+		return;
+	if (gp_san.set_launch_data((void *)gp_rdp(d, GP_SAN_LD_HLAUNCH), f, (void *)gp_rdp(d, GP_SAN_LD_HSTREAM),
+				   (const void *)(uintptr_t)id) != 0)
+		return;
+	gp_sass_count(&gp_sass_stats.sampled, 1);
+	gp_self.sass = 1;
+}
+
+/* ---- the drain thread ------------------------------------------------- */
+
+/* gp_sass_drain copies a context's finished records into the launch ring
+ * as Exec records. A record is whole when its seq word is its index + 1;
+ * one the GPU overwrote (the ring lapped) is counted lost. */
+static void gp_sass_drain(struct gp_sass_ctx *c, void *out)
+{
+	volatile uint64_t *ring = c->ring;
+	uint64_t head = __atomic_load_n((uint64_t *)&ring[0], __ATOMIC_ACQUIRE);
+	if (head - c->tail > GP_SP_RING) {
+		gp_sass_count(&gp_sass_stats.lost, head - c->tail - GP_SP_RING);
+		c->tail = head - GP_SP_RING;
+	}
+	for (; c->tail < head; c->tail++) {
+		volatile uint64_t *r = ring + 8 + 6 * (c->tail % GP_SP_RING);
+		if (__atomic_load_n((uint64_t *)&r[5], __ATOMIC_ACQUIRE) != c->tail + 1)
+			break; /* reserved, not written yet */
+		struct gp_rec_exec e = {
+			.h = {.type = GP_REC_EXEC, .version = GP_REC_VERSION, .size = sizeof e},
+			.launch_id = r[0],
+			.start_ns = r[1],
+			.end_ns = r[2],
+			.blocks = r[3],
+			.threads = r[4],
+		};
+		if (__atomic_load_n((uint64_t *)&r[5], __ATOMIC_ACQUIRE) != c->tail + 1 || e.blocks == 0 ||
+		    e.end_ns < e.start_ns) {
+			gp_sass_count(&gp_sass_stats.torn, 1);
+			continue;
+		}
+		gp_produce(out, GP_REC_EXEC, &e, sizeof e);
+		gp_sass_count(&gp_sass_stats.records, 1);
+	}
+}
+
+static void *gp_sass_thread(void *arg)
+{
+	(void)arg;
+	struct timespec ts = {.tv_sec = gp_sass_flush_ms / 1000, .tv_nsec = (long)(gp_sass_flush_ms % 1000) * 1000000};
+	for (;;) {
+		nanosleep(&ts, NULL);
+		void *out = gp_session();
+		if (out == NULL)
+			continue;
+		for (int i = 0; i < GP_SASS_CTXS; i++) {
+			struct gp_sass_ctx *c = &gp_sass_ctxs[i];
+			if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) > 0)
+				gp_sass_drain(c, out);
+		}
+	}
+	return NULL;
+}
+
+/* ---- start ------------------------------------------------------------ */
+
+static int gp_sass_subscribed;
+
+/* gp_sass_release gives the subscription back (the collector did not ask
+ * for the route): CUPTI's device windows can then subscribe. */
+static void gp_sass_release(void)
+{
+	if (__atomic_exchange_n(&gp_sass_subscribed, 0, __ATOMIC_ACQ_REL) && gp_san.unsubscribe(gp_san.sub) == 0)
+		GP_TRACE("sass: the collector did not ask for SASS probes: Sanitizer API released");
+}
+
+/* gp_sass_subscribe loads the library and subscribes (once); early, from
+ * the constructor with GPUPROBE_SASS=1, or at the handshake. */
+static int gp_sass_subscribe(void)
+{
+	static int done = 0, ok = 0;
+	if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+		return ok ? 0 : -1;
+	const char *why = "";
+	if (getenv("CUDA_INJECTION64_PATH") && getenv("CUDA_INJECTION64_PATH")[0]) {
+		/* compute-sanitizer, nsys and ncu inject themselves: the
+		 * Sanitizer API takes one subscriber, and it is theirs. */
+		GP_TRACE("sass: a tool is injected (CUDA_INJECTION64_PATH): no SASS probes");
+		return -1;
+	}
+	if (gp_sass_load(&why) != 0 || gp_sass_syms() != 0) {
+		GP_TRACE("sass: %s", gp_san.lib ? "libsanitizer-public.so lacks an entry point" : why);
+		return -1;
+	}
+	int r = gp_san.subscribe(&gp_san.sub, gp_sass_cb, NULL);
+	if (r == 0)
+		r = gp_san.enable_domain(1, gp_san.sub, GP_SAN_DOMAIN_LAUNCH);
+	if (r != 0) {
+		GP_TRACE("sass: sanitizerSubscribe failed (%d): another tool holds the Sanitizer API?", r);
+		return -1;
+	}
+	ok = 1;
+	__atomic_store_n(&gp_sass_subscribed, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* gp_sass_start turns the route on (the collector's settings, after the
+ * handshake): rate is the sampled launches a second of the process,
+ * flush_ms how often records are copied out; rate 0 (the collector did not
+ * ask) releases the subscription. */
+GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms)
+{
+	if (rate == 0 || !__atomic_load_n(&gp_sass_subscribed, __ATOMIC_ACQUIRE)) {
+		gp_sass_release();
+		return;
+	}
+	gp_sass_gap_ns = rate >= 65535 ? 0 : 1000000000ull * GP_SASS_BURST / rate;
+	gp_sass_flush_ms = flush_ms < 10 ? 10 : flush_ms;
+	if (gp_sass_subscribe() != 0)
+		return;
+	static int started;
+	if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL))
+		return;
+	pthread_t t;
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &a, gp_sass_thread, NULL) == 0) {
+		pthread_setname_np(t, "gpuprobe-sass");
+		__atomic_store_n(&gp_sass_on, 1, __ATOMIC_RELEASE);
+		GP_TRACE("sass: on, bursts of %d launches every %llu us", GP_SASS_BURST,
+			 (unsigned long long)(gp_sass_gap_ns / 1000));
+	}
+	pthread_attr_destroy(&a);
+}
+
+/* GPUPROBE_SASS=1 subscribes before the application's first CUDA call, in
+ * case the Sanitizer API needs to see contexts created. */
+__attribute__((constructor)) static void gp_sass_init(void)
+{
+	const char *e = getenv("GPUPROBE_SASS");
+	if (e && e[0] == '1')
+		gp_sass_subscribe();
+}
+
+/* gp_sass_summary logs the route's counts (GPUPROBE_TRACE, at exit). */
+GP_HIDDEN void gp_sass_summary(void)
+{
+	if (!__atomic_load_n(&gp_sass_subscribed, __ATOMIC_ACQUIRE))
+		return;
+	GP_TRACE("sass: callbacks=%llu sampled=%llu patches=%llu unpatches=%llu refused=%llu records=%llu lost=%llu torn=%llu",
+		 (unsigned long long)gp_sass_stats.callbacks, (unsigned long long)gp_sass_stats.sampled,
+		 (unsigned long long)gp_sass_stats.patches,
+		 (unsigned long long)gp_sass_stats.unpatches, (unsigned long long)gp_sass_stats.refused,
+		 (unsigned long long)gp_sass_stats.records, (unsigned long long)gp_sass_stats.lost,
+		 (unsigned long long)gp_sass_stats.torn);
+}
