@@ -129,7 +129,7 @@ func TestLaunchSpans(t *testing.T) {
 	}
 	wantAttrs := map[string]any{
 		"code.function.name": "vecAdd(float*, float*, float*, int)", "cuda.kernel.mangled_name": "_Z6vecAddPfS_S_i",
-		"cuda.launch.id": int64(1), "cuda.device.index": int64(0), "cuda.device.uuid": "GPU-01020304-0000-0000-0000-000000000000",
+		"cuda.launch.id": int64(1), "cuda.device.index": int64(0), "cuda.device.uuid": "01020304-0000-0000-0000-000000000000",
 		"cuda.stream": int64(7), "cuda.grid.x": int64(2), "cuda.grid.y": int64(1), "cuda.block.x": int64(64),
 		"process.pid": int64(42), "thread.id": int64(43), "cuda.warps.observed": int64(4), "cuda.warps.expected": int64(4),
 		"cuda.warp.exit_skew.max": int64(100), "cuda.launch.api": "cuLaunchKernel",
