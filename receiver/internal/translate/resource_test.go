@@ -283,7 +283,10 @@ func TestSeriesBounded(t *testing.T) {
 			}
 			for k := range m.Sum().DataPoints().Len() {
 				a := m.Sum().DataPoints().At(k).Attributes()
-				name, ok := a.Get("code.function.name")
+				if _, ok := a.Get("code.function.name"); ok {
+					t.Errorf("%s has code.function.name, want the kernel in cuda.kernel.name", m.Name())
+				}
+				name, ok := a.Get("cuda.kernel.name")
 				if !ok {
 					name, _ = a.Get("cuda.memcpy.kind")
 				}
