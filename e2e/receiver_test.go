@@ -121,7 +121,7 @@ func TestReceiverEndToEnd(t *testing.T) {
 			}
 			for _, k := range loadgenKernels {
 				ms := FindMetric(fams, "gpu_cuda_kernel_launches_total",
-					map[string]string{"job": service, "code_function_name": k.demangled})
+					map[string]string{"job": service, "cuda_kernel_name": k.demangled})
 				if len(ms) != 1 {
 					return fmt.Errorf("%d gpu_cuda_kernel_launches_total series for %q, want 1", len(ms), k.demangled)
 				}
@@ -158,7 +158,7 @@ func TestReceiverEndToEnd(t *testing.T) {
 			want  float64
 		}{
 			{fmt.Sprintf(`sum(gpu_cuda_kernel_launches_total{job=%q})`, service), launches},
-			{fmt.Sprintf(`sum(gpu_cuda_kernel_launches_total{job=%q, code_function_name=%q})`, service, loadgenKernels[0].demangled), launches / 2},
+			{fmt.Sprintf(`sum(gpu_cuda_kernel_launches_total{job=%q, cuda_kernel_name=%q})`, service, loadgenKernels[0].demangled), launches / 2},
 			// Exponential histograms arrive as native histograms.
 			{fmt.Sprintf(`histogram_count(sum(gpu_cuda_kernel_execution_duration_seconds{job=%q}))`, service), launches},
 			// A host wait for every launch but the first and the one after
@@ -258,8 +258,11 @@ func checkLaunchTraces(t *testing.T, traces []JaegerTrace, launches, gridX, bloc
 				t.Errorf("trace %s: %s = %v (present %v), want %v", tr.TraceID, key, v, ok, want)
 			}
 		}
-		if v, _ := root.Tag("code.function.name"); v != root.OperationName {
-			t.Errorf("trace %s: code.function.name = %v, want the span name %q", tr.TraceID, v, root.OperationName)
+		if v, _ := root.Tag("cuda.kernel.name"); v != root.OperationName {
+			t.Errorf("trace %s: cuda.kernel.name = %v, want the span name %q", tr.TraceID, v, root.OperationName)
+		}
+		if v, ok := root.Tag("code.function.name"); ok {
+			t.Errorf("trace %s: launch span has code.function.name = %v, want the kernel in cuda.kernel.name only", tr.TraceID, v)
 		}
 		for _, k := range loadgenKernels {
 			if k.demangled != root.OperationName {

@@ -244,7 +244,7 @@ func rootNames(traces []JaegerTrace) map[string]int {
 // instance with c's container.id, pid and extra attribute.
 func checkPromResource(t *testing.T, ctx context.Context, p *Prometheus, c *resourceClient, instance string) {
 	t.Helper()
-	q := fmt.Sprintf(`sum by (job, instance, code_function_name) (gpu_cuda_kernel_launches_total{job=%q})`, c.service)
+	q := fmt.Sprintf(`sum by (job, instance, cuda_kernel_name) (gpu_cuda_kernel_launches_total{job=%q})`, c.service)
 	err := Eventually(ctx, 60*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
 		s, err := p.Query(ctx, q)
 		if err != nil {
@@ -255,7 +255,7 @@ func checkPromResource(t *testing.T, ctx context.Context, p *Prometheus, c *reso
 			if x.Metric["instance"] != instance {
 				return fmt.Errorf("%s: series %v, want instance %q (the spans' service.instance.id)", q, x.Metric, instance)
 			}
-			got[x.Metric["code_function_name"]] += int(x.Value)
+			got[x.Metric["cuda_kernel_name"]] += int(x.Value)
 		}
 		if len(s) != len(c.launches()) || !maps.Equal(got, c.launches()) {
 			return fmt.Errorf("%s = %+v, want one series per kernel with %v", q, s, c.launches())

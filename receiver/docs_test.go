@@ -64,10 +64,17 @@ func TestDocsDocumentEveryAttribute(t *testing.T) {
 }
 
 // TestNamesTableCoversEveryName checks that docs/names.md, which says
-// where each name comes from, has every metric, attribute and span name
-// the receiver emits or metadata.yaml declares.
+// where each name comes from, has a row for every metric, attribute and
+// span name the receiver emits or metadata.yaml declares: a name in a
+// row's first column, not one the text mentions (a rename's old name,
+// "were `key`, `index`" must not pass for a row).
 func TestNamesTableCoversEveryName(t *testing.T) {
-	doc := namesIn(t, namesDoc)
+	doc := map[string]bool{}
+	for _, r := range namesTable(t) {
+		for _, n := range r.names {
+			doc[n] = true
+		}
+	}
 	names := append(metadataNames(t, "attributes"), metadataNames(t, "resource_attributes")...)
 	names = append(names, metadataNames(t, "metrics")...)
 	names = append(names, emittedNames(t)...)
@@ -76,6 +83,74 @@ func TestNamesTableCoversEveryName(t *testing.T) {
 			t.Errorf("%s: %s has no row", namesDoc, n)
 		}
 	}
+}
+
+// TestNamesTableHasNoStaleRows checks the other way: every name in the
+// first column of docs/names.md's tables is one the receiver emits or
+// metadata.yaml declares, so a row left behind by a rename (the bare
+// key and index of user maps, say) fails instead of documenting a name
+// that is gone. Templates are skipped (`gpuprobe.map.<map>.<field>`,
+// `….by_lane`) or checked by their stem (`gpuprobe.map.index.N`), and so
+// are the span-name table's examples of CUDA symbols (no dot).
+func TestNamesTableHasNoStaleRows(t *testing.T) {
+	known := map[string]bool{}
+	for _, section := range []string{"attributes", "resource_attributes", "metrics"} {
+		for _, n := range metadataNames(t, section) {
+			known[n] = true
+		}
+	}
+	for _, n := range emittedNames(t) {
+		known[n] = true
+	}
+	rows := namesTable(t)
+	if len(rows) < 40 {
+		t.Fatalf("%s: only %d table rows", namesDoc, len(rows))
+	}
+	for _, r := range rows {
+		for _, n := range r.names {
+			switch {
+			case strings.ContainsAny(n, "<…"), r.section == "Span names" && !strings.Contains(n, "."):
+			case !known[strings.TrimSuffix(n, ".N")]:
+				t.Errorf("%s: %s row %q: %s is neither emitted nor in metadata.yaml", namesDoc, r.section, r.cell, n)
+			}
+		}
+	}
+}
+
+// namesRow is a table row of docs/names.md: its section, its first cell
+// and the names written in backquotes there, brace lists expanded.
+type namesRow struct {
+	section, cell string
+	names         []string
+}
+
+// namesTable returns the rows of docs/names.md's tables (header and rule
+// lines left out).
+func namesTable(t *testing.T) []namesRow {
+	t.Helper()
+	b, err := os.ReadFile(namesDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []namesRow
+	section := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "## ") {
+			section = strings.TrimPrefix(line, "## ")
+			continue
+		}
+		cells := strings.Split(line, "|")
+		if !strings.HasPrefix(line, "| ") || len(cells) < 3 || strings.HasPrefix(cells[1], "---") || strings.TrimSpace(cells[1]) == "name" {
+			continue
+		}
+		r := namesRow{section: section, cell: strings.TrimSpace(cells[1])}
+		parts := strings.Split(cells[1], "`")
+		for i := 1; i < len(parts); i += 2 {
+			r.names = append(r.names, expandBraces(parts[i])...)
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // namesDoc says where each name comes from (semconv, OBI, ours).

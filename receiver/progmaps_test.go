@@ -36,7 +36,7 @@ func buildUserProg(t *testing.T, name string) string {
 	return out
 }
 
-// mapValue returns the latest value of metric name with attribute key=key.
+// mapValue returns the latest value of metric name with attribute gpuprobe.map.key=key.
 func mapValue(all []pmetric.Metrics, name string, key int64) (int64, bool) {
 	var v int64
 	found := false
@@ -51,7 +51,7 @@ func mapValue(all []pmetric.Metrics, name string, key int64) (int64, bool) {
 				}
 				for k := range m.Sum().DataPoints().Len() {
 					dp := m.Sum().DataPoints().At(k)
-					if a, ok := dp.Attributes().Get("key"); ok && a.Int() == key {
+					if a, ok := dp.Attributes().Get("gpuprobe.map.key"); ok && a.Int() == key {
 						v, found = dp.IntValue(), true
 					}
 				}
@@ -142,7 +142,7 @@ func TestUserMapsThroughAgent(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if calls != 123 {
-		t.Fatalf("gpuprobe.map.stats.calls{key=9} never reached 123")
+		t.Fatalf("gpuprobe.map.stats.calls{gpuprobe.map.key=9} never reached 123")
 	}
 	var span, copySpan bool
 	for _, td := range traces.AllTraces() {

@@ -229,7 +229,7 @@ func launchCounts(all []pmetric.Metrics) map[string]int64 {
 				}
 				for j := range m.Sum().DataPoints().Len() {
 					dp := m.Sum().DataPoints().At(j)
-					v, _ := dp.Attributes().Get("code.function.name")
+					v, _ := dp.Attributes().Get("cuda.kernel.name")
 					cur[v.Str()] += dp.IntValue()
 				}
 			}

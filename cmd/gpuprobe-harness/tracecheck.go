@@ -282,7 +282,7 @@ func checkLaunchLate(t *checkTable, path, prefix string, queued []uint64) {
 					}
 					for d := range dps.Len() {
 						dp := dps.At(d)
-						kv, ok := dp.Attributes().Get("key")
+						kv, ok := dp.Attributes().Get("gpuprobe.map.key")
 						if !ok {
 							continue
 						}

@@ -55,7 +55,7 @@ func (h Honest) Accounted(ctx context.Context, exporter string, timeout time.Dur
 		if err != nil {
 			return err
 		}
-		got, ok := Counter(fams, "gpu_cuda_kernel_launches", map[string]string{"code_function_name": h.Kernel})
+		got, ok := Counter(fams, "gpu_cuda_kernel_launches", map[string]string{"cuda_kernel_name": h.Kernel})
 		if !ok {
 			return fmt.Errorf("no gpu_cuda_kernel_launches series for %s (produced %d launches, %d records published, %d dropped)",
 				h.Kernel, h.Launches, h.Published, h.Dropped)

@@ -16,7 +16,7 @@
 #   launch spans (kernel_phases)  ITERS launch spans, each with cuda.executing
 #                                 (so the launch and kp_exec rings dropped
 #                                 nothing: every drop counted is the ring's)
-#   threadhist per-thread counts  gpuprobe.map.thread_runs.value{key=0}, the
+#   threadhist per-thread counts  gpuprobe.map.thread_runs.value{gpuprobe.map.key=0}, the
 #                                 exponential histogram over active threads:
 #                                 count N, sum N x ITERS, min = max = ITERS
 #   threadhist per-block counts   gpuprobe.map.block_threads.value: keys

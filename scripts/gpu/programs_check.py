@@ -41,7 +41,7 @@ def check_launches(spans, children, iters):
 
 def check_thread_runs(points, n, iters):
     name = "gpuprobe.map.thread_runs.value"
-    s = [p for p in latest(points, name) if p["attrs"].get("key") == 0]
+    s = [p for p in latest(points, name) if p["attrs"].get("gpuprobe.map.key") == 0]
     if len(s) != 1 or s[0]["kind"] != "exponentialHistogram":
         row("threadhist per-thread counts", False, "%d series of %s with key 0 (want 1 exponential histogram); metrics: %s"
             % (len(s), name, sorted({p["name"] for p in points if p["name"].startswith("gpuprobe.map.")})))
@@ -51,7 +51,7 @@ def check_thread_runs(points, n, iters):
     lo, hi = p.get("min"), p.get("max")
     ok = count == n and total == float(n * iters) and lo in (None, iters) and hi in (None, iters)
     row("threadhist per-thread counts", ok,
-        "%s{key=0}: %d active threads (want N=%d), sum %.0f (want N x ITERS = %d), min %s max %s (want %d)"
+        "%s{gpuprobe.map.key=0}: %d active threads (want N=%d), sum %.0f (want N x ITERS = %d), min %s max %s (want %d)"
         % (name, count, n, total, n * iters, lo, hi, iters))
 
 
@@ -59,7 +59,7 @@ def check_block_threads(points, n, iters, block):
     name = "gpuprobe.map.block_threads.value"
     s = latest(points, name)
     want_keys = set(range(min(n // block, MAX_BLOCKS)))
-    got = {p["attrs"].get("key"): p["value"] for p in s}
+    got = {p["attrs"].get("gpuprobe.map.key"): p["value"] for p in s}
     bad = sorted(k for k, v in got.items() if v != block * iters)
     over = one(points, "gpuprobe.receiver.map.keys.over_limit")
     ok = set(got) == want_keys and not bad and all(p["kind"] == "sum" for p in s) and over == 0

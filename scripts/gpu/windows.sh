@@ -161,8 +161,8 @@ for s, at in ls:
     r = at.get("cuda.launch.window", {}).get("stringValue", "none")
     route[r] = route.get(r, 0) + 1
 gpu_all = sum(exe.values())
-cut = [at["code.function.name"]["stringValue"] for s, at in ls if "code.function.name" in at and
-       ("\u2026" in at["code.function.name"]["stringValue"] or at["code.function.name"]["stringValue"].startswith("_Z"))]
+cut = [at["cuda.kernel.name"]["stringValue"] for s, at in ls if "cuda.kernel.name" in at and
+       ("\u2026" in at["cuda.kernel.name"]["stringValue"] or at["cuda.kernel.name"]["stringValue"].startswith("_Z"))]
 names = sorted({s["name"] for s, _ in ls})
 share = len(win) / n if n else 0
 print("windows torch %s spans: %d launch spans, %d (%.2f%%) with cuda.executing; routes %s; GPU time in windows %.3f ms; %d names cut or mangled of %d kernels; %d launches while torch.profiler ran, %d of them with a driver window"

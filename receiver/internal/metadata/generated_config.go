@@ -33,8 +33,8 @@ func (ms *GpuCudaKernelApproximateSpansMetricConfig) Unmarshal(parser *confmap.C
 type GpuCudaKernelLaunchesMetricAttributeKey string
 
 const (
-	GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName GpuCudaKernelLaunchesMetricAttributeKey = "code.function.name"
-	GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex  GpuCudaKernelLaunchesMetricAttributeKey = "cuda.device.index"
+	GpuCudaKernelLaunchesMetricAttributeKeyCudaKernelName  GpuCudaKernelLaunchesMetricAttributeKey = "cuda.kernel.name"
+	GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex GpuCudaKernelLaunchesMetricAttributeKey = "cuda.device.index"
 )
 
 // GpuCudaKernelLaunchesMetricConfig provides config for the gpu.cuda.kernel.launches metric.
@@ -63,9 +63,9 @@ func (ms *GpuCudaKernelLaunchesMetricConfig) Unmarshal(parser *confmap.Conf) err
 func (ms *GpuCudaKernelLaunchesMetricConfig) Validate() error {
 	for _, val := range ms.EnabledAttributes {
 		switch val {
-		case GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex:
+		case GpuCudaKernelLaunchesMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex:
 		default:
-			return fmt.Errorf("metric gpu.cuda.kernel.launches doesn't have an attribute %v, valid attributes: [code.function.name, cuda.device.index]", val)
+			return fmt.Errorf("metric gpu.cuda.kernel.launches doesn't have an attribute %v, valid attributes: [cuda.kernel.name, cuda.device.index]", val)
 		}
 	}
 
@@ -180,9 +180,9 @@ func (ms *GpuCudaMemcpySizeMetricConfig) Validate() error {
 type GpuCudaThreadExecutionsByThreadMetricAttributeKey string
 
 const (
-	GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName GpuCudaThreadExecutionsByThreadMetricAttributeKey = "code.function.name"
-	GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex  GpuCudaThreadExecutionsByThreadMetricAttributeKey = "cuda.device.index"
-	GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex  GpuCudaThreadExecutionsByThreadMetricAttributeKey = "cuda.thread.index"
+	GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaKernelName  GpuCudaThreadExecutionsByThreadMetricAttributeKey = "cuda.kernel.name"
+	GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex GpuCudaThreadExecutionsByThreadMetricAttributeKey = "cuda.device.index"
+	GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex GpuCudaThreadExecutionsByThreadMetricAttributeKey = "cuda.thread.index"
 )
 
 // GpuCudaThreadExecutionsByThreadMetricConfig provides config for the gpu.cuda.thread.executions.by_thread metric.
@@ -211,9 +211,9 @@ func (ms *GpuCudaThreadExecutionsByThreadMetricConfig) Unmarshal(parser *confmap
 func (ms *GpuCudaThreadExecutionsByThreadMetricConfig) Validate() error {
 	for _, val := range ms.EnabledAttributes {
 		switch val {
-		case GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex:
+		case GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaKernelName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex:
 		default:
-			return fmt.Errorf("metric gpu.cuda.thread.executions.by_thread doesn't have an attribute %v, valid attributes: [code.function.name, cuda.device.index, cuda.thread.index]", val)
+			return fmt.Errorf("metric gpu.cuda.thread.executions.by_thread doesn't have an attribute %v, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.thread.index]", val)
 		}
 	}
 
@@ -393,7 +393,7 @@ func DefaultMetricsConfig() MetricsConfig {
 		GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
-			EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
+			EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
 		},
 		GpuCudaMemcpyBytes: GpuCudaMemcpyBytesMetricConfig{
 			Enabled:             true,
@@ -408,7 +408,7 @@ func DefaultMetricsConfig() MetricsConfig {
 		GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
-			EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
+			EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaKernelName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
 		},
 		GpuprobeReceiverCoverageGpuTime: GpuprobeReceiverCoverageGpuTimeMetricConfig{
 			Enabled:             true,

@@ -32,7 +32,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
+						EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
 					},
 					GpuCudaMemcpyBytes: GpuCudaMemcpyBytesMetricConfig{
 						Enabled:             true,
@@ -47,7 +47,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
+						EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaKernelName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
 					},
 					GpuprobeReceiverCoverageGpuTime: GpuprobeReceiverCoverageGpuTimeMetricConfig{
 						Enabled:             true,
@@ -86,7 +86,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
+						EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
 					},
 					GpuCudaMemcpyBytes: GpuCudaMemcpyBytesMetricConfig{
 						Enabled:             false,
@@ -101,7 +101,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
+						EnabledAttributes:   []GpuCudaThreadExecutionsByThreadMetricAttributeKey{GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaKernelName, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaThreadIndex},
 					},
 					GpuprobeReceiverCoverageGpuTime: GpuprobeReceiverCoverageGpuTimeMetricConfig{
 						Enabled:             false,
@@ -145,7 +145,7 @@ func TestGpuCudaKernelLaunchesMetricsConfig_Validate(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 
 	cfg.EnabledAttributes = []GpuCudaKernelLaunchesMetricAttributeKey{"invalid"}
-	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.kernel.launches doesn't have an attribute invalid, valid attributes: [code.function.name, cuda.device.index]")
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.kernel.launches doesn't have an attribute invalid, valid attributes: [cuda.kernel.name, cuda.device.index]")
 
 	cfg = DefaultMetricsConfig().GpuCudaKernelLaunches
 	cfg.AggregationStrategy = "invalid"
@@ -181,7 +181,7 @@ func TestGpuCudaThreadExecutionsByThreadMetricsConfig_Validate(t *testing.T) {
 	require.NoError(t, cfg.Validate())
 
 	cfg.EnabledAttributes = []GpuCudaThreadExecutionsByThreadMetricAttributeKey{"invalid"}
-	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.thread.executions.by_thread doesn't have an attribute invalid, valid attributes: [code.function.name, cuda.device.index, cuda.thread.index]")
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.thread.executions.by_thread doesn't have an attribute invalid, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.thread.index]")
 
 	cfg = DefaultMetricsConfig().GpuCudaThreadExecutionsByThread
 	cfg.AggregationStrategy = "invalid"

@@ -211,7 +211,7 @@ var MetricsInfo = metricsInfo{
 	},
 	GpuCudaKernelLaunches: metricInfo{
 		Name:       "gpu.cuda.kernel.launches",
-		Attributes: []string{"code.function.name", "cuda.device.index"},
+		Attributes: []string{"cuda.kernel.name", "cuda.device.index"},
 	},
 	GpuCudaMemcpyBytes: metricInfo{
 		Name:       "gpu.cuda.memcpy.bytes",
@@ -223,7 +223,7 @@ var MetricsInfo = metricsInfo{
 	},
 	GpuCudaThreadExecutionsByThread: metricInfo{
 		Name:       "gpu.cuda.thread.executions.by_thread",
-		Attributes: []string{"code.function.name", "cuda.device.index", "cuda.thread.index"},
+		Attributes: []string{"cuda.kernel.name", "cuda.device.index", "cuda.thread.index"},
 	},
 	GpuprobeReceiverCoverageGpuTime: metricInfo{
 		Name:       "gpuprobe.receiver.coverage.gpu_time",
@@ -326,7 +326,7 @@ func (m *metricGpuCudaKernelLaunches) init() {
 	m.aggDataPoints = m.aggDataPoints[:0]
 }
 
-func (m *metricGpuCudaKernelLaunches) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, codeFunctionNameAttributeValue string, cudaDeviceIndexAttributeValue int64) {
+func (m *metricGpuCudaKernelLaunches) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64) {
 	if !m.config.Enabled {
 		return
 	}
@@ -334,8 +334,8 @@ func (m *metricGpuCudaKernelLaunches) recordDataPoint(start pcommon.Timestamp, t
 	dp := pmetric.NewNumberDataPoint()
 	dp.SetStartTimestamp(start)
 	dp.SetTimestamp(ts)
-	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelLaunchesMetricAttributeKeyCodeFunctionName) {
-		dp.Attributes().PutStr("code.function.name", codeFunctionNameAttributeValue)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelLaunchesMetricAttributeKeyCudaKernelName) {
+		dp.Attributes().PutStr("cuda.kernel.name", cudaKernelNameAttributeValue)
 	}
 	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex) {
 		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
@@ -608,7 +608,7 @@ func (m *metricGpuCudaThreadExecutionsByThread) init() {
 	m.aggDataPoints = m.aggDataPoints[:0]
 }
 
-func (m *metricGpuCudaThreadExecutionsByThread) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, codeFunctionNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaThreadIndexAttributeValue int64) {
+func (m *metricGpuCudaThreadExecutionsByThread) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaThreadIndexAttributeValue int64) {
 	if !m.config.Enabled {
 		return
 	}
@@ -616,8 +616,8 @@ func (m *metricGpuCudaThreadExecutionsByThread) recordDataPoint(start pcommon.Ti
 	dp := pmetric.NewNumberDataPoint()
 	dp.SetStartTimestamp(start)
 	dp.SetTimestamp(ts)
-	if slices.Contains(m.config.EnabledAttributes, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCodeFunctionName) {
-		dp.Attributes().PutStr("code.function.name", codeFunctionNameAttributeValue)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaKernelName) {
+		dp.Attributes().PutStr("cuda.kernel.name", cudaKernelNameAttributeValue)
 	}
 	if slices.Contains(m.config.EnabledAttributes, GpuCudaThreadExecutionsByThreadMetricAttributeKeyCudaDeviceIndex) {
 		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
@@ -1178,8 +1178,8 @@ func (mb *MetricsBuilder) RecordGpuCudaKernelApproximateSpansDataPoint(ts pcommo
 }
 
 // RecordGpuCudaKernelLaunchesDataPoint adds a data point to gpu.cuda.kernel.launches metric.
-func (mb *MetricsBuilder) RecordGpuCudaKernelLaunchesDataPoint(ts pcommon.Timestamp, val int64, codeFunctionNameAttributeValue string, cudaDeviceIndexAttributeValue int64) {
-	mb.metricGpuCudaKernelLaunches.recordDataPoint(mb.startTime, ts, val, codeFunctionNameAttributeValue, cudaDeviceIndexAttributeValue)
+func (mb *MetricsBuilder) RecordGpuCudaKernelLaunchesDataPoint(ts pcommon.Timestamp, val int64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64) {
+	mb.metricGpuCudaKernelLaunches.recordDataPoint(mb.startTime, ts, val, cudaKernelNameAttributeValue, cudaDeviceIndexAttributeValue)
 }
 
 // RecordGpuCudaMemcpyBytesDataPoint adds a data point to gpu.cuda.memcpy.bytes metric.
@@ -1193,8 +1193,8 @@ func (mb *MetricsBuilder) RecordGpuCudaMemcpySizeDataPoint(ts pcommon.Timestamp,
 }
 
 // RecordGpuCudaThreadExecutionsByThreadDataPoint adds a data point to gpu.cuda.thread.executions.by_thread metric.
-func (mb *MetricsBuilder) RecordGpuCudaThreadExecutionsByThreadDataPoint(ts pcommon.Timestamp, val int64, codeFunctionNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaThreadIndexAttributeValue int64) {
-	mb.metricGpuCudaThreadExecutionsByThread.recordDataPoint(mb.startTime, ts, val, codeFunctionNameAttributeValue, cudaDeviceIndexAttributeValue, cudaThreadIndexAttributeValue)
+func (mb *MetricsBuilder) RecordGpuCudaThreadExecutionsByThreadDataPoint(ts pcommon.Timestamp, val int64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaThreadIndexAttributeValue int64) {
+	mb.metricGpuCudaThreadExecutionsByThread.recordDataPoint(mb.startTime, ts, val, cudaKernelNameAttributeValue, cudaDeviceIndexAttributeValue, cudaThreadIndexAttributeValue)
 }
 
 // RecordGpuprobeReceiverCoverageGpuTimeDataPoint adds a data point to gpuprobe.receiver.coverage.gpu_time metric.

@@ -87,9 +87,9 @@ func TestMetricsBuilder(t *testing.T) {
 			mb.RecordGpuCudaKernelApproximateSpansDataPoint(ts, 1)
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 1, "code.function.name-val", 17)
+			mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 1, "cuda.kernel.name-val", 17)
 			if tt.name == "reaggregate_set" {
-				mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 3, "code.function.name-val-2", 18)
+				mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 3, "cuda.kernel.name-val-2", 18)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -105,9 +105,9 @@ func TestMetricsBuilder(t *testing.T) {
 			}
 			defaultMetricsCount++
 			allMetricsCount++
-			mb.RecordGpuCudaThreadExecutionsByThreadDataPoint(ts, 1, "code.function.name-val", 17, 17)
+			mb.RecordGpuCudaThreadExecutionsByThreadDataPoint(ts, 1, "cuda.kernel.name-val", 17, 17)
 			if tt.name == "reaggregate_set" {
-				mb.RecordGpuCudaThreadExecutionsByThreadDataPoint(ts, 3, "code.function.name-val-2", 18, 18)
+				mb.RecordGpuCudaThreadExecutionsByThreadDataPoint(ts, 3, "cuda.kernel.name-val-2", 18, 18)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -202,9 +202,9 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.Equal(t, ts, dp.Timestamp())
 						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
 						assert.Equal(t, int64(1), dp.IntValue())
-						codeFunctionNameAttrVal, ok := dp.Attributes().Get("code.function.name")
+						cudaKernelNameAttrVal, ok := dp.Attributes().Get("cuda.kernel.name")
 						assert.True(t, ok)
-						assert.Equal(t, "code.function.name-val", codeFunctionNameAttrVal.Str())
+						assert.Equal(t, "cuda.kernel.name-val", cudaKernelNameAttrVal.Str())
 						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
 						assert.True(t, ok)
 						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
@@ -231,7 +231,7 @@ func TestMetricsBuilder(t *testing.T) {
 						case "max":
 							assert.Equal(t, int64(3), dp.IntValue())
 						}
-						_, ok := dp.Attributes().Get("code.function.name")
+						_, ok := dp.Attributes().Get("cuda.kernel.name")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("cuda.device.index")
 						assert.False(t, ok)
@@ -349,9 +349,9 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.Equal(t, ts, dp.Timestamp())
 						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
 						assert.Equal(t, int64(1), dp.IntValue())
-						codeFunctionNameAttrVal, ok := dp.Attributes().Get("code.function.name")
+						cudaKernelNameAttrVal, ok := dp.Attributes().Get("cuda.kernel.name")
 						assert.True(t, ok)
-						assert.Equal(t, "code.function.name-val", codeFunctionNameAttrVal.Str())
+						assert.Equal(t, "cuda.kernel.name-val", cudaKernelNameAttrVal.Str())
 						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
 						assert.True(t, ok)
 						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
@@ -381,7 +381,7 @@ func TestMetricsBuilder(t *testing.T) {
 						case "max":
 							assert.Equal(t, int64(3), dp.IntValue())
 						}
-						_, ok := dp.Attributes().Get("code.function.name")
+						_, ok := dp.Attributes().Get("cuda.kernel.name")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("cuda.device.index")
 						assert.False(t, ok)

@@ -77,12 +77,20 @@ func stripIndices(path string) (string, []int64) {
 	return b.String(), idx
 }
 
-// indexAttr names the attribute of the n-th array index of a field path.
+// Attributes of a user-map data point, in the receiver's namespace so
+// that they never pass for an application's or a convention's.
+const (
+	AttrMapKey   = "gpuprobe.map.key"   // the map key
+	AttrMapIndex = "gpuprobe.map.index" // the first array index of a field path
+)
+
+// indexAttr names the attribute of the n-th array index of a field path:
+// gpuprobe.map.index, then gpuprobe.map.index.1, ….
 func indexAttr(n int) string {
 	if n == 0 {
-		return "index"
+		return AttrMapIndex
 	}
-	return "index." + strconv.Itoa(n)
+	return AttrMapIndex + "." + strconv.Itoa(n)
 }
 
 // memberTags collects the decl tags of the struct and union members of t,

@@ -76,8 +76,8 @@ func TestKernelArraysToMetrics(t *testing.T) {
 			}
 			c := NewCollector(CollectorOptions{})
 			for round, want := range []map[string]float64{
-				{"gpuprobe.map.hstats.calls{key=2}": 7, "gpuprobe.map.hstats.delta{key=5}": -3, "gpuprobe.map.hstats.calls{key=5}": 1},
-				{"gpuprobe.map.hstats.calls{key=2}": 9, "gpuprobe.map.hstats.delta{key=5}": 4},
+				{"gpuprobe.map.hstats.calls{gpuprobe.map.key=2}": 7, "gpuprobe.map.hstats.delta{gpuprobe.map.key=5}": -3, "gpuprobe.map.hstats.calls{gpuprobe.map.key=5}": 1},
+				{"gpuprobe.map.hstats.calls{gpuprobe.map.key=2}": 9, "gpuprobe.map.hstats.delta{gpuprobe.map.key=5}": 4},
 			} {
 				if round == 0 {
 					put(2, 7, 0)
@@ -94,7 +94,7 @@ func TestKernelArraysToMetrics(t *testing.T) {
 						t.Errorf("round %d: %s = %v (present %v), want %v", round, k, g, ok, v)
 					}
 				}
-				if _, ok := got["gpuprobe.map.hstats.calls{key=0}"]; ok {
+				if _, ok := got["gpuprobe.map.hstats.calls{gpuprobe.map.key=0}"]; ok {
 					t.Errorf("round %d: untouched key 0 reported", round)
 				}
 				if hasPID(sm) {
@@ -287,11 +287,11 @@ func TestKernelRingsToSpans(t *testing.T) {
 	c.AppendMetrics(sm, []*Instance{in}, time.Now())
 	got := points(sm)
 	for k, v := range map[string]float64{
-		"gpuprobe.map.calls.value{key=0}":    5,
-		"gpuprobe.map.calls.value{key=1}":    5,
-		"gpuprobe.map.argstat.sum_a{key=0}":  10,
-		"gpuprobe.map.argstat.last_b{key=0}": 1028,
-		"gpuprobe.map.shared.value{key=0}":   1004, // mmapable: read through the mapping
+		"gpuprobe.map.calls.value{gpuprobe.map.key=0}":    5,
+		"gpuprobe.map.calls.value{gpuprobe.map.key=1}":    5,
+		"gpuprobe.map.argstat.sum_a{gpuprobe.map.key=0}":  10,
+		"gpuprobe.map.argstat.last_b{gpuprobe.map.key=0}": 1028,
+		"gpuprobe.map.shared.value{gpuprobe.map.key=0}":   1004, // mmapable: read through the mapping
 	} {
 		if g, ok := got[k]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)

@@ -110,7 +110,7 @@ func buildHist(m pmetric.Metric) {
 }
 
 // AppendMetrics appends the current values of every array map of ins to
-// sm: per key (attribute "key") and numeric field, a sum or gauge data point
+// sm: per key (attribute gpuprobe.map.key) and numeric field, a sum or gauge data point
 // for plain arrays, an exponential histogram over the active lanes for
 // per-thread and per-warp arrays.
 func (c *Collector) AppendMetrics(sm pmetric.MetricSlice, ins []*Instance, now time.Time) {
@@ -191,7 +191,7 @@ func floatOf(f *btfdecode.Field) float64 {
 
 // pointAttrs sets the attributes of a map data point.
 func pointAttrs(a pcommon.Map, in *Instance, key uint64, fd *field) {
-	a.PutInt("key", int64(key))
+	a.PutInt(AttrMapKey, int64(key))
 	for n, ix := range fd.index {
 		a.PutInt(indexAttr(n), ix)
 	}

@@ -550,7 +550,7 @@ func (so *spanOut) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall
 		a.PutBool("cuda.graph.approximate", true)
 		a.PutStr("cuda.graph.approximate.closed_by", sync.API.String())
 	} else {
-		a.PutStr("code.function.name", ol.kernel.name)
+		a.PutStr("cuda.kernel.name", ol.kernel.name)
 		if ol.kernel.mangled != "" {
 			a.PutStr("cuda.kernel.mangled_name", ol.kernel.mangled)
 		}

@@ -98,10 +98,13 @@ func TestApproximateSpans(t *testing.T) {
 			}
 			wantStream := tc.launch[1].r.(*record.HostCall).Args[5]
 			attrsEqual(t, ap, map[string]any{"cuda.kernel.approximate": true, "cuda.kernel.approximate.closed_by": tc.closedBy,
-				"code.function.name": "_Z3fooi", "cuda.kernel.mangled_name": "_Z3fooi", "cuda.grid.x": int64(4), "cuda.block.x": int64(128),
+				"cuda.kernel.name": "_Z3fooi", "cuda.kernel.mangled_name": "_Z3fooi", "cuda.grid.x": int64(4), "cuda.block.x": int64(128),
 				"cuda.stream": int64(wantStream), "process.pid": int64(pid), "thread.id": int64(tid)})
 			if _, ok := ap.Attributes().Get("cuda.api.category"); ok {
 				t.Error("approximate span has cuda.api.category")
+			}
+			if _, ok := ap.Attributes().Get("code.function.name"); ok {
+				t.Error("approximate span has code.function.name, want the kernel in cuda.kernel.name only")
 			}
 			attrsEqual(t, rt, map[string]any{"cuda.kernel.name": "_Z3fooi"})
 			if c := tr.Counters(); c.ApproxSpans != 1 || c.ApproxUnclosed != 0 {

@@ -197,16 +197,12 @@ func (ct *clientTable) onDevice(c *client, d *record.Device) {
 	ct.procOf(c.src).putDevice(d.Device, c.devices[d.Device])
 }
 
-// deviceUUID is a device's UUID as nvidia-smi and NVIDIA_VISIBLE_DEVICES
-// write it: "MIG-…" for a MIG instance (the shim sends its own UUID, and
-// the driver names it "<GPU> MIG <profile>", e.g. "NVIDIA A100-SXM4-40GB
-// MIG 1g.5gb"), else "GPU-…".
+// deviceUUID is a device's cuda.device.uuid: the bare UUID, as OBI writes
+// it (nvidia-smi's, less its "GPU-" or "MIG-" prefix). For a MIG instance
+// it is the instance's own UUID (the shim sends cuDeviceGetUuid_v2's), so
+// two instances of one GPU are two devices.
 func deviceUUID(d *record.Device) string {
-	u := d.UUIDString()
-	if strings.Contains(d.Name, " MIG ") {
-		return "MIG" + strings.TrimPrefix(u, "GPU")
-	}
-	return u
+	return strings.TrimPrefix(d.UUIDString(), "GPU-")
 }
 
 // validate rewrites the client-supplied identity fields of a decoded record

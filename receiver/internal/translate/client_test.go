@@ -280,7 +280,7 @@ func TestKernelNameUTF8(t *testing.T) {
 	}
 	eachMetric(tr.Metrics(time.Now(), nil), func(m pmetric.Metric) {
 		if m.Name() == MetricLaunches {
-			v, _ := m.Sum().DataPoints().At(0).Attributes().Get("code.function.name")
+			v, _ := m.Sum().DataPoints().At(0).Attributes().Get("cuda.kernel.name")
 			names = append(names, v.Str())
 		}
 	})

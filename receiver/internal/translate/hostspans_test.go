@@ -11,7 +11,7 @@ import (
 // TestHostSpans checks the spans of host calls (copies and syncs): name,
 // times, ids, attributes, and that sampling drops them.
 func TestHostSpans(t *testing.T) {
-	const uuid = "GPU-01020304-0000-0000-0000-000000000000"
+	const uuid = "01020304-0000-0000-0000-000000000000"
 	tests := []struct {
 		name    string
 		rec     interface{ Append([]byte) []byte }

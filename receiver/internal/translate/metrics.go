@@ -220,7 +220,7 @@ func (p *procSeries) appendThreadSeries(sm pmetric.MetricSlice, all []*series, s
 }
 
 func (p *procSeries) kernelAttrs(a pcommon.Map, name string, dev uint32) {
-	a.PutStr("code.function.name", name)
+	a.PutStr("cuda.kernel.name", name)
 	p.deviceAttrs(a, dev)
 }
 

@@ -61,7 +61,7 @@ func TestTwoPodsDeviceZero(t *testing.T) {
 	feedSrc(t, tr, 1, gpuStream(1, 0, 2), now)
 	feedSrc(t, tr, 2, gpuStream(2, 7_000_123, 3), now)
 
-	uuid := func(b byte) string { return fmt.Sprintf("GPU-%02xaa0000-0000-0000-0000-000000000000", b) }
+	uuid := func(b byte) string { return fmt.Sprintf("%02xaa0000-0000-0000-0000-000000000000", b) }
 	want := map[int64]struct {
 		pod, uuid string
 		launches  int64
@@ -283,7 +283,10 @@ func TestSeriesBounded(t *testing.T) {
 			}
 			for k := range m.Sum().DataPoints().Len() {
 				a := m.Sum().DataPoints().At(k).Attributes()
-				name, ok := a.Get("code.function.name")
+				if _, ok := a.Get("code.function.name"); ok {
+					t.Errorf("%s has code.function.name, want the kernel in cuda.kernel.name", m.Name())
+				}
+				name, ok := a.Get("cuda.kernel.name")
 				if !ok {
 					name, _ = a.Get("cuda.memcpy.kind")
 				}
@@ -302,13 +305,14 @@ func TestSeriesBounded(t *testing.T) {
 	}
 }
 
-// TestDeviceUUID: a MIG instance's UUID is written as nvidia-smi writes it.
+// TestDeviceUUID: cuda.device.uuid is the bare UUID (OBI's form, without
+// nvidia-smi's "GPU-" or "MIG-"), a MIG instance's as a GPU's.
 func TestDeviceUUID(t *testing.T) {
 	u := [16]byte{0xc6, 0xd4, 0xf1, 0xef, 0x42, 0xe4, 0x5d, 0xe3, 0x91, 0xc7, 0x45, 0xd7, 0x1c, 0x87, 0xeb, 0x3f}
 	tests := []struct{ name, want string }{
-		{"NVIDIA H100 80GB HBM3", "GPU-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"},
-		{"NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"},
-		{"", "GPU-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"},
+		{"NVIDIA H100 80GB HBM3", "c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"},
+		{"NVIDIA A100-SXM4-40GB MIG 1g.5gb", "c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"},
+		{"", "c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"},
 	}
 	for _, tc := range tests {
 		if got := deviceUUID(&record.Device{UUID: u, Name: tc.name}); got != tc.want {

@@ -138,7 +138,7 @@ func (so *spanOut) launchSpans(l *launch) {
 
 	a := root.Attributes()
 	a.EnsureCapacity(20)
-	a.PutStr("code.function.name", l.k.name)
+	a.PutStr("cuda.kernel.name", l.k.name)
 	a.PutStr("cuda.kernel.mangled_name", l.k.mangled)
 	a.PutInt("cuda.launch.id", int64(r.LaunchID))
 	if l.graph.chain != nil {

@@ -18,7 +18,7 @@ func threadSeries(md pmetric.Metrics, k string) map[int64]int64 {
 		}
 		for j := range m.Sum().DataPoints().Len() {
 			dp := m.Sum().DataPoints().At(j)
-			if v, _ := dp.Attributes().Get("code.function.name"); v.Str() != k {
+			if v, _ := dp.Attributes().Get("cuda.kernel.name"); v.Str() != k {
 				continue
 			}
 			idx, _ := dp.Attributes().Get("cuda.thread.index")

@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,8 +129,8 @@ func TestLaunchSpans(t *testing.T) {
 		t.Errorf("launch span [%d, %d]", r.StartTimestamp()-realBase, r.EndTimestamp()-realBase)
 	}
 	wantAttrs := map[string]any{
-		"code.function.name": "vecAdd(float*, float*, float*, int)", "cuda.kernel.mangled_name": "_Z6vecAddPfS_S_i",
-		"cuda.launch.id": int64(1), "cuda.device.index": int64(0), "cuda.device.uuid": "GPU-01020304-0000-0000-0000-000000000000",
+		"cuda.kernel.name": "vecAdd(float*, float*, float*, int)", "cuda.kernel.mangled_name": "_Z6vecAddPfS_S_i",
+		"cuda.launch.id": int64(1), "cuda.device.index": int64(0), "cuda.device.uuid": "01020304-0000-0000-0000-000000000000",
 		"cuda.stream": int64(7), "cuda.grid.x": int64(2), "cuda.grid.y": int64(1), "cuda.block.x": int64(64),
 		"process.pid": int64(42), "thread.id": int64(43), "cuda.warps.observed": int64(4), "cuda.warps.expected": int64(4),
 		"cuda.warp.exit_skew.max": int64(100), "cuda.launch.api": "cuLaunchKernel",
@@ -138,6 +139,15 @@ func TestLaunchSpans(t *testing.T) {
 		if v, ok := r.Attributes().Get(k); !ok || v.AsRaw() != w {
 			t.Errorf("attribute %s = %v, want %v", k, v.AsRaw(), w)
 		}
+	}
+	// The kernel is cuda.kernel.name (OBI's), as on host-call launch
+	// spans and the kernel series; code.function.name is a CUDA entry
+	// point's, on host-call spans only.
+	if v, ok := r.Attributes().Get("code.function.name"); ok {
+		t.Errorf("launch span has code.function.name = %v", v.AsRaw())
+	}
+	if v, _ := r.Attributes().Get("cuda.device.uuid"); strings.HasPrefix(v.Str(), "GPU-") {
+		t.Errorf("cuda.device.uuid %q has nvidia-smi's prefix, want OBI's bare UUID", v.Str())
 	}
 }
 
@@ -217,7 +227,7 @@ func metricPoints(md pmetric.Metrics) map[string]map[string]uint64 {
 }
 
 func attrString(a pcommon.Map) string {
-	if v, ok := a.Get("code.function.name"); ok {
+	if v, ok := a.Get("cuda.kernel.name"); ok {
 		return v.Str()
 	}
 	if v, ok := a.Get("cuda.memcpy.kind"); ok {
