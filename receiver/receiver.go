@@ -20,6 +20,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -53,11 +54,13 @@ type gpuReceiver struct {
 	hc     *hostCalls // GPU programs' host calls (hostcalls.go)
 }
 
-// consumers are the pipelines the receiver feeds.
+// consumers are the pipelines the receiver feeds, and the internal
+// telemetry.
 type consumers struct {
 	traces  consumer.Traces
 	metrics consumer.Metrics
-	view    metricView // what of the metrics the configuration keeps
+	view    metricView     // what of the metrics the configuration keeps
+	self    *selfTelemetry // the self-metrics' observable instruments (selftel.go; set at start)
 }
 
 // running is what start sets going and stop ends.
@@ -124,6 +127,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	r.maps.defs = defs
 	r.tel = tel
+	r.out.self = newSelfTelemetry(metadata.Meter(r.set.TelemetrySettings), r.log)
 	if r.patch.patcher, err = r.newPatcher(); err != nil {
 		tel.Shutdown()
 		return err
@@ -456,7 +460,8 @@ func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 	}
 }
 
-// selfMetrics are the receiver's own counters in the metrics stream.
+// selfMetrics are the receiver's own counters (selftel.go says where they
+// go).
 func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 	c := r.tr.Counters()
 	return append([]translate.SelfMetric{
@@ -495,14 +500,26 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 	r.mu.Unlock()
 	defer closeInstances(r.log, retired)
 	if mc == nil {
+		// No metrics pipeline: the self-metrics still go to the internal
+		// telemetry.
+		sm := pmetric.NewMetricSlice()
+		r.tr.AppendMetrics(sm, now, r.selfMetrics())
+		r.out.self.observe(sm)
 		return
 	}
 	md := r.tr.Metrics(now, r.selfMetrics())
+	sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
 	if len(live)+len(retired) > 0 {
-		sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
 		r.maps.col.AppendMetrics(sm, append(live, retired...), now)
 	}
+	r.out.self.observe(sm)
+	if !r.cfg.Telemetry.InPipeline {
+		dropSelf(md)
+	}
 	r.out.view.apply(md)
+	if md.ResourceMetrics().Len() == 0 {
+		return
+	}
 	if err := mc.ConsumeMetrics(ctx, md); err != nil {
 		r.log.Debug("gpuprobe: metrics refused by the pipeline", zap.Error(err))
 	}
@@ -541,6 +558,9 @@ func (r *gpuReceiver) stop() error {
 	r.run.cancel = nil
 	if r.tel != nil {
 		r.tel.Shutdown()
+	}
+	if r.out.self != nil {
+		r.out.self.shutdown()
 	}
 	r.mu.Lock()
 	all := append([]*source(nil), r.srcs.list...)
