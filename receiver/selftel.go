@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/otel/attribute"
@@ -208,4 +209,34 @@ func dropSelf(md pmetric.Metrics) {
 		})
 		return rm.ScopeMetrics().Len() == 0
 	})
+}
+
+// spansCapped says, once per client, that its spans went over the cap.
+func (r *gpuReceiver) spansCapped(pid uint32) {
+	r.log.Warn("gpuprobe: a process is over limits::spans_per_second; its traces beyond it are dropped and counted in "+
+		translate.MetricSpansRateLimited+" (its metrics still count every launch)",
+		zap.Uint32("pid", pid), zap.Int("limits::spans_per_second", r.cfg.Limits.SpansPerSecond))
+}
+
+// selfMetrics are the receiver's own counters (selftel.go says where they
+// go).
+func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
+	c := r.tr.Counters()
+	return append([]translate.SelfMetric{
+		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead + r.maps.stats.Records},
+		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, invalid, or left unread by a gone client).", Value: r.counts.dropped},
+		{Name: "gpuprobe.receiver.records.corrupt", Unit: "{record}", Desc: "Records whose length field exceeded their ring slot.", Value: r.counts.corrupt},
+		{Name: "gpuprobe.receiver.clients.disconnected", Unit: "{client}", Desc: "Clients let go for breaking a ring invariant (by reason in the collector's own telemetry).", Value: r.counts.disconnected},
+		{Name: "gpuprobe.receiver.launches.evicted", Unit: "{launch}", Desc: "Launches emitted before all their records arrived.", Value: c.LaunchesEvicted + c.LaunchesExpired},
+		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.counts.spansErr},
+		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patch.patched.Load()},
+		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
+		{Name: "gpuprobe.receiver.devices.folded", Unit: "{record}", Desc: "Records naming a device their client did not report, counted under device index -1.", Value: c.DevicesFolded},
+		{Name: "gpuprobe.receiver.calibrations.rejected", Unit: "{record}", Desc: "Clock calibration records rejected as implausible.", Value: c.CalibrationsBad},
+		{Name: "gpuprobe.receiver.resource.rejected", Unit: "{variable}", Desc: "OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES values of clients discarded as malformed or too long.", Value: r.srcs.res.rejected.Load()},
+		{Name: "gpuprobe.receiver.series.folded", Unit: "{record}", Desc: "Records counted in their process's overflow series (kernel other, device -1) because the series limit was reached.", Value: c.SeriesFolded},
+		{Name: "gpuprobe.receiver.processes.folded", Unit: "{process}", Desc: "Processes whose metrics went into the shared overflow resource because the process limit was reached.", Value: c.ProcessesFolded},
+		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patch.failed.Load()},
+		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.patch.skips.Load()},
+	}, append(r.hostSelfMetrics(), r.hc.metrics()...)...)
 }
