@@ -80,6 +80,30 @@ func TestSelfTelemetryRoute(t *testing.T) {
 	}
 }
 
+// TestSelfTelemetryWithoutMetricsPipeline checks that a collector with
+// only a traces pipeline still gets the self-metrics in its internal
+// telemetry.
+func TestSelfTelemetryWithoutMetricsPipeline(t *testing.T) {
+	tel := componenttest.NewTelemetry()
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	f := NewFactory()
+	tr, err := f.CreateTraces(context.Background(), metadatatest.NewSettings(tel), testConfig(t), new(consumertest.TracesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(os.Getpid())
+	produceLaunch(t, tr.(*handle).r, pid)
+	waitFor(t, "coverage in the internal telemetry", func() bool {
+		return internalSum(tel, "otelcol_gpuprobe.receiver.coverage.launches", attribute.Int64("process.pid", int64(pid))) == 1
+	})
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // produceLaunch writes one complete launch of pid into a ring of r.
 func produceLaunch(t *testing.T, r *gpuReceiver, pid uint32) {
 	t.Helper()
