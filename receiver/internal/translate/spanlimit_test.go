@@ -142,3 +142,27 @@ func handle(t *testing.T, tr *Translator, src uint32, r interface{ Append([]byte
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkMemcpySpans is the cost of a copy's span without the cap,
+// under a cap never reached (kept), and over it (dropped and counted).
+func BenchmarkMemcpySpans(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		rate int
+	}{{"nocap", 0}, {"kept", 1 << 30}, {"dropped", 1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			tr := newTr(Options{SpanLimit: SpanLimitOptions{PerSecond: bc.rate}})
+			rec := (&record.Memcpy{PID: 7, Bytes: 1, StartNS: 1, EndNS: 2}).Append(nil)
+			now := time.Now()
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if err := tr.Handle(1, rec, now); err != nil {
+					b.Fatal(err)
+				}
+				if i%1024 == 1023 {
+					tr.TakeTraces()
+				}
+			}
+		})
+	}
+}
