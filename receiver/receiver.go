@@ -175,6 +175,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		Clock:           mapper,
 		Device:          r.tr.LastDevice,
 		Logger:          r.log,
+		AdmitSpan:       r.tr.AdmitSpans,
 	})
 	if err := r.listen(); err != nil {
 		r.tel.Shutdown()

@@ -84,6 +84,11 @@ type spanLimit struct {
 	swept time.Time // the latest sweep for idle buckets
 }
 
+// AdmitSpans says whether the next trace of process pid, of n spans, is
+// kept under limits::spans_per_second (counted when it is not): for the
+// spans built outside the Translator (user programs' ring records).
+func (t *Translator) AdmitSpans(pid uint32, n int) bool { return t.spans.limit.admit(pid, n) }
+
 // admit says whether the next trace of pid, of n spans, is kept, and
 // counts it when it is not.
 func (sl *spanLimit) admit(pid uint32, n int) bool {
