@@ -127,7 +127,6 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	r.maps.defs = defs
 	r.tel = tel
-	r.out.self = newSelfTelemetry(metadata.Meter(r.set.TelemetrySettings), r.log)
 	if r.patch.patcher, err = r.newPatcher(); err != nil {
 		tel.Shutdown()
 		return err
@@ -138,6 +137,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 
 	r.host = startHost(r.log, r.cfg)
 	r.srcs.res.hostName, _ = os.Hostname()
+	r.out.self = newSelfTelemetry(metadata.Meter(r.set.TelemetrySettings), r.log)
 	mapper := clock.New()
 	r.mapper = mapper
 	if off, err := monoOffset(); err == nil {
@@ -163,7 +163,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 			NoApproximateKernels: !r.cfg.HostProbes.ApproximateKernels,
 		},
 		Windows: translate.WindowOptions{Wait: windowWait(r.cfg.Windows.Wait),
-			OnState: (&windowReports{log: r.log, tel: tel}).state},
+			OnState: (&windowReports{log: r.log, tel: tel}).state, OnProbeOffset: r.out.self.offsets.record},
 		SpanLimit: translate.SpanLimitOptions{PerSecond: r.cfg.Limits.SpansPerSecond,
 			OnCapped: r.spansCapped},
 	})

@@ -2,10 +2,12 @@ package receiver
 
 import (
 	"context"
+	"math"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/gpuprobe/gpuprobe/receiver/internal/metadata"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadatatest"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -13,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/zap"
 )
 
 // TestSelfTelemetryRoute checks where the self-metrics go: always to the
@@ -208,6 +211,36 @@ func TestBuilderMetricsMatchMetadata(t *testing.T) {
 	for n := range builderMetrics {
 		if !listed[n] {
 			t.Errorf("%s: in builderMetrics, not in metadata.yaml's telemetry section", n)
+		}
+	}
+}
+
+// TestProbeOffsetsInternal checks the probe offsets' histogram in the
+// internal telemetry: one point per edge and direction recorded.
+func TestProbeOffsetsInternal(t *testing.T) {
+	tel := componenttest.NewTelemetry()
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	po := newProbeOffsets(metadata.Meter(tel.NewTelemetrySettings()), zap.NewNop())
+	po.record(1, 0, 2e-6)
+	po.record(1, 0, 3e-6)
+	po.record(0, 1, 1e-7)
+	m, err := tel.GetMetric("otelcol_gpuprobe.receiver.windows.probe_offset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]float64{} // edge/direction → count, sum
+	for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+		e, _ := dp.Attributes.Value("gpuprobe.windows.edge")
+		d, _ := dp.Attributes.Value("gpuprobe.windows.direction")
+		got[e.AsString()+"/"+d.AsString()] = [2]float64{float64(dp.Count), dp.Sum}
+	}
+	want := map[string][2]float64{"end/inside": {2, 5e-6}, "start/outside": {1, 1e-7}}
+	if len(got) != len(want) {
+		t.Fatalf("points %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if g := got[k]; g[0] != w[0] || math.Abs(g[1]-w[1]) > 1e-15 {
+			t.Errorf("%s: count, sum %v, want %v", k, g, w)
 		}
 	}
 }

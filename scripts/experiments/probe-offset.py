@@ -2,8 +2,8 @@
 from the driver's (gpuprobe.receiver.windows.probe_offset), per edge and
 direction, from a collector's file exporter (issue 17: the two must agree
 within the clock calibration's bound). The receiver needs
-telemetry::in_pipeline: true (the histogram is a self-metric, and only the
-pipeline copy has it)."""
+telemetry::in_pipeline: true (a self-metric: the file exporter of the
+pipeline gets it only then)."""
 import json
 import sys
 

@@ -56,6 +56,10 @@ type WindowOptions struct {
 	// OnState, if set, is called when a client's windows state changes,
 	// with the client's peer pid (0: unknown).
 	OnState func(pid uint32, s record.WindowState)
+	// OnProbeOffset, if set, gets each probe offset as it is recorded in
+	// gpuprobe.receiver.windows.probe_offset: edge and direction index
+	// EdgeNames and DirectionNames.
+	OnProbeOffset func(edge, direction int, secs float64)
 }
 
 // MetricOptions shape the metric series.
