@@ -30,6 +30,7 @@ type Config struct {
 	Windows         WindowsConfig    `mapstructure:"windows"`
 	Resource        ResourceConfig   `mapstructure:"resource"`
 	Histograms      HistogramsConfig `mapstructure:"histograms"`
+	Telemetry       TelemetryConfig  `mapstructure:"telemetry"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -157,6 +158,10 @@ type LimitsConfig struct {
 	LaunchTimeout time.Duration `mapstructure:"launch_timeout"`
 	// MaxMapKeys bounds the series made from one user array map.
 	MaxMapKeys int `mapstructure:"max_map_keys"`
+	// SpansPerSecond caps the spans of one process (one client): a token
+	// bucket of this rate and burst; traces over it are dropped and
+	// counted, their launches still counted in the metrics. 0: no cap.
+	SpansPerSecond int `mapstructure:"spans_per_second"`
 }
 
 // HostProbesConfig controls host-side uprobes (loaded into Linux).
@@ -204,6 +209,14 @@ type WindowsConfig struct {
 	Wait time.Duration `mapstructure:"wait"`
 }
 
+// TelemetryConfig routes the receiver's own telemetry.
+type TelemetryConfig struct {
+	// InPipeline also emits the gpuprobe.receiver.* self-metrics into the
+	// metrics pipeline beside the GPU data; they always go to the
+	// collector's internal telemetry.
+	InPipeline bool `mapstructure:"in_pipeline"`
+}
+
 // Values of host_probes::shim_processes.
 const (
 	ShimProcessesSkip = "skip"
@@ -231,7 +244,10 @@ const (
 	DefaultMaxPendingLaunches = 65536
 	DefaultLaunchTimeout      = 5 * time.Second
 	DefaultMaxMapKeys         = 256
-	DefaultPollInterval       = 10 * time.Millisecond
+	// DefaultSpansPerSecond caps each process's spans (limits::
+	// spans_per_second; docs/configuration.md says why this size).
+	DefaultSpansPerSecond = 20000
+	DefaultPollInterval   = 10 * time.Millisecond
 	// DefaultDeviceMaxPerSecond caps the device probes of each patched
 	// kernel for always-on use: a launch-bound loop of a patched kernel
 	// then costs what the shim and the windows cost (issue 17).
@@ -265,6 +281,7 @@ func Default() *Config {
 			MaxPendingLaunches: DefaultMaxPendingLaunches,
 			LaunchTimeout:      DefaultLaunchTimeout,
 			MaxMapKeys:         DefaultMaxMapKeys,
+			SpansPerSecond:     DefaultSpansPerSecond,
 		},
 		PollInterval:    DefaultPollInterval,
 		MetricsInterval: DefaultMetricsInterval,

@@ -48,13 +48,14 @@ func TestLoadYAML(t *testing.T) {
 			c.Sampling = SamplingConfig{OneIn: 10, DeviceOneIn: 8, DeviceMaxPerSecond: 200, MinDuration: 5 * time.Microsecond}
 			c.Buffers = BuffersConfig{RingSlots: 4096, SlotSize: 256, MaxThreads: 65536, MapEntries: 512}
 			c.Limits = LimitsConfig{MaxKernelNames: 20, MaxThreadSeries: 16, PerThreadSeries: true, MaxPendingLaunches: 1000,
-				LaunchTimeout: 2 * time.Second, MaxMapKeys: 64}
+				LaunchTimeout: 2 * time.Second, MaxMapKeys: 64, SpansPerSecond: 500}
 			c.PollInterval = 5 * time.Millisecond
 			c.HostProbes = HostProbesConfig{Enabled: true, LibraryPaths: []string{"/usr/lib/x86_64-linux-gnu"},
 				Ldconfig: false, ScanInterval: 2 * time.Second, ApproximateKernels: false, HostCallGrace: 50 * time.Millisecond,
 				ShimProcesses: ShimProcessesAll, MaxProcesses: 32}
 			c.Windows.Wait = 500 * time.Millisecond
 			c.Resource.ServiceName = "trainer"
+			c.Telemetry.InPipeline = true
 			return c
 		}},
 		{id: "gpuprobe/badkey", wantErr: "one_in_n"},
@@ -152,6 +153,7 @@ func TestValidateErrors(t *testing.T) {
 		{"per_thread_series without series", func(c *Config) { c.Limits.PerThreadSeries, c.Limits.MaxThreadSeries = true, 0 }, "limits::per_thread_series: needs limits::max_thread_series ≥ 1, got 0"},
 		{"max_thread_series negative", func(c *Config) { c.Limits.MaxThreadSeries = -1 }, "limits::max_thread_series: must be between 0 and 1048576, got -1"},
 		{"max_pending zero", func(c *Config) { c.Limits.MaxPendingLaunches = 0 }, "limits::max_pending_launches: must be between 1 and 4194304, got 0"},
+		{"spans_per_second negative", func(c *Config) { c.Limits.SpansPerSecond = -1 }, "limits::spans_per_second: must be between 0 (no cap) and 10000000, got -1"},
 		{"launch_timeout zero", func(c *Config) { c.Limits.LaunchTimeout = 0 }, "limits::launch_timeout: must be between 0s (exclusive) and 24h0m0s, got 0s"},
 		{"max_map_keys zero", func(c *Config) { c.Limits.MaxMapKeys = 0 }, "limits::max_map_keys: must be between 1 and 65536, got 0"},
 		{"poll too fast", func(c *Config) { c.PollInterval = time.Microsecond }, "poll_interval: must be between 100µs and 1m0s, got 1µs"},

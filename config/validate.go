@@ -29,7 +29,8 @@ const (
 	maxThreadSeries   = 1 << 20
 	maxPendingCap     = 1 << 22
 	maxMapKeysCap     = 1 << 16
-	maxDeviceRate     = 1000000 // sampling::device_max_per_second: a gap of at least 1 µs
+	maxSpanRate       = 10000000 // limits::spans_per_second
+	maxDeviceRate     = 1000000  // sampling::device_max_per_second: a gap of at least 1 µs
 	minPollInterval   = 100 * time.Microsecond
 	maxPollInterval   = time.Minute
 	maxIDs            = 1024 // agent::allowed_uids, agent::allowed_gids
@@ -323,6 +324,9 @@ func (m *LimitsConfig) validate(l *errs) {
 	}
 	if m.MaxMapKeys < 1 || m.MaxMapKeys > maxMapKeysCap {
 		l.add("limits::max_map_keys", "must be between 1 and %d, got %d", maxMapKeysCap, m.MaxMapKeys)
+	}
+	if m.SpansPerSecond < 0 || m.SpansPerSecond > maxSpanRate {
+		l.add("limits::spans_per_second", "must be between 0 (no cap) and %d, got %d", maxSpanRate, m.SpansPerSecond)
 	}
 }
 

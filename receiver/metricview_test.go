@@ -83,6 +83,7 @@ func TestMetricViewEndToEnd(t *testing.T) {
 			"gpu.cuda.memcpy.size":     map[string]any{"enabled": true},
 		},
 		"resource_attributes": map[string]any{"host.name": map[string]any{"enabled": false}},
+		"telemetry":           map[string]any{"in_pipeline": true},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/receiver"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -53,11 +54,13 @@ type gpuReceiver struct {
 	hc     *hostCalls // GPU programs' host calls (hostcalls.go)
 }
 
-// consumers are the pipelines the receiver feeds.
+// consumers are the pipelines the receiver feeds, and the internal
+// telemetry.
 type consumers struct {
 	traces  consumer.Traces
 	metrics consumer.Metrics
-	view    metricView // what of the metrics the configuration keeps
+	view    metricView     // what of the metrics the configuration keeps
+	self    *selfTelemetry // the self-metrics' observable instruments (selftel.go; set at start)
 }
 
 // running is what start sets going and stop ends.
@@ -134,6 +137,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 
 	r.host = startHost(r.log, r.cfg)
 	r.srcs.res.hostName, _ = os.Hostname()
+	r.out.self = newSelfTelemetry(metadata.Meter(r.set.TelemetrySettings), r.log)
 	mapper := clock.New()
 	r.mapper = mapper
 	if off, err := monoOffset(); err == nil {
@@ -159,7 +163,9 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 			NoApproximateKernels: !r.cfg.HostProbes.ApproximateKernels,
 		},
 		Windows: translate.WindowOptions{Wait: windowWait(r.cfg.Windows.Wait),
-			OnState: (&windowReports{log: r.log, tel: tel}).state},
+			OnState: (&windowReports{log: r.log, tel: tel}).state, OnProbeOffset: r.out.self.offsets.record},
+		SpanLimit: translate.SpanLimitOptions{PerSecond: r.cfg.Limits.SpansPerSecond,
+			OnCapped: r.spansCapped},
 	})
 	r.maps.col = progmaps.NewCollector(progmaps.CollectorOptions{
 		MaxMapKeys:      r.cfg.Limits.MaxMapKeys,
@@ -169,6 +175,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		Clock:           mapper,
 		Device:          r.tr.LastDevice,
 		Logger:          r.log,
+		AdmitSpan:       r.tr.AdmitSpans,
 	})
 	if err := r.listen(); err != nil {
 		r.tel.Shutdown()
@@ -465,28 +472,6 @@ func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 	}
 }
 
-// selfMetrics are the receiver's own counters in the metrics stream.
-func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
-	c := r.tr.Counters()
-	return append([]translate.SelfMetric{
-		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead + r.maps.stats.Records},
-		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, invalid, or left unread by a gone client).", Value: r.counts.dropped},
-		{Name: "gpuprobe.receiver.records.corrupt", Unit: "{record}", Desc: "Records whose length field exceeded their ring slot.", Value: r.counts.corrupt},
-		{Name: "gpuprobe.receiver.clients.disconnected", Unit: "{client}", Desc: "Clients let go for breaking a ring invariant (by reason in the collector's own telemetry).", Value: r.counts.disconnected},
-		{Name: "gpuprobe.receiver.launches.evicted", Unit: "{launch}", Desc: "Launches emitted before all their records arrived.", Value: c.LaunchesEvicted + c.LaunchesExpired},
-		{Name: "gpuprobe.receiver.spans.dropped", Unit: "{span}", Desc: "Spans dropped because the pipeline refused them.", Value: r.counts.spansErr},
-		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patch.patched.Load()},
-		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
-		{Name: "gpuprobe.receiver.devices.folded", Unit: "{record}", Desc: "Records naming a device their client did not report, counted under device index -1.", Value: c.DevicesFolded},
-		{Name: "gpuprobe.receiver.calibrations.rejected", Unit: "{record}", Desc: "Clock calibration records rejected as implausible.", Value: c.CalibrationsBad},
-		{Name: "gpuprobe.receiver.resource.rejected", Unit: "{variable}", Desc: "OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES values of clients discarded as malformed or too long.", Value: r.srcs.res.rejected.Load()},
-		{Name: "gpuprobe.receiver.series.folded", Unit: "{record}", Desc: "Records counted in their process's overflow series (kernel other, device -1) because the series limit was reached.", Value: c.SeriesFolded},
-		{Name: "gpuprobe.receiver.processes.folded", Unit: "{process}", Desc: "Processes whose metrics went into the shared overflow resource because the process limit was reached.", Value: c.ProcessesFolded},
-		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patch.failed.Load()},
-		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.patch.skips.Load()},
-	}, append(r.hostSelfMetrics(), r.hc.metrics()...)...)
-}
-
 func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 	r.mu.Lock()
 	mc := r.out.metrics
@@ -504,14 +489,26 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 	r.mu.Unlock()
 	defer closeInstances(r.log, retired)
 	if mc == nil {
+		// No metrics pipeline: the self-metrics still go to the internal
+		// telemetry.
+		sm := pmetric.NewMetricSlice()
+		r.tr.AppendMetrics(sm, now, r.selfMetrics())
+		r.out.self.observe(sm)
 		return
 	}
 	md := r.tr.Metrics(now, r.selfMetrics())
+	sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
 	if len(live)+len(retired) > 0 {
-		sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
 		r.maps.col.AppendMetrics(sm, append(live, retired...), now)
 	}
+	r.out.self.observe(sm)
+	if !r.cfg.Telemetry.InPipeline {
+		dropSelf(md)
+	}
 	r.out.view.apply(md)
+	if md.ResourceMetrics().Len() == 0 {
+		return
+	}
 	if err := mc.ConsumeMetrics(ctx, md); err != nil {
 		r.log.Debug("gpuprobe: metrics refused by the pipeline", zap.Error(err))
 	}
@@ -550,6 +547,9 @@ func (r *gpuReceiver) stop() error {
 	r.run.cancel = nil
 	if r.tel != nil {
 		r.tel.Shutdown()
+	}
+	if r.out.self != nil {
+		r.out.self.shutdown()
 	}
 	r.mu.Lock()
 	all := append([]*source(nil), r.srcs.list...)

@@ -25,8 +25,11 @@ func init() {
 	})
 }
 
-// defaultCoverageURL is the Prometheus endpoint of testdata/config.yaml.
-const defaultCoverageURL = "http://127.0.0.1:9464/metrics"
+// defaultCoverageURL is the collector's internal telemetry endpoint (its
+// default), where the receiver's self-metrics go; with
+// telemetry::in_pipeline, testdata/config.yaml's pipeline endpoint
+// (http://127.0.0.1:9464/metrics) has them too.
+const defaultCoverageURL = "http://127.0.0.1:8888/metrics"
 
 // Bounds of what coverage reads.
 const (
@@ -43,7 +46,7 @@ var coverageRoutes = []string{"inline_ptx", "windows", "patched_sass", "none"}
 // on a usage, fetch or parse error.
 func runCoverage(args []string, stdout, stderr io.Writer) int {
 	fs := newUsageFlags("coverage", "usage: gpuprobe coverage [-url URL | -file FILE]", stderr)
-	url := fs.String("url", defaultCoverageURL, "Prometheus text endpoint that exports the receiver's metrics (the prometheus exporter of its metrics pipeline)")
+	url := fs.String("url", defaultCoverageURL, "Prometheus text endpoint with the receiver's self-metrics: the collector's internal telemetry, or a metrics pipeline's exporter with telemetry::in_pipeline")
 	file := fs.String("file", "", "read the metrics from this file instead (- for stdin)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -64,7 +67,7 @@ func runCoverage(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if len(procs) == 0 {
-		fmt.Fprintln(stderr, "gpuprobe coverage: no gpuprobe_receiver_coverage_* metrics (is the receiver's metrics pipeline exported there, and has an application launched kernels?)")
+		fmt.Fprintln(stderr, "gpuprobe coverage: no gpuprobe_receiver_coverage_* metrics (is the collector's internal telemetry, or a pipeline with telemetry::in_pipeline, exported there, and has an application launched kernels?)")
 		return 1
 	}
 	printCoverage(stdout, procs)
@@ -120,8 +123,8 @@ type procCoverage struct {
 // readCoverage parses Prometheus text and sums the coverage series per
 // process and route (over any other labels, such as several collectors).
 // Names and labels are matched after mapping dots to underscores, with
-// or without the _total and _seconds suffixes, so the exporter's naming
-// options do not matter.
+// or without the internal telemetry's otelcol_ prefix and the _total and
+// _seconds suffixes, so the exporter's naming options do not matter.
 func readCoverage(r io.Reader) ([]*procCoverage, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(r)
@@ -165,9 +168,9 @@ func readCoverage(r io.Reader) ([]*procCoverage, error) {
 }
 
 // baseName is a family name with dots as underscores and without the
-// _total and _seconds suffixes.
+// otelcol_ prefix and the _total and _seconds suffixes.
 func baseName(n string) string {
-	n = strings.ReplaceAll(n, ".", "_")
+	n = strings.TrimPrefix(strings.ReplaceAll(n, ".", "_"), "otelcol_")
 	n = strings.TrimSuffix(n, "_total")
 	return strings.TrimSuffix(n, "_seconds")
 }

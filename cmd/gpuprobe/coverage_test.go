@@ -46,6 +46,7 @@ func TestCoverage(t *testing.T) {
 		errHas string // stderr
 	}{
 		{"prometheus exporter names", exported, 0, exportedTable, ""},
+		{"internal telemetry names", strings.ReplaceAll(exported, "gpuprobe_receiver_", "otelcol_gpuprobe_receiver_"), 0, exportedTable, ""},
 		{"several processes in pid order, other labels summed", `
 gpuprobe_receiver_coverage_launches_total{gpuprobe_windows_route="windows",instance="a",process_pid="10"} 4
 gpuprobe_receiver_coverage_launches_total{gpuprobe_windows_route="windows",instance="a",process_pid="9"} 1

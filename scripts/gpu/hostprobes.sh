@@ -117,6 +117,9 @@ receivers:
       shim_processes: all
     poll_interval: 5ms
     metrics_interval: 500ms
+    # Self-metrics in metrics.json too (host_calls.*, host_probes.*).
+    telemetry:
+      in_pipeline: true
 exporters:
   file/traces:
     path: $out/traces.json

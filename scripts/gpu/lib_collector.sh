@@ -14,8 +14,8 @@ start_traces_collector() { start_collector "$1" "${2:-}" traces; }
 # need root). SASS=true turns on the SASS route (probes::sass).
 #
 # start_collector DIR RECEIVER_YAML traces|metrics: start_traces_collector,
-# or with metrics also a metrics pipeline to DIR/metrics.json (file/metrics)
-# and debug logs (the receiver logs each module it patched at debug level).
+# or with metrics also a metrics pipeline to DIR/metrics.json (file/metrics,
+# with the receiver's self-metrics: telemetry::in_pipeline) and debug logs (the receiver logs each module it patched at debug level).
 start_collector() {
 	local dir=$1 extra=${2:-} signals=$3
 	rm -f "$dir/agent.sock" "$dir/traces.json" "$dir/metrics.json"
@@ -25,6 +25,9 @@ start_collector() {
 		# Every launch probed (the checks count device records exactly),
 		# unless the caller's own lines set sampling.
 		[[ $extra == *sampling:* ]] || printf '    sampling:\n      device_max_per_second: 0\n'
+		# The checks read the self-metrics (gpuprobe.receiver.*) from
+		# DIR/metrics.json: put the opt-in copy into the pipeline.
+		[[ $signals != metrics || $extra == *telemetry:* ]] || printf '    telemetry:\n      in_pipeline: true\n'
 		[[ -n $extra ]] && printf '%s\n' "$extra"
 		printf 'exporters:\n  file/traces:\n    path: %s\n' "$dir/traces.json"
 		[[ $signals == metrics ]] && printf '  file/metrics:\n    path: %s\n' "$dir/metrics.json"

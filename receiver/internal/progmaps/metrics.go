@@ -29,6 +29,10 @@ type CollectorOptions struct {
 	Device func(src uint32) uint32
 	// Logger gets the debug notes on ring records (nil: none).
 	Logger *zap.Logger
+	// AdmitSpan, if set, says whether the next span of process pid (of n
+	// spans) is kept: the receiver's per-process span cap
+	// (limits::spans_per_second), shared with its other spans.
+	AdmitSpan func(pid uint32, n int) bool
 }
 
 // Counters are the collector's own counts.

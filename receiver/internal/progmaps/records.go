@@ -120,18 +120,24 @@ func pidOf(in *Instance, d *Def, fs []btfdecode.Field) uint32 {
 type batch struct {
 	span       ptrace.Span
 	open       bool
+	denied     bool // the span cap left this batch out: its events are dropped
 	n          int
 	pid        uint32
 	start, end pcommon.Timestamp
 }
 
 func (b *batch) close() {
-	if b.open {
+	if b.open && !b.denied {
 		b.span.SetStartTimestamp(b.start)
 		b.span.SetEndTimestamp(b.end)
 		b.span.Attributes().PutInt("gpuprobe.map.records", int64(b.n))
-		b.open = false
 	}
+	b.open, b.denied = false, false
+}
+
+// admit says whether the span cap keeps the next span of pid.
+func (c *Collector) admit(pid uint32) bool {
+	return c.o.AdmitSpan == nil || c.o.AdmitSpan(pid, 1)
 }
 
 // ReadRings reads up to max records (per ring) from every ring-buffer map
@@ -260,9 +266,13 @@ func (c *Collector) gpuTime(in *Instance, d *Def, fs []btfdecode.Field, ns uint6
 }
 
 func (c *Collector) recordSpan(in *Instance, d *Def, fs []btfdecode.Field, now time.Time) {
+	pid := pidOf(in, d, fs)
+	if !c.admit(pid) {
+		return
+	}
 	h := d.Dec.Span()
 	startNS, endNS := fs[h.Start].Uint, fs[h.End].Uint
-	sp := c.spansOf(in, pidOf(in, d, fs)).AppendEmpty()
+	sp := c.spansOf(in, pid).AppendEmpty()
 	sp.SetTraceID(otelid.NewTraceID())
 	sp.SetSpanID(otelid.NewSpanID())
 	sp.SetName(d.Name)
@@ -302,6 +312,13 @@ func (c *Collector) recordEvent(in *Instance, d *Def, fs []btfdecode.Field, now 
 	pid := pidOf(in, d, fs)
 	if b.open && (b.n >= c.o.MaxEventsPerSpan || b.pid != pid) {
 		b.close()
+	}
+	if !b.open && !c.admit(pid) {
+		b.pid, b.open, b.denied, b.n = pid, true, true, 0
+	}
+	if b.denied {
+		b.n++
+		return
 	}
 	if !b.open {
 		b.pid = pid

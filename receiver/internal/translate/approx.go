@@ -495,9 +495,10 @@ func (ht *hostTable) launchKernel(c *hostCall) hostName {
 }
 
 // emitStandalone emits c and its children as a trace of their own and
-// returns c's span (false when sampling left the trace out).
+// returns c's span (false when sampling or the span cap left the trace
+// out).
 func (so *spanOut) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool) {
-	if !sampled(srcKey{p.pid, c.rec.EnterNS}, so.o.Sampling.OneIn) {
+	if !sampled(srcKey{p.pid, c.rec.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(p.pid, treeSize(c)) {
 		return ptrace.Span{}, false
 	}
 	kernel := ""
@@ -522,7 +523,7 @@ func (so *spanOut) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall
 	} else {
 		so.counters.ApproxSpans++
 	}
-	if !sampled(srcKey{p.pid, r.EnterNS}, so.o.Sampling.OneIn) {
+	if !sampled(srcKey{p.pid, r.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(p.pid, treeSize(ol.call)+1) {
 		return
 	}
 	ss := so.spansOf(p.pid)

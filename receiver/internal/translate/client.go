@@ -123,6 +123,13 @@ func (ct *clientTable) bindProc(c *client) {
 // are emitted now, and all its state is freed but its process's metric
 // series, kept Options.Process.Retention.
 func (t *Translator) Disconnect(src uint32, now time.Time) {
+	var pid uint32
+	if c := t.clients.get(src); c != nil {
+		pid = c.peer.PID
+	}
+	if pid != 0 {
+		defer t.spans.limit.gone(pid) // after its last spans
+	}
 	t.launches.forget(src, now)
 	t.windows.forget(src)
 	t.graphs.forget(src)

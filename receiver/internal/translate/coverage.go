@@ -133,8 +133,8 @@ func (wt *windowTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestam
 		}
 	}
 	offs := newExpHist(sm, MetricProbeOffset, "s", "How far a launch's probe window lies from the driver's window of it, per edge, inside or outside the driver's.")
-	for edge, name := range [2]string{"start", "end"} {
-		for dir, dname := range [2]string{"inside", "outside"} {
+	for edge, name := range EdgeNames {
+		for dir, dname := range DirectionNames {
 			h := &wt.offsets[edge][dir]
 			if h.Count() == 0 {
 				continue

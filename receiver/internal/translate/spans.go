@@ -33,6 +33,7 @@ type spanOut struct {
 	counters *Counters
 	clients  *clientTable
 	hosts    *hostTable
+	limit    *spanLimit // limits::spans_per_second (spanlimit.go)
 
 	traces ptrace.Traces
 	byPID  map[uint32]ptrace.SpanSlice
@@ -122,6 +123,9 @@ func (so *spanOut) mono(src uint32, ns uint64) pcommon.Timestamp {
 
 // launchSpans appends the launch span and its phase children.
 func (so *spanOut) launchSpans(l *launch) {
+	if !so.limit.admit(l.rec.PID, so.launchSpanCount(l)) {
+		return
+	}
 	r := &l.rec
 	ss := so.spansOf(r.PID)
 	tid := otelid.NewTraceID()
@@ -241,9 +245,10 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 }
 
 // hostSpan appends the span of a host call (a sync or a copy) of process
-// pid and returns its attributes, or false when sampling drops the call.
+// pid and returns its attributes, or false when sampling or the span cap
+// drops the call.
 func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
-	if !sampled(srcKey{pid, startNS}, so.o.Sampling.OneIn) {
+	if !sampled(srcKey{pid, startNS}, so.o.Sampling.OneIn) || !so.limit.admit(pid, 1) {
 		return pcommon.Map{}, false
 	}
 	sp := so.spansOf(pid).AppendEmpty()

@@ -38,6 +38,7 @@ type Options struct {
 	Process            ProcessOptions
 	Host               HostOptions
 	Windows            WindowOptions
+	SpanLimit          SpanLimitOptions // limits::spans_per_second (spanlimit.go)
 }
 
 // SamplingOptions thin out the spans (metrics count every launch).
@@ -55,6 +56,10 @@ type WindowOptions struct {
 	// OnState, if set, is called when a client's windows state changes,
 	// with the client's peer pid (0: unknown).
 	OnState func(pid uint32, s record.WindowState)
+	// OnProbeOffset, if set, gets each probe offset as it is recorded in
+	// gpuprobe.receiver.windows.probe_offset: edge and direction index
+	// EdgeNames and DirectionNames.
+	OnProbeOffset func(edge, direction int, secs float64)
 }
 
 // MetricOptions shape the metric series.
@@ -223,6 +228,9 @@ func New(o Options) *Translator {
 	if o.Process.MaxSeries < 1 {
 		o.Process.MaxSeries = defaultMaxSeries(o.MaxKernelNames)
 	}
+	if o.SpanLimit.Now == nil {
+		o.SpanLimit.Now = time.Now
+	}
 	if o.Process.Retention <= 0 {
 		o.Process.Retention = DefaultProcessRetention
 	}
@@ -237,7 +245,8 @@ func New(o Options) *Translator {
 		procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
 	t.windows = &windowTable{o: &t.o, counters: &t.counters, groups: groupTable{o: &t.o},
 		cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}}
-	t.spans = &spanOut{o: &t.o, counters: &t.counters}
+	t.spans = &spanOut{o: &t.o, counters: &t.counters,
+		limit: &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}}}
 	t.spans.resetTraces()
 
 	// The parts call each other; each names the ones it calls.

@@ -221,6 +221,13 @@ const (
 	probeOutside        // it extends beyond it (clock mapping error, or the driver's window is short)
 )
 
+// Values of gpuprobe.windows.edge and gpuprobe.windows.direction, by
+// edge and direction.
+var (
+	EdgeNames      = [2]string{"start", "end"}
+	DirectionNames = [2]string{"inside", "outside"}
+)
+
 // compare records how far launch l's probe window (%globaltimer, mapped)
 // lies from its driver window (CLOCK_MONOTONIC, mapped) at each edge.
 func (wt *windowTable) compare(l *launch) {
@@ -238,10 +245,13 @@ func (wt *windowTable) compare(l *launch) {
 
 // offset records |later − earlier| at edge, inside when later ≥ earlier.
 func (wt *windowTable) offset(edge int, later, earlier uint64) {
-	if later >= earlier {
-		wt.offsets[edge][probeInside].Record(float64(later-earlier) / 1e9)
-	} else {
-		wt.offsets[edge][probeOutside].Record(float64(earlier-later) / 1e9)
+	dir, secs := probeInside, float64(later-earlier)/1e9
+	if later < earlier {
+		dir, secs = probeOutside, float64(earlier-later)/1e9
+	}
+	wt.offsets[edge][dir].Record(secs)
+	if wt.o.Windows.OnProbeOffset != nil {
+		wt.o.Windows.OnProbeOffset(edge, dir, secs)
 	}
 }
 

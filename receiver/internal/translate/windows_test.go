@@ -189,6 +189,8 @@ func TestProbeOffsets(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := winTr(true)
+			hooked := map[string]float64{} // what OnProbeOffset got
+			tr.o.Windows.OnProbeOffset = func(e, d int, secs float64) { hooked[EdgeNames[e]+"/"+DirectionNames[d]] += secs }
 			now := time.Unix(1000, 0)
 			handleAll(t, tr, now, shim(&record.KernelName{Function: 0xf, Name: "k"}), windowsOn,
 				shim(&record.Launch{LaunchID: 9, PID: 42, TID: 43, EnqueueNS: 10_000, ReturnNS: 10_100, Stream: 7, Function: 0xf,
@@ -208,12 +210,14 @@ func TestProbeOffsets(t *testing.T) {
 					}
 				}
 			}
-			if len(got) != len(tc.want) {
-				t.Fatalf("offsets %v, want %v", got, tc.want)
-			}
-			for k, w := range tc.want {
-				if g, ok := got[k]; !ok || math.Abs(g-w) > 1e-15 {
-					t.Errorf("%s = %g, want %g (all: %v)", k, g, w, got)
+			for _, got := range []map[string]float64{got, hooked} {
+				if len(got) != len(tc.want) {
+					t.Fatalf("offsets %v, want %v", got, tc.want)
+				}
+				for k, w := range tc.want {
+					if g, ok := got[k]; !ok || math.Abs(g-w) > 1e-15 {
+						t.Errorf("%s = %g, want %g (all: %v)", k, g, w, got)
+					}
 				}
 			}
 		})
