@@ -246,7 +246,7 @@ const (
 	DefaultMaxMapKeys         = 256
 	// DefaultSpansPerSecond caps each process's spans (limits::
 	// spans_per_second; docs/configuration.md says why this size).
-	DefaultSpansPerSecond = 20000
+	DefaultSpansPerSecond = 100000
 	DefaultPollInterval   = 10 * time.Millisecond
 	// DefaultDeviceMaxPerSecond caps the device probes of each patched
 	// kernel for always-on use: a launch-bound loop of a patched kernel

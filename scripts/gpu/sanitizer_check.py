@@ -40,6 +40,20 @@ for at in sass:
     for a in ("x", "y", "z"):
         want *= iv(at, "cuda.grid." + a) * iv(at, "cuda.block." + a)
     exact += iv(at, "cuda.threads.observed") == want
+# The probes' window of each patched launch against the kernel's time as
+# CUDA events measured it in the same run (sassbench: one kernel an
+# iteration after warm-up, so the median iteration is the main kernel).
+exe = {}
+for s, at in spans:
+    if s["name"] == "cuda.executing":
+        exe[s.get("parentSpanId")] = (int(s["endTimeUnixNano"]) - int(s["startTimeUnixNano"])) / 1e3
+win = sorted(exe[s["spanId"]] for s, at in ls if s["spanId"] in exe and
+             at.get("cuda.launch.window", {}).get("stringValue") == "patched_sass")
+allrun = json.load(open("%s/%s-all.json" % (d, w)))
+if win:
+    med = win[len(win) // 2]
+    print("sanitizer %s windows: median patched_sass window %.1f us, CUDA events %.1f us in the same run (%+.1f us)"
+          % (w, med, allrun["median_us"], med - allrun["median_us"]))
 names = {}
 for _, at in ls:
     n = (at.get("cuda.kernel.name") or at.get("code.function.name") or {}).get("stringValue", "?")

@@ -42,8 +42,8 @@ func run(check bool) error {
 	}
 	defer os.RemoveAll(dir)
 	fatbin := filepath.Join(dir, "sass_phases.fatbin")
-	// -maxrregcount=40: at most 36 registers (sass_phases.cu says why).
-	args := []string{"--fatbin", "--compile-as-tools-patch", "-maxrregcount=40"}
+	// -maxrregcount=24: at most 24 registers (sass_phases.cu says why).
+	args := []string{"--fatbin", "--compile-as-tools-patch", "-maxrregcount=24"}
 	if cc := os.Getenv("NVCC_CCBIN"); cc != "" {
 		args = append(args, "-ccbin", cc)
 	} else if p, err := exec.LookPath("clang-14"); err == nil {

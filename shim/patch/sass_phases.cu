@@ -58,10 +58,13 @@ extern "C" __device__ __noinline__ int gp_sp_enter(void *ud, u64 pc)
 /* Register budget: warp-specialized kernels (cuBLAS's nvjet, CUTLASS) lower
  * their producer warps' registers with setmaxnreg, and a patch function that
  * needs more than the warp has left faults the kernel (an illegal
- * instruction in cuBLAS's nvjet bf16 GEMM on the H200 with 58 registers; an
- * exit function of 36 ran there). These functions keep few values live
- * (each fold moves one word at a time, global-space atomics) and are built
- * with -maxrregcount=40 (shim/patch/gen.go): 36 registers, 4 spills. */
+ * instruction in cuBLAS's nvjet bf16 GEMM on the H200 with CUDA 11.8's
+ * ptxas at 58 and at 36 registers; at 24 every launch ran, with identical
+ * output; CUDA 13's ptxas caps patch functions itself and refuses
+ * -maxrregcount with --compile-as-tools-patch). These functions keep few
+ * values live (each fold moves one word at a time, global-space atomics)
+ * and are built with -maxrregcount=24 (shim/patch/gen.go): 6 spill
+ * instructions, to the patch's own stack. */
 
 /* Global-space atomics: the generic ones test for shared memory first,
  * which costs registers and a loop; red where the old value is not needed. */

@@ -764,6 +764,7 @@ static inline uint32_t gp_win_note(void)
  * that runs the route's probes when sass.c sampled it. */
 GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms);
 GP_HIDDEN void gp_sass_summary(void);
+GP_HIDDEN void gp_sass_pause(void);
 static inline uint32_t gp_sass_note(uint32_t fl)
 {
 	if (GP_LIKELY(!gp_self.sass))

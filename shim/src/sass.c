@@ -25,9 +25,16 @@
  * call (subscribed later, it never calls back), so a process opts in with
  * GPUPROBE_SASS=1 (the constructor subscribes) and the collector's
  * probes::sass turns it on; otherwise the subscription is released at the
- * handshake. The Sanitizer API holds the driver's one callback subscriber:
- * with it on, CUPTI's device windows (cupti.c) are unavailable in the
- * process.
+ * handshake (no more callbacks). The Sanitizer API holds the driver's one
+ * callback subscriber, and releasing it does not give it back: in a process
+ * that opted in, CUPTI's device windows (cupti.c) are unavailable
+ * (cuptiSubscribe fails with 39; H200, the ninth session). The route pauses
+ * when the collector goes away (gp_sass_pause: modules are unpatched at
+ * their next launch) and stays paused after a reconnect.
+ *
+ * GPUPROBE_SASS_IMAGE=FILE replaces the built-in patch image (a fatbin or
+ * cubin built from shim/patch/sass_phases.cu, e.g. for an architecture the
+ * built-in one lacks).
  *
  * Fails open: no library, no cubin for the device, a refused patch or
  * allocation leaves the kernel unpatched, logged once (GP_TRACE) and counted
@@ -193,6 +200,30 @@ static int gp_sass_bind(uint8_t *img, size_t n, const uint64_t val[3])
 	return 0;
 }
 
+/* gp_sass_image_copy returns a copy of the patch image (GPUPROBE_SASS_IMAGE,
+ * at most 16 MiB, or the built-in one) for gp_sass_bind to write into. */
+static uint8_t *gp_sass_image_copy(size_t *n)
+{
+	const char *path = getenv("GPUPROBE_SASS_IMAGE");
+	if (path == NULL || path[0] == 0) {
+		uint8_t *img = malloc(sizeof gp_sass_image);
+		if (img != NULL)
+			memcpy(img, gp_sass_image, sizeof gp_sass_image), *n = sizeof gp_sass_image;
+		return img;
+	}
+	FILE *f = fopen(path, "rbe");
+	uint8_t *img = f ? malloc(16u << 20) : NULL;
+	*n = img ? fread(img, 1, 16u << 20, f) : 0;
+	if (f)
+		fclose(f);
+	if (*n == 0 || *n == 16u << 20) {
+		GP_TRACE("sass: GPUPROBE_SASS_IMAGE %s: unreadable, empty or over 16 MiB", path);
+		free(img);
+		return NULL;
+	}
+	return img;
+}
+
 static int gp_sass_setup(struct gp_sass_ctx *c)
 {
 	void *scratch = NULL, *table = NULL, *ring = NULL;
@@ -206,12 +237,12 @@ static int gp_sass_setup(struct gp_sass_ctx *c)
 		return -1;
 	}
 	memset(ring, 0, GP_SP_RING_BYTES);
-	uint8_t *img = malloc(sizeof gp_sass_image);
+	size_t n = 0;
+	uint8_t *img = gp_sass_image_copy(&n);
 	if (img == NULL)
 		return -1;
-	memcpy(img, gp_sass_image, sizeof gp_sass_image);
 	const uint64_t val[3] = {(uint64_t)(uintptr_t)scratch, (uint64_t)(uintptr_t)table, (uint64_t)(uintptr_t)ring};
-	int r = gp_sass_bind(img, sizeof gp_sass_image, val) ? -1 : gp_san.add_patches(img, c->ctx);
+	int r = gp_sass_bind(img, n, val) ? -1 : gp_san.add_patches(img, c->ctx);
 	free(img); /* the driver copied the module */
 	if (r != 0) {
 		/* A device the image has no cubin for (sm_100 and newer) lands here. */
@@ -479,6 +510,14 @@ __attribute__((constructor)) static void gp_sass_init(void)
 	const char *e = getenv("GPUPROBE_SASS");
 	if (e && e[0] == '1')
 		gp_sass_subscribe();
+}
+
+/* gp_sass_pause stops sampling (the collector went away, session.c):
+ * patched modules are unpatched at their next launch. */
+GP_HIDDEN void gp_sass_pause(void)
+{
+	if (__atomic_exchange_n(&gp_sass_on, 0, __ATOMIC_ACQ_REL))
+		GP_TRACE("sass: paused: the collector went away");
 }
 
 /* gp_sass_summary logs the route's counts (GPUPROBE_TRACE, at exit). */

@@ -557,6 +557,7 @@ static void gp_limbo(void *p, size_t size, const char *what)
 GP_HIDDEN uint64_t gp_session_lost(void)
 {
 	uint64_t unread = 0;
+	gp_sass_pause();
 	pthread_mutex_lock(&gp_patch_mu);
 	if (gp_sock >= 0)
 		close(gp_sock), gp_sock = -1;

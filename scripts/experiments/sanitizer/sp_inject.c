@@ -176,10 +176,13 @@ void sp_dump(void)
 	if (!d_count) return;
 	void *cu = dlopen("libcuda.so.1", RTLD_NOW);
 	CUresult (*sync)(void) = dlsym(cu, "cuCtxSynchronize");
+	CUresult (*setcur)(CUcontext) = dlsym(cu, "cuCtxSetCurrent");
+	if (nctx) fprintf(stderr, "sp: set current %d\n", setcur(ctxs[0]));
 	CUresult (*dtoh)(void *, CUdeviceptr, size_t) = dlsym(cu, "cuMemcpyDtoH_v2");
-	sync();
+	fprintf(stderr, "sp: sync %d\n", sync());
 	unsigned long long cnt[8];
-	if (dtoh(cnt, (CUdeviceptr)(uintptr_t)d_count, 64)) { fprintf(stderr, "sp: dtoh failed\n"); return; }
+	CUresult e = dtoh(cnt, (CUdeviceptr)(uintptr_t)d_count, 64);
+	if (e) { fprintf(stderr, "sp: dtoh failed: %d (sync %d)\n", e, sync()); return; }
 	printf("SP counts records=%llu loads=%llu stores=%llu\n", cnt[0], cnt[1], cnt[2]);
 	unsigned long long n = cnt[0] < CAP ? cnt[0] : CAP;
 	if (!n) return;
