@@ -23,6 +23,7 @@ type built struct {
 	app       string // dlopen-based test app
 	appDirect string // the test app linked with -lcuda
 	cupti     string // libcupti.so.13 (the MOCK CUPTI)
+	sanitizer string // libsanitizer-public.so (the MOCK Sanitizer API)
 	profiler  string // an app that uses CUPTI itself (testdata/profiler.c)
 }
 
@@ -56,7 +57,8 @@ func build() (*built, error) {
 	buildDir = dir
 	b := &built{dir: dir, shim: filepath.Join(dir, "libgpuprobe.so"), app: filepath.Join(dir, "app"),
 		appDirect: filepath.Join(dir, "app-direct"), cupti: filepath.Join(dir, "libcupti.so.13"),
-		profiler: filepath.Join(dir, "profiler")}
+		sanitizer: filepath.Join(dir, "libsanitizer-public.so"),
+		profiler:  filepath.Join(dir, "profiler")}
 	srcs, err := filepath.Glob("src/*.c")
 	if err != nil || len(srcs) == 0 {
 		return nil, fmt.Errorf("no shim sources: %v", err)
@@ -72,6 +74,7 @@ func build() (*built, error) {
 			filepath.Join(dir, "libcuda.so.1"), "-Wl,-rpath," + dir, "-ldl", "-lpthread"},
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcupti.so.13",
 			"-o", b.cupti, "testdata/mock_libcupti.c", "-ldl", "-lpthread"},
+		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-o", b.sanitizer, "testdata/mock_libsanitizer.c", "-ldl"},
 		{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.profiler, "testdata/profiler.c",
 			filepath.Join(dir, "libcuda.so.1"), b.cupti, "-Wl,-rpath," + dir},
 	}
@@ -215,6 +218,7 @@ type stream struct {
 	memcpys  []record.Memcpy
 	windows  []record.Window
 	states   []record.WindowState
+	execs    []record.Exec // the SASS route's launch windows (sass.c)
 	// Of nameRecs, those that came through the names ring; and the
 	// records the launch ring held (of any type).
 	namesRing, launchRing int
@@ -290,6 +294,11 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 			var w record.WindowState
 			if derr = w.Decode(r.Payload); derr == nil {
 				st.states = append(st.states, w)
+			}
+		case record.TypeExec:
+			var e record.Exec
+			if derr = e.Decode(r.Payload); derr == nil {
+				st.execs = append(st.execs, e)
 			}
 		case record.TypeDevice:
 			var d record.Device

@@ -104,6 +104,7 @@ struct gp_sass_ctx {
 };
 static struct gp_sass_ctx gp_sass_ctxs[GP_SASS_CTXS];
 static pthread_mutex_t gp_sass_mu = PTHREAD_MUTEX_INITIALIZER; /* setup and patching, never the common path */
+static pthread_mutex_t gp_sass_drain_mu = PTHREAD_MUTEX_INITIALIZER; /* the drain thread and the exit drain */
 
 /* Per module: patched or not, and what is left of its burst. */
 #define GP_SASS_MODS 4096
@@ -413,6 +414,18 @@ static void gp_sass_drain(struct gp_sass_ctx *c, void *out)
 	}
 }
 
+/* gp_sass_drain_all drains every context (the drain thread, the exit). */
+static void gp_sass_drain_all(void *out)
+{
+	pthread_mutex_lock(&gp_sass_drain_mu);
+	for (int i = 0; i < GP_SASS_CTXS; i++) {
+		struct gp_sass_ctx *c = &gp_sass_ctxs[i];
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) > 0)
+			gp_sass_drain(c, out);
+	}
+	pthread_mutex_unlock(&gp_sass_drain_mu);
+}
+
 static void *gp_sass_thread(void *arg)
 {
 	(void)arg;
@@ -422,13 +435,19 @@ static void *gp_sass_thread(void *arg)
 		void *out = gp_session();
 		if (out == NULL)
 			continue;
-		for (int i = 0; i < GP_SASS_CTXS; i++) {
-			struct gp_sass_ctx *c = &gp_sass_ctxs[i];
-			if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) > 0)
-				gp_sass_drain(c, out);
-		}
+		gp_sass_drain_all(out);
 	}
 	return NULL;
+}
+
+/* gp_sass_exit drains what finished kernels wrote since the last pass
+ * (atexit: an application that synchronized before exit loses nothing). */
+static void gp_sass_exit(void)
+{
+	void *out = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+	if (out == NULL)
+		return;
+	gp_sass_drain_all(out);
 }
 
 /* ---- start ------------------------------------------------------------ */
@@ -497,6 +516,7 @@ GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms)
 	if (pthread_create(&t, &a, gp_sass_thread, NULL) == 0) {
 		pthread_setname_np(t, "gpuprobe-sass");
 		__atomic_store_n(&gp_sass_on, 1, __ATOMIC_RELEASE);
+		atexit(gp_sass_exit);
 		GP_TRACE("sass: on, bursts of %d launches every %llu us", GP_SASS_BURST,
 			 (unsigned long long)(gp_sass_gap_ns / 1000));
 	}

@@ -609,6 +609,15 @@ static CUresult capture_launch(void *f, unsigned gx, unsigned gy, unsigned gz, u
 static void (*launch_hook)(const char *name);
 EXPORT void mock_cuda_set_launch_hook(void (*fn)(const char *)) { __atomic_store_n(&launch_hook, fn, __ATOMIC_RELEASE); }
 
+/* The MOCK Sanitizer API (mock_libsanitizer.c) hears of every launch
+ * before it runs, as the real one's launch callback comes inside the
+ * driver's launch call. */
+static void (*san_hook)(void *f, const char *name, const unsigned dims[6]);
+EXPORT void mock_cuda_set_san_hook(void (*fn)(void *, const char *, const unsigned *))
+{
+	__atomic_store_n(&san_hook, fn, __ATOMIC_RELEASE);
+}
+
 static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		       int ptsz)
 {
@@ -617,6 +626,11 @@ static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned 
 		return 400;
 	if (!gx || !gy || !gz || !bx || !by || !bz)
 		return 1;
+	void (*sh)(void *, const char *, const unsigned *) = __atomic_load_n(&san_hook, __ATOMIC_ACQUIRE);
+	if (sh) {
+		const unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+		sh(f, fn->name, dims);
+	}
 	count_launch(fn, gx, gy, gz, bx, by, bz, ptsz);
 	void (*hook)(const char *) = __atomic_load_n(&launch_hook, __ATOMIC_ACQUIRE);
 	if (hook)

@@ -1,0 +1,139 @@
+package shim
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/record"
+)
+
+// sassOn is a collector that asks for the SASS route at rate sampled
+// launches a second (65535: every launch).
+func sassOn(rate uint16) agent.Options {
+	return agent.Options{Settings: agent.Settings{Flags: agent.SettingSASS, SASSRate: rate, WindowFlushMS: 10}}
+}
+
+// runSASS runs the direct app's basic scenario with n vecAdd launches under
+// the shim, opted in to the SASS route against the MOCK Sanitizer API, and
+// returns its records and the mock's counts.
+func runSASS(t *testing.T, opts agent.Options, n string, env ...string) (*stream, string) {
+	t.Helper()
+	b := binaries(t)
+	plain, _, err := run(t, b, nil, b.appDirect, "direct", "basic", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, 256, 1024, opts)
+	log := filepath.Join(t.TempDir(), "sanitizer.txt")
+	env = append(append(preload(b, a.path), "GPUPROBE_SASS=1", "GPUPROBE_SANITIZER="+b.sanitizer, "MOCK_SANITIZER_LOG="+log), env...)
+	out, errOut, err := run(t, b, env, b.appDirect, "direct", "basic", n)
+	if err != nil || out != plain {
+		t.Fatalf("run under the shim: %v, output %q, want %q\n%s", err, out, plain, errOut)
+	}
+	st := a.waitGone(t, 1)[0].read(t)
+	counts, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatalf("the MOCK Sanitizer API wrote no counts: %v", err)
+	}
+	return st, strings.TrimSpace(string(counts))
+}
+
+// TestSASSRoute: with every launch sampled, each launch is flagged SASS
+// (not UNPROBED) and gets one Exec record, copied from the host-pinned ring,
+// with its grid's blocks and threads; the image reached the Sanitizer API
+// with its three globals bound.
+func TestSASSRoute(t *testing.T) {
+	st, counts := runSASS(t, sassOn(65535), "5")
+	checkLaunches(t, st, int32(st.launches[0].PID), basicLaunches())
+	if !strings.Contains(counts, "subscribed=1 ") || !strings.Contains(counts, "added=1 ") || !strings.Contains(counts, "bad_image=0") {
+		t.Errorf("MOCK Sanitizer counts %q: want one subscription and one bound image", counts)
+	}
+	execs := map[uint64]record.Exec{}
+	for _, e := range st.execs {
+		if _, dup := execs[e.LaunchID]; dup {
+			t.Errorf("two Exec records of launch %d", e.LaunchID)
+		}
+		execs[e.LaunchID] = e
+	}
+	for i, l := range st.launches {
+		if l.Flags&record.LaunchSASS == 0 || l.Flags&record.LaunchUnprobed != 0 {
+			t.Errorf("launch %d (id %d): flags %v, want SASS and not UNPROBED", i, l.LaunchID, l.Flags)
+		}
+		e, ok := execs[l.LaunchID]
+		if !ok {
+			t.Errorf("launch %d (id %d): no Exec record", i, l.LaunchID)
+			continue
+		}
+		blocks := uint64(l.Grid[0]) * uint64(l.Grid[1]) * uint64(l.Grid[2])
+		threads := blocks * uint64(l.Block[0]) * uint64(l.Block[1]) * uint64(l.Block[2])
+		if e.Blocks != blocks || e.Threads != threads {
+			t.Errorf("launch %d: Exec blocks %d threads %d, want %d %d", i, e.Blocks, e.Threads, blocks, threads)
+		}
+	}
+	if len(st.execs) != len(st.launches) {
+		t.Errorf("%d Exec records for %d launches", len(st.execs), len(st.launches))
+	}
+}
+
+// TestSASSBursts: at 10 sampled launches a second, the first launch starts
+// a burst of 10 launches of its module, the module is patched once for it,
+// and unpatched at its first launch after the burst; no launch outside the
+// burst is flagged or timed.
+func TestSASSBursts(t *testing.T) {
+	st, counts := runSASS(t, sassOn(10), "30")
+	sampled := 0
+	for _, l := range st.launches {
+		if l.Flags&record.LaunchSASS != 0 {
+			sampled++
+		}
+	}
+	if sampled != 10 || len(st.execs) != 10 {
+		t.Errorf("%d launches flagged SASS and %d Exec records of %d launches, want 10 (one burst)", sampled, len(st.execs), len(st.launches))
+	}
+	if !strings.Contains(counts, "patches=1 ") || !strings.Contains(counts, "unpatches=1 ") {
+		t.Errorf("MOCK Sanitizer counts %q: want one patch and one unpatch", counts)
+	}
+}
+
+// TestSASSOff: a collector that does not ask releases the subscription; a
+// refused patch or no library leaves every launch unflagged and untimed,
+// the application unchanged.
+func TestSASSOff(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   agent.Options
+		env    []string
+		counts string
+	}{
+		{"not asked", agent.Options{}, nil, "unsubscribed=1 "},
+		{"patch refused", sassOn(65535), []string{"MOCK_SANITIZER_FAIL=patch"}, "patches=0 "},
+		{"subscribe refused", sassOn(65535), []string{"MOCK_SANITIZER_FAIL=subscribe"}, "subscribed=0 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, counts := runSASS(t, tc.opts, "3", tc.env...)
+			if !strings.Contains(counts, tc.counts) {
+				t.Errorf("MOCK Sanitizer counts %q: want %q", counts, tc.counts)
+			}
+			for i, l := range st.launches {
+				if l.Flags&record.LaunchSASS != 0 {
+					t.Errorf("launch %d flagged SASS", i)
+				}
+			}
+			if len(st.execs) != 0 || len(st.launches) == 0 {
+				t.Errorf("%d Exec records, %d launches: want none and some", len(st.execs), len(st.launches))
+			}
+		})
+	}
+	// No library at all: the shim runs on.
+	b := binaries(t)
+	a := startAgent(t, 256, 1024, sassOn(65535))
+	if _, errOut, err := run(t, b, append(preload(b, a.path), "GPUPROBE_SASS=1", "GPUPROBE_SANITIZER=/nonexistent.so"), b.appDirect, "direct", "basic", "2"); err != nil {
+		t.Fatalf("no library: %v\n%s", err, errOut)
+	}
+	if st := a.waitGone(t, 1)[0].read(t); len(st.execs) != 0 || len(st.launches) == 0 {
+		t.Errorf("no library: %d Exec records, %d launches", len(st.execs), len(st.launches))
+	}
+}
