@@ -2,6 +2,7 @@ package shim
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -135,5 +136,19 @@ func TestSASSOff(t *testing.T) {
 	}
 	if st := a.waitGone(t, 1)[0].read(t); len(st.execs) != 0 || len(st.launches) == 0 {
 		t.Errorf("no library: %d Exec records, %d launches", len(st.execs), len(st.launches))
+	}
+}
+
+// TestSASSImageCurrent rebuilds the SASS route's patch image from
+// shim/patch/sass_phases.cu with CI's nvcc and checks that the committed
+// shim/src/sass_image.h is that build: run `make shim-patch` when it fails.
+func TestSASSImageCurrent(t *testing.T) {
+	if _, err := exec.LookPath("nvcc"); err != nil {
+		t.Fatalf("nvcc is needed to rebuild the patch image (Debian's nvidia-cuda-toolkit): %v", err)
+	}
+	cmd := exec.Command("go", "run", "shim/patch/gen.go", "-check")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }

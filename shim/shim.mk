@@ -31,8 +31,15 @@ bin/shim.test: $(SHIM_SRCS) $(SHIM_SELFTIME_SRC) $(SHIM_HDRS) $(wildcard shim/*.
 	@mkdir -p bin
 	$(GO) test -c -o $@ ./shim
 
-.PHONY: shim shim-selftime shim-test shim-bench
+.PHONY: shim shim-selftime shim-test shim-bench shim-patch
 shim: bin/libgpuprobe.so ## build the in-application shim bin/libgpuprobe.so
+
+# The SASS route's patch image (shim/patch/sass_phases.cu, nvcc
+# --compile-as-tools-patch for sm_70..sm_90) is committed as
+# shim/src/sass_image.h, so the shim builds with gcc alone;
+# TestSASSImageCurrent fails when it is stale.
+shim-patch: ## rebuild shim/src/sass_image.h from shim/patch/sass_phases.cu (needs nvcc)
+	$(GO) run shim/patch/gen.go
 
 shim-selftime: bin/libgpuprobe-selftime.so ## the shim that times its own launch path (prints ns/launch at exit)
 

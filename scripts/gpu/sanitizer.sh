@@ -68,7 +68,9 @@ if [[ $parts == *work* ]]; then
 		# The route off (the default configuration).
 		start_collector "$out" "    sampling: {}" traces || exit 1
 		run_work off "$w"
+		sleep 2
 		kill -TERM "$col"; wait "$col"
+		cp "$out/traces.json" "$out/$w-off-traces.json"
 		python3 scripts/gpu/sanitizer_check.py "$w" "$out" || status=1
 		grep -h "sass:" "$out/$w-all-trace.txt" | sed 's/^gpuprobe\[[0-9]*\]: //' | sort | uniq -c | sort -rn | head -4
 	done

@@ -50,10 +50,21 @@ for s, at in spans:
 win = sorted(exe[s["spanId"]] for s, at in ls if s["spanId"] in exe and
              at.get("cuda.launch.window", {}).get("stringValue") == "patched_sass")
 allrun = json.load(open("%s/%s-all.json" % (d, w)))
+# CUPTI's windows of the same kernels, from the run with the route off (a
+# process that opted in has no CUPTI: the Sanitizer API holds its one
+# subscriber, so the two are compared across processes).
+ospans, _ = load("%s/%s-off-traces.json" % (d, w))
+oexe = {}
+for s, at in ospans:
+    if s["name"] == "cuda.executing":
+        oexe[s.get("parentSpanId")] = (int(s["endTimeUnixNano"]) - int(s["startTimeUnixNano"])) / 1e3
+cupti = sorted(oexe[s["spanId"]] for s, at in launch_spans(ospans) if s["spanId"] in oexe and
+               at.get("cuda.launch.window", {}).get("stringValue") == "windows")
 if win:
     med = win[len(win) // 2]
-    print("sanitizer %s windows: median patched_sass window %.1f us, CUDA events %.1f us in the same run (%+.1f us)"
-          % (w, med, allrun["median_us"], med - allrun["median_us"]))
+    cm = cupti[len(cupti) // 2] if cupti else float("nan")
+    print("sanitizer %s windows: median patched_sass window %.1f us; CUPTI's window of the same launches with the route off %.1f us (%+.1f us, %d launches); CUDA events %.1f us in the same run"
+          % (w, med, cm, med - cm, len(cupti), allrun["median_us"]))
 names = {}
 for _, at in ls:
     n = (at.get("cuda.kernel.name") or at.get("code.function.name") or {}).get("stringValue", "?")
