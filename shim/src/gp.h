@@ -25,6 +25,7 @@
  *   trace.c      GPUPROBE_TRACE logging and the exit summary
  *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
  *   cupti.c      exact device windows of every kernel (CUPTI activity)
+ *   sass.c       the SASS route: windows in SASS-only kernels (Compute Sanitizer)
  *
  * Only dlsym and the cu* entry points are exported (-fvisibility=hidden).
  */
