@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -104,8 +105,14 @@ func TestInvalidConfigRejected(t *testing.T) {
 // instance), with sinks, and starts both; the caller shuts them down.
 func startBoth(t *testing.T, cfg *Config) (tr, mr component.Component, traces *consumertest.TracesSink, metrics *consumertest.MetricsSink) {
 	t.Helper()
+	return startBothWith(t, receivertest.NewNopSettings(NewFactory().Type()), cfg)
+}
+
+// startBothWith is startBoth with the receivers' settings (a logger or
+// telemetry of the test's own).
+func startBothWith(t *testing.T, set receiver.Settings, cfg *Config) (tr, mr component.Component, traces *consumertest.TracesSink, metrics *consumertest.MetricsSink) {
+	t.Helper()
 	f := NewFactory()
-	set := receivertest.NewNopSettings(f.Type())
 	traces, metrics = new(consumertest.TracesSink), new(consumertest.MetricsSink)
 	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
 	if err != nil {

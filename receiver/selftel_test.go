@@ -29,24 +29,7 @@ func TestSelfTelemetryRoute(t *testing.T) {
 			defer func() { _ = tel.Shutdown(context.Background()) }()
 			cfg := testConfig(t)
 			cfg.Telemetry.InPipeline = inPipeline
-			f := NewFactory()
-			set := metadatatest.NewSettings(tel)
-			traces, metrics := new(consumertest.TracesSink), new(consumertest.MetricsSink)
-			tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mr, err := f.CreateMetrics(context.Background(), set, cfg, metrics)
-			if err != nil {
-				t.Fatal(err)
-			}
-			host := componenttest.NewNopHost()
-			if err := tr.Start(context.Background(), host); err != nil {
-				t.Fatal(err)
-			}
-			if err := mr.Start(context.Background(), host); err != nil {
-				t.Fatal(err)
-			}
+			tr, mr, _, metrics := startBothWith(t, metadatatest.NewSettings(tel), cfg)
 			pid := uint32(os.Getpid())
 			produceLaunch(t, tr.(*handle).r, pid)
 			waitFor(t, "the launch's series", func() bool { return pipelineNames(metrics)["gpu.cuda.kernel.launches"] })

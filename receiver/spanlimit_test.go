@@ -6,8 +6,6 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -26,22 +24,7 @@ func TestSpansPerSecondPerClient(t *testing.T) {
 	f := NewFactory()
 	set := receivertest.NewNopSettings(f.Type())
 	set.Logger = zap.New(core)
-	traces, metrics := new(consumertest.TracesSink), new(consumertest.MetricsSink)
-	tr, err := f.CreateTraces(context.Background(), set, cfg, traces)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := f.CreateMetrics(context.Background(), set, cfg, metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := componenttest.NewNopHost()
-	if err := tr.Start(context.Background(), host); err != nil {
-		t.Fatal(err)
-	}
-	if err := mr.Start(context.Background(), host); err != nil {
-		t.Fatal(err)
-	}
+	tr, mr, traces, metrics := startBothWith(t, set, cfg)
 	r := tr.(*handle).r
 	rings := map[uint32]*shm.Ring{}
 	for _, pid := range []uint32{floodPID, quietPID} {
