@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -227,4 +228,31 @@ func expandBraces(s string) []string {
 		out = append(out, expandBraces(s[:loc[0]]+alt+s[loc[1]:])...)
 	}
 	return out
+}
+
+// TestChartGrafanaDashboard: the chart's copy of the dashboard is the
+// same file, and grafanaDashboard.enabled renders it into a ConfigMap
+// with the sidecar's label, in the namespace asked for.
+func TestChartGrafanaDashboard(t *testing.T) {
+	file := readFile(t, dashboardFile)
+	if readFile(t, chartDir+"/dashboards/gpuprobe-dashboard.json") != file {
+		t.Fatalf("%s/dashboards/gpuprobe-dashboard.json differs from %s: copy it", chartDir, dashboardFile)
+	}
+	got := render(t, "gpuprobe", "gpuprobe", map[string]any{
+		"grafanaDashboard": map[string]any{"enabled": true, "namespace": "monitoring"}})
+	checkObjects(t, "chart", got)
+	cm := find(t, got, "ConfigMap", "gpuprobe-grafana-dashboard")
+	if ns, l := str(cm, "metadata", "namespace"), str(cm, "metadata", "labels", "grafana_dashboard"); ns != "monitoring" || l != "1" {
+		t.Errorf("dashboard ConfigMap: namespace %q, label grafana_dashboard %q; want monitoring and 1", ns, l)
+	}
+	var a, b any
+	if err := json.Unmarshal([]byte(str(cm, "data", "gpuprobe-dashboard.json")), &a); err != nil {
+		t.Fatalf("dashboard ConfigMap: %v", err)
+	}
+	if err := json.Unmarshal([]byte(file), &b); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Error("dashboard ConfigMap: the JSON differs from the file")
+	}
 }
