@@ -71,6 +71,11 @@ func TestDashboard(t *testing.T) {
 		t.Error("no datasource variable")
 	}
 	known := emittedMetrics(t)
+	for _, v := range d.Templating.List {
+		if q, ok := v.Query.(string); ok && v.Type == "query" {
+			checkExpr(t, "variable "+v.Name, q, vars, known)
+		}
+	}
 	n := 0
 	var walk func([]dashPanel)
 	walk = func(ps []dashPanel) {

@@ -29,10 +29,12 @@ type dashboardQuery struct {
 	panel, ref, expr string
 }
 
-func (q dashboardQuery) String() string { return fmt.Sprintf("%q %s", q.panel, q.ref) }
+func (q dashboardQuery) String() string {
+	return strings.TrimSpace(fmt.Sprintf("%q %s", q.panel, q.ref))
+}
 
-// dashboardQueries reads every panel's targets and the names of the
-// dashboard's template variables.
+// dashboardQueries reads every panel's targets and every query
+// variable's query, and the names of the dashboard's template variables.
 func dashboardQueries(t *testing.T, root string) ([]dashboardQuery, map[string]bool) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(root, dashboardFile))
@@ -51,7 +53,9 @@ func dashboardQueries(t *testing.T, root string) ([]dashboardQuery, map[string]b
 		Panels     []panel `json:"panels"`
 		Templating struct {
 			List []struct {
-				Name string `json:"name"`
+				Name  string `json:"name"`
+				Type  string `json:"type"`
+				Query any    `json:"query"`
 			} `json:"list"`
 		} `json:"templating"`
 	}
@@ -59,10 +63,21 @@ func dashboardQueries(t *testing.T, root string) ([]dashboardQuery, map[string]b
 		t.Fatalf("%s: %v", dashboardFile, err)
 	}
 	vars := map[string]bool{}
+	var qs []dashboardQuery
 	for _, v := range d.Templating.List {
 		vars[v.Name] = true
+		if v.Type != "query" {
+			continue
+		}
+		// label_values(SEL, L) lists the values of L among SEL's series:
+		// group by (L) (SEL) must return series that have it.
+		q, _ := v.Query.(string)
+		m := labelValues.FindStringSubmatch(q)
+		if m == nil {
+			t.Fatalf("%s: variable %s: query %v is not label_values(selector, label)", dashboardFile, v.Name, v.Query)
+		}
+		qs = append(qs, dashboardQuery{"variable " + v.Name, "", fmt.Sprintf("group by (%s) (%s)", m[2], m[1])})
 	}
-	var qs []dashboardQuery
 	var walk func([]panel)
 	walk = func(ps []panel) {
 		for _, p := range ps {
@@ -78,6 +93,8 @@ func dashboardQueries(t *testing.T, root string) ([]dashboardQuery, map[string]b
 	}
 	return qs, vars
 }
+
+var labelValues = regexp.MustCompile(`^label_values\((.+),\s*(\w+)\)$`)
 
 var grafanaVar = regexp.MustCompile(`\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]`)
 
