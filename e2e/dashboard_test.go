@@ -124,8 +124,9 @@ func instantQuery(expr string, vars map[string]bool) (string, error) {
 // so launches have driver windows and their durations), the pods named in
 // OTEL_RESOURCE_ATTRIBUTES as k8s_attributes would add them, and the
 // collector's internal telemetry scraped. Each query must return at least
-// one series, with exponential histograms (native in Prometheus) and with
-// explicit ones (classic _sum/_count series).
+// one series, every series with the labels of the query's first "by",
+// with exponential histograms (native in Prometheus) and with explicit
+// ones (classic _sum/_count series).
 func TestDashboardQueries(t *testing.T) {
 	otelcol, shim, pbin := need(t, ToolOtelcol), need(t, ToolShim), need(t, ToolPrometheus)
 	root, err := RepoRoot()
