@@ -1,7 +1,8 @@
 // Package e2e runs gpuprobe end to end against real backends: the ocb-built
 // collector distribution (bin/otelcol-gpuprobe), Jaeger v2 (built from its Go
 // module source, memory storage) and Prometheus (built the same way, with its
-// OTLP receiver on). Nothing here is a fake backend: the tests start the real
+// OTLP receiver on, scraping the collector's internal telemetry where a test
+// asks). Nothing here is a fake backend: the tests start the real
 // programs as child processes bound to 127.0.0.1 on free ports, drive data
 // through the collector, and read it back through each backend's own API.
 //

@@ -28,24 +28,39 @@ type Prometheus struct {
 // OTLPMetricsURL is the OTLP/HTTP metrics endpoint of the server.
 func (p *Prometheus) OTLPMetricsURL() string { return p.URL + "/api/v1/otlp/v1/metrics" }
 
-// prometheusConfig scrapes nothing: every sample arrives over OTLP.
-const prometheusConfig = `global:
-  evaluation_interval: 1s
-`
-
-// StartPrometheus starts Prometheus with its data and config in dir,
-// listening on 127.0.0.1, and waits (bounded) until it is ready.
-func StartPrometheus(ctx context.Context, bin, dir string) (*Prometheus, error) {
-	return retryOnPortClash(func() (*Prometheus, error) { return startPrometheus(ctx, bin, dir) })
+// prometheusConfig is the server's configuration: samples arrive over
+// OTLP, and the scrape targets (host:port, job "otelcol", every second)
+// are collectors' internal telemetry endpoints, scraped with names escaped
+// to underscores (otelcol_gpuprobe_receiver_records_read, label
+// gpuprobe_windows_route) as docs/exporting.md has the dashboard's users
+// scrape them.
+func prometheusConfig(scrape []string) string {
+	cfg := "global:\n  evaluation_interval: 1s\n"
+	if len(scrape) == 0 {
+		return cfg
+	}
+	cfg += "scrape_configs:\n  - job_name: otelcol\n    scrape_interval: 1s\n" +
+		"    metric_name_escaping_scheme: underscores\n    static_configs:\n      - targets:\n"
+	for _, t := range scrape {
+		cfg += "          - " + strconv.Quote(t) + "\n"
+	}
+	return cfg
 }
 
-func startPrometheus(ctx context.Context, bin, dir string) (*Prometheus, error) {
+// StartPrometheus starts Prometheus with its data and config in dir,
+// listening on 127.0.0.1, scraping the scrape targets (host:port) if any,
+// and waits (bounded) until it is ready.
+func StartPrometheus(ctx context.Context, bin, dir string, scrape ...string) (*Prometheus, error) {
+	return retryOnPortClash(func() (*Prometheus, error) { return startPrometheus(ctx, bin, dir, scrape) })
+}
+
+func startPrometheus(ctx context.Context, bin, dir string, scrape []string) (*Prometheus, error) {
 	ports, err := FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
 	cfg := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfg, []byte(prometheusConfig), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(prometheusConfig(scrape)), 0o644); err != nil {
 		return nil, fmt.Errorf("prometheus config: %w", err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
