@@ -32,11 +32,12 @@ type runOpts struct {
 	socket string   // agent socket (GPUPROBE_SOCKET)
 	shim   string   // path of libgpuprobe.so
 	trace  string   // GPUPROBE_TRACE value ("" = leave as is)
+	sass   bool     // opt in to the SASS route (GPUPROBE_SASS=1)
 	argv   []string // the application and its arguments
 }
 
 func parseRun(args []string, stderr io.Writer) (*runOpts, error) {
-	fs := newUsageFlags("run", "usage: gpuprobe run [--socket PATH] [--shim PATH] [--trace 1|FILE] -- APP [ARGS...]", stderr)
+	fs := newUsageFlags("run", "usage: gpuprobe run [--socket PATH] [--shim PATH] [--trace 1|FILE] [--sass] -- APP [ARGS...]", stderr)
 	o := &runOpts{}
 	defSocket := os.Getenv("GPUPROBE_SOCKET")
 	if defSocket == "" {
@@ -45,6 +46,7 @@ func parseRun(args []string, stderr io.Writer) (*runOpts, error) {
 	fs.StringVar(&o.socket, "socket", defSocket, "agent socket of the gpuprobe receiver (default: $GPUPROBE_SOCKET, else the receiver's default)")
 	fs.StringVar(&o.shim, "shim", "", "path of "+ShimName+" (default: $GPUPROBE_SHIM, else next to the gpuprobe binary)")
 	fs.StringVar(&o.trace, "trace", "", "log what the shim intercepts: 1 = stderr, or a file path (sets GPUPROBE_TRACE)")
+	fs.BoolVar(&o.sass, "sass", false, "opt in to the SASS route: probes in SASS-only kernels through the Compute Sanitizer API when the collector's probes::sass is on, instead of CUPTI's windows (sets GPUPROBE_SASS=1)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -88,6 +90,13 @@ func findShim(flagPath string, exe func() (string, error)) (string, error) {
 		return "", fmt.Errorf("shim %s is not a regular file", abs)
 	}
 	return abs, nil
+}
+
+// optInSASS returns env with GPUPROBE_SASS=1 in place of any value it had
+// (getenv takes the first).
+func optInSASS(env []string) []string {
+	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GPUPROBE_SASS=") })
+	return append(env, "GPUPROBE_SASS=1")
 }
 
 // runEnv returns environ with the shim preloaded (appended to an existing
@@ -159,6 +168,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return 127
 	}
 	env := runEnv(os.Environ(), shim, o.socket, o.trace)
+	if o.sass {
+		env = optInSASS(env)
+	}
 	if err := execApp(path, o.argv, env); err != nil {
 		fmt.Fprintf(stderr, "gpuprobe run: exec %s: %v\n", path, err)
 		return 126

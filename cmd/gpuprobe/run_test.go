@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -254,5 +255,19 @@ func TestRunWithShim(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("agent-dump output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestOptInSASS: --sass leaves exactly one GPUPROBE_SASS, set to 1, even
+// over an application's GPUPROBE_SASS=0.
+func TestOptInSASS(t *testing.T) {
+	for _, env := range [][]string{{"PATH=/bin"}, {"GPUPROBE_SASS=0", "PATH=/bin"}, {"GPUPROBE_SASS=1"}} {
+		if v, n := envValue(optInSASS(env), "GPUPROBE_SASS"); v != "1" || n != 1 {
+			t.Errorf("optInSASS(%q): GPUPROBE_SASS %q %d times, want 1 once", env, v, n)
+		}
+	}
+	o, err := parseRun([]string{"--sass", "--", "app"}, io.Discard)
+	if err != nil || !o.sass {
+		t.Fatalf("parseRun --sass: %+v, %v", o, err)
 	}
 }
