@@ -52,10 +52,10 @@ static uint32_t gp_dev_attr(CUdevice d, int attr)
 }
 
 /* gp_devices_announce writes one Device record per device the process
- * sees into the session's launch ring. */
-GP_HIDDEN void gp_devices_announce(void)
+ * sees into a session's launch ring, before gp_install publishes it, so
+ * that no launch record of the session comes first. */
+GP_HIDDEN void gp_devices_announce(void *ring)
 {
-	void *ring = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
 	int n = 0;
 	if (ring == NULL)
 		return;

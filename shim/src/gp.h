@@ -319,7 +319,7 @@ GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t l
 			   struct gp_conn *c, const char **why);
 GP_HIDDEN void gp_install(struct gp_conn *c);
 /* devices.c: a Device record per device into the session's ring. */
-GP_HIDDEN void gp_devices_announce(void);
+GP_HIDDEN void gp_devices_announce(void *ring);
 GP_HIDDEN uint64_t gp_session_lost(void);
 GP_HIDDEN uint64_t gp_limbo_dropped(void);
 /* patch.c's lock: PATCH exchanges and the region table; the session is

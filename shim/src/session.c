@@ -530,6 +530,7 @@ GP_HIDDEN void gp_install(struct gp_conn *c)
 	gp_sock = c->fd;
 	gp_ring_size = c->ring_size;
 	gp_names_size = c->names_size;
+	gp_devices_announce(c->ring); /* the collector keys devices per session */
 	uint32_t g = gp_gen + 1;
 	__atomic_store_n(&gp_rings[g & 1].launch, c->ring, __ATOMIC_RELEASE);
 	__atomic_store_n(&gp_rings[g & 1].names, c->names, __ATOMIC_RELEASE);
@@ -637,7 +638,6 @@ GP_HIDDEN void gp_connect(void)
 	gp_timeout_ms = ms;
 	uint32_t settings = c.settings, flush_ms = c.flush_ms;
 	gp_install(&c);
-	gp_devices_announce();
 	__atomic_store_n(&gp_state, GP_READY, __ATOMIC_RELEASE);
 	gp_reconnect_start(path, c.fd);
 	/* The SASS route first: when the collector does not want it, its
