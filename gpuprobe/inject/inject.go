@@ -391,7 +391,7 @@ func (s *splicer) compile(progs []*jit.Program, calls [][]*ptxmod.Func, rep *Rep
 			return &ProgramError{Index: i, Program: p.Name, Err: err}
 		}
 		if s.opts.LaunchID == LaunchIDParam {
-			if f, err = bindLaunchParam(f); err != nil {
+			if f, err = BindLaunchParam(f); err != nil {
 				return &ProgramError{Index: i, Program: p.Name, Err: err}
 			}
 		}

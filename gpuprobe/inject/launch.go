@@ -99,12 +99,12 @@ const (
 	withLaunch  = "(.param .b64 __ctx, .param .b64 __len, .param .b64 __launch)"
 )
 
-// bindLaunchParam rewrites a compiled program for LaunchIDParam mode: its
+// BindLaunchParam rewrites a compiled program for LaunchIDParam mode: its
 // entry .func takes a third parameter, the launch id, and helper 606 reads
 // that parameter instead of the module-scope PREFIX_launch_id global, which
 // is dropped. Helper 606 in a bpf-to-bpf subprogram cannot see the
 // parameter and is an error.
-func bindLaunchParam(f *ptx.Func) (*ptx.Func, error) {
+func BindLaunchParam(f *ptx.Func) (*ptx.Func, error) {
 	out := *f
 	proto := f.Name + entryParams
 	if strings.Count(f.Decls, proto) != 1 || strings.Count(f.Body, proto) != 1 {
