@@ -1,11 +1,14 @@
 package shim
 
 import (
+	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/record"
@@ -150,5 +153,51 @@ func TestSASSImageCurrent(t *testing.T) {
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// TestSASSReconnect: the collector restarts while the application
+// launches; the route pauses with the old session and resumes with the
+// new one, whose launches are flagged SASS and timed.
+func TestSASSReconnect(t *testing.T) {
+	b := binaries(t)
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	a1 := startAgentAt(t, path, 256, 1024, sassOn(65535))
+	app := exec.Command(b.app, "cudart", "slow", "100")
+	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_SASS=1", "GPUPROBE_SANITIZER="+b.sanitizer)
+	app.Env = append(app.Env, preload(b, path)...)
+	out, err := app.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(out)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatalf("app: %v", err)
+	}
+	a1.srv.Close()
+	time.Sleep(150 * time.Millisecond)
+	a2 := startAgentAt(t, path, 256, 1024, sassOn(65535))
+	_, _ = io.ReadAll(r)
+	if err := app.Wait(); err != nil {
+		t.Fatalf("app: %v", err)
+	}
+	st := a2.waitGone(t, 1)[0].read(t)
+	sampled, timed := 0, map[uint64]bool{}
+	for _, e := range st.execs {
+		timed[e.LaunchID] = true
+	}
+	for _, l := range st.launches {
+		if l.Flags&record.LaunchSASS != 0 {
+			sampled++
+			if !timed[l.LaunchID] {
+				t.Errorf("launch %d of the new session: flagged SASS, no Exec record", l.LaunchID)
+			}
+		}
+	}
+	if len(st.launches) < 25 || sampled != len(st.launches) {
+		t.Errorf("the new session: %d of %d launches flagged SASS, want all of at least 25", sampled, len(st.launches))
 	}
 }

@@ -30,7 +30,7 @@
  * that opted in, CUPTI's device windows (cupti.c) are unavailable
  * (cuptiSubscribe fails with 39; H200, the ninth session). The route pauses
  * when the collector goes away (gp_sass_pause: modules are unpatched at
- * their next launch) and stays paused after a reconnect.
+ * their next launch) and resumes when a reconnect's collector asks for it.
  *
  * GPUPROBE_SASS_IMAGE=FILE replaces the built-in patch image (a fatbin or
  * cubin built from shim/patch/sass_phases.cu, e.g. for an architecture the
@@ -507,8 +507,12 @@ GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms)
 	if (gp_sass_subscribe() != 0)
 		return;
 	static int started;
-	if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL))
+	if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) {
+		/* A reconnect: the route resumes where gp_sass_pause left it. */
+		__atomic_store_n(&gp_sass_on, 1, __ATOMIC_RELEASE);
+		GP_TRACE("sass: resumed");
 		return;
+	}
 	pthread_t t;
 	pthread_attr_t a;
 	pthread_attr_init(&a);
