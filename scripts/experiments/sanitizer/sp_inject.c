@@ -6,6 +6,9 @@
 //   SP_MODE=warp|nop|mem|none  which callbacks are patched
 //   SP_ONE_IN=N     userdata only for every Nth launch (others get NULL)
 //   SP_TOGGLE=1     unpatch modules for unsampled launches, repatch for sampled
+//   SP_MODE=custom  patch SP_ENTER_FN / SP_EXIT_FN / SP_MEM_FN (a gpuprobe/sanpatch
+//                   module), with SP_BIND=MAGIC:BYTES,... bound to zeroed pinned
+//                   host buffers whose words from byte 512 sp_dump prints (map regions)
 // sp_dump() (called by the application at its end) prints what was recorded.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -21,7 +24,7 @@
 F(sanitizerSubscribe); F(sanitizerEnableDomain); F(sanitizerAlloc); F(sanitizerMemset);
 F(sanitizerAddPatches); F(sanitizerPatchInstructions); F(sanitizerPatchModule);
 F(sanitizerUnpatchModule); F(sanitizerSetLaunchCallbackData); F(sanitizerSetCallbackData);
-F(sanitizerGetResultString);
+F(sanitizerGetResultString); F(sanitizerAllocHost);
 
 static Sanitizer_SubscriberHandle sub;
 static int inited, adding;
@@ -30,6 +33,7 @@ static const char *mode = "warp";
 static unsigned long one_in = 1, toggle;
 static unsigned long long launches, sampled, patched_mods, patch_fail, mod_loaded;
 static double patch_ms, toggle_ms; static unsigned long toggles;
+static struct { unsigned long long magic; size_t bytes; unsigned long long *p; } binds[8]; static int nbind;
 static CUcontext ctxs[8]; static int nctx;
 static void *d_scratch, *d_recs, *d_count;
 #define CAP (1u << 20)
@@ -63,6 +67,11 @@ static int patch(CUmodule m)
 	} else if (!strcmp(mode, "nop")) {
 		r = p_sanitizerPatchInstructions(SANITIZER_INSTRUCTION_BLOCK_ENTER, m, "sp_nop");
 		if (!r) r = p_sanitizerPatchInstructions(SANITIZER_INSTRUCTION_BLOCK_EXIT, m, "sp_nop");
+	} else if (!strcmp(mode, "custom")) {
+		const char *e = getenv("SP_ENTER_FN"), *x = getenv("SP_EXIT_FN"), *mm = getenv("SP_MEM_FN");
+		if (e) r = p_sanitizerPatchInstructions(SANITIZER_INSTRUCTION_BLOCK_ENTER, m, e);
+		if (!r && x) r = p_sanitizerPatchInstructions(SANITIZER_INSTRUCTION_BLOCK_EXIT, m, x);
+		if (!r && mm) r = p_sanitizerPatchInstructions(SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS, m, mm);
 	} else if (!strcmp(mode, "mem")) {
 		r = p_sanitizerPatchInstructions(SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS, m, "sp_mem");
 	} else return 0;
@@ -88,6 +97,14 @@ static void on_context(CUcontext ctx)
 	replace_magic(0x4750505350435459ull, (uint64_t)(uintptr_t)d_recs);
 	replace_magic(0x475050535043545aull, (uint64_t)(uintptr_t)d_count);
 	replace_magic(0x475050535043545bull, CAP);
+	for (int i = 0; i < nbind; i++) {
+		void *p = NULL;
+		SanitizerResult rb = p_sanitizerAllocHost(ctx, &p, binds[i].bytes);
+		if (rb || !p) { fprintf(stderr, "sp: bind alloc: %s\n", rs(rb)); continue; }
+		memset(p, 0, binds[i].bytes);
+		binds[i].p = p;
+		replace_magic(binds[i].magic, (uint64_t)(uintptr_t)p);
+	}
 	adding = 1;
 	r = p_sanitizerAddPatches(image, ctx);
 	adding = 0;
@@ -148,10 +165,19 @@ static void init(const char *how)
 	if (getenv("SP_MODE")) mode = getenv("SP_MODE");
 	if (getenv("SP_ONE_IN")) one_in = strtoul(getenv("SP_ONE_IN"), 0, 10);
 	if (getenv("SP_TOGGLE")) toggle = strtoul(getenv("SP_TOGGLE"), 0, 10);
+	for (const char *b = getenv("SP_BIND"); b && *b && nbind < 8;) {
+		char *end;
+		binds[nbind].magic = strtoull(b, &end, 0);
+		if (*end != ':') break;
+		binds[nbind].bytes = strtoull(end + 1, &end, 0);
+		nbind++;
+		b = *end == ',' ? end + 1 : end;
+	}
 	const char *lib = getenv("SP_SANITIZER") ? getenv("SP_SANITIZER") : "libsanitizer-public.so";
 	void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
 	if (!h) { fprintf(stderr, "sp: %s\n", dlerror()); return; }
 #define L(name) p_##name = dlsym(h, #name)
+	L(sanitizerAllocHost);
 	L(sanitizerSubscribe); L(sanitizerEnableDomain); L(sanitizerAlloc); L(sanitizerMemset);
 	L(sanitizerAddPatches); L(sanitizerPatchInstructions); L(sanitizerPatchModule);
 	L(sanitizerUnpatchModule); L(sanitizerSetLaunchCallbackData); L(sanitizerSetCallbackData);
@@ -171,6 +197,12 @@ static int by_lid(const void *a, const void *b) { const unsigned long long *x = 
 
 void sp_dump(void)
 {
+	for (int i = 0; i < nbind; i++) {
+		if (!binds[i].p) continue;
+		printf("SP bind %#llx:", binds[i].magic);
+		for (size_t w = 64; w < binds[i].bytes / 8 && w < 64 + 8; w++) printf(" %llu", binds[i].p[w]);
+		printf("\n");
+	}
 	fprintf(stderr, "sp: modules loaded %llu patched %llu failed %llu (%.2f ms patching); launches %llu sampled %llu; toggles %lu (%.2f ms)\n",
 		mod_loaded, patched_mods, patch_fail, patch_ms, launches, sampled, toggles, toggle_ms);
 	if (!d_count) return;
