@@ -117,6 +117,8 @@ type source struct {
 	clock   *shm.Array                 // the client's clock region (role 6), or nil
 	calls   *clientHostCalls           // the client's mailbox server, or nil
 	peer    *translate.Peer            // the client's credentials, until the translator has them
+	// internalLogged: a record of this client hit a bug (translate.InternalError), logged once
+	internalLogged bool
 }
 
 // rings returns s's rings in the order they are read: names before
@@ -178,6 +180,19 @@ func (r *gpuReceiver) RemoveRing(id uint32) {
 	}
 }
 
+// handleRecord folds one record of s. Invalid records are counted by the
+// translator; one that made it panic (a bug) is also logged, with its
+// stack, once per client: the collector keeps serving every client.
+func handleRecord(tr *translate.Translator, log *zap.Logger, s *source, rec shm.Record, now time.Time) {
+	err := tr.Handle(s.id, rec.Payload, now)
+	var ie *translate.InternalError
+	if err != nil && errors.As(err, &ie) && !s.internalLogged {
+		s.internalLogged = true
+		log.Error("gpuprobe: a client's record hit a bug in the receiver; the record was dropped and counted (records.invalid), later ones are counted only",
+			zap.Uint32("source", s.id), zap.Error(err), zap.ByteString("stack", ie.Stack))
+	}
+}
+
 // readSource reads one poll's worth of s's rings: at most maxReadPerPoll
 // tickets per ring (the kernel_phases ring: ExecRingSlots, as its Exec and
 // Warp records fold into pending launches and build no pdata). It returns
@@ -190,7 +205,7 @@ func (r *gpuReceiver) RemoveRing(id uint32) {
 // whose name was published after the names ring was read, and name it by
 // its handle.
 func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64) {
-	handle := func(rec shm.Record) { _ = r.tr.Handle(s.id, rec.Payload, now) } // invalid records are counted
+	handle := func(rec shm.Record) { handleRecord(r.tr, r.log, s, rec, now) }
 	launchEnd := s.launch.ring.Stats().Head
 	for _, g := range s.rings() {
 		max := maxReadPerPoll
@@ -227,7 +242,7 @@ func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bo
 	if !stopping && now.Sub(s.goneAt) < drainTime && !s.empty() {
 		return false, 0, 0
 	}
-	handle := func(rec shm.Record) { _ = r.tr.Handle(s.id, rec.Payload, now) }
+	handle := func(rec shm.Record) { handleRecord(r.tr, r.log, s, rec, now) }
 	for _, g := range s.rings() {
 		l, c := g.drain(handle)
 		lost, corrupt = lost+l, corrupt+c

@@ -141,6 +141,12 @@ const (
 	windowsReasonLast = WindowsReasonRate
 )
 
+// Bounds of the values Decode accepts, for tables indexed by them.
+const (
+	WindowsStateMax  = WindowsOff        // the largest valid WindowsState
+	WindowsReasonMax = windowsReasonLast // the largest valid WindowsReason
+)
+
 var windowsReasonNames = [...]string{"none", "no_library", "api_error", "profiler", "injection", "config", "rate"}
 
 // String names the reason ("none", "no_library", "api_error", "profiler",
@@ -182,7 +188,7 @@ func (s *WindowState) Decode(b []byte) error {
 		Detail:  le32(b, 24),
 		Dropped: le32(b, 28),
 	}
-	if s.State < WindowsOn || s.State > WindowsOff {
+	if s.State < WindowsOn || s.State > WindowsStateMax {
 		return &DecodeError{Type: TypeWindowState, Field: "state", Offset: 16, Reason: fmt.Sprintf("unknown state %d", uint32(s.State))}
 	}
 	if s.Reason > windowsReasonLast {

@@ -11,6 +11,7 @@ package translate
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
@@ -269,8 +270,18 @@ func (t *Translator) Pending() int { return t.launches.size() + t.graphs.runs() 
 // Handle decodes one record from source src (one producer process
 // connection) and folds it into the state. now is the wall clock, used for
 // timeouts. An invalid record is counted and its error returned.
-func (t *Translator) Handle(src uint32, rec []byte, now time.Time) error {
+//
+// A panic while folding a record (a bug: every record is decoded and
+// checked first) is recovered, counted as invalid and returned as an
+// *InternalError, so that one client's record cannot stop the collector.
+func (t *Translator) Handle(src uint32, rec []byte, now time.Time) (err error) {
 	t.counters.RecordsRead++
+	defer func() {
+		if v := recover(); v != nil {
+			t.counters.RecordsInvalid++
+			err = &InternalError{Source: src, Value: v, Stack: debug.Stack()}
+		}
+	}()
 	p, err := record.ParsePrefix(rec)
 	if err == nil {
 		err = t.handle(src, p.Type, rec, now)
@@ -283,6 +294,19 @@ func (t *Translator) Handle(src uint32, rec []byte, now time.Time) error {
 }
 
 var errUnknownType = errors.New("unknown record type")
+
+// InternalError is a panic Handle recovered from: a bug in the translator,
+// reported with the stack where it happened.
+type InternalError struct {
+	Source uint32 // the client whose record it was
+	Value  any    // what was passed to panic
+	Stack  []byte // the goroutine's stack at the recovery
+}
+
+// Error implements error.
+func (e *InternalError) Error() string {
+	return fmt.Sprintf("source %d: internal error handling a record: %v", e.Source, e.Value)
+}
 
 func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Time) error {
 	switch typ {

@@ -62,8 +62,8 @@ type windowTable struct {
 	onCache [8]onAnswer // on's answers by source (direct-mapped), while no state changes
 	groups  groupTable
 	recent  recentSet
-	changes [record.WindowsOff + 1][record.WindowsReasonConfig + 1]uint64 // by state and reason
-	offsets [2][2]exphist.Hist                                            // by edge (start, end) and direction (inside, outside)
+	changes [record.WindowsStateMax + 1][record.WindowsReasonMax + 1]uint64 // by state and reason: every value Decode accepts
+	offsets [2][2]exphist.Hist                                              // by edge (start, end) and direction (inside, outside)
 	cover   coverage
 }
 

@@ -1,8 +1,10 @@
 package translate
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -347,6 +349,12 @@ func TestWindowStates(t *testing.T) {
 		{"two clients", []rec{st(1, record.WindowsOn, 0, 0), st(2, record.WindowsOn, 0, 0), st(2, record.WindowsOff, record.WindowsReasonConfig, 0)},
 			[]report{{100, "on/none"}, {200, "on/none"}, {200, "off/config"}},
 			map[string]int64{"on/none": 2, "off/config": 1}, 0},
+		// The rate cap's reason is the last one Decode accepts: counting it
+		// once indexed past the table (a collector panic on the H200, the
+		// ninth session, from a launch loop that tripped the cap).
+		{"off by the rate cap", []rec{st(1, record.WindowsOn, 0, 0), st(1, record.WindowsOff, record.WindowsReasonRate, 0)},
+			[]report{{100, "on/none"}, {100, "off/rate"}},
+			map[string]int64{"on/none": 1, "off/rate": 1}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -613,5 +621,26 @@ func TestWindowWithoutCalibration(t *testing.T) {
 	root := index(td).one(t, k)
 	if got := phases(td, root)[SpanExecuting]; got != [2]uint64{10_500, 90_800} {
 		t.Errorf("cuda.executing %v, want the driver's window [10500 90800]", got)
+	}
+}
+
+// TestHandleRecovers: a panic while folding a record (here from a hook) is
+// recovered: the record is counted invalid, Handle returns an
+// *InternalError with the stack, and the translator goes on.
+func TestHandleRecovers(t *testing.T) {
+	tr := newTr(Options{Windows: WindowOptions{OnState: func(uint32, record.WindowState) { panic("hook") }}})
+	tr.Connect(1, Peer{PID: 100})
+	b := (&record.WindowState{TimeNS: 5, State: record.WindowsOn}).Append(nil)
+	err := tr.Handle(1, b, time.Now())
+	var ie *InternalError
+	if !errors.As(err, &ie) || ie.Source != 1 || len(ie.Stack) == 0 || !strings.Contains(err.Error(), "hook") {
+		t.Fatalf("Handle: %v, want an *InternalError from source 1 with a stack", err)
+	}
+	if c := tr.Counters(); c.RecordsInvalid != 1 || c.RecordsRead != 1 {
+		t.Errorf("read %d, invalid %d: want 1 and 1", c.RecordsRead, c.RecordsInvalid)
+	}
+	b = (&record.WindowState{TimeNS: 6, State: record.WindowsOff, Reason: record.WindowsReasonConfig}).Append(nil)
+	if err := tr.Handle(1, b, time.Now()); !errors.As(err, &ie) {
+		t.Fatalf("the second record: %v, want the hook's panic again (the translator went on)", err)
 	}
 }
