@@ -25,15 +25,24 @@ func sassOn(rate uint16) agent.Options {
 // returns its records and the mock's counts.
 func runSASS(t *testing.T, opts agent.Options, n string, env ...string) (*stream, string) {
 	t.Helper()
+	return runSASSApp(t, opts, b0(t).appDirect, "direct", "basic", n, env...)
+}
+
+// b0 returns the built binaries.
+func b0(t *testing.T) *built { t.Helper(); return binaries(t) }
+
+// runSASSApp is runSASS with the program, mode, scenario and count given.
+func runSASSApp(t *testing.T, opts agent.Options, prog, mode, scenario, n string, env ...string) (*stream, string) {
+	t.Helper()
 	b := binaries(t)
-	plain, _, err := run(t, b, nil, b.appDirect, "direct", "basic", n)
+	plain, _, err := run(t, b, nil, prog, mode, scenario, n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := startAgent(t, 256, 1024, opts)
 	log := filepath.Join(t.TempDir(), "sanitizer.txt")
 	env = append(append(preload(b, a.path), "GPUPROBE_SASS=1", "GPUPROBE_SANITIZER="+b.sanitizer, "MOCK_SANITIZER_LOG="+log), env...)
-	out, errOut, err := run(t, b, env, b.appDirect, "direct", "basic", n)
+	out, errOut, err := run(t, b, env, prog, mode, scenario, n)
 	if err != nil || out != plain {
 		t.Fatalf("run under the shim: %v, output %q, want %q\n%s", err, out, plain, errOut)
 	}
@@ -199,5 +208,34 @@ func TestSASSReconnect(t *testing.T) {
 	}
 	if len(st.launches) < 25 || sampled != len(st.launches) {
 		t.Errorf("the new session: %d of %d launches flagged SASS, want all of at least 25", sampled, len(st.launches))
+	}
+}
+
+// TestSASSContextDestroy: the primary context is reset mid-run, and the
+// MOCK Sanitizer API unmaps its pinned ring after telling the shim. The
+// shim drains the ring one last time and never reads it again (a read
+// would fault the application); the new context gets a ring of its own,
+// and every sampled launch before and after has its Exec record.
+func TestSASSContextDestroy(t *testing.T) {
+	st, counts := runSASSApp(t, sassOn(65535), b0(t).app, "cudart", "sassreset", "3")
+	if !strings.Contains(counts, "rings=2") {
+		t.Errorf("MOCK Sanitizer counts %q: want a ring for each of the two contexts", counts)
+	}
+	timed := map[uint64]bool{}
+	for _, e := range st.execs {
+		timed[e.LaunchID] = true
+	}
+	flagged := 0
+	for _, l := range st.launches {
+		if l.Flags&record.LaunchSASS == 0 {
+			continue
+		}
+		flagged++
+		if !timed[l.LaunchID] {
+			t.Errorf("launch %d: flagged SASS, no Exec record", l.LaunchID)
+		}
+	}
+	if n := len(basicLaunches()) - 5 + 3; flagged != 2*n || len(st.launches) != 2*n {
+		t.Errorf("%d launches, %d flagged SASS: want %d and %d", len(st.launches), flagged, 2*n, 2*n)
 	}
 }

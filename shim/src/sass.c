@@ -56,7 +56,10 @@
 /* The Sanitizer ABI this file uses (sanitizer_callbacks.h and
  * sanitizer_patching.h of CUDA 11.8 to 13.0; scripts/gpu/sass.sh checks the
  * offsets against the header on the GPU machine). */
+#define GP_SAN_DOMAIN_RESOURCE 3
 #define GP_SAN_DOMAIN_LAUNCH 5
+#define GP_SAN_CBID_CTX_DESTROY 4 /* SANITIZER_CBID_RESOURCE_CONTEXT_DESTROY_STARTING */
+#define GP_SAN_CBID_MODULE_UNLOAD 9 /* SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING */
 #define GP_SAN_CBID_LAUNCH_BEGIN 1
 #define GP_SAN_BLOCK_ENTER 1
 #define GP_SAN_BLOCK_EXIT 2
@@ -67,6 +70,9 @@
 #define GP_SAN_LD_FUNCTION 32
 #define GP_SAN_LD_NAME 40
 #define GP_SAN_LD_HLAUNCH 96
+/* Sanitizer_ResourceContextData.context, Sanitizer_ResourceModuleData.module. */
+#define GP_SAN_RC_CONTEXT 0
+#define GP_SAN_RM_MODULE 8
 
 /* Layout shared with sass_phases.cu. */
 #define GP_SP_SLOTS 256
@@ -83,6 +89,7 @@ static struct {
 	int (*subscribe)(void **sub, gp_san_cb cb, void *ud);
 	int (*unsubscribe)(void *sub);
 	int (*enable_domain)(uint32_t on, void *sub, uint32_t domain);
+	int (*enable_callback)(uint32_t on, void *sub, uint32_t domain, uint32_t cbid);
 	int (*alloc)(CUcontext ctx, void **p, size_t n);
 	int (*alloc_host)(CUcontext ctx, void **p, size_t n);
 	int (*memset)(void *p, int v, size_t n, void *stream);
@@ -168,6 +175,7 @@ static int gp_sass_syms(void)
 	GP_SAN_SYM(subscribe, "sanitizerSubscribe");
 	GP_SAN_SYM(unsubscribe, "sanitizerUnsubscribe");
 	GP_SAN_SYM(enable_domain, "sanitizerEnableDomain");
+	GP_SAN_SYM(enable_callback, "sanitizerEnableCallback");
 	GP_SAN_SYM(alloc, "sanitizerAlloc");
 	GP_SAN_SYM(alloc_host, "sanitizerAllocHost");
 	GP_SAN_SYM(memset, "sanitizerMemset");
@@ -176,7 +184,8 @@ static int gp_sass_syms(void)
 	GP_SAN_SYM(patch_module, "sanitizerPatchModule");
 	GP_SAN_SYM(unpatch_module, "sanitizerUnpatchModule");
 	GP_SAN_SYM(set_launch_data, "sanitizerSetLaunchCallbackData");
-	return gp_san.subscribe && gp_san.unsubscribe && gp_san.enable_domain && gp_san.alloc && gp_san.alloc_host &&
+	return gp_san.subscribe && gp_san.unsubscribe && gp_san.enable_domain && gp_san.enable_callback &&
+			       gp_san.alloc && gp_san.alloc_host &&
 			       gp_san.memset && gp_san.add_patches && gp_san.patch_instr && gp_san.patch_module &&
 			       gp_san.unpatch_module && gp_san.set_launch_data
 		       ? 0
@@ -342,12 +351,50 @@ static const void *gp_rdp(const uint8_t *d, size_t off)
 	return p;
 }
 
+static void gp_sass_drain(struct gp_sass_ctx *c, void *out);
+
+/* gp_sass_resource forgets what dies: a context's state (its pinned ring
+ * is freed with it: the drain thread must never read it again, so the
+ * ring is drained one last time and dropped under the drain lock) and a
+ * module's (its handle may come back for another module). */
+static void gp_sass_resource(uint32_t cbid, const uint8_t *d)
+{
+	if (cbid == GP_SAN_CBID_CTX_DESTROY) {
+		CUcontext ctx = (CUcontext)gp_rdp(d, GP_SAN_RC_CONTEXT);
+		pthread_mutex_lock(&gp_sass_mu);
+		pthread_mutex_lock(&gp_sass_drain_mu);
+		for (int i = 0; i < GP_SASS_CTXS; i++) {
+			struct gp_sass_ctx *c = &gp_sass_ctxs[i];
+			if (c->ctx != ctx)
+				continue;
+			void *out = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+			if (c->state > 0 && out != NULL)
+				gp_sass_drain(c, out);
+			__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
+			c->ring = NULL, c->tail = 0, c->ctx = NULL;
+		}
+		pthread_mutex_unlock(&gp_sass_drain_mu);
+		pthread_mutex_unlock(&gp_sass_mu);
+	} else if (cbid == GP_SAN_CBID_MODULE_UNLOAD) {
+		uint64_t mod = (uint64_t)gp_rdp(d, GP_SAN_RM_MODULE);
+		pthread_mutex_lock(&gp_sass_mu);
+		struct gp_sass_mod *m = gp_sass_mod(mod);
+		if (m != NULL)
+			m->patched = 0, m->refused = 0, __atomic_store_n(&m->left, 0, __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&gp_sass_mu);
+	}
+}
+
 /* The launch callback, in the launching thread inside the driver's launch
  * call. Launches of unpatched modules that are not sampled return after
  * one table lookup. */
 static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *data)
 {
 	(void)ud;
+	if (domain == GP_SAN_DOMAIN_RESOURCE && data != NULL) {
+		gp_sass_resource(cbid, data);
+		return;
+	}
 	if (domain != GP_SAN_DOMAIN_LAUNCH || cbid != GP_SAN_CBID_LAUNCH_BEGIN || data == NULL)
 		return;
 	const uint8_t *d = data;
@@ -445,9 +492,15 @@ static void *gp_sass_thread(void *arg)
 static void gp_sass_exit(void)
 {
 	void *out = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
-	if (out == NULL)
-		return;
-	gp_sass_drain_all(out);
+	if (out != NULL)
+		gp_sass_drain_all(out);
+	/* CUDA tears its contexts down after this (its atexit handler was
+	 * registered first, its destructors run later), freeing the rings:
+	 * the drain thread must not read them again. */
+	pthread_mutex_lock(&gp_sass_drain_mu);
+	for (int i = 0; i < GP_SASS_CTXS; i++)
+		__atomic_store_n(&gp_sass_ctxs[i].state, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&gp_sass_drain_mu);
 }
 
 /* ---- start ------------------------------------------------------------ */
@@ -483,6 +536,10 @@ static int gp_sass_subscribe(void)
 	int r = gp_san.subscribe(&gp_san.sub, gp_sass_cb, NULL);
 	if (r == 0)
 		r = gp_san.enable_domain(1, gp_san.sub, GP_SAN_DOMAIN_LAUNCH);
+	if (r == 0)
+		r = gp_san.enable_callback(1, gp_san.sub, GP_SAN_DOMAIN_RESOURCE, GP_SAN_CBID_CTX_DESTROY);
+	if (r == 0)
+		r = gp_san.enable_callback(1, gp_san.sub, GP_SAN_DOMAIN_RESOURCE, GP_SAN_CBID_MODULE_UNLOAD);
 	if (r != 0) {
 		GP_TRACE("sass: sanitizerSubscribe failed (%d): another tool holds the Sanitizer API?", r);
 		return -1;

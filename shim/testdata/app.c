@@ -585,6 +585,17 @@ int main(int argc, char **argv)
 			return r;
 	} else if (strcmp(scenario, "basic") == 0) {
 		basic(argc > 3 ? atoi(argv[3]) : 5);
+	} else if (strcmp(scenario, "sassreset") == 0) {
+		/* Launches, the primary context reset (its memory freed), a pause
+		 * for the shim's threads, a new context, launches again. */
+		int n = argc > 3 ? atoi(argv[3]) : 5;
+		void *ctx;
+		basic(n);
+		CUresult (*reset)(int) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "cuDevicePrimaryCtxReset_v2"), "cuDevicePrimaryCtxReset_v2");
+		CHECK(reset(0));
+		usleep(100000);
+		CHECK(A.prim_retain(&ctx, 0));
+		basic(n);
 	} else if (strcmp(scenario, "graph") == 0) {
 		graph();
 	} else if (strcmp(scenario, "capture") == 0) {

@@ -851,10 +851,18 @@ EXPORT CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, vo
  * memory allocated in it (0xDD: its device memory is gone) and makes it
  * unusable (709) until a retain makes a new one (the same handle, as the
  * driver's primary context often has), whose streams are new. */
+/* The MOCK Sanitizer API hears of a context's end, as the real one calls
+ * back at CONTEXT_DESTROY_STARTING. */
+static void (*san_ctx_hook)(void *ctx);
+EXPORT void mock_cuda_set_san_ctx_hook(void (*fn)(void *)) { __atomic_store_n(&san_ctx_hook, fn, __ATOMIC_RELEASE); }
+
 static void ctx_destroy(const char *why)
 {
 	if (__atomic_load_n(&ctx_dead, __ATOMIC_ACQUIRE))
 		return;
+	void (*sh)(void *) = __atomic_load_n(&san_ctx_hook, __ATOMIC_ACQUIRE);
+	if (sh)
+		sh(MOCK_CTX);
 	for (int i = 0; i < nallocs; i++)
 		memset(allocs[i].p, 0xDD, allocs[i].size);
 	nallocs = 0;

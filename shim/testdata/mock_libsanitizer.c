@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define MODS 3
@@ -27,6 +28,8 @@ static cb_fn cb;
 static void *cb_ud;
 static int launch_on, token;
 static uint64_t *ring;
+static size_t ring_size;
+static int destroy_cb_on, ring_allocs;
 static int patched[MODS];
 static __thread const void *cur_ud;
 static uint64_t gtimer = 1000000;
@@ -86,6 +89,24 @@ static void on_launch(void *f, const char *name, const unsigned *dims)
 	__atomic_fetch_add(&n.probed, 1, __ATOMIC_RELAXED);
 }
 
+/* A context's end: the subscriber hears of it first, then the pinned ring
+ * is unmapped, as the real driver frees a context's memory: a shim that
+ * read it afterwards would fault. */
+static void on_ctx_destroy(void *driver_ctx)
+{
+	(void)driver_ctx;
+	void *ctx = (void *)0xc0; /* the context the launch callbacks name */
+	if (cb != NULL && destroy_cb_on) {
+		uint8_t d[16] = {0};
+		memcpy(d, &ctx, 8);
+		cb(cb_ud, 3, 4, d);
+	}
+	if (ring != NULL) {
+		munmap(ring, ring_size);
+		ring = NULL;
+	}
+}
+
 EXPORT int sanitizerSubscribe(void **sub, cb_fn fn, void *ud)
 {
 	if (fail("subscribe"))
@@ -98,6 +119,13 @@ EXPORT int sanitizerSubscribe(void **sub, cb_fn fn, void *ud)
 	if (set == NULL)
 		return 7;
 	set(on_launch);
+	void (*setc)(void (*)(void *)) = dlsym(RTLD_DEFAULT, "mock_cuda_set_san_ctx_hook");
+	if (setc == NULL) {
+		void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+		setc = cuda ? dlsym(cuda, "mock_cuda_set_san_ctx_hook") : NULL;
+	}
+	if (setc != NULL)
+		setc(on_ctx_destroy);
 	cb = fn, cb_ud = ud, *sub = &token;
 	n.subscribed++;
 	return 0;
@@ -122,12 +150,22 @@ EXPORT int sanitizerAlloc(void *ctx, void **p, size_t size)
 	*p = calloc(1, size);
 	return *p ? 0 : 2;
 }
+EXPORT int sanitizerEnableCallback(uint32_t on, void *sub, uint32_t domain, uint32_t cbid)
+{
+	(void)sub;
+	if (domain == 3 && cbid == 4)
+		destroy_cb_on = on != 0;
+	return 0;
+}
 EXPORT int sanitizerAllocHost(void *ctx, void **p, size_t size)
 {
 	(void)ctx;
-	*p = calloc(1, size);
-	ring = *p;
-	return *p ? 0 : 2;
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return 2;
+	*p = ring = m, ring_size = size;
+	ring_allocs++;
+	return 0;
 }
 EXPORT int sanitizerMemset(void *p, int v, size_t size, void *stream)
 {
@@ -200,7 +238,7 @@ __attribute__((destructor)) static void mock_san_fini(void)
 	FILE *f = path ? fopen(path, "w") : NULL;
 	if (f == NULL)
 		return;
-	fprintf(f, "subscribed=%d unsubscribed=%d added=%d patches=%d unpatches=%d launches=%d probed=%d bad_image=%d\n",
-		n.subscribed, n.unsubscribed, n.added, n.patches, n.unpatches, n.launches, n.probed, n.bad_image);
+	fprintf(f, "subscribed=%d unsubscribed=%d added=%d patches=%d unpatches=%d launches=%d probed=%d bad_image=%d rings=%d\n",
+		n.subscribed, n.unsubscribed, n.added, n.patches, n.unpatches, n.launches, n.probed, n.bad_image, ring_allocs);
 	fclose(f);
 }
