@@ -1,12 +1,15 @@
 package shim
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -351,3 +354,33 @@ func sortedNames(m map[uint64]string) []string {
 }
 
 func newRing() (*shm.Ring, error) { return shm.CreateRing(256, 1024) }
+
+// restartAfterFirstLine starts app under collector a1 and, once the app
+// has printed its first line, restarts the collector at path (a new test
+// agent with slotSize and opts); it returns the new agent and all the app
+// printed, after the app exited (a failed run fails the test).
+func restartAfterFirstLine(t *testing.T, app *exec.Cmd, a1 *testAgent, path string, slotSize uint32, opts agent.Options) (*testAgent, string) {
+	t.Helper()
+	out, err := app.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb strings.Builder
+	app.Stderr = &errb
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(out)
+	first, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("app: %v\n%s", err, errb.String())
+	}
+	a1.srv.Close()
+	time.Sleep(150 * time.Millisecond)
+	a2 := startAgentAt(t, path, slotSize, 1024, opts)
+	rest, _ := io.ReadAll(r)
+	if err := app.Wait(); err != nil {
+		t.Fatalf("app: %v\n%s", err, errb.String())
+	}
+	return a2, first + string(rest)
+}

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/record"
@@ -383,26 +382,7 @@ func TestReconnectNames(t *testing.T) {
 	app := exec.Command(b.app, "cudart", "slowlong", "60")
 	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=")
 	app.Env = append(app.Env, preload(b, path)...)
-	out, err := app.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errb strings.Builder
-	app.Stderr = &errb
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(out)
-	if _, err := r.ReadString('\n'); err != nil {
-		t.Fatalf("app: %v", err)
-	}
-	a1.srv.Close()
-	time.Sleep(150 * time.Millisecond)
-	a2 := startAgentAt(t, path, 128, 1024, agent.Options{})
-	io.Copy(io.Discard, r)
-	if err := app.Wait(); err != nil {
-		t.Fatalf("app: %v\n%s", err, errb.String())
-	}
+	a2, _ := restartAfterFirstLine(t, app, a1, path, 128, agent.Options{})
 	name := longName(200, 300)
 	for i, a := range []*testAgent{a1, a2} {
 		ss := a.waitGone(t, 1)

@@ -1,14 +1,11 @@
 package shim
 
 import (
-	"bufio"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/record"
@@ -175,24 +172,7 @@ func TestSASSReconnect(t *testing.T) {
 	app := exec.Command(b.app, "cudart", "slow", "100")
 	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_SASS=1", "GPUPROBE_SANITIZER="+b.sanitizer)
 	app.Env = append(app.Env, preload(b, path)...)
-	out, err := app.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(out)
-	if _, err := r.ReadString('\n'); err != nil {
-		t.Fatalf("app: %v", err)
-	}
-	a1.srv.Close()
-	time.Sleep(150 * time.Millisecond)
-	a2 := startAgentAt(t, path, 256, 1024, sassOn(65535))
-	_, _ = io.ReadAll(r)
-	if err := app.Wait(); err != nil {
-		t.Fatalf("app: %v", err)
-	}
+	a2, _ := restartAfterFirstLine(t, app, a1, path, 256, sassOn(65535))
 	st := a2.waitGone(t, 1)[0].read(t)
 	sampled, timed := 0, map[uint64]bool{}
 	for _, e := range st.execs {

@@ -380,28 +380,8 @@ func TestReconnect(t *testing.T) {
 	app := exec.Command(b.app, "cudart", "slow", "100")
 	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE="+log)
 	app.Env = append(app.Env, preload(b, path)...)
-	appOut, err := app.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errb strings.Builder
-	app.Stderr = &errb
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(appOut)
-	first, err := r.ReadString('\n')
-	if err != nil {
-		t.Fatalf("app: %v", err)
-	}
-	a1.srv.Close()
-	time.Sleep(150 * time.Millisecond)
-	a2 := startAgentAt(t, path, 256, 1024, agent.Options{})
-	rest, _ := io.ReadAll(r)
-	if err := app.Wait(); err != nil {
-		t.Fatalf("app: %v\n%s", err, errb.String())
-	}
-	if got := first + string(rest); got != plain {
+	a2, got := restartAfterFirstLine(t, app, a1, path, 256, agent.Options{})
+	if got != plain {
 		t.Errorf("output:\n%s\nwant:\n%s", got, plain)
 	}
 	s1, s2 := a1.waitGone(t, 1), a2.waitGone(t, 1)
