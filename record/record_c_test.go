@@ -97,7 +97,7 @@ func cConstants() string {
 		{"GP_WINDOWS_R_NONE", uint32(WindowsReasonNone)}, {"GP_WINDOWS_R_NO_LIBRARY", uint32(WindowsReasonNoLibrary)},
 		{"GP_WINDOWS_R_API_ERROR", uint32(WindowsReasonAPIError)}, {"GP_WINDOWS_R_PROFILER", uint32(WindowsReasonProfiler)},
 		{"GP_WINDOWS_R_INJECTION", uint32(WindowsReasonInjection)}, {"GP_WINDOWS_R_CONFIG", uint32(WindowsReasonConfig)},
-		{"GP_WINDOWS_R_RATE", uint32(WindowsReasonRate)},
+		{"GP_WINDOWS_R_RATE", uint32(WindowsReasonRate)}, {"GP_WINDOWS_R_SASS", uint32(WindowsReasonSASS)},
 		{"sizeof(struct gp_rec_window)", WindowSize}, {"sizeof(struct gp_rec_window_state)", WindowStateSize},
 	} {
 		fmt.Fprintf(&b, "_Static_assert(%s == %d, %q);\n", c.c, c.v, c.c)

@@ -133,7 +133,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"window as state", &WindowState{}, window.Append(nil), "type", 0, "is window, not window_state"},
 		{"state zero", &WindowState{}, mutate(state, u32(16, 0)), "state", 16, "unknown state 0"},
 		{"state unknown", &WindowState{}, mutate(state, u32(16, 5)), "state", 16, "unknown state 5"},
-		{"state reason unknown", &WindowState{}, mutate(state, u32(20, 7)), "reason", 20, "unknown reason 7"},
+		{"state reason unknown", &WindowState{}, mutate(state, u32(20, 8)), "reason", 20, "unknown reason 8"},
 		{"state version", &WindowState{}, mutate(state, u16(2, 2)), "version", 2, "unsupported version 2 (want 1)"},
 		{"warp no lanes", &Warp{}, mutate(warp, u32(36, 0)), "active_mask", 36, "must be nonzero"},
 		{"warp exit before start", &Warp{}, mutate(warp, u64(56, 5)), "min_exit_ns", 56, "5 is before start_ns 10"},

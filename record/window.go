@@ -137,8 +137,9 @@ const (
 	WindowsReasonInjection WindowsReason = 4 // a profiler injected itself (CUDA_INJECTION64_PATH)
 	WindowsReasonConfig    WindowsReason = 5 // the collector's configuration turned them off
 	WindowsReasonRate      WindowsReason = 6 // the process launches more than the windows' budget allows
+	WindowsReasonSASS      WindowsReason = 7 // the process opted in to the SASS route, whose Sanitizer API holds CUPTI's one subscriber
 
-	windowsReasonLast = WindowsReasonRate
+	windowsReasonLast = WindowsReasonSASS
 )
 
 // Bounds of the values Decode accepts, for tables indexed by them.
@@ -147,7 +148,7 @@ const (
 	WindowsReasonMax = windowsReasonLast // the largest valid WindowsReason
 )
 
-var windowsReasonNames = [...]string{"none", "no_library", "api_error", "profiler", "injection", "config", "rate"}
+var windowsReasonNames = [...]string{"none", "no_library", "api_error", "profiler", "injection", "config", "rate", "sass"}
 
 // String names the reason ("none", "no_library", "api_error", "profiler",
 // "injection", "config").

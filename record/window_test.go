@@ -27,8 +27,8 @@ func TestWindowNames(t *testing.T) {
 		{WindowsReasonNone.String(), "none"}, {WindowsReasonNoLibrary.String(), "no_library"},
 		{WindowsReasonAPIError.String(), "api_error"}, {WindowsReasonProfiler.String(), "profiler"},
 		{WindowsReasonInjection.String(), "injection"}, {WindowsReasonConfig.String(), "config"},
-		{WindowsReasonRate.String(), "rate"},
-		{WindowsReason(7).String(), "reason(7)"},
+		{WindowsReasonRate.String(), "rate"}, {WindowsReasonSASS.String(), "sass"},
+		{WindowsReason(8).String(), "reason(8)"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)

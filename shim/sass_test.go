@@ -219,3 +219,38 @@ func TestSASSContextDestroy(t *testing.T) {
 		t.Errorf("%d launches, %d flagged SASS: want %d and %d", len(st.launches), flagged, 2*n, 2*n)
 	}
 }
+
+// TestSASSWindowsUnavailable: a process that opted in has no CUPTI
+// windows, asked for or not, and says why (reason sass) instead of
+// failing cuptiSubscribe; its launches are marked NO_WINDOW, so the
+// collector does not wait, and the route's Exec records still come.
+func TestSASSWindowsUnavailable(t *testing.T) {
+	b := binaries(t)
+	both := agent.Options{Settings: agent.Settings{Flags: agent.SettingWindows | agent.SettingSASS, SASSRate: 65535, WindowFlushMS: 10}}
+	for _, tc := range []struct {
+		name  string
+		opts  agent.Options
+		execs bool
+	}{
+		{"windows and sass", both, true},
+		{"windows only", windowsOn, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _ := runSASSApp(t, tc.opts, b.appDirect, "direct", "basic", "3", "GPUPROBE_CUPTI="+b.cupti)
+			if len(st.states) != 1 || st.states[0].State != record.WindowsUnavailable || st.states[0].Reason != record.WindowsReasonSASS {
+				t.Fatalf("window states %+v, want one: unavailable, reason sass", st.states)
+			}
+			if len(st.windows) != 0 {
+				t.Errorf("%d windows, want none", len(st.windows))
+			}
+			for i, l := range st.launches {
+				if l.Flags&record.LaunchNoWindow == 0 {
+					t.Errorf("launch %d: not marked NO_WINDOW", i)
+				}
+			}
+			if got := len(st.execs) == len(st.launches) && len(st.execs) > 0; got != tc.execs {
+				t.Errorf("%d Exec records for %d launches; want one each: %v", len(st.execs), len(st.launches), tc.execs)
+			}
+		})
+	}
+}

@@ -265,6 +265,7 @@ enum gp_window_reason {
 	GP_WINDOWS_R_INJECTION = 4,    /* a profiler injected itself (CUDA_INJECTION64_PATH) */
 	GP_WINDOWS_R_CONFIG = 5,       /* the collector's configuration turned them off */
 	GP_WINDOWS_R_RATE = 6,         /* the process launches more than the windows' budget allows */
+	GP_WINDOWS_R_SASS = 7,         /* the process opted in to the SASS route: the Sanitizer API holds CUPTI's subscriber */
 };
 
 /* Type 13, 32 bytes: device windows turned on or off, and what was lost:

@@ -603,6 +603,8 @@ GP_HIDDEN void gp_windows_start(uint32_t flush_ms)
 		gp_win_unavailable(GP_WINDOWS_R_INJECTION, 0, "a profiler is injected (CUDA_INJECTION64_PATH)");
 	else if (gp_app_kinds || gp_app_sub || gp_app_cb)
 		gp_win_unavailable(GP_WINDOWS_R_PROFILER, 0, "the application uses CUPTI");
+	else if (gp_sass_holds_callbacks())
+		gp_win_unavailable(GP_WINDOWS_R_SASS, 0, "the SASS route's Sanitizer API holds the callback subscriber");
 	else if (gp_cupti_load(&why) != 0)
 		gp_win_unavailable(GP_WINDOWS_R_NO_LIBRARY, 0, why);
 	else if (gp_cupti_syms(&why) != 0)

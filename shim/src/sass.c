@@ -507,6 +507,10 @@ static void gp_sass_exit(void)
 
 static int gp_sass_subscribed;
 
+static int gp_sass_ever; /* subscribed once: CUPTI cannot subscribe in this process any more */
+
+GP_HIDDEN int gp_sass_holds_callbacks(void) { return __atomic_load_n(&gp_sass_ever, __ATOMIC_ACQUIRE); }
+
 /* gp_sass_release gives the subscription back (the collector did not ask
  * for the route): CUPTI's device windows can then subscribe. */
 static void gp_sass_release(void)
@@ -546,6 +550,7 @@ static int gp_sass_subscribe(void)
 	}
 	ok = 1;
 	__atomic_store_n(&gp_sass_subscribed, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&gp_sass_ever, 1, __ATOMIC_RELEASE);
 	return 0;
 }
 
