@@ -321,14 +321,16 @@ static void gp_win_callback(void *ud, uint32_t domain, uint32_t cbid, const void
 		gp_win_detach_now();
 		return;
 	}
-	if (d == NULL || id == 0 || gp_rd32(d, GP_CB_SITE) != GP_CUPTI_API_ENTER ||
+	/* corr != 0: this launch call's id is filed already (a nested
+	 * driver call); gp_win_note clears it when the call returns. */
+	if (d == NULL || id == 0 || gp_self.corr != 0 || gp_rd32(d, GP_CB_SITE) != GP_CUPTI_API_ENTER ||
 	    !__atomic_load_n(&gp_win_on, __ATOMIC_RELAXED))
 		return;
 	uint32_t corr = gp_rd32(d, GP_CB_CORRELATION);
 	if (corr == 0)
 		return;
 	gp_win_file(corr, id);
-	gp_self.corr = corr, gp_self.pending = 0;
+	gp_self.corr = corr;
 }
 
 static uint64_t gp_win_clock(void) { return gp_now(); }

@@ -461,7 +461,6 @@ struct gp_thread {
 	uint32_t tid;
 	uint32_t corr;    /* CUPTI's correlation id of the thread's last launch call, once filed (cupti.c) */
 	uint64_t pending; /* the launch id of the launch call in progress, for cupti.c's and sass.c's callbacks */
-	uint64_t launching; /* the same launch id for sass.c (cupti.c's callback, first, clears pending) */
 	uint8_t in_graph; /* a cuGraphLaunch is in progress (sass.c samples no graph node) */
 	uint8_t sass;     /* sass.c sampled the launch call in progress */
 	uint64_t next_id, end_id;
@@ -748,10 +747,10 @@ GP_HIDDEN uint64_t gp_ids_handed(void);
 GP_HIDDEN void gp_windows_start(uint32_t flush_ms);
 GP_HIDDEN void gp_windows_forked(void);
 extern GP_HIDDEN int gp_win_on;
-static inline void gp_win_expect(uint64_t id) { gp_self.pending = gp_self.launching = id; }
+static inline void gp_win_expect(uint64_t id) { gp_self.pending = id; }
 static inline uint32_t gp_win_note(void)
 {
-	gp_self.pending = gp_self.launching = 0;
+	gp_self.pending = 0;
 	if (gp_self.corr != 0) {
 		gp_self.corr = 0;
 		return 0;

@@ -398,8 +398,9 @@ static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *dat
 	if (domain != GP_SAN_DOMAIN_LAUNCH || cbid != GP_SAN_CBID_LAUNCH_BEGIN || data == NULL)
 		return;
 	const uint8_t *d = data;
-	uint64_t id = gp_self.launching;
-	gp_sass_count(&gp_sass_stats.callbacks, 1);
+	uint64_t id = gp_self.pending;
+	if (GP_UNLIKELY(gp_trace_fd >= 0)) /* only the trace's summary reads it: no shared write per launch */
+		gp_sass_count(&gp_sass_stats.callbacks, 1);
 	CUmodule mod = (CUmodule)gp_rdp(d, GP_SAN_LD_MODULE);
 	struct gp_sass_mod *m = gp_sass_mod((uint64_t)mod);
 	if (m == NULL || m->refused)
