@@ -31,12 +31,17 @@ func b0(t *testing.T) *built { t.Helper(); return binaries(t) }
 // runSASSApp is runSASS with the program, mode, scenario and count given.
 func runSASSApp(t *testing.T, opts agent.Options, prog, mode, scenario, n string, env ...string) (*stream, string) {
 	t.Helper()
+	return runSASSWith(t, startAgent(t, 256, 1024, opts), prog, mode, scenario, n, env...)
+}
+
+// runSASSWith is runSASSApp against agent a: the output must be plain's.
+func runSASSWith(t *testing.T, a *testAgent, prog, mode, scenario, n string, env ...string) (*stream, string) {
+	t.Helper()
 	b := binaries(t)
 	plain, _, err := run(t, b, nil, prog, mode, scenario, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := startAgent(t, 256, 1024, opts)
 	log := filepath.Join(t.TempDir(), "sanitizer.txt")
 	env = append(append(preload(b, a.path), "GPUPROBE_SASS=1", "GPUPROBE_SANITIZER="+b.sanitizer, "MOCK_SANITIZER_LOG="+log), env...)
 	out, errOut, err := run(t, b, env, prog, mode, scenario, n)

@@ -170,6 +170,10 @@ const (
 	// SettingSASS asks the client for the SASS route's probes in kernels
 	// that have no PTX (Compute Sanitizer; Exec records from the shim).
 	SettingSASS SettingFlags = 2
+	// SettingSASSPrograms, with SettingSASS, says the collector has GPU
+	// programs for the SASS route: the client asks for their patch module
+	// (PATCH with APISASS) before it patches its first kernel.
+	SettingSASSPrograms SettingFlags = 4
 
 	settingFlagsMask SettingFlags = 0xffff // bits 16-31 carry SASSRate
 )

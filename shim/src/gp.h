@@ -13,7 +13,8 @@
  *   session.c    the agent socket handshake, the launch and names rings, fork
  *   handles.c    function handle -> kernel name table, name records
  *   image.c      classifying code images; the patching hook
- *   patch.c      PATCH/PATCHED: loading patched code, binding its globals
+ *   patch.c      PATCH/PATCHED: loading patched code
+ *   bind.c       the values of patched modules' globals (regions, allocations)
  *   pfunc.c      the patched-function table read at launch
  *   trust.c      who may serve the socket; checks of passed descriptors
  *   reconnect.c  after a collector restart: limbo, backoff, a new session
@@ -26,6 +27,7 @@
  *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
  *   cupti.c      exact device windows of every kernel (CUPTI activity)
  *   sass.c       the SASS route: windows in SASS-only kernels (Compute Sanitizer)
+ *   sass_user.c  the SASS route's user programs: the collector's module, ptxas
  *
  * Only dlsym and the cu* entry points are exported (-fvisibility=hidden).
  */
@@ -35,6 +37,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "cutypes.h"
@@ -315,6 +318,7 @@ struct gp_conn {
 };
 #define GP_SET_WINDOWS 1u /* record device windows (cupti.c) */
 #define GP_SET_SASS 2u    /* SASS-route probes (sass.c); bits 16-31: sampled launches a second per module */
+#define GP_SET_SASS_PROGRAMS 4u /* the collector has GPU programs for the SASS route (sass_user.c) */
 GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
 			   struct gp_conn *c, const char **why);
 GP_HIDDEN void gp_install(struct gp_conn *c);
@@ -645,6 +649,67 @@ GP_HIDDEN void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, ui
 /* gp_region_dev maps and registers WELCOME region i (once): its device
  * address; nonzero when it could not be registered (r->host may be set). */
 GP_HIDDEN int gp_region_dev(uint32_t i, uint64_t *dev);
+/* patch.c's driver entry points (the real ones, never the wrappers),
+ * looked up by gp_drv_init; bind.c uses them too. */
+struct gp_patch_drv {
+	CUresult (*ctx_get_device)(CUdevice *);
+	CUresult (*ctx_set)(CUcontext);
+	CUresult (*dev_attr)(int *, int, CUdevice);
+	CUresult (*host_register)(void *, size_t, unsigned);
+	CUresult (*host_dev_ptr)(CUdeviceptr *, void *, unsigned);
+	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+	CUresult (*mem_free)(CUdeviceptr);
+	CUresult (*memset8)(CUdeviceptr, unsigned char, size_t);
+	CUresult (*htod)(CUdeviceptr, const void *, size_t);
+	CUresult (*mod_global)(CUdeviceptr *, size_t *, CUmodule, const char *);
+	CUresult (*lib_global)(CUdeviceptr *, size_t *, CUlibrary, const char *);
+	CUresult (*mod_unload)(CUmodule);
+	CUresult (*lib_unload)(CUlibrary);
+	int looked;
+};
+extern GP_HIDDEN struct gp_patch_drv gp_drv;
+GP_HIDDEN void gp_drv_init(void);
+/* Little-endian reads of the wire formats (bind.c). */
+static inline uint32_t rd32(const uint8_t *b)
+{
+	uint32_t v;
+	memcpy(&v, b, 4);
+	return v;
+}
+static inline uint64_t rd64(const uint8_t *b)
+{
+	uint64_t v;
+	memcpy(&v, b, 8);
+	return v;
+}
+/* bind.c: one PATCHED global descriptor (agent's MarshalPatched), and the
+ * device memory private to one module (or one context of the SASS route). */
+struct gp_gdesc {
+	uint32_t kind, region, il;
+	uint64_t value, size;
+	const uint8_t *init;
+	char name[4097];
+};
+#define GP_MOD_ALLOCS 16
+struct gp_allocs {
+	uint32_t n;
+	uint32_t num[GP_MOD_ALLOCS];
+	uint64_t size[GP_MOD_ALLOCS];
+	CUdeviceptr dev[GP_MOD_ALLOCS];
+};
+GP_HIDDEN int gp_global_next(const uint8_t **p, const uint8_t *end, struct gp_gdesc *g, const char **why);
+GP_HIDDEN int gp_global_value(const char *api, const struct gp_gdesc *g, struct gp_allocs *allocs, uint64_t *v,
+			      const char **why);
+/* gp_patch_fetch asks the collector for the SASS route's patch module
+ * (patch.c). */
+GP_HIDDEN uint8_t *gp_patch_fetch(uint32_t arch, uint32_t *plen, void **image, size_t *size);
+/* gp_arch returns the current context's device SM number (0: unknown). */
+GP_HIDDEN uint32_t gp_arch(void);
+/* sass_user.c: the collector's patch module bound for context ctx. */
+GP_HIDDEN int gp_sass_user_bind(CUcontext ctx, uint8_t **img, size_t *n, int *mem);
+/* sass.c: a module or library was unloaded. */
+GP_HIDDEN void gp_sass_unloaded(void);
+
 
 /* mirror.c: gp_devmap_bind returns the device copy of WELCOME region i
  * (made once per region and process), mirrored to the host every
@@ -762,7 +827,7 @@ static inline uint32_t gp_win_note(void)
  * settings: rate sampled launches a second per module); gp_sass_note, after
  * a launch call, turns the launch record's flags into those of a launch
  * that runs the route's probes when sass.c sampled it. */
-GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms);
+GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, int programs);
 GP_HIDDEN void gp_sass_summary(void);
 GP_HIDDEN void gp_sass_pause(void);
 /* gp_sass_holds_callbacks: the process subscribed the Sanitizer API

@@ -135,13 +135,6 @@ static uint64_t gp_env_u64(const char *name, uint64_t def, uint64_t min)
 	return v;
 }
 
-static uint64_t rd64(const uint8_t *b)
-{
-	uint64_t v;
-	memcpy(&v, b, 8);
-	return v;
-}
-
 /* gp_dm_shards sums the drop shards of a ring region whose bytes from
  * offset from on are at b. */
 static uint64_t gp_dm_shards(const uint8_t *b, unsigned from)

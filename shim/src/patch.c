@@ -32,37 +32,21 @@
 #define GP_INLINE_MAX (65536u - 24u)
 #define GP_DEVATTR_CC_MAJOR 75
 #define GP_DEVATTR_CC_MINOR 76
-#define GP_HOSTREG_PORTABLE 1u
-#define GP_HOSTREG_DEVICEMAP 2u
 
 GP_HIDDEN pthread_mutex_t gp_patch_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t gp_req_id;
 static int gp_warned;
 GP_HOT_VAR GP_HIDDEN int gp_any_patched;
 
-/* Driver entry points used here (the real ones, never the wrappers). */
-static struct {
-	CUresult (*ctx_get_device)(CUdevice *);
-	CUresult (*dev_attr)(int *, int, CUdevice);
-	CUresult (*host_register)(void *, size_t, unsigned);
-	CUresult (*host_dev_ptr)(CUdeviceptr *, void *, unsigned);
-	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
-	CUresult (*mem_free)(CUdeviceptr);
-	CUresult (*memset8)(CUdeviceptr, unsigned char, size_t);
-	CUresult (*htod)(CUdeviceptr, const void *, size_t);
-	CUresult (*mod_global)(CUdeviceptr *, size_t *, CUmodule, const char *);
-	CUresult (*lib_global)(CUdeviceptr *, size_t *, CUlibrary, const char *);
-	CUresult (*mod_unload)(CUmodule);
-	CUresult (*lib_unload)(CUlibrary);
-	int looked;
-} gp_drv;
+GP_HIDDEN struct gp_patch_drv gp_drv;
 
-static void gp_drv_init(void)
+GP_HIDDEN void gp_drv_init(void)
 {
 	if (gp_drv.looked)
 		return;
 #define S(f, n) *(void **)&gp_drv.f = gp_cuda_sym(n)
 	S(ctx_get_device, "cuCtxGetDevice");
+	S(ctx_set, "cuCtxSetCurrent");
 	S(dev_attr, "cuDeviceGetAttribute");
 	S(host_register, "cuMemHostRegister_v2");
 	if (gp_drv.host_register == NULL)
@@ -80,18 +64,6 @@ static void gp_drv_init(void)
 	gp_drv.looked = 1;
 }
 
-static uint32_t rd32(const uint8_t *b)
-{
-	uint32_t v;
-	memcpy(&v, b, 4);
-	return v;
-}
-static uint64_t rd64(const uint8_t *b)
-{
-	uint64_t v;
-	memcpy(&v, b, 8);
-	return v;
-}
 
 /* gp_fail logs a failed patch: the first always (when tracing), later
  * ones only when tracing. */
@@ -171,7 +143,7 @@ GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to)
 /* ---- the exchange ------------------------------------------------------- */
 
 /* gp_arch returns the current device's SM number (0: unknown). */
-static uint32_t gp_arch(void)
+GP_HIDDEN uint32_t gp_arch(void)
 {
 	CUdevice d = 0;
 	int maj = 0, min = 0;
@@ -182,11 +154,11 @@ static uint32_t gp_arch(void)
 	return (uint32_t)(maj * 10 + min);
 }
 
-/* gp_request sends PATCH for img and returns the answer's payload (PATCHED
- * only; NULL otherwise) and its image memfd. */
-static uint8_t *gp_request(const char *api, int lib, const struct gp_image *img, uint32_t *plen, int *imgfd)
+/* gp_request sends PATCH (load API code, device arch) for img and returns
+ * the answer's payload (PATCHED only; NULL otherwise) and its image memfd. */
+static uint8_t *gp_request(const char *api, uint32_t code, uint32_t arch, const struct gp_image *img, uint32_t *plen,
+			   int *imgfd)
 {
-	uint32_t arch = gp_arch();
 	if (arch == 0) {
 		gp_fail(api, "device compute capability unknown", 0);
 		return NULL;
@@ -199,7 +171,7 @@ static uint8_t *gp_request(const char *api, int lib, const struct gp_image *img,
 	if (f == NULL)
 		return NULL;
 	uint32_t hdr[3] = {0x41425047u, GP_PROTO | GP_FRAME_PATCH << 16, (uint32_t)(n - 12)};
-	uint32_t fix[4] = {id, arch, lib ? 2u : 1u, inl ? 0u : 1u};
+	uint32_t fix[4] = {id, arch, code, inl ? 0u : 1u};
 	uint64_t size = img->size;
 	memcpy(f, hdr, 12);
 	memcpy(f + 12, fix, 16);
@@ -255,124 +227,6 @@ static uint8_t *gp_request(const char *api, int lib, const struct gp_image *img,
 	return payload;
 }
 
-/* ---- binding ------------------------------------------------------------ */
-
-/* gp_region_dev returns the device address of WELCOME region i, mapping
- * and registering it (DEVICEMAP, PORTABLE) the first time. A kernel map's
- * fd (no header) is mapped the same way: MAP_SHARED of a BPF_F_MMAPABLE
- * array gives its values at offset 0. A region that failed is not retried,
- * so every later module binds it the same way (and pays no syscalls). */
-GP_HIDDEN int gp_region_dev(uint32_t i, uint64_t *dev)
-{
-	struct gp_region *r = &gp_regions[i];
-	if (r->dev) {
-		*dev = r->dev;
-		return 0;
-	}
-	if (r->failed || r->fd < 0 || r->size == 0 || gp_drv.host_register == NULL || gp_drv.host_dev_ptr == NULL)
-		return -ENOENT;
-	if (r->host == NULL) {
-		void *m = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-		if (m == MAP_FAILED) {
-			r->failed = 1;
-			return -errno;
-		}
-		r->host = m;
-	}
-	CUresult c = gp_drv.host_register(r->host, r->size, GP_HOSTREG_DEVICEMAP | GP_HOSTREG_PORTABLE);
-	CUdeviceptr d = 0;
-	if (c == CUDA_SUCCESS)
-		c = gp_drv.host_dev_ptr(&d, r->host, 0);
-	if (c != CUDA_SUCCESS || d == 0) {
-		r->failed = 1;
-		return c ? c : -EFAULT;
-	}
-	r->dev = d;
-	*dev = d;
-	return 0;
-}
-
-/* gp_region_optional: a region whose failure leaves its globals 0 rather
- * than failing the module (see GP_ROLE_KERNEL_MAP in gp.h). */
-static int gp_region_optional(uint32_t i)
-{
-	return gp_regions[i].role == GP_ROLE_KERNEL_MAP || gp_regions[i].role == GP_ROLE_CLOCK;
-}
-
-/* gp_unbound logs, once per region, that an optional region could not be
- * registered, and counts it (always: this is load time, not launch). */
-static void gp_unbound(const char *api, uint32_t i, int code)
-{
-	if (gp_regions[i].unbound)
-		return;
-	gp_regions[i].unbound = 1;
-	__atomic_fetch_add(&gp_stats.unbound, 1, __ATOMIC_RELAXED);
-	GP_TRACE("%s: region %u (role %u, %llu bytes) cannot be registered with the device (%d): "
-		 "its globals stay 0, the GPU programs see it as absent",
-		 api, i, gp_regions[i].role, (unsigned long long)gp_regions[i].size, code);
-}
-
-/* gp_ring_block returns region i's device reservation block, allocating
- * it (size bytes, init then zeros) the first time. */
-static int gp_ring_block(uint32_t i, uint64_t size, const uint8_t *init, uint32_t ilen, uint64_t *dev)
-{
-	struct gp_region *r = &gp_regions[i];
-	if (r->block) {
-		if (r->block_size != size)
-			return -EINVAL;
-		*dev = r->block;
-		return 0;
-	}
-	CUdeviceptr d = 0;
-	if (gp_drv.mem_alloc == NULL || gp_drv.memset8 == NULL || gp_drv.htod == NULL)
-		return -ENOENT;
-	CUresult c = gp_drv.mem_alloc(&d, size);
-	if (c == CUDA_SUCCESS)
-		c = gp_drv.memset8(d, 0, size);
-	if (c == CUDA_SUCCESS && ilen)
-		c = gp_drv.htod(d, init, ilen);
-	if (c != CUDA_SUCCESS) {
-		if (d && gp_drv.mem_free)
-			gp_drv.mem_free(d);
-		return c;
-	}
-	r->block = *dev = d, r->block_size = size;
-	return 0;
-}
-
-#define GP_MOD_ALLOCS 16
-struct gp_allocs {
-	uint32_t n;
-	uint32_t num[GP_MOD_ALLOCS];
-	uint64_t size[GP_MOD_ALLOCS];
-	CUdeviceptr dev[GP_MOD_ALLOCS];
-};
-
-static int gp_module_alloc(struct gp_allocs *a, uint32_t num, uint64_t size, uint64_t *dev)
-{
-	for (uint32_t i = 0; i < a->n; i++)
-		if (a->num[i] == num) {
-			if (a->size[i] != size)
-				return -EINVAL;
-			*dev = a->dev[i];
-			return 0;
-		}
-	if (a->n == GP_MOD_ALLOCS || gp_drv.mem_alloc == NULL || gp_drv.memset8 == NULL || size == 0)
-		return -ENOSPC;
-	CUdeviceptr d = 0;
-	CUresult c = gp_drv.mem_alloc(&d, size);
-	if (c == CUDA_SUCCESS)
-		c = gp_drv.memset8(d, 0, size);
-	if (c != CUDA_SUCCESS) {
-		if (d && gp_drv.mem_free)
-			gp_drv.mem_free(d);
-		return c;
-	}
-	a->num[a->n] = num, a->size[a->n] = size, a->dev[a->n++] = d;
-	*dev = d;
-	return 0;
-}
-
 /* gp_bind sets the globals of a loaded patched module and records its
  * kernels; returns 0, or nonzero with what in *why. */
 static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
@@ -405,85 +259,24 @@ static int gp_bind(struct gp_patch *pp, uint64_t module, const char **why)
 		p += 12 + nl;
 	}
 	for (uint32_t i = 0; i < ng; i++) {
-		if (end - p < 32) {
-			*why = "PATCHED global descriptor out of bounds", err = -EPROTO;
-			goto fail;
-		}
-		uint32_t kind = rd32(p), region = rd32(p + 4), nl = rd32(p + 24), il = rd32(p + 28);
-		uint64_t value = rd64(p + 8), size = rd64(p + 16);
-		if (nl == 0 || nl > 4096 || il > 256 || (uint64_t)nl + il > (uint64_t)(end - p - 32)) {
-			*why = "PATCHED global descriptor out of bounds", err = -EPROTO;
-			goto fail;
-		}
-		char name[4097];
-		memcpy(name, p + 32, nl);
-		name[nl] = 0;
-		const uint8_t *init = p + 32 + nl;
-		p += 32 + nl + il;
+		struct gp_gdesc g;
 		uint64_t v = 0;
-		switch (kind) {
-		case 1:
-			if (region >= gp_nregions || value > gp_regions[region].size) {
-				*why = "global's region is not in WELCOME", err = -EINVAL;
-				goto fail;
-			}
-			err = gp_region_dev(region, &v);
-			if (err && gp_region_optional(region)) {
-				gp_unbound(pp->api, region, err);
-				err = 0, v = 0;
-				break;
-			}
-			v += value;
-			*why = "registering a region (cuMemHostRegister DEVICEMAP)";
-			break;
-		case 2:
-			v = value;
-			break;
-		case 3:
-			if (region >= gp_nregions || il > size || size == 0 || size > ((uint64_t)1 << 30)) {
-				*why = "ring block's region or size", err = -EINVAL;
-				goto fail;
-			}
-			err = gp_ring_block(region, size, init, il, &v);
-			*why = "ring device block (cuMemAlloc)";
-			break;
-		case 4:
-			if (size > ((uint64_t)1 << 36)) {
-				*why = "device allocation size", err = -EINVAL;
-				goto fail;
-			}
-			err = gp_module_alloc(&allocs, region, size, &v);
-			*why = "module device memory (cuMemAlloc)";
-			break;
-		case 5: /* mirror.c; a failure gives 0, not a failed module */
-			if (region >= gp_nregions || value > gp_regions[region].size) {
-				*why = "device map's region is not in WELCOME", err = -EINVAL;
-				goto fail;
-			}
-			/* mirror.c keeps its copies by region number: after a
-			 * reconnect those name the old session's regions. */
-			v = !__atomic_load_n(&gp_reconnects, __ATOMIC_ACQUIRE) && gp_devmap_bind(pp->api, region, size, &v) == 0
-				? v + value : 0;
-			break;
-		default:
-			*why = "unknown global kind", err = -EINVAL;
+		if ((err = gp_global_next(&p, end, &g, why)) != 0 ||
+		    (err = gp_global_value(pp->api, &g, &allocs, &v, why)) != 0)
 			goto fail;
-		}
-		if (err)
-			goto fail;
-		CUdeviceptr g = 0;
+		CUdeviceptr gd = 0;
 		size_t gsz = 0;
-		CUresult c = pp->lib ? (gp_drv.lib_global ? gp_drv.lib_global(&g, &gsz, (CUlibrary)module, name) : -1)
-				     : (gp_drv.mod_global ? gp_drv.mod_global(&g, &gsz, (CUmodule)module, name) : -1);
+		CUresult c = pp->lib ? (gp_drv.lib_global ? gp_drv.lib_global(&gd, &gsz, (CUlibrary)module, g.name) : -1)
+				     : (gp_drv.mod_global ? gp_drv.mod_global(&gd, &gsz, (CUmodule)module, g.name) : -1);
 		if (c != CUDA_SUCCESS || gsz != 8) {
 			*why = "module global lookup (cuModuleGetGlobal)", err = c ? c : -EINVAL;
 			goto fail;
 		}
-		if (gp_drv.htod == NULL || (c = gp_drv.htod(g, &v, 8)) != CUDA_SUCCESS) {
+		if (gp_drv.htod == NULL || (c = gp_drv.htod(gd, &v, 8)) != CUDA_SUCCESS) {
 			*why = "setting a module global (cuMemcpyHtoD)", err = c ? c : -ENOENT;
 			goto fail;
 		}
-		GP_TRACE("%s: global %s (kind %u) = %#llx", pp->api, name, kind, (unsigned long long)v);
+		GP_TRACE("%s: global %s (kind %u) = %#llx", pp->api, g.name, g.kind, (unsigned long long)v);
 	}
 	struct gp_pmod *m = gp_pmod_find(module, 1);
 	if (m == NULL) {
@@ -511,6 +304,29 @@ fail:
 	return err ? err : -EINVAL;
 }
 
+/* gp_take_image maps a PATCHED answer's sealed image memfd (closing it):
+ * NULL with *why when it is not a NUL-terminated image of 1..GP_IMAGE_MAX
+ * bytes. */
+static void *gp_take_image(int fd, const uint8_t *payload, uint32_t plen, size_t *size, const char **why)
+{
+	uint64_t n = plen >= 32 ? rd64(payload + 16) : 0;
+	void *m = MAP_FAILED;
+	*why = "PATCHED image size";
+	/* Sealed, so that the bytes checked (size, NUL) are the bytes loaded
+	 * and a shorter file cannot SIGBUS the load. */
+	if (n > 0 && n <= GP_IMAGE_MAX && gp_fd_check(fd, n, F_SEAL_WRITE | F_SEAL_SHRINK, 0, why) == 0 &&
+	    (m = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0)) != MAP_FAILED && ((const char *)m)[n - 1] != 0)
+		*why = "PATCHED image not NUL-terminated";
+	close(fd);
+	if (m == MAP_FAILED || ((const char *)m)[n - 1] != 0) {
+		if (m != MAP_FAILED)
+			munmap(m, n);
+		return NULL;
+	}
+	*size = n;
+	return m;
+}
+
 GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *img, struct gp_patch *pp)
 {
 	memset(pp, 0, sizeof *pp);
@@ -521,31 +337,44 @@ GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *
 	pthread_mutex_lock(&gp_patch_mu);
 	gp_drv_init();
 	int fd = -1;
-	uint8_t *payload = gp_request(api, lib, img, &pp->plen, &fd);
+	uint8_t *payload = gp_request(api, lib ? 2u : 1u, gp_arch(), img, &pp->plen, &fd);
 	if (payload == NULL) {
 		pthread_mutex_unlock(&gp_patch_mu);
 		return img->ptr;
 	}
-	uint64_t size = pp->plen >= 32 ? rd64(payload + 16) : 0;
-	const char *why = "PATCHED image size";
-	void *m = MAP_FAILED;
-	/* Sealed, so that the bytes checked (size, NUL) are the bytes loaded
-	 * and a shorter file cannot SIGBUS the load. */
-	if (pp->plen >= 32 && size > 0 && size <= GP_IMAGE_MAX &&
-	    gp_fd_check(fd, size, F_SEAL_WRITE | F_SEAL_SHRINK, 0, &why) == 0 &&
-	    (m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0)) != MAP_FAILED && ((const char *)m)[size - 1] != 0)
-		why = "PATCHED image not NUL-terminated";
-	close(fd);
-	if (m == MAP_FAILED || ((const char *)m)[size - 1] != 0) {
-		if (m != MAP_FAILED)
-			munmap(m, size);
+	const char *why;
+	void *m = gp_take_image(fd, payload, pp->plen, &pp->image_size, &why);
+	if (m == NULL) {
 		free(payload);
 		gp_fail(api, why, 0);
 		pthread_mutex_unlock(&gp_patch_mu);
 		return img->ptr;
 	}
-	pp->payload = payload, pp->image = m, pp->image_size = size, pp->active = 1;
+	pp->payload = payload, pp->image = m, pp->active = 1;
 	return m;
+}
+
+/* gp_patch_fetch asks for the SASS route's patch module (PATCH with load
+ * API 3, no image) of a device of SM arch: the PATCHED payload, with the
+ * module's PTX mapped in *image (munmap *size bytes); NULL when the
+ * collector sent none (no programs for the route) or it was unusable.
+ * Takes gp_patch_mu; never from a driver callback. */
+GP_HIDDEN uint8_t *gp_patch_fetch(uint32_t arch, uint32_t *plen, void **image, size_t *size)
+{
+	static const struct gp_image none = {.kind = GP_IMG_PTX};
+	if (__atomic_load_n(&gp_state, __ATOMIC_ACQUIRE) != GP_READY)
+		return NULL;
+	pthread_mutex_lock(&gp_patch_mu);
+	int fd = -1;
+	uint8_t *payload = gp_request("sass", 3u, arch, &none, plen, &fd);
+	const char *why = "";
+	if (payload != NULL && (*image = gp_take_image(fd, payload, *plen, size, &why)) == NULL) {
+		GP_TRACE("sass: the collector's patch module: %s", why);
+		free(payload);
+		payload = NULL;
+	}
+	pthread_mutex_unlock(&gp_patch_mu);
+	return payload;
 }
 
 GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module)

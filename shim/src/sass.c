@@ -59,10 +59,10 @@
 #define GP_SAN_DOMAIN_RESOURCE 3
 #define GP_SAN_DOMAIN_LAUNCH 5
 #define GP_SAN_CBID_CTX_DESTROY 4 /* SANITIZER_CBID_RESOURCE_CONTEXT_DESTROY_STARTING */
-#define GP_SAN_CBID_MODULE_UNLOAD 9 /* SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING */
 #define GP_SAN_CBID_LAUNCH_BEGIN 1
 #define GP_SAN_BLOCK_ENTER 1
 #define GP_SAN_BLOCK_EXIT 2
+#define GP_SAN_GLOBAL_MEMORY_ACCESS 3
 /* Sanitizer_LaunchData offsets. */
 #define GP_SAN_LD_CONTEXT 0
 #define GP_SAN_LD_HSTREAM 16
@@ -70,9 +70,10 @@
 #define GP_SAN_LD_FUNCTION 32
 #define GP_SAN_LD_NAME 40
 #define GP_SAN_LD_HLAUNCH 96
-/* Sanitizer_ResourceContextData.context, Sanitizer_ResourceModuleData.module. */
+/* Sanitizer_ResourceContextData.context. (Resource callback ids past 7
+ * moved in CUDA 13: MODULE_UNLOAD_STARTING is 9 in 11.8, 10 in 13.0, so
+ * unloads are taken from the shim's own wrappers: gp_sass_unloaded.) */
 #define GP_SAN_RC_CONTEXT 0
-#define GP_SAN_RM_MODULE 8
 
 /* Layout shared with sass_phases.cu. */
 #define GP_SP_SLOTS 256
@@ -101,11 +102,18 @@ static struct {
 } gp_san;
 
 /* Per context: the patch image (its globals bound to our allocations) is
- * added once; state 1 ready, -1 refused. */
+ * added once; state 1 ready, -1 refused, 0 waiting for the collector's
+ * module (user: 1 asked, the thread binds it; 2 bound, in uimg; -1 none:
+ * the built-in image). */
 #define GP_SASS_CTXS 16
 struct gp_sass_ctx {
 	CUcontext ctx;
 	int state;
+	int user;     /* atomic */
+	uint8_t *uimg; /* the collector's module, bound (sass_user.c) */
+	size_t un;
+	int mem;    /* it has the memory-access function */
+	int custom; /* the context runs the collector's module */
 	volatile uint64_t *ring; /* host-pinned: [0] head, records from byte 64 */
 	uint64_t tail;           /* drain thread only */
 };
@@ -113,14 +121,19 @@ static struct gp_sass_ctx gp_sass_ctxs[GP_SASS_CTXS];
 static pthread_mutex_t gp_sass_mu = PTHREAD_MUTEX_INITIALIZER; /* setup and patching, never the common path */
 static pthread_mutex_t gp_sass_drain_mu = PTHREAD_MUTEX_INITIALIZER; /* the drain thread and the exit drain */
 
-/* Per module: patched or not, and what is left of its burst. */
+/* Per module: patched or not, and what is left of its burst; gen is
+ * gp_sass_gen when that was last known (an unload anywhere makes every
+ * module's state unknown: its handle may now name another module). */
 #define GP_SASS_MODS 4096
 struct gp_sass_mod {
 	uint64_t mod; /* CUmodule, 0 = free (atomic) */
 	int64_t left; /* launches left in its burst (atomic) */
 	int patched;  /* under gp_sass_mu; read relaxed */
 	int refused;
+	uint32_t gen; /* atomic */
 };
+static uint32_t gp_sass_gen; /* atomic: bumped by every module or library unload */
+static int gp_sass_user_wanted; /* ask for the collector's module (WELCOME's GP_SET_SASS_PROGRAMS; 0 once it has none) */
 static struct gp_sass_mod gp_sass_mods[GP_SASS_MODS];
 
 /* Launches sampled in a burst. */
@@ -247,8 +260,9 @@ static int gp_sass_setup(struct gp_sass_ctx *c)
 		return -1;
 	}
 	memset(ring, 0, GP_SP_RING_BYTES);
-	size_t n = 0;
-	uint8_t *img = gp_sass_image_copy(&n);
+	size_t n = c->un;
+	uint8_t *img = c->user == 2 ? c->uimg : gp_sass_image_copy(&n);
+	c->custom = c->user == 2, c->uimg = NULL;
 	if (img == NULL)
 		return -1;
 	const uint64_t val[3] = {(uint64_t)(uintptr_t)scratch, (uint64_t)(uintptr_t)table, (uint64_t)(uintptr_t)ring};
@@ -265,21 +279,55 @@ static int gp_sass_setup(struct gp_sass_ctx *c)
 }
 
 /* gp_sass_ctx returns the context's state, setting it up at its first
- * sampled launch; under gp_sass_mu. */
+ * sampled launch (the collector's module, once sass.c's thread has bound
+ * it for the context: the launches before are not sampled; else the
+ * built-in image); under gp_sass_mu. */
 static struct gp_sass_ctx *gp_sass_ctx(CUcontext ctx)
 {
 	for (int i = 0; i < GP_SASS_CTXS; i++) {
 		struct gp_sass_ctx *c = &gp_sass_ctxs[i];
-		if (c->ctx == ctx)
-			return c->state > 0 ? c : NULL;
 		if (c->ctx == NULL) {
-			c->ctx = ctx;
-			c->state = gp_sass_setup(c) == 0 ? 1 : -1;
-			__atomic_store_n(&c->state, c->state, __ATOMIC_RELEASE);
-			return c->state > 0 ? c : NULL;
+			c->ctx = ctx, c->user = -1;
+			if (__atomic_load_n(&gp_sass_user_wanted, __ATOMIC_RELAXED)) {
+				__atomic_store_n(&c->user, 1, __ATOMIC_RELEASE); /* the thread binds it */
+				return NULL;
+			}
 		}
+		if (c->ctx != ctx)
+			continue;
+		if (c->state == 0 && __atomic_load_n(&c->user, __ATOMIC_ACQUIRE) != 1)
+			__atomic_store_n(&c->state, gp_sass_setup(c) == 0 ? 1 : -1, __ATOMIC_RELEASE);
+		return c->state > 0 ? c : NULL;
 	}
 	return NULL;
+}
+
+/* gp_sass_user_pass binds the collector's module for the contexts that
+ * wait for it (sass.c's thread: driver calls are not allowed in the
+ * Sanitizer's callbacks). The context may die meanwhile: the result is
+ * kept only if the slot still holds it and still waits. */
+static void gp_sass_user_pass(void)
+{
+	for (int i = 0; i < GP_SASS_CTXS; i++) {
+		struct gp_sass_ctx *c = &gp_sass_ctxs[i];
+		if (__atomic_load_n(&c->user, __ATOMIC_ACQUIRE) != 1)
+			continue;
+		pthread_mutex_lock(&gp_sass_mu);
+		CUcontext ctx = c->user == 1 ? c->ctx : NULL;
+		pthread_mutex_unlock(&gp_sass_mu);
+		uint8_t *img = NULL;
+		size_t n = 0;
+		int mem = 0, r = ctx ? gp_sass_user_bind(ctx, &img, &n, &mem) : -1;
+		if (r != 0)
+			__atomic_store_n(&gp_sass_user_wanted, 0, __ATOMIC_RELAXED);
+		pthread_mutex_lock(&gp_sass_mu);
+		if (c->ctx == ctx && c->user == 1) {
+			c->uimg = img, c->un = n, c->mem = mem, img = NULL;
+			__atomic_store_n(&c->user, r == 0 ? 2 : -1, __ATOMIC_RELEASE);
+		}
+		pthread_mutex_unlock(&gp_sass_mu);
+		free(img);
+	}
 }
 
 /* ---- per module ------------------------------------------------------- */
@@ -316,8 +364,9 @@ static int gp_sass_sample(struct gp_sass_mod *m)
 	return 1;
 }
 
-/* gp_sass_patch patches or unpatches a module; under gp_sass_mu. */
-static int gp_sass_patch(struct gp_sass_mod *m, CUmodule mod, int on)
+/* gp_sass_patch patches or unpatches a module (with context c's patch
+ * functions); under gp_sass_mu. */
+static int gp_sass_patch(const struct gp_sass_ctx *c, struct gp_sass_mod *m, CUmodule mod, int on)
 {
 	if (m->patched == on)
 		return 0;
@@ -327,9 +376,12 @@ static int gp_sass_patch(struct gp_sass_mod *m, CUmodule mod, int on)
 		gp_sass_count(&gp_sass_stats.unpatches, 1);
 		return 0;
 	}
-	int r = gp_san.patch_instr(GP_SAN_BLOCK_ENTER, mod, "gp_sp_enter");
+	int custom = c != NULL && c->custom;
+	int r = gp_san.patch_instr(GP_SAN_BLOCK_ENTER, mod, custom ? "__gpuprobe_sp_enter" : "gp_sp_enter");
 	if (r == 0)
-		r = gp_san.patch_instr(GP_SAN_BLOCK_EXIT, mod, "gp_sp_exit");
+		r = gp_san.patch_instr(GP_SAN_BLOCK_EXIT, mod, custom ? "__gpuprobe_sp_exit" : "gp_sp_exit");
+	if (r == 0 && custom && c->mem)
+		r = gp_san.patch_instr(GP_SAN_GLOBAL_MEMORY_ACCESS, mod, "__gpuprobe_sp_mem");
 	if (r == 0)
 		r = gp_san.patch_module(mod);
 	if (r != 0) {
@@ -353,10 +405,29 @@ static const void *gp_rdp(const uint8_t *d, size_t off)
 
 static void gp_sass_drain(struct gp_sass_ctx *c, void *out);
 
-/* gp_sass_resource forgets what dies: a context's state (its pinned ring
- * is freed with it: the drain thread must never read it again, so the
- * ring is drained one last time and dropped under the drain lock) and a
- * module's (its handle may come back for another module). */
+/* gp_sass_forget resets a module's state after an unload (an unpatch of
+ * a module that is not patched does nothing). */
+static void gp_sass_forget(struct gp_sass_mod *m, CUmodule mod)
+{
+	pthread_mutex_lock(&gp_sass_mu);
+	uint32_t g = __atomic_load_n(&gp_sass_gen, __ATOMIC_RELAXED);
+	if (m->gen != g) {
+		if (m->patched)
+			gp_san.unpatch_module(mod);
+		m->patched = 0, m->refused = 0;
+		__atomic_store_n(&m->left, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&m->gen, g, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&gp_sass_mu);
+}
+
+/* gp_sass_unloaded: the application unloaded a module or library
+ * (wrap_load.c); every module's state is checked at its next launch. */
+GP_HIDDEN void gp_sass_unloaded(void) { __atomic_fetch_add(&gp_sass_gen, 1, __ATOMIC_RELAXED); }
+
+/* gp_sass_resource forgets a context that dies: its pinned ring is freed
+ * with it, so the drain thread must never read it again: the ring is
+ * drained one last time and dropped under the drain lock. */
 static void gp_sass_resource(uint32_t cbid, const uint8_t *d)
 {
 	if (cbid == GP_SAN_CBID_CTX_DESTROY) {
@@ -371,16 +442,11 @@ static void gp_sass_resource(uint32_t cbid, const uint8_t *d)
 			if (c->state > 0 && out != NULL)
 				gp_sass_drain(c, out);
 			__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
-			c->ring = NULL, c->tail = 0, c->ctx = NULL;
+			free(c->uimg);
+			c->ring = NULL, c->tail = 0, c->ctx = NULL, c->uimg = NULL, c->custom = 0;
+			__atomic_store_n(&c->user, 0, __ATOMIC_RELEASE);
 		}
 		pthread_mutex_unlock(&gp_sass_drain_mu);
-		pthread_mutex_unlock(&gp_sass_mu);
-	} else if (cbid == GP_SAN_CBID_MODULE_UNLOAD) {
-		uint64_t mod = (uint64_t)gp_rdp(d, GP_SAN_RM_MODULE);
-		pthread_mutex_lock(&gp_sass_mu);
-		struct gp_sass_mod *m = gp_sass_mod(mod);
-		if (m != NULL)
-			m->patched = 0, m->refused = 0, __atomic_store_n(&m->left, 0, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&gp_sass_mu);
 	}
 }
@@ -403,7 +469,11 @@ static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *dat
 		gp_sass_count(&gp_sass_stats.callbacks, 1);
 	CUmodule mod = (CUmodule)gp_rdp(d, GP_SAN_LD_MODULE);
 	struct gp_sass_mod *m = gp_sass_mod((uint64_t)mod);
-	if (m == NULL || m->refused)
+	if (m == NULL)
+		return;
+	if (GP_UNLIKELY(__atomic_load_n(&m->gen, __ATOMIC_RELAXED) != __atomic_load_n(&gp_sass_gen, __ATOMIC_RELAXED)))
+		gp_sass_forget(m, mod);
+	if (m->refused)
 		return;
 	CUfunction f = (CUfunction)gp_rdp(d, GP_SAN_LD_FUNCTION);
 	const char *name = gp_rdp(d, GP_SAN_LD_NAME);
@@ -413,10 +483,11 @@ static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *dat
 	if (!take && !__atomic_load_n(&m->patched, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&gp_sass_mu);
-	if (take && (gp_sass_ctx((CUcontext)gp_rdp(d, GP_SAN_LD_CONTEXT)) == NULL || gp_sass_patch(m, mod, 1) != 0))
+	struct gp_sass_ctx *c = take ? gp_sass_ctx((CUcontext)gp_rdp(d, GP_SAN_LD_CONTEXT)) : NULL;
+	if (take && (c == NULL || gp_sass_patch(c, m, mod, 1) != 0))
 		take = 0;
 	if (!take)
-		gp_sass_patch(m, mod, 0);
+		gp_sass_patch(NULL, m, mod, 0);
 	pthread_mutex_unlock(&gp_sass_mu);
 	if (!take)
 		return;
@@ -483,6 +554,7 @@ static void *gp_sass_thread(void *arg)
 		void *out = gp_session();
 		if (out == NULL)
 			continue;
+		gp_sass_user_pass();
 		gp_sass_drain_all(out);
 	}
 	return NULL;
@@ -543,8 +615,6 @@ static int gp_sass_subscribe(void)
 		r = gp_san.enable_domain(1, gp_san.sub, GP_SAN_DOMAIN_LAUNCH);
 	if (r == 0)
 		r = gp_san.enable_callback(1, gp_san.sub, GP_SAN_DOMAIN_RESOURCE, GP_SAN_CBID_CTX_DESTROY);
-	if (r == 0)
-		r = gp_san.enable_callback(1, gp_san.sub, GP_SAN_DOMAIN_RESOURCE, GP_SAN_CBID_MODULE_UNLOAD);
 	if (r != 0) {
 		GP_TRACE("sass: sanitizerSubscribe failed (%d): another tool holds the Sanitizer API?", r);
 		return -1;
@@ -558,9 +628,11 @@ static int gp_sass_subscribe(void)
 /* gp_sass_start turns the route on (the collector's settings, after the
  * handshake): rate is the sampled launches a second of the process,
  * flush_ms how often records are copied out; rate 0 (the collector did not
- * ask) releases the subscription. */
-GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms)
+ * ask) releases the subscription; programs: it has GPU programs for the
+ * route (sass_user.c). */
+GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, int programs)
 {
+	__atomic_store_n(&gp_sass_user_wanted, programs, __ATOMIC_RELAXED);
 	if (rate == 0 || !__atomic_load_n(&gp_sass_subscribed, __ATOMIC_ACQUIRE)) {
 		gp_sass_release();
 		return;

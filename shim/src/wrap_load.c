@@ -200,8 +200,10 @@ GP_EXPORT_AS(MOD_GET_FUNCTION, 0, cuModuleGetFunction)
 /* Unloads: a patched module's device-only map memory is freed with it. */
 static CUresult gp_unloaded(CUresult r, uint64_t handle)
 {
-	if (r == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS) {
 		gp_patch_unloaded(handle);
+		gp_sass_unloaded();
+	}
 	return r;
 }
 

@@ -34,7 +34,8 @@ static int patched[MODS];
 static __thread const void *cur_ud;
 static uint64_t gtimer = 1000000;
 static struct {
-	int subscribed, unsubscribed, added, patches, unpatches, launches, probed, bad_image;
+	int subscribed, unsubscribed, added, added_user, patches, user_patches, mem_patches, unpatches, launches, probed,
+		bad_image;
 } n;
 
 static int fail(const char *what)
@@ -63,7 +64,7 @@ static void on_launch(void *f, const char *name, const unsigned *dims)
 	if (cb == NULL || !launch_on)
 		return;
 	uint8_t d[136] = {0};
-	void *ctx = (void *)0xc0, *hstream = (void *)0x57, *mod = mod_handle(mod_of(name)), *hl = (void *)0x1a;
+	void *ctx = (void *)0xc7c7c7c7, *hstream = (void *)0x57, *mod = mod_handle(mod_of(name)), *hl = (void *)0x1a;
 	memcpy(d + 0, &ctx, 8);
 	memcpy(d + 16, &hstream, 8);
 	memcpy(d + 24, &mod, 8);
@@ -95,7 +96,7 @@ static void on_launch(void *f, const char *name, const unsigned *dims)
 static void on_ctx_destroy(void *driver_ctx)
 {
 	(void)driver_ctx;
-	void *ctx = (void *)0xc0; /* the context the launch callbacks name */
+	void *ctx = (void *)0xc7c7c7c7; /* the context the launch callbacks name (mock_libcuda.c's) */
 	if (cb != NULL && destroy_cb_on) {
 		uint8_t d[16] = {0};
 		memcpy(d, &ctx, 8);
@@ -173,8 +174,21 @@ EXPORT int sanitizerMemset(void *p, int v, size_t size, void *stream)
 	memset(p, v, size);
 	return 0;
 }
-/* The image must be a fatbin whose three globals were all bound (no magic
- * left). */
+/* elf_size is the extent of an ELF64 image: its section header table's
+ * end (where ptxas puts it, last). */
+static uint64_t elf_size(const uint8_t *b)
+{
+	uint64_t shoff;
+	uint16_t shentsize, shnum;
+	memcpy(&shoff, b + 0x28, 8);
+	memcpy(&shentsize, b + 0x3a, 2);
+	memcpy(&shnum, b + 0x3c, 2);
+	return shoff + (uint64_t)shentsize * shnum;
+}
+
+/* The image must be the built-in fatbin or the collector's module, an ELF
+ * cubin (sass_user.c), with every global bound: no magic of either kind
+ * (the built-in three, the collector's 0x47505347000000xx) left. */
 EXPORT int sanitizerAddPatches(const void *image, void *ctx)
 {
 	(void)ctx;
@@ -183,25 +197,36 @@ EXPORT int sanitizerAddPatches(const void *image, void *ctx)
 	memcpy(&magic, b, 4);
 	uint64_t size;
 	memcpy(&size, b + 8, 8);
-	if (magic != 0xba55ed50u || size == 0 || size > (64u << 20)) {
+	int elf = magic == 0x464c457fu;
+	size = elf ? elf_size(b) : size + 16;
+	if ((!elf && magic != 0xba55ed50u) || size <= 16 || size > (64u << 20)) {
 		n.bad_image++;
 		return 3;
 	}
-	for (uint64_t i = 0; i + 8 <= size + 16; i += 8) {
+	for (uint64_t i = 0; i + 8 <= size; i += 8) {
 		uint64_t w;
 		memcpy(&w, b + i, 8);
-		if (w >= 0x4750535053435230ull && w <= 0x4750535053435232ull) {
+		if ((w >= 0x4750535053435230ull && w <= 0x4750535053435232ull) ||
+		    (w >= 0x4750534700000000ull && w < 0x4750534700001000ull)) {
 			n.bad_image++;
 			return 3;
 		}
 	}
-	n.added++;
+	if (elf)
+		n.added_user++;
+	else
+		n.added++;
 	return 0;
 }
 EXPORT int sanitizerPatchInstructions(uint32_t id, void *mod, const char *fn)
 {
-	if (fail("patch") || mod_index(mod) < 0 || !((id == 1 && !strcmp(fn, "gp_sp_enter")) || (id == 2 && !strcmp(fn, "gp_sp_exit"))))
+	int builtin = (id == 1 && !strcmp(fn, "gp_sp_enter")) || (id == 2 && !strcmp(fn, "gp_sp_exit"));
+	int user = (id == 1 && !strcmp(fn, "__gpuprobe_sp_enter")) || (id == 2 && !strcmp(fn, "__gpuprobe_sp_exit"));
+	int mem = id == 3 && !strcmp(fn, "__gpuprobe_sp_mem");
+	if (fail("patch") || mod_index(mod) < 0 || !(builtin || user || mem))
 		return 3;
+	n.user_patches += user;
+	n.mem_patches += mem;
 	return 0;
 }
 EXPORT int sanitizerPatchModule(void *mod)
@@ -238,7 +263,9 @@ __attribute__((destructor)) static void mock_san_fini(void)
 	FILE *f = path ? fopen(path, "w") : NULL;
 	if (f == NULL)
 		return;
-	fprintf(f, "subscribed=%d unsubscribed=%d added=%d patches=%d unpatches=%d launches=%d probed=%d bad_image=%d rings=%d\n",
-		n.subscribed, n.unsubscribed, n.added, n.patches, n.unpatches, n.launches, n.probed, n.bad_image, ring_allocs);
+	fprintf(f, "subscribed=%d unsubscribed=%d added=%d added_user=%d patches=%d user_patches=%d mem_patches=%d "
+		   "unpatches=%d launches=%d probed=%d bad_image=%d rings=%d\n",
+		n.subscribed, n.unsubscribed, n.added, n.added_user, n.patches, n.user_patches, n.mem_patches, n.unpatches,
+		n.launches, n.probed, n.bad_image, ring_allocs);
 	fclose(f);
 }

@@ -1,0 +1,181 @@
+package shim
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/record"
+	"github.com/gpuprobe/gpuprobe/shm"
+)
+
+// userModulePTX is a patch module as the collector sends it for the SASS
+// route (gpuprobe/sanpatch with kernel_phases included): the built-in
+// image's three globals under their magics, and two globals of its own,
+// magics 0x4750534700000000 + index, each read so that ptxas keeps it.
+func userModulePTX() string {
+	const phase, user = 0x4750535053435230, 0x4750534700000000
+	return fmt.Sprintf(`.version 7.8
+.target sm_90
+.address_size 64
+.global .align 8 .u64 __gpuprobe_kp_scratch = %d;
+.global .align 8 .u64 __gpuprobe_kp_table = %d;
+.global .align 8 .u64 __gpuprobe_kp_ring = %d;
+.global .align 8 .u64 gpuprobe_sp0_arr = %d;
+.global .align 8 .u64 gpuprobe_sp0_lanes = %d;
+.visible .func (.param .b32 __r) __gpuprobe_sp_enter(.param .b64 __ud, .param .b64 __pc)
+{
+	.reg .b64 %%a<6>;
+	ld.global.u64 %%a1, [__gpuprobe_kp_scratch];
+	ld.global.u64 %%a2, [__gpuprobe_kp_table];
+	ld.global.u64 %%a3, [__gpuprobe_kp_ring];
+	ld.global.u64 %%a4, [gpuprobe_sp0_arr];
+	ld.global.u64 %%a5, [gpuprobe_sp0_lanes];
+	add.u64 %%a1, %%a1, %%a2;
+	add.u64 %%a1, %%a1, %%a3;
+	add.u64 %%a1, %%a1, %%a5;
+	st.global.u64 [%%a4], %%a1;
+	st.param.b32 [__r], 0;
+	ret;
+}
+.visible .func (.param .b32 __r) __gpuprobe_sp_exit(.param .b64 __ud, .param .b64 __pc)
+{
+	st.param.b32 [__r], 0;
+	ret;
+}
+`, phase, phase+1, phase+2, user, user+1)
+}
+
+// startSASSUserAgent is a collector with GPU programs for the SASS route:
+// WELCOME offers the launch ring and an array map (region 1) and says so
+// (SettingSASSPrograms); a PATCH with APISASS gets module, its first
+// global bound to the array's region, its second a constant.
+func startSASSUserAgent(t *testing.T, module string) *testAgent {
+	t.Helper()
+	arr, err := shm.CreateArray(shm.KindArray, 8, 16, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &testAgent{path: filepath.Join(t.TempDir(), "agent.sock")}
+	opts := sassOn(65535)
+	opts.Path = a.path
+	opts.Settings.Flags |= agent.SettingSASSPrograms
+	srv, err := agent.Listen(opts, agent.Callbacks{
+		Connect: func(p *agent.Peer) ([]agent.Offer, error) {
+			launches, err := newRing()
+			if err != nil {
+				return nil, err
+			}
+			a.mu.Lock()
+			a.sessions = append(a.sessions, &session{peer: p, ring: launches})
+			a.mu.Unlock()
+			return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: launches.Region()},
+				{Role: agent.RoleMap, Name: "arr", Region: arr.Region()}}, nil
+		},
+		Disconnect: func(*agent.Peer) {
+			a.mu.Lock()
+			a.gone++
+			a.mu.Unlock()
+		},
+		Patch: func(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+			if req.API != agent.LoadAPI(3) || req.Arch != 90 || len(req.Image) != 0 {
+				return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: fmt.Sprintf("want an APISASS request for sm_90, got %+v", req)}
+			}
+			return &agent.Patched{Image: append([]byte(module), 0), Globals: []agent.PatchedGlobal{
+				{Name: "gpuprobe_sp0_arr", Kind: agent.GlobalRegion, Region: 1, Value: shm.DataOffset},
+				{Name: "gpuprobe_sp0_lanes", Kind: agent.GlobalConst, Value: 7},
+			}}, nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("agent.Listen: %v", err)
+	}
+	a.srv = srv
+	t.Cleanup(func() {
+		srv.Close()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, s := range a.sessions {
+			s.ring.Close()
+		}
+		arr.Close()
+	})
+	return a
+}
+
+// TestSASSUserModule: a collector with GPU programs for the SASS route
+// sends their patch module; the shim assembles it with ptxas (tools
+// patch), binds its globals (a region's device address, a constant) and
+// kernel_phases' in the cubin, and patches the kernels with its functions.
+// Every launch still gets its window. A second process takes the cubin
+// from the cache; a ptxas that fails leaves the built-in image.
+func TestSASSUserModule(t *testing.T) {
+	ptxas, err := exec.LookPath("ptxas")
+	if err != nil {
+		t.Fatalf("ptxas is needed to assemble the patch module (Debian's nvidia-cuda-toolkit): %v", err)
+	}
+	b := binaries(t)
+	cache := t.TempDir()
+	for _, tc := range []struct {
+		name, ptxas, counts, trace string
+	}{
+		{"assembled", ptxas, "added=0 added_user=1 ", "assembled"},
+		{"cached", "/bin/false", "added=0 added_user=1 ", "from the cache"},
+		{"ptxas fails", "/bin/false", "added=1 added_user=0 ", "kernel_phases' window only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := cache
+			if tc.name == "ptxas fails" {
+				dir = t.TempDir()
+			}
+			trace := filepath.Join(t.TempDir(), "trace.txt")
+			st, counts := runSASSWith(t, startSASSUserAgent(t, userModulePTX()), b.app, "cudart", "slow", "30",
+				"GPUPROBE_PTXAS="+tc.ptxas, "GPUPROBE_CACHE_DIR="+dir, "GPUPROBE_TRACE="+trace)
+			if !strings.Contains(counts, tc.counts) || !strings.Contains(counts, "bad_image=0") {
+				t.Errorf("MOCK Sanitizer counts %q: want %q and no image with a magic left", counts, tc.counts)
+			}
+			tr, _ := os.ReadFile(trace)
+			if !strings.Contains(string(tr), tc.trace) {
+				t.Errorf("trace lacks %q:\n%s", tc.trace, tr)
+			}
+			if tc.counts == "added=0 added_user=1 " {
+				if !strings.Contains(counts, "user_patches=") || strings.Contains(counts, "user_patches=0 ") {
+					t.Errorf("MOCK Sanitizer counts %q: no module patched with the collector's functions", counts)
+				}
+				m := regexp.MustCompile(`global gpuprobe_sp0_arr \(kind 1\) = 0x([0-9a-f]+)`).FindSubmatch(tr)
+				if m == nil || string(m[1]) == "0" {
+					t.Errorf("the region global was not bound to a device address:\n%s", tr)
+				}
+				if !strings.Contains(string(tr), "global gpuprobe_sp0_lanes (kind 2) = 0x7") {
+					t.Errorf("the constant global was not bound to 7:\n%s", tr)
+				}
+			}
+			timed := map[uint64]bool{}
+			for _, e := range st.execs {
+				timed[e.LaunchID] = true
+			}
+			sampled := 0
+			for _, l := range st.launches {
+				if l.Flags&record.LaunchSASS != 0 {
+					sampled++
+					if !timed[l.LaunchID] {
+						t.Errorf("launch %d: flagged SASS, no Exec record", l.LaunchID)
+					}
+				}
+			}
+			// The launches before the module is bound (10 ms apart) are
+			// not sampled.
+			if sampled == 0 || sampled < len(st.launches)/2 {
+				t.Errorf("%d of %d launches sampled", sampled, len(st.launches))
+			}
+		})
+	}
+	if m, _ := filepath.Glob(filepath.Join(cache, "sass-*.cubin")); len(m) != 1 {
+		t.Errorf("cache holds %v, want one cubin", m)
+	}
+}
