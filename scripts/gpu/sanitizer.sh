@@ -30,12 +30,11 @@ int main(void)
 	EQ(SANITIZER_CB_DOMAIN_LAUNCH, 5);
 	EQ(SANITIZER_CB_DOMAIN_RESOURCE, 3);
 	EQ(SANITIZER_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, 4);
-	EQ(SANITIZER_CBID_RESOURCE_MODULE_UNLOAD_STARTING, 9);
 	EQ(offsetof(Sanitizer_ResourceContextData, context), 0);
-	EQ(offsetof(Sanitizer_ResourceModuleData, module), 8);
 	EQ(SANITIZER_CBID_LAUNCH_BEGIN, 1);
 	EQ(SANITIZER_INSTRUCTION_BLOCK_ENTER, 1);
 	EQ(SANITIZER_INSTRUCTION_BLOCK_EXIT, 2);
+	EQ(SANITIZER_INSTRUCTION_GLOBAL_MEMORY_ACCESS, 3);
 	EQ(offsetof(Sanitizer_LaunchData, context), 0);
 	EQ(offsetof(Sanitizer_LaunchData, hStream), 16);
 	EQ(offsetof(Sanitizer_LaunchData, module), 24);
