@@ -82,7 +82,8 @@ func TestPatchSASSModule(t *testing.T) {
 }
 
 // TestPatchSASSOff: with probes::sass off, a request for the SASS route's
-// module is answered "disabled", whatever the patcher could build.
+// module is answered "disabled", whatever the patcher could build; with it
+// on and no user programs too, and that is not counted as a failure.
 func TestPatchSASSOff(t *testing.T) {
 	kp, err := probes.Load(probes.KernelPhases)
 	if err != nil {
@@ -98,5 +99,19 @@ func TestPatchSASSOff(t *testing.T) {
 	var np *agent.NoPatch
 	if !errors.As(err, &np) || np.Code != agent.NoPatchDisabled || !strings.Contains(np.Message, "probes::sass") {
 		t.Fatalf("onPatch: %v, want NOPATCH disabled naming probes::sass", err)
+	}
+
+	// On, but no user programs: disabled too (the shim's built-in image
+	// serves the route), and no failure.
+	p, err = patcher.New(patcher.Options{Programs: kp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cfg.Probes.KernelPhases, r.cfg.Probes.SASS = true, true
+	r.patch.patcher = p
+	r.srcs.bySess = map[uint32]*source{0: {}}
+	_, err = r.onPatch(&agent.Peer{PID: 1}, &agent.PatchRequest{Arch: 90, API: agent.APISASS})
+	if !errors.As(err, &np) || np.Code != agent.NoPatchDisabled || r.patch.failed.Load() != 0 {
+		t.Fatalf("onPatch: %v (%d failures), want NOPATCH disabled and no failure", err, r.patch.failed.Load())
 	}
 }
