@@ -68,7 +68,10 @@ type ProbesConfig struct {
 	// SASS puts kernel_phases' window probe into kernels that have no PTX
 	// (cuBLAS, cuDNN, PyTorch and Triton cubins) through NVIDIA's Compute
 	// Sanitizer API, in at most sampling::device_max_per_second launches a
-	// second of each module; needs kernel_phases.
+	// second of each module; needs kernel_phases. The GPU programs of
+	// programs[] run there too: the collector answers the shim's request
+	// for the route's patch module (agent.APISASS) with them linked beside
+	// kernel_phases' patch functions.
 	SASS bool `mapstructure:"sass"`
 }
 

@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -79,7 +80,13 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 	r.hc.scan(progs)
 	// User programs' GPU maps live in device memory, mirrored to their
 	// regions at the receiver's poll cadence (shm, "Device-resident maps").
-	p, err := patcher.New(patcher.Options{Programs: progs, DeviceOnly: probes.KernelPhasesDeviceOnly,
+	// The SASS route (probes::sass, which needs kernel_phases) runs the
+	// user programs too, in its patch module (onPatch, agent.APISASS).
+	var sass []*jit.Program
+	if r.cfg.Probes.SASS && r.cfg.Probes.KernelPhases {
+		sass = user
+	}
+	p, err := patcher.New(patcher.Options{Programs: progs, SASSPrograms: sass, DeviceOnly: probes.KernelPhasesDeviceOnly,
 		DeviceMaps: jit.DeviceResidentMaps(user), MirrorPeriod: r.cfg.PollInterval,
 		MaxThreads: r.cfg.Buffers.MaxThreads, RingDevice: probes.KernelPhasesRingDevice,
 		DeviceOneIn: r.cfg.Sampling.DeviceOneIn, DeviceMaxPerSecond: r.cfg.Sampling.DeviceMaxPerSecond,
@@ -125,10 +132,19 @@ func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding 
 }
 
 // onPatch answers a client's PATCH with the configured probes, bound to
-// the client's regions, and counts the outcome.
+// the client's regions, and counts the outcome: a module's image patched
+// (PTX route), or the SASS route's patch module of the user programs
+// (agent.APISASS, with probes::sass on).
 func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
 	if r.patch.patcher == nil {
 		return nil, &agent.NoPatch{Code: agent.NoPatchDisabled, Message: "no GPU probes are configured (probes::kernel_phases off, no programs)"}
+	}
+	patch, what := r.patch.patcher.Patch, "module"
+	if req.API == agent.APISASS {
+		if !r.cfg.Probes.SASS {
+			return nil, &agent.NoPatch{Code: agent.NoPatchDisabled, Message: "the SASS route is off (probes::sass)"}
+		}
+		patch, what = r.patch.patcher.SASS, "SASS route module"
 	}
 	r.mu.Lock()
 	s := r.srcs.bySess[p.Session]
@@ -137,19 +153,25 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 		return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: fmt.Sprintf("session %d is not known", p.Session)}
 	}
 	start := time.Now()
-	a, err := r.patch.patcher.Patch(req, func(name string) (patcher.Binding, bool) {
+	a, err := patch(req, func(name string) (patcher.Binding, bool) {
 		b, ok := s.bind[name]
 		return b, ok
 	})
+	if np := (*agent.NoPatch)(nil); errors.As(err, &np) && np.Code == agent.NoPatchDisabled {
+		// No user programs for the SASS route: the shim runs its built-in
+		// kernel_phases image, which is no failure.
+		r.log.Debug("gpuprobe: "+what+" not built", zap.Int32("pid", p.PID), zap.Error(err))
+		return nil, err
+	}
 	if err != nil {
 		r.patch.failed.Add(1)
-		r.log.Info("gpuprobe: module not patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
+		r.log.Info("gpuprobe: "+what+" not patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
 			zap.Int("image_bytes", len(req.Image)), zap.Error(err))
 		return nil, err
 	}
 	r.patch.patched.Add(1)
-	r.log.Debug("gpuprobe: module patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
-		zap.Int("kernels", len(a.Kernels)), zap.Duration("took", time.Since(start)))
+	r.log.Debug("gpuprobe: "+what+" patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
+		zap.Int("kernels", len(a.Kernels)), zap.Int("globals", len(a.Globals)), zap.Duration("took", time.Since(start)))
 	return a, nil
 }
 

@@ -155,7 +155,8 @@ func TestSASSOff(t *testing.T) {
 
 // TestSASSImageCurrent rebuilds the SASS route's patch image from
 // shim/patch/sass_phases.cu with CI's nvcc and checks that the committed
-// shim/src/sass_image.h is that build: run `make shim-patch` when it fails.
+// shim/src/sass_image.h and gpuprobe/sanpatch/phases.ptx are that build:
+// run `make shim-patch` when it fails.
 func TestSASSImageCurrent(t *testing.T) {
 	if _, err := exec.LookPath("nvcc"); err != nil {
 		t.Fatalf("nvcc is needed to rebuild the patch image (Debian's nvidia-cuda-toolkit): %v", err)

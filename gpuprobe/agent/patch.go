@@ -29,7 +29,23 @@ type LoadAPI uint32
 const (
 	APIModule  LoadAPI = 1 // cuModuleLoadData / cuModuleLoadDataEx / cuModuleLoadFatBinary
 	APILibrary LoadAPI = 2 // cuLibraryLoadData
+	// APISASS asks for the Compute Sanitizer route's patch module for the
+	// client's device (Arch): the user GPU programs as patch functions,
+	// with kernel_phases' in the same module (the shim patches a CUDA
+	// context with one patch image). The PATCH's Image is empty (size 0,
+	// inline). The PATCHED answer's Image is the module's PTX,
+	// NUL-terminated, for ptxas --compile-as-tools-patch on the node;
+	// Kernels is empty; Globals are in module order: global i's initial
+	// value in the module is the magic SASSMagicBase + i, which the shim
+	// replaces in the compiled image with the value its descriptor says
+	// (the same kinds as for PTX). kernel_phases' own globals keep the
+	// built-in image's magics and are not among them.
+	APISASS LoadAPI = 3
 )
+
+// SASSMagicBase is the initial value of global 0 of an APISASS module;
+// global i starts as SASSMagicBase + i.
+const SASSMagicBase uint64 = 0x4750534700000000
 
 // PatchRequest is a client's PATCH: a code image and the device it runs on.
 type PatchRequest struct {

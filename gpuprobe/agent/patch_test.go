@@ -27,26 +27,54 @@ func samplePatched() *Patched {
 		}}
 }
 
+// sassPatched is an answer to an APISASS PATCH: a patch module, no
+// kernels, globals in magic order.
+func sassPatched() *Patched {
+	return &Patched{ID: 9, Image: []byte(".version 7.8\n.target sm_90\n\x00"), DeviceMaxPerSecond: 100,
+		Globals: []PatchedGlobal{
+			{Name: "gpuprobe_sp0_threadhist_map_hist", Kind: GlobalDeviceMap, Region: 5, Size: 10000},
+			{Name: "gpuprobe_sp0_threadhist_clock", Kind: GlobalRegion, Region: 1, Value: 64},
+		}}
+}
+
+// TestPatchedRoundTrip: PATCHED answers, one with kernels and one of the
+// SASS route with none, decode to what was encoded.
 func TestPatchedRoundTrip(t *testing.T) {
-	a := samplePatched()
-	frame, err := MarshalPatched(a)
+	for name, a := range map[string]*Patched{"ptx": samplePatched(), "sass, no kernels": sassPatched()} {
+		t.Run(name, func(t *testing.T) {
+			frame, err := MarshalPatched(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			typ, n, err := parseFrameHeader(frame)
+			if err != nil || typ != FramePatched || int(n) != len(frame)-FrameHeader {
+				t.Fatalf("header: %v %d %v", typ, n, err)
+			}
+			got, size, err := UnmarshalPatched(frame[FrameHeader:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size != uint64(len(a.Image)) {
+				t.Errorf("image size %d, want %d", size, len(a.Image))
+			}
+			got.Image = a.Image
+			if !reflect.DeepEqual(got, a) {
+				t.Errorf("round trip:\n got %+v\nwant %+v", got, a)
+			}
+		})
+	}
+}
+
+// TestSASSPatchRequest: an APISASS PATCH carries no image (size 0, inline)
+// and decodes as such.
+func TestSASSPatchRequest(t *testing.T) {
+	frame, err := MarshalPatch(&PatchRequest{ID: 4, Arch: 90, API: APISASS}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	typ, n, err := parseFrameHeader(frame)
-	if err != nil || typ != FramePatched || int(n) != len(frame)-FrameHeader {
-		t.Fatalf("header: %v %d %v", typ, n, err)
-	}
-	got, size, err := UnmarshalPatched(frame[FrameHeader:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if size != uint64(len(a.Image)) {
-		t.Errorf("image size %d, want %d", size, len(a.Image))
-	}
-	got.Image = a.Image
-	if !reflect.DeepEqual(got, a) {
-		t.Errorf("round trip:\n got %+v\nwant %+v", got, a)
+	r, flags, size, err := UnmarshalPatch(frame[FrameHeader:])
+	if err != nil || r.ID != 4 || r.Arch != 90 || r.API != APISASS || flags != 0 || size != 0 || len(r.Image) != 0 {
+		t.Fatalf("got %+v flags %#x size %d: %v", r, flags, size, err)
 	}
 }
 

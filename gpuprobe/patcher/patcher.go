@@ -5,6 +5,9 @@
 // kernel's hidden launch-id parameter goes and how to set each module
 // global (a shared-memory region's device address, a constant, a ring's
 // device reservation block, or device memory private to the module).
+// For kernels with no PTX it answers the SASS route's request
+// (agent.APISASS, Patcher.SASS) with the Compute Sanitizer patch module of
+// the user programs (gpuprobe/sanpatch), its globals bound the same way.
 // Each PATCH is bounded by Limits and all of them together by
 // Limits.MaxMemory (package agent's comment, "Limits").
 package patcher
@@ -71,6 +74,11 @@ type Options struct {
 	// Limits bound each PATCH and the memory of all of them together
 	// (zero fields: DefaultLimits').
 	Limits Limits
+	// SASSPrograms are the user GPU programs of the SASS route (SASS):
+	// built into one Compute Sanitizer patch module per architecture with
+	// kernel_phases' patch functions, which are never among them. Their
+	// maps are bound as Programs' are (DeviceOnly, DeviceMaps, RingDevice).
+	SASSPrograms []*jit.Program
 }
 
 // Binding says where one map of the programs lives for one client.
@@ -103,6 +111,7 @@ type Patcher struct {
 	inj        *inject.Injector
 	failed     failCache     // program sets whose injection failed, by key
 	mem        *agent.Budget // Limits.MaxMemory
+	sass       sassModules   // SASS route modules by architecture
 }
 
 // New returns a Patcher for a program set.

@@ -23,6 +23,13 @@
 // 24 registers (-maxrregcount=24 with CUDA 11.8's ptxas: warp-specialized
 // kernels lower their registers with setmaxnreg, and more faulted cuBLAS's
 // nvjet GEMM on the H200).
+//
+// The shim patches a CUDA context with one patch image, so a module of
+// user programs that runs beside kernel_phases carries kernel_phases' patch
+// functions too (Options.Phases; phases.ptx, built from
+// shim/patch/sass_phases.cu by shim/patch/gen.go): EnterFunc and ExitFunc
+// then call PhasesEnterFunc and PhasesExitFunc before the programs, and
+// kernel_phases' globals (PhasesGlobals) keep the built-in image's magics.
 package sanpatch
 
 import (
@@ -30,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/jit/ptx"
@@ -45,19 +53,20 @@ const (
 
 // MagicBase is the first global's initial value; global i starts as
 // MagicBase + i. The values are far from any address a driver hands out
-// and from the built-in image's (0x475053505343523x).
-const MagicBase uint64 = 0x4750534700000000
+// and from the built-in image's (0x475053505343523x). The wire protocol
+// documents it (agent.APISASS), and defines it.
+const MagicBase = agent.SASSMagicBase
 
 // sanitizerWrite is SANITIZER_MEMORY_DEVICE_FLAG_WRITE of the memory
 // access callback's flags.
 const sanitizerWrite = 2
 
-// Global is one global of the module: what a program reads there, and the
+// Global is one global of the module: what a program reads there (with
+// the program that declared it and, for a map global, the map), and the
 // magic its initial value is until the loader binds it.
 type Global struct {
-	ptx.Global
-	Program string // the program that declared it
-	Magic   uint64 // its initial value in the module
+	inject.Global
+	Magic uint64 // its initial value in the module
 }
 
 // Module is a patch module: PTX for ptxas --compile-as-tools-patch, and the
@@ -65,15 +74,22 @@ type Global struct {
 type Module struct {
 	PTX     string
 	Globals []Global
-	Enter   bool // EnterFunc is defined (some entry program)
-	Exit    bool // ExitFunc is defined
+	Enter   bool // EnterFunc is defined (some entry program, or Phases)
+	Exit    bool // ExitFunc is defined (some exit program, or Phases)
 	Mem     bool // MemFunc is defined
+	// Phases: kernel_phases' patch functions and globals are in the
+	// module (Options.Phases), not in Globals: PhasesGlobals, which start
+	// as PhasesMagicBase + i.
+	Phases bool
 }
 
 // Options are the build's options.
 type Options struct {
 	Arch string      // the .target (default sm_90)
 	PTX  ptx.Options // code generation options; Arch, Prefix and Verified are set per program
+	// Phases links kernel_phases' patch functions into the module: both
+	// block wrappers are defined and call them before the programs.
+	Phases bool
 }
 
 // Build verifies and compiles programs (entry, exit and memcapture ones,
@@ -86,7 +102,57 @@ func Build(progs []*jit.Program, o Options) (*Module, error) {
 	if o.Arch == "" {
 		o.Arch = "sm_90"
 	}
-	m := &Module{}
+	m := &Module{Phases: o.Phases}
+	body, calls, err := programs(m, progs, o)
+	if err != nil {
+		return nil, err
+	}
+	if len(calls) == 0 {
+		return nil, fmt.Errorf("sanpatch: no entry, exit or memcapture program among %d", len(progs))
+	}
+	version, phasesBody := "7.8", ""
+	if o.Phases {
+		v, pb, err := phases()
+		if err != nil {
+			return nil, err
+		}
+		if version, err = maxVersion(version, v); err != nil {
+			return nil, err
+		}
+		phasesBody = "\n// gpuprobe: kernel_phases (shim/patch/sass_phases.cu)\n" + pb
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, ".version %s\n.target %s\n.address_size 64\n", version, o.Arch)
+	b.WriteString(phasesBody)
+	b.WriteString(body)
+	if n := calls[jit.ProbeEntry]; len(n) > 0 || o.Phases {
+		blockWrapper(&b, EnterFunc, phasesFunc(o.Phases, PhasesEnterFunc), n)
+		m.Enter = true
+	}
+	if n := calls[jit.ProbeExit]; len(n) > 0 || o.Phases {
+		blockWrapper(&b, ExitFunc, phasesFunc(o.Phases, PhasesExitFunc), n)
+		m.Exit = true
+	}
+	if n := calls[jit.ProbeMemCapture]; len(n) > 0 {
+		memWrapper(&b, n)
+		m.Mem = true
+	}
+	m.PTX = b.String()
+	return m, nil
+}
+
+// phasesFunc is f when on, else "".
+func phasesFunc(on bool, f string) string {
+	if on {
+		return f
+	}
+	return ""
+}
+
+// programs compiles the GPU programs of progs into PTX text, adds their
+// globals to m.Globals (each a .global holding its magic) and returns the
+// text and the program functions to call by kind.
+func programs(m *Module, progs []*jit.Program, o Options) (string, map[jit.ProbeKind][]string, error) {
 	var body strings.Builder
 	calls := map[jit.ProbeKind][]string{}
 	for i, p := range progs {
@@ -95,15 +161,16 @@ func Build(progs []*jit.Program, o Options) (*Module, error) {
 		}
 		f, err := compile(p, i, o)
 		if err != nil {
-			return nil, fmt.Errorf("sanpatch: program %d (%s): %w", i, p.Name, err)
+			return "", nil, fmt.Errorf("sanpatch: program %d (%s): %w", i, p.Name, err)
 		}
 		decls := f.Decls
 		for _, g := range f.Globals {
-			gl := Global{Global: g, Program: p.Name, Magic: MagicBase + uint64(len(m.Globals))}
+			gl := Global{Global: inject.Global{Global: g, Program: p.Name, MapDef: mapDef(p, g.Map)},
+				Magic: MagicBase + uint64(len(m.Globals))}
 			m.Globals = append(m.Globals, gl)
 			decl := ptx.GlobalDecl(g.Name)
 			if !strings.Contains(decls, decl) {
-				return nil, fmt.Errorf("sanpatch: program %s: declaration of %s not found", p.Name, g.Name)
+				return "", nil, fmt.Errorf("sanpatch: program %s: declaration of %s not found", p.Name, g.Name)
 			}
 			// The kernel's constant banks are not the patch module's: a
 			// global of ours is read through global memory.
@@ -113,26 +180,20 @@ func Build(progs []*jit.Program, o Options) (*Module, error) {
 		fmt.Fprintf(&body, "\n// gpuprobe: program %s (%s)\n%s", p.Name, p.Section, code)
 		calls[p.Kind] = append(calls[p.Kind], f.Name)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, ".version 7.8\n.target %s\n.address_size 64\n", o.Arch)
-	b.WriteString(body.String())
-	if n := calls[jit.ProbeEntry]; len(n) > 0 {
-		blockWrapper(&b, EnterFunc, n)
-		m.Enter = true
+	return body.String(), calls, nil
+}
+
+// mapDef returns program p's map of that name, nil for none.
+func mapDef(p *jit.Program, name string) *jit.Map {
+	if name == "" {
+		return nil
 	}
-	if n := calls[jit.ProbeExit]; len(n) > 0 {
-		blockWrapper(&b, ExitFunc, n)
-		m.Exit = true
+	for _, md := range p.Maps {
+		if md.Name == name {
+			return md
+		}
 	}
-	if n := calls[jit.ProbeMemCapture]; len(n) > 0 {
-		memWrapper(&b, n)
-		m.Mem = true
-	}
-	if !m.Enter && !m.Exit && !m.Mem {
-		return nil, fmt.Errorf("sanpatch: no entry, exit or memcapture program among %d", len(progs))
-	}
-	m.PTX = b.String()
-	return m, nil
+	return nil
 }
 
 // compile verifies and compiles program p (the i-th) with helper 606
@@ -162,12 +223,19 @@ func compile(p *jit.Program, i int, o Options) (*ptx.Func, error) {
 	return inject.BindLaunchParam(f)
 }
 
-// blockWrapper writes a block enter or exit patch function that calls
-// funcs with the launch id, unless it is 0.
-func blockWrapper(b *strings.Builder, name string, funcs []string) {
+// blockWrapper writes a block enter or exit patch function that, unless
+// the launch id is 0, calls the kernel_phases function kp (if not "") with
+// (launch id, pc), then funcs with the launch id.
+func blockWrapper(b *strings.Builder, name, kp string, funcs []string) {
 	fmt.Fprintf(b, "\n.visible .func (.param .b32 __r) %s(.param .b64 __ud, .param .b64 __pc)\n{\n", name)
-	b.WriteString("\t.reg .b64 %id;\n\t.reg .pred %off;\n")
+	b.WriteString("\t.reg .b64 %id, %pc;\n\t.reg .pred %off;\n")
 	b.WriteString("\tld.param.b64 %id, [__ud];\n\tsetp.eq.u64 %off, %id, 0;\n\t@%off bra $done;\n")
+	if kp != "" {
+		b.WriteString("\tld.param.b64 %pc, [__pc];\n")
+		b.WriteString("\t{\n\t\t.param .b32 __kr;\n\t\t.param .b64 __k0;\n\t\t.param .b64 __k1;\n")
+		b.WriteString("\t\tst.param.b64 [__k0], %id;\n\t\tst.param.b64 [__k1], %pc;\n")
+		fmt.Fprintf(b, "\t\tcall (__kr), %s, (__k0, __k1);\n\t}\n", kp)
+	}
 	for _, f := range funcs {
 		call(b, f, "0", "0")
 	}

@@ -3,12 +3,14 @@ package sanpatch
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/jit"
 )
@@ -26,62 +28,97 @@ func bpfObject(t *testing.T, name string) []*jit.Program {
 // TestBuildAssembles builds the patch module of user programs of each kind
 // and assembles it as the Sanitizer API needs it (ptxas
 // --compile-as-tools-patch, 24 registers): every wrapper is in the cubin,
-// and every global's magic stands in it once, for the loader to bind.
+// and every global's magic stands in it once, for the loader to bind. With
+// Phases, kernel_phases' functions are in it too, both block wrappers are,
+// and each of kernel_phases' three magics stands in it once.
 func TestBuildAssembles(t *testing.T) {
-	ptxas, err := exec.LookPath("ptxas")
-	if err != nil {
-		t.Fatalf("ptxas is needed to assemble patch modules (Debian's nvidia-cuda-toolkit): %v", err)
-	}
 	for _, tc := range []struct {
 		obj              string
+		phases           bool
 		enter, exit, mem bool
 	}{
-		{"threadhist", false, true, false},
-		{"kernelretsnoop", false, true, false},
-		{"memcount", false, false, true},
-		{"launchlate", true, false, false},
+		{"threadhist", false, false, true, false},
+		{"kernelretsnoop", false, false, true, false},
+		{"memcount", false, false, false, true},
+		{"launchlate", false, true, false, false},
+		{"threadhist", true, true, true, false},
+		{"memcount", true, true, true, true},
 	} {
-		t.Run(tc.obj, func(t *testing.T) {
-			m, err := Build(bpfObject(t, tc.obj), Options{})
+		name := tc.obj
+		if tc.phases {
+			name += "+phases"
+		}
+		t.Run(name, func(t *testing.T) {
+			m, err := Build(bpfObject(t, tc.obj), Options{Phases: tc.phases})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.Enter != tc.enter || m.Exit != tc.exit || m.Mem != tc.mem {
-				t.Fatalf("wrappers enter %v exit %v mem %v, want %v %v %v", m.Enter, m.Exit, m.Mem, tc.enter, tc.exit, tc.mem)
+			if m.Enter != tc.enter || m.Exit != tc.exit || m.Mem != tc.mem || m.Phases != tc.phases {
+				t.Fatalf("wrappers enter %v exit %v mem %v phases %v, want %v %v %v %v",
+					m.Enter, m.Exit, m.Mem, m.Phases, tc.enter, tc.exit, tc.mem, tc.phases)
 			}
 			if len(m.Globals) == 0 {
 				t.Fatal("no globals: every program here reads a map")
 			}
-			dir := t.TempDir()
-			src, cubin := filepath.Join(dir, "patch.ptx"), filepath.Join(dir, "patch.cubin")
-			if err := os.WriteFile(src, []byte(m.PTX), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			out, err := exec.Command(ptxas, "-arch=sm_90", "--compile-as-tools-patch", "-maxrregcount=24", src, "-o", cubin).CombinedOutput()
-			if err != nil {
-				t.Fatalf("ptxas: %v\n%s\n%s", err, out, m.PTX)
-			}
-			img, err := os.ReadFile(cubin)
-			if err != nil {
-				t.Fatal(err)
-			}
+			img := assemble(t, m.PTX)
 			for _, f := range []struct {
 				name string
 				want bool
-			}{{EnterFunc, tc.enter}, {ExitFunc, tc.exit}, {MemFunc, tc.mem}} {
+			}{{EnterFunc, tc.enter}, {ExitFunc, tc.exit}, {MemFunc, tc.mem},
+				{PhasesEnterFunc, tc.phases}, {PhasesExitFunc, tc.phases}} {
 				if got := bytes.Contains(img, []byte(f.name+"\x00")); got != f.want {
 					t.Errorf("%s in the cubin: %v, want %v", f.name, got, f.want)
 				}
 			}
-			for _, g := range m.Globals {
-				var w [8]byte
-				binary.LittleEndian.PutUint64(w[:], g.Magic)
-				if n := bytes.Count(img, w[:]); n != 1 {
+			for i, g := range m.Globals {
+				if g.Magic != MagicBase+uint64(i) {
+					t.Errorf("global %d (%s): magic %#x, want %#x", i, g.Name, g.Magic, MagicBase+uint64(i))
+				}
+				if n := magicCount(img, g.Magic); n != 1 {
 					t.Errorf("global %s (%v of %s): its magic %#x stands %d times in the cubin, want once", g.Name, g.Kind, g.Program, g.Magic, n)
+				}
+			}
+			for i, name := range PhasesGlobals {
+				want := 0
+				if tc.phases {
+					want = 1
+				}
+				if n := magicCount(img, PhasesMagicBase+uint64(i)); n != want {
+					t.Errorf("kernel_phases global %s: its magic stands %d times in the cubin, want %d", name, n, want)
 				}
 			}
 		})
 	}
+}
+
+// assemble compiles patch module PTX as the node does and returns the cubin.
+func assemble(t *testing.T, text string) []byte {
+	t.Helper()
+	ptxas, err := exec.LookPath("ptxas")
+	if err != nil {
+		t.Fatalf("ptxas is needed to assemble patch modules (Debian's nvidia-cuda-toolkit): %v", err)
+	}
+	dir := t.TempDir()
+	src, cubin := filepath.Join(dir, "patch.ptx"), filepath.Join(dir, "patch.cubin")
+	if err := os.WriteFile(src, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(ptxas, "-arch=sm_90", "--compile-as-tools-patch", "-maxrregcount=24", src, "-o", cubin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ptxas: %v\n%s\n%s", err, out, text)
+	}
+	img, err := os.ReadFile(cubin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// magicCount counts the little-endian 8-byte magic in img.
+func magicCount(img []byte, magic uint64) int {
+	var w [8]byte
+	binary.LittleEndian.PutUint64(w[:], magic)
+	return bytes.Count(img, w[:])
 }
 
 // TestBuildRefuses: what a patch function cannot run is an error naming
@@ -105,5 +142,74 @@ func TestBuildRefuses(t *testing.T) {
 				t.Fatalf("Build: %v, want an error with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestPhasesRenamed: a Phases module keeps none of sass_phases.cu's gp_sp_
+// names (they would clash with nothing today, but a missed one would not
+// be bound by the loader), declares kernel_phases' globals with the
+// built-in image's magics, calls its functions first from both block
+// wrappers, and has phases.ptx's .version.
+func TestPhasesRenamed(t *testing.T) {
+	m, err := Build(bpfObject(t, "threadhist"), Options{Phases: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := strings.Index(m.PTX, phasesSrcPrefix); i >= 0 {
+		t.Fatalf("%q left in the module at offset %d: %q", phasesSrcPrefix, i, m.PTX[i:min(len(m.PTX), i+40)])
+	}
+	if !strings.Contains(phasesPTX, phasesSrcPrefix+"enter(") || !strings.Contains(phasesPTX, phasesSrcPrefix+"exit(") {
+		t.Fatalf("phases.ptx defines no %senter/%sexit: the rename has nothing to rename", phasesSrcPrefix, phasesSrcPrefix)
+	}
+	for i, g := range PhasesGlobals {
+		decl := fmt.Sprintf(".global .align 8 .u64 %s = %d;", g, PhasesMagicBase+uint64(i))
+		if n := strings.Count(m.PTX, decl); n != 1 {
+			t.Errorf("%q stands %d times in the module, want once", decl, n)
+		}
+	}
+	for _, f := range []string{PhasesEnterFunc, PhasesExitFunc} {
+		if n := strings.Count(m.PTX, ".visible .func  (.param .b32 func_retval0) "+f+"("); n != 1 {
+			t.Errorf("%s defined %d times, want once", f, n)
+		}
+		if n := strings.Count(m.PTX, "call (__kr), "+f+", "); n != 1 {
+			t.Errorf("%s called %d times, want once", f, n)
+		}
+	}
+	v, _, err := phases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ".version " + v + "\n"; !strings.HasPrefix(m.PTX, want) {
+		t.Errorf("module starts %q, want %q", m.PTX[:min(len(m.PTX), 20)], want)
+	}
+}
+
+// TestPhasesNeedPrograms: without user programs the shim uses its
+// built-in image, so a Phases module of nothing is an error.
+func TestPhasesNeedPrograms(t *testing.T) {
+	if _, err := Build(nil, Options{Phases: true}); err == nil || !strings.Contains(err.Error(), "no entry, exit or memcapture program") {
+		t.Fatalf("Build: %v, want an error", err)
+	}
+}
+
+// TestMagicBase pins the magic that agent.APISASS documents.
+func TestMagicBase(t *testing.T) {
+	const want = 0x4750534700000000
+	if MagicBase != want || agent.SASSMagicBase != want {
+		t.Fatalf("MagicBase %#x, agent.SASSMagicBase %#x, want 0x4750534700000000", MagicBase, agent.SASSMagicBase)
+	}
+}
+
+// TestMaxVersion compares PTX ISA versions numerically.
+func TestMaxVersion(t *testing.T) {
+	for _, tc := range []struct{ a, b, want string }{
+		{"7.8", "7.8", "7.8"}, {"7.8", "8.0", "8.0"}, {"7.10", "7.8", "7.10"}, {"8.1", "7.9", "8.1"},
+	} {
+		if got, err := maxVersion(tc.a, tc.b); err != nil || got != tc.want {
+			t.Errorf("maxVersion(%s, %s) = %s, %v; want %s", tc.a, tc.b, got, err, tc.want)
+		}
+	}
+	if _, err := maxVersion("7", "7.8"); err == nil {
+		t.Error("maxVersion(7, 7.8): no error")
 	}
 }

@@ -2,9 +2,12 @@
 
 // gen builds the SASS route's patch image (sass_phases.cu: nvcc
 // --compile-as-tools-patch, one cubin per architecture in a fatbin) and
-// writes it as a C array into shim/src/sass_image.h; with -check it fails
-// when the committed header differs from a fresh build. Run from the
-// repository root: `go run shim/patch/gen.go [-check]` (make shim-patch).
+// writes it as a C array into shim/src/sass_image.h, and its PTX
+// (--compile-as-tools-patch, compute_70) into gpuprobe/sanpatch/phases.ptx,
+// which the collector links into the patch module of user programs (one
+// patch image per CUDA context); with -check it fails when a committed
+// file differs from a fresh build. Run from the repository root:
+// `go run shim/patch/gen.go [-check]` (make shim-patch).
 package main
 
 import (
@@ -22,8 +25,10 @@ import (
 var archs = []string{"70", "75", "80", "86", "89", "90"}
 
 const (
-	src = "shim/patch/sass_phases.cu"
-	out = "shim/src/sass_image.h"
+	src    = "shim/patch/sass_phases.cu"
+	out    = "shim/src/sass_image.h"
+	outPTX = "gpuprobe/sanpatch/phases.ptx"
+	ptxArc = "compute_70" // the oldest architecture of archs: ptxas of the node raises .target
 )
 
 func main() {
@@ -41,35 +46,72 @@ func run(check bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	fatbin := filepath.Join(dir, "sass_phases.fatbin")
+	img, err := buildFatbin(dir)
+	if err != nil {
+		return err
+	}
+	ptx, err := buildPTX(dir)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{out, header(img)}, {outPTX, ptx}} {
+		if err := writeOrCheck(f.path, f.data, check); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ccbin is nvcc's host compiler argument, if one is needed.
+func ccbin() []string {
+	if cc := os.Getenv("NVCC_CCBIN"); cc != "" {
+		return []string{"-ccbin", cc}
+	}
+	if p, err := exec.LookPath("clang-14"); err == nil {
+		return []string{"-ccbin", p} // Debian's nvcc 11.8 accepts no newer gcc
+	}
+	return nil
+}
+
+// nvcc runs nvcc with args and returns the file it wrote to outFile.
+func nvcc(args []string, outFile string) ([]byte, error) {
+	args = append(append(args, ccbin()...), src, "-o", outFile)
+	if b, err := exec.Command("nvcc", args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("nvcc %v: %w\n%s", args, err, b)
+	}
+	return os.ReadFile(outFile)
+}
+
+// buildFatbin builds the patch image: one cubin per architecture.
+func buildFatbin(dir string) ([]byte, error) {
 	// -maxrregcount=24: at most 24 registers (sass_phases.cu says why).
 	args := []string{"--fatbin", "--compile-as-tools-patch", "-maxrregcount=24"}
-	if cc := os.Getenv("NVCC_CCBIN"); cc != "" {
-		args = append(args, "-ccbin", cc)
-	} else if p, err := exec.LookPath("clang-14"); err == nil {
-		args = append(args, "-ccbin", p) // Debian's nvcc 11.8 accepts no newer gcc
-	}
 	for _, a := range archs {
 		args = append(args, "-gencode", "arch=compute_"+a+",code=sm_"+a)
 	}
-	args = append(args, src, "-o", fatbin)
-	if b, err := exec.Command("nvcc", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("nvcc %v: %w\n%s", args, err, b)
-	}
-	img, err := os.ReadFile(fatbin)
-	if err != nil {
-		return err
-	}
-	h := header(img)
+	return nvcc(args, filepath.Join(dir, "sass_phases.fatbin"))
+}
+
+// buildPTX builds the PTX of the patch functions, for gpuprobe/sanpatch
+// (the register cap is ptxas's business there).
+func buildPTX(dir string) ([]byte, error) {
+	return nvcc([]string{"-ptx", "--compile-as-tools-patch", "-arch=" + ptxArc}, filepath.Join(dir, "sass_phases.ptx"))
+}
+
+// writeOrCheck writes data to path, or with check compares them.
+func writeOrCheck(path string, data []byte, check bool) error {
 	if !check {
-		return os.WriteFile(out, h, 0o644)
+		return os.WriteFile(path, data, 0o644)
 	}
-	old, err := os.ReadFile(out)
+	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	if !bytes.Equal(old, h) {
-		return fmt.Errorf("%s is stale: run `make shim-patch`", out)
+	if !bytes.Equal(old, data) {
+		return fmt.Errorf("%s is stale: run `make shim-patch`", path)
 	}
 	return nil
 }

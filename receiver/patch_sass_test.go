@@ -1,0 +1,117 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"go.uber.org/zap"
+)
+
+// buildBPF compiles testdata/bpf/<name>.c with clang (required).
+func buildBPF(t *testing.T, name string) string {
+	t.Helper()
+	clang, err := exec.LookPath("clang")
+	if err != nil {
+		t.Fatalf("clang is needed to build testdata/bpf/%s.c: %v", name, err)
+	}
+	out := filepath.Join(t.TempDir(), name+".o")
+	cmd := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3",
+		"-I", "../jit/include", "-c", "../testdata/bpf/"+name+".c", "-o", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("clang %s.c: %v\n%s", name, err, b)
+	}
+	return out
+}
+
+// TestPatchSASSModule: with probes::sass on, a client that asks for the
+// SASS route's patch module (PATCH, API 3, no image) through the real
+// agent socket gets PTX with kernel_phases' and the user program's patch
+// functions, no kernels, and globals that bind the program's maps to the
+// client's own regions; it is counted as patched.
+func TestPatchSASSModule(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Probes.KernelPhases, cfg.Probes.SASS = true, true
+	cfg.Programs = []config.ProgramConfig{{Path: buildBPF(t, "threadhist")}}
+	tr, mr, _, _ := startBoth(t, cfg)
+	defer mr.Shutdown(context.Background())
+	defer tr.Shutdown(context.Background())
+	r := tr.(*handle).r
+
+	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	a, err := sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APISASS}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(a.Image)
+	if len(a.Kernels) != 0 || !strings.HasSuffix(text, "\x00") || !strings.Contains(text, "__gpuprobe_kp_enter") ||
+		!strings.Contains(text, "__gpuprobe_sp_exit") {
+		t.Fatalf("not the SASS route's module: %d kernels, %d bytes", len(a.Kernels), len(text))
+	}
+	bound := map[string]bool{}
+	for _, g := range a.Globals {
+		if g.Kind != agent.GlobalRegion && g.Kind != agent.GlobalDeviceMap {
+			continue
+		}
+		if int(g.Region) >= len(sess.Regions) {
+			t.Fatalf("global %s: region %d of %d", g.Name, g.Region, len(sess.Regions))
+		}
+		bound[sess.Regions[g.Region].Name] = true
+	}
+	for _, m := range []string{"thread_runs", "block_threads"} {
+		if !bound[m] {
+			t.Errorf("no global binds map %s's region (globals %+v)", m, a.Globals)
+		}
+	}
+	if p, f := r.patch.patched.Load(), r.patch.failed.Load(); p != 1 || f != 0 {
+		t.Fatalf("modules patched %d, failures %d; want 1 and 0", p, f)
+	}
+}
+
+// TestPatchSASSOff: with probes::sass off, a request for the SASS route's
+// module is answered "disabled", whatever the patcher could build; with it
+// on and no user programs too, and that is not counted as a failure.
+func TestPatchSASSOff(t *testing.T) {
+	kp, err := probes.Load(probes.KernelPhases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := patcher.New(patcher.Options{Programs: kp, SASSPrograms: kp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &gpuReceiver{cfg: &testConfig(t).Config, log: zap.NewNop()}
+	r.patch.patcher = p
+	_, err = r.onPatch(&agent.Peer{PID: 1}, &agent.PatchRequest{Arch: 90, API: agent.APISASS})
+	var np *agent.NoPatch
+	if !errors.As(err, &np) || np.Code != agent.NoPatchDisabled || !strings.Contains(np.Message, "probes::sass") {
+		t.Fatalf("onPatch: %v, want NOPATCH disabled naming probes::sass", err)
+	}
+
+	// On, but no user programs: disabled too (the shim's built-in image
+	// serves the route), and no failure.
+	p, err = patcher.New(patcher.Options{Programs: kp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cfg.Probes.KernelPhases, r.cfg.Probes.SASS = true, true
+	r.patch.patcher = p
+	r.srcs.bySess = map[uint32]*source{0: {}}
+	_, err = r.onPatch(&agent.Peer{PID: 1}, &agent.PatchRequest{Arch: 90, API: agent.APISASS})
+	if !errors.As(err, &np) || np.Code != agent.NoPatchDisabled || r.patch.failed.Load() != 0 {
+		t.Fatalf("onPatch: %v (%d failures), want NOPATCH disabled and no failure", err, r.patch.failed.Load())
+	}
+}
