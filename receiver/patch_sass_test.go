@@ -57,7 +57,7 @@ func TestPatchSASSModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(a.Image)
-	if len(a.Kernels) != 0 || !strings.HasSuffix(text, "\x00") || !strings.Contains(text, "__gpuprobe_kp_enter") ||
+	if len(a.Kernels) != 1 || !strings.HasSuffix(text, "\x00") || !strings.Contains(text, "__gpuprobe_kp_enter") ||
 		!strings.Contains(text, "__gpuprobe_sp_exit") {
 		t.Fatalf("not the SASS route's module: %d kernels, %d bytes", len(a.Kernels), len(text))
 	}
@@ -78,6 +78,9 @@ func TestPatchSASSModule(t *testing.T) {
 	}
 	if p, f := r.patch.patched.Load(), r.patch.failed.Load(); p != 1 || f != 0 {
 		t.Fatalf("modules patched %d, failures %d; want 1 and 0", p, f)
+	}
+	if st := r.settings(); st.Flags&(agent.SettingSASS|agent.SettingSASSPrograms) != agent.SettingSASS|agent.SettingSASSPrograms {
+		t.Errorf("WELCOME settings %+v: want SASS with SASSPrograms (the shim asks for the module only then)", st)
 	}
 }
 
@@ -113,5 +116,8 @@ func TestPatchSASSOff(t *testing.T) {
 	_, err = r.onPatch(&agent.Peer{PID: 1}, &agent.PatchRequest{Arch: 90, API: agent.APISASS})
 	if !errors.As(err, &np) || np.Code != agent.NoPatchDisabled || r.patch.failed.Load() != 0 {
 		t.Fatalf("onPatch: %v (%d failures), want NOPATCH disabled and no failure", err, r.patch.failed.Load())
+	}
+	if st := r.settings(); st.Flags&agent.SettingSASS == 0 || st.Flags&agent.SettingSASSPrograms != 0 {
+		t.Errorf("WELCOME settings %+v: want SASS without SASSPrograms", st)
 	}
 }

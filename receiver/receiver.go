@@ -228,6 +228,9 @@ func (r *gpuReceiver) settings() agent.Settings {
 		if st.SASSRate == 0 {
 			st.SASSRate = 65535 // no limit: every launch
 		}
+		if r.patch.patcher != nil && r.patch.patcher.SASSPrograms() > 0 {
+			st.Flags |= agent.SettingSASSPrograms
+		}
 	}
 	if st.Flags != 0 {
 		st.WindowFlushMS = uint32(min(max(r.cfg.PollInterval.Milliseconds(), 10), 10000))

@@ -53,7 +53,8 @@ func userModulePTX() string {
 
 // startSASSUserAgent is a collector with GPU programs for the SASS route:
 // WELCOME offers the launch ring and an array map (region 1) and says so
-// (SettingSASSPrograms); a PATCH with APISASS gets module, its first
+// (SettingSASSPrograms); a PATCH with APISASS gets module, programs 0
+// and 5 probing vecAdd (by base and mangled name), 3 gemm*, its first
 // global bound to the array's region, its second a constant.
 func startSASSUserAgent(t *testing.T, module string) *testAgent {
 	t.Helper()
@@ -83,10 +84,12 @@ func startSASSUserAgent(t *testing.T, module string) *testAgent {
 			a.mu.Unlock()
 		},
 		Patch: func(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
-			if req.API != agent.LoadAPI(3) || req.Arch != 90 || len(req.Image) != 0 {
+			if req.API != agent.APISASS || req.Arch != 90 || len(req.Image) != 0 {
 				return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: fmt.Sprintf("want an APISASS request for sm_90, got %+v", req)}
 			}
-			return &agent.Patched{Image: append([]byte(module), 0), Globals: []agent.PatchedGlobal{
+			return &agent.Patched{Image: append([]byte(module), 0), Kernels: []agent.PatchedKernel{
+				{Name: "vecAdd", ParamIndex: 0}, {Name: "gemm*", ParamIndex: 3}, {Name: "_Z6vecAddPfS_S_i", ParamIndex: 5},
+			}, Globals: []agent.PatchedGlobal{
 				{Name: "gpuprobe_sp0_arr", Kind: agent.GlobalRegion, Region: 1, Value: shm.DataOffset},
 				{Name: "gpuprobe_sp0_lanes", Kind: agent.GlobalConst, Value: 7},
 			}}, nil
@@ -111,7 +114,9 @@ func startSASSUserAgent(t *testing.T, module string) *testAgent {
 // TestSASSUserModule: a collector with GPU programs for the SASS route
 // sends their patch module; the shim assembles it with ptxas (tools
 // patch), binds its globals (a region's device address, a constant) and
-// kernel_phases' in the cubin, and patches the kernels with its functions.
+// kernel_phases' in the cubin, and patches the kernels with its functions;
+// a sampled launch's userdata carries the bits of the programs whose
+// target names its kernel.
 // Every launch still gets its window. A second process takes the cubin
 // from the cache; a ptxas that fails leaves the built-in image.
 func TestSASSUserModule(t *testing.T) {
@@ -153,6 +158,11 @@ func TestSASSUserModule(t *testing.T) {
 				}
 				if !strings.Contains(string(tr), "global gpuprobe_sp0_lanes (kind 2) = 0x7") {
 					t.Errorf("the constant global was not bound to 7:\n%s", tr)
+				}
+				// Only vecAdd runs (slow): programs 0 and 5 in every
+				// sampled launch, never 3.
+				if !strings.Contains(counts, "bits=0x21") || strings.Contains(counts, "targeted=0 ") {
+					t.Errorf("MOCK Sanitizer counts %q: want launches with program bits 0 and 5 only", counts)
 				}
 			}
 			timed := map[uint64]bool{}

@@ -35,7 +35,12 @@ const (
 	// context with one patch image). The PATCH's Image is empty (size 0,
 	// inline). The PATCHED answer's Image is the module's PTX,
 	// NUL-terminated, for ptxas --compile-as-tools-patch on the node;
-	// Kernels is empty; Globals are in module order: global i's initial
+	// Kernels are the programs' targets, one per program: Name is the
+	// kernel name or path.Match pattern the program probes (as in a PTX
+	// module: mangled, qualified or base name; "*" every kernel) and
+	// ParamIndex its bit: the shim sets bit SASSTargetShift + ParamIndex
+	// of a sampled launch's userdata when the kernel matches, and the
+	// program runs only then. Globals are in module order: global i's initial
 	// value in the module is the magic SASSMagicBase + i, which the shim
 	// replaces in the compiled image with the value its descriptor says
 	// (the same kinds as for PTX). kernel_phases' own globals keep the
@@ -46,6 +51,13 @@ const (
 // SASSMagicBase is the initial value of global 0 of an APISASS module;
 // global i starts as SASSMagicBase + i.
 const SASSMagicBase uint64 = 0x4750534700000000
+
+// The program bits of an APISASS module's userdata: the low SASSTargetShift
+// bits are the launch id, bit SASSTargetShift + i says program i runs.
+const (
+	SASSTargetShift = 48
+	SASSMaxPrograms = 15 // bits 48..62
+)
 
 // PatchRequest is a client's PATCH: a code image and the device it runs on.
 type PatchRequest struct {

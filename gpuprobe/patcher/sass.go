@@ -34,7 +34,8 @@ type sassBuild struct {
 // programs (Options.SASSPrograms) with kernel_phases' patch functions, for
 // a device of req.Arch, its globals bound for one client as Patch binds a
 // PTX module's (Globals in module order: global i starts as
-// agent.SASSMagicBase + i). Errors are *agent.NoPatch: NoPatchDisabled
+// agent.SASSMagicBase + i) and Kernels the programs' targets by program
+// bit (agent.APISASS). Errors are *agent.NoPatch: NoPatchDisabled
 // without SASS programs, NoPatchError for a module that cannot be built or
 // a map with no region.
 func (p *Patcher) SASS(req *agent.PatchRequest, bind Binder) (*agent.Patched, error) {
@@ -54,12 +55,18 @@ func (p *Patcher) SASS(req *agent.PatchRequest, bind Binder) (*agent.Patched, er
 	}
 	a := &agent.Patched{Image: append([]byte(m.PTX), 0),
 		DeviceOneIn: p.opts.DeviceOneIn, DeviceMaxPerSecond: p.opts.DeviceMaxPerSecond}
+	for i, t := range m.Targets {
+		a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: t, ParamIndex: uint32(i)})
+	}
 	if a.Globals, err = p.globals(gs, bind); err != nil {
 		return nil, err
 	}
 	bindMailbox(a.Globals, gs, bind)
 	return a, nil
 }
+
+// SASSPrograms returns how many user GPU programs the SASS route runs.
+func (p *Patcher) SASSPrograms() int { return len(p.opts.SASSPrograms) }
 
 // sassModule returns the SASS route's patch module for SM arch, built
 // once (an error too: the build is deterministic).

@@ -3,6 +3,7 @@ package patcher
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +42,8 @@ func regionBinder(regions map[string]uint32) Binder {
 }
 
 // TestSASSModule: the answer to an APISASS PATCH is the patch module's
-// PTX, NUL-terminated, with kernel_phases' functions, no kernels, and one
+// PTX, NUL-terminated, with kernel_phases' functions, the program's target
+// as its one kernel, and one
 // descriptor per module global in magic order (descriptor i is the global
 // whose initial value is agent.SASSMagicBase + i); a device-resident map
 // gets a device copy of its region (GlobalDeviceMap, mirror period in µs),
@@ -63,8 +65,9 @@ func TestSASSModule(t *testing.T) {
 			t.Errorf("module lacks %q", f)
 		}
 	}
-	if len(a.Kernels) != 0 || a.DeviceOneIn != 4 || a.DeviceMaxPerSecond != 100 {
-		t.Errorf("kernels %d, device sampling 1 in %d, %d/s; want 0, 4, 100", len(a.Kernels), a.DeviceOneIn, a.DeviceMaxPerSecond)
+	want := []agent.PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pf", ParamIndex: 0}}
+	if !reflect.DeepEqual(a.Kernels, want) || a.DeviceOneIn != 4 || a.DeviceMaxPerSecond != 100 {
+		t.Errorf("kernels %+v, device sampling 1 in %d, %d/s; want %+v (the program's target, bit 0), 4, 100", a.Kernels, a.DeviceOneIn, a.DeviceMaxPerSecond, want)
 	}
 	if len(a.Globals) == 0 {
 		t.Fatal("no globals")

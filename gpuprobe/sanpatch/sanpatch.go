@@ -77,6 +77,11 @@ type Module struct {
 	Enter   bool // EnterFunc is defined (some entry program, or Phases)
 	Exit    bool // ExitFunc is defined (some exit program, or Phases)
 	Mem     bool // MemFunc is defined
+	// Targets are the programs' kernel targets (the section's kernel
+	// name or pattern, "*" for every kernel), by program bit: program i
+	// runs only in launches whose userdata has bit
+	// agent.SASSTargetShift + i set (the loader matches kernel names).
+	Targets []string
 	// Phases: kernel_phases' patch functions and globals are in the
 	// module (Options.Phases), not in Globals: PhasesGlobals, which start
 	// as PhasesMagicBase + i.
@@ -92,8 +97,8 @@ type Options struct {
 	Phases bool
 }
 
-// Build verifies and compiles programs (entry, exit and memcapture ones,
-// each run by every patched kernel: targets are the loader's business) and
+// Build verifies and compiles programs (entry, exit and memcapture ones;
+// each runs in the launches the loader sets its bit for, Module.Targets) and
 // wraps them in patch functions; host programs (uprobe/...) are left to
 // the host probes. A program that needs what a patch function cannot have
 // (a per-block map: shared memory belongs to the kernel) is an error
@@ -152,12 +157,15 @@ func phasesFunc(on bool, f string) string {
 // programs compiles the GPU programs of progs into PTX text, adds their
 // globals to m.Globals (each a .global holding its magic) and returns the
 // text and the program functions to call by kind.
-func programs(m *Module, progs []*jit.Program, o Options) (string, map[jit.ProbeKind][]string, error) {
+func programs(m *Module, progs []*jit.Program, o Options) (string, map[jit.ProbeKind][]progCall, error) {
 	var body strings.Builder
-	calls := map[jit.ProbeKind][]string{}
+	calls := map[jit.ProbeKind][]progCall{}
 	for i, p := range progs {
 		if p.Kind == jit.ProbeUprobe {
 			continue
+		}
+		if len(m.Targets) == agent.SASSMaxPrograms {
+			return "", nil, fmt.Errorf("sanpatch: program %d (%s): at most %d GPU programs run on the SASS route", i, p.Name, agent.SASSMaxPrograms)
 		}
 		f, err := compile(p, i, o)
 		if err != nil {
@@ -178,9 +186,20 @@ func programs(m *Module, progs []*jit.Program, o Options) (string, map[jit.Probe
 		}
 		code := strings.ReplaceAll(decls+f.Body, "ld.const.u64 ", "ld.global.u64 ")
 		fmt.Fprintf(&body, "\n// gpuprobe: program %s (%s)\n%s", p.Name, p.Section, code)
-		calls[p.Kind] = append(calls[p.Kind], f.Name)
+		calls[p.Kind] = append(calls[p.Kind], progCall{f.Name, len(m.Targets)})
+		t := p.Target
+		if t == "" {
+			t = "*"
+		}
+		m.Targets = append(m.Targets, t)
 	}
 	return body.String(), calls, nil
+}
+
+// progCall is a program function and its bit.
+type progCall struct {
+	name string
+	bit  int
 }
 
 // mapDef returns program p's map of that name, nil for none.
@@ -226,10 +245,11 @@ func compile(p *jit.Program, i int, o Options) (*ptx.Func, error) {
 // blockWrapper writes a block enter or exit patch function that, unless
 // the launch id is 0, calls the kernel_phases function kp (if not "") with
 // (launch id, pc), then funcs with the launch id.
-func blockWrapper(b *strings.Builder, name, kp string, funcs []string) {
+func blockWrapper(b *strings.Builder, name, kp string, funcs []progCall) {
 	fmt.Fprintf(b, "\n.visible .func (.param .b32 __r) %s(.param .b64 __ud, .param .b64 __pc)\n{\n", name)
-	b.WriteString("\t.reg .b64 %id, %pc;\n\t.reg .pred %off;\n")
-	b.WriteString("\tld.param.b64 %id, [__ud];\n\tsetp.eq.u64 %off, %id, 0;\n\t@%off bra $done;\n")
+	b.WriteString("\t.reg .b64 %ud, %id, %pc, %bit;\n\t.reg .pred %off;\n")
+	b.WriteString("\tld.param.b64 %ud, [__ud];\n\tsetp.eq.u64 %off, %ud, 0;\n\t@%off bra $done;\n")
+	launchID(b)
 	if kp != "" {
 		b.WriteString("\tld.param.b64 %pc, [__pc];\n")
 		b.WriteString("\t{\n\t\t.param .b32 __kr;\n\t\t.param .b64 __k0;\n\t\t.param .b64 __k1;\n")
@@ -242,14 +262,20 @@ func blockWrapper(b *strings.Builder, name, kp string, funcs []string) {
 	b.WriteString("$done:\n\tst.param.b32 [__r], 0;\n\tret;\n}\n")
 }
 
+// launchID writes %id: the userdata's launch id, without the program bits.
+func launchID(b *strings.Builder) {
+	fmt.Fprintf(b, "\tand.b64 %%id, %%ud, %d;\n", uint64(1)<<agent.SASSTargetShift-1)
+}
+
 // memWrapper writes the memory access patch function: the memcapture
 // context in local memory, then each program.
-func memWrapper(b *strings.Builder, funcs []string) {
+func memWrapper(b *strings.Builder, funcs []progCall) {
 	fmt.Fprintf(b, "\n.visible .func (.param .b32 __r) %s(.param .b64 __ud, .param .b64 __pc, .param .b64 __ptr, "+
 		".param .b32 __size, .param .b32 __flags, .param .b64 __new)\n{\n", MemFunc)
 	fmt.Fprintf(b, "\t.local .align 8 .b8 __memctx[%d];\n", jit.MemCtxSize)
-	b.WriteString("\t.reg .b64 %id, %ctx, %w;\n\t.reg .b32 %size, %flags, %store;\n\t.reg .pred %off;\n")
-	b.WriteString("\tld.param.b64 %id, [__ud];\n\tsetp.eq.u64 %off, %id, 0;\n\t@%off bra $done;\n")
+	b.WriteString("\t.reg .b64 %ud, %id, %ctx, %w, %bit;\n\t.reg .b32 %size, %flags, %store;\n\t.reg .pred %off;\n")
+	b.WriteString("\tld.param.b64 %ud, [__ud];\n\tsetp.eq.u64 %off, %ud, 0;\n\t@%off bra $done;\n")
+	launchID(b)
 	b.WriteString("\tld.param.b64 %w, [__ptr];\n\tst.local.u64 [__memctx], %w;\n")
 	b.WriteString("\tld.param.b32 %size, [__size];\n\tld.param.b32 %flags, [__flags];\n")
 	fmt.Fprintf(b, "\tand.b32 %%store, %%flags, %d;\n\tshr.u32 %%store, %%store, 1;\n", sanitizerWrite)
@@ -261,9 +287,12 @@ func memWrapper(b *strings.Builder, funcs []string) {
 	b.WriteString("$done:\n\tst.param.b32 [__r], 0;\n\tret;\n}\n")
 }
 
-// call writes a call of program function f with (ctx, len, launch id).
-func call(b *strings.Builder, f, ctx, n string) {
+// call writes a call of program function f with (ctx, len, launch id),
+// skipped unless the userdata has f's bit.
+func call(b *strings.Builder, f progCall, ctx, n string) {
+	fmt.Fprintf(b, "\tand.b64 %%bit, %%ud, %d;\n\tsetp.eq.u64 %%off, %%bit, 0;\n\t@%%off bra $skip%d;\n",
+		uint64(1)<<(agent.SASSTargetShift+f.bit), f.bit)
 	fmt.Fprintf(b, "\t{\n\t\t.param .b64 __rv;\n\t\t.param .b64 __a0;\n\t\t.param .b64 __a1;\n\t\t.param .b64 __a2;\n")
 	fmt.Fprintf(b, "\t\tst.param.b64 [__a0], %s;\n\t\tst.param.b64 [__a1], %s;\n\t\tst.param.b64 [__a2], %%id;\n", ctx, n)
-	fmt.Fprintf(b, "\t\tcall (__rv), %s, (__a0, __a1, __a2);\n\t}\n", f)
+	fmt.Fprintf(b, "\t\tcall (__rv), %s, (__a0, __a1, __a2);\n\t}\n$skip%d:\n", f.name, f.bit)
 }

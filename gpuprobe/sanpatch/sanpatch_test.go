@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -211,5 +212,37 @@ func TestMaxVersion(t *testing.T) {
 	}
 	if _, err := maxVersion("7", "7.8"); err == nil {
 		t.Error("maxVersion(7, 7.8): no error")
+	}
+}
+
+// TestTargets: each program gets the next bit, its target is its
+// section's kernel ("*" for a memcapture program), and its call in the
+// wrapper is skipped unless the userdata has that bit; the phases and the
+// programs get the launch id without the bits.
+func TestTargets(t *testing.T) {
+	progs := append(bpfObject(t, "threadhist"), bpfObject(t, "memcount")...)
+	m, err := Build(progs, Options{Phases: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"_Z9vectorAddPKfS0_Pf", "*"}
+	if !reflect.DeepEqual(m.Targets, want) {
+		t.Fatalf("targets %q, want %q", m.Targets, want)
+	}
+	for bit := range want {
+		mask := fmt.Sprintf("and.b64 %%bit, %%ud, %d;", uint64(1)<<(agent.SASSTargetShift+bit))
+		if strings.Count(m.PTX, mask) != 1 || !strings.Contains(m.PTX, fmt.Sprintf("$skip%d:", bit)) {
+			t.Errorf("program bit %d: its test %q or label is not in the module once", bit, mask)
+		}
+	}
+	if n := strings.Count(m.PTX, fmt.Sprintf("and.b64 %%id, %%ud, %d;", uint64(1)<<agent.SASSTargetShift-1)); n != 3 {
+		t.Errorf("%d wrappers strip the program bits from the launch id, want 3 (enter, exit, mem)", n)
+	}
+	many := make([]*jit.Program, agent.SASSMaxPrograms+1)
+	for i := range many {
+		many[i] = progs[0]
+	}
+	if _, err := Build(many, Options{}); err == nil || !strings.Contains(err.Error(), "at most 15") {
+		t.Errorf("%d programs: %v, want an error naming the limit", len(many), err)
 	}
 }

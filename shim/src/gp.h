@@ -705,8 +705,17 @@ GP_HIDDEN int gp_global_value(const char *api, const struct gp_gdesc *g, struct 
 GP_HIDDEN uint8_t *gp_patch_fetch(uint32_t arch, uint32_t *plen, void **image, size_t *size);
 /* gp_arch returns the current context's device SM number (0: unknown). */
 GP_HIDDEN uint32_t gp_arch(void);
-/* sass_user.c: the collector's patch module bound for context ctx. */
-GP_HIDDEN int gp_sass_user_bind(CUcontext ctx, uint8_t **img, size_t *n, int *mem);
+/* sass_user.c: the collector's patch module bound for context ctx; the
+ * program bits of a launch (agent's SASSTargetShift, SASSMaxPrograms). */
+#define GP_SASS_TARGET_SHIFT 48
+#define GP_SASS_PROGRAMS 15
+struct gp_sass_targets {
+	uint32_t n;
+	char *pat[GP_SASS_PROGRAMS]; /* by program bit */
+};
+GP_HIDDEN int gp_sass_user_bind(CUcontext ctx, uint8_t **img, size_t *n, int *mem,
+				 const struct gp_sass_targets **targets);
+GP_HIDDEN uint64_t gp_sass_user_mask(const struct gp_sass_targets *t, CUfunction f, const char *name, uint32_t gen);
 /* sass.c: a module or library was unloaded. */
 GP_HIDDEN void gp_sass_unloaded(void);
 

@@ -113,6 +113,7 @@ struct gp_sass_ctx {
 	uint8_t *uimg; /* the collector's module, bound (sass_user.c) */
 	size_t un;
 	int mem;    /* it has the memory-access function */
+	const struct gp_sass_targets *targets; /* its programs' kernels */
 	int custom; /* the context runs the collector's module */
 	volatile uint64_t *ring; /* host-pinned: [0] head, records from byte 64 */
 	uint64_t tail;           /* drain thread only */
@@ -317,12 +318,13 @@ static void gp_sass_user_pass(void)
 		pthread_mutex_unlock(&gp_sass_mu);
 		uint8_t *img = NULL;
 		size_t n = 0;
-		int mem = 0, r = ctx ? gp_sass_user_bind(ctx, &img, &n, &mem) : -1;
+		const struct gp_sass_targets *tg = NULL;
+		int mem = 0, r = ctx ? gp_sass_user_bind(ctx, &img, &n, &mem, &tg) : -1;
 		if (r != 0)
 			__atomic_store_n(&gp_sass_user_wanted, 0, __ATOMIC_RELAXED);
 		pthread_mutex_lock(&gp_sass_mu);
 		if (c->ctx == ctx && c->user == 1) {
-			c->uimg = img, c->un = n, c->mem = mem, img = NULL;
+			c->uimg = img, c->un = n, c->mem = mem, c->targets = tg, img = NULL;
 			__atomic_store_n(&c->user, r == 0 ? 2 : -1, __ATOMIC_RELEASE);
 		}
 		pthread_mutex_unlock(&gp_sass_mu);
@@ -486,13 +488,16 @@ static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *dat
 	struct gp_sass_ctx *c = take ? gp_sass_ctx((CUcontext)gp_rdp(d, GP_SAN_LD_CONTEXT)) : NULL;
 	if (take && (c == NULL || gp_sass_patch(c, m, mod, 1) != 0))
 		take = 0;
+	uint64_t udata = id;
+	if (take && c->custom && c->targets)
+		udata |= gp_sass_user_mask(c->targets, f, name, __atomic_load_n(&gp_sass_gen, __ATOMIC_RELAXED));
 	if (!take)
 		gp_sass_patch(NULL, m, mod, 0);
 	pthread_mutex_unlock(&gp_sass_mu);
 	if (!take)
 		return;
 	if (gp_san.set_launch_data((void *)gp_rdp(d, GP_SAN_LD_HLAUNCH), f, (void *)gp_rdp(d, GP_SAN_LD_HSTREAM),
-				   (const void *)(uintptr_t)id) != 0)
+				   (const void *)(uintptr_t)udata) != 0)
 		return;
 	gp_sass_count(&gp_sass_stats.sampled, 1);
 	gp_self.sass = 1;

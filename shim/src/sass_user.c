@@ -27,6 +27,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -56,7 +57,9 @@ static struct gp_su_mod {
 	size_t n;
 	uint8_t *payload; /* the PATCHED payload: its global descriptors */
 	uint32_t plen;
+	const uint8_t *globals; /* the first global descriptor in payload */
 	int mem; /* the module has the memory-access patch function */
+	struct gp_sass_targets targets;
 } gp_su_mods[GP_SU_ARCHS];
 
 static uint64_t gp_su_fnv(uint64_t h, const void *p, size_t n)
@@ -262,6 +265,105 @@ static int gp_su_has(const uint8_t *b, size_t n, const char *name)
 	return memmem(b, n, name, strlen(name) + 1) != NULL;
 }
 
+/* gp_su_targets reads the PATCHED kernel entries: program bit ParamIndex
+ * probes the kernels its Name matches (agent's APISASS). */
+static int gp_su_targets(struct gp_su_mod *m)
+{
+	const uint8_t *p = m->payload + 32, *end = m->payload + m->plen;
+	uint32_t nk = rd32(m->payload + 4);
+	if (nk > GP_SASS_PROGRAMS)
+		return -1;
+	for (uint32_t i = 0; i < nk; i++) {
+		uint32_t bit = end - p >= 12 ? rd32(p) : GP_SASS_PROGRAMS, nl = end - p >= 12 ? rd32(p + 8) : 0;
+		if (bit >= GP_SASS_PROGRAMS || nl == 0 || nl > 4096 || nl > (uint64_t)(end - p - 12) ||
+		    (m->targets.pat[bit] = strndup((const char *)p + 12, nl)) == NULL) {
+			GP_TRACE("sass: the patch module's program %u: bad target", i);
+			return -1;
+		}
+		p += 12 + nl;
+	}
+	m->targets.n = nk, m->globals = p;
+	return 0;
+}
+
+/* gp_su_mangled writes the name components of an Itanium-mangled name
+ * joined by "::" into q and the last into last (inject's mangledBase):
+ * 0 when it is not _Z<len><id>... or _ZN[rVK]<len><id>...E... */
+static int gp_su_mangled(const char *s, char *q, size_t qn, const char **last, size_t *lastn)
+{
+	if (strncmp(s, "_Z", 2) != 0)
+		return 0;
+	s += 2;
+	int nested = *s == 'N', parts = 0;
+	if (nested)
+		for (s++; *s == 'r' || *s == 'V' || *s == 'K'; s++)
+			;
+	size_t at = 0;
+	while (*s >= '0' && *s <= '9') {
+		size_t l = 0;
+		for (; *s >= '0' && *s <= '9' && l <= 4096; s++)
+			l = l * 10 + (size_t)(*s - '0');
+		if (l == 0 || l > 4096 || strnlen(s, l) < l || at + l + 3 > qn)
+			return 0;
+		if (parts++)
+			memcpy(q + at, "::", 2), at += 2;
+		memcpy(q + at, s, l), at += l;
+		*last = s, *lastn = l;
+		s += l;
+		if (!nested)
+			break;
+	}
+	q[at] = 0;
+	return parts;
+}
+
+static int gp_su_match1(const char *pat, const char *name)
+{
+	return strpbrk(pat, "*?[") ? fnmatch(pat, name, FNM_PATHNAME) == 0 : strcmp(pat, name) == 0;
+}
+
+/* gp_su_match says whether target pat names kernel name: exactly, by its
+ * qualified or base name, or as a pattern over any of them (inject's
+ * matchKernel). */
+static int gp_su_match(const char *pat, const char *name)
+{
+	char q[1024], base[512];
+	const char *last = NULL;
+	size_t lastn = 0;
+	if (gp_su_match1(pat, name))
+		return 1;
+	if (gp_su_mangled(name, q, sizeof q, &last, &lastn) == 0)
+		return 0;
+	if (gp_su_match1(pat, q))
+		return 1;
+	snprintf(base, sizeof base, "%.*s", (int)lastn, last);
+	return strcmp(base, q) != 0 && gp_su_match1(pat, base);
+}
+
+/* The program bits of each kernel, by function handle, computed at its
+ * first sampled launch; gen is sass.c's unload generation then. */
+#define GP_SU_FUNCS 4096
+static struct {
+	uint64_t f;
+	uint32_t gen;
+	uint16_t mask;
+} gp_su_funcs[GP_SU_FUNCS];
+
+/* gp_sass_user_mask returns the program bits for a launch of f (name):
+ * bit i when program i's target matches. Under sass.c's lock. */
+GP_HIDDEN uint64_t gp_sass_user_mask(const struct gp_sass_targets *t, CUfunction f, const char *name, uint32_t gen)
+{
+	uint32_t h = (uint32_t)(((uint64_t)f * 0x9E3779B97F4A7C15ull) >> 52) % GP_SU_FUNCS;
+	if (gp_su_funcs[h].f == (uint64_t)f && gp_su_funcs[h].gen == gen)
+		return (uint64_t)gp_su_funcs[h].mask << GP_SASS_TARGET_SHIFT;
+	uint16_t mask = 0;
+	for (uint32_t i = 0; name && i < GP_SASS_PROGRAMS; i++)
+		if (t->pat[i] && gp_su_match(t->pat[i], name))
+			mask |= (uint16_t)(1u << i);
+	gp_su_funcs[h].f = (uint64_t)f, gp_su_funcs[h].gen = gen, gp_su_funcs[h].mask = mask;
+	return (uint64_t)mask << GP_SASS_TARGET_SHIFT;
+}
+
 /* gp_su_module fetches and assembles the module for arch once. */
 static struct gp_su_mod *gp_su_module(uint32_t arch)
 {
@@ -288,7 +390,7 @@ static struct gp_su_mod *gp_su_module(uint32_t arch)
 		return m;
 	}
 	m->mem = gp_su_has(m->cubin, m->n, "__gpuprobe_sp_mem");
-	m->state = 1;
+	m->state = gp_su_targets(m) == 0 ? 1 : -1;
 	return m;
 }
 
@@ -303,10 +405,12 @@ static int gp_su_poke(uint8_t *img, size_t n, uint64_t magic, uint64_t v)
 }
 
 /* gp_sass_user_bind returns, for context ctx, a copy of the module's cubin
- * with every global bound (kernel_phases' three are sass.c's to bind) and
- * whether it has the memory-access function; -1 to use the built-in image.
+ * with every global bound (kernel_phases' three are sass.c's to bind),
+ * whether it has the memory-access function and its programs' targets; -1
+ * to use the built-in image.
  * sass.c's thread only. */
-GP_HIDDEN int gp_sass_user_bind(CUcontext ctx, uint8_t **img, size_t *n, int *mem)
+GP_HIDDEN int gp_sass_user_bind(CUcontext ctx, uint8_t **img, size_t *n, int *mem,
+				 const struct gp_sass_targets **targets)
 {
 	gp_drv_init();
 	if (gp_drv.ctx_set == NULL || gp_drv.ctx_set(ctx) != CUDA_SUCCESS)
@@ -315,11 +419,11 @@ GP_HIDDEN int gp_sass_user_bind(CUcontext ctx, uint8_t **img, size_t *n, int *me
 	struct gp_su_mod *m = arch ? gp_su_module(arch) : NULL;
 	if (m == NULL || m->state != 1)
 		return -1;
-	const uint8_t *p = m->payload + 32, *end = m->payload + m->plen;
+	const uint8_t *p = m->globals, *end = m->payload + m->plen;
 	uint32_t ng = rd32(m->payload + 8);
 	uint8_t *b = malloc(m->n);
 	struct gp_allocs *allocs = calloc(1, sizeof *allocs); /* the context's: freed with it */
-	if (b == NULL || allocs == NULL || ng > GP_SU_GLOBALS || rd32(m->payload + 4) != 0) {
+	if (b == NULL || allocs == NULL || ng > GP_SU_GLOBALS) {
 		free(b), free(allocs);
 		return -1;
 	}
@@ -350,6 +454,6 @@ GP_HIDDEN int gp_sass_user_bind(CUcontext ctx, uint8_t **img, size_t *n, int *me
 		free(b), free(allocs);
 		return -1;
 	}
-	*img = b, *n = m->n, *mem = m->mem;
+	*img = b, *n = m->n, *mem = m->mem, *targets = &m->targets;
 	return 0;
 }

@@ -35,7 +35,8 @@ static __thread const void *cur_ud;
 static uint64_t gtimer = 1000000;
 static struct {
 	int subscribed, unsubscribed, added, added_user, patches, user_patches, mem_patches, unpatches, launches, probed,
-		bad_image;
+		bad_image, targeted;
+	uint64_t bits;
 } n;
 
 static int fail(const char *what)
@@ -81,7 +82,12 @@ static void on_launch(void *f, const char *name, const unsigned *dims)
 	uint64_t i = __atomic_fetch_add(&ring[0], 1, __ATOMIC_RELAXED);
 	uint64_t *r = ring + 8 + 6 * (i % 4096);
 	uint64_t t = __atomic_fetch_add(&gtimer, 5000, __ATOMIC_RELAXED);
-	r[0] = (uint64_t)(uintptr_t)cur_ud;
+	/* The collector's module strips the program bits (48..62) off the
+	 * launch id before kernel_phases sees it. */
+	uint64_t ud = (uint64_t)(uintptr_t)cur_ud;
+	if (ud >> 48)
+		__atomic_fetch_add(&n.targeted, 1, __ATOMIC_RELAXED), __atomic_fetch_or(&n.bits, ud >> 48, __ATOMIC_RELAXED);
+	r[0] = ud & ((1ull << 48) - 1);
 	r[1] = t;
 	r[2] = t + 4000;
 	r[3] = (uint64_t)dims[0] * dims[1] * dims[2];
@@ -264,8 +270,8 @@ __attribute__((destructor)) static void mock_san_fini(void)
 	if (f == NULL)
 		return;
 	fprintf(f, "subscribed=%d unsubscribed=%d added=%d added_user=%d patches=%d user_patches=%d mem_patches=%d "
-		   "unpatches=%d launches=%d probed=%d bad_image=%d rings=%d\n",
+		   "unpatches=%d launches=%d probed=%d bad_image=%d rings=%d targeted=%d bits=%#llx\n",
 		n.subscribed, n.unsubscribed, n.added, n.added_user, n.patches, n.user_patches, n.mem_patches, n.unpatches,
-		n.launches, n.probed, n.bad_image, ring_allocs);
+		n.launches, n.probed, n.bad_image, ring_allocs, n.targeted, (unsigned long long)n.bits);
 	fclose(f);
 }
