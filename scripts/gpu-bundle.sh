@@ -29,7 +29,7 @@ done
 # testdata/bpf/compat/*.c, gpuprobe-gpucheck -compat).
 compat=$(ls testdata/bpf/compat/*.c | sed 's/\.c$//; s#^testdata/bpf/##')
 [[ -n "$compat" ]] || { echo "gpu-bundle: no testdata/bpf/compat/*.c" >&2; exit 1; }
-for f in kernelretsnoop threadhist launchlate memcount hostcall_rt $compat; do
+for f in kernelretsnoop threadhist sasshist launchlate memcount hostcall_rt $compat; do
 	[[ -e "testdata/bpf/$f.o" ]] || { echo "gpu-bundle: testdata/bpf/$f.o missing (make -f testdata/bpf/bpf.mk bpf-objects)" >&2; exit 1; }
 done
 cp Makefile "$b/"

@@ -4,12 +4,16 @@
 # SASS-only kernels (cuBLAS GEMMs, a PyTorch elementwise kernel, a Triton
 # kernel) under the real collector, what it costs, the fail-open cases and
 # the PyTorch steps of torchstep.py. Run from the bundle:
-#   SANITIZER_OUT=DIR SANITIZER_PARTS=abi,work,failopen,step bash scripts/gpu/sanitizer.sh
+#   SANITIZER_OUT=DIR SANITIZER_PARTS=abi,programs,work,failopen,step bash scripts/gpu/sanitizer.sh
+# The programs part runs user GPU programs (testdata/bpf/sasshist.o and
+# memcount.o) through the product route with the CUDA toolkit moved out
+# of the way: the shim assembles the collector's patch module with the
+# ptxas of the application's own wheels (Triton's).
 # Every ratio is against a plain run of the same workload in this run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${SANITIZER_OUT:-$PWD/build/gpu-sanitizer}
-parts=${SANITIZER_PARTS:-abi,work,failopen,step}
+parts=${SANITIZER_PARTS:-abi,programs,work,failopen,step}
 mkdir -p "$out"
 status=0
 CUDA=${CUDA:-/usr/local/cuda}
@@ -46,6 +50,55 @@ int main(void)
 }
 EOC
 	gcc -I"$CUDA/include" -I"$san" "$out/abi.c" -o "$out/abi" && "$out/abi" || status=1
+fi
+
+if [[ $parts == *programs* ]]; then
+	n=${SANITIZER_N:-1048576}
+	iters=${SANITIZER_ITERS:-20}
+	shim=$out/shimdir
+	mkdir -p "$shim" "$out/cache"
+	# The node's kit: the shim and the Sanitizer library beside it.
+	cp bin/libgpuprobe.so "$shim/" && cp "$(find "$CUDA"/ -name libsanitizer-public.so | head -1)" "$shim/"
+	progs=$(printf '%s\n' "    buffers:" "      max_threads: 1048576" "    limits:" "      max_map_keys: 1024" "    programs:" \
+		"      - path: $PWD/testdata/bpf/sasshist.o" "      - path: $PWD/testdata/bpf/memcount.o")
+	for w in add triton; do
+		k=vectorized_elementwise_kernel
+		[[ $w == triton ]] && k=add_k
+		ncu --kernel-name "regex:$k" --launch-count 1 --csv --print-units base \
+			--metrics smsp__sass_thread_inst_executed_op_global_ld_pred_on.sum,smsp__sass_thread_inst_executed_op_global_st_pred_on.sum,smsp__sass_inst_executed_op_global_ld.sum,smsp__sass_inst_executed_op_global_st.sum \
+			python3 scripts/gpu/sassprog.py $w "$n" 1 >"$out/prog-$w-ncu.csv" 2>"$out/prog-$w-ncu.err"
+	done
+	# No toolkit from here on: moved away, off PATH and LD_LIBRARY_PATH.
+	real=$(readlink -f "$CUDA")
+	mv "$real" "$real.hidden" && trap 'mv "$real.hidden" "$real"' EXIT
+	nopath=$(tr ':' '\n' <<<"$PATH" | grep -v cuda | paste -sd:)
+	nold=$(tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}" | grep -v cuda | paste -sd:)
+	echo "sanitizer programs: toolkit $real moved away; ptxas on PATH: $(PATH=$nopath command -v ptxas || echo none)"
+	for w in add triton; do
+		d=$out/prog-$w
+		mkdir -p "$d"
+		PATH=$nopath LD_LIBRARY_PATH=$nold python3 scripts/gpu/sassprog.py $w "$n" "$iters" >"$d/plain.json" 2>"$d/plain.err"
+		SASS=true start_collector "$d" "$progs" metrics || { echo "sanitizer programs: no collector"; status=1; continue; }
+		PATH=$nopath LD_LIBRARY_PATH=$nold GPUPROBE_SASS=1 GPUPROBE_CACHE_DIR="$out/cache" GPUPROBE_TRACE="$d/trace.txt" \
+			timeout 300 bin/gpuprobe run --socket "$d/agent.sock" --shim "$shim/libgpuprobe.so" -- \
+			python3 scripts/gpu/sassprog.py $w "$n" "$iters" >"$d/shim.json" 2>"$d/shim.err"
+		sleep 3
+		kill -TERM "$col"; wait "$col"
+		cmp -s "$d/plain.json" "$d/shim.json" && echo "sanitizer programs $w output identical to plain" ||
+			{ echo "sanitizer programs $w: FAIL: output differs (diff $d/plain.json $d/shim.json)"; status=1; }
+		grep -h "sass: .*\(assembled\|failed\|cache\|module\|global\)" "$d/trace.txt" | sed 's/^gpuprobe\[[0-9]*\]: //' | sort | uniq -c | head -8
+		python3 scripts/gpu/sanitizer_programs.py $w "$d" "$out/prog-$w-ncu.csv" || status=1
+		# What the programs cost at the default rate (bursts), against plain.
+		PATH=$nopath LD_LIBRARY_PATH=$nold python3 scripts/gpu/sassbench.py $w 50 >"$d/bench-plain.json" 2>/dev/null
+		SASS=true start_collector "$d" "$progs
+    sampling: {}" traces || continue
+		PATH=$nopath LD_LIBRARY_PATH=$nold GPUPROBE_SASS=1 GPUPROBE_CACHE_DIR="$out/cache" timeout 300 bin/gpuprobe run \
+			--socket "$d/agent.sock" --shim "$shim/libgpuprobe.so" -- python3 scripts/gpu/sassbench.py $w 50 >"$d/bench-rate.json" 2>/dev/null
+		kill -TERM "$col"; wait "$col"
+		python3 -c 'import json,sys; p,r=(json.load(open(f)) for f in sys.argv[1:3]); print("sanitizer programs %s cost at the default rate: %.1f us vs plain %.1f (%.3fx), output %s" % (sys.argv[3], r["median_us"], p["median_us"], r["median_us"]/p["median_us"], "identical" if r["sha"]==p["sha"] else "DIFFERS"))' \
+			"$d/bench-plain.json" "$d/bench-rate.json" $w || status=1
+	done
+	mv "$real.hidden" "$real" && trap - EXIT
 fi
 
 # run_work NAME WORK ENV...: one sassbench run under gpuprobe run (env set).
