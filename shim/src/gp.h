@@ -27,6 +27,7 @@
  *   selftime.c   GP_SELFTIME builds: the launch wrappers' own cost
  *   cupti.c      exact device windows of every kernel (CUPTI activity)
  *   sass.c       the SASS route: windows in SASS-only kernels (Compute Sanitizer)
+ *   sass_ctx.c   the SASS route per context: its patch image, its record ring
  *   sass_user.c  the SASS route's user programs: the collector's module, ptxas
  *
  * Only dlsym and the cu* entry points are exported (-fvisibility=hidden).

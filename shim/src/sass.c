@@ -51,76 +51,16 @@
 #include <unistd.h>
 
 #include "gp.h"
-#include "sass_image.h"
+#include "sass.h"
 
-/* The Sanitizer ABI this file uses (sanitizer_callbacks.h and
- * sanitizer_patching.h of CUDA 11.8 to 13.0; scripts/gpu/sass.sh checks the
- * offsets against the header on the GPU machine). */
-#define GP_SAN_DOMAIN_RESOURCE 3
-#define GP_SAN_DOMAIN_LAUNCH 5
-#define GP_SAN_CBID_CTX_DESTROY 4 /* SANITIZER_CBID_RESOURCE_CONTEXT_DESTROY_STARTING */
-#define GP_SAN_CBID_LAUNCH_BEGIN 1
-#define GP_SAN_BLOCK_ENTER 1
-#define GP_SAN_BLOCK_EXIT 2
-#define GP_SAN_GLOBAL_MEMORY_ACCESS 3
-/* Sanitizer_LaunchData offsets. */
-#define GP_SAN_LD_CONTEXT 0
-#define GP_SAN_LD_HSTREAM 16
-#define GP_SAN_LD_MODULE 24
-#define GP_SAN_LD_FUNCTION 32
-#define GP_SAN_LD_NAME 40
-#define GP_SAN_LD_HLAUNCH 96
-/* Sanitizer_ResourceContextData.context. (Resource callback ids past 7
- * moved in CUDA 13: MODULE_UNLOAD_STARTING is 9 in 11.8, 10 in 13.0, so
- * unloads are taken from the shim's own wrappers: gp_sass_unloaded.) */
-#define GP_SAN_RC_CONTEXT 0
-
-/* Layout shared with sass_phases.cu. */
-#define GP_SP_SLOTS 256
-#define GP_SP_STRIPES 32
-#define GP_SP_RING 4096
-#define GP_SP_SCRATCH_BYTES (256u * 64u * 16u)
-#define GP_SP_TABLE_BYTES (GP_SP_SLOTS * (1u + GP_SP_STRIPES) * 32u)
-#define GP_SP_RING_BYTES (64u + GP_SP_RING * 48u)
-static const uint64_t gp_sp_magic[3] = {0x4750535053435230ull, 0x4750535053435231ull, 0x4750535053435232ull};
-
-typedef void (*gp_san_cb)(void *ud, uint32_t domain, uint32_t cbid, const void *data);
-static struct {
-	void *lib, *sub;
-	int (*subscribe)(void **sub, gp_san_cb cb, void *ud);
-	int (*unsubscribe)(void *sub);
-	int (*enable_domain)(uint32_t on, void *sub, uint32_t domain);
-	int (*enable_callback)(uint32_t on, void *sub, uint32_t domain, uint32_t cbid);
-	int (*alloc)(CUcontext ctx, void **p, size_t n);
-	int (*alloc_host)(CUcontext ctx, void **p, size_t n);
-	int (*memset)(void *p, int v, size_t n, void *stream);
-	int (*add_patches)(const void *image, CUcontext ctx);
-	int (*patch_instr)(uint32_t id, CUmodule m, const char *fn);
-	int (*patch_module)(CUmodule m);
-	int (*unpatch_module)(CUmodule m);
-	int (*set_launch_data)(void *launch, CUfunction f, void *stream, const void *ud);
-} gp_san;
-
-/* Per context: the patch image (its globals bound to our allocations) is
- * added once; state 1 ready, -1 refused, 0 waiting for the collector's
- * module (user: 1 asked, the thread binds it; 2 bound, in uimg; -1 none:
- * the built-in image). */
-#define GP_SASS_CTXS 16
-struct gp_sass_ctx {
-	CUcontext ctx;
-	int state;
-	int user;     /* atomic */
-	uint8_t *uimg; /* the collector's module, bound (sass_user.c) */
-	size_t un;
-	int mem;    /* it has the memory-access function */
-	const struct gp_sass_targets *targets; /* its programs' kernels */
-	int custom; /* the context runs the collector's module */
-	volatile uint64_t *ring; /* host-pinned: [0] head, records from byte 64 */
-	uint64_t tail;           /* drain thread only */
-};
-static struct gp_sass_ctx gp_sass_ctxs[GP_SASS_CTXS];
-static pthread_mutex_t gp_sass_mu = PTHREAD_MUTEX_INITIALIZER; /* setup and patching, never the common path */
-static pthread_mutex_t gp_sass_drain_mu = PTHREAD_MUTEX_INITIALIZER; /* the drain thread and the exit drain */
+/* Sanitizer state shared with sass_ctx.c (sass.h). */
+GP_HIDDEN struct gp_san gp_san;
+GP_HIDDEN struct gp_sass_ctx gp_sass_ctxs[GP_SASS_CTXS];
+GP_HIDDEN pthread_mutex_t gp_sass_mu = PTHREAD_MUTEX_INITIALIZER;
+GP_HIDDEN pthread_mutex_t gp_sass_drain_mu = PTHREAD_MUTEX_INITIALIZER;
+GP_HIDDEN int gp_sass_user_wanted;
+GP_HIDDEN uint32_t gp_sass_flush_ms = 50;
+GP_HIDDEN struct gp_sass_stats gp_sass_stats;
 
 /* Per module: patched or not, and what is left of its burst; gen is
  * gp_sass_gen when that was last known (an unload anywhere makes every
@@ -134,7 +74,6 @@ struct gp_sass_mod {
 	uint32_t gen; /* atomic */
 };
 static uint32_t gp_sass_gen; /* atomic: bumped by every module or library unload */
-static int gp_sass_user_wanted; /* ask for the collector's module (WELCOME's GP_SET_SASS_PROGRAMS; 0 once it has none) */
 static struct gp_sass_mod gp_sass_mods[GP_SASS_MODS];
 
 /* Launches sampled in a burst. */
@@ -143,13 +82,6 @@ static struct gp_sass_mod gp_sass_mods[GP_SASS_MODS];
 GP_HIDDEN int gp_sass_on;
 static uint64_t gp_sass_gap_ns = 100000000; /* between bursts: 10 a second (rate 100) */
 static uint64_t gp_sass_next_ns;            /* the next burst may start at or after this (atomic) */
-static uint32_t gp_sass_flush_ms = 50;
-/* Counted outcomes (GPUPROBE_TRACE prints them at exit). */
-static struct gp_sass_stats {
-	uint64_t callbacks, sampled, patches, unpatches, refused, records, lost, torn;
-} gp_sass_stats;
-
-static void gp_sass_count(uint64_t *c, uint64_t n) { __atomic_fetch_add(c, n, __ATOMIC_RELAXED); }
 
 /* ---- loading the library --------------------------------------------- */
 
@@ -206,131 +138,10 @@ static int gp_sass_syms(void)
 		       : -1;
 }
 
-/* ---- per context ------------------------------------------------------ */
 
-/* gp_sass_bind writes the three allocations into a copy of the image:
- * every cubin of the fatbin holds each magic once (as its global's initial
- * value). -1 when a magic is missing. */
-static int gp_sass_bind(uint8_t *img, size_t n, const uint64_t val[3])
-{
-	for (int k = 0; k < 3; k++) {
-		int hits = 0;
-		for (size_t i = 0; i + 8 <= n; i += 8)
-			if (memcmp(img + i, &gp_sp_magic[k], 8) == 0)
-				memcpy(img + i, &val[k], 8), hits++;
-		if (hits == 0)
-			return -1;
-	}
-	return 0;
-}
 
-/* gp_sass_image_copy returns a copy of the patch image (GPUPROBE_SASS_IMAGE,
- * at most 16 MiB, or the built-in one) for gp_sass_bind to write into. */
-static uint8_t *gp_sass_image_copy(size_t *n)
-{
-	const char *path = getenv("GPUPROBE_SASS_IMAGE");
-	if (path == NULL || path[0] == 0) {
-		uint8_t *img = malloc(sizeof gp_sass_image);
-		if (img != NULL)
-			memcpy(img, gp_sass_image, sizeof gp_sass_image), *n = sizeof gp_sass_image;
-		return img;
-	}
-	FILE *f = fopen(path, "rbe");
-	uint8_t *img = f ? malloc(16u << 20) : NULL;
-	*n = img ? fread(img, 1, 16u << 20, f) : 0;
-	if (f)
-		fclose(f);
-	if (*n == 0 || *n == 16u << 20) {
-		GP_TRACE("sass: GPUPROBE_SASS_IMAGE %s: unreadable, empty or over 16 MiB", path);
-		free(img);
-		return NULL;
-	}
-	return img;
-}
 
-static int gp_sass_setup(struct gp_sass_ctx *c)
-{
-	void *scratch = NULL, *table = NULL, *ring = NULL;
-	if (gp_san.alloc(c->ctx, &scratch, GP_SP_SCRATCH_BYTES) || gp_san.alloc(c->ctx, &table, GP_SP_TABLE_BYTES) ||
-	    gp_san.alloc_host(c->ctx, &ring, GP_SP_RING_BYTES)) {
-		GP_TRACE("sass: allocation in context %p failed", (void *)c->ctx);
-		return -1;
-	}
-	if (gp_san.memset(scratch, 0, GP_SP_SCRATCH_BYTES, NULL) || gp_san.memset(table, 0, GP_SP_TABLE_BYTES, NULL)) {
-		GP_TRACE("sass: clearing the tables failed");
-		return -1;
-	}
-	memset(ring, 0, GP_SP_RING_BYTES);
-	size_t n = c->un;
-	uint8_t *img = c->user == 2 ? c->uimg : gp_sass_image_copy(&n);
-	c->custom = c->user == 2, c->uimg = NULL;
-	if (img == NULL)
-		return -1;
-	const uint64_t val[3] = {(uint64_t)(uintptr_t)scratch, (uint64_t)(uintptr_t)table, (uint64_t)(uintptr_t)ring};
-	int r = gp_sass_bind(img, n, val) ? -1 : gp_san.add_patches(img, c->ctx);
-	free(img); /* the driver copied the module */
-	if (r != 0) {
-		/* A device the image has no cubin for (sm_100 and newer) lands here. */
-		GP_TRACE("sass: sanitizerAddPatches refused the patch image (%d); no SASS probes in context %p", r,
-			 (void *)c->ctx);
-		return -1;
-	}
-	c->ring = ring;
-	return 0;
-}
 
-/* gp_sass_ctx returns the context's state, setting it up at its first
- * sampled launch (the collector's module, once sass.c's thread has bound
- * it for the context: the launches before are not sampled; else the
- * built-in image); under gp_sass_mu. */
-static struct gp_sass_ctx *gp_sass_ctx(CUcontext ctx)
-{
-	for (int i = 0; i < GP_SASS_CTXS; i++) {
-		struct gp_sass_ctx *c = &gp_sass_ctxs[i];
-		if (c->ctx == NULL) {
-			c->ctx = ctx, c->user = -1;
-			if (__atomic_load_n(&gp_sass_user_wanted, __ATOMIC_RELAXED)) {
-				__atomic_store_n(&c->user, 1, __ATOMIC_RELEASE); /* the thread binds it */
-				return NULL;
-			}
-		}
-		if (c->ctx != ctx)
-			continue;
-		if (c->state == 0 && __atomic_load_n(&c->user, __ATOMIC_ACQUIRE) != 1)
-			__atomic_store_n(&c->state, gp_sass_setup(c) == 0 ? 1 : -1, __ATOMIC_RELEASE);
-		return c->state > 0 ? c : NULL;
-	}
-	return NULL;
-}
-
-/* gp_sass_user_pass binds the collector's module for the contexts that
- * wait for it (sass.c's thread: driver calls are not allowed in the
- * Sanitizer's callbacks). The context may die meanwhile: the result is
- * kept only if the slot still holds it and still waits. */
-static void gp_sass_user_pass(void)
-{
-	for (int i = 0; i < GP_SASS_CTXS; i++) {
-		struct gp_sass_ctx *c = &gp_sass_ctxs[i];
-		if (__atomic_load_n(&c->user, __ATOMIC_ACQUIRE) != 1)
-			continue;
-		pthread_mutex_lock(&gp_sass_mu);
-		CUcontext ctx = c->user == 1 ? c->ctx : NULL;
-		pthread_mutex_unlock(&gp_sass_mu);
-		uint8_t *img = NULL;
-		size_t n = 0;
-		const struct gp_sass_targets *tg = NULL;
-		int mem = 0, r = ctx ? gp_sass_user_bind(ctx, &img, &n, &mem, &tg) : -1;
-		if (r != 0)
-			__atomic_store_n(&gp_sass_user_wanted, 0, __ATOMIC_RELAXED);
-		pthread_mutex_lock(&gp_sass_mu);
-		if (c->ctx == ctx && c->user == 1) {
-			c->uimg = img, c->un = n, c->mem = mem, c->targets = tg, img = NULL;
-			__atomic_store_n(&c->user, r == 0 ? 2 : -1, __ATOMIC_RELEASE);
-		}
-		pthread_mutex_unlock(&gp_sass_mu);
-		free(img);
-	}
-}
 
 /* ---- per module ------------------------------------------------------- */
 
@@ -405,8 +216,6 @@ static const void *gp_rdp(const uint8_t *d, size_t off)
 	return p;
 }
 
-static void gp_sass_drain(struct gp_sass_ctx *c, void *out);
-
 /* gp_sass_forget resets a module's state after an unload (an unpatch of
  * a module that is not patched does nothing). */
 static void gp_sass_forget(struct gp_sass_mod *m, CUmodule mod)
@@ -427,31 +236,6 @@ static void gp_sass_forget(struct gp_sass_mod *m, CUmodule mod)
  * (wrap_load.c); every module's state is checked at its next launch. */
 GP_HIDDEN void gp_sass_unloaded(void) { __atomic_fetch_add(&gp_sass_gen, 1, __ATOMIC_RELAXED); }
 
-/* gp_sass_resource forgets a context that dies: its pinned ring is freed
- * with it, so the drain thread must never read it again: the ring is
- * drained one last time and dropped under the drain lock. */
-static void gp_sass_resource(uint32_t cbid, const uint8_t *d)
-{
-	if (cbid == GP_SAN_CBID_CTX_DESTROY) {
-		CUcontext ctx = (CUcontext)gp_rdp(d, GP_SAN_RC_CONTEXT);
-		pthread_mutex_lock(&gp_sass_mu);
-		pthread_mutex_lock(&gp_sass_drain_mu);
-		for (int i = 0; i < GP_SASS_CTXS; i++) {
-			struct gp_sass_ctx *c = &gp_sass_ctxs[i];
-			if (c->ctx != ctx)
-				continue;
-			void *out = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
-			if (c->state > 0 && out != NULL)
-				gp_sass_drain(c, out);
-			__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
-			free(c->uimg);
-			c->ring = NULL, c->tail = 0, c->ctx = NULL, c->uimg = NULL, c->custom = 0;
-			__atomic_store_n(&c->user, 0, __ATOMIC_RELEASE);
-		}
-		pthread_mutex_unlock(&gp_sass_drain_mu);
-		pthread_mutex_unlock(&gp_sass_mu);
-	}
-}
 
 /* The launch callback, in the launching thread inside the driver's launch
  * call. Launches of unpatched modules that are not sampled return after
@@ -460,7 +244,8 @@ static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *dat
 {
 	(void)ud;
 	if (domain == GP_SAN_DOMAIN_RESOURCE && data != NULL) {
-		gp_sass_resource(cbid, data);
+		if (cbid == GP_SAN_CBID_CTX_DESTROY)
+			gp_sass_ctx_gone((CUcontext)gp_rdp(data, GP_SAN_RC_CONTEXT));
 		return;
 	}
 	if (domain != GP_SAN_DOMAIN_LAUNCH || cbid != GP_SAN_CBID_LAUNCH_BEGIN || data == NULL)
@@ -503,83 +288,9 @@ static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *dat
 	gp_self.sass = 1;
 }
 
-/* ---- the drain thread ------------------------------------------------- */
 
-/* gp_sass_drain copies a context's finished records into the launch ring
- * as Exec records. A record is whole when its seq word is its index + 1;
- * one the GPU overwrote (the ring lapped) is counted lost. */
-static void gp_sass_drain(struct gp_sass_ctx *c, void *out)
-{
-	volatile uint64_t *ring = c->ring;
-	uint64_t head = __atomic_load_n((uint64_t *)&ring[0], __ATOMIC_ACQUIRE);
-	if (head - c->tail > GP_SP_RING) {
-		gp_sass_count(&gp_sass_stats.lost, head - c->tail - GP_SP_RING);
-		c->tail = head - GP_SP_RING;
-	}
-	for (; c->tail < head; c->tail++) {
-		volatile uint64_t *r = ring + 8 + 6 * (c->tail % GP_SP_RING);
-		if (__atomic_load_n((uint64_t *)&r[5], __ATOMIC_ACQUIRE) != c->tail + 1)
-			break; /* reserved, not written yet */
-		struct gp_rec_exec e = {
-			.h = {.type = GP_REC_EXEC, .version = GP_REC_VERSION, .size = sizeof e},
-			.launch_id = r[0],
-			.start_ns = r[1],
-			.end_ns = r[2],
-			.blocks = r[3],
-			.threads = r[4],
-		};
-		if (__atomic_load_n((uint64_t *)&r[5], __ATOMIC_ACQUIRE) != c->tail + 1 || e.blocks == 0 ||
-		    e.end_ns < e.start_ns) {
-			gp_sass_count(&gp_sass_stats.torn, 1);
-			continue;
-		}
-		gp_produce(out, GP_REC_EXEC, &e, sizeof e);
-		gp_sass_count(&gp_sass_stats.records, 1);
-	}
-}
 
-/* gp_sass_drain_all drains every context (the drain thread, the exit). */
-static void gp_sass_drain_all(void *out)
-{
-	pthread_mutex_lock(&gp_sass_drain_mu);
-	for (int i = 0; i < GP_SASS_CTXS; i++) {
-		struct gp_sass_ctx *c = &gp_sass_ctxs[i];
-		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) > 0)
-			gp_sass_drain(c, out);
-	}
-	pthread_mutex_unlock(&gp_sass_drain_mu);
-}
 
-static void *gp_sass_thread(void *arg)
-{
-	(void)arg;
-	struct timespec ts = {.tv_sec = gp_sass_flush_ms / 1000, .tv_nsec = (long)(gp_sass_flush_ms % 1000) * 1000000};
-	for (;;) {
-		nanosleep(&ts, NULL);
-		void *out = gp_session();
-		if (out == NULL)
-			continue;
-		gp_sass_user_pass();
-		gp_sass_drain_all(out);
-	}
-	return NULL;
-}
-
-/* gp_sass_exit drains what finished kernels wrote since the last pass
- * (atexit: an application that synchronized before exit loses nothing). */
-static void gp_sass_exit(void)
-{
-	void *out = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
-	if (out != NULL)
-		gp_sass_drain_all(out);
-	/* CUDA tears its contexts down after this (its atexit handler was
-	 * registered first, its destructors run later), freeing the rings:
-	 * the drain thread must not read them again. */
-	pthread_mutex_lock(&gp_sass_drain_mu);
-	for (int i = 0; i < GP_SASS_CTXS; i++)
-		__atomic_store_n(&gp_sass_ctxs[i].state, 0, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&gp_sass_drain_mu);
-}
 
 /* ---- start ------------------------------------------------------------ */
 
