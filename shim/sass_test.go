@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -258,5 +259,48 @@ func TestSASSWindowsUnavailable(t *testing.T) {
 				t.Errorf("%d Exec records for %d launches; want one each: %v", len(st.execs), len(st.launches), tc.execs)
 			}
 		})
+	}
+}
+
+// TestSASSStepsAside: an application that starts its own CUPTI profiler
+// (as torch.profiler does) in a process on the SASS route gets its kernel
+// records; the route samples nothing while the profiler holds CUPTI
+// (patched kernels would distort what it measures), says so (window
+// state STEPPED_ASIDE, reason profiler, then back to UNAVAILABLE, reason
+// sass) and samples again once the application disabled its kinds.
+func TestSASSStepsAside(t *testing.T) {
+	b := binaries(t)
+	a := startAgent(t, 256, 1024, sassOn(65535))
+	log := filepath.Join(t.TempDir(), "sanitizer.txt")
+	env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_TRACE=1", "GPUPROBE_SASS=1",
+		"GPUPROBE_SANITIZER="+b.sanitizer, "MOCK_SANITIZER_LOG="+log)
+	out, errOut, err := run(t, b, env, b.profiler, "4", "5", "6", "0")
+	if err != nil || !strings.Contains(out, "its own profiler saw 5 kernels") {
+		t.Fatalf("profiler run: %v, output %q\n%s", err, out, errOut)
+	}
+	st := a.waitGone(t, 1)[0].read(t)
+	if len(st.launches) != 15 {
+		t.Fatalf("%d launch records, want 15", len(st.launches))
+	}
+	for i, l := range st.launches {
+		want := i < 4 || i >= 9
+		if got := l.Flags&record.LaunchSASS != 0; got != want {
+			t.Errorf("launch %d: sampled %v, want %v (the application's profiler had launches 4..8)", i, got, want)
+		}
+	}
+	var states []string
+	for _, s := range st.states {
+		states = append(states, fmt.Sprintf("%v/%v", s.State, s.Reason))
+	}
+	want := []string{
+		fmt.Sprintf("%v/%v", record.WindowsSteppedAside, record.WindowsReasonProfiler),
+		fmt.Sprintf("%v/%v", record.WindowsUnavailable, record.WindowsReasonSASS),
+	}
+	if strings.Join(states, " ") != strings.Join(want, " ") {
+		t.Errorf("window states %q, want %q", states, want)
+	}
+	if !strings.Contains(errOut, "sass: stepped aside: the application's profiler called cuptiActivityEnable") ||
+		!strings.Contains(errOut, "sass: back on") {
+		t.Errorf("the trace does not say the route stepped aside and came back:\n%s", errOut)
 	}
 }

@@ -657,12 +657,28 @@ static void gp_app_uses(const char *what)
 	gp_app_idle_since = 0;
 }
 
+/* gp_app_profiles tells the SASS route whether the application's
+ * profiler holds CUPTI (kinds enabled or a subscriber): patched kernels
+ * would distort what it measures, so the route steps aside meanwhile,
+ * and says so in a window_state record (its windows are the process's). */
+static void gp_app_profiles(int on, const char *what)
+{
+	if (!gp_sass_holds_callbacks() || gp_sass_aside(on, what) != 0)
+		return;
+	if (on)
+		gp_win_state_record(GP_WINDOWS_STEPPED_ASIDE, GP_WINDOWS_R_PROFILER, 0);
+	else
+		gp_win_state_record(GP_WINDOWS_UNAVAILABLE, GP_WINDOWS_R_SASS, 0);
+}
+
 static void gp_app_maybe_idle(void)
 {
 	if (gp_app_kinds == 0)
 		gp_app_cb = 0;
-	if (gp_app_kinds == 0 && !gp_app_sub)
+	if (gp_app_kinds == 0 && !gp_app_sub) {
 		gp_app_idle_since = gp_now();
+		gp_app_profiles(0, NULL);
+	}
 }
 
 /* gp_next_cupti returns the application's CUPTI entry point name. */
@@ -695,8 +711,10 @@ GP_EXPORT gp_cupti_result cuptiActivityEnable(uint32_t kind)
 	gp_win_lock();
 	gp_app_uses("cuptiActivityEnable");
 	gp_cupti_result r = fn ? fn(kind) : GP_CUPTI_NOT_INITIALIZED;
-	if (r == GP_CUPTI_SUCCESS)
+	if (r == GP_CUPTI_SUCCESS) {
 		gp_app_kinds++;
+		gp_app_profiles(1, "cuptiActivityEnable");
+	}
 	gp_win_unlock();
 	return r;
 }
@@ -723,8 +741,10 @@ GP_EXPORT gp_cupti_result cuptiSubscribe(void **sub, gp_cb_fn cb, void *ud)
 	gp_win_lock();
 	gp_app_uses("cuptiSubscribe");
 	gp_cupti_result r = fn ? fn(sub, cb, ud) : GP_CUPTI_NOT_INITIALIZED;
-	if (r == GP_CUPTI_SUCCESS)
+	if (r == GP_CUPTI_SUCCESS) {
 		gp_app_sub = 1;
+		gp_app_profiles(1, "cuptiSubscribe");
+	}
 	gp_win_unlock();
 	return r;
 }

@@ -840,6 +840,7 @@ static inline uint32_t gp_win_note(void)
 GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, int programs);
 GP_HIDDEN void gp_sass_summary(void);
 GP_HIDDEN void gp_sass_pause(void);
+GP_HIDDEN int gp_sass_aside(int on, const char *what);
 /* gp_sass_holds_callbacks: the process subscribed the Sanitizer API
  * (GPUPROBE_SASS=1), whose subscriber CUPTI cannot share, even released. */
 GP_HIDDEN int gp_sass_holds_callbacks(void);

@@ -80,6 +80,7 @@ static struct gp_sass_mod gp_sass_mods[GP_SASS_MODS];
 #define GP_SASS_BURST 10
 
 GP_HIDDEN int gp_sass_on;
+static int gp_sass_app; /* atomic: the application's profiler holds CUPTI (gp_sass_aside) */
 static uint64_t gp_sass_gap_ns = 100000000; /* between bursts: 10 a second (rate 100) */
 static uint64_t gp_sass_next_ns;            /* the next burst may start at or after this (atomic) */
 
@@ -265,6 +266,7 @@ static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *dat
 	CUfunction f = (CUfunction)gp_rdp(d, GP_SAN_LD_FUNCTION);
 	const char *name = gp_rdp(d, GP_SAN_LD_NAME);
 	int take = id != 0 && !gp_self.in_graph && __atomic_load_n(&gp_sass_on, __ATOMIC_RELAXED) &&
+		   !__atomic_load_n(&gp_sass_app, __ATOMIC_RELAXED) &&
 		   !(name && strncmp(name, "__gpuprobe", 10) == 0) && gp_pfunc_find((uint64_t)f) == NULL &&
 		   gp_sass_sample(m);
 	if (!take && !__atomic_load_n(&m->patched, __ATOMIC_RELAXED))
@@ -385,6 +387,21 @@ __attribute__((constructor)) static void gp_sass_init(void)
 	const char *e = getenv("GPUPROBE_SASS");
 	if (e && e[0] == '1')
 		gp_sass_subscribe();
+}
+
+/* gp_sass_aside steps the route aside while the application's profiler
+ * holds CUPTI (on) and back when it is done (cupti.c): no launch is
+ * sampled meanwhile, and patched modules are unpatched at their next
+ * launch. 0 when that changed the route's state. */
+GP_HIDDEN int gp_sass_aside(int on, const char *what)
+{
+	if (__atomic_exchange_n(&gp_sass_app, on, __ATOMIC_ACQ_REL) == on)
+		return 1;
+	if (on)
+		GP_TRACE("sass: stepped aside: the application's profiler called %s", what);
+	else
+		GP_TRACE("sass: back on: the application's profiler is done");
+	return 0;
 }
 
 /* gp_sass_pause stops sampling (the collector went away, session.c):
