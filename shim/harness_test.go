@@ -28,6 +28,9 @@ type built struct {
 	cupti     string // libcupti.so.13 (the MOCK CUPTI)
 	sanitizer string // libsanitizer-public.so (the MOCK Sanitizer API)
 	profiler  string // an app that uses CUPTI itself (testdata/profiler.c)
+	// profilerLib and profilerLocal: the same from a library loaded with
+	// RTLD_LOCAL (testdata/profiler_local.c), as Python loads torch.
+	profilerLib, profilerLocal string
 }
 
 var (
@@ -61,7 +64,8 @@ func build() (*built, error) {
 	b := &built{dir: dir, shim: filepath.Join(dir, "libgpuprobe.so"), app: filepath.Join(dir, "app"),
 		appDirect: filepath.Join(dir, "app-direct"), cupti: filepath.Join(dir, "libcupti.so.13"),
 		sanitizer: filepath.Join(dir, "libsanitizer-public.so"),
-		profiler:  filepath.Join(dir, "profiler")}
+		profiler:  filepath.Join(dir, "profiler"), profilerLib: filepath.Join(dir, "libprofiler.so"),
+		profilerLocal: filepath.Join(dir, "profiler-local")}
 	srcs, err := filepath.Glob("src/*.c")
 	if err != nil || len(srcs) == 0 {
 		return nil, fmt.Errorf("no shim sources: %v", err)
@@ -80,6 +84,9 @@ func build() (*built, error) {
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-o", b.sanitizer, "testdata/mock_libsanitizer.c", "-ldl"},
 		{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.profiler, "testdata/profiler.c",
 			filepath.Join(dir, "libcuda.so.1"), b.cupti, "-Wl,-rpath," + dir},
+		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-DPROFILER_LIB", "-o", b.profilerLib, "testdata/profiler.c",
+			filepath.Join(dir, "libcuda.so.1"), b.cupti, "-Wl,-rpath," + dir},
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.profilerLocal, "testdata/profiler_local.c", "-ldl"},
 	}
 	for _, s := range steps {
 		if err := gcc(s...); err != nil {

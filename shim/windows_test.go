@@ -195,3 +195,34 @@ func TestWindowsRateCap(t *testing.T) {
 		t.Errorf("window states %+v, want OFF (reason rate) last", st.states)
 	}
 }
+
+// TestProfilerLocalScope: torch.profiler's libcupti is loaded with
+// RTLD_LOCAL (Python loads torch so), outside the global scope where the
+// shim's CUPTI interposers look with RTLD_NEXT. With device windows off
+// (the shim loads no libcupti of its own) and on the SASS route, the
+// application's profiler must still reach its libcupti: before the fix it
+// got CUPTI_ERROR_NOT_INITIALIZED from the interposers and no kernel
+// records (torch.profiler on an H100, the tenth session).
+func TestProfilerLocalScope(t *testing.T) {
+	b := binaries(t)
+	for _, tc := range []struct {
+		name string
+		opts agent.Options
+		env  []string
+	}{
+		{"windows off", agent.Options{}, nil},
+		{"sass", sassOn(65535), []string{"GPUPROBE_SASS=1", "GPUPROBE_SANITIZER=" + b.sanitizer}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startAgent(t, 256, 1024, tc.opts)
+			env := append(append(preload(b, a.path), "GPUPROBE_TRACE=1"), tc.env...)
+			out, errOut, err := run(t, b, env, b.profilerLocal, b.profilerLib, "4", "5", "6", "0")
+			if err != nil || !strings.Contains(out, "its own profiler saw 5 kernels") {
+				t.Fatalf("profiler run: %v, output %q\n%s", err, out, errOut)
+			}
+			if st := a.waitGone(t, 1)[0].read(t); len(st.launches) != 15 {
+				t.Errorf("%d launch records, want 15", len(st.launches))
+			}
+		})
+	}
+}

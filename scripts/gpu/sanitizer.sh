@@ -4,7 +4,7 @@
 # SASS-only kernels (cuBLAS GEMMs, a PyTorch elementwise kernel, a Triton
 # kernel) under the real collector, what it costs, the fail-open cases and
 # the PyTorch steps of torchstep.py. Run from the bundle:
-#   SANITIZER_OUT=DIR SANITIZER_PARTS=abi,programs,work,failopen,step bash scripts/gpu/sanitizer.sh
+#   SANITIZER_OUT=DIR SANITIZER_PARTS=abi,programs,profiler,work,failopen,step bash scripts/gpu/sanitizer.sh
 # The programs part runs user GPU programs (testdata/bpf/sasshist.o and
 # memcount.o) through the product route with the CUDA toolkit moved out
 # of the way: the shim assembles the collector's patch module with the
@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${SANITIZER_OUT:-$PWD/build/gpu-sanitizer}
-parts=${SANITIZER_PARTS:-abi,programs,work,failopen,step}
+parts=${SANITIZER_PARTS:-abi,programs,profiler,work,failopen,step}
 mkdir -p "$out"
 status=0
 CUDA=${CUDA:-/usr/local/cuda}
@@ -52,6 +52,10 @@ EOC
 	gcc -I"$CUDA/include" -I"$san" "$out/abi.c" -o "$out/abi" && "$out/abi" || status=1
 fi
 
+# The user programs of the programs and step parts.
+progs=$(printf '%s\n' "    buffers:" "      max_threads: 1048576" "    limits:" "      max_map_keys: 1024" "    programs:" \
+	"      - path: $PWD/testdata/bpf/sasshist.o" "      - path: $PWD/testdata/bpf/memcount.o")
+
 if [[ $parts == *programs* ]]; then
 	n=${SANITIZER_N:-1048576}
 	iters=${SANITIZER_ITERS:-20}
@@ -59,8 +63,6 @@ if [[ $parts == *programs* ]]; then
 	mkdir -p "$shim" "$out/cache"
 	# The node's kit: the shim and the Sanitizer library beside it.
 	cp bin/libgpuprobe.so "$shim/" && cp "$(find "$CUDA"/ -name libsanitizer-public.so | head -1)" "$shim/"
-	progs=$(printf '%s\n' "    buffers:" "      max_threads: 1048576" "    limits:" "      max_map_keys: 1024" "    programs:" \
-		"      - path: $PWD/testdata/bpf/sasshist.o" "      - path: $PWD/testdata/bpf/memcount.o")
 	for w in add triton; do
 		k=vectorized_elementwise_kernel
 		[[ $w == triton ]] && k=add_k
@@ -99,6 +101,36 @@ if [[ $parts == *programs* ]]; then
 			"$d/bench-plain.json" "$d/bench-rate.json" $w || status=1
 	done
 	mv "$real.hidden" "$real" && trap - EXIT
+fi
+
+if [[ $parts == *profiler* ]]; then
+	# torch.profiler in a process on the route: the route steps aside.
+	d=$out/prof
+	mkdir -p "$d"
+	python3 scripts/gpu/sassprof.py >"$d/plain.json" 2>"$d/plain.err"
+	SASS=true start_collector "$d" "    metrics_interval: 1s" traces || exit 1
+	GPUPROBE_SASS=1 GPUPROBE_TRACE="$d/trace.txt" timeout 300 bin/gpuprobe run --socket "$d/agent.sock" \
+		--shim bin/libgpuprobe.so -- python3 scripts/gpu/sassprof.py >"$d/shim.json" 2>"$d/shim.err"
+	sleep 2
+	kill -TERM "$col"; wait "$col"
+	grep -h "sass: \(stepped\|back\)" "$d/trace.txt" | sed 's/^gpuprobe\[[0-9]*\]: //'
+	python3 - "$d" <<'PY' || status=1
+import json, sys
+sys.path.insert(0, "scripts/gpu")
+from lib_traces import load, launch_spans
+d = sys.argv[1]
+p, r = json.load(open(d + "/plain.json")), json.load(open(d + "/shim.json"))
+spans, _ = load(d + "/traces.json")
+adds = [at for s, at in launch_spans(spans) if "vectorized_elementwise" in at.get("cuda.kernel.name", {}).get("stringValue", s["name"])]
+patched = [at.get("cuda.launch.window", {}).get("stringValue") == "patched_sass" for at in adds]
+# The 30 launches under the profiler come second: unpatched; the 60 around them patched.
+ok = (r["profiler_kernels"] == p["profiler_kernels"] == 30 and r["sha"] == p["sha"] and len(adds) == 90
+      and all(patched[:30]) and not any(patched[30:60]) and all(patched[60:]))
+print("sanitizer profiler: %s: the profiler saw %d kernels (plain %d); %d add launches, patched: %d before, %d during, %d after (want 30, 0, 30); output %s"
+      % ("ok" if ok else "FAIL", r["profiler_kernels"], p["profiler_kernels"], len(adds), sum(patched[:30]),
+         sum(patched[30:60]), sum(patched[60:]), "identical" if r["sha"] == p["sha"] else "DIFFERS"))
+sys.exit(0 if ok else 1)
+PY
 fi
 
 # run_work NAME WORK ENV...: one sassbench run under gpuprobe run (env set).
@@ -168,8 +200,10 @@ if [[ $parts == *step* ]]; then
 		python3 scripts/gpu/torchstep.py $m >"$out/step-$m-plain.json" 2>"$out/step-$m-plain.err"
 		# sass: opted in and asked for; released: opted in, the collector
 		# does not ask; off: the default (CUPTI's windows).
-		for cfg in sass released off; do
+		for cfg in sass programs released off; do
 			if [[ $cfg == sass ]]; then SASS=true start_collector "$out" "    sampling: {}" traces || exit 1
+			elif [[ $cfg == programs ]]; then SASS=true start_collector "$out" "$progs
+    sampling: {}" traces || exit 1
 			else start_collector "$out" "    sampling: {}" traces || exit 1; fi
 			optin=GPUPROBE_SASS=0
 			[[ $cfg != off ]] && optin=GPUPROBE_SASS=1
@@ -186,7 +220,7 @@ from lib_traces import load, launch_spans
 d, m = sys.argv[1], sys.argv[2]
 p = json.load(open("%s/step-%s-plain.json" % (d, m)))
 bad = 0
-for cfg in ("off", "released", "sass"):
+for cfg in ("off", "released", "sass", "programs"):
     r = json.load(open("%s/step-%s-%s.json" % (d, m, cfg)))
     spans, _ = load("%s/step-%s-%s-traces.json" % (d, m, cfg))
     ls = launch_spans(spans)
@@ -195,7 +229,7 @@ for cfg in ("off", "released", "sass"):
         k = at.get("cuda.launch.window", {}).get("stringValue", "none")
         routes[k] = routes.get(k, 0) + 1
     same = abs(float(r["checksum"]) - float(p["checksum"])) <= 1e-6 * max(abs(float(p["checksum"])), 1)
-    print("sanitizer step %s %-4s %.3f ms vs plain %.3f (%.3fx); checksum %s; %d launch spans, routes %s"
+    print("sanitizer step %s %-8s %.3f ms vs plain %.3f (%.3fx); checksum %s; %d launch spans, routes %s"
           % (m, cfg, r["step_ms"], p["step_ms"], r["step_ms"] / p["step_ms"], "same" if same else "DIFFERS", len(ls), routes))
     bad |= not same
     # released: the Sanitizer API is given back, but CUPTI still cannot

@@ -681,11 +681,41 @@ static void gp_app_maybe_idle(void)
 	}
 }
 
-/* gp_next_cupti returns the application's CUPTI entry point name. */
+/* gp_app_cupti_find: the path of a libcupti the process has loaded. */
+static int gp_app_cupti_find(struct dl_phdr_info *info, size_t sz, void *arg)
+{
+	(void)sz;
+	const char *p = info->dlpi_name, *base = p ? strrchr(p, '/') : NULL;
+	if (base == NULL || strncmp(base + 1, "libcupti.so", 11) != 0)
+		return 0;
+	snprintf(arg, 512, "%s", p);
+	return 1;
+}
+
+/* gp_next_cupti returns the application's CUPTI entry point name. Its
+ * libcupti may be outside the global scope (Python loads torch with
+ * RTLD_LOCAL, and Kineto's libcupti with it), where RTLD_NEXT does not
+ * look: then the loaded library itself is asked (a reference to it, never
+ * a load). Without this, torch.profiler failed in a process whose shim
+ * had not loaded libcupti itself (a process on the SASS route; H100, the
+ * tenth session: CUPTI_ERROR_NOT_INITIALIZED, no kernel events). */
 static void *gp_next_cupti(const char *name)
 {
+	static void *app;
 	void *p = gp_cu.lib ? gp_real_dlsym(gp_cu.lib, name) : NULL;
-	return p ? p : gp_real_dlsym(RTLD_NEXT, name);
+	if (p == NULL)
+		p = gp_real_dlsym(RTLD_NEXT, name);
+	if (p != NULL)
+		return p;
+	void *h = __atomic_load_n(&app, __ATOMIC_ACQUIRE);
+	char path[512] = "";
+	for (size_t j = 0; h == NULL && j < sizeof gp_cupti_names / sizeof gp_cupti_names[0]; j++)
+		h = dlopen(gp_cupti_names[j], RTLD_NOLOAD | RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL && dl_iterate_phdr(gp_app_cupti_find, path))
+		h = dlopen(path, RTLD_NOLOAD | RTLD_NOW | RTLD_LOCAL);
+	if (h != NULL)
+		__atomic_store_n(&app, h, __ATOMIC_RELEASE);
+	return h ? gp_real_dlsym(h, name) : NULL;
 }
 
 #define GP_CUPTI_NOT_INITIALIZED 15

@@ -6,6 +6,10 @@
  * callbacks, enables kernel activity and launches DURING kernels, disables
  * it and flushes, sleeps SLEEP_MS, and launches AFTER kernels.
  *
+ * Built with -DPROFILER_LIB it is a library whose profiler_main is main,
+ * for profiler_local.c to load with RTLD_LOCAL (as Python loads torch,
+ * whose Kineto links libcupti).
+ *
  * usage: profiler BEFORE DURING AFTER SLEEP_MS
  *        profiler rate PER_SECOND MS   (launches PER_SECOND kernels a second
  *                                       for MS milliseconds: the rate cap)
@@ -15,6 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#ifdef PROFILER_LIB
+#define main profiler_main
+__attribute__((visibility("default"))) int profiler_main(int argc, char **argv);
+#endif
 
 typedef int CUresult;
 CUresult cuInit(unsigned);
