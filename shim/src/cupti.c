@@ -775,6 +775,11 @@ GP_EXPORT gp_cupti_result cuptiSubscribe(void **sub, gp_cb_fn cb, void *ud)
 		gp_app_sub = 1;
 		gp_app_profiles(1, "cuptiSubscribe");
 	}
+	else if (gp_sass_holds_callbacks())
+		GP_TRACE("sass: the application's cuptiSubscribe failed (%d): this process opted in to the SASS route "
+			 "(GPUPROBE_SASS=1), whose Sanitizer API holds the driver's one callback subscriber for the "
+			 "process's life; profile without GPUPROBE_SASS",
+			 (int)r);
 	gp_win_unlock();
 	return r;
 }
