@@ -1,7 +1,6 @@
 package receiver
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -157,12 +156,6 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 		b, ok := s.bind[name]
 		return b, ok
 	})
-	if np := (*agent.NoPatch)(nil); errors.As(err, &np) && np.Code == agent.NoPatchDisabled {
-		// No user programs for the SASS route: the shim runs its built-in
-		// kernel_phases image, which is no failure.
-		r.log.Debug("gpuprobe: "+what+" not built", zap.Int32("pid", p.PID), zap.Error(err))
-		return nil, err
-	}
 	if err != nil {
 		r.patch.failed.Add(1)
 		r.log.Info("gpuprobe: "+what+" not patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),

@@ -53,10 +53,11 @@ func userModulePTX() string {
 
 // startSASSUserAgent is a collector with GPU programs for the SASS route:
 // WELCOME offers the launch ring and an array map (region 1) and says so
-// (SettingSASSPrograms); a PATCH with APISASS gets module, programs 0
+// (SettingSASSPrograms, unless programs is false); a PATCH with APISASS
+// gets module, programs 0
 // and 5 probing vecAdd (by base and mangled name), 3 gemm*, its first
 // global bound to the array's region, its second a constant.
-func startSASSUserAgent(t *testing.T, module string) *testAgent {
+func startSASSUserAgent(t *testing.T, module string, programs bool) *testAgent {
 	t.Helper()
 	arr, err := shm.CreateArray(shm.KindArray, 8, 16, 1)
 	if err != nil {
@@ -65,7 +66,9 @@ func startSASSUserAgent(t *testing.T, module string) *testAgent {
 	a := &testAgent{path: filepath.Join(t.TempDir(), "agent.sock")}
 	opts := sassOn(65535)
 	opts.Path = a.path
-	opts.Settings.Flags |= agent.SettingSASSPrograms
+	if programs {
+		opts.Settings.Flags |= agent.SettingSASSPrograms
+	}
 	srv, err := agent.Listen(opts, agent.Callbacks{
 		Connect: func(p *agent.Peer) ([]agent.Offer, error) {
 			launches, err := newRing()
@@ -139,7 +142,7 @@ func TestSASSUserModule(t *testing.T) {
 				dir = t.TempDir()
 			}
 			trace := filepath.Join(t.TempDir(), "trace.txt")
-			st, counts := runSASSWith(t, startSASSUserAgent(t, userModulePTX()), b.app, "cudart", "slow", "30",
+			st, counts := runSASSWith(t, startSASSUserAgent(t, userModulePTX(), true), b.app, "cudart", "slow", "30",
 				"GPUPROBE_PTXAS="+tc.ptxas, "GPUPROBE_CACHE_DIR="+dir, "GPUPROBE_TRACE="+trace)
 			if !strings.Contains(counts, tc.counts) || !strings.Contains(counts, "bad_image=0") {
 				t.Errorf("MOCK Sanitizer counts %q: want %q and no image with a magic left", counts, tc.counts)
@@ -187,5 +190,46 @@ func TestSASSUserModule(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(cache, "sass-*.cubin")); len(m) != 1 {
 		t.Errorf("cache holds %v, want one cubin", m)
+	}
+}
+
+// TestSASSBuiltinRefused: a device the built-in image has no cubin for
+// (Blackwell; here an image that cannot be bound, GPUPROBE_SASS_IMAGE)
+// gets the collector's module instead, assembled for the device, even
+// from a collector with no programs for the route (kernel_phases alone):
+// its launches still get their windows.
+func TestSASSBuiltinRefused(t *testing.T) {
+	ptxas, err := exec.LookPath("ptxas")
+	if err != nil {
+		t.Fatalf("ptxas is needed to assemble the patch module (Debian's nvidia-cuda-toolkit): %v", err)
+	}
+	bogus := filepath.Join(t.TempDir(), "image")
+	if err := os.WriteFile(bogus, []byte("no cubin for this device"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	trace := filepath.Join(t.TempDir(), "trace.txt")
+	st, counts := runSASSWith(t, startSASSUserAgent(t, userModulePTX(), false), binaries(t).app, "cudart", "slow", "30",
+		"GPUPROBE_SASS_IMAGE="+bogus, "GPUPROBE_PTXAS="+ptxas, "GPUPROBE_CACHE_DIR="+t.TempDir(), "GPUPROBE_TRACE="+trace)
+	if !strings.Contains(counts, "added=0 added_user=1 ") || !strings.Contains(counts, "bad_image=0") {
+		t.Errorf("MOCK Sanitizer counts %q: want the collector's module added, no image with a magic left", counts)
+	}
+	if tr, _ := os.ReadFile(trace); !strings.Contains(string(tr), "asking the collector for kernel_phases' module") {
+		t.Errorf("trace does not say why it asked:\n%s", tr)
+	}
+	timed := map[uint64]bool{}
+	for _, e := range st.execs {
+		timed[e.LaunchID] = true
+	}
+	sampled := 0
+	for _, l := range st.launches {
+		if l.Flags&record.LaunchSASS != 0 {
+			sampled++
+			if !timed[l.LaunchID] {
+				t.Errorf("launch %d: flagged SASS, no Exec record", l.LaunchID)
+			}
+		}
+	}
+	if sampled < len(st.launches)/2 {
+		t.Errorf("%d of %d launches sampled", sampled, len(st.launches))
 	}
 }

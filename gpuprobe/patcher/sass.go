@@ -35,13 +35,11 @@ type sassBuild struct {
 // a device of req.Arch, its globals bound for one client as Patch binds a
 // PTX module's (Globals in module order: global i starts as
 // agent.SASSMagicBase + i) and Kernels the programs' targets by program
-// bit (agent.APISASS). Errors are *agent.NoPatch: NoPatchDisabled
-// without SASS programs, NoPatchError for a module that cannot be built or
-// a map with no region.
+// bit (agent.APISASS). Without SASS programs it is kernel_phases alone,
+// for a device the shim's built-in image has no cubin for. Errors are
+// *agent.NoPatch: NoPatchError for a module that cannot be built or a map
+// with no region.
 func (p *Patcher) SASS(req *agent.PatchRequest, bind Binder) (*agent.Patched, error) {
-	if len(p.opts.SASSPrograms) == 0 {
-		return nil, noPatch(agent.NoPatchDisabled, "no user GPU programs for the SASS route: the shim's built-in kernel_phases image serves it")
-	}
 	if req.Arch < minSASSArch {
 		return nil, noPatch(agent.NoPatchError, "SASS route patch module for sm_%d: needs sm_%d or newer", req.Arch, minSASSArch)
 	}

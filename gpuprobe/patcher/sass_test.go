@@ -125,10 +125,6 @@ func TestSASSRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	none, err := New(Options{Programs: kp})
-	if err != nil {
-		t.Fatal(err)
-	}
 	perBlock, err := New(Options{Programs: kp, SASSPrograms: kp}) // kernel_phases' kp_block is per-block
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +138,6 @@ func TestSASSRefuses(t *testing.T) {
 		code    agent.NoPatchCode
 		want    string
 	}{
-		{"no programs", none, 90, all, agent.NoPatchDisabled, "no user GPU programs for the SASS route"},
 		{"missing region", sassPatcher(t, user), 90, map[string]uint32{"thread_runs": 4}, agent.NoPatchError, "map block_threads of program"},
 		{"old device", sassPatcher(t, user), 60, all, agent.NoPatchError, "sm_60: needs sm_70"},
 		{"build error", perBlock, 90, all, agent.NoPatchError, `per-block map "kp_block"`},
@@ -154,5 +149,28 @@ func TestSASSRefuses(t *testing.T) {
 				t.Fatalf("SASS: %v, want NOPATCH %v with %q", err, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// TestSASSPhasesOnly: with no user programs for the route, the answer is
+// kernel_phases' patch functions alone (for a device the shim's built-in
+// image has no cubin for, e.g. Blackwell): no kernels, no globals.
+func TestSASSPhasesOnly(t *testing.T) {
+	kp, err := probes.Load(probes.KernelPhases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Options{Programs: kp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.SASS(&agent.PatchRequest{Arch: 100, API: agent.APISASS}, regionBinder(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(a.Image)
+	if len(a.Kernels) != 0 || len(a.Globals) != 0 || !strings.Contains(text, sanpatch.PhasesEnterFunc) ||
+		!strings.Contains(text, ".target sm_100\n") {
+		t.Fatalf("%d kernels, %d globals, module %.80q: want kernel_phases alone for sm_100", len(a.Kernels), len(a.Globals), text)
 	}
 }

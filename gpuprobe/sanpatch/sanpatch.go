@@ -112,7 +112,7 @@ func Build(progs []*jit.Program, o Options) (*Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(calls) == 0 {
+	if len(calls) == 0 && !o.Phases {
 		return nil, fmt.Errorf("sanpatch: no entry, exit or memcapture program among %d", len(progs))
 	}
 	version, phasesBody := "7.8", ""

@@ -185,11 +185,28 @@ func TestPhasesRenamed(t *testing.T) {
 	}
 }
 
-// TestPhasesNeedPrograms: without user programs the shim uses its
-// built-in image, so a Phases module of nothing is an error.
-func TestPhasesNeedPrograms(t *testing.T) {
-	if _, err := Build(nil, Options{Phases: true}); err == nil || !strings.Contains(err.Error(), "no entry, exit or memcapture program") {
-		t.Fatalf("Build: %v, want an error", err)
+// TestPhasesOnly: with no user programs a Phases module is kernel_phases
+// alone (for a device the shim's built-in image has no cubin for): both
+// block wrappers, no globals of its own, no targets; it assembles with
+// each phase magic once. Without Phases, no programs is an error.
+func TestPhasesOnly(t *testing.T) {
+	if _, err := Build(nil, Options{}); err == nil || !strings.Contains(err.Error(), "no entry, exit or memcapture program") {
+		t.Fatalf("Build without Phases: %v, want an error", err)
+	}
+	m, err := Build(nil, Options{Phases: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Enter || !m.Exit || m.Mem || len(m.Globals) != 0 || len(m.Targets) != 0 {
+		t.Fatalf("module enter %v exit %v mem %v, %d globals, %d targets: want both block wrappers only", m.Enter, m.Exit, m.Mem, len(m.Globals), len(m.Targets))
+	}
+	img := assemble(t, m.PTX)
+	for i := range PhasesGlobals {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], PhasesMagicBase+uint64(i))
+		if n := bytes.Count(img, w[:]); n != 1 {
+			t.Errorf("phase magic %d stands %d times in the cubin, want once", i, n)
+		}
 	}
 }
 

@@ -100,6 +100,33 @@ if [[ $parts == *programs* ]]; then
 		python3 -c 'import json,sys; p,r=(json.load(open(f)) for f in sys.argv[1:3]); print("sanitizer programs %s cost at the default rate: %.1f us vs plain %.1f (%.3fx), output %s" % (sys.argv[3], r["median_us"], p["median_us"], r["median_us"]/p["median_us"], "identical" if r["sha"]==p["sha"] else "DIFFERS"))' \
 			"$d/bench-plain.json" "$d/bench-rate.json" $w || status=1
 	done
+	# A device the built-in image has no cubin for (Blackwell; here an
+	# image that cannot be bound): kernel_phases' module from the collector,
+	# assembled for the device by the wheels' ptxas.
+	d=$out/prog-refused
+	mkdir -p "$d"
+	echo "no cubin for this device" >"$d/image"
+	SASS=true start_collector "$d" "    metrics_interval: 1s" traces || status=1
+	PATH=$nopath LD_LIBRARY_PATH=$nold GPUPROBE_SASS=1 GPUPROBE_SASS_IMAGE="$d/image" GPUPROBE_CACHE_DIR="$d/cache" \
+		GPUPROBE_TRACE="$d/trace.txt" timeout 300 bin/gpuprobe run --socket "$d/agent.sock" --shim "$shim/libgpuprobe.so" -- \
+		python3 scripts/gpu/sassprog.py add "$n" "$iters" >"$d/shim.json" 2>"$d/shim.err"
+	sleep 2
+	kill -TERM "$col"; wait "$col"
+	python3 - "$d" "$out/prog-add/plain.json" "$iters" <<'PY' || status=1
+import json, sys
+sys.path.insert(0, "scripts/gpu")
+from lib_traces import load, launch_spans
+d, plain, iters = sys.argv[1], sys.argv[2], int(sys.argv[3])
+spans, _ = load(d + "/traces.json")
+adds = [at for s, at in launch_spans(spans) if "vectorized_elementwise" in at.get("cuda.kernel.name", {}).get("stringValue", s["name"])]
+sass = [at for at in adds if at.get("cuda.launch.window", {}).get("stringValue") == "patched_sass"]
+said = "asking the collector for kernel_phases' module" in open(d + "/trace.txt").read()
+same = json.load(open(d + "/shim.json"))["sha"] == json.load(open(plain))["sha"]
+ok = len(sass) >= iters and said and same
+print("sanitizer programs built-in image refused: %s: %d of %d add launches patched_sass by the collector's kernel_phases module; output %s"
+      % ("ok" if ok else "FAIL", len(sass), len(adds), "identical" if same else "DIFFERS"))
+sys.exit(0 if ok else 1)
+PY
 	mv "$real.hidden" "$real" && trap - EXIT
 fi
 

@@ -73,6 +73,8 @@ struct gp_sass_ctx {
 	int mem;    /* it has the memory-access function */
 	const struct gp_sass_targets *targets; /* its programs' kernels */
 	int custom; /* the context runs the collector's module */
+	int asked;  /* the collector's module was asked for */
+	void *mem_scratch, *mem_table, *mem_ring; /* sanitizerAlloc'd, once */
 	volatile uint64_t *ring; /* host-pinned: [0] head, records from byte 64 */
 	uint64_t tail;           /* drain thread only */
 };

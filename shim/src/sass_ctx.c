@@ -59,32 +59,34 @@ static uint8_t *gp_sass_image_copy(size_t *n)
 
 static int gp_sass_setup(struct gp_sass_ctx *c)
 {
-	void *scratch = NULL, *table = NULL, *ring = NULL;
-	if (gp_san.alloc(c->ctx, &scratch, GP_SP_SCRATCH_BYTES) || gp_san.alloc(c->ctx, &table, GP_SP_TABLE_BYTES) ||
-	    gp_san.alloc_host(c->ctx, &ring, GP_SP_RING_BYTES)) {
+	/* Made once per context: a second image (after a refused one) reuses them. */
+	void **scratch = &c->mem_scratch, **table = &c->mem_table, **ring = &c->mem_ring;
+	if ((*scratch == NULL && gp_san.alloc(c->ctx, scratch, GP_SP_SCRATCH_BYTES)) ||
+	    (*table == NULL && gp_san.alloc(c->ctx, table, GP_SP_TABLE_BYTES)) ||
+	    (*ring == NULL && gp_san.alloc_host(c->ctx, ring, GP_SP_RING_BYTES))) {
 		GP_TRACE("sass: allocation in context %p failed", (void *)c->ctx);
 		return -1;
 	}
-	if (gp_san.memset(scratch, 0, GP_SP_SCRATCH_BYTES, NULL) || gp_san.memset(table, 0, GP_SP_TABLE_BYTES, NULL)) {
+	if (gp_san.memset(*scratch, 0, GP_SP_SCRATCH_BYTES, NULL) || gp_san.memset(*table, 0, GP_SP_TABLE_BYTES, NULL)) {
 		GP_TRACE("sass: clearing the tables failed");
 		return -1;
 	}
-	memset(ring, 0, GP_SP_RING_BYTES);
+	memset(*ring, 0, GP_SP_RING_BYTES);
 	size_t n = c->un;
 	uint8_t *img = c->user == 2 ? c->uimg : gp_sass_image_copy(&n);
 	c->custom = c->user == 2, c->uimg = NULL;
 	if (img == NULL)
 		return -1;
-	const uint64_t val[3] = {(uint64_t)(uintptr_t)scratch, (uint64_t)(uintptr_t)table, (uint64_t)(uintptr_t)ring};
+	const uint64_t val[3] = {(uint64_t)(uintptr_t)*scratch, (uint64_t)(uintptr_t)*table, (uint64_t)(uintptr_t)*ring};
 	int r = gp_sass_bind(img, n, val) ? -1 : gp_san.add_patches(img, c->ctx);
 	free(img); /* the driver copied the module */
 	if (r != 0) {
 		/* A device the image has no cubin for (sm_100 and newer) lands here. */
-		GP_TRACE("sass: sanitizerAddPatches refused the patch image (%d); no SASS probes in context %p", r,
-			 (void *)c->ctx);
+		GP_TRACE("sass: sanitizerAddPatches refused the %s patch image (%d) in context %p",
+			 c->custom ? "collector's" : "built-in", r, (void *)c->ctx);
 		return -1;
 	}
-	c->ring = ring;
+	c->ring = *ring;
 	return 0;
 }
 
@@ -99,14 +101,27 @@ GP_HIDDEN struct gp_sass_ctx *gp_sass_ctx(CUcontext ctx)
 		if (c->ctx == NULL) {
 			c->ctx = ctx, c->user = -1;
 			if (__atomic_load_n(&gp_sass_user_wanted, __ATOMIC_RELAXED)) {
+				c->asked = 1;
 				__atomic_store_n(&c->user, 1, __ATOMIC_RELEASE); /* the thread binds it */
 				return NULL;
 			}
 		}
 		if (c->ctx != ctx)
 			continue;
-		if (c->state == 0 && __atomic_load_n(&c->user, __ATOMIC_ACQUIRE) != 1)
-			__atomic_store_n(&c->state, gp_sass_setup(c) == 0 ? 1 : -1, __ATOMIC_RELEASE);
+		if (c->state == 0 && __atomic_load_n(&c->user, __ATOMIC_ACQUIRE) != 1) {
+			int r = gp_sass_setup(c);
+			if (r != 0 && !c->custom && !c->asked) {
+				/* The built-in image was refused (no cubin for this
+				 * device, e.g. Blackwell): the collector's module,
+				 * kernel_phases alone if it has no programs, is
+				 * assembled for the device instead. */
+				GP_TRACE("sass: asking the collector for kernel_phases' module for this device");
+				c->asked = 1;
+				__atomic_store_n(&c->user, 1, __ATOMIC_RELEASE);
+				return NULL;
+			}
+			__atomic_store_n(&c->state, r == 0 ? 1 : -1, __ATOMIC_RELEASE);
+		}
 		return c->state > 0 ? c : NULL;
 	}
 	return NULL;
@@ -158,7 +173,8 @@ GP_HIDDEN void gp_sass_ctx_gone(CUcontext ctx)
 			gp_sass_drain(c, out);
 		__atomic_store_n(&c->state, 0, __ATOMIC_RELEASE);
 		free(c->uimg);
-		c->ring = NULL, c->tail = 0, c->ctx = NULL, c->uimg = NULL, c->custom = 0;
+		c->ring = NULL, c->tail = 0, c->ctx = NULL, c->uimg = NULL, c->custom = 0, c->asked = 0;
+		c->mem_scratch = c->mem_table = c->mem_ring = NULL; /* freed with the context */
 		__atomic_store_n(&c->user, 0, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&gp_sass_drain_mu);
