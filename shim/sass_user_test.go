@@ -168,19 +168,7 @@ func TestSASSUserModule(t *testing.T) {
 					t.Errorf("MOCK Sanitizer counts %q: want launches with program bits 0 and 5 only", counts)
 				}
 			}
-			timed := map[uint64]bool{}
-			for _, e := range st.execs {
-				timed[e.LaunchID] = true
-			}
-			sampled := 0
-			for _, l := range st.launches {
-				if l.Flags&record.LaunchSASS != 0 {
-					sampled++
-					if !timed[l.LaunchID] {
-						t.Errorf("launch %d: flagged SASS, no Exec record", l.LaunchID)
-					}
-				}
-			}
+			sampled := sampledTimed(t, st)
 			// The launches before the module is bound (10 ms apart) are
 			// not sampled.
 			if sampled == 0 || sampled < len(st.launches)/2 {
@@ -216,6 +204,16 @@ func TestSASSBuiltinRefused(t *testing.T) {
 	if tr, _ := os.ReadFile(trace); !strings.Contains(string(tr), "asking the collector for kernel_phases' module") {
 		t.Errorf("trace does not say why it asked:\n%s", tr)
 	}
+	sampled := sampledTimed(t, st)
+	if sampled < len(st.launches)/2 {
+		t.Errorf("%d of %d launches sampled", sampled, len(st.launches))
+	}
+}
+
+// sampledTimed returns how many launches were flagged SASS, each of which
+// must have its Exec record.
+func sampledTimed(t *testing.T, st *stream) int {
+	t.Helper()
 	timed := map[uint64]bool{}
 	for _, e := range st.execs {
 		timed[e.LaunchID] = true
@@ -229,7 +227,5 @@ func TestSASSBuiltinRefused(t *testing.T) {
 			}
 		}
 	}
-	if sampled < len(st.launches)/2 {
-		t.Errorf("%d of %d launches sampled", sampled, len(st.launches))
-	}
+	return sampled
 }
