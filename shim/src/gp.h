@@ -717,6 +717,8 @@ struct gp_sass_targets {
 GP_HIDDEN int gp_sass_user_bind(CUcontext ctx, uint8_t **img, size_t *n, int *mem,
 				 const struct gp_sass_targets **targets);
 GP_HIDDEN uint64_t gp_sass_user_mask(const struct gp_sass_targets *t, CUfunction f, const char *name, uint32_t gen);
+/* sass_ctx.c: writes v over a magic in a patch image (the hits). */
+GP_HIDDEN int gp_sass_poke(uint8_t *img, size_t n, uint64_t magic, uint64_t v);
 /* sass.c: a module or library was unloaded. */
 GP_HIDDEN void gp_sass_unloaded(void);
 

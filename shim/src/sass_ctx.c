@@ -17,19 +17,24 @@
 
 static void gp_sass_drain(struct gp_sass_ctx *c, void *out);
 
+/* gp_sass_poke writes v over every 8-aligned magic in a patch image (a
+ * global's initial value): the hits. */
+GP_HIDDEN int gp_sass_poke(uint8_t *img, size_t n, uint64_t magic, uint64_t v)
+{
+	int hits = 0;
+	for (size_t i = 0; i + 8 <= n; i += 8)
+		if (memcmp(img + i, &magic, 8) == 0)
+			memcpy(img + i, &v, 8), hits++;
+	return hits;
+}
+
 /* gp_sass_bind writes the three allocations into a copy of the image:
- * every cubin of the fatbin holds each magic once (as its global's initial
- * value). -1 when a magic is missing. */
+ * every cubin of the fatbin holds each magic once. -1 when one is missing. */
 static int gp_sass_bind(uint8_t *img, size_t n, const uint64_t val[3])
 {
-	for (int k = 0; k < 3; k++) {
-		int hits = 0;
-		for (size_t i = 0; i + 8 <= n; i += 8)
-			if (memcmp(img + i, &gp_sp_magic[k], 8) == 0)
-				memcpy(img + i, &val[k], 8), hits++;
-		if (hits == 0)
+	for (int k = 0; k < 3; k++)
+		if (gp_sass_poke(img, n, gp_sp_magic[k], val[k]) == 0)
 			return -1;
-	}
 	return 0;
 }
 

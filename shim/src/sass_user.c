@@ -394,16 +394,6 @@ static struct gp_su_mod *gp_su_module(uint32_t arch)
 	return m;
 }
 
-/* gp_su_poke writes v over every 8-aligned magic in img: the hits. */
-static int gp_su_poke(uint8_t *img, size_t n, uint64_t magic, uint64_t v)
-{
-	int hits = 0;
-	for (size_t i = 0; i + 8 <= n; i += 8)
-		if (memcmp(img + i, &magic, 8) == 0)
-			memcpy(img + i, &v, 8), hits++;
-	return hits;
-}
-
 /* gp_sass_user_bind returns, for context ctx, a copy of the module's cubin
  * with every global bound (kernel_phases' three are sass.c's to bind),
  * whether it has the memory-access function and its programs' targets; -1
@@ -437,7 +427,7 @@ GP_HIDDEN int gp_sass_user_bind(CUcontext ctx, uint8_t **img, size_t *n, int *me
 		err = gp_global_next(&p, end, &g, &why);
 		if (err == 0)
 			err = gp_global_value("sass", &g, allocs, &v, &why);
-		if (err == 0 && gp_su_poke(b, m->n, GP_SU_MAGIC + i, v) == 0)
+		if (err == 0 && gp_sass_poke(b, m->n, GP_SU_MAGIC + i, v) == 0)
 			err = -ENOENT, why = "its magic is not in the assembled module";
 		if (err)
 			GP_TRACE("sass: global %s of the patch module: %s (%d): kernel_phases' window only", g.name, why,
