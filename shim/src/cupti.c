@@ -140,6 +140,7 @@ static uint32_t gp_win_lost;   /* windows lost since the last state record (atom
 static int gp_win_detach;      /* the rate cap asks for CUPTI's detach at the next launch's exit (atomic) */
 static void gp_win_detach_now(void);
 static uint64_t gp_win_written, gp_win_lost_all, gp_win_cupti_dropped; /* for the trace's exit line (atomic) */
+static uint32_t gp_win_watch, gp_win_watched; /* the detach's flush: was this correlation id's window written? */
 
 /* The correlation table: slot corr % GP_CORR_SLOTS holds the launch id of
  * correlation id corr. Written by the launch path, read by the activity
@@ -273,8 +274,11 @@ static void gp_win_emit(void *ring, const uint8_t *k, int64_t shift)
 	if (ring == NULL || gpbr_ring_produce(ring, GP_REC_WINDOW, &w, sizeof w) != GPBR_PUBLISHED) {
 		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&gp_win_lost_all, 1, __ATOMIC_RELAXED);
-	} else
+	} else {
 		__atomic_fetch_add(&gp_win_written, 1, __ATOMIC_RELAXED);
+		if (corr == __atomic_load_n(&gp_win_watch, __ATOMIC_RELAXED))
+			__atomic_store_n(&gp_win_watched, 1, __ATOMIC_RELAXED);
+	}
 }
 
 /* gp_buf_completed runs on CUPTI's thread (or the one that flushes). */
@@ -510,13 +514,22 @@ static void gp_win_detach_now(void)
 	if (gp_win_state == GP_WIN_ON) {
 		__atomic_store_n(&gp_win_on, 0, __ATOMIC_RELEASE);
 		gp_cu.disable(GP_CUPTI_KIND_CONCURRENT_KERNEL);
+		/* cuptiFinalize drops what CUPTI still holds: the windows of
+		 * finished kernels are handed over first (as CUPTI advises; a
+		 * kernel still running is counted lost, not timed). */
+		__atomic_store_n(&gp_win_watch, gp_self.corr, __ATOMIC_RELAXED);
+		__atomic_store_n(&gp_win_watched, 0, __ATOMIC_RELAXED);
+		gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);
 		if (gp_cu.finalize)
 			gp_cu.finalize();
 		else
 			gp_cu.unsubscribe(gp_win_sub);
 		gp_win_sub = NULL;
-		/* This launch's record will not come: its record says so. */
-		gp_self.corr = 0;
+		/* This launch's window came in the flush or will never come:
+		 * its record says which. */
+		if (!__atomic_load_n(&gp_win_watched, __ATOMIC_RELAXED))
+			gp_self.corr = 0;
+		__atomic_store_n(&gp_win_watch, 0, __ATOMIC_RELAXED);
 		gp_win_state = GP_WIN_UNAVAILABLE;
 		GP_TRACE("device windows: off (CUPTI %s)", gp_cu.finalize ? "detached" : "unsubscribed");
 		gp_win_state_record(GP_WINDOWS_OFF, GP_WINDOWS_R_RATE, 0);
