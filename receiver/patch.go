@@ -8,10 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.uber.org/zap"
@@ -36,6 +38,7 @@ const (
 // already.
 type patchState struct {
 	patcher  *patcher.Patcher
+	filter   *config.KernelFilter // kernels::include/exclude, for the SASS route's kernel queries
 	patched  atomic.Uint64
 	failed   atomic.Uint64
 	skips    atomic.Uint64
@@ -139,9 +142,12 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 		return nil, &agent.NoPatch{Code: agent.NoPatchDisabled, Message: "no GPU probes are configured (probes::kernel_phases off, no programs)"}
 	}
 	patch, what := r.patch.patcher.Patch, "module"
-	if req.API == agent.APISASS {
+	if req.API == agent.APISASS || req.API == agent.APISASSKernels {
 		if !r.cfg.Probes.SASS {
 			return nil, &agent.NoPatch{Code: agent.NoPatchDisabled, Message: "the SASS route is off (probes::sass)"}
+		}
+		if req.API == agent.APISASSKernels {
+			return r.sassKernels(p, req)
 		}
 		patch, what = r.patch.patcher.SASS, "SASS route module"
 	}
@@ -165,6 +171,24 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 	r.patch.patched.Add(1)
 	r.log.Debug("gpuprobe: "+what+" patched", zap.Int32("pid", p.PID), zap.Uint32("arch", req.Arch),
 		zap.Int("kernels", len(a.Kernels)), zap.Int("globals", len(a.Globals)), zap.Duration("took", time.Since(start)))
+	return a, nil
+}
+
+// sassKernels answers the SASS route's kernel query (agent.APISASSKernels):
+// the kernels that kernels::include/exclude let it probe, by mangled or
+// demangled name, and sampling::device_one_in.
+func (r *gpuReceiver) sassKernels(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+	names, err := agent.ParseKernelQuery(req.Image)
+	if err != nil {
+		r.log.Info("gpuprobe: SASS route kernel query refused", zap.Int32("pid", p.PID), zap.Error(err))
+		return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: err.Error()}
+	}
+	a := &agent.Patched{DeviceOneIn: r.cfg.Sampling.DeviceOneIn}
+	for i, n := range names {
+		if r.patch.filter.Match(n, demangle.Short(n)) {
+			a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: n, ParamIndex: uint32(i)})
+		}
+	}
 	return a, nil
 }
 

@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,5 +120,53 @@ func TestPatchSASSOff(t *testing.T) {
 	}
 	if st := r.settings(); st.Flags&agent.SettingSASS == 0 || st.Flags&agent.SettingSASSPrograms != 0 {
 		t.Errorf("WELCOME settings %+v: want SASS without SASSPrograms", st)
+	}
+}
+
+// TestPatchSASSKernels: with kernels::include/exclude set, the WELCOME asks
+// the shim to query the SASS route's kernels, and a query through the real
+// agent socket (PATCH, API 4) names the kernels the route may probe, by
+// mangled or demangled name, with sampling::device_one_in; a malformed
+// query is refused naming its offset.
+func TestPatchSASSKernels(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Probes.KernelPhases, cfg.Probes.SASS = true, true
+	cfg.Kernels = config.KernelsConfig{Include: []string{"gemm", "^at::native::"}, Exclude: []string{"warmup"}}
+	cfg.Sampling.DeviceOneIn = 4
+	tr, mr, _, _ := startBoth(t, cfg)
+	defer mr.Shutdown(context.Background())
+	defer tr.Shutdown(context.Background())
+	r := tr.(*handle).r
+	if st := r.settings(); st.Flags&agent.SettingSASSFilter == 0 {
+		t.Errorf("WELCOME settings %+v: want SASSFilter (kernels::include/exclude set)", st)
+	}
+
+	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	query := "sgemm_large\x00sgemm_warmup\x00_ZN2at6native13reduce_kernelEv\x00elementwise\x00"
+	a, err := sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APISASSKernels, Image: []byte(query)}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, k := range a.Kernels {
+		got = append(got, fmt.Sprintf("%d:%s", k.ParamIndex, k.Name))
+	}
+	if want := "0:sgemm_large 2:_ZN2at6native13reduce_kernelEv"; strings.Join(got, " ") != want || a.DeviceOneIn != 4 || len(a.Image) != 0 {
+		t.Errorf("answer kernels %q, device_one_in %d, %d image bytes; want %q, 4, 0", got, a.DeviceOneIn, len(a.Image), want)
+	}
+	_, err = sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APISASSKernels, Image: []byte("ok\x00cut")}, 10*time.Second)
+	var np *agent.NoPatch
+	if !errors.As(err, &np) || !strings.Contains(np.Message, "image offset 3 has no terminating NUL") {
+		t.Errorf("malformed query: %v, want NOPATCH naming offset 3", err)
+	}
+
+	// No filter and every launch probed: the shim need not ask.
+	r.cfg.Kernels, r.cfg.Sampling.DeviceOneIn = config.KernelsConfig{}, 1
+	if st := r.settings(); st.Flags&agent.SettingSASSFilter != 0 {
+		t.Errorf("WELCOME settings %+v: SASSFilter without a filter", st)
 	}
 }

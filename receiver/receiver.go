@@ -127,6 +127,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	}
 	r.maps.defs = defs
 	r.tel = tel
+	r.patch.filter = filter
 	if r.patch.patcher, err = r.newPatcher(); err != nil {
 		tel.Shutdown()
 		return err
@@ -230,6 +231,9 @@ func (r *gpuReceiver) settings() agent.Settings {
 		}
 		if r.patch.patcher != nil && r.patch.patcher.SASSPrograms() > 0 {
 			st.Flags |= agent.SettingSASSPrograms
+		}
+		if len(r.cfg.Kernels.Include)+len(r.cfg.Kernels.Exclude) > 0 || r.cfg.Sampling.DeviceOneIn > 1 {
+			st.Flags |= agent.SettingSASSFilter
 		}
 	}
 	if st.Flags != 0 {

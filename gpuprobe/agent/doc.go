@@ -136,8 +136,15 @@
 //	  8+64*count  8 bytes of settings (absent from an older server's WELCOME,
 //	            which asks for nothing optional):
 //	            0  u32  flags        bit 0: record device windows (CUPTI kernel
-//	                                 activity; record types 12 and 13)
-//	            4  u32  flush_ms     how often device windows are handed over
+//	                                 activity; record types 12 and 13);
+//	                                 bit 1: the SASS route's probes (Compute
+//	                                 Sanitizer), bits 16-31 its sampled
+//	                                 launches a second; bit 2: the collector
+//	                                 has programs for the route (PATCH api 3);
+//	                                 bit 3: ask before probing a kernel on
+//	                                 the route (PATCH api 4)
+//	            4  u32  flush_ms     how often device windows and SASS
+//	                                 records are handed over
 //
 // The client maps each descriptor MAP_SHARED (region_size bytes) and checks
 // its shm header (gpbr_check in shm/include/gpuprobe_shm.h) before use,
@@ -192,7 +199,12 @@
 //	off size field
 //	  0  u32  id          request id, echoed in the answer
 //	  4  u32  arch        the device's SM number (90 for sm_90)
-//	  8  u32  api         1 cuModuleLoadData*, 2 cuLibraryLoadData (informational)
+//	  8  u32  api         1 cuModuleLoadData*, 2 cuLibraryLoadData (informational);
+//	                      3 the SASS route's patch module (no image; APISASS);
+//	                      4 which kernels the SASS route may probe (the image:
+//	                      at most 64 NUL-terminated names, inline; the
+//	                      PATCHED image is empty, its kernels name those
+//	                      allowed, param_index their index; APISASSKernels)
 //	 12  u32  flags       bit 0: the image is in a memfd passed with the frame
 //	                      (SCM_RIGHTS, exactly one descriptor, a memfd or
 //	                      other shmem file: F_GET_SEALS must work); else inline

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 )
@@ -46,7 +47,37 @@ const (
 	// (the same kinds as for PTX). kernel_phases' own globals keep the
 	// built-in image's magics and are not among them.
 	APISASS LoadAPI = 3
+	// APISASSKernels asks which kernels the Compute Sanitizer route may
+	// probe (kernels::include/exclude) and how often (device_one_in). The
+	// PATCH's Image (inline) is at most SASSMaxQuery kernel names, each
+	// NUL-terminated (ParseKernelQuery). The PATCHED answer's Image is
+	// empty; Kernels name those the route may probe, Name as asked and
+	// ParamIndex its index in the query; DeviceOneIn applies to them.
+	APISASSKernels LoadAPI = 4
 )
+
+// SASSMaxQuery bounds the kernel names of an APISASSKernels PATCH.
+const SASSMaxQuery = 64
+
+// ParseKernelQuery splits an APISASSKernels PATCH's image into its kernel
+// names; an error names the byte offset that breaks the format.
+func ParseKernelQuery(img []byte) ([]string, error) {
+	var names []string
+	for off := 0; off < len(img); {
+		n := bytes.IndexByte(img[off:], 0)
+		switch {
+		case n < 0:
+			return nil, fmt.Errorf("kernel query: name at image offset %d has no terminating NUL", off)
+		case n == 0 || n > MaxKernelName:
+			return nil, fmt.Errorf("kernel query: name at image offset %d is %d bytes, want 1..%d", off, n, MaxKernelName)
+		case len(names) == SASSMaxQuery:
+			return nil, fmt.Errorf("kernel query: name at image offset %d is past the %d names a query may hold", off, SASSMaxQuery)
+		}
+		names = append(names, string(img[off:off+n]))
+		off += n + 1
+	}
+	return names, nil
+}
 
 // SASSMagicBase is the initial value of global 0 of an APISASS module;
 // global i starts as SASSMagicBase + i.

@@ -343,3 +343,58 @@ func TestPatchImageNotMemfd(t *testing.T) {
 		})
 	}
 }
+
+// TestParseKernelQuery: an APISASSKernels image splits into its names, and
+// each way to break the format is refused naming the offset.
+func TestParseKernelQuery(t *testing.T) {
+	long := strings.Repeat("k", MaxKernelName+1)
+	many := strings.Repeat("k\x00", SASSMaxQuery+1)
+	for _, tc := range []struct {
+		name, img string
+		want      []string
+		err       string
+	}{
+		{"empty", "", nil, ""},
+		{"two", "a\x00_Z1bv\x00", []string{"a", "_Z1bv"}, ""},
+		{"no NUL", "a\x00b", nil, "name at image offset 2 has no terminating NUL"},
+		{"empty name", "a\x00\x00", nil, "name at image offset 2 is 0 bytes"},
+		{"too long", long + "\x00", nil, "name at image offset 0 is 4097 bytes, want 1..4096"},
+		{"too many", many, nil, "name at image offset 128 is past the 64 names"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseKernelQuery([]byte(tc.img))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzKernelQuery: no image makes ParseKernelQuery panic, and what it
+// accepts joins back to the same bytes within the bounds.
+func FuzzKernelQuery(f *testing.F) {
+	f.Add([]byte("a\x00b\x00"))
+	f.Add([]byte("\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		names, err := ParseKernelQuery(b)
+		if err != nil {
+			return
+		}
+		var re []byte
+		for _, n := range names {
+			if len(n) == 0 || len(n) > MaxKernelName {
+				t.Fatalf("name of %d bytes accepted", len(n))
+			}
+			re = append(append(re, n...), 0)
+		}
+		if len(names) > SASSMaxQuery || !bytes.Equal(re, b) {
+			t.Fatalf("%d names do not re-join to the image", len(names))
+		}
+	})
+}

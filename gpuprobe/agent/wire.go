@@ -174,6 +174,11 @@ const (
 	// programs for the SASS route: the client asks for their patch module
 	// (PATCH with APISASS) before it patches its first kernel.
 	SettingSASSPrograms SettingFlags = 4
+	// SettingSASSFilter, with SettingSASS, says the collector filters the
+	// route's kernels (kernels::include/exclude, sampling::device_one_in):
+	// the client asks (PATCH with APISASSKernels) before it probes a
+	// kernel the first time, and probes only those the answer names.
+	SettingSASSFilter SettingFlags = 8
 
 	settingFlagsMask SettingFlags = 0xffff // bits 16-31 carry SASSRate
 )
