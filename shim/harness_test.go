@@ -154,6 +154,13 @@ func startAgentAt(tb testing.TB, path string, slotSize, slots uint32, opts agent
 // names ring, as an older collector).
 func startAgentNames(tb testing.TB, path string, slotSize, slots, nslots uint32, opts agent.Options) *testAgent {
 	tb.Helper()
+	return startAgentPatch(tb, path, slotSize, slots, nslots, opts, nil)
+}
+
+// startAgentPatch is startAgentNames answering PATCH with patch.
+func startAgentPatch(tb testing.TB, path string, slotSize, slots, nslots uint32, opts agent.Options,
+	patch func(*agent.Peer, *agent.PatchRequest) (*agent.Patched, error)) *testAgent {
+	tb.Helper()
 	a := &testAgent{path: path}
 	opts.Path = a.path
 	srv, err := agent.Listen(opts, agent.Callbacks{
@@ -181,6 +188,7 @@ func startAgentNames(tb testing.TB, path string, slotSize, slots, nslots uint32,
 			a.gone++
 			a.mu.Unlock()
 		},
+		Patch: patch,
 	})
 	if err != nil {
 		tb.Fatalf("agent.Listen: %v", err)

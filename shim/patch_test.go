@@ -388,7 +388,7 @@ func TestPatchNoSession(t *testing.T) {
 	}
 }
 
-// sampleKeep is the shim's gp_sample_keep (wrap_launch.c): whether a launch
+// sampleKeep is the shim's gp_sample_keep (gp.h): whether a launch
 // id keeps its id under sampling::device_one_in n.
 func sampleKeep(id, n uint64) bool {
 	id ^= id >> 30

@@ -29,6 +29,7 @@
  *   sass.c       the SASS route: windows in SASS-only kernels (Compute Sanitizer)
  *   sass_ctx.c   the SASS route per context: its patch image, its record ring
  *   sass_user.c  the SASS route's user programs: the collector's module, ptxas
+ *   sass_filter.c the SASS route's kernel filter: the collector says which kernels
  *
  * Only dlsym and the cu* entry points are exported (-fvisibility=hidden).
  */
@@ -320,6 +321,7 @@ struct gp_conn {
 #define GP_SET_WINDOWS 1u /* record device windows (cupti.c) */
 #define GP_SET_SASS 2u    /* SASS-route probes (sass.c); bits 16-31: sampled launches a second per module */
 #define GP_SET_SASS_PROGRAMS 4u /* the collector has GPU programs for the SASS route (sass_user.c) */
+#define GP_SET_SASS_FILTER 8u   /* the collector filters the SASS route's kernels (sass_filter.c) */
 GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
 			   struct gp_conn *c, const char **why);
 GP_HIDDEN void gp_install(struct gp_conn *c);
@@ -701,9 +703,29 @@ struct gp_allocs {
 GP_HIDDEN int gp_global_next(const uint8_t **p, const uint8_t *end, struct gp_gdesc *g, const char **why);
 GP_HIDDEN int gp_global_value(const char *api, const struct gp_gdesc *g, struct gp_allocs *allocs, uint64_t *v,
 			      const char **why);
-/* gp_patch_fetch asks the collector for the SASS route's patch module
- * (patch.c). */
+/* gp_sample_keep: whether launch id keeps its id under device sampling 1 in
+ * n. The id is mixed first (splitmix64's finaliser, high half: its low bits
+ * are biased for small ids): ids are consecutive per thread, and a loop that
+ * launches k kernels in turn would otherwise probe only the kernels at the
+ * positions that id % n picks. */
+static inline int gp_sample_keep(uint64_t id, uint32_t n)
+{
+	id ^= id >> 30;
+	id *= 0xbf58476d1ce4e5b9ull;
+	id ^= id >> 27;
+	id *= 0x94d049bb133111ebull;
+	id ^= id >> 31;
+	return (id >> 32) % n == 0;
+}
+
+/* PATCH load APIs of the SASS route (agent.APISASS, APISASSKernels). */
+#define GP_API_SASS 3u
+#define GP_API_SASS_KERNELS 4u
+/* gp_patch_fetch asks the collector for the SASS route's patch module;
+ * gp_patch_query which of the kernels named in q (n bytes of
+ * NUL-terminated names) the route may probe: the PATCHED payload (patch.c). */
 GP_HIDDEN uint8_t *gp_patch_fetch(uint32_t arch, uint32_t *plen, void **image, size_t *size);
+GP_HIDDEN uint8_t *gp_patch_query(const char *q, size_t n, uint32_t *plen);
 /* gp_arch returns the current context's device SM number (0: unknown). */
 GP_HIDDEN uint32_t gp_arch(void);
 /* sass_user.c: the collector's patch module bound for context ctx; the
@@ -839,7 +861,7 @@ static inline uint32_t gp_win_note(void)
  * settings: rate sampled launches a second per module); gp_sass_note, after
  * a launch call, turns the launch record's flags into those of a launch
  * that runs the route's probes when sass.c sampled it. */
-GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, int programs);
+GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, uint32_t settings);
 GP_HIDDEN void gp_sass_summary(void);
 GP_HIDDEN void gp_sass_pause(void);
 GP_HIDDEN int gp_sass_aside(int on, const char *what);

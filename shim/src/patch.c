@@ -159,7 +159,7 @@ GP_HIDDEN uint32_t gp_arch(void)
 static uint8_t *gp_request(const char *api, uint32_t code, uint32_t arch, const struct gp_image *img, uint32_t *plen,
 			   int *imgfd)
 {
-	if (arch == 0) {
+	if (arch == 0 && code != GP_API_SASS_KERNELS) {
 		gp_fail(api, "device compute capability unknown", 0);
 		return NULL;
 	}
@@ -366,7 +366,7 @@ GP_HIDDEN uint8_t *gp_patch_fetch(uint32_t arch, uint32_t *plen, void **image, s
 		return NULL;
 	pthread_mutex_lock(&gp_patch_mu);
 	int fd = -1;
-	uint8_t *payload = gp_request("sass", 3u, arch, &none, plen, &fd);
+	uint8_t *payload = gp_request("sass", GP_API_SASS, arch, &none, plen, &fd);
 	const char *why = "";
 	if (payload != NULL && (*image = gp_take_image(fd, payload, *plen, size, &why)) == NULL) {
 		GP_TRACE("sass: the collector's patch module: %s", why);
@@ -374,6 +374,27 @@ GP_HIDDEN uint8_t *gp_patch_fetch(uint32_t arch, uint32_t *plen, void **image, s
 		payload = NULL;
 	}
 	pthread_mutex_unlock(&gp_patch_mu);
+	return payload;
+}
+
+/* gp_patch_query asks which of the kernels in q the SASS route may probe
+ * (PATCH with load API 4, the names inline): the PATCHED payload, NULL
+ * when no answer came. Takes gp_patch_mu; never from a driver callback. */
+GP_HIDDEN uint8_t *gp_patch_query(const char *q, size_t n, uint32_t *plen)
+{
+	const struct gp_image img = {.kind = GP_IMG_PTX, .data = q, .size = n};
+	if (__atomic_load_n(&gp_state, __ATOMIC_ACQUIRE) != GP_READY || n > GP_INLINE_MAX)
+		return NULL;
+	pthread_mutex_lock(&gp_patch_mu);
+	int fd = -1;
+	uint8_t *payload = gp_request("sass", GP_API_SASS_KERNELS, 0, &img, plen, &fd);
+	pthread_mutex_unlock(&gp_patch_mu);
+	if (fd >= 0)
+		close(fd); /* its image is empty */
+	if (payload != NULL && *plen < 32) {
+		free(payload);
+		payload = NULL;
+	}
 	return payload;
 }
 

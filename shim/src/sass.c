@@ -19,7 +19,10 @@
  * of the launching thread, and patched short kernels run 2-6x slower;
  * unpatched they run as they were. Patching around every sampled launch,
  * 100 a second per module, made a PyTorch training step 2.13x slower (H200,
- * the ninth session): bursts bound the toggles.
+ * the ninth session): bursts bound the toggles. When the collector filters
+ * kernels (kernels::include/exclude, device_one_in: sass_filter.c), only the
+ * launches it lets through are sampled; one it keeps out inside a burst
+ * runs in the patched module with its probes skipped.
  *
  * The Sanitizer API must be subscribed before the application's first CUDA
  * call (subscribed later, it never calls back), so a process opts in with
@@ -162,13 +165,19 @@ static struct gp_sass_mod *gp_sass_mod(uint64_t mod)
 	return NULL;
 }
 
-/* gp_sass_sample says whether a launch of module m is sampled: while its
- * burst lasts, or when it starts one (the process's first launch at or
+/* gp_sass_burst says whether a launch of module m is in its burst (and
+ * counts it); gp_sass_sample whether it is sampled: in its burst, or when
+ * it starts one (the process's first launch at or
  * after gp_sass_next_ns does, and moves it one gap on: of threads
  * launching at once exactly one wins). */
+static int gp_sass_burst(struct gp_sass_mod *m)
+{
+	return __atomic_load_n(&m->left, __ATOMIC_RELAXED) > 0 && __atomic_sub_fetch(&m->left, 1, __ATOMIC_RELAXED) >= 0;
+}
+
 static int gp_sass_sample(struct gp_sass_mod *m)
 {
-	if (__atomic_load_n(&m->left, __ATOMIC_RELAXED) > 0 && __atomic_sub_fetch(&m->left, 1, __ATOMIC_RELAXED) >= 0)
+	if (gp_sass_burst(m))
 		return 1;
 	uint64_t now = gp_now(), next = __atomic_load_n(&gp_sass_next_ns, __ATOMIC_RELAXED);
 	if (now < next || !__atomic_compare_exchange_n(&gp_sass_next_ns, &next, now + gp_sass_gap_ns, 0,
@@ -265,26 +274,33 @@ static void gp_sass_cb(void *ud, uint32_t domain, uint32_t cbid, const void *dat
 		return;
 	CUfunction f = (CUfunction)gp_rdp(d, GP_SAN_LD_FUNCTION);
 	const char *name = gp_rdp(d, GP_SAN_LD_NAME);
-	int take = id != 0 && !gp_self.in_graph && __atomic_load_n(&gp_sass_on, __ATOMIC_RELAXED) &&
-		   !__atomic_load_n(&gp_sass_app, __ATOMIC_RELAXED) &&
-		   !(name && strncmp(name, "__gpuprobe", 10) == 0) && gp_pfunc_find((uint64_t)f) == NULL &&
-		   gp_sass_sample(m);
-	if (!take && !__atomic_load_n(&m->patched, __ATOMIC_RELAXED))
+	uint32_t gen = __atomic_load_n(&gp_sass_gen, __ATOMIC_RELAXED);
+	int eligible = id != 0 && !gp_self.in_graph && __atomic_load_n(&gp_sass_on, __ATOMIC_RELAXED) &&
+		       !__atomic_load_n(&gp_sass_app, __ATOMIC_RELAXED) &&
+		       !(name && strncmp(name, "__gpuprobe", 10) == 0) && gp_pfunc_find((uint64_t)f) == NULL;
+	int allowed = eligible && gp_sass_filter(f, name, id, gen);
+	int take = allowed && gp_sass_sample(m);
+	/* A launch the collector's filter keeps out, in a patched module's
+	 * burst, runs patched with userdata 0 (its probes return at once):
+	 * cheaper than an unpatch and a patch for the burst's next launch. */
+	int skip = eligible && !allowed && __atomic_load_n(&m->patched, __ATOMIC_RELAXED) && gp_sass_burst(m);
+	if (!take && !skip && !__atomic_load_n(&m->patched, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&gp_sass_mu);
 	struct gp_sass_ctx *c = take ? gp_sass_ctx((CUcontext)gp_rdp(d, GP_SAN_LD_CONTEXT)) : NULL;
 	if (take && (c == NULL || gp_sass_patch(c, m, mod, 1) != 0))
 		take = 0;
-	uint64_t udata = id;
+	uint64_t udata = take ? id : 0;
 	if (take && c->custom && c->targets)
-		udata |= gp_sass_user_mask(c->targets, f, name, __atomic_load_n(&gp_sass_gen, __ATOMIC_RELAXED));
-	if (!take)
-		gp_sass_patch(NULL, m, mod, 0);
+		udata |= gp_sass_user_mask(c->targets, f, name, gen);
+	if (!take && !(skip && m->patched))
+		gp_sass_patch(NULL, m, mod, 0), skip = 0;
 	pthread_mutex_unlock(&gp_sass_mu);
-	if (!take)
+	if (!take && !skip)
 		return;
 	if (gp_san.set_launch_data((void *)gp_rdp(d, GP_SAN_LD_HLAUNCH), f, (void *)gp_rdp(d, GP_SAN_LD_HSTREAM),
-				   (const void *)(uintptr_t)udata) != 0)
+				   (const void *)(uintptr_t)udata) != 0 ||
+	    !take)
 		return;
 	gp_sass_count(&gp_sass_stats.sampled, 1);
 	gp_self.sass = 1;
@@ -346,11 +362,13 @@ static int gp_sass_subscribe(void)
 /* gp_sass_start turns the route on (the collector's settings, after the
  * handshake): rate is the sampled launches a second of the process,
  * flush_ms how often records are copied out; rate 0 (the collector did not
- * ask) releases the subscription; programs: it has GPU programs for the
- * route (sass_user.c). */
-GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, int programs)
+ * ask) releases the subscription; settings: the WELCOME's, which say
+ * whether it has GPU programs for the route (sass_user.c) and filters its
+ * kernels (sass_filter.c). */
+GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, uint32_t settings)
 {
-	__atomic_store_n(&gp_sass_user_wanted, programs, __ATOMIC_RELAXED);
+	__atomic_store_n(&gp_sass_user_wanted, (settings & GP_SET_SASS_PROGRAMS) != 0, __ATOMIC_RELAXED);
+	gp_sass_filter_set((settings & GP_SET_SASS_FILTER) != 0);
 	if (rate == 0 || !__atomic_load_n(&gp_sass_subscribed, __ATOMIC_ACQUIRE)) {
 		gp_sass_release();
 		return;
@@ -417,10 +435,11 @@ GP_HIDDEN void gp_sass_summary(void)
 {
 	if (!__atomic_load_n(&gp_sass_subscribed, __ATOMIC_ACQUIRE))
 		return;
-	GP_TRACE("sass: callbacks=%llu sampled=%llu patches=%llu unpatches=%llu refused=%llu records=%llu lost=%llu torn=%llu",
-		 (unsigned long long)gp_sass_stats.callbacks, (unsigned long long)gp_sass_stats.sampled,
-		 (unsigned long long)gp_sass_stats.patches,
-		 (unsigned long long)gp_sass_stats.unpatches, (unsigned long long)gp_sass_stats.refused,
-		 (unsigned long long)gp_sass_stats.records, (unsigned long long)gp_sass_stats.lost,
-		 (unsigned long long)gp_sass_stats.torn);
+	const struct gp_sass_stats *st = &gp_sass_stats;
+	GP_TRACE("sass: callbacks=%llu sampled=%llu patches=%llu unpatches=%llu refused=%llu records=%llu lost=%llu "
+		 "torn=%llu filtered=%llu kernels_probed=%llu kernels_excluded=%llu",
+		 (unsigned long long)st->callbacks, (unsigned long long)st->sampled, (unsigned long long)st->patches,
+		 (unsigned long long)st->unpatches, (unsigned long long)st->refused, (unsigned long long)st->records,
+		 (unsigned long long)st->lost, (unsigned long long)st->torn, (unsigned long long)st->filtered,
+		 (unsigned long long)st->allowed, (unsigned long long)st->excluded);
 }

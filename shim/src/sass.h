@@ -87,10 +87,16 @@ extern GP_HIDDEN uint32_t gp_sass_flush_ms; /* how often the thread drains */
 /* Counted outcomes (GPUPROBE_TRACE prints them at exit). */
 struct gp_sass_stats {
 	uint64_t callbacks, sampled, patches, unpatches, refused, records, lost, torn;
+	uint64_t filtered, allowed, excluded; /* launches the filter kept out; kernels the collector named and not */
 };
 extern GP_HIDDEN struct gp_sass_stats gp_sass_stats;
 
 static inline void gp_sass_count(uint64_t *c, uint64_t n) { __atomic_fetch_add(c, n, __ATOMIC_RELAXED); }
+
+/* sass_filter.c: the collector's kernel filter (GP_SET_SASS_FILTER). */
+GP_HIDDEN void gp_sass_filter_set(int on);
+GP_HIDDEN int gp_sass_filter(CUfunction f, const char *name, uint64_t id, uint32_t gen);
+GP_HIDDEN void gp_sass_filter_pass(void);
 
 /* sass_ctx.c */
 GP_HIDDEN struct gp_sass_ctx *gp_sass_ctx(CUcontext ctx);

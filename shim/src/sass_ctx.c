@@ -240,6 +240,7 @@ GP_HIDDEN void *gp_sass_thread(void *arg)
 		void *out = gp_session();
 		if (out == NULL)
 			continue;
+		gp_sass_filter_pass();
 		gp_sass_user_pass();
 		gp_sass_drain_all(out);
 	}

@@ -642,7 +642,7 @@ GP_HIDDEN void gp_connect(void)
 	gp_reconnect_start(path, c.fd);
 	/* The SASS route first: when the collector does not want it, its
 	 * subscription is released so that CUPTI can subscribe. */
-	gp_sass_start(settings & GP_SET_SASS ? settings >> 16 : 0, flush_ms, (settings & GP_SET_SASS_PROGRAMS) != 0);
+	gp_sass_start(settings & GP_SET_SASS ? settings >> 16 : 0, flush_ms, settings);
 	if (settings & GP_SET_WINDOWS)
 		gp_windows_start(flush_ms);
 }

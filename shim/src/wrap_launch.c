@@ -176,21 +176,6 @@ static __thread uint64_t gp_xbuf[GP_XBUF / 8];
 static __thread size_t gp_xsize;
 static __thread void *gp_xextra[5];
 
-/* gp_sample_keep: whether launch id keeps its id under device sampling 1 in
- * n. The id is mixed first (splitmix64's finaliser, high half: its low bits
- * are biased for small ids): ids are consecutive per thread, and a loop that
- * launches k kernels in turn would otherwise probe only the kernels at the
- * positions that id % n picks. */
-static inline int gp_sample_keep(uint64_t id, uint32_t n)
-{
-	id ^= id >> 30;
-	id *= 0xbf58476d1ce4e5b9ull;
-	id ^= id >> 27;
-	id *= 0x94d049bb133111ebull;
-	id ^= id >> 31;
-	return (id >> 32) % n == 0;
-}
-
 /* gp_rate_keep: whether a launch of pf's kernel keeps its id under
  * device_max_per_second: the first launch at or after next_ns does, and
  * moves next_ns one gap past now (a compare-and-swap, so of threads

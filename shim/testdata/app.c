@@ -10,7 +10,7 @@
  *                        through cuModuleLoadData
  *   app-direct direct SCENARIO  linked with -lcuda, calls the symbols
  *
- * Scenarios: basic (default), graph, capture, fork, unnamed, threads, slow, bench N,
+ * Scenarios: basic (default), graph, capture, fork, unnamed, threads, slow, slowmix, bench N,
  * the kernel-name scenarios of app_names.c (long names, devices, spawned
  * workers, a full names ring),
  * ptxagain FILE (ptx, then ptx again once a line arrives on stdin),
@@ -647,6 +647,13 @@ int main(int argc, char **argv)
 			pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)250);
 		for (int i = 0; i < 4; i++)
 			pthread_join(t[i], NULL);
+	} else if (strcmp(scenario, "slowmix") == 0) { /* vecAdd and gemm in turn, 5 ms apart */
+		int n = argc > 3 ? atoi(argv[3]) : 20;
+		for (int i = 0; i < n; i++) {
+			CHECK(A.launch(f_vec, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL));
+			CHECK(A.launch(f_gemm, 2, 2, 1, 16, 16, 1, 0, NULL, NULL, NULL));
+			usleep(5000);
+		}
 	} else if (strcmp(scenario, "slow") == 0) {
 		int n = argc > 3 ? atoi(argv[3]) : 100;
 		for (int i = 0; i < n; i++) {
