@@ -130,7 +130,7 @@ needs() {
 	programs) need=($g/programs.sh "${col[@]}" $g/{programs_check,lib_metrics,lib_traces}.py
 		$bpf/{threadhist,kernelretsnoop}.o $cuda/samples/progs.cu) ;;
 	windows) need=($g/windows.sh "${col[@]}" $g/torchstep.py scripts/experiments/cupti_cost.cu) ;;
-	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
+	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
 }
 

@@ -4,16 +4,18 @@
 # SASS-only kernels (cuBLAS GEMMs, a PyTorch elementwise kernel, a Triton
 # kernel) under the real collector, what it costs, the fail-open cases and
 # the PyTorch steps of torchstep.py. Run from the bundle:
-#   SANITIZER_OUT=DIR SANITIZER_PARTS=abi,programs,profiler,work,failopen,step bash scripts/gpu/sanitizer.sh
+#   SANITIZER_OUT=DIR SANITIZER_PARTS=abi,programs,profiler,work,failopen,step,filter bash scripts/gpu/sanitizer.sh
 # The programs part runs user GPU programs (testdata/bpf/sasshist.o and
 # memcount.o) through the product route with the CUDA toolkit moved out
 # of the way: the shim assembles the collector's patch module with the
-# ptxas of the application's own wheels (Triton's).
+# ptxas of the application's own wheels (Triton's). The filter part runs
+# the eager step with kernels::include (GEMMs only) and with
+# sampling::device_one_in: the shim asks the collector about each kernel.
 # Every ratio is against a plain run of the same workload in this run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${SANITIZER_OUT:-$PWD/build/gpu-sanitizer}
-parts=${SANITIZER_PARTS:-abi,programs,profiler,work,failopen,step}
+parts=${SANITIZER_PARTS:-abi,programs,profiler,work,failopen,step,filter}
 mkdir -p "$out"
 status=0
 CUDA=${CUDA:-/usr/local/cuda}
@@ -275,5 +277,24 @@ sys.exit(bad)
 PY
 		grep -h "sass:" "$out/step-$m-sass-trace.txt" | sed 's/^gpuprobe\[[0-9]*\]: //' | sort | uniq -c | sort -rn | head -3
 	done
+fi
+if [[ $parts == *filter* ]]; then
+	m=eager
+	pat='gemm|xmma|nvjet|cutlass'
+	python3 scripts/gpu/torchstep.py $m >"$out/filter-plain.json" 2>"$out/filter-plain.err"
+	for cfg in sass include onein; do
+		case $cfg in
+		sass) extra="    sampling: {}" ;;
+		include) extra=$(printf '    kernels:\n      include: ["%s"]\n    sampling: {}' "$pat") ;;
+		onein) extra=$(printf '    sampling:\n      device_one_in: 4') ;;
+		esac
+		SASS=true start_collector "$out" "$extra" traces || exit 1
+		GPUPROBE_SASS=1 GPUPROBE_TRACE="$out/filter-$cfg-trace.txt" timeout 400 bin/gpuprobe run --socket "$out/agent.sock" \
+			--shim bin/libgpuprobe.so -- python3 scripts/gpu/torchstep.py $m >"$out/filter-$cfg.json" 2>"$out/filter-$cfg.err"
+		sleep 2
+		kill -TERM "$col"; wait "$col"
+		cp "$out/traces.json" "$out/filter-$cfg-traces.json"
+	done
+	python3 scripts/gpu/sanitizer_filter.py "$out" "$pat" || status=1
 fi
 exit $status
