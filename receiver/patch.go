@@ -147,7 +147,11 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 			return nil, &agent.NoPatch{Code: agent.NoPatchDisabled, Message: "the SASS route is off (probes::sass)"}
 		}
 		if req.API == agent.APISASSKernels {
-			return r.sassKernels(p, req)
+			a, err := sassKernels(r.patch.filter, r.cfg.Sampling.DeviceOneIn, req)
+			if err != nil {
+				r.log.Info("gpuprobe: SASS route kernel query refused", zap.Int32("pid", p.PID), zap.Error(err))
+			}
+			return a, err
 		}
 		patch, what = r.patch.patcher.SASS, "SASS route module"
 	}
@@ -177,15 +181,14 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 // sassKernels answers the SASS route's kernel query (agent.APISASSKernels):
 // the kernels that kernels::include/exclude let it probe, by mangled or
 // demangled name, and sampling::device_one_in.
-func (r *gpuReceiver) sassKernels(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+func sassKernels(filter *config.KernelFilter, oneIn uint32, req *agent.PatchRequest) (*agent.Patched, error) {
 	names, err := agent.ParseKernelQuery(req.Image)
 	if err != nil {
-		r.log.Info("gpuprobe: SASS route kernel query refused", zap.Int32("pid", p.PID), zap.Error(err))
 		return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: err.Error()}
 	}
-	a := &agent.Patched{DeviceOneIn: r.cfg.Sampling.DeviceOneIn}
+	a := &agent.Patched{DeviceOneIn: oneIn}
 	for i, n := range names {
-		if r.patch.filter.Match(n, demangle.Short(n)) {
+		if filter.Match(n, demangle.Short(n)) {
 			a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: n, ParamIndex: uint32(i)})
 		}
 	}

@@ -165,8 +165,9 @@ func TestPatchSASSKernels(t *testing.T) {
 	}
 
 	// No filter and every launch probed: the shim need not ask.
-	r.cfg.Kernels, r.cfg.Sampling.DeviceOneIn = config.KernelsConfig{}, 1
-	if st := r.settings(); st.Flags&agent.SettingSASSFilter != 0 {
+	plain := testConfig(t)
+	plain.Probes.KernelPhases, plain.Probes.SASS = true, true
+	if st := (&gpuReceiver{cfg: &plain.Config}).settings(); st.Flags&agent.SettingSASS == 0 || st.Flags&agent.SettingSASSFilter != 0 {
 		t.Errorf("WELCOME settings %+v: SASSFilter without a filter", st)
 	}
 }

@@ -102,7 +102,11 @@ GP_HIDDEN int gp_sass_filter(CUfunction f, const char *name, uint64_t id, uint32
 	uint64_t v = __atomic_load_n(&e->v, __ATOMIC_ACQUIRE);
 	if ((uint32_t)(v >> 32) == gen && (uint32_t)v == GP_SF_PROBE) {
 		uint32_t n = __atomic_load_n(&gp_sf_one_in, __ATOMIC_RELAXED);
-		return n <= 1 || gp_sample_keep(id, n);
+		if (n <= 1 || gp_sample_keep(id, n))
+			return 1;
+		if (GP_UNLIKELY(gp_trace_fd >= 0)) /* only the trace's summary reads it */
+			gp_sass_count(&gp_sass_stats.filtered, 1);
+		return 0;
 	}
 	uint64_t p = gp_sf_word(gen, GP_SF_PENDING);
 	if (((uint32_t)(v >> 32) != gen || (uint32_t)v == GP_SF_UNKNOWN) &&
