@@ -376,6 +376,13 @@ func newRing() (*shm.Ring, error) { return shm.CreateRing(256, 1024) }
 // printed, after the app exited (a failed run fails the test).
 func restartAfterFirstLine(t *testing.T, app *exec.Cmd, a1 *testAgent, path string, slotSize uint32, opts agent.Options) (*testAgent, string) {
 	t.Helper()
+	return restartWith(t, app, a1, func() *testAgent { return startAgentAt(t, path, slotSize, 1024, opts) })
+}
+
+// restartWith is restartAfterFirstLine with the second collector started
+// by start.
+func restartWith(t *testing.T, app *exec.Cmd, a1 *testAgent, start func() *testAgent) (*testAgent, string) {
+	t.Helper()
 	out, err := app.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -392,7 +399,7 @@ func restartAfterFirstLine(t *testing.T, app *exec.Cmd, a1 *testAgent, path stri
 	}
 	a1.srv.Close()
 	time.Sleep(150 * time.Millisecond)
-	a2 := startAgentAt(t, path, slotSize, 1024, opts)
+	a2 := start()
 	rest, _ := io.ReadAll(r)
 	if err := app.Wait(); err != nil {
 		t.Fatalf("app: %v\n%s", err, errb.String())

@@ -2,6 +2,8 @@ package shim
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,15 +12,15 @@ import (
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
-// sassFilterAgent is a collector that filters the SASS route's kernels:
-// its WELCOME says so, and it answers each kernel query naming the kernels
-// whose name contains "gemm", with device_one_in oneIn; the names it was
-// asked about go to asked.
-func sassFilterAgent(t *testing.T, oneIn uint32, asked chan<- string) *testAgent {
+// sassFilterAgent is a collector at path that filters the SASS route's
+// kernels: its WELCOME says so, and it answers each kernel query naming
+// the kernels whose name contains allow, with device_one_in oneIn; the
+// names it was asked about go to asked.
+func sassFilterAgent(t *testing.T, path, allow string, oneIn uint32, asked chan<- string) *testAgent {
 	t.Helper()
 	opts := sassOn(65535)
 	opts.Settings.Flags |= agent.SettingSASSFilter
-	return startAgentPatch(t, filepath.Join(t.TempDir(), "agent.sock"), 256, 1024, nameSlots, opts,
+	return startAgentPatch(t, path, 256, 1024, nameSlots, opts,
 		func(_ *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
 			names, err := agent.ParseKernelQuery(req.Image)
 			if req.API != agent.APISASSKernels || err != nil {
@@ -27,7 +29,7 @@ func sassFilterAgent(t *testing.T, oneIn uint32, asked chan<- string) *testAgent
 			a := &agent.Patched{DeviceOneIn: oneIn}
 			for i, n := range names {
 				asked <- n
-				if strings.Contains(n, "gemm") {
+				if strings.Contains(n, allow) {
 					a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: n, ParamIndex: uint32(i)})
 				}
 			}
@@ -45,7 +47,7 @@ func TestSASSFilter(t *testing.T) {
 	for _, oneIn := range []uint32{1, 3} {
 		t.Run(fmt.Sprintf("device_one_in %d", oneIn), func(t *testing.T) {
 			asked := make(chan string, 64)
-			a := sassFilterAgent(t, oneIn, asked)
+			a := sassFilterAgent(t, filepath.Join(t.TempDir(), "agent.sock"), "gemm", oneIn, asked)
 			st, counts := runSASSWith(t, a, b0(t).appDirect, "direct", "slowmix", fmt.Sprint(rounds), "GPUPROBE_TRACE=1")
 			close(asked)
 			var names []string
@@ -89,5 +91,44 @@ func TestSASSFilter(t *testing.T) {
 				t.Errorf("MOCK Sanitizer counts %q: %d patches for %d probed launches, want a few bursts' worth", counts, patches, flagged)
 			}
 		})
+	}
+}
+
+// TestSASSFilterReconnect: a collector that filters otherwise after a
+// restart gets every kernel asked about again; the first one's verdicts
+// (gemm only) no longer hold, the second's (vecAdd only) do.
+func TestSASSFilterReconnect(t *testing.T) {
+	b := binaries(t)
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	asked1, asked2 := make(chan string, 64), make(chan string, 64)
+	a1 := sassFilterAgent(t, path, "gemm", 1, asked1)
+	app := exec.Command(b.appDirect, "direct", "slowmix", "200")
+	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_SASS=1", "GPUPROBE_SANITIZER="+b.sanitizer)
+	app.Env = append(app.Env, preload(b, path)...)
+	a2, _ := restartWith(t, app, a1, func() *testAgent { return sassFilterAgent(t, path, "vecAdd", 1, asked2) })
+	st := a2.waitGone(t, 1)[0].read(t)
+	a1.mu.Lock()
+	s1 := a1.sessions[0] // closed with its server: its records are all in
+	a1.mu.Unlock()
+	first := s1.read(t)
+	close(asked1)
+	close(asked2)
+	if len(asked1) != 2 || len(asked2) != 2 {
+		t.Errorf("kernels asked about: %d by the first collector, %d by the second; want 2 each", len(asked1), len(asked2))
+	}
+	probed := func(st *stream, gemm bool) (n int) {
+		for i, l := range st.launches {
+			// Launch records alternate vecAdd, gemm from the session's start.
+			if l.Flags&record.LaunchSASS != 0 && (i%2 == 1) == gemm {
+				n++
+			}
+		}
+		return n
+	}
+	if g, v := probed(first, true), probed(first, false); g == 0 || v != 0 {
+		t.Errorf("first session: %d gemm and %d vecAdd launches probed; want some gemm, no vecAdd", g, v)
+	}
+	if g, v := probed(st, true), probed(st, false); g != 0 || v == 0 {
+		t.Errorf("second session: %d gemm and %d vecAdd launches probed; want no gemm, some vecAdd", g, v)
 	}
 }

@@ -379,7 +379,10 @@ GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, uint32_t settings
 		return;
 	static int started;
 	if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) {
-		/* A reconnect: the route resumes where gp_sass_pause left it. */
+		/* A reconnect: the route resumes where gp_sass_pause left it;
+		 * the new collector may filter kernels otherwise, so every
+		 * kernel's verdict is asked again (a new generation). */
+		gp_sass_unloaded();
 		__atomic_store_n(&gp_sass_on, 1, __ATOMIC_RELEASE);
 		GP_TRACE("sass: resumed");
 		return;

@@ -653,6 +653,10 @@ int main(int argc, char **argv)
 			CHECK(A.launch(f_vec, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL));
 			CHECK(A.launch(f_gemm, 2, 2, 1, 16, 16, 1, 0, NULL, NULL, NULL));
 			usleep(5000);
+			if (i == n / 4) {
+				printf("app: a quarter of the rounds done\n");
+				fflush(stdout);
+			}
 		}
 	} else if (strcmp(scenario, "slow") == 0) {
 		int n = argc > 3 ? atoi(argv[3]) : 100;
