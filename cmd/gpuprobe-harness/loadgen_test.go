@@ -87,11 +87,10 @@ func loadgenThroughAgent(t *testing.T, extra []string, perLaunch int) {
 	}
 	want := 50 * perLaunch
 	deadline := time.Now().Add(10 * time.Second)
-	for perLaunch == 5 && traces.SpanCount() < want && time.Now().Before(deadline) {
+	// With completions every span must come; either way a few metric
+	// intervals pass (every record read) before the shutdown.
+	for (perLaunch == 5 && traces.SpanCount() < want || len(metrics.AllMetrics()) < 3) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
-	}
-	for perLaunch != 5 && len(metrics.AllMetrics()) < 3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // a few polls: every record read
 	}
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)

@@ -36,6 +36,7 @@ static struct gp_sf_query {
 	uint32_t state; /* 0 free, 1 being filled, 2 filed (atomic) */
 	uint32_t len;
 	struct gp_sf_func *e;
+	uint64_t f; /* the function asked about: the entry may be taken over meanwhile */
 	uint64_t v; /* the entry's word when filed */
 	char name[GP_SF_NAME];
 } gp_sf_queue[GP_SF_QUEUE];
@@ -72,7 +73,7 @@ static struct gp_sf_func *gp_sf_entry(uint64_t f, uint32_t gen)
 
 /* gp_sf_file copies name (n bytes) into a free queue slot for the thread
  * to ask about; 0 when the queue is full. */
-static int gp_sf_file(struct gp_sf_func *e, uint64_t v, const char *name, size_t n)
+static int gp_sf_file(struct gp_sf_func *e, uint64_t f, uint64_t v, const char *name, size_t n)
 {
 	for (int i = 0; i < GP_SF_QUEUE; i++) {
 		struct gp_sf_query *q = &gp_sf_queue[i];
@@ -80,10 +81,19 @@ static int gp_sf_file(struct gp_sf_func *e, uint64_t v, const char *name, size_t
 		if (!__atomic_compare_exchange_n(&q->state, &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 			continue;
 		memcpy(q->name, name, n + 1);
-		q->len = (uint32_t)n, q->e = e, q->v = v;
+		q->len = (uint32_t)n, q->e = e, q->f = f, q->v = v;
 		__atomic_store_n(&q->state, 2, __ATOMIC_RELEASE);
 		return 1;
 	}
+	return 0;
+}
+
+/* gp_sf_out counts a launch the filter keeps out (only the trace's
+ * summary reads it: no shared write per launch otherwise). */
+static inline int gp_sf_out(void)
+{
+	if (GP_UNLIKELY(gp_trace_fd >= 0))
+		gp_sass_count(&gp_sass_stats.filtered, 1);
 	return 0;
 }
 
@@ -95,18 +105,12 @@ GP_HIDDEN int gp_sass_filter(CUfunction f, const char *name, uint64_t id, uint32
 	if (!__atomic_load_n(&gp_sf_on, __ATOMIC_ACQUIRE))
 		return 1;
 	struct gp_sf_func *e = gp_sf_entry((uint64_t)f, gen);
-	if (e == NULL) {
-		gp_sass_count(&gp_sass_stats.filtered, 1);
-		return 0;
-	}
+	if (e == NULL)
+		return gp_sf_out();
 	uint64_t v = __atomic_load_n(&e->v, __ATOMIC_ACQUIRE);
 	if ((uint32_t)(v >> 32) == gen && (uint32_t)v == GP_SF_PROBE) {
 		uint32_t n = __atomic_load_n(&gp_sf_one_in, __ATOMIC_RELAXED);
-		if (n <= 1 || gp_sample_keep(id, n))
-			return 1;
-		if (GP_UNLIKELY(gp_trace_fd >= 0)) /* only the trace's summary reads it */
-			gp_sass_count(&gp_sass_stats.filtered, 1);
-		return 0;
+		return n <= 1 || gp_sample_keep(id, n) ? 1 : gp_sf_out();
 	}
 	uint64_t p = gp_sf_word(gen, GP_SF_PENDING);
 	if (((uint32_t)(v >> 32) != gen || (uint32_t)v == GP_SF_UNKNOWN) &&
@@ -114,11 +118,10 @@ GP_HIDDEN int gp_sass_filter(CUfunction f, const char *name, uint64_t id, uint32
 		size_t n = name ? strnlen(name, GP_SF_NAME) : 0;
 		if (n == 0 || n == GP_SF_NAME) /* no name the collector could match */
 			__atomic_store_n(&e->v, gp_sf_word(gen, GP_SF_SKIP), __ATOMIC_RELEASE);
-		else if (!gp_sf_file(e, p, name, n)) /* the queue is full: asked at a later launch */
+		else if (!gp_sf_file(e, (uint64_t)f, p, name, n)) /* the queue is full: asked at a later launch */
 			__atomic_store_n(&e->v, gp_sf_word(gen, GP_SF_UNKNOWN), __ATOMIC_RELEASE);
 	}
-	gp_sass_count(&gp_sass_stats.filtered, 1);
-	return 0;
+	return gp_sf_out();
 }
 
 /* gp_sf_answer reads the PATCHED answer: which of the n queued names
@@ -138,7 +141,10 @@ static void gp_sf_answer(const uint8_t *p, uint32_t plen, const int *idx, uint32
 	__atomic_store_n(&gp_sf_one_in, rd32(p + 12), __ATOMIC_RELAXED);
 	for (uint32_t i = 0; i < n; i++) {
 		struct gp_sf_query *q = &gp_sf_queue[idx[i]];
-		uint64_t v = q->v, w = gp_sf_word((uint32_t)(v >> 32), yes[i] ? GP_SF_PROBE : GP_SF_SKIP);
+		/* An entry another function took over meanwhile is asked about
+		 * again, for that function. */
+		int mine = __atomic_load_n(&q->e->f, __ATOMIC_ACQUIRE) == q->f;
+		uint64_t v = q->v, w = gp_sf_word((uint32_t)(v >> 32), !mine ? GP_SF_UNKNOWN : yes[i] ? GP_SF_PROBE : GP_SF_SKIP);
 		__atomic_compare_exchange_n(&q->e->v, &v, w, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
 		gp_sass_count(yes[i] ? &gp_sass_stats.allowed : &gp_sass_stats.excluded, 1);
 		GP_TRACE("sass: kernel %s: %s", q->name, yes[i] ? "probed" : "not probed (kernels::include/exclude)");
