@@ -147,6 +147,35 @@ func selfValue(sink *consumertest.MetricsSink, name string) int64 {
 	return -1
 }
 
+// waitProgress polls cond until it holds, failing only when the progress
+// value it reports has not changed for 10 s (work that scales with the
+// machine's load gets the time it needs; a stall still fails).
+func waitProgress(t *testing.T, what string, cond func() (progress int64, done bool)) {
+	t.Helper()
+	last, _ := cond()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, done := cond()
+		if done {
+			return
+		}
+		if p != last {
+			last, deadline = p, time.Now().Add(10*time.Second)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: no progress for 10 s (at %d)", what, p)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitEmissions waits until sink has received n more metric batches.
+func waitEmissions(t *testing.T, sink *consumertest.MetricsSink, n int) {
+	t.Helper()
+	from := len(sink.AllMetrics())
+	waitFor(t, "further metric emissions", func() bool { return len(sink.AllMetrics()) >= from+n })
+}
+
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
