@@ -1,3 +1,5 @@
+//go:build cgo
+
 package main
 
 // The compatibility suite (-compat): every program of testdata/bpf/compat,

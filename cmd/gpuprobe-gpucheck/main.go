@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Command gpuprobe-gpucheck checks the PTX injector on a GPU (it is built
 // here and carried to the GPU machine; it needs libcuda.so.1 at run time).
 // Given the PTX of testdata/cuda/inject/*.cu (nvcc -ptx there), it patches
