@@ -47,7 +47,6 @@ type Peer struct {
 type clientTable struct {
 	o        *Options
 	counters *Counters
-	launches *launchTable
 	series   *seriesStore
 
 	byID  map[uint32]*client // source → its state
@@ -66,12 +65,6 @@ type client struct {
 	kernels map[uint64]*kernel          // function handle → kernel, ≤ maxKernelHandles (kernels.go)
 	streams map[streamSlot]*streamState // launch order per stream, ≤ maxStreamSlots (streamgap.go)
 	win     clientWindows               // its driver windows' state and graph launch calls (windows.go)
-
-	// Its pending launches and graph runs: how many, and in creation
-	// order (done ones are skipped), for makeRoom.
-	pending int
-	queue   []*launch
-	qhead   int
 }
 
 // Connect binds source src to the connection credentials p. Spans and
@@ -222,57 +215,6 @@ func (ct *clientTable) validate(src uint32, pid *uint32, devs ...*uint32) {
 	if pid != nil && src != HostProbeSource {
 		*pid = c.pid(*pid)
 	}
-}
-
-// track counts pending launch l in its client.
-func (ct *clientTable) track(l *launch) {
-	c := ct.clientOf(l.key.src)
-	c.trim()
-	c.pending++
-	c.queue = append(c.queue, l)
-	l.tracked = true
-}
-
-// trim drops the finished launches at the head of c's queue and compacts
-// it, as compactQueue does the launch table's.
-func (c *client) trim() {
-	for c.qhead < len(c.queue) && !c.queue[c.qhead].tracked {
-		c.queue[c.qhead] = nil
-		c.qhead++
-	}
-	if c.qhead > 1024 && c.qhead*2 > len(c.queue) {
-		n := copy(c.queue, c.queue[c.qhead:])
-		clear(c.queue[n:])
-		c.queue, c.qhead = c.queue[:n], 0
-	}
-}
-
-// untrack uncounts launch l (done) from its client, once.
-func (ct *clientTable) untrack(l *launch) {
-	if !l.tracked {
-		return
-	}
-	l.tracked = false
-	if c := ct.byID[l.key.src]; c != nil {
-		c.pending--
-	}
-}
-
-// evictOldestOf emits the oldest pending launch of client c early; false
-// when it has none.
-func (ct *clientTable) evictOldestOf(c *client, now time.Time) bool {
-	defer c.trim()
-	for c.qhead < len(c.queue) {
-		l := c.queue[c.qhead]
-		c.queue[c.qhead] = nil
-		c.qhead++
-		if l.tracked && !l.done {
-			ct.counters.LaunchesEvicted++
-			ct.launches.finish(l, now)
-			return true
-		}
-	}
-	return false
 }
 
 // LastDevice is the device of the latest launch read from source src (0

@@ -39,7 +39,6 @@ type graphTable struct {
 	o        *Options
 	counters *Counters
 	launches *launchTable
-	clients  *clientTable
 
 	chains map[srcKey]*replayChain // graph node (id with GraphIDBit, or adopted from a capture) → its runs
 	n      int                     // pending runs of graph nodes
@@ -214,7 +213,7 @@ func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch 
 	c.live++
 	gt.n++
 	gt.launches.enqueue(l)
-	gt.clients.track(l)
+	gt.launches.track(l)
 	return l
 }
 

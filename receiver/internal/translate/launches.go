@@ -90,9 +90,89 @@ type launchTable struct {
 	spans    *spanOut
 	windows  *windowTable
 
-	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
-	queue   []*launch          // FIFO of pending launches (done ones are skipped)
+	pending map[srcKey]*launch   // launches but graph runs, also queued per source (bySrc)
+	queue   []*launch            // FIFO of pending launches (done ones are skipped)
 	qhead   int
+	bySrc   map[uint32]*srcQueue // each source's pending launches and graph runs, for makeRoom
+}
+
+// srcQueue is one source's pending launches and graph runs: how many, and
+// in creation order (done ones are skipped).
+type srcQueue struct {
+	pending int
+	queue   []*launch
+	qhead   int
+}
+
+// track counts pending launch l in its source's queue.
+func (lt *launchTable) track(l *launch) {
+	q := lt.bySrc[l.key.src]
+	if q == nil {
+		q = &srcQueue{}
+		lt.bySrc[l.key.src] = q
+	}
+	q.trim()
+	q.pending++
+	q.queue = append(q.queue, l)
+	l.tracked = true
+}
+
+// trim drops the finished launches at the head of q and compacts it, as
+// compactQueue does the launch table's.
+func (q *srcQueue) trim() {
+	for q.qhead < len(q.queue) && !q.queue[q.qhead].tracked {
+		q.queue[q.qhead] = nil
+		q.qhead++
+	}
+	if q.qhead > 1024 && q.qhead*2 > len(q.queue) {
+		n := copy(q.queue, q.queue[q.qhead:])
+		clear(q.queue[n:])
+		q.queue, q.qhead = q.queue[:n], 0
+	}
+}
+
+// untrack uncounts launch l (done) from its source, once, and releases
+// its kernel.
+func (lt *launchTable) untrack(l *launch) {
+	if !l.tracked {
+		return
+	}
+	l.tracked = false
+	if l.k != nil {
+		l.k.live--
+	}
+	if q := lt.bySrc[l.key.src]; q != nil {
+		q.pending--
+	}
+}
+
+// bind gives launch l (tracked) its kernel, which it keeps in use until
+// it is done.
+func (l *launch) bind(k *kernel) {
+	if l.k != nil && l.tracked {
+		l.k.live--
+	}
+	l.k = k
+	if l.tracked {
+		k.live++
+	}
+}
+
+// evictOldestOf emits the oldest pending launch of source queue q early;
+// false when it has none.
+func (lt *launchTable) evictOldestOf(q *srcQueue, now time.Time) bool {
+	defer q.trim()
+	for q.qhead < len(q.queue) {
+		l := q.queue[q.qhead]
+		q.queue[q.qhead] = nil
+		q.qhead++
+		if l.tracked && !l.done {
+			lt.counters.LaunchesEvicted++
+			lt.finish(l, now)
+			return true
+		}
+	}
+	return false
 }
 
 func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
@@ -137,7 +217,8 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		}
 		l.gap.seq = seq
 	}
-	l.have, l.rec, l.k = true, *r, k
+	l.have, l.rec = true, *r
+	l.bind(k)
 	for _, w := range l.gpu.buffered {
 		lt.recordWarp(l, w)
 	}
@@ -159,7 +240,7 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 	l := &launch{key: key, created: now}
 	lt.pending[key] = l
 	lt.queue = append(lt.queue, l)
-	lt.clients.track(l)
+	lt.track(l)
 	return l
 }
 
@@ -171,15 +252,6 @@ func (lt *launchTable) size() int { return len(lt.pending) }
 
 // enqueue queues a graph run for eviction and expiry (graph.go keys it).
 func (lt *launchTable) enqueue(l *launch) { lt.queue = append(lt.queue, l) }
-
-// kernelsInUse marks the kernels of the launches not done.
-func (lt *launchTable) kernelsInUse(used map[*kernel]bool) {
-	for _, l := range lt.queue[lt.qhead:] {
-		if !l.done && l.k != nil {
-			used[l.k] = true
-		}
-	}
-}
 
 // forget emits the pending launches of source src (disconnected) now:
 // those without launch record count as orphans.
@@ -195,6 +267,7 @@ func (lt *launchTable) forget(src uint32, now time.Time) {
 			}
 		}
 	}
+	delete(lt.bySrc, src)
 }
 
 // makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
@@ -202,7 +275,7 @@ func (lt *launchTable) forget(src uint32, now time.Time) {
 // cannot evict another's launches), else the oldest of all.
 func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 	for len(lt.pending)+lt.graphs.runs() >= lt.o.MaxPendingLaunches {
-		if c := lt.clients.get(src); c != nil && 2*c.pending >= lt.o.MaxPendingLaunches && lt.clients.evictOldestOf(c, now) {
+		if q := lt.bySrc[src]; q != nil && 2*q.pending >= lt.o.MaxPendingLaunches && lt.evictOldestOf(q, now) {
 			continue
 		}
 		lt.evictOldest(now)
@@ -211,7 +284,7 @@ func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 
 // drop forgets launch l (done).
 func (lt *launchTable) drop(l *launch) {
-	lt.clients.untrack(l)
+	lt.untrack(l)
 	lt.windows.released(l)
 	if l.graph.chain != nil {
 		lt.graphs.dropRun(l)

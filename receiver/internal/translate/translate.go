@@ -152,6 +152,7 @@ type kernel struct {
 	name    string // demangled
 	series  *series
 	include bool
+	live    int // pending launches bound to it (launch.bind), which keep it in its client's handles
 }
 
 // Translator decodes records and routes them to the parts that own the
@@ -238,7 +239,7 @@ func New(o Options) *Translator {
 	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
 	t.series = &seriesStore{o: &t.o, counters: &t.counters,
 		names: map[string]string{}, kernels: map[string]bool{}, procs: map[procKey]*procSeries{}}
-	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}}
+	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}, bySrc: map[uint32]*srcQueue{}}
 	t.graphs = &graphTable{o: &t.o, counters: &t.counters, chains: map[srcKey]*replayChain{}}
 	t.clients = &clientTable{o: &t.o, counters: &t.counters,
 		byID: map[uint32]*client{}, peers: map[uint32]*client{}, procs: map[uint32]string{}}
@@ -254,8 +255,8 @@ func New(o Options) *Translator {
 	t.launches.graphs, t.launches.clients, t.launches.hosts = t.graphs, t.clients, t.hosts
 	t.launches.spans, t.launches.windows = t.spans, t.windows
 	t.windows.launches, t.windows.clients = t.launches, t.clients
-	t.graphs.launches, t.graphs.clients = t.launches, t.clients
-	t.clients.launches, t.clients.series = t.launches, t.series
+	t.graphs.launches = t.launches
+	t.clients.series = t.series
 	t.hosts.launches, t.hosts.spans, t.hosts.series = t.launches, t.spans, t.series
 	t.spans.clients, t.spans.hosts = t.clients, t.hosts
 	return t
