@@ -90,8 +90,8 @@ type launchTable struct {
 	spans    *spanOut
 	windows  *windowTable
 
-	pending map[srcKey]*launch   // launches but graph runs, also queued per source (bySrc)
-	queue   []*launch            // FIFO of pending launches (done ones are skipped)
+	pending map[srcKey]*launch // launches but graph runs, also queued per source (bySrc)
+	queue   []*launch          // FIFO of pending launches (done ones are skipped)
 	qhead   int
 	bySrc   map[uint32]*srcQueue // each source's pending launches and graph runs, for makeRoom
 }
