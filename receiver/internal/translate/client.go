@@ -58,13 +58,12 @@ type clientTable struct {
 type client struct {
 	src     uint32
 	peer    Peer
-	res     pcommon.Map                 // its spans' resource (set with proc)
-	proc    *procSeries                 // its process's metric series (nil until needed)
-	devices map[uint32]string           // reported device ordinal → UUID, ≤ MaxDevices
-	lastDev uint32                      // device of its latest launch
-	kernels map[uint64]*kernel          // function handle → kernel, ≤ maxKernelHandles (kernels.go)
-	streams map[streamSlot]*streamState // launch order per stream, ≤ maxStreamSlots (streamgap.go)
-	win     clientWindows               // its driver windows' state and graph launch calls (windows.go)
+	res     pcommon.Map        // its spans' resource (set with proc)
+	proc    *procSeries        // its process's metric series (nil until needed)
+	devices map[uint32]string  // reported device ordinal → UUID, ≤ MaxDevices
+	lastDev uint32             // device of its latest launch
+	kernels map[uint64]*kernel // function handle → kernel, ≤ maxKernelHandles (kernels.go)
+	win     clientWindows      // its driver windows' state and graph launch calls (windows.go)
 }
 
 // Connect binds source src to the connection credentials p. Spans and
@@ -159,7 +158,7 @@ func (t *Translator) Clients() int { return t.clients.size() }
 func (ct *clientTable) clientOf(src uint32) *client {
 	c := ct.byID[src]
 	if c == nil {
-		c = &client{src: src, devices: map[uint32]string{}, kernels: map[uint64]*kernel{}, streams: map[streamSlot]*streamState{}}
+		c = &client{src: src, devices: map[uint32]string{}, kernels: map[uint64]*kernel{}}
 		ct.byID[src] = c
 	}
 	return c

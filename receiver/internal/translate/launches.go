@@ -94,6 +94,7 @@ type launchTable struct {
 	queue   []*launch          // FIFO of pending launches (done ones are skipped)
 	qhead   int
 	bySrc   map[uint32]*srcQueue // each source's pending launches and graph runs, for makeRoom
+	streams streamTable          // launch order per stream (streamgap.go)
 }
 
 // srcQueue is one source's pending launches and graph runs: how many, and
@@ -186,7 +187,7 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	}
 	var seq uint64
 	if src != HostProbeSource && r.Result == 0 {
-		seq = lt.clients.streamCount(slotOf(src, r.Device, r.Stream, r.TID))
+		seq = lt.streams.count(slotOf(src, r.Device, r.Stream, r.TID))
 	}
 	if !k.include {
 		if src != HostProbeSource {
@@ -268,6 +269,7 @@ func (lt *launchTable) forget(src uint32, now time.Time) {
 		}
 	}
 	delete(lt.bySrc, src)
+	lt.streams.forget(src)
 }
 
 // makeRoom evicts launches while MaxPendingLaunches are pending: the oldest

@@ -103,7 +103,7 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	if q, ok := lt.queueNS(l); ok {
 		s.queue.Record(float64(q) / 1e9)
 	}
-	if lt.clients.streamGap(l, &s.hostWait); l.gap.known {
+	if lt.streams.gap(l, &s.hostWait); l.gap.known {
 		s.hostWait.Record(float64(l.gap.hostWaitNS) / 1e9)
 	}
 	if !sampled(l.sampleKey(), lt.o.Sampling.OneIn) {

@@ -239,7 +239,8 @@ func New(o Options) *Translator {
 	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
 	t.series = &seriesStore{o: &t.o, counters: &t.counters,
 		names: map[string]string{}, kernels: map[string]bool{}, procs: map[procKey]*procSeries{}}
-	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}, bySrc: map[uint32]*srcQueue{}}
+	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}, bySrc: map[uint32]*srcQueue{},
+		streams: streamTable{o: &t.o, bySrc: map[uint32]map[streamSlot]*streamState{}}}
 	t.graphs = &graphTable{o: &t.o, counters: &t.counters, chains: map[srcKey]*replayChain{}}
 	t.clients = &clientTable{o: &t.o, counters: &t.counters,
 		byID: map[uint32]*client{}, peers: map[uint32]*client{}, procs: map[uint32]string{}}
@@ -370,7 +371,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		}
 		t.clients.validate(src, &t.dec.dm.PID, &t.dec.dm.Device)
 		if src != HostProbeSource {
-			t.clients.streamCount(slotOf(src, t.dec.dm.Device, t.dec.dm.Stream, t.dec.dm.TID))
+			t.launches.streams.count(slotOf(src, t.dec.dm.Device, t.dec.dm.Stream, t.dec.dm.TID))
 		}
 		t.onMemcpy(src, &t.dec.dm)
 	case record.TypeSync:
