@@ -123,7 +123,7 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 		defer t.spans.limit.gone(pid) // after its last spans
 	}
 	t.launches.forget(src, now)
-	t.windows.forget(src)
+	t.windows.forget(src, pid)
 	t.graphs.forget(src)
 	t.clients.forget(src, now)
 	t.o.Clock.Forget(src)

@@ -183,7 +183,7 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 	key := srcKey{src, r.LaunchID}
 	var call *graphGroup // the cuGraphLaunch call of a node's record; its first record names it
 	if r.API == record.APIGraphLaunch && src != HostProbeSource {
-		call = lt.windows.groups.call(lt.clients.clientOf(src), r)
+		call = lt.windows.call(src, r)
 	}
 	var seq uint64
 	if src != HostProbeSource && r.Result == 0 {
@@ -194,22 +194,26 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 			lt.hosts.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
 		}
 		lt.counters.LaunchesFilter++
+		var l *launch
 		if lt.graphs.isGraph(key) {
-			lt.graphs.filtered(key)
-		} else if l := lt.pending[key]; l != nil {
+			l = lt.graphs.filtered(key)
+		} else {
+			l = lt.pending[key]
+		}
+		if l != nil {
 			l.done = true
 			lt.drop(l)
 		}
 		lt.windows.filtered(key, r.API)
-		lt.windows.groups.add(lt.clients.clientOf(src), call, nil, k)
+		lt.windows.addNode(src, call, nil, k)
 		return
 	}
 	if r.API == record.APIGraphLaunch && !lt.graphs.isGraph(key) {
-		lt.graphs.adoptCaptured(key, now)
+		lt.adoptCaptured(key, now)
 	}
 	var l *launch
 	if lt.graphs.isGraph(key) {
-		l = lt.graphs.launchRun(key, r, now) // a replay of a graph node: its own run
+		l = lt.launchRun(key, r, now) // a replay of a graph node: its own run
 	} else {
 		if l = lt.pending[key]; l == nil {
 			l = lt.newPending(key, now)
@@ -228,7 +232,7 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		lt.graphs.launched(l)
 	}
 	if call != nil && l.graph.call.g == nil {
-		lt.windows.groups.add(lt.clients.clientOf(src), call, l, k)
+		lt.windows.addNode(src, call, l, k)
 	}
 	if src != HostProbeSource {
 		lt.hosts.onShimLaunch(r.PID, l, now)
@@ -245,14 +249,59 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 	return l
 }
 
-// get returns the pending launch key (not a graph run), nil if none.
-func (lt *launchTable) get(key srcKey) *launch { return lt.pending[key] }
-
 // size is the number of pending launches (not graph runs).
 func (lt *launchTable) size() int { return len(lt.pending) }
 
-// enqueue queues a graph run for eviction and expiry (graph.go keys it).
-func (lt *launchTable) enqueue(l *launch) { lt.queue = append(lt.queue, l) }
+// newRun adds a pending run of graph node key (graph.go keys it).
+func (lt *launchTable) newRun(key srcKey, now time.Time) *launch {
+	lt.makeRoom(key.src, now)
+	l := lt.graphs.newRun(key, now)
+	lt.queue = append(lt.queue, l)
+	lt.track(l)
+	return l
+}
+
+// launchRun returns the run that launch record r of graph node key goes
+// with: the oldest run with device records and no launch record, else a
+// new one. A failed launch (nothing ran) gets a run of its own. Runs whose
+// device window ended before the launch call began are orphans (their
+// launch record is lost): they are emitted on the way.
+func (lt *launchTable) launchRun(key srcKey, r *record.Launch, now time.Time) *launch {
+	for r.Result == 0 {
+		l, orphan := lt.graphs.launchRun(key, r)
+		if l == nil {
+			break
+		}
+		if !orphan {
+			return l
+		}
+		lt.finish(l, now) // counted as an orphan
+	}
+	return lt.newRun(key, now)
+}
+
+// adoptCaptured makes key a graph node at the first cuGraphLaunch record
+// that carries it. Shims before capture.c wrote a launch record with that
+// id when the launch was captured, and it never ran: it is dropped
+// (counted in LaunchesCaptured). Device records that reached the key
+// meanwhile (a replay's window read before its launch record) become the
+// node's first run.
+func (lt *launchTable) adoptCaptured(key srcKey, now time.Time) {
+	lt.graphs.chain(key) // a graph node from now on
+	p := lt.pending[key]
+	if p == nil {
+		return
+	}
+	p.done = true
+	lt.drop(p)
+	if p.have {
+		lt.counters.LaunchesCaptured++
+	}
+	if p.gpu.exec == nil && p.gpu.warps == 0 {
+		return
+	}
+	lt.graphs.adopt(lt.newRun(key, now), p)
+}
 
 // forget emits the pending launches of source src (disconnected) now:
 // those without launch record count as orphans.
@@ -317,11 +366,22 @@ func (lt *launchTable) compactQueue() {
 	}
 }
 
+// onWindow joins driver window w of source src to its launch, which may
+// then be complete.
+func (lt *launchTable) onWindow(src uint32, w *record.Window, now time.Time) {
+	if l := lt.windows.match(src, w, lt.pending[srcKey{src, w.LaunchID}]); l != nil {
+		lt.maybeFinish(l, now)
+	}
+}
+
 func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
 	key := srcKey{src, w.LaunchID}
 	var l *launch
 	if lt.graphs.isGraph(key) {
-		l = lt.graphs.warpRun(key, now)
+		if l = lt.graphs.warpRun(key); l == nil {
+			l = lt.newRun(key, now)
+			lt.graphs.collecting(l)
+		}
 	} else if l = lt.pending[key]; l == nil {
 		l = lt.newPending(key, now)
 	}
@@ -349,8 +409,12 @@ func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
 	key := srcKey{src, e.LaunchID}
 	var l *launch
 	if lt.graphs.isGraph(key) {
-		if l = lt.graphs.execRun(key, e, now); l == nil {
+		var orphan bool
+		if l, orphan = lt.graphs.execRun(key, e); orphan {
 			return
+		} else if l == nil {
+			l = lt.newRun(key, now)
+			lt.graphs.wantsLaunch(l)
 		}
 	} else if l = lt.pending[key]; l == nil {
 		l = lt.newPending(key, now)

@@ -246,7 +246,7 @@ func New(o Options) *Translator {
 		byID: map[uint32]*client{}, peers: map[uint32]*client{}, procs: map[uint32]string{}}
 	t.hosts = &hostTable{o: &t.o, counters: &t.counters, start: t.start,
 		procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
-	t.windows = &windowTable{o: &t.o, counters: &t.counters, groups: groupTable{o: &t.o},
+	t.windows = &windowTable{o: &t.o, counters: &t.counters, bySrc: map[uint32]*clientWindows{}, groups: groupTable{o: &t.o},
 		cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}}
 	t.spans = &spanOut{o: &t.o, counters: &t.counters,
 		limit: &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}}}
@@ -255,8 +255,6 @@ func New(o Options) *Translator {
 	// The parts call each other; each names the ones it calls.
 	t.launches.graphs, t.launches.clients, t.launches.hosts = t.graphs, t.clients, t.hosts
 	t.launches.spans, t.launches.windows = t.spans, t.windows
-	t.windows.launches, t.windows.clients = t.launches, t.clients
-	t.graphs.launches = t.launches
 	t.clients.series = t.series
 	t.hosts.launches, t.hosts.spans, t.hosts.series = t.launches, t.spans, t.series
 	t.spans.clients, t.spans.hosts = t.clients, t.hosts
@@ -333,14 +331,14 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		if src != HostProbeSource {
-			t.windows.onWindow(src, &t.dec.dv, now)
+			t.launches.onWindow(src, &t.dec.dv, now)
 		}
 	case record.TypeWindowState:
 		if err := t.dec.dx.Decode(rec); err != nil {
 			return err
 		}
 		if src != HostProbeSource {
-			t.windows.onWindowState(src, &t.dec.dx)
+			t.windows.onWindowState(src, t.clients.clientOf(src).peer.PID, &t.dec.dx)
 		}
 	case record.TypeCompletion:
 		if err := t.dec.dc.Decode(rec); err != nil {
