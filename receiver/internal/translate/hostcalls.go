@@ -59,7 +59,6 @@ type hostTable struct {
 	o        *Options
 	counters *Counters
 	start    pcommon.Timestamp
-	launches *launchTable
 	spans    *spanOut
 	series   *seriesStore
 
@@ -201,21 +200,23 @@ func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
 	for ; p.uhead < len(p.unmatched); p.uhead++ {
 		if c := p.unmatched[p.uhead]; !c.taken {
 			ht.counters.HostCallsUnmatched++
-			ht.spans.emitStandalone(p, c)
+			ht.standalone(p, c)
 		}
 	}
 	p.unmatched, p.uhead = p.unmatched[:0], 0
 	for k, q := range p.shimless.streams {
 		for _, ol := range q {
 			ht.counters.ApproxUnclosed++
-			ht.spans.emitStandalone(p, ol.call)
+			ht.standalone(p, ol.call)
 		}
 		delete(p.shimless.streams, k)
 	}
 	p.shimless.nOpen = 0
 }
 
-func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
+// onHostCall takes host call c and returns the held shim launches it
+// settled (finishSettled): launchTable finishes them.
+func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) []*launch {
 	ht.counters.HostCalls++
 	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(ht.dur) {
 		h := &ht.dur[c.API]
@@ -233,7 +234,7 @@ func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
 		ht.deferCall(p, hc, now)
 	}
 	ht.releaseDeferred(p, now, false)
-	ht.finishSettled(th, now)
+	return settled(th)
 }
 
 // onKernelName binds a (pid, handle) of the host probes to its name.
@@ -318,7 +319,7 @@ func (ht *hostTable) matchOrWait(p *hostProc, c *hostCall) {
 			p.uhead++
 			if !old.taken {
 				ht.counters.HostCallsEvicted++
-				ht.spans.emitStandalone(p, old)
+				ht.standalone(p, old)
 				break
 			}
 		}
@@ -419,11 +420,11 @@ func (ht *hostTable) hold(l *launch, now time.Time) bool {
 	return false
 }
 
-// finishSettled finishes the held launches of th that the latest host call
-// of the thread settled.
-func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
+// settled returns the held launches of th that the latest host call of
+// the thread settled.
+func settled(th *hostThread) []*launch {
 	if th.held == 0 {
-		return
+		return nil
 	}
 	var done []*launch
 	for _, l := range th.launches {
@@ -431,11 +432,7 @@ func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
 			done = append(done, l)
 		}
 	}
-	for _, l := range done {
-		if !l.done {
-			ht.launches.finish(l, now)
-		}
-	}
+	return done
 }
 
 // unregister removes l from its thread's pending launches.
@@ -465,7 +462,7 @@ func (ht *hostTable) expire(now time.Time) {
 					break
 				}
 				ht.counters.HostCallsUnmatched++
-				ht.spans.emitStandalone(p, c)
+				ht.standalone(p, c)
 			}
 			p.unmatched[p.uhead] = nil
 			p.uhead++

@@ -165,6 +165,70 @@ func (so *spanOut) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcom
 	return id
 }
 
+// emitStandalone emits host call c of process pid and its children as a
+// trace of their own and returns c's span (false when sampling or the span
+// cap left the trace out). kernel names a launch call's kernel ("":
+// unknown).
+func (so *spanOut) emitStandalone(pid uint32, c *hostCall, kernel string) (ptrace.Span, bool) {
+	if !sampled(srcKey{pid, c.rec.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(pid, treeSize(c)) {
+		return ptrace.Span{}, false
+	}
+	ss := so.spansOf(pid)
+	i := ss.Len()
+	so.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
+	return ss.At(i), true
+}
+
+// emitApprox emits launch ol of process pid, closed by sync, with its
+// approximate kernel span (graph span for a graph launch).
+func (so *spanOut) emitApprox(pid uint32, ol *openLaunch, sync *record.HostCall) {
+	r := &ol.call.rec
+	graph := r.API.Category() == record.HostCatGraphLaunch
+	if graph {
+		so.counters.ApproxGraphs++
+	} else {
+		so.counters.ApproxSpans++
+	}
+	if !sampled(srcKey{pid, r.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(pid, treeSize(ol.call)+1) {
+		return
+	}
+	ss := so.spansOf(pid)
+	tr := otelid.NewTraceID()
+	name := ol.kernel.name
+	if graph {
+		name = "cuda.graph"
+	}
+	parent := so.emitTree(ss, ol.call, tr, pcommon.SpanID{}, ol.kernel.name)
+	sp := ss.AppendEmpty()
+	sp.SetTraceID(tr)
+	sp.SetSpanID(otelid.NewSpanID())
+	sp.SetParentSpanID(parent)
+	sp.SetName(name)
+	sp.SetKind(ptrace.SpanKindInternal)
+	start := so.mono(HostProbeSource, r.EnterNS)
+	sp.SetStartTimestamp(start)
+	sp.SetEndTimestamp(max(start, so.mono(HostProbeSource, sync.ExitNS)))
+	so.nSpans++
+	a := sp.Attributes()
+	a.EnsureCapacity(14)
+	if graph {
+		a.PutInt("cuda.graph.exec", int64(r.Args[0]))
+		a.PutInt("cuda.stream", int64(r.Args[5]))
+		a.PutBool("cuda.graph.approximate", true)
+		a.PutStr("cuda.graph.approximate.closed_by", sync.API.String())
+	} else {
+		a.PutStr("cuda.kernel.name", ol.kernel.name)
+		if ol.kernel.mangled != "" {
+			a.PutStr("cuda.kernel.mangled_name", ol.kernel.mangled)
+		}
+		a.PutBool("cuda.kernel.approximate", true)
+		a.PutStr("cuda.kernel.approximate.closed_by", sync.API.String())
+		putLaunchArgs(a, r)
+	}
+	a.PutInt("process.pid", int64(r.PID))
+	a.PutInt("thread.id", int64(r.TID))
+}
+
 // captureModes names cudaStreamCaptureMode / CUstreamCaptureMode values.
 var captureModes = [...]string{"global", "thread_local", "relaxed"}
 

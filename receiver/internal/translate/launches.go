@@ -374,6 +374,16 @@ func (lt *launchTable) onWindow(src uint32, w *record.Window, now time.Time) {
 	}
 }
 
+// onHostCall takes host call c (host probes) and finishes the held shim
+// launches it settled.
+func (lt *launchTable) onHostCall(c *record.HostCall, now time.Time) {
+	for _, l := range lt.hosts.onHostCall(c, now) {
+		if !l.done {
+			lt.finish(l, now)
+		}
+	}
+}
+
 func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
 	key := srcKey{src, w.LaunchID}
 	var l *launch

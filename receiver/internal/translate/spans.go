@@ -32,7 +32,6 @@ type spanOut struct {
 	o        *Options
 	counters *Counters
 	clients  *clientTable
-	hosts    *hostTable
 	limit    *spanLimit // limits::spans_per_second (spanlimit.go)
 
 	traces ptrace.Traces

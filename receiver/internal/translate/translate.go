@@ -256,8 +256,8 @@ func New(o Options) *Translator {
 	t.launches.graphs, t.launches.clients, t.launches.hosts = t.graphs, t.clients, t.hosts
 	t.launches.spans, t.launches.windows = t.spans, t.windows
 	t.clients.series = t.series
-	t.hosts.launches, t.hosts.spans, t.hosts.series = t.launches, t.spans, t.series
-	t.spans.clients, t.spans.hosts = t.clients, t.hosts
+	t.hosts.spans, t.hosts.series = t.spans, t.series
+	t.spans.clients = t.clients
 	return t
 }
 
@@ -394,7 +394,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		}
 		t.clients.validate(src, &t.dec.dh.PID)
 		t.clients.processName(t.dec.dh.PID) // while the process is alive: spans are built later
-		t.hosts.onHostCall(&t.dec.dh, now)
+		t.launches.onHostCall(&t.dec.dh, now)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
 	}
