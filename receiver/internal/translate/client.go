@@ -48,10 +48,9 @@ type clientTable struct {
 	o        *Options
 	counters *Counters
 	series   *seriesStore
+	res      *resourceBook // its devices and resource, as spans show them (resource.go)
 
-	byID  map[uint32]*client // source → its state
-	peers map[uint32]*client // peer pid of a connected client → its state
-	procs map[uint32]string  // pid → executable name (host probes, unconnected sources)
+	byID map[uint32]*client // source → its state
 }
 
 // client is the state of one source.
@@ -82,10 +81,8 @@ func (ct *clientTable) connect(src uint32, p Peer) {
 		c.proc = nil
 	}
 	c.peer = p
-	if p.PID != 0 {
-		ct.peers[p.PID] = c
-	}
 	ct.bindProc(c)
+	ct.res.connect(p.PID, src, p.Exe, c.res)
 }
 
 // procOf returns the metric series of source src's process, made on first
@@ -141,9 +138,7 @@ func (ct *clientTable) forget(src uint32, now time.Time) {
 	if c == nil {
 		return
 	}
-	if c.peer.PID != 0 && ct.peers[c.peer.PID] == c {
-		delete(ct.peers, c.peer.PID)
-	}
+	ct.res.forget(c.peer.PID, src)
 	if c.proc != nil {
 		ct.series.release(c.proc, now)
 	}
@@ -158,7 +153,7 @@ func (t *Translator) Clients() int { return t.clients.size() }
 func (ct *clientTable) clientOf(src uint32) *client {
 	c := ct.byID[src]
 	if c == nil {
-		c = &client{src: src, devices: map[uint32]string{}, kernels: map[uint64]*kernel{}}
+		c = &client{src: src, kernels: map[uint64]*kernel{}}
 		ct.byID[src] = c
 	}
 	return c
@@ -167,8 +162,8 @@ func (ct *clientTable) clientOf(src uint32) *client {
 // device validates a device number of a record: one the client reported,
 // or before any report one below MaxDevices; else OtherDevice (counted).
 func (ct *clientTable) device(c *client, d uint32) uint32 {
-	if len(c.devices) > 0 {
-		if _, ok := c.devices[d]; ok {
+	if devs := ct.res.devicesOf(c.src); len(devs) > 0 {
+		if _, ok := devs[d]; ok {
 			return d
 		}
 	} else if d < MaxDevices {
@@ -188,12 +183,14 @@ func (c *client) pid(recPID uint32) uint32 {
 
 // onDevice records a device the client reports (at most MaxDevices).
 func (ct *clientTable) onDevice(c *client, d *record.Device) {
-	if _, ok := c.devices[d.Device]; !ok && (d.Device >= MaxDevices || len(c.devices) >= MaxDevices) {
+	devs := ct.res.devicesOf(c.src)
+	if _, ok := devs[d.Device]; !ok && (d.Device >= MaxDevices || len(devs) >= MaxDevices) {
 		ct.counters.DevicesFolded++
 		return
 	}
-	c.devices[d.Device] = deviceUUID(d)
-	ct.procOf(c.src).putDevice(d.Device, c.devices[d.Device])
+	uuid := deviceUUID(d)
+	ct.res.putDeviceOf(c.src, d.Device, uuid)
+	ct.procOf(c.src).putDevice(d.Device, uuid)
 }
 
 // deviceUUID is a device's cuda.device.uuid: the bare UUID, as OBI writes
@@ -223,16 +220,6 @@ func (t *Translator) LastDevice(src uint32) uint32 {
 		return c.lastDev
 	}
 	return 0
-}
-
-// putDevice puts the device index and, when src reported it, its UUID.
-func (ct *clientTable) putDevice(a pcommon.Map, src, dev uint32) {
-	a.PutInt("cuda.device.index", deviceIndex(dev))
-	if c := ct.byID[src]; c != nil {
-		if u, ok := c.devices[dev]; ok {
-			a.PutStr("cuda.device.uuid", u)
-		}
-	}
 }
 
 // deviceIndex is the cuda.device.index of a validated device number.

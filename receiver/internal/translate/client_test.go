@@ -147,8 +147,8 @@ func TestDisconnectFreesClient(t *testing.T) {
 		t.Fatalf("pending %d, clients %d", tr.Pending(), tr.Clients())
 	}
 	tr.Disconnect(1, now)
-	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.clients.peers) != 0 {
-		t.Fatalf("after disconnect: pending %d, clients %d, peers %d", tr.Pending(), tr.Clients(), len(tr.clients.peers))
+	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.spans.res.peers) != 0 {
+		t.Fatalf("after disconnect: pending %d, clients %d, peers %d", tr.Pending(), tr.Clients(), len(tr.spans.res.peers))
 	}
 	if _, ok := mapper.GPUToReal(1, 0, gpuBase); ok {
 		t.Fatal("the client's clock fit outlived it")

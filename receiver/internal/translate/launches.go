@@ -177,7 +177,7 @@ func (lt *launchTable) evictOldestOf(q *srcQueue, now time.Time) bool {
 }
 
 func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
-	lt.clients.processName(r.PID) // while the process is alive: spans are built later
+	lt.spans.res.processName(r.PID) // while the process is alive: spans are built later
 	lt.clients.clientOf(src).lastDev = r.Device
 	k := lt.clients.kernelOf(src, r.Function)
 	key := srcKey{src, r.LaunchID}

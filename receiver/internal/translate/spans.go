@@ -1,10 +1,7 @@
 package translate
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/otelid"
 	"github.com/gpuprobe/gpuprobe/record"
@@ -31,8 +28,8 @@ const (
 type spanOut struct {
 	o        *Options
 	counters *Counters
-	clients  *clientTable
-	limit    *spanLimit // limits::spans_per_second (spanlimit.go)
+	res      *resourceBook // what the spans say of their process and device (resource.go)
+	limit    *spanLimit    // limits::spans_per_second (spanlimit.go)
 
 	traces ptrace.Traces
 	byPID  map[uint32]ptrace.SpanSlice
@@ -61,56 +58,12 @@ func (so *spanOut) spansOf(pid uint32) ptrace.SpanSlice {
 		return ss
 	}
 	rs := so.traces.ResourceSpans().AppendEmpty()
-	so.fillResource(rs.Resource().Attributes(), pid)
+	so.res.fillResource(rs.Resource().Attributes(), pid)
 	sc := rs.ScopeSpans().AppendEmpty()
 	sc.Scope().SetName(ScopeName)
 	ss := sc.Spans()
 	so.byPID[pid] = ss
 	return ss
-}
-
-func (so *spanOut) fillResource(attrs pcommon.Map, pid uint32) {
-	so.clients.fillResource(attrs, pid)
-}
-
-// processName returns the executable name of pid, cached.
-func (ct *clientTable) processName(pid uint32) string {
-	if c, ok := ct.peers[pid]; ok && c.peer.Exe != "" {
-		return c.peer.Exe // a connected client's, read at connect
-	}
-	if n, ok := ct.procs[pid]; ok {
-		return n
-	}
-	var n string
-	if ct.o.ProcessName != nil {
-		n = ct.o.ProcessName(pid)
-	} else {
-		n = ProcName(pid)
-	}
-	n = record.Sanitize(n, maxExeLen)
-	if n == "" {
-		return "" // gone or unreadable: not cached, a later record may know it
-	}
-	if len(ct.procs) > 4096 {
-		clear(ct.procs)
-	}
-	ct.procs[pid] = n
-	return n
-}
-
-// ProcName returns the executable name of pid: the base name of
-// /proc/PID/exe, else /proc/PID/comm (cut at 15 bytes by the kernel), ""
-// if the process is gone.
-func ProcName(pid uint32) string {
-	dir := "/proc/" + strconv.FormatUint(uint64(pid), 10)
-	if exe, err := os.Readlink(dir + "/exe"); err == nil && exe != "" {
-		return filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
-	}
-	b, err := os.ReadFile(dir + "/comm")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // mono maps a CLOCK_MONOTONIC reading of source src to a timestamp (0 when
@@ -153,7 +106,7 @@ func (so *spanOut) launchSpans(l *launch) {
 		// patched, or left out by sampling::device_one_in): no phases.
 		a.PutBool("cuda.launch.probed", false)
 	}
-	so.clients.putDevice(a, l.key.src, r.Device)
+	so.res.putDevice(a, l.key.src, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))
 	a.PutInt("cuda.grid.x", int64(r.Grid[0]))
 	a.PutInt("cuda.grid.y", int64(r.Grid[1]))
@@ -238,7 +191,7 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 	a.PutStr("cuda.memcpy.kind", m.Kind.String())
 	a.PutInt("cuda.memcpy.size", int64(m.Bytes))
 	a.PutBool("cuda.memcpy.async", m.Flags&record.MemcpyAsync != 0)
-	so.clients.putDevice(a, src, m.Device)
+	so.res.putDevice(a, src, m.Device)
 	a.PutInt("cuda.stream", int64(m.Stream))
 	a.PutInt("thread.id", int64(m.TID))
 }

@@ -243,12 +243,14 @@ func New(o Options) *Translator {
 		streams: streamTable{o: &t.o, bySrc: map[uint32]map[streamSlot]*streamState{}}}
 	t.graphs = &graphTable{o: &t.o, counters: &t.counters, chains: map[srcKey]*replayChain{}}
 	t.clients = &clientTable{o: &t.o, counters: &t.counters,
-		byID: map[uint32]*client{}, peers: map[uint32]*client{}, procs: map[uint32]string{}}
+		byID: map[uint32]*client{}}
 	t.hosts = &hostTable{o: &t.o, counters: &t.counters, start: t.start,
 		procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
 	t.windows = &windowTable{o: &t.o, counters: &t.counters, bySrc: map[uint32]*clientWindows{}, groups: groupTable{o: &t.o},
 		cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}}
-	t.spans = &spanOut{o: &t.o, counters: &t.counters,
+	res := &resourceBook{o: &t.o, peers: map[uint32]peerRes{}, procs: map[uint32]string{}, devices: map[uint32]map[uint32]string{}}
+	t.clients.res = res
+	t.spans = &spanOut{o: &t.o, counters: &t.counters, res: res,
 		limit: &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}}}
 	t.spans.resetTraces()
 
@@ -257,7 +259,6 @@ func New(o Options) *Translator {
 	t.launches.spans, t.launches.windows = t.spans, t.windows
 	t.clients.series = t.series
 	t.hosts.spans, t.hosts.series = t.spans, t.series
-	t.spans.clients = t.clients
 	return t
 }
 
@@ -393,7 +394,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.clients.validate(src, &t.dec.dh.PID)
-		t.clients.processName(t.dec.dh.PID) // while the process is alive: spans are built later
+		t.spans.res.processName(t.dec.dh.PID) // while the process is alive: spans are built later
 		t.launches.onHostCall(&t.dec.dh, now)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
