@@ -85,6 +85,16 @@ func (ct *clientTable) connect(src uint32, p Peer) {
 	ct.res.connect(p.PID, src, p.Exe, c.res)
 }
 
+// onLaunch takes launch record r of source src: it notes the process's
+// name (while the process is alive: spans are built later) and the
+// client's latest device, and returns the kernel r's function handle is
+// bound to.
+func (ct *clientTable) onLaunch(src uint32, r *record.Launch) *kernel {
+	ct.res.processName(r.PID)
+	ct.clientOf(src).lastDev = r.Device
+	return ct.kernelOf(src, r.Function)
+}
+
 // procOf returns the metric series of source src's process, made on first
 // use.
 func (ct *clientTable) procOf(src uint32) *procSeries {
@@ -119,9 +129,7 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 	if pid != 0 {
 		defer t.spans.limit.gone(pid) // after its last spans
 	}
-	t.launches.forget(src, now)
-	t.windows.forget(src, pid)
-	t.graphs.forget(src)
+	t.launches.forget(src, pid, now)
 	t.clients.forget(src, now)
 	t.o.Clock.Forget(src)
 }

@@ -84,11 +84,10 @@ type warpTimes struct{ exec, skew uint64 }
 type launchTable struct {
 	o        *Options
 	counters *Counters
-	graphs   *graphTable
-	clients  *clientTable
-	hosts    *hostTable
+	graphs   *graphTable  // runs of CUDA graph nodes (graph.go)
+	windows  *windowTable // driver windows, graph launch calls, coverage (windows.go, graphgroups.go, coverage.go)
+	hosts    *hostTable   // host calls and the shim-less approximation (hostcalls.go, approx.go)
 	spans    *spanOut
-	windows  *windowTable
 
 	pending map[srcKey]*launch // launches but graph runs, also queued per source (bySrc)
 	queue   []*launch          // FIFO of pending launches (done ones are skipped)
@@ -176,10 +175,9 @@ func (lt *launchTable) evictOldestOf(q *srcQueue, now time.Time) bool {
 	return false
 }
 
-func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
-	lt.spans.res.processName(r.PID) // while the process is alive: spans are built later
-	lt.clients.clientOf(src).lastDev = r.Device
-	k := lt.clients.kernelOf(src, r.Function)
+// onLaunch takes launch record r of source src, of kernel k (the client
+// table's binding of its function handle).
+func (lt *launchTable) onLaunch(src uint32, r *record.Launch, k *kernel, now time.Time) {
 	key := srcKey{src, r.LaunchID}
 	var call *graphGroup // the cuGraphLaunch call of a node's record; its first record names it
 	if r.API == record.APIGraphLaunch && src != HostProbeSource {
@@ -249,8 +247,8 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 	return l
 }
 
-// size is the number of pending launches (not graph runs).
-func (lt *launchTable) size() int { return len(lt.pending) }
+// size is the number of pending launches and graph runs.
+func (lt *launchTable) size() int { return len(lt.pending) + lt.graphs.runs() }
 
 // newRun adds a pending run of graph node key (graph.go keys it).
 func (lt *launchTable) newRun(key srcKey, now time.Time) *launch {
@@ -304,8 +302,10 @@ func (lt *launchTable) adoptCaptured(key srcKey, now time.Time) {
 }
 
 // forget emits the pending launches of source src (disconnected) now:
-// those without launch record count as orphans.
-func (lt *launchTable) forget(src uint32, now time.Time) {
+// those without launch record count as orphans. Then it drops the
+// source's state: its queue, streams, graph nodes, and windows (pid: its
+// process, 0: unknown).
+func (lt *launchTable) forget(src, pid uint32, now time.Time) {
 	for _, l := range lt.queue[lt.qhead:] {
 		if l != nil && !l.done && l.key.src == src {
 			if l.have {
@@ -319,6 +319,8 @@ func (lt *launchTable) forget(src uint32, now time.Time) {
 	}
 	delete(lt.bySrc, src)
 	lt.streams.forget(src)
+	lt.windows.forget(src, pid)
+	lt.graphs.forget(src)
 }
 
 // makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
@@ -522,7 +524,9 @@ func (lt *launchTable) onCompletion(src uint32, c *record.Completion, now time.T
 	lt.maybeFinish(l, now)
 }
 
-func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
+// onThreadCount folds thread counts tc of source src into the series of
+// its launch's kernel in proc, the series of src's process.
+func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount, proc *procSeries) {
 	key := srcKey{src, tc.LaunchID}
 	var k *kernel // nil: launch unknown
 	var dev uint32
@@ -535,7 +539,7 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
 	} else if l := lt.pending[key]; l != nil && l.have {
 		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
 	}
-	s := lt.clients.procOf(src).of(k)
+	s := proc.of(k)
 	ds := s.dev(dev)
 	h := &ds.threadExec
 	for _, c := range tc.Counts {

@@ -42,12 +42,13 @@ func (lt *launchTable) kernelOver(l *launch) bool {
 // processes gone for Process.Retention. Call it once per poll.
 func (t *Translator) Expire(now time.Time) {
 	t.launches.expire(now)
-	t.hosts.expire(now)
 	t.series.sweep(now)
 }
 
-// expire emits or drops the launches whose wait is over.
+// expire emits or drops the launches whose wait is over, then the host
+// calls whose wait is.
 func (lt *launchTable) expire(now time.Time) {
+	defer lt.hosts.expire(now)
 	for i := lt.qhead; i < len(lt.queue); i++ {
 		l := lt.queue[i]
 		if l.done {
