@@ -443,66 +443,6 @@ func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
 	lt.maybeFinish(l, now)
 }
 
-// deviceDone says whether every device record the launch waits for is in:
-// its Exec window, or one Warp record per warp; at once for a launch the
-// shim marked unprobed (no device record of it will come).
-func (l *launch) deviceDone() bool {
-	return l.rec.Flags&record.LaunchUnprobed != 0 || l.gpu.exec != nil || l.gpu.warps >= expectedWarps(&l.rec)
-}
-
-// hasDevice says whether the launch has a device window (devWindow).
-func (l *launch) hasDevice() bool { return l.gpu.exec != nil || l.gpu.warps > 0 || l.gpu.win.ok }
-
-// probed says whether the launch's own probes timed all of it: its Exec
-// window, or every warp.
-func (l *launch) probed() bool {
-	return l.gpu.exec != nil || (l.have && l.gpu.warps > 0 && l.gpu.warps >= expectedWarps(&l.rec))
-}
-
-// devTime is a device timestamp of a launch: %globaltimer of its device
-// (its probes'), or its client's CLOCK_MONOTONIC (mono: a driver window).
-type devTime struct {
-	ns   uint64
-	mono bool
-}
-
-// devWindow is the device window the launch's spans and figures use: its
-// probes' when they timed all of it (kernel_phases' Exec, every warp),
-// else the driver's (record.Window), else the warps that came; ok is
-// false when it has none.
-func (l *launch) devWindow() (start, end devTime, ok bool) {
-	switch {
-	case l.probed():
-	case l.gpu.win.ok:
-		return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
-	case l.gpu.warps == 0:
-		return devTime{}, devTime{}, false
-	}
-	return devTime{l.gpu.firstStart, false}, devTime{l.gpu.lastEnd, false}, true
-}
-
-// window is the device window l's spans and figures use: devWindow's, or
-// the driver's when devWindow's is the probes' and their device has no
-// clock mapping (its calibration failed), so that a launch the driver
-// timed always shows its window.
-func (o *Options) window(l *launch) (start, end devTime, ok bool) {
-	start, end, ok = l.devWindow()
-	if ok && !start.mono && l.gpu.win.ok {
-		if _, mapped := o.Clock.GPUToReal(l.key.src, l.rec.Device, start.ns); !mapped {
-			return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
-		}
-	}
-	return start, end, ok
-}
-
-// toReal maps device time t of source src and device dev to realtime ns.
-func (o *Options) toReal(src, dev uint32, t devTime) (uint64, bool) {
-	if t.mono {
-		return o.Clock.ClientMonoToReal(src, t.ns)
-	}
-	return o.Clock.GPUToReal(src, dev, t.ns)
-}
-
 func (lt *launchTable) recordWarp(l *launch, w warpTimes) {
 	s := l.k.series.dev(l.rec.Device)
 	s.warpExec.Record(float64(w.exec) / 1e9)
