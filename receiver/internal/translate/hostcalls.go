@@ -5,8 +5,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 )
 
 // HostProbeSource is the source id of the records of the built-in host
@@ -472,3 +474,29 @@ func (ht *hostTable) expire(now time.Time) {
 		ht.expireOpen(p, now)
 	}
 }
+
+// appendMetrics writes the host call duration histograms (per API) and
+// the count of approximate kernel spans.
+func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+	dur := newHistOut(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.",
+		ht.o.Metrics.DurationBounds != nil)
+	for _, a := range record.HostAPIs() {
+		h := &ht.dur[a]
+		if h.Count() == 0 {
+			continue
+		}
+		attrs := dur.add(h, ht.start, ts)
+		attrs.PutStr("cuda.api.name", apiInfo(a).name)
+		attrs.PutStr("cuda.api.category", apiInfo(a).category)
+	}
+	if ht.counters.ApproxSpans > 0 {
+		dp := newSum(sm, MetricApproxKernels, "{span}",
+			"Approximate kernel spans (launch call to the sync that covered it) of processes without the shim.").AppendEmpty()
+		dp.SetStartTimestamp(ht.start)
+		dp.SetTimestamp(ts)
+		dp.SetIntValue(int64(ht.counters.ApproxSpans))
+	}
+}
+
+// hostDurations holds one histogram per HostAPI number.
+type hostDurations [hostAPISlots]exphist.Hist
