@@ -85,11 +85,11 @@ func (ct *clientTable) connect(src uint32, p Peer) {
 	ct.res.connect(p.PID, src, p.Exe, c.res)
 }
 
-// onLaunch takes launch record r of source src: it notes the process's
+// bindLaunch takes launch record r of source src: it notes the process's
 // name (while the process is alive: spans are built later) and the
 // client's latest device, and returns the kernel r's function handle is
 // bound to.
-func (ct *clientTable) onLaunch(src uint32, r *record.Launch) *kernel {
+func (ct *clientTable) bindLaunch(src uint32, r *record.Launch) *kernel {
 	ct.res.processName(r.PID)
 	ct.clientOf(src).lastDev = r.Device
 	return ct.kernelOf(src, r.Function)

@@ -1,11 +1,3 @@
-// Package translate turns gpuprobe records (package record) into OTLP spans
-// and metrics. It joins the records of one kernel launch (launch, warps,
-// completion) under a bounded set of pending launches, maps GPU and host
-// timestamps onto CLOCK_REALTIME, folds kernel names beyond a limit into
-// "other", samples spans, and keeps cumulative metrics.
-//
-// A Translator is not safe for concurrent use; the receiver drives it from
-// its one poll goroutine.
 package translate
 
 import (
@@ -309,7 +301,8 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.clients.validate(src, &t.dec.dl.PID, &t.dec.dl.Device)
-		t.launches.onLaunch(src, &t.dec.dl, t.clients.onLaunch(src, &t.dec.dl), now)
+		k := t.clients.bindLaunch(src, &t.dec.dl)
+		t.launches.onLaunch(src, &t.dec.dl, k, now)
 	case record.TypeWarp:
 		if err := t.dec.dw.Decode(rec); err != nil {
 			return err
@@ -376,7 +369,8 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dec.dt.Decode(rec); err != nil {
 			return err
 		}
-		t.launches.onThreadCount(src, &t.dec.dt, t.clients.procOf(src))
+		proc := t.clients.procOf(src)
+		t.launches.onThreadCount(src, &t.dec.dt, proc)
 	case record.TypeDevice:
 		if err := t.dec.dd.Decode(rec); err != nil {
 			return err
