@@ -4,9 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/receiver/internal/otelid"
 	"github.com/gpuprobe/gpuprobe/record"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
 
@@ -161,7 +159,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 		if !p.shim && returned && r.Ret == 0 && !ht.o.Host.NoApproximateKernels {
 			if cp, ok := p.shimless.capturing[keyOf(r.API, r.Args[5], r.TID)]; ok && r.EnterNS >= cp.since {
 				ht.counters.ApproxCaptured++
-				if sp, ok := ht.spans.emitStandalone(p, c); ok {
+				if sp, ok := ht.standalone(p, c); ok {
 					sp.Attributes().PutBool("cuda.graph.captured", true)
 				}
 				return
@@ -170,7 +168,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.openLaunch(p, c, now)
 			return
 		}
-		ht.spans.emitStandalone(p, c)
+		ht.standalone(p, c)
 		return
 	case record.HostCatGraphLaunch:
 		if !p.shim && returned && r.Ret == 0 && !ht.o.Host.NoApproximateKernels {
@@ -178,12 +176,12 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.openLaunch(p, c, now)
 			return
 		}
-		ht.spans.emitStandalone(p, c)
+		ht.standalone(p, c)
 	case record.HostCatCapture:
-		ht.spans.emitStandalone(p, c)
+		ht.standalone(p, c)
 		ht.captureCall(p, r)
 	case record.HostCatEvent:
-		ht.spans.emitStandalone(p, c)
+		ht.standalone(p, c)
 		if returned && r.Ret == 0 {
 			if !p.shim {
 				p.legacyOrder(eventStream(r), r.EnterNS)
@@ -191,12 +189,12 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.eventCall(p, r)
 		}
 	case record.HostCatStream:
-		ht.spans.emitStandalone(p, c)
+		ht.standalone(p, c)
 		if returned && r.Ret == 0 {
 			p.streamCall(r)
 		}
 	case record.HostCatSync:
-		ht.spans.emitStandalone(p, c)
+		ht.standalone(p, c)
 		if !returned {
 			return
 		}
@@ -217,7 +215,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			}
 		}
 	case record.HostCatMemcpy:
-		ht.spans.emitStandalone(p, c)
+		ht.standalone(p, c)
 		if !returned {
 			return
 		}
@@ -233,7 +231,7 @@ func (ht *hostTable) handleReleased(p *hostProc, c *hostCall, now time.Time) {
 			ht.closeStream(p, k, r)
 		}
 	default:
-		ht.spans.emitStandalone(p, c)
+		ht.standalone(p, c)
 	}
 }
 
@@ -373,7 +371,7 @@ func (ht *hostTable) evictOpen(p *hostProc) {
 	}
 	q := p.shimless.streams[oldest]
 	ht.counters.HostCallsEvicted++
-	ht.spans.emitStandalone(p, q[0].call)
+	ht.standalone(p, q[0].call)
 	p.dropOpen(oldest, q[1:])
 }
 
@@ -424,7 +422,7 @@ func (ht *hostTable) closeStreamDepth(p *hostProc, k streamKey, sync *record.Hos
 		kept := make([]*openLaunch, 0, 1)
 		for _, ol := range q {
 			if ol.call.rec.ExitNS <= sync.EnterNS {
-				ht.spans.emitApprox(p, ol, sync)
+				ht.spans.emitApprox(p.pid, ol, sync)
 			} else {
 				kept = append(kept, ol)
 			}
@@ -465,7 +463,7 @@ func (ht *hostTable) expireOpen(p *hostProc, now time.Time) {
 		n := 0
 		for n < len(q) && now.Sub(q[n].at) >= ht.o.LaunchTimeout {
 			ht.counters.ApproxUnclosed++
-			ht.spans.emitStandalone(p, q[n].call)
+			ht.standalone(p, q[n].call)
 			n++
 		}
 		if n > 0 {
@@ -494,71 +492,14 @@ func (ht *hostTable) launchKernel(c *hostCall) hostName {
 	return hostName{name: "kernel 0x" + strconv.FormatUint(h, 16)}
 }
 
-// emitStandalone emits c and its children as a trace of their own and
-// returns c's span (false when sampling or the span cap left the trace
-// out).
-func (so *spanOut) emitStandalone(p *hostProc, c *hostCall) (ptrace.Span, bool) {
-	if !sampled(srcKey{p.pid, c.rec.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(p.pid, treeSize(c)) {
-		return ptrace.Span{}, false
-	}
+// standalone emits host call c of p and its children as a trace of their
+// own, a launch call named by its kernel (spanOut.emitStandalone).
+func (ht *hostTable) standalone(p *hostProc, c *hostCall) (ptrace.Span, bool) {
 	kernel := ""
 	if c.rec.API.Category() == record.HostCatLaunch {
-		if n := so.hosts.launchKernel(c); n.mangled != "" {
+		if n := ht.launchKernel(c); n.mangled != "" {
 			kernel = n.name
 		}
 	}
-	ss := so.spansOf(p.pid)
-	i := ss.Len()
-	so.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
-	return ss.At(i), true
-}
-
-// emitApprox emits launch ol, closed by sync, with its approximate kernel
-// span (graph span for a graph launch).
-func (so *spanOut) emitApprox(p *hostProc, ol *openLaunch, sync *record.HostCall) {
-	r := &ol.call.rec
-	graph := r.API.Category() == record.HostCatGraphLaunch
-	if graph {
-		so.counters.ApproxGraphs++
-	} else {
-		so.counters.ApproxSpans++
-	}
-	if !sampled(srcKey{p.pid, r.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(p.pid, treeSize(ol.call)+1) {
-		return
-	}
-	ss := so.spansOf(p.pid)
-	tr := otelid.NewTraceID()
-	name := ol.kernel.name
-	if graph {
-		name = "cuda.graph"
-	}
-	parent := so.emitTree(ss, ol.call, tr, pcommon.SpanID{}, ol.kernel.name)
-	sp := ss.AppendEmpty()
-	sp.SetTraceID(tr)
-	sp.SetSpanID(otelid.NewSpanID())
-	sp.SetParentSpanID(parent)
-	sp.SetName(name)
-	sp.SetKind(ptrace.SpanKindInternal)
-	start := so.mono(HostProbeSource, r.EnterNS)
-	sp.SetStartTimestamp(start)
-	sp.SetEndTimestamp(max(start, so.mono(HostProbeSource, sync.ExitNS)))
-	so.nSpans++
-	a := sp.Attributes()
-	a.EnsureCapacity(14)
-	if graph {
-		a.PutInt("cuda.graph.exec", int64(r.Args[0]))
-		a.PutInt("cuda.stream", int64(r.Args[5]))
-		a.PutBool("cuda.graph.approximate", true)
-		a.PutStr("cuda.graph.approximate.closed_by", sync.API.String())
-	} else {
-		a.PutStr("cuda.kernel.name", ol.kernel.name)
-		if ol.kernel.mangled != "" {
-			a.PutStr("cuda.kernel.mangled_name", ol.kernel.mangled)
-		}
-		a.PutBool("cuda.kernel.approximate", true)
-		a.PutStr("cuda.kernel.approximate.closed_by", sync.API.String())
-		putLaunchArgs(a, r)
-	}
-	a.PutInt("process.pid", int64(r.PID))
-	a.PutInt("thread.id", int64(r.TID))
+	return ht.spans.emitStandalone(p.pid, c, kernel)
 }

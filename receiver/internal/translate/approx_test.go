@@ -229,7 +229,7 @@ func TestHostCallBounds(t *testing.T) {
 				recs = append(recs, host(launchCall(record.HostCuLaunchKernel, 80, 1, 1_000*(i+1), 1_000*(i+1)+10, 0xd1, 5)))
 			}
 			handleAll(t, tr, t0, recs...)
-			p := tr.hosts.procs[80]
+			p := tr.launches.hosts.procs[80]
 			if d, u := len(p.deferred)-p.dhead, len(p.unmatched)-p.uhead; d > limit || u > limit || p.shimless.nOpen > limit {
 				t.Errorf("deferred %d, unmatched %d, open %d: over %d", d, u, p.shimless.nOpen, limit)
 			}
@@ -272,8 +272,8 @@ func TestHostProcsBounded(t *testing.T) {
 	for pid := range uint32(maxHostProcs + 10) {
 		handleAll(t, tr, t0, host(hc(record.HostCudaMalloc, pid+1, 1, 100, 200, 64, 0xd0)))
 	}
-	if len(tr.hosts.procs) > maxHostProcs {
-		t.Fatalf("%d processes held, limit %d", len(tr.hosts.procs), maxHostProcs)
+	if len(tr.launches.hosts.procs) > maxHostProcs {
+		t.Fatalf("%d processes held, limit %d", len(tr.launches.hosts.procs), maxHostProcs)
 	}
 	if c := tr.Counters(); c.HostProcsEvicted != 10 {
 		t.Errorf("evicted %d processes, want 10", c.HostProcsEvicted)

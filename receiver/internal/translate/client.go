@@ -47,31 +47,22 @@ type Peer struct {
 type clientTable struct {
 	o        *Options
 	counters *Counters
-	launches *launchTable
 	series   *seriesStore
+	res      *resourceBook // its devices and resource, as spans show them (resource.go)
 
-	byID  map[uint32]*client // source → its state
-	peers map[uint32]*client // peer pid of a connected client → its state
-	procs map[uint32]string  // pid → executable name (host probes, unconnected sources)
+	byID map[uint32]*client // source → its state
 }
 
 // client is the state of one source.
 type client struct {
 	src     uint32
 	peer    Peer
-	res     pcommon.Map                 // its spans' resource (set with proc)
-	proc    *procSeries                 // its process's metric series (nil until needed)
-	devices map[uint32]string           // reported device ordinal → UUID, ≤ MaxDevices
-	lastDev uint32                      // device of its latest launch
-	kernels map[uint64]*kernel          // function handle → kernel, ≤ maxKernelHandles (kernels.go)
-	streams map[streamSlot]*streamState // launch order per stream, ≤ maxStreamSlots (streamgap.go)
-	win     clientWindows               // its driver windows' state and graph launch calls (windows.go)
-
-	// Its pending launches and graph runs: how many, and in creation
-	// order (done ones are skipped), for makeRoom.
-	pending int
-	queue   []*launch
-	qhead   int
+	res     pcommon.Map        // its spans' resource (set with proc)
+	proc    *procSeries        // its process's metric series (nil until needed)
+	devices map[uint32]string  // reported device ordinal → UUID, ≤ MaxDevices
+	lastDev uint32             // device of its latest launch
+	kernels map[uint64]*kernel // function handle → kernel, ≤ maxKernelHandles (kernels.go)
+	win     clientWindows      // its driver windows' state and graph launch calls (windows.go)
 }
 
 // Connect binds source src to the connection credentials p. Spans and
@@ -90,10 +81,18 @@ func (ct *clientTable) connect(src uint32, p Peer) {
 		c.proc = nil
 	}
 	c.peer = p
-	if p.PID != 0 {
-		ct.peers[p.PID] = c
-	}
 	ct.bindProc(c)
+	ct.res.connect(p.PID, src, p.Exe, c.res)
+}
+
+// bindLaunch takes launch record r of source src: it notes the process's
+// name (while the process is alive: spans are built later) and the
+// client's latest device, and returns the kernel r's function handle is
+// bound to.
+func (ct *clientTable) bindLaunch(src uint32, r *record.Launch) *kernel {
+	ct.res.processName(r.PID)
+	ct.clientOf(src).lastDev = r.Device
+	return ct.kernelOf(src, r.Function)
 }
 
 // procOf returns the metric series of source src's process, made on first
@@ -130,9 +129,7 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 	if pid != 0 {
 		defer t.spans.limit.gone(pid) // after its last spans
 	}
-	t.launches.forget(src, now)
-	t.windows.forget(src)
-	t.graphs.forget(src)
+	t.launches.forget(src, pid, now)
 	t.clients.forget(src, now)
 	t.o.Clock.Forget(src)
 }
@@ -149,9 +146,7 @@ func (ct *clientTable) forget(src uint32, now time.Time) {
 	if c == nil {
 		return
 	}
-	if c.peer.PID != 0 && ct.peers[c.peer.PID] == c {
-		delete(ct.peers, c.peer.PID)
-	}
+	ct.res.forget(c.peer.PID, src)
 	if c.proc != nil {
 		ct.series.release(c.proc, now)
 	}
@@ -166,7 +161,7 @@ func (t *Translator) Clients() int { return t.clients.size() }
 func (ct *clientTable) clientOf(src uint32) *client {
 	c := ct.byID[src]
 	if c == nil {
-		c = &client{src: src, devices: map[uint32]string{}, kernels: map[uint64]*kernel{}, streams: map[streamSlot]*streamState{}}
+		c = &client{src: src, kernels: map[uint64]*kernel{}}
 		ct.byID[src] = c
 	}
 	return c
@@ -175,8 +170,8 @@ func (ct *clientTable) clientOf(src uint32) *client {
 // device validates a device number of a record: one the client reported,
 // or before any report one below MaxDevices; else OtherDevice (counted).
 func (ct *clientTable) device(c *client, d uint32) uint32 {
-	if len(c.devices) > 0 {
-		if _, ok := c.devices[d]; ok {
+	if devs := ct.res.devicesOf(c.src); len(devs) > 0 {
+		if _, ok := devs[d]; ok {
 			return d
 		}
 	} else if d < MaxDevices {
@@ -196,12 +191,14 @@ func (c *client) pid(recPID uint32) uint32 {
 
 // onDevice records a device the client reports (at most MaxDevices).
 func (ct *clientTable) onDevice(c *client, d *record.Device) {
-	if _, ok := c.devices[d.Device]; !ok && (d.Device >= MaxDevices || len(c.devices) >= MaxDevices) {
+	devs := ct.res.devicesOf(c.src)
+	if _, ok := devs[d.Device]; !ok && (d.Device >= MaxDevices || len(devs) >= MaxDevices) {
 		ct.counters.DevicesFolded++
 		return
 	}
-	c.devices[d.Device] = deviceUUID(d)
-	ct.procOf(c.src).putDevice(d.Device, c.devices[d.Device])
+	uuid := deviceUUID(d)
+	ct.res.putDeviceOf(c.src, d.Device, uuid)
+	ct.procOf(c.src).putDevice(d.Device, uuid)
 }
 
 // deviceUUID is a device's cuda.device.uuid: the bare UUID, as OBI writes
@@ -224,57 +221,6 @@ func (ct *clientTable) validate(src uint32, pid *uint32, devs ...*uint32) {
 	}
 }
 
-// track counts pending launch l in its client.
-func (ct *clientTable) track(l *launch) {
-	c := ct.clientOf(l.key.src)
-	c.trim()
-	c.pending++
-	c.queue = append(c.queue, l)
-	l.tracked = true
-}
-
-// trim drops the finished launches at the head of c's queue and compacts
-// it, as compactQueue does the launch table's.
-func (c *client) trim() {
-	for c.qhead < len(c.queue) && !c.queue[c.qhead].tracked {
-		c.queue[c.qhead] = nil
-		c.qhead++
-	}
-	if c.qhead > 1024 && c.qhead*2 > len(c.queue) {
-		n := copy(c.queue, c.queue[c.qhead:])
-		clear(c.queue[n:])
-		c.queue, c.qhead = c.queue[:n], 0
-	}
-}
-
-// untrack uncounts launch l (done) from its client, once.
-func (ct *clientTable) untrack(l *launch) {
-	if !l.tracked {
-		return
-	}
-	l.tracked = false
-	if c := ct.byID[l.key.src]; c != nil {
-		c.pending--
-	}
-}
-
-// evictOldestOf emits the oldest pending launch of client c early; false
-// when it has none.
-func (ct *clientTable) evictOldestOf(c *client, now time.Time) bool {
-	defer c.trim()
-	for c.qhead < len(c.queue) {
-		l := c.queue[c.qhead]
-		c.queue[c.qhead] = nil
-		c.qhead++
-		if l.tracked && !l.done {
-			ct.counters.LaunchesEvicted++
-			ct.launches.finish(l, now)
-			return true
-		}
-	}
-	return false
-}
-
 // LastDevice is the device of the latest launch read from source src (0
 // before any).
 func (t *Translator) LastDevice(src uint32) uint32 {
@@ -282,16 +228,6 @@ func (t *Translator) LastDevice(src uint32) uint32 {
 		return c.lastDev
 	}
 	return 0
-}
-
-// putDevice puts the device index and, when src reported it, its UUID.
-func (ct *clientTable) putDevice(a pcommon.Map, src, dev uint32) {
-	a.PutInt("cuda.device.index", deviceIndex(dev))
-	if c := ct.byID[src]; c != nil {
-		if u, ok := c.devices[dev]; ok {
-			a.PutStr("cuda.device.uuid", u)
-		}
-	}
 }
 
 // deviceIndex is the cuda.device.index of a validated device number.

@@ -147,8 +147,8 @@ func TestDisconnectFreesClient(t *testing.T) {
 		t.Fatalf("pending %d, clients %d", tr.Pending(), tr.Clients())
 	}
 	tr.Disconnect(1, now)
-	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.clients.peers) != 0 {
-		t.Fatalf("after disconnect: pending %d, clients %d, peers %d", tr.Pending(), tr.Clients(), len(tr.clients.peers))
+	if tr.Pending() != 0 || tr.Clients() != 0 || len(tr.spans.res.peers) != 0 {
+		t.Fatalf("after disconnect: pending %d, clients %d, peers %d", tr.Pending(), tr.Clients(), len(tr.spans.res.peers))
 	}
 	if _, ok := mapper.GPUToReal(1, 0, gpuBase); ok {
 		t.Fatal("the client's clock fit outlived it")
@@ -332,8 +332,8 @@ func TestPendingPerClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if tr.Pending() > 100 || len(tr.clients.clientOf(2).queue)-tr.clients.clientOf(2).qhead > 2*100+1024 {
-		t.Fatalf("pending %d, client 2 queue %d", tr.Pending(), len(tr.clients.clientOf(2).queue)-tr.clients.clientOf(2).qhead)
+	if tr.Pending() > 100 || len(tr.launches.bySrc[2].queue)-tr.launches.bySrc[2].qhead > 2*100+1024 {
+		t.Fatalf("pending %d, client 2 queue %d", tr.Pending(), len(tr.launches.bySrc[2].queue)-tr.launches.bySrc[2].qhead)
 	}
 	var done stream
 	done.add(&record.Completion{LaunchID: 1, CompleteNS: 13_000})

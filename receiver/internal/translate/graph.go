@@ -34,12 +34,11 @@ const maxGraphNodes = 1 << 16
 const replayClockSlack = time.Millisecond
 
 // graphTable owns the runs of CUDA graph nodes: they are not in the
-// launch table's pending map but queued per node here.
+// launch table's pending map but queued per node here. It is a part of
+// launchTable, which makes, queues and drops the runs it hands out.
 type graphTable struct {
 	o        *Options
 	counters *Counters
-	launches *launchTable
-	clients  *clientTable
 
 	chains map[srcKey]*replayChain // graph node (id with GraphIDBit, or adopted from a capture) → its runs
 	n      int                     // pending runs of graph nodes
@@ -146,27 +145,11 @@ func (gt *graphTable) isGraph(key srcKey) bool {
 	return ok
 }
 
-// adoptCaptured makes key a graph node at the first cuGraphLaunch record
-// that carries it. Shims before capture.c wrote a launch record with that
-// id when the launch was captured, and it never ran: it is dropped
-// (counted in LaunchesCaptured). Device records that reached the key
-// meanwhile (a replay's window read before its launch record) become the
-// node's first run.
-func (gt *graphTable) adoptCaptured(key srcKey, now time.Time) {
-	c := gt.chain(key)
-	p := gt.launches.get(key)
-	if p == nil {
-		return
-	}
-	p.done = true
-	gt.launches.drop(p)
-	if p.have {
-		gt.counters.LaunchesCaptured++
-	}
-	if p.gpu.exec == nil && p.gpu.warps == 0 {
-		return
-	}
-	l := gt.newRun(c, key, now)
+// adopt makes run l of a node captured from a stream take over the device
+// records that reached its key before it was known to be a graph node
+// (pending launch p, dropped), and queues it for the launch record.
+func (gt *graphTable) adopt(l, p *launch) {
+	c := l.graph.chain
 	l.gpu.exec, l.gpu.warps, l.gpu.buffered = p.gpu.exec, p.gpu.warps, p.gpu.buffered
 	l.gpu.firstStart, l.gpu.lastEnd, l.gpu.maxSkew = p.gpu.firstStart, p.gpu.lastEnd, p.gpu.maxSkew
 	l.gpu.win = p.gpu.win
@@ -207,14 +190,13 @@ func (gt *graphTable) sweepChains() {
 	gt.sweep++
 }
 
-// newRun adds a pending run of graph node key.
-func (gt *graphTable) newRun(c *replayChain, key srcKey, now time.Time) *launch {
-	gt.launches.makeRoom(key.src, now)
+// newRun makes a pending run of graph node key (launchTable.newRun queues
+// it).
+func (gt *graphTable) newRun(key srcKey, now time.Time) *launch {
+	c := gt.chain(key)
 	l := &launch{key: key, created: now, graph: graphRun{chain: c}}
 	c.live++
 	gt.n++
-	gt.launches.enqueue(l)
-	gt.clients.track(l)
 	return l
 }
 
@@ -242,28 +224,18 @@ func (gt *graphTable) endedBefore(src, dev uint32, gpuEnd, monoStart uint64) boo
 	return ok1 && ok2 && e+uint64(replayClockSlack) < s
 }
 
-// launchRun returns the run that launch record r of graph node key
-// goes with: the oldest run with device records and no launch record, else
-// a new one. A failed launch (nothing ran) gets a run of its own. Runs
-// whose device window ended before the launch call began are orphans (their
-// launch record is lost): they are dropped on the way.
-func (gt *graphTable) launchRun(key srcKey, r *record.Launch, now time.Time) *launch {
+// launchRun takes the run that launch record r of graph node key goes
+// with: the oldest run with device records and no launch record (nil if
+// none). orphan says that run's device window ended before the launch call
+// began: its own launch record is lost, and launchTable.launchRun emits it
+// and asks again.
+func (gt *graphTable) launchRun(key srcKey, r *record.Launch) (l *launch, orphan bool) {
 	c := gt.chain(key)
-	if r.Result == 0 {
-		for {
-			l := c.wantLaunch.front(wantsLaunch)
-			if l == nil {
-				break
-			}
-			c.wantLaunch.pop()
-			if gt.endedBefore(key.src, r.Device, l.gpu.lastEnd, r.EnqueueNS) {
-				gt.launches.finish(l, now) // counted as an orphan
-				continue
-			}
-			return l
-		}
+	if l = c.wantLaunch.front(wantsLaunch); l == nil {
+		return nil, false
 	}
-	return gt.newRun(c, key, now)
+	c.wantLaunch.pop()
+	return l, gt.endedBefore(key.src, r.Device, l.gpu.lastEnd, r.EnqueueNS)
 }
 
 // launched queues run l, which just got its launch record, for the
@@ -289,29 +261,34 @@ func (gt *graphTable) launched(l *launch) {
 }
 
 // execRun returns the run that device window e of graph node key goes
-// with: the oldest run that has none, else a new one; nil when the window
-// ended before that run's launch call began (its own launch record is
-// lost or gone: the window is an orphan).
-func (gt *graphTable) execRun(key srcKey, e *record.Exec, now time.Time) *launch {
+// with: the oldest run that has none (nil if none: the window opens a new
+// run, wantsLaunch); orphan when the window ended before that run's launch
+// call began (its own launch record is lost or gone).
+func (gt *graphTable) execRun(key srcKey, e *record.Exec) (l *launch, orphan bool) {
 	c := gt.chain(key)
-	if l := c.wantExec.front(wantsExec); l != nil {
+	if l = c.wantExec.front(wantsExec); l != nil {
 		if l.have && gt.endedBefore(key.src, l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
 			gt.counters.LaunchesOrphan++
-			return nil
+			return nil, true
 		}
 		c.wantExec.pop()
-		return l
 	}
-	l := gt.newRun(c, key, now)
+	return l, false
+}
+
+// wantsLaunch queues new run l, opened by a device window, for its launch
+// record.
+func (gt *graphTable) wantsLaunch(l *launch) {
+	c := l.graph.chain
 	c.wantLaunch.push(l, c.live)
-	return l
 }
 
 // warpRun returns the run that a Warp record of graph node key goes
 // with: the oldest run with a launch record and fewer warps than its grid,
 // else the run without launch record that collects warps (until its Exec
-// window or as many warps as the node's grid has came), else a new one.
-func (gt *graphTable) warpRun(key srcKey, now time.Time) *launch {
+// window or as many warps as the node's grid has came); nil if none (the
+// record opens a new run, collecting).
+func (gt *graphTable) warpRun(key srcKey) *launch {
 	c := gt.chain(key)
 	if l := c.wantWarps.front(wantsWarps); l != nil {
 		return l
@@ -319,11 +296,16 @@ func (gt *graphTable) warpRun(key srcKey, now time.Time) *launch {
 	if l := c.collect; l != nil && !l.have && l.gpu.exec == nil && (c.warps == 0 || l.gpu.warps < c.warps) {
 		return l
 	}
-	l := gt.newRun(c, key, now)
+	return nil
+}
+
+// collecting makes new run l, opened by a Warp record, the run that
+// collects its node's warps, waiting for its launch record and window.
+func (gt *graphTable) collecting(l *launch) {
+	c := l.graph.chain
 	c.wantLaunch.push(l, c.live)
 	c.wantExec.push(l, c.live)
 	c.collect = l
-	return l
 }
 
 // completionRun returns the oldest run of graph node key with a
@@ -340,16 +322,17 @@ func (gt *graphTable) completionRun(key srcKey) *launch {
 	return l
 }
 
-// filtered drops the oldest run of graph node key that waits for its
-// launch record, whose launch record came for a kernel filtered out.
-func (gt *graphTable) filtered(key srcKey) {
+// filtered takes the oldest run of graph node key that waits for its
+// launch record, whose launch record came for a kernel filtered out (nil
+// if none): launchTable drops it.
+func (gt *graphTable) filtered(key srcKey) *launch {
 	c := gt.chains[key]
 	if c == nil {
-		return
+		return nil
 	}
-	if l := c.wantLaunch.front(wantsLaunch); l != nil {
+	l := c.wantLaunch.front(wantsLaunch)
+	if l != nil {
 		c.wantLaunch.pop()
-		l.done = true
-		gt.launches.drop(l)
 	}
+	return l
 }

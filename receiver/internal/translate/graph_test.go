@@ -481,14 +481,14 @@ func TestGraphPendingBounded(t *testing.T) {
 			if exec && c.LaunchesOrphan != 900 || !exec && c.LaunchesEvicted != 900 {
 				t.Fatalf("counters %+v", c)
 			}
-			ch := tr.graphs.chains[srcKey{1, nodeA}]
+			ch := tr.launches.graphs.chains[srcKey{1, nodeA}]
 			for _, q := range []*runQueue{&ch.wantLaunch, &ch.wantExec, &ch.wantWarps, &ch.wantDone} {
 				if n := len(q.q) - q.head; n > 2*100+16 {
 					t.Errorf("queue of %d runs for 100 pending", n)
 				}
 			}
-			if ch.live != 100 || tr.graphs.n != 100 || len(tr.launches.pending) != 0 {
-				t.Errorf("live %d, nGraph %d, pending map %d", ch.live, tr.graphs.n, len(tr.launches.pending))
+			if ch.live != 100 || tr.launches.graphs.n != 100 || len(tr.launches.pending) != 0 {
+				t.Errorf("live %d, nGraph %d, pending map %d", ch.live, tr.launches.graphs.n, len(tr.launches.pending))
 			}
 		})
 	}
@@ -518,7 +518,7 @@ func TestGraphNodesBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(tr.graphs.chains); n > maxGraphNodes || n < 100 {
+	if n := len(tr.launches.graphs.chains); n > maxGraphNodes || n < 100 {
 		t.Errorf("%d graph nodes remembered (bound %d)", n, maxGraphNodes)
 	}
 	if tr.Pending() != 0 || tr.Counters().LaunchesEmitted != maxGraphNodes+100 {

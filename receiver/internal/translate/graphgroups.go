@@ -69,11 +69,11 @@ type groupTable struct {
 
 func (gt *groupTable) maxEntries() int { return max(minGroupEntries, 2*gt.o.MaxPendingLaunches) }
 
-// call returns the call that graph launch record r of client c belongs
-// to: its thread's open call when r has the same times and stream, else a
-// new one that r opens. nil when the bound of node entries is reached.
-func (gt *groupTable) call(c *client, r *record.Launch) *graphGroup {
-	cg := &c.win.groups
+// call returns the call that graph launch record r of a client with
+// calls cg belongs to: its thread's open call when r has the same times
+// and stream, else a new one that r opens. nil when the bound of node
+// entries is reached.
+func (gt *groupTable) call(cg *clientGroups, r *record.Launch) *graphGroup {
 	if g := cg.open[r.TID]; g != nil && g.enq == r.EnqueueNS && g.ret == r.ReturnNS && g.str == r.Stream {
 		return g
 	}
@@ -106,9 +106,9 @@ func (gt *groupTable) close(g *graphGroup) {
 	}
 }
 
-// add appends a node of kernel k to call g: l is its launch, nil when
-// the kernel is filtered out.
-func (gt *groupTable) add(c *client, g *graphGroup, l *launch, k *kernel) {
+// add appends a node of kernel k to call g of a client with calls cg: l
+// is its launch, nil when the kernel is filtered out.
+func (gt *groupTable) add(cg *clientGroups, g *graphGroup, l *launch, k *kernel) {
 	if g == nil || len(g.nodes) >= maxGroupNodes || gt.entries >= gt.maxEntries() {
 		return
 	}
@@ -121,17 +121,17 @@ func (gt *groupTable) add(c *client, g *graphGroup, l *launch, k *kernel) {
 	g.live++
 	if !g.listed {
 		g.listed = true
-		cg := &c.win.groups
 		cg.byFirst[g.first] = append(cg.byFirst[g.first], g)
 	}
 }
 
-// match finds the node that graph window w of client c belongs to.
-func (gt *groupTable) match(c *client, w *record.Window) (*launch, matchOutcome) {
-	if c == nil {
+// match finds the node that graph window w of a client with calls cg
+// (nil: none) belongs to.
+func (gt *groupTable) match(cg *clientGroups, w *record.Window) (*launch, matchOutcome) {
+	if cg == nil {
 		return nil, matchUnknown
 	}
-	calls := c.win.groups.byFirst[w.LaunchID]
+	calls := cg.byFirst[w.LaunchID]
 	for _, g := range calls {
 		for g.from < len(g.nodes) && g.nodes[g.from].won {
 			g.from++
@@ -162,19 +162,19 @@ func (gt *groupTable) match(c *client, w *record.Window) (*launch, matchOutcome)
 }
 
 // release marks launch l's node emitted (l keeps its link); a call with
-// no pending node left is forgotten.
-func (gt *groupTable) release(c *client, l *launch) {
+// no pending node left is forgotten from its client's calls cg (nil: its
+// client left).
+func (gt *groupTable) release(cg *clientGroups, l *launch) {
 	g, i := l.graph.call.g, l.graph.call.i
 	if g.nodes == nil || g.nodes[i].done {
 		return // its client's calls were forgotten, or released already
 	}
 	g.nodes[i].l, g.nodes[i].done = nil, true
-	if g.live--; g.live > 0 || c == nil {
+	if g.live--; g.live > 0 || cg == nil {
 		return
 	}
 	gt.entries -= len(g.nodes)
 	g.nodes = nil
-	cg := &c.win.groups
 	if cg.open[g.tid] == g {
 		delete(cg.open, g.tid)
 	}

@@ -5,8 +5,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
 )
 
 // HostProbeSource is the source id of the records of the built-in host
@@ -59,7 +61,6 @@ type hostTable struct {
 	o        *Options
 	counters *Counters
 	start    pcommon.Timestamp
-	launches *launchTable
 	spans    *spanOut
 	series   *seriesStore
 
@@ -201,21 +202,23 @@ func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
 	for ; p.uhead < len(p.unmatched); p.uhead++ {
 		if c := p.unmatched[p.uhead]; !c.taken {
 			ht.counters.HostCallsUnmatched++
-			ht.spans.emitStandalone(p, c)
+			ht.standalone(p, c)
 		}
 	}
 	p.unmatched, p.uhead = p.unmatched[:0], 0
 	for k, q := range p.shimless.streams {
 		for _, ol := range q {
 			ht.counters.ApproxUnclosed++
-			ht.spans.emitStandalone(p, ol.call)
+			ht.standalone(p, ol.call)
 		}
 		delete(p.shimless.streams, k)
 	}
 	p.shimless.nOpen = 0
 }
 
-func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
+// onHostCall takes host call c and returns the held shim launches it
+// settled (finishSettled): launchTable finishes them.
+func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) []*launch {
 	ht.counters.HostCalls++
 	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(ht.dur) {
 		h := &ht.dur[c.API]
@@ -233,7 +236,7 @@ func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) {
 		ht.deferCall(p, hc, now)
 	}
 	ht.releaseDeferred(p, now, false)
-	ht.finishSettled(th, now)
+	return settled(th)
 }
 
 // onKernelName binds a (pid, handle) of the host probes to its name.
@@ -318,7 +321,7 @@ func (ht *hostTable) matchOrWait(p *hostProc, c *hostCall) {
 			p.uhead++
 			if !old.taken {
 				ht.counters.HostCallsEvicted++
-				ht.spans.emitStandalone(p, old)
+				ht.standalone(p, old)
 				break
 			}
 		}
@@ -419,11 +422,11 @@ func (ht *hostTable) hold(l *launch, now time.Time) bool {
 	return false
 }
 
-// finishSettled finishes the held launches of th that the latest host call
-// of the thread settled.
-func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
+// settled returns the held launches of th that the latest host call of
+// the thread settled.
+func settled(th *hostThread) []*launch {
 	if th.held == 0 {
-		return
+		return nil
 	}
 	var done []*launch
 	for _, l := range th.launches {
@@ -431,11 +434,7 @@ func (ht *hostTable) finishSettled(th *hostThread, now time.Time) {
 			done = append(done, l)
 		}
 	}
-	for _, l := range done {
-		if !l.done {
-			ht.launches.finish(l, now)
-		}
-	}
+	return done
 }
 
 // unregister removes l from its thread's pending launches.
@@ -465,7 +464,7 @@ func (ht *hostTable) expire(now time.Time) {
 					break
 				}
 				ht.counters.HostCallsUnmatched++
-				ht.spans.emitStandalone(p, c)
+				ht.standalone(p, c)
 			}
 			p.unmatched[p.uhead] = nil
 			p.uhead++
@@ -475,3 +474,29 @@ func (ht *hostTable) expire(now time.Time) {
 		ht.expireOpen(p, now)
 	}
 }
+
+// appendMetrics writes the host call duration histograms (per API) and
+// the count of approximate kernel spans.
+func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+	dur := newHistOut(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.",
+		ht.o.Metrics.DurationBounds != nil)
+	for _, a := range record.HostAPIs() {
+		h := &ht.dur[a]
+		if h.Count() == 0 {
+			continue
+		}
+		attrs := dur.add(h, ht.start, ts)
+		attrs.PutStr("cuda.api.name", apiInfo(a).name)
+		attrs.PutStr("cuda.api.category", apiInfo(a).category)
+	}
+	if ht.counters.ApproxSpans > 0 {
+		dp := newSum(sm, MetricApproxKernels, "{span}",
+			"Approximate kernel spans (launch call to the sync that covered it) of processes without the shim.").AppendEmpty()
+		dp.SetStartTimestamp(ht.start)
+		dp.SetTimestamp(ts)
+		dp.SetIntValue(int64(ht.counters.ApproxSpans))
+	}
+}
+
+// hostDurations holds one histogram per HostAPI number.
+type hostDurations [hostAPISlots]exphist.Hist

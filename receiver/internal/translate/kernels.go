@@ -76,10 +76,8 @@ func (ct *clientTable) makeKernelRoom(c *client) {
 	if len(c.kernels) < maxKernelHandles {
 		return
 	}
-	used := map[*kernel]bool{}
-	ct.launches.kernelsInUse(used)
 	for fn, k := range c.kernels {
-		if !used[k] {
+		if k.live == 0 {
 			delete(c.kernels, fn)
 		}
 	}

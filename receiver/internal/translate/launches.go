@@ -84,51 +84,134 @@ type warpTimes struct{ exec, skew uint64 }
 type launchTable struct {
 	o        *Options
 	counters *Counters
-	graphs   *graphTable
-	clients  *clientTable
-	hosts    *hostTable
+	graphs   *graphTable  // runs of CUDA graph nodes (graph.go)
+	windows  *windowTable // driver windows, graph launch calls, coverage (windows.go, graphgroups.go, coverage.go)
+	hosts    *hostTable   // host calls and the shim-less approximation (hostcalls.go, approx.go)
 	spans    *spanOut
-	windows  *windowTable
 
-	pending map[srcKey]*launch // launches but graph runs, also queued per client (client.go)
+	pending map[srcKey]*launch // launches but graph runs, also queued per source (bySrc)
 	queue   []*launch          // FIFO of pending launches (done ones are skipped)
+	qhead   int
+	bySrc   map[uint32]*srcQueue // each source's pending launches and graph runs, for makeRoom
+	streams streamTable          // launch order per stream (streamgap.go)
+}
+
+// srcQueue is one source's pending launches and graph runs: how many, and
+// in creation order (done ones are skipped).
+type srcQueue struct {
+	pending int
+	queue   []*launch
 	qhead   int
 }
 
-func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
-	lt.clients.processName(r.PID) // while the process is alive: spans are built later
-	lt.clients.clientOf(src).lastDev = r.Device
-	k := lt.clients.kernelOf(src, r.Function)
+// track counts pending launch l in its source's queue.
+func (lt *launchTable) track(l *launch) {
+	q := lt.bySrc[l.key.src]
+	if q == nil {
+		q = &srcQueue{}
+		lt.bySrc[l.key.src] = q
+	}
+	q.trim()
+	q.pending++
+	q.queue = append(q.queue, l)
+	l.tracked = true
+}
+
+// trim drops the finished launches at the head of q and compacts it, as
+// compactQueue does the launch table's.
+func (q *srcQueue) trim() {
+	for q.qhead < len(q.queue) && !q.queue[q.qhead].tracked {
+		q.queue[q.qhead] = nil
+		q.qhead++
+	}
+	if q.qhead > 1024 && q.qhead*2 > len(q.queue) {
+		n := copy(q.queue, q.queue[q.qhead:])
+		clear(q.queue[n:])
+		q.queue, q.qhead = q.queue[:n], 0
+	}
+}
+
+// untrack uncounts launch l (done) from its source, once, and releases
+// its kernel.
+func (lt *launchTable) untrack(l *launch) {
+	if !l.tracked {
+		return
+	}
+	l.tracked = false
+	if l.k != nil {
+		l.k.live--
+	}
+	if q := lt.bySrc[l.key.src]; q != nil {
+		q.pending--
+	}
+}
+
+// bind gives launch l (tracked) its kernel, which it keeps in use until
+// it is done.
+func (l *launch) bind(k *kernel) {
+	if l.k != nil && l.tracked {
+		l.k.live--
+	}
+	l.k = k
+	if l.tracked {
+		k.live++
+	}
+}
+
+// evictOldestOf emits the oldest pending launch of source queue q early;
+// false when it has none.
+func (lt *launchTable) evictOldestOf(q *srcQueue, now time.Time) bool {
+	defer q.trim()
+	for q.qhead < len(q.queue) {
+		l := q.queue[q.qhead]
+		q.queue[q.qhead] = nil
+		q.qhead++
+		if l.tracked && !l.done {
+			lt.counters.LaunchesEvicted++
+			lt.finish(l, now)
+			return true
+		}
+	}
+	return false
+}
+
+// onLaunch takes launch record r of source src, of kernel k (the client
+// table's binding of its function handle).
+func (lt *launchTable) onLaunch(src uint32, r *record.Launch, k *kernel, now time.Time) {
 	key := srcKey{src, r.LaunchID}
 	var call *graphGroup // the cuGraphLaunch call of a node's record; its first record names it
 	if r.API == record.APIGraphLaunch && src != HostProbeSource {
-		call = lt.windows.groups.call(lt.clients.clientOf(src), r)
+		call = lt.windows.call(src, r)
 	}
 	var seq uint64
 	if src != HostProbeSource && r.Result == 0 {
-		seq = lt.clients.streamCount(slotOf(src, r.Device, r.Stream, r.TID))
+		seq = lt.streams.count(slotOf(src, r.Device, r.Stream, r.TID))
 	}
 	if !k.include {
 		if src != HostProbeSource {
 			lt.hosts.onShimLaunch(r.PID, nil, now) // the process runs with the shim all the same
 		}
 		lt.counters.LaunchesFilter++
+		var l *launch
 		if lt.graphs.isGraph(key) {
-			lt.graphs.filtered(key)
-		} else if l := lt.pending[key]; l != nil {
+			l = lt.graphs.filtered(key)
+		} else {
+			l = lt.pending[key]
+		}
+		if l != nil {
 			l.done = true
 			lt.drop(l)
 		}
 		lt.windows.filtered(key, r.API)
-		lt.windows.groups.add(lt.clients.clientOf(src), call, nil, k)
+		lt.windows.addNode(src, call, nil, k)
 		return
 	}
 	if r.API == record.APIGraphLaunch && !lt.graphs.isGraph(key) {
-		lt.graphs.adoptCaptured(key, now)
+		lt.adoptCaptured(key, now)
 	}
 	var l *launch
 	if lt.graphs.isGraph(key) {
-		l = lt.graphs.launchRun(key, r, now) // a replay of a graph node: its own run
+		l = lt.launchRun(key, r, now) // a replay of a graph node: its own run
 	} else {
 		if l = lt.pending[key]; l == nil {
 			l = lt.newPending(key, now)
@@ -137,7 +220,8 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		}
 		l.gap.seq = seq
 	}
-	l.have, l.rec, l.k = true, *r, k
+	l.have, l.rec = true, *r
+	l.bind(k)
 	for _, w := range l.gpu.buffered {
 		lt.recordWarp(l, w)
 	}
@@ -146,7 +230,7 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, now time.Time) {
 		lt.graphs.launched(l)
 	}
 	if call != nil && l.graph.call.g == nil {
-		lt.windows.groups.add(lt.clients.clientOf(src), call, l, k)
+		lt.windows.addNode(src, call, l, k)
 	}
 	if src != HostProbeSource {
 		lt.hosts.onShimLaunch(r.PID, l, now)
@@ -159,31 +243,69 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 	l := &launch{key: key, created: now}
 	lt.pending[key] = l
 	lt.queue = append(lt.queue, l)
-	lt.clients.track(l)
+	lt.track(l)
 	return l
 }
 
-// get returns the pending launch key (not a graph run), nil if none.
-func (lt *launchTable) get(key srcKey) *launch { return lt.pending[key] }
+// size is the number of pending launches and graph runs.
+func (lt *launchTable) size() int { return len(lt.pending) + lt.graphs.runs() }
 
-// size is the number of pending launches (not graph runs).
-func (lt *launchTable) size() int { return len(lt.pending) }
+// newRun adds a pending run of graph node key (graph.go keys it).
+func (lt *launchTable) newRun(key srcKey, now time.Time) *launch {
+	lt.makeRoom(key.src, now)
+	l := lt.graphs.newRun(key, now)
+	lt.queue = append(lt.queue, l)
+	lt.track(l)
+	return l
+}
 
-// enqueue queues a graph run for eviction and expiry (graph.go keys it).
-func (lt *launchTable) enqueue(l *launch) { lt.queue = append(lt.queue, l) }
-
-// kernelsInUse marks the kernels of the launches not done.
-func (lt *launchTable) kernelsInUse(used map[*kernel]bool) {
-	for _, l := range lt.queue[lt.qhead:] {
-		if !l.done && l.k != nil {
-			used[l.k] = true
+// launchRun returns the run that launch record r of graph node key goes
+// with: the oldest run with device records and no launch record, else a
+// new one. A failed launch (nothing ran) gets a run of its own. Runs whose
+// device window ended before the launch call began are orphans (their
+// launch record is lost): they are emitted on the way.
+func (lt *launchTable) launchRun(key srcKey, r *record.Launch, now time.Time) *launch {
+	for r.Result == 0 {
+		l, orphan := lt.graphs.launchRun(key, r)
+		if l == nil {
+			break
 		}
+		if !orphan {
+			return l
+		}
+		lt.finish(l, now) // counted as an orphan
 	}
+	return lt.newRun(key, now)
+}
+
+// adoptCaptured makes key a graph node at the first cuGraphLaunch record
+// that carries it. Shims before capture.c wrote a launch record with that
+// id when the launch was captured, and it never ran: it is dropped
+// (counted in LaunchesCaptured). Device records that reached the key
+// meanwhile (a replay's window read before its launch record) become the
+// node's first run.
+func (lt *launchTable) adoptCaptured(key srcKey, now time.Time) {
+	lt.graphs.chain(key) // a graph node from now on
+	p := lt.pending[key]
+	if p == nil {
+		return
+	}
+	p.done = true
+	lt.drop(p)
+	if p.have {
+		lt.counters.LaunchesCaptured++
+	}
+	if p.gpu.exec == nil && p.gpu.warps == 0 {
+		return
+	}
+	lt.graphs.adopt(lt.newRun(key, now), p)
 }
 
 // forget emits the pending launches of source src (disconnected) now:
-// those without launch record count as orphans.
-func (lt *launchTable) forget(src uint32, now time.Time) {
+// those without launch record count as orphans. Then it drops the
+// source's state: its queue, streams, graph nodes, and windows (pid: its
+// process, 0: unknown).
+func (lt *launchTable) forget(src, pid uint32, now time.Time) {
 	for _, l := range lt.queue[lt.qhead:] {
 		if l != nil && !l.done && l.key.src == src {
 			if l.have {
@@ -195,6 +317,10 @@ func (lt *launchTable) forget(src uint32, now time.Time) {
 			}
 		}
 	}
+	delete(lt.bySrc, src)
+	lt.streams.forget(src)
+	lt.windows.forget(src, pid)
+	lt.graphs.forget(src)
 }
 
 // makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
@@ -202,7 +328,7 @@ func (lt *launchTable) forget(src uint32, now time.Time) {
 // cannot evict another's launches), else the oldest of all.
 func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 	for len(lt.pending)+lt.graphs.runs() >= lt.o.MaxPendingLaunches {
-		if c := lt.clients.get(src); c != nil && 2*c.pending >= lt.o.MaxPendingLaunches && lt.clients.evictOldestOf(c, now) {
+		if q := lt.bySrc[src]; q != nil && 2*q.pending >= lt.o.MaxPendingLaunches && lt.evictOldestOf(q, now) {
 			continue
 		}
 		lt.evictOldest(now)
@@ -211,7 +337,7 @@ func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 
 // drop forgets launch l (done).
 func (lt *launchTable) drop(l *launch) {
-	lt.clients.untrack(l)
+	lt.untrack(l)
 	lt.windows.released(l)
 	if l.graph.chain != nil {
 		lt.graphs.dropRun(l)
@@ -242,11 +368,32 @@ func (lt *launchTable) compactQueue() {
 	}
 }
 
+// onWindow joins driver window w of source src to its launch, which may
+// then be complete.
+func (lt *launchTable) onWindow(src uint32, w *record.Window, now time.Time) {
+	if l := lt.windows.match(src, w, lt.pending[srcKey{src, w.LaunchID}]); l != nil {
+		lt.maybeFinish(l, now)
+	}
+}
+
+// onHostCall takes host call c (host probes) and finishes the held shim
+// launches it settled.
+func (lt *launchTable) onHostCall(c *record.HostCall, now time.Time) {
+	for _, l := range lt.hosts.onHostCall(c, now) {
+		if !l.done {
+			lt.finish(l, now)
+		}
+	}
+}
+
 func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
 	key := srcKey{src, w.LaunchID}
 	var l *launch
 	if lt.graphs.isGraph(key) {
-		l = lt.graphs.warpRun(key, now)
+		if l = lt.graphs.warpRun(key); l == nil {
+			l = lt.newRun(key, now)
+			lt.graphs.collecting(l)
+		}
 	} else if l = lt.pending[key]; l == nil {
 		l = lt.newPending(key, now)
 	}
@@ -274,8 +421,12 @@ func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
 	key := srcKey{src, e.LaunchID}
 	var l *launch
 	if lt.graphs.isGraph(key) {
-		if l = lt.graphs.execRun(key, e, now); l == nil {
+		var orphan bool
+		if l, orphan = lt.graphs.execRun(key, e); orphan {
 			return
+		} else if l == nil {
+			l = lt.newRun(key, now)
+			lt.graphs.wantsLaunch(l)
 		}
 	} else if l = lt.pending[key]; l == nil {
 		l = lt.newPending(key, now)
@@ -290,66 +441,6 @@ func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
 	}
 	l.gpu.lastEnd = max(l.gpu.lastEnd, e.EndNS)
 	lt.maybeFinish(l, now)
-}
-
-// deviceDone says whether every device record the launch waits for is in:
-// its Exec window, or one Warp record per warp; at once for a launch the
-// shim marked unprobed (no device record of it will come).
-func (l *launch) deviceDone() bool {
-	return l.rec.Flags&record.LaunchUnprobed != 0 || l.gpu.exec != nil || l.gpu.warps >= expectedWarps(&l.rec)
-}
-
-// hasDevice says whether the launch has a device window (devWindow).
-func (l *launch) hasDevice() bool { return l.gpu.exec != nil || l.gpu.warps > 0 || l.gpu.win.ok }
-
-// probed says whether the launch's own probes timed all of it: its Exec
-// window, or every warp.
-func (l *launch) probed() bool {
-	return l.gpu.exec != nil || (l.have && l.gpu.warps > 0 && l.gpu.warps >= expectedWarps(&l.rec))
-}
-
-// devTime is a device timestamp of a launch: %globaltimer of its device
-// (its probes'), or its client's CLOCK_MONOTONIC (mono: a driver window).
-type devTime struct {
-	ns   uint64
-	mono bool
-}
-
-// devWindow is the device window the launch's spans and figures use: its
-// probes' when they timed all of it (kernel_phases' Exec, every warp),
-// else the driver's (record.Window), else the warps that came; ok is
-// false when it has none.
-func (l *launch) devWindow() (start, end devTime, ok bool) {
-	switch {
-	case l.probed():
-	case l.gpu.win.ok:
-		return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
-	case l.gpu.warps == 0:
-		return devTime{}, devTime{}, false
-	}
-	return devTime{l.gpu.firstStart, false}, devTime{l.gpu.lastEnd, false}, true
-}
-
-// window is the device window l's spans and figures use: devWindow's, or
-// the driver's when devWindow's is the probes' and their device has no
-// clock mapping (its calibration failed), so that a launch the driver
-// timed always shows its window.
-func (o *Options) window(l *launch) (start, end devTime, ok bool) {
-	start, end, ok = l.devWindow()
-	if ok && !start.mono && l.gpu.win.ok {
-		if _, mapped := o.Clock.GPUToReal(l.key.src, l.rec.Device, start.ns); !mapped {
-			return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
-		}
-	}
-	return start, end, ok
-}
-
-// toReal maps device time t of source src and device dev to realtime ns.
-func (o *Options) toReal(src, dev uint32, t devTime) (uint64, bool) {
-	if t.mono {
-		return o.Clock.ClientMonoToReal(src, t.ns)
-	}
-	return o.Clock.GPUToReal(src, dev, t.ns)
 }
 
 func (lt *launchTable) recordWarp(l *launch, w warpTimes) {
@@ -373,7 +464,9 @@ func (lt *launchTable) onCompletion(src uint32, c *record.Completion, now time.T
 	lt.maybeFinish(l, now)
 }
 
-func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
+// onThreadCount folds thread counts tc of source src into the series of
+// its launch's kernel in proc, the series of src's process.
+func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount, proc *procSeries) {
 	key := srcKey{src, tc.LaunchID}
 	var k *kernel // nil: launch unknown
 	var dev uint32
@@ -386,7 +479,7 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount) {
 	} else if l := lt.pending[key]; l != nil && l.have {
 		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
 	}
-	s := lt.clients.procOf(src).of(k)
+	s := proc.of(k)
 	ds := s.dev(dev)
 	h := &ds.threadExec
 	for _, c := range tc.Counts {

@@ -5,6 +5,8 @@ package translate
 
 import (
 	"time"
+
+	"github.com/gpuprobe/gpuprobe/record"
 )
 
 // maybeFinish emits a launch as soon as every record it waits for is in.
@@ -42,12 +44,13 @@ func (lt *launchTable) kernelOver(l *launch) bool {
 // processes gone for Process.Retention. Call it once per poll.
 func (t *Translator) Expire(now time.Time) {
 	t.launches.expire(now)
-	t.hosts.expire(now)
 	t.series.sweep(now)
 }
 
-// expire emits or drops the launches whose wait is over.
+// expire emits or drops the launches whose wait is over, then the host
+// calls whose wait is.
 func (lt *launchTable) expire(now time.Time) {
+	defer lt.hosts.expire(now)
 	for i := lt.qhead; i < len(lt.queue); i++ {
 		l := lt.queue[i]
 		if l.done {
@@ -94,18 +97,11 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	}
 	lt.counters.LaunchesEmitted++
 	s := l.k.series.dev(l.rec.Device)
-	s.launches++
-	lt.windows.finished(l, s)
+	lt.windows.finished(l, s) // before s counts l: its estimate is the kernel's mean so far
 	execNS, haveExec := l.execNS()
-	if haveExec {
-		s.exec.Record(float64(execNS) / 1e9)
-	}
-	if q, ok := lt.queueNS(l); ok {
-		s.queue.Record(float64(q) / 1e9)
-	}
-	if lt.clients.streamGap(l, &s.hostWait); l.gap.known {
-		s.hostWait.Record(float64(l.gap.hostWaitNS) / 1e9)
-	}
+	queueNS, haveQueue := lt.queueNS(l)
+	lt.streams.gap(l, &s.hostWait)
+	s.record(launchFigures{execNS, queueNS, l.gap.hostWaitNS, haveExec, haveQueue, l.gap.known})
 	if !sampled(l.sampleKey(), lt.o.Sampling.OneIn) {
 		lt.counters.SpansSampledOut++
 		return
@@ -119,6 +115,66 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 		return
 	}
 	lt.spans.launchSpans(l)
+}
+
+// deviceDone says whether every device record the launch waits for is in:
+// its Exec window, or one Warp record per warp; at once for a launch the
+// shim marked unprobed (no device record of it will come).
+func (l *launch) deviceDone() bool {
+	return l.rec.Flags&record.LaunchUnprobed != 0 || l.gpu.exec != nil || l.gpu.warps >= expectedWarps(&l.rec)
+}
+
+// hasDevice says whether the launch has a device window (devWindow).
+func (l *launch) hasDevice() bool { return l.gpu.exec != nil || l.gpu.warps > 0 || l.gpu.win.ok }
+
+// probed says whether the launch's own probes timed all of it: its Exec
+// window, or every warp.
+func (l *launch) probed() bool {
+	return l.gpu.exec != nil || (l.have && l.gpu.warps > 0 && l.gpu.warps >= expectedWarps(&l.rec))
+}
+
+// devTime is a device timestamp of a launch: %globaltimer of its device
+// (its probes'), or its client's CLOCK_MONOTONIC (mono: a driver window).
+type devTime struct {
+	ns   uint64
+	mono bool
+}
+
+// devWindow is the device window the launch's spans and figures use: its
+// probes' when they timed all of it (kernel_phases' Exec, every warp),
+// else the driver's (record.Window), else the warps that came; ok is
+// false when it has none.
+func (l *launch) devWindow() (start, end devTime, ok bool) {
+	switch {
+	case l.probed():
+	case l.gpu.win.ok:
+		return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
+	case l.gpu.warps == 0:
+		return devTime{}, devTime{}, false
+	}
+	return devTime{l.gpu.firstStart, false}, devTime{l.gpu.lastEnd, false}, true
+}
+
+// window is the device window l's spans and figures use: devWindow's, or
+// the driver's when devWindow's is the probes' and their device has no
+// clock mapping (its calibration failed), so that a launch the driver
+// timed always shows its window.
+func (o *Options) window(l *launch) (start, end devTime, ok bool) {
+	start, end, ok = l.devWindow()
+	if ok && !start.mono && l.gpu.win.ok {
+		if _, mapped := o.Clock.GPUToReal(l.key.src, l.rec.Device, start.ns); !mapped {
+			return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
+		}
+	}
+	return start, end, ok
+}
+
+// toReal maps device time t of source src and device dev to realtime ns.
+func (o *Options) toReal(src, dev uint32, t devTime) (uint64, bool) {
+	if t.mono {
+		return o.Clock.ClientMonoToReal(src, t.ns)
+	}
+	return o.Clock.GPUToReal(src, dev, t.ns)
 }
 
 // execNS is the device execution time: first block (warp) start → last

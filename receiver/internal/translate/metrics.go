@@ -71,8 +71,8 @@ type SelfMetric struct {
 // scope's slice): the host calls' and the self-metrics.
 func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self []SelfMetric) {
 	ts := pcommon.NewTimestampFromTime(now)
-	t.hosts.appendMetrics(sm, ts)
-	t.windows.appendMetrics(sm, ts)
+	t.launches.hosts.appendMetrics(sm, ts)
+	t.launches.windows.appendMetrics(sm, ts)
 	t.spans.limit.appendMetrics(sm, ts)
 	for _, c := range self {
 		dp := newSum(sm, c.Name, c.Unit, c.Desc).AppendEmpty()

@@ -35,13 +35,13 @@ func TestProcessNameNotCachedEmpty(t *testing.T) {
 	calls := 0
 	names := []string{"", "app"}
 	tr := New(Options{ProcessName: func(uint32) string { calls++; return names[min(calls-1, 1)] }})
-	if n := tr.clients.processName(7); n != "" {
+	if n := tr.spans.res.processName(7); n != "" {
 		t.Fatalf("first = %q", n)
 	}
-	if n := tr.clients.processName(7); n != "app" {
+	if n := tr.spans.res.processName(7); n != "app" {
 		t.Fatalf("second = %q, want app (not a cached empty name)", n)
 	}
-	if n := tr.clients.processName(7); n != "app" || calls != 2 {
+	if n := tr.spans.res.processName(7); n != "app" || calls != 2 {
 		t.Fatalf("third = %q after %d calls, want the cached app after 2", n, calls)
 	}
 }

@@ -81,6 +81,27 @@ type devSeries struct {
 	perThread  map[uint32]uint64 // thread index → executions (Options.PerThreadSeries), bounded
 }
 
+// launchFigures are the figures of one emitted launch; a have* false:
+// unknown.
+type launchFigures struct {
+	execNS, queueNS, hostWaitNS     uint64
+	haveExec, haveQueue, haveWaited bool
+}
+
+// record counts one emitted launch with its figures.
+func (ds *devSeries) record(f launchFigures) {
+	ds.launches++
+	if f.haveExec {
+		ds.exec.Record(float64(f.execNS) / 1e9)
+	}
+	if f.haveQueue {
+		ds.queue.Record(float64(f.queueNS) / 1e9)
+	}
+	if f.haveWaited {
+		ds.hostWait.Record(float64(f.hostWaitNS) / 1e9)
+	}
+}
+
 // Defaults of the process bounds.
 const (
 	DefaultMaxProcesses     = 1024

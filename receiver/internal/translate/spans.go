@@ -1,8 +1,7 @@
 package translate
 
 import (
-	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,9 +30,8 @@ const (
 type spanOut struct {
 	o        *Options
 	counters *Counters
-	clients  *clientTable
-	hosts    *hostTable
-	limit    *spanLimit // limits::spans_per_second (spanlimit.go)
+	res      *resourceBook // what the spans say of their process and device (resource.go)
+	limit    *spanLimit    // limits::spans_per_second (spanlimit.go)
 
 	traces ptrace.Traces
 	byPID  map[uint32]ptrace.SpanSlice
@@ -62,56 +60,12 @@ func (so *spanOut) spansOf(pid uint32) ptrace.SpanSlice {
 		return ss
 	}
 	rs := so.traces.ResourceSpans().AppendEmpty()
-	so.fillResource(rs.Resource().Attributes(), pid)
+	so.res.fillResource(rs.Resource().Attributes(), pid)
 	sc := rs.ScopeSpans().AppendEmpty()
 	sc.Scope().SetName(ScopeName)
 	ss := sc.Spans()
 	so.byPID[pid] = ss
 	return ss
-}
-
-func (so *spanOut) fillResource(attrs pcommon.Map, pid uint32) {
-	so.clients.fillResource(attrs, pid)
-}
-
-// processName returns the executable name of pid, cached.
-func (ct *clientTable) processName(pid uint32) string {
-	if c, ok := ct.peers[pid]; ok && c.peer.Exe != "" {
-		return c.peer.Exe // a connected client's, read at connect
-	}
-	if n, ok := ct.procs[pid]; ok {
-		return n
-	}
-	var n string
-	if ct.o.ProcessName != nil {
-		n = ct.o.ProcessName(pid)
-	} else {
-		n = ProcName(pid)
-	}
-	n = record.Sanitize(n, maxExeLen)
-	if n == "" {
-		return "" // gone or unreadable: not cached, a later record may know it
-	}
-	if len(ct.procs) > 4096 {
-		clear(ct.procs)
-	}
-	ct.procs[pid] = n
-	return n
-}
-
-// ProcName returns the executable name of pid: the base name of
-// /proc/PID/exe, else /proc/PID/comm (cut at 15 bytes by the kernel), ""
-// if the process is gone.
-func ProcName(pid uint32) string {
-	dir := "/proc/" + strconv.FormatUint(uint64(pid), 10)
-	if exe, err := os.Readlink(dir + "/exe"); err == nil && exe != "" {
-		return filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
-	}
-	b, err := os.ReadFile(dir + "/comm")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // mono maps a CLOCK_MONOTONIC reading of source src to a timestamp (0 when
@@ -154,7 +108,7 @@ func (so *spanOut) launchSpans(l *launch) {
 		// patched, or left out by sampling::device_one_in): no phases.
 		a.PutBool("cuda.launch.probed", false)
 	}
-	so.clients.putDevice(a, l.key.src, r.Device)
+	so.res.putDevice(a, l.key.src, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))
 	a.PutInt("cuda.grid.x", int64(r.Grid[0]))
 	a.PutInt("cuda.grid.y", int64(r.Grid[1]))
@@ -239,7 +193,7 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 	a.PutStr("cuda.memcpy.kind", m.Kind.String())
 	a.PutInt("cuda.memcpy.size", int64(m.Bytes))
 	a.PutBool("cuda.memcpy.async", m.Flags&record.MemcpyAsync != 0)
-	so.clients.putDevice(a, src, m.Device)
+	so.res.putDevice(a, src, m.Device)
 	a.PutInt("cuda.stream", int64(m.Stream))
 	a.PutInt("thread.id", int64(m.TID))
 }
@@ -259,4 +213,338 @@ func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64)
 	sp.SetEndTimestamp(so.mono(src, endNS))
 	so.nSpans++
 	return sp.Attributes(), true
+}
+
+// Metric names of the host probes (documented in receiver/README.md and
+// metadata.yaml).
+const (
+	MetricHostCallDuration = "gpu.cuda.host.call.duration"
+	MetricApproxKernels    = "gpu.cuda.kernel.approximate.spans"
+)
+
+// hostAPISlots is one more than the largest HostAPI number.
+const hostAPISlots = 128
+
+// apiMeta is what spans and rules need of a HostAPI, precomputed.
+type apiMeta struct {
+	name      string
+	category  string
+	async     bool
+	driver    bool
+	perThread bool // a _ptsz/_ptds entry point: stream 0 is the per-thread default stream
+}
+
+var apiTable = func() (tab [hostAPISlots]apiMeta) {
+	for i := range tab {
+		a := record.HostAPI(i)
+		tab[i] = apiMeta{name: a.String(), category: a.Category().String(), async: a.Async(), driver: a.Driver(),
+			perThread: strings.HasSuffix(a.String(), "_ptsz") || strings.HasSuffix(a.String(), "_ptds")}
+	}
+	return tab
+}()
+
+// apiInfo returns the precomputed facts of a.
+func apiInfo(a record.HostAPI) *apiMeta {
+	if int(a) < len(apiTable) {
+		return &apiTable[a]
+	}
+	return &apiTable[0]
+}
+
+// emitTree appends the span of c under parent (empty: a root) in trace tr,
+// then its children under it, and returns its span id. kernel is the
+// kernel name of a launch call ("" when unknown).
+func (so *spanOut) emitTree(ss ptrace.SpanSlice, c *hostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
+	id := so.hostCallSpan(ss, &c.rec, tr, parent, kernel)
+	for _, d := range c.children {
+		k := ""
+		if d.rec.API.Category() == record.HostCatLaunch {
+			k = kernel
+		}
+		so.emitTree(ss, d, tr, id, k)
+	}
+	return id
+}
+
+// hostCallSpan appends the span of one host API call and returns its id.
+func (so *spanOut) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcommon.TraceID, parent pcommon.SpanID, kernel string) pcommon.SpanID {
+	m := apiInfo(r.API)
+	sp := ss.AppendEmpty()
+	id := otelid.NewSpanID()
+	sp.SetTraceID(tr)
+	sp.SetSpanID(id)
+	sp.SetParentSpanID(parent)
+	sp.SetName(m.name)
+	sp.SetKind(ptrace.SpanKindInternal)
+	sp.SetStartTimestamp(so.mono(HostProbeSource, r.EnterNS))
+	sp.SetEndTimestamp(so.mono(HostProbeSource, r.ExitNS))
+	so.nSpans++
+
+	a := sp.Attributes()
+	a.EnsureCapacity(16)
+	a.PutStr("code.function.name", m.name)
+	a.PutStr("cuda.api.category", m.category)
+	a.PutInt("process.pid", int64(r.PID))
+	a.PutInt("thread.id", int64(r.TID))
+	a.PutBool("cuda.api.async", m.async)
+	if r.Flags&record.HostCallReturned != 0 {
+		a.PutInt("cuda.api.return_code", int64(r.Ret))
+		if r.Ret != 0 {
+			sp.Status().SetCode(ptrace.StatusCodeError)
+			a.PutStr("error.type", errorType(int64(r.Ret), m.driver))
+			if m.driver {
+				sp.Status().SetMessage("CUresult " + strconv.Itoa(int(r.Ret)))
+			} else {
+				sp.Status().SetMessage("cudaError_t " + strconv.Itoa(int(r.Ret)))
+			}
+		}
+	} else {
+		a.PutBool("cuda.api.returned", false)
+	}
+	if r.Flags&record.HostCallArgsFaulted != 0 {
+		a.PutBool("cuda.api.args_faulted", true)
+	}
+	switch r.API.Category() {
+	case record.HostCatLaunch:
+		putLaunchArgs(a, r)
+		if kernel != "" {
+			a.PutStr("cuda.kernel.name", kernel)
+		}
+	case record.HostCatMemcpy:
+		a.PutInt("cuda.memcpy.size", int64(r.Args[2]))
+		a.PutStr("cuda.memcpy.kind", memcpyKind(r).String())
+		if m.async {
+			a.PutInt("cuda.stream", int64(r.Args[4]))
+		}
+	case record.HostCatAlloc:
+		a.PutInt("cuda.memory.size", int64(r.Args[0]))
+		a.PutInt("cuda.memory.address", int64(r.Args[1]))
+		if m.async {
+			a.PutInt("cuda.stream", int64(r.Args[4]))
+		}
+	case record.HostCatFree:
+		a.PutInt("cuda.memory.address", int64(r.Args[0]))
+		if m.async {
+			a.PutInt("cuda.stream", int64(r.Args[4]))
+		}
+	case record.HostCatSync:
+		switch r.API {
+		case record.HostCudaEventSynchronize, record.HostCuEventSynchronize:
+			a.PutInt("cuda.event", int64(r.Args[0]))
+		case record.HostCudaDeviceSynchronize, record.HostCuCtxSynchronize:
+		default:
+			a.PutInt("cuda.stream", int64(r.Args[0]))
+		}
+	case record.HostCatGraphLaunch:
+		a.PutInt("cuda.graph.exec", int64(r.Args[0]))
+		a.PutInt("cuda.stream", int64(r.Args[5]))
+	case record.HostCatCapture:
+		a.PutInt("cuda.stream", int64(r.Args[0]))
+		switch r.API {
+		case record.HostCudaStreamBeginCapture, record.HostCudaStreamBeginCapturePtsz,
+			record.HostCuStreamBeginCaptureV2, record.HostCuStreamBeginCaptureV2Ptsz:
+			if r.Args[1] < uint64(len(captureModes)) {
+				a.PutStr("cuda.graph.capture_mode", captureModes[r.Args[1]])
+			}
+		case record.HostCudaStreamBeginCaptureToGraph, record.HostCudaStreamBeginCaptureToGraphPtsz,
+			record.HostCuStreamBeginCaptureToGraph, record.HostCuStreamBeginCaptureToGraphPtsz:
+			a.PutInt("cuda.graph", int64(r.Args[1]))
+		}
+	case record.HostCatStream:
+		a.PutInt("cuda.stream", int64(r.Args[0]))
+		if r.API.CreatesStream() {
+			a.PutInt("cuda.stream_flags", int64(uint32(r.Args[1])))
+		}
+	case record.HostCatEvent:
+		if r.API.WaitsEvent() {
+			a.PutInt("cuda.stream", int64(r.Args[0]))
+			a.PutInt("cuda.event", int64(r.Args[1]))
+		} else {
+			a.PutInt("cuda.event", int64(r.Args[0]))
+			a.PutInt("cuda.stream", int64(r.Args[1]))
+		}
+	}
+	return id
+}
+
+// emitStandalone emits host call c of process pid and its children as a
+// trace of their own and returns c's span (false when sampling or the span
+// cap left the trace out). kernel names a launch call's kernel ("":
+// unknown).
+func (so *spanOut) emitStandalone(pid uint32, c *hostCall, kernel string) (ptrace.Span, bool) {
+	if !sampled(srcKey{pid, c.rec.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(pid, treeSize(c)) {
+		return ptrace.Span{}, false
+	}
+	ss := so.spansOf(pid)
+	i := ss.Len()
+	so.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
+	return ss.At(i), true
+}
+
+// emitApprox emits launch ol of process pid, closed by sync, with its
+// approximate kernel span (graph span for a graph launch).
+func (so *spanOut) emitApprox(pid uint32, ol *openLaunch, sync *record.HostCall) {
+	r := &ol.call.rec
+	graph := r.API.Category() == record.HostCatGraphLaunch
+	if graph {
+		so.counters.ApproxGraphs++
+	} else {
+		so.counters.ApproxSpans++
+	}
+	if !sampled(srcKey{pid, r.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(pid, treeSize(ol.call)+1) {
+		return
+	}
+	ss := so.spansOf(pid)
+	tr := otelid.NewTraceID()
+	name := ol.kernel.name
+	if graph {
+		name = "cuda.graph"
+	}
+	parent := so.emitTree(ss, ol.call, tr, pcommon.SpanID{}, ol.kernel.name)
+	sp := ss.AppendEmpty()
+	sp.SetTraceID(tr)
+	sp.SetSpanID(otelid.NewSpanID())
+	sp.SetParentSpanID(parent)
+	sp.SetName(name)
+	sp.SetKind(ptrace.SpanKindInternal)
+	start := so.mono(HostProbeSource, r.EnterNS)
+	sp.SetStartTimestamp(start)
+	sp.SetEndTimestamp(max(start, so.mono(HostProbeSource, sync.ExitNS)))
+	so.nSpans++
+	a := sp.Attributes()
+	a.EnsureCapacity(14)
+	if graph {
+		a.PutInt("cuda.graph.exec", int64(r.Args[0]))
+		a.PutInt("cuda.stream", int64(r.Args[5]))
+		a.PutBool("cuda.graph.approximate", true)
+		a.PutStr("cuda.graph.approximate.closed_by", sync.API.String())
+	} else {
+		a.PutStr("cuda.kernel.name", ol.kernel.name)
+		if ol.kernel.mangled != "" {
+			a.PutStr("cuda.kernel.mangled_name", ol.kernel.mangled)
+		}
+		a.PutBool("cuda.kernel.approximate", true)
+		a.PutStr("cuda.kernel.approximate.closed_by", sync.API.String())
+		putLaunchArgs(a, r)
+	}
+	a.PutInt("process.pid", int64(r.PID))
+	a.PutInt("thread.id", int64(r.TID))
+}
+
+// captureModes names cudaStreamCaptureMode / CUstreamCaptureMode values.
+var captureModes = [...]string{"global", "thread_local", "relaxed"}
+
+// memcpyKind is the direction of a copy call: the probe's argument, else
+// what the driver entry point implies.
+func memcpyKind(r *record.HostCall) record.MemcpyKind {
+	if k := record.MemcpyKind(r.Args[3]); k != record.MemcpyUnknown && k <= record.MemcpyPeer {
+		return k
+	}
+	switch r.API {
+	case record.HostCuMemcpyHtoD, record.HostCuMemcpyHtoDAsync:
+		return record.MemcpyHostToDevice
+	case record.HostCuMemcpyDtoH, record.HostCuMemcpyDtoHAsync:
+		return record.MemcpyDeviceToHost
+	case record.HostCuMemcpyDtoD, record.HostCuMemcpyDtoDAsync:
+		return record.MemcpyDeviceToDevice
+	}
+	return record.MemcpyUnknown
+}
+
+// putLaunchArgs puts the grid, block, shared memory and stream of a launch
+// call, named as on the shim's launch spans.
+func putLaunchArgs(a pcommon.Map, r *record.HostCall) {
+	g, b := r.Grid(), r.Block()
+	a.PutInt("cuda.grid.x", int64(g[0]))
+	a.PutInt("cuda.grid.y", int64(g[1]))
+	a.PutInt("cuda.grid.z", int64(g[2]))
+	a.PutInt("cuda.block.x", int64(b[0]))
+	a.PutInt("cuda.block.y", int64(b[1]))
+	a.PutInt("cuda.block.z", int64(b[2]))
+	a.PutInt("cuda.shared_memory.size", int64(uint32(r.Args[4])))
+	a.PutInt("cuda.stream", int64(r.Args[5]))
+}
+
+// hostParents emits the runtime launch calls nested with shim launch l
+// (outermost first, each inside the previous) in trace tr and returns the
+// innermost one's span id, the launch span's parent (empty when none).
+func (so *spanOut) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
+	var parent pcommon.SpanID
+	if len(l.host.calls) == 0 {
+		return parent
+	}
+	var runtime []*hostCall
+	for _, c := range l.host.calls {
+		if !apiInfo(c.rec.API).driver {
+			runtime = append(runtime, c)
+		}
+	}
+	slices.SortStableFunc(runtime, func(a, b *hostCall) int {
+		if a.rec.EnterNS != b.rec.EnterNS {
+			return cmpU64(a.rec.EnterNS, b.rec.EnterNS)
+		}
+		return cmpU64(b.rec.ExitNS, a.rec.ExitNS)
+	})
+	for _, c := range runtime {
+		parent = so.hostCallSpan(ss, &c.rec, tr, parent, l.k.name)
+	}
+	return parent
+}
+
+// hostChildren emits the driver launch calls nested with shim launch l
+// under its span.
+func (so *spanOut) hostChildren(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID, launchSpan pcommon.SpanID) {
+	for _, c := range l.host.calls {
+		if apiInfo(c.rec.API).driver {
+			so.hostCallSpan(ss, &c.rec, tr, launchSpan, l.k.name)
+		}
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// error.type of a failed CUDA call (semantic conventions: a low-
+// cardinality name of the error class): the enumerator's name of the
+// codes below, else the code in decimal. Codes from cuda.h (CUresult) and
+// driver_types.h (cudaError_t); the common ones only, as the rest stay
+// readable by number.
+var (
+	cuResultNames = map[int64]string{
+		1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY", 3: "CUDA_ERROR_NOT_INITIALIZED",
+		4: "CUDA_ERROR_DEINITIALIZED", 100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE",
+		200: "CUDA_ERROR_INVALID_IMAGE", 201: "CUDA_ERROR_INVALID_CONTEXT", 209: "CUDA_ERROR_NO_BINARY_FOR_GPU",
+		218: "CUDA_ERROR_INVALID_PTX", 400: "CUDA_ERROR_INVALID_HANDLE", 500: "CUDA_ERROR_NOT_FOUND",
+		600: "CUDA_ERROR_NOT_READY", 700: "CUDA_ERROR_ILLEGAL_ADDRESS", 701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+		702: "CUDA_ERROR_LAUNCH_TIMEOUT", 719: "CUDA_ERROR_LAUNCH_FAILED", 720: "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
+		800: "CUDA_ERROR_NOT_PERMITTED", 801: "CUDA_ERROR_NOT_SUPPORTED", 999: "CUDA_ERROR_UNKNOWN",
+	}
+	cudaErrorNames = map[int64]string{
+		1: "cudaErrorInvalidValue", 2: "cudaErrorMemoryAllocation", 3: "cudaErrorInitializationError",
+		4: "cudaErrorCudartUnloading", 9: "cudaErrorInvalidConfiguration", 98: "cudaErrorInvalidDeviceFunction",
+		100: "cudaErrorNoDevice", 101: "cudaErrorInvalidDevice", 209: "cudaErrorNoKernelImageForDevice",
+		400: "cudaErrorInvalidResourceHandle", 600: "cudaErrorNotReady", 700: "cudaErrorIllegalAddress",
+		701: "cudaErrorLaunchOutOfResources", 719: "cudaErrorLaunchFailure", 801: "cudaErrorNotSupported",
+		999: "cudaErrorUnknown",
+	}
+)
+
+// errorType names a nonzero return code of a driver (CUresult) or runtime
+// (cudaError_t) call.
+func errorType(code int64, driver bool) string {
+	names := cudaErrorNames
+	if driver {
+		names = cuResultNames
+	}
+	if n, ok := names[code]; ok {
+		return n
+	}
+	return strconv.FormatInt(code, 10)
 }

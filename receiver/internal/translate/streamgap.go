@@ -81,9 +81,19 @@ func slotOf(src, device uint32, stream uint64, tid uint32) streamSlot {
 	return streamSlot{src: src, device: device, stream: stream}
 }
 
-// streamCount counts one launch or copy on a stream and returns its count.
-func (ct *clientTable) streamCount(k streamSlot) uint64 {
-	streams := ct.clientOf(k.src).streams
+// streamTable owns the launch order of each source's streams.
+type streamTable struct {
+	o     *Options
+	bySrc map[uint32]map[streamSlot]*streamState // source → its streams, ≤ maxStreamSlots each
+}
+
+// count counts one launch or copy on a stream and returns its count.
+func (sg *streamTable) count(k streamSlot) uint64 {
+	streams := sg.bySrc[k.src]
+	if streams == nil {
+		streams = map[streamSlot]*streamState{}
+		sg.bySrc[k.src] = streams
+	}
 	st := streams[k]
 	if st == nil {
 		if len(streams) >= maxStreamSlots {
@@ -96,34 +106,30 @@ func (ct *clientTable) streamCount(k streamSlot) uint64 {
 	return st.seq
 }
 
-// streamGap runs at l's finish, with hw its kernel's host-wait histogram:
+// gap runs at l's finish, with hw its kernel's host-wait histogram:
 // it sets l's stream idle time and host wait when the launch counted just
 // before it on its stream has finished and has a device window, records the host
 // wait of a launch that finished early when l is its predecessor, and
 // makes l the stream's latest finished launch.
-func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
+func (sg *streamTable) gap(l *launch, hw *exphist.Hist) {
 	if l.gap.seq == 0 {
 		return
 	}
 	r := &l.rec
-	c := ct.byID[l.key.src]
-	if c == nil {
-		return // gone
-	}
-	st := c.streams[slotOf(l.key.src, r.Device, r.Stream, r.TID)]
+	st := sg.bySrc[l.key.src][slotOf(l.key.src, r.Device, r.Stream, r.TID)]
 	if st == nil {
-		return // forgotten
+		return // forgotten, or its source gone
 	}
-	retReal, okRet := ct.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
-	start, end, dev := ct.o.window(l)
+	retReal, okRet := sg.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
+	start, end, dev := sg.o.window(l)
 	var startReal uint64
 	if dev {
-		startReal, _ = ct.o.toReal(l.key.src, r.Device, start)
+		startReal, _ = sg.o.toReal(l.key.src, r.Device, start)
 	}
 	s := l.gap.seq
 	switch {
 	case s == st.doneSeq+1 && st.end.ns != 0 && okRet:
-		if endReal, ok := ct.o.toReal(l.key.src, r.Device, st.end); ok {
+		if endReal, ok := sg.o.toReal(l.key.src, r.Device, st.end); ok {
 			l.gap.hostWaitNS, l.gap.known = gapWait(retReal, endReal, startReal), true
 			if idle, ok := idleNS(st.end, start, endReal, startReal); dev && ok {
 				l.gap.idleNS, l.gap.idleKnown = idle, true
@@ -133,7 +139,7 @@ func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
 		st.early = earlyLaunch{seq: s, retReal: retReal, startReal: startReal, hostWait: hw}
 	}
 	if s+1 == st.early.seq && dev {
-		if endReal, ok := ct.o.toReal(l.key.src, r.Device, end); ok {
+		if endReal, ok := sg.o.toReal(l.key.src, r.Device, end); ok {
 			st.early.hostWait.Record(float64(gapWait(st.early.retReal, endReal, st.early.startReal)) / 1e9)
 		}
 		st.early = earlyLaunch{}
@@ -145,6 +151,9 @@ func (ct *clientTable) streamGap(l *launch, hw *exphist.Hist) {
 		}
 	}
 }
+
+// forget drops the streams of source src (disconnected).
+func (sg *streamTable) forget(src uint32) { delete(sg.bySrc, src) }
 
 // idleNS is the stream's idle time from the previous kernel's end to this
 // one's start: in their own clock when both are in the same one (exact),

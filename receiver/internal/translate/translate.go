@@ -1,11 +1,3 @@
-// Package translate turns gpuprobe records (package record) into OTLP spans
-// and metrics. It joins the records of one kernel launch (launch, warps,
-// completion) under a bounded set of pending launches, maps GPU and host
-// timestamps onto CLOCK_REALTIME, folds kernel names beyond a limit into
-// "other", samples spans, and keeps cumulative metrics.
-//
-// A Translator is not safe for concurrent use; the receiver drives it from
-// its one poll goroutine.
 package translate
 
 import (
@@ -152,6 +144,7 @@ type kernel struct {
 	name    string // demangled
 	series  *series
 	include bool
+	live    int // pending launches bound to it (launch.bind), which keep it in its client's handles
 }
 
 // Translator decodes records and routes them to the parts that own the
@@ -165,13 +158,10 @@ type Translator struct {
 	start    pcommon.Timestamp
 	dec      decoder // decode scratch
 
-	launches *launchTable // pending launches but graph runs (launches.go, lifecycle.go)
-	graphs   *graphTable  // runs of CUDA graph nodes (graph.go)
-	clients  *clientTable // per-source state and process names (client.go)
-	hosts    *hostTable   // host calls and the shim-less approximation (hostcalls.go, approx.go)
-	windows  *windowTable // driver windows, graph launch calls, coverage (windows.go, graphgroups.go, coverage.go)
-	series   *seriesStore // metric series (series.go)
-	spans    *spanOut     // spans built since the last TakeTraces (spans.go)
+	clients  *clientTable // per-client state (client.go, kernels.go)
+	launches *launchTable // pairing: pending launches, graph runs, windows, host calls (launches.go, lifecycle.go)
+	series   *seriesStore // emission: metric series (series.go, metrics.go)
+	spans    *spanOut     // emission: spans built since the last TakeTraces (spans.go)
 }
 
 // decoder is the scratch space records are decoded into, one per type.
@@ -236,28 +226,24 @@ func New(o Options) *Translator {
 		o.Process.Retention = DefaultProcessRetention
 	}
 	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
-	t.series = &seriesStore{o: &t.o, counters: &t.counters,
+	// The stages from the bottom up: each gets the ones below it that it
+	// calls, never one beside or above it.
+	opts, counters := &t.o, &t.counters
+	res := &resourceBook{o: opts, peers: map[uint32]peerRes{}, procs: map[uint32]string{}, devices: map[uint32]map[uint32]string{}}
+	t.series = &seriesStore{o: opts, counters: counters,
 		names: map[string]string{}, kernels: map[string]bool{}, procs: map[procKey]*procSeries{}}
-	t.launches = &launchTable{o: &t.o, counters: &t.counters, pending: map[srcKey]*launch{}}
-	t.graphs = &graphTable{o: &t.o, counters: &t.counters, chains: map[srcKey]*replayChain{}}
-	t.clients = &clientTable{o: &t.o, counters: &t.counters,
-		byID: map[uint32]*client{}, peers: map[uint32]*client{}, procs: map[uint32]string{}}
-	t.hosts = &hostTable{o: &t.o, counters: &t.counters, start: t.start,
-		procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}
-	t.windows = &windowTable{o: &t.o, counters: &t.counters, groups: groupTable{o: &t.o},
-		cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}}
-	t.spans = &spanOut{o: &t.o, counters: &t.counters,
+	t.spans = &spanOut{o: opts, counters: counters, res: res,
 		limit: &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}}}
 	t.spans.resetTraces()
-
-	// The parts call each other; each names the ones it calls.
-	t.launches.graphs, t.launches.clients, t.launches.hosts = t.graphs, t.clients, t.hosts
-	t.launches.spans, t.launches.windows = t.spans, t.windows
-	t.windows.launches, t.windows.clients = t.launches, t.clients
-	t.graphs.launches, t.graphs.clients = t.launches, t.clients
-	t.clients.launches, t.clients.series = t.launches, t.series
-	t.hosts.launches, t.hosts.spans, t.hosts.series = t.launches, t.spans, t.series
-	t.spans.clients, t.spans.hosts = t.clients, t.hosts
+	t.launches = &launchTable{o: opts, counters: counters, spans: t.spans,
+		pending: map[srcKey]*launch{}, bySrc: map[uint32]*srcQueue{},
+		streams: streamTable{o: opts, bySrc: map[uint32]map[streamSlot]*streamState{}},
+		graphs:  &graphTable{o: opts, counters: counters, chains: map[srcKey]*replayChain{}},
+		windows: &windowTable{o: opts, counters: counters, bySrc: map[uint32]*clientWindows{}, groups: groupTable{o: opts},
+			cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}},
+		hosts: &hostTable{o: opts, counters: counters, start: t.start, spans: t.spans, series: t.series,
+			procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}}
+	t.clients = &clientTable{o: opts, counters: counters, series: t.series, res: res, byID: map[uint32]*client{}}
 	return t
 }
 
@@ -265,7 +251,7 @@ func New(o Options) *Translator {
 func (t *Translator) Counters() Counters { return t.counters }
 
 // Pending is the number of launches waiting for more records.
-func (t *Translator) Pending() int { return t.launches.size() + t.graphs.runs() }
+func (t *Translator) Pending() int { return t.launches.size() }
 
 // Handle decodes one record from source src (one producer process
 // connection) and folds it into the state. now is the wall clock, used for
@@ -315,7 +301,8 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.clients.validate(src, &t.dec.dl.PID, &t.dec.dl.Device)
-		t.launches.onLaunch(src, &t.dec.dl, now)
+		k := t.clients.bindLaunch(src, &t.dec.dl)
+		t.launches.onLaunch(src, &t.dec.dl, k, now)
 	case record.TypeWarp:
 		if err := t.dec.dw.Decode(rec); err != nil {
 			return err
@@ -331,14 +318,14 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		if src != HostProbeSource {
-			t.windows.onWindow(src, &t.dec.dv, now)
+			t.launches.onWindow(src, &t.dec.dv, now)
 		}
 	case record.TypeWindowState:
 		if err := t.dec.dx.Decode(rec); err != nil {
 			return err
 		}
 		if src != HostProbeSource {
-			t.windows.onWindowState(src, &t.dec.dx)
+			t.launches.windows.onWindowState(src, t.clients.clientOf(src).peer.PID, &t.dec.dx)
 		}
 	case record.TypeCompletion:
 		if err := t.dec.dc.Decode(rec); err != nil {
@@ -351,7 +338,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		if src == HostProbeSource {
-			t.hosts.onKernelName(&t.dec.dk)
+			t.launches.hosts.onKernelName(&t.dec.dk)
 		} else {
 			t.clients.onKernelName(src, &t.dec.dk)
 		}
@@ -369,7 +356,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		}
 		t.clients.validate(src, &t.dec.dm.PID, &t.dec.dm.Device)
 		if src != HostProbeSource {
-			t.clients.streamCount(slotOf(src, t.dec.dm.Device, t.dec.dm.Stream, t.dec.dm.TID))
+			t.launches.streams.count(slotOf(src, t.dec.dm.Device, t.dec.dm.Stream, t.dec.dm.TID))
 		}
 		t.onMemcpy(src, &t.dec.dm)
 	case record.TypeSync:
@@ -382,7 +369,8 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if err := t.dec.dt.Decode(rec); err != nil {
 			return err
 		}
-		t.launches.onThreadCount(src, &t.dec.dt)
+		proc := t.clients.procOf(src)
+		t.launches.onThreadCount(src, &t.dec.dt, proc)
 	case record.TypeDevice:
 		if err := t.dec.dd.Decode(rec); err != nil {
 			return err
@@ -393,8 +381,8 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.clients.validate(src, &t.dec.dh.PID)
-		t.clients.processName(t.dec.dh.PID) // while the process is alive: spans are built later
-		t.hosts.onHostCall(&t.dec.dh, now)
+		t.spans.res.processName(t.dec.dh.PID) // while the process is alive: spans are built later
+		t.launches.onHostCall(&t.dec.dh, now)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
 	}

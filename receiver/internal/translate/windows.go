@@ -41,8 +41,8 @@ type WindowCounters struct {
 	WindowStates     uint64 // changes of a client's windows state
 }
 
-// clientWindows is what a client said of its windows: its latest state
-// (0: it never said), and its graph launch calls (graphgroups.go).
+// clientWindows is what a client (source) said of its windows: its latest
+// state (0: it never said), and its graph launch calls (graphgroups.go).
 type clientWindows struct {
 	state  record.WindowsState
 	reason record.WindowsReason
@@ -55,8 +55,7 @@ type clientWindows struct {
 type windowTable struct {
 	o        *Options
 	counters *Counters
-	launches *launchTable
-	clients  *clientTable
+	bySrc    map[uint32]*clientWindows // source → its windows' state and graph launch calls
 
 	nOn     int         // clients whose windows are on
 	onCache [8]onAnswer // on's answers by source (direct-mapped), while no state changes
@@ -82,22 +81,52 @@ func (wt *windowTable) on(src uint32) bool {
 	}
 	a := &wt.onCache[src%uint32(len(wt.onCache))]
 	if !a.ok || a.src != src {
-		c := wt.clients.get(src)
-		*a = onAnswer{src: src, on: c != nil && c.win.state == record.WindowsOn, ok: true}
+		c := wt.bySrc[src]
+		*a = onAnswer{src: src, on: c != nil && c.state == record.WindowsOn, ok: true}
 	}
 	return a.on
 }
 
-// setState records client c's windows state.
-func (wt *windowTable) setState(c *client, st record.WindowsState, r record.WindowsReason) {
-	if c.win.state == record.WindowsOn {
+// of returns the windows of source src, made on first use.
+func (wt *windowTable) of(src uint32) *clientWindows {
+	c := wt.bySrc[src]
+	if c == nil {
+		c = &clientWindows{}
+		wt.bySrc[src] = c
+	}
+	return c
+}
+
+// stateOf is the latest windows state of source src (0: it never said).
+func (wt *windowTable) stateOf(src uint32) record.WindowsState {
+	if c := wt.bySrc[src]; c != nil {
+		return c.state
+	}
+	return 0
+}
+
+// setState records a client's windows state.
+func (wt *windowTable) setState(c *clientWindows, st record.WindowsState, r record.WindowsReason) {
+	if c.state == record.WindowsOn {
 		wt.nOn--
 	}
 	if st == record.WindowsOn {
 		wt.nOn++
 	}
-	c.win.state, c.win.reason = st, r
+	c.state, c.reason = st, r
 	wt.onCache = [len(wt.onCache)]onAnswer{}
+}
+
+// call returns the graph launch call that graph launch record r of
+// source src belongs to (groupTable.call).
+func (wt *windowTable) call(src uint32, r *record.Launch) *graphGroup {
+	return wt.groups.call(&wt.of(src).groups, r)
+}
+
+// addNode appends a node of kernel k, launch l (nil: filtered out), to
+// call g of source src (groupTable.add).
+func (wt *windowTable) addNode(src uint32, g *graphGroup, l *launch, k *kernel) {
+	wt.groups.add(&wt.of(src).groups, g, l, k)
 }
 
 // waits says whether launch l (its launch record in) still waits for its
@@ -119,17 +148,23 @@ const (
 	matchFiltered                     // its kernel is excluded (kernels::include/exclude): dropped as its launch was
 )
 
-// onWindow joins window w of source src to its launch.
-func (wt *windowTable) onWindow(src uint32, w *record.Window, now time.Time) {
+// match joins window w of source src to its launch: pending, the pending
+// launch (not a graph run) of its launch id, or a node of a graph launch
+// call. It returns the launch that got it, nil if none.
+func (wt *windowTable) match(src uint32, w *record.Window, pending *launch) *launch {
 	wt.counters.WindowsRead++
 	var l *launch
 	out := matchUnknown
 	switch {
 	case w.Flags&record.WindowNoLaunch != 0:
 	case w.Flags&record.WindowGraph != 0:
-		l, out = wt.groups.match(wt.clients.get(src), w)
+		var cg *clientGroups
+		if c := wt.bySrc[src]; c != nil {
+			cg = &c.groups
+		}
+		l, out = wt.groups.match(cg, w)
 	default:
-		l = wt.launches.get(srcKey{src, w.LaunchID})
+		l = pending
 		if l != nil && (l.gpu.win.ok || (l.have && w.StartNS < l.rec.EnqueueNS)) {
 			l = nil // a duplicate, or a window that began before its launch call
 		}
@@ -144,26 +179,27 @@ func (wt *windowTable) onWindow(src uint32, w *record.Window, now time.Time) {
 		case matchUnknown, matchNoNode:
 			wt.counters.WindowsUnmatched++
 		}
-		return
+		return nil
 	}
 	wt.counters.WindowsMatched++
 	l.gpu.win = monoWindow{start: w.StartNS, end: w.EndNS, ok: true}
-	wt.launches.maybeFinish(l, now)
+	return l
 }
 
-// onWindowState takes a client's windows state: a change is counted and
-// reported (Options.OnWindowState), the windows it lost counted.
-func (wt *windowTable) onWindowState(src uint32, s *record.WindowState) {
-	c := wt.clients.clientOf(src)
+// onWindowState takes the windows state of source src, whose peer pid is
+// pid (0: unknown): a change is counted and reported
+// (Options.Windows.OnState), the windows it lost counted.
+func (wt *windowTable) onWindowState(src, pid uint32, s *record.WindowState) {
+	c := wt.of(src)
 	wt.counters.WindowsDropped += uint64(s.Dropped)
-	if s.State == c.win.state && s.Reason == c.win.reason {
+	if s.State == c.state && s.Reason == c.reason {
 		return
 	}
 	wt.setState(c, s.State, s.Reason)
 	wt.counters.WindowStates++
 	wt.changes[s.State][s.Reason]++
 	if wt.o.Windows.OnState != nil {
-		wt.o.Windows.OnState(c.peer.PID, *s)
+		wt.o.Windows.OnState(pid, *s)
 	}
 }
 
@@ -171,7 +207,7 @@ func (wt *windowTable) onWindowState(src uint32, s *record.WindowState) {
 // graph node: graphgroups.go keeps those), so that its window is dropped
 // as the launch was.
 func (wt *windowTable) filtered(key srcKey, api record.LaunchAPI) {
-	if c := wt.clients.get(key.src); c != nil && c.win.state != 0 && api != record.APIGraphLaunch {
+	if wt.stateOf(key.src) != 0 && api != record.APIGraphLaunch {
 		wt.recent.add(key, true)
 	}
 }
@@ -183,18 +219,15 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 	if l.key.src == HostProbeSource {
 		return
 	}
-	c := wt.clients.get(l.key.src)
-	if c == nil {
-		return
-	}
+	state := wt.stateOf(l.key.src)
 	// A graph launch call is named by its first node's id alone.
-	if c.win.state != 0 && (l.rec.API != record.APIGraphLaunch || (l.graph.call.g != nil && l.graph.call.g.first == l.key.id)) {
+	if state != 0 && (l.rec.API != record.APIGraphLaunch || (l.graph.call.g != nil && l.graph.call.g.first == l.key.id)) {
 		wt.recent.add(l.key, false)
 	}
 	if l.rec.Result != 0 {
 		return // nothing ran
 	}
-	if c.win.state == record.WindowsOn && !l.gpu.win.ok && l.rec.Flags&record.LaunchNoWindow == 0 {
+	if state == record.WindowsOn && !l.gpu.win.ok && l.rec.Flags&record.LaunchNoWindow == 0 {
 		wt.counters.WindowsMissing++
 	}
 	rt := l.route()
@@ -258,22 +291,25 @@ func (wt *windowTable) offset(edge int, later, earlier uint64) {
 // released marks launch l (done) emitted in its graph launch call.
 func (wt *windowTable) released(l *launch) {
 	if l.graph.call.g != nil {
-		wt.groups.release(wt.clients.get(l.key.src), l)
+		var cg *clientGroups
+		if c := wt.bySrc[l.key.src]; c != nil {
+			cg = &c.groups
+		}
+		wt.groups.release(cg, l)
 	}
 }
 
 // forget drops the window state of source src (disconnected): its graph
-// launch calls, and marks its process's coverage for removal after the
-// next emission.
-func (wt *windowTable) forget(src uint32) {
-	c := wt.clients.get(src)
-	if c == nil {
-		return
+// launch calls, and marks the coverage of its process, pid (0: unknown),
+// for removal after the next emission.
+func (wt *windowTable) forget(src, pid uint32) {
+	if c := wt.bySrc[src]; c != nil {
+		wt.groups.forget(&c.groups)
+		wt.setState(c, 0, 0)
+		delete(wt.bySrc, src)
 	}
-	wt.groups.forget(&c.win.groups)
-	wt.setState(c, 0, 0)
-	if c.peer.PID != 0 {
-		wt.cover.gone(c.peer.PID)
+	if pid != 0 {
+		wt.cover.gone(pid)
 	}
 }
 

@@ -311,7 +311,7 @@ func TestGraphWindows(t *testing.T) {
 			if c != want2 {
 				t.Errorf("counters %+v\nwant     %+v", c, want2)
 			}
-			if n := tr.windows.groups.entries; n != 0 {
+			if n := tr.launches.windows.groups.entries; n != 0 {
 				t.Errorf("%d node entries left", n)
 			}
 		})
@@ -544,14 +544,14 @@ func TestWindowBounds(t *testing.T) {
 		recs = append(recs, shim(&record.Window{LaunchID: 1 + 9*i, StartNS: 5000, EndNS: 6000, NameHash: record.NameHash("drop"), Flags: record.WindowGraph}))
 	}
 	handleAll(t, tr, now, recs...)
-	max := tr.windows.groups.maxEntries()
-	if e := tr.windows.groups.entries; e > max || e == 0 {
+	max := tr.launches.windows.groups.maxEntries()
+	if e := tr.launches.windows.groups.entries; e > max || e == 0 {
 		t.Errorf("%d node entries, want 1..%d", e, max)
 	}
 	if p := tr.Pending(); p > 1000 {
 		t.Errorf("%d pending, want ≤ 1000", p)
 	}
-	if n := len(tr.windows.recent.seen); n > maxRecent {
+	if n := len(tr.launches.windows.recent.seen); n > maxRecent {
 		t.Errorf("%d recent launches, want ≤ %d", n, maxRecent)
 	}
 	c := tr.Counters()
@@ -559,7 +559,7 @@ func TestWindowBounds(t *testing.T) {
 		t.Errorf("counters %+v: want evictions counted as missing windows", c.WindowCounters)
 	}
 	tr.Disconnect(1, now)
-	if e := tr.windows.groups.entries; e != 0 {
+	if e := tr.launches.windows.groups.entries; e != 0 {
 		t.Errorf("%d node entries after the client left", e)
 	}
 }
