@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
 // sassOn is a collector that asks for the SASS route at rate sampled
 // launches a second (65535: every launch).
 func sassOn(rate uint16) agent.Options {
-	return agent.Options{Settings: agent.Settings{Flags: agent.SettingSASS, SASSRate: rate, WindowFlushMS: 10}}
+	return agent.Options{Settings: agentwire.Settings{Flags: agentwire.SettingSASS, SASSRate: rate, WindowFlushMS: 10}}
 }
 
 // runSASS runs the direct app's basic scenario with n vecAdd launches under
@@ -233,7 +234,7 @@ func TestSASSContextDestroy(t *testing.T) {
 // collector does not wait, and the route's Exec records still come.
 func TestSASSWindowsUnavailable(t *testing.T) {
 	b := binaries(t)
-	both := agent.Options{Settings: agent.Settings{Flags: agent.SettingWindows | agent.SettingSASS, SASSRate: 65535, WindowFlushMS: 10}}
+	both := agent.Options{Settings: agentwire.Settings{Flags: agentwire.SettingWindows | agentwire.SettingSASS, SASSRate: 65535, WindowFlushMS: 10}}
 	for _, tc := range []struct {
 		name  string
 		opts  agent.Options

@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
 // windowsOn is a collector that asks for device windows.
-var windowsOn = agent.Options{Settings: agent.Settings{Flags: agent.SettingWindows, WindowFlushMS: 10}}
+var windowsOn = agent.Options{Settings: agentwire.Settings{Flags: agentwire.SettingWindows, WindowFlushMS: 10}}
 
 // TestWindows: with the collector asking for them, every launch of the
 // basic workload gets exactly one window (the MOCK CUPTI's kernel record)

@@ -240,7 +240,7 @@ static inline void *gp_real(struct gp_slot *s)
 
 /* session.c */
 #define GP_MAX_REGIONS 32u
-/* Agent protocol version (gpuprobe/agent, doc.go); 2 added descriptor
+/* Agent protocol version (gpuprobe/agentwire, doc.go); 2 added descriptor
  * flags (bit 0: the region has no shm header), 3 PATCHED's
  * device_max_per_second (a 32-byte header). */
 #define GP_PROTO 3u

@@ -1,6 +1,6 @@
 /*
  * session.c - the shim's end of the agent socket (wire format: package
- * github.com/gpuprobe/gpuprobe/gpuprobe/agent, doc.go).
+ * github.com/gpuprobe/gpuprobe/gpuprobe/agentwire, doc.go).
  *
  * At the first CUDA load or launch of the process, the shim connects to the
  * socket (GPUPROBE_SOCKET, default /run/gpuprobe/agent.sock), sends HELLO

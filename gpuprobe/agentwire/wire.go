@@ -1,4 +1,4 @@
-package agent
+package agentwire
 
 import (
 	"bytes"
@@ -198,7 +198,7 @@ func (e *ProtocolError) Error() string {
 	return fmt.Sprintf("agent: %v: %s", e.Code, e.Message)
 }
 
-func appendFrame(b []byte, t FrameType, payload []byte) []byte {
+func AppendFrame(b []byte, t FrameType, payload []byte) []byte {
 	le := binary.LittleEndian
 	b = le.AppendUint32(b, Magic)
 	b = le.AppendUint16(b, Version)
@@ -207,9 +207,9 @@ func appendFrame(b []byte, t FrameType, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-// parseFrameHeader checks a 12-byte frame header and returns its type and
+// ParseFrameHeader checks a 12-byte frame header and returns its type and
 // payload length.
-func parseFrameHeader(h []byte) (FrameType, uint32, error) {
+func ParseFrameHeader(h []byte) (FrameType, uint32, error) {
 	le := binary.LittleEndian
 	if m := le.Uint32(h); m != Magic {
 		return 0, 0, &ProtocolError{CodeProtocol, fmt.Sprintf("frame magic %#08x at offset 0, want %#08x (\"GPBA\")", m, Magic)}
@@ -228,13 +228,13 @@ func parseFrameHeader(h []byte) (FrameType, uint32, error) {
 	return t, n, nil
 }
 
-// readFrame reads one frame from r.
-func readFrame(r io.Reader) (FrameType, []byte, error) {
+// ReadFrame reads one frame from r.
+func ReadFrame(r io.Reader) (FrameType, []byte, error) {
 	var h [FrameHeader]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, fmt.Errorf("agent: reading frame header: %w", err)
 	}
-	t, n, err := parseFrameHeader(h[:])
+	t, n, err := ParseFrameHeader(h[:])
 	if err != nil {
 		return 0, nil, err
 	}
@@ -276,7 +276,7 @@ func MarshalHello(h Hello) ([]byte, error) {
 		p = append(p, h.ServiceName...)
 		p = append(p, h.ResAttrs...)
 	}
-	return appendFrame(nil, FrameHello, p), nil
+	return AppendFrame(nil, FrameHello, p), nil
 }
 
 // UnmarshalHello decodes a HELLO payload.
@@ -367,7 +367,7 @@ func MarshalWelcome(w Welcome) ([]byte, error) {
 	}
 	p = le.AppendUint32(p, uint32(w.Settings.Flags&settingFlagsMask)|uint32(w.Settings.SASSRate)<<16)
 	p = le.AppendUint32(p, w.Settings.WindowFlushMS)
-	return appendFrame(nil, FrameWelcome, p), nil
+	return AppendFrame(nil, FrameWelcome, p), nil
 }
 
 // UnmarshalWelcome decodes a WELCOME payload.
@@ -419,7 +419,7 @@ func MarshalError(code ErrorCode, msg string) []byte {
 	p := le.AppendUint32(nil, uint32(code))
 	p = le.AppendUint32(p, uint32(len(msg)))
 	p = append(p, msg...)
-	return appendFrame(nil, FrameError, p)
+	return AppendFrame(nil, FrameError, p)
 }
 
 // UnmarshalError decodes an ERROR payload into a *ProtocolError.

@@ -1,4 +1,4 @@
-package agent
+package agentwire
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ func TestWireRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ft, p, err := readFrame(bytes.NewReader(b))
+		ft, p, err := ReadFrame(bytes.NewReader(b))
 		if err != nil || ft != FrameHello {
 			t.Fatal(ft, err)
 		}
@@ -68,14 +68,14 @@ func TestWireRoundTrip(t *testing.T) {
 	if r, f := le.Uint32(b[FrameHeader+8+2*DescriptorSize:]), le.Uint16(b[FrameHeader+8+2*DescriptorSize+6:]); r != 5 || f != 1 {
 		t.Fatalf("kernel map descriptor: role %d flags %d, want 5 and 1", r, f)
 	}
-	ft, p, err := readFrame(bytes.NewReader(b))
+	ft, p, err := ReadFrame(bytes.NewReader(b))
 	if err != nil || ft != FrameWelcome {
 		t.Fatal(ft, err)
 	}
 	if got, err := UnmarshalWelcome(p); err != nil || !reflect.DeepEqual(got, w) {
 		t.Fatalf("welcome %+v -> %+v, %v", w, got, err)
 	}
-	ft, p, err = readFrame(bytes.NewReader(MarshalError(CodeTooMany, "busy")))
+	ft, p, err = ReadFrame(bytes.NewReader(MarshalError(CodeTooMany, "busy")))
 	if err != nil || ft != FrameError || UnmarshalError(p).Error() != "agent: too many connections: busy" {
 		t.Fatalf("error frame: %v %v", ft, err)
 	}
@@ -139,7 +139,7 @@ func TestWireRejects(t *testing.T) {
 		{"version 1 frame", func() error {
 			b := MarshalError(CodeServer, "x")
 			b[4] = 1
-			_, _, err := readFrame(bytes.NewReader(b))
+			_, _, err := ReadFrame(bytes.NewReader(b))
 			return err
 		}(), "protocol version 1 at offset 4, this side speaks 3"},
 		{"error length lies", UnmarshalError([]byte{1, 0, 0, 0, 9, 0, 0, 0, 'a'}), "msg_len 9"},
@@ -189,7 +189,7 @@ func FuzzFrames(f *testing.F) {
 	f.Add(w)
 	f.Add(MarshalError(CodeServer, "x"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ft, p, err := readFrame(bytes.NewReader(b))
+		ft, p, err := ReadFrame(bytes.NewReader(b))
 		if err != nil {
 			return
 		}
