@@ -95,6 +95,8 @@ func (c *Config) Validate() error {
 	c.Limits.validate(&l)
 	if c.PollInterval < minPollInterval || c.PollInterval > maxPollInterval {
 		l.add("poll_interval", "must be between %s and %s, got %s", minPollInterval, maxPollInterval, c.PollInterval)
+	} else if _, err := agentwire.Micros(c.PollInterval); err != nil {
+		l.add("poll_interval", "must be a whole number of microseconds (the applications are sent it in µs), got %s", c.PollInterval)
 	}
 	if c.MetricsInterval < 10*time.Millisecond || c.MetricsInterval > time.Hour {
 		l.add("metrics_interval", "must be between 10ms and 1h0m0s, got %s", c.MetricsInterval)

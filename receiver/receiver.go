@@ -218,27 +218,13 @@ func (r *gpuReceiver) listen() error {
 	return nil
 }
 
-// settings are what every client is asked to record besides launches.
+// settings are what every client is asked to record besides launches:
+// the configuration's (config.AgentSettings), and whether the SASS route
+// has GPU programs.
 func (r *gpuReceiver) settings() agentwire.Settings {
-	var st agentwire.Settings
-	if r.cfg.Windows.Enabled {
-		st.Flags |= agentwire.SettingWindows
-	}
-	if r.cfg.Probes.SASS && r.cfg.Probes.KernelPhases {
-		st.Flags |= agentwire.SettingSASS
-		st.SASSRate = uint16(min(r.cfg.Sampling.DeviceMaxPerSecond, 65535))
-		if st.SASSRate == 0 {
-			st.SASSRate = 65535 // no limit: every launch
-		}
-		if r.patch.patcher != nil && r.patch.patcher.SASSPrograms() > 0 {
-			st.Flags |= agentwire.SettingSASSPrograms
-		}
-		if len(r.cfg.Kernels.Include)+len(r.cfg.Kernels.Exclude) > 0 || r.cfg.Sampling.DeviceOneIn > 1 {
-			st.Flags |= agentwire.SettingSASSFilter
-		}
-	}
-	if st.Flags != 0 {
-		st.WindowFlushMS = uint32(min(max(r.cfg.PollInterval.Milliseconds(), 10), 10000))
+	st := r.cfg.AgentSettings()
+	if st.Flags&agentwire.SettingSASS != 0 && r.patch.patcher != nil && r.patch.patcher.SASSPrograms() > 0 {
+		st.Flags |= agentwire.SettingSASSPrograms
 	}
 	return st
 }

@@ -19,7 +19,7 @@ import (
 // names it was asked about go to asked.
 func sassFilterAgent(t *testing.T, path, allow string, oneIn uint32, asked chan<- string) *testAgent {
 	t.Helper()
-	opts := sassOn(65535)
+	opts := sassOn(0)
 	opts.Settings.Flags |= agentwire.SettingSASSFilter
 	return startAgentPatch(t, path, 256, 1024, nameSlots, opts,
 		func(_ *agent.Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error) {

@@ -65,7 +65,7 @@ func startSASSUserAgent(t *testing.T, module string, programs bool) *testAgent {
 		t.Fatal(err)
 	}
 	a := &testAgent{path: filepath.Join(t.TempDir(), "agent.sock")}
-	opts := sassOn(65535)
+	opts := sassOn(0)
 	opts.Path = a.path
 	if programs {
 		opts.Settings.Flags |= agentwire.SettingSASSPrograms

@@ -3,6 +3,7 @@ package shim
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
@@ -10,7 +11,7 @@ import (
 )
 
 // windowsOn is a collector that asks for device windows.
-var windowsOn = agent.Options{Settings: agentwire.Settings{Flags: agentwire.SettingWindows, WindowFlushMS: 10}}
+var windowsOn = agent.Options{Settings: agentwire.Settings{Flags: agentwire.SettingWindows, FlushPeriod: 10 * time.Millisecond}}
 
 // TestWindows: with the collector asking for them, every launch of the
 // basic workload gets exactly one window (the MOCK CUPTI's kernel record)
@@ -233,7 +234,7 @@ func TestProfilerLocalScope(t *testing.T) {
 		env  []string
 	}{
 		{"windows off", agent.Options{}, nil},
-		{"sass", sassOn(65535), []string{"GPUPROBE_SASS=1", "GPUPROBE_SANITIZER=" + b.sanitizer}},
+		{"sass", sassOn(0), []string{"GPUPROBE_SASS=1", "GPUPROBE_SANITIZER=" + b.sanitizer}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := startAgent(t, 256, 1024, tc.opts)

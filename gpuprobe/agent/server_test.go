@@ -341,7 +341,8 @@ func TestBadClients(t *testing.T) {
 	}{
 		{"bad magic", withHeader(func(b []byte) { b[0] = 'X' }), agentwire.CodeProtocol, "magic"},
 		{"version 2", withHeader(func(b []byte) { b[4] = 2 }), agentwire.CodeVersion, "protocol version 2"},
-		{"version 4", withHeader(func(b []byte) { b[4] = 4 }), agentwire.CodeVersion, "protocol version 4"},
+		{"version 3", withHeader(func(b []byte) { b[4] = 3 }), agentwire.CodeVersion, "protocol version 3"},
+		{"version 5", withHeader(func(b []byte) { b[4] = 5 }), agentwire.CodeVersion, "protocol version 5"},
 		{"huge length", withHeader(func(b []byte) { b[10] = 0xff }), agentwire.CodeProtocol, "exceeds"},
 		{"unknown type", withHeader(func(b []byte) { b[6] = 9 }), agentwire.CodeProtocol, "unknown frame type 9"},
 		{"welcome first", welcome, agentwire.CodeProtocol, "want HELLO"},

@@ -15,9 +15,10 @@
 //
 //	off size field
 //	  0  u32  magic    0x41425047, the bytes "GPBA"
-//	  4  u16  version  protocol version, 3 (version 1 had no descriptor
-//	                   flags, version 2 a 24-byte PATCHED header; their
-//	                   peers are answered with ERROR code 4)
+//	  4  u16  version  protocol version, 4 (version 1 had no descriptor
+//	                   flags, version 2 a 24-byte PATCHED header, version
+//	                   3 8 bytes of WELCOME settings with the SASS rate in
+//	                   16 bits; their peers are answered with ERROR code 4)
 //	  6  u16  type     1 HELLO, 2 WELCOME, 3 ERROR, 4 PATCH, 5 PATCHED,
 //	                   6 NOPATCH (others reserved)
 //	  8  u32  length   payload bytes that follow (<= 65536)
@@ -94,18 +95,23 @@
 //	           16  u32  id           the region header's id (headerless: 0)
 //	           20  u32  reserved     0
 //	           24  u8   name[40]     NUL-padded UTF-8 (e.g. the map name)
-//	  8+64*count  8 bytes of settings (absent from an older server's WELCOME,
-//	            which asks for nothing optional):
+//	  8+64*count  16 bytes of settings (absent when the server asks for
+//	            nothing optional):
 //	            0  u32  flags        bit 0: record device windows (CUPTI kernel
 //	                                 activity; record types 12 and 13);
 //	                                 bit 1: the SASS route's probes (Compute
-//	                                 Sanitizer), bits 16-31 its sampled
-//	                                 launches a second; bit 2: the collector
-//	                                 has programs for the route (PATCH api 3);
+//	                                 Sanitizer); bit 2: the collector has
+//	                                 programs for the route (PATCH api 3);
 //	                                 bit 3: ask before probing a kernel on
-//	                                 the route (PATCH api 4)
-//	            4  u32  flush_ms     how often device windows and SASS
-//	                                 records are handed over
+//	                                 the route (PATCH api 4); other bits 0
+//	            4  u32  flush_us     how often device windows and SASS
+//	                                 records are handed over, in µs
+//	                                 (poll_interval); 0: the client's default
+//	            8  u32  device_max_per_second  with bit 1, the SASS route's
+//	                                 sampling::device_max_per_second (config's
+//	                                 SamplingConfig says how the route spends
+//	                                 it); 0: no limit
+//	           12  u32  reserved     0
 //
 // The client maps each descriptor MAP_SHARED (region_size bytes) and checks
 // its shm header (gpbr_check in shm/include/gpuprobe_shm.h) before use,
@@ -192,7 +198,8 @@
 //	                      (gp_sample_keep: a hash of the id); 0 to the
 //	                      others, whose probes skip them; 0 or 1: all
 //	 16  u64  image_size
-//	 24  u32  device_max_per_second  the shim gives a launch id to at most
+//	 24  u32  device_max_per_second  sampling::device_max_per_second for the
+//	                      PTX route: the shim gives a launch id to at most
 //	                      N launches per second of each kernel (one at least
 //	                      1/N s after the last it gave one to), after
 //	                      device_one_in; 0: no limit
@@ -230,7 +237,8 @@
 //	                       "Device-resident maps"): cuMemAlloc of the
 //	                       region's size, filled from the host region, once
 //	                       per region and process; the shim's mirror
-//	                       thread copies it back every size µs (0: 10 ms);
+//	                       thread copies it back every size µs
+//	                       (poll_interval; 0: 10 ms);
 //	                       a failed allocation gives 0, not a failed module
 //	 4  u32  region      WELCOME region index (1, 3, 5) or allocation number (4)
 //	 8  u64  value

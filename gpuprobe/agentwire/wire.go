@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -12,7 +13,7 @@ import (
 // Protocol constants (see the package comment).
 const (
 	Magic          = 0x41425047 // "GPBA" little-endian
-	Version        = 3          // protocol version (2: descriptor flags, headerless regions; 3: PATCHED's device_max_per_second)
+	Version        = 4          // protocol version (2: descriptor flags, headerless regions; 3: PATCHED's device_max_per_second; 4: 16-byte WELCOME settings)
 	FrameHeader    = 12         // bytes of a frame header
 	MaxPayload     = 65536      // largest frame payload
 	MaxNameLen     = 256        // largest process name in HELLO
@@ -150,13 +151,17 @@ type Welcome struct {
 }
 
 // Settings are the collector's wishes a WELCOME carries after its
-// descriptors (8 bytes: u32 flags, bits 16-31 the SASS route's rate; u32
-// window flush period in ms; a WELCOME without them asks for nothing
-// optional).
+// descriptors (SettingsSize bytes: u32 flags, u32 flush period in µs, u32
+// device_max_per_second, u32 reserved; a WELCOME without them asks for
+// nothing optional).
 type Settings struct {
-	Flags         SettingFlags // optional recording the collector asks for
-	SASSRate      uint16       // with SettingSASS: sampled launches a second per module, ≥ 1
-	WindowFlushMS uint32       // how often device windows and SASS records are handed over, 10..10000 ms
+	Flags SettingFlags // optional recording the collector asks for
+	// FlushPeriod is how often device windows and SASS records are handed
+	// over (poll_interval); whole µs up to MaxMicros, 0: the client's default.
+	FlushPeriod time.Duration
+	// DeviceMaxPerSecond is sampling::device_max_per_second, for the SASS
+	// route (with SettingSASS): 0, no limit.
+	DeviceMaxPerSecond uint32
 }
 
 // SettingFlags are the bits of Settings.Flags.
@@ -180,11 +185,23 @@ const (
 	// kernel the first time, and probes only those the answer names.
 	SettingSASSFilter SettingFlags = 8
 
-	settingFlagsMask SettingFlags = 0xffff // bits 16-31 carry SASSRate
+	knownSettings = SettingWindows | SettingSASS | SettingSASSPrograms | SettingSASSFilter
 )
 
 // SettingsSize is the size of the settings block of a WELCOME.
-const SettingsSize = 8
+const SettingsSize = 16
+
+// MaxMicros is the longest period a µs field of the protocol carries (u32).
+const MaxMicros = time.Duration(1<<32-1) * time.Microsecond
+
+// Micros converts a period to the protocol's unit, whole microseconds in
+// a u32; a negative, fractional or longer period is an error, not rounded.
+func Micros(d time.Duration) (uint32, error) {
+	if d < 0 || d > MaxMicros || d%time.Microsecond != 0 {
+		return 0, fmt.Errorf("%s is not a whole number of microseconds from 0 to %s", d, MaxMicros)
+	}
+	return uint32(d / time.Microsecond), nil
+}
 
 // ProtocolError is an ERROR frame received from the server, or a malformed
 // frame detected locally.
@@ -365,8 +382,18 @@ func MarshalWelcome(w Welcome) ([]byte, error) {
 		copy(d[24:], r.Name)
 		p = append(p, d[:]...)
 	}
-	p = le.AppendUint32(p, uint32(w.Settings.Flags&settingFlagsMask)|uint32(w.Settings.SASSRate)<<16)
-	p = le.AppendUint32(p, w.Settings.WindowFlushMS)
+	st := w.Settings
+	if st.Flags&^knownSettings != 0 {
+		return nil, fmt.Errorf("agent: settings flags %#x: only %#x are defined", st.Flags, knownSettings)
+	}
+	us, err := Micros(st.FlushPeriod)
+	if err != nil {
+		return nil, fmt.Errorf("agent: settings flush period: %w", err)
+	}
+	p = le.AppendUint32(p, uint32(st.Flags))
+	p = le.AppendUint32(p, us)
+	p = le.AppendUint32(p, st.DeviceMaxPerSecond)
+	p = le.AppendUint32(p, 0)
 	return AppendFrame(nil, FrameWelcome, p), nil
 }
 
@@ -387,8 +414,15 @@ func UnmarshalWelcome(p []byte) (Welcome, error) {
 		return w, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME of %d bytes does not hold %d descriptors (and settings)", len(p), n)}
 	}
 	if uint64(len(p)) == end+SettingsSize {
-		f := le.Uint32(p[end:])
-		w.Settings = Settings{Flags: SettingFlags(f) & settingFlagsMask, SASSRate: uint16(f >> 16), WindowFlushMS: le.Uint32(p[end+4:])}
+		s := p[end:]
+		if f := SettingFlags(le.Uint32(s)); f&^knownSettings != 0 {
+			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("settings flags %#x at payload offset %d: only %#x are defined", f, end, knownSettings)}
+		}
+		if r := le.Uint32(s[12:]); r != 0 {
+			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("settings reserved %#x at payload offset %d, want 0", r, end+12)}
+		}
+		w.Settings = Settings{Flags: SettingFlags(le.Uint32(s)), FlushPeriod: time.Duration(le.Uint32(s[4:])) * time.Microsecond,
+			DeviceMaxPerSecond: le.Uint32(s[8:])}
 	}
 	for i := uint32(0); i < n; i++ {
 		d := p[8+i*DescriptorSize : 8+(i+1)*DescriptorSize]

@@ -41,7 +41,8 @@ type Options struct {
 	// mirrored to it by the shim (agentwire.GlobalDeviceMap): the programs are
 	// compiled for device memory (ptx.Options.DeviceMaps).
 	DeviceMaps []string
-	// MirrorPeriod is how often the shim mirrors device maps (0: 10 ms).
+	// MirrorPeriod is how often the shim mirrors device maps (0: 10 ms);
+	// whole µs up to agentwire.MaxMicros (New refuses others).
 	MirrorPeriod time.Duration
 	// MaxThreads sizes device-only per-thread and per-warp maps (threads of
 	// one launch); 0 means 1<<20.
@@ -127,6 +128,9 @@ func New(opts Options) (*Patcher, error) {
 	}
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = 256 << 20
+	}
+	if _, err := agentwire.Micros(opts.MirrorPeriod); err != nil {
+		return nil, fmt.Errorf("patcher: mirror period: %w", err)
 	}
 	opts.Limits = opts.Limits.withDefaults()
 	inj, err := inject.NewInjector(opts.CacheEntries, opts.CacheBytes)
@@ -350,7 +354,7 @@ func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agentwire.PatchedG
 			case ptx.GlobalMap:
 				pg.Kind, pg.Region = agentwire.GlobalRegion, b.Region
 				if slices.Contains(p.opts.DeviceMaps, m.Name) {
-					pg.Kind, pg.Size = agentwire.GlobalDeviceMap, uint64(p.opts.MirrorPeriod.Microseconds())
+					pg.Kind, pg.Size = agentwire.GlobalDeviceMap, mirrorMicros(p.opts.MirrorPeriod)
 				}
 			case ptx.GlobalMapLanes:
 				pg.Value = b.Lanes
@@ -392,4 +396,11 @@ func (p *Patcher) deviceSize(m *jit.Map) (uint64, uint64, error) {
 	}
 	stride := (uint64(m.ValueSize) + 7) &^ 7
 	return lanes, shm.DataOffset + uint64(m.MaxEntries)*lanes*stride, nil
+}
+
+// mirrorMicros is the device-map global's Size: the mirror period in the
+// protocol's µs (New checked that it converts).
+func mirrorMicros(d time.Duration) uint64 {
+	us, _ := agentwire.Micros(d)
+	return uint64(us)
 }
