@@ -16,14 +16,19 @@ const Type = "gpuprobe"
 
 // Config is the gpuprobe receiver's configuration.
 type Config struct {
-	Agent        AgentConfig     `mapstructure:"agent"`
-	Probes       ProbesConfig    `mapstructure:"probes"`
-	Programs     []ProgramConfig `mapstructure:"programs"`
-	Kernels      KernelsConfig   `mapstructure:"kernels"`
-	Sampling     SamplingConfig  `mapstructure:"sampling"`
-	Buffers      BuffersConfig   `mapstructure:"buffers"`
-	Limits       LimitsConfig    `mapstructure:"limits"`
-	PollInterval time.Duration   `mapstructure:"poll_interval"`
+	Agent    AgentConfig     `mapstructure:"agent"`
+	Probes   ProbesConfig    `mapstructure:"probes"`
+	Programs []ProgramConfig `mapstructure:"programs"`
+	Kernels  KernelsConfig   `mapstructure:"kernels"`
+	Sampling SamplingConfig  `mapstructure:"sampling"`
+	Buffers  BuffersConfig   `mapstructure:"buffers"`
+	Limits   LimitsConfig    `mapstructure:"limits"`
+	// PollInterval is how often the receiver reads the clients' rings,
+	// and the period it asks every application for: handing over device
+	// windows and SASS records, mirroring device-resident maps (sent in
+	// µs, so a whole number of them; 2× it is how long a completed launch
+	// waits for late warps).
+	PollInterval time.Duration `mapstructure:"poll_interval"`
 	// MetricsInterval is how often the cumulative metrics are emitted.
 	MetricsInterval time.Duration    `mapstructure:"metrics_interval"`
 	HostProbes      HostProbesConfig `mapstructure:"host_probes"`
@@ -67,8 +72,8 @@ type ProbesConfig struct {
 	KernelPhases bool `mapstructure:"kernel_phases"`
 	// SASS puts kernel_phases' window probe into kernels that have no PTX
 	// (cuBLAS, cuDNN, PyTorch and Triton cubins) through NVIDIA's Compute
-	// Sanitizer API, in at most sampling::device_max_per_second launches a
-	// second of each module; needs kernel_phases. The GPU programs of
+	// Sanitizer API, within sampling::device_max_per_second (which says how
+	// the route spends it); needs kernel_phases. The GPU programs of
 	// programs[] run there too: the collector answers the shim's request
 	// for the route's patch module (agent.APISASS) with them linked beside
 	// kernel_phases' patch functions.
@@ -117,12 +122,15 @@ type SamplingConfig struct {
 	// Device windows, phases and execution-time metrics then come from the
 	// probed launches; launch counts and host timings from all.
 	DeviceOneIn uint32 `mapstructure:"device_one_in"`
-	// DeviceMaxPerSecond runs the device probes of each patched kernel in
-	// at most this many launches a second (the first launch at least
-	// 1/N s after the last probed one; after DeviceOneIn): kernels launched
-	// less often are probed every time, and the probes' cost is bounded
-	// whatever the launch rate. 0: no limit. Launches of CUDA graphs are
-	// always probed.
+	// DeviceMaxPerSecond runs the device probes of each kernel in at most
+	// this many launches a second (after DeviceOneIn; 0: no limit, at most
+	// 1000000): kernels launched less often are probed every time, and the
+	// probes' cost is bounded whatever the launch rate. The PTX route
+	// spaces a kernel's probed launches at least 1/N s apart (PATCHED
+	// device_max_per_second); the SASS route, whose patching is per module,
+	// samples bursts of 10 launches at most N/10 times a second in the
+	// whole process (WELCOME device_max_per_second), so each kernel and the
+	// process stay within N. Launches of CUDA graphs are always probed.
 	DeviceMaxPerSecond uint32 `mapstructure:"device_max_per_second"`
 }
 
@@ -251,9 +259,9 @@ const (
 	// spans_per_second; docs/configuration.md says why this size).
 	DefaultSpansPerSecond = 100000
 	DefaultPollInterval   = 10 * time.Millisecond
-	// DefaultDeviceMaxPerSecond caps the device probes of each patched
-	// kernel for always-on use: a launch-bound loop of a patched kernel
-	// then costs what the shim and the windows cost (issue 17).
+	// DefaultDeviceMaxPerSecond caps the device probes of each kernel for
+	// always-on use: a launch-bound loop of a patched kernel then costs
+	// what the shim and the windows cost.
 	DefaultDeviceMaxPerSecond = 100
 	DefaultMetricsInterval    = 10 * time.Second
 	DefaultScanInterval       = time.Second            // host_probes::scan_interval

@@ -12,7 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
+	"github.com/gpuprobe/gpuprobe/internal/kernelfilter"
 )
 
 // Bounds that Validate enforces.
@@ -94,6 +95,8 @@ func (c *Config) Validate() error {
 	c.Limits.validate(&l)
 	if c.PollInterval < minPollInterval || c.PollInterval > maxPollInterval {
 		l.add("poll_interval", "must be between %s and %s, got %s", minPollInterval, maxPollInterval, c.PollInterval)
+	} else if _, err := agentwire.Micros(c.PollInterval); err != nil {
+		l.add("poll_interval", "must be a whole number of microseconds (the applications are sent it in µs), got %s", c.PollInterval)
 	}
 	if c.MetricsInterval < 10*time.Millisecond || c.MetricsInterval > time.Hour {
 		l.add("metrics_interval", "must be between 10ms and 1h0m0s, got %s", c.MetricsInterval)
@@ -154,8 +157,8 @@ func (a *AgentConfig) validate(l *errs) {
 	}
 	validateIDs(l, "agent::allowed_uids", "uid", a.AllowedUIDs)
 	validateIDs(l, "agent::allowed_gids", "gid", a.AllowedGIDs)
-	if n := a.MaxConnectionsPerUID; n < 0 || n > agent.DefaultMaxConns {
-		l.add("agent::max_connections_per_uid", "must be between 0 (default) and %d, got %d", agent.DefaultMaxConns, n)
+	if n := a.MaxConnectionsPerUID; n < 0 || n > agentwire.DefaultMaxConns {
+		l.add("agent::max_connections_per_uid", "must be between 0 (default) and %d, got %d", agentwire.DefaultMaxConns, n)
 	}
 	if d := a.IdleTimeout; d != 0 && d < time.Second {
 		l.add("agent::idle_timeout", "must be 0 (default) or at least 1s, got %s", d)
@@ -330,56 +333,9 @@ func (m *LimitsConfig) validate(l *errs) {
 	}
 }
 
-// KernelFilter decides which kernels are probed (kernels::include/exclude).
-type KernelFilter struct {
-	include []*regexp.Regexp
-	exclude []*regexp.Regexp
-}
-
-// NewKernelFilter compiles the patterns of k.
-func NewKernelFilter(k KernelsConfig) (*KernelFilter, error) {
-	f := &KernelFilter{}
-	for i, p := range k.Include {
-		re, err := regexp.Compile(p)
-		if err != nil {
-			return nil, fmt.Errorf("kernels::include[%d]: %w", i, err)
-		}
-		f.include = append(f.include, re)
-	}
-	for i, p := range k.Exclude {
-		re, err := regexp.Compile(p)
-		if err != nil {
-			return nil, fmt.Errorf("kernels::exclude[%d]: %w", i, err)
-		}
-		f.exclude = append(f.exclude, re)
-	}
-	return f, nil
-}
-
-// Match reports whether any of names (e.g. mangled and demangled) is
-// included and none is excluded.
-func (f *KernelFilter) Match(names ...string) bool {
-	if f == nil {
-		return true
-	}
-	for _, re := range f.exclude {
-		for _, n := range names {
-			if re.MatchString(n) {
-				return false
-			}
-		}
-	}
-	if len(f.include) == 0 {
-		return true
-	}
-	for _, re := range f.include {
-		for _, n := range names {
-			if re.MatchString(n) {
-				return true
-			}
-		}
-	}
-	return false
+// NewKernelFilter compiles the patterns of k (kernels::include/exclude).
+func NewKernelFilter(k KernelsConfig) (*kernelfilter.Filter, error) {
+	return kernelfilter.New(k.Include, k.Exclude)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/hostcall"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
@@ -70,12 +71,12 @@ func (h *hostCalls) setLogs(c consumer.Logs) {
 // offers starts a mailbox server for a client whose programs need host
 // calls and returns the WELCOME regions: the mailbox (RoleMailbox) and one
 // RoleMap region per host map. Nil when no program makes host calls.
-func (h *hostCalls) offers(p *agent.Peer) (*clientHostCalls, []agent.Offer, error) {
+func (h *hostCalls) offers(p *agent.Peer) (*clientHostCalls, []agentwire.Offer, error) {
 	if h == nil || !h.need {
 		return nil, nil, nil
 	}
 	c := &clientHostCalls{maps: map[string]hostcall.HostMap{}}
-	var offers []agent.Offer
+	var offers []agentwire.Offer
 	for _, m := range h.maps {
 		hm, err := hostcall.NewHostMap(m)
 		if err != nil {
@@ -83,7 +84,7 @@ func (h *hostCalls) offers(p *agent.Peer) (*clientHostCalls, []agent.Offer, erro
 			return nil, nil, err
 		}
 		c.maps[m.Name] = hm
-		offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: m.Name, Region: hm.Region()})
+		offers = append(offers, agentwire.Offer{Role: agentwire.RoleMap, Name: m.Name, Region: hm.Region()})
 	}
 	srv, err := hostcall.New(hostcall.Options{}, c.maps, func(m hostcall.Message) { h.add(p.PID, p.Hello.Name, m) })
 	if err != nil {
@@ -95,7 +96,7 @@ func (h *hostCalls) offers(p *agent.Peer) (*clientHostCalls, []agent.Offer, erro
 	h.mu.Lock()
 	h.live = append(h.live, c)
 	h.mu.Unlock()
-	return c, append([]agent.Offer{{Role: agent.RoleMailbox, Name: "mailbox", Region: srv.Mailbox().Region()}}, offers...), nil
+	return c, append([]agentwire.Offer{{Role: agentwire.RoleMailbox, Name: "mailbox", Region: srv.Mailbox().Region()}}, offers...), nil
 }
 
 // add queues a message for the logs pipeline (the serving goroutine).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -41,18 +42,18 @@ func TestHostCallsThroughAgent(t *testing.T) {
 	}
 	defer lr.Shutdown(context.Background())
 
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "app"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
 	mbIdx := -1
 	for i, reg := range sess.Regions {
-		if reg.Role == agent.RoleMailbox {
+		if reg.Role == agentwire.RoleMailbox {
 			mbIdx = i
 		}
 	}
-	hash := sess.Region(agent.RoleMap, "hash_map")
+	hash := sess.Region(agentwire.RoleMap, "hash_map")
 	if mbIdx < 0 || hash == nil {
 		t.Fatalf("WELCOME has no mailbox or hash_map region: %+v", sess.Regions)
 	}
@@ -61,19 +62,19 @@ func TestHostCallsThroughAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: img}, 30*time.Second)
+	a, err := sess.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APIModule, Image: img}, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bound := false
 	for _, g := range a.Globals {
-		bound = bound || (strings.HasSuffix(g.Name, "_mailbox") && g.Kind == agent.GlobalRegion && int(g.Region) == mbIdx)
+		bound = bound || (strings.HasSuffix(g.Name, "_mailbox") && g.Kind == agentwire.GlobalRegion && int(g.Region) == mbIdx)
 	}
 	if !bound {
 		t.Fatalf("no mailbox global bound to region %d: %+v", mbIdx, a.Globals)
 	}
 
-	mb, err := shm.NewMailbox(sess.Region(agent.RoleMailbox, ""))
+	mb, err := shm.NewMailbox(sess.Region(agentwire.RoleMailbox, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

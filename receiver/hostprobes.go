@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/discover"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/userprog"
@@ -258,11 +258,11 @@ func (h *hostSide) take() []byte {
 // offers are the kernel maps shared with the GPU halves of the configured
 // objects, for every client: the BPF map's fd, which the shim maps and
 // registers with the device.
-func (h *hostSide) offers() []agent.Offer {
-	var out []agent.Offer
+func (h *hostSide) offers() []agentwire.Offer {
+	var out []agentwire.Offer
 	for _, set := range h.sets {
 		for _, m := range set.SharedMaps() {
-			out = append(out, agent.Offer{Role: agent.RoleKernelMap, Name: m.Name, FD: m.Map.FD(), Size: m.Size, Kind: shm.KindArray})
+			out = append(out, agentwire.Offer{Role: agentwire.RoleKernelMap, Name: m.Name, FD: m.Map.FD(), Size: m.Size, Kind: shm.KindArray})
 		}
 	}
 	return out

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/hostprobetest"
 )
@@ -165,7 +166,7 @@ func TestShimProcessesSkip(t *testing.T) {
 	})
 
 	// The agent tells of sessions: the test process connects as a shim.
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "shim"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "shim"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.uber.org/zap"
@@ -89,12 +90,12 @@ func TestBpftimeIdiomsThroughAgent(t *testing.T) {
 	defer tr.Shutdown(context.Background())
 	defer mr.Shutdown(context.Background())
 
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "vec_add"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "vec_add"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	settings, err := shm.NewArray(sess.Region(agent.RoleMap, "settings"))
+	settings, err := shm.NewArray(sess.Region(agentwire.RoleMap, "settings"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestBpftimeIdiomsThroughAgent(t *testing.T) {
 	if err != nil || binary.LittleEndian.Uint64(v) != 1 || binary.LittleEndian.Uint64(v[8:]) != 0xffffffff {
 		t.Fatalf("settings[0] = %x, %v; want the seeded 1, 0xffffffff", v, err)
 	}
-	exits, err := shm.NewRing(sess.Region(agent.RoleMap, "exits"))
+	exits, err := shm.NewRing(sess.Region(agentwire.RoleMap, "exits"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 )
 
@@ -23,16 +24,16 @@ func TestPatchLimitCounted(t *testing.T) {
 	defer tr.Shutdown(context.Background())
 	r := tr.(*handle).r
 
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "app"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
 	bomb := fatbintest.Container(fatbintest.BombEntry{Flags: fatbintest.FlagsZstd, Arch: 80,
 		Payload: fatbintest.ZstdBomb(t, 1<<20), Claim: 1 << 30})
-	_, err = sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: bomb}, 30*time.Second)
-	var np *agent.NoPatch
-	if !errors.As(err, &np) || np.Code != agent.NoPatchError || !strings.Contains(np.Message, "Limits.MaxEntry") {
+	_, err = sess.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APIModule, Image: bomb}, 30*time.Second)
+	var np *agentwire.NoPatch
+	if !errors.As(err, &np) || np.Code != agentwire.NoPatchError || !strings.Contains(np.Message, "Limits.MaxEntry") {
 		t.Fatalf("bomb: %v, want NOPATCH naming Limits.MaxEntry", err)
 	}
 	if f := r.patch.failed.Load(); f != 1 {

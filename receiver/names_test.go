@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -32,12 +33,12 @@ func TestLongKernelNames(t *testing.T) {
 	if err := tr.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "names"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "names"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	launches, err := shm.NewRing(sess.Region(agent.RoleLaunchRing, ""))
+	launches, err := shm.NewRing(sess.Region(agentwire.RoleLaunchRing, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestNameBeforeLaunch(t *testing.T) {
 	if err := tr.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "race"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "race"})
 	if err != nil {
 		t.Fatal(err)
 	}

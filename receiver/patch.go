@@ -8,10 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
+	"github.com/gpuprobe/gpuprobe/internal/kernelfilter"
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
 	"github.com/gpuprobe/gpuprobe/record"
@@ -38,7 +39,7 @@ const (
 // already.
 type patchState struct {
 	patcher  *patcher.Patcher
-	filter   *config.KernelFilter // kernels::include/exclude, for the SASS route's kernel queries
+	filter   *kernelfilter.Filter // kernels::include/exclude, for the SASS route's kernel queries
 	patched  atomic.Uint64
 	failed   atomic.Uint64
 	skips    atomic.Uint64
@@ -83,7 +84,7 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 	// User programs' GPU maps live in device memory, mirrored to their
 	// regions at the receiver's poll cadence (shm, "Device-resident maps").
 	// The SASS route (probes::sass, which needs kernel_phases) runs the
-	// user programs too, in its patch module (onPatch, agent.APISASS).
+	// user programs too, in its patch module (onPatch, agentwire.APISASS).
 	var sass []*jit.Program
 	if r.cfg.Probes.SASS && r.cfg.Probes.KernelPhases {
 		sass = user
@@ -103,24 +104,24 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 // bindings records, for one client, where each map's region is in its
 // WELCOME: the index, the lanes, and for the rings the receiver reads
 // with device-side reservation (kp_exec) the initial device block.
-func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding {
+func bindings(offers []agentwire.Offer, warps *shm.Ring) map[string]patcher.Binding {
 	out := map[string]patcher.Binding{}
 	for i, o := range offers {
 		switch o.Role {
-		case agent.RoleKernelMap:
+		case agentwire.RoleKernelMap:
 			out[o.Name] = patcher.Binding{Region: uint32(i), Lanes: 1}
 			continue
-		case agent.RoleClock:
+		case agentwire.RoleClock:
 			out[patcher.ClockBinding] = patcher.Binding{Region: uint32(i), Lanes: 1}
 			continue
-		case agent.RoleMailbox:
+		case agentwire.RoleMailbox:
 			b := patcher.Binding{Region: uint32(i), Lanes: 1}
 			if mb, err := shm.NewMailbox(o.Region); err == nil {
 				b.RingBlock = mb.LockBlock() // the lock block's header
 			}
 			out[patcher.MailboxBinding] = b
 			continue
-		case agent.RoleMap:
+		case agentwire.RoleMap:
 		default:
 			continue
 		}
@@ -136,17 +137,17 @@ func bindings(offers []agent.Offer, warps *shm.Ring) map[string]patcher.Binding 
 // onPatch answers a client's PATCH with the configured probes, bound to
 // the client's regions, and counts the outcome: a module's image patched
 // (PTX route), or the SASS route's patch module of the user programs
-// (agent.APISASS, with probes::sass on).
-func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+// (agentwire.APISASS, with probes::sass on).
+func (r *gpuReceiver) onPatch(p *agent.Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error) {
 	if r.patch.patcher == nil {
-		return nil, &agent.NoPatch{Code: agent.NoPatchDisabled, Message: "no GPU probes are configured (probes::kernel_phases off, no programs)"}
+		return nil, &agentwire.NoPatch{Code: agentwire.NoPatchDisabled, Message: "no GPU probes are configured (probes::kernel_phases off, no programs)"}
 	}
 	patch, what := r.patch.patcher.Patch, "module"
-	if req.API == agent.APISASS || req.API == agent.APISASSKernels {
+	if req.API == agentwire.APISASS || req.API == agentwire.APISASSKernels {
 		if !r.cfg.Probes.SASS {
-			return nil, &agent.NoPatch{Code: agent.NoPatchDisabled, Message: "the SASS route is off (probes::sass)"}
+			return nil, &agentwire.NoPatch{Code: agentwire.NoPatchDisabled, Message: "the SASS route is off (probes::sass)"}
 		}
-		if req.API == agent.APISASSKernels {
+		if req.API == agentwire.APISASSKernels {
 			a, err := sassKernels(r.patch.filter, r.cfg.Sampling.DeviceOneIn, req)
 			if err != nil {
 				r.log.Info("gpuprobe: SASS route kernel query refused", zap.Int32("pid", p.PID), zap.Error(err))
@@ -159,7 +160,7 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 	s := r.srcs.bySess[p.Session]
 	r.mu.Unlock()
 	if s == nil {
-		return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: fmt.Sprintf("session %d is not known", p.Session)}
+		return nil, &agentwire.NoPatch{Code: agentwire.NoPatchError, Message: fmt.Sprintf("session %d is not known", p.Session)}
 	}
 	start := time.Now()
 	a, err := patch(req, func(name string) (patcher.Binding, bool) {
@@ -178,18 +179,18 @@ func (r *gpuReceiver) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Pa
 	return a, nil
 }
 
-// sassKernels answers the SASS route's kernel query (agent.APISASSKernels):
+// sassKernels answers the SASS route's kernel query (agentwire.APISASSKernels):
 // the kernels that kernels::include/exclude let it probe, by mangled or
 // demangled name, and sampling::device_one_in.
-func sassKernels(filter *config.KernelFilter, oneIn uint32, req *agent.PatchRequest) (*agent.Patched, error) {
-	names, err := agent.ParseKernelQuery(req.Image)
+func sassKernels(filter *kernelfilter.Filter, oneIn uint32, req *agentwire.PatchRequest) (*agentwire.Patched, error) {
+	names, err := agentwire.ParseKernelQuery(req.Image)
 	if err != nil {
-		return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: err.Error()}
+		return nil, &agentwire.NoPatch{Code: agentwire.NoPatchError, Message: err.Error()}
 	}
-	a := &agent.Patched{DeviceOneIn: oneIn}
+	a := &agentwire.Patched{DeviceOneIn: oneIn}
 	for i, n := range names {
 		if filter.Match(n, demangle.Short(n)) {
-			a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: n, ParamIndex: uint32(i)})
+			a.Kernels = append(a.Kernels, agentwire.PatchedKernel{Name: n, ParamIndex: uint32(i)})
 		}
 	}
 	return a, nil

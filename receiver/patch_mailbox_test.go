@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -18,7 +18,7 @@ func TestBindingsMailboxLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mb.Close()
-	b, ok := bindings([]agent.Offer{{Role: agent.RoleMailbox, Name: "mailbox", Region: mb.Region()}}, nil)[patcher.MailboxBinding]
+	b, ok := bindings([]agentwire.Offer{{Role: agentwire.RoleMailbox, Name: "mailbox", Region: mb.Region()}}, nil)[patcher.MailboxBinding]
 	if !ok || b.Region != 0 || !bytes.Equal(b.RingBlock, mb.LockBlock()) {
 		t.Fatalf("mailbox binding %+v, %v; want region 0 and lock block header %x", b, ok, mb.LockBlock())
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"go.uber.org/zap"
@@ -48,12 +49,12 @@ func TestPatchSASSModule(t *testing.T) {
 	defer tr.Shutdown(context.Background())
 	r := tr.(*handle).r
 
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "app"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	a, err := sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APISASS}, 30*time.Second)
+	a, err := sess.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APISASS}, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestPatchSASSModule(t *testing.T) {
 	}
 	bound := map[string]bool{}
 	for _, g := range a.Globals {
-		if g.Kind != agent.GlobalRegion && g.Kind != agent.GlobalDeviceMap {
+		if g.Kind != agentwire.GlobalRegion && g.Kind != agentwire.GlobalDeviceMap {
 			continue
 		}
 		if int(g.Region) >= len(sess.Regions) {
@@ -80,7 +81,7 @@ func TestPatchSASSModule(t *testing.T) {
 	if p, f := r.patch.patched.Load(), r.patch.failed.Load(); p != 1 || f != 0 {
 		t.Fatalf("modules patched %d, failures %d; want 1 and 0", p, f)
 	}
-	if st := r.settings(); st.Flags&(agent.SettingSASS|agent.SettingSASSPrograms) != agent.SettingSASS|agent.SettingSASSPrograms {
+	if st := r.settings(); st.Flags&(agentwire.SettingSASS|agentwire.SettingSASSPrograms) != agentwire.SettingSASS|agentwire.SettingSASSPrograms {
 		t.Errorf("WELCOME settings %+v: want SASS with SASSPrograms (the shim asks for the module only then)", st)
 	}
 }
@@ -99,9 +100,9 @@ func TestPatchSASSOff(t *testing.T) {
 	}
 	r := &gpuReceiver{cfg: &testConfig(t).Config, log: zap.NewNop()}
 	r.patch.patcher = p
-	_, err = r.onPatch(&agent.Peer{PID: 1}, &agent.PatchRequest{Arch: 90, API: agent.APISASS})
-	var np *agent.NoPatch
-	if !errors.As(err, &np) || np.Code != agent.NoPatchDisabled || !strings.Contains(np.Message, "probes::sass") {
+	_, err = r.onPatch(&agent.Peer{PID: 1}, &agentwire.PatchRequest{Arch: 90, API: agentwire.APISASS})
+	var np *agentwire.NoPatch
+	if !errors.As(err, &np) || np.Code != agentwire.NoPatchDisabled || !strings.Contains(np.Message, "probes::sass") {
 		t.Fatalf("onPatch: %v, want NOPATCH disabled naming probes::sass", err)
 	}
 
@@ -114,11 +115,11 @@ func TestPatchSASSOff(t *testing.T) {
 	r.cfg.Probes.KernelPhases, r.cfg.Probes.SASS = true, true
 	r.patch.patcher = p
 	r.srcs.bySess = map[uint32]*source{0: {}}
-	a, err := r.onPatch(&agent.Peer{PID: 1}, &agent.PatchRequest{Arch: 100, API: agent.APISASS})
+	a, err := r.onPatch(&agent.Peer{PID: 1}, &agentwire.PatchRequest{Arch: 100, API: agentwire.APISASS})
 	if err != nil || len(a.Globals) != 0 || r.patch.patched.Load() != 1 || r.patch.failed.Load() != 0 {
 		t.Fatalf("onPatch: %v (%d patched, %d failures), want kernel_phases' module alone", err, r.patch.patched.Load(), r.patch.failed.Load())
 	}
-	if st := r.settings(); st.Flags&agent.SettingSASS == 0 || st.Flags&agent.SettingSASSPrograms != 0 {
+	if st := r.settings(); st.Flags&agentwire.SettingSASS == 0 || st.Flags&agentwire.SettingSASSPrograms != 0 {
 		t.Errorf("WELCOME settings %+v: want SASS without SASSPrograms", st)
 	}
 }
@@ -137,17 +138,17 @@ func TestPatchSASSKernels(t *testing.T) {
 	defer mr.Shutdown(context.Background())
 	defer tr.Shutdown(context.Background())
 	r := tr.(*handle).r
-	if st := r.settings(); st.Flags&agent.SettingSASSFilter == 0 {
+	if st := r.settings(); st.Flags&agentwire.SettingSASSFilter == 0 {
 		t.Errorf("WELCOME settings %+v: want SASSFilter (kernels::include/exclude set)", st)
 	}
 
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "app"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
 	query := "sgemm_large\x00sgemm_warmup\x00_ZN2at6native13reduce_kernelEv\x00elementwise\x00"
-	a, err := sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APISASSKernels, Image: []byte(query)}, 10*time.Second)
+	a, err := sess.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APISASSKernels, Image: []byte(query)}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +159,8 @@ func TestPatchSASSKernels(t *testing.T) {
 	if want := "0:sgemm_large 2:_ZN2at6native13reduce_kernelEv"; strings.Join(got, " ") != want || a.DeviceOneIn != 4 || len(a.Image) != 0 {
 		t.Errorf("answer kernels %q, device_one_in %d, %d image bytes; want %q, 4, 0", got, a.DeviceOneIn, len(a.Image), want)
 	}
-	_, err = sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APISASSKernels, Image: []byte("ok\x00cut")}, 10*time.Second)
-	var np *agent.NoPatch
+	_, err = sess.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APISASSKernels, Image: []byte("ok\x00cut")}, 10*time.Second)
+	var np *agentwire.NoPatch
 	if !errors.As(err, &np) || !strings.Contains(np.Message, "image offset 3 has no terminating NUL") {
 		t.Errorf("malformed query: %v, want NOPATCH naming offset 3", err)
 	}
@@ -167,7 +168,7 @@ func TestPatchSASSKernels(t *testing.T) {
 	// No filter and every launch probed: the shim need not ask.
 	plain := testConfig(t)
 	plain.Probes.KernelPhases, plain.Probes.SASS = true, true
-	if st := (&gpuReceiver{cfg: &plain.Config}).settings(); st.Flags&agent.SettingSASS == 0 || st.Flags&agent.SettingSASSFilter != 0 {
+	if st := (&gpuReceiver{cfg: &plain.Config}).settings(); st.Flags&agentwire.SettingSASS == 0 || st.Flags&agentwire.SettingSASSFilter != 0 {
 		t.Errorf("WELCOME settings %+v: SASSFilter without a filter", st)
 	}
 }

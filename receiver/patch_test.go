@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/record"
@@ -34,14 +35,14 @@ func TestPatchAndWarpRing(t *testing.T) {
 	defer tr.Shutdown(context.Background())
 	r := tr.(*handle).r
 
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "app"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
 	warpIdx := -1
 	for i, reg := range sess.Regions {
-		if reg.Role == agent.RoleMap && reg.Name == probes.KernelPhasesRingMap {
+		if reg.Role == agentwire.RoleMap && reg.Name == probes.KernelPhasesRingMap {
 			warpIdx = i
 		}
 	}
@@ -53,7 +54,7 @@ func TestPatchAndWarpRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: img}, 30*time.Second)
+	a, err := sess.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APIModule, Image: img}, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,18 +64,18 @@ func TestPatchAndWarpRing(t *testing.T) {
 	var region, block bool
 	for _, g := range a.Globals {
 		switch g.Kind {
-		case agent.GlobalRegion:
+		case agentwire.GlobalRegion:
 			region = int(g.Region) == warpIdx
-		case agent.GlobalRingBlock:
+		case agentwire.GlobalRingBlock:
 			block = int(g.Region) == warpIdx && len(g.Init) == shm.RingDeviceBlockSize
 		}
 	}
 	if !region || !block {
 		t.Fatalf("globals do not bind region %d (kp_exec): %+v", warpIdx, a.Globals)
 	}
-	_, err = sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: []byte("not an image at all")}, 30*time.Second)
-	var np *agent.NoPatch
-	if !errors.As(err, &np) || np.Code != agent.NoPatchError {
+	_, err = sess.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APIModule, Image: []byte("not an image at all")}, 30*time.Second)
+	var np *agentwire.NoPatch
+	if !errors.As(err, &np) || np.Code != agentwire.NoPatchError {
 		t.Fatalf("bad image: %v", err)
 	}
 	if p, f := r.patch.patched.Load(), r.patch.failed.Load(); p != 1 || f != 1 {
@@ -82,7 +83,7 @@ func TestPatchAndWarpRing(t *testing.T) {
 	}
 
 	// 2 blocks of 64 threads: 4 warps.
-	launches, err := shm.NewRing(sess.Region(agent.RoleLaunchRing, ""))
+	launches, err := shm.NewRing(sess.Region(agentwire.RoleLaunchRing, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +134,8 @@ func TestOnSkipLogsOnce(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	r := &gpuReceiver{log: zap.New(core)}
 	key := "programs[1] (object x.o, program foo)"
-	noRegion := &agent.NoPatch{Code: agent.NoPatchError, Message: "map m of program foo has no region for this client"}
-	other := &agent.NoPatch{Code: agent.NoPatchError, Message: "inject: program foo: verifier: insn 3"}
+	noRegion := &agentwire.NoPatch{Code: agentwire.NoPatchError, Message: "map m of program foo has no region for this client"}
+	other := &agentwire.NoPatch{Code: agentwire.NoPatchError, Message: "inject: program foo: verifier: insn 3"}
 	for _, err := range []error{noRegion, noRegion, other, noRegion} {
 		r.onSkip(patcher.Skip{Index: 2, Key: key, Err: err})
 	}
@@ -169,7 +170,7 @@ func TestRejectedPatchIsAFailure(t *testing.T) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	readFrame := func() (uint16, []byte) {
-		var h [agent.FrameHeader]byte
+		var h [agentwire.FrameHeader]byte
 		if _, err := io.ReadFull(c, h[:]); err != nil {
 			t.Fatal(err)
 		}
@@ -179,18 +180,18 @@ func TestRejectedPatchIsAFailure(t *testing.T) {
 		}
 		return binary.LittleEndian.Uint16(h[6:]), p
 	}
-	hello, _ := agent.MarshalHello(agent.Hello{Name: "app"})
+	hello, _ := agentwire.MarshalHello(agentwire.Hello{Name: "app"})
 	c.Write(hello)
-	if ft, _ := readFrame(); ft != uint16(agent.FrameWelcome) {
+	if ft, _ := readFrame(); ft != uint16(agentwire.FrameWelcome) {
 		t.Fatalf("frame %d, want WELCOME", ft)
 	}
-	patch, _ := agent.MarshalPatch(&agent.PatchRequest{ID: 1, Arch: 90, Image: []byte("ptx")}, true)
+	patch, _ := agentwire.MarshalPatch(&agentwire.PatchRequest{ID: 1, Arch: 90, Image: []byte("ptx")}, true)
 	c.Write(patch) // flags say memfd, but no descriptor comes
 	ft, p := readFrame()
-	if ft != uint16(agent.FrameNoPatch) {
+	if ft != uint16(agentwire.FrameNoPatch) {
 		t.Fatalf("frame %d, want NOPATCH", ft)
 	}
-	if np, err := agent.UnmarshalNoPatch(p); err != nil || !strings.Contains(np.Message, "0 descriptors") {
+	if np, err := agentwire.UnmarshalNoPatch(p); err != nil || !strings.Contains(np.Message, "0 descriptors") {
 		t.Fatalf("NOPATCH %+v, %v", np, err)
 	}
 	if f := r.patch.failed.Load(); f != 1 {

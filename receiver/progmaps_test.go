@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -74,27 +75,27 @@ func TestUserMapsThroughAgent(t *testing.T) {
 	defer tr.Shutdown(context.Background())
 	defer mr.Shutdown(context.Background())
 
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "trainer"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "trainer"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, r := range sess.Regions {
-		if r.Role == agent.RoleMap {
+		if r.Role == agentwire.RoleMap {
 			names = append(names, r.Name)
 		}
 	}
 	if strings.Join(names, ",") != "stats,runs,warp_work,phases,exits" {
 		t.Fatalf("map regions %v", names)
 	}
-	stats, err := shm.NewArray(sess.Region(agent.RoleMap, "stats"))
+	stats, err := shm.NewArray(sess.Region(agentwire.RoleMap, "stats"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stats.AddUint64(9, 0, 123); err != nil { // calls of key 9
 		t.Fatal(err)
 	}
-	launches, err := shm.NewRing(sess.Region(agent.RoleLaunchRing, ""))
+	launches, err := shm.NewRing(sess.Region(agentwire.RoleLaunchRing, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestUserMapsThroughAgent(t *testing.T) {
 		t.Fatal(r)
 	}
 	time.Sleep(20 * time.Millisecond) // the calibration is read before the records below
-	phases, err := shm.NewRing(sess.Region(agent.RoleMap, "phases"))
+	phases, err := shm.NewRing(sess.Region(agentwire.RoleMap, "phases"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
@@ -30,7 +31,7 @@ import (
 // largest KernelName record, so long C++ kernel names are never cut (see
 // record/include/gpuprobe_record.h). It is read before the launch ring.
 const (
-	RoleNameRing     = agent.RoleNameRing                            // agent descriptor role of the names ring
+	RoleNameRing     = agentwire.RoleNameRing                        // agent descriptor role of the names ring
 	NameRingSlotSize = shm.SlotHeaderSize + record.MaxKernelNameSize // bytes per slot
 	NameRingSlots    = 256                                           // slots (≈ 1 MiB per client)
 )
@@ -217,32 +218,18 @@ func (r *gpuReceiver) listen() error {
 	return nil
 }
 
-// settings are what every client is asked to record besides launches.
-func (r *gpuReceiver) settings() agent.Settings {
-	var st agent.Settings
-	if r.cfg.Windows.Enabled {
-		st.Flags |= agent.SettingWindows
-	}
-	if r.cfg.Probes.SASS && r.cfg.Probes.KernelPhases {
-		st.Flags |= agent.SettingSASS
-		st.SASSRate = uint16(min(r.cfg.Sampling.DeviceMaxPerSecond, 65535))
-		if st.SASSRate == 0 {
-			st.SASSRate = 65535 // no limit: every launch
-		}
-		if r.patch.patcher != nil && r.patch.patcher.SASSPrograms() > 0 {
-			st.Flags |= agent.SettingSASSPrograms
-		}
-		if len(r.cfg.Kernels.Include)+len(r.cfg.Kernels.Exclude) > 0 || r.cfg.Sampling.DeviceOneIn > 1 {
-			st.Flags |= agent.SettingSASSFilter
-		}
-	}
-	if st.Flags != 0 {
-		st.WindowFlushMS = uint32(min(max(r.cfg.PollInterval.Milliseconds(), 10), 10000))
+// settings are what every client is asked to record besides launches:
+// the configuration's (config.AgentSettings), and whether the SASS route
+// has GPU programs.
+func (r *gpuReceiver) settings() agentwire.Settings {
+	st := r.cfg.AgentSettings()
+	if st.Flags&agentwire.SettingSASS != 0 && r.patch.patcher != nil && r.patch.patcher.SASSPrograms() > 0 {
+		st.Flags |= agentwire.SettingSASSPrograms
 	}
 	return st
 }
 
-func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
+func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agentwire.Offer, error) {
 	ring, err := shm.CreateRing(r.cfg.Buffers.SlotSize, r.cfg.Buffers.RingSlots)
 	if err != nil {
 		return nil, fmt.Errorf("launch ring for pid %d: %w", p.PID, err)
@@ -252,7 +239,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 		ring.Close()
 		return nil, fmt.Errorf("names ring for pid %d: %w", p.PID, err)
 	}
-	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
+	offers := []agentwire.Offer{{Role: agentwire.RoleLaunchRing, Name: "launches", Region: ring.Region()},
 		{Role: RoleNameRing, Name: "names", Region: names.Region()}}
 	// Who the client is comes from its connection (SO_PEERCRED) and
 	// /proc, read once at its handshake, never from what it writes (HELLO,
@@ -280,7 +267,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 			}
 			return nil, fmt.Errorf("kernel_phases ring for pid %d: %w", p.PID, err)
 		}
-		offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: probes.KernelPhasesRingMap, Region: warps.Region()})
+		offers = append(offers, agentwire.Offer{Role: agentwire.RoleMap, Name: probes.KernelPhasesRingMap, Region: warps.Region()})
 	}
 	offers = append(offers, r.host.offers()...)
 	calls, hcOffers, err := r.hc.offers(p)
@@ -292,7 +279,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agent.Offer, error) {
 	if err != nil {
 		r.log.Debug("gpuprobe: no clock region for a client; its GPU programs' bpf_ktime_get_ns is %globaltimer", zap.Error(err))
 	} else {
-		offers = append(offers, agent.Offer{Role: agent.RoleClock, Name: "clock", Region: clk.Region()})
+		offers = append(offers, agentwire.Offer{Role: agentwire.RoleClock, Name: "clock", Region: clk.Region()})
 	}
 	s := r.addSource(ring, true, maps, names, peer)
 	r.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/procres"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
 	"go.uber.org/zap"
@@ -21,14 +22,14 @@ type resources struct {
 // application's that is discarded is logged, naming it, and counted.
 func (rs *resources) peer(p *agent.Peer, serviceOverride string, log *zap.Logger) *translate.Peer {
 	h := &p.Hello
-	if h.Flags&agent.HelloResource == 0 {
-		h = &agent.Hello{} // an older shim: no extension, nothing to parse
+	if h.Flags&agentwire.HelloResource == 0 {
+		h = &agentwire.Hello{} // an older shim: no extension, nothing to parse
 	}
 	pid := uint32(max(p.PID, 0))
 	res, errs := procres.Build(procres.Process{PID: pid, Start: p.Proc.Start, Session: p.Session,
 		ExePath: p.Proc.ExePath, ExeName: p.Proc.Comm, Cgroup: p.Proc.Cgroup, HostName: rs.hostName,
 		ServiceOverride: serviceOverride, EnvServiceName: h.ServiceName, EnvResAttrs: h.ResAttrs,
-		ServiceOmitted: h.Omitted&agent.OmittedServiceName != 0, ResAttrsOmitted: h.Omitted&agent.OmittedResAttrs != 0})
+		ServiceOmitted: h.Omitted&agentwire.OmittedServiceName != 0, ResAttrsOmitted: h.Omitted&agentwire.OmittedResAttrs != 0})
 	for _, err := range errs {
 		rs.rejected.Add(1)
 		log.Warn("gpuprobe: a client's resource variable is discarded", zap.Int32("pid", p.PID),

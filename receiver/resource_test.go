@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -31,13 +32,13 @@ func TestProcessResource(t *testing.T) {
 	defer mr.Shutdown(context.Background())
 	defer tr.Shutdown(context.Background())
 
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: 1, Flags: agent.HelloResource, Name: "liar",
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: 1, Flags: agentwire.HelloResource, Name: "liar",
 		ServiceName: "trainer", ResAttrs: "team=ml,process.pid=1,bad=%0A"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	ring, err := shm.NewRing(sess.Region(agent.RoleLaunchRing, ""))
+	ring, err := shm.NewRing(sess.Region(agentwire.RoleLaunchRing, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

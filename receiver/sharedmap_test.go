@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 )
 
 // vectorAddPTX is a module with one kernel that launchlate's GPU half
@@ -51,7 +52,7 @@ func TestSharedKernelMap(t *testing.T) {
 		t.Fatalf("launchlate's host program was not loaded with one shared map: %d sets", len(r.host.sets))
 	}
 
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: uint32(os.Getpid()), Name: "app"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,9 +60,9 @@ func TestSharedKernelMap(t *testing.T) {
 	kmap, clk := -1, -1
 	for i, reg := range sess.Regions {
 		switch {
-		case reg.Role == agent.RoleKernelMap && reg.Name == "launch_clock":
+		case reg.Role == agentwire.RoleKernelMap && reg.Name == "launch_clock":
 			kmap = i
-		case reg.Role == agent.RoleClock:
+		case reg.Role == agentwire.RoleClock:
 			clk = i
 		}
 	}
@@ -78,7 +79,7 @@ func TestSharedKernelMap(t *testing.T) {
 		t.Fatalf("client mapping reads %#x, want the kernel map's 0xc10c4", v)
 	}
 
-	a, err := sess.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: []byte(vectorAddPTX)}, 30*time.Second)
+	a, err := sess.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APIModule, Image: []byte(vectorAddPTX)}, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestSharedKernelMap(t *testing.T) {
 	}
 	bound := map[uint32]bool{}
 	for _, g := range a.Globals {
-		if g.Kind == agent.GlobalRegion {
+		if g.Kind == agentwire.GlobalRegion {
 			bound[g.Region] = true
 		}
 	}

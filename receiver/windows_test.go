@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadatatest"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -41,12 +42,12 @@ func TestDriverWindowsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := uint32(os.Getpid())
-	sess, err := agent.Dial(cfg.Agent.Socket, agent.Hello{PID: pid, Name: "windows"})
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: pid, Name: "windows"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	ring, err := shm.NewRing(sess.Region(agent.RoleLaunchRing, ""))
+	ring, err := shm.NewRing(sess.Region(agentwire.RoleLaunchRing, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -67,7 +68,7 @@ func startDevmapAgent(t *testing.T, periodUS uint64) *devmapAgent {
 	}
 	a := &devmapAgent{testAgent: &testAgent{path: filepath.Join(t.TempDir(), "agent.sock")}, arr: arr, ring: ring}
 	srv, err := agent.Listen(agent.Options{Path: a.path}, agent.Callbacks{
-		Connect: func(p *agent.Peer) ([]agent.Offer, error) {
+		Connect: func(p *agent.Peer) ([]agentwire.Offer, error) {
 			launches, err := newRing()
 			if err != nil {
 				return nil, err
@@ -75,22 +76,22 @@ func startDevmapAgent(t *testing.T, periodUS uint64) *devmapAgent {
 			a.mu.Lock()
 			a.sessions = append(a.sessions, &session{peer: p, ring: launches})
 			a.mu.Unlock()
-			return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: launches.Region()},
-				{Role: agent.RoleMap, Name: "arr", Region: arr.Region()},
-				{Role: agent.RoleMap, Name: "ring", Region: ring.Region()}}, nil
+			return []agentwire.Offer{{Role: agentwire.RoleLaunchRing, Name: "launches", Region: launches.Region()},
+				{Role: agentwire.RoleMap, Name: "arr", Region: arr.Region()},
+				{Role: agentwire.RoleMap, Name: "ring", Region: ring.Region()}}, nil
 		},
 		Disconnect: func(*agent.Peer) {
 			a.mu.Lock()
 			a.gone++
 			a.mu.Unlock()
 		},
-		Patch: func(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+		Patch: func(p *agent.Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error) {
 			img := append(append([]byte(nil), bytes.TrimRight(req.Image, "\x00")...), 0)
-			return &agent.Patched{Image: img,
-				Kernels: []agent.PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pf", ParamIndex: 3, ParamOffset: 24}},
-				Globals: []agent.PatchedGlobal{
-					{Name: "gp_dm_arr", Kind: agent.GlobalDeviceMap, Region: 1, Size: periodUS},
-					{Name: "gp_dm_ring", Kind: agent.GlobalDeviceMap, Region: 2, Size: periodUS},
+			return &agentwire.Patched{Image: img,
+				Kernels: []agentwire.PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pf", ParamIndex: 3, ParamOffset: 24}},
+				Globals: []agentwire.PatchedGlobal{
+					{Name: "gp_dm_arr", Kind: agentwire.GlobalDeviceMap, Region: 1, Size: periodUS},
+					{Name: "gp_dm_ring", Kind: agentwire.GlobalDeviceMap, Region: 2, Size: periodUS},
 				}}, nil
 		},
 	})

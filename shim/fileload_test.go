@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 )
@@ -145,7 +145,7 @@ func TestPatchFileLoad(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
 			var sent [][]byte // what the collector was sent, but the app's empty 16-byte fatbin
-			a := startPatchAgent(t, func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+			a := startPatchAgent(t, func(p *patcher.Patcher, r *agentwire.PatchRequest, bind patcher.Binder) (*agentwire.Patched, error) {
 				if len(r.Image) != 16 {
 					mu.Lock()
 					sent = append(sent, r.Image)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -159,24 +160,24 @@ func startAgentNames(tb testing.TB, path string, slotSize, slots, nslots uint32,
 
 // startAgentPatch is startAgentNames answering PATCH with patch.
 func startAgentPatch(tb testing.TB, path string, slotSize, slots, nslots uint32, opts agent.Options,
-	patch func(*agent.Peer, *agent.PatchRequest) (*agent.Patched, error)) *testAgent {
+	patch func(*agent.Peer, *agentwire.PatchRequest) (*agentwire.Patched, error)) *testAgent {
 	tb.Helper()
 	a := &testAgent{path: path}
 	opts.Path = a.path
 	srv, err := agent.Listen(opts, agent.Callbacks{
-		Connect: func(p *agent.Peer) ([]agent.Offer, error) {
+		Connect: func(p *agent.Peer) ([]agentwire.Offer, error) {
 			ring, err := shm.CreateRing(slotSize, slots)
 			if err != nil {
 				return nil, err
 			}
 			s := &session{peer: p, ring: ring}
-			offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}
+			offers := []agentwire.Offer{{Role: agentwire.RoleLaunchRing, Name: "launches", Region: ring.Region()}}
 			if nslots > 0 {
 				if s.names, err = shm.CreateRing(nameSlotSize, nslots); err != nil {
 					ring.Close()
 					return nil, err
 				}
-				offers = append(offers, agent.Offer{Role: agent.RoleNameRing, Name: "names", Region: s.names.Region()})
+				offers = append(offers, agentwire.Offer{Role: agentwire.RoleNameRing, Name: "names", Region: s.names.Region()})
 			}
 			a.mu.Lock()
 			a.sessions = append(a.sessions, s)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/jit"
@@ -91,7 +92,7 @@ func kernelMapAgent(t *testing.T) (*testAgent, *ebpf.Map) {
 	regions := map[string]uint32{"delay_log2_ns": 1, "launch_clock": 2, patcher.ClockBinding: 3}
 	a := &testAgent{path: filepath.Join(t.TempDir(), "agent.sock")}
 	srv, err := agent.Listen(agent.Options{Path: a.path}, agent.Callbacks{
-		Connect: func(p *agent.Peer) ([]agent.Offer, error) {
+		Connect: func(p *agent.Peer) ([]agentwire.Offer, error) {
 			ring, err := newRing()
 			if err != nil {
 				return nil, err
@@ -99,17 +100,17 @@ func kernelMapAgent(t *testing.T) (*testAgent, *ebpf.Map) {
 			a.mu.Lock()
 			a.sessions = append(a.sessions, &session{peer: p, ring: ring})
 			a.mu.Unlock()
-			return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
-				{Role: agent.RoleMap, Name: "delay_log2_ns", Region: hist.Region()},
-				{Role: agent.RoleKernelMap, Name: "launch_clock", FD: km.FD(), Size: 4096, Kind: shm.KindArray},
-				{Role: agent.RoleClock, Name: "clock", Region: clock.Region()}}, nil
+			return []agentwire.Offer{{Role: agentwire.RoleLaunchRing, Name: "launches", Region: ring.Region()},
+				{Role: agentwire.RoleMap, Name: "delay_log2_ns", Region: hist.Region()},
+				{Role: agentwire.RoleKernelMap, Name: "launch_clock", FD: km.FD(), Size: 4096, Kind: shm.KindArray},
+				{Role: agentwire.RoleClock, Name: "clock", Region: clock.Region()}}, nil
 		},
 		Disconnect: func(*agent.Peer) {
 			a.mu.Lock()
 			a.gone++
 			a.mu.Unlock()
 		},
-		Patch: func(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+		Patch: func(p *agent.Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error) {
 			return pt.Patch(req, func(name string) (patcher.Binding, bool) {
 				r, ok := regions[name]
 				return patcher.Binding{Region: r, Lanes: 1}, ok

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
@@ -26,16 +27,16 @@ import (
 // device block).
 type patchAgent struct {
 	*testAgent // its mu also guards answers
-	answers    []*agent.Patched
+	answers    []*agentwire.Patched
 }
 
-func startPatchAgent(t *testing.T, answer func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error)) *patchAgent {
+func startPatchAgent(t *testing.T, answer func(*patcher.Patcher, *agentwire.PatchRequest, patcher.Binder) (*agentwire.Patched, error)) *patchAgent {
 	t.Helper()
 	return startPatchAgentAt(t, filepath.Join(t.TempDir(), "agent.sock"), answer)
 }
 
 // startPatchAgentAt is startPatchAgent serving path (a restarted collector).
-func startPatchAgentAt(t *testing.T, path string, answer func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error)) *patchAgent {
+func startPatchAgentAt(t *testing.T, path string, answer func(*patcher.Patcher, *agentwire.PatchRequest, patcher.Binder) (*agentwire.Patched, error)) *patchAgent {
 	t.Helper()
 	progs, err := probes.Load(probes.KernelPhases)
 	if err != nil {
@@ -49,7 +50,7 @@ func startPatchAgentAt(t *testing.T, path string, answer func(*patcher.Patcher, 
 	a := &patchAgent{testAgent: &testAgent{path: path}}
 	var warps []*shm.Ring
 	srv, err := agent.Listen(agent.Options{Path: a.path}, agent.Callbacks{
-		Connect: func(p *agent.Peer) ([]agent.Offer, error) {
+		Connect: func(p *agent.Peer) ([]agentwire.Offer, error) {
 			ring, err := newRing()
 			if err != nil {
 				return nil, err
@@ -63,15 +64,15 @@ func startPatchAgentAt(t *testing.T, path string, answer func(*patcher.Patcher, 
 			a.sessions = append(a.sessions, &session{peer: p, ring: ring})
 			warps = append(warps, w)
 			a.mu.Unlock()
-			return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
-				{Role: agent.RoleMap, Name: probes.KernelPhasesRingMap, Region: w.Region()}}, nil
+			return []agentwire.Offer{{Role: agentwire.RoleLaunchRing, Name: "launches", Region: ring.Region()},
+				{Role: agentwire.RoleMap, Name: probes.KernelPhasesRingMap, Region: w.Region()}}, nil
 		},
 		Disconnect: func(*agent.Peer) {
 			a.mu.Lock()
 			a.gone++
 			a.mu.Unlock()
 		},
-		Patch: func(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+		Patch: func(p *agent.Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error) {
 			a.mu.Lock()
 			w := warps[len(warps)-1]
 			a.mu.Unlock()
@@ -136,27 +137,27 @@ func TestPatchLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patch := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+	patch := func(p *patcher.Patcher, r *agentwire.PatchRequest, bind patcher.Binder) (*agentwire.Patched, error) {
 		if r.Arch != 90 {
 			return nil, fmt.Errorf("arch %d, want 90 (the MOCK device)", r.Arch)
 		}
 		return p.Patch(r, bind)
 	}
-	nopatch := func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error) {
-		return nil, &agent.NoPatch{Code: agent.NoPatchNoKernel, Message: "test: nothing targeted"}
+	nopatch := func(*patcher.Patcher, *agentwire.PatchRequest, patcher.Binder) (*agentwire.Patched, error) {
+		return nil, &agentwire.NoPatch{Code: agentwire.NoPatchNoKernel, Message: "test: nothing targeted"}
 	}
-	slow := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+	slow := func(p *patcher.Patcher, r *agentwire.PatchRequest, bind patcher.Binder) (*agentwire.Patched, error) {
 		time.Sleep(1500 * time.Millisecond)
 		return p.Patch(r, bind)
 	}
-	sampled := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+	sampled := func(p *patcher.Patcher, r *agentwire.PatchRequest, bind patcher.Binder) (*agentwire.Patched, error) {
 		a, err := patch(p, r, bind)
 		if a != nil {
 			a.DeviceOneIn = 2
 		}
 		return a, err
 	}
-	limited := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+	limited := func(p *patcher.Patcher, r *agentwire.PatchRequest, bind patcher.Binder) (*agentwire.Patched, error) {
 		a, err := patch(p, r, bind)
 		if a != nil {
 			a.DeviceMaxPerSecond = 1
@@ -166,7 +167,7 @@ func TestPatchLoad(t *testing.T) {
 	tests := []struct {
 		name    string
 		mode    string // app mode: dlsym loads a module, cudart a library
-		answer  func(*patcher.Patcher, *agent.PatchRequest, patcher.Binder) (*agent.Patched, error)
+		answer  func(*patcher.Patcher, *agentwire.PatchRequest, patcher.Binder) (*agentwire.Patched, error)
 		env     []string
 		patched bool
 		oneIn   uint64 // the answer's DeviceOneIn
@@ -197,7 +198,7 @@ func TestPatchLoad(t *testing.T) {
 			var sentMu sync.Mutex
 			var sent []string // the PTX images the collector was sent
 			answer := tc.answer
-			tc.answer = func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+			tc.answer = func(p *patcher.Patcher, r *agentwire.PatchRequest, bind patcher.Binder) (*agentwire.Patched, error) {
 				if strings.Contains(string(r.Image), ".entry _Z9vectorAdd") {
 					sentMu.Lock()
 					sent = append(sent, string(r.Image))
@@ -260,7 +261,7 @@ func TestPatchLoad(t *testing.T) {
 			if string(loaded) == string(orig) {
 				t.Errorf("the driver loaded the original PTX")
 			}
-			var k *agent.PatchedKernel
+			var k *agentwire.PatchedKernel
 			for i := range ans.Kernels {
 				if ans.Kernels[i].Name == "_Z9vectorAddPKfS0_Pf" {
 					k = &ans.Kernels[i]
@@ -337,15 +338,15 @@ func TestPatchLoad(t *testing.T) {
 					continue
 				}
 				switch g.Kind {
-				case agent.GlobalRegion:
+				case agentwire.GlobalRegion:
 					if _, ok := devs["hostreg"][v-g.Value]; !ok {
 						t.Errorf("global %s = %#x: not a registered region's device address + %d (%v)", g.Name, v, g.Value, devs["hostreg"])
 					}
-				case agent.GlobalConst:
+				case agentwire.GlobalConst:
 					if v != g.Value {
 						t.Errorf("global %s = %#x, want %#x", g.Name, v, g.Value)
 					}
-				case agent.GlobalRingBlock, agent.GlobalDeviceAlloc:
+				case agentwire.GlobalRingBlock, agentwire.GlobalDeviceAlloc:
 					if s, ok := devs["alloc"][v]; !ok || s != g.Size {
 						t.Errorf("global %s (%v) = %#x: not a %d-byte allocation (%v)", g.Name, g.Kind, v, g.Size, devs["alloc"])
 					}
@@ -353,7 +354,7 @@ func TestPatchLoad(t *testing.T) {
 					// device-only maps are freed with it; a ring
 					// block belongs to the session's region and stays.
 					freed := strings.Contains(stderr, fmt.Sprintf("mock: free dev=%#x\n", v))
-					if want := g.Kind == agent.GlobalDeviceAlloc; freed != want {
+					if want := g.Kind == agentwire.GlobalDeviceAlloc; freed != want {
 						t.Errorf("global %s (%v) = %#x: freed at unload %v, want %v", g.Name, g.Kind, v, freed, want)
 					}
 				}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -25,22 +26,22 @@ var noOTel = []string{"OTEL_SERVICE_NAME=", "OTEL_RESOURCE_ATTRIBUTES="}
 // name), and records flow in every case.
 func TestHelloResource(t *testing.T) {
 	b := binaries(t)
-	long := "a=" + strings.Repeat("x", agent.MaxResAttrs)
+	long := "a=" + strings.Repeat("x", agentwire.MaxResAttrs)
 	tests := []struct {
 		name string
 		env  []string
-		want agent.Hello // Flags, ServiceName, ResAttrs, Omitted
+		want agentwire.Hello // Flags, ServiceName, ResAttrs, Omitted
 	}{
-		{"none", nil, agent.Hello{}},
-		{"empty", []string{"OTEL_SERVICE_NAME=", "OTEL_RESOURCE_ATTRIBUTES="}, agent.Hello{}},
+		{"none", nil, agentwire.Hello{}},
+		{"empty", []string{"OTEL_SERVICE_NAME=", "OTEL_RESOURCE_ATTRIBUTES="}, agentwire.Hello{}},
 		{"both", []string{"OTEL_SERVICE_NAME=trainer", "OTEL_RESOURCE_ATTRIBUTES=k8s.pod.name=train-0,team=a%2Cb"},
-			agent.Hello{Flags: agent.HelloResource, ServiceName: "trainer", ResAttrs: "k8s.pod.name=train-0,team=a%2Cb"}},
+			agentwire.Hello{Flags: agentwire.HelloResource, ServiceName: "trainer", ResAttrs: "k8s.pod.name=train-0,team=a%2Cb"}},
 		{"attributes only", []string{"OTEL_RESOURCE_ATTRIBUTES=service.name=x"},
-			agent.Hello{Flags: agent.HelloResource, ResAttrs: "service.name=x"}},
+			agentwire.Hello{Flags: agentwire.HelloResource, ResAttrs: "service.name=x"}},
 		{"too long", []string{"OTEL_SERVICE_NAME=svc", "OTEL_RESOURCE_ATTRIBUTES=" + long},
-			agent.Hello{Flags: agent.HelloResource, ServiceName: "svc", Omitted: agent.OmittedResAttrs}},
-		{"longest", []string{"OTEL_SERVICE_NAME=" + strings.Repeat("s", agent.MaxServiceName)},
-			agent.Hello{Flags: agent.HelloResource, ServiceName: strings.Repeat("s", agent.MaxServiceName)}},
+			agentwire.Hello{Flags: agentwire.HelloResource, ServiceName: "svc", Omitted: agentwire.OmittedResAttrs}},
+		{"longest", []string{"OTEL_SERVICE_NAME=" + strings.Repeat("s", agentwire.MaxServiceName)},
+			agentwire.Hello{Flags: agentwire.HelloResource, ServiceName: strings.Repeat("s", agentwire.MaxServiceName)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,7 +52,7 @@ func TestHelloResource(t *testing.T) {
 			}
 			ss := a.waitGone(t, 1)
 			h := ss[0].peer.Hello
-			got := agent.Hello{Flags: h.Flags, ServiceName: h.ServiceName, ResAttrs: h.ResAttrs, Omitted: h.Omitted}
+			got := agentwire.Hello{Flags: h.Flags, ServiceName: h.ServiceName, ResAttrs: h.ResAttrs, Omitted: h.Omitted}
 			if got != tc.want {
 				t.Errorf("HELLO %+v, want %+v", got, tc.want)
 			}
@@ -73,20 +74,20 @@ type oldCollector struct {
 func (o *oldCollector) serve(c *net.UnixConn) {
 	defer c.Close()
 	typ, p, err := readFrame(c)
-	if err != nil || typ != uint16(agent.FrameHello) || len(p) < 12 {
+	if err != nil || typ != uint16(agentwire.FrameHello) || len(p) < 12 {
 		return
 	}
 	flags := binary.LittleEndian.Uint32(p[4:])
 	o.mu.Lock()
 	o.seen = append(o.seen, flags)
 	o.mu.Unlock()
-	if flags&agent.HelloResource != 0 {
-		c.Write(agent.MarshalError(agent.CodeProtocol, "HELLO name_len 3 at payload offset 8, but 40 bytes follow"))
+	if flags&agentwire.HelloResource != 0 {
+		c.Write(agentwire.MarshalError(agentwire.CodeProtocol, "HELLO name_len 3 at payload offset 8, but 40 bytes follow"))
 		return
 	}
 	h := o.ring.Region().Header()
-	w, _ := agent.MarshalWelcome(agent.Welcome{Session: 1, Regions: []agent.RegionInfo{
-		{Role: agent.RoleLaunchRing, Kind: h.Kind, RegionSize: h.RegionSize, ID: h.ID, Name: "launches"}}})
+	w, _ := agentwire.MarshalWelcome(agentwire.Welcome{Session: 1, Regions: []agentwire.RegionInfo{
+		{Role: agentwire.RoleLaunchRing, Kind: h.Kind, RegionSize: h.RegionSize, ID: h.ID, Name: "launches"}}})
 	if _, _, err := c.WriteMsgUnix(w, unix.UnixRights(int(o.ring.Region().File().Fd())), nil); err != nil {
 		return
 	}
@@ -129,7 +130,7 @@ func TestHelloResourceOldCollector(t *testing.T) {
 	o.mu.Lock()
 	seen := append([]uint32(nil), o.seen...)
 	o.mu.Unlock()
-	if len(seen) != 2 || seen[0] != agent.HelloResource || seen[1] != 0 {
+	if len(seen) != 2 || seen[0] != agentwire.HelloResource || seen[1] != 0 {
 		t.Fatalf("HELLO flags %v, want [2 0]", seen)
 	}
 	st := readRing(t, ring)

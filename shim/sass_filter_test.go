@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
@@ -18,19 +19,19 @@ import (
 // names it was asked about go to asked.
 func sassFilterAgent(t *testing.T, path, allow string, oneIn uint32, asked chan<- string) *testAgent {
 	t.Helper()
-	opts := sassOn(65535)
-	opts.Settings.Flags |= agent.SettingSASSFilter
+	opts := sassOn(0)
+	opts.Settings.Flags |= agentwire.SettingSASSFilter
 	return startAgentPatch(t, path, 256, 1024, nameSlots, opts,
-		func(_ *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
-			names, err := agent.ParseKernelQuery(req.Image)
-			if req.API != agent.APISASSKernels || err != nil {
-				return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: fmt.Sprintf("want a kernel query, got API %d (%v)", req.API, err)}
+		func(_ *agent.Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error) {
+			names, err := agentwire.ParseKernelQuery(req.Image)
+			if req.API != agentwire.APISASSKernels || err != nil {
+				return nil, &agentwire.NoPatch{Code: agentwire.NoPatchError, Message: fmt.Sprintf("want a kernel query, got API %d (%v)", req.API, err)}
 			}
-			a := &agent.Patched{DeviceOneIn: oneIn}
+			a := &agentwire.Patched{DeviceOneIn: oneIn}
 			for i, n := range names {
 				asked <- n
 				if strings.Contains(n, allow) {
-					a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: n, ParamIndex: uint32(i)})
+					a.Kernels = append(a.Kernels, agentwire.PatchedKernel{Name: n, ParamIndex: uint32(i)})
 				}
 			}
 			return a, nil

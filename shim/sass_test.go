@@ -7,15 +7,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
 // sassOn is a collector that asks for the SASS route at rate sampled
-// launches a second (65535: every launch).
-func sassOn(rate uint16) agent.Options {
-	return agent.Options{Settings: agent.Settings{Flags: agent.SettingSASS, SASSRate: rate, WindowFlushMS: 10}}
+// launches a second (0: every launch).
+func sassOn(rate uint32) agent.Options {
+	return agent.Options{Settings: agentwire.Settings{Flags: agentwire.SettingSASS, DeviceMaxPerSecond: rate, FlushPeriod: 10 * time.Millisecond}}
 }
 
 // runSASS runs the direct app's basic scenario with n vecAdd launches under
@@ -62,7 +64,7 @@ func runSASSWith(t *testing.T, a *testAgent, prog, mode, scenario, n string, env
 // with its grid's blocks and threads; the image reached the Sanitizer API
 // with its three globals bound.
 func TestSASSRoute(t *testing.T) {
-	st, counts := runSASS(t, sassOn(65535), "5")
+	st, counts := runSASS(t, sassOn(0), "5")
 	checkLaunches(t, st, int32(st.launches[0].PID), basicLaunches())
 	if !strings.Contains(counts, "subscribed=1 ") || !strings.Contains(counts, "added=1 ") || !strings.Contains(counts, "bad_image=0") {
 		t.Errorf("MOCK Sanitizer counts %q: want one subscription and one bound image", counts)
@@ -125,8 +127,8 @@ func TestSASSOff(t *testing.T) {
 		counts string
 	}{
 		{"not asked", agent.Options{}, nil, "unsubscribed=1 "},
-		{"patch refused", sassOn(65535), []string{"MOCK_SANITIZER_FAIL=patch"}, "patches=0 "},
-		{"subscribe refused", sassOn(65535), []string{"MOCK_SANITIZER_FAIL=subscribe"}, "subscribed=0 "},
+		{"patch refused", sassOn(0), []string{"MOCK_SANITIZER_FAIL=patch"}, "patches=0 "},
+		{"subscribe refused", sassOn(0), []string{"MOCK_SANITIZER_FAIL=subscribe"}, "subscribed=0 "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, counts := runSASS(t, tc.opts, "3", tc.env...)
@@ -145,7 +147,7 @@ func TestSASSOff(t *testing.T) {
 	}
 	// No library at all: the shim runs on.
 	b := binaries(t)
-	a := startAgent(t, 256, 1024, sassOn(65535))
+	a := startAgent(t, 256, 1024, sassOn(0))
 	if _, errOut, err := run(t, b, append(preload(b, a.path), "GPUPROBE_SASS=1", "GPUPROBE_SANITIZER=/nonexistent.so"), b.appDirect, "direct", "basic", "2"); err != nil {
 		t.Fatalf("no library: %v\n%s", err, errOut)
 	}
@@ -175,11 +177,11 @@ func TestSASSImageCurrent(t *testing.T) {
 func TestSASSReconnect(t *testing.T) {
 	b := binaries(t)
 	path := filepath.Join(t.TempDir(), "agent.sock")
-	a1 := startAgentAt(t, path, 256, 1024, sassOn(65535))
+	a1 := startAgentAt(t, path, 256, 1024, sassOn(0))
 	app := exec.Command(b.app, "cudart", "slow", "100")
 	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_SASS=1", "GPUPROBE_SANITIZER="+b.sanitizer)
 	app.Env = append(app.Env, preload(b, path)...)
-	a2, _ := restartAfterFirstLine(t, app, a1, path, 256, sassOn(65535))
+	a2, _ := restartAfterFirstLine(t, app, a1, path, 256, sassOn(0))
 	st := a2.waitGone(t, 1)[0].read(t)
 	sampled, timed := 0, map[uint64]bool{}
 	for _, e := range st.execs {
@@ -204,7 +206,7 @@ func TestSASSReconnect(t *testing.T) {
 // would fault the application); the new context gets a ring of its own,
 // and every sampled launch before and after has its Exec record.
 func TestSASSContextDestroy(t *testing.T) {
-	st, counts := runSASSApp(t, sassOn(65535), b0(t).app, "cudart", "sassreset", "3")
+	st, counts := runSASSApp(t, sassOn(0), b0(t).app, "cudart", "sassreset", "3")
 	if !strings.Contains(counts, "rings=2") {
 		t.Errorf("MOCK Sanitizer counts %q: want a ring for each of the two contexts", counts)
 	}
@@ -233,7 +235,7 @@ func TestSASSContextDestroy(t *testing.T) {
 // collector does not wait, and the route's Exec records still come.
 func TestSASSWindowsUnavailable(t *testing.T) {
 	b := binaries(t)
-	both := agent.Options{Settings: agent.Settings{Flags: agent.SettingWindows | agent.SettingSASS, SASSRate: 65535, WindowFlushMS: 10}}
+	both := agent.Options{Settings: agentwire.Settings{Flags: agentwire.SettingWindows | agentwire.SettingSASS, FlushPeriod: 10 * time.Millisecond}}
 	for _, tc := range []struct {
 		name  string
 		opts  agent.Options
@@ -270,7 +272,7 @@ func TestSASSWindowsUnavailable(t *testing.T) {
 // sass) and samples again once the application disabled its kinds.
 func TestSASSStepsAside(t *testing.T) {
 	b := binaries(t)
-	a := startAgent(t, 256, 1024, sassOn(65535))
+	a := startAgent(t, 256, 1024, sassOn(0))
 	log := filepath.Join(t.TempDir(), "sanitizer.txt")
 	env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_TRACE=1", "GPUPROBE_SASS=1",
 		"GPUPROBE_SANITIZER="+b.sanitizer, "MOCK_SANITIZER_LOG="+log)

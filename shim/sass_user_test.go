@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -64,13 +65,13 @@ func startSASSUserAgent(t *testing.T, module string, programs bool) *testAgent {
 		t.Fatal(err)
 	}
 	a := &testAgent{path: filepath.Join(t.TempDir(), "agent.sock")}
-	opts := sassOn(65535)
+	opts := sassOn(0)
 	opts.Path = a.path
 	if programs {
-		opts.Settings.Flags |= agent.SettingSASSPrograms
+		opts.Settings.Flags |= agentwire.SettingSASSPrograms
 	}
 	srv, err := agent.Listen(opts, agent.Callbacks{
-		Connect: func(p *agent.Peer) ([]agent.Offer, error) {
+		Connect: func(p *agent.Peer) ([]agentwire.Offer, error) {
 			launches, err := newRing()
 			if err != nil {
 				return nil, err
@@ -78,23 +79,23 @@ func startSASSUserAgent(t *testing.T, module string, programs bool) *testAgent {
 			a.mu.Lock()
 			a.sessions = append(a.sessions, &session{peer: p, ring: launches})
 			a.mu.Unlock()
-			return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: launches.Region()},
-				{Role: agent.RoleMap, Name: "arr", Region: arr.Region()}}, nil
+			return []agentwire.Offer{{Role: agentwire.RoleLaunchRing, Name: "launches", Region: launches.Region()},
+				{Role: agentwire.RoleMap, Name: "arr", Region: arr.Region()}}, nil
 		},
 		Disconnect: func(*agent.Peer) {
 			a.mu.Lock()
 			a.gone++
 			a.mu.Unlock()
 		},
-		Patch: func(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
-			if req.API != agent.APISASS || req.Arch != 90 || len(req.Image) != 0 {
-				return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: fmt.Sprintf("want an APISASS request for sm_90, got %+v", req)}
+		Patch: func(p *agent.Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error) {
+			if req.API != agentwire.APISASS || req.Arch != 90 || len(req.Image) != 0 {
+				return nil, &agentwire.NoPatch{Code: agentwire.NoPatchError, Message: fmt.Sprintf("want an APISASS request for sm_90, got %+v", req)}
 			}
-			return &agent.Patched{Image: append([]byte(module), 0), Kernels: []agent.PatchedKernel{
+			return &agentwire.Patched{Image: append([]byte(module), 0), Kernels: []agentwire.PatchedKernel{
 				{Name: "vecAdd", ParamIndex: 0}, {Name: "gemm*", ParamIndex: 3}, {Name: "_Z6vecAddPfS_S_i", ParamIndex: 5},
-			}, Globals: []agent.PatchedGlobal{
-				{Name: "gpuprobe_sp0_arr", Kind: agent.GlobalRegion, Region: 1, Value: shm.DataOffset},
-				{Name: "gpuprobe_sp0_lanes", Kind: agent.GlobalConst, Value: 7},
+			}, Globals: []agentwire.PatchedGlobal{
+				{Name: "gpuprobe_sp0_arr", Kind: agentwire.GlobalRegion, Region: 1, Value: shm.DataOffset},
+				{Name: "gpuprobe_sp0_lanes", Kind: agentwire.GlobalConst, Value: 7},
 			}}, nil
 		},
 	})

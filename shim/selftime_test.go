@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 )
 
@@ -96,13 +97,13 @@ const vectorAddPTX = `.version 7.0
 // patchVectorAdd answers PATCH of vectorAddPTX with the same PTX and
 // vectorAdd's launch id after its three parameters (what the shim needs to
 // rewrite its launches), and anything else with NOPATCH.
-func patchVectorAdd(_ *patcher.Patcher, r *agent.PatchRequest, _ patcher.Binder) (*agent.Patched, error) {
+func patchVectorAdd(_ *patcher.Patcher, r *agentwire.PatchRequest, _ patcher.Binder) (*agentwire.Patched, error) {
 	if !bytes.Contains(r.Image, []byte(".entry _Z9vectorAddPKfS0_Pf(")) {
-		return nil, &agent.NoPatch{Code: agent.NoPatchNoKernel, Message: "test: not vectorAdd"}
+		return nil, &agentwire.NoPatch{Code: agentwire.NoPatchNoKernel, Message: "test: not vectorAdd"}
 	}
 	img := append(bytes.TrimRight(append([]byte(nil), r.Image...), "\x00"), 0)
-	return &agent.Patched{ID: r.ID, Image: img,
-		Kernels: []agent.PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pf", ParamIndex: 3, ParamOffset: 24}}}, nil
+	return &agentwire.Patched{ID: r.ID, Image: img,
+		Kernels: []agentwire.PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pf", ParamIndex: 3, ParamOffset: 24}}}, nil
 }
 
 // selftimeLine is one parsed "gpuprobe selftime:" line.

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
@@ -378,13 +379,13 @@ func TestMain(m *testing.M) {
 }
 
 func helperAgent(path string) int {
-	srv, err := agent.Listen(agent.Options{Path: path}, agent.Callbacks{Connect: func(p *agent.Peer) ([]agent.Offer, error) {
+	srv, err := agent.Listen(agent.Options{Path: path}, agent.Callbacks{Connect: func(p *agent.Peer) ([]agentwire.Offer, error) {
 		ring, err := newRing()
 		if err != nil {
 			return nil, err
 		}
 		os.Stdout.WriteString("connected\n")
-		return []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()}}, nil
+		return []agentwire.Offer{{Role: agentwire.RoleLaunchRing, Name: "launches", Region: ring.Region()}}, nil
 	}})
 	if err != nil {
 		os.Stdout.WriteString("error: " + err.Error() + "\n")

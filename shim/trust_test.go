@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -94,7 +95,7 @@ type liar struct {
 }
 
 func readFrame(r io.Reader) (uint16, []byte, error) {
-	var h [agent.FrameHeader]byte
+	var h [agentwire.FrameHeader]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
 	}
@@ -105,11 +106,11 @@ func readFrame(r io.Reader) (uint16, []byte, error) {
 
 func (l *liar) serve(t *testing.T, c *net.UnixConn) {
 	defer c.Close()
-	if typ, _, err := readFrame(c); err != nil || typ != uint16(agent.FrameHello) {
+	if typ, _, err := readFrame(c); err != nil || typ != uint16(agentwire.FrameHello) {
 		return
 	}
-	w, err := agent.MarshalWelcome(agent.Welcome{Session: 1, Regions: []agent.RegionInfo{
-		{Role: agent.RoleLaunchRing, Kind: shm.KindRing, RegionSize: l.size, Name: "launches"}}})
+	w, err := agentwire.MarshalWelcome(agentwire.Welcome{Session: 1, Regions: []agentwire.RegionInfo{
+		{Role: agentwire.RoleLaunchRing, Kind: shm.KindRing, RegionSize: l.size, Name: "launches"}}})
 	if err != nil {
 		t.Error(err)
 		return
@@ -122,8 +123,8 @@ func (l *liar) serve(t *testing.T, c *net.UnixConn) {
 		if err != nil {
 			return
 		}
-		req, _, _, err := agent.UnmarshalPatch(p)
-		if typ != uint16(agent.FramePatch) || err != nil || l.patched == nil {
+		req, _, _, err := agentwire.UnmarshalPatch(p)
+		if typ != uint16(agentwire.FramePatch) || err != nil || l.patched == nil {
 			return
 		}
 		frame, f := l.patched(req.ID)
@@ -242,8 +243,8 @@ func TestPatchedImageChecks(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			l := &liar{ring: memfdWith(t, ring, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW), size: size}
 			l.patched = func(id uint32) ([]byte, *os.File) {
-				frame, err := agent.MarshalPatched(&agent.Patched{ID: id, Image: img,
-					Kernels: []agent.PatchedKernel{{Name: "_Z9vectorAddPKfS1_Pfi", ParamIndex: 4}}})
+				frame, err := agentwire.MarshalPatched(&agentwire.Patched{ID: id, Image: img,
+					Kernels: []agentwire.PatchedKernel{{Name: "_Z9vectorAddPKfS1_Pfi", ParamIndex: 4}}})
 				if err != nil {
 					t.Error(err)
 				}
@@ -408,7 +409,7 @@ func TestReconnect(t *testing.T) {
 	// in neither ring. A launch while the new HELLO is on its way is lost
 	// but not counted: at most one here (10 ms between launches).
 	want := uint64(unread + n - l1 - l2)
-	if h.Flags&agent.HelloReconnect == 0 || h.Sessions != 1 || h.Lost > want || h.Lost+1 < want {
+	if h.Flags&agentwire.HelloReconnect == 0 || h.Sessions != 1 || h.Lost > want || h.Lost+1 < want {
 		t.Errorf("new HELLO: flags %#x sessions %d lost %d, want bit 0, 1, %d (%d and %d launches recorded)\n%s",
 			h.Flags, h.Sessions, h.Lost, want, l1, l2, tr)
 	}
@@ -424,7 +425,7 @@ func TestReconnectPatch(t *testing.T) {
 	b := binaries(t)
 	src := fatbintest.Source(t, filepath.Join("inject", "vectoradd.cu"))
 	ptx := fatbintest.Build(t, src, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
-	patch := func(p *patcher.Patcher, r *agent.PatchRequest, bind patcher.Binder) (*agent.Patched, error) {
+	patch := func(p *patcher.Patcher, r *agentwire.PatchRequest, bind patcher.Binder) (*agentwire.Patched, error) {
 		return p.Patch(r, bind)
 	}
 	path := filepath.Join(t.TempDir(), "agent.sock")

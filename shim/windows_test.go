@@ -3,13 +3,15 @@ package shim
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
 // windowsOn is a collector that asks for device windows.
-var windowsOn = agent.Options{Settings: agent.Settings{Flags: agent.SettingWindows, WindowFlushMS: 10}}
+var windowsOn = agent.Options{Settings: agentwire.Settings{Flags: agentwire.SettingWindows, FlushPeriod: 10 * time.Millisecond}}
 
 // TestWindows: with the collector asking for them, every launch of the
 // basic workload gets exactly one window (the MOCK CUPTI's kernel record)
@@ -232,7 +234,7 @@ func TestProfilerLocalScope(t *testing.T) {
 		env  []string
 	}{
 		{"windows off", agent.Options{}, nil},
-		{"sass", sassOn(65535), []string{"GPUPROBE_SASS=1", "GPUPROBE_SANITIZER=" + b.sanitizer}},
+		{"sass", sassOn(0), []string{"GPUPROBE_SASS=1", "GPUPROBE_SANITIZER=" + b.sanitizer}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := startAgent(t, 256, 1024, tc.opts)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/internal/cli"
@@ -65,7 +66,7 @@ type dumper struct {
 	sessions []*dumpSession
 }
 
-func (d *dumper) connect(p *agent.Peer) ([]agent.Offer, error) {
+func (d *dumper) connect(p *agent.Peer) ([]agentwire.Offer, error) {
 	ring, err := shm.CreateRing(d.slotSize, d.slots)
 	if err != nil {
 		return nil, fmt.Errorf("creating a %d×%d-byte ring: %w", d.slots, d.slotSize, err)
@@ -80,8 +81,8 @@ func (d *dumper) connect(p *agent.Peer) ([]agent.Offer, error) {
 	s := &dumpSession{peer: p, ring: ring, cons: ring.NewConsumer(shm.ConsumerOptions{}),
 		names: names, ncons: names.NewConsumer(shm.ConsumerOptions{}),
 		kernels: map[uint64]string{}, byKernel: map[string]int{}, apis: map[record.LaunchAPI]int{}, acct: newAccounting()}
-	offers := []agent.Offer{{Role: agent.RoleLaunchRing, Name: "launches", Region: ring.Region()},
-		{Role: agent.RoleNameRing, Name: "names", Region: names.Region()}}
+	offers := []agentwire.Offer{{Role: agentwire.RoleLaunchRing, Name: "launches", Region: ring.Region()},
+		{Role: agentwire.RoleNameRing, Name: "names", Region: names.Region()}}
 	if d.patcher != nil {
 		o, err := d.patchOffers(s, uint32(len(offers)))
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/internal/bpftest"
@@ -70,7 +71,7 @@ const (
 // warp's time, the per-thread and per-block counters.
 func simulate(t *testing.T, s *agent.Session, launches []simLaunch, f fault) {
 	t.Helper()
-	ring := func(role agent.Role, name string) *shm.Ring {
+	ring := func(role agentwire.Role, name string) *shm.Ring {
 		r, err := shm.NewRing(s.Region(role, name))
 		if err != nil {
 			t.Fatalf("region %s: %v", name, err)
@@ -78,13 +79,13 @@ func simulate(t *testing.T, s *agent.Session, launches []simLaunch, f fault) {
 		return r
 	}
 	array := func(name string) *shm.Array {
-		a, err := shm.NewArray(s.Region(agent.RoleMap, name))
+		a, err := shm.NewArray(s.Region(agentwire.RoleMap, name))
 		if err != nil {
 			t.Fatalf("region %s: %v", name, err)
 		}
 		return a
 	}
-	lr, kp, ex := ring(agent.RoleLaunchRing, ""), ring(agent.RoleMap, probes.KernelPhasesRingMap), ring(agent.RoleMap, "exits")
+	lr, kp, ex := ring(agentwire.RoleLaunchRing, ""), ring(agentwire.RoleMap, probes.KernelPhasesRingMap), ring(agentwire.RoleMap, "exits")
 	runs, blocks := array("thread_runs"), array("block_threads")
 	put := func(g *shm.Ring, typ uint32, b []byte) {
 		if res := g.Produce(typ, b); res != shm.Published {
@@ -208,11 +209,11 @@ func TestAgentDumpChecks(t *testing.T) {
 				args = append(args, "--racy-thread-counts")
 			}
 			socket, stop := startDumpRC(t, args...)
-			s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "sim"})
+			s, err := agent.Dial(socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "sim"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := s.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: samplePTX(t, "kAffinePTX")}, 10*time.Second)
+			a, err := s.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APIModule, Image: samplePTX(t, "kAffinePTX")}, 10*time.Second)
 			if err != nil {
 				t.Fatalf("PATCH: %v", err)
 			}
@@ -342,12 +343,12 @@ func TestAgentDumpPatchesSamples(t *testing.T) {
 	for _, c := range configs {
 		t.Run(c.name, func(t *testing.T) {
 			socket, stop := startDumpRC(t, append([]string{"--exit-after", "1", "--patch", "--ring-slots", "1024", "--lanes", "1024"}, c.args...)...)
-			s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "samples"})
+			s, err := agent.Dial(socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "samples"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, im := range images {
-				a, err := s.Patch(agent.PatchRequest{ID: 1, Arch: 90, API: agent.APIModule, Image: im.ptx}, 30*time.Second)
+				a, err := s.Patch(agentwire.PatchRequest{ID: 1, Arch: 90, API: agentwire.APIModule, Image: im.ptx}, 30*time.Second)
 				if err != nil {
 					t.Errorf("%s: PATCH: %v", im.name, err)
 					continue
@@ -389,18 +390,18 @@ func TestAgentDumpLaunchlate(t *testing.T) {
 	}{{"empty", -1, "launchlate histogram (delay_log2_ns): ok"}, {"one delay", 7, "launchlate histogram (delay_log2_ns): FAIL 1 delays"}} {
 		t.Run(tt.name, func(t *testing.T) {
 			socket, stop := startDumpRC(t, "--exit-after", "1", "--patch", "--probes=", "--programs", obj, "--target", "*")
-			s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "launchlate"})
+			s, err := agent.Dial(socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "launchlate"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: samplePTX(t, "kAffinePTX")}, 10*time.Second); err != nil {
+			if _, err := s.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APIModule, Image: samplePTX(t, "kAffinePTX")}, 10*time.Second); err != nil {
 				t.Fatalf("PATCH: %v", err)
 			}
-			if s.Region(agent.RoleMap, "launch_clock") != nil {
+			if s.Region(agentwire.RoleMap, "launch_clock") != nil {
 				t.Error("launch_clock got a region; it is a kernel map agent-dump cannot provide")
 			}
 			if tt.bucket >= 0 {
-				a, err := shm.NewArray(s.Region(agent.RoleMap, "delay_log2_ns"))
+				a, err := shm.NewArray(s.Region(agentwire.RoleMap, "delay_log2_ns"))
 				if err != nil {
 					t.Fatal(err)
 				}

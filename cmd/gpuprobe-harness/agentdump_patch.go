@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/patcher"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/jit"
@@ -109,8 +110,8 @@ func loadDumpProgs(builtins, objects []string, target string, lanes, ringSlots u
 			}
 		}
 	}
-	if len(d.maps)+1 > agent.MaxRegions {
-		return nil, fmt.Errorf("--patch: %d maps need regions, a WELCOME holds %d", len(d.maps), agent.MaxRegions-1)
+	if len(d.maps)+1 > agentwire.MaxRegions {
+		return nil, fmt.Errorf("--patch: %d maps need regions, a WELCOME holds %d", len(d.maps), agentwire.MaxRegions-1)
 	}
 	return d, nil
 }
@@ -191,10 +192,10 @@ type dumpPatch struct {
 
 // patchOffers creates the regions of a session's maps: WELCOME regions
 // base.. (after the launch and names rings).
-func (d *dumper) patchOffers(s *dumpSession, base uint32) ([]agent.Offer, error) {
+func (d *dumper) patchOffers(s *dumpSession, base uint32) ([]agentwire.Offer, error) {
 	s.patch = &dumpPatch{arrays: map[string]*shm.Array{}, binds: map[string]patcher.Binding{},
 		patched: map[string]bool{}}
-	var offers []agent.Offer
+	var offers []agentwire.Offer
 	for _, m := range d.progs.maps {
 		idx := base + uint32(len(offers))
 		switch m.Type {
@@ -214,7 +215,7 @@ func (d *dumper) patchOffers(s *dumpSession, base uint32) ([]agent.Offer, error)
 			}
 			s.patch.rings = append(s.patch.rings, pr)
 			s.patch.binds[m.Name] = patcher.Binding{Region: idx, Lanes: 1, RingBlock: g.DeviceBlock()}
-			offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: m.Name, Region: g.Region()})
+			offers = append(offers, agentwire.Offer{Role: agentwire.RoleMap, Name: m.Name, Region: g.Region()})
 		default:
 			kind, lanes := shm.KindArray, uint32(1)
 			switch m.Type {
@@ -229,7 +230,7 @@ func (d *dumper) patchOffers(s *dumpSession, base uint32) ([]agent.Offer, error)
 			}
 			s.patch.arrays[m.Name] = a
 			s.patch.binds[m.Name] = patcher.Binding{Region: idx, Lanes: uint64(lanes)}
-			offers = append(offers, agent.Offer{Role: agent.RoleMap, Name: m.Name, Region: a.Region()})
+			offers = append(offers, agentwire.Offer{Role: agentwire.RoleMap, Name: m.Name, Region: a.Region()})
 		}
 	}
 	return offers, nil
@@ -247,7 +248,7 @@ func (p *dumpPatch) close() {
 
 // onPatch answers a client's PATCH with the program set, bound to the
 // client's regions.
-func (d *dumper) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched, error) {
+func (d *dumper) onPatch(p *agent.Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error) {
 	d.mu.Lock()
 	var s *dumpSession
 	for _, c := range d.sessions {
@@ -257,7 +258,7 @@ func (d *dumper) onPatch(p *agent.Peer, req *agent.PatchRequest) (*agent.Patched
 	}
 	d.mu.Unlock()
 	if s == nil || s.patch == nil {
-		return nil, &agent.NoPatch{Code: agent.NoPatchError, Message: "unknown session"}
+		return nil, &agentwire.NoPatch{Code: agentwire.NoPatchError, Message: "unknown session"}
 	}
 	a, err := d.patcher.Patch(req, func(name string) (patcher.Binding, bool) {
 		b, ok := s.patch.binds[name]

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -54,11 +55,11 @@ func startDump(t *testing.T, args ...string) (socket string, stop func() string)
 
 func TestAgentDump(t *testing.T) {
 	socket, stop := startDump(t, "--exit-after", "1", "--slot-size", "256", "-v")
-	s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "dump-test"})
+	s, err := agent.Dial(socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "dump-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring, err := shm.NewRing(s.Region(agent.RoleLaunchRing, ""))
+	ring, err := shm.NewRing(s.Region(agentwire.RoleLaunchRing, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,15 +96,15 @@ func TestAgentDump(t *testing.T) {
 // does, so a name longer than a launch slot is printed whole.
 func TestAgentDumpNamesRing(t *testing.T) {
 	socket, stop := startDump(t, "--exit-after", "1", "--slot-size", "128")
-	s, err := agent.Dial(socket, agent.Hello{PID: uint32(os.Getpid()), Name: "dump-names"})
+	s, err := agent.Dial(socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "dump-names"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	launches, err := shm.NewRing(s.Region(agent.RoleLaunchRing, ""))
+	launches, err := shm.NewRing(s.Region(agentwire.RoleLaunchRing, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	names, err := shm.NewRing(s.Region(agent.RoleNameRing, "names"))
+	names, err := shm.NewRing(s.Region(agentwire.RoleNameRing, "names"))
 	if err != nil {
 		t.Fatalf("no names ring: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"golang.org/x/sys/unix"
@@ -127,17 +128,17 @@ func runLoadgen(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpuprobe-harness loadgen:", err)
 		return 2
 	}
-	sess, err := agent.Dial(o.socket, agent.Hello{PID: uint32(os.Getpid()), Name: "gpuprobe-loadgen"})
+	sess, err := agent.Dial(o.socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "gpuprobe-loadgen"})
 	for deadline := time.Now().Add(o.dialRetry); err != nil && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
-		sess, err = agent.Dial(o.socket, agent.Hello{PID: uint32(os.Getpid()), Name: "gpuprobe-loadgen"})
+		sess, err = agent.Dial(o.socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "gpuprobe-loadgen"})
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gpuprobe-harness loadgen:", err)
 		return 1
 	}
 	defer sess.Close()
-	region := sess.Region(agent.RoleLaunchRing, "")
+	region := sess.Region(agentwire.RoleLaunchRing, "")
 	if region == nil {
 		fmt.Fprintln(stderr, "gpuprobe-harness loadgen: the receiver handed over no launch ring")
 		return 1
@@ -170,7 +171,7 @@ func runLoadgen(args []string, stdout, stderr io.Writer) int {
 // than 20 µs apart), and its completion after its own last warp.
 // roleNameRing is the agent role of the names ring (receiver.RoleNameRing;
 // not imported, to keep the collector out of this binary).
-const roleNameRing agent.Role = 4
+const roleNameRing agentwire.Role = 4
 
 func generate(ring, names *shm.Ring, o *loadgenOpts) loadgenStats {
 	var st loadgenStats

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuprobe/gpuprobe/e2e"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 )
 
 const (
@@ -52,8 +53,8 @@ func child(name, socket string) int {
 	s, err := agent.DialTimeout(socket, hello("child"), 5*time.Second)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "child uid %d: %v\n", os.Getuid(), err)
-		var pe *agent.ProtocolError
-		if errors.As(err, &pe) && pe.Code == agent.CodePermissionDenied {
+		var pe *agentwire.ProtocolError
+		if errors.As(err, &pe) && pe.Code == agentwire.CodePermissionDenied {
 			return childExitRefused
 		}
 		return 1

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -54,8 +55,8 @@ func ClassByName(name string) (Class, bool) {
 	return nil, false
 }
 
-func hello(name string) agent.Hello {
-	return agent.Hello{PID: uint32(os.Getpid()), Name: "adversarial-" + name}
+func hello(name string) agentwire.Hello {
+	return agentwire.Hello{PID: uint32(os.Getpid()), Name: "adversarial-" + name}
 }
 
 // parallel runs n copies of f and waits for them; the first error wins.
@@ -93,7 +94,7 @@ func Bomb(ctx context.Context, socket string) error {
 				}
 				// The answer does not matter (NOPATCH is right); the
 				// collector's memory and liveness do.
-				_, _ = s.Patch(agent.PatchRequest{Arch: 90, API: agent.APIModule, Image: img}, 5*time.Second)
+				_, _ = s.Patch(agentwire.PatchRequest{Arch: 90, API: agentwire.APIModule, Image: img}, 5*time.Second)
 			}
 			_ = s.Close()
 		}
@@ -110,7 +111,7 @@ func LyingRing(ctx context.Context, socket string) error {
 		return fmt.Errorf("ring: %w", err)
 	}
 	defer s.Close()
-	r := s.Region(agent.RoleLaunchRing, "")
+	r := s.Region(agentwire.RoleLaunchRing, "")
 	if r == nil {
 		return errors.New("ring: WELCOME had no launch ring")
 	}
@@ -144,11 +145,11 @@ func FdTrickle(ctx context.Context, socket string) error {
 			fds[i] = fd
 		}
 		rights := unix.UnixRights(fds...)
-		hf, err := agent.MarshalHello(hello("fds"))
+		hf, err := agentwire.MarshalHello(hello("fds"))
 		if err != nil {
 			return fmt.Errorf("fds: %w", err)
 		}
-		patch, err := agent.MarshalPatch(&agent.PatchRequest{ID: 1, Arch: 90, API: agent.APIModule, Image: []byte("x")}, false)
+		patch, err := agentwire.MarshalPatch(&agentwire.PatchRequest{ID: 1, Arch: 90, API: agentwire.APIModule, Image: []byte("x")}, false)
 		if err != nil {
 			return fmt.Errorf("fds: %w", err)
 		}
@@ -331,7 +332,7 @@ func produce(ctx context.Context, socket, name string, step func(p *producer, i 
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	defer s.Close()
-	r := s.Region(agent.RoleLaunchRing, "")
+	r := s.Region(agentwire.RoleLaunchRing, "")
 	if r == nil {
 		return fmt.Errorf("%s: WELCOME had no launch ring", name)
 	}

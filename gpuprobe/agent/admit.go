@@ -8,6 +8,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 )
 
 // Admission. Every accepted connection takes a pre-HELLO slot of its uid
@@ -136,13 +138,13 @@ func frameWaiting(c *net.UnixConn) bool {
 	}
 	ok := false
 	rc.Control(func(fd uintptr) {
-		var h [FrameHeader]byte
+		var h [agentwire.FrameHeader]byte
 		n, _, err := unix.Recvfrom(int(fd), h[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		if err != nil || n < FrameHeader {
+		if err != nil || n < agentwire.FrameHeader {
 			return
 		}
 		q, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
-		ok = err == nil && uint64(q) >= FrameHeader+uint64(binary.LittleEndian.Uint32(h[8:]))
+		ok = err == nil && uint64(q) >= agentwire.FrameHeader+uint64(binary.LittleEndian.Uint32(h[8:]))
 	})
 	return ok
 }

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -18,14 +19,14 @@ const DefaultDialTimeout = 5 * time.Second
 
 // MappedRegion is a region a session received, mapped in this process.
 type MappedRegion struct {
-	RegionInfo             // as described by the server
-	Region     *shm.Region // the mapped region (header validated); nil for a headerless one
-	Raw        []byte      // a headerless region (FlagNoHeader): its RegionSize bytes, mapped shared
-	rawFile    *os.File
+	agentwire.RegionInfo             // as described by the server
+	Region               *shm.Region // the mapped region (header validated); nil for a headerless one
+	Raw                  []byte      // a headerless region (FlagNoHeader): its RegionSize bytes, mapped shared
+	rawFile              *os.File
 }
 
 // mapRaw maps a headerless region (a kernel map's fd) read-write, shared.
-func mapRaw(f *os.File, info RegionInfo) (MappedRegion, error) {
+func mapRaw(f *os.File, info agentwire.RegionInfo) (MappedRegion, error) {
 	if info.RegionSize == 0 || info.RegionSize > 1<<40 {
 		return MappedRegion{}, fmt.Errorf("headerless region of %d bytes", info.RegionSize)
 	}
@@ -58,13 +59,13 @@ type Session struct {
 
 // Dial connects to the agent socket at path, says hello and maps the regions
 // the server hands over. It gives up after DefaultDialTimeout.
-func Dial(path string, hello Hello) (*Session, error) {
+func Dial(path string, hello agentwire.Hello) (*Session, error) {
 	return DialTimeout(path, hello, DefaultDialTimeout)
 }
 
 // DialTimeout is Dial with a given bound on connect plus handshake.
-func DialTimeout(path string, hello Hello, timeout time.Duration) (*Session, error) {
-	frame, err := MarshalHello(hello)
+func DialTimeout(path string, hello agentwire.Hello, timeout time.Duration) (*Session, error) {
+	frame, err := agentwire.MarshalHello(hello)
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +90,8 @@ func handshake(c *net.UnixConn, hello []byte) (*Session, error) {
 	if _, err := c.Write(hello); err != nil {
 		// The server may have refused us before reading: its ERROR frame
 		// says why, so prefer it to the write error.
-		if t, p, rerr := readFrameFds(c, nil); rerr == nil && t == FrameError {
-			return nil, UnmarshalError(p)
+		if t, p, rerr := readFrameFds(c, nil); rerr == nil && t == agentwire.FrameError {
+			return nil, agentwire.UnmarshalError(p)
 		}
 		return nil, fmt.Errorf("sending HELLO: %w", err)
 	}
@@ -106,27 +107,27 @@ func handshake(c *net.UnixConn, hello []byte) (*Session, error) {
 		return nil, err
 	}
 	switch t {
-	case FrameError:
+	case agentwire.FrameError:
 		closeFds(0)
-		return nil, UnmarshalError(p)
-	case FrameWelcome:
+		return nil, agentwire.UnmarshalError(p)
+	case agentwire.FrameWelcome:
 	default:
 		closeFds(0)
-		return nil, &ProtocolError{CodeProtocol, fmt.Sprintf("server sent frame type %d, want WELCOME", t)}
+		return nil, &agentwire.ProtocolError{Code: agentwire.CodeProtocol, Message: fmt.Sprintf("server sent frame type %d, want WELCOME", t)}
 	}
-	w, err := UnmarshalWelcome(p)
+	w, err := agentwire.UnmarshalWelcome(p)
 	if err != nil {
 		closeFds(0)
 		return nil, err
 	}
 	if len(fds) != len(w.Regions) {
 		closeFds(0)
-		return nil, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME describes %d regions but carried %d descriptors", len(w.Regions), len(fds))}
+		return nil, &agentwire.ProtocolError{Code: agentwire.CodeProtocol, Message: fmt.Sprintf("WELCOME describes %d regions but carried %d descriptors", len(w.Regions), len(fds))}
 	}
 	s := &Session{conn: c, ID: w.Session}
 	for i, info := range w.Regions {
 		f := os.NewFile(uintptr(fds[i]), "agent-region-"+info.Name)
-		if info.Flags&FlagNoHeader != 0 {
+		if info.Flags&agentwire.FlagNoHeader != 0 {
 			m, err := mapRaw(f, info)
 			if err != nil {
 				f.Close()
@@ -157,8 +158,8 @@ func handshake(c *net.UnixConn, hello []byte) (*Session, error) {
 // readFrameFds reads one frame, collecting descriptors passed with it into
 // *fds (fds nil: a received descriptor is closed at once); a frame may
 // carry at most MaxRegions of them.
-func readFrameFds(c *net.UnixConn, fds *[]int) (FrameType, []byte, error) {
-	return readFrameLimited(c, fds, frameLimits{maxFds: MaxRegions})
+func readFrameFds(c *net.UnixConn, fds *[]int) (agentwire.FrameType, []byte, error) {
+	return readFrameLimited(c, fds, frameLimits{maxFds: agentwire.MaxRegions})
 }
 
 // frameLimits bound the reading of one frame.
@@ -173,7 +174,7 @@ var errIdle = errors.New("agent: no frame before the idle deadline")
 
 // readFrameLimited reads one frame within lim, collecting descriptors into
 // *fds (nil: closed at once). On an error the caller closes *fds.
-func readFrameLimited(c *net.UnixConn, fds *[]int, lim frameLimits) (FrameType, []byte, error) {
+func readFrameLimited(c *net.UnixConn, fds *[]int, lim frameLimits) (agentwire.FrameType, []byte, error) {
 	oob := make([]byte, unix.CmsgSpace(4*lim.maxFds))
 	if !lim.idle.IsZero() {
 		c.SetReadDeadline(lim.idle)
@@ -200,7 +201,7 @@ func readFrameLimited(c *net.UnixConn, fds *[]int, lim frameLimits) (FrameType, 
 				}
 			}
 			if nfds > lim.maxFds || flags&unix.MSG_CTRUNC != 0 {
-				return &ProtocolError{CodeProtocol, fmt.Sprintf("frame carried more than %d descriptors", lim.maxFds)}
+				return &agentwire.ProtocolError{Code: agentwire.CodeProtocol, Message: fmt.Sprintf("frame carried more than %d descriptors", lim.maxFds)}
 			}
 			b = b[n:]
 			if err != nil && len(b) > 0 {
@@ -208,7 +209,7 @@ func readFrameLimited(c *net.UnixConn, fds *[]int, lim frameLimits) (FrameType, 
 				case errors.Is(err, os.ErrDeadlineExceeded) && got == 0 && !lim.idle.IsZero():
 					return errIdle
 				case errors.Is(err, os.ErrDeadlineExceeded) && got > 0 && lim.rest > 0:
-					return &ProtocolError{CodeProtocol, fmt.Sprintf("frame not complete within %v of its first byte (%d bytes came)", lim.rest, got)}
+					return &agentwire.ProtocolError{Code: agentwire.CodeProtocol, Message: fmt.Sprintf("frame not complete within %v of its first byte (%d bytes came)", lim.rest, got)}
 				case errors.Is(err, io.EOF):
 					return fmt.Errorf("connection closed: %w", io.ErrUnexpectedEOF)
 				}
@@ -220,11 +221,11 @@ func readFrameLimited(c *net.UnixConn, fds *[]int, lim frameLimits) (FrameType, 
 		}
 		return nil
 	}
-	var h [FrameHeader]byte
+	var h [agentwire.FrameHeader]byte
 	if err := read(h[:]); err != nil {
 		return 0, nil, fmt.Errorf("reading frame header: %w", err)
 	}
-	t, n, err := parseFrameHeader(h[:])
+	t, n, err := agentwire.ParseFrameHeader(h[:])
 	if err != nil {
 		return 0, nil, err
 	}
@@ -256,7 +257,7 @@ func parseRights(oob []byte) ([]int, error) {
 
 // Region returns the first region of the given role and name ("" matches
 // any name), or nil.
-func (s *Session) Region(role Role, name string) *shm.Region {
+func (s *Session) Region(role agentwire.Role, name string) *shm.Region {
 	for _, r := range s.Regions {
 		if r.Role == role && (name == "" || r.Name == name) {
 			return r.Region
@@ -267,7 +268,7 @@ func (s *Session) Region(role Role, name string) *shm.Region {
 
 // Raw returns the mapping of the first headerless region of the given role
 // and name ("" matches any name), or nil.
-func (s *Session) Raw(role Role, name string) []byte {
+func (s *Session) Raw(role agentwire.Role, name string) []byte {
 	for _, r := range s.Regions {
 		if r.Role == role && r.Raw != nil && (name == "" || r.Name == name) {
 			return r.Raw

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 )
 
 // requireRoot fails a test that must switch uids: CI runs the tests as root.
@@ -108,10 +110,10 @@ func rawChildMain() int {
 		fmt.Printf("error: %v\n", err)
 		return 0
 	}
-	hello, _ := MarshalHello(Hello{Name: "raw-child"})
+	hello, _ := agentwire.MarshalHello(agentwire.Hello{Name: "raw-child"})
 	c.Write(hello)
 	t, _, err := readFrameFds(c.(*net.UnixConn), nil)
-	if err != nil || t != FrameWelcome {
+	if err != nil || t != agentwire.FrameWelcome {
 		fmt.Printf("error: frame %d, %v\n", t, err)
 		return 0
 	}
@@ -129,8 +131,8 @@ func readError(c *net.UnixConn) error {
 		if err != nil {
 			return err
 		}
-		if t == FrameError {
-			return UnmarshalError(p)
+		if t == agentwire.FrameError {
+			return agentwire.UnmarshalError(p)
 		}
 	}
 }
@@ -144,7 +146,7 @@ func TestHostileFramesEndTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer devnull.Close()
-	patch, _ := MarshalPatch(&PatchRequest{ID: 1, Arch: 90, Image: make([]byte, 100)}, true)
+	patch, _ := agentwire.MarshalPatch(&agentwire.PatchRequest{ID: 1, Arch: 90, Image: make([]byte, 100)}, true)
 	tests := []struct {
 		name  string
 		send  func(c *net.UnixConn) // what the client sends, then it holds the connection
@@ -162,7 +164,7 @@ func TestHostileFramesEndTheSession(t *testing.T) {
 			sendWithFds(c, patch, int(devnull.Fd()), 2)
 		}, "descriptors", 0},
 		{"a descriptor on the first bytes of a frame that takes none", func(c *net.UnixConn) {
-			hello, _ := MarshalHello(Hello{Name: "again"})
+			hello, _ := agentwire.MarshalHello(agentwire.Hello{Name: "again"})
 			sendWithFds(c, hello, int(devnull.Fd()), 1)
 		}, "after WELCOME", 0},
 		{"a frame that stops half way", func(c *net.UnixConn) {
@@ -173,7 +175,7 @@ func TestHostileFramesEndTheSession(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := newOwner(t)
 			s := listen(t, o, Options{FrameTimeout: 300 * time.Millisecond})
-			sess, err := Dial(s.Path(), Hello{Name: "hostile"})
+			sess, err := Dial(s.Path(), agentwire.Hello{Name: "hostile"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +184,7 @@ func TestHostileFramesEndTheSession(t *testing.T) {
 			start := time.Now()
 			tc.send(sess.conn)
 			// Meanwhile the server serves others.
-			other, err := Dial(s.Path(), Hello{Name: "other"})
+			other, err := Dial(s.Path(), agentwire.Hello{Name: "other"})
 			if err != nil {
 				t.Fatalf("another client during the hostile frame: %v", err)
 			}
@@ -192,8 +194,8 @@ func TestHostileFramesEndTheSession(t *testing.T) {
 				t.Fatalf("%d descriptors open, %d before the hostile frame", n, base)
 			}
 			err = readError(sess.conn)
-			var pe *ProtocolError
-			if !errors.As(err, &pe) || pe.Code != CodeProtocol || !strings.Contains(pe.Message, tc.want) {
+			var pe *agentwire.ProtocolError
+			if !errors.As(err, &pe) || pe.Code != agentwire.CodeProtocol || !strings.Contains(pe.Message, tc.want) {
 				t.Fatalf("got %v, want a protocol ERROR mentioning %q", err, tc.want)
 			}
 			waitGone(t, o)
@@ -253,9 +255,9 @@ func TestFloodDoesNotLockOut(t *testing.T) {
 		}
 	}()
 	// Sessions up to and past the uid's budget.
-	hello, _ := MarshalHello(Hello{Name: "hog"})
+	hello, _ := agentwire.MarshalHello(agentwire.Hello{Name: "hog"})
 	refused := 0
-	const hogs = DefaultMaxConns + 44
+	const hogs = agentwire.DefaultMaxConns + 44
 	for i := 0; i < hogs; i++ {
 		c, err := net.Dial("unix", s.Path())
 		if err != nil {
@@ -266,15 +268,15 @@ func TestFloodDoesNotLockOut(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		ft, p, err := readFrameFds(c.(*net.UnixConn), nil)
 		switch {
-		case err == nil && ft == FrameWelcome:
-		case err == nil && ft == FrameError && UnmarshalError(p).(*ProtocolError).Code == CodeTooMany:
+		case err == nil && ft == agentwire.FrameWelcome:
+		case err == nil && ft == agentwire.FrameError && agentwire.UnmarshalError(p).(*agentwire.ProtocolError).Code == agentwire.CodeTooMany:
 			refused++
 		default:
 			t.Fatalf("hog session %d: frame %d, %v", i, ft, err)
 		}
 	}
-	if refused != hogs-DefaultMaxConnsPerUID {
-		t.Fatalf("%d of %d sessions of one uid refused, want %d (budget %d)", refused, hogs, hogs-DefaultMaxConnsPerUID, DefaultMaxConnsPerUID)
+	if refused != hogs-agentwire.DefaultMaxConnsPerUID {
+		t.Fatalf("%d of %d sessions of one uid refused, want %d (budget %d)", refused, hogs, hogs-agentwire.DefaultMaxConnsPerUID, agentwire.DefaultMaxConnsPerUID)
 	}
 	// Then 300 connections that never say HELLO.
 	for i := 0; i < 300; i++ {
@@ -285,11 +287,11 @@ func TestFloodDoesNotLockOut(t *testing.T) {
 		held = append(held, c)
 	}
 	st := s.Stats()
-	for deadline := time.Now().Add(10 * time.Second); st.Evicted < 300-DefaultMaxPendingPerUID && time.Now().Before(deadline); st = s.Stats() {
+	for deadline := time.Now().Add(10 * time.Second); st.Evicted < 300-agentwire.DefaultMaxPendingPerUID && time.Now().Before(deadline); st = s.Stats() {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if st.Evicted < 300-DefaultMaxPendingPerUID {
-		t.Fatalf("stats %+v: want at least %d evicted", st, 300-DefaultMaxPendingPerUID)
+	if st.Evicted < 300-agentwire.DefaultMaxPendingPerUID {
+		t.Fatalf("stats %+v: want at least %d evicted", st, 300-agentwire.DefaultMaxPendingPerUID)
 	}
 	other := childAs(t, s.Path(), "1", &syscall.Credential{Uid: 65534, Gid: 65534})
 	if !strings.HasPrefix(other.line, "ok ") {
@@ -300,7 +302,7 @@ func TestFloodDoesNotLockOut(t *testing.T) {
 	// The hog's uid still gets in once one of its sessions is gone.
 	held[0].Close()
 	waitGone(t, o)
-	sess, err := Dial(s.Path(), Hello{Name: "same uid"})
+	sess, err := Dial(s.Path(), agentwire.Hello{Name: "same uid"})
 	if err != nil {
 		t.Fatalf("uid 0 client within its budget: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -35,10 +36,10 @@ func kernelArray(t *testing.T, entries uint32) *ebpf.Map {
 }
 
 // serveOffers runs a server whose every client gets offers.
-func serveOffers(t *testing.T, offers []Offer) *Server {
+func serveOffers(t *testing.T, offers []agentwire.Offer) *Server {
 	t.Helper()
 	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "agent.sock")}, Callbacks{
-		Connect: func(*Peer) ([]Offer, error) { return offers, nil },
+		Connect: func(*Peer) ([]agentwire.Offer, error) { return offers, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -58,18 +59,18 @@ func TestKernelMapOffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { clock.Close() }) // after the server's cleanup: it reads the region's fd
-	s := serveOffers(t, []Offer{
-		{Role: RoleKernelMap, Name: "launch_clock", FD: m.FD(), Size: 4096, Kind: shm.KindArray},
-		{Role: RoleClock, Name: "clock", Region: clock.Region()},
+	s := serveOffers(t, []agentwire.Offer{
+		{Role: agentwire.RoleKernelMap, Name: "launch_clock", FD: m.FD(), Size: 4096, Kind: shm.KindArray},
+		{Role: agentwire.RoleClock, Name: "clock", Region: clock.Region()},
 	})
-	sess, err := Dial(s.Path(), Hello{Name: "kernel-map"})
+	sess, err := Dial(s.Path(), agentwire.Hello{Name: "kernel-map"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	want := []RegionInfo{
-		{Role: RoleKernelMap, Kind: shm.KindArray, Flags: FlagNoHeader, RegionSize: 4096, Name: "launch_clock"},
-		{Role: RoleClock, Kind: shm.KindArray, RegionSize: clock.Region().Header().RegionSize, Name: "clock"},
+	want := []agentwire.RegionInfo{
+		{Role: agentwire.RoleKernelMap, Kind: shm.KindArray, Flags: agentwire.FlagNoHeader, RegionSize: 4096, Name: "launch_clock"},
+		{Role: agentwire.RoleClock, Kind: shm.KindArray, RegionSize: clock.Region().Header().RegionSize, Name: "clock"},
 	}
 	if len(sess.Regions) != len(want) {
 		t.Fatalf("%d regions, want %d", len(sess.Regions), len(want))
@@ -79,10 +80,10 @@ func TestKernelMapOffer(t *testing.T) {
 			t.Errorf("region %d: %+v, want %+v", i, got, w)
 		}
 	}
-	if sess.Region(RoleClock, "clock") == nil || sess.Regions[0].Region != nil {
+	if sess.Region(agentwire.RoleClock, "clock") == nil || sess.Regions[0].Region != nil {
 		t.Fatalf("the clock region is not an shm region, or the kernel map is one")
 	}
-	raw := sess.Raw(RoleKernelMap, "launch_clock")
+	raw := sess.Raw(agentwire.RoleKernelMap, "launch_clock")
 	if len(raw) != 4096 {
 		t.Fatalf("kernel map mapping is %d bytes, want 4096", len(raw))
 	}
@@ -124,19 +125,19 @@ func TestKernelMapOfferRejects(t *testing.T) {
 	m := kernelArray(t, 2)
 	tests := []struct {
 		name     string
-		offer    Offer
-		wantCode ErrorCode
+		offer    agentwire.Offer
+		wantCode agentwire.ErrorCode
 		want     string
 	}{
-		{"no fd", Offer{Role: RoleKernelMap, Name: "k", FD: -1, Size: 4096}, CodeServer, `offer 0 ("k"): has no region and fd -1`},
-		{"size 0", Offer{Role: RoleKernelMap, Name: "k", FD: m.FD()}, CodeServer, "size 0 is not a positive multiple of 4096"},
-		{"size not in pages", Offer{Role: RoleKernelMap, Name: "k", FD: m.FD(), Size: 100}, CodeServer, "size 100"},
-		{"larger than the map", Offer{Role: RoleKernelMap, Name: "k", FD: m.FD(), Size: 8192}, 0, `region 0 ("k"): mmap of 8192 bytes`},
+		{"no fd", agentwire.Offer{Role: agentwire.RoleKernelMap, Name: "k", FD: -1, Size: 4096}, agentwire.CodeServer, `offer 0 ("k"): has no region and fd -1`},
+		{"size 0", agentwire.Offer{Role: agentwire.RoleKernelMap, Name: "k", FD: m.FD()}, agentwire.CodeServer, "size 0 is not a positive multiple of 4096"},
+		{"size not in pages", agentwire.Offer{Role: agentwire.RoleKernelMap, Name: "k", FD: m.FD(), Size: 100}, agentwire.CodeServer, "size 100"},
+		{"larger than the map", agentwire.Offer{Role: agentwire.RoleKernelMap, Name: "k", FD: m.FD(), Size: 8192}, 0, `region 0 ("k"): mmap of 8192 bytes`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := serveOffers(t, []Offer{tt.offer})
-			sess, err := Dial(s.Path(), Hello{Name: "x"})
+			s := serveOffers(t, []agentwire.Offer{tt.offer})
+			sess, err := Dial(s.Path(), agentwire.Hello{Name: "x"})
 			if err == nil {
 				sess.Close()
 				t.Fatal("Dial succeeded")
@@ -144,7 +145,7 @@ func TestKernelMapOfferRejects(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
-			var pe *ProtocolError
+			var pe *agentwire.ProtocolError
 			if tt.wantCode != 0 && (!errors.As(err, &pe) || pe.Code != tt.wantCode) {
 				t.Fatalf("error %v, want code %v", err, tt.wantCode)
 			}
@@ -167,13 +168,13 @@ func TestKernelMapSize(t *testing.T) {
 		{1 << 20, 4096, 1 << 32},
 	}
 	for _, tt := range tests {
-		if got := KernelMapSize(tt.value, tt.entries); got != tt.want {
+		if got := agentwire.KernelMapSize(tt.value, tt.entries); got != tt.want {
 			t.Errorf("KernelMapSize(%d, %d) = %d, want %d", tt.value, tt.entries, got, tt.want)
 		}
 	}
 	m := kernelArray(t, 513)
-	s := serveOffers(t, []Offer{{Role: RoleKernelMap, Name: "big", FD: m.FD(), Size: KernelMapSize(8, 513), Kind: shm.KindArray}})
-	sess, err := Dial(s.Path(), Hello{Name: "x"})
+	s := serveOffers(t, []agentwire.Offer{{Role: agentwire.RoleKernelMap, Name: "big", FD: m.FD(), Size: agentwire.KernelMapSize(8, 513), Kind: shm.KindArray}})
+	sess, err := Dial(s.Path(), agentwire.Hello{Name: "x"})
 	if err != nil {
 		t.Fatalf("a 513-entry map offered with KernelMapSize: %v", err)
 	}
@@ -181,7 +182,7 @@ func TestKernelMapSize(t *testing.T) {
 	if err := m.Update(uint32(512), uint64(99), ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
-	if got := binary.LittleEndian.Uint64(sess.Raw(RoleKernelMap, "big")[512*8:]); got != 99 {
+	if got := binary.LittleEndian.Uint64(sess.Raw(agentwire.RoleKernelMap, "big")[512*8:]); got != 99 {
 		t.Fatalf("key 512 through the mapping = %d, want 99", got)
 	}
 }

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 )
 
 // sendMemfd sends a PATCH whose image_size is size, with a memfd of
 // length bytes of which the first filled are written (the rest is a
 // hole), and returns the answer.
-func sendMemfd(t *testing.T, sess *Session, size uint64, length, filled int64) (*Patched, error) {
+func sendMemfd(t *testing.T, sess *Session, size uint64, length, filled int64) (*agentwire.Patched, error) {
 	t.Helper()
 	fd, err := unix.MemfdCreate("test-image", unix.MFD_CLOEXEC)
 	if err != nil {
@@ -34,10 +36,10 @@ func sendMemfd(t *testing.T, sess *Session, size uint64, length, filled int64) (
 	le := binary.LittleEndian
 	p := le.AppendUint32(nil, 7)
 	p = le.AppendUint32(p, 80)
-	p = le.AppendUint32(p, uint32(APIModule))
-	p = le.AppendUint32(p, PatchImageMemfd)
+	p = le.AppendUint32(p, uint32(agentwire.APIModule))
+	p = le.AppendUint32(p, agentwire.PatchImageMemfd)
 	p = le.AppendUint64(p, size)
-	if _, _, err := sess.conn.WriteMsgUnix(appendFrame(nil, FramePatch, p), unix.UnixRights(fd), nil); err != nil {
+	if _, _, err := sess.conn.WriteMsgUnix(agentwire.AppendFrame(nil, agentwire.FramePatch, p), unix.UnixRights(fd), nil); err != nil {
 		t.Fatal(err)
 	}
 	sess.conn.SetDeadline(time.Now().Add(10 * time.Second))
@@ -47,14 +49,14 @@ func sendMemfd(t *testing.T, sess *Session, size uint64, length, filled int64) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ft == FrameNoPatch {
-		np, err := UnmarshalNoPatch(body)
+	if ft == agentwire.FrameNoPatch {
+		np, err := agentwire.UnmarshalNoPatch(body)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return nil, np
 	}
-	a, _, err := UnmarshalPatched(body)
+	a, _, err := agentwire.UnmarshalPatched(body)
 	return a, err
 }
 
@@ -66,9 +68,9 @@ func TestPatchImageLimits(t *testing.T) {
 	o := newOwner(t)
 	cb := o.callbacks()
 	var got atomic.Int64 // bytes of the last image Patch saw
-	cb.Patch = func(p *Peer, req *PatchRequest) (*Patched, error) {
+	cb.Patch = func(p *Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error) {
 		got.Store(int64(len(req.Image)))
-		return nil, &NoPatch{Code: NoPatchNoKernel, Message: "seen"}
+		return nil, &agentwire.NoPatch{Code: agentwire.NoPatchNoKernel, Message: "seen"}
 	}
 	var refused atomic.Int32
 	cb.PatchRefused = func(p *Peer, id uint32, err error) { refused.Add(1) }
@@ -77,7 +79,7 @@ func TestPatchImageLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	sess, err := Dial(s.Path(), Hello{Name: "app"})
+	sess, err := Dial(s.Path(), agentwire.Hello{Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func TestPatchImageLimits(t *testing.T) {
 	}{
 		{"real", 3 << 20, 3 << 20, 3 << 20, "seen"},
 		{"sparse", 3 << 20, 3 << 20, 4096, "sparse"},
-		{"longer than MaxImage", 4096, MaxImage + 1, 4096, "MaxImage"},
+		{"longer than MaxImage", 4096, agentwire.MaxImage + 1, 4096, "MaxImage"},
 		{"over ImageMemory", 5 << 20, 5 << 20, 5 << 20, "ImageMemory"},
 		{"shorter than image_size", 8192, 4096, 4096, "image_size says"},
 	}
@@ -99,7 +101,7 @@ func TestPatchImageLimits(t *testing.T) {
 			got.Store(-1)
 			before := refused.Load()
 			_, err := sendMemfd(t, sess, tt.size, tt.length, tt.filled)
-			var np *NoPatch
+			var np *agentwire.NoPatch
 			if !errors.As(err, &np) || !strings.Contains(np.Message, tt.want) {
 				t.Fatalf("answer %v, want NOPATCH saying %q", err, tt.want)
 			}

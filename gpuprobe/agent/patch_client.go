@@ -6,16 +6,18 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 )
 
 // Patch sends a PATCH (the image in a memfd) and waits at most timeout for
 // the answer: the PATCHED description with its image, or a *NoPatch error.
 // A timeout leaves the session usable: a late answer to this request is
 // skipped by the next Patch (answers carry the request id).
-func (s *Session) Patch(req PatchRequest, timeout time.Duration) (*Patched, error) {
+func (s *Session) Patch(req agentwire.PatchRequest, timeout time.Duration) (*agentwire.Patched, error) {
 	s.nextReq++
 	req.ID = s.nextReq
-	frame, err := MarshalPatch(&req, true)
+	frame, err := agentwire.MarshalPatch(&req, true)
 	if err != nil {
 		return nil, err
 	}
@@ -42,9 +44,9 @@ func (s *Session) Patch(req PatchRequest, timeout time.Duration) (*Patched, erro
 			return nil, fmt.Errorf("agent: waiting for the answer to PATCH %d: %w", req.ID, err)
 		}
 		switch t {
-		case FrameNoPatch:
+		case agentwire.FrameNoPatch:
 			closeAll(fds)
-			np, err := UnmarshalNoPatch(p)
+			np, err := agentwire.UnmarshalNoPatch(p)
 			if err != nil {
 				return nil, err
 			}
@@ -52,8 +54,8 @@ func (s *Session) Patch(req PatchRequest, timeout time.Duration) (*Patched, erro
 				continue // a late answer to an earlier request
 			}
 			return nil, np
-		case FramePatched:
-			a, size, err := UnmarshalPatched(p)
+		case agentwire.FramePatched:
+			a, size, err := agentwire.UnmarshalPatched(p)
 			if err != nil || a.ID != req.ID {
 				closeAll(fds)
 				if err != nil {
@@ -63,7 +65,7 @@ func (s *Session) Patch(req PatchRequest, timeout time.Duration) (*Patched, erro
 			}
 			if len(fds) != 1 {
 				closeAll(fds)
-				return nil, &ProtocolError{CodeProtocol, fmt.Sprintf("PATCHED %d carried %d descriptors, want 1", a.ID, len(fds))}
+				return nil, &agentwire.ProtocolError{Code: agentwire.CodeProtocol, Message: fmt.Sprintf("PATCHED %d carried %d descriptors, want 1", a.ID, len(fds))}
 			}
 			img := os.NewFile(uintptr(fds[0]), "gpuprobe-patched")
 			a.Image = make([]byte, size)
@@ -73,12 +75,12 @@ func (s *Session) Patch(req PatchRequest, timeout time.Duration) (*Patched, erro
 				return nil, fmt.Errorf("agent: reading the %d-byte patched image of PATCH %d: %w", size, a.ID, err)
 			}
 			return a, nil
-		case FrameError:
+		case agentwire.FrameError:
 			closeAll(fds)
-			return nil, UnmarshalError(p)
+			return nil, agentwire.UnmarshalError(p)
 		default:
 			closeAll(fds)
-			return nil, &ProtocolError{CodeProtocol, fmt.Sprintf("answer to PATCH %d is frame type %d", req.ID, t)}
+			return nil, &agentwire.ProtocolError{Code: agentwire.CodeProtocol, Message: fmt.Sprintf("answer to PATCH %d is frame type %d", req.ID, t)}
 		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 )
 
 // DefaultPatchTimeout bounds the server's read of one PATCH and write of
@@ -50,7 +52,7 @@ func (s *Server) serve(c *net.UnixConn, ss *session, log *zap.Logger) {
 		}
 		if err != nil {
 			closeAll(fds)
-			var pe *ProtocolError
+			var pe *agentwire.ProtocolError
 			if errors.As(err, &pe) {
 				c.SetWriteDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 				s.refuse(c, pe.Code, "frame after WELCOME: "+pe.Message)
@@ -60,10 +62,10 @@ func (s *Server) serve(c *net.UnixConn, ss *session, log *zap.Logger) {
 			}
 			return
 		}
-		if t != FramePatch {
+		if t != agentwire.FramePatch {
 			closeAll(fds)
 			c.SetWriteDeadline(time.Now().Add(s.opts.HandshakeTimeout))
-			s.refuse(c, CodeProtocol, fmt.Sprintf("frame type %d after WELCOME: only PATCH (%d) is expected", t, FramePatch))
+			s.refuse(c, agentwire.CodeProtocol, fmt.Sprintf("frame type %d after WELCOME: only PATCH (%d) is expected", t, agentwire.FramePatch))
 			log.Warn("agent: unexpected frame after the handshake; closing", zap.Uint16("type", uint16(t)))
 			return
 		}
@@ -76,7 +78,7 @@ func (s *Server) serve(c *net.UnixConn, ss *session, log *zap.Logger) {
 			release()
 		} else {
 			log.Warn("agent: bad PATCH", zap.Error(err))
-			frame = MarshalNoPatch(&NoPatch{ID: req.ID, Code: NoPatchError, Message: err.Error()})
+			frame = agentwire.MarshalNoPatch(&agentwire.NoPatch{ID: req.ID, Code: agentwire.NoPatchError, Message: err.Error()})
 			if s.cb.PatchRefused != nil {
 				s.cb.PatchRefused(peer, req.ID, err)
 			}
@@ -125,19 +127,19 @@ func closeAll(fds []int) {
 
 // DefaultImageMemory is Options.ImageMemory's default: two images of
 // the largest size (MaxImage) at once.
-const DefaultImageMemory = 2 * MaxImage
+const DefaultImageMemory = 2 * agentwire.MaxImage
 
 // readPatch decodes a PATCH and reads its image (inline or from its
 // memfd), holding its size in the server's image budget until release.
 // It closes every descriptor.
-func (s *Server) readPatch(p []byte, fds []int) (PatchRequest, func(), error) {
+func (s *Server) readPatch(p []byte, fds []int) (agentwire.PatchRequest, func(), error) {
 	defer closeAll(fds)
-	req, flags, size, err := UnmarshalPatch(p)
+	req, flags, size, err := agentwire.UnmarshalPatch(p)
 	if err != nil {
 		return req, nil, err
 	}
 	want := 0
-	if flags&PatchImageMemfd != 0 {
+	if flags&agentwire.PatchImageMemfd != 0 {
 		want = 1
 	}
 	if len(fds) != want {
@@ -171,8 +173,8 @@ func readImage(fd int, id uint32, size uint64) ([]byte, error) {
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size:
 		return nil, fmt.Errorf("PATCH %d: image memfd is %d bytes (mode %#o), image_size says %d", id, st.Size, st.Mode, size)
-	case st.Size > MaxImage:
-		return nil, fmt.Errorf("PATCH %d: image memfd is %d bytes, over the %d-byte limit (MaxImage)", id, st.Size, MaxImage)
+	case st.Size > agentwire.MaxImage:
+		return nil, fmt.Errorf("PATCH %d: image memfd is %d bytes, over the %d-byte limit (MaxImage)", id, st.Size, agentwire.MaxImage)
 	case uint64(st.Blocks)*512 < size:
 		return nil, fmt.Errorf("PATCH %d: image memfd of %d bytes is sparse (%d bytes allocated): refused", id, st.Size, st.Blocks*512)
 	case !sealable(fd):
@@ -200,31 +202,31 @@ func readImage(fd int, id uint32, size uint64) ([]byte, error) {
 
 // answer runs the owner's Patch callback and encodes PATCHED (with the
 // memfd holding the image) or NOPATCH.
-func (s *Server) answer(peer *Peer, req *PatchRequest, log *zap.Logger) ([]byte, *os.File) {
-	no := func(code NoPatchCode, msg string) ([]byte, *os.File) {
-		return MarshalNoPatch(&NoPatch{ID: req.ID, Code: code, Message: msg}), nil
+func (s *Server) answer(peer *Peer, req *agentwire.PatchRequest, log *zap.Logger) ([]byte, *os.File) {
+	no := func(code agentwire.NoPatchCode, msg string) ([]byte, *os.File) {
+		return agentwire.MarshalNoPatch(&agentwire.NoPatch{ID: req.ID, Code: code, Message: msg}), nil
 	}
 	if s.cb.Patch == nil {
-		return no(NoPatchDisabled, "this server patches nothing")
+		return no(agentwire.NoPatchDisabled, "this server patches nothing")
 	}
 	a, err := s.cb.Patch(peer, req)
 	if err != nil {
-		var np *NoPatch
+		var np *agentwire.NoPatch
 		if errors.As(err, &np) {
 			return no(np.Code, np.Message)
 		}
-		return no(NoPatchError, err.Error())
+		return no(agentwire.NoPatchError, err.Error())
 	}
 	a.ID = req.ID
-	frame, err := MarshalPatched(a)
+	frame, err := agentwire.MarshalPatched(a)
 	if err != nil {
 		log.Warn("agent: encoding PATCHED failed", zap.Error(err))
-		return no(NoPatchError, err.Error())
+		return no(agentwire.NoPatchError, err.Error())
 	}
 	f, err := memfdWith("gpuprobe-patched", a.Image)
 	if err != nil {
 		log.Warn("agent: memfd for the patched image failed", zap.Error(err))
-		return no(NoPatchError, err.Error())
+		return no(agentwire.NoPatchError, err.Error())
 	}
 	return frame, f
 }

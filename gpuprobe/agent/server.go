@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuprobe/gpuprobe/shm"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 )
 
 // Options configure a Server. Zero values take the defaults.
@@ -40,67 +40,18 @@ type Options struct {
 	ImageMemory int64
 	ImageWait   time.Duration
 	// Settings go to every client in its WELCOME.
-	Settings Settings
+	Settings agentwire.Settings
 }
-
-// Defaults of Options.
-const (
-	DefaultHandshakeTimeout = 5 * time.Second
-	DefaultMaxPending       = 64
-	DefaultMaxPendingPerUID = 8
-	DefaultMaxConns         = 256
-	DefaultMaxConnsPerUID   = 64
-	DefaultFrameTimeout     = 5 * time.Second
-	DefaultIdleTimeout      = 5 * time.Minute
-)
 
 // Peer is one connected client.
 type Peer struct {
-	Session uint32   // server-assigned session id
-	PID     int32    // from SO_PEERCRED
-	UID     uint32   // from SO_PEERCRED
-	GID     uint32   // from SO_PEERCRED
-	Groups  []uint32 // supplementary groups, from /proc/PID/status (nil if unknown)
-	Proc    ProcInfo // its executable, cgroups and start time, from /proc/PID
-	Hello   Hello    // what the client said
-}
-
-// Offer is a region the owner hands to a client: an shm region, or (Region
-// nil) any mappable file descriptor without an shm header, such as a
-// BPF_F_MMAPABLE BPF map's fd (RoleKernelMap).
-type Offer struct {
-	Role   Role        // what the region is for
-	Name   string      // e.g. the map name (<= 40 bytes)
-	Region *shm.Region // the region; its memfd is sent, the region stays the owner's
-	FD     int         // Region nil: the descriptor to send (it stays the owner's)
-	Size   uint64      // Region nil: bytes the client maps, a multiple of 4096
-	Kind   shm.Kind    // Region nil: the layout, for the descriptor (a kernel map: shm.KindArray)
-}
-
-// descriptor returns the WELCOME descriptor of an offer and the fd to send.
-func (o Offer) descriptor() (RegionInfo, int, error) {
-	if o.Region != nil {
-		h := o.Region.Header()
-		return RegionInfo{Role: o.Role, Kind: h.Kind, RegionSize: h.RegionSize, ID: h.ID, Name: o.Name}, int(o.Region.File().Fd()), nil
-	}
-	switch {
-	case o.FD < 0:
-		return RegionInfo{}, -1, fmt.Errorf("has no region and fd %d", o.FD)
-	case o.Size == 0 || o.Size%pageSize != 0:
-		return RegionInfo{}, -1, fmt.Errorf("fd %d: size %d is not a positive multiple of %d", o.FD, o.Size, pageSize)
-	}
-	return RegionInfo{Role: o.Role, Kind: o.Kind, Flags: FlagNoHeader, RegionSize: o.Size, Name: o.Name}, o.FD, nil
-}
-
-// pageSize is the unit of headerless regions' sizes.
-const pageSize = 4096
-
-// KernelMapSize is the Size to offer for a BPF_F_MMAPABLE array of
-// maxEntries values of valueSize bytes: its mmapable bytes, max_entries ×
-// round_up(value_size, 8) rounded up to the page size (Linux's layout).
-func KernelMapSize(valueSize, maxEntries uint32) uint64 {
-	n := uint64(maxEntries) * ((uint64(valueSize) + 7) &^ 7)
-	return (n + pageSize - 1) &^ (pageSize - 1)
+	Session uint32          // server-assigned session id
+	PID     int32           // from SO_PEERCRED
+	UID     uint32          // from SO_PEERCRED
+	GID     uint32          // from SO_PEERCRED
+	Groups  []uint32        // supplementary groups, from /proc/PID/status (nil if unknown)
+	Proc    ProcInfo        // its executable, cgroups and start time, from /proc/PID
+	Hello   agentwire.Hello // what the client said
 }
 
 // Callbacks connect the server to its owner (the receiver).
@@ -108,14 +59,14 @@ type Callbacks struct {
 	// Connect is called after a client's handshake passed; it returns the
 	// regions to hand to the client (per-connection or shared ones). An
 	// error refuses the client with code 3 and the error's text.
-	Connect func(p *Peer) ([]Offer, error)
+	Connect func(p *Peer) ([]agentwire.Offer, error)
 	// Disconnect is called once for every peer whose Connect succeeded, when
 	// the client goes away or the server closes.
 	Disconnect func(p *Peer)
 	// Patch answers a client's PATCH (nil: every PATCH gets NOPATCH code
 	// 4). A *NoPatch error is sent as is; any other error as NOPATCH code
 	// 3 with its text. Calls for one peer never overlap.
-	Patch func(p *Peer, req *PatchRequest) (*Patched, error)
+	Patch func(p *Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error)
 	// PatchRefused, if set, is called when a PATCH is answered NOPATCH
 	// without reaching Patch (a bad frame, an oversized or sparse image
 	// memfd, no room in Options.ImageMemory), with the reason.
@@ -146,7 +97,7 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 
-	images *Budget // Options.ImageMemory
+	images *agentwire.Budget // Options.ImageMemory
 
 	session   atomic.Uint32
 	accepted  atomic.Uint64
@@ -200,7 +151,7 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 		return nil, fmt.Errorf("agent: moving the socket to %s: %w", opts.Path, err)
 	}
 	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]*connState{}, slots: newSlots(),
-		images: NewBudget(opts.ImageMemory, opts.ImageWait)}
+		images: agentwire.NewBudget(opts.ImageMemory, opts.ImageWait)}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Info("agent socket listening", zap.String("path", opts.Path), zap.Stringer("mode", opts.Mode))
@@ -218,14 +169,14 @@ func setDefaults(o *Options) {
 			*v = d
 		}
 	}
-	def(&o.HandshakeTimeout, DefaultHandshakeTimeout)
-	def(&o.FrameTimeout, DefaultFrameTimeout)
-	def(&o.IdleTimeout, DefaultIdleTimeout)
+	def(&o.HandshakeTimeout, agentwire.DefaultHandshakeTimeout)
+	def(&o.FrameTimeout, agentwire.DefaultFrameTimeout)
+	def(&o.IdleTimeout, agentwire.DefaultIdleTimeout)
 	def(&o.PatchTimeout, DefaultPatchTimeout)
-	defn(&o.MaxPending, DefaultMaxPending)
-	defn(&o.MaxPendingPerUID, min(DefaultMaxPendingPerUID, o.MaxPending))
-	defn(&o.MaxConns, DefaultMaxConns)
-	defn(&o.MaxConnsPerUID, min(DefaultMaxConnsPerUID, o.MaxConns))
+	defn(&o.MaxPending, agentwire.DefaultMaxPending)
+	defn(&o.MaxPendingPerUID, min(agentwire.DefaultMaxPendingPerUID, o.MaxPending))
+	defn(&o.MaxConns, agentwire.DefaultMaxConns)
+	defn(&o.MaxConnsPerUID, min(agentwire.DefaultMaxConnsPerUID, o.MaxConns))
 	if o.ImageMemory <= 0 {
 		o.ImageMemory = DefaultImageMemory
 	}
@@ -360,13 +311,13 @@ func (s *Server) allowed(uid, gid uint32, groups []uint32) bool {
 // already sent (so that closing does not reset the connection before the
 // client read the ERROR). Everything is bounded by the connection deadline
 // and at most one second of draining.
-func (s *Server) refuse(c *net.UnixConn, code ErrorCode, msg string) {
-	if _, err := c.Write(MarshalError(code, msg)); err != nil {
+func (s *Server) refuse(c *net.UnixConn, code agentwire.ErrorCode, msg string) {
+	if _, err := c.Write(agentwire.MarshalError(code, msg)); err != nil {
 		return
 	}
 	c.CloseWrite()
 	c.SetReadDeadline(time.Now().Add(time.Second))
-	io.Copy(io.Discard, io.LimitReader(c, FrameHeader+MaxPayload))
+	io.Copy(io.Discard, io.LimitReader(c, agentwire.FrameHeader+agentwire.MaxPayload))
 }
 
 func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
@@ -392,16 +343,16 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 				cred.Uid, cred.Gid, cred.Pid, s.selfUID)
 		}
 		log.Warn("agent: connection rejected", zap.String("reason", msg))
-		s.refuse(c, CodePermissionDenied, msg)
+		s.refuse(c, agentwire.CodePermissionDenied, msg)
 		return
 	}
-	t, p, err := readFrame(c)
-	if err == nil && t != FrameHello {
-		err = &ProtocolError{CodeProtocol, fmt.Sprintf("first frame is type %d, want HELLO (%d)", t, FrameHello)}
+	t, p, err := agentwire.ReadFrame(c)
+	if err == nil && t != agentwire.FrameHello {
+		err = &agentwire.ProtocolError{Code: agentwire.CodeProtocol, Message: fmt.Sprintf("first frame is type %d, want HELLO (%d)", t, agentwire.FrameHello)}
 	}
-	var hello Hello
+	var hello agentwire.Hello
 	if err == nil {
-		hello, err = UnmarshalHello(p)
+		hello, err = agentwire.UnmarshalHello(p)
 	}
 	if err != nil && s.evictedConn(st) {
 		return // counted in Stats.Evicted, logged by evictPending
@@ -409,7 +360,7 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	if err != nil {
 		s.failed.Add(1)
 		log.Warn("agent: bad handshake", zap.Error(err))
-		var pe *ProtocolError
+		var pe *agentwire.ProtocolError
 		if errors.As(err, &pe) {
 			s.refuse(c, pe.Code, pe.Message)
 		}
@@ -418,7 +369,7 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	if msg := s.promote(st); msg != "" {
 		s.failed.Add(1)
 		log.Warn("agent: too many sessions", zap.String("reason", msg))
-		s.refuse(c, CodeTooMany, msg)
+		s.refuse(c, agentwire.CodeTooMany, msg)
 		return
 	}
 	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Groups: groups, Proc: proc.info(), Hello: hello}
@@ -427,14 +378,14 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	if err != nil {
 		s.failed.Add(1)
 		log.Warn("agent: session setup failed", zap.Error(err))
-		s.refuse(c, CodeServer, err.Error())
+		s.refuse(c, agentwire.CodeServer, err.Error())
 		return
 	}
 	for i, o := range offers {
-		if _, _, err := o.descriptor(); err != nil {
+		if _, _, err := o.Descriptor(); err != nil {
 			s.failed.Add(1)
 			log.Warn("agent: bad offer", zap.Int("offer", i), zap.String("name", o.Name), zap.Error(err))
-			s.refuse(c, CodeServer, fmt.Sprintf("offer %d (%q): %v", i, o.Name, err))
+			s.refuse(c, agentwire.CodeServer, fmt.Sprintf("offer %d (%q): %v", i, o.Name, err))
 			s.disconnect(peer)
 			return
 		}
@@ -448,7 +399,7 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	}
 	s.accepted.Add(1)
 	log.Info("agent: client connected", zap.Int("regions", len(offers)))
-	if hello.Flags&HelloReconnect != 0 {
+	if hello.Flags&agentwire.HelloReconnect != 0 {
 		log.Warn("agent: client reconnected", zap.Uint32("earlier_sessions", hello.Sessions), zap.Uint64("lost_records", hello.Lost))
 	}
 	c.SetDeadline(time.Time{})
@@ -469,12 +420,12 @@ func (s *Server) disconnect(p *Peer) {
 
 // welcome sends the WELCOME frame with the offered regions' memfds and
 // returns the file identities of the shm regions among them.
-func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) ([]fileID, error) {
-	w := Welcome{Session: p.Session, Settings: s.opts.Settings}
+func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []agentwire.Offer) ([]fileID, error) {
+	w := agentwire.Welcome{Session: p.Session, Settings: s.opts.Settings}
 	fds := make([]int, 0, len(offers))
 	var ids []fileID
 	for i, o := range offers {
-		d, fd, err := o.descriptor()
+		d, fd, err := o.Descriptor()
 		if err != nil {
 			return nil, fmt.Errorf("offer %d (%q, role %d): %w", i, o.Name, o.Role, err)
 		}
@@ -485,7 +436,7 @@ func (s *Server) welcome(c *net.UnixConn, p *Peer, offers []Offer) ([]fileID, er
 			ids = append(ids, fileID{dev: st.Dev, ino: st.Ino})
 		}
 	}
-	frame, err := MarshalWelcome(w)
+	frame, err := agentwire.MarshalWelcome(w)
 	if err != nil {
 		return nil, err
 	}

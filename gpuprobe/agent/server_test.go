@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -37,12 +38,12 @@ func TestMain(m *testing.M) {
 // childMain is a real client in its own process: it dials, writes into the
 // regions it was given, reports, and stays connected until stdin closes.
 func childMain() int {
-	s, err := Dial(os.Getenv("GPUPROBE_AGENT_PATH"), Hello{PID: uint32(os.Getpid()), Name: "agent-child"})
+	s, err := Dial(os.Getenv("GPUPROBE_AGENT_PATH"), agentwire.Hello{PID: uint32(os.Getpid()), Name: "agent-child"})
 	if err != nil {
 		fmt.Printf("error: %v\n", err)
 		return 0
 	}
-	ring, err := shm.NewRing(s.Region(RoleLaunchRing, ""))
+	ring, err := shm.NewRing(s.Region(agentwire.RoleLaunchRing, ""))
 	if err != nil {
 		fmt.Printf("error: %v\n", err)
 		return 0
@@ -51,7 +52,7 @@ func childMain() int {
 		fmt.Printf("error: produce: %v\n", r)
 		return 0
 	}
-	arr, err := shm.NewArray(s.Region(RoleMap, "counts"))
+	arr, err := shm.NewArray(s.Region(agentwire.RoleMap, "counts"))
 	if err == nil {
 		_, err = arr.AddUint64(0, 0, uint64(os.Getpid()))
 	}
@@ -102,7 +103,7 @@ func (o *owner) setFail(err error) {
 
 func (o *owner) callbacks() Callbacks {
 	return Callbacks{
-		Connect: func(p *Peer) ([]Offer, error) {
+		Connect: func(p *Peer) ([]agentwire.Offer, error) {
 			o.mu.Lock()
 			fail := o.fail
 			o.mu.Unlock()
@@ -117,8 +118,8 @@ func (o *owner) callbacks() Callbacks {
 			o.rings[p.Session] = g
 			o.peers = append(o.peers, p)
 			o.mu.Unlock()
-			return []Offer{{Role: RoleLaunchRing, Name: "launches", Region: g.Region()},
-				{Role: RoleMap, Name: "counts", Region: o.shared.Region()}}, nil
+			return []agentwire.Offer{{Role: agentwire.RoleLaunchRing, Name: "launches", Region: g.Region()},
+				{Role: agentwire.RoleMap, Name: "counts", Region: o.shared.Region()}}, nil
 		},
 		Disconnect: func(p *Peer) { o.gone <- p },
 	}
@@ -301,7 +302,7 @@ func TestDefaultPolicyAdmitsOwnUID(t *testing.T) {
 
 // rawHandshake sends bytes on a raw connection and returns the server's
 // ERROR (or nil and the frame type for anything else).
-func rawHandshake(t *testing.T, path string, send []byte) (FrameType, error) {
+func rawHandshake(t *testing.T, path string, send []byte) (agentwire.FrameType, error) {
 	t.Helper()
 	c, err := net.Dial("unix", path)
 	if err != nil {
@@ -312,12 +313,12 @@ func rawHandshake(t *testing.T, path string, send []byte) (FrameType, error) {
 	if _, err := c.Write(send); err != nil {
 		t.Fatal(err)
 	}
-	ft, p, err := readFrame(c)
+	ft, p, err := agentwire.ReadFrame(c)
 	if err != nil {
 		t.Fatalf("reading the answer: %v", err)
 	}
-	if ft == FrameError {
-		return ft, UnmarshalError(p)
+	if ft == agentwire.FrameError {
+		return ft, agentwire.UnmarshalError(p)
 	}
 	return ft, nil
 }
@@ -325,32 +326,33 @@ func rawHandshake(t *testing.T, path string, send []byte) (FrameType, error) {
 func TestBadClients(t *testing.T) {
 	o := newOwner(t)
 	s := listen(t, o, Options{HandshakeTimeout: 2 * time.Second})
-	hello, _ := MarshalHello(Hello{PID: 1, Name: "x"})
+	hello, _ := agentwire.MarshalHello(agentwire.Hello{PID: 1, Name: "x"})
 	withHeader := func(f func(b []byte)) []byte {
 		b := append([]byte(nil), hello...)
 		f(b)
 		return b
 	}
-	welcome, _ := MarshalWelcome(Welcome{Session: 1})
+	welcome, _ := agentwire.MarshalWelcome(agentwire.Welcome{Session: 1})
 	tests := []struct {
 		name string
 		send []byte
-		code ErrorCode
+		code agentwire.ErrorCode
 		want string
 	}{
-		{"bad magic", withHeader(func(b []byte) { b[0] = 'X' }), CodeProtocol, "magic"},
-		{"version 2", withHeader(func(b []byte) { b[4] = 2 }), CodeVersion, "protocol version 2"},
-		{"version 4", withHeader(func(b []byte) { b[4] = 4 }), CodeVersion, "protocol version 4"},
-		{"huge length", withHeader(func(b []byte) { b[10] = 0xff }), CodeProtocol, "exceeds"},
-		{"unknown type", withHeader(func(b []byte) { b[6] = 9 }), CodeProtocol, "unknown frame type 9"},
-		{"welcome first", welcome, CodeProtocol, "want HELLO"},
-		{"name length lies", withHeader(func(b []byte) { b[FrameHeader+8] = 5 }), CodeProtocol, "name_len 5"},
-		{"short hello", appendFrame(nil, FrameHello, []byte{1, 2, 3}), CodeProtocol, "at least 12"},
+		{"bad magic", withHeader(func(b []byte) { b[0] = 'X' }), agentwire.CodeProtocol, "magic"},
+		{"version 2", withHeader(func(b []byte) { b[4] = 2 }), agentwire.CodeVersion, "protocol version 2"},
+		{"version 3", withHeader(func(b []byte) { b[4] = 3 }), agentwire.CodeVersion, "protocol version 3"},
+		{"version 5", withHeader(func(b []byte) { b[4] = 5 }), agentwire.CodeVersion, "protocol version 5"},
+		{"huge length", withHeader(func(b []byte) { b[10] = 0xff }), agentwire.CodeProtocol, "exceeds"},
+		{"unknown type", withHeader(func(b []byte) { b[6] = 9 }), agentwire.CodeProtocol, "unknown frame type 9"},
+		{"welcome first", welcome, agentwire.CodeProtocol, "want HELLO"},
+		{"name length lies", withHeader(func(b []byte) { b[agentwire.FrameHeader+8] = 5 }), agentwire.CodeProtocol, "name_len 5"},
+		{"short hello", agentwire.AppendFrame(nil, agentwire.FrameHello, []byte{1, 2, 3}), agentwire.CodeProtocol, "at least 12"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := rawHandshake(t, s.Path(), tc.send)
-			var pe *ProtocolError
+			var pe *agentwire.ProtocolError
 			if !errors.As(err, &pe) || pe.Code != tc.code || !strings.Contains(pe.Message, tc.want) {
 				t.Fatalf("got %v, want code %v mentioning %q", err, tc.code, tc.want)
 			}
@@ -370,11 +372,11 @@ func TestSilentClientDoesNotBlockOthers(t *testing.T) {
 	}
 	defer silent.Close()
 	// A well-behaved client is served while the silent one hangs around.
-	sess, err := Dial(s.Path(), Hello{Name: "good"})
+	sess, err := Dial(s.Path(), agentwire.Hello{Name: "good"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sess.Regions) != 2 || sess.Region(RoleMap, "counts") == nil || sess.Region(RoleMailbox, "") != nil {
+	if len(sess.Regions) != 2 || sess.Region(agentwire.RoleMap, "counts") == nil || sess.Region(agentwire.RoleMailbox, "") != nil {
 		t.Fatalf("regions %+v", sess.Regions)
 	}
 	sess.Close()
@@ -394,13 +396,13 @@ func TestConnectErrorAndDataAfterHandshake(t *testing.T) {
 	o := newOwner(t)
 	s := listen(t, o, Options{})
 	o.setFail(errors.New("no GPU maps configured"))
-	_, err := Dial(s.Path(), Hello{Name: "x"})
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Code != CodeServer || pe.Message != "no GPU maps configured" {
+	_, err := Dial(s.Path(), agentwire.Hello{Name: "x"})
+	var pe *agentwire.ProtocolError
+	if !errors.As(err, &pe) || pe.Code != agentwire.CodeServer || pe.Message != "no GPU maps configured" {
 		t.Fatalf("Dial: %v", err)
 	}
 	o.setFail(nil)
-	sess, err := Dial(s.Path(), Hello{Name: "x"})
+	sess, err := Dial(s.Path(), agentwire.Hello{Name: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,8 +410,8 @@ func TestConnectErrorAndDataAfterHandshake(t *testing.T) {
 	sess.conn.Write([]byte("junkjunkjunk"))
 	waitGone(t, o)
 	sess.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	ft, p, err := readFrame(sess.conn)
-	if err != nil || ft != FrameError || !strings.Contains(UnmarshalError(p).Error(), "after WELCOME") {
+	ft, p, err := agentwire.ReadFrame(sess.conn)
+	if err != nil || ft != agentwire.FrameError || !strings.Contains(agentwire.UnmarshalError(p).Error(), "after WELCOME") {
 		t.Fatalf("answer to junk: %v %v", ft, err)
 	}
 }
@@ -424,7 +426,7 @@ func TestCloseEndsSessionsAndRemovesSocket(t *testing.T) {
 	if _, err := Listen(Options{Path: path}, o.callbacks()); err == nil || !strings.Contains(err.Error(), "another server") {
 		t.Fatalf("second Listen on a live socket: %v", err)
 	}
-	sess, err := Dial(path, Hello{Name: "x"})
+	sess, err := Dial(path, agentwire.Hello{Name: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +441,7 @@ func TestCloseEndsSessionsAndRemovesSocket(t *testing.T) {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("socket file after Close: %v", err)
 	}
-	if _, err := Dial(path, Hello{}); err == nil {
+	if _, err := Dial(path, agentwire.Hello{}); err == nil {
 		t.Fatal("Dial after Close succeeded")
 	}
 	// A stale socket file (nobody listening) is replaced.

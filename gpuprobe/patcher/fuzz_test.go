@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
@@ -43,7 +43,7 @@ func FuzzPatch(f *testing.F) {
 		return Binding{Region: 2, Lanes: 1, RingBlock: make([]byte, 64)}, true
 	}
 	seed := func(image []byte) {
-		frame, err := agent.MarshalPatch(&agent.PatchRequest{ID: 1, Arch: 80, API: agent.APIModule, Image: image}, false)
+		frame, err := agentwire.MarshalPatch(&agentwire.PatchRequest{ID: 1, Arch: 80, API: agentwire.APIModule, Image: image}, false)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -55,14 +55,14 @@ func FuzzPatch(f *testing.F) {
 	seed(fatbintest.Container(fatbintest.BombEntry{Flags: fatbintest.FlagsLZ4, Arch: 80, Payload: fatbintest.LZ4Bomb(1 << 20), Claim: 1 << 20}))
 	seed(fatbintest.Container(fatbintest.BombEntry{Flags: fatbintest.FlagsZstd, Arch: 80, Payload: fatbintest.ZstdBomb(f, 1<<20), Claim: 1000}))
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		req, flags, _, err := agent.UnmarshalPatch(payload)
+		req, flags, _, err := agentwire.UnmarshalPatch(payload)
 		if err != nil || flags != 0 {
 			return
 		}
 		_, err = p.Patch(&req, bind)
-		var np *agent.NoPatch
+		var np *agentwire.NoPatch
 		if err != nil && !errors.As(err, &np) {
-			t.Fatalf("error %T %v, want an *agent.NoPatch", err, err)
+			t.Fatalf("error %T %v, want an *agentwire.NoPatch", err, err)
 		}
 		if u := p.mem.Used(); u != 0 {
 			t.Fatalf("%d bytes of patch memory held after Patch", u)

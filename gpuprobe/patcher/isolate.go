@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/jit/ptx"
@@ -19,7 +19,7 @@ import (
 type Skip struct {
 	Index int    // the program's index in Options.Programs
 	Key   string // Options.Keys[Index], or "program NAME"
-	Err   error  // why (an *agent.NoPatch)
+	Err   error  // why (an *agentwire.NoPatch)
 }
 
 // key names program i for logs: its config key, else its name.
@@ -37,7 +37,7 @@ func (p *Patcher) key(i int) string {
 // injection cache never holds a set with a failing program). Only when
 // every program fails, or the error belongs to no program, is the answer
 // NOPATCH.
-func (p *Patcher) patchIsolated(text []byte, opts inject.Options, bind Binder) (*agent.Patched, error) {
+func (p *Patcher) patchIsolated(text []byte, opts inject.Options, bind Binder) (*agentwire.Patched, error) {
 	idx := make([]int, len(p.opts.Programs)) // position in progs → index in Options.Programs
 	for i := range idx {
 		idx[i] = i
@@ -108,7 +108,7 @@ func (m *missTracker) binder(name string) (Binding, bool) {
 // globals failed on (by definition, so two objects' maps of the same name
 // are told apart), or nil when the failure was not a missing region.
 func (m *missTracker) culprits(err error, progs []*jit.Program, gs []inject.Global) []int {
-	var np *agent.NoPatch
+	var np *agentwire.NoPatch
 	if m.last == "" || !errors.As(err, &np) || !strings.HasPrefix(np.Message, "map "+m.last+" of program ") {
 		return nil // a kernel map's miss is no error: the error came later
 	}
@@ -131,7 +131,7 @@ func (m *missTracker) culprits(err error, progs []*jit.Program, gs []inject.Glob
 // mailbox-locks globals at the region's lock block (shm "Mailbox"), if it
 // has one. Without a lock block (a binding without RingBlock) both stay 0
 // and host calls fail fast: requesters of one mailbox must share locks.
-func bindMailbox(out []agent.PatchedGlobal, gs []inject.Global, bind Binder) {
+func bindMailbox(out []agentwire.PatchedGlobal, gs []inject.Global, bind Binder) {
 	kinds := map[string]ptx.GlobalKind{}
 	for _, g := range gs {
 		if g.Kind == ptx.GlobalMailbox || g.Kind == ptx.GlobalMailboxLocks {
@@ -149,9 +149,9 @@ func bindMailbox(out []agent.PatchedGlobal, gs []inject.Global, bind Binder) {
 	for i := range out {
 		switch kinds[out[i].Name] {
 		case ptx.GlobalMailbox:
-			out[i].Kind, out[i].Region, out[i].Value = agent.GlobalRegion, b.Region, 0
+			out[i].Kind, out[i].Region, out[i].Value = agentwire.GlobalRegion, b.Region, 0
 		case ptx.GlobalMailboxLocks:
-			out[i].Kind, out[i].Region, out[i].Value = agent.GlobalRingBlock, b.Region, 0
+			out[i].Kind, out[i].Region, out[i].Value = agentwire.GlobalRingBlock, b.Region, 0
 			out[i].Size = shm.MailboxLocksHeader + uint64(slots)*shm.MailboxLockSize
 			out[i].Init = b.RingBlock
 		}

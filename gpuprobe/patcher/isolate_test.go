@@ -9,7 +9,7 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -54,7 +54,7 @@ func TestPatchLeavesFailingProgramOut(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := p.Patch(&agent.PatchRequest{Arch: 90, Image: img}, ring)
+			a, err := p.Patch(&agentwire.PatchRequest{Arch: 90, Image: img}, ring)
 			if err != nil {
 				t.Fatalf("module refused: %v", err)
 			}
@@ -73,7 +73,7 @@ func TestPatchLeavesFailingProgramOut(t *testing.T) {
 				t.Errorf("skipped %q, want [%q]", got, tc.key)
 			}
 			// Again: skipped again, with no new compile (still 2 misses).
-			if _, err := p.Patch(&agent.PatchRequest{Arch: 90, Image: img}, ring); err != nil {
+			if _, err := p.Patch(&agentwire.PatchRequest{Arch: 90, Image: img}, ring); err != nil {
 				t.Fatal(err)
 			}
 			if st := p.CacheStats(); len(skips) != 2 || st.Misses != 2 || st.Hits != tc.wantHits {
@@ -84,7 +84,7 @@ func TestPatchLeavesFailingProgramOut(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := alone.Patch(&agent.PatchRequest{Arch: 90, Image: img}, ring); err == nil {
+			if _, err := alone.Patch(&agentwire.PatchRequest{Arch: 90, Image: img}, ring); err == nil {
 				t.Error("the failing program alone: module patched")
 			}
 		})
@@ -111,13 +111,13 @@ func TestPatchBindsMailbox(t *testing.T) {
 		name          string
 		mailbox       bool
 		locks         []byte
-		want, wantLck agent.PatchedGlobal
+		want, wantLck agentwire.PatchedGlobal
 	}{
-		{"with a mailbox", true, lockHdr, agent.PatchedGlobal{Kind: agent.GlobalRegion, Region: 7},
-			agent.PatchedGlobal{Kind: agent.GlobalRingBlock, Region: 7, Size: lockSize}},
+		{"with a mailbox", true, lockHdr, agentwire.PatchedGlobal{Kind: agentwire.GlobalRegion, Region: 7},
+			agentwire.PatchedGlobal{Kind: agentwire.GlobalRingBlock, Region: 7, Size: lockSize}},
 		// Without a lock block host calls fail fast: no mailbox either.
-		{"a mailbox without locks", true, nil, agent.PatchedGlobal{Kind: agent.GlobalConst}, agent.PatchedGlobal{Kind: agent.GlobalConst}},
-		{"without", false, lockHdr, agent.PatchedGlobal{Kind: agent.GlobalConst}, agent.PatchedGlobal{Kind: agent.GlobalConst}},
+		{"a mailbox without locks", true, nil, agentwire.PatchedGlobal{Kind: agentwire.GlobalConst}, agentwire.PatchedGlobal{Kind: agentwire.GlobalConst}},
+		{"without", false, lockHdr, agentwire.PatchedGlobal{Kind: agentwire.GlobalConst}, agentwire.PatchedGlobal{Kind: agentwire.GlobalConst}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bind := func(name string) (Binding, bool) {
@@ -126,7 +126,7 @@ func TestPatchBindsMailbox(t *testing.T) {
 				}
 				return Binding{Region: 1, Lanes: 1}, true
 			}
-			a, err := p.Patch(&agent.PatchRequest{Arch: 80, Image: img}, bind)
+			a, err := p.Patch(&agentwire.PatchRequest{Arch: 80, Image: img}, bind)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +142,7 @@ func TestPatchBindsMailbox(t *testing.T) {
 					nl++
 					w := tc.wantLck
 					if g.Kind != w.Kind || g.Region != w.Region || g.Size != w.Size || g.Value != 0 ||
-						(w.Kind == agent.GlobalRingBlock && !bytes.Equal(g.Init, tc.locks)) {
+						(w.Kind == agentwire.GlobalRingBlock && !bytes.Equal(g.Init, tc.locks)) {
 						t.Errorf("%s: %+v, want %+v", g.Name, g, w)
 					}
 				}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/ptxmod"
 )
@@ -79,11 +79,11 @@ var entryDirective = []byte(".entry")
 func (p *Patcher) admit(text []byte) (release func(), err error) {
 	l := p.opts.Limits
 	if k := bytes.Count(text, entryDirective); k > l.MaxKernels {
-		return nil, noPatch(agent.NoPatchError, "%d bytes of PTX with %d .entry directives, over the %d-kernel limit (patcher Limits.MaxKernels)", len(text), k, l.MaxKernels)
+		return nil, noPatch(agentwire.NoPatchError, "%d bytes of PTX with %d .entry directives, over the %d-kernel limit (patcher Limits.MaxKernels)", len(text), k, l.MaxKernels)
 	}
 	cost, err := ptxmod.Cost(text, l.Parse)
 	if err != nil {
-		return nil, noPatch(agent.NoPatchError, "%d bytes of PTX: %v (patcher Limits.Parse)", len(text), err)
+		return nil, noPatch(agentwire.NoPatchError, "%d bytes of PTX: %v (patcher Limits.Parse)", len(text), err)
 	}
 	cost += int64(len(text)) + int64(bytes.Count(text, entryDirective))*l.PerKernel
 	return p.reserve(cost, fmt.Sprintf("patching %d bytes of PTX", len(text)))
@@ -93,7 +93,7 @@ func (p *Patcher) admit(text []byte) (release func(), err error) {
 func (p *Patcher) reserve(n int64, what string) (func(), error) {
 	rel, err := p.mem.Acquire(n, what)
 	if err != nil {
-		return nil, noPatch(agent.NoPatchError, "%v (patcher Limits.MaxMemory)", err)
+		return nil, noPatch(agentwire.NoPatchError, "%v (patcher Limits.MaxMemory)", err)
 	}
 	return rel, nil
 }

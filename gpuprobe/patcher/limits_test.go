@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/klauspost/compress/zstd"
@@ -74,10 +74,10 @@ func TestPatchLimits(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var err error
 			n := fatbintest.Allocated(func() {
-				_, err = p.Patch(&agent.PatchRequest{Arch: 80, Image: tt.image}, ringBinder(t))
+				_, err = p.Patch(&agentwire.PatchRequest{Arch: 80, Image: tt.image}, ringBinder(t))
 			})
-			var np *agent.NoPatch
-			if !errors.As(err, &np) || np.Code != agent.NoPatchError || !strings.Contains(np.Message, tt.want) {
+			var np *agentwire.NoPatch
+			if !errors.As(err, &np) || np.Code != agentwire.NoPatchError || !strings.Contains(np.Message, tt.want) {
 				t.Fatalf("error %v, want NOPATCH code 3 naming %q", err, tt.want)
 			}
 			limit := uint64(4<<20) + uint64(tt.alloc*float64(len(ptx1M)))
@@ -141,8 +141,8 @@ func TestPatchConcurrentMemory(t *testing.T) {
 			defer wg.Done()
 			// Distinct modules, so the cache serves none of them.
 			img := append(manyKernels(600), fmt.Sprintf("// client %d\n", i)...)
-			_, err := p.Patch(&agent.PatchRequest{Arch: 80, Image: img}, bind)
-			var np *agent.NoPatch
+			_, err := p.Patch(&agentwire.PatchRequest{Arch: 80, Image: img}, bind)
+			var np *agentwire.NoPatch
 			switch {
 			case err == nil:
 				patched.Add(1)

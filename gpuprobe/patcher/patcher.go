@@ -6,7 +6,7 @@
 // global (a shared-memory region's device address, a constant, a ring's
 // device reservation block, or device memory private to the module).
 // For kernels with no PTX it answers the SASS route's request
-// (agent.APISASS, Patcher.SASS) with the Compute Sanitizer patch module of
+// (agentwire.APISASS, Patcher.SASS) with the Compute Sanitizer patch module of
 // the user programs (gpuprobe/sanpatch), its globals bound the same way.
 // Each PATCH is bounded by Limits and all of them together by
 // Limits.MaxMemory (package agent's comment, "Limits").
@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/jit"
@@ -34,14 +34,15 @@ type Options struct {
 	// configured objects).
 	Programs []*jit.Program
 	// DeviceOnly names maps the host never reads: they live in device
-	// memory private to each module (agent.GlobalDeviceAlloc) rather than
+	// memory private to each module (agentwire.GlobalDeviceAlloc) rather than
 	// in a shared region.
 	DeviceOnly []string
 	// DeviceMaps names maps that live in a device copy of their region,
-	// mirrored to it by the shim (agent.GlobalDeviceMap): the programs are
+	// mirrored to it by the shim (agentwire.GlobalDeviceMap): the programs are
 	// compiled for device memory (ptx.Options.DeviceMaps).
 	DeviceMaps []string
-	// MirrorPeriod is how often the shim mirrors device maps (0: 10 ms).
+	// MirrorPeriod is how often the shim mirrors device maps (0: 10 ms);
+	// whole µs up to agentwire.MaxMicros (New refuses others).
 	MirrorPeriod time.Duration
 	// MaxThreads sizes device-only per-thread and per-warp maps (threads of
 	// one launch); 0 means 1<<20.
@@ -109,9 +110,9 @@ type Patcher struct {
 	opts       Options
 	deviceOnly map[string]bool
 	inj        *inject.Injector
-	failed     failCache     // program sets whose injection failed, by key
-	mem        *agent.Budget // Limits.MaxMemory
-	sass       sassModules   // SASS route modules by architecture
+	failed     failCache         // program sets whose injection failed, by key
+	mem        *agentwire.Budget // Limits.MaxMemory
+	sass       sassModules       // SASS route modules by architecture
 }
 
 // New returns a Patcher for a program set.
@@ -128,13 +129,16 @@ func New(opts Options) (*Patcher, error) {
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = 256 << 20
 	}
+	if _, err := agentwire.Micros(opts.MirrorPeriod); err != nil {
+		return nil, fmt.Errorf("patcher: mirror period: %w", err)
+	}
 	opts.Limits = opts.Limits.withDefaults()
 	inj, err := inject.NewInjector(opts.CacheEntries, opts.CacheBytes)
 	if err != nil {
 		return nil, fmt.Errorf("patcher: %w", err)
 	}
 	p := &Patcher{opts: opts, deviceOnly: map[string]bool{}, inj: inj,
-		mem: agent.NewBudget(opts.Limits.MaxMemory, opts.Limits.MaxWait)}
+		mem: agentwire.NewBudget(opts.Limits.MaxMemory, opts.Limits.MaxWait)}
 	for _, n := range opts.DeviceOnly {
 		p.deviceOnly[n] = true
 	}
@@ -144,9 +148,9 @@ func New(opts Options) (*Patcher, error) {
 // CacheStats returns the injection cache's counters.
 func (p *Patcher) CacheStats() inject.CacheStats { return p.inj.Stats() }
 
-// noPatch builds the *agent.NoPatch errors Patch returns.
-func noPatch(code agent.NoPatchCode, format string, args ...any) error {
-	return &agent.NoPatch{Code: code, Message: fmt.Sprintf(format, args...)}
+// noPatch builds the *agentwire.NoPatch errors Patch returns.
+func noPatch(code agentwire.NoPatchCode, format string, args ...any) error {
+	return &agentwire.NoPatch{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
 // SelectPTX returns the PTX text of an image that suits a device of SM
@@ -166,14 +170,14 @@ func SelectPTX(image []byte, arch uint32) ([]byte, error) {
 func selectEntry(image []byte, arch uint32) (*fatbin.Entry, error) {
 	f, err := fatbin.ParseImage(image)
 	if err != nil {
-		return nil, noPatch(agent.NoPatchError, "parsing the %d-byte image: %v", len(image), err)
+		return nil, noPatch(agentwire.NoPatchError, "parsing the %d-byte image: %v", len(image), err)
 	}
 	entries, err := f.PTX()
 	if errors.Is(err, fatbin.ErrNoPTX) {
-		return nil, noPatch(agent.NoPatchNoPTX, "the %s image has no PTX (SASS only)", f.Kind)
+		return nil, noPatch(agentwire.NoPatchNoPTX, "the %s image has no PTX (SASS only)", f.Kind)
 	}
 	if err != nil {
-		return nil, noPatch(agent.NoPatchError, "%v", err)
+		return nil, noPatch(agentwire.NoPatchError, "%v", err)
 	}
 	var best []*fatbin.Entry
 	var have []string
@@ -189,16 +193,16 @@ func selectEntry(image []byte, arch uint32) (*fatbin.Entry, error) {
 	}
 	if len(best) == 0 {
 		sort.Strings(have)
-		return nil, noPatch(agent.NoPatchNoPTX, "no PTX entry for sm_%d or older (the image has %s)", arch, strings.Join(have, ", "))
+		return nil, noPatch(agentwire.NoPatchNoPTX, "no PTX entry for sm_%d or older (the image has %s)", arch, strings.Join(have, ", "))
 	}
 	if len(best) > 1 {
-		return nil, noPatch(agent.NoPatchError, "%d PTX entries for %s (separate translation units cannot be loaded as one module)", len(best), best[0].ArchName())
+		return nil, noPatch(agentwire.NoPatchError, "%d PTX entries for %s (separate translation units cannot be loaded as one module)", len(best), best[0].ArchName())
 	}
 	if sass := replacedSASS(f.Entries(), best[0], arch); sass != nil {
 		// The driver would run that SASS; the patched module would run
 		// code JIT-compiled from PTX that lacks its features, and a library
 		// that checks which code it got (cuBLAS does) picks other kernels.
-		return nil, noPatch(agent.NoPatchNoPTX, "the image has %s SASS for this device and its PTX is %s: patching would replace the code the application chose", sass.ArchName(), best[0].ArchName())
+		return nil, noPatch(agentwire.NoPatchNoPTX, "the image has %s SASS for this device and its PTX is %s: patching would replace the code the application chose", sass.ArchName(), best[0].ArchName())
 	}
 	return best[0], nil
 }
@@ -224,16 +228,16 @@ func replacedSASS(entries []*fatbin.Entry, ptx *fatbin.Entry, arch uint32) *fatb
 func inflate(e *fatbin.Entry, l fatbin.Limits) ([]byte, error) {
 	text, err := fatbin.NewInflater(l).PTX(e)
 	if err != nil {
-		return nil, noPatch(agent.NoPatchError, "PTX entry %s at offset %#x: %v", e.ArchName(), e.Offset, err)
+		return nil, noPatch(agentwire.NoPatchError, "PTX entry %s at offset %#x: %v", e.ArchName(), e.Offset, err)
 	}
 	return text, nil
 }
 
 // Patch patches the image of a PATCH request for one client, whose map
-// regions bind resolves. Errors are *agent.NoPatch. The work is bounded
+// regions bind resolves. Errors are *agentwire.NoPatch. The work is bounded
 // by Options.Limits: the inflated text is reserved from Limits.MaxMemory
 // before inflating, the parse and injection before parsing.
-func (p *Patcher) Patch(req *agent.PatchRequest, bind Binder) (*agent.Patched, error) {
+func (p *Patcher) Patch(req *agentwire.PatchRequest, bind Binder) (*agentwire.Patched, error) {
 	e, err := selectEntry(req.Image, req.Arch)
 	if err != nil {
 		return nil, err
@@ -272,31 +276,31 @@ func (p *Patcher) injectOptions(arch uint32) inject.Options {
 }
 
 // patchWith injects progs into the PTX text and binds the result's
-// globals. Errors are *agent.NoPatch; with them it returns the indices in
+// globals. Errors are *agentwire.NoPatch; with them it returns the indices in
 // progs of the programs the error belongs to, when it belongs to some.
-func (p *Patcher) patchWith(text []byte, progs []*jit.Program, opts inject.Options, bind Binder) (*agent.Patched, []int, error) {
+func (p *Patcher) patchWith(text []byte, progs []*jit.Program, opts inject.Options, bind Binder) (*agentwire.Patched, []int, error) {
 	if f, ok := p.failed.get(inject.KeyOf(text, progs, opts)); ok {
 		return nil, []int{f.index}, f.err // the same module failed the same way before
 	}
 	out, rep, err := p.inj.Inject(text, progs, opts)
 	if errors.Is(err, inject.ErrNoKernel) {
-		return nil, nil, noPatch(agent.NoPatchNoKernel, "%v", err)
+		return nil, nil, noPatch(agentwire.NoPatchNoKernel, "%v", err)
 	}
 	var pe *inject.ProgramError
 	if errors.As(err, &pe) {
-		np := noPatch(agent.NoPatchError, "%v", err)
+		np := noPatch(agentwire.NoPatchError, "%v", err)
 		p.failed.put(inject.KeyOf(text, progs, opts), pe.Index, np)
 		return nil, []int{pe.Index}, np
 	}
 	if err != nil {
-		return nil, nil, noPatch(agent.NoPatchError, "%v", err)
+		return nil, nil, noPatch(agentwire.NoPatchError, "%v", err)
 	}
-	a := &agent.Patched{Image: append(out, 0), DeviceOneIn: p.opts.DeviceOneIn, DeviceMaxPerSecond: p.opts.DeviceMaxPerSecond}
+	a := &agentwire.Patched{Image: append(out, 0), DeviceOneIn: p.opts.DeviceOneIn, DeviceMaxPerSecond: p.opts.DeviceMaxPerSecond}
 	for _, k := range rep.Kernels {
 		if k.Launch == nil {
-			return nil, nil, noPatch(agent.NoPatchError, "kernel %s: no launch-id parameter in the report", k.Name)
+			return nil, nil, noPatch(agentwire.NoPatchError, "kernel %s: no launch-id parameter in the report", k.Name)
 		}
-		a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: k.Name,
+		a.Kernels = append(a.Kernels, agentwire.PatchedKernel{Name: k.Name,
 			ParamIndex: uint32(k.Launch.Index), ParamOffset: uint32(k.Launch.Offset)})
 	}
 	miss := &missTracker{bind: bind}
@@ -308,16 +312,16 @@ func (p *Patcher) patchWith(text []byte, progs []*jit.Program, opts inject.Optio
 }
 
 // globals turns the report's globals into the shim's instructions.
-func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGlobal, error) {
+func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agentwire.PatchedGlobal, error) {
 	allocs := map[*jit.Map]uint32{} // device-only map → allocation number
-	var out []agent.PatchedGlobal
+	var out []agentwire.PatchedGlobal
 	for _, g := range gs {
-		pg := agent.PatchedGlobal{Name: g.Name, Kind: agent.GlobalConst}
+		pg := agentwire.PatchedGlobal{Name: g.Name, Kind: agentwire.GlobalConst}
 		switch g.Kind {
 		case ptx.GlobalMap, ptx.GlobalMapLanes, ptx.GlobalRingDevice:
 			m := g.MapDef
 			if m == nil {
-				return nil, noPatch(agent.NoPatchError, "global %s (program %s): no map definition", g.Name, g.Program)
+				return nil, noPatch(agentwire.NoPatchError, "global %s (program %s): no map definition", g.Name, g.Program)
 			}
 			if p.deviceOnly[m.Name] {
 				lanes, size, err := p.deviceSize(m)
@@ -331,7 +335,7 @@ func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGloba
 						n = uint32(len(allocs))
 						allocs[m] = n
 					}
-					pg.Kind, pg.Region, pg.Size = agent.GlobalDeviceAlloc, n, size
+					pg.Kind, pg.Region, pg.Size = agentwire.GlobalDeviceAlloc, n, size
 				case ptx.GlobalMapLanes:
 					pg.Value = lanes
 				}
@@ -344,19 +348,19 @@ func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGloba
 				break
 			}
 			if !ok {
-				return nil, noPatch(agent.NoPatchError, "map %s of program %s has no region for this client", m.Name, g.Program)
+				return nil, noPatch(agentwire.NoPatchError, "map %s of program %s has no region for this client", m.Name, g.Program)
 			}
 			switch g.Kind {
 			case ptx.GlobalMap:
-				pg.Kind, pg.Region = agent.GlobalRegion, b.Region
+				pg.Kind, pg.Region = agentwire.GlobalRegion, b.Region
 				if slices.Contains(p.opts.DeviceMaps, m.Name) {
-					pg.Kind, pg.Size = agent.GlobalDeviceMap, uint64(p.opts.MirrorPeriod.Microseconds())
+					pg.Kind, pg.Size = agentwire.GlobalDeviceMap, mirrorMicros(p.opts.MirrorPeriod)
 				}
 			case ptx.GlobalMapLanes:
 				pg.Value = b.Lanes
 			case ptx.GlobalRingDevice:
 				if len(b.RingBlock) > 0 { // else 0: the host protocol
-					pg.Kind, pg.Region, pg.Size = agent.GlobalRingBlock, b.Region, shm.RingDeviceBlockSize
+					pg.Kind, pg.Region, pg.Size = agentwire.GlobalRingBlock, b.Region, shm.RingDeviceBlockSize
 					pg.Init = b.RingBlock
 				}
 			}
@@ -364,13 +368,13 @@ func (p *Patcher) globals(gs []inject.Global, bind Binder) ([]agent.PatchedGloba
 			// The offset is the clock region's first value; without one
 			// the global stays 0 and bpf_ktime_get_ns is %globaltimer.
 			if b, ok := bind(ClockBinding); ok {
-				pg.Kind, pg.Region, pg.Value = agent.GlobalRegion, b.Region, shm.DataOffset
+				pg.Kind, pg.Region, pg.Value = agentwire.GlobalRegion, b.Region, shm.DataOffset
 			}
 		case ptx.GlobalMailbox, ptx.GlobalMailboxLocks, ptx.GlobalLaunchID:
 			// 0: no host-call mailbox yet (host-call helpers fail fast);
 			// the launch id comes by parameter.
 		default:
-			return nil, noPatch(agent.NoPatchError, "global %s: unknown kind %v", g.Name, g.Kind)
+			return nil, noPatch(agentwire.NoPatchError, "global %s: unknown kind %v", g.Name, g.Kind)
 		}
 		out = append(out, pg)
 	}
@@ -388,8 +392,15 @@ func (p *Patcher) deviceSize(m *jit.Map) (uint64, uint64, error) {
 		lanes = (uint64(p.opts.MaxThreads) + 31) / 32
 	case jit.MapTypeGPUArray:
 	default:
-		return 0, 0, noPatch(agent.NoPatchError, "map %s: type %d cannot live in device memory only", m.Name, m.Type)
+		return 0, 0, noPatch(agentwire.NoPatchError, "map %s: type %d cannot live in device memory only", m.Name, m.Type)
 	}
 	stride := (uint64(m.ValueSize) + 7) &^ 7
 	return lanes, shm.DataOffset + uint64(m.MaxEntries)*lanes*stride, nil
+}
+
+// mirrorMicros is the device-map global's Size: the mirror period in the
+// protocol's µs (New checked that it converts).
+func mirrorMicros(d time.Duration) uint64 {
+	us, _ := agentwire.Micros(d)
+	return uint64(us)
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
@@ -84,17 +84,17 @@ func TestPatchFatbin(t *testing.T) {
 	tests := []struct {
 		arch       uint32
 		wantTarget string
-		code       agent.NoPatchCode
+		code       agentwire.NoPatchCode
 	}{
 		{75, "sm_70", 0},
 		{90, "sm_80", 0},
 		{80, "sm_80", 0},
-		{60, "", agent.NoPatchNoPTX},
+		{60, "", agentwire.NoPatchNoPTX},
 	}
 	for _, tc := range tests {
-		a, err := p.Patch(&agent.PatchRequest{Arch: tc.arch, Image: img}, bind)
+		a, err := p.Patch(&agentwire.PatchRequest{Arch: tc.arch, Image: img}, bind)
 		if tc.code != 0 {
-			var np *agent.NoPatch
+			var np *agentwire.NoPatch
 			if !errors.As(err, &np) || np.Code != tc.code || !strings.Contains(np.Message, "sm_70, sm_80") {
 				t.Fatalf("sm_%d: got %v, want NOPATCH %v listing the archs", tc.arch, err, tc.code)
 			}
@@ -124,7 +124,7 @@ func TestPatchFatbin(t *testing.T) {
 
 // checkKernels: every kernel of the module is patched, and its launch
 // parameter is its last parameter.
-func checkKernels(t *testing.T, m *ptxmod.Module, a *agent.Patched) {
+func checkKernels(t *testing.T, m *ptxmod.Module, a *agentwire.Patched) {
 	t.Helper()
 	var kernels []*ptxmod.Func
 	for _, f := range m.Funcs {
@@ -146,15 +146,15 @@ func checkKernels(t *testing.T, m *ptxmod.Module, a *agent.Patched) {
 	}
 }
 
-func checkGlobals(t *testing.T, a *agent.Patched) {
+func checkGlobals(t *testing.T, a *agentwire.Patched) {
 	t.Helper()
-	kinds := map[agent.GlobalKind]int{}
+	kinds := map[agentwire.GlobalKind]int{}
 	for _, g := range a.Globals {
 		kinds[g.Kind]++
 		switch {
-		case g.Kind == agent.GlobalRegion && g.Region != 2,
-			g.Kind == agent.GlobalRingBlock && (g.Region != 2 || len(g.Init) != shm.RingDeviceBlockSize),
-			g.Kind == agent.GlobalDeviceAlloc && (g.Region != 0 || g.Size != shm.DataOffset+256*65*32):
+		case g.Kind == agentwire.GlobalRegion && g.Region != 2,
+			g.Kind == agentwire.GlobalRingBlock && (g.Region != 2 || len(g.Init) != shm.RingDeviceBlockSize),
+			g.Kind == agentwire.GlobalDeviceAlloc && (g.Region != 0 || g.Size != shm.DataOffset+256*65*32):
 			t.Errorf("global %+v", g)
 		case strings.Contains(g.Name, "kp_block"):
 			t.Errorf("global %s: the shared-memory map needs no binding", g.Name)
@@ -163,7 +163,7 @@ func checkGlobals(t *testing.T, a *agent.Patched) {
 	// kp_exec and kp_table in the exit program (the entry program keeps to
 	// shared memory): base and device block, and one allocation (number
 	// 0).
-	if kinds[agent.GlobalRegion] != 1 || kinds[agent.GlobalRingBlock] != 1 || kinds[agent.GlobalDeviceAlloc] != 1 {
+	if kinds[agentwire.GlobalRegion] != 1 || kinds[agentwire.GlobalRingBlock] != 1 || kinds[agentwire.GlobalDeviceAlloc] != 1 {
 		t.Errorf("globals by kind %v: %+v", kinds, a.Globals)
 	}
 }
@@ -177,17 +177,17 @@ func TestPatchErrors(t *testing.T) {
 		name  string
 		image []byte
 		bind  Binder
-		code  agent.NoPatchCode
+		code  agentwire.NoPatchCode
 		want  string
 	}{
-		{"cubin only", cubin, ringBinder(t), agent.NoPatchNoPTX, "no PTX (SASS only)"},
-		{"garbage", []byte("\x01\x02\x03\x04garbage"), ringBinder(t), agent.NoPatchError, "unrecognised code image"},
-		{"no region for the ring", ptxText, none, agent.NoPatchError, "map kp_exec of program kernel_phases_exit has no region"},
+		{"cubin only", cubin, ringBinder(t), agentwire.NoPatchNoPTX, "no PTX (SASS only)"},
+		{"garbage", []byte("\x01\x02\x03\x04garbage"), ringBinder(t), agentwire.NoPatchError, "unrecognised code image"},
+		{"no region for the ring", ptxText, none, agentwire.NoPatchError, "map kp_exec of program kernel_phases_exit has no region"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := p.Patch(&agent.PatchRequest{Arch: 90, Image: tc.image}, tc.bind)
-			var np *agent.NoPatch
+			_, err := p.Patch(&agentwire.PatchRequest{Arch: 90, Image: tc.image}, tc.bind)
+			var np *agentwire.NoPatch
 			if !errors.As(err, &np) || np.Code != tc.code || !strings.Contains(np.Message, tc.want) {
 				t.Fatalf("got %v, want NOPATCH %v with %q", err, tc.code, tc.want)
 			}
@@ -201,11 +201,11 @@ func TestPatchCached(t *testing.T) {
 	p := newPatcher(t)
 	img := build(t, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
 	bind := ringBinder(t)
-	a1, err := p.Patch(&agent.PatchRequest{Arch: 90, Image: img}, bind)
+	a1, err := p.Patch(&agentwire.PatchRequest{Arch: 90, Image: img}, bind)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := p.Patch(&agent.PatchRequest{Arch: 90, Image: img}, bind)
+	a2, err := p.Patch(&agentwire.PatchRequest{Arch: 90, Image: img}, bind)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestPatchDeviceSampling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := p.Patch(&agent.PatchRequest{Arch: 90, Image: img}, ringBinder(t))
+		a, err := p.Patch(&agentwire.PatchRequest{Arch: 90, Image: img}, ringBinder(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,7 +284,7 @@ func gpuPrograms(t *testing.T, name string) []*jit.Program {
 
 // TestPatchDeviceMaps: with a program's GPU maps in Options.DeviceMaps,
 // their globals ask the shim for a device copy of their region, mirrored
-// every MirrorPeriod (agent.GlobalDeviceMap, Size in µs); the ring is
+// every MirrorPeriod (agentwire.GlobalDeviceMap, Size in µs); the ring is
 // written by the warp-aggregated device producer; a kernel map shared
 // with host programs stays a host region; the result assembles.
 func TestPatchDeviceMaps(t *testing.T) {
@@ -299,19 +299,19 @@ func TestPatchDeviceMaps(t *testing.T) {
 	}
 	img := build(t, "vectoradd.sm_80.ptx", "-ptx", "-O3", "-arch", "sm_80")
 	regions := map[string]uint32{"launch_clock": 3, "delay_log2_ns": 5, "exits": 6}
-	a, err := p.Patch(&agent.PatchRequest{Arch: 80, Image: img}, func(name string) (Binding, bool) {
+	a, err := p.Patch(&agentwire.PatchRequest{Arch: 80, Image: img}, func(name string) (Binding, bool) {
 		r, ok := regions[name]
 		return Binding{Region: r, Lanes: 1}, ok
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]agent.PatchedGlobal{
-		"_map_launch_clock":  {Kind: agent.GlobalRegion, Region: 3},
-		"_map_delay_log2_ns": {Kind: agent.GlobalDeviceMap, Region: 5, Size: 10000},
-		"_map_exits":         {Kind: agent.GlobalDeviceMap, Region: 6, Size: 10000},
+	want := map[string]agentwire.PatchedGlobal{
+		"_map_launch_clock":  {Kind: agentwire.GlobalRegion, Region: 3},
+		"_map_delay_log2_ns": {Kind: agentwire.GlobalDeviceMap, Region: 5, Size: 10000},
+		"_map_exits":         {Kind: agentwire.GlobalDeviceMap, Region: 6, Size: 10000},
 	}
-	got := map[string]agent.PatchedGlobal{}
+	got := map[string]agentwire.PatchedGlobal{}
 	for _, g := range a.Globals {
 		for suffix := range want {
 			if strings.HasSuffix(g.Name, suffix) {
@@ -349,28 +349,28 @@ func TestPatchKernelMapAndClock(t *testing.T) {
 			return Binding{Region: r, Lanes: 1}, ok
 		}
 	}
-	region := func(i uint32, v uint64) agent.PatchedGlobal {
-		return agent.PatchedGlobal{Kind: agent.GlobalRegion, Region: i, Value: v}
+	region := func(i uint32, v uint64) agentwire.PatchedGlobal {
+		return agentwire.PatchedGlobal{Kind: agentwire.GlobalRegion, Region: i, Value: v}
 	}
-	zero := agent.PatchedGlobal{Kind: agent.GlobalConst}
+	zero := agentwire.PatchedGlobal{Kind: agentwire.GlobalConst}
 	tests := []struct {
 		name    string
 		regions map[string]uint32
-		want    map[string]agent.PatchedGlobal // global name suffix → binding
+		want    map[string]agentwire.PatchedGlobal // global name suffix → binding
 		wantErr string
 	}{
 		{"all bound", map[string]uint32{"launch_clock": 3, ClockBinding: 4, "delay_log2_ns": 5},
-			map[string]agent.PatchedGlobal{"_map_launch_clock": region(3, 0), "_clock": region(4, shm.DataOffset), "_map_delay_log2_ns": region(5, 0)}, ""},
+			map[string]agentwire.PatchedGlobal{"_map_launch_clock": region(3, 0), "_clock": region(4, shm.DataOffset), "_map_delay_log2_ns": region(5, 0)}, ""},
 		{"no kernel map, no clock", map[string]uint32{"delay_log2_ns": 1},
-			map[string]agent.PatchedGlobal{"_map_launch_clock": zero, "_clock": zero, "_map_delay_log2_ns": region(1, 0)}, ""},
+			map[string]agentwire.PatchedGlobal{"_map_launch_clock": zero, "_clock": zero, "_map_delay_log2_ns": region(1, 0)}, ""},
 		{"no region for a GPU array", map[string]uint32{"launch_clock": 3, ClockBinding: 4}, nil,
 			"map delay_log2_ns of program launch_gpu has no region"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a, err := p.Patch(&agent.PatchRequest{Arch: 80, Image: img}, binder(tc.regions))
+			a, err := p.Patch(&agentwire.PatchRequest{Arch: 80, Image: img}, binder(tc.regions))
 			if tc.wantErr != "" {
-				var np *agent.NoPatch
+				var np *agentwire.NoPatch
 				if !errors.As(err, &np) || !strings.Contains(np.Message, tc.wantErr) {
 					t.Fatalf("got %v, want NOPATCH with %q", err, tc.wantErr)
 				}
@@ -379,7 +379,7 @@ func TestPatchKernelMapAndClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]agent.PatchedGlobal{}
+			got := map[string]agentwire.PatchedGlobal{}
 			for _, g := range a.Globals {
 				for suffix := range tc.want {
 					if strings.HasSuffix(g.Name, "launch_gpu"+suffix) {
@@ -438,7 +438,7 @@ func TestReplacedSASS(t *testing.T) {
 func TestPatchKeepsNewerSASS(t *testing.T) {
 	b := build(t, "vectoradd.80-90.fatbin", "-fatbin", "-gencode", "arch=compute_80,code=compute_80", "-gencode", "arch=compute_90,code=sm_90")
 	_, err := SelectPTX(b, 90)
-	var np *agent.NoPatch
+	var np *agentwire.NoPatch
 	if !errors.As(err, &np) || !strings.Contains(np.Message, "sm_90 SASS") || !strings.Contains(np.Message, "sm_80") {
 		t.Fatalf("SelectPTX = %v, want NOPATCH naming the sm_90 SASS and the sm_80 PTX", err)
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/sanpatch"
 )
@@ -30,18 +30,18 @@ type sassBuild struct {
 	err error
 }
 
-// SASS answers an agent.APISASS PATCH: the patch module of the user GPU
+// SASS answers an agentwire.APISASS PATCH: the patch module of the user GPU
 // programs (Options.SASSPrograms) with kernel_phases' patch functions, for
 // a device of req.Arch, its globals bound for one client as Patch binds a
 // PTX module's (Globals in module order: global i starts as
-// agent.SASSMagicBase + i) and Kernels the programs' targets by program
-// bit (agent.APISASS). Without SASS programs it is kernel_phases alone,
+// agentwire.SASSMagicBase + i) and Kernels the programs' targets by program
+// bit (agentwire.APISASS). Without SASS programs it is kernel_phases alone,
 // for a device the shim's built-in image has no cubin for. Errors are
-// *agent.NoPatch: NoPatchError for a module that cannot be built or a map
+// *agentwire.NoPatch: NoPatchError for a module that cannot be built or a map
 // with no region.
-func (p *Patcher) SASS(req *agent.PatchRequest, bind Binder) (*agent.Patched, error) {
+func (p *Patcher) SASS(req *agentwire.PatchRequest, bind Binder) (*agentwire.Patched, error) {
 	if req.Arch < minSASSArch {
-		return nil, noPatch(agent.NoPatchError, "SASS route patch module for sm_%d: needs sm_%d or newer", req.Arch, minSASSArch)
+		return nil, noPatch(agentwire.NoPatchError, "SASS route patch module for sm_%d: needs sm_%d or newer", req.Arch, minSASSArch)
 	}
 	m, err := p.sassModule(req.Arch)
 	if err != nil {
@@ -51,10 +51,10 @@ func (p *Patcher) SASS(req *agent.PatchRequest, bind Binder) (*agent.Patched, er
 	for i, g := range m.Globals {
 		gs[i] = g.Global
 	}
-	a := &agent.Patched{Image: append([]byte(m.PTX), 0),
+	a := &agentwire.Patched{Image: append([]byte(m.PTX), 0),
 		DeviceOneIn: p.opts.DeviceOneIn, DeviceMaxPerSecond: p.opts.DeviceMaxPerSecond}
 	for i, t := range m.Targets {
-		a.Kernels = append(a.Kernels, agent.PatchedKernel{Name: t, ParamIndex: uint32(i)})
+		a.Kernels = append(a.Kernels, agentwire.PatchedKernel{Name: t, ParamIndex: uint32(i)})
 	}
 	if a.Globals, err = p.globals(gs, bind); err != nil {
 		return nil, err
@@ -80,7 +80,7 @@ func (p *Patcher) sassModule(arch uint32) (*sanpatch.Module, error) {
 	po.DeviceMaps = p.opts.DeviceMaps
 	m, err := sanpatch.Build(p.opts.SASSPrograms, sanpatch.Options{Arch: fmt.Sprintf("sm_%d", arch), Phases: true, PTX: po})
 	if err != nil {
-		err = noPatch(agent.NoPatchError, "SASS route patch module for sm_%d: %v", arch, err)
+		err = noPatch(agentwire.NoPatchError, "SASS route patch module for sm_%d: %v", arch, err)
 	}
 	if c.mods == nil || len(c.mods) >= maxSASSModules {
 		c.mods = map[uint32]sassBuild{}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/sanpatch"
 	"github.com/gpuprobe/gpuprobe/jit"
@@ -45,14 +45,14 @@ func regionBinder(regions map[string]uint32) Binder {
 // PTX, NUL-terminated, with kernel_phases' functions, the program's target
 // as its one kernel, and one
 // descriptor per module global in magic order (descriptor i is the global
-// whose initial value is agent.SASSMagicBase + i); a device-resident map
+// whose initial value is agentwire.SASSMagicBase + i); a device-resident map
 // gets a device copy of its region (GlobalDeviceMap, mirror period in µs),
 // the clock its region; device sampling is the PTX route's.
 func TestSASSModule(t *testing.T) {
 	user := gpuPrograms(t, "threadhist")
 	p := sassPatcher(t, user)
 	regions := map[string]uint32{"thread_runs": 4, "block_threads": 5, ClockBinding: 1}
-	a, err := p.SASS(&agent.PatchRequest{Arch: 90, API: agent.APISASS}, regionBinder(regions))
+	a, err := p.SASS(&agentwire.PatchRequest{Arch: 90, API: agentwire.APISASS}, regionBinder(regions))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestSASSModule(t *testing.T) {
 			t.Errorf("module lacks %q", f)
 		}
 	}
-	want := []agent.PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pf", ParamIndex: 0}}
+	want := []agentwire.PatchedKernel{{Name: "_Z9vectorAddPKfS0_Pf", ParamIndex: 0}}
 	if !reflect.DeepEqual(a.Kernels, want) || a.DeviceOneIn != 4 || a.DeviceMaxPerSecond != 100 {
 		t.Errorf("kernels %+v, device sampling 1 in %d, %d/s; want %+v (the program's target, bit 0), 4, 100", a.Kernels, a.DeviceOneIn, a.DeviceMaxPerSecond, want)
 	}
@@ -74,11 +74,11 @@ func TestSASSModule(t *testing.T) {
 	}
 	devMaps := 0
 	for i, g := range a.Globals {
-		decl := fmt.Sprintf(".global .align 8 .u64 %s = %d;", g.Name, agent.SASSMagicBase+uint64(i))
+		decl := fmt.Sprintf(".global .align 8 .u64 %s = %d;", g.Name, agentwire.SASSMagicBase+uint64(i))
 		if !strings.Contains(text, decl) {
 			t.Errorf("global %d (%s): no %q in the module", i, g.Name, decl)
 		}
-		if g.Kind == agent.GlobalDeviceMap {
+		if g.Kind == agentwire.GlobalDeviceMap {
 			devMaps++
 			if g.Size != 10000 || (g.Region != 4 && g.Region != 5) {
 				t.Errorf("device map global %s: region %d, period %d µs; want 4 or 5, 10000", g.Name, g.Region, g.Size)
@@ -88,7 +88,7 @@ func TestSASSModule(t *testing.T) {
 	if want := len(jit.DeviceResidentMaps(user)); devMaps < want || want == 0 {
 		t.Errorf("%d device-map globals for %d device-resident maps", devMaps, want)
 	}
-	if _, err := agent.MarshalPatched(a); err != nil {
+	if _, err := agentwire.MarshalPatched(a); err != nil {
 		t.Errorf("the answer does not encode: %v", err)
 	}
 }
@@ -135,16 +135,16 @@ func TestSASSRefuses(t *testing.T) {
 		p       *Patcher
 		arch    uint32
 		regions map[string]uint32
-		code    agent.NoPatchCode
+		code    agentwire.NoPatchCode
 		want    string
 	}{
-		{"missing region", sassPatcher(t, user), 90, map[string]uint32{"thread_runs": 4}, agent.NoPatchError, "map block_threads of program"},
-		{"old device", sassPatcher(t, user), 60, all, agent.NoPatchError, "sm_60: needs sm_70"},
-		{"build error", perBlock, 90, all, agent.NoPatchError, `per-block map "kp_block"`},
+		{"missing region", sassPatcher(t, user), 90, map[string]uint32{"thread_runs": 4}, agentwire.NoPatchError, "map block_threads of program"},
+		{"old device", sassPatcher(t, user), 60, all, agentwire.NoPatchError, "sm_60: needs sm_70"},
+		{"build error", perBlock, 90, all, agentwire.NoPatchError, `per-block map "kp_block"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.p.SASS(&agent.PatchRequest{Arch: tc.arch, API: agent.APISASS}, regionBinder(tc.regions))
-			var np *agent.NoPatch
+			_, err := tc.p.SASS(&agentwire.PatchRequest{Arch: tc.arch, API: agentwire.APISASS}, regionBinder(tc.regions))
+			var np *agentwire.NoPatch
 			if !errors.As(err, &np) || np.Code != tc.code || !strings.Contains(np.Message, tc.want) {
 				t.Fatalf("SASS: %v, want NOPATCH %v with %q", err, tc.code, tc.want)
 			}
@@ -164,7 +164,7 @@ func TestSASSPhasesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := p.SASS(&agent.PatchRequest{Arch: 100, API: agent.APISASS}, regionBinder(nil))
+	a, err := p.SASS(&agentwire.PatchRequest{Arch: 100, API: agentwire.APISASS}, regionBinder(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/inject"
 	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/jit/ptx"
@@ -54,8 +54,8 @@ const (
 // MagicBase is the first global's initial value; global i starts as
 // MagicBase + i. The values are far from any address a driver hands out
 // and from the built-in image's (0x475053505343523x). The wire protocol
-// documents it (agent.APISASS), and defines it.
-const MagicBase = agent.SASSMagicBase
+// documents it (agentwire.APISASS), and defines it.
+const MagicBase = agentwire.SASSMagicBase
 
 // sanitizerWrite is SANITIZER_MEMORY_DEVICE_FLAG_WRITE of the memory
 // access callback's flags.
@@ -80,7 +80,7 @@ type Module struct {
 	// Targets are the programs' kernel targets (the section's kernel
 	// name or pattern, "*" for every kernel), by program bit: program i
 	// runs only in launches whose userdata has bit
-	// agent.SASSTargetShift + i set (the loader matches kernel names).
+	// agentwire.SASSTargetShift + i set (the loader matches kernel names).
 	Targets []string
 	// Phases: kernel_phases' patch functions and globals are in the
 	// module (Options.Phases), not in Globals: PhasesGlobals, which start
@@ -164,8 +164,8 @@ func programs(m *Module, progs []*jit.Program, o Options) (string, map[jit.Probe
 		if p.Kind == jit.ProbeUprobe {
 			continue
 		}
-		if len(m.Targets) == agent.SASSMaxPrograms {
-			return "", nil, fmt.Errorf("sanpatch: program %d (%s): at most %d GPU programs run on the SASS route", i, p.Name, agent.SASSMaxPrograms)
+		if len(m.Targets) == agentwire.SASSMaxPrograms {
+			return "", nil, fmt.Errorf("sanpatch: program %d (%s): at most %d GPU programs run on the SASS route", i, p.Name, agentwire.SASSMaxPrograms)
 		}
 		f, err := compile(p, i, o)
 		if err != nil {
@@ -264,7 +264,7 @@ func blockWrapper(b *strings.Builder, name, kp string, funcs []progCall) {
 
 // launchID writes %id: the userdata's launch id, without the program bits.
 func launchID(b *strings.Builder) {
-	fmt.Fprintf(b, "\tand.b64 %%id, %%ud, %d;\n", uint64(1)<<agent.SASSTargetShift-1)
+	fmt.Fprintf(b, "\tand.b64 %%id, %%ud, %d;\n", uint64(1)<<agentwire.SASSTargetShift-1)
 }
 
 // memWrapper writes the memory access patch function: the memcapture
@@ -291,7 +291,7 @@ func memWrapper(b *strings.Builder, funcs []progCall) {
 // skipped unless the userdata has f's bit.
 func call(b *strings.Builder, f progCall, ctx, n string) {
 	fmt.Fprintf(b, "\tand.b64 %%bit, %%ud, %d;\n\tsetp.eq.u64 %%off, %%bit, 0;\n\t@%%off bra $skip%d;\n",
-		uint64(1)<<(agent.SASSTargetShift+f.bit), f.bit)
+		uint64(1)<<(agentwire.SASSTargetShift+f.bit), f.bit)
 	fmt.Fprintf(b, "\t{\n\t\t.param .b64 __rv;\n\t\t.param .b64 __a0;\n\t\t.param .b64 __a1;\n\t\t.param .b64 __a2;\n")
 	fmt.Fprintf(b, "\t\tst.param.b64 [__a0], %s;\n\t\tst.param.b64 [__a1], %s;\n\t\tst.param.b64 [__a2], %%id;\n", ctx, n)
 	fmt.Fprintf(b, "\t\tcall (__rv), %s, (__a0, __a1, __a2);\n\t}\n$skip%d:\n", f.name, f.bit)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/jit"
 )
@@ -210,11 +210,11 @@ func TestPhasesOnly(t *testing.T) {
 	}
 }
 
-// TestMagicBase pins the magic that agent.APISASS documents.
+// TestMagicBase pins the magic that agentwire.APISASS documents.
 func TestMagicBase(t *testing.T) {
 	const want = 0x4750534700000000
-	if MagicBase != want || agent.SASSMagicBase != want {
-		t.Fatalf("MagicBase %#x, agent.SASSMagicBase %#x, want 0x4750534700000000", MagicBase, agent.SASSMagicBase)
+	if MagicBase != want || agentwire.SASSMagicBase != want {
+		t.Fatalf("MagicBase %#x, agentwire.SASSMagicBase %#x, want 0x4750534700000000", MagicBase, agentwire.SASSMagicBase)
 	}
 }
 
@@ -247,15 +247,15 @@ func TestTargets(t *testing.T) {
 		t.Fatalf("targets %q, want %q", m.Targets, want)
 	}
 	for bit := range want {
-		mask := fmt.Sprintf("and.b64 %%bit, %%ud, %d;", uint64(1)<<(agent.SASSTargetShift+bit))
+		mask := fmt.Sprintf("and.b64 %%bit, %%ud, %d;", uint64(1)<<(agentwire.SASSTargetShift+bit))
 		if strings.Count(m.PTX, mask) != 1 || !strings.Contains(m.PTX, fmt.Sprintf("$skip%d:", bit)) {
 			t.Errorf("program bit %d: its test %q or label is not in the module once", bit, mask)
 		}
 	}
-	if n := strings.Count(m.PTX, fmt.Sprintf("and.b64 %%id, %%ud, %d;", uint64(1)<<agent.SASSTargetShift-1)); n != 3 {
+	if n := strings.Count(m.PTX, fmt.Sprintf("and.b64 %%id, %%ud, %d;", uint64(1)<<agentwire.SASSTargetShift-1)); n != 3 {
 		t.Errorf("%d wrappers strip the program bits from the launch id, want 3 (enter, exit, mem)", n)
 	}
-	many := make([]*jit.Program, agent.SASSMaxPrograms+1)
+	many := make([]*jit.Program, agentwire.SASSMaxPrograms+1)
 	for i := range many {
 		many[i] = progs[0]
 	}

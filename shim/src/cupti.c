@@ -130,7 +130,7 @@ static void gp_win_unlock(void)
 static int gp_win_state = GP_WIN_IDLE;
 static void *gp_win_sub;
 static int gp_win_ts_ours; /* CUPTI timestamps are gp_now's */
-static uint32_t gp_win_flush_ms = 100;
+static uint32_t gp_win_flush_us = 100000; /* the WELCOME's flush_us (0 there: this default) */
 /* What the application itself asked of CUPTI (the interposers). */
 static uint32_t gp_app_kinds;  /* kinds enabled, counted */
 static int gp_app_sub;         /* it holds a subscriber */
@@ -547,7 +547,7 @@ static void gp_win_detach_now(void)
 static void *gp_win_main(void *arg)
 {
 	(void)arg;
-	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)gp_win_flush_ms * 1000000L};
+	struct timespec ts = {.tv_sec = gp_win_flush_us / 1000000, .tv_nsec = (long)(gp_win_flush_us % 1000000) * 1000L};
 	for (;;) {
 		nanosleep(&ts, NULL);
 		gp_win_lock();
@@ -595,15 +595,15 @@ static void gp_win_unavailable(uint32_t reason, uint32_t detail, const char *why
 
 /* gp_windows_start turns device windows on for this process, once (called
  * when the first session is up). */
-GP_HIDDEN void gp_windows_start(uint32_t flush_ms)
+GP_HIDDEN void gp_windows_start(uint32_t flush_us)
 {
 	static int once;
 	if (__atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
 		return;
 	const char *why = "", *off = getenv("GPUPROBE_WINDOWS");
 	gp_win_lock();
-	if (flush_ms >= 10 && flush_ms <= 10000)
-		gp_win_flush_ms = flush_ms;
+	if (flush_us != 0)
+		gp_win_flush_us = flush_us;
 	const char *inj = getenv("CUDA_INJECTION64_PATH"), *bud = getenv("GPUPROBE_WINDOWS_BUDGET_PPM");
 	if (bud && bud[0]) {
 		char *end;
@@ -632,8 +632,8 @@ GP_HIDDEN void gp_windows_start(uint32_t flush_ms)
 			gp_win_unavailable(GP_WINDOWS_R_API_ERROR, (uint32_t)r, why);
 		else {
 			gp_win_state = GP_WIN_ON;
-			GP_TRACE("device windows: on (%s, %s clock, flush every %u ms)", gp_cu.path,
-				 gp_win_ts_ours ? "the shim's" : "CUPTI's", gp_win_flush_ms);
+			GP_TRACE("device windows: on (%s, %s clock, flush every %u us)", gp_cu.path,
+				 gp_win_ts_ours ? "the shim's" : "CUPTI's", gp_win_flush_us);
 			gp_win_state_record(GP_WINDOWS_ON, GP_WINDOWS_R_NONE, 0);
 			pthread_t th;
 			pthread_attr_t a;

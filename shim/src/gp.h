@@ -240,10 +240,11 @@ static inline void *gp_real(struct gp_slot *s)
 
 /* session.c */
 #define GP_MAX_REGIONS 32u
-/* Agent protocol version (gpuprobe/agent, doc.go); 2 added descriptor
+/* Agent protocol version (gpuprobe/agentwire, doc.go); 2 added descriptor
  * flags (bit 0: the region has no shm header), 3 PATCHED's
- * device_max_per_second (a 32-byte header). */
-#define GP_PROTO 3u
+ * device_max_per_second (a 32-byte header), 4 the WELCOME's 16-byte
+ * settings (GP_SETTINGS_SIZE). */
+#define GP_PROTO 4u
 #define GP_DESC_NOHEADER 1u
 /* Region roles the shim treats specially. A kernel map (a BPF_F_MMAPABLE
  * BPF array's fd, no header) and the clock region are optional: if they
@@ -316,10 +317,15 @@ struct gp_conn {
 	size_t names_size;
 	uint32_t nregions;
 	struct gp_region regions[GP_MAX_REGIONS];
-	uint32_t settings, flush_ms; /* the WELCOME's settings (GP_SET_*), 0 when it has none */
+	/* The WELCOME's settings, all 0 when it has none: flags (GP_SET_*),
+	 * flush_us (how often windows and SASS records are handed over, in
+	 * µs; 0: the shim's default) and max_rate (sampling::
+	 * device_max_per_second for the SASS route; 0: no limit). */
+	uint32_t settings, flush_us, max_rate;
 };
+#define GP_SETTINGS_SIZE 16u /* u32 flags, u32 flush_us, u32 device_max_per_second, u32 reserved */
 #define GP_SET_WINDOWS 1u /* record device windows (cupti.c) */
-#define GP_SET_SASS 2u    /* SASS-route probes (sass.c); bits 16-31: sampled launches a second per module */
+#define GP_SET_SASS 2u    /* SASS-route probes (sass.c) */
 #define GP_SET_SASS_PROGRAMS 4u /* the collector has GPU programs for the SASS route (sass_user.c) */
 #define GP_SET_SASS_FILTER 8u   /* the collector filters the SASS route's kernels (sass_filter.c) */
 GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
@@ -836,14 +842,14 @@ static inline void gp_produce(void *ring, uint32_t type, const void *rec, uint32
 }
 
 /* cupti.c: device windows. gp_windows_start turns them on (once, when the
- * first session is up; flush_ms: how often CUPTI hands records over);
+ * first session is up; flush_us: how often CUPTI hands records over, µs);
  * gp_win_expect, before a launch call, names its launch id: CUPTI's callback
  * at the call's entry files its correlation id under it (before the kernel
  * can run, so before its record can come); gp_win_note, after the call,
  * returns the launch record's flag: GP_LAUNCH_F_NO_WINDOW when no window
  * will come. gp_ids_handed: launch ids handed out so far (the rate cap). */
 GP_HIDDEN uint64_t gp_ids_handed(void);
-GP_HIDDEN void gp_windows_start(uint32_t flush_ms);
+GP_HIDDEN void gp_windows_start(uint32_t flush_us);
 GP_HIDDEN void gp_windows_forked(void);
 extern GP_HIDDEN int gp_win_on;
 static inline void gp_win_expect(uint64_t id) { gp_self.pending = id; }
@@ -857,11 +863,12 @@ static inline uint32_t gp_win_note(void)
 	return GP_LAUNCH_F_NO_WINDOW;
 }
 
-/* sass.c: the SASS route. gp_sass_start turns it on (the collector's
- * settings: rate sampled launches a second per module); gp_sass_note, after
+/* sass.c: the SASS route. gp_sass_start turns it on or off (the
+ * collector's settings: sampling::device_max_per_second, 0 for no limit;
+ * the flush period in µs); gp_sass_note, after
  * a launch call, turns the launch record's flags into those of a launch
  * that runs the route's probes when sass.c sampled it. */
-GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, uint32_t settings);
+GP_HIDDEN void gp_sass_start(int on, uint32_t rate, uint32_t flush_us, uint32_t settings);
 GP_HIDDEN void gp_sass_summary(void);
 GP_HIDDEN void gp_sass_pause(void);
 GP_HIDDEN int gp_sass_aside(int on, const char *what);

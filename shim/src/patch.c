@@ -1,5 +1,5 @@
 /*
- * patch.c - loading patched code (wire format: package gpuprobe/agent,
+ * patch.c - loading patched code (wire format: package gpuprobe/agentwire,
  * doc.go, "Patching").
  *
  * At a load of an in-memory image that may carry PTX, the shim sends the

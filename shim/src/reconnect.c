@@ -79,7 +79,7 @@ static void gp_rejoin(uint64_t unread)
 			__atomic_store_n(&gp_reconnects, n + 1, __ATOMIC_RELEASE);
 			gp_install(&c);
 			gp_ring_prefault();
-			gp_sass_start(c.settings & GP_SET_SASS ? c.settings >> 16 : 0, c.flush_ms, c.settings);
+			gp_sass_start((c.settings & GP_SET_SASS) != 0, c.max_rate, c.flush_us, c.settings);
 			gp_rc_fd = c.fd;
 			GP_TRACE("reconnected to %s (session %u of this process): %llu records lost meanwhile",
 				 gp_rc_path, n + 2, (unsigned long long)lost);

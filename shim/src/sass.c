@@ -15,7 +15,9 @@
  * (sanitizerPatchModule before the burst's first launch,
  * sanitizerUnpatchModule at the module's first launch after it), and the
  * process starts at most rate / GP_SASS_BURST bursts a second, so at most
- * rate launches a second are sampled. A patch and unpatch cost about 0.5 ms
+ * rate launches a second are sampled in all: rate is sampling::
+ * device_max_per_second (WELCOME settings, 0: no limit), a cap per kernel
+ * that the whole process thus keeps too. A patch and unpatch cost about 0.5 ms
  * of the launching thread, and patched short kernels run 2-6x slower;
  * unpatched they run as they were. Patching around every sampled launch,
  * 100 a second per module, made a PyTorch training step 2.13x slower (H200,
@@ -62,7 +64,7 @@ GP_HIDDEN struct gp_sass_ctx gp_sass_ctxs[GP_SASS_CTXS];
 GP_HIDDEN pthread_mutex_t gp_sass_mu = PTHREAD_MUTEX_INITIALIZER;
 GP_HIDDEN pthread_mutex_t gp_sass_drain_mu = PTHREAD_MUTEX_INITIALIZER;
 GP_HIDDEN int gp_sass_user_wanted;
-GP_HIDDEN uint32_t gp_sass_flush_ms = 50;
+GP_HIDDEN uint32_t gp_sass_flush_us = 50000;
 GP_HIDDEN struct gp_sass_stats gp_sass_stats;
 
 /* Per module: patched or not, and what is left of its burst; gen is
@@ -360,21 +362,25 @@ static int gp_sass_subscribe(void)
 }
 
 /* gp_sass_start turns the route on (the collector's settings, after the
- * handshake): rate is the sampled launches a second of the process,
- * flush_ms how often records are copied out; rate 0 (the collector did not
- * ask) releases the subscription; settings: the WELCOME's, which say
+ * handshake): on, the WELCOME's GP_SET_SASS (off: the subscription is
+ * released); rate, sampling::device_max_per_second (0: no limit), spent
+ * as rate / GP_SASS_BURST bursts a second; flush_us how often records are
+ * copied out (0: the default); settings: the WELCOME's flags, which say
  * whether it has GPU programs for the route (sass_user.c) and filters its
  * kernels (sass_filter.c). */
-GP_HIDDEN void gp_sass_start(uint32_t rate, uint32_t flush_ms, uint32_t settings)
+GP_HIDDEN void gp_sass_start(int on, uint32_t rate, uint32_t flush_us, uint32_t settings)
 {
 	__atomic_store_n(&gp_sass_user_wanted, (settings & GP_SET_SASS_PROGRAMS) != 0, __ATOMIC_RELAXED);
 	gp_sass_filter_set((settings & GP_SET_SASS_FILTER) != 0);
-	if (rate == 0 || !__atomic_load_n(&gp_sass_subscribed, __ATOMIC_ACQUIRE)) {
+	if (!on || !__atomic_load_n(&gp_sass_subscribed, __ATOMIC_ACQUIRE)) {
 		gp_sass_release();
 		return;
 	}
-	gp_sass_gap_ns = rate >= 65535 ? 0 : 1000000000ull * GP_SASS_BURST / rate;
-	gp_sass_flush_ms = flush_ms < 10 ? 10 : flush_ms;
+	gp_sass_gap_ns = rate == 0 ? 0 : 1000000000ull * GP_SASS_BURST / rate;
+	if (flush_us != 0)
+		gp_sass_flush_us = flush_us;
+	GP_TRACE("sass: settings: at most %u launches a second (0: no limit), records every %u us", rate,
+		 gp_sass_flush_us);
 	if (gp_sass_subscribe() != 0)
 		return;
 	static int started;

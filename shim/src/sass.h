@@ -83,7 +83,7 @@ extern GP_HIDDEN pthread_mutex_t gp_sass_mu;       /* setup and patching, never 
 extern GP_HIDDEN pthread_mutex_t gp_sass_drain_mu; /* the drain thread and the exit drain */
 
 extern GP_HIDDEN int gp_sass_user_wanted; /* ask for the collector's module (WELCOME's GP_SET_SASS_PROGRAMS; 0 once it has none) */
-extern GP_HIDDEN uint32_t gp_sass_flush_ms; /* how often the thread drains */
+extern GP_HIDDEN uint32_t gp_sass_flush_us; /* how often the thread drains, µs */
 /* Counted outcomes (GPUPROBE_TRACE prints them at exit). */
 struct gp_sass_stats {
 	uint64_t callbacks, sampled, patches, unpatches, refused, records, lost, torn;

@@ -234,7 +234,7 @@ static void gp_sass_drain_all(void *out)
 GP_HIDDEN void *gp_sass_thread(void *arg)
 {
 	(void)arg;
-	struct timespec ts = {.tv_sec = gp_sass_flush_ms / 1000, .tv_nsec = (long)(gp_sass_flush_ms % 1000) * 1000000};
+	struct timespec ts = {.tv_sec = gp_sass_flush_us / 1000000, .tv_nsec = (long)(gp_sass_flush_us % 1000000) * 1000L};
 	for (;;) {
 		nanosleep(&ts, NULL);
 		void *out = gp_session();

@@ -1,6 +1,6 @@
 /*
  * session.c - the shim's end of the agent socket (wire format: package
- * github.com/gpuprobe/gpuprobe/gpuprobe/agent, doc.go).
+ * github.com/gpuprobe/gpuprobe/gpuprobe/agentwire, doc.go).
  *
  * At the first CUDA load or launch of the process, the shim connects to the
  * socket (GPUPROBE_SOCKET, default /run/gpuprobe/agent.sock), sends HELLO
@@ -474,16 +474,18 @@ GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t l
 		goto fail;
 	}
 	uint32_t count = len >= 8 ? gp_le32(payload + 4) : 0;
-	/* The descriptors, then (from a collector that has them) 8 bytes of
-	 * settings. */
+	/* The descriptors, then (from a collector that has them)
+	 * GP_SETTINGS_SIZE bytes of settings; their reserved word must be 0. */
 	uint32_t end = 8 + count * GP_DESC_SIZE;
-	if (type != GP_FRAME_WELCOME || len < 8 || count > GP_MAX_REGIONS || (len != end && len != end + 8) ||
+	if (type != GP_FRAME_WELCOME || len < 8 || count > GP_MAX_REGIONS || (len != end && len != end + GP_SETTINGS_SIZE) ||
+	    (len == end + GP_SETTINGS_SIZE && gp_le32(payload + end + 12) != 0) ||
 	    (int)count != nfds) {
 		err = -EPROTO, *why = "malformed WELCOME";
 		goto fail;
 	}
-	if (len == end + 8)
-		c->settings = gp_le32(payload + end), c->flush_ms = gp_le32(payload + end + 4);
+	if (len == end + GP_SETTINGS_SIZE)
+		c->settings = gp_le32(payload + end), c->flush_us = gp_le32(payload + end + 4),
+		c->max_rate = gp_le32(payload + end + 8);
 	gp_take_regions(c, payload, count, fds);
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
@@ -636,15 +638,15 @@ GP_HIDDEN void gp_connect(void)
 		return;
 	}
 	gp_timeout_ms = ms;
-	uint32_t settings = c.settings, flush_ms = c.flush_ms;
+	uint32_t settings = c.settings, flush_us = c.flush_us, max_rate = c.max_rate;
 	gp_install(&c);
 	__atomic_store_n(&gp_state, GP_READY, __ATOMIC_RELEASE);
 	gp_reconnect_start(path, c.fd);
 	/* The SASS route first: when the collector does not want it, its
 	 * subscription is released so that CUPTI can subscribe. */
-	gp_sass_start(settings & GP_SET_SASS ? settings >> 16 : 0, flush_ms, settings);
+	gp_sass_start((settings & GP_SET_SASS) != 0, max_rate, flush_us, settings);
 	if (settings & GP_SET_WINDOWS)
-		gp_windows_start(flush_ms);
+		gp_windows_start(flush_us);
 }
 
 /* fork: the child drops the parent's session (its ring belongs to the

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"golang.org/x/sys/unix"
@@ -87,16 +87,16 @@ func NewInstance(defs []*Def, pid, src uint32, process string, now time.Time) (*
 
 // Offers are the regions to hand to the application, role 3 (map) with the
 // map's name.
-func (in *Instance) Offers() []agent.Offer {
-	out := make([]agent.Offer, 0, len(in.arrays)+len(in.rings))
+func (in *Instance) Offers() []agentwire.Offer {
+	out := make([]agentwire.Offer, 0, len(in.arrays)+len(in.rings))
 	for _, a := range in.arrays {
 		if a.arr != nil {
-			out = append(out, agent.Offer{Role: agent.RoleMap, Name: a.def.Name, Region: a.arr.Region()})
+			out = append(out, agentwire.Offer{Role: agentwire.RoleMap, Name: a.def.Name, Region: a.arr.Region()})
 		}
 	}
 	for _, g := range in.rings {
 		if g.ring != nil {
-			out = append(out, agent.Offer{Role: agent.RoleMap, Name: g.def.Name, Region: g.ring.Region()})
+			out = append(out, agentwire.Offer{Role: agentwire.RoleMap, Name: g.def.Name, Region: g.ring.Region()})
 		}
 	}
 	return out

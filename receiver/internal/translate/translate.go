@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/internal/kernelfilter"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -23,7 +24,7 @@ type Options struct {
 	CompletionGrace    time.Duration // wait after completion for late warps (default 20 ms)
 	Sampling           SamplingOptions
 	ExpectWarps        bool // device probes are attached: wait for warp records
-	Filter             *config.KernelFilter
+	Filter             *kernelfilter.Filter
 	Demangle           func(string) string // mangled → span name (default identity)
 	ProcessName        func(pid uint32) string
 	Clock              *clock.Mapper

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/internal/kernelfilter"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -564,7 +565,7 @@ func TestWindowBounds(t *testing.T) {
 	}
 }
 
-func mustFilter(t *testing.T, include ...string) *config.KernelFilter {
+func mustFilter(t *testing.T, include ...string) *kernelfilter.Filter {
 	t.Helper()
 	f, err := config.NewKernelFilter(config.KernelsConfig{Include: include})
 	if err != nil {

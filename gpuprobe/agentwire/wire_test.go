@@ -1,4 +1,4 @@
-package agent
+package agentwire
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -22,7 +23,7 @@ func TestWireRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ft, p, err := readFrame(bytes.NewReader(b))
+		ft, p, err := ReadFrame(bytes.NewReader(b))
 		if err != nil || ft != FrameHello {
 			t.Fatal(ft, err)
 		}
@@ -35,7 +36,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{Role: RoleMap, Kind: shm.KindPerThreadArray, RegionSize: 1 << 20, ID: 2, Name: strings.Repeat("m", MaxRegionName)},
 		{Role: RoleKernelMap, Kind: shm.KindArray, Flags: FlagNoHeader, RegionSize: 4096, Name: "launch_clock"},
 		{Role: RoleClock, Kind: shm.KindArray, RegionSize: 4096, ID: 3, Name: "clock"},
-	}, Settings: Settings{Flags: SettingWindows | SettingSASS, SASSRate: 100, WindowFlushMS: 250}}
+	}, Settings: Settings{Flags: SettingWindows | SettingSASS, DeviceMaxPerSecond: 70000, FlushPeriod: 250 * time.Millisecond}}
 	b, err := MarshalWelcome(w)
 	if err != nil {
 		t.Fatal(err)
@@ -43,9 +44,12 @@ func TestWireRoundTrip(t *testing.T) {
 	if len(b) != FrameHeader+8+4*DescriptorSize+SettingsSize {
 		t.Fatalf("WELCOME is %d bytes", len(b))
 	}
-	// The settings follow the descriptors: flags, then the flush period.
-	if f, ms := binary.LittleEndian.Uint32(b[len(b)-8:]), binary.LittleEndian.Uint32(b[len(b)-4:]); f != 3|100<<16 || ms != 250 {
-		t.Fatalf("settings %#x %d, want %#x 250", f, ms, 3|100<<16)
+	// The settings follow the descriptors, a field each: flags, the flush
+	// period in µs, device_max_per_second in full (over 16 bits here), 0.
+	st := b[len(b)-SettingsSize:]
+	le := binary.LittleEndian
+	if f, us, rate, r := le.Uint32(st), le.Uint32(st[4:]), le.Uint32(st[8:]), le.Uint32(st[12:]); f != 3 || us != 250000 || rate != 70000 || r != 0 {
+		t.Fatalf("settings %#x %d %d %d, want 0x3 250000 70000 0", f, us, rate, r)
 	}
 	// A WELCOME without settings (an older collector) asks for nothing.
 	if got, err := UnmarshalWelcome(b[FrameHeader : len(b)-SettingsSize]); err != nil || got.Settings != (Settings{}) || len(got.Regions) != 4 {
@@ -55,12 +59,11 @@ func TestWireRoundTrip(t *testing.T) {
 	if _, err := UnmarshalWelcome(b[FrameHeader : len(b)-4]); err == nil {
 		t.Fatal("a WELCOME with 4 bytes of settings was accepted")
 	}
-	// The documented byte layout: version 3 at frame offset 4; descriptor
+	// The documented byte layout: version 4 at frame offset 4; descriptor
 	// 1's region_size at payload 8+64+8; descriptor 2's role at payload
 	// 8+128 and its flags (bit 0: no header) at 8+128+6.
-	le := binary.LittleEndian
-	if v := le.Uint16(b[4:]); v != 3 {
-		t.Fatalf("frame version %d, want 3", v)
+	if v := le.Uint16(b[4:]); v != 4 {
+		t.Fatalf("frame version %d, want 4", v)
 	}
 	if v := le.Uint64(b[FrameHeader+8+DescriptorSize+8:]); v != 1<<20 {
 		t.Fatalf("region_size field holds %d", v)
@@ -68,14 +71,14 @@ func TestWireRoundTrip(t *testing.T) {
 	if r, f := le.Uint32(b[FrameHeader+8+2*DescriptorSize:]), le.Uint16(b[FrameHeader+8+2*DescriptorSize+6:]); r != 5 || f != 1 {
 		t.Fatalf("kernel map descriptor: role %d flags %d, want 5 and 1", r, f)
 	}
-	ft, p, err := readFrame(bytes.NewReader(b))
+	ft, p, err := ReadFrame(bytes.NewReader(b))
 	if err != nil || ft != FrameWelcome {
 		t.Fatal(ft, err)
 	}
 	if got, err := UnmarshalWelcome(p); err != nil || !reflect.DeepEqual(got, w) {
 		t.Fatalf("welcome %+v -> %+v, %v", w, got, err)
 	}
-	ft, p, err = readFrame(bytes.NewReader(MarshalError(CodeTooMany, "busy")))
+	ft, p, err = ReadFrame(bytes.NewReader(MarshalError(CodeTooMany, "busy")))
 	if err != nil || ft != FrameError || UnmarshalError(p).Error() != "agent: too many connections: busy" {
 		t.Fatalf("error frame: %v %v", ft, err)
 	}
@@ -120,6 +123,21 @@ func TestWireRejects(t *testing.T) {
 	}{
 		{"long name", func() error { _, err := MarshalHello(Hello{Name: strings.Repeat("x", MaxNameLen+1)}); return err }(), "exceeds 256"},
 		{"too many regions", func() error { _, err := MarshalWelcome(Welcome{Regions: make([]RegionInfo, MaxRegions+1)}); return err }(), "exceed 32"},
+		{"flush period not in µs", func() error {
+			_, err := MarshalWelcome(Welcome{Settings: Settings{Flags: SettingWindows, FlushPeriod: 1500 * time.Nanosecond}})
+			return err
+		}(), "flush period: 1.5µs is not a whole number of microseconds"},
+		{"flush period over u32 µs", func() error {
+			_, err := MarshalWelcome(Welcome{Settings: Settings{FlushPeriod: MaxMicros + time.Microsecond}})
+			return err
+		}(), "is not a whole number of microseconds from 0"},
+		{"unknown setting flag", func() error { _, err := MarshalWelcome(Welcome{Settings: Settings{Flags: 16}}); return err }(), "settings flags 0x10"},
+		{"settings reserved", func() error {
+			b, _ := MarshalWelcome(Welcome{Settings: Settings{Flags: SettingSASS}})
+			b[len(b)-1] = 1
+			_, err := UnmarshalWelcome(b[FrameHeader:])
+			return err
+		}(), "settings reserved 0x1000000 at payload offset 20"},
 		{"long region name", func() error {
 			_, err := MarshalWelcome(Welcome{Regions: []RegionInfo{{Name: strings.Repeat("x", 41)}}})
 			return err
@@ -139,9 +157,9 @@ func TestWireRejects(t *testing.T) {
 		{"version 1 frame", func() error {
 			b := MarshalError(CodeServer, "x")
 			b[4] = 1
-			_, _, err := readFrame(bytes.NewReader(b))
+			_, _, err := ReadFrame(bytes.NewReader(b))
 			return err
-		}(), "protocol version 1 at offset 4, this side speaks 3"},
+		}(), "protocol version 1 at offset 4, this side speaks 4"},
 		{"error length lies", UnmarshalError([]byte{1, 0, 0, 0, 9, 0, 0, 0, 'a'}), "msg_len 9"},
 		{"long service name", func() error {
 			_, err := MarshalHello(Hello{Flags: HelloResource, ServiceName: strings.Repeat("s", MaxServiceName+1)})
@@ -189,7 +207,7 @@ func FuzzFrames(f *testing.F) {
 	f.Add(w)
 	f.Add(MarshalError(CodeServer, "x"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ft, p, err := readFrame(bytes.NewReader(b))
+		ft, p, err := ReadFrame(bytes.NewReader(b))
 		if err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package agent
+package agentwire
 
 import (
 	"bytes"
@@ -236,7 +236,7 @@ func MarshalPatch(r *PatchRequest, memfd bool) ([]byte, error) {
 		}
 		p = append(p, r.Image...)
 	}
-	return appendFrame(nil, FramePatch, p), nil
+	return AppendFrame(nil, FramePatch, p), nil
 }
 
 // UnmarshalPatch decodes a PATCH payload. With PatchImageMemfd in flags
@@ -311,7 +311,7 @@ func MarshalPatched(a *Patched) ([]byte, error) {
 	if len(p) > MaxPayload {
 		return nil, fmt.Errorf("agent: PATCHED description of %d bytes (%d kernels, %d globals) exceeds the %d-byte frame", len(p), len(a.Kernels), len(a.Globals), MaxPayload)
 	}
-	return appendFrame(nil, FramePatched, p), nil
+	return AppendFrame(nil, FramePatched, p), nil
 }
 
 // MaxKernelName bounds kernel and global names in PATCHED.
@@ -405,7 +405,7 @@ func MarshalNoPatch(n *NoPatch) []byte {
 	p = le.AppendUint32(p, uint32(n.Code))
 	p = le.AppendUint32(p, uint32(len(msg)))
 	p = append(p, msg...)
-	return appendFrame(nil, FrameNoPatch, p)
+	return AppendFrame(nil, FrameNoPatch, p)
 }
 
 // UnmarshalNoPatch decodes a NOPATCH payload.

@@ -1,10 +1,11 @@
-package agent
+package agentwire
 
 import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -12,7 +13,7 @@ import (
 // Protocol constants (see the package comment).
 const (
 	Magic          = 0x41425047 // "GPBA" little-endian
-	Version        = 3          // protocol version (2: descriptor flags, headerless regions; 3: PATCHED's device_max_per_second)
+	Version        = 4          // protocol version (2: descriptor flags, headerless regions; 3: PATCHED's device_max_per_second; 4: 16-byte WELCOME settings)
 	FrameHeader    = 12         // bytes of a frame header
 	MaxPayload     = 65536      // largest frame payload
 	MaxNameLen     = 256        // largest process name in HELLO
@@ -150,13 +151,17 @@ type Welcome struct {
 }
 
 // Settings are the collector's wishes a WELCOME carries after its
-// descriptors (8 bytes: u32 flags, bits 16-31 the SASS route's rate; u32
-// window flush period in ms; a WELCOME without them asks for nothing
-// optional).
+// descriptors (SettingsSize bytes: u32 flags, u32 flush period in µs, u32
+// device_max_per_second, u32 reserved; a WELCOME without them asks for
+// nothing optional).
 type Settings struct {
-	Flags         SettingFlags // optional recording the collector asks for
-	SASSRate      uint16       // with SettingSASS: sampled launches a second per module, ≥ 1
-	WindowFlushMS uint32       // how often device windows and SASS records are handed over, 10..10000 ms
+	Flags SettingFlags // optional recording the collector asks for
+	// FlushPeriod is how often device windows and SASS records are handed
+	// over (poll_interval); whole µs up to MaxMicros, 0: the client's default.
+	FlushPeriod time.Duration
+	// DeviceMaxPerSecond is sampling::device_max_per_second, for the SASS
+	// route (with SettingSASS): 0, no limit.
+	DeviceMaxPerSecond uint32
 }
 
 // SettingFlags are the bits of Settings.Flags.
@@ -180,11 +185,23 @@ const (
 	// kernel the first time, and probes only those the answer names.
 	SettingSASSFilter SettingFlags = 8
 
-	settingFlagsMask SettingFlags = 0xffff // bits 16-31 carry SASSRate
+	knownSettings = SettingWindows | SettingSASS | SettingSASSPrograms | SettingSASSFilter
 )
 
 // SettingsSize is the size of the settings block of a WELCOME.
-const SettingsSize = 8
+const SettingsSize = 16
+
+// MaxMicros is the longest period a µs field of the protocol carries (u32).
+const MaxMicros = time.Duration(1<<32-1) * time.Microsecond
+
+// Micros converts a period to the protocol's unit, whole microseconds in
+// a u32; a negative, fractional or longer period is an error, not rounded.
+func Micros(d time.Duration) (uint32, error) {
+	if d < 0 || d > MaxMicros || d%time.Microsecond != 0 {
+		return 0, fmt.Errorf("%s is not a whole number of microseconds from 0 to %s", d, MaxMicros)
+	}
+	return uint32(d / time.Microsecond), nil
+}
 
 // ProtocolError is an ERROR frame received from the server, or a malformed
 // frame detected locally.
@@ -198,7 +215,7 @@ func (e *ProtocolError) Error() string {
 	return fmt.Sprintf("agent: %v: %s", e.Code, e.Message)
 }
 
-func appendFrame(b []byte, t FrameType, payload []byte) []byte {
+func AppendFrame(b []byte, t FrameType, payload []byte) []byte {
 	le := binary.LittleEndian
 	b = le.AppendUint32(b, Magic)
 	b = le.AppendUint16(b, Version)
@@ -207,9 +224,9 @@ func appendFrame(b []byte, t FrameType, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-// parseFrameHeader checks a 12-byte frame header and returns its type and
+// ParseFrameHeader checks a 12-byte frame header and returns its type and
 // payload length.
-func parseFrameHeader(h []byte) (FrameType, uint32, error) {
+func ParseFrameHeader(h []byte) (FrameType, uint32, error) {
 	le := binary.LittleEndian
 	if m := le.Uint32(h); m != Magic {
 		return 0, 0, &ProtocolError{CodeProtocol, fmt.Sprintf("frame magic %#08x at offset 0, want %#08x (\"GPBA\")", m, Magic)}
@@ -228,13 +245,13 @@ func parseFrameHeader(h []byte) (FrameType, uint32, error) {
 	return t, n, nil
 }
 
-// readFrame reads one frame from r.
-func readFrame(r io.Reader) (FrameType, []byte, error) {
+// ReadFrame reads one frame from r.
+func ReadFrame(r io.Reader) (FrameType, []byte, error) {
 	var h [FrameHeader]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, fmt.Errorf("agent: reading frame header: %w", err)
 	}
-	t, n, err := parseFrameHeader(h[:])
+	t, n, err := ParseFrameHeader(h[:])
 	if err != nil {
 		return 0, nil, err
 	}
@@ -276,7 +293,7 @@ func MarshalHello(h Hello) ([]byte, error) {
 		p = append(p, h.ServiceName...)
 		p = append(p, h.ResAttrs...)
 	}
-	return appendFrame(nil, FrameHello, p), nil
+	return AppendFrame(nil, FrameHello, p), nil
 }
 
 // UnmarshalHello decodes a HELLO payload.
@@ -365,9 +382,19 @@ func MarshalWelcome(w Welcome) ([]byte, error) {
 		copy(d[24:], r.Name)
 		p = append(p, d[:]...)
 	}
-	p = le.AppendUint32(p, uint32(w.Settings.Flags&settingFlagsMask)|uint32(w.Settings.SASSRate)<<16)
-	p = le.AppendUint32(p, w.Settings.WindowFlushMS)
-	return appendFrame(nil, FrameWelcome, p), nil
+	st := w.Settings
+	if st.Flags&^knownSettings != 0 {
+		return nil, fmt.Errorf("agent: settings flags %#x: only %#x are defined", st.Flags, knownSettings)
+	}
+	us, err := Micros(st.FlushPeriod)
+	if err != nil {
+		return nil, fmt.Errorf("agent: settings flush period: %w", err)
+	}
+	p = le.AppendUint32(p, uint32(st.Flags))
+	p = le.AppendUint32(p, us)
+	p = le.AppendUint32(p, st.DeviceMaxPerSecond)
+	p = le.AppendUint32(p, 0)
+	return AppendFrame(nil, FrameWelcome, p), nil
 }
 
 // UnmarshalWelcome decodes a WELCOME payload.
@@ -387,8 +414,15 @@ func UnmarshalWelcome(p []byte) (Welcome, error) {
 		return w, &ProtocolError{CodeProtocol, fmt.Sprintf("WELCOME of %d bytes does not hold %d descriptors (and settings)", len(p), n)}
 	}
 	if uint64(len(p)) == end+SettingsSize {
-		f := le.Uint32(p[end:])
-		w.Settings = Settings{Flags: SettingFlags(f) & settingFlagsMask, SASSRate: uint16(f >> 16), WindowFlushMS: le.Uint32(p[end+4:])}
+		s := p[end:]
+		if f := SettingFlags(le.Uint32(s)); f&^knownSettings != 0 {
+			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("settings flags %#x at payload offset %d: only %#x are defined", f, end, knownSettings)}
+		}
+		if r := le.Uint32(s[12:]); r != 0 {
+			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("settings reserved %#x at payload offset %d, want 0", r, end+12)}
+		}
+		w.Settings = Settings{Flags: SettingFlags(le.Uint32(s)), FlushPeriod: time.Duration(le.Uint32(s[4:])) * time.Microsecond,
+			DeviceMaxPerSecond: le.Uint32(s[8:])}
 	}
 	for i := uint32(0); i < n; i++ {
 		d := p[8+i*DescriptorSize : 8+(i+1)*DescriptorSize]
@@ -419,7 +453,7 @@ func MarshalError(code ErrorCode, msg string) []byte {
 	p := le.AppendUint32(nil, uint32(code))
 	p = le.AppendUint32(p, uint32(len(msg)))
 	p = append(p, msg...)
-	return appendFrame(nil, FrameError, p)
+	return AppendFrame(nil, FrameError, p)
 }
 
 // UnmarshalError decodes an ERROR payload into a *ProtocolError.
