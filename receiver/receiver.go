@@ -119,7 +119,12 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return fmt.Errorf("gpuprobe: telemetry: %w", err)
 	}
-	defs, err := progmaps.Load(r.cfg.Programs, progmaps.Options{
+	objs, err := progmaps.ReadObjects(r.cfg.Programs)
+	if err != nil {
+		tel.Shutdown()
+		return fmt.Errorf("gpuprobe: %w", err)
+	}
+	defs, err := progmaps.Load(r.cfg.Programs, objs, progmaps.Options{
 		MaxThreads: r.cfg.Buffers.MaxThreads, MapEntries: r.cfg.Buffers.MapEntries})
 	if err != nil {
 		tel.Shutdown()
@@ -128,7 +133,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	r.maps.defs = defs
 	r.tel = tel
 	r.patch.filter = filter
-	if r.patch.patcher, err = r.newPatcher(); err != nil {
+	if r.patch.patcher, err = r.newPatcher(objs); err != nil {
 		tel.Shutdown()
 		return err
 	}
@@ -136,7 +141,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	driver := detectDriver(r.cfg.HostProbes.LibraryPaths)
 	logDriverOnce(r.log, driver, r.cfg)
 
-	r.host = startHost(r.log, r.cfg)
+	r.host = startHost(r.log, r.cfg, objs)
 	r.srcs.res.hostName, _ = os.Hostname()
 	r.out.self = newSelfTelemetry(metadata.Meter(r.set.TelemetrySettings), r.log)
 	mapper := clock.New()
