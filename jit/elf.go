@@ -42,11 +42,27 @@ func LoadELF(path string) ([]*Program, error) {
 	return progs, nil
 }
 
-// LoadELFBytes is LoadELF for an object held in memory. The object is
-// validated (see checkELF, MaxObjectSize) before it is parsed, so malformed
-// input gets an error naming the section and file offset at fault, in time
-// proportional to its size.
+// LoadELFBytes is LoadELF for an object held in memory (see ParseObject).
 func LoadELFBytes(obj []byte) ([]*Program, error) {
+	o, err := ParseObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	return o.Programs, nil
+}
+
+// Object is one eBPF object, checked and parsed once: the collection as
+// cilium/ebpf parsed it and its programs. Consumers share it read-only;
+// whoever needs to change a spec copies it first.
+type Object struct {
+	Spec     *ebpf.CollectionSpec
+	Programs []*Program // LoadSpec(Spec)
+}
+
+// ParseObject validates obj (see checkELF, MaxObjectSize) and then parses it
+// once, so malformed input gets an error naming the section and file offset
+// at fault, in time proportional to its size, before cilium/ebpf sees it.
+func ParseObject(obj []byte) (*Object, error) {
 	if err := checkELF(obj); err != nil {
 		return nil, fmt.Errorf("parse eBPF object: %w", err)
 	}
@@ -54,7 +70,11 @@ func LoadELFBytes(obj []byte) ([]*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return LoadSpec(spec)
+	progs, err := LoadSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Object{Spec: spec, Programs: progs}, nil
 }
 
 // LoadELFReader is LoadELF for an object read through r. It reads at most
@@ -67,6 +87,11 @@ func LoadELFReader(r io.ReaderAt) ([]*Program, error) {
 	return LoadELFBytes(obj)
 }
 
+// loadCollectionSpec is cilium/ebpf's ELF reader, the one call through
+// which this package parses an object (a variable so that tests can count
+// and order the parses).
+var loadCollectionSpec = ebpf.LoadCollectionSpecFromReader
+
 // parseCollectionSpec runs cilium/ebpf's ELF reader. The reader is third-party
 // code fed with untrusted bytes, so a panic inside it is turned into an error
 // rather than taking the collector down.
@@ -76,7 +101,7 @@ func parseCollectionSpec(r io.ReaderAt) (spec *ebpf.CollectionSpec, err error) {
 			spec, err = nil, fmt.Errorf("parse eBPF object: malformed ELF (reader panicked: %v)", p)
 		}
 	}()
-	spec, err = ebpf.LoadCollectionSpecFromReader(r)
+	spec, err = loadCollectionSpec(r)
 	if err != nil {
 		return nil, fmt.Errorf("parse eBPF object: %w", err)
 	}

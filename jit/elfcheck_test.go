@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -530,5 +532,41 @@ func BenchmarkLoadELFLargest(b *testing.B) {
 		if _, err := jit.LoadELFBytes(data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestParseObjectChecksFirst: an object is parsed exactly once when it is
+// well formed, and a malformed one is refused by the ELF check without
+// reaching cilium/ebpf.
+func TestParseObjectChecksFirst(t *testing.T) {
+	good := loadObject(t, "threadhist").data
+	bad := loadObject(t, "threadhist")
+	bad.put(18, 2, uint64(elf.EM_X86_64))
+	tests := []struct {
+		name   string
+		data   []byte
+		parses int64
+		elfErr bool
+	}{
+		{"well formed", good, 1, false},
+		{"wrong machine", bad.data, 0, true},
+		{"truncated", good[:100], 0, true},
+		{"too big", append(slices.Clip(good), make([]byte, jit.MaxObjectSize)...), 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := jit.CountParses(t)
+			o, err := jit.ParseObject(tt.data)
+			var ee *jit.ELFError
+			if got := errors.As(err, &ee); got != tt.elfErr {
+				t.Fatalf("error %v: ELFError %v, want %v", err, got, tt.elfErr)
+			}
+			if !tt.elfErr && (err != nil || o.Spec == nil || len(o.Programs) == 0) {
+				t.Fatalf("ParseObject: %v, %+v", err, o)
+			}
+			if got := n.Load(); got != tt.parses {
+				t.Errorf("%d parses, want %d", got, tt.parses)
+			}
+		})
 	}
 }

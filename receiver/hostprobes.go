@@ -14,6 +14,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/discover"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/userprog"
+	"github.com/gpuprobe/gpuprobe/jit"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/progmaps"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
 	"github.com/gpuprobe/gpuprobe/record"
@@ -53,11 +54,11 @@ type hostSide struct {
 // startHost loads and attaches what the configuration asks for in Linux.
 // It never fails the receiver: a missing kernel feature or privilege is
 // logged once, clearly, and the host side stays off.
-func startHost(log *zap.Logger, cfg *config.Config) *hostSide {
+func startHost(log *zap.Logger, cfg *config.Config, objs []*jit.Object) *hostSide {
 	h := &hostSide{log: log, libs: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	h.loadPrograms(cfg)
+	h.loadPrograms(cfg, objs)
 	if cfg.HostProbes.Enabled {
 		// Without the /proc scan no process is found to probe one by one:
 		// the shim-covered entry points are probed everywhere then.
@@ -90,11 +91,12 @@ func startHost(log *zap.Logger, cfg *config.Config) *hostSide {
 	return h
 }
 
-// loadPrograms loads the uprobe/uretprobe programs of programs[] into Linux.
-func (h *hostSide) loadPrograms(cfg *config.Config) {
+// loadPrograms loads the uprobe/uretprobe programs of programs[] into
+// Linux; objs[i] is programs[i]'s object (progmaps.ReadObjects).
+func (h *hostSide) loadPrograms(cfg *config.Config, objs []*jit.Object) {
 	var kms []progmaps.KernelMap
 	for i, pc := range cfg.Programs {
-		set, err := userprog.Load(pc.Path, userprog.Options{Attach: pc.Attach,
+		set, err := userprog.Load(pc.Path, objs[i], userprog.Options{Attach: pc.Attach,
 			Resolve: userprog.SearchDirs(cfg.HostProbes.LibraryPaths...)})
 		if errors.Is(err, userprog.ErrNoHostPrograms) {
 			continue

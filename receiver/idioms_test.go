@@ -13,6 +13,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/progmaps"
 	"github.com/gpuprobe/gpuprobe/shm"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.uber.org/zap"
@@ -54,7 +55,11 @@ func TestTargetlessHostProgramWarnsOnce(t *testing.T) {
 		h := &hostSide{log: zap.New(core), libs: map[string]string{}, cancel: func() {}}
 		cfg := config.Default()
 		cfg.Programs = []config.ProgramConfig{{Path: obj, Attach: tt.attach}}
-		h.loadPrograms(cfg)
+		objs, err := progmaps.ReadObjects(cfg.Programs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.loadPrograms(cfg, objs)
 		if n := logs.FilterLevelExact(zap.ErrorLevel).Len(); n != 0 {
 			t.Errorf("attach %v: %d errors: %v", tt.attach, n, logs.All())
 		}

@@ -33,7 +33,7 @@ func TestConfigBuilderKeys(t *testing.T) {
 		{name: "metric off",
 			raw: map[string]any{"metrics": map[string]any{"gpu.cuda.kernel.launches": map[string]any{"enabled": false}}},
 			check: func(c *Config) bool {
-				return !c.Metrics.GpuCudaKernelLaunches.Enabled && c.Metrics.GpuCudaMemcpyBytes.Enabled && !c.Metrics.GpuCudaMemcpySize.Enabled
+				return !c.Metrics.GpuCudaKernelLaunches.Enabled && c.Metrics.GpuCudaMemcpyBytes.Enabled
 			}},
 		{name: "resource attribute off, own keys kept",
 			raw: map[string]any{"resource_attributes": map[string]any{"process.executable.path": map[string]any{"enabled": false}},
@@ -71,7 +71,7 @@ func TestConfigBuilderKeys(t *testing.T) {
 }
 
 // TestMetricViewEndToEnd turns gpu.cuda.kernel.launches and the resource
-// attribute host.name off and gpu.cuda.memcpy.size on, and checks the
+// attribute host.name off, and checks the
 // metrics the receiver emits from a ring.
 func TestMetricViewEndToEnd(t *testing.T) {
 	cfg, err := loadConfig(t, map[string]any{
@@ -80,7 +80,6 @@ func TestMetricViewEndToEnd(t *testing.T) {
 		"metrics_interval": "20ms",
 		"metrics": map[string]any{
 			"gpu.cuda.kernel.launches": map[string]any{"enabled": false},
-			"gpu.cuda.memcpy.size":     map[string]any{"enabled": true},
 		},
 		"resource_attributes": map[string]any{"host.name": map[string]any{"enabled": false}},
 		"telemetry":           map[string]any{"in_pipeline": true},
@@ -125,7 +124,6 @@ func TestMetricViewEndToEnd(t *testing.T) {
 	}
 	want := map[string]bool{
 		"gpu.cuda.kernel.launches":       false, // turned off
-		"gpu.cuda.memcpy.size":           true,  // turned on (off by default)
 		"gpu.cuda.memcpy.bytes":          true,
 		"gpu.cuda.memcpy.duration":       true, // not in metadata.yaml: always kept
 		"gpuprobe.receiver.records.read": true,
@@ -140,19 +138,19 @@ func TestMetricViewEndToEnd(t *testing.T) {
 	}
 }
 
-// TestMetricViewDefaults checks what the default configuration leaves
-// out: the deprecated gpu.cuda.memcpy.size alone.
+// TestMetricViewDefaults checks that the default configuration leaves no
+// metric and no resource attribute out.
 func TestMetricViewDefaults(t *testing.T) {
 	v := newMetricView(createDefaultConfig().(*Config).MetricsBuilderConfig)
-	if len(v.off) != 1 || !v.off["gpu.cuda.memcpy.size"] || len(v.resource) != 0 {
+	if len(v.off) != 0 || len(v.resource) != 0 {
 		t.Fatalf("default view turns off %v and resource attributes %v", v.off, v.resource)
 	}
 	md := pmetric.NewMetrics()
 	ms := md.ResourceMetrics().AppendEmpty().ScopeMetrics().AppendEmpty().Metrics()
-	ms.AppendEmpty().SetName("gpu.cuda.memcpy.size")
+	ms.AppendEmpty().SetName("gpu.cuda.kernel.launches")
 	ms.AppendEmpty().SetName("gpu.cuda.memcpy.bytes")
 	v.apply(md)
-	if got, _ := emitted([]pmetric.Metrics{md}); len(got) != 1 || !got["gpu.cuda.memcpy.bytes"] {
+	if got, _ := emitted([]pmetric.Metrics{md}); len(got) != 2 || !got["gpu.cuda.memcpy.bytes"] || !got["gpu.cuda.kernel.launches"] {
 		t.Fatalf("kept %v", got)
 	}
 }

@@ -30,9 +30,6 @@ const (
 	ExecRingSlots    = 1 << 16                                                    // slots (5 MiB per client)
 )
 
-// newPatcher builds the patcher of the configured probes: kernel_phases
-// (when on) and the GPU programs of programs[] (those named in attach, or
-// all). It returns nil when there is nothing to inject.
 // patchState is the patcher and what its PATCH work counted: modules
 // patched and not (agent goroutines), and programs left out of a module
 // they could not be patched into, with the (program, reason) pairs logged
@@ -47,7 +44,11 @@ type patchState struct {
 	skipSeen map[string]bool
 }
 
-func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
+// newPatcher builds the patcher of the configured probes: kernel_phases
+// (when on) and the GPU programs of programs[] (those named in attach, or
+// all); objs[i] is programs[i]'s object. It returns nil when there is
+// nothing to inject.
+func (r *gpuReceiver) newPatcher(objs []*jit.Object) (*patcher.Patcher, error) {
 	var progs []*jit.Program
 	var keys []string
 	if r.cfg.Probes.KernelPhases {
@@ -62,11 +63,7 @@ func (r *gpuReceiver) newPatcher() (*patcher.Patcher, error) {
 	}
 	var user []*jit.Program
 	for i, pc := range r.cfg.Programs {
-		ps, err := jit.LoadELF(pc.Path)
-		if err != nil {
-			return nil, fmt.Errorf("gpuprobe: programs[%d] (%s): %w", i, pc.Path, err)
-		}
-		for _, p := range ps {
+		for _, p := range objs[i].Programs {
 			if !p.IsGPU() {
 				continue // host programs are loaded into Linux (hostprobes.go)
 			}

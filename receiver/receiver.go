@@ -120,7 +120,12 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return fmt.Errorf("gpuprobe: telemetry: %w", err)
 	}
-	defs, err := progmaps.Load(r.cfg.Programs, progmaps.Options{
+	objs, err := progmaps.ReadObjects(r.cfg.Programs)
+	if err != nil {
+		tel.Shutdown()
+		return fmt.Errorf("gpuprobe: %w", err)
+	}
+	defs, err := progmaps.Load(r.cfg.Programs, objs, progmaps.Options{
 		MaxThreads: r.cfg.Buffers.MaxThreads, MapEntries: r.cfg.Buffers.MapEntries})
 	if err != nil {
 		tel.Shutdown()
@@ -129,7 +134,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	r.maps.defs = defs
 	r.tel = tel
 	r.patch.filter = filter
-	if r.patch.patcher, err = r.newPatcher(); err != nil {
+	if r.patch.patcher, err = r.newPatcher(objs); err != nil {
 		tel.Shutdown()
 		return err
 	}
@@ -137,7 +142,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	driver := detectDriver(r.cfg.HostProbes.LibraryPaths)
 	logDriverOnce(r.log, driver, r.cfg)
 
-	r.host = startHost(r.log, r.cfg)
+	r.host = startHost(r.log, r.cfg, objs)
 	r.srcs.res.hostName, _ = os.Hostname()
 	r.out.self = newSelfTelemetry(metadata.Meter(r.set.TelemetrySettings), r.log)
 	mapper := clock.New()

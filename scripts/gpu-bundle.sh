@@ -35,8 +35,8 @@ done
 cp Makefile "$b/"
 cp scripts/gpu-test.sh "$b/scripts/"
 # the checks gpu-test runs (shell and Python: lib_traces.py,
-# programs_check.py, ...) and the one-off experiments, run by hand
-cp -r scripts/gpu scripts/experiments "$b/scripts/"
+# programs_check.py, ...)
+cp -r scripts/gpu "$b/scripts/"
 # testdata: eBPF objects and sources, CUDA samples (testdata/cuda/samples,
 # shim, inject), the CUDA C models (testdata/cuda/model, scripts/gpu/bench.sh's
 # part model), SASS-comparison twins,

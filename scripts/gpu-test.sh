@@ -129,7 +129,7 @@ needs() {
 	hostwait) need=($g/hostwait.sh "${col[@]}" $g/lib_traces.py $cuda/shim/vectoradd.cu) ;;
 	programs) need=($g/programs.sh "${col[@]}" $g/{programs_check,lib_metrics,lib_traces}.py
 		$bpf/{threadhist,kernelretsnoop}.o $cuda/samples/progs.cu) ;;
-	windows) need=($g/windows.sh "${col[@]}" $g/torchstep.py scripts/experiments/cupti_cost.cu) ;;
+	windows) need=($g/windows.sh "${col[@]}" $g/torchstep.py scripts/gpu/cupti_cost.cu) ;;
 	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
 }

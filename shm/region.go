@@ -412,6 +412,3 @@ func (r *Region) Close() error {
 
 // u64 returns a pointer to the u64 at byte offset off of the region.
 func (r *Region) u64(off uint64) *uint64 { return (*uint64)(unsafe.Add(r.base, off)) }
-
-// u32 returns a pointer to the u32 at byte offset off of the region.
-func (r *Region) u32(off uint64) *uint32 { return (*uint32)(unsafe.Add(r.base, off)) }

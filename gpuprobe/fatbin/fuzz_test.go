@@ -19,6 +19,7 @@ func FuzzParse(f *testing.F) {
 	binary.LittleEndian.PutUint32(w, WrapperMagic)
 	f.Add(w)
 	f.Add([]byte("\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x3e\x00"))
+	f.Add(newTestCubin("_Z1kv", "helper", "obj").data)
 
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = Classify(b)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"sort"
-	"strings"
 )
 
 // edit replaces src[pos:end] (empty for an insertion) with text.
@@ -186,26 +185,3 @@ func (m *Module) Bytes() ([]byte, error) {
 
 // Text returns the source text of a span.
 func (m *Module) Text(s Span) string { return string(m.src[s.Pos:s.End]) }
-
-// Dump returns a readable outline of the module (functions, statements
-// of interest and their positions), for debugging and for tests.
-func (m *Module) Dump() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "version %d.%d target %s address_size %d\n", m.Major, m.Minor, strings.Join(m.Target, ","), m.AddressSize)
-	for _, d := range m.Decls {
-		fmt.Fprintf(&b, "%d:%d decl %s %s %s\n", d.Line, d.Col, d.Linkage, d.Directive, d.Name)
-	}
-	for _, f := range m.Funcs {
-		fmt.Fprintf(&b, "%s params %d body %v\n", f, len(f.Params), f.HasBody)
-		if f.Top != nil {
-			fmt.Fprintf(&b, "  top %d:%d %s\n", f.Top.Line, f.Top.Col, m.Text(f.Top.Span))
-		}
-		for _, s := range f.Exits {
-			fmt.Fprintf(&b, "  exit %d:%d %s\n", s.Line, s.Col, m.Text(s.Span))
-		}
-		for _, a := range f.Mem {
-			fmt.Fprintf(&b, "  mem %d:%d store=%v space=%q size=%d addr=%s\n", a.Stmt.Line, a.Stmt.Col, a.Store, a.Space, a.Size, a.Addr.Text)
-		}
-	}
-	return b.String()
-}

@@ -39,9 +39,6 @@ func (s *Set) Register(c *Command) {
 	s.commands[c.Name] = c
 }
 
-// Lookup returns the command called name, or nil.
-func (s *Set) Lookup(name string) *Command { return s.commands[name] }
-
 // Usage writes the command list.
 func (s *Set) Usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: %s <command> [flags] [args]\n", s.Prog)

@@ -94,14 +94,6 @@ func signedBits(n uint) value {
 	return v
 }
 
-// scalarRange returns the scalar with unsigned range [lo, hi].
-func scalarRange(lo, hi uint64) value {
-	v := unknown()
-	v.umin, v.umax = lo, hi
-	v.sync()
-	return v
-}
-
 func tzOf(c uint64) uint8 {
 	return uint8(bits.TrailingZeros64(c)) // 64 for c == 0
 }

@@ -1,6 +1,5 @@
 """sassbench.py: workloads whose kernels ship as SASS only (cuBLAS, PyTorch,
-Triton), for the SASS route (scripts/gpu/sanitizer.sh and the experiment in
-scripts/experiments/sanitizer/). Usage: python3 sassbench.py WORK [ITERS]
+Triton), for the SASS route (scripts/gpu/sanitizer.sh). Usage: python3 sassbench.py WORK [ITERS]
 (mm32: fp32 4096 GEMM, bf16: bf16 8192 GEMM, add: a+b of 2^24 floats,
 triton: a Triton add of 2^24). Prints one JSON line: the median of ITERS
 CUDA-event-timed iterations after 20 warm-ups, the launches of one

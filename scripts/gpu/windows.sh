@@ -68,7 +68,7 @@ fi
 
 . scripts/gpu/lib_collector.sh
 if [[ $parts == *loop* ]]; then
-	nvcc -O2 -cudart shared -arch=sm_90 -DKT=CUpti_ActivityKernel9 -I"$inc" scripts/experiments/cupti_cost.cu -o "$out/loop" \
+	nvcc -O2 -cudart shared -arch=sm_90 -DKT=CUpti_ActivityKernel9 -I"$inc" scripts/gpu/cupti_cost.cu -o "$out/loop" \
 		-L"$(dirname "$(find "$CUDA"/ -name 'libcupti.so' | head -1)")" -lcupti >"$out/nvcc.txt" 2>&1 || { echo "windows loop: nvcc failed"; status=1; }
 	# The default configuration (`sampling: {}` keeps lib_collector's
 	# every-launch override out).

@@ -143,14 +143,6 @@ type batch struct {
 	scanned bool      // the /proc scan ran and succeeded
 }
 
-// Forget lets a later round report k again; call it when the probes on k
-// are detached (the kernel can then reuse the inode number).
-func (w *Watcher) Forget(k Key) {
-	w.mu.Lock()
-	delete(w.reported, k)
-	w.mu.Unlock()
-}
-
 // Stats returns what the Watcher did so far.
 func (w *Watcher) Stats() Stats {
 	w.mu.Lock()

@@ -6,15 +6,14 @@
 // program of the same object also uses is created mmapable so that the
 // collector can hand it to the application (SharedMaps).
 //
-// GPU programs of the object are not loaded here (the jit compiles them);
-// the object is validated by the jit's ELF checks before it is parsed.
+// GPU programs of the object are not loaded here (the jit compiles them).
+// The caller reads, checks and parses the object once (jit.ParseObject) and
+// hands it over; Load only reads it.
 package userprog
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"sort"
@@ -105,32 +104,25 @@ const (
 	mapTypeRingbuf = jit.MapType(ebpf.RingBuf)
 )
 
-// Load reads the object at path, creates the maps of its host programs,
-// loads the programs into Linux and attaches them. A program that cannot be
-// loaded (verifier, GPU-only map) fails Load; a program that cannot be
-// attached somewhere is reported in Programs and the rest still attaches.
-// A program that cannot attach at all (a bare "uprobe" section) is not
-// loaded and is reported Skipped. Load fails with ErrNoHostPrograms when no
-// host program is selected.
-func Load(path string, o Options) (*Set, error) {
+// Load creates the maps of the host programs of obj, the object at path
+// (checked and parsed once by the caller, jit.ParseObject), loads the
+// programs into Linux and attaches them. obj is only read. A program that
+// cannot be loaded (verifier, GPU-only map) fails Load; a program that
+// cannot be attached somewhere is reported in Programs and the rest still
+// attaches. A program that cannot attach at all (a bare "uprobe" section)
+// is not loaded and is reported Skipped. Load fails with ErrNoHostPrograms
+// when no host program is selected.
+func Load(path string, obj *jit.Object, o Options) (*Set, error) {
+	if obj == nil || obj.Spec == nil {
+		return nil, fmt.Errorf("%s: no parsed object", path)
+	}
 	if o.Resolve == nil {
 		o.Resolve = DefaultResolve
 	}
 	if o.VerifierLogLines <= 0 {
 		o.VerifierLogLines = 40
 	}
-	obj, err := readObject(path)
-	if err != nil {
-		return nil, err
-	}
-	progs, err := jit.LoadELFBytes(obj)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
-	if err != nil {
-		return nil, fmt.Errorf("%s: parse eBPF object: %w", path, err)
-	}
+	progs, spec := obj.Programs, obj.Spec
 	host, gpu, err := selectPrograms(progs, o.Attach, path)
 	if err != nil {
 		return nil, err
@@ -177,21 +169,6 @@ func (s *Set) skipTargetless(host []*jit.Program) []*jit.Program {
 			Return: p.Kind == jit.ProbeUretprobe, Errors: []error{err}, Skipped: true}})
 	}
 	return keep
-}
-
-// readObject reads at most jit.MaxObjectSize+1 bytes of path (the jit's
-// checks reject anything larger).
-func readObject(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("load eBPF object: %w", err)
-	}
-	defer f.Close()
-	obj, err := io.ReadAll(io.LimitReader(f, jit.MaxObjectSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("load eBPF object %s: %w", path, err)
-	}
-	return obj, nil
 }
 
 // selectPrograms splits the programs named by attach (all when empty) into

@@ -3,6 +3,7 @@ package userprog
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,12 +15,26 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"github.com/gpuprobe/gpuprobe/jit"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+// loadFile reads and parses the object at path, then loads it.
+func loadFile(path string, o Options) (*Set, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := jit.ParseObject(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return Load(path, obj, o)
 }
 
 // requireRoot fails the test when it cannot load eBPF: CI runs as root.
@@ -167,7 +182,7 @@ func mapByName(ms []Map, name string) *ebpf.Map {
 func TestHostPrograms(t *testing.T) {
 	requireRoot(t)
 	dir, target := buildTarget(t)
-	set, err := Load(buildBPF(t, "hostprog"), Options{Resolve: SearchDirs(dir)})
+	set, err := loadFile(buildBPF(t, "hostprog"), Options{Resolve: SearchDirs(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +290,7 @@ func TestHostPrograms(t *testing.T) {
 func TestPartialAttach(t *testing.T) {
 	requireRoot(t)
 	dir, target := buildTarget(t)
-	set, err := Load(buildBPF(t, "partial"), Options{Resolve: SearchDirs(dir)})
+	set, err := loadFile(buildBPF(t, "partial"), Options{Resolve: SearchDirs(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +375,7 @@ func TestLaunchLate(t *testing.T) {
 	gcc(t, "-O0", "-o", launcher, filepath.Join("testdata", "launcher.c"), lib, "-Wl,-rpath,"+libDir)
 
 	obj := buildBPF(t, filepath.Join(repoRoot(t), "testdata", "bpf", "launchlate.c"))
-	set, err := Load(obj, Options{Resolve: SearchDirs(libDir)})
+	set, err := loadFile(obj, Options{Resolve: SearchDirs(libDir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +429,7 @@ func TestLoadErrors(t *testing.T) {
 			if tc.src != "" {
 				path = buildBPF(t, tc.src)
 			}
-			set, err := Load(path, tc.o)
+			set, err := loadFile(path, tc.o)
 			if err == nil {
 				set.Close()
 				t.Fatal("Load succeeded")
@@ -435,7 +450,7 @@ func TestLoadErrors(t *testing.T) {
 func TestAttachFilter(t *testing.T) {
 	requireRoot(t)
 	dir, _ := buildTarget(t)
-	set, err := Load(buildBPF(t, "hostprog"), Options{Attach: []string{"on_return", "on_return"}, Resolve: SearchDirs(dir)})
+	set, err := loadFile(buildBPF(t, "hostprog"), Options{Attach: []string{"on_return", "on_return"}, Resolve: SearchDirs(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +554,7 @@ func BenchmarkProbedCall(b *testing.B) {
 			var set *Set
 			if bc.obj != "" {
 				var err error
-				if set, err = Load(buildBPF(b, bc.obj), Options{Attach: bc.attach, Resolve: SearchDirs(dir)}); err != nil {
+				if set, err = loadFile(buildBPF(b, bc.obj), Options{Attach: bc.attach, Resolve: SearchDirs(dir)}); err != nil {
 					b.Fatal(err)
 				}
 				defer set.Close()
@@ -571,7 +586,7 @@ func BenchmarkProbedCall(b *testing.B) {
 func TestTargetlessHostProgram(t *testing.T) {
 	obj := buildBPF(t, filepath.Join(repoRoot(t), "testdata", "bpf", "idioms.c"))
 	for _, attach := range [][]string{nil, {"host_manual"}, {"cuda__exit", "host_manual"}} {
-		set, err := Load(obj, Options{Attach: attach})
+		set, err := loadFile(obj, Options{Attach: attach})
 		if err != nil {
 			t.Fatalf("attach %v: %v", attach, err)
 		}
@@ -587,7 +602,7 @@ func TestTargetlessHostProgram(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if _, err := Load(obj, Options{Attach: []string{"cuda__exit"}}); !errors.Is(err, ErrNoHostPrograms) {
+	if _, err := loadFile(obj, Options{Attach: []string{"cuda__exit"}}); !errors.Is(err, ErrNoHostPrograms) {
 		t.Errorf("GPU program only: %v, want ErrNoHostPrograms", err)
 	}
 }

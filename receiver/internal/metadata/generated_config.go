@@ -127,55 +127,6 @@ func (ms *GpuCudaMemcpyBytesMetricConfig) Validate() error {
 	return nil
 }
 
-// GpuCudaMemcpySizeMetricAttributeKey specifies the key of an attribute for the gpu.cuda.memcpy.size metric.
-type GpuCudaMemcpySizeMetricAttributeKey string
-
-const (
-	GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex GpuCudaMemcpySizeMetricAttributeKey = "cuda.device.index"
-	GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind  GpuCudaMemcpySizeMetricAttributeKey = "cuda.memcpy.kind"
-)
-
-// GpuCudaMemcpySizeMetricConfig provides config for the gpu.cuda.memcpy.size metric.
-type GpuCudaMemcpySizeMetricConfig struct {
-	Enabled          bool `mapstructure:"enabled"`
-	enabledSetByUser bool
-
-	AggregationStrategy string                                `mapstructure:"aggregation_strategy"`
-	EnabledAttributes   []GpuCudaMemcpySizeMetricAttributeKey `mapstructure:"attributes"`
-}
-
-func (ms *GpuCudaMemcpySizeMetricConfig) Unmarshal(parser *confmap.Conf) error {
-	if parser == nil {
-		return nil
-	}
-
-	err := parser.Unmarshal(ms)
-	if err != nil {
-		return err
-	}
-
-	ms.enabledSetByUser = parser.IsSet("enabled")
-	return nil
-}
-
-func (ms *GpuCudaMemcpySizeMetricConfig) Validate() error {
-	for _, val := range ms.EnabledAttributes {
-		switch val {
-		case GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind:
-		default:
-			return fmt.Errorf("metric gpu.cuda.memcpy.size doesn't have an attribute %v, valid attributes: [cuda.device.index, cuda.memcpy.kind]", val)
-		}
-	}
-
-	switch ms.AggregationStrategy {
-	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
-	default:
-		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
-	}
-
-	return nil
-}
-
 // GpuCudaThreadExecutionsByThreadMetricAttributeKey specifies the key of an attribute for the gpu.cuda.thread.executions.by_thread metric.
 type GpuCudaThreadExecutionsByThreadMetricAttributeKey string
 
@@ -378,7 +329,6 @@ type MetricsConfig struct {
 	GpuCudaKernelApproximateSpans       GpuCudaKernelApproximateSpansMetricConfig       `mapstructure:"gpu.cuda.kernel.approximate.spans"`
 	GpuCudaKernelLaunches               GpuCudaKernelLaunchesMetricConfig               `mapstructure:"gpu.cuda.kernel.launches"`
 	GpuCudaMemcpyBytes                  GpuCudaMemcpyBytesMetricConfig                  `mapstructure:"gpu.cuda.memcpy.bytes"`
-	GpuCudaMemcpySize                   GpuCudaMemcpySizeMetricConfig                   `mapstructure:"gpu.cuda.memcpy.size"`
 	GpuCudaThreadExecutionsByThread     GpuCudaThreadExecutionsByThreadMetricConfig     `mapstructure:"gpu.cuda.thread.executions.by_thread"`
 	GpuprobeReceiverCoverageGpuTime     GpuprobeReceiverCoverageGpuTimeMetricConfig     `mapstructure:"gpuprobe.receiver.coverage.gpu_time"`
 	GpuprobeReceiverCoverageLaunches    GpuprobeReceiverCoverageLaunchesMetricConfig    `mapstructure:"gpuprobe.receiver.coverage.launches"`
@@ -399,11 +349,6 @@ func DefaultMetricsConfig() MetricsConfig {
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []GpuCudaMemcpyBytesMetricAttributeKey{GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind},
-		},
-		GpuCudaMemcpySize: GpuCudaMemcpySizeMetricConfig{
-			Enabled:             false,
-			AggregationStrategy: AggregationStrategySum,
-			EnabledAttributes:   []GpuCudaMemcpySizeMetricAttributeKey{GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind},
 		},
 		GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
 			Enabled:             true,

@@ -39,11 +39,6 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaMemcpyBytesMetricAttributeKey{GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind},
 					},
-					GpuCudaMemcpySize: GpuCudaMemcpySizeMetricConfig{
-						Enabled:             true,
-						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []GpuCudaMemcpySizeMetricAttributeKey{GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind},
-					},
 					GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
@@ -93,11 +88,6 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaMemcpyBytesMetricAttributeKey{GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind},
 					},
-					GpuCudaMemcpySize: GpuCudaMemcpySizeMetricConfig{
-						Enabled:             false,
-						AggregationStrategy: AggregationStrategySum,
-						EnabledAttributes:   []GpuCudaMemcpySizeMetricAttributeKey{GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind},
-					},
 					GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
@@ -134,7 +124,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaMemcpySizeMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
@@ -160,18 +150,6 @@ func TestGpuCudaMemcpyBytesMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.memcpy.bytes doesn't have an attribute invalid, valid attributes: [cuda.device.index, cuda.memcpy.kind]")
 
 	cfg = DefaultMetricsConfig().GpuCudaMemcpyBytes
-	cfg.AggregationStrategy = "invalid"
-	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
-}
-
-func TestGpuCudaMemcpySizeMetricsConfig_Validate(t *testing.T) {
-	cfg := DefaultMetricsConfig().GpuCudaMemcpySize
-	require.NoError(t, cfg.Validate())
-
-	cfg.EnabledAttributes = []GpuCudaMemcpySizeMetricAttributeKey{"invalid"}
-	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.memcpy.size doesn't have an attribute invalid, valid attributes: [cuda.device.index, cuda.memcpy.kind]")
-
-	cfg = DefaultMetricsConfig().GpuCudaMemcpySize
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

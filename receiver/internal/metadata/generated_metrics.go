@@ -217,10 +217,6 @@ var MetricsInfo = metricsInfo{
 		Name:       "gpu.cuda.memcpy.bytes",
 		Attributes: []string{"cuda.device.index", "cuda.memcpy.kind"},
 	},
-	GpuCudaMemcpySize: metricInfo{
-		Name:       "gpu.cuda.memcpy.size",
-		Attributes: []string{"cuda.device.index", "cuda.memcpy.kind"},
-	},
 	GpuCudaThreadExecutionsByThread: metricInfo{
 		Name:       "gpu.cuda.thread.executions.by_thread",
 		Attributes: []string{"cuda.kernel.name", "cuda.device.index", "cuda.thread.index"},
@@ -243,7 +239,6 @@ type metricsInfo struct {
 	GpuCudaKernelApproximateSpans       metricInfo
 	GpuCudaKernelLaunches               metricInfo
 	GpuCudaMemcpyBytes                  metricInfo
-	GpuCudaMemcpySize                   metricInfo
 	GpuCudaThreadExecutionsByThread     metricInfo
 	GpuprobeReceiverCoverageGpuTime     metricInfo
 	GpuprobeReceiverCoverageLaunches    metricInfo
@@ -487,100 +482,6 @@ func (m *metricGpuCudaMemcpyBytes) emit(metrics pmetric.MetricSlice) {
 
 func newMetricGpuCudaMemcpyBytes(cfg GpuCudaMemcpyBytesMetricConfig) metricGpuCudaMemcpyBytes {
 	m := metricGpuCudaMemcpyBytes{config: cfg}
-
-	if cfg.Enabled {
-		m.data = pmetric.NewMetric()
-		m.init()
-	}
-	return m
-}
-
-type metricGpuCudaMemcpySize struct {
-	data          pmetric.Metric                // data buffer for generated metric.
-	config        GpuCudaMemcpySizeMetricConfig // metric config provided by user.
-	capacity      int                           // max observed number of data points added to the metric.
-	aggDataPoints []int64                       // slice containing number of aggregated datapoints at each index
-}
-
-// init fills gpu.cuda.memcpy.size metric with initial data.
-func (m *metricGpuCudaMemcpySize) init() {
-	m.data.SetName("gpu.cuda.memcpy.size")
-	m.data.SetDescription("Deprecated, the same counter as gpu.cuda.memcpy.bytes under its old name (a *.size metric is a distribution in semantic conventions); turn it on to keep old queries working.")
-	m.data.SetUnit("By")
-	m.data.SetEmptySum()
-	m.data.Sum().SetIsMonotonic(true)
-	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
-	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
-	m.aggDataPoints = m.aggDataPoints[:0]
-}
-
-func (m *metricGpuCudaMemcpySize) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, cudaDeviceIndexAttributeValue int64, cudaMemcpyKindAttributeValue string) {
-	if !m.config.Enabled {
-		return
-	}
-
-	dp := pmetric.NewNumberDataPoint()
-	dp.SetStartTimestamp(start)
-	dp.SetTimestamp(ts)
-	if slices.Contains(m.config.EnabledAttributes, GpuCudaMemcpySizeMetricAttributeKeyCudaDeviceIndex) {
-		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
-	}
-	if slices.Contains(m.config.EnabledAttributes, GpuCudaMemcpySizeMetricAttributeKeyCudaMemcpyKind) {
-		dp.Attributes().PutStr("cuda.memcpy.kind", cudaMemcpyKindAttributeValue)
-	}
-
-	var s string
-	dps := m.data.Sum().DataPoints()
-	for i := 0; i < dps.Len(); i++ {
-		dpi := dps.At(i)
-		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
-			switch s = m.config.AggregationStrategy; s {
-			case AggregationStrategySum, AggregationStrategyAvg:
-				dpi.SetIntValue(dpi.IntValue() + val)
-				m.aggDataPoints[i] += 1
-				return
-			case AggregationStrategyMin:
-				if dpi.IntValue() > val {
-					dpi.SetIntValue(val)
-				}
-				return
-			case AggregationStrategyMax:
-				if dpi.IntValue() < val {
-					dpi.SetIntValue(val)
-				}
-				return
-			}
-		}
-	}
-
-	dp.SetIntValue(val)
-	m.aggDataPoints = append(m.aggDataPoints, 1)
-	dp.MoveTo(dps.AppendEmpty())
-}
-
-// updateCapacity saves max length of data point slices that will be used for the slice capacity.
-func (m *metricGpuCudaMemcpySize) updateCapacity() {
-	if m.data.Sum().DataPoints().Len() > m.capacity {
-		m.capacity = m.data.Sum().DataPoints().Len()
-	}
-}
-
-// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
-func (m *metricGpuCudaMemcpySize) emit(metrics pmetric.MetricSlice) {
-	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
-		if m.config.AggregationStrategy == AggregationStrategyAvg {
-			for i, aggCount := range m.aggDataPoints {
-				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
-			}
-		}
-		m.updateCapacity()
-		m.data.MoveTo(metrics.AppendEmpty())
-		m.init()
-	}
-}
-
-func newMetricGpuCudaMemcpySize(cfg GpuCudaMemcpySizeMetricConfig) metricGpuCudaMemcpySize {
-	m := metricGpuCudaMemcpySize{config: cfg}
 
 	if cfg.Enabled {
 		m.data = pmetric.NewMetric()
@@ -981,7 +882,6 @@ type MetricsBuilder struct {
 	metricGpuCudaKernelApproximateSpans       metricGpuCudaKernelApproximateSpans
 	metricGpuCudaKernelLaunches               metricGpuCudaKernelLaunches
 	metricGpuCudaMemcpyBytes                  metricGpuCudaMemcpyBytes
-	metricGpuCudaMemcpySize                   metricGpuCudaMemcpySize
 	metricGpuCudaThreadExecutionsByThread     metricGpuCudaThreadExecutionsByThread
 	metricGpuprobeReceiverCoverageGpuTime     metricGpuprobeReceiverCoverageGpuTime
 	metricGpuprobeReceiverCoverageLaunches    metricGpuprobeReceiverCoverageLaunches
@@ -1014,7 +914,6 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		metricGpuCudaKernelApproximateSpans:       newMetricGpuCudaKernelApproximateSpans(mbc.Metrics.GpuCudaKernelApproximateSpans),
 		metricGpuCudaKernelLaunches:               newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
 		metricGpuCudaMemcpyBytes:                  newMetricGpuCudaMemcpyBytes(mbc.Metrics.GpuCudaMemcpyBytes),
-		metricGpuCudaMemcpySize:                   newMetricGpuCudaMemcpySize(mbc.Metrics.GpuCudaMemcpySize),
 		metricGpuCudaThreadExecutionsByThread:     newMetricGpuCudaThreadExecutionsByThread(mbc.Metrics.GpuCudaThreadExecutionsByThread),
 		metricGpuprobeReceiverCoverageGpuTime:     newMetricGpuprobeReceiverCoverageGpuTime(mbc.Metrics.GpuprobeReceiverCoverageGpuTime),
 		metricGpuprobeReceiverCoverageLaunches:    newMetricGpuprobeReceiverCoverageLaunches(mbc.Metrics.GpuprobeReceiverCoverageLaunches),
@@ -1136,7 +1035,6 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	mb.metricGpuCudaKernelApproximateSpans.emit(ils.Metrics())
 	mb.metricGpuCudaKernelLaunches.emit(ils.Metrics())
 	mb.metricGpuCudaMemcpyBytes.emit(ils.Metrics())
-	mb.metricGpuCudaMemcpySize.emit(ils.Metrics())
 	mb.metricGpuCudaThreadExecutionsByThread.emit(ils.Metrics())
 	mb.metricGpuprobeReceiverCoverageGpuTime.emit(ils.Metrics())
 	mb.metricGpuprobeReceiverCoverageLaunches.emit(ils.Metrics())
@@ -1185,11 +1083,6 @@ func (mb *MetricsBuilder) RecordGpuCudaKernelLaunchesDataPoint(ts pcommon.Timest
 // RecordGpuCudaMemcpyBytesDataPoint adds a data point to gpu.cuda.memcpy.bytes metric.
 func (mb *MetricsBuilder) RecordGpuCudaMemcpyBytesDataPoint(ts pcommon.Timestamp, val int64, cudaDeviceIndexAttributeValue int64, cudaMemcpyKindAttributeValue AttributeCudaMemcpyKind) {
 	mb.metricGpuCudaMemcpyBytes.recordDataPoint(mb.startTime, ts, val, cudaDeviceIndexAttributeValue, cudaMemcpyKindAttributeValue.String())
-}
-
-// RecordGpuCudaMemcpySizeDataPoint adds a data point to gpu.cuda.memcpy.size metric.
-func (mb *MetricsBuilder) RecordGpuCudaMemcpySizeDataPoint(ts pcommon.Timestamp, val int64, cudaDeviceIndexAttributeValue int64, cudaMemcpyKindAttributeValue AttributeCudaMemcpyKind) {
-	mb.metricGpuCudaMemcpySize.recordDataPoint(mb.startTime, ts, val, cudaDeviceIndexAttributeValue, cudaMemcpyKindAttributeValue.String())
 }
 
 // RecordGpuCudaThreadExecutionsByThreadDataPoint adds a data point to gpu.cuda.thread.executions.by_thread metric.

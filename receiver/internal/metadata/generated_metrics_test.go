@@ -69,7 +69,6 @@ func TestMetricsBuilder(t *testing.T) {
 			aggMap := make(map[string]string) // contains the aggregation strategies for each metric name
 			aggMap["gpu.cuda.kernel.launches"] = mb.metricGpuCudaKernelLaunches.config.AggregationStrategy
 			aggMap["gpu.cuda.memcpy.bytes"] = mb.metricGpuCudaMemcpyBytes.config.AggregationStrategy
-			aggMap["gpu.cuda.memcpy.size"] = mb.metricGpuCudaMemcpySize.config.AggregationStrategy
 			aggMap["gpu.cuda.thread.executions.by_thread"] = mb.metricGpuCudaThreadExecutionsByThread.config.AggregationStrategy
 			aggMap["gpuprobe.receiver.coverage.gpu_time"] = mb.metricGpuprobeReceiverCoverageGpuTime.config.AggregationStrategy
 			aggMap["gpuprobe.receiver.coverage.launches"] = mb.metricGpuprobeReceiverCoverageLaunches.config.AggregationStrategy
@@ -96,12 +95,6 @@ func TestMetricsBuilder(t *testing.T) {
 			mb.RecordGpuCudaMemcpyBytesDataPoint(ts, 1, 17, AttributeCudaMemcpyKindMemcpyHostToDevice)
 			if tt.name == "reaggregate_set" {
 				mb.RecordGpuCudaMemcpyBytesDataPoint(ts, 3, 18, AttributeCudaMemcpyKindMemcpyDeviceToHost)
-			}
-
-			allMetricsCount++
-			mb.RecordGpuCudaMemcpySizeDataPoint(ts, 1, 17, AttributeCudaMemcpyKindMemcpyHostToDevice)
-			if tt.name == "reaggregate_set" {
-				mb.RecordGpuCudaMemcpySizeDataPoint(ts, 3, 18, AttributeCudaMemcpyKindMemcpyDeviceToHost)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -141,7 +134,6 @@ func TestMetricsBuilder(t *testing.T) {
 			if tt.name == "reaggregate_set" {
 				assert.Empty(t, mb.metricGpuCudaKernelLaunches.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaMemcpyBytes.aggDataPoints)
-				assert.Empty(t, mb.metricGpuCudaMemcpySize.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaThreadExecutionsByThread.aggDataPoints)
 				assert.Empty(t, mb.metricGpuprobeReceiverCoverageGpuTime.aggDataPoints)
 				assert.Empty(t, mb.metricGpuprobeReceiverCoverageLaunches.aggDataPoints)
@@ -271,55 +263,6 @@ func TestMetricsBuilder(t *testing.T) {
 						assert.Equal(t, ts, dp.Timestamp())
 						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
 						switch aggMap["gpu.cuda.memcpy.bytes"] {
-						case "sum":
-							assert.Equal(t, int64(4), dp.IntValue())
-						case "avg":
-							assert.Equal(t, int64(2), dp.IntValue())
-						case "min":
-							assert.Equal(t, int64(1), dp.IntValue())
-						case "max":
-							assert.Equal(t, int64(3), dp.IntValue())
-						}
-						_, ok := dp.Attributes().Get("cuda.device.index")
-						assert.False(t, ok)
-						_, ok = dp.Attributes().Get("cuda.memcpy.kind")
-						assert.False(t, ok)
-					}
-				case "gpu.cuda.memcpy.size":
-					if tt.name != "reaggregate_set" {
-						assert.False(t, validatedMetrics["gpu.cuda.memcpy.size"], "Found a duplicate in the metrics slice: gpu.cuda.memcpy.size")
-						validatedMetrics["gpu.cuda.memcpy.size"] = true
-						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
-						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
-						assert.Equal(t, "Deprecated, the same counter as gpu.cuda.memcpy.bytes under its old name (a *.size metric is a distribution in semantic conventions); turn it on to keep old queries working.", mi.Description())
-						assert.Equal(t, "By", mi.Unit())
-						assert.True(t, mi.Sum().IsMonotonic())
-						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
-						dp := mi.Sum().DataPoints().At(0)
-						assert.Equal(t, start, dp.StartTimestamp())
-						assert.Equal(t, ts, dp.Timestamp())
-						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
-						assert.Equal(t, int64(1), dp.IntValue())
-						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
-						assert.True(t, ok)
-						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
-						cudaMemcpyKindAttrVal, ok := dp.Attributes().Get("cuda.memcpy.kind")
-						assert.True(t, ok)
-						assert.Equal(t, "MemcpyHostToDevice", cudaMemcpyKindAttrVal.Str())
-					} else {
-						assert.False(t, validatedMetrics["gpu.cuda.memcpy.size"], "Found a duplicate in the metrics slice: gpu.cuda.memcpy.size")
-						validatedMetrics["gpu.cuda.memcpy.size"] = true
-						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
-						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
-						assert.Equal(t, "Deprecated, the same counter as gpu.cuda.memcpy.bytes under its old name (a *.size metric is a distribution in semantic conventions); turn it on to keep old queries working.", mi.Description())
-						assert.Equal(t, "By", mi.Unit())
-						assert.True(t, mi.Sum().IsMonotonic())
-						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
-						dp := mi.Sum().DataPoints().At(0)
-						assert.Equal(t, start, dp.StartTimestamp())
-						assert.Equal(t, ts, dp.Timestamp())
-						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
-						switch aggMap["gpu.cuda.memcpy.size"] {
 						case "sum":
 							assert.Equal(t, int64(4), dp.IntValue())
 						case "avg":

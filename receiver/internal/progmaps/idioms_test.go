@@ -61,7 +61,7 @@ func TestShortRingRecords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defs, err := Load([]config.ProgramConfig{{Path: obj, RecordTypes: tt.types}}, Options{MaxThreads: 64})
+			defs, err := loadFiles([]config.ProgramConfig{{Path: obj, RecordTypes: tt.types}}, Options{MaxThreads: 64})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +146,7 @@ func TestOverrideErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.pc.Path = obj
-			_, err := Load([]config.ProgramConfig{tt.pc}, Options{MaxThreads: 64})
+			_, err := loadFiles([]config.ProgramConfig{tt.pc}, Options{MaxThreads: 64})
 			if tt.want == "" {
 				if err != nil {
 					t.Fatal(err) // the declared type itself always fits
@@ -170,7 +170,7 @@ func TestSeededArrays(t *testing.T) {
 		"per_lane": {"1": uint64(1<<64 - 1)},
 		"narrow":   {"0x1": "0xdeadbeef"},
 	}}
-	defs, err := Load([]config.ProgramConfig{pc}, Options{MaxThreads: 64})
+	defs, err := loadFiles([]config.ProgramConfig{pc}, Options{MaxThreads: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/userprog"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/clock"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -204,7 +205,11 @@ func resourcePIDs(td ptrace.Traces) map[string]int64 {
 func TestKernelRingsToSpans(t *testing.T) {
 	requireRoot(t)
 	obj, dir, target := buildHostObject(t)
-	set, err := userprog.Load(obj, userprog.Options{Resolve: userprog.SearchDirs(dir)})
+	objs, err := ReadObjects([]config.ProgramConfig{{Path: obj}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := userprog.Load(obj, objs[0], userprog.Options{Resolve: userprog.SearchDirs(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,10 +84,14 @@ type field struct {
 	float   bool
 }
 
-// Load reads the ELF objects of programs and returns the GPU maps that the
-// attached programs use, in a stable order. Every error names the config key
-// (programs[i]::path or ::attach[j]) and the map.
-func Load(programs []config.ProgramConfig, o Options) ([]*Def, error) {
+// Load returns the GPU maps that the attached programs of programs use, in
+// a stable order; objs[i] is programs[i]'s object (ReadObjects), only read.
+// Every error names the config key (programs[i]::path or ::attach[j]) and
+// the map.
+func Load(programs []config.ProgramConfig, objs []*jit.Object, o Options) ([]*Def, error) {
+	if len(objs) != len(programs) {
+		return nil, fmt.Errorf("programs: %d objects for %d programs", len(objs), len(programs))
+	}
 	if o.MaxThreads == 0 {
 		o.MaxThreads = config.DefaultMaxThreads
 	}
@@ -98,14 +102,7 @@ func Load(programs []config.ProgramConfig, o Options) ([]*Def, error) {
 	owner := map[string]int{} // map name → programs index
 	for i, pc := range programs {
 		key := fmt.Sprintf("programs[%d]", i)
-		spec, err := ebpf.LoadCollectionSpec(pc.Path)
-		if err != nil {
-			return nil, fmt.Errorf("%s::path %s: %w", key, pc.Path, err)
-		}
-		progs, err := jit.LoadSpec(spec)
-		if err != nil {
-			return nil, fmt.Errorf("%s::path %s: %w", key, pc.Path, err)
-		}
+		spec, progs := objs[i].Spec, objs[i].Programs
 		sel, err := selectPrograms(progs, pc.Attach, key, pc.Path)
 		if err != nil {
 			return nil, err

@@ -56,7 +56,7 @@ func buildObject(t testing.TB, name string) string {
 
 func TestLoad(t *testing.T) {
 	obj := buildObject(t, "usermaps")
-	defs, err := Load([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 4096})
+	defs, err := loadFiles([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestLoadErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load(tc.cfg, tc.o)
+			_, err := loadFiles(tc.cfg, tc.o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
 			}
@@ -158,7 +158,7 @@ func TestLoadErrors(t *testing.T) {
 		}
 	}
 	// attach selects programs: only "enter" uses no ring buffer.
-	defs, err := Load([]config.ProgramConfig{{Path: obj, Attach: []string{"enter", "host_launch"}}}, Options{MaxThreads: 64})
+	defs, err := loadFiles([]config.ProgramConfig{{Path: obj, Attach: []string{"enter", "host_launch"}}}, Options{MaxThreads: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func put64(b []byte, off int, v uint64) { binary.LittleEndian.PutUint64(b[off:],
 // and checks the metrics.
 func TestArraysToMetrics(t *testing.T) {
 	obj := buildObject(t, "usermaps")
-	defs, err := Load([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 256})
+	defs, err := loadFiles([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func spanList(td ptrace.Traces) []ptrace.Span {
 // layout (as the GPU's perf_event_output does) and checks spans and events.
 func TestRingsToSpans(t *testing.T) {
 	obj := buildObject(t, "usermaps")
-	defs, err := Load([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 64})
+	defs, err := loadFiles([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +486,7 @@ func TestRingsToSpans(t *testing.T) {
 // TestOffers checks the descriptors handed to the application.
 func TestOffers(t *testing.T) {
 	obj := buildObject(t, "usermaps")
-	defs, err := Load([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 64})
+	defs, err := loadFiles([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func TestProgramsCheckReadsProgmaps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defs, err := Load(objs, Options{MaxThreads: uint32(r.n)})
+			defs, err := loadFiles(objs, Options{MaxThreads: uint32(r.n)})
 			if err != nil {
 				t.Fatal(err)
 			}

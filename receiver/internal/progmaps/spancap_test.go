@@ -15,7 +15,7 @@ import (
 // events it refuses is left out, its events with it.
 func TestRingSpansCapped(t *testing.T) {
 	obj := buildObject(t, "usermaps")
-	defs, err := Load([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 64})
+	defs, err := loadFiles([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func TestDeviceNumbersBounded(t *testing.T) {
 			tr.Expire(now.Add(time.Hour))
 			tr.TakeTraces()
 			md := tr.Metrics(now, nil)
-			if n := dataPoints(md, MetricMemcpySize); n > tc.series*kinds {
+			if n := dataPoints(md, MetricMemcpyBytes); n > tc.series*kinds {
 				t.Errorf("%d memcpy series, want ≤ %d", n, tc.series*kinds)
 			}
 			if n := dataPoints(md, MetricLaunches); n > tc.series {
@@ -119,7 +119,7 @@ func TestDeviceNumbersBounded(t *testing.T) {
 			}
 			got := heapInUse()
 			t.Logf("heap %+d KiB, %d memcpy and %d launch series", (int64(got)-int64(before))>>10,
-				dataPoints(md, MetricMemcpySize), dataPoints(md, MetricLaunches))
+				dataPoints(md, MetricMemcpyBytes), dataPoints(md, MetricLaunches))
 			if got > before+32<<20 {
 				t.Errorf("heap grew by %d MiB", (got-before)>>20)
 			}

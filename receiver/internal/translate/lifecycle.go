@@ -124,8 +124,6 @@ func (l *launch) deviceDone() bool {
 	return l.rec.Flags&record.LaunchUnprobed != 0 || l.gpu.exec != nil || l.gpu.warps >= expectedWarps(&l.rec)
 }
 
-// hasDevice says whether the launch has a device window (devWindow).
-func (l *launch) hasDevice() bool { return l.gpu.exec != nil || l.gpu.warps > 0 || l.gpu.win.ok }
 
 // probed says whether the launch's own probes timed all of it: its Exec
 // window, or every warp.

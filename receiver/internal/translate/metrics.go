@@ -21,7 +21,6 @@ const (
 	MetricThreadExecs    = "gpu.cuda.thread.executions"
 	MetricThreadSeries   = "gpu.cuda.thread.executions.by_thread"
 	MetricMemcpyBytes    = "gpu.cuda.memcpy.bytes"
-	MetricMemcpySize     = "gpu.cuda.memcpy.size" // deprecated name of MetricMemcpyBytes, off by default
 	MetricMemcpyDuration = "gpu.cuda.memcpy.duration"
 )
 
@@ -173,18 +172,15 @@ func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Tim
 	}
 	if len(p.mcOrder) > 0 {
 		bytes := newSum(sm, MetricMemcpyBytes, "By", "Bytes copied by memory copy calls.")
-		size := newSum(sm, MetricMemcpySize, "By", "Deprecated: gpu.cuda.memcpy.bytes.")
 		dur := newHistOut(sm, MetricMemcpyDuration, "s", "Duration of memory copy calls.", explicit)
 		for _, k := range p.mcOrder {
 			s := p.memcpy[k]
-			for _, sum := range []pmetric.NumberDataPointSlice{bytes, size} {
-				dp := sum.AppendEmpty()
-				dp.SetStartTimestamp(start)
-				dp.SetTimestamp(ts)
-				dp.SetIntValue(int64(s.bytes))
-				p.deviceAttrs(dp.Attributes(), k.device)
-				dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
-			}
+			dp := bytes.AppendEmpty()
+			dp.SetStartTimestamp(start)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(int64(s.bytes))
+			p.deviceAttrs(dp.Attributes(), k.device)
+			dp.Attributes().PutStr("cuda.memcpy.kind", k.kind.String())
 			ha := dur.add(&s.duration, start, ts)
 			p.deviceAttrs(ha, k.device)
 			ha.PutStr("cuda.memcpy.kind", k.kind.String())

@@ -103,7 +103,7 @@ func TestTwoPodsDeviceZero(t *testing.T) {
 			m := ms.At(j)
 			var attrs []pcommon.Map
 			switch m.Name() {
-			case MetricLaunches, MetricMemcpySize:
+			case MetricLaunches, MetricMemcpyBytes:
 				for k := range m.Sum().DataPoints().Len() {
 					dp := m.Sum().DataPoints().At(k)
 					attrs = append(attrs, dp.Attributes())
@@ -278,7 +278,7 @@ func TestSeriesBounded(t *testing.T) {
 		rm := md.ResourceMetrics().At(i)
 		pid, _ := rm.Resource().Attributes().Get("process.pid")
 		eachMetric(pmetricOf(rm), func(m pmetric.Metric) {
-			if m.Name() != MetricLaunches && m.Name() != MetricMemcpySize {
+			if m.Name() != MetricLaunches && m.Name() != MetricMemcpyBytes {
 				return
 			}
 			for k := range m.Sum().DataPoints().Len() {

@@ -263,7 +263,6 @@ func TestMetricsAndFolding(t *testing.T) {
 		MetricWarpExitSkew:               {"kernel0": 1, "kernel1": 2, "kernel2": 3, OtherKernel: 9},
 		MetricThreadExecs:                {OtherKernel: 3},
 		MetricMemcpyBytes:                {"MemcpyHostToDevice": 1024},
-		MetricMemcpySize:                 {"MemcpyHostToDevice": 1024},
 		MetricMemcpyDuration:             {"MemcpyHostToDevice": 2},
 		"gpuprobe.receiver.records.read": {"": 7},
 	}

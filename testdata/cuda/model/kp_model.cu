@@ -1,6 +1,6 @@
 // kp_model.cu - kernel_phases' logic written in CUDA C around vectorAdd
 // (2^24 floats, one thread per element, 256-thread blocks), to measure
-// design choices without the injector (scripts/experiments/inline-model.sh):
+// design choices without the injector (built with nvcc and run by hand):
 //
 //   plainN  the kernel alone (the base of the ratios)
 //   inlN    the probe's entry and exit inlined (what gpuprobe/inject does)

@@ -1,7 +1,7 @@
 // kp_variants.cu - designs for kernel_phases' per-block protocol, written in
 // CUDA C around vectorAdd (2^24 floats, one thread per element, 256-thread
 // blocks), measured against the plain kernel in the same run
-// (scripts/experiments/inline-model.sh). Each variant keeps what the probe must give:
+// (built with nvcc and run by hand). Each variant keeps what the probe must give:
 // the launch's device window (first block start, last block end) in one
 // record written by the launch's last block, no hang whatever the kernel
 // does, and shared memory that may hold another kernel's bytes at block start.

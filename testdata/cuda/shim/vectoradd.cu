@@ -1,6 +1,6 @@
-// vectoradd.cu - the shim spike's sample (scripts/experiments/shim-spike.sh), built
-// twice by nvcc on the GPU machine: with static cudart (nvcc's default) and
-// with -cudart shared.
+// vectoradd.cu - the shim's sample for the GPU checks (scripts/gpu/e2e.sh,
+// sampling.sh, hostwait.sh), built by nvcc on the GPU machine with static
+// cudart (nvcc's default) or -cudart shared.
 //
 //   vectoradd run [ITERS]    ITERS × (vectorAdd + scale) on 2^20 floats;
 //                            prints a checksum and "app: launches=2*ITERS"
