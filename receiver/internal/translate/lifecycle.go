@@ -124,7 +124,6 @@ func (l *launch) deviceDone() bool {
 	return l.rec.Flags&record.LaunchUnprobed != 0 || l.gpu.exec != nil || l.gpu.warps >= expectedWarps(&l.rec)
 }
 
-
 // probed says whether the launch's own probes timed all of it: its Exec
 // window, or every warp.
 func (l *launch) probed() bool {
