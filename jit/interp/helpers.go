@@ -65,7 +65,12 @@ func (t *thread) mapArg(pc int, v uint64, arg string) (*mapState, error) {
 
 // read is mem for helper arguments, with the error pinned to pc.
 // The argument is described by format and args, rendered only on error.
+// Zero bytes are no read: the compiled code does not touch the pointer
+// (nor does the verifier check it).
 func (t *thread) read(pc int, addr uint64, n int, format string, args ...any) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
 	b, err := t.mem(addr, n, false)
 	if err != nil {
 		return nil, t.fail(pc, "%s: %v", fmt.Sprintf(format, args...), err)
