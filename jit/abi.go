@@ -11,6 +11,8 @@ package jit
 import (
 	"fmt"
 	"sort"
+
+	"github.com/gpuprobe/gpuprobe/shm"
 )
 
 // HelperID is the immediate of a BPF_CALL instruction that calls a helper.
@@ -59,6 +61,141 @@ const (
 	HelperGridBlocks    HelperID = 611 // u64 (): blocks in the grid, nx*ny*nz
 	HelperBlockThreads  HelperID = 612 // u64 (): threads in a block, ntid.x*ntid.y*ntid.z
 )
+
+// ArgType says what a helper expects in one argument register.
+type ArgType uint8
+
+// Argument types of helper signatures.
+const (
+	ArgNone     ArgType = iota // not an argument: not checked
+	ArgScalar                  // an initialised number
+	ArgAnything                // any initialised value
+	ArgMap                     // a map handle (LD_IMM64 map reference)
+	ArgRingbuf                 // a map handle of a GPU ring buffer (type 1527)
+	ArgMapKey                  // pointer to KeySize bytes the helper reads, of the map in the ArgMap argument
+	ArgMapValue                // pointer to ValueSize bytes the helper reads, of that map
+	ArgMem                     // pointer to bytes the helper reads: the next argument's count, at most Signature.MaxLen
+	ArgSize                    // bounded size of the preceding ArgMem
+	ArgOut8                    // pointer to 8 bytes the helper writes
+	ArgString                  // pointer to a string: the helper reads up to and including its first NUL, at most Signature.MaxLen bytes
+	ArgAtomic8                 // pointer to 8 bytes of the stack or a map value, 8-byte aligned, read-modify-written by the helper
+)
+
+// RetType says what a helper returns in r0.
+type RetType uint8
+
+// Return types of helper signatures.
+const (
+	RetScalar         RetType = iota // a number
+	RetMapValueOrNull                // pointer into the value of the ArgMap map, or NULL
+)
+
+// Signature describes a helper's arguments (r1..r5), its result and, with
+// ArgAccess, the bytes it touches through each pointer argument.
+type Signature struct {
+	Name string
+	Args [5]ArgType
+	Ret  RetType
+	// MaxLen bounds the bytes read through the ArgString or ArgMem
+	// argument (0: no bound): the compiled code copies at most this many
+	// into the host-call payload, and the interpreter reads as many.
+	MaxLen uint64
+}
+
+// Access is what a helper touches through one pointer argument.
+type Access struct {
+	Bytes  uint64 // bytes from the pointer on (a string: at most this many)
+	Write  bool   // the helper writes them (ArgOut8, ArgAtomic8)
+	String bool   // the read ends at the first NUL, which it includes
+}
+
+// ArgAccess returns the bytes that argument a (0 for r1) of a call points
+// to, given the value of the call's size argument (ArgMem) and the map of
+// its ArgMap argument (ArgMapKey, ArgMapValue). ok is false when the
+// argument is not a pointer the helper reads or writes.
+func (s Signature) ArgAccess(a int, size uint64, m *Map) (acc Access, ok bool) {
+	if a < 0 || a >= len(s.Args) {
+		return Access{}, false
+	}
+	capped := func(n uint64) uint64 {
+		if s.MaxLen > 0 {
+			return min(n, s.MaxLen)
+		}
+		return n
+	}
+	switch s.Args[a] {
+	case ArgMapKey, ArgMapValue:
+		if m == nil {
+			return Access{}, false
+		}
+		if s.Args[a] == ArgMapKey {
+			return Access{Bytes: uint64(m.KeySize)}, true
+		}
+		return Access{Bytes: uint64(m.ValueSize)}, true
+	case ArgMem:
+		return Access{Bytes: capped(size)}, true
+	case ArgString:
+		return Access{Bytes: s.MaxLen, String: true}, true
+	case ArgOut8, ArgAtomic8:
+		return Access{Bytes: 8, Write: true}, true
+	}
+	return Access{}, false
+}
+
+var out3 = [5]ArgType{ArgOut8, ArgOut8, ArgOut8}
+
+// helpers is the GPU helper ABI: what the verifier checks, the compiler
+// emits and the interpreter runs for each helper id. The host-call
+// helpers (trace_printk, puts) copy their text into one mailbox payload.
+var helpers = map[HelperID]Signature{
+	HelperMapLookupElem:     {Name: "map_lookup_elem", Args: [5]ArgType{ArgMap, ArgMapKey}, Ret: RetMapValueOrNull},
+	HelperMapUpdateElem:     {Name: "map_update_elem", Args: [5]ArgType{ArgMap, ArgMapKey, ArgMapValue, ArgScalar}},
+	HelperMapDeleteElem:     {Name: "map_delete_elem", Args: [5]ArgType{ArgMap, ArgMapKey}},
+	HelperKtimeGetNs:        {Name: "ktime_get_ns"},
+	HelperTracePrintk:       {Name: "trace_printk", Args: [5]ArgType{ArgMem, ArgSize}, MaxLen: shm.MailboxPayload},
+	HelperGetCurrentPidTgid: {Name: "get_current_pid_tgid"},
+	HelperPerfEventOutput:   {Name: "perf_event_output", Args: [5]ArgType{ArgAnything, ArgRingbuf, ArgScalar, ArgMem, ArgSize}},
+	HelperPuts:              {Name: "puts", Args: [5]ArgType{ArgString}, MaxLen: shm.MailboxPayload},
+	HelperGetGlobalTimer:    {Name: "get_globaltimer"},
+	HelperGetBlockIdx:       {Name: "get_block_idx", Args: out3},
+	HelperGetBlockDim:       {Name: "get_block_dim", Args: out3},
+	HelperGetThreadIdx:      {Name: "get_thread_idx", Args: out3},
+	HelperGPUMembar:         {Name: "gpu_membar"},
+	HelperExit:              {Name: "exit"},
+	HelperGetGridDim:        {Name: "get_grid_dim", Args: out3},
+	HelperGetSMID:           {Name: "get_sm_id"},
+	HelperGetWarpID:         {Name: "get_warp_id"},
+	HelperGetLaneID:         {Name: "get_lane_id"},
+	HelperWarpIsLeader:      {Name: "warp_is_leader"},
+	HelperWarpSumU64:        {Name: "warp_sum_u64", Args: [5]ArgType{ArgScalar}},
+	HelperWarpMinU64:        {Name: "warp_min_u64", Args: [5]ArgType{ArgScalar}},
+	HelperWarpMaxU64:        {Name: "warp_max_u64", Args: [5]ArgType{ArgScalar}},
+	HelperWarpActiveCount:   {Name: "warp_active_count"},
+	HelperWarpActiveMask:    {Name: "warp_active_mask"},
+	HelperGetLaunchID:       {Name: "get_launch_id"},
+	HelperAtomicMaxU64:      {Name: "atomic_max_u64", Args: [5]ArgType{ArgAtomic8, ArgScalar}},
+	HelperAtomicMinU64:      {Name: "atomic_min_u64", Args: [5]ArgType{ArgAtomic8, ArgScalar}},
+	HelperFenceGPU:          {Name: "fence_gpu"},
+	HelperBlockLinearID:     {Name: "block_linear_id"},
+	HelperGridBlocks:        {Name: "grid_blocks"},
+	HelperBlockThreads:      {Name: "block_threads"},
+}
+
+// HelperSignature returns the signature of a helper of the GPU ABI.
+func HelperSignature(id HelperID) (Signature, bool) {
+	s, ok := helpers[id]
+	return s, ok
+}
+
+// Helpers returns the ids of the GPU ABI's helpers, in increasing order.
+func Helpers() []HelperID {
+	ids := make([]HelperID, 0, len(helpers))
+	for id := range helpers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
 
 // MapType is the type number of a map definition (bpftime's numbering for GPU
 // maps; Linux's for the rest).

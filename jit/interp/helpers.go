@@ -12,8 +12,17 @@ import (
 	"github.com/gpuprobe/gpuprobe/jit"
 )
 
-// maxString bounds how many bytes puts and %s read.
+// maxString bounds how many bytes %s reads.
 const maxString = 4096
+
+// argBytes is the most bytes helper id reads through argument a (0 for
+// r1) when its size argument is size, by the ABI table (jit/abi.go), as
+// the compiled code copies them.
+func argBytes(id jit.HelperID, a int, size uint64) uint64 {
+	sig, _ := jit.HelperSignature(id)
+	acc, _ := sig.ArgAccess(a, size, nil)
+	return acc.Bytes
+}
 
 // callOp executes a call: bpf-to-bpf, helper by id, or callx (id in dst).
 func (t *thread) callOp(pc int, o *op) error {
@@ -56,7 +65,12 @@ func (t *thread) mapArg(pc int, v uint64, arg string) (*mapState, error) {
 
 // read is mem for helper arguments, with the error pinned to pc.
 // The argument is described by format and args, rendered only on error.
+// Zero bytes are no read: the compiled code does not touch the pointer
+// (nor does the verifier check it).
 func (t *thread) read(pc int, addr uint64, n int, format string, args ...any) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
 	b, err := t.mem(addr, n, false)
 	if err != nil {
 		return nil, t.fail(pc, "%s: %v", fmt.Sprintf(format, args...), err)
@@ -98,13 +112,13 @@ func (t *thread) helper(pc int, id int32) error {
 		if r[5] > math.MaxInt32 {
 			return t.fail(pc, "perf_event_output: size %d is too large", r[5])
 		}
-		data, err := t.read(pc, r[4], int(r[5]), "perf_event_output data (r4, r5)")
+		data, err := t.read(pc, r[4], int(argBytes(jit.HelperPerfEventOutput, 3, r[5])), "perf_event_output data (r4, r5)")
 		if err != nil {
 			return err
 		}
 		r[0] = uint64(s.output(data))
 	case jit.HelperPuts:
-		s, err := t.cstring(r[1])
+		s, err := t.cstringN(r[1], int(argBytes(jit.HelperPuts, 0, 0)))
 		if err != nil {
 			return t.fail(pc, "puts: %v", err)
 		}
@@ -262,28 +276,38 @@ func (t *thread) write(s string) {
 
 // cstring reads a NUL-terminated string of at most maxString bytes.
 func (t *thread) cstring(addr uint64) (string, error) {
+	s, err := t.cstringN(addr, maxString+1)
+	if err == nil && len(s) > maxString {
+		return "", fmt.Errorf("string at %#x is not NUL-terminated within %d bytes", addr, maxString)
+	}
+	return s, err
+}
+
+// cstringN reads the bytes at addr up to their first NUL, at most n: a
+// string of n bytes has no NUL among them (the host gets it cut there).
+func (t *thread) cstringN(addr uint64, n int) (string, error) {
 	var sb strings.Builder
-	for i := 0; i < maxString; i++ {
+	for i := 0; i < n; i++ {
 		b, err := t.mem(addr+uint64(i), 1, false)
 		if err != nil {
 			return "", err
 		}
 		if b[0] == 0 {
-			return sb.String(), nil
+			break
 		}
 		sb.WriteByte(b[0])
 	}
-	return "", fmt.Errorf("string at %#x is not NUL-terminated within %d bytes", addr, maxString)
+	return sb.String(), nil
 }
 
 // tracePrintk implements trace_printk(fmt, fmt_size, a1, a2, a3). A bad
 // format returns -EINVAL and prints nothing, as Linux does.
 func (t *thread) tracePrintk(pc int) error {
 	r := &t.regs
-	if r[2] == 0 || r[2] > maxString {
-		return t.fail(pc, "trace_printk: fmt_size (r2) is %d, want 1..%d", r[2], maxString)
+	if r[2] == 0 {
+		return t.fail(pc, "trace_printk: fmt_size (r2) is 0")
 	}
-	b, err := t.read(pc, r[1], int(r[2]), "trace_printk fmt (r1, r2)")
+	b, err := t.read(pc, r[1], int(argBytes(jit.HelperTracePrintk, 0, r[2])), "trace_printk fmt (r1, r2)")
 	if err != nil {
 		return err
 	}

@@ -418,6 +418,34 @@ func TestPrintkAndPuts(t *testing.T) {
 	}
 }
 
+// TestHostCallTextBound: puts and trace_printk read at most the ABI
+// table's MaxLen bytes of text, as the compiled code copies into the
+// mailbox; an unterminated string that ends at the frame's top faults.
+func TestHostCallTextBound(t *testing.T) {
+	fill := "lddw %r1, 0x6161616161616161\n"
+	for k := 8; k <= 256; k += 8 {
+		fill += fmt.Sprintf("stxdw [%%r10-%d], %%r1\n", k)
+	}
+	sig, _ := jit.HelperSignature(jit.HelperPuts)
+	text := strings.Repeat("a", int(sig.MaxLen))
+	for _, tt := range []struct{ name, src, out string }{
+		{"puts", fill + "mov %r1, %r10\nadd %r1, -256\ncall 501\nexit", text + "\n"},
+		{"trace_printk", fill + "mov %r1, %r10\nadd %r1, -256\nmov %r2, 250\ncall 6\nexit", text},
+	} {
+		var out strings.Builder
+		if _, err := Run(program(t, tt.src), nil, &Env{Out: &out}); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if out.String() != tt.out {
+			t.Fatalf("%s: output %d bytes, want %d", tt.name, out.Len(), len(tt.out))
+		}
+	}
+	_, err := Run(program(t, "lddw %r1, 0x6161616161616161\nstxdw [%r10-8], %r1\nmov %r1, %r10\nadd %r1, -8\ncall 501\nexit"), nil, &Env{})
+	if err == nil || !strings.Contains(err.Error(), "outside the 512-byte stack frame") {
+		t.Fatalf("unterminated 8-byte string: %v, want a fault past the frame", err)
+	}
+}
+
 func TestEnvHelpers(t *testing.T) {
 	env := &Env{Helpers: map[int32]HelperFunc{
 		1: func(c *HelperCall) (uint64, error) { // overrides map_lookup_elem

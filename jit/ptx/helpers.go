@@ -1,6 +1,8 @@
 package ptx
 
 import (
+	"math"
+
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuprobe/gpuprobe/jit"
@@ -17,11 +19,14 @@ func (c *compiler) helper(i int, id int32) error {
 	case jit.HelperPerfEventOutput:
 		return c.perfEventOutput(i)
 	case jit.HelperTracePrintk:
-		// payload: the format string (at most fmt_size bytes); args r1..r5
-		// go as they are (r3..r5 are the values to format).
-		c.hostCall(id, "%r1", "%r2", "0", "0", false)
+		// payload: the format string (fmt_size bytes, at most the ABI's
+		// MaxLen); args r1..r5 go as they are (r3..r5 are the values to
+		// format).
+		e.op("min.u64 %h2, %r2, ", u64(argBytes(jit.HelperTracePrintk, 0)))
+		c.hostCall(id, "%r1", "%h2", "0", "0", false)
 	case jit.HelperPuts:
-		c.hostCall(id, "%r1", u64(mailboxPayload), "0", "0", true)
+		// payload: the string up to its NUL, at most the ABI's MaxLen.
+		c.hostCall(id, "%r1", u64(argBytes(jit.HelperPuts, 0)), "0", "0", true)
 	case jit.HelperGetCurrentPidTgid:
 		e.op("mov.u64 %r0, ", u64(c.o.PidTgid))
 	case jit.HelperGetGlobalTimer:
@@ -107,6 +112,14 @@ func (c *compiler) helper(i int, id int32) error {
 		return c.errf(i, "unknown helper %d", id)
 	}
 	return nil
+}
+
+// argBytes is the most bytes helper id reads through argument a (0 for
+// r1) by the ABI table: a string's or a size argument's bound.
+func argBytes(id jit.HelperID, a int) uint64 {
+	sig, _ := jit.HelperSignature(id)
+	acc, _ := sig.ArgAccess(a, math.MaxUint64, nil)
+	return acc.Bytes
 }
 
 // ktime writes bpf_ktime_get_ns: r0 = %globaltimer + the offset

@@ -223,10 +223,11 @@ func TestHostCallSkipsBusySlot(t *testing.T) {
 }
 
 // TestHostCallPayload: the payload (p1 up to n1 or a NUL, then p2) as the
-// host reads it, with word and byte copies at every alignment.
+// host reads it, with word and byte copies at every alignment, and cut at
+// the ABI table's bound (Signature.MaxLen) for longer text.
 func TestHostCallPayload(t *testing.T) {
 	le := binary.LittleEndian
-	text := "The quick brown fox jumps over the lazy dog, 0123456789!"
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog, 0123456789!", 5)
 	for _, tc := range []struct {
 		name string
 		id   jit.HelperID
@@ -238,6 +239,8 @@ func TestHostCallPayload(t *testing.T) {
 		{"printk long", jit.HelperTracePrintk, 64, 56},
 		{"puts aligned", jit.HelperPuts, 64, 17},
 		{"puts misaligned", jit.HelperPuts, 59, 23},
+		{"printk past the bound", jit.HelperTracePrintk, 256, 250},
+		{"puts past the bound", jit.HelperPuts, 253, 245},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var insns asm.Instructions
@@ -268,8 +271,10 @@ func TestHostCallPayload(t *testing.T) {
 			if err != nil || got != 0 {
 				t.Fatalf("r0 %d, %v", got, err)
 			}
-			if payload != text[:tc.n] {
-				t.Fatalf("payload %q, want %q", payload, text[:tc.n])
+			sig, _ := jit.HelperSignature(tc.id)
+			want := text[:min(uint64(tc.n), sig.MaxLen)]
+			if payload != want {
+				t.Fatalf("payload %q (%d bytes), want %q (%d)", payload, len(payload), want, len(want))
 			}
 		})
 	}

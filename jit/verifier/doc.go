@@ -44,6 +44,10 @@
 //   - helpers exist in the GPU ABI (jit/abi.go) and get the argument types
 //     of their signature (see HelperSignature); their return value is typed
 //     (map_lookup_elem returns "map value or NULL" of its map);
+//   - every pointer argument reaches the bytes jit.Signature.ArgAccess says
+//     the helper touches; a string (puts) is read to its first NUL, at most
+//     MaxLen (168) bytes, so it needs a NUL the verifier knows on the stack
+//     (a constant store) or the whole 168-byte window readable;
 //   - bpf-to-bpf calls are not recursive, nest at most 8 deep, get a fresh
 //     512-byte frame, keep r6..r9, and do not return pointers to their own
 //     stack.

@@ -8,80 +8,40 @@ import (
 	"github.com/gpuprobe/gpuprobe/jit"
 )
 
-// ArgType says what a helper expects in one argument register.
-type ArgType uint8
+// ArgType says what a helper expects in one argument register
+// (jit.ArgType: the ABI table lives in jit/abi.go).
+type ArgType = jit.ArgType
 
 // Argument types of helper signatures.
 const (
-	ArgNone     ArgType = iota // not an argument: not checked
-	ArgScalar                  // an initialised number
-	ArgAnything                // any initialised value
-	ArgMap                     // a map handle (LD_IMM64 map reference)
-	ArgRingbuf                 // a map handle of a GPU ring buffer (type 1527)
-	ArgMapKey                  // pointer to KeySize readable bytes of the map in the ArgMap argument
-	ArgMapValue                // pointer to ValueSize readable bytes of that map
-	ArgMem                     // pointer to readable bytes; their count is the next argument
-	ArgSize                    // bounded size of the preceding ArgMem
-	ArgOut8                    // pointer to 8 writable bytes, written by the helper
-	ArgString                  // pointer to a readable string (the host reads up to its NUL or the region's end)
-	ArgAtomic8                 // pointer to 8 readable and writable bytes of the stack or a map value, 8-byte aligned: read-modify-write by the helper
+	ArgNone     = jit.ArgNone
+	ArgScalar   = jit.ArgScalar
+	ArgAnything = jit.ArgAnything
+	ArgMap      = jit.ArgMap
+	ArgRingbuf  = jit.ArgRingbuf
+	ArgMapKey   = jit.ArgMapKey
+	ArgMapValue = jit.ArgMapValue
+	ArgMem      = jit.ArgMem
+	ArgSize     = jit.ArgSize
+	ArgOut8     = jit.ArgOut8
+	ArgString   = jit.ArgString
+	ArgAtomic8  = jit.ArgAtomic8
 )
 
 // RetType says what a helper returns in r0.
-type RetType uint8
+type RetType = jit.RetType
 
 // Return types of helper signatures.
 const (
-	RetScalar         RetType = iota // a number
-	RetMapValueOrNull                // pointer into the value of the ArgMap map, or NULL
+	RetScalar         = jit.RetScalar
+	RetMapValueOrNull = jit.RetMapValueOrNull
 )
 
 // Signature describes a helper's arguments (r1..r5) and its result.
-type Signature struct {
-	Name string
-	Args [5]ArgType
-	Ret  RetType
-}
+type Signature = jit.Signature
 
 // maxMemSize bounds ArgSize values so that the helper's copy stays small.
 const maxMemSize = 1 << 16
-
-var out3 = [5]ArgType{ArgOut8, ArgOut8, ArgOut8}
-
-// abi is the GPU helper ABI: signatures here, ids in jit/abi.go.
-var abi = map[jit.HelperID]Signature{
-	jit.HelperMapLookupElem:     {Name: "map_lookup_elem", Args: [5]ArgType{ArgMap, ArgMapKey}, Ret: RetMapValueOrNull},
-	jit.HelperMapUpdateElem:     {Name: "map_update_elem", Args: [5]ArgType{ArgMap, ArgMapKey, ArgMapValue, ArgScalar}},
-	jit.HelperMapDeleteElem:     {Name: "map_delete_elem", Args: [5]ArgType{ArgMap, ArgMapKey}},
-	jit.HelperKtimeGetNs:        {Name: "ktime_get_ns"},
-	jit.HelperTracePrintk:       {Name: "trace_printk", Args: [5]ArgType{ArgMem, ArgSize}},
-	jit.HelperGetCurrentPidTgid: {Name: "get_current_pid_tgid"},
-	jit.HelperPerfEventOutput:   {Name: "perf_event_output", Args: [5]ArgType{ArgAnything, ArgRingbuf, ArgScalar, ArgMem, ArgSize}},
-	jit.HelperPuts:              {Name: "puts", Args: [5]ArgType{ArgString}},
-	jit.HelperGetGlobalTimer:    {Name: "get_globaltimer"},
-	jit.HelperGetBlockIdx:       {Name: "get_block_idx", Args: out3},
-	jit.HelperGetBlockDim:       {Name: "get_block_dim", Args: out3},
-	jit.HelperGetThreadIdx:      {Name: "get_thread_idx", Args: out3},
-	jit.HelperGPUMembar:         {Name: "gpu_membar"},
-	jit.HelperExit:              {Name: "exit"},
-	jit.HelperGetGridDim:        {Name: "get_grid_dim", Args: out3},
-	jit.HelperGetSMID:           {Name: "get_sm_id"},
-	jit.HelperGetWarpID:         {Name: "get_warp_id"},
-	jit.HelperGetLaneID:         {Name: "get_lane_id"},
-	jit.HelperWarpIsLeader:      {Name: "warp_is_leader"},
-	jit.HelperWarpSumU64:        {Name: "warp_sum_u64", Args: [5]ArgType{ArgScalar}},
-	jit.HelperWarpMinU64:        {Name: "warp_min_u64", Args: [5]ArgType{ArgScalar}},
-	jit.HelperWarpMaxU64:        {Name: "warp_max_u64", Args: [5]ArgType{ArgScalar}},
-	jit.HelperWarpActiveCount:   {Name: "warp_active_count"},
-	jit.HelperWarpActiveMask:    {Name: "warp_active_mask"},
-	jit.HelperGetLaunchID:       {Name: "get_launch_id"},
-	jit.HelperAtomicMaxU64:      {Name: "atomic_max_u64", Args: [5]ArgType{ArgAtomic8, ArgScalar}},
-	jit.HelperAtomicMinU64:      {Name: "atomic_min_u64", Args: [5]ArgType{ArgAtomic8, ArgScalar}},
-	jit.HelperFenceGPU:          {Name: "fence_gpu"},
-	jit.HelperBlockLinearID:     {Name: "block_linear_id"},
-	jit.HelperGridBlocks:        {Name: "grid_blocks"},
-	jit.HelperBlockThreads:      {Name: "block_threads"},
-}
 
 // ConformanceHelpers are the helpers the bpf_conformance suite calls: id 5
 // is its "unwind" test helper (one scalar argument, returned). It replaces
@@ -91,10 +51,7 @@ var ConformanceHelpers = map[jit.HelperID]Signature{
 }
 
 // HelperSignature returns the signature of a helper of the GPU ABI.
-func HelperSignature(id jit.HelperID) (Signature, bool) {
-	s, ok := abi[id]
-	return s, ok
-}
+func HelperSignature(id jit.HelperID) (Signature, bool) { return jit.HelperSignature(id) }
 
 // signature looks a helper up in the options first, then in the ABI.
 func (v *verifier) signature(id int64) (Signature, bool) {
@@ -161,15 +118,16 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 				return v.errorf(i, "%s: signature has a key or value argument without a map", sig.Name)
 			}
 			m := v.p.Maps[mapIdx]
+			acc, _ := sig.ArgAccess(a, 0, m)
 			size, what := m.KeySize, "key"
 			if at == ArgMapValue {
-				size, what = m.ValueSize, "value"
+				what = "value"
 			}
 			// A key's read is noted apart: the compiler folds a known
 			// key of an array it indexes itself, and then its bytes are
 			// not read (see deadStores).
 			v.keyRead = at == ArgMapKey
-			err := v.helperMem(st, i, sig.Name, r, int64(size), false, what)
+			err := v.helperMem(st, i, sig.Name, r, int64(acc.Bytes), false, what)
 			v.keyRead = false
 			if err != nil {
 				return err
@@ -196,12 +154,12 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 			if n.umax > maxMemSize {
 				return v.errorf(i, "%s: size argument r%d is not bounded (at most %d): compare it against a constant before the call", sig.Name, r+1, maxMemSize)
 			}
-			if n.umax > 0 {
+			if acc, _ := sig.ArgAccess(a, n.umax, nil); acc.Bytes > 0 {
 				// A ring record is kept apart like a key: one in the
 				// caller's own frame at a known offset and size can be
 				// registers (Result.StackData).
 				v.dataRead = jit.HelperID(id) == jit.HelperPerfEventOutput
-				err := v.helperMem(st, i, sig.Name, r, int64(n.umax), false, "buffer")
+				err := v.helperMem(st, i, sig.Name, r, int64(acc.Bytes), false, "buffer")
 				v.dataRead = false
 				if err != nil {
 					return err
@@ -215,24 +173,22 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 		case ArgOut8:
 			// Kept apart like a key: an output at a known offset of the
 			// caller's own frame can be a register (Result.StackOuts).
+			acc, _ := sig.ArgAccess(a, 0, nil)
 			v.outWrite = true
-			err := v.helperMem(st, i, sig.Name, r, 8, true, "output")
+			err := v.helperMem(st, i, sig.Name, r, int64(acc.Bytes), true, "output")
 			v.outWrite = false
 			if err != nil {
 				return err
 			}
 			v.noteOut(st, i, a, r)
 		case ArgString:
-			if err := v.helperMem(st, i, sig.Name, r, 1, false, "string"); err != nil {
+			acc, _ := sig.ArgAccess(a, 0, nil)
+			if err := v.helperString(st, i, sig.Name, r, acc.Bytes); err != nil {
 				return err
 			}
-			// The helper reads up to the NUL: every byte from the
-			// pointer to the end of the frame may be read.
-			if p := st.cur().regs[r]; p.kind == kStack && int(p.frame) < len(st.frames) {
-				v.noteStackRead(i, st.frames[p.frame].fn, p.smin, 0)
-			}
 		case ArgAtomic8:
-			if err := v.helperAtomic(st, i, sig.Name, r); err != nil {
+			acc, _ := sig.ArgAccess(a, 0, nil)
+			if err := v.helperAtomic(st, i, sig.Name, r, int(acc.Bytes)); err != nil {
 				return err
 			}
 		}
@@ -283,11 +239,11 @@ func (v *verifier) helperMem(st *state, i int, name string, r asm.Register, size
 	return nil
 }
 
-// helperAtomic checks that argument register r points to 8 bytes a helper
+// helperAtomic checks that argument register r points to size bytes a helper
 // may read, modify and write atomically: a map value (not read-only) or
 // the stack (bytes already written), 8-byte aligned. The context is not
 // accepted: it is the probe's input, not an accumulator.
-func (v *verifier) helperAtomic(st *state, i int, name string, r asm.Register) error {
+func (v *verifier) helperAtomic(st *state, i int, name string, r asm.Register, size int) error {
 	p := st.cur().regs[r]
 	switch p.kind {
 	case kStack, kMapValue:
@@ -296,13 +252,48 @@ func (v *verifier) helperAtomic(st *state, i int, name string, r asm.Register) e
 	default:
 		return v.errorf(i, "%s: argument r%d must point to a map value or the stack, got %s%s", name, r, p.describe(), v.mergedHint())
 	}
-	if _, err := v.access(st, i, r, p, 0, 8, accAtomic, nil); err != nil {
+	if _, err := v.access(st, i, r, p, 0, size, accAtomic, nil); err != nil {
 		if e, ok := err.(*Error); ok {
 			e.Reason = fmt.Sprintf("%s: pointer argument r%d: %s", name, r, e.Reason)
 		}
 		return err
 	}
 	return nil
+}
+
+// helperString checks string argument r of helper call i, which reads up
+// to and including the first NUL, at most max bytes. When r points to the
+// stack at a known offset, a byte known to be 0 there ends the read (a
+// string built from constants); otherwise all max bytes must be readable,
+// whatever they hold.
+func (v *verifier) helperString(st *state, i int, name string, r asm.Register, max uint64) error {
+	n := int64(max)
+	nul, ok := v.knownNUL(st, r, n)
+	if ok {
+		n = nul + 1
+	}
+	err := v.helperMem(st, i, name, r, n, false, "string")
+	k := st.cur().regs[r].kind
+	if e, isErr := err.(*Error); isErr && !ok && (k == kStack || k == kCtx || k == kMapValue) {
+		e.Reason += fmt.Sprintf(" (%s reads up to %d bytes, to the first NUL: end the string with a NUL stored on the stack)", name, max)
+	}
+	return err
+}
+
+// knownNUL returns the index of the first byte known to be 0 among the n
+// bytes register r points to, when r points to the stack at a known offset.
+func (v *verifier) knownNUL(st *state, r asm.Register, n int64) (int64, bool) {
+	p := st.cur().regs[r]
+	if p.kind != kStack || p.smin != p.smax || p.smin < -jit.StackSize || int(p.frame) >= len(st.frames) {
+		return 0, false
+	}
+	fr := &st.frames[p.frame]
+	for k := int64(0); k < n && p.smin+k < 0; k++ {
+		if c, known := fr.known(p.smin+k, 1); known && c == 0 {
+			return k, true
+		}
+	}
+	return 0, false
 }
 
 // stackConst returns the size bytes register r points to when r points to
