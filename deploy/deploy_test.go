@@ -133,6 +133,11 @@ func parseConfig(t *testing.T, text string) collectorConfig {
 		str(assoc, "0", "sources", "0", "name") != "container.id" {
 		t.Errorf("k8s_attributes::pod_association: want one rule on resource_attribute container.id, got %v", assoc)
 	}
+	// passthrough: true would only tag the peer's IP, adding no pod
+	// attributes; the pod's must come from the processor's lookup.
+	if pt, ok := get(c, "processors", "k8s_attributes", "passthrough").(bool); !ok || pt {
+		t.Errorf("k8s_attributes::passthrough: want false, set explicitly, got %v", get(c, "processors", "k8s_attributes", "passthrough"))
+	}
 	return cc
 }
 

@@ -121,9 +121,11 @@ func instantQuery(expr string, vars map[string]bool) (string, error) {
 // TestDashboardQueries (issue 19) runs every query of the Grafana dashboard
 // against a real Prometheus fed by the real collector: kernel metrics over
 // OTLP from two MOCK applications through the shim (with the MOCK CUPTI,
-// so launches have driver windows and their durations), the pods named in
-// OTEL_RESOURCE_ATTRIBUTES as k8s_attributes would add them, and the
-// collector's internal telemetry scraped. Each query must return at least
+// so launches have driver windows and their durations), a pod's
+// attributes added by resource_detection from the collector's own
+// OTEL_RESOURCE_ATTRIBUTES as k8s_attributes would add them (the receiver
+// drops the k8s.* attributes an application claims), and the collector's
+// internal telemetry scraped. Each query must return at least
 // one series, every series with the labels of the query's first "by",
 // with exponential histograms (native in Prometheus) and with explicit
 // ones (classic _sum/_count series).
@@ -240,6 +242,11 @@ func startDashboardPipeline(t *testing.T, ctx context.Context, otelcol, pbin, sh
 		t.Fatal(err)
 	}
 	track(t, prom.Process)
+	tag := rand.Uint32()
+	ns := fmt.Sprintf("e2e-%d", tag)
+	// The collector's environment, read by resource_detection's env
+	// detector: the pod of both applications.
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "k8s.namespace.name="+ns+",k8s.pod.name=gpu-0")
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "agent.sock")
 	col, err := StartCollector(ctx, otelcol, dir, dashboardConfig(socket, kind, prom.OTLPMetricsURL(), ports[0]),
@@ -255,22 +262,20 @@ func startDashboardPipeline(t *testing.T, ctx context.Context, otelcol, pbin, sh
 	}
 	track(t, col)
 
-	tag := rand.Uint32()
-	ns := fmt.Sprintf("e2e-%d", tag)
-	env := func(service, pod string) []string {
-		return []string{"OTEL_SERVICE_NAME=" + service, "OTEL_RESOURCE_ATTRIBUTES=k8s.namespace.name=" + ns + ",k8s.pod.name=" + pod,
+	env := func(service string) []string {
+		return []string{"OTEL_SERVICE_NAME=" + service,
 			"GPUPROBE_CUPTI=" + cupti, "MOCK_DEVICE_COUNT=1", "MOCK_CURRENT_DEVICE=0"}
 	}
 	// basic: vecAdd and gemm launches, a stream sync and a host-to-device
 	// copy, then exit (its series are kept 5 minutes).
-	out, err := app.Command(ctx, shim, socket, nil, env("e2e-trainer", "trainer-0"), "cudart", "basic", "20").CombinedOutput()
+	out, err := app.Command(ctx, shim, socket, nil, env("e2e-trainer"), "cudart", "basic", "20").CombinedOutput()
 	if err != nil {
 		t.Fatalf("app basic: %v\n%s", err, out)
 	}
 	// slow: live while the queries run, for the self-metrics that cover
 	// connected processes only (coverage, spans.rate_limited).
 	actx, cancel := context.WithCancel(ctx)
-	slow := app.Command(actx, shim, socket, nil, env("e2e-loader", "loader-0"), "cudart", "slow", "100000")
+	slow := app.Command(actx, shim, socket, nil, env("e2e-loader"), "cudart", "slow", "100000")
 	buf := &tailBuffer{max: maxLogBytes}
 	slow.Stdout, slow.Stderr = buf, buf
 	if err := slow.Start(); err != nil {
@@ -303,6 +308,9 @@ func dashboardConfig(socket, kind, otlpURL string, selfPort int) string {
     limits:
       spans_per_second: 10
 processors:
+  resource_detection:
+    detectors: [env]
+    override: false
   batch:
     timeout: 200ms
 exporters:
@@ -328,7 +336,7 @@ service:
       exporters: [debug]
     metrics:
       receivers: [gpuprobe]
-      processors: [batch]
+      processors: [resource_detection, batch]
       exporters: [otlp_http/prometheus]
 `
 }

@@ -1,12 +1,14 @@
 package receiver
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/internal/procread"
 	"go.uber.org/zap"
 )
 
@@ -20,6 +22,11 @@ var defaultLibDirs = []string{
 	"/usr/local/nvidia/lib64", "/usr/lib/wsl/lib",
 }
 
+// maxDriverVersion bounds the read of procDriverVersion, of which the
+// first line (about 100 bytes: "NVRM version: NVIDIA UNIX ... Kernel
+// Module  570.86.15  ...") is kept.
+const maxDriverVersion = 4 << 10
+
 // driverStatus is what detectDriver found.
 type driverStatus struct {
 	found   bool
@@ -32,7 +39,7 @@ type driverStatus struct {
 // loading anything (pure Go; the receiver links no CUDA).
 func detectDriver(libPaths []string) driverStatus {
 	var st driverStatus
-	if b, err := os.ReadFile(procDriverVersion); err == nil {
+	if b, err := procread.File(procDriverVersion, maxDriverVersion); err == nil || errors.Is(err, procread.ErrTruncated) {
 		st.version = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
 	} else {
 		st.missing = append(st.missing, procDriverVersion+" is absent")

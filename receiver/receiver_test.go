@@ -294,6 +294,10 @@ func TestDetectDriver(t *testing.T) {
 	if err := os.WriteFile(ver, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05\nGCC version\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	huge := filepath.Join(dir, "version-huge") // read to maxDriverVersion only
+	if err := os.WriteFile(huge, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05\n"+strings.Repeat("x", 1<<20)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	old := procDriverVersion
 	defer func() { procDriverVersion = old }()
 	tests := []struct {
@@ -305,6 +309,7 @@ func TestDetectDriver(t *testing.T) {
 	}{
 		{"driver and lib", ver, []string{dir}, true, ""},
 		{"lib as file path", ver, []string{lib}, true, ""},
+		{"proc file over its bound", huge, []string{dir}, true, ""},
 		{"no proc file", filepath.Join(dir, "absent"), []string{dir}, false, "absent is absent"},
 		{"no lib", ver, []string{t.TempDir()}, false, "libcuda.so.1 not found"},
 	}

@@ -276,6 +276,7 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.devices.folded", Unit: "{record}", Desc: "Records naming a device their client did not report, counted under device index -1.", Value: c.DevicesFolded},
 		{Name: "gpuprobe.receiver.calibrations.rejected", Unit: "{record}", Desc: "Clock calibration records rejected as implausible.", Value: c.CalibrationsBad},
 		{Name: "gpuprobe.receiver.resource.rejected", Unit: "{variable}", Desc: "OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES values of clients discarded as malformed or too long.", Value: r.srcs.res.rejected.Load()},
+		{Name: "gpuprobe.receiver.resource.attributes_dropped", Unit: "{attribute}", Desc: "Attributes in clients' OTEL_RESOURCE_ATTRIBUTES that only the collector or its processors set (k8s.*, host.*, container.*, cloud.*, process.pid, process.executable.*, service.instance.id), ignored.", Value: r.srcs.res.dropped.Load()},
 		{Name: "gpuprobe.receiver.series.folded", Unit: "{record}", Desc: "Records counted in their process's overflow series (kernel other, device -1) because the series limit was reached.", Value: c.SeriesFolded},
 		{Name: "gpuprobe.receiver.processes.folded", Unit: "{process}", Desc: "Processes whose metrics went into the shared overflow resource because the process limit was reached.", Value: c.ProcessesFolded},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patch.failed.Load()},

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpuprobe/gpuprobe/internal/procread"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,7 +75,7 @@ func (p *peerProc) path(name string) string {
 
 // startTime reads field 22 of /proc/PID/stat.
 func (p *peerProc) startTime() (string, error) {
-	b, err := os.ReadFile(p.path("stat"))
+	b, err := procread.File(p.path("stat"), procread.MaxStat)
 	if err != nil {
 		return "", fmt.Errorf("agent: %w", err)
 	}
@@ -95,12 +96,13 @@ func (p *peerProc) alive() bool {
 	return err == nil && p.start != "" && st == p.start
 }
 
-// read reads /proc/PID/name, then checks that it was the peer's.
-func (p *peerProc) read(name string) ([]byte, error) {
+// read reads at most max bytes of /proc/PID/name (an error wrapping
+// procread.ErrTruncated past them), then checks that it was the peer's.
+func (p *peerProc) read(name string, max int64) ([]byte, error) {
 	if p.pid <= 0 {
 		return nil, fmt.Errorf("agent: peer pid %d is outside our pid namespace", p.pid)
 	}
-	b, err := os.ReadFile(p.path(name))
+	b, err := procread.File(p.path(name), max)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, errPeerGone
@@ -181,7 +183,7 @@ func (p *peerProc) readMax(name string, max int64) ([]byte, error) {
 
 // groups returns the peer's supplementary groups.
 func (p *peerProc) groups() ([]uint32, error) {
-	b, err := p.read("status")
+	b, err := p.read("status", procread.MaxStatus)
 	if err != nil {
 		return nil, err
 	}
@@ -204,37 +206,103 @@ func (p *peerProc) groups() ([]uint32, error) {
 	return nil, fmt.Errorf("agent: %s has no Groups line", p.path("status"))
 }
 
-// mapsAny says whether the peer maps any of the files ids.
+// mapsAny says whether the peer maps any of the files ids. It reads
+// /proc/PID/maps line by line, stopping at the first match, and at most
+// procread.MaxMapsBytes of it: past them, with no match, it returns an
+// error wrapping procread.ErrTruncated (the caller keeps the session, as
+// when the file cannot be read).
 func (p *peerProc) mapsAny(ids []fileID) (bool, error) {
-	b, err := p.read("maps")
+	if p.pid <= 0 {
+		return false, fmt.Errorf("agent: peer pid %d is outside our pid namespace", p.pid)
+	}
+	f, err := os.Open(p.path("maps"))
 	if err != nil {
-		return false, err
+		if errors.Is(err, os.ErrNotExist) {
+			return false, errPeerGone
+		}
+		return false, fmt.Errorf("agent: %w", err)
 	}
-	// Each line: address perms offset major:minor inode [path].
-	for line := range bytes.Lines(b) {
-		f := bytes.Fields(line)
-		if len(f) < 5 {
-			continue
+	defer f.Close()
+	found, sc, err := mapsMatch(f, ids)
+	if err != nil {
+		return false, fmt.Errorf("agent: %s: %w", p.path("maps"), err)
+	}
+	if !p.alive() {
+		return false, errPeerGone
+	}
+	if !found && sc.Truncated {
+		return false, fmt.Errorf("agent: %s: no region mapped in its first %d bytes: %w",
+			p.path("maps"), sc.Bytes, procread.ErrTruncated)
+	}
+	return found, nil
+}
+
+// mapsMatch says whether the maps lines of r map any of the files ids.
+// Each line: address perms offset major:minor inode [path].
+func mapsMatch(r io.Reader, ids []fileID) (bool, procread.Scan, error) {
+	found := false
+	sc, err := procread.Lines(r, procread.MaxMapsBytes, procread.MaxMapsLine, func(line []byte, _ bool) bool {
+		found = mapsLineIs(line, ids)
+		return !found
+	})
+	return found, sc, err
+}
+
+// mapsLineIs says whether a maps line maps one of the files ids.
+func mapsLineIs(line []byte, ids []fileID) bool {
+	var f [5][]byte
+	rest := line
+	for i := range f {
+		rest = bytes.TrimLeft(rest, " ")
+		end := bytes.IndexByte(rest, ' ')
+		if end < 0 {
+			end = len(rest)
 		}
-		ino, err := strconv.ParseUint(string(f[4]), 10, 64)
-		if err != nil || ino == 0 {
-			continue
-		}
-		maj, min, ok := bytes.Cut(f[3], []byte{':'})
-		if !ok {
-			continue
-		}
-		mj, err1 := strconv.ParseUint(string(maj), 16, 32)
-		mn, err2 := strconv.ParseUint(string(min), 16, 32)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		dev := unix.Mkdev(uint32(mj), uint32(mn))
-		for _, id := range ids {
-			if id.ino == ino && id.dev == dev {
-				return true, nil
-			}
+		f[i], rest = rest[:end], rest[end:]
+	}
+	ino, ok := parseUint(f[4], 10, 64)
+	if !ok || ino == 0 {
+		return false
+	}
+	maj, min, ok := bytes.Cut(f[3], []byte{':'})
+	if !ok {
+		return false
+	}
+	mj, ok1 := parseUint(maj, 16, 32)
+	mn, ok2 := parseUint(min, 16, 32)
+	if !ok1 || !ok2 {
+		return false
+	}
+	dev := unix.Mkdev(uint32(mj), uint32(mn))
+	for _, id := range ids {
+		if id.ino == ino && id.dev == dev {
+			return true
 		}
 	}
-	return false, nil
+	return false
+}
+
+// parseUint parses b, digits of base 10 or 16, as a number of at most
+// bits bits, without allocating.
+func parseUint(b []byte, base, bits int) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		var d uint64
+		switch {
+		case '0' <= c && c <= '9':
+			d = uint64(c - '0')
+		case base == 16 && 'a' <= c && c <= 'f':
+			d = uint64(c-'a') + 10
+		default:
+			return 0, false
+		}
+		if n > (1<<bits-1-d)/uint64(base) {
+			return 0, false
+		}
+		n = n*uint64(base) + d
+	}
+	return n, true
 }

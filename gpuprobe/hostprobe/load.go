@@ -16,6 +16,8 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuprobe/gpuprobe/internal/procread"
 )
 
 // ErrUnsupported is wrapped by Load's error when this machine or process
@@ -186,9 +188,9 @@ const (
 // CAP_SYS_ADMIN nor CAP_BPF with CAP_PERFMON (loading tracing programs and
 // opening uprobe perf events need them).
 func checkCaps() error {
-	b, err := os.ReadFile("/proc/self/status")
+	b, err := procread.File("/proc/self/status", procread.MaxStatus)
 	if err != nil {
-		return nil // cannot tell: let the kernel decide
+		return nil // cannot tell (unreadable, or cut before CapEff): let the kernel decide
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		v, ok := strings.CutPrefix(line, "CapEff:")

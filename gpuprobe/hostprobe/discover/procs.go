@@ -1,7 +1,6 @@
 package discover
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/internal/libfile"
+	"github.com/gpuprobe/gpuprobe/internal/procread"
 )
 
 // DefaultRescanEvery is how many scans a process's maps may go without
@@ -45,6 +45,8 @@ type ScanStats struct {
 	ExeChecks uint64
 	// MalformedLines counts maps and stat lines skipped as malformed.
 	MalformedLines uint64
+	// MapsTruncated counts maps files read only to procread.MaxMapsBytes.
+	MapsTruncated uint64
 	// Refused counts mapped libraries and executables skipped because
 	// every user may write them, over all scans.
 	Refused uint64
@@ -257,48 +259,42 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 		}
 		return libfile.Open(p)
 	}
-	maps, err := os.ReadFile(filepath.Join(dir, "maps"))
+	mapsPath := filepath.Join(dir, "maps")
+	mf, err := os.Open(mapsPath)
 	if err != nil {
 		return nil, exe, 0, 0, err
 	}
 	seen := map[string]bool{}
-	for n := 1; len(maps) > 0; n++ {
-		var line []byte
-		if i := bytes.IndexByte(maps, '\n'); i >= 0 {
-			line, maps = maps[:i], maps[i+1:]
-		} else {
-			line, maps = maps, nil
-		}
+	n := 0
+	sc, err := procread.Lines(mf, procread.MaxMapsBytes, procread.MaxMapsLine, func(line []byte, cut bool) bool {
+		n++
 		if len(line) == 0 {
-			continue
+			return true
 		}
 		m, err := ParseMapsLine(string(line))
+		if err == nil && cut {
+			err = fmt.Errorf("longer than %d bytes", procread.MaxMapsLine)
+		}
 		if err != nil {
 			bad++
-			s.malformed(fmt.Errorf("%s line %d %q: %w", filepath.Join(dir, "maps"), n, line, err))
-			continue
+			s.malformed(fmt.Errorf("%s line %d %q: %w", mapsPath, n, line, err))
+			return true
 		}
-		if !m.Exec() || !m.File() || seen[m.Path] {
-			continue
+		if lib, ok := s.mappedLib(pid, m, seen, resolve, open, viaRoot); ok {
+			libs = append(libs, lib)
 		}
-		kind := KindOfName(m.Path)
-		if kind == KindUnknown {
-			continue
-		}
-		seen[m.Path] = true
-		p := resolve(m.Path)
-		id, err := s.openID(m.Path, open)
-		if err != nil {
-			s.log.Debug("discover: mapped library not reachable", zap.Int("pid", pid), zap.String("path", p), zap.Error(err))
-			continue
-		}
-		if id.ino != m.Inode && id.dev == mkdev(m.DevMajor, m.DevMinor) {
-			// The path names another file now (the library was replaced
-			// by a rename): a probe on it would miss this process.
-			s.log.Debug("discover: mapped library replaced", zap.Int("pid", pid), zap.String("path", p))
-			continue
-		}
-		libs = append(libs, pidLib{key: id.key(), path: p, kind: kind, source: fmt.Sprintf("pid %d maps", pid), viaRoot: viaRoot})
+		return true
+	})
+	mf.Close()
+	if err != nil {
+		return nil, exe, 0, bad, err
+	}
+	if sc.Truncated {
+		s.mu.Lock()
+		s.stats.MapsTruncated++
+		s.mu.Unlock()
+		s.log.Debug("discover: maps longer than its bound; libraries mapped past it are not seen",
+			zap.Int("pid", pid), zap.Int64("bytes", sc.Bytes))
 	}
 	// The main executable: a static runtime has no CUDA name to match.
 	exePath := filepath.Join(dir, "exe")
@@ -454,6 +450,33 @@ func (s *Scanner) Processes() []Process {
 func mkdev(major, minor uint32) uint64 {
 	ma, mi := uint64(major), uint64(minor)
 	return (mi & 0xff) | ((ma & 0xfff) << 8) | ((mi &^ 0xff) << 12) | ((ma &^ 0xfff) << 32)
+}
+
+// mappedLib is the CUDA library a maps line m of pid maps, if it is one
+// not seen yet that the process still reaches by its path.
+func (s *Scanner) mappedLib(pid int, m Mapping, seen map[string]bool, resolve func(string) string,
+	open func(string) (*libfile.File, error), viaRoot bool) (pidLib, bool) {
+	if !m.Exec() || !m.File() || seen[m.Path] {
+		return pidLib{}, false
+	}
+	kind := KindOfName(m.Path)
+	if kind == KindUnknown {
+		return pidLib{}, false
+	}
+	seen[m.Path] = true
+	p := resolve(m.Path)
+	id, err := s.openID(m.Path, open)
+	if err != nil {
+		s.log.Debug("discover: mapped library not reachable", zap.Int("pid", pid), zap.String("path", p), zap.Error(err))
+		return pidLib{}, false
+	}
+	if id.ino != m.Inode && id.dev == mkdev(m.DevMajor, m.DevMinor) {
+		// The path names another file now (the library was replaced
+		// by a rename): a probe on it would miss this process.
+		s.log.Debug("discover: mapped library replaced", zap.Int("pid", pid), zap.String("path", p))
+		return pidLib{}, false
+	}
+	return pidLib{key: id.key(), path: p, kind: kind, source: fmt.Sprintf("pid %d maps", pid), viaRoot: viaRoot}, true
 }
 
 // readSmall reads a small one-line proc file into buf with three system

@@ -31,31 +31,37 @@ type Process struct {
 	ServiceOmitted, ResAttrsOmitted bool
 }
 
-// Attribute keys the collector sets from its own facts; the application's
-// attributes of these keys are ignored. service.instance.id is one: with
-// service.name it makes a series' identity in Prometheus (job, instance),
-// so a process that could choose it could write into another's series.
-var collectorKeys = map[string]bool{
-	"process.pid": true, "process.executable.name": true, "process.executable.path": true,
-	"container.id": true, "host.name": true, "service.instance.id": true,
-}
-
 // Bounds of the executable's path (PATH_MAX) and name (NAME_MAX).
 const (
 	maxExePath = 4096
 	maxExeName = 255
 )
 
+// Resource is the resource of a process, and what was left out of the
+// application's variables.
+type Resource struct {
+	Attrs   pcommon.Map
+	Errs    []error  // a *FieldError for each variable discarded whole
+	Dropped []string // the application's attribute keys that are Protected, ignored
+}
+
 // Build returns the resource attributes of p, and an error (a *FieldError)
 // for each of the application's variables that was discarded.
+func Build(p Process) (pcommon.Map, []error) {
+	r := New(p)
+	return r.Attrs, r.Errs
+}
+
+// New returns the resource of p.
 //
 // service.name is resource::service_name, else OTEL_SERVICE_NAME, else the
 // service.name of OTEL_RESOURCE_ATTRIBUTES, else
 // "unknown_service:<executable name>" (the SDK specification's default).
 // service.instance.id is a UUID (version 5) of the host name, pid and
 // start time, the same for every connection of the process (of the agent
-// session where those are unknown; none without either).
-func Build(p Process) (pcommon.Map, []error) {
+// session where those are unknown; none without either). The
+// application's attributes of Protected keys are dropped and listed.
+func New(p Process) Resource {
 	var errs []error
 	svc := ""
 	if p.ServiceOmitted {
@@ -96,9 +102,11 @@ func Build(p Process) (pcommon.Map, []error) {
 	if p.HostName != "" {
 		m.PutStr("host.name", p.HostName)
 	}
+	var dropped []string
 	for _, a := range attrs {
 		switch {
-		case collectorKeys[a.Key]:
+		case Protected(a.Key):
+			dropped = append(dropped, a.Key)
 		case a.Key == "service.name":
 			if svc == "" {
 				svc = a.Value
@@ -119,7 +127,7 @@ func Build(p Process) (pcommon.Map, []error) {
 	if p.PID != 0 && p.Start != 0 || p.Session != 0 {
 		m.PutStr("service.instance.id", p.instanceID())
 	}
-	return m, errs
+	return Resource{Attrs: m, Errs: errs, Dropped: dropped}
 }
 
 // instanceNamespace is the UUID namespace of generated instance ids (the

@@ -44,10 +44,9 @@ func TestBuild(t *testing.T) {
 		{"the operator's name wins", func(p *Process) {
 			p.ServiceOverride, p.EnvServiceName, p.EnvResAttrs = "fleet", "trainer", "service.name=x"
 		}, with("service.name", "fleet"), nil},
-		{"operator attributes kept", func(p *Process) {
+		{"claimed pod dropped, other attributes kept", func(p *Process) {
 			p.EnvResAttrs = "k8s.pod.name=train-0,k8s.namespace.name=ml,deployment.environment.name=prod"
-		}, with("service.name", "unknown_service:python3.12", "k8s.pod.name", "train-0", "k8s.namespace.name", "ml",
-			"deployment.environment.name", "prod"), nil},
+		}, with("service.name", "unknown_service:python3.12", "deployment.environment.name", "prod"), nil},
 		{"collector's facts are not the client's to say", func(p *Process) {
 			p.EnvResAttrs = "process.pid=1,container.id=abc,host.name=elsewhere,process.executable.name=sshd,process.executable.path=/sbin/init,team=a,service.instance.id=x"
 		}, with("service.name", "unknown_service:python3.12", "team", "a"), nil},
