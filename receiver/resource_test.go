@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/record"
@@ -54,11 +53,9 @@ func TestProcessResource(t *testing.T) {
 			t.Fatal(res)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	var spanRes, metricRes pcommon.Map
 	var rejected int64 = -1
-	for time.Now().Before(deadline) && (spanRes == (pcommon.Map{}) || metricRes == (pcommon.Map{}) || rejected < 1) {
-		time.Sleep(5 * time.Millisecond)
+	waitFor(t, "the span and metric resources and the rejection count", func() bool {
 		for _, td := range traces.AllTraces() {
 			if td.ResourceSpans().Len() > 0 {
 				spanRes = td.ResourceSpans().At(0).Resource().Attributes()
@@ -78,7 +75,8 @@ func TestProcessResource(t *testing.T) {
 				}
 			}
 		}
-	}
+		return spanRes != (pcommon.Map{}) && metricRes != (pcommon.Map{}) && rejected >= 1
+	})
 	exe, _ := os.Executable()
 	hostName, _ := os.Hostname()
 	want := map[string]any{"process.pid": int64(os.Getpid()), "process.executable.path": exe, "service.name": "trainer",
