@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,13 +18,15 @@ func groupGone(pgid int) bool {
 func TestProcessStop(t *testing.T) {
 	tests := []struct {
 		name   string
-		script string
+		script string // prints "ready" once per shell that installed its traps
+		ready  int
 		grace  time.Duration
 		maxDur time.Duration // Stop must return within this
 	}{
-		{"exits on SIGTERM", "sleep 300", 5 * time.Second, 4 * time.Second},
-		{"ignores SIGTERM, killed after grace", `trap "" TERM; sleep 300 & wait`, 500 * time.Millisecond, 5 * time.Second},
-		{"child ignoring SIGTERM is reaped with the group", `(trap "" TERM; exec sleep 300) & trap "exit 0" TERM; wait`, 5 * time.Second, 4 * time.Second},
+		{"exits on SIGTERM", "echo ready; sleep 300", 1, 5 * time.Second, 4 * time.Second},
+		{"ignores SIGTERM, killed after grace", `trap "" TERM; echo ready; sleep 300 & wait`, 1, 500 * time.Millisecond, 5 * time.Second},
+		{"child ignoring SIGTERM is reaped with the group",
+			`(trap "" TERM; echo ready; exec sleep 300) & trap "exit 0" TERM; echo ready; wait`, 2, 5 * time.Second, 4 * time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -32,7 +35,14 @@ func TestProcessStop(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = p.Stop(time.Second) })
-			time.Sleep(200 * time.Millisecond) // let sh install its trap
+			if err := Eventually(context.Background(), 15*time.Second, 10*time.Millisecond, func(context.Context) error {
+				if n := strings.Count(p.Logs(), "ready"); n < tc.ready {
+					return fmt.Errorf("%d of %d shells have installed their traps", n, tc.ready)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
 			start := time.Now()
 			if err := p.Stop(tc.grace); err != nil {
 				t.Fatalf("Stop: %v", err)

@@ -101,10 +101,7 @@ func TestHostCallsThroughAgent(t *testing.T) {
 	}
 	call(jit.HelperPuts, [5]uint64{}, []byte("hello from the GPU\x00"))
 	call(jit.HelperTracePrintk, [5]uint64{0, 10, 5}, []byte("thread %d\x00"))
-	deadline := time.Now().Add(10 * time.Second)
-	for logs.LogRecordCount() < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "two log records", func() bool { return logs.LogRecordCount() >= 2 })
 	var bodies []string
 	for _, ld := range logs.AllLogs() {
 		rl := ld.ResourceLogs()

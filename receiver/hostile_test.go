@@ -97,13 +97,9 @@ func TestHostileRingDoesNotStallOthers(t *testing.T) {
 	r.AddRing(honest)
 	const n = 200
 	produceLaunches(t, honest, n)
-	deadline := time.Now().Add(time.Second)
-	for selfValue(metrics, "gpuprobe.receiver.records.read") < n {
-		if time.Now().After(deadline) {
-			shutdownWithin(t, shutdownBound+time.Second, tr, mr) // fails on main
-			t.Fatalf("honest records read after 1 s: %d of %d", selfValue(metrics, "gpuprobe.receiver.records.read"), n)
-		}
-		time.Sleep(time.Millisecond)
+	if !pollUntil(time.Second, func() bool { return selfValue(metrics, "gpuprobe.receiver.records.read") >= n }) {
+		shutdownWithin(t, shutdownBound+time.Second, tr, mr) // fails on main
+		t.Fatalf("honest records read after 1 s: %d of %d", selfValue(metrics, "gpuprobe.receiver.records.read"), n)
 	}
 	waitFor(t, "the hostile client counted", func() bool {
 		return selfValue(metrics, "gpuprobe.receiver.clients.disconnected") == 1

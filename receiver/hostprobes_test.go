@@ -154,18 +154,20 @@ func waitProgress(t *testing.T, what string, cond func() (progress int64, done b
 	t.Helper()
 	last, _ := cond()
 	deadline := time.Now().Add(10 * time.Second)
-	for {
+	stalled := false
+	pollUntil(24*time.Hour, func() bool {
 		p, done := cond()
 		if done {
-			return
+			return true
 		}
 		if p != last {
 			last, deadline = p, time.Now().Add(10*time.Second)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: no progress for 10 s (at %d)", what, p)
-		}
-		time.Sleep(10 * time.Millisecond)
+		stalled = time.Now().After(deadline)
+		return stalled
+	})
+	if stalled {
+		t.Fatalf("timed out waiting for %s: no progress for 10 s (at %d)", what, last)
 	}
 }
 
@@ -179,11 +181,20 @@ func waitEmissions(t *testing.T, sink *consumertest.MetricsSink, n int) {
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	if !pollUntil(10*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// pollUntil polls cond every 10 ms until it holds (true) or limit has
+// passed (false): the one polling loop of the package's tests.
+func pollUntil(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }

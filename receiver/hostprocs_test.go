@@ -144,7 +144,7 @@ func TestShimProcessesSkip(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(cfg.Limits.LaunchTimeout + 5*cfg.HostProbes.HostCallGrace) // anything late
+	waitPolls(t, r, cfg.Limits.LaunchTimeout+5*cfg.HostProbes.HostCallGrace) // anything late
 	for _, p := range []*waitingApp{a, c} {
 		names, _, _ := hostSpans(traces.AllTraces(), int64(p.pid))
 		for _, n := range covered {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
@@ -118,17 +117,15 @@ func TestBpftimeIdiomsThroughAgent(t *testing.T) {
 	if r := exits.Produce(0, rec); r != shm.Published {
 		t.Fatal(r)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ev, ok := firstEvent(traces.AllTraces(), "exits"); ok {
-			if w, _ := ev.Attributes().Get("warp"); w.Int() != 3 {
-				t.Fatalf("event attributes %v, want warp 3", ev.Attributes().AsRaw())
-			}
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	var ev ptrace.SpanEvent
+	waitFor(t, "an event from the exits ring", func() bool {
+		var ok bool
+		ev, ok = firstEvent(traces.AllTraces(), "exits")
+		return ok
+	})
+	if w, _ := ev.Attributes().Get("warp"); w.Int() != 3 {
+		t.Fatalf("event attributes %v, want warp 3", ev.Attributes().AsRaw())
 	}
-	t.Fatal("no event from the exits ring")
 }
 
 // firstEvent finds the first span event named name.

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -109,13 +108,8 @@ func TestMetricViewEndToEnd(t *testing.T) {
 		}
 	}
 	// Once the spans are out, the next emission has the launch's series.
-	deadline := time.Now().Add(10 * time.Second)
-	for traces.SpanCount() < 4 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	for n := len(sink.AllMetrics()); len(sink.AllMetrics()) < n+2 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the four spans", func() bool { return traces.SpanCount() >= 4 })
+	waitEmissions(t, sink, 2)
 	got, hosts := emitted(sink.AllMetrics())
 	for _, c := range []interface{ Shutdown(context.Context) error }{tr, mr} {
 		if err := c.Shutdown(context.Background()); err != nil {

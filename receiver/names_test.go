@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
@@ -71,10 +70,7 @@ func TestLongKernelNames(t *testing.T) {
 		c := &record.Completion{LaunchID: fn + 1, CompleteNS: now + 200}
 		launches.Produce(uint32(record.TypeCompletion), c.Append(nil))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for traces.SpanCount() < 6 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "six spans", func() bool { return traces.SpanCount() >= 6 })
 	got := map[string]string{} // span name → mangled_name attribute
 	for _, td := range traces.AllTraces() {
 		ss := td.ResourceSpans().At(0).ScopeSpans().At(0).Spans()
@@ -145,10 +141,7 @@ func TestNameBeforeLaunch(t *testing.T) {
 	}
 	defer sess.Close()
 	<-hooked
-	deadline := time.Now().Add(10 * time.Second)
-	for traces.SpanCount() < 3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "three spans", func() bool { return traces.SpanCount() >= 3 })
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

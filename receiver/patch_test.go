@@ -18,6 +18,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -104,28 +105,33 @@ func TestPatchAndWarpRing(t *testing.T) {
 			t.Fatal(res)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // polls read the launch and the warps
+	// A poll reads the launch ring before the warps ring: the completion
+	// may only be written once a poll has handled the launch and every
+	// warp (the consumer stores its tail after handling what it read).
+	waitFor(t, "the launch and the warps read", func() bool {
+		return launches.Stats().Tail >= 1 && warps.Stats().Tail >= 4
+	})
 	c := &record.Completion{LaunchID: 9, CompleteNS: now + 3000}
 	launches.Produce(uint32(record.TypeCompletion), c.Append(nil))
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var observed pcommon.Value
+	waitFor(t, "a span with cuda.warps.observed", func() bool {
 		for _, td := range traces.AllTraces() {
 			rs := td.ResourceSpans()
 			for i := range rs.Len() {
 				ss := rs.At(i).ScopeSpans().At(0).Spans()
 				for j := range ss.Len() {
 					if v, ok := ss.At(j).Attributes().Get("cuda.warps.observed"); ok {
-						if v.Int() != 4 {
-							t.Fatalf("cuda.warps.observed %d, want 4", v.Int())
-						}
-						return
+						observed = v
+						return true
 					}
 				}
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		return false
+	})
+	if observed.Int() != 4 {
+		t.Fatalf("cuda.warps.observed %d, want 4", observed.Int())
 	}
-	t.Fatalf("no span with cuda.warps.observed after 10 s (%d spans)", traces.SpanCount())
 }
 
 // TestOnSkipLogsOnce: every program left out of a module is counted; each

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
@@ -117,7 +116,10 @@ func TestUserMapsThroughAgent(t *testing.T) {
 	if r := launches.Produce(uint32(record.TypeMemcpy), mc); r != shm.Published {
 		t.Fatal(r)
 	}
-	time.Sleep(20 * time.Millisecond) // the calibration is read before the records below
+	// The calibration must be read before the phases record below, which
+	// a poll would otherwise read in the same pass (the consumer stores
+	// its tail after handling what it read).
+	waitFor(t, "the calibration and the copy read", func() bool { return launches.Stats().Tail >= 2 })
 	phases, err := shm.NewRing(sess.Region(agentwire.RoleMap, "phases"))
 	if err != nil {
 		t.Fatal(err)
@@ -130,21 +132,11 @@ func TestUserMapsThroughAgent(t *testing.T) {
 		t.Fatal(r)
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
-	for traces.SpanCount() < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	var calls int64
-	for time.Now().Before(deadline) {
-		if v, ok := mapValue(metrics.AllMetrics(), "gpuprobe.map.stats.calls", 9); ok && v == 123 {
-			calls = v
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if calls != 123 {
-		t.Fatalf("gpuprobe.map.stats.calls{gpuprobe.map.key=9} never reached 123")
-	}
+	waitFor(t, "the phases and memcpy spans", func() bool { return traces.SpanCount() >= 2 })
+	waitFor(t, "gpuprobe.map.stats.calls{gpuprobe.map.key=9} at 123", func() bool {
+		v, ok := mapValue(metrics.AllMetrics(), "gpuprobe.map.stats.calls", 9)
+		return ok && v == 123
+	})
 	var span, copySpan bool
 	for _, td := range traces.AllTraces() {
 		rs := td.ResourceSpans()
@@ -183,16 +175,13 @@ func TestUserMapsThroughAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := tr.(*handle).r
-	for time.Now().Before(deadline) {
+	waitFor(t, "the last values of a gone application reported and its regions released", func() bool {
 		r.mu.Lock()
 		n := len(r.srcs.list) + len(r.maps.retired)
 		r.mu.Unlock()
-		if v, _ := mapValue(metrics.AllMetrics(), "gpuprobe.map.stats.calls", 9); n == 0 && v == 124 {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("the last values of a gone application were not reported, or its regions not released")
+		v, _ := mapValue(metrics.AllMetrics(), "gpuprobe.map.stats.calls", 9)
+		return n == 0 && v == 124
+	})
 }
 
 func TestUserProgramErrorsFailStart(t *testing.T) {

@@ -174,19 +174,13 @@ func TestRingToPdata(t *testing.T) {
 	}
 	produce(&record.Memcpy{Bytes: 4096, StartNS: now, EndNS: now + 1000, Kind: record.MemcpyHostToDevice, PID: uint32(os.Getpid())})
 
-	deadline := time.Now().Add(10 * time.Second)
-	for traces.SpanCount() < 6*3+1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "every span", func() bool { return traces.SpanCount() >= 6*3+1 })
 	// Metrics are emitted every 20 ms; wait for one that has the launches.
 	var launches map[string]int64
-	for time.Now().Before(deadline) {
+	waitFor(t, "an emission with gemm's launches", func() bool {
 		launches = launchCounts(metrics.AllMetrics())
-		if launches["gemm"] == 2 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return launches["gemm"] >= 2
+	})
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -262,10 +256,7 @@ func TestSelfMetricsWithoutProducers(t *testing.T) {
 	if err := mr.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(metrics.AllMetrics()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "a first metrics emission", func() bool { return len(metrics.AllMetrics()) > 0 })
 	if err := mr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
@@ -66,10 +65,8 @@ func runClient(t *testing.T, level zapcore.Level, hello agentwire.Hello, wait st
 			t.Fatal(res)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	run := clientRun{self: map[string]int64{}}
-	for time.Now().Before(deadline) && (run.spanRes == (pcommon.Map{}) || run.metricRes == (pcommon.Map{}) || run.self[wait] < 1) {
-		time.Sleep(5 * time.Millisecond)
+	waitFor(t, "the span and metric resources and "+wait, func() bool {
 		for _, td := range traces.AllTraces() {
 			if td.ResourceSpans().Len() > 0 {
 				run.spanRes = td.ResourceSpans().At(0).Resource().Attributes()
@@ -89,7 +86,8 @@ func runClient(t *testing.T, level zapcore.Level, hello agentwire.Hello, wait st
 				}
 			}
 		}
-	}
+		return run.spanRes != (pcommon.Map{}) && run.metricRes != (pcommon.Map{}) && run.self[wait] >= 1
+	})
 	for name, res := range map[string]pcommon.Map{"span": run.spanRes, "metric": run.metricRes} {
 		if res == (pcommon.Map{}) {
 			t.Fatalf("no %s resource", name)

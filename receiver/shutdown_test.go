@@ -57,7 +57,8 @@ func TestNoMetricsAfterMetricsShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed.Store(1)
-	time.Sleep(5 * cfg.MetricsInterval) // the traces handle keeps the loop running
+	// The traces handle keeps the loop running: it must not emit metrics.
+	waitPolls(t, tr.(*handle).r, 5*cfg.MetricsInterval)
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -146,13 +146,6 @@ func (s *source) violation() error {
 	return nil
 }
 
-// AddRing makes the receiver consume ring as one producer process's stream
-// and returns its source id. The agent server calls it for every
-// connection; tests call it with rings they produce into.
-func (r *gpuReceiver) AddRing(ring *shm.Ring) uint32 {
-	return r.addSource(ring, false, nil, nil, nil).id
-}
-
 func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring, peer *translate.Peer) *source {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -166,18 +159,6 @@ func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Insta
 	}
 	r.srcs.list = append(r.srcs.list, s)
 	return s
-}
-
-// RemoveRing stops consuming the ring of source id once what it holds is
-// read (at most drainTime).
-func (r *gpuReceiver) RemoveRing(id uint32) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range r.srcs.list {
-		if s.id == id {
-			s.closing = true
-		}
-	}
 }
 
 // handleRecord folds one record of s. Invalid records are counted by the

@@ -70,10 +70,9 @@ func TestDriverWindowsEndToEnd(t *testing.T) {
 			t.Fatal(res)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	var exec []int64
-	for len(exec) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	waitFor(t, "a cuda.executing span", func() bool {
+		exec = exec[:0]
 		for _, td := range traces.AllTraces() {
 			ss := td.ResourceSpans().At(0).ScopeSpans().At(0).Spans()
 			for i := range ss.Len() {
@@ -82,7 +81,8 @@ func TestDriverWindowsEndToEnd(t *testing.T) {
 				}
 			}
 		}
-	}
+		return len(exec) > 0
+	})
 	if len(exec) != 1 || exec[0] != 1000 {
 		t.Fatalf("cuda.executing durations %v, want [1000]", exec)
 	}

@@ -278,20 +278,7 @@ func startDumpRC(t *testing.T, args ...string) (string, func() (string, int)) {
 	var out, errb strings.Builder
 	done := make(chan int)
 	go func() { done <- runAgentDump(append([]string{"--socket", socket}, args...), &out, &errb) }()
-	for i := 0; ; i++ {
-		if _, err := os.Stat(socket); err == nil {
-			break
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("agent-dump exited %d: %s", code, errb.String())
-		default:
-		}
-		if i == 500 {
-			t.Fatalf("agent-dump did not listen: %s", errb.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitListening(t, socket, done, &errb)
 	return socket, func() (string, int) {
 		var code int
 		select {

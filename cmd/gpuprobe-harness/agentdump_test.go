@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -25,15 +26,7 @@ func startDump(t *testing.T, args ...string) (socket string, stop func() string)
 	var out, errb bytes.Buffer
 	done := make(chan int)
 	go func() { done <- runAgentDump(append([]string{"--socket", socket}, args...), &out, &errb) }()
-	for i := 0; ; i++ {
-		if _, err := os.Stat(socket); err == nil {
-			break
-		}
-		if i == 500 {
-			t.Fatalf("agent-dump did not listen: %s", errb.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitListening(t, socket, done, &errb)
 	var code int
 	stopped := false
 	return socket, func() string {
@@ -51,6 +44,42 @@ func startDump(t *testing.T, args ...string) (socket string, stop func() string)
 		}
 		return out.String()
 	}
+}
+
+// waitListening waits until agent-dump, run in the background until it
+// sends its exit code on done, has created socket; it fails if agent-dump
+// exits first or takes 5 s.
+func waitListening(t *testing.T, socket string, done <-chan int, errb fmt.Stringer) {
+	t.Helper()
+	exited := -1
+	ok := pollUntil(5*time.Second, func() bool {
+		select {
+		case exited = <-done:
+			return true
+		default:
+		}
+		_, err := os.Stat(socket)
+		return err == nil
+	})
+	switch {
+	case exited >= 0:
+		t.Fatalf("agent-dump exited %d: %s", exited, errb.String())
+	case !ok:
+		t.Fatalf("agent-dump did not listen: %s", errb.String())
+	}
+}
+
+// pollUntil polls cond every 10 ms until it holds (true) or limit has
+// passed (false): the one polling loop of the package's tests.
+func pollUntil(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 func TestAgentDump(t *testing.T) {

@@ -86,12 +86,12 @@ func loadgenThroughAgent(t *testing.T, extra []string, perLaunch int) {
 		t.Fatalf("loadgen: %s", stdout.String())
 	}
 	want := 50 * perLaunch
-	deadline := time.Now().Add(10 * time.Second)
 	// With completions every span must come; either way a few metric
-	// intervals pass (every record read) before the shutdown.
-	for (perLaunch == 5 && traces.SpanCount() < want || len(metrics.AllMetrics()) < 3) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// intervals pass (every record read) before the shutdown. Short of
+	// that after 10 s, the checks below say what is missing.
+	pollUntil(10*time.Second, func() bool {
+		return (perLaunch != 5 || traces.SpanCount() >= want) && len(metrics.AllMetrics()) >= 3
+	})
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -149,7 +149,7 @@ const accountWait = 15 * time.Second
 func (s *suite) runClass(t *testing.T, c ClassInfo) {
 	name, run := c.Name, c.Run
 	col := s.start(t)
-	time.Sleep(300 * time.Millisecond)
+	settled(t, col)
 	base, err := Fds(col.Proc.Pid())
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +180,26 @@ func (s *suite) runClass(t *testing.T, c ClassInfo) {
 		t.Errorf("honest client beside %s not accounted: %v", name, err)
 	}
 	s.checkFds(t, col, base)
+}
+
+// settled waits until col's self-metrics show the receiver's records
+// counter: its poll loop runs, and the collector holds what it holds at
+// rest (the baseline of its descriptors and counters).
+func settled(t *testing.T, col *Collector) {
+	t.Helper()
+	err := e2e.Eventually(t.Context(), 10*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
+		fams, err := e2e.Scrape(ctx, col.Self)
+		if err != nil {
+			return err
+		}
+		if _, ok := Counter(fams, "otelcol_gpuprobe_receiver_records_read", nil); !ok {
+			return fmt.Errorf("no otelcol_gpuprobe_receiver_records_read among %v", e2e.FamilyNames(fams))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the collector's poll loop: %v", err)
+	}
 }
 
 // checkFds waits FdSettle for the collector's descriptors to return to
@@ -290,7 +310,7 @@ func (s *suite) selfMetrics(t *testing.T) {
 		dropped, _ = Counter(fams, "otelcol_gpuprobe_receiver_records_dropped", nil)
 		return read, dropped, nil
 	}
-	time.Sleep(300 * time.Millisecond)
+	settled(t, col)
 	r0, d0, err := counts(t.Context())
 	if err != nil {
 		t.Fatal(err)
