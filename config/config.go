@@ -253,7 +253,7 @@ const (
 	DefaultPollInterval   = 10 * time.Millisecond
 	// DefaultDeviceMaxPerSecond caps the device probes of each patched
 	// kernel for always-on use: a launch-bound loop of a patched kernel
-	// then costs what the shim and the windows cost (issue 17).
+	// then costs what the shim and the windows cost.
 	DefaultDeviceMaxPerSecond = 100
 	DefaultMetricsInterval    = 10 * time.Second
 	DefaultScanInterval       = time.Second            // host_probes::scan_interval
