@@ -1,5 +1,5 @@
 #!/bin/bash
-# cupti-cost.sh - build and run cupti_cost.cu (issue 17 experiment) on the GPU
+# cupti-cost.sh - build and run cupti_cost.cu (an experiment) on the GPU
 # machine; prints the activity record layout this CUPTI has and the per-launch
 # cost of each way of tracing.
 set -u

@@ -1,6 +1,6 @@
 // cupti_cost.cu - what CUPTI kernel activity costs a launch-bound loop, and
-// which way of learning a launch's correlation id is cheapest. Experiment
-// for issue 17; run by scripts/experiments/cupti-cost.sh on the GPU machine.
+// which way of learning a launch's correlation id is cheapest. An
+// experiment; run by scripts/experiments/cupti-cost.sh on the GPU machine.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cupti.h>

@@ -1,6 +1,6 @@
 """probe-offset.py METRICS.json: the offsets of kernel_phases' windows
 from the driver's (gpuprobe.receiver.windows.probe_offset), per edge and
-direction, from a collector's file exporter (issue 17: the two must agree
+direction, from a collector's file exporter (the two must agree
 within the clock calibration's bound). The receiver needs
 telemetry::in_pipeline: true (a self-metric: the file exporter of the
 pipeline gets it only then)."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shim-spike.sh (experiment): the interception spike of the shim (issue 4, DESIGN §2),
+# shim-spike.sh (experiment): the interception spike of the shim,
 # on the GPU machine, from prebuilt binaries (no Go there):
 #
 #   bin/gpuprobe        (make bin/gpuprobe)      `run`

@@ -1,5 +1,5 @@
 #!/bin/bash
-# torch-patch.sh - issue 17 first look: the PyTorch step plain, under the shim
+# torch-patch.sh - a first look: the PyTorch step plain, under the shim
 # and under the shim with GPUPROBE_PATCH=1 (kernel lists from torch.profiler,
 # the shim's trace of the patched run). Run from an unpacked gpu-bundle.
 set -u

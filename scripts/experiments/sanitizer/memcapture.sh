@@ -6,7 +6,7 @@
 # through this directory's injector, against ncu's counts of the same run's
 # global loads and stores. From the bundle root.
 #
-# H200, the ninth session: memcount counted 184,549,376 loads and
+# Measured on an H200: memcount counted 184,549,376 loads and
 # 125,829,120 stores (2,952,790,016 and 1,610,612,736 bytes) over the 24
 # kernels of `sassbench.py add 2`; ncu counted 5,767,168 and 3,932,160
 # warp-level global load and store instructions in the same kernels:
