@@ -118,7 +118,7 @@ func instantQuery(expr string, vars map[string]bool) (string, error) {
 	return out, err
 }
 
-// TestDashboardQueries (issue 19) runs every query of the Grafana dashboard
+// TestDashboardQueries runs every query of the Grafana dashboard
 // against a real Prometheus fed by the real collector: kernel metrics over
 // OTLP from two MOCK applications through the shim (with the MOCK CUPTI,
 // so launches have driver windows and their durations), a pod's

@@ -36,7 +36,7 @@ func (c *resourceClient) roots() map[string]int {
 	return m
 }
 
-// TestResourcesPerProcess (issue 19): two processes with different
+// TestResourcesPerProcess: two processes with different
 // OTEL_SERVICE_NAMEs, in different container cgroups, launching on the same
 // device 0 through the real shim, are two resources: in Jaeger each span's
 // process has its own service.name, process.pid, container.id and

@@ -84,9 +84,9 @@ const shutdownBound = flushTimeout + stopTimeout
 
 // TestHostileRingDoesNotStallOthers: a client whose ring header lies is
 // let go at its first poll, counted by reason; another client's records
-// all arrive within a second, and shutdown ends within its bound. On main
-// the poll loop resolved the lying ring's tickets forever, nothing else
-// was read, and shutdown never returned.
+// all arrive within a second, and shutdown ends within its bound. Guards
+// against a poll loop that resolves the lying ring's tickets forever,
+// reading nothing else, so that shutdown never returns.
 func TestHostileRingDoesNotStallOthers(t *testing.T) {
 	cfg := testConfig(t)
 	tr, mr, _, metrics := startBoth(t, cfg)
@@ -98,7 +98,7 @@ func TestHostileRingDoesNotStallOthers(t *testing.T) {
 	const n = 200
 	produceLaunches(t, honest, n)
 	if !pollUntil(time.Second, func() bool { return selfValue(metrics, "gpuprobe.receiver.records.read") >= n }) {
-		shutdownWithin(t, shutdownBound+time.Second, tr, mr) // fails on main
+		shutdownWithin(t, shutdownBound+time.Second, tr, mr) // a stalled poll loop fails here
 		t.Fatalf("honest records read after 1 s: %d of %d", selfValue(metrics, "gpuprobe.receiver.records.read"), n)
 	}
 	waitFor(t, "the hostile client counted", func() bool {
@@ -182,7 +182,7 @@ func TestAccountingExact(t *testing.T) {
 		read, dropped, corrupt int64
 	}{
 		{
-			// On main the corrupt record was consumed and counted nowhere.
+			// The corrupt record is counted, not consumed silently.
 			name: "a record longer than its slot", slots: 64, read: 10, corrupt: 1,
 			setup: func(t *testing.T, g *shm.Ring) {
 				produceLaunches(t, g, 11)
@@ -191,8 +191,8 @@ func TestAccountingExact(t *testing.T) {
 			},
 		},
 		{
-			// On main the source was dropped after one read of at most
-			// 65,536 records, the rest counted nowhere.
+			// The source is drained before it goes: not dropped after one
+			// read of at most 65,536 records, the rest counted nowhere.
 			name: "gone with more than a poll's records left", slots: 1 << 17, remove: true, read: 100_000,
 			setup: func(t *testing.T, g *shm.Ring) { produceLaunches(t, g, 100_000) },
 		},

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// Bounds on one type of the receiver (issue 20): a type past them holds
+// Bounds on one type of the receiver: a type past them holds
 // more than one job's state and is split into parts that own it.
 const (
 	maxTypeFields  = 15

@@ -77,8 +77,8 @@ func longWants(gy uint32, times int) []want {
 // TestLongNames: long names looked up by name (cuModuleGetFunction,
 // cuLibraryGetKernel), through cuKernelGetFunction, launched as a CUkernel,
 // named by the driver at a first launch, and in a graph, all arrive whole
-// through the names ring. Before the shim wrote to the names ring, each
-// was cut to fit a launch slot (issue 17: at 80 bytes with 128-byte slots).
+// through the names ring, never cut to fit a launch slot (which leaves
+// 80 bytes of name in a 128-byte slot).
 func TestLongNames(t *testing.T) {
 	b := binaries(t)
 	ws := longWants(1, 2)

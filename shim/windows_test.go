@@ -223,9 +223,9 @@ func checkRateCap(t *testing.T, st *stream) {
 // RTLD_LOCAL (Python loads torch so), outside the global scope where the
 // shim's CUPTI interposers look with RTLD_NEXT. With device windows off
 // (the shim loads no libcupti of its own) and on the SASS route, the
-// application's profiler must still reach its libcupti: before the fix it
-// got CUPTI_ERROR_NOT_INITIALIZED from the interposers and no kernel
-// records (torch.profiler on an H100, the tenth session).
+// application's profiler must still reach its libcupti. Guards against it
+// getting CUPTI_ERROR_NOT_INITIALIZED from the interposers and no kernel
+// records (torch.profiler on an H100).
 func TestProfilerLocalScope(t *testing.T) {
 	b := binaries(t)
 	for _, tc := range []struct {

@@ -164,8 +164,8 @@ func TestMailboxAnswerIsPendingValue(t *testing.T) {
 }
 
 // TestMailboxCountersAreTheHosts: requesters can write the region's served
-// and late words; the host's counters are its own (on main a requester
-// that stored 2^63 there made the collector report it).
+// and late words; the host's counters are its own (guards against a
+// requester that stores 2^63 there making the collector report it).
 func TestMailboxCountersAreTheHosts(t *testing.T) {
 	m := newMailbox(t, 2, time.Second)
 	*field64(m.slot(0), mbReq) = 1 // one request, its requester gone (lock 0)

@@ -83,8 +83,8 @@ func TestRingHostileProducer(t *testing.T) {
 
 // TestRingReadBoundsTickets: a producer that keeps within the invariants
 // but takes tickets only to drop them (head a lap beyond the consumer,
-// every slot's mark set) costs one Read at most max tickets; on main the
-// bound counted delivered records only and Read resolved them all.
+// every slot's mark set) costs one Read at most max tickets (a bound on
+// delivered records only would let Read resolve them all).
 func TestRingReadBoundsTickets(t *testing.T) {
 	const slots, lapsAhead = 64, 1000
 	g := newRing(t, 32, slots)

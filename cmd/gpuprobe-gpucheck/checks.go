@@ -223,8 +223,8 @@ func (r *runner) checkHostCallUnanswered(s *sample) (string, error) {
 	return d, nil
 }
 
-// hostCallTargetNS is issue 16's target for one host call's round trip
-// (bpftime answers in about 1 ms).
+// hostCallTargetNS is the target for one host call's round trip, a
+// hundredth of bpftime's (which answers in about 1 ms).
 const hostCallTargetNS = 10_000
 
 // checkHostCall runs hostcall_rt (64 back-to-back bpf_printk calls from

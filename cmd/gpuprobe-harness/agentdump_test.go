@@ -154,8 +154,8 @@ func TestAgentDumpNamesRing(t *testing.T) {
 
 // TestAgentDumpPatchRegions: in --patch mode every map's binding names the
 // WELCOME region that carries it (the names ring sits between the launch
-// ring and the maps: bindings off by one sent kernel_phases' records into
-// the names ring, on an H200 in the eighth session).
+// ring and the maps: a binding off by one sends kernel_phases' records
+// into the names ring).
 func TestAgentDumpPatchRegions(t *testing.T) {
 	progs, err := loadDumpProgs([]string{probes.KernelPhases}, nil, "", 1024, 64)
 	if err != nil {

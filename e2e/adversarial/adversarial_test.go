@@ -119,8 +119,8 @@ func tail(s string, n int) string {
 	return s
 }
 
-// TestAdversarial is the acceptance suite of issue 18 (see the package
-// comment). Every assertion is a failure, never a skip.
+// TestAdversarial runs the hostile classes of the package comment against
+// the real collector. Every assertion is a failure, never a skip.
 func TestAdversarial(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the adversarial suite runs as root: the collector's model is a root daemon, and the unprivileged class setuids a child")

@@ -9,7 +9,7 @@ import (
 )
 
 // testConfigRefused checks that the real binary refuses configurations
-// whose values would wrap (issue 18, defect 10) or whose socket directory
+// whose values would wrap in their field or whose socket directory
 // is missing, and that it creates no directory for it.
 func (s *suite) testConfigRefused(t *testing.T) {
 	dir := t.TempDir()

@@ -47,9 +47,9 @@ func lz4Entry(t testing.TB, text []byte) fatbintest.BombEntry {
 	return fatbintest.BombEntry{Flags: fatbintest.FlagsLZ4, Arch: 80, Payload: buf[:n], Claim: uint64(len(text))}
 }
 
-// TestPatchLimits: the reported requests are answered NOPATCH, naming
-// the limit, after allocating little. On main each of them allocated
-// gigabytes or died with "fatal error: out of memory".
+// TestPatchLimits: requests built to exhaust memory are answered NOPATCH,
+// naming the limit, after allocating little. Guards against each of them
+// allocating gigabytes or dying with "fatal error: out of memory".
 func TestPatchLimits(t *testing.T) {
 	p := newPatcher(t)
 	ptx1M := manyKernels(1_000_000) // 30 MB

@@ -401,7 +401,7 @@ func TestPatchKernelMapAndClock(t *testing.T) {
 // TestReplacedSASS: a module whose SASS for the device is better than its
 // PTX (arch-specific, or the PTX is older) is not patched: cuBLAS picked
 // other GEMM kernels on an H200 when its sm_90a detection kernel was
-// replaced by JIT-compiled compute_90 PTX (issue 17).
+// replaced by JIT-compiled compute_90 PTX.
 func TestReplacedSASS(t *testing.T) {
 	ptx := func(a uint32, spec bool) *fatbin.Entry {
 		return &fatbin.Entry{Kind: fatbin.KindPTX, Arch: a, ArchSpecific: spec}

@@ -43,7 +43,7 @@ func program1000() *jit.Program {
 }
 
 // BenchmarkCompile1000 verifies and compiles a 1000-instruction program
-// (the target: at most 1 ms together).
+// (the target: at most 1 ms together).
 func BenchmarkCompile1000(b *testing.B) {
 	p := program1000()
 	if len(p.Insns) != 1000 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh: issues 4's and 16's performance figures on the GPU machine, from
+# bench.sh: the probes' and the shim's performance figures on the GPU machine, from
 # prebuilt bin/gpuprobe-gpucheck (CGO_ENABLED=1 go build -o
 # bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck), bin/gpuprobe,
 # bin/libgpuprobe.so and testdata/bpf/{kernelretsnoop,threadhist}.o.
@@ -70,7 +70,7 @@ if [[ ,$parts, == *,kernels,* ]]; then
 		sed -n '/^== bench on/,$p' "$out/gpucheck.log"
 		if [[ -s $out/bench.csv ]]; then
 			echo
-			echo "targets (issue 4):"
+			echo "targets (probe overhead):"
 			awk -F, 'NR > 1 {
 				if ($2 ~ /^vectorAddN/ && $3 == "kernel_phases device") printf "  kernel_phases <= 1.05x on vectorAdd 2^24: %.3fx %s\n", $5, ($5 <= 1.05 ? "met" : "MISSED")
 				if ($2 ~ /^vectorAddN/ && $3 == "kernel_phases 1 in 8") printf "  (the same, averaged over launches with sampling::device_one_in 8: %.3fx %s)\n", $5, ($5 <= 1.05 ? "met" : "MISSED")
@@ -98,7 +98,7 @@ if [[ ,$parts, == *,model,* ]]; then
 	if [[ -s $out/bench.csv && -s $out/model.csv ]]; then
 		echo
 		[[ ,$parts, == *,kernels,* ]] || echo "(bench.csv from an earlier run: $(date -r "$out/bench.csv" '+%F %T'))"
-		echo "targets (issue 16), compiled probe beside the CUDA C model's limit:"
+		echo "targets, compiled probe beside the CUDA C model's limit:"
 		# model.csv first (its ratios by kernel and shape), then bench.csv;
 		# a kernel is named by its first word (vectorAddN, sgemm).
 		awk -F, '

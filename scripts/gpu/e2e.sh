@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e.sh: the patch loop of issue 4 end to end on the GPU machine, from
+# e2e.sh: the patch loop end to end on the GPU machine, from
 # prebuilt binaries (no Go there):
 #
 #   bin/gpuprobe        (make bin/gpuprobe)        `run`

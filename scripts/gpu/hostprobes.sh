@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hostprobes.sh: issue 5's checks on the GPU machine, from prebuilt
+# hostprobes.sh: the host probes' checks on the GPU machine, from prebuilt
 # binaries (no Go there), as root (uprobes):
 #
 #   bin/otelcol-gpuprobe  the collector (host_probes on, kernel_phases,

@@ -1,6 +1,6 @@
 #!/bin/bash
 # k8s-recipe.sh: the Kubernetes kit's commands run by hand on a GPU machine,
-# as the chart runs them (issue 19's GPU acceptance):
+# as the chart runs them, to check the kit on a real GPU:
 #   - the DaemonSet's collector: bin/otelcol-gpuprobe --config with the
 #     receiver section of deploy/kubernetes/config.yaml, as root with group
 #     10100 (runAsUser 0, runAsGroup 10100); its k8s processors need an API

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # launch-cost.sh: the host cost the shim adds to a kernel launch on the
-# real driver (issue 4: <= 100 ns). On the GPU machine, from prebuilt
+# real driver (budget: <= 100 ns). On the GPU machine, from prebuilt
 # bin/gpuprobe and bin/libgpuprobe.so; needs nvcc.
 #
 # It builds a micro-benchmark (testdata/cuda/bench/launchbench.cu) that

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# samples.sh: issue 4's end-to-end samples on the GPU machine, from
+# samples.sh: the end-to-end samples on the GPU machine, from
 # prebuilt binaries (no Go there): bin/gpuprobe, bin/libgpuprobe.so and the
 # clang-built testdata/bpf/{kernelretsnoop,threadhist,launchlate}.o.
 #

@@ -153,8 +153,8 @@ spans, _ = load(d + "/traces.json")
 adds = [at for s, at in launch_spans(spans) if "vectorized_elementwise" in at.get("cuda.kernel.name", {}).get("stringValue", s["name"])]
 patched = [at.get("cuda.launch.window", {}).get("stringValue") == "patched_sass" for at in adds]
 # Either the profiler got CUPTI and the route stepped aside for it (the 30
-# launches under it unpatched, the 60 around them patched), or, as on the
-# H100 of the tenth session, CUPTI refused its subscriber (error 39: the
+# launches under it unpatched, the 60 around them patched), or, as seen on
+# an H100, CUPTI refused its subscriber (error 39: the
 # Sanitizer API holds the driver's one callback subscriber for the process's
 # life), the route ran on, and the shim's trace says why.
 said = "holds the driver's one callback subscriber" in open(d + "/trace.txt").read()

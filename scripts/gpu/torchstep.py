@@ -1,4 +1,4 @@
-"""torchstep.py: the PyTorch workloads of issue 17 (every kernel timed).
+"""torchstep.py: PyTorch workloads for device windows (every kernel timed).
 
 Usage: python3 torchstep.py MODE [--steps N] [--warmup N] [--kernels]
   MODE  eager    a training step of a small transformer encoder (4 layers,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# windows.sh: device windows of every kernel (issue 17) on the GPU machine,
+# windows.sh: device windows of every kernel on the GPU machine,
 # from prebuilt bin/ (gpuprobe, libgpuprobe.so, otelcol-gpuprobe); needs
 # nvcc and, for the torch part, python3 with torch.
 #   abi    the CUPTI layout the shim reads (shim/src/cupti.c) against this

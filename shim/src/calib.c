@@ -31,8 +31,8 @@ GP_HIDDEN void gp_calibrate(void);
  * sample, [2] its host value, [3] its g2 - g1, [4] done (GPU writes 1).
  * The kernel takes 64 samples of the host's word once the host writes it,
  * waiting up to 40 ms of %globaltimer for the first: a launch call that
- * returns late (CUPTI's activity adds work to it) left the kernel done
- * before the host's first write, with no sample (H200, the eighth session). */
+ * returns late (CUPTI's activity adds work to it) can leave the kernel
+ * done before the host's first write, with no sample (seen on an H200). */
 static const char gp_cal_ptx[] =
 	".version 6.0\n"
 	".target sm_50\n"

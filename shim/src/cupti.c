@@ -1,5 +1,5 @@
 /*
- * cupti.c - exact device windows for every kernel (issue 17): CUPTI kernel
+ * cupti.c - exact device windows for every kernel: CUPTI kernel
  * activity, mapped to the shim's launch records.
  *
  * Every kernel the driver runs - SASS-only cuBLAS, PyTorch and Triton
@@ -470,7 +470,7 @@ static void gp_win_disable(void)
 /* ---- the rate cap ------------------------------------------------------
  * Windows cost the launching thread about 1 us a launch, nothing on the
  * GPU, and once CUPTI is attached that cost stays even with its kinds
- * disabled and its subscriber gone (H200, the eighth session's call 9: an
+ * disabled and its subscriber gone (measured on an H200: an
  * empty-kernel loop at 1.23x plain with windows on, 1.25x with them
  * paused, 1.006x with the shim alone). So a process that launches more
  * than the budget allows (launches a second x 1 us > budget_ppm of one
@@ -541,7 +541,7 @@ static void gp_win_detach_now(void)
  * every buffer whose records are complete, full or not; CUPTI's own
  * periodic flush, cuptiActivityFlushPeriod, hands over full buffers only,
  * so a process launching a few hundred kernels a second got its windows
- * only at exit, seconds after its launches: H200, the eighth session's call 6);
+ * only at exit, seconds after its launches, on an H200);
  * the rate cap; and the way back after the application's profiler is
  * done. */
 static void *gp_win_main(void *arg)
@@ -709,9 +709,9 @@ static int gp_app_cupti_find(struct dl_phdr_info *info, size_t sz, void *arg)
  * libcupti may be outside the global scope (Python loads torch with
  * RTLD_LOCAL, and Kineto's libcupti with it), where RTLD_NEXT does not
  * look: then the loaded library itself is asked (a reference to it, never
- * a load). Without this, torch.profiler failed in a process whose shim
- * had not loaded libcupti itself (a process on the SASS route; H100, the
- * tenth session: CUPTI_ERROR_NOT_INITIALIZED, no kernel events). */
+ * a load). Without this, torch.profiler fails in a process whose shim
+ * has not loaded libcupti itself (a process on the SASS route, seen on an
+ * H100: CUPTI_ERROR_NOT_INITIALIZED, no kernel events). */
 static void *gp_next_cupti(const char *name)
 {
 	static void *app;

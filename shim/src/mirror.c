@@ -4,7 +4,7 @@
  *
  * A GPU program's array or ring may live in a device copy of its WELCOME
  * region, so that GPU code updates it at L2 speed instead of over PCIe
- * (1.01x against 66x for a per-thread ring record on an H100, issue 16).
+ * (1.01x against 66x for a per-thread ring record on an H100).
  * gp_devmap_bind (load time, under patch.c's lock) allocates the copy,
  * fills it from the host region and starts, once per process, the mirror
  * thread, which keeps the host region current: every mirror period it

@@ -20,8 +20,8 @@
  * that the whole process thus keeps too. A patch and unpatch cost about 0.5 ms
  * of the launching thread, and patched short kernels run 2-6x slower;
  * unpatched they run as they were. Patching around every sampled launch,
- * 100 a second per module, made a PyTorch training step 2.13x slower (H200,
- * the ninth session): bursts bound the toggles. When the collector filters
+ * 100 a second per module, made a PyTorch training step 2.13x slower
+ * (measured on an H200): bursts bound the toggles. When the collector filters
  * kernels (kernels::include/exclude, device_one_in: sass_filter.c), only the
  * launches it lets through are sampled; one it keeps out inside a burst
  * runs in the patched module with its probes skipped.
@@ -33,7 +33,7 @@
  * handshake (no more callbacks). The Sanitizer API holds the driver's one
  * callback subscriber, and releasing it does not give it back: in a process
  * that opted in, CUPTI's device windows (cupti.c) are unavailable
- * (cuptiSubscribe fails with 39; H200, the ninth session). The route pauses
+ * (cuptiSubscribe fails with 39, seen on an H200). The route pauses
  * when the collector goes away (gp_sass_pause: modules are unpatched at
  * their next launch) and resumes when a reconnect's collector asks for it.
  *

@@ -8,7 +8,7 @@
  * (one atomic add on its head, a release store). No syscalls, locks or
  * allocations; with no session it only forwards.
  *
- * What keeps it cheap (issue 4 budget: 100 ns added per launch):
+ * What keeps it cheap (the budget: 100 ns added per launch):
  *   - the gp_i_* launch bodies are always inlined into each wrapper, so a
  *     wrapper's slot is a constant and its arguments are not shifted by one
  *     register (and stack slot) to make room for the slot pointer; the

@@ -40,8 +40,8 @@ func TestShort(t *testing.T) {
 		{"_ZTV1A", "vtable for A"},
 		{"_ZN3FooB5cxx11Ev", "Foo[abi:cxx11]"},
 		{"_Z1fIiEvDTplfp_Li1EE", "f<int>"},
-		// Not mangled, not a valid mangling as a whole, or cut (issue 17's
-		// PyTorch name at 80 bytes): unchanged.
+		// Not mangled, not a valid mangling as a whole, or cut (a PyTorch
+		// name cut at 80 bytes): unchanged.
 		{"vectorAdd", "vectorAdd"},
 		{"", ""},
 		{"_Z", "_Z"},

@@ -181,8 +181,8 @@ func BenchmarkRoundTripAfterIdle(b *testing.B) {
 // TestOverRateClientCostsItsRate: a client posting requests as fast as it
 // can, beyond its rate, makes the server poll no more than the rate
 // allows: the requests it answers (served or rejected) stay within a few
-// slots per token. On main Serve polled without pause while requests
-// kept coming.
+// slots per token. Guards against Serve polling without pause while
+// requests keep coming.
 func TestOverRateClientCostsItsRate(t *testing.T) {
 	const rate, burst, slots, run = 1000, 10, 4, 300 * time.Millisecond
 	s, _, _ := newServer(t, Options{Rate: rate, Burst: burst, Slots: slots, Timeout: time.Second})

@@ -12,7 +12,7 @@ import (
 
 // TestRingAccounting: every record an application produced into a ring
 // map is read, dropped or corrupt, exactly; a corrupt one also names the
-// broken invariant (on main it was folded into Dropped).
+// broken invariant (it is not folded into Dropped).
 func TestRingAccounting(t *testing.T) {
 	obj := buildObject(t, "usermaps")
 	defs, err := loadFiles([]config.ProgramConfig{{Path: obj}}, Options{MaxThreads: 64})

@@ -351,8 +351,8 @@ func TestWindowStates(t *testing.T) {
 			[]report{{100, "on/none"}, {200, "on/none"}, {200, "off/config"}},
 			map[string]int64{"on/none": 2, "off/config": 1}, 0},
 		// The rate cap's reason is the last one Decode accepts: counting it
-		// once indexed past the table (a collector panic on the H200, the
-		// ninth session, from a launch loop that tripped the cap).
+		// must not index past the table (a launch loop that trips the cap
+		// would panic the collector).
 		{"off by the rate cap", []rec{st(1, record.WindowsOn, 0, 0), st(1, record.WindowsOff, record.WindowsReasonRate, 0)},
 			[]report{{100, "on/none"}, {100, "off/rate"}},
 			map[string]int64{"on/none": 1, "off/rate": 1}, 0},
