@@ -33,6 +33,11 @@ const (
 	undeliveredSpans    = "spans"    // built, not taken by the traces pipeline
 )
 
+// stopGrace is how long past the deadline the last Shutdown waits for the
+// poll loop's last pass, which then only counts what is left and releases
+// the sources.
+const stopGrace = 250 * time.Millisecond
+
 // shutdownState is what the handles' Shutdowns share.
 type shutdownState struct {
 	mu       sync.Mutex
@@ -124,10 +129,10 @@ func (r *gpuReceiver) finalFlush(deadline time.Time, stopping bool) {
 		r.pollOnce(ctx, time.Now(), true) // releases every source
 	}
 	if ctx.Err() != nil {
-		if stopping {
+		if stopping { // else the last pass counts them
 			r.abandon(ctx)
+			r.undelivered(ctx, undeliveredLaunches, r.tr.Pending())
 		}
-		r.undelivered(ctx, undeliveredLaunches, r.tr.Pending())
 		r.mu.Lock()
 		tc := r.out.traces
 		r.mu.Unlock()
@@ -233,7 +238,7 @@ func (r *gpuReceiver) shutdown(ctx context.Context) error {
 	}
 	deadline := r.shutdownDeadline(ctx)
 	r.run.stopBy = deadline
-	wait, cancel := context.WithDeadline(ctx, deadline)
+	wait, cancel := context.WithDeadline(ctx, deadline.Add(stopGrace))
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- r.stop() }()
