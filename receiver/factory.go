@@ -51,7 +51,10 @@ func createTraces(_ context.Context, set receiver.Settings, cfg component.Config
 	}
 	h.r.setTraces(next)
 	h.flush = h.r.requestFlush // launches still pending go out before the pipeline stops
-	h.detach = h.r.detachTraces
+	h.detach = func() {
+		h.r.setTraces(nil)
+		h.r.run.down.tracesDetached() // spans built later are undelivered
+	}
 	return h, nil
 }
 

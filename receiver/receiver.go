@@ -52,7 +52,6 @@ type gpuReceiver struct {
 	maps   userMaps   // the configured programs' user maps
 	host   *hostSide  // uprobes and host programs in Linux
 	hc     *hostCalls // GPU programs' host calls (hostcalls.go)
-	down   shutdownState
 }
 
 // consumers are the pipelines the receiver feeds, and the internal
@@ -71,6 +70,7 @@ type running struct {
 	done   chan struct{}
 	flushc chan flushRequest // final flushes asked of the poll loop (shutdown.go)
 	stopBy time.Time         // the last pass's deadline, set before cancel
+	down   shutdownState     // what the handles' Shutdowns share (shutdown.go)
 }
 
 // pollCounts are the receiver's own counts of what the poll loop lost.
@@ -418,11 +418,11 @@ func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 	if r.tr.SpanCount() == 0 && r.maps.col.SpanCount() == 0 {
 		return
 	}
-	td := r.takeTraces()
-	begun, tracesGone := r.shuttingDown()
+	td := takeTraces(r)
+	begun, tracesGone := r.run.down.state()
 	if tc == nil {
 		if tracesGone {
-			r.undelivered(ctx, undeliveredSpans, td.SpanCount())
+			countUndelivered(ctx, r, undeliveredSpans, td.SpanCount())
 		}
 		return
 	}
@@ -430,7 +430,7 @@ func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 		// Back-pressure: drop, count, never block the poll loop.
 		r.counts.spansErr += uint64(td.SpanCount())
 		if begun {
-			r.undelivered(ctx, undeliveredSpans, td.SpanCount())
+			countUndelivered(ctx, r, undeliveredSpans, td.SpanCount())
 		}
 		r.log.Debug("gpuprobe: dropping spans the pipeline refused", zap.Int("spans", td.SpanCount()), zap.Error(err))
 	}
@@ -438,7 +438,7 @@ func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 
 // takeTraces returns the spans built so far, the translator's and the
 // user maps'.
-func (r *gpuReceiver) takeTraces() ptrace.Traces {
+func takeTraces(r *gpuReceiver) ptrace.Traces {
 	td := r.tr.TakeTraces()
 	r.maps.col.TakeTraces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	return td

@@ -57,36 +57,34 @@ type flushRequest struct {
 
 // shutdownDeadline returns the deadline of a handle's Shutdown with ctx:
 // the shared one (set now by the first), or ctx's when earlier.
-func (r *gpuReceiver) shutdownDeadline(ctx context.Context) time.Time {
-	r.down.mu.Lock()
-	defer r.down.mu.Unlock()
-	if r.down.deadline.IsZero() {
-		r.down.deadline = time.Now().Add(r.cfg.ShutdownTimeout)
-		r.down.begun = true
+func (d *shutdownState) deadlineFor(ctx context.Context, timeout time.Duration) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.deadline.IsZero() {
+		d.deadline = time.Now().Add(timeout)
+		d.begun = true
 	}
-	d := r.down.deadline
-	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-		d = cd
+	dl := d.deadline
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
 	}
-	return d
+	return dl
 }
 
-// detachTraces forgets the traces pipeline (its handle was shut down).
-func (r *gpuReceiver) detachTraces() {
-	r.mu.Lock()
-	r.out.traces = nil
-	r.mu.Unlock()
-	r.down.mu.Lock()
-	r.down.tracesGone = true
-	r.down.mu.Unlock()
+// tracesDetached notes that the traces pipeline is gone (its handle was
+// shut down).
+func (d *shutdownState) tracesDetached() {
+	d.mu.Lock()
+	d.tracesGone = true
+	d.mu.Unlock()
 }
 
-// shuttingDown reports whether a Shutdown began, and whether the traces
+// state reports whether a Shutdown began, and whether the traces
 // pipeline is gone.
-func (r *gpuReceiver) shuttingDown() (begun, tracesGone bool) {
-	r.down.mu.Lock()
-	defer r.down.mu.Unlock()
-	return r.down.begun, r.down.tracesGone
+func (d *shutdownState) state() (begun, tracesGone bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.begun, d.tracesGone
 }
 
 // requestFlush has the poll loop run a final flush and waits for it, until
@@ -95,7 +93,7 @@ func (r *gpuReceiver) requestFlush(ctx context.Context) {
 	if r.run.flushc == nil || r.run.done == nil {
 		return
 	}
-	deadline := r.shutdownDeadline(ctx)
+	deadline := r.run.down.deadlineFor(ctx, r.cfg.ShutdownTimeout)
 	wait, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	req := flushRequest{deadline: deadline, done: make(chan struct{})}
@@ -124,21 +122,21 @@ func (r *gpuReceiver) requestFlush(ctx context.Context) {
 func (r *gpuReceiver) finalFlush(deadline time.Time, stopping bool) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	r.drainRings(ctx)
+	drainRings(ctx, r)
 	if stopping && ctx.Err() == nil {
 		r.pollOnce(ctx, time.Now(), true) // releases every source
 	}
 	if ctx.Err() != nil {
 		if stopping { // else the last pass counts them
-			r.abandon(ctx)
-			r.undelivered(ctx, undeliveredLaunches, r.tr.Pending())
+			abandon(ctx, r)
+			countUndelivered(ctx, r, undeliveredLaunches, r.tr.Pending())
 		}
 		r.mu.Lock()
 		tc := r.out.traces
 		r.mu.Unlock()
-		td := r.takeTraces() // not sent: the deadline passed
-		if _, gone := r.shuttingDown(); tc != nil || gone {
-			r.undelivered(ctx, undeliveredSpans, td.SpanCount())
+		td := takeTraces(r) // not sent: the deadline passed
+		if _, gone := r.run.down.state(); tc != nil || gone {
+			countUndelivered(ctx, r, undeliveredSpans, td.SpanCount())
 		}
 		return
 	}
@@ -155,7 +153,7 @@ func (r *gpuReceiver) finalFlush(deadline time.Time, stopping bool) {
 // drainRings polls until every ring is read to the head it had when it
 // began, a pass makes no progress (a ticket a live producer has not
 // published yet), or ctx ends.
-func (r *gpuReceiver) drainRings(ctx context.Context) {
+func drainRings(ctx context.Context, r *gpuReceiver) {
 	r.mu.Lock()
 	sources := append([]*source(nil), r.srcs.list...)
 	r.mu.Unlock()
@@ -191,7 +189,7 @@ func positions(ends map[*ringReader]uint64) map[*ringReader]uint64 {
 
 // abandon (past the deadline) releases every source without reading it:
 // what its rings hold is counted as dropped and undelivered.
-func (r *gpuReceiver) abandon(ctx context.Context) {
+func abandon(ctx context.Context, r *gpuReceiver) {
 	r.mu.Lock()
 	all := append([]*source(nil), r.srcs.list...)
 	r.mu.Unlock()
@@ -212,12 +210,12 @@ func (r *gpuReceiver) abandon(ctx context.Context) {
 		r.tel.GpuprobeReceiverRecordsDropped.Add(ctx, int64(lost))
 		r.tel.GpuprobeReceiverRecordsCorrupt.Add(ctx, int64(bad))
 	}
-	r.undelivered(ctx, undeliveredRecords, int(left))
+	countUndelivered(ctx, r, undeliveredRecords, int(left))
 	r.dropSources(all)
 }
 
-// undelivered counts n items of kind the shutdown could not deliver.
-func (r *gpuReceiver) undelivered(ctx context.Context, kind string, n int) {
+// countUndelivered counts n items of kind the shutdown could not deliver.
+func countUndelivered(ctx context.Context, r *gpuReceiver, kind string, n int) {
 	if n <= 0 {
 		return
 	}
@@ -236,7 +234,7 @@ func (r *gpuReceiver) shutdown(ctx context.Context) error {
 	if r.run.cancel == nil {
 		return nil
 	}
-	deadline := r.shutdownDeadline(ctx)
+	deadline := r.run.down.deadlineFor(ctx, r.cfg.ShutdownTimeout)
 	r.run.stopBy = deadline
 	wait, cancel := context.WithDeadline(ctx, deadline.Add(stopGrace))
 	defer cancel()
