@@ -36,6 +36,10 @@ type Config struct {
 	Resource        ResourceConfig   `mapstructure:"resource"`
 	Histograms      HistogramsConfig `mapstructure:"histograms"`
 	Telemetry       TelemetryConfig  `mapstructure:"telemetry"`
+	// ShutdownTimeout bounds the receiver's shutdown: the final read of
+	// every ring, the pending launches and the last metrics point handed
+	// to the pipelines (an earlier deadline of the collector's wins).
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -270,6 +274,10 @@ const (
 	DefaultHostMaxProcesses   = 256                    // host_probes::max_processes
 )
 
+// DefaultShutdownTimeout is shutdown_timeout's default: it leaves the
+// exporters 10 s of Kubernetes' default terminationGracePeriodSeconds (30 s).
+const DefaultShutdownTimeout = 20 * time.Second
+
 // Default returns the default configuration.
 func Default() *Config {
 	return &Config{
@@ -296,6 +304,7 @@ func Default() *Config {
 		},
 		PollInterval:    DefaultPollInterval,
 		MetricsInterval: DefaultMetricsInterval,
+		ShutdownTimeout: DefaultShutdownTimeout,
 		HostProbes: HostProbesConfig{
 			Ldconfig:           true,
 			ScanInterval:       DefaultScanInterval,

@@ -159,6 +159,8 @@ func TestValidateErrors(t *testing.T) {
 		{"poll too fast", func(c *Config) { c.PollInterval = time.Microsecond }, "poll_interval: must be between 100µs and 1m0s, got 1µs"},
 		{"poll too slow", func(c *Config) { c.PollInterval = time.Hour }, "poll_interval: must be between 100µs and 1m0s, got 1h0m0s"},
 		{"metrics_interval zero", func(c *Config) { c.MetricsInterval = 0 }, "metrics_interval: must be between 10ms and 1h0m0s, got 0s"},
+		{"shutdown_timeout zero", func(c *Config) { c.ShutdownTimeout = 0 }, "shutdown_timeout: must be between 100ms and 10m0s, got 0s"},
+		{"shutdown_timeout too long", func(c *Config) { c.ShutdownTimeout = time.Hour }, "shutdown_timeout: must be between 100ms and 10m0s, got 1h0m0s"},
 		{"library path relative", func(c *Config) { c.HostProbes.LibraryPaths = []string{"lib"} }, `host_probes::library_paths[0]: must be an absolute path, got "lib"`},
 		{"library path empty", func(c *Config) { c.HostProbes.LibraryPaths = []string{"/lib", ""} }, "host_probes::library_paths[1]: must not be empty"},
 		{"scan_interval too short", func(c *Config) { c.HostProbes.ScanInterval = time.Millisecond }, "host_probes::scan_interval: must be 0 (off) or between 100ms and 1h0m0s, got 1ms"},

@@ -34,6 +34,8 @@ const (
 	maxDeviceRate     = 1000000  // sampling::device_max_per_second: a gap of at least 1 µs
 	minPollInterval   = 100 * time.Microsecond
 	maxPollInterval   = time.Minute
+	minShutdown       = 100 * time.Millisecond // shutdown_timeout
+	maxShutdown       = 10 * time.Minute
 	maxIDs            = 1024 // agent::allowed_uids, agent::allowed_gids
 	maxPatterns       = 256  // kernels::include, kernels::exclude
 	maxPatternLen     = 1024
@@ -100,6 +102,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MetricsInterval < 10*time.Millisecond || c.MetricsInterval > time.Hour {
 		l.add("metrics_interval", "must be between 10ms and 1h0m0s, got %s", c.MetricsInterval)
+	}
+	if c.ShutdownTimeout < minShutdown || c.ShutdownTimeout > maxShutdown {
+		l.add("shutdown_timeout", "must be between %s and %s, got %s", minShutdown, maxShutdown, c.ShutdownTimeout)
 	}
 	if n := len(c.HostProbes.LibraryPaths); n > maxLibraryPaths {
 		l.add("host_probes::library_paths", "must list at most %d paths, got %d", maxLibraryPaths, n)

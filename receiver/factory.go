@@ -51,7 +51,10 @@ func createTraces(_ context.Context, set receiver.Settings, cfg component.Config
 	}
 	h.r.setTraces(next)
 	h.flush = h.r.requestFlush // launches still pending go out before the pipeline stops
-	h.detach = func() { h.r.setTraces(nil) }
+	h.detach = func() {
+		h.r.setTraces(nil)
+		h.r.run.down.tracesDetached() // spans built later are undelivered
+	}
 	return h, nil
 }
 
@@ -61,6 +64,7 @@ func createMetrics(_ context.Context, set receiver.Settings, cfg component.Confi
 		return nil, err
 	}
 	h.r.setMetrics(next)
+	h.flush = h.r.requestFlush // a last metrics point, with every pending launch, before the pipeline stops
 	h.detach = func() { h.r.setMetrics(nil) }
 	return h, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,8 +80,9 @@ func shutdownWithin(t *testing.T, d time.Duration, cs ...component.Component) {
 	}
 }
 
-// shutdownBound is the documented bound of the two handles' Shutdown.
-const shutdownBound = flushTimeout + stopTimeout
+// shutdownBound is the shutdown_timeout of testConfig: the bound of the
+// handles' Shutdowns together.
+const shutdownBound = 4 * time.Second
 
 // TestHostileRingDoesNotStallOthers: a client whose ring header lies is
 // let go at its first poll, counted by reason; another client's records
@@ -117,14 +119,18 @@ func (b blockingTraces) ConsumeTraces(ctx context.Context, _ ptrace.Traces) erro
 
 func (blockingTraces) Capabilities() consumer.Capabilities { return consumer.Capabilities{} }
 
-// TestShutdownDeadline: Shutdown ends within flushTimeout + stopTimeout
-// even when the poll loop cannot finish (here a traces pipeline that never
-// returns), with an error from the last handle.
+// TestShutdownDeadline: the handles' Shutdowns end within shutdown_timeout
+// together even when the poll loop cannot finish (here a traces pipeline
+// that never returns): the traces handle's waits for its flush until the
+// deadline, the last one returns an error at once, the deadline being
+// spent.
 func TestShutdownDeadline(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for the shutdown deadlines (7 s)")
+		t.Skip("waits for the shutdown deadline (1 s)")
 	}
+	const timeout = time.Second
 	cfg := testConfig(t)
+	cfg.ShutdownTimeout = timeout
 	f := NewFactory()
 	set := receivertest.NewNopSettings(f.Type())
 	block := blockingTraces{release: make(chan struct{})}
@@ -155,9 +161,9 @@ func TestShutdownDeadline(t *testing.T) {
 	produceLaunches(t, g, 1)
 	waitFor(t, "the poll loop stuck in the pipeline", func() bool { return g.Stats().Tail == 1 })
 	start := time.Now()
-	shutdownWithin(t, shutdownBound+time.Second, tr)
-	if d := time.Since(start); d < flushTimeout-100*time.Millisecond {
-		t.Fatalf("the traces handle's shutdown returned after %v, before its flush could end", d)
+	shutdownWithin(t, timeout+time.Second, tr)
+	if d := time.Since(start); d < timeout-100*time.Millisecond {
+		t.Fatalf("the traces handle's shutdown returned after %v, before the deadline its flush had", d)
 	}
 	done := make(chan error, 1)
 	go func() { done <- mr.Shutdown(context.Background()) }()
@@ -166,8 +172,14 @@ func TestShutdownDeadline(t *testing.T) {
 		if err == nil {
 			t.Fatal("shutdown reported success while the poll loop still runs")
 		}
-	case <-time.After(stopTimeout + time.Second):
-		t.Fatalf("shutdown still running after %v", stopTimeout+time.Second)
+		if !strings.Contains(err.Error(), "shutdown_timeout") {
+			t.Fatalf("error %q does not name shutdown_timeout", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the last handle's shutdown still running 1 s after the deadline")
+	}
+	if d := time.Since(start); d > timeout+time.Second {
+		t.Fatalf("the two shutdowns took %v, deadline %v", d, timeout)
 	}
 }
 

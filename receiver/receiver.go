@@ -2,7 +2,6 @@ package receiver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/receiver"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -69,7 +69,9 @@ type running struct {
 	agent  *agent.Server
 	cancel context.CancelFunc
 	done   chan struct{}
-	flushc chan chan struct{} // flush requests to the poll loop
+	flushc chan flushRequest // final flushes asked of the poll loop (shutdown.go)
+	stopBy time.Time         // the last pass's deadline, set before cancel
+	down   shutdownState     // what the handles' Shutdowns share (shutdown.go)
 }
 
 // pollCounts are the receiver's own counts of what the poll loop lost.
@@ -79,6 +81,7 @@ type pollCounts struct {
 	// disconnected counts clients let go for breaking a ring invariant.
 	disconnected uint64
 	spansErr     uint64
+	undelivered  uint64 // what the shutdown did not deliver by its deadline (shutdown.go)
 }
 
 // userMaps are the GPU maps of the configured programs and what the poll
@@ -190,7 +193,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r.run.cancel, r.run.done, r.run.flushc = cancel, make(chan struct{}), make(chan chan struct{})
+	r.run.cancel, r.run.done, r.run.flushc = cancel, make(chan struct{}), make(chan flushRequest)
 	go r.loop(ctx, mapper)
 	return nil
 }
@@ -309,16 +312,6 @@ func (r *gpuReceiver) onDisconnect(p *agent.Peer) {
 	}
 }
 
-// Deadlines of the receiver's shutdown: whatever the clients wrote and
-// however long the poll loop's last pass takes, the traces handle's flush
-// waits at most flushTimeout and the last handle's shutdown at most
-// stopTimeout (a context deadline that comes earlier wins); work still
-// running then finishes in the background.
-const (
-	flushTimeout = 2 * time.Second
-	stopTimeout  = 2 * time.Second
-)
-
 func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	defer close(r.run.done)
 	poll := time.NewTicker(r.cfg.PollInterval)
@@ -327,13 +320,11 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	for {
 		select {
 		case <-ctx.Done():
-			r.flushTraces(true)
-			r.hc.flush(context.Background(), r.cfg.Resource.ServiceName, r.log)
-			r.emitMetrics(context.Background(), time.Now())
+			r.finalFlush(r.run.stopBy, true)
 			return
-		case ch := <-r.run.flushc:
-			r.flushTraces(false)
-			close(ch)
+		case req := <-r.run.flushc:
+			r.finalFlush(req.deadline, false)
+			close(req.done)
 		case now := <-poll.C:
 			if off, err := monoOffset(); err == nil {
 				mapper.SetMonoOffset(off)
@@ -345,46 +336,6 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 				r.emitMetrics(ctx, now)
 			}
 		}
-	}
-}
-
-// flushTraces reads what the rings hold and emits every launch still
-// waiting for records, so nothing is lost when the traces pipeline stops.
-// stopping releases every source (what is left in the rings is counted).
-func (r *gpuReceiver) flushTraces(stopping bool) {
-	now := time.Now()
-	r.pollOnce(context.Background(), now, stopping)
-	r.tr.Expire(now.Add(r.cfg.Limits.LaunchTimeout + time.Minute))
-	r.mu.Lock()
-	tc := r.out.traces
-	r.mu.Unlock()
-	r.sendTraces(context.Background(), tc)
-}
-
-// requestFlush has the poll loop run flushTraces and waits for it (the
-// traces handle's Shutdown, while the metrics handle keeps the receiver
-// running), at most flushTimeout. It returns at once when the loop is not
-// running.
-func (r *gpuReceiver) requestFlush(ctx context.Context) {
-	if r.run.flushc == nil || r.run.done == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	defer cancel()
-	ch := make(chan struct{})
-	select {
-	case r.run.flushc <- ch:
-	case <-r.run.done:
-		return
-	case <-ctx.Done():
-		r.log.Warn("gpuprobe: the poll loop did not take the flush request in time", zap.Duration("timeout", flushTimeout))
-		return
-	}
-	select {
-	case <-ch:
-	case <-r.run.done:
-	case <-ctx.Done():
-		r.log.Warn("gpuprobe: the final flush of traces did not finish in time", zap.Duration("timeout", flushTimeout))
 	}
 }
 
@@ -459,16 +410,30 @@ func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 	if r.tr.SpanCount() == 0 && r.maps.col.SpanCount() == 0 {
 		return
 	}
-	td := r.tr.TakeTraces()
-	r.maps.col.TakeTraces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	td := takeTraces(r)
+	begun, tracesGone := r.run.down.state()
 	if tc == nil {
+		if tracesGone {
+			countUndelivered(ctx, r, undeliveredSpans, td.SpanCount())
+		}
 		return
 	}
 	if err := tc.ConsumeTraces(ctx, td); err != nil {
 		// Back-pressure: drop, count, never block the poll loop.
 		r.counts.spansErr += uint64(td.SpanCount())
+		if begun {
+			countUndelivered(ctx, r, undeliveredSpans, td.SpanCount())
+		}
 		r.log.Debug("gpuprobe: dropping spans the pipeline refused", zap.Int("spans", td.SpanCount()), zap.Error(err))
 	}
+}
+
+// takeTraces returns the spans built so far, the translator's and the
+// user maps'.
+func takeTraces(r *gpuReceiver) ptrace.Traces {
+	td := r.tr.TakeTraces()
+	r.maps.col.TakeTraces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
+	return td
 }
 
 func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
@@ -511,58 +476,6 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 	if err := mc.ConsumeMetrics(ctx, md); err != nil {
 		r.log.Debug("gpuprobe: metrics refused by the pipeline", zap.Error(err))
 	}
-}
-
-// shutdown stops the poll loop (after a final read of every ring) and
-// releases the regions, waiting at most stopTimeout: past it, it returns
-// an error and the rest of the work finishes in the background.
-func (r *gpuReceiver) shutdown(ctx context.Context) error {
-	if r.run.cancel == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.stop() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("gpuprobe: shutdown (at most %v): %w", stopTimeout, ctx.Err())
-	}
-}
-
-// stop runs shutdown's work: close the agent socket, end the poll loop
-// (its last pass reads and releases every source), release the rest.
-func (r *gpuReceiver) stop() error {
-	var errs []error
-	if r.run.agent != nil {
-		if err := r.run.agent.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("gpuprobe: closing the agent socket: %w", err))
-		}
-	}
-	r.run.cancel()
-	<-r.run.done
-	r.run.cancel = nil
-	if r.tel != nil {
-		r.tel.Shutdown()
-	}
-	if r.out.self != nil {
-		r.out.self.shutdown()
-	}
-	r.mu.Lock()
-	all := append([]*source(nil), r.srcs.list...)
-	r.mu.Unlock()
-	r.dropSources(all)
-	r.mu.Lock()
-	retired := r.maps.retired
-	r.maps.retired = nil
-	r.mu.Unlock()
-	closeInstances(r.log, retired)
-	if err := r.host.close(); err != nil {
-		errs = append(errs, fmt.Errorf("gpuprobe: closing host probes: %w", err))
-	}
-	return errors.Join(errs...)
 }
 
 // closeInstances releases the map regions of applications that are gone.

@@ -28,6 +28,7 @@ func testConfig(t *testing.T) *Config {
 	c.Agent.Socket = filepath.Join(t.TempDir(), "agent.sock")
 	c.PollInterval = time.Millisecond
 	c.MetricsInterval = 20 * time.Millisecond
+	c.ShutdownTimeout = shutdownBound
 	// The tests read the self-metrics from the pipeline (selftel_test.go
 	// checks the default, internal telemetry only).
 	c.Telemetry.InPipeline = true

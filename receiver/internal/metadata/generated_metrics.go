@@ -171,6 +171,36 @@ var MapAttributeGpuprobeWindowsState = map[string]AttributeGpuprobeWindowsState{
 	"off":           AttributeGpuprobeWindowsStateOff,
 }
 
+// AttributeKind specifies the value kind attribute.
+type AttributeKind int
+
+const (
+	_ AttributeKind = iota
+	AttributeKindRecords
+	AttributeKindLaunches
+	AttributeKindSpans
+)
+
+// String returns the string representation of the AttributeKind.
+func (av AttributeKind) String() string {
+	switch av {
+	case AttributeKindRecords:
+		return "records"
+	case AttributeKindLaunches:
+		return "launches"
+	case AttributeKindSpans:
+		return "spans"
+	}
+	return ""
+}
+
+// MapAttributeKind is a helper map of string to AttributeKind attribute value.
+var MapAttributeKind = map[string]AttributeKind{
+	"records":  AttributeKindRecords,
+	"launches": AttributeKindLaunches,
+	"spans":    AttributeKindSpans,
+}
+
 // AttributeReason specifies the value reason attribute.
 type AttributeReason int
 

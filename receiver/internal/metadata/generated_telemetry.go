@@ -34,6 +34,7 @@ type TelemetryBuilder struct {
 	GpuprobeReceiverRecordsCorrupt       metric.Int64Counter
 	GpuprobeReceiverRecordsDropped       metric.Int64Counter
 	GpuprobeReceiverRecordsRead          metric.Int64Counter
+	GpuprobeReceiverShutdownUndelivered  metric.Int64Counter
 	GpuprobeReceiverWindowsDropped       metric.Int64Counter
 	GpuprobeReceiverWindowsMissing       metric.Int64Counter
 	GpuprobeReceiverWindowsStateChanges  metric.Int64Counter
@@ -114,6 +115,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_gpuprobe.receiver.records.read",
 		metric.WithDescription("Records read from the shared-memory rings. [Development]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.GpuprobeReceiverShutdownUndelivered, err = builder.meter.Int64Counter(
+		"otelcol_gpuprobe.receiver.shutdown.undelivered",
+		metric.WithDescription("What the receiver's shutdown could not deliver by its deadline (shutdown_timeout, or an earlier one of the collector's), by kind - records left unread in the rings, launches still pending, spans the traces pipeline did not take. [Development]"),
+		metric.WithUnit("{item}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.GpuprobeReceiverWindowsDropped, err = builder.meter.Int64Counter(

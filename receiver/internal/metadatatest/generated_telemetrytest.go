@@ -149,6 +149,22 @@ func AssertEqualGpuprobeReceiverRecordsRead(t *testing.T, tt *componenttest.Tele
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualGpuprobeReceiverShutdownUndelivered(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_gpuprobe.receiver.shutdown.undelivered",
+		Description: "What the receiver's shutdown could not deliver by its deadline (shutdown_timeout, or an earlier one of the collector's), by kind - records left unread in the rings, launches still pending, spans the traces pipeline did not take. [Development]",
+		Unit:        "{item}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_gpuprobe.receiver.shutdown.undelivered")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualGpuprobeReceiverWindowsDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_gpuprobe.receiver.windows.dropped",

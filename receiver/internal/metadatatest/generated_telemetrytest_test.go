@@ -27,6 +27,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.GpuprobeReceiverRecordsCorrupt.Add(context.Background(), 1)
 	tb.GpuprobeReceiverRecordsDropped.Add(context.Background(), 1)
 	tb.GpuprobeReceiverRecordsRead.Add(context.Background(), 1)
+	tb.GpuprobeReceiverShutdownUndelivered.Add(context.Background(), 1)
 	tb.GpuprobeReceiverWindowsDropped.Add(context.Background(), 1)
 	tb.GpuprobeReceiverWindowsMissing.Add(context.Background(), 1)
 	tb.GpuprobeReceiverWindowsStateChanges.Add(context.Background(), 1)
@@ -52,6 +53,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualGpuprobeReceiverRecordsRead(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualGpuprobeReceiverShutdownUndelivered(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualGpuprobeReceiverWindowsDropped(t, testTel,

@@ -47,6 +47,16 @@ func (t *Translator) Expire(now time.Time) {
 	t.series.sweep(now)
 }
 
+// FlushPending emits every pending launch with what it has, as
+// LaunchTimeout would (counted in LaunchesExpired; a launch without its
+// launch record is dropped, in LaunchesOrphan), and the host calls still
+// waiting for records: the receiver's shutdown, after its last read.
+// Unlike Expire it keeps the series of gone processes for a last metrics
+// point.
+func (t *Translator) FlushPending(now time.Time) {
+	t.launches.expire(now.Add(t.o.LaunchTimeout + t.o.Host.HostCallGrace + time.Hour))
+}
+
 // expire emits or drops the launches whose wait is over, then the host
 // calls whose wait is.
 func (lt *launchTable) expire(now time.Time) {
