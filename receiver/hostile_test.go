@@ -189,6 +189,7 @@ func TestAccountingExact(t *testing.T) {
 	tests := []struct {
 		name                   string
 		slots                  uint32
+		perPoll                int // tickets read a poll (0: maxReadPerPoll)
 		setup                  func(t *testing.T, g *shm.Ring) // before the ring is added
 		remove                 bool                            // the client goes at once
 		read, dropped, corrupt int64
@@ -204,9 +205,11 @@ func TestAccountingExact(t *testing.T) {
 		},
 		{
 			// The source is drained before it goes: not dropped after one
-			// read of at most 65,536 records, the rest counted nowhere.
-			name: "gone with more than a poll's records left", slots: 1 << 17, remove: true, read: 100_000,
-			setup: func(t *testing.T, g *shm.Ring) { produceLaunches(t, g, 100_000) },
+			// poll's read, the rest counted nowhere. A poll reads 1,000
+			// here: 65,536 launch records take longer than a 10 s wait
+			// under -race on a loaded 2-core machine.
+			name: "gone with more than a poll's records left", slots: 8192, perPoll: 1000, remove: true, read: 3500,
+			setup: func(t *testing.T, g *shm.Ring) { produceLaunches(t, g, 3500) },
 		},
 		{
 			// A producer died after taking ticket 0: the records behind it
@@ -226,7 +229,11 @@ func TestAccountingExact(t *testing.T) {
 			r := tr.(*handle).r
 			g := newTestRing(t, cfg.Buffers.SlotSize, tt.slots)
 			tt.setup(t, g)
-			id := r.AddRing(g)
+			perPoll := tt.perPoll
+			if perPoll == 0 {
+				perPoll = maxReadPerPoll
+			}
+			id := r.AddRingReading(g, perPoll)
 			if tt.remove {
 				r.RemoveRing(id)
 			}
@@ -236,9 +243,8 @@ func TestAccountingExact(t *testing.T) {
 					selfValue(metrics, "gpuprobe.receiver.records.dropped"),
 					selfValue(metrics, "gpuprobe.receiver.records.corrupt")
 			}
-			// The wait follows progress, not a fixed deadline: 100,000
-			// records take 8 s under -race on an idle 2-core machine and
-			// more on a loaded one. It fails only when nothing moves.
+			// The wait follows progress, not a fixed deadline: it fails
+			// only when nothing moves.
 			waitProgress(t, "every record accounted", func() (int64, bool) {
 				read, dropped, corrupt := counts()
 				r.mu.Lock()

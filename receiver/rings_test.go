@@ -21,3 +21,14 @@ func (r *gpuReceiver) RemoveRing(id uint32) {
 		}
 	}
 }
+
+// AddRingReading is AddRing with a bound of perPoll tickets a poll on the
+// ring instead of maxReadPerPoll, so that a test can hold more than a
+// poll's records without the cost of 65,536 of them.
+func (r *gpuReceiver) AddRingReading(ring *shm.Ring, perPoll int) uint32 {
+	s := r.addSource(ring, false, nil, nil, nil)
+	r.mu.Lock() // the poll loop reads s only under r.mu or after taking the list under it
+	defer r.mu.Unlock()
+	s.launch.perPoll = perPoll
+	return s.id
+}

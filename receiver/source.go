@@ -32,15 +32,16 @@ const (
 // ringReader is one ring of a source with its consumer and the counters
 // already reported.
 type ringReader struct {
-	ring  *shm.Ring
-	cons  *shm.Consumer
-	owned bool   // the receiver created the ring and closes it
-	lost  uint64 // dropped + oversize + stalled + abandoned, as last reported
-	bad   uint64 // corrupt, as last reported
+	ring    *shm.Ring
+	cons    *shm.Consumer
+	owned   bool   // the receiver created the ring and closes it
+	perPoll int    // tickets resolved in one poll or drain: maxReadPerPoll
+	lost    uint64 // dropped + oversize + stalled + abandoned, as last reported
+	bad     uint64 // corrupt, as last reported
 }
 
 func newRingReader(g *shm.Ring, owned bool) *ringReader {
-	return &ringReader{ring: g, cons: g.NewConsumer(shm.ConsumerOptions{}), owned: owned}
+	return &ringReader{ring: g, cons: g.NewConsumer(shm.ConsumerOptions{}), owned: owned, perPoll: maxReadPerPoll}
 }
 
 // readUpTo resolves up to max (> 0) tickets, handing records to h (none
@@ -58,11 +59,11 @@ func (g *ringReader) readUpTo(max int, h func(shm.Record)) (lost, corrupt uint64
 var testHookNamesRead = func(*source) {}
 
 // drain resolves what is left without waiting for dead producers' tickets
-// (shm.Consumer.Drain): up to maxReadPerPoll records handed to h, then up
+// (shm.Consumer.Drain): up to perPoll records handed to h, then up
 // to the ring's slot count more counted as dropped unread. It returns the
 // records lost and corrupt since the last read or drain.
 func (g *ringReader) drain(h func(shm.Record)) (lost, corrupt uint64) {
-	g.cons.Drain(maxReadPerPoll, h)
+	g.cons.Drain(g.perPoll, h)
 	g.cons.Drain(g.ring.Slots(), nil)
 	return g.count()
 }
@@ -174,8 +175,8 @@ func handleRecord(tr *translate.Translator, log *zap.Logger, s *source, rec shm.
 	}
 }
 
-// readSource reads one poll's worth of s's rings: at most maxReadPerPoll
-// tickets per ring (the kernel_phases ring: ExecRingSlots, as its Exec and
+// readSource reads one poll's worth of s's rings: at most perPoll
+// (maxReadPerPoll) tickets per ring (the kernel_phases ring: ExecRingSlots, as its Exec and
 // Warp records fold into pending launches and build no pdata). It returns
 // the records lost and corrupt since the last poll.
 //
@@ -189,7 +190,7 @@ func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64
 	handle := func(rec shm.Record) { handleRecord(r.tr, r.log, s, rec, now) }
 	launchEnd := s.launch.ring.Stats().Head
 	for _, g := range s.rings() {
-		max := maxReadPerPoll
+		max := g.perPoll
 		switch g {
 		case s.warps:
 			max = ExecRingSlots
