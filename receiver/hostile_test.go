@@ -189,7 +189,7 @@ func TestAccountingExact(t *testing.T) {
 	tests := []struct {
 		name                   string
 		slots                  uint32
-		perPoll                int // tickets read a poll (0: maxReadPerPoll)
+		perPoll                int                             // tickets read a poll (0: maxReadPerPoll)
 		setup                  func(t *testing.T, g *shm.Ring) // before the ring is added
 		remove                 bool                            // the client goes at once
 		read, dropped, corrupt int64
