@@ -19,7 +19,7 @@ func podPeer(t *testing.T, pid uint32, pod string) Peer {
 	cid := fmt.Sprintf("%064x", pid)
 	res, errs := procres.Build(procres.Process{PID: pid, Start: 100 + uint64(pid), ExePath: "/usr/bin/python3",
 		Cgroup: "0::/kubepods.slice/cri-containerd-" + cid + ".scope\n", HostName: "node-1",
-		EnvServiceName: "trainer", EnvResAttrs: "k8s.pod.name=" + pod})
+		EnvServiceName: "trainer", EnvResAttrs: "app.replica=" + pod + ",k8s.pod.name=" + pod})
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -146,7 +146,11 @@ func checkPodResource(t *testing.T, a pcommon.Map, want map[int64]struct {
 	if !ok {
 		t.Fatalf("resource of pid %d: %v", pid, a.AsRaw())
 	}
-	for k, v := range map[string]string{"service.name": "trainer", "k8s.pod.name": w.pod, "host.name": "node-1",
+	// The pods tell apart by their container ids, which the collector
+	// reads from the cgroup, and by the attributes of their own; the
+	// k8s.pod.name they claim is not theirs to set (the k8s processor
+	// sets it from the container id).
+	for k, v := range map[string]string{"service.name": "trainer", "app.replica": w.pod, "k8s.pod.name": "", "host.name": "node-1",
 		"container.id": fmt.Sprintf("%064x", pid), "process.executable.path": "/usr/bin/python3"} {
 		if got, _ := a.Get(k); got.Str() != v {
 			t.Errorf("pid %d: resource %s = %q, want %q", pid, k, got.Str(), v)
