@@ -236,16 +236,6 @@ func (lt *launchTable) onWindow(src uint32, w *record.Window, now time.Time) {
 	}
 }
 
-// onHostCall takes host call c (host probes) and finishes the held shim
-// launches it settled.
-func (lt *launchTable) onHostCall(c *record.HostCall, now time.Time) {
-	for _, l := range lt.hosts.onHostCall(c, now) {
-		if !l.done {
-			lt.finish(l, now)
-		}
-	}
-}
-
 func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
 	key := srcKey{src, w.LaunchID}
 	var l *launch
@@ -581,4 +571,20 @@ func (r *runQueue) pop() {
 	r.q[r.head] = nil
 	r.head++
 	r.q, r.head = compact(r.q, r.head)
+}
+
+// maybeFinish emits a launch as soon as every record it waits for is in.
+func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
+	if !l.have || !l.completed {
+		return
+	}
+	if (!lt.o.ExpectWarps || l.deviceDone()) && !lt.held(l, now) {
+		lt.finish(l, now)
+	}
+}
+
+// held says whether l, whose records are in, waits for more: the host
+// calls of its thread (host probes), or its driver window (windows.go).
+func (lt *launchTable) held(l *launch, now time.Time) bool {
+	return lt.windows.waits(l, now) || lt.hosts.hold(l, now)
 }

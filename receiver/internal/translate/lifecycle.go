@@ -1,29 +1,13 @@
 package translate
 
-// A launch's end of life: when it is complete enough to emit, and turning
-// it into metrics and spans.
+// A launch's end of life: its expiry, and turning it into metrics and
+// spans (launchTable.maybeFinish, on the record path, decides when).
 
 import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/record"
 )
-
-// maybeFinish emits a launch as soon as every record it waits for is in.
-func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
-	if !l.have || !l.completed {
-		return
-	}
-	if (!lt.o.ExpectWarps || l.deviceDone()) && !lt.held(l, now) {
-		lt.finish(l, now)
-	}
-}
-
-// held says whether l, whose records are in, waits for more: the host
-// calls of its thread (host probes), or its driver window (windows.go).
-func (lt *launchTable) held(l *launch, now time.Time) bool {
-	return lt.windows.waits(l, now) || lt.hosts.hold(l, now)
-}
 
 // kernelOver says whether l's kernel is known to be over without a
 // completion record: its driver window came, or the device records it
@@ -235,4 +219,14 @@ func sampled(k srcKey, n uint32) bool {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x%uint64(n) == 0
+}
+
+// onHostCall takes host call c (host probes) and finishes the held shim
+// launches it settled.
+func (lt *launchTable) onHostCall(c *record.HostCall, now time.Time) {
+	for _, l := range lt.hosts.onHostCall(c, now) {
+		if !l.done {
+			lt.finish(l, now)
+		}
+	}
 }
