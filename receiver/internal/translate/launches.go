@@ -220,12 +220,12 @@ func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 // drop forgets launch l (done).
 func (lt *launchTable) drop(l *launch) {
 	lt.untrack(l)
-	lt.windows.released(l)
 	if l.graph.chain != nil {
 		lt.graphs.dropRun(l)
-		return
+	} else {
+		delete(lt.pending, l.key)
 	}
-	delete(lt.pending, l.key)
+	lt.windows.released(l)
 }
 
 // onWindow joins driver window w of source src to its launch, which may
@@ -587,4 +587,15 @@ func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
 // calls of its thread (host probes), or its driver window (windows.go).
 func (lt *launchTable) held(l *launch, now time.Time) bool {
 	return lt.windows.waits(l, now) || lt.hosts.hold(l, now)
+}
+
+// launchThreads is the number of threads of the launch.
+func launchThreads(r *record.Launch) uint64 {
+	return uint64(r.Grid[0]) * uint64(r.Grid[1]) * uint64(r.Grid[2]) *
+		uint64(r.Block[0]) * uint64(r.Block[1]) * uint64(r.Block[2])
+}
+
+// expectedWarps is the number of warps of the launch.
+func expectedWarps(r *record.Launch) uint64 {
+	return uint64(r.Grid[0]) * uint64(r.Grid[1]) * uint64(r.Grid[2]) * r.WarpsPerBlock()
 }

@@ -3,7 +3,8 @@ package translate
 // A pending launch and the launch table's state: launches wait here,
 // keyed by (source, launch id), until their launch, device and completion
 // records are in (or a timeout, eviction or disconnect ends the wait).
-// launches.go pairs the records with them; lifecycle.go finishes them.
+// launches.go pairs the records with them, graph runs included;
+// lifecycle.go finishes them.
 
 import (
 	"time"
@@ -59,9 +60,10 @@ type hostLink struct {
 	since time.Time   // when it first waited for host calls of its thread
 }
 
-// graphRun places a run of a CUDA graph node (see graph.go, graphTable.isGraph): its
-// node and replay ordinal (how many launch records of its id came before
-// its own); chain is nil for other launches. call is its node of a
+// graphRun places a run of a CUDA graph node (see graph.go,
+// graphTable.isGraph): its node and replay ordinal (how many launch
+// records of its id came before its own); chain is nil for other
+// launches. call is its node of a
 // cuGraphLaunch call, for driver windows (graphgroups.go).
 type graphRun struct {
 	chain  *replayChain
@@ -128,17 +130,6 @@ func (lt *launchTable) forget(src, pid uint32, now time.Time) {
 	lt.streams.forget(src)
 	lt.windows.forget(src, pid)
 	lt.graphs.forget(src)
-}
-
-// launchThreads is the number of threads of the launch.
-func launchThreads(r *record.Launch) uint64 {
-	return uint64(r.Grid[0]) * uint64(r.Grid[1]) * uint64(r.Grid[2]) *
-		uint64(r.Block[0]) * uint64(r.Block[1]) * uint64(r.Block[2])
-}
-
-// expectedWarps is the number of warps of the launch.
-func expectedWarps(r *record.Launch) uint64 {
-	return uint64(r.Grid[0]) * uint64(r.Grid[1]) * uint64(r.Grid[2]) * r.WarpsPerBlock()
 }
 
 func (lt *launchTable) evictOldest(now time.Time) {

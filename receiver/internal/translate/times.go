@@ -54,22 +54,18 @@ func (o *Options) timesOf(l *launch) launchTimes {
 	if l.completed {
 		t.doneReal, _ = o.Clock.ClientMonoToReal(src, l.completeNS)
 	}
-	t.queueNS, t.haveQueue = t.queue(l.rec.EnqueueNS, enqOK)
-	return t
-}
-
-// queue is host enqueue → first block start: at once for a driver window
-// (the host's clock), else through the clock mapping (enqOK: enqReal's).
-func (t *launchTimes) queue(enqNS uint64, enqOK bool) (uint64, bool) {
+	// Queued: host enqueue → first block start, at once for a driver
+	// window (the host's clock), else through the clock mapping.
 	switch {
 	case !t.dev:
-		return 0, false
 	case t.start.mono:
-		return t.start.ns - min(t.start.ns, enqNS), true
+		t.queueNS, t.haveQueue = t.start.ns-min(t.start.ns, l.rec.EnqueueNS), true
 	case !t.startOK || !enqOK || t.startReal < t.enqReal:
-		return 0, t.startOK && enqOK // clocks disagree by less than their uncertainty: 0
+		t.haveQueue = t.startOK && enqOK // clocks disagree by less than their uncertainty: 0
+	default:
+		t.queueNS, t.haveQueue = t.startReal-t.enqReal, true
 	}
-	return t.startReal - t.enqReal, true
+	return t
 }
 
 // devWindow is the device window the launch's spans and figures use: its

@@ -159,8 +159,8 @@ type Translator struct {
 	start    pcommon.Timestamp
 	dec      decoder // decode scratch
 
-	clients  *clientTable // per-client state (client.go, kernels.go)
-	launches *launchTable // pairing: pending launches, graph runs, windows, host calls (launches.go, lifecycle.go)
+	clients  *clientTable // per-client state (client.go)
+	launches *launchTable // pairing: pending launches, graph runs, windows, host calls (launches.go, lifecycle.go, times.go)
 	series   *seriesStore // emission: metric series (series.go, metrics.go)
 	spans    *spanOut     // emission: spans built since the last TakeTraces (spans.go)
 }
