@@ -154,7 +154,7 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 	return l
 }
 
-// newRun adds a pending run of graph node key (graphTable.openRun keys it).
+// newRun adds a pending run of graph node key (graphTable.openRun).
 func (lt *launchTable) newRun(key srcKey, now time.Time) *launch {
 	lt.makeRoom(key.src, now)
 	l := lt.graphs.openRun(key, now)
@@ -265,8 +265,8 @@ func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
 
 // onExec takes a launch's device window, aggregated on the GPU: it stands
 // for all of the launch's warps. The windows of a CUDA graph node (whose
-// launch id is the same for every replay) go to its runs in order (see
-// graphTable.execRun); a second window for any other launch id keeps the first.
+// launch id is the same for every replay) go to its runs in order
+// (graphTable.execRun); another launch id keeps its first window.
 func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
 	key := srcKey{src, e.LaunchID}
 	var l *launch
@@ -375,8 +375,7 @@ func (gt *graphTable) chain(key srcKey) *replayChain {
 	return c
 }
 
-// openRun makes a pending run of graph node key (launchTable.newRun queues
-// it).
+// openRun makes a pending run of graph node key, for newRun to queue.
 func (gt *graphTable) openRun(key srcKey, now time.Time) *launch {
 	c := gt.chain(key)
 	l := &launch{key: key, created: now, graph: graphRun{chain: c}}
