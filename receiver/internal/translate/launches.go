@@ -1,108 +1,15 @@
 package translate
 
-// The launch table: launches wait here, keyed by (source, launch id),
-// until their launch, device and completion records are in (or a timeout,
-// eviction or disconnect ends the wait); lifecycle.go finishes them.
+// The launch table's record path: each device, launch and completion
+// record finds its pending launch here, or a run of a CUDA graph node
+// (graph.go), making room for a new one when none waits; lifecycle.go
+// finishes them.
 
 import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/record"
 )
-
-// maxBufferedWarps bounds the warp durations a launch holds while its launch
-// record has not been read yet (so its kernel name is unknown).
-const maxBufferedWarps = 256
-
-// launch is one pending launch.
-type launch struct {
-	key        srcKey
-	have       bool // launch record seen
-	rec        record.Launch
-	k          *kernel
-	created    time.Time
-	done       bool
-	completed  bool
-	completeAt time.Time
-	warpsAt    time.Time // when Expire first saw every warp in (no completion record yet)
-	tracked    bool      // counted in its client's pending (client.go)
-	completeNS uint64
-	gpu        gpuTimes  // from its device records
-	host       hostLink  // its host calls (host probes)
-	graph      graphRun  // its node, if a run of a CUDA graph node
-	gap        streamGap // its place on its stream
-}
-
-// gpuTimes are a launch's device records, folded.
-type gpuTimes struct {
-	warps      uint64
-	exec       *record.Exec // the launch's device window from kernel_phases (nil until it comes)
-	firstStart uint64
-	lastEnd    uint64
-	maxSkew    uint64
-	buffered   []warpTimes // warp durations seen before the launch record
-	win        monoWindow  // its device window as the driver timed it (windows.go)
-}
-
-// monoWindow is a launch's device window from a record.Window, in the
-// client's CLOCK_MONOTONIC; ok is false until it comes.
-type monoWindow struct {
-	start, end uint64
-	ok         bool
-}
-
-// hostLink ties a launch to its host calls (host probes).
-type hostLink struct {
-	calls []*hostCall // host launch calls nested with it
-	th    *hostThread // the host state of its thread, while registered there
-	since time.Time   // when it first waited for host calls of its thread
-}
-
-// graphRun places a run of a CUDA graph node (see graph.go, isGraph): its
-// node and replay ordinal (how many launch records of its id came before
-// its own); chain is nil for other launches. call is its node of a
-// cuGraphLaunch call, for driver windows (graphgroups.go).
-type graphRun struct {
-	chain  *replayChain
-	replay uint64
-	call   groupRef
-}
-
-// streamGap is a launch's place on its stream (streamgap.go): its count
-// there (0: not counted), and once finished, the stream's idle time
-// before it and the host's part of it.
-type streamGap struct {
-	seq                uint64
-	idleNS, hostWaitNS uint64
-	known, idleKnown   bool
-}
-
-type warpTimes struct{ exec, skew uint64 }
-
-// launchTable owns the pending launches (graph runs are in graphTable):
-// by key, and in creation order for eviction and expiry.
-type launchTable struct {
-	o        *Options
-	counters *Counters
-	graphs   *graphTable  // runs of CUDA graph nodes (graph.go)
-	windows  *windowTable // driver windows, graph launch calls, coverage (windows.go, graphgroups.go, coverage.go)
-	hosts    *hostTable   // host calls and the shim-less approximation (hostcalls.go, approx.go)
-	spans    *spanOut
-
-	pending map[srcKey]*launch // launches but graph runs, also queued per source (bySrc)
-	queue   []*launch          // FIFO of pending launches (done ones are skipped)
-	qhead   int
-	bySrc   map[uint32]*srcQueue // each source's pending launches and graph runs, for makeRoom
-	streams streamTable          // launch order per stream (streamgap.go)
-}
-
-// srcQueue is one source's pending launches and graph runs: how many, and
-// in creation order (done ones are skipped).
-type srcQueue struct {
-	pending int
-	queue   []*launch
-	qhead   int
-}
 
 // track counts pending launch l in its source's queue.
 func (lt *launchTable) track(l *launch) {
@@ -194,7 +101,7 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, k *kernel, now tim
 		lt.counters.LaunchesFilter++
 		var l *launch
 		if lt.graphs.isGraph(key) {
-			l = lt.graphs.filtered(key)
+			l = lt.graphs.filteredRun(key)
 		} else {
 			l = lt.pending[key]
 		}
@@ -247,13 +154,10 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 	return l
 }
 
-// size is the number of pending launches and graph runs.
-func (lt *launchTable) size() int { return len(lt.pending) + lt.graphs.runs() }
-
-// newRun adds a pending run of graph node key (graph.go keys it).
+// newRun adds a pending run of graph node key (graphTable.openRun).
 func (lt *launchTable) newRun(key srcKey, now time.Time) *launch {
 	lt.makeRoom(key.src, now)
-	l := lt.graphs.newRun(key, now)
+	l := lt.graphs.openRun(key, now)
 	lt.queue = append(lt.queue, l)
 	lt.track(l)
 	return l
@@ -266,7 +170,7 @@ func (lt *launchTable) newRun(key srcKey, now time.Time) *launch {
 // launch record is lost): they are emitted on the way.
 func (lt *launchTable) launchRun(key srcKey, r *record.Launch, now time.Time) *launch {
 	for r.Result == 0 {
-		l, orphan := lt.graphs.launchRun(key, r)
+		l, orphan := lt.graphs.runForLaunch(key, r)
 		if l == nil {
 			break
 		}
@@ -301,28 +205,6 @@ func (lt *launchTable) adoptCaptured(key srcKey, now time.Time) {
 	lt.graphs.adopt(lt.newRun(key, now), p)
 }
 
-// forget emits the pending launches of source src (disconnected) now:
-// those without launch record count as orphans. Then it drops the
-// source's state: its queue, streams, graph nodes, and windows (pid: its
-// process, 0: unknown).
-func (lt *launchTable) forget(src, pid uint32, now time.Time) {
-	for _, l := range lt.queue[lt.qhead:] {
-		if l != nil && !l.done && l.key.src == src {
-			if l.have {
-				lt.finish(l, now)
-			} else {
-				lt.counters.LaunchesOrphan++
-				l.done = true
-				lt.drop(l)
-			}
-		}
-	}
-	delete(lt.bySrc, src)
-	lt.streams.forget(src)
-	lt.windows.forget(src, pid)
-	lt.graphs.forget(src)
-}
-
 // makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
 // of source src when it holds half of them or more (so that one client
 // cannot evict another's launches), else the oldest of all.
@@ -338,34 +220,12 @@ func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 // drop forgets launch l (done).
 func (lt *launchTable) drop(l *launch) {
 	lt.untrack(l)
-	lt.windows.released(l)
 	if l.graph.chain != nil {
 		lt.graphs.dropRun(l)
-		return
+	} else {
+		delete(lt.pending, l.key)
 	}
-	delete(lt.pending, l.key)
-}
-
-func (lt *launchTable) evictOldest(now time.Time) {
-	for lt.qhead < len(lt.queue) {
-		l := lt.queue[lt.qhead]
-		lt.queue[lt.qhead] = nil
-		lt.qhead++
-		if !l.done {
-			lt.counters.LaunchesEvicted++
-			lt.finish(l, now)
-			break
-		}
-	}
-	lt.compactQueue()
-}
-
-func (lt *launchTable) compactQueue() {
-	if lt.qhead > 1024 && lt.qhead*2 > len(lt.queue) {
-		n := copy(lt.queue, lt.queue[lt.qhead:])
-		clear(lt.queue[n:])
-		lt.queue, lt.qhead = lt.queue[:n], 0
-	}
+	lt.windows.released(l)
 }
 
 // onWindow joins driver window w of source src to its launch, which may
@@ -373,16 +233,6 @@ func (lt *launchTable) compactQueue() {
 func (lt *launchTable) onWindow(src uint32, w *record.Window, now time.Time) {
 	if l := lt.windows.match(src, w, lt.pending[srcKey{src, w.LaunchID}]); l != nil {
 		lt.maybeFinish(l, now)
-	}
-}
-
-// onHostCall takes host call c (host probes) and finishes the held shim
-// launches it settled.
-func (lt *launchTable) onHostCall(c *record.HostCall, now time.Time) {
-	for _, l := range lt.hosts.onHostCall(c, now) {
-		if !l.done {
-			lt.finish(l, now)
-		}
 	}
 }
 
@@ -415,8 +265,8 @@ func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
 
 // onExec takes a launch's device window, aggregated on the GPU: it stands
 // for all of the launch's warps. The windows of a CUDA graph node (whose
-// launch id is the same for every replay) go to its runs in order (see
-// graph.go); a second window for any other launch id keeps the first.
+// launch id is the same for every replay) go to its runs in order
+// (graphTable.execRun); another launch id keeps its first window.
 func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
 	key := srcKey{src, e.LaunchID}
 	var l *launch
@@ -497,6 +347,245 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount, proc *p
 			ds.perThread[idx] += c
 		}
 	}
+}
+
+// isGraph reports whether key is a graph node: an id with GraphIDBit (a
+// node the shim numbered: explicit kernel nodes), or one that a
+// cuGraphLaunch record carried (a node captured from a stream keeps the id
+// of the launch it was captured from; see adoptCaptured).
+func (gt *graphTable) isGraph(key srcKey) bool {
+	if key.id&GraphIDBit != 0 {
+		return true
+	}
+	_, ok := gt.chains[key]
+	return ok
+}
+
+// chain returns the state of graph node key, creating it.
+func (gt *graphTable) chain(key srcKey) *replayChain {
+	c := gt.chains[key]
+	if c == nil {
+		if len(gt.chains) >= maxGraphNodes {
+			gt.sweepChains()
+		}
+		c = &replayChain{}
+		gt.chains[key] = c
+	}
+	c.touch = gt.sweep
+	return c
+}
+
+// openRun makes a pending run of graph node key, for newRun to queue.
+func (gt *graphTable) openRun(key srcKey, now time.Time) *launch {
+	c := gt.chain(key)
+	l := &launch{key: key, created: now, graph: graphRun{chain: c}}
+	c.live++
+	gt.n++
+	return l
+}
+
+// runForLaunch takes the run that launch record r of graph node key goes
+// with: the oldest run with device records and no launch record (nil if
+// none). orphan says that run's device window ended before the launch call
+// began: its own launch record is lost, and launchTable.launchRun emits it
+// and asks again.
+func (gt *graphTable) runForLaunch(key srcKey, r *record.Launch) (l *launch, orphan bool) {
+	c := gt.chain(key)
+	if l = c.wantLaunch.front(wantsLaunch); l == nil {
+		return nil, false
+	}
+	c.wantLaunch.pop()
+	return l, gt.endedBefore(key.src, r.Device, l.gpu.lastEnd, r.EnqueueNS)
+}
+
+// endedBefore reports whether device time gpuEnd of dev lies more than
+// replayClockSlack before host time monoStart, both mapped to realtime
+// (false while either mapping is unknown).
+func (gt *graphTable) endedBefore(src, dev uint32, gpuEnd, monoStart uint64) bool {
+	e, ok1 := gt.o.Clock.GPUToReal(src, dev, gpuEnd)
+	s, ok2 := gt.o.Clock.ClientMonoToReal(src, monoStart)
+	return ok1 && ok2 && e+uint64(replayClockSlack) < s
+}
+
+// launched queues run l, which just got its launch record, for the
+// records it still lacks and numbers it.
+func (gt *graphTable) launched(l *launch) {
+	c := l.graph.chain
+	r := &l.rec
+	l.graph.replay = c.next
+	c.next++
+	c.k, c.dev, c.threads, c.warps = l.k, r.Device, launchThreads(r), expectedWarps(r)
+	if r.Result != 0 {
+		return
+	}
+	if l.gpu.exec == nil {
+		c.wantExec.push(l, c.live)
+	}
+	if l.gpu.warps < c.warps {
+		c.wantWarps.push(l, c.live)
+	}
+	if !l.completed {
+		c.wantDone.push(l, c.live)
+	}
+}
+
+// adopt makes run l of a node captured from a stream take over the device
+// records that reached its key before it was known to be a graph node
+// (pending launch p, dropped), and queues it for the launch record.
+func (gt *graphTable) adopt(l, p *launch) {
+	c := l.graph.chain
+	l.gpu.exec, l.gpu.warps, l.gpu.buffered = p.gpu.exec, p.gpu.warps, p.gpu.buffered
+	l.gpu.firstStart, l.gpu.lastEnd, l.gpu.maxSkew = p.gpu.firstStart, p.gpu.lastEnd, p.gpu.maxSkew
+	l.gpu.win = p.gpu.win
+	c.wantLaunch.push(l, c.live)
+	if l.gpu.exec == nil {
+		c.wantExec.push(l, c.live)
+		c.collect = l
+	}
+}
+
+// execRun returns the run that device window e of graph node key goes
+// with: the oldest run that has none (nil if none: the window opens a new
+// run, wantsLaunch); orphan when the window ended before that run's launch
+// call began (its own launch record is lost or gone).
+func (gt *graphTable) execRun(key srcKey, e *record.Exec) (l *launch, orphan bool) {
+	c := gt.chain(key)
+	if l = c.wantExec.front(wantsExec); l != nil {
+		if l.have && gt.endedBefore(key.src, l.rec.Device, e.EndNS, l.rec.EnqueueNS) {
+			gt.counters.LaunchesOrphan++
+			return nil, true
+		}
+		c.wantExec.pop()
+	}
+	return l, false
+}
+
+// wantsLaunch queues new run l, opened by a device window, for its launch
+// record.
+func (gt *graphTable) wantsLaunch(l *launch) {
+	c := l.graph.chain
+	c.wantLaunch.push(l, c.live)
+}
+
+// warpRun returns the run that a Warp record of graph node key goes
+// with: the oldest run with a launch record and fewer warps than its grid,
+// else the run without launch record that collects warps (until its Exec
+// window or as many warps as the node's grid has came); nil if none (the
+// record opens a new run, collecting).
+func (gt *graphTable) warpRun(key srcKey) *launch {
+	c := gt.chain(key)
+	if l := c.wantWarps.front(wantsWarps); l != nil {
+		return l
+	}
+	if l := c.collect; l != nil && !l.have && l.gpu.exec == nil && (c.warps == 0 || l.gpu.warps < c.warps) {
+		return l
+	}
+	return nil
+}
+
+// collecting makes new run l, opened by a Warp record, the run that
+// collects its node's warps, waiting for its launch record and window.
+func (gt *graphTable) collecting(l *launch) {
+	c := l.graph.chain
+	c.wantLaunch.push(l, c.live)
+	c.wantExec.push(l, c.live)
+	c.collect = l
+}
+
+// completionRun returns the oldest run of graph node key with a
+// launch record and no completion record (nil if none).
+func (gt *graphTable) completionRun(key srcKey) *launch {
+	c := gt.chains[key]
+	if c == nil {
+		return nil
+	}
+	l := c.wantDone.front(wantsDone)
+	if l != nil {
+		c.wantDone.pop()
+	}
+	return l
+}
+
+// filteredRun takes the oldest run of graph node key that waits for its
+// launch record, whose launch record came for a kernel filtered out (nil
+// if none): launchTable drops it.
+func (gt *graphTable) filteredRun(key srcKey) *launch {
+	c := gt.chains[key]
+	if c == nil {
+		return nil
+	}
+	l := c.wantLaunch.front(wantsLaunch)
+	if l != nil {
+		c.wantLaunch.pop()
+	}
+	return l
+}
+
+// dropRun forgets run l (done) of its node.
+func (gt *graphTable) dropRun(l *launch) {
+	c := l.graph.chain
+	gt.n--
+	if c.live--; c.live == 0 {
+		c.wantLaunch.reset()
+		c.wantExec.reset()
+		c.wantWarps.reset()
+		c.wantDone.reset()
+	}
+	if c.collect == l {
+		c.collect = nil
+	}
+}
+
+func (r *runQueue) push(l *launch, live int) {
+	if n := len(r.q) - r.head; n >= 16 && n > 2*live {
+		w := 0
+		for _, x := range r.q[r.head:] {
+			if !x.done {
+				r.q[w] = x
+				w++
+			}
+		}
+		clear(r.q[w:])
+		r.q, r.head = r.q[:w], 0
+	}
+	r.q = append(r.q, l)
+}
+
+// front returns the oldest run that wants is true of (nil if none),
+// dropping the runs before it.
+func (r *runQueue) front(wants func(*launch) bool) *launch {
+	for r.head < len(r.q) {
+		if l := r.q[r.head]; wants(l) {
+			return l
+		}
+		r.q[r.head] = nil
+		r.head++
+	}
+	r.q, r.head = r.q[:0], 0
+	return nil
+}
+
+// pop drops the front run (the one front returned).
+func (r *runQueue) pop() {
+	r.q[r.head] = nil
+	r.head++
+	r.q, r.head = compact(r.q, r.head)
+}
+
+// maybeFinish emits a launch as soon as every record it waits for is in.
+func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
+	if !l.have || !l.completed {
+		return
+	}
+	if (!lt.o.ExpectWarps || l.deviceDone()) && !lt.held(l, now) {
+		lt.finish(l, now)
+	}
+}
+
+// held says whether l, whose records are in, waits for more: the host
+// calls of its thread (host probes), or its driver window (windows.go).
+func (lt *launchTable) held(l *launch, now time.Time) bool {
+	return lt.windows.waits(l, now) || lt.hosts.hold(l, now)
 }
 
 // launchThreads is the number of threads of the launch.

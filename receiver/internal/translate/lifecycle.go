@@ -1,29 +1,13 @@
 package translate
 
-// A launch's end of life: when it is complete enough to emit, and turning
-// it into metrics and spans.
+// A launch's end of life: its expiry, and turning it into metrics and
+// spans (launchTable.maybeFinish, on the record path, decides when).
 
 import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/record"
 )
-
-// maybeFinish emits a launch as soon as every record it waits for is in.
-func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
-	if !l.have || !l.completed {
-		return
-	}
-	if (!lt.o.ExpectWarps || l.deviceDone()) && !lt.held(l, now) {
-		lt.finish(l, now)
-	}
-}
-
-// held says whether l, whose records are in, waits for more: the host
-// calls of its thread (host probes), or its driver window (windows.go).
-func (lt *launchTable) held(l *launch, now time.Time) bool {
-	return lt.windows.waits(l, now) || lt.hosts.hold(l, now)
-}
 
 // kernelOver says whether l's kernel is known to be over without a
 // completion record: its driver window came, or the device records it
@@ -108,23 +92,22 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	lt.counters.LaunchesEmitted++
 	s := l.k.series.dev(l.rec.Device)
 	lt.windows.finished(l, s) // before s counts l: its estimate is the kernel's mean so far
-	execNS, haveExec := l.execNS()
-	queueNS, haveQueue := lt.queueNS(l)
-	lt.streams.gap(l, &s.hostWait)
-	s.record(launchFigures{execNS, queueNS, l.gap.hostWaitNS, haveExec, haveQueue, l.gap.known})
+	tm := lt.o.timesOf(l)
+	lt.streams.gap(l, &tm, &s.hostWait)
+	s.record(launchFigures{tm.execNS, tm.queueNS, l.gap.hostWaitNS, tm.haveExec, tm.haveQueue, l.gap.known})
 	if !sampled(l.sampleKey(), lt.o.Sampling.OneIn) {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	if haveExec && time.Duration(execNS) < lt.o.Sampling.MinDuration {
+	if tm.haveExec && time.Duration(tm.execNS) < lt.o.Sampling.MinDuration {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	if !haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.Sampling.MinDuration {
+	if !tm.haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.Sampling.MinDuration {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	lt.spans.launchSpans(l)
+	lt.spans.launchSpans(l, &tm)
 }
 
 // deviceDone says whether every device record the launch waits for is in:
@@ -132,84 +115,6 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 // shim marked unprobed (no device record of it will come).
 func (l *launch) deviceDone() bool {
 	return l.rec.Flags&record.LaunchUnprobed != 0 || l.gpu.exec != nil || l.gpu.warps >= expectedWarps(&l.rec)
-}
-
-// probed says whether the launch's own probes timed all of it: its Exec
-// window, or every warp.
-func (l *launch) probed() bool {
-	return l.gpu.exec != nil || (l.have && l.gpu.warps > 0 && l.gpu.warps >= expectedWarps(&l.rec))
-}
-
-// devTime is a device timestamp of a launch: %globaltimer of its device
-// (its probes'), or its client's CLOCK_MONOTONIC (mono: a driver window).
-type devTime struct {
-	ns   uint64
-	mono bool
-}
-
-// devWindow is the device window the launch's spans and figures use: its
-// probes' when they timed all of it (kernel_phases' Exec, every warp),
-// else the driver's (record.Window), else the warps that came; ok is
-// false when it has none.
-func (l *launch) devWindow() (start, end devTime, ok bool) {
-	switch {
-	case l.probed():
-	case l.gpu.win.ok:
-		return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
-	case l.gpu.warps == 0:
-		return devTime{}, devTime{}, false
-	}
-	return devTime{l.gpu.firstStart, false}, devTime{l.gpu.lastEnd, false}, true
-}
-
-// window is the device window l's spans and figures use: devWindow's, or
-// the driver's when devWindow's is the probes' and their device has no
-// clock mapping (its calibration failed), so that a launch the driver
-// timed always shows its window.
-func (o *Options) window(l *launch) (start, end devTime, ok bool) {
-	start, end, ok = l.devWindow()
-	if ok && !start.mono && l.gpu.win.ok {
-		if _, mapped := o.Clock.GPUToReal(l.key.src, l.rec.Device, start.ns); !mapped {
-			return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
-		}
-	}
-	return start, end, ok
-}
-
-// toReal maps device time t of source src and device dev to realtime ns.
-func (o *Options) toReal(src, dev uint32, t devTime) (uint64, bool) {
-	if t.mono {
-		return o.Clock.ClientMonoToReal(src, t.ns)
-	}
-	return o.Clock.GPUToReal(src, dev, t.ns)
-}
-
-// execNS is the device execution time: first block (warp) start → last
-// block (warp) end, or the driver's window.
-func (l *launch) execNS() (uint64, bool) {
-	start, end, ok := l.devWindow()
-	if !ok {
-		return 0, false
-	}
-	return end.ns - start.ns, true
-}
-
-// queueNS is host enqueue → first block start: through the clock mapping,
-// or at once for a driver window (the host's clock).
-func (lt *launchTable) queueNS(l *launch) (uint64, bool) {
-	start, _, ok := lt.o.window(l)
-	if !ok {
-		return 0, false
-	}
-	if start.mono {
-		return start.ns - min(start.ns, l.rec.EnqueueNS), true
-	}
-	startReal, ok1 := lt.o.Clock.GPUToReal(l.key.src, l.rec.Device, start.ns)
-	enqReal, ok2 := lt.o.Clock.ClientMonoToReal(l.key.src, l.rec.EnqueueNS)
-	if !ok1 || !ok2 || startReal < enqReal {
-		return 0, ok1 && ok2 // clocks disagree by less than their uncertainty: 0
-	}
-	return startReal - enqReal, true
 }
 
 // sampleKey is what sampling keeps or drops a launch on: its (source,
@@ -235,4 +140,14 @@ func sampled(k srcKey, n uint32) bool {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x%uint64(n) == 0
+}
+
+// onHostCall takes host call c (host probes) and finishes the held shim
+// launches it settled.
+func (lt *launchTable) onHostCall(c *record.HostCall, now time.Time) {
+	for _, l := range lt.hosts.onHostCall(c, now) {
+		if !l.done {
+			lt.finish(l, now)
+		}
+	}
 }

@@ -190,9 +190,9 @@ func (sl *spanLimit) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp)
 
 // launchSpanCount is the number of spans of launch l's trace: the launch,
 // its launch call, its host calls, its device phases and completion.
-func (so *spanOut) launchSpanCount(l *launch) int {
+func (so *spanOut) launchSpanCount(l *launch, tm *launchTimes) int {
 	n := 2 + len(l.host.calls)
-	if _, _, ok := so.o.window(l); ok {
+	if tm.dev {
 		n += 2
 	}
 	if l.completed {

@@ -75,9 +75,9 @@ func (so *spanOut) mono(src uint32, ns uint64) pcommon.Timestamp {
 	return pcommon.Timestamp(r)
 }
 
-// launchSpans appends the launch span and its phase children.
-func (so *spanOut) launchSpans(l *launch) {
-	if !so.limit.admit(l.rec.PID, so.launchSpanCount(l)) {
+// launchSpans appends the launch span and its phase children, at times tm.
+func (so *spanOut) launchSpans(l *launch, tm *launchTimes) {
+	if !so.limit.admit(l.rec.PID, so.launchSpanCount(l, tm)) {
 		return
 	}
 	r := &l.rec
@@ -91,7 +91,7 @@ func (so *spanOut) launchSpans(l *launch) {
 	root.SetParentSpanID(parent)
 	root.SetName(l.k.name)
 	root.SetKind(ptrace.SpanKindInternal)
-	start, end := so.mono(l.key.src, r.EnqueueNS), so.mono(l.key.src, r.ReturnNS)
+	start, end := pcommon.Timestamp(tm.enqReal), pcommon.Timestamp(tm.retReal)
 	root.SetStartTimestamp(start)
 
 	a := root.Attributes()
@@ -136,10 +136,10 @@ func (so *spanOut) launchSpans(l *launch) {
 		so.nSpans++
 		end = max(end, e)
 	}
-	child(SpanLaunchCall, start, so.mono(l.key.src, r.ReturnNS))
+	child(SpanLaunchCall, start, pcommon.Timestamp(tm.retReal))
 	so.hostChildren(ss, l, tid, rootID)
 
-	execEnd := so.mono(l.key.src, r.ReturnNS)
+	execEnd := pcommon.Timestamp(tm.retReal)
 	if l.gpu.exec != nil {
 		a.PutInt("cuda.blocks.observed", int64(l.gpu.exec.Blocks))
 		a.PutInt("cuda.threads.observed", int64(l.gpu.exec.Threads))
@@ -158,17 +158,16 @@ func (so *spanOut) launchSpans(l *launch) {
 		a.PutInt("cuda.warps.expected", int64(expectedWarps(r)))
 		a.PutInt("cuda.warp.exit_skew.max", int64(l.gpu.maxSkew))
 	}
-	if ds, de, ok := so.o.window(l); ok {
-		fs, ok1 := so.o.toReal(l.key.src, r.Device, ds)
-		le, ok2 := so.o.toReal(l.key.src, r.Device, de)
-		if ok1 && ok2 {
+	if tm.dev {
+		fs, le := tm.startReal, tm.endReal
+		if tm.startOK && tm.endOK {
 			child(SpanQueued, start, max(start, pcommon.Timestamp(fs)))
 			child(SpanExecuting, pcommon.Timestamp(fs), pcommon.Timestamp(le))
 			execEnd = max(execEnd, pcommon.Timestamp(le))
 		}
 	}
 	if l.completed {
-		child(SpanCompletion, execEnd, so.mono(l.key.src, l.completeNS))
+		child(SpanCompletion, execEnd, pcommon.Timestamp(tm.doneReal))
 	}
 	root.SetEndTimestamp(end)
 	so.nSpans++

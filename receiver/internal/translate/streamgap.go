@@ -55,9 +55,11 @@ type streamSlot struct {
 
 // streamState is what a stream's next launch compares against.
 type streamState struct {
-	seq     uint64      // launches and copies counted on the stream
-	doneSeq uint64      // count of the latest finished launch (0: none)
-	end     devTime     // its last block end (or driver window end), ns 0 when it has no device window
+	seq     uint64  // launches and copies counted on the stream
+	doneSeq uint64  // count of the latest finished launch (0: none)
+	end     devTime // its last block end (or driver window end), ns 0 when it has no device window
+	endReal uint64  // end mapped to realtime at its finish (endOK: mapped)
+	endOK   bool
 	early   earlyLaunch // a launch that finished before the one counted before it
 }
 
@@ -83,7 +85,6 @@ func slotOf(src, device uint32, stream uint64, tid uint32) streamSlot {
 
 // streamTable owns the launch order of each source's streams.
 type streamTable struct {
-	o     *Options
 	bySrc map[uint32]map[streamSlot]*streamState // source → its streams, ≤ maxStreamSlots each
 }
 
@@ -106,12 +107,13 @@ func (sg *streamTable) count(k streamSlot) uint64 {
 	return st.seq
 }
 
-// gap runs at l's finish, with hw its kernel's host-wait histogram:
-// it sets l's stream idle time and host wait when the launch counted just
-// before it on its stream has finished and has a device window, records the host
-// wait of a launch that finished early when l is its predecessor, and
-// makes l the stream's latest finished launch.
-func (sg *streamTable) gap(l *launch, hw *exphist.Hist) {
+// gap runs at l's finish, with tm its mapped times and hw its kernel's
+// host-wait histogram: it sets l's stream idle time and host wait when the
+// launch counted just before it on its stream has finished and has a
+// device window, records the host wait of a launch that finished early
+// when l is its predecessor, and makes l the stream's latest finished
+// launch (its window's end kept as mapped at its finish).
+func (sg *streamTable) gap(l *launch, tm *launchTimes, hw *exphist.Hist) {
 	if l.gap.seq == 0 {
 		return
 	}
@@ -120,18 +122,14 @@ func (sg *streamTable) gap(l *launch, hw *exphist.Hist) {
 	if st == nil {
 		return // forgotten, or its source gone
 	}
-	retReal, okRet := sg.o.Clock.ClientMonoToReal(l.key.src, r.ReturnNS)
-	start, end, dev := sg.o.window(l)
-	var startReal uint64
-	if dev {
-		startReal, _ = sg.o.toReal(l.key.src, r.Device, start)
-	}
+	retReal, okRet := tm.retReal, tm.retOK
+	start, dev, startReal := tm.start, tm.dev, tm.startReal // startReal 0 without a window
 	s := l.gap.seq
 	switch {
 	case s == st.doneSeq+1 && st.end.ns != 0 && okRet:
-		if endReal, ok := sg.o.toReal(l.key.src, r.Device, st.end); ok {
-			l.gap.hostWaitNS, l.gap.known = gapWait(retReal, endReal, startReal), true
-			if idle, ok := idleNS(st.end, start, endReal, startReal); dev && ok {
+		if st.endOK {
+			l.gap.hostWaitNS, l.gap.known = gapWait(retReal, st.endReal, startReal), true
+			if idle, ok := idleNS(st.end, start, st.endReal, startReal); dev && ok {
 				l.gap.idleNS, l.gap.idleKnown = idle, true
 			}
 		}
@@ -139,15 +137,15 @@ func (sg *streamTable) gap(l *launch, hw *exphist.Hist) {
 		st.early = earlyLaunch{seq: s, retReal: retReal, startReal: startReal, hostWait: hw}
 	}
 	if s+1 == st.early.seq && dev {
-		if endReal, ok := sg.o.toReal(l.key.src, r.Device, end); ok {
-			st.early.hostWait.Record(float64(gapWait(st.early.retReal, endReal, st.early.startReal)) / 1e9)
+		if tm.endOK {
+			st.early.hostWait.Record(float64(gapWait(st.early.retReal, tm.endReal, st.early.startReal)) / 1e9)
 		}
 		st.early = earlyLaunch{}
 	}
 	if s > st.doneSeq {
-		st.doneSeq, st.end = s, devTime{}
+		st.doneSeq, st.end, st.endReal, st.endOK = s, devTime{}, 0, false
 		if dev {
-			st.end = end
+			st.end, st.endReal, st.endOK = tm.end, tm.endReal, tm.endOK
 		}
 	}
 }

@@ -159,8 +159,8 @@ type Translator struct {
 	start    pcommon.Timestamp
 	dec      decoder // decode scratch
 
-	clients  *clientTable // per-client state (client.go, kernels.go)
-	launches *launchTable // pairing: pending launches, graph runs, windows, host calls (launches.go, lifecycle.go)
+	clients  *clientTable // per-client state (client.go)
+	launches *launchTable // pairing: pending launches, graph runs, windows, host calls (launches.go, lifecycle.go, times.go)
 	series   *seriesStore // emission: metric series (series.go, metrics.go)
 	spans    *spanOut     // emission: spans built since the last TakeTraces (spans.go)
 }
@@ -238,7 +238,7 @@ func New(o Options) *Translator {
 	t.spans.resetTraces()
 	t.launches = &launchTable{o: opts, counters: counters, spans: t.spans,
 		pending: map[srcKey]*launch{}, bySrc: map[uint32]*srcQueue{},
-		streams: streamTable{o: opts, bySrc: map[uint32]map[streamSlot]*streamState{}},
+		streams: streamTable{bySrc: map[uint32]map[streamSlot]*streamState{}},
 		graphs:  &graphTable{o: opts, counters: counters, chains: map[srcKey]*replayChain{}},
 		windows: &windowTable{o: opts, counters: counters, bySrc: map[uint32]*clientWindows{}, groups: groupTable{o: opts},
 			cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}},
