@@ -32,7 +32,13 @@ mkdir -p "$out"
 "${NVCC:-nvcc}" -O3 -cudart shared -gencode arch=compute_90,code=compute_90 -o "$out/vectoradd" testdata/cuda/shim/vectoradd.cu >"$out/nvcc.txt" 2>&1 ||
 	{ echo "gpu-sampling: nvcc failed: $(tail -3 "$out/nvcc.txt")"; exit 1; }
 . scripts/gpu/lib_collector.sh
-start_traces_collector "$out" "$(printf '    sampling:\n      device_one_in: %d' "$n")" ||
+# The checks tell probed launches from the others by their device phases:
+# with CUPTI's windows on (the default) every launch has one, so they are
+# off here; the device_one_in part also lifts the default rate cap
+# (device_max_per_second: 100 a kernel), which would keep all but the
+# first launch of each kernel in the synchronised loop unprobed.
+windows_off=$'    windows:\n      enabled: false'
+start_traces_collector "$out" "$(printf '%s\n    sampling:\n      device_one_in: %d\n      device_max_per_second: 0' "$windows_off" "$n")" ||
 	{ echo "gpu-sampling: collector did not start (see $out/collector.log)"; exit 1; }
 status=0
 run_with_shim "$out" gpu-sampling "$out/vectoradd" sync "$iters" || status=1
@@ -65,7 +71,7 @@ PY
 rate=${RATE:-100}
 rout=$out/rate
 mkdir -p "$rout"
-start_traces_collector "$rout" "$(printf '    sampling:\n      device_max_per_second: %d' "$rate")" ||
+start_traces_collector "$rout" "$(printf '%s\n    sampling:\n      device_max_per_second: %d' "$windows_off" "$rate")" ||
 	{ echo "gpu-sampling: collector did not start (see $rout/collector.log)"; exit 1; }
 run_with_shim "$rout" "gpu-sampling (rate)" "$out/vectoradd" gap "$iters" || status=1
 python3 - "$rout/traces.json" "$rate" "$((2 * iters))" <<'PY' || status=1
