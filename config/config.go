@@ -154,8 +154,8 @@ type BuffersConfig struct {
 
 // LimitsConfig bounds cardinality and memory.
 type LimitsConfig struct {
-	// MaxKernelNames is the number of distinct kernel names that get their
-	// own series; the rest are folded into "other".
+	// MaxKernelNames is the number of distinct kernel names of each
+	// process that get their own series; its others fold into "other".
 	MaxKernelNames int `mapstructure:"max_kernel_names"`
 	// MaxThreadSeries is the number of per-thread series kept (threadhist);
 	// 0 keeps only the distributions.

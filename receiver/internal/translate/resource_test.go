@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -321,6 +322,64 @@ func TestDeviceUUID(t *testing.T) {
 	for _, tc := range tests {
 		if got := deviceUUID(&record.Device{UUID: u, Name: tc.name}); got != tc.want {
 			t.Errorf("%q: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestKernelNamesPerProcess: limits::max_kernel_names bounds each
+// process's names. A client that takes the bound's worth of names and
+// goes leaves a later process's kernels their own names (a bound for the
+// whole collector folded every later process's kernels into "other").
+func TestKernelNamesPerProcess(t *testing.T) {
+	tr := newTr(Options{MaxKernelNames: 3, ExpectWarps: true})
+	now := time.Now()
+	tr.Connect(1, podPeer(t, 1000, "a"))
+	var greedy stream
+	greedy.calibrate(0)
+	for fn := range uint64(4) {
+		greedy.add(&record.KernelName{Function: fn, Name: fmt.Sprintf("kernel%d", fn)})
+		greedy.launch(fn+1, fn, 1000*(fn+1), 1, 32, 1, true)
+	}
+	feedSrc(t, tr, 1, &greedy, now)
+	tr.Disconnect(1, now)
+
+	tr.Connect(2, podPeer(t, 2000, "b"))
+	var honest stream
+	honest.calibrate(0)
+	honest.add(&record.KernelName{Function: 9, Name: "gemm"})
+	honest.launch(1, 9, 1000, 1, 32, 1, true)
+	honest.launch(2, 9, 2000, 1, 32, 1, true)
+	feedSrc(t, tr, 2, &honest, now)
+
+	want := map[int64]map[string]int64{
+		1000: {"kernel0": 1, "kernel1": 1, "kernel2": 1, OtherKernel: 1},
+		2000: {"gemm": 2},
+	}
+	md := tr.Metrics(now, nil)
+	got := map[int64]map[string]int64{}
+	for i := range md.ResourceMetrics().Len() {
+		rm := md.ResourceMetrics().At(i)
+		pid, ok := rm.Resource().Attributes().Get("process.pid")
+		if !ok {
+			continue // the collector's own resource
+		}
+		ms := rm.ScopeMetrics().At(0).Metrics()
+		for j := range ms.Len() {
+			if m := ms.At(j); m.Name() == MetricLaunches {
+				for k := range m.Sum().DataPoints().Len() {
+					dp := m.Sum().DataPoints().At(k)
+					name, _ := dp.Attributes().Get("cuda.kernel.name")
+					if got[pid.Int()] == nil {
+						got[pid.Int()] = map[string]int64{}
+					}
+					got[pid.Int()][name.Str()] += dp.IntValue()
+				}
+			}
+		}
+	}
+	for pid, names := range want {
+		if !maps.Equal(got[pid], names) {
+			t.Errorf("pid %d: launches by kernel name %v, want %v", pid, got[pid], names)
 		}
 	}
 }

@@ -10,8 +10,9 @@ import (
 // seriesStore owns the metric series, one set per process (procSeries, a
 // resource of its own): per kernel name and device, per memory copy kind
 // and device. Its bounds, for every client together:
-//   - kernel names: the first Options.MaxKernelNames distinct names have
-//     series of their own in every process, later ones fold into "other";
+//   - kernel names: the first Options.MaxKernelNames distinct names of
+//     each process have series of their own, its later ones fold into its
+//     "other" (one process's names never fold another's);
 //   - series: at most Options.Process.MaxSeries (kernel name, device) and (copy
 //     kind, device) series in all processes, each process's beyond them
 //     counted in its overflow series ("other" on device -1, per kind for
@@ -27,7 +28,6 @@ type seriesStore struct {
 	counters *Counters
 
 	names     map[string]string // mangled → demangled, bounded by maxNameCache
-	kernels   map[string]bool   // kernel names with series of their own (≤ MaxKernelNames)
 	procs     map[procKey]*procSeries
 	order     []*procSeries // procs in creation order, for stable output
 	overflow  *procSeries   // processes beyond MaxProcesses (nil until needed)
@@ -166,17 +166,13 @@ func (p *procSeries) newDev(d uint32) *devSeries {
 }
 
 // seriesFor returns p's series of a kernel name: "other" for a name beyond
-// the first MaxKernelNames of all processes.
+// p's first MaxKernelNames.
 func (p *procSeries) seriesFor(name string) *series {
 	if s, ok := p.byName[name]; ok {
 		return s
 	}
-	st := p.store
-	if !st.kernels[name] {
-		if len(st.kernels) >= st.o.MaxKernelNames {
-			return p.other
-		}
-		st.kernels[name] = true
+	if len(p.byName) >= p.store.o.MaxKernelNames {
+		return p.other
 	}
 	s := &series{name: name, proc: p}
 	p.byName[name] = s

@@ -232,7 +232,7 @@ func New(o Options) *Translator {
 	opts, counters := &t.o, &t.counters
 	res := &resourceBook{o: opts, peers: map[uint32]peerRes{}, procs: map[uint32]string{}, devices: map[uint32]map[uint32]string{}}
 	t.series = &seriesStore{o: opts, counters: counters,
-		names: map[string]string{}, kernels: map[string]bool{}, procs: map[procKey]*procSeries{}}
+		names: map[string]string{}, procs: map[procKey]*procSeries{}}
 	t.spans = &spanOut{o: opts, counters: counters, res: res,
 		limit: &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}}}
 	t.spans.resetTraces()
