@@ -96,14 +96,15 @@ func (p *peerProc) alive() bool {
 	return err == nil && p.start != "" && st == p.start
 }
 
-// read reads at most max bytes of /proc/PID/name (an error wrapping
-// procread.ErrTruncated past them), then checks that it was the peer's.
+// read reads at most max bytes of /proc/PID/name, then checks that it was
+// the peer's. Past max it returns the first max bytes with an error
+// wrapping procread.ErrTruncated.
 func (p *peerProc) read(name string, max int64) ([]byte, error) {
 	if p.pid <= 0 {
 		return nil, fmt.Errorf("agent: peer pid %d is outside our pid namespace", p.pid)
 	}
 	b, err := procread.File(p.path(name), max)
-	if err != nil {
+	if err != nil && !errors.Is(err, procread.ErrTruncated) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, errPeerGone
 		}
@@ -112,7 +113,16 @@ func (p *peerProc) read(name string, max int64) ([]byte, error) {
 	if !p.alive() {
 		return nil, errPeerGone
 	}
-	return b, nil
+	return b, err
+}
+
+// readMax is read with a file cut at max bytes taken as it is.
+func (p *peerProc) readMax(name string, max int64) ([]byte, error) {
+	b, err := p.read(name, max)
+	if errors.Is(err, procread.ErrTruncated) {
+		err = nil
+	}
+	return b, err
 }
 
 // ProcInfo is what the server read about a peer's process from /proc/PID
@@ -158,27 +168,6 @@ func (p *peerProc) readlink(name string) (string, error) {
 		return "", errPeerGone
 	}
 	return s, nil
-}
-
-// readMax reads at most max bytes of /proc/PID/name, then checks that it
-// was the peer's.
-func (p *peerProc) readMax(name string, max int64) ([]byte, error) {
-	if p.pid <= 0 {
-		return nil, fmt.Errorf("agent: peer pid %d is outside our pid namespace", p.pid)
-	}
-	f, err := os.Open(p.path(name))
-	if err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max))
-	if err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
-	}
-	if !p.alive() {
-		return nil, errPeerGone
-	}
-	return b, nil
 }
 
 // groups returns the peer's supplementary groups.
