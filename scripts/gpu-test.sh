@@ -50,6 +50,11 @@
 #                                  (probes::sass) in cuBLAS, PyTorch and
 #                                  Triton kernels: ABI, exact windows,
 #                                  cost, fail-open cases, PyTorch steps
+#                     frameworkcost scripts/gpu/framework-cost.sh: JAX,
+#                                  PyTorch and CuPy launch-bound loops,
+#                                  plain and under the shim split by
+#                                  mechanism (needs bin/otelcol-gpuprobe,
+#                                  python3, jax, torch, cupy)
 #                     e.g. PARTS=samples,bench make gpu-test
 #   DRY_RUN=1         no GPU: check that every file each part uses (its
 #                     script, libraries, binaries, objects, sources) is
@@ -67,7 +72,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -130,6 +135,7 @@ needs() {
 	programs) need=($g/programs.sh "${col[@]}" $g/{programs_check,lib_metrics,lib_traces}.py
 		$bpf/{threadhist,kernelretsnoop}.o $cuda/samples/progs.cu) ;;
 	windows) need=($g/windows.sh "${col[@]}" $g/torchstep.py scripts/gpu/cupti_cost.cu) ;;
+	frameworkcost) need=($g/framework-cost.sh "${col[@]}" $g/launchbound.py $g/lib_collector.sh) ;;
 	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
 }
@@ -299,6 +305,8 @@ want windows && tailstep "device windows (CUPTI, torch)" windows.log '^windows' 
 	env WINDOWS_OUT="$out/gpu-windows" bash scripts/gpu/windows.sh
 want sanitizer && tailstep "SASS route (Compute Sanitizer)" sanitizer.log '^sanitizer' \
 	env SANITIZER_OUT="$out/gpu-sanitizer" bash scripts/gpu/sanitizer.sh
+want frameworkcost && tailstep "launch-bound frameworks' cost" frameworkcost.log '^framework-cost\|^|' \
+	env FW_OUT="$out/gpu-framework-cost" bash scripts/gpu/framework-cost.sh
 
 # ---- report -----------------------------------------------------------------
 
