@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -31,8 +32,15 @@ func need(t *testing.T, tool string) string {
 	defer toolsMu.Unlock()
 	r, ok := tools[tool]
 	if !ok {
+		budget, err := buildBudget(t)
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
 		start := time.Now()
-		r.path, r.err = Find(context.Background(), tool, buildTimeout)
+		r.path, r.err = Find(context.Background(), tool, budget)
+		if r.err != nil && budget < buildTimeout {
+			r.err = fmt.Errorf("%w\n(builds were bounded by %s to end before the test deadline: %s)", r.err, budget.Round(time.Second), timeoutHint)
+		}
 		tools[tool] = r
 		t.Logf("%s: %s (%s)", tool, r.path, time.Since(start).Round(time.Millisecond))
 	}
@@ -40,6 +48,32 @@ func need(t *testing.T, tool string) string {
 		t.Fatalf("%s: %v", tool, r.err)
 	}
 	return r.path
+}
+
+// testMargin is what the tests themselves need after the builds.
+const testMargin = 3 * time.Minute
+
+// timeoutHint says how to give the package the time it needs.
+const timeoutHint = "run `make e2e`, which passes -timeout 30m, or go test -timeout 30m ./e2e/"
+
+// buildBudget bounds the builds by the test binary's deadline (go test's
+// default is 10 minutes, and go test kills the binary a minute after), so
+// that a cold build ends with an error saying so instead of a timeout panic.
+func buildBudget(t *testing.T) (time.Duration, error) {
+	dl, ok := t.Deadline()
+	if !ok {
+		return buildTimeout, nil
+	}
+	return budgetUntil(time.Until(dl))
+}
+
+// budgetUntil is buildBudget for a deadline left seconds away.
+func budgetUntil(left time.Duration) (time.Duration, error) {
+	budget := min(buildTimeout, left-testMargin)
+	if budget <= 0 {
+		return 0, fmt.Errorf("only %s left before the test deadline, not enough to build and run: %s", left.Round(time.Second), timeoutHint)
+	}
+	return budget, nil
 }
 
 // track stops p when the test ends, on every exit path, and prints its logs

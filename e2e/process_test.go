@@ -202,3 +202,25 @@ func TestRetryOnPortClash(t *testing.T) {
 		})
 	}
 }
+
+// TestBuildBudget checks that builds are bounded by the test deadline,
+// leaving the tests their margin, and refused when nothing is left.
+func TestBuildBudget(t *testing.T) {
+	for _, tt := range []struct {
+		left, want time.Duration
+		err        bool
+	}{
+		{time.Hour, buildTimeout, false},
+		{10 * time.Minute, 10*time.Minute - testMargin, false},
+		{testMargin, 0, true},
+		{time.Minute, 0, true},
+	} {
+		got, err := budgetUntil(tt.left)
+		if got != tt.want || (err != nil) != tt.err {
+			t.Errorf("budgetUntil(%s) = %s, %v; want %s, error %v", tt.left, got, err, tt.want, tt.err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "make e2e") {
+			t.Errorf("budgetUntil(%s) error %q does not say how to give more time", tt.left, err)
+		}
+	}
+}

@@ -168,6 +168,9 @@ func TestRunCommand(t *testing.T) {
 // background; stop() waits for it to exit and returns its output.
 func startDump(t *testing.T, args ...string) (socket string, stop func() string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipped with -short: builds cmd/gpuprobe-harness")
+	}
 	dir := t.TempDir()
 	harness := filepath.Join(dir, "gpuprobe-harness")
 	if out, err := exec.Command("go", "build", "-o", harness, "../gpuprobe-harness").CombinedOutput(); err != nil {

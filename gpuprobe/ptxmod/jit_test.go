@@ -19,6 +19,9 @@ import (
 // -entry: it must round-trip, and with -entry the parser must find the
 // test kernels ptxas compiles.
 func TestCompiledProbes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short: builds cmd/gpuprobe")
+	}
 	root := filepath.Join(filepath.Dir(fatbintest.Source(t, "vectoradd.cu")), "..", "..")
 	objs, err := filepath.Glob(filepath.Join(root, "testdata", "bpf", "*.o"))
 	if err != nil || len(objs) == 0 {
