@@ -55,7 +55,7 @@ FUZZTIME ?= 30s
 # collector under build/ and tool caches are left out).
 GO_SRCS := $(shell find . -name '*.go' -not -path './build/*' -not -path './.cache/*' -not -path './.dev/*' 2>/dev/null)
 GO_BUILD_SRCS := $(filter-out %_test.go ./e2e/% ./deploy/%,$(GO_SRCS))
-GO_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/adversarial$$')
+GO_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/adversarial$$' -e '/e2e/loadtest$$')
 
 # testdata/bpf/bpf.mk (written with the ELF loader) adds the clang-built eBPF
 # objects: it defines BPF_OBJECTS and the rules that build them.
@@ -63,7 +63,7 @@ BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
 .PHONY: all build generate ocb otelcol run test fmt-check vet cross unit e2e adversarial backends \
-	gpu-test gpu-bundle bench fuzz install clean distclean help deploy-check deploy-dryrun image
+	gpu-test gpu-bundle loadtest loadtest-short bench fuzz install clean distclean help deploy-check deploy-dryrun image
 
 all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
 
@@ -138,7 +138,7 @@ run: bin/otelcol-gpuprobe ## build the collector and start it with testdata/conf
 
 # ---- tests -----------------------------------------------------------------
 
-test: fmt-check vet cross unit deploy-check deploy-dryrun e2e adversarial ## everything CI runs
+test: fmt-check vet cross unit deploy-check deploy-dryrun e2e adversarial loadtest-short ## everything CI runs
 
 cross: ## every package builds for linux/arm64 without cgo (GH200, GB200 nodes)
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) ./...
@@ -214,6 +214,24 @@ adversarial: bin/gpuprobe-harness bin/otelcol-gpuprobe ## hostile clients agains
 	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
 	GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness \
 	$(GO) test -count=1 -v -timeout $(ADVERSARIAL_TIMEOUT) ./e2e/adversarial/
+
+# The collector under load from gpuprobe-harness loadgen clients
+# (e2e/loadtest): CPU per million launches, VmHWM, launches accounted,
+# SIGTERM time. The short form runs in `make test`; the long form is
+# LOADTEST_CLIENTS clients × LOADTEST_LAUNCHES at LOADTEST_RATE each (60 s
+# at 1,000,000 launches a second in total; LOADTEST_RATE=0: as fast as
+# the clients can).
+LOADTEST_CLIENTS ?= 64
+LOADTEST_LAUNCHES ?= 937500
+LOADTEST_RATE ?= 15625
+LOADTEST_ENV = GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness
+
+loadtest: bin/gpuprobe-harness bin/otelcol-gpuprobe ## the long load benchmark (64 clients; LOADTEST_* set the load)
+	$(LOADTEST_ENV) LOADTEST_CLIENTS=$(LOADTEST_CLIENTS) LOADTEST_LAUNCHES=$(LOADTEST_LAUNCHES) LOADTEST_RATE=$(LOADTEST_RATE) \
+		$(GO) test -count=1 -v -timeout 30m ./e2e/loadtest/
+
+loadtest-short: bin/gpuprobe-harness bin/otelcol-gpuprobe ## the load test's short form (8 clients, a few seconds)
+	$(LOADTEST_ENV) $(GO) test -count=1 -v -timeout 2m ./e2e/loadtest/
 
 # ---- GPU machine -----------------------------------------------------------
 
