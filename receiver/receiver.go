@@ -317,7 +317,10 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
 	var lastMetrics time.Time // zero: the first poll emits, so self-metrics show at once
+	// again holds a tick when the last pass left records waiting (fairpoll.go).
+	again := make(chan time.Time, 1)
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			r.finalFlush(r.run.stopBy, true)
@@ -325,27 +328,36 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 		case req := <-r.run.flushc:
 			r.finalFlush(req.deadline, false)
 			close(req.done)
-		case now := <-poll.C:
-			if off, err := monoOffset(); err == nil {
-				mapper.SetMonoOffset(off)
+			continue
+		case now = <-poll.C:
+		case now = <-again:
+		}
+		if off, err := monoOffset(); err == nil {
+			mapper.SetMonoOffset(off)
+		}
+		if r.pollOnce(ctx, now, false) {
+			select {
+			case again <- time.Now():
+			default: // one is waiting already
 			}
-			r.pollOnce(ctx, now, false)
-			r.hc.flush(ctx, r.cfg.Resource.ServiceName, r.log)
-			if now.Sub(lastMetrics) >= r.cfg.MetricsInterval {
-				lastMetrics = now
-				r.emitMetrics(ctx, now)
-			}
+		}
+		r.hc.flush(ctx, r.cfg.Resource.ServiceName, r.log)
+		if now.Sub(lastMetrics) >= r.cfg.MetricsInterval {
+			lastMetrics = now
+			r.emitMetrics(ctx, now)
 		}
 	}
 }
 
-// pollOnce reads every ring, releases the sources of clients that went
-// (once their rings are read, at most drainTime) or broke a ring invariant,
-// expires launches, and sends the spans built. stopping releases every
-// source after this read.
-func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool) {
+// pollOnce reads every ring, its fair share of the pass (fairpoll.go),
+// releases the sources of clients that went (once their rings are read,
+// at most drainTime) or broke a ring invariant, expires launches, and
+// sends the spans built. stopping releases every source after this read.
+// It reports whether records were left waiting for the next pass.
+func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool) (waiting bool) {
 	r.mu.Lock()
-	sources := append([]*source(nil), r.srcs.list...)
+	r.srcs.turn++
+	sources := rotate(append([]*source(nil), r.srcs.list...), r.srcs.turn)
 	tc := r.out.traces
 	r.mu.Unlock()
 	var closed []*source
@@ -353,7 +365,8 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 	before := r.tr.Counters()
 	var dropped, corrupt uint64
 	r.pollHost(now, sources)
-	for _, s := range sources {
+	shares := planShares(sources, passBudget)
+	for i, s := range sources {
 		// Whether the producer had gone before this read: only then is
 		// everything it wrote in the rings (onDisconnect may set closing
 		// while they are read, and records written since would be lost).
@@ -365,8 +378,9 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 		if peer != nil {
 			r.tr.Connect(s.id, *peer) // before any of its records
 		}
-		lost, bad := r.readSource(s, now)
+		lost, bad := r.readSource(s, now, shares[i])
 		dropped, corrupt = dropped+lost, corrupt+bad
+		waiting = waiting || backlog(s.launch) > 0
 		release := false
 		if gone {
 			var lost, bad uint64
@@ -403,6 +417,7 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 		windowTelemetry(ctx, r.tel, &before.WindowCounters, &after.WindowCounters)
 	}
 	r.sendTraces(ctx, tc)
+	return waiting
 }
 
 // sendTraces hands the spans built so far to the traces consumer tc.

@@ -122,9 +122,15 @@ func (r *gpuReceiver) requestFlush(ctx context.Context) {
 func (r *gpuReceiver) finalFlush(deadline time.Time, stopping bool) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	drainRings(ctx, r)
-	if stopping && ctx.Err() == nil {
+	reading, stopReading := context.WithDeadline(ctx, readDeadline(time.Now(), deadline))
+	drainRings(reading, r)
+	read := reading.Err() == nil
+	stopReading()
+	switch {
+	case stopping && read:
 		r.pollOnce(ctx, time.Now(), true) // releases every source
+	case stopping && ctx.Err() == nil:
+		abandon(ctx, r) // no time to read more: counted, and released
 	}
 	if ctx.Err() != nil {
 		if stopping { // else the last pass counts them
@@ -150,9 +156,19 @@ func (r *gpuReceiver) finalFlush(deadline time.Time, stopping bool) {
 	r.emitMetrics(ctx, now)
 }
 
+// readDeadline returns when a final flush that began at now stops
+// reading rings: half way to its deadline, so that emitting what was read
+// (pending launches, spans, a last metrics point) has the other half.
+func readDeadline(now, deadline time.Time) time.Time {
+	return now.Add(deadline.Sub(now) / 2)
+}
+
 // drainRings polls until every ring is read to the head it had when it
 // began, a pass makes no progress (a ticket a live producer has not
-// published yet), or ctx ends.
+// published yet), or ctx ends. A launch ring's head is frozen at the
+// first final flush (ringReader.freeze): what clients write after the
+// shutdown began is counted as dropped, so that the shutdown's work is
+// bounded by what the rings held, whatever the clients still write.
 func drainRings(ctx context.Context, r *gpuReceiver) {
 	r.mu.Lock()
 	sources := append([]*source(nil), r.srcs.list...)
@@ -162,6 +178,7 @@ func drainRings(ctx context.Context, r *gpuReceiver) {
 		for _, g := range s.rings() {
 			ends[g] = g.ring.Stats().Head
 		}
+		ends[s.launch] = s.launch.freeze()
 	}
 	for ctx.Err() == nil {
 		moved, left := false, false

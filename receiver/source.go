@@ -38,6 +38,10 @@ type ringReader struct {
 	perPoll int    // tickets resolved in one poll or drain: maxReadPerPoll
 	lost    uint64 // dropped + oversize + stalled + abandoned, as last reported
 	bad     uint64 // corrupt, as last reported
+	// frozen (once a shutdown began): stopAt is the head the ring had
+	// then, and records past it are counted as dropped, not read.
+	frozen bool
+	stopAt uint64
 }
 
 func newRingReader(g *shm.Ring, owned bool) *ringReader {
@@ -63,9 +67,24 @@ var testHookNamesRead = func(*source) {}
 // to the ring's slot count more counted as dropped unread. It returns the
 // records lost and corrupt since the last read or drain.
 func (g *ringReader) drain(h func(shm.Record)) (lost, corrupt uint64) {
-	g.cons.Drain(g.perPoll, h)
+	n := g.perPoll
+	if g.frozen {
+		n = min(n, backlog(g))
+	}
+	if n > 0 {
+		g.cons.Drain(n, h)
+	}
 	g.cons.Drain(g.ring.Slots(), nil)
 	return g.count()
+}
+
+// freeze sets stopAt to the ring's head unless frozen already, and
+// returns it.
+func (g *ringReader) freeze() uint64 {
+	if !g.frozen {
+		g.frozen, g.stopAt = true, g.ring.Stats().Head
+	}
+	return g.stopAt
 }
 
 // empty reports whether the ring holds nothing left to read, as far as its
@@ -101,6 +120,7 @@ type sourceSet struct {
 	list   []*source
 	next   uint32
 	bySess map[uint32]*source // agent session → its ring
+	turn   uint32             // poll passes so far: where the next starts (fairpoll.go)
 	res    resources          // their processes' resources (resource.go; needs no lock)
 }
 
@@ -175,8 +195,9 @@ func handleRecord(tr *translate.Translator, log *zap.Logger, s *source, rec shm.
 	}
 }
 
-// readSource reads one poll's worth of s's rings: at most perPoll
-// (maxReadPerPoll) tickets per ring (the kernel_phases ring: ExecRingSlots, as its Exec and
+// readSource reads one poll's worth of s's rings: at most share tickets
+// of the launch ring (planShares), at most perPoll (maxReadPerPoll) of the
+// names ring, and ExecRingSlots of the kernel_phases ring (its Exec and
 // Warp records fold into pending launches and build no pdata). It returns
 // the records lost and corrupt since the last poll.
 //
@@ -186,7 +207,7 @@ func handleRecord(tr *translate.Translator, log *zap.Logger, s *source, rec shm.
 // first. Reading the launch ring to its end instead would take a launch
 // whose name was published after the names ring was read, and name it by
 // its handle.
-func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64) {
+func (r *gpuReceiver) readSource(s *source, now time.Time, share int) (lost, corrupt uint64) {
 	handle := func(rec shm.Record) { handleRecord(r.tr, r.log, s, rec, now) }
 	launchEnd := s.launch.ring.Stats().Head
 	for _, g := range s.rings() {
@@ -195,6 +216,7 @@ func (r *gpuReceiver) readSource(s *source, now time.Time) (lost, corrupt uint64
 		case s.warps:
 			max = ExecRingSlots
 		case s.launch:
+			max = min(max, share, backlog(g))
 			if s.names != nil {
 				testHookNamesRead(s)
 				if pos := g.cons.Position(); launchEnd-pos < uint64(max) {

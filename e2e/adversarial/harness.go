@@ -31,6 +31,9 @@ const (
 	MaxScrape = time.Second
 	// MaxShutdown is how long SIGTERM may take to end the collector.
 	MaxShutdown = 5 * time.Second
+	// ShutdownTimeout is the suite's shutdown_timeout: the receiver's
+	// part of MaxShutdown, the rest left to the pipelines and the process.
+	ShutdownTimeout = 3 * time.Second
 	// Duration is how long each hostile class runs.
 	Duration = 5 * time.Second
 	// FdSettle is how long the descriptor count may take to return to its
@@ -77,6 +80,7 @@ func Config(socket string, exporterPort, selfPort int, allowedUIDs []int) string
       ring_slots: 4096
     poll_interval: 5ms
     metrics_interval: 500ms
+    shutdown_timeout: ` + ShutdownTimeout.String() + `
     resource:
       service_name: adversarial
 exporters:
