@@ -6,11 +6,13 @@ Usage: python3 launchbound.py MODE [--steps N] [--warmup N]
         torchadd  20,000 x.add_(1) on a 1-element tensor, timed per op
         cupy      a CuPy elementwise kernel and a RawKernel, in a loop
 Prints one JSON line: the mode, the median step time in microseconds over
-the timed steps (wall clock around a synchronised batch of steps), and a
-checksum of the outputs (identical between plain and instrumented runs).
+the timed steps (wall clock around a synchronised batch of steps), a
+checksum of the outputs (identical between plain and instrumented runs;
+for torchadd the number of add_ launches made) and the process's pid.
 """
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -104,7 +106,7 @@ def main():
         check = run(n)
         per.append((time.perf_counter_ns() - t) / n / 1000.0)
     print(json.dumps({"mode": args.mode, "us_per_step": statistics.median(per),
-                      "min": min(per), "max": max(per), "steps": n, "check": round(check, 3)}))
+                      "min": min(per), "max": max(per), "steps": n, "check": round(check, 3), "pid": os.getpid()}))
 
 
 if __name__ == "__main__":
