@@ -95,19 +95,32 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	tm := lt.o.timesOf(l)
 	lt.streams.gap(l, &tm, &s.hostWait)
 	s.record(launchFigures{tm.execNS, tm.queueNS, l.gap.hostWaitNS, tm.haveExec, tm.haveQueue, l.gap.known})
-	if !sampled(l.sampleKey(), lt.o.Sampling.OneIn) {
+	// The metrics have l: what follows decides its trace, before any
+	// span is built.
+	if out := sampledOut(l, &tm, &lt.o.Sampling); out >= 0 {
+		lt.counters.SpansSampledOut++
+		lt.spans.policy.out[out]++
+		return
+	}
+	why, ok := lt.spans.policy.launch(l, &tm)
+	if !ok {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	if tm.haveExec && time.Duration(tm.execNS) < lt.o.Sampling.MinDuration {
-		lt.counters.SpansSampledOut++
-		return
+	lt.spans.launchSpans(l, &tm, why)
+}
+
+// sampledOut says why sampling::one_in or min_duration leaves launch l's
+// trace out (an out reason of tracepolicy.go), or -1 when they keep it.
+func sampledOut(l *launch, tm *launchTimes, o *SamplingOptions) int {
+	switch {
+	case !sampled(l.sampleKey(), o.OneIn):
+		return outOneIn
+	case tm.haveExec && time.Duration(tm.execNS) < o.MinDuration,
+		!tm.haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < o.MinDuration:
+		return outMinDuration
 	}
-	if !tm.haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.Sampling.MinDuration {
-		lt.counters.SpansSampledOut++
-		return
-	}
-	lt.spans.launchSpans(l, &tm)
+	return -1
 }
 
 // deviceDone says whether every device record the launch waits for is in:

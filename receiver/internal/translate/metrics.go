@@ -73,6 +73,7 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 	t.launches.hosts.appendMetrics(sm, ts)
 	t.launches.windows.appendMetrics(sm, ts)
 	t.spans.limit.appendMetrics(sm, ts)
+	t.spans.policy.appendMetrics(sm, ts)
 	for _, c := range self {
 		dp := newSum(sm, c.Name, c.Unit, c.Desc).AppendEmpty()
 		dp.SetStartTimestamp(t.start)
