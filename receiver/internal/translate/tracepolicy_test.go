@@ -120,7 +120,7 @@ func TestTracePolicyHead(t *testing.T) {
 func TestTracePolicyAnomalies(t *testing.T) {
 	now := time.Unix(5000, 0)
 	tr := newTr(Options{ExpectWarps: true,
-		Sampling: SamplingOptions{Traces: TracePolicyOptions{PerProcess: 1, AnomaliesPerProcess: 3, AnomaliesPerNode: 10, SlowFactor: 4}},
+		Sampling:  SamplingOptions{Traces: TracePolicyOptions{PerProcess: 1, AnomaliesPerProcess: 3, AnomaliesPerNode: 10, SlowFactor: 4}},
 		SpanLimit: SpanLimitOptions{Now: func() time.Time { return now }}})
 	var s stream
 	s.calibrate(0)
