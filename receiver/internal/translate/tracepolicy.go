@@ -18,6 +18,7 @@ package translate
 import (
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/config"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 )
@@ -72,6 +73,15 @@ type TracePolicyOptions struct {
 	SlowFactor float64
 	// HostWait marks a launch whose host wait was at least this (0: off).
 	HostWait time.Duration
+}
+
+// TracePolicyOf returns the trace policy of the configuration's
+// sampling::traces_per_second_*, anomalies_per_second_*, slow_factor
+// and host_wait_threshold.
+func TracePolicyOf(c *config.SamplingConfig) TracePolicyOptions {
+	return TracePolicyOptions{PerKernel: c.TracesPerSecondPerKernel, PerProcess: c.TracesPerSecondPerProcess,
+		PerNode: c.TracesPerSecondPerNode, AnomaliesPerProcess: c.AnomaliesPerSecondPerProcess,
+		AnomaliesPerNode: c.AnomaliesPerSecondPerNode, SlowFactor: c.SlowFactor, HostWait: c.HostWaitThreshold}
 }
 
 // headBounded says whether some head bound is set.
