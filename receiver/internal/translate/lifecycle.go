@@ -27,6 +27,7 @@ func (lt *launchTable) kernelOver(l *launch) bool {
 // completion grace, any after LaunchTimeout, and drops the series of
 // processes gone for Process.Retention. Call it once per poll.
 func (t *Translator) Expire(now time.Time) {
+	t.spans.policy.now = now
 	t.launches.expire(now)
 	t.series.sweep(now)
 }
@@ -38,6 +39,7 @@ func (t *Translator) Expire(now time.Time) {
 // Unlike Expire it keeps the series of gone processes for a last metrics
 // point.
 func (t *Translator) FlushPending(now time.Time) {
+	t.spans.policy.now = now // not the later time below, which only ends every wait
 	t.launches.expire(now.Add(t.o.LaunchTimeout + t.o.Host.HostCallGrace + time.Hour))
 }
 

@@ -12,8 +12,8 @@ package translate
 // the node's head buckets. Whatever is decided, the metrics count every
 // launch (the launch table records it before it asks).
 //
-// The buckets refill by SpanLimitOptions.Now, the clock of the span cap
-// (spanlimit.go) that comes after the policy.
+// The buckets refill by the wall clock the Translator is handed (Handle,
+// Expire, FlushPending): one reading per poll pass, not one per trace.
 
 import (
 	"time"
@@ -142,7 +142,7 @@ type procTrace struct {
 // what it kept and left out.
 type tracePolicy struct {
 	o                 *TracePolicyOptions
-	clock             func() time.Time
+	now               time.Time // the latest wall clock the Translator was handed
 	start             pcommon.Timestamp
 	node, nodeAnomaly tokenBucket
 	byPID             map[uint32]*procTrace
@@ -171,10 +171,17 @@ func (tp *tracePolicy) anomaly(l *launch, tm *launchTimes) int {
 // refusal is counted.
 func (tp *tracePolicy) launch(l *launch, tm *launchTimes) (int, bool) {
 	why := tp.anomaly(l, tm)
-	if !tp.o.headBounded() && why == keepHead {
-		return why, true
+	if why == keepHead {
+		switch {
+		case !tp.o.headBounded():
+			return why, true
+		case !ready(&l.k.trace.head, tp.now, tp.o.PerKernel):
+			// The cheap path of a launch-bound loop: no process lookup.
+			tp.out[outKernel]++
+			return why, false
+		}
 	}
-	now := tp.clock()
+	now := tp.now
 	p := tp.proc(l.rec.PID, now)
 	if why != keepHead && tp.takeAnomaly(p, now) {
 		return why, true
@@ -192,7 +199,7 @@ func (tp *tracePolicy) host(pid uint32) bool {
 	if !tp.o.headBounded() {
 		return true
 	}
-	now := tp.clock()
+	now := tp.now
 	if out := tp.takeHead(nil, tp.proc(pid, now), now); out >= 0 {
 		tp.out[out]++
 		return false

@@ -73,8 +73,7 @@ func TestTracePolicyHead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			now := time.Unix(5000, 0)
-			tr := newTr(Options{ExpectWarps: true, Sampling: SamplingOptions{Traces: tt.o},
-				SpanLimit: SpanLimitOptions{Now: func() time.Time { return now }}})
+			tr := newTr(Options{ExpectWarps: true, Sampling: SamplingOptions{Traces: tt.o}})
 			id := uint64(0)
 			for range 2 {
 				var s stream
@@ -120,8 +119,7 @@ func TestTracePolicyHead(t *testing.T) {
 func TestTracePolicyAnomalies(t *testing.T) {
 	now := time.Unix(5000, 0)
 	tr := newTr(Options{ExpectWarps: true,
-		Sampling:  SamplingOptions{Traces: TracePolicyOptions{PerProcess: 1, AnomaliesPerProcess: 3, AnomaliesPerNode: 10, SlowFactor: 4}},
-		SpanLimit: SpanLimitOptions{Now: func() time.Time { return now }}})
+		Sampling: SamplingOptions{Traces: TracePolicyOptions{PerProcess: 1, AnomaliesPerProcess: 3, AnomaliesPerNode: 10, SlowFactor: 4}}})
 	var s stream
 	s.calibrate(0)
 	s.add(&record.KernelName{Function: 1, Name: "k"})
@@ -211,15 +209,20 @@ func TestRunningMedian(t *testing.T) {
 // one keeps its half, the flood no more than the rest.
 func TestTracePolicyFairShare(t *testing.T) {
 	now := time.Unix(5000, 0)
-	tr := newTr(Options{Sampling: SamplingOptions{Traces: TracePolicyOptions{PerNode: 10}},
-		SpanLimit: SpanLimitOptions{Now: func() time.Time { return now }}})
+	tr := newTr(Options{Sampling: SamplingOptions{Traces: TracePolicyOptions{PerNode: 10}}})
+	copyAt := func(src, pid uint32, startNS uint64) {
+		t.Helper()
+		if err := tr.Handle(src, (&record.Memcpy{PID: pid, Bytes: 1, StartNS: startNS, EndNS: startNS + 1}).Append(nil), now); err != nil {
+			t.Fatal(err)
+		}
+	}
 	perPID := map[int64]int{}
 	const seconds = 10
 	for tick := range seconds * 10 {
 		for i := range 100 {
-			handle(t, tr, 1, &record.Memcpy{PID: 7, Bytes: 1, StartNS: uint64(tick*1000 + i), EndNS: uint64(tick*1000 + i + 1)})
+			copyAt(1, 7, uint64(tick*1000+i))
 		}
-		handle(t, tr, 2, &record.Memcpy{PID: 8, Bytes: 1, StartNS: uint64(tick), EndNS: uint64(tick + 1)})
+		copyAt(2, 8, uint64(tick))
 		now = now.Add(100 * time.Millisecond)
 	}
 	td := tr.TakeTraces()
@@ -245,7 +248,9 @@ func BenchmarkTracePolicy(b *testing.B) {
 		o    TracePolicyOptions
 	}{{"no_limit", TracePolicyOptions{}}, {"over_kernel_bound", TracePolicyOptions{PerKernel: 1, PerProcess: 10, PerNode: 100, SlowFactor: 4, HostWait: time.Millisecond}}} {
 		b.Run(bc.name, func(b *testing.B) {
-			tp := &tracePolicy{o: &bc.o, clock: time.Now, byPID: map[uint32]*procTrace{}}
+			// The clock stands still, as within a poll pass: past its
+			// first launch the kernel's bucket is empty.
+			tp := &tracePolicy{o: &bc.o, now: time.Now(), byPID: map[uint32]*procTrace{}}
 			l := launch{k: &kernel{}, rec: record.Launch{PID: 42}}
 			tm := launchTimes{execNS: 1000, haveExec: true}
 			b.ReportAllocs()

@@ -237,7 +237,7 @@ func New(o Options) *Translator {
 		names: map[string]string{}, procs: map[procKey]*procSeries{}}
 	t.spans = &spanOut{o: opts, counters: counters, res: res,
 		limit:  &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}},
-		policy: &tracePolicy{o: &t.o.Sampling.Traces, clock: t.o.SpanLimit.Now, start: t.start, byPID: map[uint32]*procTrace{}}}
+		policy: &tracePolicy{o: &t.o.Sampling.Traces, start: t.start, byPID: map[uint32]*procTrace{}}}
 	t.spans.resetTraces()
 	t.launches = &launchTable{o: opts, counters: counters, spans: t.spans,
 		pending: map[srcKey]*launch{}, bySrc: map[uint32]*srcQueue{},
@@ -266,6 +266,7 @@ func (t *Translator) Pending() int { return t.launches.size() }
 // *InternalError, so that one client's record cannot stop the collector.
 func (t *Translator) Handle(src uint32, rec []byte, now time.Time) (err error) {
 	t.counters.RecordsRead++
+	t.spans.policy.now = now
 	defer func() {
 		if v := recover(); v != nil {
 			t.counters.RecordsInvalid++
