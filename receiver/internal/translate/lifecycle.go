@@ -109,7 +109,7 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	lt.spans.launchSpans(l, &tm, why)
+	lt.spans.launchSpans(l, &tm, why, s)
 }
 
 // sampledOut says why sampling::one_in or min_duration leaves launch l's

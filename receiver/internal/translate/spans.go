@@ -33,6 +33,7 @@ type spanOut struct {
 	res      *resourceBook // what the spans say of their process and device (resource.go)
 	limit    *spanLimit    // limits::spans_per_second (spanlimit.go)
 	policy   *tracePolicy  // sampling::traces_per_second_* and anomalies (tracepolicy.go)
+	examples *exemplarBook // the kept launch traces, for the metrics (tracepolicy_exemplars.go)
 
 	traces ptrace.Traces
 	byPID  map[uint32]ptrace.SpanSlice
@@ -77,8 +78,9 @@ func (so *spanOut) mono(src uint32, ns uint64) pcommon.Timestamp {
 }
 
 // launchSpans appends the launch span and its phase children, at times
-// tm, kept by the trace policy for reason why (keepReasons).
-func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int) {
+// tm, kept by the trace policy for reason why (keepReasons), and keeps
+// the trace as an exemplar of l's series s.
+func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries) {
 	if !so.limit.admit(l.rec.PID, so.launchSpanCount(l, tm)) {
 		so.policy.out[outSpanRate]++
 		return
@@ -97,6 +99,7 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int) {
 	root.SetKind(ptrace.SpanKindInternal)
 	start, end := pcommon.Timestamp(tm.enqReal), pcommon.Timestamp(tm.retReal)
 	root.SetStartTimestamp(start)
+	so.examples.add(s, exemplar{trace: tid, span: rootID, ts: start, execS: float64(tm.execNS) / 1e9, haveExec: tm.haveExec, why: why})
 
 	a := root.Attributes()
 	a.EnsureCapacity(21)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/record"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
@@ -258,5 +259,66 @@ func BenchmarkTracePolicy(b *testing.B) {
 				tp.launch(&l, &tm)
 			}
 		})
+	}
+}
+
+// TestTraceExemplars: the kept traces of a series are exemplars of its
+// next launches and execution-time points, at most two, an anomaly in
+// place of a head trace, and only once.
+func TestTraceExemplars(t *testing.T) {
+	now := time.Unix(5000, 0)
+	tr := newTr(Options{ExpectWarps: true, Sampling: SamplingOptions{Traces: TracePolicyOptions{PerKernel: 3}}})
+	var s stream
+	s.calibrate(0)
+	s.add(&record.KernelName{Function: 1, Name: "k"})
+	for id := range uint64(10) {
+		s.policyLaunch(id+1, 1, 10_000*(id+1), 42, 0, 1000)
+	}
+	s.policyLaunch(11, 1, 200_000, 42, 700, 1000) // failed: kept, in place of a head exemplar
+	feed(t, tr, &s, now)
+	spans := map[pcommon.SpanID]string{}
+	td := tr.TakeTraces()
+	for i := range td.ResourceSpans().Len() {
+		ss := td.ResourceSpans().At(i).ScopeSpans().At(0).Spans()
+		for j := range ss.Len() {
+			if r, ok := ss.At(j).Attributes().Get(AttrSamplingReason); ok {
+				spans[ss.At(j).SpanID()] = r.Str()
+			}
+		}
+	}
+	if len(spans) != 4 {
+		t.Fatalf("%d kept traces, want 3 head and 1 failed: %v", len(spans), spans)
+	}
+	exemplars := func(md pmetric.Metrics) map[string][]string {
+		out := map[string][]string{}
+		eachMetric(md, func(m pmetric.Metric) {
+			var xs pmetric.ExemplarSlice
+			switch m.Name() {
+			case MetricLaunches:
+				xs = m.Sum().DataPoints().At(0).Exemplars()
+			case MetricExecDuration:
+				xs = m.ExponentialHistogram().DataPoints().At(0).Exemplars()
+			default:
+				return
+			}
+			for i := range xs.Len() {
+				x := xs.At(i)
+				r, _ := x.FilteredAttributes().Get(AttrSamplingReason)
+				if spans[x.SpanID()] != r.Str() {
+					t.Errorf("%s: exemplar of span %v reason %q, its span says %q", m.Name(), x.SpanID(), r.Str(), spans[x.SpanID()])
+				}
+				out[m.Name()] = append(out[m.Name()], r.Str())
+			}
+		})
+		return out
+	}
+	got := exemplars(tr.Metrics(now, nil))
+	for _, name := range []string{MetricLaunches, MetricExecDuration} {
+		if rs := got[name]; len(rs) != 2 || rs[0] == rs[1] {
+			t.Errorf("%s exemplars %v, want one head and one failed", name, rs)
+		}
+	}
+	if got := exemplars(tr.Metrics(now, nil)); len(got) != 0 {
+		t.Errorf("exemplars again at the next emission: %v", got)
 	}
 }

@@ -236,8 +236,9 @@ func New(o Options) *Translator {
 	t.series = &seriesStore{o: opts, counters: counters,
 		names: map[string]string{}, procs: map[procKey]*procSeries{}}
 	t.spans = &spanOut{o: opts, counters: counters, res: res,
-		limit:  &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}},
-		policy: &tracePolicy{o: &t.o.Sampling.Traces, start: t.start, byPID: map[uint32]*procTrace{}}}
+		limit:    &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}},
+		policy:   &tracePolicy{o: &t.o.Sampling.Traces, start: t.start, byPID: map[uint32]*procTrace{}},
+		examples: &exemplarBook{bySeries: map[*devSeries][]exemplar{}}}
 	t.spans.resetTraces()
 	t.launches = &launchTable{o: opts, counters: counters, spans: t.spans,
 		pending: map[srcKey]*launch{}, bySrc: map[uint32]*srcQueue{},
