@@ -98,14 +98,14 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	lt.streams.gap(l, &tm, &s.hostWait)
 	s.record(launchFigures{tm.execNS, tm.queueNS, l.gap.hostWaitNS, tm.haveExec, tm.haveQueue, l.gap.known})
 	// The metrics have l: what follows decides its trace, before any
-	// span is built.
+	// span is built. Every launch moves its kernel's running median.
+	why := lt.spans.policy.anomaly(l, &tm)
 	if out := sampledOut(l, &tm, &lt.o.Sampling); out >= 0 {
 		lt.counters.SpansSampledOut++
 		lt.spans.policy.out[out]++
 		return
 	}
-	why, ok := lt.spans.policy.launch(l, &tm)
-	if !ok {
+	if !lt.spans.policy.launch(l, why) {
 		lt.counters.SpansSampledOut++
 		return
 	}

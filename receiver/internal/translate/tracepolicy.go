@@ -167,30 +167,29 @@ func (tp *tracePolicy) anomaly(l *launch, tm *launchTimes) int {
 	return keepHead
 }
 
-// launch decides whether finished launch l gets a trace, and why; a
-// refusal is counted.
-func (tp *tracePolicy) launch(l *launch, tm *launchTimes) (int, bool) {
-	why := tp.anomaly(l, tm)
+// launch decides whether finished launch l, anomalous for reason why
+// (anomaly), gets a trace; a refusal is counted.
+func (tp *tracePolicy) launch(l *launch, why int) bool {
 	if why == keepHead {
 		switch {
 		case !tp.o.headBounded():
-			return why, true
+			return true
 		case !ready(&l.k.trace.head, tp.now, tp.o.PerKernel):
 			// The cheap path of a launch-bound loop: no process lookup.
 			tp.out[outKernel]++
-			return why, false
+			return false
 		}
 	}
 	now := tp.now
 	p := tp.proc(l.rec.PID, now)
 	if why != keepHead && tp.takeAnomaly(p, now) {
-		return why, true
+		return true
 	}
 	if out := tp.takeHead(&l.k.trace.head, p, now); out >= 0 {
 		tp.out[out]++
-		return why, false
+		return false
 	}
-	return why, true
+	return true
 }
 
 // host decides whether a host-call trace of process pid is built (the

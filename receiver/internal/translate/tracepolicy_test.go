@@ -256,7 +256,7 @@ func BenchmarkTracePolicy(b *testing.B) {
 			tm := launchTimes{execNS: 1000, haveExec: true}
 			b.ReportAllocs()
 			for range b.N {
-				tp.launch(&l, &tm)
+				tp.launch(&l, tp.anomaly(&l, &tm))
 			}
 		})
 	}
