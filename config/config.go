@@ -136,6 +136,27 @@ type SamplingConfig struct {
 	// whole process (WELCOME device_max_per_second), so each kernel and the
 	// process stay within N. Launches of CUDA graphs are always probed.
 	DeviceMaxPerSecond uint32 `mapstructure:"device_max_per_second"`
+	// TracesPerSecondPerKernel, TracesPerSecondPerProcess and
+	// TracesPerSecondPerNode bound the traces of ordinary launches (head
+	// sampling, after OneIn and MinDuration): token buckets of that rate
+	// and burst for each kernel of a process, each process and the whole
+	// collector; a process gets at most its share of the node's rate
+	// among the processes tracing. 0: no limit.
+	TracesPerSecondPerKernel  float64 `mapstructure:"traces_per_second_per_kernel"`
+	TracesPerSecondPerProcess float64 `mapstructure:"traces_per_second_per_process"`
+	TracesPerSecondPerNode    float64 `mapstructure:"traces_per_second_per_node"`
+	// AnomaliesPerSecondPerProcess and AnomaliesPerSecondPerNode bound the
+	// traces kept for being anomalous (a failed launch, a slow one, a
+	// large host wait), apart from the head bounds; one over them is
+	// still kept when the head bounds have room. 0: no limit.
+	AnomaliesPerSecondPerProcess float64 `mapstructure:"anomalies_per_second_per_process"`
+	AnomaliesPerSecondPerNode    float64 `mapstructure:"anomalies_per_second_per_node"`
+	// SlowFactor keeps a launch whose execution took more than this times
+	// its kernel's running median (0: off).
+	SlowFactor float64 `mapstructure:"slow_factor"`
+	// HostWaitThreshold keeps a launch whose stream sat idle at least
+	// this long waiting for it (gpu.cuda.kernel.host_wait; 0: off).
+	HostWaitThreshold time.Duration `mapstructure:"host_wait_threshold"`
 }
 
 // BuffersConfig sizes the shared-memory rings and maps.
@@ -267,11 +288,21 @@ const (
 	// always-on use: a launch-bound loop of a patched kernel then costs
 	// what the shim and the windows cost.
 	DefaultDeviceMaxPerSecond = 100
-	DefaultMetricsInterval    = 10 * time.Second
-	DefaultScanInterval       = time.Second            // host_probes::scan_interval
-	DefaultHostCallGrace      = 100 * time.Millisecond // host_probes::host_call_grace
-	DefaultWindowWait         = 2 * time.Second        // windows::wait
-	DefaultHostMaxProcesses   = 256                    // host_probes::max_processes
+	// The trace policy's defaults (sampling::traces_per_second_*,
+	// anomalies_per_second_*, slow_factor, host_wait_threshold): about a
+	// hundred traces a second for a whole node, whatever its launch rate.
+	DefaultTracesPerKernel     = 1
+	DefaultTracesPerProcess    = 10
+	DefaultTracesPerNode       = 100
+	DefaultAnomaliesPerProcess = 10
+	DefaultAnomaliesPerNode    = 50
+	DefaultSlowFactor          = 4
+	DefaultHostWaitThreshold   = time.Millisecond
+	DefaultMetricsInterval     = 10 * time.Second
+	DefaultScanInterval        = time.Second            // host_probes::scan_interval
+	DefaultHostCallGrace       = 100 * time.Millisecond // host_probes::host_call_grace
+	DefaultWindowWait          = 2 * time.Second        // windows::wait
+	DefaultHostMaxProcesses    = 256                    // host_probes::max_processes
 )
 
 // DefaultShutdownTimeout is shutdown_timeout's default: it leaves the
@@ -286,8 +317,12 @@ func Default() *Config {
 			SocketMode:     DefaultSocketMode,
 			MaxPatchMemory: DefaultMaxPatchMemory,
 		},
-		Probes:   ProbesConfig{KernelPhases: true},
-		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1, DeviceMaxPerSecond: DefaultDeviceMaxPerSecond},
+		Probes: ProbesConfig{KernelPhases: true},
+		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1, DeviceMaxPerSecond: DefaultDeviceMaxPerSecond,
+			TracesPerSecondPerKernel: DefaultTracesPerKernel, TracesPerSecondPerProcess: DefaultTracesPerProcess,
+			TracesPerSecondPerNode: DefaultTracesPerNode, AnomaliesPerSecondPerProcess: DefaultAnomaliesPerProcess,
+			AnomaliesPerSecondPerNode: DefaultAnomaliesPerNode, SlowFactor: DefaultSlowFactor,
+			HostWaitThreshold: DefaultHostWaitThreshold},
 		Buffers: BuffersConfig{
 			RingSlots:  DefaultRingSlots,
 			SlotSize:   DefaultSlotSize,

@@ -45,7 +45,9 @@ func TestLoadYAML(t *testing.T) {
 					"settings":  {"0": []any{1, 255}, "0x2": uint64(18446744073709551615)},
 					"threshold": {"1": "0x10"}}}}
 			c.Kernels = KernelsConfig{Include: []string{"^matmul", "gemm"}, Exclude: []string{"warmup"}}
-			c.Sampling = SamplingConfig{OneIn: 10, DeviceOneIn: 8, DeviceMaxPerSecond: 200, MinDuration: 5 * time.Microsecond}
+			c.Sampling = SamplingConfig{OneIn: 10, DeviceOneIn: 8, DeviceMaxPerSecond: 200, MinDuration: 5 * time.Microsecond,
+				TracesPerSecondPerKernel: 0.5, TracesPerSecondPerProcess: 20, AnomaliesPerSecondPerProcess: 5,
+				AnomaliesPerSecondPerNode: 25, SlowFactor: 8, HostWaitThreshold: 2 * time.Millisecond}
 			c.Buffers = BuffersConfig{RingSlots: 4096, SlotSize: 256, MaxThreads: 65536, MapEntries: 512}
 			c.Limits = LimitsConfig{MaxKernelNames: 20, MaxThreadSeries: 16, PerThreadSeries: true, MaxPendingLaunches: 1000,
 				LaunchTimeout: 2 * time.Second, MaxMapKeys: 64, SpansPerSecond: 500}
@@ -140,6 +142,14 @@ func TestValidateErrors(t *testing.T) {
 		{"device_max_per_second too high", func(c *Config) { c.Sampling.DeviceMaxPerSecond = 2000000 },
 			"sampling::device_max_per_second: must be ≤ 1000000 (0: no limit), got 2000000"},
 		{"min_duration negative", func(c *Config) { c.Sampling.MinDuration = -time.Second }, "sampling::min_duration: must be between 0s and 1h0m0s, got -1s"},
+		{"traces_per_second_per_node negative", func(c *Config) { c.Sampling.TracesPerSecondPerNode = -1 },
+			"sampling::traces_per_second_per_node: must be between 0 (no limit) and 1e+06, got -1"},
+		{"anomalies_per_second_per_process too high", func(c *Config) { c.Sampling.AnomaliesPerSecondPerProcess = 2e6 },
+			"sampling::anomalies_per_second_per_process: must be between 0 (no limit) and 1e+06, got 2e+06"},
+		{"slow_factor below 1", func(c *Config) { c.Sampling.SlowFactor = 0.5 },
+			"sampling::slow_factor: must be 0 (off) or between 1 and 1e+06, got 0.5"},
+		{"host_wait_threshold negative", func(c *Config) { c.Sampling.HostWaitThreshold = -time.Millisecond },
+			"sampling::host_wait_threshold: must be between 0s (off) and 1h0m0s, got -1ms"},
 		{"ring_slots not pow2", func(c *Config) { c.Buffers.RingSlots = 1000 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 1000"},
 		{"ring_slots small", func(c *Config) { c.Buffers.RingSlots = 32 }, "buffers::ring_slots: must be a power of two between 64 and 16777216, got 32"},
 		{"slot_size unaligned", func(c *Config) { c.Buffers.SlotSize = 100 }, "buffers::slot_size: must be a multiple of 8 between 128 and 65536, got 100"},

@@ -48,6 +48,8 @@ const (
 	maxSeedKeys       = 1 << 16 // programs[i]::map_values::<map>
 	maxProgramMaps    = 256     // programs[i]::record_types, programs[i]::map_values
 	maxMinDuration    = time.Hour
+	maxTraceRate      = 1e6         // sampling::traces_per_second_*, anomalies_per_second_*
+	maxSlowFactor     = 1e6         // sampling::slow_factor
 	maxWindowWait     = time.Minute // windows::wait
 )
 
@@ -93,6 +95,7 @@ func (c *Config) Validate() error {
 	if d := c.Sampling.MinDuration; d < 0 || d > maxMinDuration {
 		l.add("sampling::min_duration", "must be between 0s and %s, got %s", maxMinDuration, d)
 	}
+	c.Sampling.validateTraces(&l)
 	c.Buffers.validate(&l)
 	c.Limits.validate(&l)
 	if c.PollInterval < minPollInterval || c.PollInterval > maxPollInterval {
@@ -335,6 +338,30 @@ func (m *LimitsConfig) validate(l *errs) {
 	}
 	if m.SpansPerSecond < 0 || m.SpansPerSecond > maxSpanRate {
 		l.add("limits::spans_per_second", "must be between 0 (no cap) and %d, got %d", maxSpanRate, m.SpansPerSecond)
+	}
+}
+
+// validateTraces checks the trace policy's keys.
+func (s *SamplingConfig) validateTraces(l *errs) {
+	for _, r := range []struct {
+		key string
+		v   float64
+	}{
+		{"sampling::traces_per_second_per_kernel", s.TracesPerSecondPerKernel},
+		{"sampling::traces_per_second_per_process", s.TracesPerSecondPerProcess},
+		{"sampling::traces_per_second_per_node", s.TracesPerSecondPerNode},
+		{"sampling::anomalies_per_second_per_process", s.AnomaliesPerSecondPerProcess},
+		{"sampling::anomalies_per_second_per_node", s.AnomaliesPerSecondPerNode},
+	} {
+		if !(r.v >= 0 && r.v <= maxTraceRate) {
+			l.add(r.key, "must be between 0 (no limit) and %g, got %g", float64(maxTraceRate), r.v)
+		}
+	}
+	if f := s.SlowFactor; !(f == 0 || f >= 1 && f <= maxSlowFactor) {
+		l.add("sampling::slow_factor", "must be 0 (off) or between 1 and %g, got %g", float64(maxSlowFactor), f)
+	}
+	if d := s.HostWaitThreshold; d < 0 || d > maxMinDuration {
+		l.add("sampling::host_wait_threshold", "must be between 0s (off) and %s, got %s", maxMinDuration, d)
 	}
 }
 

@@ -307,6 +307,11 @@ func dashboardConfig(socket, kind, otlpURL string, selfPort int) string {
       kind: ` + kind + `
     limits:
       spans_per_second: 10
+    # No head bound: spans_per_second is what limits the spans.
+    sampling:
+      traces_per_second_per_kernel: 0
+      traces_per_second_per_process: 0
+      traces_per_second_per_node: 0
 processors:
   resource_detection:
     detectors: [env]

@@ -55,6 +55,11 @@ func TestReceiverEndToEnd(t *testing.T) {
       socket_mode: "0600"
     probes:
       kernel_phases: true
+    # Every launch's trace is checked: no head bound.
+    sampling:
+      traces_per_second_per_kernel: 0
+      traces_per_second_per_process: 0
+      traces_per_second_per_node: 0
     poll_interval: 5ms
     metrics_interval: 1s
     resource:

@@ -75,6 +75,11 @@ func TestResourcesPerProcess(t *testing.T) {
     agent:
       socket: ` + socket + `
       socket_mode: "0600"
+    # Every launch's trace is checked: no head bound.
+    sampling:
+      traces_per_second_per_kernel: 0
+      traces_per_second_per_process: 0
+      traces_per_second_per_node: 0
     poll_interval: 5ms
     metrics_interval: 1s`
 	cfg := fmt.Sprintf(exportConfig(b, ports[0], ports[1]), receivers, "gpuprobe", "gpuprobe")

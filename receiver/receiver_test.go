@@ -32,7 +32,15 @@ func testConfig(t *testing.T) *Config {
 	// The tests read the self-metrics from the pipeline (selftel_test.go
 	// checks the default, internal telemetry only).
 	c.Telemetry.InPipeline = true
+	// The tests count a trace per launch, copy and sync: no head bound
+	// (tracepolicy_test.go tests the default policy).
+	noTraceLimit(&c.Sampling)
 	return c
+}
+
+// noTraceLimit lifts the trace policy's head bounds.
+func noTraceLimit(s *config.SamplingConfig) {
+	s.TracesPerSecondPerKernel, s.TracesPerSecondPerProcess, s.TracesPerSecondPerNode = 0, 0, 0
 }
 
 func TestSharedInstanceLifecycle(t *testing.T) {

@@ -107,6 +107,11 @@ receivers:
       socket: $sock
     probes:
       kernel_phases: true
+    # The checks count every launch's spans: no head bound on traces.
+    sampling:
+      traces_per_second_per_kernel: 0
+      traces_per_second_per_process: 0
+      traces_per_second_per_node: 0
     programs:
       - path: $root/testdata/bpf/launchlate.o
     host_probes:

@@ -10,6 +10,12 @@
 # socket and sets col to its pid. Returns 1 when it did not start.
 start_traces_collector() { start_collector "$1" "${2:-}" traces; }
 
+# notrace_bounds prints the sampling lines that lift the trace policy's
+# head bounds (indented under sampling:), for checks that count every span.
+notrace_bounds() {
+	printf '      traces_per_second_per_kernel: 0\n      traces_per_second_per_process: 0\n      traces_per_second_per_node: 0'
+}
+
 # HOST_PROBES=true turns the receiver's host probes on (default off; they
 # need root). SASS=true turns on the SASS route (probes::sass).
 #
@@ -22,9 +28,10 @@ start_collector() {
 	{
 		printf 'receivers:\n  gpuprobe:\n    agent:\n      socket: %s\n' "$dir/agent.sock"
 		printf '    probes:\n      kernel_phases: true\n      sass: %s\n    host_probes:\n      enabled: %s\n    poll_interval: 5ms\n' "${SASS:-false}" "${HOST_PROBES:-false}"
-		# Every launch probed (the checks count device records exactly),
-		# unless the caller's own lines set sampling.
-		[[ $extra == *sampling:* ]] || printf '    sampling:\n      device_max_per_second: 0\n'
+		# Every launch probed and traced (the checks count device records
+		# and spans exactly), unless the caller's own lines set sampling
+		# (then they lift the trace bounds too: notrace_bounds).
+		[[ $extra == *sampling:* ]] || printf '    sampling:\n      device_max_per_second: 0\n%s\n' "$(notrace_bounds)"
 		# The checks read the self-metrics (gpuprobe.receiver.*) from
 		# DIR/metrics.json: put the opt-in copy into the pipeline.
 		[[ $signals != metrics || $extra == *telemetry:* ]] || printf '    telemetry:\n      in_pipeline: true\n'

@@ -38,7 +38,7 @@ mkdir -p "$out"
 # (device_max_per_second: 100 a kernel), which would keep all but the
 # first launch of each kernel in the synchronised loop unprobed.
 windows_off=$'    windows:\n      enabled: false'
-start_traces_collector "$out" "$(printf '%s\n    sampling:\n      device_one_in: %d\n      device_max_per_second: 0' "$windows_off" "$n")" ||
+start_traces_collector "$out" "$(printf '%s\n    sampling:\n      device_one_in: %d\n      device_max_per_second: 0\n%s' "$windows_off" "$n" "$(notrace_bounds)")" ||
 	{ echo "gpu-sampling: collector did not start (see $out/collector.log)"; exit 1; }
 status=0
 run_with_shim "$out" gpu-sampling "$out/vectoradd" sync "$iters" || status=1
@@ -71,7 +71,7 @@ PY
 rate=${RATE:-100}
 rout=$out/rate
 mkdir -p "$rout"
-start_traces_collector "$rout" "$(printf '%s\n    sampling:\n      device_max_per_second: %d' "$windows_off" "$rate")" ||
+start_traces_collector "$rout" "$(printf '%s\n    sampling:\n      device_max_per_second: %d\n%s' "$windows_off" "$rate" "$(notrace_bounds)")" ||
 	{ echo "gpu-sampling: collector did not start (see $rout/collector.log)"; exit 1; }
 run_with_shim "$rout" "gpu-sampling (rate)" "$out/vectoradd" gap "$iters" || status=1
 python3 - "$rout/traces.json" "$rate" "$((2 * iters))" <<'PY' || status=1

@@ -27,6 +27,7 @@ func (lt *launchTable) kernelOver(l *launch) bool {
 // completion grace, any after LaunchTimeout, and drops the series of
 // processes gone for Process.Retention. Call it once per poll.
 func (t *Translator) Expire(now time.Time) {
+	t.spans.policy.now = now
 	t.launches.expire(now)
 	t.series.sweep(now)
 }
@@ -38,6 +39,7 @@ func (t *Translator) Expire(now time.Time) {
 // Unlike Expire it keeps the series of gone processes for a last metrics
 // point.
 func (t *Translator) FlushPending(now time.Time) {
+	t.spans.policy.now = now // not the later time below, which only ends every wait
 	t.launches.expire(now.Add(t.o.LaunchTimeout + t.o.Host.HostCallGrace + time.Hour))
 }
 
@@ -95,19 +97,32 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	tm := lt.o.timesOf(l)
 	lt.streams.gap(l, &tm, &s.hostWait)
 	s.record(launchFigures{tm.execNS, tm.queueNS, l.gap.hostWaitNS, tm.haveExec, tm.haveQueue, l.gap.known})
-	if !sampled(l.sampleKey(), lt.o.Sampling.OneIn) {
+	// The metrics have l: what follows decides its trace, before any
+	// span is built. Every launch moves its kernel's running median.
+	why := lt.spans.policy.anomaly(l, &tm)
+	if out := sampledOut(l, &tm, &lt.o.Sampling); out >= 0 {
+		lt.counters.SpansSampledOut++
+		lt.spans.policy.out[out]++
+		return
+	}
+	if !lt.spans.policy.launch(l, why) {
 		lt.counters.SpansSampledOut++
 		return
 	}
-	if tm.haveExec && time.Duration(tm.execNS) < lt.o.Sampling.MinDuration {
-		lt.counters.SpansSampledOut++
-		return
+	lt.spans.launchSpans(l, &tm, why, s)
+}
+
+// sampledOut says why sampling::one_in or min_duration leaves launch l's
+// trace out (an out reason of tracepolicy.go), or -1 when they keep it.
+func sampledOut(l *launch, tm *launchTimes, o *SamplingOptions) int {
+	switch {
+	case !sampled(l.sampleKey(), o.OneIn):
+		return outOneIn
+	case tm.haveExec && time.Duration(tm.execNS) < o.MinDuration,
+		!tm.haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < o.MinDuration:
+		return outMinDuration
 	}
-	if !tm.haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < lt.o.Sampling.MinDuration {
-		lt.counters.SpansSampledOut++
-		return
-	}
-	lt.spans.launchSpans(l, &tm)
+	return -1
 }
 
 // deviceDone says whether every device record the launch waits for is in:

@@ -73,6 +73,7 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 	t.launches.hosts.appendMetrics(sm, ts)
 	t.launches.windows.appendMetrics(sm, ts)
 	t.spans.limit.appendMetrics(sm, ts)
+	t.spans.policy.appendMetrics(sm, ts)
 	for _, c := range self {
 		dp := newSum(sm, c.Name, c.Unit, c.Desc).AppendEmpty()
 		dp.SetStartTimestamp(t.start)
@@ -98,9 +99,9 @@ func dropEmpty(sm pmetric.MetricSlice) {
 	})
 }
 
-// appendProcs appends one resource per process that has series, and marks
-// the gone ones emitted.
-func (st *seriesStore) appendProcs(rms pmetric.ResourceMetricsSlice, ts pcommon.Timestamp) {
+// appendProcs appends one resource per process that has series, with the
+// exemplars of ex, and marks the gone ones emitted.
+func (st *seriesStore) appendProcs(rms pmetric.ResourceMetricsSlice, ts pcommon.Timestamp, ex *exemplarBook) {
 	procs := st.order
 	if st.overflow != nil {
 		procs = append(procs[:len(procs):len(procs)], st.overflow)
@@ -116,13 +117,14 @@ func (st *seriesStore) appendProcs(rms pmetric.ResourceMetricsSlice, ts pcommon.
 		p.res.CopyTo(rm.Resource().Attributes())
 		sc := rm.ScopeMetrics().AppendEmpty()
 		sc.Scope().SetName(ScopeName)
-		p.appendMetrics(sc.Metrics(), p.start, ts)
+		p.appendMetrics(sc.Metrics(), p.start, ts, ex)
 		dropEmpty(sc.Metrics())
 	}
 }
 
-// appendMetrics writes p's kernel, thread and memcpy series.
-func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Timestamp) {
+// appendMetrics writes p's kernel, thread and memcpy series, the kernel
+// series with their exemplars in ex.
+func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Timestamp, ex *exemplarBook) {
 	launches := newSum(sm, MetricLaunches, "{launch}", "Kernel launches, per kernel name (bounded; the rest under \"other\") and device.")
 	type hmetric struct {
 		name, unit, desc string
@@ -157,6 +159,7 @@ func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Tim
 				dp.SetTimestamp(ts)
 				dp.SetIntValue(int64(d.launches))
 				p.kernelAttrs(dp.Attributes(), s.name, d.device)
+				ex.putLaunches(d, dp.Exemplars())
 			}
 			for _, h := range hs {
 				hist := h.pick(d)
@@ -164,6 +167,9 @@ func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Tim
 					continue
 				}
 				p.kernelAttrs(h.m.add(hist, start, ts), s.name, d.device)
+				if h.name == MetricExecDuration {
+					ex.putExec(d, h.m.lastExemplars())
+				}
 			}
 		}
 	}
@@ -303,6 +309,7 @@ func (t *Translator) Metrics(now time.Time, self []SelfMetric) pmetric.Metrics {
 	sc := rm.ScopeMetrics().AppendEmpty()
 	sc.Scope().SetName(ScopeName)
 	t.AppendMetrics(sc.Metrics(), now, self)
-	t.series.appendProcs(md.ResourceMetrics(), pcommon.NewTimestampFromTime(now))
+	t.series.appendProcs(md.ResourceMetrics(), pcommon.NewTimestampFromTime(now), t.spans.examples)
+	t.spans.examples.reset()
 	return md
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
@@ -18,27 +19,35 @@ const receivePathBatch = 1000
 // completion, as the poll loop does every pass), TakeTraces, and a metrics
 // point every 10 batches. Each batch is 50 ms later than the last. The
 // record mix is gpuprobe-harness loadgen's in the load test (launch, one
-// warp, completion; 8 kernels). spans=on samples every launch;
-// spans=off leaves them all out (sampling::one_in 2^30), which separates
-// the span building cost from the rest.
+// warp, completion; 8 kernels), 20,000 launches a second of one process.
+// spans=on traces every launch (the trace policy's bounds lifted);
+// spans=policy has the default trace policy, whose buckets refill by the
+// simulated clock handed to Handle and Expire (10 traces a second kept); spans=off leaves
+// every trace out (sampling::one_in 2^30), which separates the span
+// building cost from the rest.
 func BenchmarkReceivePath(b *testing.B) {
 	for _, bc := range []struct {
-		name  string
-		oneIn uint32
-	}{{"spans=on", 1}, {"spans=off", 1 << 30}} {
-		b.Run(bc.name, func(b *testing.B) { benchReceivePath(b, bc.oneIn) })
+		name   string
+		oneIn  uint32
+		policy TracePolicyOptions
+	}{
+		{"spans=on", 1, TracePolicyOptions{}},
+		{"spans=policy", 1, TracePolicyOf(&config.Default().Sampling)},
+		{"spans=off", 1 << 30, TracePolicyOptions{}},
+	} {
+		b.Run(bc.name, func(b *testing.B) { benchReceivePath(b, bc.oneIn, bc.policy) })
 	}
 }
 
-func benchReceivePath(b *testing.B, oneIn uint32) {
+func benchReceivePath(b *testing.B, oneIn uint32, policy TracePolicyOptions) {
 	g, err := shm.CreateRing(256, 4096)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer g.Close()
 	cons := g.NewConsumer(shm.ConsumerOptions{})
-	tr := newTr(Options{ExpectWarps: true, Sampling: SamplingOptions{OneIn: oneIn}})
 	now := time.Now()
+	tr := newTr(Options{ExpectWarps: true, Sampling: SamplingOptions{OneIn: oneIn, Traces: policy}})
 	var s stream
 	s.calibrate(0)
 	for fn := range uint64(8) {
@@ -53,6 +62,7 @@ func benchReceivePath(b *testing.B, oneIn uint32) {
 	}
 	cons.Read(0, handle)
 	var id uint64
+	spans := 0
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
@@ -69,6 +79,7 @@ func benchReceivePath(b *testing.B, oneIn uint32) {
 			b.Fatalf("read %d of %d records", n, len(s.b))
 		}
 		tr.Expire(now)
+		spans += tr.SpanCount()
 		_ = tr.TakeTraces()
 		if i%10 == 9 {
 			_ = tr.Metrics(now, nil)
@@ -83,6 +94,7 @@ func benchReceivePath(b *testing.B, oneIn uint32) {
 	}
 	launches := float64(b.N) * receivePathBatch
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/launches, "ns/launch")
+	b.ReportMetric(float64(spans)/launches, "spans/launch")
 	b.ReportMetric(0, "ns/op")
 }
 

@@ -44,12 +44,17 @@ type tokenBucket struct {
 // min(n, burst): a trace larger than the burst passes a full bucket and
 // leaves it in debt, so a process's long-run rate stays within rate.
 func (b *tokenBucket) take(now time.Time, n int, rate float64) bool {
-	b.refill(now, rate)
-	if b.tokens < min(float64(n), rate) {
+	if !b.ready(now, n, rate) {
 		return false
 	}
 	b.tokens -= float64(n)
 	return true
+}
+
+// ready refills b to now and says whether take(now, n, rate) would take.
+func (b *tokenBucket) ready(now time.Time, n int, rate float64) bool {
+	b.refill(now, rate)
+	return b.tokens >= min(float64(n), rate)
 }
 
 // refill adds the tokens earned since the last refill (none for a clock

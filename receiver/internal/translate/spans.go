@@ -32,6 +32,8 @@ type spanOut struct {
 	counters *Counters
 	res      *resourceBook // what the spans say of their process and device (resource.go)
 	limit    *spanLimit    // limits::spans_per_second (spanlimit.go)
+	policy   *tracePolicy  // sampling::traces_per_second_* and anomalies (tracepolicy.go)
+	examples *exemplarBook // the kept launch traces, for the metrics (tracepolicy_exemplars.go)
 
 	traces ptrace.Traces
 	byPID  map[uint32]ptrace.SpanSlice
@@ -75,11 +77,15 @@ func (so *spanOut) mono(src uint32, ns uint64) pcommon.Timestamp {
 	return pcommon.Timestamp(r)
 }
 
-// launchSpans appends the launch span and its phase children, at times tm.
-func (so *spanOut) launchSpans(l *launch, tm *launchTimes) {
+// launchSpans appends the launch span and its phase children, at times
+// tm, kept by the trace policy for reason why (keepReasons), and keeps
+// the trace as an exemplar of l's series s.
+func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries) {
 	if !so.limit.admit(l.rec.PID, so.launchSpanCount(l, tm)) {
+		so.policy.out[outSpanRate]++
 		return
 	}
+	so.policy.kept[why]++
 	r := &l.rec
 	ss := so.spansOf(r.PID)
 	tid := otelid.NewTraceID()
@@ -93,9 +99,10 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes) {
 	root.SetKind(ptrace.SpanKindInternal)
 	start, end := pcommon.Timestamp(tm.enqReal), pcommon.Timestamp(tm.retReal)
 	root.SetStartTimestamp(start)
+	so.examples.add(s, exemplar{trace: tid, span: rootID, ts: start, execS: float64(tm.execNS) / 1e9, haveExec: tm.haveExec, why: why})
 
 	a := root.Attributes()
-	a.EnsureCapacity(20)
+	a.EnsureCapacity(21)
 	a.PutStr("cuda.kernel.name", l.k.name)
 	a.PutStr("cuda.kernel.mangled_name", l.k.mangled)
 	a.PutInt("cuda.launch.id", int64(r.LaunchID))
@@ -119,6 +126,7 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes) {
 	a.PutInt("cuda.shared_memory.size", int64(r.SharedMem))
 	a.PutInt("process.pid", int64(r.PID))
 	a.PutInt("thread.id", int64(r.TID))
+	a.PutStr(AttrSamplingReason, keepReasons[why])
 	if r.Result != 0 {
 		root.Status().SetCode(ptrace.StatusCodeError)
 		root.Status().SetMessage("CUresult " + strconv.FormatUint(uint64(r.Result), 10))
@@ -201,7 +209,7 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 // pid and returns its attributes, or false when sampling or the span cap
 // drops the call.
 func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
-	if !sampled(srcKey{pid, startNS}, so.o.Sampling.OneIn) || !so.limit.admit(pid, 1) {
+	if !so.admitHost(pid, startNS, 1) {
 		return pcommon.Map{}, false
 	}
 	sp := so.spansOf(pid).AppendEmpty()
@@ -211,7 +219,26 @@ func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64)
 	sp.SetStartTimestamp(so.mono(src, startNS))
 	sp.SetEndTimestamp(so.mono(src, endNS))
 	so.nSpans++
+	sp.Attributes().PutStr(AttrSamplingReason, keepReasons[keepHead])
 	return sp.Attributes(), true
+}
+
+// admitHost says whether a host-call trace of process pid, of n spans,
+// is built: sampling::one_in (on key), the trace policy, then
+// limits::spans_per_second; the trace's fate is counted.
+func (so *spanOut) admitHost(pid uint32, key uint64, n int) bool {
+	tp := so.policy
+	switch {
+	case !sampled(srcKey{pid, key}, so.o.Sampling.OneIn):
+		tp.out[outOneIn]++
+	case !tp.host(pid):
+	case !so.limit.admit(pid, n):
+		tp.out[outSpanRate]++
+	default:
+		tp.kept[keepHead]++
+		return true
+	}
+	return false
 }
 
 // Metric names of the host probes (documented in receiver/README.md and
@@ -371,13 +398,15 @@ func (so *spanOut) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcom
 // cap left the trace out). kernel names a launch call's kernel ("":
 // unknown).
 func (so *spanOut) emitStandalone(pid uint32, c *hostCall, kernel string) (ptrace.Span, bool) {
-	if !sampled(srcKey{pid, c.rec.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(pid, treeSize(c)) {
+	if !so.admitHost(pid, c.rec.EnterNS, treeSize(c)) {
 		return ptrace.Span{}, false
 	}
 	ss := so.spansOf(pid)
 	i := ss.Len()
 	so.emitTree(ss, c, otelid.NewTraceID(), pcommon.SpanID{}, kernel)
-	return ss.At(i), true
+	root := ss.At(i)
+	root.Attributes().PutStr(AttrSamplingReason, keepReasons[keepHead])
+	return root, true
 }
 
 // emitApprox emits launch ol of process pid, closed by sync, with its
@@ -390,7 +419,7 @@ func (so *spanOut) emitApprox(pid uint32, ol *openLaunch, sync *record.HostCall)
 	} else {
 		so.counters.ApproxSpans++
 	}
-	if !sampled(srcKey{pid, r.EnterNS}, so.o.Sampling.OneIn) || !so.limit.admit(pid, treeSize(ol.call)+1) {
+	if !so.admitHost(pid, r.EnterNS, treeSize(ol.call)+1) {
 		return
 	}
 	ss := so.spansOf(pid)
@@ -428,6 +457,7 @@ func (so *spanOut) emitApprox(pid uint32, ol *openLaunch, sync *record.HostCall)
 	}
 	a.PutInt("process.pid", int64(r.PID))
 	a.PutInt("thread.id", int64(r.TID))
+	a.PutStr(AttrSamplingReason, keepReasons[keepHead])
 }
 
 // captureModes names cudaStreamCaptureMode / CUstreamCaptureMode values.

@@ -37,8 +37,9 @@ type Options struct {
 
 // SamplingOptions thin out the spans (metrics count every launch).
 type SamplingOptions struct {
-	OneIn       uint32        // keep 1 launch span in N
-	MinDuration time.Duration // drop launch spans shorter than this
+	OneIn       uint32             // keep 1 launch span in N
+	MinDuration time.Duration      // drop launch spans shorter than this
+	Traces      TracePolicyOptions // then bound the traces (tracepolicy.go)
 }
 
 // WindowOptions configure the use of driver windows (windows.go).
@@ -145,7 +146,8 @@ type kernel struct {
 	name    string // demangled
 	series  *series
 	include bool
-	live    int // pending launches bound to it (launch.bind), which keep it in its client's handles
+	live    int         // pending launches bound to it (launch.bind), which keep it in its client's handles
+	trace   kernelTrace // its head bucket and running median (tracepolicy.go)
 }
 
 // Translator decodes records and routes them to the parts that own the
@@ -234,7 +236,9 @@ func New(o Options) *Translator {
 	t.series = &seriesStore{o: opts, counters: counters,
 		names: map[string]string{}, procs: map[procKey]*procSeries{}}
 	t.spans = &spanOut{o: opts, counters: counters, res: res,
-		limit: &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}}}
+		limit:    &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}},
+		policy:   &tracePolicy{o: &t.o.Sampling.Traces, start: t.start, byPID: map[uint32]*procTrace{}},
+		examples: &exemplarBook{bySeries: map[*devSeries][]exemplar{}}}
 	t.spans.resetTraces()
 	t.launches = &launchTable{o: opts, counters: counters, spans: t.spans,
 		pending: map[srcKey]*launch{}, bySrc: map[uint32]*srcQueue{},
@@ -263,6 +267,7 @@ func (t *Translator) Pending() int { return t.launches.size() }
 // *InternalError, so that one client's record cannot stop the collector.
 func (t *Translator) Handle(src uint32, rec []byte, now time.Time) (err error) {
 	t.counters.RecordsRead++
+	t.spans.policy.now = now
 	defer func() {
 		if v := recover(); v != nil {
 			t.counters.RecordsInvalid++
