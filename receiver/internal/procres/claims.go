@@ -9,7 +9,7 @@ package procres
 // replace an attribute a resource already has, so an application that set
 // k8s.pod.name could pass for another pod; its attributes of these keys
 // are dropped before the resource is built. docs/security.md ("Resource
-// attributes") lists them for operators.
+// claims") lists them for operators.
 
 // protected holds the keys an application may not set, each with every
 // key under it (hence the final "." of each): the first words that name
