@@ -247,7 +247,8 @@ func deviceIndex(dev uint32) int64 {
 // driver reuses it for another kernel, and sends a name whole after a cut
 // copy when its names ring was full; a launch that came first was named by
 // its handle. Only a cut copy of the name the handle has changes nothing.
-// Launches already pending keep the kernel they were bound to.
+// Launches already pending keep the kernel they were bound to. The names
+// a client's handles hold stay within its budget (handleTable.room).
 func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
 	c := ct.clientOf(src)
 	if k.Truncated {
@@ -267,8 +268,8 @@ func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
 	}
 	kn := &kernel{mangled: mangled, hash: record.NameHash(k.Name), name: name}
 	if !c.kernels.room(k.Function, kn.cost(), ct.o.nameBudget(), &ct.counters.NamesEvicted) {
-		// No room left by pending launches: the handle's launches count
-		// under "other" until room is made.
+		// The budget is held by pending launches' handles: this one's
+		// launches count under "other" until it is named again.
 		ct.counters.NamesRefused++
 		kn.refuse(ct.procOf(src))
 	} else {
