@@ -207,3 +207,32 @@ func TestPendingShares(t *testing.T) {
 		t.Errorf("%d pending, bound %d", p, limit)
 	}
 }
+
+// TestNameBudgetMemory: 16 sessions naming 4,096 handles each with 4 KiB
+// names hold about their budgets (16 × 1 MiB) and the names cache
+// (8 MiB), not the 16 × 4,096 × 4 KiB (256 MiB+) they sent.
+func TestNameBudgetMemory(t *testing.T) {
+	const sessions, handles = 16, 4096
+	tr := newTr(Options{})
+	now := time.Now()
+	pad := strings.Repeat("h", record.MaxKernelNameLen)
+	before := heapInUse()
+	for src := uint32(1); src <= sessions; src++ {
+		tr.Connect(src, Peer{PID: 100 + src, UID: 1, Exe: "handles", Start: 1})
+		for fn := range uint64(handles) {
+			name := fmt.Sprintf("hostile_%02d_%05d_", src, fn)
+			k := &record.KernelName{Function: fn + 1, Name: name + pad[len(name):]}
+			if err := tr.Handle(src, k.Append(nil), now); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := heapInUse()
+	t.Logf("heap %+d MiB, %d handles evicted", (int64(got)-int64(before))>>20, tr.Counters().NamesEvicted)
+	if got > before+48<<20 {
+		t.Errorf("heap grew by %d MiB, want ≤ 48 (16 budgets of 1 MiB and the 8 MiB names cache)", (got-before)>>20)
+	}
+	if c := tr.Counters(); c.NamesEvicted == 0 {
+		t.Error("no handle evicted")
+	}
+}
