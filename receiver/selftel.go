@@ -276,7 +276,7 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.modules.patched", Unit: "{module}", Desc: "CUDA modules patched with probes.", Value: r.patch.patched.Load()},
 		{Name: "gpuprobe.receiver.kernel_names.truncated", Unit: "{name}", Desc: "Kernel names their producer had to cut to fit a ring slot (shown with a trailing …).", Value: c.NamesTruncated},
 		{Name: "gpuprobe.receiver.kernel_names.evicted", Unit: "{handle}", Desc: "Function handles forgotten to fit a name within their client's limits::max_kernel_name_bytes (launched again, one is named by its handle).", Value: c.NamesEvicted},
-		{Name: "gpuprobe.receiver.kernel_names.refused", Unit: "{name}", Desc: "Kernel names that found their client's limits::max_kernel_name_bytes held by pending launches: their launches count under \"other\".", Value: c.NamesRefused},
+		{Name: "gpuprobe.receiver.kernel_names.refused", Unit: "{name}", Desc: "Kernel names counted under \"other\": their client's limits::max_kernel_name_bytes was held by pending launches, or their process's series names reached 128 KiB.", Value: c.NamesRefused},
 		{Name: "gpuprobe.receiver.devices.folded", Unit: "{record}", Desc: "Records naming a device their client did not report, counted under device index -1.", Value: c.DevicesFolded},
 		{Name: "gpuprobe.receiver.calibrations.rejected", Unit: "{record}", Desc: "Clock calibration records rejected as implausible.", Value: c.CalibrationsBad},
 		{Name: "gpuprobe.receiver.resource.rejected", Unit: "{variable}", Desc: "OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES values of clients discarded as malformed or too long.", Value: r.srcs.res.rejected.Load()},

@@ -9,6 +9,8 @@ package translate
 //     (BudgetCounters.NamesEvicted); if it still does not fit, it is
 //     refused: the handle's launches count under "other"
 //     (BudgetCounters.NamesRefused). The handles go with the source.
+//   - Kernel names with series of their own, per process: the first
+//     Options.MaxKernelNames, of at most maxProcNameBytes together.
 //   - Metric series, per process and per uid (seriesStore.take): a
 //     process holds at most 1/processShareDiv of Options.Process.MaxSeries,
 //     the processes of one uid together at most 1/uidShareDiv; the node's
@@ -37,7 +39,7 @@ type ClientBudget struct {
 // BudgetCounters count what the per-client budgets evicted or refused.
 type BudgetCounters struct {
 	NamesEvicted uint64 // function handles forgotten to fit a name within their source's budget (a later launch of one is named by its handle)
-	NamesRefused uint64 // kernel names not kept: the source's budget was held by handles of pending launches; their launches count under "other"
+	NamesRefused uint64 // kernel names not kept, their launches counted under "other": the source's budget was held by handles of pending launches, or their process's series names reached maxProcNameBytes
 }
 
 // Shares of Options.Process.MaxSeries: one process may hold 1/processShareDiv
@@ -158,8 +160,16 @@ func (st *seriesStore) shareFull(p *procSeries) bool {
 
 // procHeld is what one process holds against its shares.
 type procHeld struct {
-	series int // its series counted in seriesStore.nseries and byUID
+	series    int // its series counted in seriesStore.nseries and byUID
+	nameBytes int // bytes of its series' kernel names, ≤ maxProcNameBytes
 }
+
+// maxProcNameBytes bounds the kernel names of one process's series (its
+// first Options.MaxKernelNames names, kept while the process is): 1 KiB
+// a name on average with the default 100, so 1024 processes hold at most
+// 128 MiB of them whatever their names' lengths. A name beyond it counts
+// under "other" (BudgetCounters.NamesRefused).
+const maxProcNameBytes = 128 << 10
 
 // countEvictable counts process p (gone and emitted since) in or out of
 // evictGone's candidates.

@@ -236,3 +236,28 @@ func TestNameBudgetMemory(t *testing.T) {
 		t.Error("no handle evicted")
 	}
 }
+
+// TestProcessNameBytes: a process's series hold at most maxProcNameBytes
+// of kernel names; its names beyond them count under its "other",
+// another process keeps its own.
+func TestProcessNameBytes(t *testing.T) {
+	tr := newTr(Options{})
+	now := time.Now()
+	long := kernelNames("long", 100, record.MaxKernelNameLen)
+	tr.Connect(1, Peer{PID: 10, UID: 1, Exe: "long", Start: 1})
+	tr.Connect(2, Peer{PID: 20, UID: 1, Exe: "honest", Start: 1})
+	var s1, s2 stream
+	namedLaunches(&s1, 0, long, true)
+	namedLaunches(&s2, 0, []string{"gemm"}, true)
+	feedSrc(t, tr, 1, &s1, now)
+	feedSrc(t, tr, 2, &s2, now)
+	got := seriesByProc(tr.Metrics(now, nil))
+	own := maxProcNameBytes / record.MaxKernelNameLen
+	if got["10 other 0"] != int64(len(long)-own) || got["20 gemm 0"] != 1 {
+		t.Errorf("process 10: %d launches under other, want %d; process 20's gemm: %d, want 1",
+			got["10 other 0"], len(long)-own, got["20 gemm 0"])
+	}
+	if c := tr.Counters(); c.NamesRefused != uint64(len(long)-own) {
+		t.Errorf("%d names refused, want %d", c.NamesRefused, len(long)-own)
+	}
+}

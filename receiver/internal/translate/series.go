@@ -12,7 +12,8 @@ import (
 // and device. Its bounds:
 //   - kernel names: the first Options.MaxKernelNames distinct names of
 //     each process have series of their own, its later ones fold into its
-//     "other" (one process's names never fold another's);
+//     "other" (one process's names never fold another's), and at most
+//     maxProcNameBytes bytes of them (budget.go);
 //   - series: at most Options.Process.MaxSeries (kernel name, device) and (copy
 //     kind, device) series in all processes, a share of them per process
 //     and per uid (budget.go), each process's beyond them counted in its
@@ -181,6 +182,11 @@ func (p *procSeries) seriesFor(name string) *series {
 	if len(p.byName) >= p.store.o.MaxKernelNames {
 		return p.other
 	}
+	if p.held.nameBytes+len(name) > maxProcNameBytes {
+		p.store.counters.NamesRefused++
+		return p.other
+	}
+	p.held.nameBytes += len(name)
 	s := &series{name: name, proc: p}
 	p.byName[name] = s
 	p.order = append(p.order, s)
