@@ -27,6 +27,8 @@ const (
 	maxMaxThreads     = 1 << 27
 	maxMapEntries     = 1 << 24
 	maxKernelNamesCap = 100000
+	minNameBytes      = 16 << 10 // limits::max_kernel_name_bytes: two whole 4 KiB names and their demangled forms
+	maxNameBytes      = 64 << 20
 	maxThreadSeries   = 1 << 20
 	maxPendingCap     = 1 << 22
 	maxMapKeysCap     = 1 << 16
@@ -320,6 +322,9 @@ func (b *BuffersConfig) validate(l *errs) {
 func (m *LimitsConfig) validate(l *errs) {
 	if m.MaxKernelNames < 1 || m.MaxKernelNames > maxKernelNamesCap {
 		l.add("limits::max_kernel_names", "must be between 1 and %d, got %d", maxKernelNamesCap, m.MaxKernelNames)
+	}
+	if m.MaxKernelNameBytes < minNameBytes || m.MaxKernelNameBytes > maxNameBytes {
+		l.add("limits::max_kernel_name_bytes", "must be between %d and %d, got %d", minNameBytes, maxNameBytes, m.MaxKernelNameBytes)
 	}
 	if m.MaxThreadSeries < 0 || m.MaxThreadSeries > maxThreadSeries {
 		l.add("limits::max_thread_series", "must be between 0 and %d, got %d", maxThreadSeries, m.MaxThreadSeries)

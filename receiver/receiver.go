@@ -166,7 +166,8 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		Clock:       mapper,
 		Metrics: translate.MetricOptions{PerThreadSeries: r.cfg.Limits.PerThreadSeries,
 			MaxThreadSeries: r.cfg.Limits.MaxThreadSeries, DurationBounds: r.cfg.Histograms.DurationBounds()},
-		Process: translate.ProcessOptions{ServiceName: r.cfg.Resource.ServiceName, HostName: r.srcs.res.hostName},
+		Process: translate.ProcessOptions{ServiceName: r.cfg.Resource.ServiceName, HostName: r.srcs.res.hostName,
+			Budget: translate.ClientBudget{NameBytes: r.cfg.Limits.MaxKernelNameBytes}},
 		Host: translate.HostOptions{
 			HostProbes:           r.host.probes != nil,
 			NoShimLaunchCalls:    r.host.procs != nil,

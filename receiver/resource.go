@@ -67,7 +67,7 @@ func (rs *resources) peer(p *agent.Peer, serviceOverride string, log *zap.Logger
 		rs.report(p, res, log)
 	}
 	exe, _ := res.Attrs.Get("process.executable.name")
-	return &translate.Peer{PID: pid, Exe: exe.Str(), Start: p.Proc.Start, Resource: res.Attrs}
+	return &translate.Peer{PID: pid, UID: p.UID, Exe: exe.Str(), Start: p.Proc.Start, Resource: res.Attrs}
 }
 
 // report logs what peer left out of a client's variables, within the

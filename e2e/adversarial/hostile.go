@@ -36,6 +36,8 @@ var Classes = []ClassInfo{
 	// to read a launch for each of the 200k device numbers.
 	{"devices", ManyDevices, 2 * Duration},
 	{"calibration", HostileCalibration, Duration},
+	{"names", Names, Duration},         // budget.go
+	{"handles", Handles, 2 * Duration}, // budget.go; twice as long: 262,144 names of 4 KiB to read
 }
 
 // ClassInfo names a hostile class and how long the suite runs it.
