@@ -95,10 +95,10 @@ func TestInspectErrors(t *testing.T) {
 		want string
 	}{
 		{"no file", []string{"inspect"}, 2, "usage: gpuprobe inspect"},
-		{"missing file", []string{"inspect", filepath.Join(dir, "nope")}, 2, "no such file"},
-		{"truncated", []string{"inspect", truncated}, 2, "fatbin: offset 0x8: container of"},
+		{"missing file", []string{"inspect", filepath.Join(dir, "nope")}, 1, "no such file"},
+		{"truncated", []string{"inspect", truncated}, 1, "fatbin: offset 0x8: container of"},
 		{"bad payload", []string{"inspect", badPayload}, 1, "error: fatbin: offset"},
-		{"not GPU code", []string{"inspect", garbage}, 2, "unrecognised code image"},
+		{"not GPU code", []string{"inspect", garbage}, 1, "unrecognised code image"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

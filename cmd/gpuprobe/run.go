@@ -195,12 +195,12 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "gpuprobe run:", err)
 		}
-		return 2
+		return usageStatus(err)
 	}
 	shim, err := findShim(o.shim, os.Executable)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpuprobe run:", err)
-		return 2
+		return 1
 	}
 	path, err := exec.LookPath(o.argv[0])
 	if err != nil {

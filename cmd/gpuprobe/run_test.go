@@ -138,7 +138,7 @@ func TestRunCommand(t *testing.T) {
 		{"default socket", []string{"--shim", shim, "--", "true"}, 0, "", config.DefaultSocket, []string{"true"}},
 		{"no app", []string{"--shim", shim}, 2, "no application given", "", nil},
 		{"unknown app", []string{"--shim", shim, "--", "no-such-program-gpuprobe"}, 127, `application "no-such-program-gpuprobe"`, "", nil},
-		{"missing shim", []string{"--shim", filepath.Join(dir, "nope.so"), "--", "true"}, 2, "nope.so", "", nil},
+		{"missing shim", []string{"--shim", filepath.Join(dir, "nope.so"), "--", "true"}, 1, "nope.so", "", nil},
 		{"bad flag", []string{"--bogus", "--", "true"}, 2, "flag provided but not defined", "", nil},
 	}
 	for _, c := range cases {
