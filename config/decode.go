@@ -71,9 +71,22 @@ func checkFits(l *errs, key string, raw any, t reflect.Type) {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if t == durationType {
-			return // durations have their own decode hook and range checks
+			checkDuration(l, key, raw)
+			return // strings have their own decode hook and range checks
 		}
 		checkInteger(l, key, raw, t)
+	}
+}
+
+// checkDuration refuses a number in a duration key: mapstructure would
+// read launch_timeout: 5 as 5 ns. Only 0 means the same in every unit.
+func checkDuration(l *errs, key string, raw any) {
+	if v, ok := integerValue(raw); ok && v.Sign() == 0 {
+		return
+	}
+	switch raw.(type) {
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		l.add(key, "must be a duration with a unit (e.g. %vs or %vms), got the bare number %v", raw, raw, raw)
 	}
 }
 
