@@ -57,7 +57,12 @@ type keyError struct {
 	reason string
 }
 
-func (e *keyError) Error() string { return e.key + ": " + e.reason }
+func (e *keyError) Error() string {
+	if e.key == "" {
+		return e.reason
+	}
+	return e.key + ": " + e.reason
+}
 
 type errs []error
 
