@@ -157,10 +157,6 @@ func (a *AgentConfig) validate(l *errs) {
 		l.add("agent::socket", "must be an absolute path, got %q", a.Socket)
 	case len(a.Socket) > maxSocketPath:
 		l.add("agent::socket", "must be at most %d bytes (unix socket path limit), got %d", maxSocketPath, len(a.Socket))
-	default:
-		if err := CheckSocketDir(a.Socket); err != nil {
-			l.add("agent::socket", "%v", err)
-		}
 	}
 	if _, err := parseMode(a.SocketMode); err != nil {
 		l.add("agent::socket_mode", "%v", err)
