@@ -105,7 +105,10 @@ func inspect(w io.Writer, file string, f *fatbin.File, all, sass bool) (int, err
 			}
 		}
 	}
-	if ptxEntries == 0 {
+	switch {
+	case len(entries) == 0:
+		fmt.Fprintf(w, "%s: no CUDA kernels found (no fatbin, cubin or PTX in it)\n", file)
+	case ptxEntries == 0:
 		fmt.Fprintf(w, "%s: no PTX: its kernels are SASS only, so PTX injection cannot reach them (launch telemetry still covers them)\n", file)
 	}
 	return failed, nil

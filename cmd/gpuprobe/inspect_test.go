@@ -109,3 +109,16 @@ func TestInspectErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestInspectNoKernels: a host binary without GPU code (this test binary)
+// is said to have no CUDA kernels, not SASS-only ones.
+func TestInspectNoKernels(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, out, errOut := runCompileCmd("inspect", self)
+	if rc != 0 || !strings.Contains(out, self+": no CUDA kernels found") || strings.Contains(out, "SASS only") {
+		t.Errorf("exit %d, output %q %q; want exit 0 and %q", rc, out, errOut, "no CUDA kernels found")
+	}
+}
