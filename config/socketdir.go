@@ -37,6 +37,24 @@ func EnsureSocketDir(socket string) error {
 	return nil
 }
 
+// CheckSocketDirUsable reports, without changing anything, whether
+// EnsureSocketDir would succeed for socket on this machine: the directory
+// exists and is safe, or its parent exists to create it in.
+func CheckSocketDirUsable(socket string) error {
+	dir := filepath.Dir(socket)
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		parent := filepath.Dir(dir)
+		if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+			return fmt.Errorf("agent::socket: directory %s is missing and cannot be created: its parent %s is not a directory", dir, parent)
+		}
+		return nil
+	}
+	if err := checkSocketDir(dir); err != nil {
+		return fmt.Errorf("agent::socket: %w", err)
+	}
+	return nil
+}
+
 // checkSocketDir checks an existing socket directory (EnsureSocketDir).
 func checkSocketDir(dir string) error {
 	fi, err := os.Stat(dir)
