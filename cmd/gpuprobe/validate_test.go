@@ -79,9 +79,14 @@ func TestValidate(t *testing.T) {
 // TestValidateBuilderKeys: the keys validate leaves to the receiver are
 // exactly the receiver's configuration keys that package config lacks.
 func TestValidateBuilderKeys(t *testing.T) {
+	// Marshaled inside a map, as the collector marshals its receivers'.
 	keys := func(cfg any) []string {
-		conf := confmap.New()
-		if err := conf.Marshal(cfg); err != nil {
+		outer := confmap.New()
+		if err := outer.Marshal(map[string]any{"r": cfg}); err != nil {
+			t.Fatal(err)
+		}
+		conf, err := outer.Sub("r")
+		if err != nil {
 			t.Fatal(err)
 		}
 		var top []string
@@ -92,6 +97,9 @@ func TestValidateBuilderKeys(t *testing.T) {
 		return top
 	}
 	own := keys(config.Default())
+	if len(own) < 10 {
+		t.Fatalf("package config marshals only %v", own)
+	}
 	var extra []string
 	for _, k := range keys(gpureceiver.NewFactory().CreateDefaultConfig()) {
 		if !slices.Contains(own, k) {
