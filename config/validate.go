@@ -61,7 +61,12 @@ type keyError struct {
 	reason string
 }
 
-func (e *keyError) Error() string { return e.key + ": " + e.reason }
+func (e *keyError) Error() string {
+	if e.key == "" {
+		return e.reason
+	}
+	return e.key + ": " + e.reason
+}
 
 type errs []error
 
@@ -157,10 +162,6 @@ func (a *AgentConfig) validate(l *errs) {
 		l.add("agent::socket", "must be an absolute path, got %q", a.Socket)
 	case len(a.Socket) > maxSocketPath:
 		l.add("agent::socket", "must be at most %d bytes (unix socket path limit), got %d", maxSocketPath, len(a.Socket))
-	default:
-		if err := CheckSocketDir(a.Socket); err != nil {
-			l.add("agent::socket", "%v", err)
-		}
 	}
 	if _, err := parseMode(a.SocketMode); err != nil {
 		l.add("agent::socket_mode", "%v", err)

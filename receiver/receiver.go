@@ -207,10 +207,9 @@ func (r *gpuReceiver) listen() error {
 	if err != nil {
 		return err
 	}
-	// The collector runs as root: it never creates the directory (Validate
-	// checked it; check again in case it changed since).
-	if err := config.CheckSocketDir(r.cfg.Agent.Socket); err != nil {
-		return fmt.Errorf("gpuprobe: agent::socket: %w", err)
+	// Creates a missing directory, refuses one others could write into.
+	if err := config.EnsureSocketDir(r.cfg.Agent.Socket); err != nil {
+		return fmt.Errorf("gpuprobe: %w", err)
 	}
 	r.srcs.bySess = map[uint32]*source{}
 	srv, err := agent.Listen(agent.Options{
