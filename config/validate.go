@@ -174,6 +174,27 @@ func (a *AgentConfig) validate(l *errs) {
 	if a.MaxPatchMemory < MinPatchMemory {
 		l.add("agent::max_patch_memory", "must be at least %d (16 MiB), got %d", MinPatchMemory, a.MaxPatchMemory)
 	}
+	a.validateRings(l)
+}
+
+// Bounds of agent::max_ring_memory and max_ring_memory_per_uid: the
+// defaults hold 8 sessions of a uid with full-size default rings (about
+// 14.5 MiB each) and 64 at the smallest; the minimum holds a few.
+const (
+	DefaultMaxRingMemory       = 256 << 20
+	DefaultMaxRingMemoryPerUID = 128 << 20
+	MinRingMemory              = 16 << 20
+	maxRingMemory              = 1 << 40
+)
+
+func (a *AgentConfig) validateRings(l *errs) {
+	whole := a.MaxRingMemory >= MinRingMemory && a.MaxRingMemory <= maxRingMemory
+	if n := a.MaxRingMemory; !whole {
+		l.add("agent::max_ring_memory", "must be between %d (16 MiB) and %d (1 TiB), got %d", MinRingMemory, uint64(maxRingMemory), n)
+	}
+	if n := a.MaxRingMemoryPerUID; n < MinRingMemory || (whole && n > a.MaxRingMemory) {
+		l.add("agent::max_ring_memory_per_uid", "must be between %d (16 MiB) and agent::max_ring_memory (%d), got %d", MinRingMemory, a.MaxRingMemory, n)
+	}
 }
 
 // Bounds of agent::max_patch_memory: the default patches modules of
