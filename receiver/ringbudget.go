@@ -77,6 +77,12 @@ func dropSessionFiles(r *gpuReceiver, p *agent.Peer) {
 		if s.clock != nil {
 			regions = append(regions, s.clock.Region())
 		}
+		if s.calls != nil {
+			regions = append(regions, s.calls.srv.Mailbox().Region())
+			for _, m := range s.calls.maps {
+				regions = append(regions, m.Region())
+			}
+		}
 	}
 	r.mu.Unlock()
 	for _, reg := range regions {

@@ -18,9 +18,12 @@ import (
 // and its uid's share (RingLimits.MemoryPerUID), whether the session is
 // open or closed and not yet drained.
 //
-// A request that finds no room for its ring at the size asked gets the
-// largest power-of-two ring that fits, never fewer slots than its minimum;
-// below that the session is refused with ERROR code 5 (the shim runs the
+// A request gets its rings at full size while they take at most half of
+// what is left of its uid's share and of the node's budget, else halved
+// (RingRequest.Size) as far as needed, down to the smallest; when not
+// even those fit within RingLimits.Wait (100 ms: under the shim's 200 ms
+// handshake timeout, time for the poll loop to drain sessions that just
+// ended), the session is refused with ERROR code 5 (the shim runs the
 // application unrecorded). Closed-but-undrained sessions beyond the
 // session limits (MaxConnsPerUID of one uid, MaxConns in all), and those
 // standing in the way of a request of their uid (or, for the node's
@@ -32,12 +35,14 @@ import (
 const (
 	DefaultRingMemory       = 256 << 20
 	DefaultRingMemoryPerUID = 128 << 20
+	DefaultRingWait         = 100 * time.Millisecond
 )
 
 // RingLimits bound the ring memory sessions make the server's owner hold.
 type RingLimits struct {
-	Memory       int64 // all sessions together, open or undrained (default DefaultRingMemory)
-	MemoryPerUID int64 // one uid's sessions (default DefaultRingMemoryPerUID, at most Memory)
+	Memory       int64         // all sessions together, open or undrained (default DefaultRingMemory)
+	MemoryPerUID int64         // one uid's sessions (default DefaultRingMemoryPerUID, at most Memory)
+	Wait         time.Duration // how long a request waits for room (default DefaultRingWait)
 }
 
 // RingStats count the ring budget's decisions.
@@ -101,6 +106,8 @@ func (l *Lease) Release() {
 	if !l.closed.IsZero() {
 		b.dropClosed(l)
 	}
+	close(b.changed)
+	b.changed = make(chan struct{})
 }
 
 // ringBudget is the server's ledger of ring memory.
@@ -109,11 +116,12 @@ type ringBudget struct {
 	maxClosed    int // closed-but-undrained sessions in all (Options.MaxConns)
 	maxClosedUID int // of one uid (Options.MaxConnsPerUID)
 
-	mu     sync.Mutex
-	used   int64
-	byUID  map[uint32]int64
-	closed map[uint32][]*Lease // undrained sessions per uid, oldest first
-	nclose int
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced at every Release
+	used    int64
+	byUID   map[uint32]int64
+	closed  map[uint32][]*Lease // undrained sessions per uid, oldest first
+	nclose  int
 
 	shrunk, refused, evicted atomic.Uint64
 }
@@ -126,7 +134,10 @@ func newRingBudget(lim RingLimits, maxClosed, maxClosedUID int) *ringBudget {
 		lim.MemoryPerUID = DefaultRingMemoryPerUID
 	}
 	lim.MemoryPerUID = min(lim.MemoryPerUID, lim.Memory)
-	return &ringBudget{lim: lim, maxClosed: maxClosed, maxClosedUID: maxClosedUID,
+	if lim.Wait <= 0 {
+		lim.Wait = DefaultRingWait
+	}
+	return &ringBudget{lim: lim, maxClosed: maxClosed, maxClosedUID: maxClosedUID, changed: make(chan struct{}),
 		byUID: map[uint32]int64{}, closed: map[uint32][]*Lease{}}
 }
 
@@ -158,17 +169,35 @@ func (b *ringBudget) grantable(uid uint32, n int64, smallest bool) bool {
 }
 
 // reserve grants uid's request: the smallest shift whose rings fit and
-// the lease holding them; or a *agentwire.ProtocolError (code 5) saying
-// which budget is full.
+// the lease holding them, waiting up to b.lim.Wait for room; or a
+// *agentwire.ProtocolError (code 5) saying which budget is full.
 func (b *ringBudget) reserve(uid uint32, req RingRequest) (uint, *Lease, error) {
-	b.mu.Lock()
-	var evict []func()
-	defer func() {
+	timer := time.NewTimer(b.lim.Wait)
+	defer timer.Stop()
+	for try := 0; ; try++ {
+		b.mu.Lock()
+		k, l, msg, evict := b.tryReserve(uid, req, try == 0)
+		ch := b.changed
 		b.mu.Unlock()
 		for _, fn := range evict {
 			fn()
 		}
-	}()
+		if l != nil {
+			return k, l, nil
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			b.refused.Add(1)
+			return 0, nil, &agentwire.ProtocolError{Code: agentwire.CodeTooMany, Message: msg}
+		}
+	}
+}
+
+// tryReserve grants uid's request now, or says which budget is full and,
+// on the first try, asks undrained sessions of uid (or, for the node's
+// budget, of the uid holding the most) to make room. b.mu is held.
+func (b *ringBudget) tryReserve(uid uint32, req RingRequest, first bool) (uint, *Lease, string, []func()) {
 	for k := uint(0); k <= req.MaxShift; k++ {
 		n := req.Size(k)
 		if b.grantable(uid, n, k == req.MaxShift) {
@@ -177,22 +206,23 @@ func (b *ringBudget) reserve(uid uint32, req RingRequest) (uint, *Lease, error) 
 			}
 			b.used += n
 			b.byUID[uid] += n
-			return k, &Lease{b: b, uid: uid, bytes: n}, nil
+			return k, &Lease{b: b, uid: uid, bytes: n}, "", nil
 		}
 	}
-	// Not even the smallest fits: make room for the next try by draining
-	// undrained sessions of this uid, else of the uid holding the most.
 	n := req.Size(req.MaxShift)
-	var msg string
+	var evict []func()
 	if b.byUID[uid]+n > b.lim.MemoryPerUID {
-		msg = fmt.Sprintf("uid %d holds %d bytes of rings, its share is %d (agent::max_ring_memory_per_uid); the session needs %d", uid, b.byUID[uid], b.lim.MemoryPerUID, n)
-		evict = b.evictOldest(uid, evict)
-	} else {
-		msg = fmt.Sprintf("sessions hold %d bytes of rings, the budget is %d (agent::max_ring_memory); the session needs %d", b.used, b.lim.Memory, n)
-		evict = b.evictOldest(b.busiestClosed(), evict)
+		if first {
+			evict = b.evictOldest(uid, nil)
+		}
+		return 0, nil, fmt.Sprintf("uid %d holds %d bytes of rings, its share is %d (agent::max_ring_memory_per_uid); the session needs %d",
+			uid, b.byUID[uid], b.lim.MemoryPerUID, n), evict
 	}
-	b.refused.Add(1)
-	return 0, nil, &agentwire.ProtocolError{Code: agentwire.CodeTooMany, Message: msg}
+	if first {
+		evict = b.evictOldest(b.busiestClosed(), nil)
+	}
+	return 0, nil, fmt.Sprintf("sessions hold %d bytes of rings, the budget is %d (agent::max_ring_memory); the session needs %d",
+		b.used, b.lim.Memory, n), evict
 }
 
 // close records that l's session ended (its rings wait to be drained)

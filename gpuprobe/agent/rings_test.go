@@ -26,7 +26,7 @@ func halving(full int64, maxShift uint) RingRequest {
 // when not even the smallest fits; another uid is not affected by a uid
 // that used its share.
 func TestRingBudgetGrants(t *testing.T) {
-	b := newRingBudget(RingLimits{Memory: 64 * mib, MemoryPerUID: 32 * mib}, 256, 64)
+	b := newRingBudget(RingLimits{Memory: 64 * mib, MemoryPerUID: 32 * mib, Wait: time.Millisecond}, 256, 64)
 	tests := []struct {
 		name      string
 		uid       uint32
@@ -69,7 +69,7 @@ func TestRingBudgetGrants(t *testing.T) {
 // TestRingBudgetNodeFull: uids that each stay within their share still
 // cannot pass the node's budget.
 func TestRingBudgetNodeFull(t *testing.T) {
-	b := newRingBudget(RingLimits{Memory: 32 * mib, MemoryPerUID: 16 * mib}, 256, 64)
+	b := newRingBudget(RingLimits{Memory: 32 * mib, MemoryPerUID: 16 * mib, Wait: time.Millisecond}, 256, 64)
 	for uid := uint32(1); uid <= 2; uid++ {
 		if _, _, err := b.reserve(uid, halving(16*mib, 0)); err != nil {
 			t.Fatal(err)
@@ -84,7 +84,7 @@ func TestRingBudgetNodeFull(t *testing.T) {
 // TestRingBudgetRelease: Release gives the bytes back once, whether the
 // session was open or closed, and forgets a closed one.
 func TestRingBudgetRelease(t *testing.T) {
-	b := newRingBudget(RingLimits{Memory: 32 * mib, MemoryPerUID: 32 * mib}, 256, 64)
+	b := newRingBudget(RingLimits{Memory: 32 * mib, MemoryPerUID: 32 * mib, Wait: time.Millisecond}, 256, 64)
 	_, a, _ := b.reserve(7, halving(4*mib, 0))
 	_, c, _ := b.reserve(7, halving(4*mib, 0))
 	b.close(c, time.Now())
@@ -105,7 +105,7 @@ func TestRingBudgetRelease(t *testing.T) {
 // its session limit are asked to drain, oldest first; a request of a uid
 // whose share is held by undrained sessions asks its oldest one too.
 func TestRingBudgetEvictsOldestUndrained(t *testing.T) {
-	b := newRingBudget(RingLimits{Memory: 64 * mib, MemoryPerUID: 10 * mib}, 256, 2)
+	b := newRingBudget(RingLimits{Memory: 64 * mib, MemoryPerUID: 10 * mib, Wait: time.Millisecond}, 256, 2)
 	var order []int
 	base := time.Now()
 	for i := range 5 {
@@ -173,7 +173,7 @@ func TestServerRingBudget(t *testing.T) {
 		welcomed <- g
 	}}
 	ring := int64(shm.RingSize(64, 1<<14)) // a share of one and a half: one session
-	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "a.sock"), Rings: RingLimits{Memory: 4 * ring, MemoryPerUID: ring + ring/2}}, cb)
+	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "a.sock"), Rings: RingLimits{Memory: 4 * ring, MemoryPerUID: ring + ring/2, Wait: time.Millisecond}}, cb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,5 +206,27 @@ func TestServerRingBudget(t *testing.T) {
 	defer mu.Unlock()
 	for _, g := range rings {
 		g.Close()
+	}
+}
+
+// TestRingBudgetWaitsForRelease: a request that finds no room gets it
+// when a lease is released within the wait, as when the poll loop drains
+// a session that just ended.
+func TestRingBudgetWaitsForRelease(t *testing.T) {
+	b := newRingBudget(RingLimits{Memory: 16 * mib, MemoryPerUID: 16 * mib, Wait: time.Minute}, 256, 64)
+	_, held, err := b.reserve(5, halving(16*mib, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := b.reserve(5, halving(16*mib, 0))
+		got <- err
+	}()
+	// The request waits on the channel it read under b.mu; Release
+	// replaces it, so a release before the wait begins is seen too.
+	held.Release()
+	if err := <-got; err != nil {
+		t.Fatalf("reserve after a release: %v", err)
 	}
 }
