@@ -44,8 +44,10 @@
 // descriptor (a PATCH's memfd): more, or a frame left incomplete, is
 // answered ERROR code 1 and ends the session, every received descriptor
 // closed. A session silent for IdleTimeout (agent::idle_timeout) whose
-// process maps none of its shm regions (/proc/PID/maps), or has exited,
-// is ended. A client can thus make the server hold at most three of
+// process maps none of its shm regions (/proc/PID/maps: one read, cut at
+// 32 MiB, serves all the process's sessions for a second; past the cut,
+// the session is ended and counted in Stats.MapsTruncated), or has
+// exited, is ended. A client can thus make the server hold at most three of
 // its descriptors (the connection, a pidfd of the peer, one PATCH memfd);
 // the owner closes the memfds it made for a session once WELCOME is sent
 // (Callbacks.Welcomed), keeping only their mappings.

@@ -110,6 +110,9 @@ type Stats struct {
 	Active    int64  // connections open now
 	Evicted   uint64 // connections closed before HELLO to make room for newer ones
 	Reclaimed uint64 // idle sessions ended because their process mapped none of their regions
+	// MapsTruncated counts the idle sessions of them whose process's
+	// /proc/PID/maps was past the read bound before any of their regions.
+	MapsTruncated uint64
 }
 
 // Server is the agent socket server.
@@ -128,6 +131,7 @@ type Server struct {
 
 	images *agentwire.Budget // Options.ImageMemory
 	rings  *ringBudget       // Options.Rings (rings.go)
+	idle   *idleMaps         // the idle checks' maps reads (idlemaps.go)
 
 	session   atomic.Uint32
 	accepted  atomic.Uint64
@@ -136,6 +140,7 @@ type Server struct {
 	active    atomic.Int64
 	evicted   atomic.Uint64
 	reclaimed atomic.Uint64
+	mapsCut   atomic.Uint64
 }
 
 // Listen creates the socket and starts serving. A stale socket file at
@@ -182,7 +187,7 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 	}
 	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]*connState{}, slots: newSlots(),
 		images: agentwire.NewBudget(opts.ImageMemory, opts.ImageWait),
-		rings:  newRingBudget(opts.Rings, opts.MaxConns, opts.MaxConnsPerUID)}
+		rings:  newRingBudget(opts.Rings, opts.MaxConns, opts.MaxConnsPerUID), idle: newIdleMaps()}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Info("agent socket listening", zap.String("path", opts.Path), zap.Stringer("mode", opts.Mode))
@@ -243,7 +248,7 @@ func (s *Server) Path() string { return s.opts.Path }
 // Stats returns the connection counters.
 func (s *Server) Stats() Stats {
 	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load(),
-		Evicted: s.evicted.Load(), Reclaimed: s.reclaimed.Load()}
+		Evicted: s.evicted.Load(), Reclaimed: s.reclaimed.Load(), MapsTruncated: s.mapsCut.Load()}
 }
 
 // RingStats returns the ring budget's counters.
@@ -451,7 +456,9 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	// The session lasts until the client closes (or Close closes us); in
 	// between, the client may send PATCH requests.
 	opaque := len(offers) - len(regions) // regions liveness cannot be told of (kernel maps)
+	s.idle.add(proc, regions)
 	s.serve(c, &session{peer: peer, proc: proc, regions: regions, opaque: opaque}, log)
+	s.idle.remove(proc, regions)
 	s.leave(st)
 	s.disconnect(peer)
 	s.rings.close(peer.lease, time.Now())
