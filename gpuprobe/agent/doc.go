@@ -59,8 +59,9 @@
 // until the owner releases the Lease, open or closed: Options.Rings
 // bounds it node-wide (agent::max_ring_memory, 256 MiB) and per uid
 // (agent::max_ring_memory_per_uid, 128 MiB). A session gets its rings at
-// full size while they take at most half of what is left, smaller ones
-// after, and ERROR code 5 when not even the smallest fit; closed sessions
+// full size while they leave the smallest rings for the sessions the
+// limits still allow and take at most half of the rest, smaller ones
+// after, and ERROR code 5 when not even the smallest fit within 100 ms; closed sessions
 // not yet drained beyond the session limits, or in the way of a request
 // of their uid, are asked to drain early (Lease.OnEvict). rings.go.
 //

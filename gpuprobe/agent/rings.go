@@ -18,8 +18,9 @@ import (
 // and its uid's share (RingLimits.MemoryPerUID), whether the session is
 // open or closed and not yet drained.
 //
-// A request gets its rings at full size while they take at most half of
-// what is left of its uid's share and of the node's budget, else halved
+// A request gets its rings at full size while they leave the smallest
+// rings for every session the session limits still allow (of its uid and
+// in all) and take at most half of the rest, else halved
 // (RingRequest.Size) as far as needed, down to the smallest; when not
 // even those fit within RingLimits.Wait (100 ms: under the shim's 200 ms
 // handshake timeout, time for the poll loop to drain sessions that just
@@ -28,7 +29,7 @@ import (
 // session limits (MaxConnsPerUID of one uid, MaxConns in all), and those
 // standing in the way of a request of their uid (or, for the node's
 // budget, of the uid holding the most), are evicted, oldest first: the
-// owner is asked to drain them now (Callbacks.Evict), what was left in
+// owner is asked to drain them now (Lease.OnEvict), what was left in
 // them is counted as dropped by the owner.
 
 // Defaults of RingLimits.
@@ -103,7 +104,9 @@ func (l *Lease) Release() {
 	if b.byUID[l.uid] -= l.bytes; b.byUID[l.uid] <= 0 {
 		delete(b.byUID, l.uid)
 	}
-	if !l.closed.IsZero() {
+	if l.closed.IsZero() {
+		b.leave(l.uid)
+	} else {
 		b.dropClosed(l)
 	}
 	close(b.changed)
@@ -112,21 +115,23 @@ func (l *Lease) Release() {
 
 // ringBudget is the server's ledger of ring memory.
 type ringBudget struct {
-	lim          RingLimits
-	maxClosed    int // closed-but-undrained sessions in all (Options.MaxConns)
-	maxClosedUID int // of one uid (Options.MaxConnsPerUID)
+	lim            RingLimits
+	maxSessions    int // sessions in all (Options.MaxConns), open or undrained
+	maxSessionsUID int // of one uid (Options.MaxConnsPerUID)
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced at every Release
 	used    int64
 	byUID   map[uint32]int64
+	open    map[uint32]int      // open sessions holding a lease, per uid
+	nopen   int                 // in all
 	closed  map[uint32][]*Lease // undrained sessions per uid, oldest first
 	nclose  int
 
 	shrunk, refused, evicted atomic.Uint64
 }
 
-func newRingBudget(lim RingLimits, maxClosed, maxClosedUID int) *ringBudget {
+func newRingBudget(lim RingLimits, maxSessions, maxSessionsUID int) *ringBudget {
 	if lim.Memory <= 0 {
 		lim.Memory = DefaultRingMemory
 	}
@@ -137,8 +142,8 @@ func newRingBudget(lim RingLimits, maxClosed, maxClosedUID int) *ringBudget {
 	if lim.Wait <= 0 {
 		lim.Wait = DefaultRingWait
 	}
-	return &ringBudget{lim: lim, maxClosed: maxClosed, maxClosedUID: maxClosedUID, changed: make(chan struct{}),
-		byUID: map[uint32]int64{}, closed: map[uint32][]*Lease{}}
+	return &ringBudget{lim: lim, maxSessions: maxSessions, maxSessionsUID: maxSessionsUID, changed: make(chan struct{}),
+		byUID: map[uint32]int64{}, open: map[uint32]int{}, closed: map[uint32][]*Lease{}}
 }
 
 // stats returns the budget's counters.
@@ -156,16 +161,20 @@ type RingRequest struct {
 	Size     func(uint) int64 // bytes of the session's rings at a shift (non-increasing in it)
 }
 
-// grantable says whether n bytes may go to a session of uid: within its
-// share and the node's budget, and (but at the smallest size) within half
-// of what is left of either, so that one session never takes the last of
-// a share. b.mu is held.
-func (b *ringBudget) grantable(uid uint32, n int64, smallest bool) bool {
-	free := min(b.lim.MemoryPerUID-b.byUID[uid], b.lim.Memory-b.used)
+// grantable says whether n bytes may go to a session of uid. The
+// smallest rings (minN bytes) fit when they fit the uid's share and the
+// node's budget. Larger ones leave room for the smallest rings of every
+// session the session limits still allow (of the uid, and in all), and
+// take at most half of what is left after that: one session never takes
+// the last of a share. b.mu is held.
+func (b *ringBudget) grantable(uid uint32, n, minN int64, smallest bool) bool {
+	uidFree, allFree := b.lim.MemoryPerUID-b.byUID[uid], b.lim.Memory-b.used
 	if smallest {
-		return n <= free
+		return n <= uidFree && n <= allFree
 	}
-	return n <= free/2
+	uidFree -= int64(max(b.maxSessionsUID-b.open[uid]-1, 0)) * minN
+	allFree -= int64(max(b.maxSessions-b.nopen-1, 0)) * minN
+	return n <= min(uidFree, allFree)/2
 }
 
 // reserve grants uid's request: the smallest shift whose rings fit and
@@ -198,18 +207,19 @@ func (b *ringBudget) reserve(uid uint32, req RingRequest) (uint, *Lease, error) 
 // on the first try, asks undrained sessions of uid (or, for the node's
 // budget, of the uid holding the most) to make room. b.mu is held.
 func (b *ringBudget) tryReserve(uid uint32, req RingRequest, first bool) (uint, *Lease, string, []func()) {
+	n := req.Size(req.MaxShift)
 	for k := uint(0); k <= req.MaxShift; k++ {
-		n := req.Size(k)
-		if b.grantable(uid, n, k == req.MaxShift) {
+		if size := req.Size(k); b.grantable(uid, size, n, k == req.MaxShift) {
 			if k > 0 {
 				b.shrunk.Add(1)
 			}
-			b.used += n
-			b.byUID[uid] += n
-			return k, &Lease{b: b, uid: uid, bytes: n}, "", nil
+			b.used += size
+			b.byUID[uid] += size
+			b.open[uid]++
+			b.nopen++
+			return k, &Lease{b: b, uid: uid, bytes: size}, "", nil
 		}
 	}
-	n := req.Size(req.MaxShift)
 	var evict []func()
 	if b.byUID[uid]+n > b.lim.MemoryPerUID {
 		if first {
@@ -235,15 +245,16 @@ func (b *ringBudget) close(l *Lease, now time.Time) {
 	var evict []func()
 	if !l.done && l.closed.IsZero() {
 		l.closed = now
+		b.leave(l.uid)
 		b.closed[l.uid] = append(b.closed[l.uid], l)
 		b.nclose++
-		for len(b.closed[l.uid])-b.asked(l.uid) > b.maxClosedUID {
+		for len(b.closed[l.uid])-b.asked(l.uid) > b.maxSessionsUID {
 			n := len(evict)
 			if evict = b.evictOldest(l.uid, evict); len(evict) == n {
 				break
 			}
 		}
-		for b.nclose-b.askedAll() > b.maxClosed {
+		for b.nclose-b.askedAll() > b.maxSessions {
 			n := len(evict)
 			if evict = b.evictOldest(b.busiestClosed(), evict); len(evict) == n {
 				break
@@ -253,6 +264,14 @@ func (b *ringBudget) close(l *Lease, now time.Time) {
 	b.mu.Unlock()
 	for _, fn := range evict {
 		fn()
+	}
+}
+
+// leave counts an open session of uid less. b.mu is held.
+func (b *ringBudget) leave(uid uint32) {
+	b.nopen--
+	if b.open[uid]--; b.open[uid] <= 0 {
+		delete(b.open, uid)
 	}
 }
 

@@ -20,13 +20,14 @@ func halving(full int64, maxShift uint) RingRequest {
 	return RingRequest{MaxShift: maxShift, Size: func(k uint) int64 { return full >> k }}
 }
 
-// TestRingBudgetGrants: a session gets full-size rings while its uid's
-// share and the node's budget have room (at most half of what is left
-// unless at the smallest size), smaller ones after, and ERROR code 5
-// when not even the smallest fits; another uid is not affected by a uid
-// that used its share.
+// TestRingBudgetGrants: a session gets full-size rings while they leave
+// room for the smallest rings of the sessions the limits still allow and
+// take at most half of the rest, smaller ones after, the smallest while
+// they fit, and ERROR code 5 then; another uid still gets full rings.
+// Here: shares of 32 MiB, 4 sessions of a uid and 8 in all, rings of
+// 8 MiB halved to 1 MiB at most.
 func TestRingBudgetGrants(t *testing.T) {
-	b := newRingBudget(RingLimits{Memory: 64 * mib, MemoryPerUID: 32 * mib, Wait: time.Millisecond}, 256, 64)
+	b := newRingBudget(RingLimits{Memory: 64 * mib, MemoryPerUID: 32 * mib, Wait: time.Millisecond}, 8, 4)
 	tests := []struct {
 		name      string
 		uid       uint32
@@ -34,11 +35,12 @@ func TestRingBudgetGrants(t *testing.T) {
 		wantShift uint
 		wantErr   string
 	}{
-		{"first full", 1000, halving(8*mib, 3), 0, ""},
-		{"second full", 1000, halving(8*mib, 3), 0, ""}, // 8 ≤ 24/2
-		{"third full", 1000, halving(8*mib, 3), 0, ""},  // 8 ≤ 16/2
+		{"first full", 1000, halving(8*mib, 3), 0, ""},   // 8 ≤ (32-3)/2
+		{"second full", 1000, halving(8*mib, 3), 0, ""},  // 8 ≤ (24-2)/2
+		{"third halved", 1000, halving(8*mib, 3), 1, ""}, // 8 > (16-1)/2
 		{"fourth halved", 1000, halving(8*mib, 3), 1, ""},
-		{"fifth quarter", 1000, halving(8*mib, 3), 2, ""},
+		{"past the session limit", 1000, halving(8*mib, 3), 1, ""}, // the server refuses it first; the budget still bounds it
+		{"quarter", 1000, halving(8*mib, 3), 2, ""},
 		{"smallest", 1000, halving(8*mib, 3), 3, ""},
 		{"smallest takes the rest", 1000, halving(8*mib, 3), 3, ""},
 		{"share spent", 1000, halving(8*mib, 3), 0, "max_ring_memory_per_uid"},
@@ -61,8 +63,33 @@ func TestRingBudgetGrants(t *testing.T) {
 		})
 	}
 	st := b.stats()
-	if st.Shrunk != 4 || st.Refused != 2 || st.Held != 32*mib+8*mib {
-		t.Errorf("stats %+v: want 4 shrunk, 2 refused, %d held", st, 40*mib)
+	if st.Shrunk != 6 || st.Refused != 2 || st.Held != 32*mib+8*mib {
+		t.Errorf("stats %+v: want 6 shrunk, 2 refused, %d held", st, 40*mib)
+	}
+}
+
+// TestRingBudgetKeepsTheSmallest: sessions of a uid that take full
+// rings leave the smallest rings for every session its limit still
+// allows, so a uid's last allowed session is never refused for memory.
+func TestRingBudgetKeepsTheSmallest(t *testing.T) {
+	const sessions = 64
+	b := newRingBudget(RingLimits{Memory: 256 * mib, MemoryPerUID: 128 * mib, Wait: time.Millisecond}, 256, sessions)
+	req := RingRequest{MaxShift: 6, Size: func(k uint) int64 { return max(int64(15*mib)>>k, 300<<10) }}
+	full := 0
+	for i := range sessions {
+		k, _, err := b.reserve(7, req)
+		if err != nil {
+			t.Fatalf("session %d of %d: %v", i+1, sessions, err)
+		}
+		if k == 0 {
+			full++
+		}
+	}
+	if full < 4 {
+		t.Errorf("%d sessions got full rings, want the first few", full)
+	}
+	if _, _, err := b.reserve(0, req); err != nil {
+		t.Errorf("root beside a uid at its limit: %v", err)
 	}
 }
 
