@@ -36,6 +36,8 @@ var Classes = []ClassInfo{
 	// to read a launch for each of the 200k device numbers.
 	{"devices", ManyDevices, 2 * Duration},
 	{"calibration", HostileCalibration, Duration},
+	{"rings", RingHog, Duration},
+	{"tickets", TicketChurn, Duration},
 }
 
 // ClassInfo names a hostile class and how long the suite runs it.
