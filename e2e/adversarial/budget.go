@@ -66,10 +66,13 @@ func RingHog(ctx context.Context, socket string) error {
 		}
 	}()
 	for i := 0; i < RingSessions && ctx.Err() == nil; i++ {
-		s, err := dialAs(HostileUID, socket, "rings", 2*time.Second)
+		s, err := dialAsRetry(ctx, HostileUID, socket, "rings")
 		var pe *agentwire.ProtocolError
 		if errors.As(err, &pe) && pe.Code == agentwire.CodeTooMany {
 			continue // refused for want of ring memory: what the budget is for
+		}
+		if err != nil && ctx.Err() != nil {
+			break
 		}
 		if err != nil {
 			return fmt.Errorf("rings: session %d: %w", i, err)
@@ -220,6 +223,21 @@ func dialAs(uid int, socket, name string, timeout time.Duration) (*agent.Session
 	}
 	runtime.UnlockOSThread()
 	return s, err
+}
+
+// dialAsRetry is dialAs retried for up to 5 s while the connection is
+// closed before its answer: when every class runs at once, the others'
+// dials of the same uid can evict it before its HELLO (as session does).
+func dialAsRetry(ctx context.Context, uid int, socket, name string) (*agent.Session, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, err := dialAs(uid, socket, name, 2*time.Second)
+		var pe *agentwire.ProtocolError
+		if err == nil || errors.As(err, &pe) || time.Now().After(deadline) || ctx.Err() != nil {
+			return s, err
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
 }
 
 // collectorPID returns the pid serving socket (SO_PEERCRED of a plain
