@@ -92,13 +92,15 @@ func dropSessionFiles(r *gpuReceiver, p *agent.Peer) {
 	}
 }
 
-// ringSelfMetrics are the ring budget's counters (none without a server).
+// ringSelfMetrics are the ring budget's counters and the idle checks'
+// cut /proc reads (none without a server).
 func ringSelfMetrics(srv *agent.Server) []translate.SelfMetric {
 	if srv == nil {
 		return nil
 	}
 	st := srv.RingStats()
 	return []translate.SelfMetric{
+		{Name: "gpuprobe.receiver.sessions.maps_truncated", Unit: "{session}", Desc: "Idle sessions ended because their process's /proc/PID/maps was past the 32 MiB read bound before any of their regions.", Value: srv.Stats().MapsTruncated},
 		{Name: "gpuprobe.receiver.rings.shrunk", Unit: "{session}", Desc: "Sessions given smaller rings than configured to fit the ring budget (agent::max_ring_memory, max_ring_memory_per_uid).", Value: st.Shrunk},
 		{Name: "gpuprobe.receiver.rings.refused", Unit: "{session}", Desc: "Sessions refused because not even their smallest rings fit the ring budget (the application runs unrecorded).", Value: st.Refused},
 		{Name: "gpuprobe.receiver.rings.evicted", Unit: "{session}", Desc: "Closed sessions whose rings were asked to be drained early to make room for others.", Value: st.Evicted},
