@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/internal/procread"
 )
 
@@ -80,5 +83,59 @@ func TestScanMapsCut(t *testing.T) {
 	}
 	if r.read > procread.MaxMapsBytes+procread.MaxMapsLine+1 {
 		t.Errorf("read %d bytes, bound %d", r.read, procread.MaxMapsBytes)
+	}
+}
+
+// TestIdleSessionsHugeMaps: 16 idle sessions of a process whose maps
+// lists 150 MiB of mappings of a 3,800-byte path before their regions:
+// the idle checks read it at most once a second for all of them, each
+// read cut at procread.MaxMapsBytes, and end them all as unverifiable
+// (Stats.MapsTruncated), instead of keeping them for good.
+func TestIdleSessionsHugeMaps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short: maps 40,000 pages to make a 150 MiB /proc/self/maps")
+	}
+	o := newOwner(t)
+	s := listen(t, o, Options{IdleTimeout: 300 * time.Millisecond, FrameTimeout: 100 * time.Millisecond})
+	const sessions = 16
+	for range sessions {
+		sess, err := Dial(s.Path(), agentwire.Hello{Name: "huge-maps"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+	}
+	// Mapped after the sessions' regions: lower addresses, listed first.
+	dir := t.TempDir()
+	for range 15 {
+		dir = filepath.Join(dir, strings.Repeat("d", 250))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Skipf("a 3,800-byte path: %v", err)
+	}
+	f, err := os.Create(filepath.Join(dir, "page"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	for range 40000 {
+		mem, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE)
+		if err != nil {
+			t.Fatalf("mmap: %v", err)
+		}
+		defer unix.Munmap(mem)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for st := s.Stats(); st.Reclaimed < sessions; st = s.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v: want %d idle sessions ended", st, sessions)
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+	if st := s.Stats(); st.MapsTruncated != sessions {
+		t.Errorf("stats %+v: want all %d counted as cut", st, sessions)
 	}
 }
