@@ -2,11 +2,15 @@ package adversarial
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -23,9 +27,9 @@ import (
 )
 
 // Hostile classes against the per-client budgets of what a session makes
-// the collector hold: ring memory (RingHog) and sessions closed but not
-// yet drained (TicketChurn). Both run as HostileUID, beside root clients
-// whose share they must not take.
+// the collector hold: ring memory (RingHog), sessions closed but not yet
+// drained (TicketChurn), both as HostileUID beside root clients whose
+// share they must not take, and /proc reads (HugeMaps).
 
 // HostileUID is the allowed, unprivileged uid the budget classes connect
 // as (agent::allowed_uids lists it).
@@ -292,4 +296,174 @@ func ringMapped(pid int) (int64, error) {
 		return 0, fmt.Errorf("ring mappings: %w", err)
 	}
 	return sum, nil
+}
+
+// The bounds of HugeMaps.
+const (
+	// IdleSessions is how many idle sessions HugeMaps holds.
+	IdleSessions = 16
+	// junkMappings of a junkPath-long path make the test process's
+	// /proc/PID/maps about 150 MiB.
+	junkMappings = 40000
+	junkDirs     = 15 // components of 250 bytes
+)
+
+// HugeMaps takes IdleSessions sessions over raw connections, maps their
+// regions as a shim would, then maps one page of a 3,800-byte path
+// junkMappings times, so that /proc/PID/maps lists 150 MiB before the
+// sessions' regions, and stays silent. The collector's idle checks
+// (agent::idle_timeout) must read that within their bound and end every
+// one of the sessions before the class's time is up, instead of keeping
+// them (and reading 32 MiB per session per check) for good.
+func HugeMaps(ctx context.Context, socket string) error {
+	var conns []*net.UnixConn
+	var regions []*shm.Region
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		for _, r := range regions {
+			_ = r.Close()
+		}
+	}()
+	for i := 0; i < IdleSessions && ctx.Err() == nil; i++ {
+		c, rs, err := rawSessionRetry(ctx, socket)
+		if err != nil && ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("maps: session %d: %w", i, err)
+		}
+		conns, regions = append(conns, c), append(regions, rs...)
+	}
+	unmap, err := junkMaps()
+	if err != nil {
+		return fmt.Errorf("maps: %w", err)
+	}
+	defer unmap()
+	var ended atomic.Int64
+	var wg sync.WaitGroup
+	deadline, _ := ctx.Deadline()
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.SetReadDeadline(deadline)
+			var b [1]byte
+			if _, err := c.Read(b[:]); errors.Is(err, io.EOF) {
+				ended.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := ended.Load(); n < int64(len(conns)) && len(conns) == IdleSessions {
+		return fmt.Errorf("maps: the collector ended %d of %d idle sessions of a process whose /proc/PID/maps lists 150 MiB before their regions",
+			n, len(conns))
+	}
+	return nil
+}
+
+// rawSessionRetry is rawSession retried for up to 5 s, as session is:
+// when every class runs at once, the others' dials can close this one
+// before its HELLO.
+func rawSessionRetry(ctx context.Context, socket string) (*net.UnixConn, []*shm.Region, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, rs, err := rawSession(socket)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return c, rs, err
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
+}
+
+// rawSession says HELLO on a plain connection, takes the WELCOME and maps
+// its shm regions (the headerless ones are left out).
+func rawSession(socket string) (*net.UnixConn, []*shm.Region, error) {
+	c, err := dialRaw(socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	hf, err := agentwire.MarshalHello(hello("maps"))
+	if err == nil {
+		_, err = c.Write(hf)
+	}
+	buf := make([]byte, agentwire.FrameHeader+agentwire.MaxPayload)
+	oob := make([]byte, unix.CmsgSpace(4*64))
+	var n, oobn int
+	if err == nil {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, oobn, _, _, err = c.ReadMsgUnix(buf, oob)
+		_ = c.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, fmt.Errorf("handshake: %w", err)
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if f, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	var regions []*shm.Region
+	for _, fd := range fds {
+		if r, err := shm.Map(fd, 0); err == nil {
+			regions = append(regions, r)
+		}
+		_ = unix.Close(fd)
+	}
+	if t, _, err := agentwire.ReadFrame(bytes.NewReader(buf[:n])); err != nil || t != agentwire.FrameWelcome {
+		_ = c.Close()
+		for _, r := range regions {
+			_ = r.Close()
+		}
+		return nil, nil, fmt.Errorf("handshake: frame type %d, %v; want WELCOME", t, err)
+	}
+	return c, regions, nil
+}
+
+// junkMaps maps one page of a file with a 3,800-byte path junkMappings
+// times and returns what unmaps them and removes the file.
+func junkMaps() (func(), error) {
+	root, err := os.MkdirTemp("", "gpuprobe-adversarial-maps-")
+	if err != nil {
+		return nil, err
+	}
+	dir := root
+	for range junkDirs {
+		dir = filepath.Join(dir, strings.Repeat("d", 250))
+	}
+	var mems [][]byte
+	undo := func() {
+		for _, m := range mems {
+			_ = unix.Munmap(m)
+		}
+		_ = os.RemoveAll(root)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		undo()
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "page"))
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	defer f.Close()
+	if err := f.Truncate(4096); err != nil {
+		undo()
+		return nil, err
+	}
+	for range junkMappings {
+		m, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE)
+		if err != nil {
+			undo()
+			return nil, fmt.Errorf("mmap: %w", err)
+		}
+		mems = append(mems, m)
+	}
+	return undo, nil
 }

@@ -38,6 +38,7 @@ var Classes = []ClassInfo{
 	{"calibration", HostileCalibration, Duration},
 	{"rings", RingHog, Duration},
 	{"tickets", TicketChurn, Duration},
+	{"maps", HugeMaps, Duration},
 }
 
 // ClassInfo names a hostile class and how long the suite runs it.
