@@ -45,7 +45,7 @@ const (
 	// budget, RingSessions sessions of the suite's rings map 435 MiB.
 	MaxRingMapped = agent.DefaultRingMemory
 	// ChurnWorkers is how many sessions TicketChurn opens at once.
-	ChurnWorkers = 16
+	ChurnWorkers = 8
 	// MaxRingFds bounds the collector's descriptors of ring memfds while
 	// TicketChurn runs: a session holds its three rings' memfds only
 	// until WELCOME is sent (and one that ended, none); this leaves room
