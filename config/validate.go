@@ -178,8 +178,9 @@ func (a *AgentConfig) validate(l *errs) {
 }
 
 // Bounds of agent::max_ring_memory and max_ring_memory_per_uid: the
-// defaults hold 8 sessions of a uid with full-size default rings (about
-// 14.5 MiB each) and 64 at the smallest; the minimum holds a few.
+// defaults give a uid's first sessions full-size default rings (15 MiB
+// each) and every one of the 64 it may open at least the smallest
+// (0.5 MiB); the minimum holds a few full-size sessions.
 const (
 	DefaultMaxRingMemory       = 256 << 20
 	DefaultMaxRingMemoryPerUID = 128 << 20

@@ -15,7 +15,7 @@ import (
 const (
 	maxRingShift     = 6    // at most 1/64 of the configured sizes
 	minLaunchSlots   = 1024 // launch ring floor
-	minNameSlots     = 16   // names ring floor
+	minNameSlots     = 64   // names ring floor: a burst of new kernels between polls
 	minExecRingSlots = 1024 // kernel_phases ring floor
 )
 
