@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -61,52 +60,6 @@ func TestDecodeKeepsValidValues(t *testing.T) {
 	if c.Buffers.RingSlots != 4096 || c.Buffers.SlotSize != 256 || c.Limits.MaxKernelNames != 7 ||
 		len(c.Agent.AllowedUIDs) != 1 || c.Agent.AllowedUIDs[0] != 1000 {
 		t.Fatalf("decoded %+v %+v %+v", c.Buffers, c.Limits, c.Agent)
-	}
-}
-
-func TestValidateSocketDirectory(t *testing.T) {
-	base := t.TempDir()
-	mkdir := func(name string, mode os.FileMode) string {
-		d := filepath.Join(base, name)
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(d, mode); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	file := filepath.Join(base, "file")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name, dir, want string
-	}{
-		{"private", mkdir("private", 0o750), ""},
-		{"missing", filepath.Join(base, "missing", "sub"), "agent::socket: directory " + filepath.Join(base, "missing", "sub") + " does not exist"},
-		{"not a directory", file, "is not a directory"},
-		{"world-writable", mkdir("open", 0o777), "is world-writable (mode 0777) without the sticky bit"},
-	}
-	if os.Geteuid() == 0 {
-		// Root owns the directory, so sticky + world-writable is /tmp's shape.
-		tests = append(tests, struct{ name, dir, want string }{"sticky root", mkdir("sticky", 0o777|os.ModeSticky), ""})
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := Default()
-			c.Agent.Socket = filepath.Join(tt.dir, "agent.sock")
-			err := c.Validate()
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Validate() = %v, want one containing %q", err, tt.want)
-			}
-		})
 	}
 }
 

@@ -184,6 +184,11 @@ type LimitsConfig struct {
 	// MaxKernelNames is the number of distinct kernel names of each
 	// process that get their own series; its others fold into "other".
 	MaxKernelNames int `mapstructure:"max_kernel_names"`
+	// MaxKernelNameBytes is the bytes of kernel names that one client
+	// (agent session) may make the collector hold for its function
+	// handles; beyond it, handles no pending launch uses are forgotten,
+	// and names that still do not fit count under "other".
+	MaxKernelNameBytes int `mapstructure:"max_kernel_name_bytes"`
 	// MaxThreadSeries is the number of per-thread series kept (threadhist);
 	// 0 keeps only the distributions.
 	MaxThreadSeries int `mapstructure:"max_thread_series"`
@@ -282,6 +287,7 @@ const (
 	DefaultMaxThreads         = 1 << 20
 	DefaultMapEntries         = 1024
 	DefaultMaxKernelNames     = 100
+	DefaultMaxKernelNameBytes = 1 << 20 // limits::max_kernel_name_bytes, per client
 	DefaultMaxThreadSeries    = 1024
 	DefaultMaxPendingLaunches = 65536
 	DefaultLaunchTimeout      = 5 * time.Second
@@ -340,6 +346,7 @@ func Default() *Config {
 		},
 		Limits: LimitsConfig{
 			MaxKernelNames:     DefaultMaxKernelNames,
+			MaxKernelNameBytes: DefaultMaxKernelNameBytes,
 			MaxThreadSeries:    DefaultMaxThreadSeries,
 			MaxPendingLaunches: DefaultMaxPendingLaunches,
 			LaunchTimeout:      DefaultLaunchTimeout,

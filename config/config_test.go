@@ -50,7 +50,7 @@ func TestLoadYAML(t *testing.T) {
 				TracesPerSecondPerKernel: 0.5, TracesPerSecondPerProcess: 20, AnomaliesPerSecondPerProcess: 5,
 				AnomaliesPerSecondPerNode: 25, SlowFactor: 8, HostWaitThreshold: 2 * time.Millisecond}
 			c.Buffers = BuffersConfig{RingSlots: 4096, SlotSize: 256, MaxThreads: 65536, MapEntries: 512}
-			c.Limits = LimitsConfig{MaxKernelNames: 20, MaxThreadSeries: 16, PerThreadSeries: true, MaxPendingLaunches: 1000,
+			c.Limits = LimitsConfig{MaxKernelNames: 20, MaxKernelNameBytes: DefaultMaxKernelNameBytes, MaxThreadSeries: 16, PerThreadSeries: true, MaxPendingLaunches: 1000,
 				LaunchTimeout: 2 * time.Second, MaxMapKeys: 64, SpansPerSecond: 500}
 			c.PollInterval = 5 * time.Millisecond
 			c.HostProbes = HostProbesConfig{Enabled: true, LibraryPaths: []string{"/usr/lib/x86_64-linux-gnu"},

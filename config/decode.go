@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -16,16 +17,110 @@ import (
 // fits its field's type: mapstructure converts with Go's conversions, so
 // ring_slots: 4294967360 would otherwise become 64 and a value beyond
 // uint64 a negative int. It implements confmap.Unmarshaler.
+//
+// Every problem is reported once, on its own line, under its "::" key:
+// mapstructure's own errors (unknown keys, wrong types) are rewritten from
+// its "a.b" names and nested "decoding failed" wrappers.
 func (c *Config) Unmarshal(conf *confmap.Conf) error {
 	var l errs
 	checkFits(&l, "", conf.ToStringMap(), reflect.TypeOf(c).Elem())
-	if len(l) > 0 {
-		return errors.Join(l...)
-	}
 	if err := conf.Unmarshal(c); err != nil {
-		return fmt.Errorf("gpuprobe config: %w", err)
+		seen := map[string]bool{}
+		for _, e := range l {
+			seen[e.(*keyError).key] = true
+		}
+		for _, e := range decodeErrors(err, reflect.TypeOf(*c).String()) {
+			if !seen[e.key] {
+				l = append(l, e)
+			}
+		}
+	}
+	if len(l) > 0 {
+		return &configErrors{l}
 	}
 	return nil
+}
+
+// configErrors are the problems Unmarshal found, one a line under a
+// heading: mapstructure prints the error after the empty name of the
+// top-level value.
+type configErrors struct{ list errs }
+
+func (e *configErrors) Error() string {
+	lines := make([]string, len(e.list))
+	for i, err := range e.list {
+		lines[i] = err.Error()
+	}
+	return "gpuprobe config:\n" + strings.Join(lines, "\n")
+}
+
+func (e *configErrors) Unwrap() []error { return e.list }
+
+// namedError is mapstructure's DecodeError: a field name and its problem.
+type namedError interface {
+	error
+	Name() string
+	Unwrap() error
+}
+
+// decodeErrors flattens a mapstructure error into one keyError per
+// problem: joined errors split, wrappers dropped, names rewritten as keys
+// (root is the name mapstructure gives the top-level struct).
+func decodeErrors(err error, root string) []*keyError {
+	var out []*keyError
+	var walk func(error)
+	walk = func(err error) {
+		switch x := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range x.Unwrap() {
+				walk(e)
+			}
+		case *keyError:
+			out = append(out, x)
+		case namedError:
+			key := decodeKey(x.Name(), root)
+			if inner := x.Unwrap(); nested(inner) {
+				walk(inner)
+			} else if msg := inner.Error(); strings.HasPrefix(msg, "has invalid keys: ") {
+				for _, k := range strings.Split(strings.TrimPrefix(msg, "has invalid keys: "), ", ") {
+					out = append(out, &keyError{key: joinKey(key, k), reason: "unknown key"})
+				}
+			} else {
+				out = append(out, &keyError{key: key, reason: msg})
+			}
+		default:
+			if inner := errors.Unwrap(err); inner != nil && nested(inner) {
+				walk(inner)
+				return
+			}
+			out = append(out, &keyError{reason: err.Error()})
+		}
+	}
+	walk(err)
+	return out
+}
+
+// nested reports whether err holds further named or joined errors (rather
+// than being one problem's reason).
+func nested(err error) bool {
+	var n namedError
+	var j interface{ Unwrap() []error }
+	var k *keyError
+	return errors.As(err, &n) || errors.As(err, &j) || errors.As(err, &k)
+}
+
+// mapIndex matches a map key in a mapstructure name ("[counts]"), not a
+// list index ("[0]").
+var mapIndex = regexp.MustCompile(`\[([^\]]*[^0-9\]][^\]]*)\]`)
+
+// decodeKey turns a mapstructure name (sampling.one_in,
+// programs[0].map_values[counts]) into a key (sampling::one_in,
+// programs[0]::map_values::counts).
+func decodeKey(name, root string) string {
+	if name == root {
+		return ""
+	}
+	return strings.ReplaceAll(mapIndex.ReplaceAllString(name, ".$1"), ".", "::")
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
@@ -71,9 +166,22 @@ func checkFits(l *errs, key string, raw any, t reflect.Type) {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if t == durationType {
-			return // durations have their own decode hook and range checks
+			checkDuration(l, key, raw)
+			return // strings have their own decode hook and range checks
 		}
 		checkInteger(l, key, raw, t)
+	}
+}
+
+// checkDuration refuses a number in a duration key: mapstructure would
+// read launch_timeout: 5 as 5 ns. Only 0 means the same in every unit.
+func checkDuration(l *errs, key string, raw any) {
+	if v, ok := integerValue(raw); ok && v.Sign() == 0 {
+		return
+	}
+	switch raw.(type) {
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		l.add(key, "must be a duration with a unit (e.g. %vs or %vms), got the bare number %v", raw, raw, raw)
 	}
 }
 

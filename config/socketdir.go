@@ -9,19 +9,56 @@ import (
 	"syscall"
 )
 
-// CheckSocketDir checks the directory that will hold the agent socket
-// (socket is its path). The collector runs as root and never creates it:
-// the directory must exist (e.g. systemd's RuntimeDirectory=gpuprobe), be a
-// directory, be owned by root or the collector's uid, and not be
-// world-writable unless it has the sticky bit and root owns it (/tmp's
-// shape), so that no other user can replace the socket.
-func CheckSocketDir(socket string) error {
+// socketDirMode is the mode of a socket directory the collector creates:
+// anyone may reach the socket (its own mode and the peer checks decide
+// who may connect), only its owner may change what the directory holds.
+const socketDirMode = 0o755
+
+// EnsureSocketDir prepares the directory that will hold the agent socket
+// (socket is its path) at start. A missing directory is created, owned by
+// the collector (root, normally) with mode 0755; its parent must exist. An
+// existing one must be a directory owned by root or the collector's uid,
+// and not group- or world-writable unless it has the sticky bit and root
+// owns it (/tmp's shape), so that no other user can replace the socket.
+// Errors name agent::socket.
+func EnsureSocketDir(socket string) error {
 	dir := filepath.Dir(socket)
+	if err := os.Mkdir(dir, socketDirMode); err == nil {
+		// Mkdir's mode passes through the umask; clients need 0755.
+		if err := os.Chmod(dir, socketDirMode); err != nil {
+			return fmt.Errorf("agent::socket: directory %s: %w", dir, err)
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("agent::socket: creating directory %s: %w", dir, err)
+	}
+	if err := checkSocketDir(dir); err != nil {
+		return fmt.Errorf("agent::socket: %w", err)
+	}
+	return nil
+}
+
+// CheckSocketDirUsable reports, without changing anything, whether
+// EnsureSocketDir would succeed for socket on this machine: the directory
+// exists and is safe, or its parent exists to create it in.
+func CheckSocketDirUsable(socket string) error {
+	dir := filepath.Dir(socket)
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		parent := filepath.Dir(dir)
+		if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+			return fmt.Errorf("agent::socket: directory %s is missing and cannot be created: its parent %s is not a directory", dir, parent)
+		}
+		return nil
+	}
+	if err := checkSocketDir(dir); err != nil {
+		return fmt.Errorf("agent::socket: %w", err)
+	}
+	return nil
+}
+
+// checkSocketDir checks an existing socket directory (EnsureSocketDir).
+func checkSocketDir(dir string) error {
 	fi, err := os.Stat(dir)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("directory %s does not exist (the collector does not create it: "+
-			"create it with the owner and mode that clients need)", dir)
 	case err != nil:
 		return fmt.Errorf("directory %s: %w", dir, err)
 	case !fi.IsDir():
@@ -35,8 +72,9 @@ func CheckSocketDir(socket string) error {
 	if st.Uid != 0 && st.Uid != euid {
 		return fmt.Errorf("directory %s is owned by uid %d, want root or the collector's uid %d", dir, st.Uid, euid)
 	}
-	if perm := fi.Mode().Perm(); perm&0o002 != 0 && (fi.Mode()&fs.ModeSticky == 0 || st.Uid != 0) {
-		return fmt.Errorf("directory %s is world-writable (mode %04o) without the sticky bit and root ownership", dir, perm)
+	sticky := fi.Mode()&fs.ModeSticky != 0 && st.Uid == 0
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 && !sticky {
+		return fmt.Errorf("directory %s is group- or world-writable (mode %04o) without the sticky bit and root ownership", dir, perm)
 	}
 	return nil
 }

@@ -27,6 +27,8 @@ const (
 	maxMaxThreads     = 1 << 27
 	maxMapEntries     = 1 << 24
 	maxKernelNamesCap = 100000
+	minNameBytes      = 16 << 10 // limits::max_kernel_name_bytes: two whole 4 KiB names and their demangled forms
+	maxNameBytes      = 64 << 20
 	maxThreadSeries   = 1 << 20
 	maxPendingCap     = 1 << 22
 	maxMapKeysCap     = 1 << 16
@@ -59,7 +61,12 @@ type keyError struct {
 	reason string
 }
 
-func (e *keyError) Error() string { return e.key + ": " + e.reason }
+func (e *keyError) Error() string {
+	if e.key == "" {
+		return e.reason
+	}
+	return e.key + ": " + e.reason
+}
 
 type errs []error
 
@@ -155,10 +162,6 @@ func (a *AgentConfig) validate(l *errs) {
 		l.add("agent::socket", "must be an absolute path, got %q", a.Socket)
 	case len(a.Socket) > maxSocketPath:
 		l.add("agent::socket", "must be at most %d bytes (unix socket path limit), got %d", maxSocketPath, len(a.Socket))
-	default:
-		if err := CheckSocketDir(a.Socket); err != nil {
-			l.add("agent::socket", "%v", err)
-		}
 	}
 	if _, err := parseMode(a.SocketMode); err != nil {
 		l.add("agent::socket_mode", "%v", err)
@@ -342,6 +345,9 @@ func (b *BuffersConfig) validate(l *errs) {
 func (m *LimitsConfig) validate(l *errs) {
 	if m.MaxKernelNames < 1 || m.MaxKernelNames > maxKernelNamesCap {
 		l.add("limits::max_kernel_names", "must be between 1 and %d, got %d", maxKernelNamesCap, m.MaxKernelNames)
+	}
+	if m.MaxKernelNameBytes < minNameBytes || m.MaxKernelNameBytes > maxNameBytes {
+		l.add("limits::max_kernel_name_bytes", "must be between %d and %d, got %d", minNameBytes, maxNameBytes, m.MaxKernelNameBytes)
 	}
 	if m.MaxThreadSeries < 0 || m.MaxThreadSeries > maxThreadSeries {
 		l.add("limits::max_thread_series", "must be between 0 and %d, got %d", maxThreadSeries, m.MaxThreadSeries)

@@ -28,14 +28,15 @@ const appContainerID = "3f1c9a2b7d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4
 // processor (the contrib release the distribution builds) against a real
 // kube-apiserver that holds gpu-pod.yaml's pod with a running container,
 // and feeds it a resource as the receiver makes one for a process of that
-// container: no network peer, container.id from the cgroup.
+// container: no network peer, k8s.pod.uid and container.id from the
+// cgroup, either alone or both.
 func TestPodAssociationOnContainerID(t *testing.T) {
 	kas, etcd := os.Getenv("GPUPROBE_KUBE_APISERVER"), os.Getenv("GPUPROBE_ETCD")
 	if kas == "" || etcd == "" {
 		t.Skip("GPUPROBE_KUBE_APISERVER and GPUPROBE_ETCD are not set (make deploy-dryrun sets them)")
 	}
 	cfg := apiServer(t, kas, etcd)
-	createRunningPod(t, cfg, "node-1")
+	podUID := createRunningPod(t, cfg, "node-1")
 
 	t.Setenv("KUBECONFIG", writeKubeconfig(t, cfg))
 	t.Setenv("K8S_NODE_NAME", "node-1")
@@ -58,14 +59,19 @@ func TestPodAssociationOnContainerID(t *testing.T) {
 	}
 	defer p.Shutdown(context.Background())
 
+	pod := map[string]string{"k8s.pod.name": "cuda-app", "k8s.namespace.name": "gpu",
+		"k8s.container.name": "app", "k8s.node.name": "node-1", "service.name": "cuda-app"}
 	for _, tc := range []struct {
-		containerID string
-		want        map[string]string
+		podUID, containerID string
+		want                map[string]string
 	}{
-		{appContainerID, map[string]string{"k8s.pod.name": "cuda-app", "k8s.namespace.name": "gpu",
-			"k8s.container.name": "app", "k8s.node.name": "node-1", "service.name": "cuda-app"}},
+		{"", appContainerID, pod},
+		{podUID, appContainerID, pod},
+		// Before the pod's status lists the container: the pod by its uid.
+		{podUID, "", map[string]string{"k8s.pod.name": "cuda-app", "k8s.namespace.name": "gpu",
+			"k8s.node.name": "node-1", "service.name": "cuda-app"}},
 		// A process outside any pod: nothing to associate, nothing added.
-		{"", map[string]string{"k8s.pod.name": "", "service.name": "cuda-app"}},
+		{"", "", map[string]string{"k8s.pod.name": "", "service.name": "cuda-app"}},
 	} {
 		md := pmetric.NewMetrics()
 		res := md.ResourceMetrics().AppendEmpty().Resource().Attributes()
@@ -73,6 +79,9 @@ func TestPodAssociationOnContainerID(t *testing.T) {
 		res.PutInt("process.pid", 4242)
 		if tc.containerID != "" {
 			res.PutStr("container.id", tc.containerID)
+		}
+		if tc.podUID != "" {
+			res.PutStr("k8s.pod.uid", tc.podUID)
 		}
 		md.ResourceMetrics().At(0).ScopeMetrics().AppendEmpty().Metrics().AppendEmpty().SetEmptyGauge().DataPoints().AppendEmpty().SetIntValue(1)
 		sink.Reset()
@@ -86,15 +95,16 @@ func TestPodAssociationOnContainerID(t *testing.T) {
 				s = v.AsString()
 			}
 			if s != want {
-				t.Errorf("container.id %q: %s = %q, want %q (resource %v)", tc.containerID, k, s, want, got.AsRaw())
+				t.Errorf("k8s.pod.uid %q, container.id %q: %s = %q, want %q (resource %v)", tc.podUID, tc.containerID, k, s, want, got.AsRaw())
 			}
 		}
 	}
 }
 
 // createRunningPod stores gpu-pod.yaml's pod in namespace gpu on node,
-// with the status a kubelet on containerd reports for its running app.
-func createRunningPod(t *testing.T, cfg *rest.Config, node string) {
+// with the status a kubelet on containerd reports for its running app,
+// and returns its uid.
+func createRunningPod(t *testing.T, cfg *rest.Config, node string) string {
 	t.Helper()
 	ctx := context.Background()
 	dyn, err := dynamic.NewForConfig(cfg)
@@ -130,6 +140,7 @@ func createRunningPod(t *testing.T, cfg *rest.Config, node string) {
 	if _, err := pods.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return string(created.GetUID())
 }
 
 // writeKubeconfig writes a kubeconfig for cfg's server and token.

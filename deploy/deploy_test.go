@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -128,17 +129,49 @@ func parseConfig(t *testing.T, text string) collectorConfig {
 	pm, _ := get(agent, "max_patch_memory").(float64)
 	lm, _ := get(c, "processors", "memory_limiter", "limit_mib").(float64)
 	cc := collectorConfig{socket: str(agent, "socket"), gids: list(agent, "allowed_gids"), patchMem: pm, limiterMB: lm, raw: c}
-	assoc := list(c, "processors", "k8s_attributes", "pod_association")
-	if len(assoc) != 1 || str(assoc, "0", "sources", "0", "from") != "resource_attribute" ||
-		str(assoc, "0", "sources", "0", "name") != "container.id" {
-		t.Errorf("k8s_attributes::pod_association: want one rule on resource_attribute container.id, got %v", assoc)
-	}
+	checkAssociation(t, c)
 	// passthrough: true would only tag the peer's IP, adding no pod
 	// attributes; the pod's must come from the processor's lookup.
 	if pt, ok := get(c, "processors", "k8s_attributes", "passthrough").(bool); !ok || pt {
 		t.Errorf("k8s_attributes::passthrough: want false, set explicitly, got %v", get(c, "processors", "k8s_attributes", "passthrough"))
 	}
 	return cc
+}
+
+// associationSources are the resource attributes k8s_attributes finds the
+// pod by, in order: both are what the receiver reads itself from the
+// process's cgroup, never the application's word.
+var associationSources = []string{"k8s.pod.uid", "container.id"}
+
+// checkAssociation checks that k8s_attributes is authoritative for the
+// pod: it associates on associationSources alone, one rule each, and
+// every pipeline that runs it takes data from the gpuprobe receiver
+// alone. The processor never replaces an attribute already set, so
+// another receiver's clients (OTLP's) would keep the k8s.* they set
+// themselves; the gpuprobe receiver drops them.
+func checkAssociation(t *testing.T, c obj) {
+	t.Helper()
+	assoc := list(c, "processors", "k8s_attributes", "pod_association")
+	ok := len(assoc) == len(associationSources)
+	for i, name := range associationSources {
+		n := strconv.Itoa(i)
+		ok = ok && len(list(assoc, n, "sources")) == 1 &&
+			str(assoc, n, "sources", "0", "from") == "resource_attribute" && str(assoc, n, "sources", "0", "name") == name
+	}
+	if !ok {
+		t.Errorf("k8s_attributes::pod_association: want one rule on each resource_attribute of %v, in order, got %v",
+			associationSources, assoc)
+	}
+	pipelines, _ := get(c, "service", "pipelines").(map[string]any)
+	for name, p := range pipelines {
+		if !slices.Contains(list(p, "processors"), any("k8s_attributes")) {
+			continue
+		}
+		if rs := list(p, "receivers"); len(rs) != 1 || rs[0] != "gpuprobe" {
+			t.Errorf("service::pipelines::%s runs k8s_attributes on data of receivers %v: want gpuprobe alone "+
+				"(the processor keeps the k8s.* attributes other receivers' clients set)", name, rs)
+		}
+	}
 }
 
 // quantity parses the Mi/Gi memory quantities the manifests use.

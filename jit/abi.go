@@ -343,6 +343,15 @@ func (k ProbeKind) String() string {
 	return fmt.Sprintf("ProbeKind(%d)", int(k))
 }
 
+// ContextSize is the bytes of the context a GPU program of kind k finds
+// in r1: a memory-capture program's (MemCtxSize), none for the others.
+func (k ProbeKind) ContextSize() int {
+	if k == ProbeMemCapture {
+		return MemCtxSize
+	}
+	return 0
+}
+
 // StackSize is the size of the eBPF stack in bytes.
 const StackSize = 512
 

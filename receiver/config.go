@@ -12,9 +12,19 @@ import (
 // Config is the receiver's configuration: gpuprobe's own keys (package
 // config) and mdatagen's metrics and resource_attributes keys.
 type Config struct {
-	config.Config                 `mapstructure:",squash"`
+	ownConfig                     `mapstructure:",squash"`
 	metadata.MetricsBuilderConfig `mapstructure:",squash"`
 }
+
+// ownConfig is config.Config embedded under an unexported name: confmap's
+// validation walk calls the Validate promoted to Config and skips
+// unexported fields, so each problem is reported once, under
+// receivers::gpuprobe. Embedded as config.Config, the field was walked
+// too and every problem printed again under receivers::gpuprobe::config.
+type ownConfig = config.Config
+
+// Own returns gpuprobe's own configuration (package config's keys).
+func (c *Config) Own() *config.Config { return &c.ownConfig }
 
 // builderKeys are the top-level keys that belong to MetricsBuilderConfig.
 var builderKeys = []string{"metrics", "resource_attributes"}
@@ -32,7 +42,7 @@ func (c *Config) Unmarshal(conf *confmap.Conf) error {
 			delete(own, k)
 		}
 	}
-	if err := c.Config.Unmarshal(confmap.NewFromStringMap(own)); err != nil {
+	if err := c.ownConfig.Unmarshal(confmap.NewFromStringMap(own)); err != nil {
 		return err
 	}
 	if err := confmap.NewFromStringMap(builder).Unmarshal(&c.MetricsBuilderConfig); err != nil {
@@ -41,6 +51,16 @@ func (c *Config) Unmarshal(conf *confmap.Conf) error {
 	return nil
 }
 
+// Marshal encodes both parts: mapstructure skips the unexported
+// embedding. It implements confmap.Marshaler, on the value: confmap's
+// encoder asks the struct value, not a pointer to it.
+func (c Config) Marshal(conf *confmap.Conf) error {
+	if err := conf.Marshal(&c.ownConfig); err != nil {
+		return err
+	}
+	return conf.Marshal(&c.MetricsBuilderConfig)
+}
+
 func createDefaultConfig() component.Config {
-	return &Config{Config: *config.Default(), MetricsBuilderConfig: metadata.NewDefaultMetricsBuilderConfig()}
+	return &Config{ownConfig: *config.Default(), MetricsBuilderConfig: metadata.NewDefaultMetricsBuilderConfig()}
 }

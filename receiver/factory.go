@@ -32,7 +32,7 @@ func getReceiver(set receiver.Settings, cfg component.Config) (*handle, error) {
 		return nil, fmt.Errorf("gpuprobe: config is %T, want *receiver.Config", cfg)
 	}
 	e, err := instances.acquire(c, func() (*gpuReceiver, error) {
-		r, err := newReceiver(set, &c.Config)
+		r, err := newReceiver(set, c.Own())
 		if err == nil {
 			r.out.view = newMetricView(c.MetricsBuilderConfig)
 		}

@@ -153,3 +153,26 @@ func TestUnsupportedMapTypeFailsStart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUnverifiableProgramFailsStart: a GPU program the verifier refuses
+// (a string helper reading past its 8-byte buffer) fails the receiver's
+// start, naming the config key and the instruction, not a client's first
+// patch.
+func TestUnverifiableProgramFailsStart(t *testing.T) {
+	f := NewFactory()
+	cfg := testConfig(t)
+	cfg.Programs = []config.ProgramConfig{{Path: buildBad(t, "strleak")}}
+	r, err := f.CreateMetrics(context.Background(), receivertest.NewNopSettings(f.Type()), cfg, consumertest.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Start(context.Background(), componenttest.NewNopHost())
+	for _, want := range []string{"programs[0] (object strleak.o", "verifier: insn ", "puts"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("start: %v; want it to say %q", err, want)
+		}
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

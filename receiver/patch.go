@@ -14,6 +14,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/gpuprobe/probes"
 	"github.com/gpuprobe/gpuprobe/internal/kernelfilter"
 	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/jit/verifier"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/demangle"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -68,8 +69,14 @@ func (r *gpuReceiver) newPatcher(objs []*jit.Object) (*patcher.Patcher, error) {
 				continue // host programs are loaded into Linux (hostprobes.go)
 			}
 			if len(pc.Attach) == 0 || slices.Contains(pc.Attach, p.Name) {
+				// Refused at start, not at a client's first patch: the
+				// verdict does not depend on the kernel.
+				key := fmt.Sprintf("programs[%d] (object %s, program %s)", i, filepath.Base(pc.Path), p.Name)
+				if _, err := verifier.Verify(p, verifier.Options{CtxSize: p.Kind.ContextSize()}); err != nil {
+					return nil, fmt.Errorf("gpuprobe: %s: verifier: %w", key, err)
+				}
 				user = append(user, p)
-				keys = append(keys, fmt.Sprintf("programs[%d] (object %s, program %s)", i, filepath.Base(pc.Path), p.Name))
+				keys = append(keys, key)
 			}
 		}
 	}

@@ -98,7 +98,7 @@ func TestPatchSASSOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &gpuReceiver{cfg: &testConfig(t).Config, log: zap.NewNop()}
+	r := &gpuReceiver{cfg: testConfig(t).Own(), log: zap.NewNop()}
 	r.patch.patcher = p
 	_, err = r.onPatch(&agent.Peer{PID: 1}, &agentwire.PatchRequest{Arch: 90, API: agentwire.APISASS})
 	var np *agentwire.NoPatch
@@ -168,7 +168,7 @@ func TestPatchSASSKernels(t *testing.T) {
 	// No filter and every launch probed: the shim need not ask.
 	plain := testConfig(t)
 	plain.Probes.KernelPhases, plain.Probes.SASS = true, true
-	if st := (&gpuReceiver{cfg: &plain.Config}).settings(); st.Flags&agentwire.SettingSASS == 0 || st.Flags&agentwire.SettingSASSFilter != 0 {
+	if st := (&gpuReceiver{cfg: plain.Own()}).settings(); st.Flags&agentwire.SettingSASS == 0 || st.Flags&agentwire.SettingSASSFilter != 0 {
 		t.Errorf("WELCOME settings %+v: SASSFilter without a filter", st)
 	}
 }

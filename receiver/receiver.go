@@ -166,7 +166,8 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		Clock:       mapper,
 		Metrics: translate.MetricOptions{PerThreadSeries: r.cfg.Limits.PerThreadSeries,
 			MaxThreadSeries: r.cfg.Limits.MaxThreadSeries, DurationBounds: r.cfg.Histograms.DurationBounds()},
-		Process: translate.ProcessOptions{ServiceName: r.cfg.Resource.ServiceName, HostName: r.srcs.res.hostName},
+		Process: translate.ProcessOptions{ServiceName: r.cfg.Resource.ServiceName, HostName: r.srcs.res.hostName,
+			Budget: translate.ClientBudget{NameBytes: r.cfg.Limits.MaxKernelNameBytes}},
 		Host: translate.HostOptions{
 			HostProbes:           r.host.probes != nil,
 			NoShimLaunchCalls:    r.host.procs != nil,
@@ -206,10 +207,9 @@ func (r *gpuReceiver) listen() error {
 	if err != nil {
 		return err
 	}
-	// The collector runs as root: it never creates the directory (Validate
-	// checked it; check again in case it changed since).
-	if err := config.CheckSocketDir(r.cfg.Agent.Socket); err != nil {
-		return fmt.Errorf("gpuprobe: agent::socket: %w", err)
+	// Creates a missing directory, refuses one others could write into.
+	if err := config.EnsureSocketDir(r.cfg.Agent.Socket); err != nil {
+		return fmt.Errorf("gpuprobe: %w", err)
 	}
 	r.srcs.bySess = map[uint32]*source{}
 	srv, err := agent.Listen(agent.Options{

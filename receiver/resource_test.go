@@ -180,3 +180,121 @@ func TestClaimedPodDropped(t *testing.T) {
 		t.Errorf("logged keys %v", keys)
 	}
 }
+
+// ownValue marks a key of which the collector sets a value of its own that
+// the test does not spell out.
+const ownValue = "(the collector's own)"
+
+// TestPeerDropsProtected: whichever protected key a client sets in its
+// OTEL_RESOURCE_ATTRIBUTES, its resource does not carry the client's
+// value (the collector's own value, where it has one, stays), while its
+// ordinary attributes pass through; every drop is counted.
+func TestPeerDropsProtected(t *testing.T) {
+	const cid = "8f2d3c1b0a9e8d7c6b5a49382716051f4e3d2c1b0a99887766554433221100ff"
+	const uid = "3b3c5d7e-1f2a-4b6c-8d9e-0a1b2c3d4e5f"
+	cgroup := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" +
+		strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cid + ".scope\n"
+	ordinary := map[string]any{"service.name": "trainer", "service.version": "2.1",
+		"deployment.environment": "prod", "deployment.environment.name": "prod", "team": "ml"}
+	tests := []struct {
+		key  string
+		kept any // the collector's value of key (nil: none)
+	}{
+		{"k8s.pod.name", nil},
+		{"k8s.namespace.name", nil},
+		{"k8s.pod.uid", uid},
+		{"k8s.node.name", nil},
+		{"k8s.container.name", nil},
+		{"k8s.deployment.name", nil},
+		{"k8s.cluster.name", nil},
+		{"container.id", cid},
+		{"container.name", nil},
+		{"container.image.name", nil},
+		{"host.name", "node-7"},
+		{"host.id", nil},
+		{"host.ip", nil},
+		{"cloud.region", nil},
+		{"cloud.account.id", nil},
+		{"process.pid", int64(4242)},
+		{"process.parent_pid", nil},
+		{"process.owner", nil},
+		{"process.user.id", nil},
+		{"process.executable.name", "python3"},
+		{"process.executable.path", "/usr/bin/python3"},
+		{"service.instance.id", ownValue},
+		{"gpuprobe.receiver.version", nil},
+		{"otelcol.component.id", nil},
+		{"K8S.pod.name", nil},
+		{"k8s_pod_name", nil},
+		{"k8s%2Epod%2Ename", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.key, func(t *testing.T) {
+			rs := &resources{hostName: "node-7"}
+			p := &agent.Peer{PID: 4242, Session: 1, Proc: agent.ProcInfo{Start: 99, ExePath: "/usr/bin/python3", Cgroup: cgroup},
+				Hello: agentwire.Hello{Flags: agentwire.HelloResource, ServiceName: "trainer",
+					ResAttrs: tc.key + "=victim,service.version=2.1,deployment.environment=prod,deployment.environment.name=prod,team=ml"}}
+			core, logs := observer.New(zap.DebugLevel)
+			res := rs.peer(p, "", zap.New(core)).Resource
+			for k, v := range res.All() {
+				if v.AsString() == "victim" {
+					t.Errorf("resource %s = victim, from the client's %s: %v", k, tc.key, res.AsRaw())
+				}
+			}
+			decoded := strings.ReplaceAll(tc.key, "%2E", ".")
+			switch v, ok := res.Get(decoded); {
+			case tc.kept == nil && ok:
+				t.Errorf("resource has %s = %v", decoded, v.AsRaw())
+			case tc.kept == ownValue && !ok:
+				t.Errorf("resource has no %s of the collector's", decoded)
+			case tc.kept != nil && tc.kept != ownValue && v.AsRaw() != tc.kept:
+				t.Errorf("resource %s = %v, want the collector's %v", decoded, v.AsRaw(), tc.kept)
+			}
+			for k, want := range ordinary {
+				if v, _ := res.Get(k); v.AsRaw() != want {
+					t.Errorf("ordinary %s = %v, want %v", k, v.AsRaw(), want)
+				}
+			}
+			if got := rs.dropped.Load(); got != 1 {
+				t.Errorf("dropped %d, want 1", got)
+			}
+			if got := rs.rejected.Load(); got != 0 {
+				t.Errorf("rejected %d, want 0", got)
+			}
+			if n := logs.FilterLevelExact(zapcore.DebugLevel).Len(); n != 1 {
+				t.Errorf("%d debug logs, want 1", n)
+			}
+		})
+	}
+}
+
+// TestClaimLogBounded: a client reconnecting with claims is counted every
+// time but logged within the rate limit, and the next report says how
+// many were left out.
+func TestClaimLogBounded(t *testing.T) {
+	rs := &resources{hostName: "node-7"}
+	core, logs := observer.New(zap.DebugLevel)
+	log := zap.New(core)
+	p := &agent.Peer{PID: 7, Hello: agentwire.Hello{Flags: agentwire.HelloResource, ResAttrs: "k8s.pod.name=victim,bad=%0A"}}
+	const n = 1000
+	for range n {
+		rs.peer(p, "", log)
+	}
+	if got := rs.rejected.Load(); got != n {
+		t.Errorf("rejected %d, want %d", got, n)
+	}
+	if got := logs.Len(); got > stateLogBurst+2 {
+		t.Errorf("%d log entries for %d connections, want at most %d", got, n, stateLogBurst+2)
+	}
+	// A second later a report is let through, saying what was left out.
+	rs.logs.lim.last = rs.logs.lim.last.Add(-stateLogEvery)
+	logs.TakeAll()
+	rs.peer(p, "", log)
+	entries := logs.FilterMessage("gpuprobe: a client's resource variable is discarded").All()
+	if len(entries) != 1 {
+		t.Fatalf("after a second: %d warnings, want 1", len(entries))
+	}
+	if got, _ := entries[0].ContextMap()["reports_suppressed"].(int64); got != n-stateLogBurst {
+		t.Errorf("reports_suppressed %v, want %d", entries[0].ContextMap()["reports_suppressed"], n-stateLogBurst)
+	}
+}

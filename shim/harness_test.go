@@ -340,7 +340,7 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 func run(tb testing.TB, b *built, env []string, prog string, args ...string) (string, string, error) {
 	tb.Helper()
 	cmd := exec.Command(prog, args...)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=", "GPUPROBE_SOCKET=", "GPUPROBE_DISABLE=", "GPUPROBE_PATCH=")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=", "GPUPROBE_SOCKET=", "GPUPROBE_DISABLE=", "GPUPROBE_PATCH=", "GPUPROBE_QUIET=")
 	cmd.Env = append(cmd.Env, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

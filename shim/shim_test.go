@@ -315,16 +315,19 @@ func TestFailOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	refusing := startAgent(t, 256, 1024, agent.Options{AllowedUIDs: []uint32{4242424}, AllowedGIDs: []uint32{4242424}})
+	absent := filepath.Join(t.TempDir(), "absent.sock")
 	cases := []struct {
-		name string
-		env  []string
-		max  time.Duration
+		name   string
+		env    []string
+		max    time.Duration
+		notice string // the one stderr line's reason; "" = stderr stays empty
 	}{
-		{"no socket", preload(b, filepath.Join(t.TempDir(), "absent.sock")), 5 * time.Second},
-		{"not a socket", preload(b, "/dev/null"), 5 * time.Second},
-		{"refused by credentials", preload(b, refusing.path), 5 * time.Second},
-		{"silent collector", append(preload(b, silentServer(t)), "GPUPROBE_TIMEOUT_MS=300"), 5 * time.Second},
-		{"disabled", append(preload(b, refusing.path), "GPUPROBE_DISABLE=1"), 5 * time.Second},
+		{"no socket", preload(b, absent), 5 * time.Second, "no collector at " + absent + " (socket: No such file or directory)"},
+		{"not a socket", preload(b, "/dev/null"), 5 * time.Second, "no collector at /dev/null"},
+		{"refused by credentials", preload(b, refusing.path), 5 * time.Second, "no collector at " + refusing.path},
+		{"silent collector", append(preload(b, silentServer(t)), "GPUPROBE_TIMEOUT_MS=300"), 5 * time.Second, "no collector at "},
+		{"disabled", append(preload(b, refusing.path), "GPUPROBE_DISABLE=1"), 5 * time.Second, ""},
+		{"quiet", append(preload(b, absent), "GPUPROBE_QUIET=1"), 5 * time.Second, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -336,9 +339,7 @@ func TestFailOpen(t *testing.T) {
 			if out != plain {
 				t.Errorf("output:\n%s\nwant:\n%s", out, plain)
 			}
-			if errOut != "" {
-				t.Errorf("stderr is not empty: %q", errOut)
-			}
+			wantNotice(t, errOut, c.notice)
 			if d := time.Since(start); d > c.max {
 				t.Errorf("took %v", d)
 			}
@@ -347,6 +348,34 @@ func TestFailOpen(t *testing.T) {
 	if n := len(refusing.sessions); n != 0 {
 		t.Errorf("the refusing agent admitted %d sessions", n)
 	}
+}
+
+// wantNotice checks that stderr is empty (notice "") or is the shim's one
+// line saying the application runs unprobed, with notice in it.
+func wantNotice(t *testing.T, stderr, notice string) {
+	t.Helper()
+	if notice == "" {
+		if stderr != "" {
+			t.Errorf("stderr is not empty: %q", stderr)
+		}
+		return
+	}
+	if strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, notice) ||
+		!strings.HasSuffix(stderr, "; running unprobed (GPUPROBE_QUIET=1 silences this)\n") {
+		t.Errorf("stderr %q, want one line with %q that says the application runs unprobed", stderr, notice)
+	}
+}
+
+// TestUnprobedNoticeOnce: a process tree that handshakes in the parent and
+// again in a fork child, with no collector, gets the line once.
+func TestUnprobedNoticeOnce(t *testing.T) {
+	b := binaries(t)
+	absent := filepath.Join(t.TempDir(), "absent.sock")
+	_, errOut, err := run(t, b, preload(b, absent), b.app, "cudart", "fork")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	wantNotice(t, errOut, "no collector at "+absent)
 }
 
 // TestSilentCollectorBound: the handshake with a collector that never

@@ -22,21 +22,21 @@ func init() {
 // verdict (as PTX comments) and the PTX of the accepted GPU programs, so
 // that stdout is one module ptxas can assemble. Host programs are listed.
 // Exit status: 0 when every selected GPU program was accepted and compiled,
-// 1 when one was not, 2 on a usage or load error.
+// 1 when one was not or the object cannot be loaded, 2 on a usage error.
 func runCompile(args []string, stdout, stderr io.Writer) int {
 	fs := newUsageFlags("compile", "usage: gpuprobe compile [-arch sm_90] [-prog a,b] [-comments] [-entry] FILE.o", stderr)
 	arch := fs.String("arch", ptx.DefaultArch, "PTX .target (sm_70 or newer)")
 	only := fs.String("prog", "", "compile only these programs (comma-separated names)")
 	comments := fs.Bool("comments", false, "annotate the PTX with each eBPF instruction and its source line")
 	entry := fs.Bool("entry", false, "add a standalone test .entry per program (ptx.TestKernel), so the module can be launched")
-	if !parseArgs(fs, args, false) {
-		return 2
+	if code, ok := parseArgs(fs, args, false); !ok {
+		return code
 	}
 	file := fs.Arg(0)
 	progs, err := jit.LoadELF(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuprobe compile: %v\n", err)
-		return 2
+		return 1
 	}
 	progs, err = selectPrograms(progs, *only)
 	if err != nil {

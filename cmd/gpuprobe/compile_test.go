@@ -77,7 +77,7 @@ func TestCompile(t *testing.T) {
 			stderr: []string{`-prog: no program "nope" (the object has launch_gpu, launch_host)`},
 		},
 		{
-			name: "unsupported section", object: "bad/badsection", rc: 2,
+			name: "unsupported section", object: "bad/badsection", rc: 1,
 			stderr: []string{"badsection.o", `unsupported section "xdp"`},
 		},
 		{
@@ -145,9 +145,9 @@ func TestCompileUsage(t *testing.T) {
 		{"no file", []string{"compile"}, 2, "usage: gpuprobe compile"},
 		{"two files", []string{"compile", "a.o", "b.o"}, 2, "usage: gpuprobe compile"},
 		{"bad flag", []string{"compile", "-x", "a.o"}, 2, "flag provided but not defined: -x"},
-		{"missing file", []string{"compile", "/nonexistent/p.o"}, 2, "/nonexistent/p.o"},
-		{"not an object", []string{"compile", writeTempFile(t, "junk.o", "junk")}, 2, "parse eBPF object"},
-		{"unsupported map type", []string{"compile", badObject(t, "gpuhash")}, 2, `map "gpu_hash" has type 1501, bpftime's BPF_MAP_TYPE_GPU_HASH_MAP`},
+		{"missing file", []string{"compile", "/nonexistent/p.o"}, 1, "/nonexistent/p.o"},
+		{"not an object", []string{"compile", writeTempFile(t, "junk.o", "junk")}, 1, "parse eBPF object"},
+		{"unsupported map type", []string{"compile", badObject(t, "gpuhash")}, 1, `map "gpu_hash" has type 1501, bpftime's BPF_MAP_TYPE_GPU_HASH_MAP`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,19 +20,19 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	gpu := fs.Bool("gpu", false, "run the programs as PTX on the GPU instead of the interpreter")
 	negative := fs.Bool("negative", false, "expect every file to be rejected (by the assembler, the verifier, a run-time fault or a wrong result)")
 	verbose := fs.Bool("v", false, "print a line for every file, with the rejection reason under -negative")
-	if !parseArgs(fs, args, true) {
-		return 2
+	if code, ok := parseArgs(fs, args, true); !ok {
+		return code
 	}
 	files, err := conformance.Files(fs.Args())
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuprobe conformance: %v\n", err)
-		return 2
+		return 1
 	}
 	var r conformance.Runner = conformance.Interp{}
 	if *gpu {
 		if r, err = conformance.GPURunner(); err != nil {
 			fmt.Fprintf(stderr, "gpuprobe conformance: -gpu: %v\n", err)
-			return 2
+			return 1
 		}
 	}
 	_, failed := conformance.Report(stdout, files, r, conformance.Verify, *negative, *verbose)

@@ -36,8 +36,8 @@ func TestConformanceCommand(t *testing.T) {
 		{"negative verbose", []string{"conformance", "-negative", "-v", filepath.Join(root, "negative", "error.data")}, 0, "1 passed, 0 failed", "rejected at verify: verifier: insn 0"},
 		{"failure", []string{"conformance", filepath.Join(root, "tests", "add.data"), bad}, 1, "1 passed, 1 failed", "bad.data: FAIL: interp: r0 = 0x2, want 0x1"},
 		{"no paths", []string{"conformance"}, 2, "", "usage: gpuprobe conformance"},
-		{"missing path", []string{"conformance", "/nonexistent"}, 2, "", "conformance path"},
-		{"gpu unavailable here", []string{"conformance", "-gpu", bad}, 2, "", "gpuprobe conformance: -gpu: "},
+		{"missing path", []string{"conformance", "/nonexistent"}, 1, "", "conformance path"},
+		{"gpu unavailable here", []string{"conformance", "-gpu", bad}, 1, "", "gpuprobe conformance: -gpu: "},
 		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
 		{"help", []string{"help"}, 0, "", "conformance"},
 	}

@@ -42,14 +42,14 @@ var coverageRoutes = []string{"inline_ptx", "windows", "patched_sass", "none"}
 
 // runCoverage reads the receiver's gpuprobe.receiver.coverage.* metrics
 // from a Prometheus text endpoint (or file) and prints them per process.
-// Exit status: 0 when it printed coverage, 1 when the metrics hold none, 2
-// on a usage, fetch or parse error.
+// Exit status: 0 when it printed coverage, 1 when the metrics hold none or
+// cannot be fetched or parsed, 2 on a usage error.
 func runCoverage(args []string, stdout, stderr io.Writer) int {
 	fs := newUsageFlags("coverage", "usage: gpuprobe coverage [-url URL | -file FILE]", stderr)
 	url := fs.String("url", defaultCoverageURL, "Prometheus text endpoint with the receiver's self-metrics: the collector's internal telemetry, or a metrics pipeline's exporter with telemetry::in_pipeline")
 	file := fs.String("file", "", "read the metrics from this file instead (- for stdin)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return usageStatus(err)
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
@@ -58,13 +58,13 @@ func runCoverage(args []string, stdout, stderr io.Writer) int {
 	r, err := openMetrics(*url, *file)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuprobe coverage: %v\n", err)
-		return 2
+		return 1
 	}
 	defer r.Close()
 	procs, err := readCoverage(io.LimitReader(r, maxCoverageBody))
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuprobe coverage: %v\n", err)
-		return 2
+		return 1
 	}
 	if len(procs) == 0 {
 		fmt.Fprintln(stderr, "gpuprobe coverage: no gpuprobe_receiver_coverage_* metrics (is the collector's internal telemetry, or a pipeline with telemetry::in_pipeline, exported there, and has an application launched kernels?)")

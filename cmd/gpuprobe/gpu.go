@@ -40,7 +40,7 @@ func runPTX(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return usageStatus(err)
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()

@@ -22,25 +22,25 @@ func init() {
 // --list-ptx (same names, same order, one line per entry, with the
 // architecture, compression and sizes added), then for each PTX entry its
 // kernels and whether each can be patched. Exit status: 0 when the file
-// was read (a file without PTX included), 1 when an entry could not be
-// decompressed or parsed, 2 on a usage or read error.
+// was read (a file without PTX included), 1 when it cannot be read or an
+// entry could not be decompressed or parsed, 2 on a usage error.
 func runInspect(args []string, stdout, stderr io.Writer) int {
 	fs := newUsageFlags("inspect", "usage: gpuprobe inspect [-all] [-sass] FILE", stderr)
 	all := fs.Bool("all", false, "also list relocatable fatbins (__nv_relfatbin) of files that have linked ones, like cuobjdump -all")
 	sass := fs.Bool("sass", false, "list the kernels of each ELF (SASS) entry too")
-	if !parseArgs(fs, args, false) {
-		return 2
+	if code, ok := parseArgs(fs, args, false); !ok {
+		return code
 	}
 	file := fs.Arg(0)
 	f, err := fatbin.Open(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuprobe inspect: %v\n", err)
-		return 2
+		return 1
 	}
 	failed, err := inspect(stdout, file, f, *all, *sass)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuprobe inspect: %v\n", err)
-		return 2
+		return 1
 	}
 	if failed > 0 {
 		return 1
@@ -105,7 +105,10 @@ func inspect(w io.Writer, file string, f *fatbin.File, all, sass bool) (int, err
 			}
 		}
 	}
-	if ptxEntries == 0 {
+	switch {
+	case len(entries) == 0:
+		fmt.Fprintf(w, "%s: no CUDA kernels found (no fatbin, cubin or PTX in it)\n", file)
+	case ptxEntries == 0:
 		fmt.Fprintf(w, "%s: no PTX: its kernels are SASS only, so PTX injection cannot reach them (launch telemetry still covers them)\n", file)
 	}
 	return failed, nil

@@ -95,10 +95,10 @@ func TestInspectErrors(t *testing.T) {
 		want string
 	}{
 		{"no file", []string{"inspect"}, 2, "usage: gpuprobe inspect"},
-		{"missing file", []string{"inspect", filepath.Join(dir, "nope")}, 2, "no such file"},
-		{"truncated", []string{"inspect", truncated}, 2, "fatbin: offset 0x8: container of"},
+		{"missing file", []string{"inspect", filepath.Join(dir, "nope")}, 1, "no such file"},
+		{"truncated", []string{"inspect", truncated}, 1, "fatbin: offset 0x8: container of"},
 		{"bad payload", []string{"inspect", badPayload}, 1, "error: fatbin: offset"},
-		{"not GPU code", []string{"inspect", garbage}, 2, "unrecognised code image"},
+		{"not GPU code", []string{"inspect", garbage}, 1, "unrecognised code image"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,5 +107,18 @@ func TestInspectErrors(t *testing.T) {
 				t.Errorf("exit %d, output %q %q; want exit %d and %q", rc, out, errOut, tt.rc, tt.want)
 			}
 		})
+	}
+}
+
+// TestInspectNoKernels: a host binary without GPU code (this test binary)
+// is said to have no CUDA kernels, not SASS-only ones.
+func TestInspectNoKernels(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, out, errOut := runCompileCmd("inspect", self)
+	if rc != 0 || !strings.Contains(out, self+": no CUDA kernels found") || strings.Contains(out, "SASS only") {
+		t.Errorf("exit %d, output %q %q; want exit 0 and %q", rc, out, errOut, "no CUDA kernels found")
 	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,10 +21,7 @@ func runInstallShim(args []string, stdout, stderr io.Writer) int {
 	fs := newUsageFlags("install-shim", "usage: gpuprobe install-shim [--shim PATH] DIR", stderr)
 	shimFlag := fs.String("shim", "", "path of "+ShimName+" (default: $GPUPROBE_SHIM, else next to the gpuprobe binary)")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+		return usageStatus(err)
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
@@ -35,7 +30,7 @@ func runInstallShim(args []string, stdout, stderr io.Writer) int {
 	src, err := findShim(*shimFlag, os.Executable)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpuprobe install-shim:", err)
-		return 2
+		return 1
 	}
 	dst, err := installShim(src, fs.Arg(0))
 	if err != nil {

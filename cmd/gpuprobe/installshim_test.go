@@ -47,7 +47,7 @@ func TestInstallShimErrors(t *testing.T) {
 		rc   int
 	}{
 		{"no dir", []string{"install-shim", "--shim", "/nonexistent/" + ShimName}, 2},
-		{"missing shim", []string{"install-shim", "--shim", "/nonexistent/" + ShimName, t.TempDir()}, 2},
+		{"missing shim", []string{"install-shim", "--shim", "/nonexistent/" + ShimName, t.TempDir()}, 1},
 		{"missing dir", []string{"install-shim", "--shim", "/proc/self/exe", "/nonexistent/dir"}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

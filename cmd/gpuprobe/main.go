@@ -5,12 +5,19 @@
 //
 //	gpuprobe <command> [flags] [args]
 //
+// Exit status, for every command: 0 on success and after -h or --help, 1
+// when the work failed (a file that cannot be read, a result that is not
+// there), 2 on a usage error (a flag, a flag value, the operands). run
+// exits with the application's status, 127 and 126 when it cannot be
+// found or started.
+//
 // Commands register themselves from init functions with Register. The test
 // harness commands (agent-dump, tracecheck, loadgen) are in
 // cmd/gpuprobe-harness.
 package main
 
 import (
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -38,8 +45,29 @@ func newUsageFlags(name, line string, stderr io.Writer) *flag.FlagSet {
 	return commands.UsageFlags(name, line, stderr)
 }
 
-// parseArgs is cli.ParseArgs.
-func parseArgs(fs *flag.FlagSet, args []string, many bool) bool { return cli.ParseArgs(fs, args, many) }
+// parseArgs parses a command's flags and checks its operands: exactly one
+// when many is false, at least one when it is true. When the command should
+// stop it returns false and the exit status: 0 after -h, 2 after the flag
+// package's message or the usage text.
+func parseArgs(fs *flag.FlagSet, args []string, many bool) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		return usageStatus(err), false
+	}
+	if n := fs.NArg(); n == 0 || (!many && n != 1) {
+		fs.Usage()
+		return 2, false
+	}
+	return 0, true
+}
+
+// usageStatus is the exit status after fs.Parse failed with err: 0 when
+// help was asked for, 2 for a usage error.
+func usageStatus(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

@@ -26,8 +26,9 @@ func init() {
 // prints each patched module, preceded by a comment that says what was
 // done: patched kernels, probe sites, the hidden launch-id parameter, and
 // the globals the loader sets. Exit status: 0 when at least one module was
-// patched, 1 when none was (no PTX, or no kernel targeted), 2 on a usage,
-// read or program error.
+// patched, 1 when none was (no PTX, or no kernel targeted) or the file
+// cannot be read or patched, 2 on a usage error (a flag value, a -probe or
+// -prog that names no loadable program).
 func runPatch(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("patch", stderr)
 	arch := fs.String("arch", "", "the GPU (sm_90): with -raise, the .target given to modules that target an older architecture than the probes need")
@@ -43,16 +44,20 @@ func runPatch(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return usageStatus(err)
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
 	}
 	file := fs.Arg(0)
-	fail := func(format string, a ...any) int {
+	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "gpuprobe patch: "+format+"\n", a...)
 		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "gpuprobe patch: "+format+"\n", a...)
+		return 1
 	}
 	if *probe == "" && *progFiles == "" {
 		*probe = probes.KernelPhases
@@ -64,11 +69,11 @@ func runPatch(args []string, stdout, stderr io.Writer) int {
 	case "global":
 		opts.LaunchID = inject.LaunchIDGlobal
 	default:
-		return fail("-launch-id %q: want param or global", *launch)
+		return usage("-launch-id %q: want param or global", *launch)
 	}
 	progs, err := patchPrograms(cli.SplitList(*probe), cli.SplitList(*progFiles))
 	if err != nil {
-		return fail("%v", err)
+		return usage("%v", err)
 	}
 	f, err := fatbin.Open(file)
 	if err != nil {

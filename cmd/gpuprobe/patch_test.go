@@ -39,14 +39,14 @@ func TestPatch(t *testing.T) {
 		}, "", true},
 		{"fatbin in an object", []string{exe}, 0, []string{"PTX entry 0 (sm_90)"}, "", false},
 		{"old target raised", []string{"-arch", "sm_90", "-raise", old}, 0, []string{".target sm_90 (raised)"}, "", true},
-		{"old target refused", []string{old}, 2, nil, "module targets sm_52", false},
+		{"old target refused", []string{old}, 1, nil, "module targets sm_52", false},
 		{"SASS only", []string{sass}, 1, nil, "no PTX (SASS only)", false},
 		{"kernel not found", []string{"-kernel", "gemm", ptxFile}, 1, []string{"not patched", "the module has kernels: vectorAddC, _Z9vectorAddPKfS0_Pf (vectorAdd)"}, "no module has a kernel", false},
 		{"unknown probe", []string{"-probe", "nope", ptxFile}, 2, nil, `no built-in probe set "nope"`, false},
 		{"launchlate: its host programs are left out", []string{"-prog", filepath.Join("..", "..", "testdata", "bpf", "launchlate.o"), ptxFile}, 0, nil, "", false},
 		{"bad launch mode", []string{"-launch-id", "x", ptxFile}, 2, nil, `-launch-id "x"`, false},
 		{"no file", nil, 2, nil, "usage: gpuprobe patch", false},
-		{"missing file", []string{"/nonexistent.ptx"}, 2, nil, "nonexistent", false},
+		{"missing file", []string{"/nonexistent.ptx"}, 1, nil, "nonexistent", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

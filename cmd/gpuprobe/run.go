@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,6 +147,45 @@ func runEnv(environ []string, shim, socket, trace string) []string {
 	return out
 }
 
+// checkSocket returns the socket path to pass to the shim (absolute: the
+// application may change its working directory) and what makes a collector
+// there impossible, or "" when a socket is there (a relative path that
+// names one is passed resolved, without a word). Whether a collector
+// answers on it is the shim's to find out at its handshake: connecting
+// here would count as a failed handshake in the collector.
+func checkSocket(path string) (string, string) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return path, fmt.Sprintf("socket path %q: %v", path, err)
+	}
+	rel := ""
+	if !filepath.IsAbs(path) {
+		rel = fmt.Sprintf(" (relative path %q, resolved from the working directory)", path)
+	}
+	st, err := os.Stat(abs)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return abs, fmt.Sprintf("no collector socket at %s%s: no such file; is the collector running, with agent::socket set to this path?", abs, rel)
+	case err != nil:
+		return abs, fmt.Sprintf("collector socket %s%s: %v", abs, rel, errors.Unwrap(err))
+	case st.Mode().Type() != fs.ModeSocket:
+		return abs, fmt.Sprintf("%s%s is not a socket (%s)", abs, rel, st.Mode().Type())
+	}
+	return abs, ""
+}
+
+// quiet reports whether env silences the one-line notice of a missing
+// collector (GPUPROBE_QUIET, set and not 0), as the shim reads it.
+func quiet(env []string) bool {
+	v, n := "", 0
+	for _, kv := range env {
+		if k, val, _ := strings.Cut(kv, "="); k == "GPUPROBE_QUIET" && n == 0 {
+			v, n = val, 1
+		}
+	}
+	return v != "" && v != "0"
+}
+
 // execApp replaces this process with the application (tests replace it).
 var execApp = func(path string, argv, env []string) error { return syscall.Exec(path, argv, env) }
 
@@ -155,19 +195,25 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "gpuprobe run:", err)
 		}
-		return 2
+		return usageStatus(err)
 	}
 	shim, err := findShim(o.shim, os.Executable)
 	if err != nil {
 		fmt.Fprintln(stderr, "gpuprobe run:", err)
-		return 2
+		return 1
 	}
 	path, err := exec.LookPath(o.argv[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuprobe run: application %q: %v\n", o.argv[0], err)
 		return 127
 	}
-	env := runEnv(os.Environ(), shim, o.socket, o.trace)
+	socket, problem := checkSocket(o.socket)
+	env := runEnv(os.Environ(), shim, socket, o.trace)
+	if problem != "" && !quiet(env) {
+		// Said once here; the shim's own line would repeat it.
+		fmt.Fprintf(stderr, "gpuprobe run: %s; running %s unprobed (GPUPROBE_QUIET=1 silences this)\n", problem, o.argv[0])
+		env = append(env, "GPUPROBE_QUIET=1")
+	}
 	if o.sass {
 		env = optInSASS(env)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,7 +138,7 @@ func TestRunCommand(t *testing.T) {
 		{"default socket", []string{"--shim", shim, "--", "true"}, 0, "", config.DefaultSocket, []string{"true"}},
 		{"no app", []string{"--shim", shim}, 2, "no application given", "", nil},
 		{"unknown app", []string{"--shim", shim, "--", "no-such-program-gpuprobe"}, 127, `application "no-such-program-gpuprobe"`, "", nil},
-		{"missing shim", []string{"--shim", filepath.Join(dir, "nope.so"), "--", "true"}, 2, "nope.so", "", nil},
+		{"missing shim", []string{"--shim", filepath.Join(dir, "nope.so"), "--", "true"}, 1, "nope.so", "", nil},
 		{"bad flag", []string{"--bogus", "--", "true"}, 2, "flag provided but not defined", "", nil},
 	}
 	for _, c := range cases {
@@ -272,5 +273,64 @@ func TestOptInSASS(t *testing.T) {
 	o, err := parseRun([]string{"--sass", "--", "app"}, io.Discard)
 	if err != nil || !o.sass {
 		t.Fatalf("parseRun --sass: %+v, %v", o, err)
+	}
+}
+
+// TestRunSocketNotice: a socket path no collector can serve gets one line
+// on stderr and the application still runs (with the shim's own notice
+// silenced); a socket that is there, or GPUPROBE_QUIET=1, gets none. A
+// relative path is passed resolved.
+func TestRunSocketNotice(t *testing.T) {
+	dir := t.TempDir()
+	shim := filepath.Join(dir, ShimName)
+	if err := os.WriteFile(shim, []byte("ELF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	live := filepath.Join(dir, "live.sock")
+	ln, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	t.Chdir(dir)
+	var ran bool
+	var gotEnv []string
+	old := execApp
+	execApp = func(_ string, _, env []string) error { ran, gotEnv = true, env; return nil }
+	defer func() { execApp = old }()
+	cases := []struct {
+		name, socket, quiet string
+		line                string // "" = no line
+		passed              string
+	}{
+		{"no collector", filepath.Join(dir, "absent.sock"), "", "no collector socket at " + filepath.Join(dir, "absent.sock"), filepath.Join(dir, "absent.sock")},
+		{"not a socket", shim, "", shim + " is not a socket", shim},
+		{"relative and wrong", "absent.sock", "", `relative path "absent.sock"`, filepath.Join(dir, "absent.sock")},
+		{"relative and there", "live.sock", "", "", live},
+		{"there", live, "", "", live},
+		{"quiet", filepath.Join(dir, "absent.sock"), "1", "", filepath.Join(dir, "absent.sock")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("GPUPROBE_QUIET", c.quiet)
+			ran, gotEnv = false, nil
+			var stderr bytes.Buffer
+			if code := runRun([]string{"--shim", shim, "--socket", c.socket, "--", "true"}, io.Discard, &stderr); code != 0 || !ran {
+				t.Fatalf("exit %d, ran %v: %s", code, ran, stderr.String())
+			}
+			lines := strings.Count(stderr.String(), "\n")
+			if c.line == "" && stderr.Len() != 0 {
+				t.Errorf("stderr %q, want nothing", stderr.String())
+			}
+			if c.line != "" && (lines != 1 || !strings.Contains(stderr.String(), c.line) || !strings.Contains(stderr.String(), "unprobed")) {
+				t.Errorf("stderr %q, want one line with %q", stderr.String(), c.line)
+			}
+			if v, _ := envValue(gotEnv, "GPUPROBE_SOCKET"); v != c.passed {
+				t.Errorf("GPUPROBE_SOCKET=%q, want %q", v, c.passed)
+			}
+			if v, _ := envValue(gotEnv, "GPUPROBE_QUIET"); c.quiet == "" && (v == "1") != (c.line != "") {
+				t.Errorf("GPUPROBE_QUIET=%q after a line %v: the shim would say it again", v, c.line != "")
+			}
+		})
 	}
 }

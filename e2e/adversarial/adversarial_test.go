@@ -139,6 +139,7 @@ func TestAdversarial(t *testing.T) {
 	t.Run("self-metrics", s.selfMetrics)
 	t.Run("sigterm", s.sigterm)
 	t.Run("config", s.testConfigRefused)
+	t.Run("program", s.testProgramRefused)
 	t.Logf("suite took %s", time.Since(start).Round(time.Second))
 }
 

@@ -14,6 +14,11 @@
 //     client must still get WELCOME
 //  5. devices: records naming 200k distinct device numbers
 //  6. calibration: hostile calibration records
+//  7. names: sessions that announce 100 kernel names, launch each on 64
+//     devices and leave, again and again; the honest client's launches
+//     must keep their own kernel name
+//  8. handles: 16 sessions naming 16,384 function handles each, with
+//     4 KiB names
 //
 // and the last class runs all of them at once beside the honest client.
 // One class also runs as an unprivileged uid (a setuid child of the test

@@ -36,9 +36,11 @@ var Classes = []ClassInfo{
 	// to read a launch for each of the 200k device numbers.
 	{"devices", ManyDevices, 2 * Duration},
 	{"calibration", HostileCalibration, Duration},
-	{"rings", RingHog, Duration},
-	{"tickets", TicketChurn, Duration},
-	{"maps", HugeMaps, Duration},
+	{"names", Names, Duration},         // budget.go
+	{"handles", Handles, 2 * Duration}, // budget.go; twice as long: 262,144 names of 4 KiB to read
+	{"rings", RingHog, Duration},       // ringbudget.go
+	{"tickets", TicketChurn, Duration}, // ringbudget.go
+	{"maps", HugeMaps, Duration},       // ringbudget.go
 }
 
 // ClassInfo names a hostile class and how long the suite runs it.

@@ -39,16 +39,21 @@ func (s *Set) Register(c *Command) {
 	s.commands[c.Name] = c
 }
 
-// Usage writes the command list.
-func (s *Set) Usage(w io.Writer) {
-	fmt.Fprintf(w, "usage: %s <command> [flags] [args]\n", s.Prog)
-	fmt.Fprintln(w, "\ncommands:")
+// Names returns the registered command names, sorted.
+func (s *Set) Names() []string {
 	names := make([]string, 0, len(s.commands))
 	for n := range s.commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, n := range names {
+	return names
+}
+
+// Usage writes the command list.
+func (s *Set) Usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: %s <command> [flags] [args]\n", s.Prog)
+	fmt.Fprintln(w, "\ncommands:")
+	for _, n := range s.Names() {
 		fmt.Fprintf(w, "  %-12s %s\n", n, s.commands[n].Summary)
 	}
 	fmt.Fprintf(w, "\nRun `%s <command> -h` for a command's flags.\n", s.Prog)

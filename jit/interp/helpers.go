@@ -12,9 +12,6 @@ import (
 	"github.com/gpuprobe/gpuprobe/jit"
 )
 
-// maxString bounds how many bytes %s reads.
-const maxString = 4096
-
 // argBytes is the most bytes helper id reads through argument a (0 for
 // r1) when its size argument is size, by the ABI table (jit/abi.go), as
 // the compiled code copies them.
@@ -272,15 +269,6 @@ func (t *thread) write(s string) {
 	if t.env.Out != nil {
 		_, _ = io.WriteString(t.env.Out, s)
 	}
-}
-
-// cstring reads a NUL-terminated string of at most maxString bytes.
-func (t *thread) cstring(addr uint64) (string, error) {
-	s, err := t.cstringN(addr, maxString+1)
-	if err == nil && len(s) > maxString {
-		return "", fmt.Errorf("string at %#x is not NUL-terminated within %d bytes", addr, maxString)
-	}
-	return s, err
 }
 
 // cstringN reads the bytes at addr up to their first NUL, at most n: a

@@ -405,15 +405,16 @@ func TestPrintkAndPuts(t *testing.T) {
 			}
 		})
 	}
-	// %s reads a string through a pointer argument.
-	src := cstr("name") + "stdw [%r10-32], 0\nstw [%r10-32], 0x73250a\nstb [%r10-29], 0\n" +
-		"mov %r1, %r10\nadd %r1, -32\nmov %r2, 4\nmov %r3, %r10\nadd %r3, -16\ncall 6\nexit"
+	// %s does not read through its pointer (trace_printk reads only its
+	// format): it renders as the collector does, "(gpu 0x…)".
+	src := "stdw [%r10-32], 0\nstw [%r10-32], 0x73250a\nstb [%r10-29], 0\n" +
+		"mov %r1, %r10\nadd %r1, -32\nmov %r2, 4\nmov %r3, 0x1234\ncall 6\nexit"
 	// fmt bytes: 0a 25 73 00 -> "\n%s"
 	var out strings.Builder
 	if _, err := Run(program(t, src), nil, &Env{Out: &out}); err != nil {
 		t.Fatal(err)
 	}
-	if out.String() != "\nname" {
+	if out.String() != "\n(gpu 0x1234)" {
 		t.Fatalf("%%s output %q", out.String())
 	}
 }

@@ -8,7 +8,9 @@ import (
 // format renders a trace_printk format with up to three arguments. It
 // understands %d %i %u %x %X %o %c %s %p %% with the flags "-+ 0#", a width,
 // a precision and the length modifiers h, hh, l, ll, z: without l/ll/z,
-// integers are 32-bit, as in C.
+// integers are 32-bit, as in C. A %s argument is not read: trace_printk
+// reads only its format (jit/abi.go), and the collector, which cannot
+// read GPU memory, renders the pointer as "(gpu 0x…)"; so does this.
 func (t *thread) format(f string, args []uint64) (string, error) {
 	var sb strings.Builder
 	next := 0
@@ -72,11 +74,7 @@ func (t *thread) format(f string, args []uint64) (string, error) {
 		case 'p':
 			fmt.Fprintf(&sb, "%"+spec+"s", fmt.Sprintf("0x%x", v))
 		case 's':
-			s, err := t.cstring(v)
-			if err != nil {
-				s = "(efault)"
-			}
-			fmt.Fprintf(&sb, "%"+spec+"s", s)
+			fmt.Fprintf(&sb, "%"+spec+"s", fmt.Sprintf("(gpu 0x%x)", v))
 		default:
 			return "", fmt.Errorf("unknown conversion %%%c at byte %d", conv, start)
 		}

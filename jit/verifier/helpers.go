@@ -40,9 +40,6 @@ const (
 // Signature describes a helper's arguments (r1..r5) and its result.
 type Signature = jit.Signature
 
-// maxMemSize bounds ArgSize values so that the helper's copy stays small.
-const maxMemSize = 1 << 16
-
 // ConformanceHelpers are the helpers the bpf_conformance suite calls: id 5
 // is its "unwind" test helper (one scalar argument, returned). It replaces
 // ktime_get_ns (also id 5) when passed in Options.Helpers.
@@ -151,8 +148,8 @@ func (v *verifier) callHelper(st *state, i int, ins *asm.Instruction) error {
 			if n.kind != kScalar {
 				return v.errorf(i, "%s: size argument r%d must be a number, got %s", sig.Name, r+1, n.describe())
 			}
-			if n.umax > maxMemSize {
-				return v.errorf(i, "%s: size argument r%d is not bounded (at most %d): compare it against a constant before the call", sig.Name, r+1, maxMemSize)
+			if n.umax > jit.MaxSize {
+				return v.errorf(i, "%s: size argument r%d is not bounded (at most %d): compare it against a constant before the call", sig.Name, r+1, jit.MaxSize)
 			}
 			if acc, _ := sig.ArgAccess(a, n.umax, nil); acc.Bytes > 0 {
 				// A ring record is kept apart like a key: one in the

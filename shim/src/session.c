@@ -10,8 +10,9 @@
  * launch ring and the names ring (kernel_name records, handles.c) and keeps
  * the connection open (the collector learns from its closing that the
  * process is gone). Any
- * failure leaves the shim forwarding calls and recording nothing; there is
- * one attempt per process (and per fork child). Before anything is sent the
+ * failure leaves the shim forwarding calls and recording nothing, and says
+ * so in one line on stderr (gp_notice_unprobed); there is one attempt per
+ * process (and per fork child). Before anything is sent the
  * server must be trusted (trust.c), and every descriptor it passes is
  * checked before it is mapped.
  *
@@ -25,6 +26,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -584,6 +586,31 @@ GP_HIDDEN uint64_t gp_limbo_dropped(void)
 	return ring ? __atomic_load_n(gpbr_u64(ring, GPBR_RING_DROPPED), __ATOMIC_RELAXED) : 0;
 }
 
+/* gp_notice_unprobed writes one line on stderr at the first failed
+ * handshake: without it an application runs unprobed without a word.
+ * Once per process tree (a fork child inherits gp_noticed), not when the
+ * trace already says it on stderr, and never with GPUPROBE_QUIET set (and
+ * not 0). */
+static int gp_noticed;
+
+static void gp_notice_unprobed(const char *path, const char *why, int err)
+{
+	const char *q = getenv("GPUPROBE_QUIET"), *t = getenv("GPUPROBE_TRACE");
+	if (gp_noticed || (q && q[0] && strcmp(q, "0") != 0) || (t && strcmp(t, "1") == 0))
+		return;
+	gp_noticed = 1;
+	char buf[512];
+	int n = snprintf(buf, sizeof buf,
+			 "gpuprobe[%d]: no collector at %s (%s: %s); running unprobed (GPUPROBE_QUIET=1 silences this)\n",
+			 (int)getpid(), path, why, strerror(-err));
+	if (n > (int)sizeof buf - 1)
+		n = (int)sizeof buf - 1, buf[n - 1] = '\n';
+	if (n > 0) {
+		ssize_t w = write(2, buf, (size_t)n);
+		(void)w;
+	}
+}
+
 /* gp_connect runs the handshake once (per process or fork child); callers
  * that arrive while it runs do not wait: they record nothing meanwhile. */
 GP_HIDDEN int gp_patch_enabled;
@@ -634,6 +661,7 @@ GP_HIDDEN void gp_connect(void)
 	}
 	if (err) {
 		GP_TRACE("no collector at %s (%s: %s); forwarding only", path, why, strerror(-err));
+		gp_notice_unprobed(path, why, err);
 		__atomic_store_n(&gp_state, GP_OFF, __ATOMIC_RELEASE);
 		return;
 	}

@@ -1,51 +1,60 @@
 package procres
 
-import "strings"
-
 // Attributes that name what the application runs on or as are not the
 // application's to say: the collector measures them (process.pid,
-// process.executable.*, container.id, host.name, service.instance.id) or
-// the pipeline's processors add them (k8s_attributes: k8s.* and
-// container.image.*; resource_detection: host.*, cloud.*, k8s.node.*,
-// k8s.cluster.*). Those processors never replace an attribute a resource
-// already has, so an application that set k8s.pod.name could pass for
-// another pod; its attributes of these keys are dropped before the
-// resource is built.
+// process.executable.*, container.id, k8s.pod.uid, host.name,
+// service.instance.id) or the pipeline's processors add them
+// (k8s_attributes: k8s.* and container.image.*; resource_detection:
+// host.*, cloud.*, k8s.node.*, k8s.cluster.*). Those processors never
+// replace an attribute a resource already has, so an application that set
+// k8s.pod.name could pass for another pod; its attributes of these keys
+// are dropped before the resource is built. docs/security.md ("Resource
+// claims") lists them for operators.
 
-// protectedWords are the first words of the keys an application may not
-// set: every attribute under them names the host, its cloud, a
-// Kubernetes object or a container.
-var protectedWords = map[string]bool{"k8s": true, "host": true, "container": true, "cloud": true}
-
-// protectedKeys and protectedPrefixes are the process's own identity as
-// the collector measures it (its other process.* attributes, such as
-// process.runtime.name, are the application's to say), and
-// service.instance.id: with service.name it makes a series' identity in
-// Prometheus (job, instance), so a process that could choose it could
-// write into another's series.
-var (
-	protectedKeys     = map[string]bool{"process.pid": true, "service.instance.id": true}
-	protectedPrefixes = []string{"process.executable."}
+// protected holds the keys an application may not set, each with every
+// key under it (hence the final "." of each): the first words that name
+// the host, its cloud, a Kubernetes object or a container, or facts about
+// the receiver itself (gpuprobe.*, otelcol.*: the collector's own
+// namespaces); the process's identity as the kernel knows it (pid,
+// parent, leaders, executable, owner, user and group ids: the collector
+// measures some, and none is the application's word); and
+// service.instance.id, which with service.name makes a series' identity
+// in Prometheus (job, instance), so that a process that could choose it
+// could write into another's series. The process's other attributes, such
+// as process.runtime.name or process.command_line, are the application's
+// to say. The set holds the keys folded (foldKey), as they are compared.
+var protected = foldAll(
+	"k8s.", "host.", "container.", "cloud.", "gpuprobe.", "otelcol.",
+	"process.pid.", "process.parent_pid.", "process.group_leader.pid.", "process.session_leader.pid.",
+	"process.executable.", "process.owner.", "process.user.", "process.real_user.", "process.saved_user.",
+	"process.group.", "process.real_group.", "process.saved_group.",
+	"service.instance.id.",
 )
 
 // Protected says whether key, a decoded attribute key of the
 // application's, names something only the collector or its processors may
-// set. Keys are compared folded (foldKey), so that "K8S.pod.name",
-// "k8s_pod_name" and " k8s.pod.name" are protected like "k8s.pod.name":
-// backends that fold case or map "." to "_" (Prometheus labels) would
-// show them as the same attribute.
+// set: it is, or is under, a key of the protected set. Keys are compared
+// folded (foldKey), so that "K8S.pod.name", "k8s_pod_name" and
+// " k8s.pod.name" are protected like "k8s.pod.name": backends that fold
+// case or map "." to "_" (Prometheus labels) would show them as the same
+// attribute.
 func Protected(key string) bool {
 	k := foldKey(key)
-	word, _, _ := strings.Cut(k, ".")
-	if protectedWords[word] || protectedKeys[k] {
-		return true
-	}
-	for _, p := range protectedPrefixes {
-		if strings.HasPrefix(k, p) {
+	for i := range len(k) {
+		if k[i] == '.' && protected[k[:i]] {
 			return true
 		}
 	}
-	return false
+	return protected[k]
+}
+
+// foldAll is the set of keys, folded.
+func foldAll(keys ...string) map[string]bool {
+	m := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		m[foldKey(k)] = true
+	}
+	return m
 }
 
 // foldKey is key with ASCII letters in lower case, each run of other

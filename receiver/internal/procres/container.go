@@ -67,3 +67,69 @@ func isContainerID(s string) bool {
 	}
 	return true
 }
+
+// PodUID returns the uid of the Kubernetes pod a process runs in, from
+// its /proc/PID/cgroup as the collector reads it; "" when none is found.
+// The kubelet names a pod's cgroup after its uid, under kubepods:
+//
+//	.../kubepods-burstable-pod<uid, '-' as '_'>.slice/...   systemd driver
+//	.../kubepods/besteffort/pod<uid>/...                    cgroupfs driver
+//	.../kubepods.slice/kubepods-pod<uid, '_'>.slice/...     Guaranteed, systemd
+//
+// Only a uid in the API server's form (a UUID) is taken: a static pod's
+// cgroup carries the hash of its manifest instead, which is not the uid
+// of its mirror pod.
+func PodUID(cgroup string) string {
+	for line := range strings.Lines(cgroup) {
+		_, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		_, path, ok := strings.Cut(rest, ":")
+		if !ok || !strings.Contains(path, "kubepods") {
+			continue
+		}
+		if uid := uidInPath(strings.TrimSpace(path)); uid != "" {
+			return uid
+		}
+	}
+	return ""
+}
+
+// uidInPath returns the pod uid named by the last segment of a kubepods
+// cgroup path that names one.
+func uidInPath(path string) string {
+	segs := strings.Split(path, "/")
+	for i := len(segs) - 1; i >= 0; i-- {
+		s := strings.TrimSuffix(segs[i], ".slice")
+		if j := strings.LastIndex(s, "-pod"); j >= 0 {
+			s = s[j+1:] // systemd: the last part of the slice's name
+		}
+		if u, ok := strings.CutPrefix(s, "pod"); ok {
+			if u = strings.ReplaceAll(u, "_", "-"); isUUID(u) {
+				return u
+			}
+		}
+	}
+	return ""
+}
+
+// isUUID says whether s is a UUID in lowercase hex, 8-4-4-4-12.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := range len(s) {
+		switch c := s[i]; i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}

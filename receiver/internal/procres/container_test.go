@@ -40,3 +40,36 @@ func TestContainerID(t *testing.T) {
 		})
 	}
 }
+
+func TestPodUID(t *testing.T) {
+	const id = "8f2d3c1b0a9e8d7c6b5a49382716051f4e3d2c1b0a99887766554433221100ff"
+	const uid = "3b3c5d7e-1f2a-4b6c-8d9e-0a1b2c3d4e5f"
+	sd := strings.ReplaceAll(uid, "-", "_")
+	tests := []struct {
+		name, cgroup, want string
+	}{
+		{"containerd, systemd driver, burstable", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + sd +
+			".slice/cri-containerd-" + id + ".scope\n", uid},
+		{"CRI-O, systemd driver, besteffort", "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + sd +
+			".slice/crio-" + id + ".scope\n", uid},
+		{"guaranteed, systemd driver", "0::/kubepods.slice/kubepods-pod" + sd + ".slice/cri-containerd-" + id + ".scope\n", uid},
+		{"cgroupfs driver, v1", "11:cpuset:/kubepods/burstable/pod" + uid + "/" + id + "\n10:memory:/kubepods/burstable/pod" + uid + "/" + id + "\n", uid},
+		{"cgroupfs driver, guaranteed, v2", "0::/kubepods/pod" + uid + "/" + id, uid},
+		{"seen from the collector's cgroup namespace", "0::/../../kubepods-besteffort-pod" + sd + ".slice/cri-containerd-" + id + ".scope\n", uid},
+		{"pod cgroup itself", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + sd + ".slice\n", uid},
+		{"static pod: manifest hash", "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6d3a7f0e6b33b5a0c5e1b6b8e1e2d0f4.slice/cri-containerd-" + id + ".scope\n", ""},
+		{"not under kubepods", "0::/system.slice/pod" + uid + "/x\n", ""},
+		{"uppercase", "0::/kubepods/pod" + strings.ToUpper(uid) + "/" + id, ""},
+		{"docker", "0::/system.slice/docker-" + id + ".scope\n", ""},
+		{"podman pod", "0::/machine.slice/machine-libpod_pod_" + id + ".slice/libpod-" + id + ".scope\n", ""},
+		{"cgroup namespace", "0::/\n", ""},
+		{"empty", "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := PodUID(tc.cgroup); got != tc.want {
+				t.Errorf("PodUID(%q) = %q, want %q", tc.cgroup, got, tc.want)
+			}
+		})
+	}
+}

@@ -18,7 +18,7 @@ type Process struct {
 	Session  uint32 // the agent session: names the instance when PID or Start is unknown
 	ExePath  string // /proc/PID/exe ("": unknown)
 	ExeName  string // the executable's name when ExePath is unknown (/proc/PID/comm)
-	Cgroup   string // /proc/PID/cgroup
+	Cgroup   string // /proc/PID/cgroup: container.id, k8s.pod.uid
 	HostName string // the collector's host name
 
 	// The operator's resource::service_name ("": none).
@@ -61,6 +61,8 @@ func Build(p Process) (pcommon.Map, []error) {
 // start time, the same for every connection of the process (of the agent
 // session where those are unknown; none without either). The
 // application's attributes of Protected keys are dropped and listed.
+// container.id and k8s.pod.uid are what /proc/PID/cgroup names, for
+// k8s_attributes to find the pod by.
 func New(p Process) Resource {
 	var errs []error
 	svc := ""
@@ -98,6 +100,9 @@ func New(p Process) Resource {
 	}
 	if id := ContainerID(p.Cgroup); id != "" {
 		m.PutStr("container.id", id)
+	}
+	if uid := PodUID(p.Cgroup); uid != "" {
+		m.PutStr("k8s.pod.uid", uid)
 	}
 	if p.HostName != "" {
 		m.PutStr("host.name", p.HostName)

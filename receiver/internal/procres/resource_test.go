@@ -64,6 +64,10 @@ func TestBuild(t *testing.T) {
 		{"exe path invalid UTF-8", func(p *Process) { p.ExePath = "/opt/\xffapp" },
 			with("service.name", "unknown_service:\uFFFDapp", "process.executable.name", "\uFFFDapp",
 				"process.executable.path", "/opt/\uFFFDapp"), nil},
+		{"pod uid from the cgroup, not the client", func(p *Process) {
+			p.Cgroup = "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod3b3c5d7e_1f2a_4b6c_8d9e_0a1b2c3d4e5f.slice/cri-containerd-" + cid + ".scope\n"
+			p.EnvResAttrs = "k8s.pod.uid=00000000-0000-4000-8000-000000000000,k8s.pod.name=victim"
+		}, with("service.name", "unknown_service:python3.12", "k8s.pod.uid", "3b3c5d7e-1f2a-4b6c-8d9e-0a1b2c3d4e5f"), nil},
 		{"no container", func(p *Process) { p.Cgroup = "0::/user.slice/session-1.scope\n" },
 			with("service.name", "unknown_service:python3.12", "container.id", nil), nil},
 	}

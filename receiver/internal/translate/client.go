@@ -37,6 +37,7 @@ const (
 // process, read once at connect.
 type Peer struct {
 	PID   uint32 // in the collector's pid namespace; 0: unknown, records' pids are used
+	UID   uint32 // from SO_PEERCRED: the share of series its process draws on (budget.go)
 	Exe   string // executable name; "" when it could not be read
 	Start uint64 // the process's start time (ticks after boot); 0: unknown, the client is a process of its own
 	// Resource is the process's resource (procres.Build); the zero Map:
@@ -60,12 +61,12 @@ type clientTable struct {
 type client struct {
 	src     uint32
 	peer    Peer
-	res     pcommon.Map        // its spans' resource (set with proc)
-	proc    *procSeries        // its process's metric series (nil until needed)
-	devices map[uint32]string  // reported device ordinal → UUID, ≤ MaxDevices
-	lastDev uint32             // device of its latest launch
-	kernels map[uint64]*kernel // function handle → kernel, ≤ maxKernelHandles
-	win     clientWindows      // its driver windows' state and graph launch calls (windows.go)
+	res     pcommon.Map       // its spans' resource (set with proc)
+	proc    *procSeries       // its process's metric series (nil until needed)
+	devices map[uint32]string // reported device ordinal → UUID, ≤ MaxDevices
+	lastDev uint32            // device of its latest launch
+	kernels handleTable       // function handle → kernel, ≤ maxKernelHandles, ≤ ClientBudget.NameBytes (budget.go)
+	win     clientWindows     // its driver windows' state and graph launch calls (windows.go)
 }
 
 // Connect binds source src to the connection credentials p. Spans and
@@ -118,7 +119,7 @@ func (ct *clientTable) bindProc(c *client) {
 	if key.pid == 0 || key.start == 0 {
 		key = procKey{src: c.src}
 	}
-	c.proc = ct.series.acquire(key, func() pcommon.Map { return c.res })
+	c.proc = ct.series.acquire(key, c.peer.UID, func() pcommon.Map { return c.res })
 }
 
 // Disconnect ends source src (its rings are drained): its pending launches
@@ -164,7 +165,7 @@ func (t *Translator) Clients() int { return t.clients.size() }
 func (ct *clientTable) clientOf(src uint32) *client {
 	c := ct.byID[src]
 	if c == nil {
-		c = &client{src: src, kernels: map[uint64]*kernel{}}
+		c = &client{src: src, kernels: handleTable{byFn: map[uint64]*kernel{}}}
 		ct.byID[src] = c
 	}
 	return c
@@ -246,13 +247,14 @@ func deviceIndex(dev uint32) int64 {
 // driver reuses it for another kernel, and sends a name whole after a cut
 // copy when its names ring was full; a launch that came first was named by
 // its handle. Only a cut copy of the name the handle has changes nothing.
-// Launches already pending keep the kernel they were bound to.
+// Launches already pending keep the kernel they were bound to. The names
+// a client's handles hold stay within its budget (handleTable.room).
 func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
 	c := ct.clientOf(src)
 	if k.Truncated {
 		ct.counters.NamesTruncated++
 	}
-	old, known := c.kernels[k.Function]
+	old, known := c.kernels.get(k.Function)
 	if known && (old.mangled == k.Name || (k.Truncated && strings.HasPrefix(old.mangled, k.Name))) {
 		return
 	}
@@ -264,67 +266,52 @@ func (ct *clientTable) onKernelName(src uint32, k *record.KernelName) {
 	} else {
 		name = ct.series.demangle(k.Name)
 	}
-	if !known {
-		ct.makeKernelRoom(c)
+	kn := &kernel{mangled: mangled, hash: record.NameHash(k.Name), name: name}
+	if !c.kernels.room(k.Function, kn.cost(), ct.o.nameBudget(), &ct.counters.NamesEvicted) {
+		// The budget is held by pending launches' handles: this one's
+		// launches count under "other" until it is named again.
+		ct.counters.NamesRefused++
+		kn.refuse(ct.procOf(src))
+	} else {
+		kn.series = ct.procOf(src).seriesFor(name)
 	}
-	c.kernels[k.Function] = &kernel{
-		mangled: mangled,
-		hash:    record.NameHash(k.Name),
-		name:    name,
-		series:  ct.procOf(src).seriesFor(name),
-		include: ct.o.Filter.Match(k.Name, name),
-	}
+	kn.include = ct.o.Filter.Match(k.Name, name)
+	c.kernels.put(k.Function, kn)
 }
 
-// Bounds of the name caches: function handles remembered per client and
-// demangled names cached.
-const (
-	maxKernelHandles = 1 << 14
-	maxNameCache     = 1 << 14
-)
-
 // demangle returns the span name of a mangled name, cached: every process
-// (source) names the same kernels again.
+// (source) names the same kernels again. The cache holds at most
+// maxNameCache names and maxNameCacheBytes bytes; it starts over when full.
 func (sr *seriesStore) demangle(mangled string) string {
 	if n, ok := sr.names[mangled]; ok {
 		return n
 	}
 	n := sr.o.Demangle(mangled)
-	if len(sr.names) >= maxNameCache {
+	cost := len(mangled) + len(n) + nameCacheEntryCost
+	if len(sr.names) >= maxNameCache || sr.nameBytes+cost > maxNameCacheBytes {
 		clear(sr.names)
+		sr.nameBytes = 0
 	}
 	sr.names[mangled] = n
+	sr.nameBytes += cost
 	return n
 }
 
-// makeKernelRoom keeps client c's handle → kernel bindings below
-// maxKernelHandles: when full, it drops those no pending launch uses, and
-// all of them if that leaves the map over 3/4 full (so a client cannot make
-// every record rescan the queue). A later launch of a forgotten handle is
-// named by its handle; pending launches keep their kernel.
-func (ct *clientTable) makeKernelRoom(c *client) {
-	if len(c.kernels) < maxKernelHandles {
-		return
-	}
-	for fn, k := range c.kernels {
-		if k.live == 0 {
-			delete(c.kernels, fn)
-		}
-	}
-	if len(c.kernels) > maxKernelHandles*3/4 {
-		clear(c.kernels)
-	}
-}
-
+// kernelOf returns the kernel source src's function handle fn is bound
+// to; a handle never named (or forgotten) is named by its handle.
 func (ct *clientTable) kernelOf(src uint32, fn uint64) *kernel {
 	c := ct.clientOf(src)
-	if k, ok := c.kernels[fn]; ok {
+	if k, ok := c.kernels.get(fn); ok {
 		return k
 	}
-	// A launch of a function never named: name it by its handle.
 	name := "function@0x" + strconv.FormatUint(fn, 16)
-	k := &kernel{mangled: name, name: name, series: ct.procOf(src).seriesFor(name), include: ct.o.Filter.Match(name)}
-	ct.makeKernelRoom(c)
-	c.kernels[fn] = k
+	k := &kernel{mangled: name, name: name, include: ct.o.Filter.Match(name)}
+	if c.kernels.room(fn, k.cost(), ct.o.nameBudget(), &ct.counters.NamesEvicted) {
+		k.series = ct.procOf(src).seriesFor(name)
+	} else {
+		ct.counters.NamesRefused++
+		k.refuse(ct.procOf(src))
+	}
+	c.kernels.put(fn, k)
 	return k
 }

@@ -308,10 +308,10 @@ func TestKernelHandlesPerClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(tr.clients.clientOf(2).kernels); n > maxKernelHandles {
+	if n := len(tr.clients.clientOf(2).kernels.byFn); n > maxKernelHandles {
 		t.Errorf("client 2 holds %d handles, want ≤ %d", n, maxKernelHandles)
 	}
-	if k := tr.clients.clientOf(1).kernels[0xf]; k == nil || k.name != "victim" {
+	if k := tr.clients.clientOf(1).kernels.byFn[0xf]; k == nil || k.name != "victim" {
 		t.Errorf("client 1's kernel name lost: %+v", k)
 	}
 }

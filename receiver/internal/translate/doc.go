@@ -12,8 +12,9 @@
 //     Handle dispatches a record to the stages below, in order.
 //  2. per-client state (clientTable, client.go): what a source
 //     said of itself: its peer, device numbers (validated against the
-//     resourceBook), kernel handles and its process's metric series. It
-//     binds a launch record to its kernel before the record is paired.
+//     resourceBook), kernel handles and its process's metric series,
+//     each within the client's budget (budget.go). It binds a launch
+//     record to its kernel before the record is paired.
 //  3. pairing (launchTable; its state in pending.go, its record path in
 //     launches.go, a launch's end in lifecycle.go): the pending
 //     launches, by key and per source, waiting for their device, window,

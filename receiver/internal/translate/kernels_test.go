@@ -29,7 +29,7 @@ func TestKernelNameLater(t *testing.T) {
 		t.Run(tc.what, func(t *testing.T) {
 			tr := newTr(Options{Demangle: func(s string) string { return "d:" + s }})
 			handleAll(t, tr, time.Now(), tc.recs...)
-			k := tr.clients.clientOf(1).kernels[0xf]
+			k := tr.clients.clientOf(1).kernels.byFn[0xf]
 			if k == nil || k.mangled != tc.mangled {
 				t.Fatalf("kernel %+v, want mangled %q", k, tc.mangled)
 			}

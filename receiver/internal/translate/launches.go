@@ -205,16 +205,28 @@ func (lt *launchTable) adoptCaptured(key srcKey, now time.Time) {
 	lt.graphs.adopt(lt.newRun(key, now), p)
 }
 
-// makeRoom evicts launches while MaxPendingLaunches are pending: the oldest
-// of source src when it holds half of them or more (so that one client
-// cannot evict another's launches), else the oldest of all.
+// makeRoom evicts launches while MaxPendingLaunches are pending: the
+// oldest of the source that holds the most (src on a tie), so that a
+// source holding its fair share or less loses none to another's flood.
 func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 	for len(lt.pending)+lt.graphs.runs() >= lt.o.MaxPendingLaunches {
-		if q := lt.bySrc[src]; q != nil && 2*q.pending >= lt.o.MaxPendingLaunches && lt.evictOldestOf(q, now) {
+		if q := lt.largest(src); q != nil && lt.evictOldestOf(q, now) {
 			continue
 		}
 		lt.evictOldest(now)
 	}
+}
+
+// largest returns the queue of the source with the most pending
+// launches, src's if it holds as many; nil if none has one.
+func (lt *launchTable) largest(src uint32) *srcQueue {
+	best := lt.bySrc[src]
+	for _, q := range lt.bySrc {
+		if q.pending > 0 && (best == nil || q.pending > best.pending) {
+			best = q
+		}
+	}
+	return best
 }
 
 // drop forgets launch l (done).

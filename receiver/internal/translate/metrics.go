@@ -107,8 +107,9 @@ func (st *seriesStore) appendProcs(rms pmetric.ResourceMetricsSlice, ts pcommon.
 		procs = append(procs[:len(procs):len(procs)], st.overflow)
 	}
 	for _, p := range procs {
-		if p.refs == 0 {
+		if p.refs == 0 && !p.flushed && p != st.overflow {
 			p.flushed = true
+			st.countEvictable(p, 1)
 		}
 		if len(p.order) == 0 && len(p.other.devs) == 0 && len(p.mcOrder) == 0 {
 			continue

@@ -260,56 +260,6 @@ func TestProcessesBounded(t *testing.T) {
 	}
 }
 
-// TestSeriesBounded: past MaxSeries, in all processes together, a
-// process's new kernel and copy series count in its overflow series.
-func TestSeriesBounded(t *testing.T) {
-	tr := newTr(Options{Process: ProcessOptions{MaxSeries: 3}})
-	now := time.Now()
-	for src := uint32(1); src <= 2; src++ {
-		tr.Connect(src, Peer{PID: 10 * src, Exe: "app", Start: 1})
-		var s stream
-		for fn := range uint64(3) {
-			s.add(&record.KernelName{Function: fn, Name: fmt.Sprintf("k%d", fn)})
-			s.add(&record.Launch{LaunchID: fn + 1, Function: fn, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}})
-			s.add(&record.Completion{LaunchID: fn + 1})
-		}
-		s.add(&record.Memcpy{Bytes: 8, StartNS: 1, EndNS: 2, Kind: record.MemcpyHostToDevice})
-		feedSrc(t, tr, src, &s, now)
-	}
-	tr.Expire(now.Add(time.Hour))
-	md := tr.Metrics(now, nil)
-	got := map[string]int64{}
-	for i := 1; i < md.ResourceMetrics().Len(); i++ {
-		rm := md.ResourceMetrics().At(i)
-		pid, _ := rm.Resource().Attributes().Get("process.pid")
-		eachMetric(pmetricOf(rm), func(m pmetric.Metric) {
-			if m.Name() != MetricLaunches && m.Name() != MetricMemcpyBytes {
-				return
-			}
-			for k := range m.Sum().DataPoints().Len() {
-				a := m.Sum().DataPoints().At(k).Attributes()
-				if _, ok := a.Get("code.function.name"); ok {
-					t.Errorf("%s has code.function.name, want the kernel in cuda.kernel.name", m.Name())
-				}
-				name, ok := a.Get("cuda.kernel.name")
-				if !ok {
-					name, _ = a.Get("cuda.memcpy.kind")
-				}
-				d, _ := a.Get("cuda.device.index")
-				got[fmt.Sprintf("%d %s %d", pid.Int(), name.Str(), d.Int())] += m.Sum().DataPoints().At(k).IntValue()
-			}
-		})
-	}
-	want := map[string]int64{"10 k0 0": 1, "10 k1 0": 1, "10 k2 0": 1, "10 MemcpyHostToDevice -1": 8,
-		"20 other -1": 3, "20 MemcpyHostToDevice -1": 8}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("series %v\nwant %v", got, want)
-	}
-	if c := tr.Counters(); c.SeriesFolded != 5 {
-		t.Errorf("%d records folded, want 5", c.SeriesFolded)
-	}
-}
-
 // TestDeviceUUID: cuda.device.uuid is the bare UUID (OBI's form, without
 // nvidia-smi's "GPU-" or "MIG-"), a MIG instance's as a GPU's.
 func TestDeviceUUID(t *testing.T) {

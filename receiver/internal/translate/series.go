@@ -9,14 +9,16 @@ import (
 
 // seriesStore owns the metric series, one set per process (procSeries, a
 // resource of its own): per kernel name and device, per memory copy kind
-// and device. Its bounds, for every client together:
+// and device. Its bounds:
 //   - kernel names: the first Options.MaxKernelNames distinct names of
 //     each process have series of their own, its later ones fold into its
-//     "other" (one process's names never fold another's);
+//     "other" (one process's names never fold another's), and at most
+//     maxProcNameBytes bytes of them (budget.go);
 //   - series: at most Options.Process.MaxSeries (kernel name, device) and (copy
-//     kind, device) series in all processes, each process's beyond them
-//     counted in its overflow series ("other" on device -1, per kind for
-//     copies; Counters.SeriesFolded);
+//     kind, device) series in all processes, a share of them per process
+//     and per uid (budget.go), each process's beyond them counted in its
+//     overflow series ("other" on device -1, per kind for copies;
+//     Counters.SeriesFolded);
 //   - processes: at most Options.Process.MaxProcesses; a process beyond them, when
 //     no gone process can make room, counts in one shared overflow resource
 //     (Counters.ProcessesFolded).
@@ -29,9 +31,12 @@ type seriesStore struct {
 
 	names     map[string]string // mangled → demangled, bounded by maxNameCache
 	procs     map[procKey]*procSeries
-	order     []*procSeries // procs in creation order, for stable output
-	overflow  *procSeries   // processes beyond MaxProcesses (nil until needed)
-	nseries   int           // series of all processes, ≤ MaxSeries
+	order     []*procSeries  // procs in creation order, for stable output
+	overflow  *procSeries    // processes beyond MaxProcesses (nil until needed)
+	nseries   int            // series of all processes, ≤ MaxSeries
+	byUID     map[uint32]int // series of each uid's processes, ≤ MaxSeries/uidShareDiv
+	nameBytes int            // bytes of the names cache
+	evictable map[uint32]int // processes of each uid that left and were emitted since (evictGone's candidates)
 	nextSweep time.Time
 }
 
@@ -51,7 +56,8 @@ type procSeries struct {
 	refs    int               // its connected clients
 	goneAt  time.Time         // when refs went to 0
 	flushed bool              // emitted since goneAt: evicting it loses nothing
-	nseries int               // its series counted in seriesStore.nseries
+	uid     uint32            // its uid (connection credentials), whose share it draws on
+	held    procHeld          // what it holds against its shares (budget.go)
 
 	byName  map[string]*series // kernel name → its series (≤ MaxKernelNames)
 	other   *series
@@ -129,16 +135,18 @@ func (s *series) dev(d uint32) *devSeries {
 	return ds
 }
 
-// take counts one more series of p, false (and a fold counted) when
-// MaxSeries are made.
+// take counts one more series of p, false (and a fold counted) when p
+// holds its share of MaxSeries, its uid the uid's, or the node all of
+// them (shareFull).
 func (p *procSeries) take() bool {
 	st := p.store
-	if st.nseries >= st.o.Process.MaxSeries {
+	if st.shareFull(p) {
 		st.counters.SeriesFolded++
 		return false
 	}
 	st.nseries++
-	p.nseries++
+	st.byUID[p.uid]++
+	p.held.series++
 	return true
 }
 
@@ -174,6 +182,11 @@ func (p *procSeries) seriesFor(name string) *series {
 	if len(p.byName) >= p.store.o.MaxKernelNames {
 		return p.other
 	}
+	if p.held.nameBytes+len(name) > maxProcNameBytes {
+		p.store.counters.NamesRefused++
+		return p.other
+	}
+	p.held.nameBytes += len(name)
 	s := &series{name: name, proc: p}
 	p.byName[name] = s
 	p.order = append(p.order, s)
@@ -195,14 +208,15 @@ func (p *procSeries) putDevice(d uint32, uuid string) {
 	}
 }
 
-// acquire returns the series of process key, made with resource res()
-// if new, counting one more client of it.
-func (st *seriesStore) acquire(key procKey, res func() pcommon.Map) *procSeries {
+// acquire returns the series of process key of uid, made with resource
+// res() if new, counting one more client of it.
+func (st *seriesStore) acquire(key procKey, uid uint32, res func() pcommon.Map) *procSeries {
 	p := st.procs[key]
 	switch {
 	case p != nil:
-	case len(st.procs) < st.o.Process.MaxProcesses || st.evictGone():
+	case len(st.procs) < st.o.Process.MaxProcesses || st.evictGone(func(*procSeries) bool { return true }):
 		p = st.newProc(key, res())
+		p.uid = uid
 		st.procs[key] = p
 		st.order = append(st.order, p)
 	default:
@@ -211,6 +225,9 @@ func (st *seriesStore) acquire(key procKey, res func() pcommon.Map) *procSeries 
 			st.overflow = st.newProc(procKey{}, st.o.overflowResource())
 		}
 		p = st.overflow
+	}
+	if p.refs == 0 && p.flushed {
+		st.countEvictable(p, -1)
 	}
 	p.refs++
 	p.goneAt, p.flushed = time.Time{}, false
@@ -233,12 +250,15 @@ func (st *seriesStore) release(p *procSeries, now time.Time) {
 	}
 }
 
-// evictGone drops the process that left first among those emitted since,
-// to make room; false when there is none.
-func (st *seriesStore) evictGone() bool {
+// evictGone drops the process that left first among those emitted since
+// that which is says so of, to make room; false when there is none.
+func (st *seriesStore) evictGone(which func(*procSeries) bool) bool {
+	if len(st.evictable) == 0 {
+		return false
+	}
 	var oldest *procSeries
 	for _, p := range st.order {
-		if p.refs == 0 && p.flushed && (oldest == nil || p.goneAt.Before(oldest.goneAt)) {
+		if p.refs == 0 && p.flushed && which(p) && (oldest == nil || p.goneAt.Before(oldest.goneAt)) {
 			oldest = p
 		}
 	}
@@ -265,7 +285,13 @@ func (st *seriesStore) drop(gone func(*procSeries) bool) {
 	for _, p := range st.order {
 		if gone(p) {
 			delete(st.procs, p.key)
-			st.nseries -= p.nseries
+			if p.refs == 0 && p.flushed {
+				st.countEvictable(p, -1)
+			}
+			st.nseries -= p.held.series
+			if st.byUID[p.uid] -= p.held.series; st.byUID[p.uid] <= 0 {
+				delete(st.byUID, p.uid)
+			}
 			continue
 		}
 		keep = append(keep, p)

@@ -80,6 +80,7 @@ type ProcessOptions struct {
 	MaxProcesses int
 	MaxSeries    int
 	Retention    time.Duration
+	Budget       ClientBudget // what one client may make the translator hold (budget.go)
 }
 
 // HostOptions configure the handling of host probes (HostCall and
@@ -98,6 +99,7 @@ type Counters struct {
 	LaunchCounters
 	HostCounters
 	WindowCounters
+	BudgetCounters
 }
 
 // LaunchCounters count records and the launches they make.
@@ -148,6 +150,7 @@ type kernel struct {
 	include bool
 	live    int         // pending launches bound to it (launch.bind), which keep it in its client's handles
 	trace   kernelTrace // its head bucket and running median (tracepolicy.go)
+	refused bool        // its name found no room in its client's budget: counted under "other" (budget.go)
 }
 
 // Translator decodes records and routes them to the parts that own the
@@ -234,7 +237,7 @@ func New(o Options) *Translator {
 	opts, counters := &t.o, &t.counters
 	res := &resourceBook{o: opts, peers: map[uint32]peerRes{}, procs: map[uint32]string{}, devices: map[uint32]map[uint32]string{}}
 	t.series = &seriesStore{o: opts, counters: counters,
-		names: map[string]string{}, procs: map[procKey]*procSeries{}}
+		names: map[string]string{}, procs: map[procKey]*procSeries{}, byUID: map[uint32]int{}, evictable: map[uint32]int{}}
 	t.spans = &spanOut{o: opts, counters: counters, res: res,
 		limit:    &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}},
 		policy:   &tracePolicy{o: &t.o.Sampling.Traces, start: t.start, byPID: map[uint32]*procTrace{}},
