@@ -67,6 +67,12 @@ type AgentConfig struct {
 	// loaded unpatched. The collector's stated memory bound is this plus
 	// 512 MiB (docs/security.md).
 	MaxPatchMemory uint64 `mapstructure:"max_patch_memory"`
+	// MaxRingMemory bounds the bytes of the rings all sessions hold,
+	// open or closed and not yet drained; MaxRingMemoryPerUID bounds one
+	// peer uid's. A session past them gets smaller rings, or is refused
+	// (the application runs unrecorded): gpuprobe/agent/rings.go.
+	MaxRingMemory       uint64 `mapstructure:"max_ring_memory"`
+	MaxRingMemoryPerUID uint64 `mapstructure:"max_ring_memory_per_uid"`
 }
 
 // ProbesConfig turns the built-in probe sets on or off.
@@ -322,6 +328,9 @@ func Default() *Config {
 			Socket:         DefaultSocket,
 			SocketMode:     DefaultSocketMode,
 			MaxPatchMemory: DefaultMaxPatchMemory,
+
+			MaxRingMemory:       DefaultMaxRingMemory,
+			MaxRingMemoryPerUID: DefaultMaxRingMemoryPerUID,
 		},
 		Probes: ProbesConfig{KernelPhases: true},
 		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1, DeviceMaxPerSecond: DefaultDeviceMaxPerSecond,

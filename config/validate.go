@@ -177,6 +177,28 @@ func (a *AgentConfig) validate(l *errs) {
 	if a.MaxPatchMemory < MinPatchMemory {
 		l.add("agent::max_patch_memory", "must be at least %d (16 MiB), got %d", MinPatchMemory, a.MaxPatchMemory)
 	}
+	a.validateRings(l)
+}
+
+// Bounds of agent::max_ring_memory and max_ring_memory_per_uid: the
+// defaults give a uid's first sessions full-size default rings (15 MiB
+// each) and every one of the 64 it may open at least the smallest
+// (0.5 MiB); the minimum holds a few full-size sessions.
+const (
+	DefaultMaxRingMemory       = 256 << 20
+	DefaultMaxRingMemoryPerUID = 128 << 20
+	MinRingMemory              = 16 << 20
+	maxRingMemory              = 1 << 40
+)
+
+func (a *AgentConfig) validateRings(l *errs) {
+	whole := a.MaxRingMemory >= MinRingMemory && a.MaxRingMemory <= maxRingMemory
+	if n := a.MaxRingMemory; !whole {
+		l.add("agent::max_ring_memory", "must be between %d (16 MiB) and %d (1 TiB), got %d", MinRingMemory, uint64(maxRingMemory), n)
+	}
+	if n := a.MaxRingMemoryPerUID; n < MinRingMemory || (whole && n > a.MaxRingMemory) {
+		l.add("agent::max_ring_memory_per_uid", "must be between %d (16 MiB) and agent::max_ring_memory (%d), got %d", MinRingMemory, a.MaxRingMemory, n)
+	}
 }
 
 // Bounds of agent::max_patch_memory: the default patches modules of

@@ -217,9 +217,10 @@ func (r *gpuReceiver) listen() error {
 		AllowedUIDs: r.cfg.Agent.AllowedUIDs, AllowedGIDs: r.cfg.Agent.AllowedGIDs,
 		MaxConnsPerUID: r.cfg.Agent.MaxConnectionsPerUID, IdleTimeout: r.cfg.Agent.IdleTimeout,
 		ImageMemory: imageMemory(r.cfg.Agent.MaxPatchMemory), Logger: r.log,
+		Rings:    agent.RingLimits{Memory: int64(r.cfg.Agent.MaxRingMemory), MemoryPerUID: int64(r.cfg.Agent.MaxRingMemoryPerUID)},
 		Settings: r.settings(),
 	}, agent.Callbacks{Connect: r.onConnect, Disconnect: r.onDisconnect, Patch: r.onPatch,
-		PatchRefused: r.onPatchRefused})
+		PatchRefused: r.onPatchRefused, Welcomed: func(p *agent.Peer) { dropSessionFiles(r, p) }})
 	if err != nil {
 		return fmt.Errorf("gpuprobe: agent::socket %s: %w", r.cfg.Agent.Socket, err)
 	}
@@ -239,11 +240,16 @@ func (r *gpuReceiver) settings() agentwire.Settings {
 }
 
 func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agentwire.Offer, error) {
-	ring, err := shm.CreateRing(r.cfg.Buffers.SlotSize, r.cfg.Buffers.RingSlots)
+	sizes, lease, err := reserveRings(r.cfg, r.log, p)
+	if err != nil {
+		return nil, err
+	}
+	ring, err := shm.CreateRing(r.cfg.Buffers.SlotSize, sizes.launch)
 	if err != nil {
 		return nil, fmt.Errorf("launch ring for pid %d: %w", p.PID, err)
 	}
-	names, err := shm.CreateRing(NameRingSlotSize, NameRingSlots)
+	ring.Region().OnClose(lease.Release)
+	names, err := shm.CreateRing(NameRingSlotSize, sizes.names)
 	if err != nil {
 		ring.Close()
 		return nil, fmt.Errorf("names ring for pid %d: %w", p.PID, err)
@@ -267,7 +273,7 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agentwire.Offer, error) {
 	}
 	var warps *shm.Ring
 	if r.cfg.Probes.KernelPhases {
-		warps, err = shm.CreateRing(ExecRingSlotSize, ExecRingSlots)
+		warps, err = shm.CreateRing(ExecRingSlotSize, sizes.exec)
 		if err != nil {
 			ring.Close()
 			names.Close()

@@ -285,5 +285,5 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.processes.folded", Unit: "{process}", Desc: "Processes whose metrics went into the shared overflow resource because the process limit was reached.", Value: c.ProcessesFolded},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patch.failed.Load()},
 		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.patch.skips.Load()},
-	}, append(r.hostSelfMetrics(), r.hc.metrics()...)...)
+	}, append(append(r.hostSelfMetrics(), r.hc.metrics()...), ringSelfMetrics(r.run.agent)...)...)
 }

@@ -284,6 +284,7 @@ type Region struct {
 	mem    []byte
 	base   unsafe.Pointer
 	header Header
+	closed []func() // run by Close (OnClose)
 }
 
 // Create makes a new memfd region described by spec, sized, zeroed, headed
@@ -391,6 +392,31 @@ func (r *Region) Data() []byte {
 	return r.mem[DataOffset : DataOffset+r.header.DataSize : DataOffset+r.header.DataSize]
 }
 
+// OnClose has fn run when the region is unmapped (by Close, once), e.g.
+// to give its bytes back to a budget.
+func (r *Region) OnClose(fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = append(r.closed, fn)
+}
+
+// DropFile closes the region's memfd, keeping the mapping: once the
+// descriptor was handed over, the region holds no descriptor of this
+// process. File returns nil afterwards. It is safe to call twice.
+func (r *Region) DropFile() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.file == nil {
+		return nil
+	}
+	err := r.file.Close()
+	r.file = nil
+	if err != nil {
+		return fmt.Errorf("shm: closing the memfd of a %v region: %w", r.header.Kind, err)
+	}
+	return nil
+}
+
 // Close unmaps the region and closes its file. It is safe to call twice;
 // users of the region's slices must be done with them.
 func (r *Region) Close() error {
@@ -401,9 +427,16 @@ func (r *Region) Close() error {
 	}
 	err := unix.Munmap(r.mem)
 	r.mem, r.base = nil, nil
-	if cerr := r.file.Close(); err == nil && cerr != nil {
-		err = cerr
+	if r.file != nil {
+		if cerr := r.file.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		r.file = nil
 	}
+	for _, fn := range r.closed {
+		fn()
+	}
+	r.closed = nil
 	if err != nil {
 		return fmt.Errorf("shm: closing %v region: %w", r.header.Kind, err)
 	}

@@ -64,6 +64,16 @@ func CreateRing(slotSize, slots uint32) (*Ring, error) {
 	return NewRing(r)
 }
 
+// RingSize returns the bytes of the region CreateRing(slotSize, slots)
+// makes (0: no such ring).
+func RingSize(slotSize, slots uint32) uint64 {
+	h, err := Spec{Kind: KindRing, ValueSize: slotSize, MaxEntries: slots}.header()
+	if err != nil {
+		return 0
+	}
+	return h.RegionSize
+}
+
 // NewRing wraps a mapped region of kind KindRing. The ring uses the header
 // as it was when the region was mapped, so a peer that scribbles over the
 // header later cannot make the ring read outside the region.

@@ -76,6 +76,7 @@ func Config(socket string, exporterPort, selfPort int, allowedUIDs []int) string
       socket_mode: "0660"
       allowed_uids: [` + strings.Join(uids, ", ") + `]
       max_patch_memory: ` + strconv.Itoa(PatchMemory) + `
+      idle_timeout: 1s
     buffers:
       ring_slots: 4096
     poll_interval: 5ms

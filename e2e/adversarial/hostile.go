@@ -38,6 +38,9 @@ var Classes = []ClassInfo{
 	{"calibration", HostileCalibration, Duration},
 	{"names", Names, Duration},         // budget.go
 	{"handles", Handles, 2 * Duration}, // budget.go; twice as long: 262,144 names of 4 KiB to read
+	{"rings", RingHog, Duration},       // ringbudget.go
+	{"tickets", TicketChurn, Duration}, // ringbudget.go
+	{"maps", HugeMaps, Duration},       // ringbudget.go
 }
 
 // ClassInfo names a hostile class and how long the suite runs it.

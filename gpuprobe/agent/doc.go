@@ -44,9 +44,26 @@
 // descriptor (a PATCH's memfd): more, or a frame left incomplete, is
 // answered ERROR code 1 and ends the session, every received descriptor
 // closed. A session silent for IdleTimeout (agent::idle_timeout) whose
-// process maps none of its shm regions (/proc/PID/maps), or has exited,
-// is ended. A client can thus make the server hold at most three of
-// its descriptors (the connection, a pidfd of the peer, one PATCH memfd).
+// process maps none of its shm regions (/proc/PID/maps: one read, cut at
+// 32 MiB, serves all the process's sessions for a second; past the cut,
+// the session is ended and counted in Stats.MapsTruncated), or has
+// exited, is ended. A client can thus make the server hold at most three of
+// its descriptors (the connection, a pidfd of the peer, one PATCH memfd);
+// the owner closes the memfds it made for a session once WELCOME is sent
+// (Callbacks.Welcomed), keeping only their mappings.
+//
+// # Ring memory
+//
+// The rings the owner makes for a session stay mapped after it ends,
+// until they are drained, so their memory is charged from Peer.Reserve
+// until the owner releases the Lease, open or closed: Options.Rings
+// bounds it node-wide (agent::max_ring_memory, 256 MiB) and per uid
+// (agent::max_ring_memory_per_uid, 128 MiB). A session gets its rings at
+// full size while they leave the smallest rings for the sessions the
+// limits still allow and take at most half of the rest, smaller ones
+// after, and ERROR code 5 when not even the smallest fit within 100 ms; closed sessions
+// not yet drained beyond the session limits, or in the way of a request
+// of their uid, are asked to drain early (Lease.OnEvict). rings.go.
 //
 // # Frames
 //

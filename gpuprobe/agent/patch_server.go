@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
+	"github.com/gpuprobe/gpuprobe/internal/procread"
 )
 
 // DefaultPatchTimeout bounds the server's read of one PATCH and write of
@@ -97,18 +98,24 @@ func (s *Server) serve(c *net.UnixConn, ss *session, log *zap.Logger) {
 }
 
 // live says whether a silent session is still in use: its process maps
-// one of its regions, or that cannot be told.
+// one of its regions within the first procread.MaxMapsBytes of its maps,
+// or /proc cannot tell (not readable).
 func (s *Server) live(ss *session, log *zap.Logger) bool {
 	if len(ss.regions) == 0 {
 		return ss.opaque > 0
 	}
-	mapped, err := ss.proc.mapsAny(ss.regions)
+	mapped, cut, err := s.idle.mapped(ss.proc, ss.regions, time.Now())
 	if errors.Is(err, errPeerGone) {
 		return false
 	}
 	if err != nil {
 		log.Debug("agent: cannot tell whether an idle session's regions are mapped; keeping it", zap.Error(err))
 		return true
+	}
+	if cut {
+		s.mapsCut.Add(1)
+		log.Warn("agent: an idle session's process has a /proc/PID/maps past the read bound before any of its regions; ending the session",
+			zap.Int64("bound", procread.MaxMapsBytes))
 	}
 	return mapped
 }

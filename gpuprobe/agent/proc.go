@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -239,6 +240,13 @@ func mapsMatch(r io.Reader, ids []fileID) (bool, procread.Scan, error) {
 
 // mapsLineIs says whether a maps line maps one of the files ids.
 func mapsLineIs(line []byte, ids []fileID) bool {
+	id, ok := mapsLineFile(line)
+	return ok && slices.Contains(ids, id)
+}
+
+// mapsLineFile returns the file a maps line maps (device and inode).
+// Each line: address perms offset major:minor inode [path].
+func mapsLineFile(line []byte) (fileID, bool) {
 	var f [5][]byte
 	rest := line
 	for i := range f {
@@ -251,24 +259,18 @@ func mapsLineIs(line []byte, ids []fileID) bool {
 	}
 	ino, ok := parseUint(f[4], 10, 64)
 	if !ok || ino == 0 {
-		return false
+		return fileID{}, false
 	}
 	maj, min, ok := bytes.Cut(f[3], []byte{':'})
 	if !ok {
-		return false
+		return fileID{}, false
 	}
 	mj, ok1 := parseUint(maj, 16, 32)
 	mn, ok2 := parseUint(min, 16, 32)
 	if !ok1 || !ok2 {
-		return false
+		return fileID{}, false
 	}
-	dev := unix.Mkdev(uint32(mj), uint32(mn))
-	for _, id := range ids {
-		if id.ino == ino && id.dev == dev {
-			return true
-		}
-	}
-	return false
+	return fileID{dev: unix.Mkdev(uint32(mj), uint32(mn)), ino: ino}, true
 }
 
 // parseUint parses b, digits of base 10 or 16, as a number of at most

@@ -39,6 +39,9 @@ type Options struct {
 	// no room within ImageWait (default 2 s) is answered NOPATCH.
 	ImageMemory int64
 	ImageWait   time.Duration
+	// Rings bound the ring memory sessions hold, open or closed but not
+	// yet drained (rings.go).
+	Rings RingLimits
 	// Settings go to every client in its WELCOME.
 	Settings agentwire.Settings
 }
@@ -52,6 +55,28 @@ type Peer struct {
 	Groups  []uint32        // supplementary groups, from /proc/PID/status (nil if unknown)
 	Proc    ProcInfo        // its executable, cgroups and start time, from /proc/PID
 	Hello   agentwire.Hello // what the client said
+
+	rings *ringBudget // the server's ring budget (nil: Peer made outside a server)
+	lease *Lease      // what Reserve took
+}
+
+// Reserve charges the rings the owner makes for p's session to the ring
+// budget (Options.Rings): at full size (shift 0) when p's uid's share and
+// the node's budget have room, else at the smallest shift that fits (at
+// most req.MaxShift). It returns the shift granted and the session's
+// lease, to Release once the rings are unmapped; when not even the
+// smallest fits, a *agentwire.ProtocolError with code 5 (return it from
+// Connect: the client is refused with it). Call it once, from Connect.
+func (p *Peer) Reserve(req RingRequest) (uint, *Lease, error) {
+	if p.rings == nil {
+		return 0, nil, nil
+	}
+	if p.lease != nil {
+		return 0, nil, errors.New("agent: a session reserves its rings once")
+	}
+	slots, l, err := p.rings.reserve(p.UID, req)
+	p.lease = l
+	return slots, l, err
 }
 
 // Callbacks connect the server to its owner (the receiver).
@@ -67,6 +92,10 @@ type Callbacks struct {
 	// 4). A *NoPatch error is sent as is; any other error as NOPATCH code
 	// 3 with its text. Calls for one peer never overlap.
 	Patch func(p *Peer, req *agentwire.PatchRequest) (*agentwire.Patched, error)
+	// Welcomed, if set, is called once the client has its WELCOME and
+	// descriptors: the memfds made for this session alone may be closed
+	// (their mappings stay), so a session holds none while it is drained.
+	Welcomed func(p *Peer)
 	// PatchRefused, if set, is called when a PATCH is answered NOPATCH
 	// without reaching Patch (a bad frame, an oversized or sparse image
 	// memfd, no room in Options.ImageMemory), with the reason.
@@ -81,6 +110,9 @@ type Stats struct {
 	Active    int64  // connections open now
 	Evicted   uint64 // connections closed before HELLO to make room for newer ones
 	Reclaimed uint64 // idle sessions ended because their process mapped none of their regions
+	// MapsTruncated counts the idle sessions of them whose process's
+	// /proc/PID/maps was past the read bound before any of their regions.
+	MapsTruncated uint64
 }
 
 // Server is the agent socket server.
@@ -98,6 +130,8 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	images *agentwire.Budget // Options.ImageMemory
+	rings  *ringBudget       // Options.Rings (rings.go)
+	idle   *idleMaps         // the idle checks' maps reads (idlemaps.go)
 
 	session   atomic.Uint32
 	accepted  atomic.Uint64
@@ -106,6 +140,7 @@ type Server struct {
 	active    atomic.Int64
 	evicted   atomic.Uint64
 	reclaimed atomic.Uint64
+	mapsCut   atomic.Uint64
 }
 
 // Listen creates the socket and starts serving. A stale socket file at
@@ -151,7 +186,8 @@ func Listen(opts Options, cb Callbacks) (*Server, error) {
 		return nil, fmt.Errorf("agent: moving the socket to %s: %w", opts.Path, err)
 	}
 	s := &Server{opts: opts, cb: cb, log: log, ln: ln, selfUID: uint32(os.Getuid()), conns: map[*net.UnixConn]*connState{}, slots: newSlots(),
-		images: agentwire.NewBudget(opts.ImageMemory, opts.ImageWait)}
+		images: agentwire.NewBudget(opts.ImageMemory, opts.ImageWait),
+		rings:  newRingBudget(opts.Rings, opts.MaxConns, opts.MaxConnsPerUID), idle: newIdleMaps()}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	log.Info("agent socket listening", zap.String("path", opts.Path), zap.Stringer("mode", opts.Mode))
@@ -212,8 +248,11 @@ func (s *Server) Path() string { return s.opts.Path }
 // Stats returns the connection counters.
 func (s *Server) Stats() Stats {
 	return Stats{Accepted: s.accepted.Load(), Rejected: s.rejected.Load(), Failed: s.failed.Load(), Active: s.active.Load(),
-		Evicted: s.evicted.Load(), Reclaimed: s.reclaimed.Load()}
+		Evicted: s.evicted.Load(), Reclaimed: s.reclaimed.Load(), MapsTruncated: s.mapsCut.Load()}
 }
+
+// RingStats returns the ring budget's counters.
+func (s *Server) RingStats() RingStats { return s.rings.stats() }
 
 // Close stops accepting, closes every connection, waits for their
 // goroutines (Disconnect callbacks included) and removes the socket file.
@@ -372,13 +411,19 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 		s.refuse(c, agentwire.CodeTooMany, msg)
 		return
 	}
-	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Groups: groups, Proc: proc.info(), Hello: hello}
+	peer := &Peer{Session: s.session.Add(1), PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Groups: groups, Proc: proc.info(), Hello: hello,
+		rings: s.rings}
 	log = log.With(zap.Uint32("session", peer.Session), zap.String("process", hello.Name))
 	offers, err := s.cb.Connect(peer)
 	if err != nil {
+		peer.lease.Release() // the owner made no rings
 		s.failed.Add(1)
 		log.Warn("agent: session setup failed", zap.Error(err))
-		s.refuse(c, agentwire.CodeServer, err.Error())
+		code := agentwire.CodeServer
+		if pe := (*agentwire.ProtocolError)(nil); errors.As(err, &pe) {
+			code = pe.Code
+		}
+		s.refuse(c, code, err.Error())
 		return
 	}
 	for i, o := range offers {
@@ -387,6 +432,7 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 			log.Warn("agent: bad offer", zap.Int("offer", i), zap.String("name", o.Name), zap.Error(err))
 			s.refuse(c, agentwire.CodeServer, fmt.Sprintf("offer %d (%q): %v", i, o.Name, err))
 			s.disconnect(peer)
+			s.rings.close(peer.lease, time.Now())
 			return
 		}
 	}
@@ -395,7 +441,11 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 		s.failed.Add(1)
 		log.Warn("agent: sending WELCOME failed", zap.Error(err))
 		s.disconnect(peer)
+		s.rings.close(peer.lease, time.Now())
 		return
+	}
+	if s.cb.Welcomed != nil {
+		s.cb.Welcomed(peer)
 	}
 	s.accepted.Add(1)
 	log.Info("agent: client connected", zap.Int("regions", len(offers)))
@@ -406,9 +456,12 @@ func (s *Server) handle(c *net.UnixConn, cred *unix.Ucred, st *connState) {
 	// The session lasts until the client closes (or Close closes us); in
 	// between, the client may send PATCH requests.
 	opaque := len(offers) - len(regions) // regions liveness cannot be told of (kernel maps)
+	s.idle.add(proc, regions)
 	s.serve(c, &session{peer: peer, proc: proc, regions: regions, opaque: opaque}, log)
+	s.idle.remove(proc, regions)
 	s.leave(st)
 	s.disconnect(peer)
+	s.rings.close(peer.lease, time.Now())
 	log.Info("agent: client disconnected")
 }
 

@@ -7,11 +7,13 @@ package translate
 // known: its pid and executable name.
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/gpuprobe/gpuprobe/internal/procread"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/procres"
 	"github.com/gpuprobe/gpuprobe/record"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -98,6 +100,9 @@ func (rb *resourceBook) processName(pid uint32) string {
 	return n
 }
 
+// maxComm bounds the read of /proc/PID/comm (the kernel keeps 16 bytes).
+const maxComm = 64
+
 // ProcName returns the executable name of pid: the base name of
 // /proc/PID/exe, else /proc/PID/comm (cut at 15 bytes by the kernel), ""
 // if the process is gone.
@@ -106,8 +111,8 @@ func ProcName(pid uint32) string {
 	if exe, err := os.Readlink(dir + "/exe"); err == nil && exe != "" {
 		return filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
 	}
-	b, err := os.ReadFile(dir + "/comm")
-	if err != nil {
+	b, err := procread.File(dir+"/comm", maxComm)
+	if err != nil && !errors.Is(err, procread.ErrTruncated) {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
