@@ -297,6 +297,11 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agentwire.Offer, error) {
 		offers = append(offers, agentwire.Offer{Role: agentwire.RoleClock, Name: "clock", Region: clk.Region()})
 	}
 	s := r.addSource(ring, true, maps, names, peer)
+	lease.OnEvict(func() { // a closed session in the way of its uid's next one
+		r.mu.Lock()
+		s.evict = true
+		r.mu.Unlock()
+	})
 	r.mu.Lock()
 	s.clock, s.calls = clk, calls
 	if warps != nil {
@@ -378,7 +383,7 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 		// everything it wrote in the rings (onDisconnect may set closing
 		// while they are read, and records written since would be lost).
 		r.mu.Lock()
-		gone := s.closing || stopping
+		gone, evict := s.closing || stopping, s.evict
 		peer := s.peer
 		s.peer = nil
 		r.mu.Unlock()
@@ -389,9 +394,9 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 		dropped, corrupt = dropped+lost, corrupt+bad
 		waiting = waiting || backlog(s.launch) > 0
 		release := false
-		if gone {
+		if gone || evict {
 			var lost, bad uint64
-			release, lost, bad = r.finished(s, now, stopping)
+			release, lost, bad = r.finished(s, now, stopping || evict)
 			dropped, corrupt = dropped+lost, corrupt+bad
 		}
 		if err := s.violation(); err != nil {

@@ -133,6 +133,7 @@ type source struct {
 	warps   *ringReader                // the kernel_phases ring, or nil
 	maps    *progmaps.Instance         // the application's user map regions, or nil
 	closing bool                       // the producer went away: read what is left, then close
+	evict   bool                       // the ring budget wants it released at the next poll (agent.Lease.OnEvict)
 	goneAt  time.Time                  // when a poll first saw closing; zero before
 	bind    map[string]patcher.Binding // map name → region in the client's WELCOME
 	clock   *shm.Array                 // the client's clock region (role 6), or nil
