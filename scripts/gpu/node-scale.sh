@@ -11,8 +11,9 @@
 # launches (its own count, the tensor's final value) equal its
 # gpu.cuda.kernel.launches of that kernel exactly; no record dropped, none
 # undelivered; the collector exits 0 within its shutdown bound. Prints the
-# collector's CPU seconds and VmHWM. Environment: NS_OUT (default
-# build/gpu-node-scale), N16.
+# collector's CPU seconds and VmHWM and the ring budget's counts.
+# Environment: NS_OUT (default build/gpu-node-scale), N16, NS_EXTRA (YAML
+# lines added under the receiver, indented 4 spaces).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${NS_OUT:-$PWD/build/gpu-node-scale}
@@ -31,6 +32,7 @@ receivers:
       ldconfig: false
     telemetry:
       in_pipeline: true
+${NS_EXTRA:-}
 exporters:
   file/traces:
     path: $out/traces.json
@@ -64,7 +66,7 @@ done
 "${run[@]}" python3 scripts/gpu/torchstep.py eager --steps 100 >"$out/torchstep.jsonl" 2>"$out/torchstep.err" &
 pids+=($!)
 for p in "${pids[@]}"; do wait "$p" || { echo "node-scale: a process failed (rc $?)"; status=1; }; done
-echo "node-scale: $n16 torchadd + 1 training step ran in $(echo "$(date +%s.%N) - $start" | bc) s"
+echo "node-scale: $n16 torchadd + 1 training step ran in $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}') s"
 sleep 1
 read -r ut st < <(awk '{print $14, $15}' "/proc/$col/stat")
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$col/status")
@@ -75,7 +77,7 @@ rc=$?
 trap - EXIT
 ms=$((($(date +%s%N) - t0) / 1000000))
 tck=$(getconf CLK_TCK)
-echo "node-scale: collector CPU $(echo "scale=2; ($ut + $st) / $tck" | bc) s, VmHWM $((hwm / 1024)) MiB; SIGTERM ended it in $ms ms, exit $rc"
+echo "node-scale: collector CPU $(awk -v t=$((ut + st)) -v k="$tck" 'BEGIN {printf "%.2f", t / k}') s, VmHWM $((hwm / 1024)) MiB; SIGTERM ended it in $ms ms, exit $rc"
 ((rc == 0)) || { echo "node-scale: FAIL: collector exit $rc"; status=1; }
 grep -E 'error|failed to shutdown' "$out/collector.log" | tail -3
 
@@ -112,7 +114,8 @@ for pr in procs:
 print(f"node-scale: {exact} of {len(procs)} processes exact ({total} add_ launches)")
 def selfsum(name):
     return sum(p["value"] or 0 for p in lm.latest(pts, name))
-for name in ("gpuprobe.receiver.records.read", "gpuprobe.receiver.records.dropped", "gpuprobe.receiver.shutdown.undelivered"):
+for name in ("gpuprobe.receiver.records.read", "gpuprobe.receiver.records.dropped", "gpuprobe.receiver.shutdown.undelivered",
+             "gpuprobe.receiver.rings.shrunk", "gpuprobe.receiver.rings.refused", "gpuprobe.receiver.traces.kept"):
     print(f"node-scale: {name} = {selfsum(name)}")
 if selfsum("gpuprobe.receiver.records.dropped") or selfsum("gpuprobe.receiver.shutdown.undelivered"):
     print("node-scale: FAIL: records dropped or undelivered")

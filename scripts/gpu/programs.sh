@@ -181,9 +181,11 @@ else
 fi
 
 # ---- fail open 2: no collector ----------------------------------------------
+# stdout as plain's; stderr one line saying the run is unprobed.
 if timeout 120 bin/gpuprobe run --socket "$out/none/agent.sock" --shim bin/libgpuprobe.so -- "$app" "$iters" "$n" \
-	>"$out/nocollector.txt" 2>&1 && cmp -s "$out/plain.txt" "$out/nocollector.txt"; then
-	row "fail open: no collector" ok "output identical"
+	>"$out/nocollector.txt" 2>"$out/nocollector.err" && cmp -s "$out/plain.txt" "$out/nocollector.txt" &&
+	[[ $(grep -c . "$out/nocollector.err") == 1 ]]; then
+	row "fail open: no collector" ok "output identical, one line on stderr: $(head -c 120 "$out/nocollector.err")"
 else
 	row "fail open: no collector" FAIL "see $out/nocollector.txt"
 fi
