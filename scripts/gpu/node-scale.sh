@@ -12,8 +12,9 @@
 # gpu.cuda.kernel.launches of that kernel exactly; no record dropped, none
 # undelivered; the collector exits 0 within its shutdown bound. Prints the
 # collector's CPU seconds and VmHWM and the ring budget's counts.
-# Environment: NS_OUT (default build/gpu-node-scale), N16, NS_EXTRA (YAML
-# lines added under the receiver, indented 4 spaces).
+# Environment: NS_OUT (default build/gpu-node-scale), N16, NS_AGENT and
+# NS_EXTRA (YAML lines added under the receiver's agent, indented 6
+# spaces, and under the receiver, indented 4).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${NS_OUT:-$PWD/build/gpu-node-scale}
@@ -26,6 +27,7 @@ receivers:
   gpuprobe:
     agent:
       socket: $out/agent.sock
+${NS_AGENT:-}
     host_probes:
       enabled: true
       shim_processes: skip
