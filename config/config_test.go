@@ -112,7 +112,7 @@ func TestValidateErrors(t *testing.T) {
 		{"gid duplicate", func(c *Config) { c.Agent.AllowedGIDs = []uint32{7, 7} }, "agent::allowed_gids[1]: duplicate gid 7 (also at index 0)"},
 		{"patch memory too small", func(c *Config) { c.Agent.MaxPatchMemory = 1 << 20 }, "agent::max_patch_memory: must be at least 16777216 (16 MiB), got 1048576"},
 		{"ring memory too small", func(c *Config) { c.Agent.MaxRingMemory = 1 << 20 }, "agent::max_ring_memory: must be between 16777216 (16 MiB)"},
-		{"ring share over the whole", func(c *Config) { c.Agent.MaxRingMemoryPerUID = c.Agent.MaxRingMemory + 1 }, "agent::max_ring_memory_per_uid: must be between 16777216 (16 MiB) and agent::max_ring_memory (268435456), got 268435457"},
+		{"ring share over the whole", func(c *Config) { c.Agent.MaxRingMemoryPerUID = c.Agent.MaxRingMemory + 1 }, "agent::max_ring_memory_per_uid: must be between 16777216 (16 MiB) and agent::max_ring_memory (536870912), got 536870913"},
 		{"program path empty", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o"}, {}} }, "programs[1]::path: must not be empty"},
 		{"program path not .o", func(c *Config) { c.Programs = []ProgramConfig{{Path: "probe.c"}} }, `programs[0]::path: must be an ELF object ending in .o, got "probe.c"`},
 		{"attach empty", func(c *Config) { c.Programs = []ProgramConfig{{Path: "a.o", Attach: []string{""}}} }, "programs[0]::attach[0]: must not be empty"},

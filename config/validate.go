@@ -185,7 +185,7 @@ func (a *AgentConfig) validate(l *errs) {
 // each) and every one of the 64 it may open at least the smallest
 // (0.5 MiB); the minimum holds a few full-size sessions.
 const (
-	DefaultMaxRingMemory       = 256 << 20
+	DefaultMaxRingMemory       = 512 << 20
 	DefaultMaxRingMemoryPerUID = 128 << 20
 	MinRingMemory              = 16 << 20
 	maxRingMemory              = 1 << 40

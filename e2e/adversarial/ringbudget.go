@@ -41,9 +41,11 @@ const (
 	// session limit (agent::max_connections_per_uid's default).
 	RingSessions = agentwire.DefaultMaxConnsPerUID
 	// MaxRingMapped bounds the bytes of ring regions the collector maps,
-	// all clients together: agent::max_ring_memory's default. Without a
-	// budget, RingSessions sessions of the suite's rings map 435 MiB.
-	MaxRingMapped = agent.DefaultRingMemory
+	// all clients together: HostileUID's share
+	// (agent::max_ring_memory_per_uid's default) and 16 MiB for the root
+	// client's rings. Without a budget, RingSessions sessions of the
+	// suite's rings map 435 MiB.
+	MaxRingMapped = agent.DefaultRingMemoryPerUID + 16<<20
 	// ChurnWorkers is how many sessions TicketChurn opens at once.
 	ChurnWorkers = 8
 	// MaxRingFds bounds the collector's descriptors of ring memfds while

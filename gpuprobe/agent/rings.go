@@ -16,7 +16,10 @@ import (
 // therefore charged, from its Peer.Reserve until its Lease is released
 // (the rings unmapped), against a node-wide budget (RingLimits.Memory)
 // and its uid's share (RingLimits.MemoryPerUID), whether the session is
-// open or closed and not yet drained.
+// open or closed and not yet drained. Root's sessions are charged to the
+// node's budget only: the share keeps unprivileged uids from each other
+// and from root, and on a Kubernetes node every pod without a user
+// namespace is uid 0, so a share for root would be one for all pods.
 //
 // A request gets its rings at full size while they leave the smallest
 // rings for every session the session limits still allow (of its uid and
@@ -34,7 +37,7 @@ import (
 
 // Defaults of RingLimits.
 const (
-	DefaultRingMemory       = 256 << 20
+	DefaultRingMemory       = 512 << 20
 	DefaultRingMemoryPerUID = 128 << 20
 	DefaultRingWait         = 100 * time.Millisecond
 )
@@ -170,10 +173,13 @@ type RingRequest struct {
 func (b *ringBudget) grantable(uid uint32, n, minN int64, smallest bool) bool {
 	uidFree, allFree := b.lim.MemoryPerUID-b.byUID[uid], b.lim.Memory-b.used
 	if smallest {
-		return n <= uidFree && n <= allFree
+		return (n <= uidFree || uid == 0) && n <= allFree
 	}
 	uidFree -= int64(max(b.maxSessionsUID-b.open[uid]-1, 0)) * minN
 	allFree -= int64(max(b.maxSessions-b.nopen-1, 0)) * minN
+	if uid == 0 {
+		uidFree = allFree // root: the node's budget only
+	}
 	return n <= min(uidFree, allFree)/2
 }
 
@@ -221,7 +227,7 @@ func (b *ringBudget) tryReserve(uid uint32, req RingRequest, first bool) (uint, 
 		}
 	}
 	var evict []func()
-	if b.byUID[uid]+n > b.lim.MemoryPerUID {
+	if uid != 0 && b.byUID[uid]+n > b.lim.MemoryPerUID {
 		if first {
 			evict = b.evictOldest(uid, nil)
 		}

@@ -45,7 +45,8 @@ func TestRingBudgetGrants(t *testing.T) {
 		{"smallest takes the rest", 1000, halving(8*mib, 3), 3, ""},
 		{"share spent", 1000, halving(8*mib, 3), 0, "max_ring_memory_per_uid"},
 		{"honest uid full", 0, halving(8*mib, 3), 0, ""},
-		{"over the whole share", 0, halving(64*mib, 0), 0, "max_ring_memory_per_uid"},
+		{"root past the share, within the node's", 0, halving(16*mib, 0), 0, ""},
+		{"root over the node's budget", 0, halving(64*mib, 0), 0, "(agent::max_ring_memory)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,8 +64,8 @@ func TestRingBudgetGrants(t *testing.T) {
 		})
 	}
 	st := b.stats()
-	if st.Shrunk != 6 || st.Refused != 2 || st.Held != 32*mib+8*mib {
-		t.Errorf("stats %+v: want 6 shrunk, 2 refused, %d held", st, 40*mib)
+	if st.Shrunk != 6 || st.Refused != 2 || st.Held != 32*mib+24*mib {
+		t.Errorf("stats %+v: want 6 shrunk, 2 refused, %d held", st, 56*mib)
 	}
 }
 
@@ -199,8 +200,10 @@ func TestServerRingBudget(t *testing.T) {
 		g.Region().DropFile()
 		welcomed <- g
 	}}
-	ring := int64(shm.RingSize(64, 1<<14)) // a share of one and a half: one session
-	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "a.sock"), Rings: RingLimits{Memory: 4 * ring, MemoryPerUID: ring + ring/2, Wait: time.Millisecond}}, cb)
+	// A budget of one and a half rings: one session, whether the test's
+	// uid is charged to its share or (root) to the node's budget only.
+	ring := int64(shm.RingSize(64, 1<<14))
+	s, err := Listen(Options{Path: filepath.Join(t.TempDir(), "a.sock"), Rings: RingLimits{Memory: ring + ring/2, MemoryPerUID: ring + ring/2, Wait: time.Millisecond}}, cb)
 	if err != nil {
 		t.Fatal(err)
 	}
