@@ -61,7 +61,7 @@ GO_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/adversarial$$'
 BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
-.PHONY: all build generate ocb otelcol otelcol-lean run test fmt-check vet cross unit e2e adversarial backends \
+.PHONY: all build generate ocb otelcol run test fmt-check vet cross unit e2e adversarial backends \
 	gpu-test gpu-bundle loadtest loadtest-short bench fuzz install clean distclean help deploy-check deploy-dryrun image
 
 all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
@@ -143,6 +143,7 @@ $(eval $(call otelcol-dist,otelcol-gpuprobe,builder-config.yaml))
 $(eval $(call otelcol-dist,otelcol-gpuprobe-lean,builder-config-lean.yaml))
 
 otelcol: bin/otelcol-gpuprobe ## build the full collector distribution bin/otelcol-gpuprobe (Kubernetes, image) with ocb
+.PHONY: otelcol-lean
 otelcol-lean: bin/otelcol-gpuprobe-lean ## build the lean collector bin/otelcol-gpuprobe-lean (no cloud/Kubernetes components) with ocb
 
 run: bin/otelcol-gpuprobe-lean ## build the lean collector and start it with testdata/config.yaml (no clang needed)
