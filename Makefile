@@ -2,7 +2,7 @@
 #
 # Everything is incremental: Go's build cache does the fine-grained work, and
 # the rules below only re-run a step when its inputs changed (Go sources,
-# go.mod/go.sum, builder-config.yaml). Heavy third-party builds (ocb, Jaeger,
+# go.mod/go.sum, builder-config*.yaml). Heavy third-party builds (ocb, Jaeger,
 # Prometheus) are cached by version under $(GPUPROBE_CACHE).
 
 SHELL := /bin/bash
