@@ -2,7 +2,7 @@
 #
 # Everything is incremental: Go's build cache does the fine-grained work, and
 # the rules below only re-run a step when its inputs changed (Go sources,
-# go.mod/go.sum, builder-config.yaml). Heavy third-party builds (ocb, Jaeger,
+# go.mod/go.sum, builder-config*.yaml). Heavy third-party builds (ocb, Jaeger,
 # Prometheus) are cached by version under $(GPUPROBE_CACHE).
 
 SHELL := /bin/bash
@@ -26,7 +26,6 @@ ETCD_VERSION ?= v3.6.16
 
 OCB_DIR ?= $(CURDIR)/.cache/bin
 OCB := $(OCB_DIR)/ocb-$(OCB_VERSION)
-OTELCOL_SRC := build/otelcol-gpuprobe
 # The collector is a static binary by default so that it runs unchanged on
 # the GPU machine; set OTELCOL_CGO=1 if a component needs cgo.
 OTELCOL_CGO ?= 0
@@ -120,21 +119,35 @@ $(OCB):
 	GOBIN=$(OCB_DIR) $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
 	mv $(OCB_DIR)/builder $@
 
-# ocb generates the sources and tidies their go.mod; compilation is ours so
-# that a source change only costs an incremental `go build`.
-$(OTELCOL_SRC)/components.go: builder-config.yaml go.mod go.sum | $(OCB)
-	@mkdir -p $(dir $(OTELCOL_SRC))
-	$(OCB) --config builder-config.yaml --skip-compilation
-	@touch $@
+# Two distributions from one receiver: the full one (builder-config.yaml,
+# bin/otelcol-gpuprobe: the image, the Kubernetes checks, e2e and the GPU
+# machine) and the lean one (builder-config-lean.yaml,
+# bin/otelcol-gpuprobe-lean: no cloud or Kubernetes components, for
+# `make run`, the adversarial suite and the load test; minutes to build
+# on a cold machine instead of about 20).
+#
+# otelcol-dist NAME,MANIFEST: ocb generates build/NAME's sources from
+# MANIFEST and tidies their go.mod; compilation is ours so that a source
+# change only costs an incremental `go build`.
+define otelcol-dist
+build/$(1)/components.go: $(2) go.mod go.sum | $$(OCB)
+	@mkdir -p build
+	$$(OCB) --config $(2) --skip-compilation
+	@touch $$@
 
-bin/otelcol-gpuprobe: $(OTELCOL_SRC)/components.go $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
+bin/$(1): build/$(1)/components.go $$(GO_BUILD_SRCS) $$(GO_EMBEDS) go.mod go.sum
 	@mkdir -p bin
-	cd $(OTELCOL_SRC) && CGO_ENABLED=$(OTELCOL_CGO) $(GO) build $(GOFLAGS_BUILD) -ldflags '$(OTELCOL_LDFLAGS)' -mod=mod -o $(CURDIR)/$@ .
+	cd build/$(1) && CGO_ENABLED=$$(OTELCOL_CGO) $$(GO) build $$(GOFLAGS_BUILD) -ldflags '$$(OTELCOL_LDFLAGS)' -mod=mod -o $$(CURDIR)/$$@ .
+endef
+$(eval $(call otelcol-dist,otelcol-gpuprobe,builder-config.yaml))
+$(eval $(call otelcol-dist,otelcol-gpuprobe-lean,builder-config-lean.yaml))
 
-otelcol: bin/otelcol-gpuprobe ## build the collector distribution bin/otelcol-gpuprobe with ocb
+otelcol: bin/otelcol-gpuprobe ## build the full collector distribution bin/otelcol-gpuprobe (Kubernetes, image) with ocb
+.PHONY: otelcol-lean
+otelcol-lean: bin/otelcol-gpuprobe-lean ## build the lean collector bin/otelcol-gpuprobe-lean (no cloud/Kubernetes components) with ocb
 
-run: bin/otelcol-gpuprobe ## build the collector and start it with testdata/config.yaml (no clang needed)
-	bin/otelcol-gpuprobe --config testdata/config.yaml
+run: bin/otelcol-gpuprobe-lean ## build the lean collector and start it with testdata/config.yaml (no clang needed)
+	bin/otelcol-gpuprobe-lean --config testdata/config.yaml
 
 # ---- tests -----------------------------------------------------------------
 
@@ -210,8 +223,8 @@ e2e: bin/gpuprobe-harness bin/otelcol-gpuprobe bin/libgpuprobe.so backends ## en
 
 # Hostile agent clients against the real collector binary (as root: one
 # class runs as an unprivileged uid). See e2e/adversarial/doc.go.
-adversarial: bin/gpuprobe-harness bin/otelcol-gpuprobe ## hostile clients against the real collector (root, ~2 min)
-	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe \
+adversarial: bin/gpuprobe-harness bin/otelcol-gpuprobe-lean ## hostile clients against the lean collector (root, ~2 min)
+	GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe-lean \
 	GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness \
 	$(GO) test -count=1 -v -timeout $(ADVERSARIAL_TIMEOUT) ./e2e/adversarial/
 
@@ -224,13 +237,13 @@ adversarial: bin/gpuprobe-harness bin/otelcol-gpuprobe ## hostile clients agains
 LOADTEST_CLIENTS ?= 64
 LOADTEST_LAUNCHES ?= 937500
 LOADTEST_RATE ?= 15625
-LOADTEST_ENV = GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness
+LOADTEST_ENV = GPUPROBE_OTELCOL=$(CURDIR)/bin/otelcol-gpuprobe-lean GPUPROBE_HARNESS=$(CURDIR)/bin/gpuprobe-harness
 
-loadtest: bin/gpuprobe-harness bin/otelcol-gpuprobe ## the long load benchmark (64 clients; LOADTEST_* set the load)
+loadtest: bin/gpuprobe-harness bin/otelcol-gpuprobe-lean ## the long load benchmark (64 clients; LOADTEST_* set the load)
 	$(LOADTEST_ENV) LOADTEST_CLIENTS=$(LOADTEST_CLIENTS) LOADTEST_LAUNCHES=$(LOADTEST_LAUNCHES) LOADTEST_RATE=$(LOADTEST_RATE) \
 		$(GO) test -count=1 -v -timeout 30m ./e2e/loadtest/
 
-loadtest-short: bin/gpuprobe-harness bin/otelcol-gpuprobe ## the load test's short form (8 clients, a few seconds)
+loadtest-short: bin/gpuprobe-harness bin/otelcol-gpuprobe-lean ## the load test's short form (8 clients, a few seconds)
 	$(LOADTEST_ENV) $(GO) test -count=1 -v -timeout 2m ./e2e/loadtest/
 
 # ---- GPU machine -----------------------------------------------------------

@@ -23,11 +23,12 @@ const (
 
 // Tool names accepted by Find.
 const (
-	ToolOtelcol    = "otelcol-gpuprobe" // ocb-built collector distribution
-	ToolHarness    = "gpuprobe-harness" // bin/gpuprobe-harness (loadgen)
-	ToolShim       = "libgpuprobe.so"   // bin/libgpuprobe.so, the in-application shim
-	ToolJaeger     = "jaeger"
-	ToolPrometheus = "prometheus"
+	ToolOtelcol     = "otelcol-gpuprobe"      // the full ocb-built collector distribution
+	ToolOtelcolLean = "otelcol-gpuprobe-lean" // the lean one: no cloud or Kubernetes components
+	ToolHarness     = "gpuprobe-harness"      // bin/gpuprobe-harness (loadgen)
+	ToolShim        = "libgpuprobe.so"        // bin/libgpuprobe.so, the in-application shim
+	ToolJaeger      = "jaeger"
+	ToolPrometheus  = "prometheus"
 )
 
 // RepoRoot returns the directory of the gpuprobe module's go.mod, searching
@@ -102,6 +103,12 @@ func Find(ctx context.Context, tool string, timeout time.Duration) (string, erro
 	case ToolOtelcol:
 		return FindBinary("GPUPROBE_OTELCOL", func() (string, error) {
 			return MakeTarget(ctx, root, "bin/otelcol-gpuprobe", timeout)
+		})
+	case ToolOtelcolLean:
+		// $GPUPROBE_OTELCOL names the collector under test for either
+		// tool: the full distribution has every lean component.
+		return FindBinary("GPUPROBE_OTELCOL", func() (string, error) {
+			return MakeTarget(ctx, root, "bin/otelcol-gpuprobe-lean", timeout)
 		})
 	case ToolHarness:
 		return FindBinary("GPUPROBE_HARNESS", func() (string, error) {

@@ -12,7 +12,8 @@
 //
 // Binaries come from the environment when set, else they are built:
 //
-//	GPUPROBE_OTELCOL     the collector (default: make bin/otelcol-gpuprobe)
+//	GPUPROBE_OTELCOL     the collector (default: make bin/otelcol-gpuprobe, or
+//	                     bin/otelcol-gpuprobe-lean for the adversarial suite and the load test)
 //	GPUPROBE_HARNESS     the test harness (default: make bin/gpuprobe-harness)
 //	GPUPROBE_SHIM        the shim (default: make bin/libgpuprobe.so)
 //	GPUPROBE_JAEGER      Jaeger (default: scripts/build-backend.sh jaeger v1.76.0)

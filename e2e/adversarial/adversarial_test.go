@@ -130,7 +130,7 @@ func TestAdversarial(t *testing.T) {
 		t.Skip("skipped: the adversarial suite runs as root (the collector's model is a root daemon, and the unprivileged class setuids a child)")
 	}
 	start := time.Now()
-	s := &suite{otelcol: find(t, e2e.ToolOtelcol), harness: find(t, e2e.ToolHarness)}
+	s := &suite{otelcol: find(t, e2e.ToolOtelcolLean), harness: find(t, e2e.ToolHarness)}
 	classes := append(Classes[:len(Classes):len(Classes)], ClassInfo{"all", All, Duration})
 	for _, c := range classes {
 		t.Run(c.Name, func(t *testing.T) { s.runClass(t, c) })

@@ -53,7 +53,7 @@ func TestResourceClaims(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: the adversarial suite runs as root (the collector's model is a root daemon)")
 	}
-	s := &suite{otelcol: find(t, e2e.ToolOtelcol), harness: find(t, e2e.ToolHarness)}
+	s := &suite{otelcol: find(t, e2e.ToolOtelcolLean), harness: find(t, e2e.ToolHarness)}
 	col := s.start(t)
 	settled(t, col)
 	base, err := Fds(col.Proc.Pid())

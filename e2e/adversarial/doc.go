@@ -1,5 +1,5 @@
 // Package adversarial runs hostile agent-socket clients against the real
-// collector binary (bin/otelcol-gpuprobe) and checks that the collector
+// collector binary (bin/otelcol-gpuprobe-lean) and checks that the collector
 // holds its bounds while an honest client keeps being served
 // (`make adversarial`; part of `make test`).
 //

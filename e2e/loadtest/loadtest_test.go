@@ -88,7 +88,7 @@ func TestLoad(t *testing.T) {
 	clients := envInt(t, "LOADTEST_CLIENTS", 8)
 	launches := envInt(t, "LOADTEST_LAUNCHES", 2000)
 	rate := envInt(t, "LOADTEST_RATE", 2000)
-	otelcol, err := e2e.Find(t.Context(), e2e.ToolOtelcol, 20*time.Minute)
+	otelcol, err := e2e.Find(t.Context(), e2e.ToolOtelcolLean, 20*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

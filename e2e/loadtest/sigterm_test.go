@@ -25,7 +25,7 @@ func TestSigtermMidLoad(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the collector's agent socket needs root (its deployment model)")
 	}
-	otelcol, err := e2e.Find(t.Context(), e2e.ToolOtelcol, 20*time.Minute)
+	otelcol, err := e2e.Find(t.Context(), e2e.ToolOtelcolLean, 20*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
