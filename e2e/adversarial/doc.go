@@ -19,6 +19,16 @@
 //     must keep their own kernel name
 //  8. handles: 16 sessions naming 16,384 function handles each, with
 //     4 KiB names
+//  9. rings: 64 sessions of one unprivileged uid holding default-size
+//     rings; the collector maps at most the uid's share
+//  10. tickets: sessions that take a ring ticket and leave; ring memfds
+//     stay bounded and a root client is never refused
+//  11. maps: idle sessions of a process whose /proc/PID/maps is 150 MiB
+//
+// The program and config runs check that a configured GPU program the
+// verifier refuses (a helper reading past its buffer) and values that
+// would wrap fail the collector's start, and a client claiming another
+// pod's k8s.* attributes is checked in TestResourceClaims.
 //
 // and the last class runs all of them at once beside the honest client.
 // One class also runs as an unprivileged uid (a setuid child of the test
