@@ -88,4 +88,7 @@ void *mock(const char *name);
 int names_scenario(const char *scenario, int argc, char **argv);
 int names_spawn(int argc, char **argv);
 
+/* spanctx_scenario launches f under span contexts (app_spanctx.c). */
+int spanctx_scenario(void *f);
+
 #endif

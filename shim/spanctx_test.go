@@ -1,0 +1,95 @@
+package shim
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/record"
+)
+
+// ids returns the trace and span ids app_spanctx.c sets: bytes t, t+1, ...
+// and s, s+1, ...
+func ids(t, s byte) ([16]byte, [8]byte) {
+	var tr [16]byte
+	var sp [8]byte
+	for i := range tr {
+		tr[i] = t + byte(i)
+	}
+	for i := range sp {
+		sp[i] = s + byte(i)
+	}
+	return tr, sp
+}
+
+// envTrace is the TRACEPARENT of TestSpanContext's env case.
+const envTrace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+// TestSpanContext runs app_spanctx.c's launches under the shim: each
+// launch carries the context its thread set before it (the thread's
+// latest span_context record in the ring), TRACEPARENT where the thread
+// set none, and nothing without either.
+func TestSpanContext(t *testing.T) {
+	b := binaries(t)
+	var env record.SpanContext
+	env.Source, env.Flags = record.SpanContextEnv, 1
+	copy(env.TraceID[:], []byte{0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c})
+	copy(env.SpanID[:], []byte{0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31})
+	thread := func(tb, sb, flags byte) record.SpanContext {
+		tr, sp := ids(tb, sb)
+		return record.SpanContext{TraceID: tr, SpanID: sp, Flags: flags, Source: record.SpanContextThread}
+	}
+	none := record.SpanContext{}
+	for _, tc := range []struct {
+		name        string
+		traceparent string
+		fallback    record.SpanContext // launches 1, 5 and 7: no context of their own
+		trace       string             // a line GPUPROBE_TRACE=1 must write
+	}{
+		{"no traceparent", "", none, ""},
+		{"traceparent", envTrace, env, "join trace 0af7651916cd43dd8448eb211c80319c"},
+		{"invalid traceparent", strings.ToUpper(envTrace), none, "ignored: not lowercase hex"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startAgent(t, 256, 1024, agent.Options{})
+			e := append(preload(b, a.path), "TRACEPARENT="+tc.traceparent, "GPUPROBE_TRACE=1")
+			out, errOut, err := run(t, b, e, b.app, "cudart", "spanctx")
+			if err != nil || !strings.Contains(out, "spanctx shim=1") {
+				t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
+			}
+			if tc.trace != "" && !strings.Contains(errOut, tc.trace) {
+				t.Errorf("trace log lacks %q:\n%s", tc.trace, errOut)
+			}
+			st := a.waitGone(t, 1)[0].read(t)
+			want := []record.SpanContext{tc.fallback, thread(0xa0, 0xb0, 1), thread(0xa0, 0xb0, 1),
+				thread(0xc0, 0xd0, 0), tc.fallback, thread(0xe0, 0xf0, 1), tc.fallback}
+			if len(st.launches) != len(want) {
+				t.Fatalf("%d launches, want %d", len(st.launches), len(want))
+			}
+			for i, l := range st.launches {
+				got := st.spanCtx[i]
+				if got.Source != record.SpanContextNone && (got.PID != l.PID || got.TID != l.TID) {
+					t.Errorf("launch %d: context of pid %d tid %d, launch of %d %d", i+1, got.PID, got.TID, l.PID, l.TID)
+				}
+				got.PID, got.TID = 0, 0
+				if l.Grid[0] != uint32(i+1) || got != want[i] {
+					t.Errorf("launch %d (grid.x %d): context %+v, want %+v", i+1, l.Grid[0], got, want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestSpanContextUnused: a process that sets no context and has no
+// TRACEPARENT writes no span_context record.
+func TestSpanContextUnused(t *testing.T) {
+	b := binaries(t)
+	a := startAgent(t, 256, 1024, agent.Options{})
+	if _, errOut, err := run(t, b, preload(b, a.path), b.app, "cudart", "basic", "5"); err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	st := a.waitGone(t, 1)[0].read(t)
+	if len(st.threadSC) != 0 {
+		t.Errorf("span_context records %v in a process that uses none", st.threadSC)
+	}
+}

@@ -1,0 +1,89 @@
+/*
+ * app_spanctx.c - the span-context scenario of the test application: the
+ * launches of a thread under gpuprobe_set_span_context, found as Python's
+ * ctypes finds it (dlsym in the global scope: present only when the shim
+ * is preloaded).
+ *
+ * Launch order on the main thread (f = vecAdd, grid.x numbers them):
+ *   1  before any context
+ *   2  3  under context A (trace a0.., span b0.., sampled)
+ *   4  under context B (trace c0.., span d0.., not sampled)
+ *   5  after gpuprobe_clear_span_context
+ * then a second thread launches 6 under context C (trace e0.., span f0..)
+ * and 7 with none of its own.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "app.h"
+
+typedef int (*set_fn)(const uint8_t *, const uint8_t *, uint8_t);
+typedef void (*clear_fn)(void);
+
+static set_fn set_ctx;
+static clear_fn clear_ctx;
+static void *sc_f;
+
+/* ctx fills a trace id of bytes t, t+1, ... and a span id of s, s+1, ...
+ * and sets them with flags. */
+static void ctx(uint8_t t, uint8_t s, uint8_t flags)
+{
+	uint8_t tr[16], sp[8];
+	for (int i = 0; i < 16; i++)
+		tr[i] = (uint8_t)(t + i);
+	for (int i = 0; i < 8; i++)
+		sp[i] = (uint8_t)(s + i);
+	if (set_ctx(tr, sp, flags) != 0) {
+		fprintf(stderr, "app: gpuprobe_set_span_context refused a valid context\n");
+		exit(1);
+	}
+}
+
+static void launch(unsigned n)
+{
+	CHECK(A.launch(sc_f, n, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+}
+
+static void *second_thread(void *arg)
+{
+	(void)arg;
+	ctx(0xe0, 0xf0, 1);
+	launch(6);
+	clear_ctx();
+	launch(7);
+	return NULL;
+}
+
+int spanctx_scenario(void *f)
+{
+	sc_f = f;
+	set_ctx = (set_fn)dlsym(RTLD_DEFAULT, "gpuprobe_set_span_context");
+	clear_ctx = (clear_fn)dlsym(RTLD_DEFAULT, "gpuprobe_clear_span_context");
+	if (set_ctx == NULL || clear_ctx == NULL) {
+		/* Without the shim: the same launches, no contexts. */
+		for (unsigned i = 1; i <= 7; i++)
+			launch(i);
+		printf("app: spanctx shim=0\n");
+		return 0;
+	}
+	uint8_t zero[16] = {0};
+	if (set_ctx(zero, zero, 1) != -1 || set_ctx(NULL, zero, 1) != -1) {
+		fprintf(stderr, "app: gpuprobe_set_span_context took an all-zero or NULL id\n");
+		return 1;
+	}
+	launch(1);
+	ctx(0xa0, 0xb0, 1);
+	launch(2);
+	launch(3);
+	ctx(0xc0, 0xd0, 0);
+	launch(4);
+	clear_ctx();
+	launch(5);
+	pthread_t t;
+	pthread_create(&t, NULL, second_thread, NULL);
+	pthread_join(t, NULL);
+	printf("app: spanctx shim=1\n");
+	return 0;
+}
