@@ -1,6 +1,8 @@
 package shim
 
 import (
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -91,5 +93,64 @@ func TestSpanContextUnused(t *testing.T) {
 	st := a.waitGone(t, 1)[0].read(t)
 	if len(st.threadSC) != 0 {
 		t.Errorf("span_context records %v in a process that uses none", st.threadSC)
+	}
+}
+
+// TestTraceparentParse runs spanctx.c's TRACEPARENT parser, linked into
+// testdata/traceparent.c, on valid and invalid values (W3C Trace Context,
+// level 1: version 00 is exactly 55 characters, lowercase hex, no all-zero
+// id, version ff invalid, a later version may carry more fields).
+func TestTraceparentParse(t *testing.T) {
+	binaries(t) // gcc is there
+	srcs, err := filepath.Glob("src/*.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lib []string
+	for _, s := range srcs {
+		if !strings.HasSuffix(s, "selftime.c") {
+			lib = append(lib, s)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "traceparent")
+	args := append([]string{"-O2", "-Wall", "-Wextra", "-Werror", "-Isrc", "-I../shm/include", "-I../record/include",
+		"-o", bin, "testdata/traceparent.c"}, lib...)
+	if err := gcc(append(args, "-ldl", "-lpthread")...); err != nil {
+		t.Fatal(err)
+	}
+	const tr, sp = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	tests := []struct{ in, want string }{
+		{"00-" + tr + "-" + sp + "-01", "ok " + tr + " " + sp + " 01"},
+		{"00-" + tr + "-" + sp + "-00", "ok " + tr + " " + sp + " 00"},
+		{"01-" + tr + "-" + sp + "-03-later-fields", "ok " + tr + " " + sp + " 03"},
+		{"01-" + tr + "-" + sp + "-01", "ok " + tr + " " + sp + " 01"},
+		{"00-" + tr + "-" + sp + "-01-extra", "invalid unexpected characters after the flags"},
+		{"01-" + tr + "-" + sp + "-01x", "invalid unexpected characters after the flags"},
+		{"ff-" + tr + "-" + sp + "-01", "invalid version ff is invalid"},
+		{"00-" + strings.ToUpper(tr) + "-" + sp + "-01", "invalid not lowercase hex"},
+		{"00-" + tr + "-" + sp + "-0g", "invalid not lowercase hex"},
+		{"00-00000000000000000000000000000000-" + sp + "-01", "invalid all-zero trace id"},
+		{"00-" + tr + "-0000000000000000-01", "invalid all-zero span id"},
+		{"00_" + tr + "_" + sp + "_01", "invalid not version-traceid-spanid-flags"},
+		{"zz-" + tr + "-" + sp + "-01", "invalid not version-traceid-spanid-flags"},
+		{"00-" + tr + "-" + sp, "invalid shorter than 55 characters"},
+		{"garbage", "invalid shorter than 55 characters"},
+	}
+	var in []string
+	for _, tt := range tests {
+		in = append(in, tt.in)
+	}
+	out, err := exec.Command(bin, in...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(got) != len(tests) {
+		t.Fatalf("%d answers for %d values:\n%s", len(got), len(tests), out)
+	}
+	for i, tt := range tests {
+		if got[i] != tt.want {
+			t.Errorf("%q: %q, want %q", tt.in, got[i], tt.want)
+		}
 	}
 }
