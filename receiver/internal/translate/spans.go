@@ -88,8 +88,8 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 	so.policy.kept[why]++
 	r := &l.rec
 	ss := so.spansOf(r.PID)
-	tid := otelid.NewTraceID()
-	parent := so.hostParents(ss, l, tid)
+	tid, top := traceOf(&l.host.app)
+	parent := so.hostParents(ss, l, tid, top)
 	root := ss.AppendEmpty()
 	root.SetTraceID(tid)
 	rootID := otelid.NewSpanID()
@@ -127,6 +127,9 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 	a.PutInt("process.pid", int64(r.PID))
 	a.PutInt("thread.id", int64(r.TID))
 	a.PutStr(AttrSamplingReason, keepReasons[why])
+	if l.host.app.set() {
+		a.PutStr(AttrParentSource, l.host.app.source.String())
+	}
 	if r.Result != 0 {
 		root.Status().SetCode(ptrace.StatusCodeError)
 		root.Status().SetMessage("CUresult " + strconv.FormatUint(uint64(r.Result), 10))
@@ -495,10 +498,11 @@ func putLaunchArgs(a pcommon.Map, r *record.HostCall) {
 }
 
 // hostParents emits the runtime launch calls nested with shim launch l
-// (outermost first, each inside the previous) in trace tr and returns the
-// innermost one's span id, the launch span's parent (empty when none).
-func (so *spanOut) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
-	var parent pcommon.SpanID
+// (outermost first, each inside the previous, the outermost a child of
+// span top) in trace tr and returns the innermost one's span id, the
+// launch span's parent (top when none).
+func (so *spanOut) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID, top pcommon.SpanID) pcommon.SpanID {
+	parent := top
 	if len(l.host.calls) == 0 {
 		return parent
 	}
