@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -152,5 +153,62 @@ func TestTraceparentParse(t *testing.T) {
 		if got[i] != tt.want {
 			t.Errorf("%q: %q, want %q", tt.in, got[i], tt.want)
 		}
+	}
+}
+
+// TestPythonSpanProcessor runs python/gpuprobe_otel's span processor in
+// a Python process under the shim (CUDA through ctypes, the MOCK driver):
+// each launch carries the span open on its thread, as
+// tests/launch_under_spans.py lists them.
+func TestPythonSpanProcessor(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 on this machine: the Python package is tested where there is one")
+	}
+	b := binaries(t)
+	a := startAgent(t, 256, 1024, agent.Options{})
+	script, _ := filepath.Abs("../python/gpuprobe_otel/tests/launch_under_spans.py")
+	out, errOut, err := run(t, b, preload(b, a.path), py, script)
+	if err != nil || !strings.Contains(out, "shim=1") {
+		t.Fatalf("python: %v\n%s\n%s", err, out, errOut)
+	}
+	st := a.waitGone(t, 1)[0].read(t)
+	span := func(trace byte, sp byte, flags uint8) record.SpanContext {
+		var sc record.SpanContext
+		for i := range sc.TraceID {
+			sc.TraceID[i] = trace
+		}
+		for i := range sc.SpanID {
+			sc.SpanID[i] = sp
+		}
+		sc.Flags, sc.Source = flags, record.SpanContextThread
+		return sc
+	}
+	req, fwd := span(0xa1, 0xb1, 1), span(0xa1, 0xb2, 1)
+	want := []record.SpanContext{{}, req, fwd, req, {}, span(0xa2, 0xb3, 0)}
+	if len(st.launches) != len(want) {
+		t.Fatalf("%d launches, want %d", len(st.launches), len(want))
+	}
+	for i, l := range st.launches {
+		got := st.spanCtx[i]
+		got.PID, got.TID = 0, 0
+		if l.Grid[0] != uint32(i+1) || got != want[i] {
+			t.Errorf("launch %d (grid.x %d): context %+v, want %+v", i+1, l.Grid[0], got, want[i])
+		}
+	}
+}
+
+// TestPythonPackageUnit runs python/gpuprobe_otel's own unit tests (the
+// processor against a stand-in shim; the binding without the shim), so
+// that the Go test run covers the package.
+func TestPythonPackageUnit(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 on this machine: the Python package is tested where there is one")
+	}
+	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "../python/gpuprobe_otel/tests", "-p", "test_*.py")
+	cmd.Env = append(os.Environ(), "LD_PRELOAD=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("python unit tests: %v\n%s", err, out)
 	}
 }
