@@ -39,6 +39,14 @@ def _load():
         _looked = True
 
 
+def raw_functions():
+    """The shim's two functions as ctypes binds them, (set, clear), or
+    (None, None) without the shim: set takes 16 and 8 bytes and an int,
+    unchecked, for callers that built them (the span processor)."""
+    _load()
+    return _set, _clear
+
+
 def shim_loaded():
     """Whether libgpuprobe.so is in the process (its API is callable)."""
     _load()

@@ -44,8 +44,12 @@ class GpuprobeSpanProcessor(_Base):
     """
 
     def __init__(self, shim=_shim):
-        self._shim = shim
         self._on = shim.shim_loaded()
+        if shim is _shim:
+            # The ctypes functions themselves: the ids are built here.
+            self._set, self._clear = _shim.raw_functions()
+        else:
+            self._set, self._clear = shim.set_span_context, shim.clear_span_context
         self._local = threading.local()
         self._open = {}  # (trace id, span id) → _Open, of every thread
         self._lock = threading.Lock()
@@ -70,13 +74,13 @@ class GpuprobeSpanProcessor(_Base):
             return
         st = self._stack()
         o = _Open((sc.trace_id, sc.span_id), sc.trace_id.to_bytes(16, "big"),
-                  sc.span_id.to_bytes(8, "big"), int(sc.trace_flags), st)
+                  sc.span_id.to_bytes(8, "big"), int(sc.trace_flags) & 0xFF, st)
         with self._lock:
             if len(st) >= MAX_DEPTH:
                 self._open.pop(st.pop(0).key, None)
             st.append(o)
             self._open[o.key] = o
-        self._shim.set_span_context(o.trace, o.span, o.flags)
+        self._set(o.trace, o.span, o.flags)
 
     def on_end(self, span):
         """Takes span off its thread's stack; the calling thread's context
@@ -96,9 +100,9 @@ class GpuprobeSpanProcessor(_Base):
             st = self._stack()
             top = st[-1] if st else None
         if top is not None:
-            self._shim.set_span_context(top.trace, top.span, top.flags)
+            self._set(top.trace, top.span, top.flags)
         else:
-            self._shim.clear_span_context()
+            self._clear()
 
     def shutdown(self):
         """Nothing to release: the shim's contexts live in its threads."""
