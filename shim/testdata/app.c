@@ -701,6 +701,7 @@ int main(int argc, char **argv)
 		}
 	} else if (strcmp(scenario, "bench") == 0) {
 		long n = argc > 3 ? atol(argv[3]) : 1000000;
+		spanctx_bench_setup();
 		for (long i = 0; i < 1000; i++) /* warm up: first-call paths */
 			A.launch(f_vec, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
 		double t0 = now_ns();

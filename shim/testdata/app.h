@@ -90,5 +90,8 @@ int names_spawn(int argc, char **argv);
 
 /* spanctx_scenario launches f under span contexts (app_spanctx.c). */
 int spanctx_scenario(void *f);
+/* spanctx_bench_setup sets a span context for the bench scenario when
+ * APP_SPANCTX=1 (app_spanctx.c). */
+void spanctx_bench_setup(void);
 
 #endif

@@ -87,3 +87,15 @@ int spanctx_scenario(void *f)
 	printf("app: spanctx shim=1\n");
 	return 0;
 }
+
+/* spanctx_bench_setup: with APP_SPANCTX=1 (and the shim loaded), the bench
+ * scenario's launches all run under one span context. */
+void spanctx_bench_setup(void)
+{
+	const char *e = getenv("APP_SPANCTX");
+	set_fn set = (set_fn)dlsym(RTLD_DEFAULT, "gpuprobe_set_span_context");
+	if (e == NULL || strcmp(e, "1") != 0 || set == NULL)
+		return;
+	set_ctx = set;
+	ctx(0xa0, 0xb0, 1);
+}
