@@ -38,12 +38,12 @@ func (s SpanContextSource) String() string {
 const TraceFlagSampled = 1
 
 // SpanContext is the application span under which a thread's following
-// launches run (type 14, 48 bytes). The shim writes it into the launch
-// ring, on the launching thread, just before the first launch record
-// after the thread's context changed (and before a thread's first launch
-// of a session once the process uses contexts at all), so it precedes
-// in the ring every launch it applies to. It holds until the thread's
-// next SpanContext record:
+// launches, copies and syncs run (type 14, 48 bytes). The shim writes it
+// into the launch ring, on that thread, just before the first launch,
+// memcpy or sync record after the thread's context changed (and before a
+// thread's first such record of a session once the process uses contexts
+// at all), so it precedes in the ring every record it applies to. It
+// holds until the thread's next SpanContext record:
 //
 //	offset  0  prefix {u16 type = 14, u16 version = 1, u32 size = 48}
 //	offset  8  u32 pid          process id (tgid)

@@ -246,6 +246,7 @@ type stream struct {
 	// latest span_context record of its thread before it; zero: none).
 	spanCtx  []record.SpanContext
 	threadSC map[uint32]record.SpanContext
+	copyCtx  []record.SpanContext // each memcpy's, by index of memcpys
 }
 
 // readRing decodes the records of rings, read in turn (nil ones skipped).
@@ -313,6 +314,7 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 			var m record.Memcpy
 			if derr = m.Decode(r.Payload); derr == nil {
 				st.memcpys = append(st.memcpys, m)
+				st.copyCtx = append(st.copyCtx, st.threadSC[m.TID])
 			}
 		case record.TypeWindow:
 			var w record.Window

@@ -69,6 +69,12 @@ func TestSpanContext(t *testing.T) {
 			if len(st.launches) != len(want) {
 				t.Fatalf("%d launches, want %d", len(st.launches), len(want))
 			}
+			if len(st.memcpys) != 1 {
+				t.Fatalf("%d memcpy records, want 1", len(st.memcpys))
+			}
+			if got := st.copyCtx[0]; got.TraceID != want[3].TraceID || got.SpanID != want[3].SpanID {
+				t.Errorf("the copy's context %+v, want context B's", got)
+			}
 			for i, l := range st.launches {
 				got := st.spanCtx[i]
 				if got.Source != record.SpanContextNone && (got.PID != l.PID || got.TID != l.TID) {

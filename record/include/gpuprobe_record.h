@@ -290,11 +290,12 @@ enum gp_span_context_source {
 #define GP_TRACE_FLAG_SAMPLED 1u
 
 /* Type 14, 48 bytes: the application span under which the thread's
- * following launches run, until its next span_context record. Written by
- * the shim into the launch ring on the launching thread, just before the
- * first launch record after the thread's context changed (and before a
- * thread's first launch of a session once the process uses contexts), so
- * it precedes every launch record it applies to. trace_id and span_id are
+ * following launches, copies and syncs run, until its next span_context
+ * record. Written by the shim into the launch ring on that thread, just
+ * before the first launch, memcpy or sync record after the thread's
+ * context changed (and before a thread's first such record of a session
+ * once the process uses contexts), so it precedes every record it
+ * applies to. trace_id and span_id are
  * W3C ids, both zero exactly when source is GP_SPANCTX_NONE. */
 struct gp_rec_span_context {
 	struct gp_rec_prefix h;

@@ -1,7 +1,7 @@
 /* gpuprobe_shim.h: what an application may call in libgpuprobe.so, the
  * shim that `gpuprobe run` (or LD_PRELOAD) loads into it.
  *
- * Span context: the launches a thread makes after
+ * Span context: the launches, copies and syncs a thread makes after
  * gpuprobe_set_span_context become children of that span (same trace id,
  * parent span id = span_id) in the collector's traces, until the thread
  * sets another or calls gpuprobe_clear_span_context. A thread that never
@@ -10,7 +10,7 @@
  *
  * Cost: a set or a clear is a copy into the calling thread's own storage
  * (no lock, allocation or system call); the shim writes one 48-byte
- * record only at the first launch after a change.
+ * record only at the first launch, copy or sync after a change.
  *
  * The shim may not be loaded: call these through weak references
  * (define GPUPROBE_SHIM_WEAK before including this header, then test the

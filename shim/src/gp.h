@@ -816,8 +816,8 @@ static inline void gp_ring_commit(struct gpbr_slot *s, uint64_t ticket, uint32_t
 	GP_COUNT(published, 1);
 }
 
-/* spanctx.c: the application's span context. gp_spanctx_emit runs on the
- * launch path just before a launch record is reserved: it writes the
+/* spanctx.c: the application's span context. gp_spanctx_emit runs just
+ * before a launch, memcpy or sync record is written: it writes the
  * thread's span_context record when the thread's context changed since
  * its latest one in this session (never when no context was ever set). */
 extern GP_HIDDEN int gp_spanctx_used;

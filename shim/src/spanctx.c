@@ -5,11 +5,12 @@
  *
  * The application hands its current span to the shim with
  * gpuprobe_set_span_context (../include/gpuprobe_shim.h): a copy into the
- * thread's own storage and a generation bump, nothing shared. The launch
- * path (gp_spanctx_emit, from gp_launch_record) compares that generation
- * with the one it last wrote and, when they differ, writes one span_context
- * record into the launch ring before the launch record: the collector
- * applies it to the thread's following launches. A process that never
+ * thread's own storage and a generation bump, nothing shared. The record
+ * paths (gp_spanctx_emit, from gp_launch_record and wrap_misc.c's copy and
+ * sync records) compare that generation with the one last written and,
+ * when they differ, write one span_context record into the launch ring
+ * before their own: the collector applies it to the thread's following
+ * launches, copies and syncs. A process that never
  * sets a context pays one predictable branch per launch.
  *
  * TRACEPARENT (W3C) in the environment is the context of every thread that

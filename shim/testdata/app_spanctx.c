@@ -7,7 +7,8 @@
  * Launch order on the main thread (f = vecAdd, grid.x numbers them):
  *   1  before any context
  *   2  3  under context A (trace a0.., span b0.., sampled)
- *   4  under context B (trace c0.., span d0.., not sampled)
+ *   4  under context B (trace c0.., span d0.., not sampled), after a
+ *      4096-byte HtoD copy under B (the first record after the change)
  *   5  after gpuprobe_clear_span_context
  * then a second thread launches 6 under context C (trace e0.., span f0..)
  * and 7 with none of its own.
@@ -63,8 +64,10 @@ int spanctx_scenario(void *f)
 	clear_ctx = (clear_fn)dlsym(RTLD_DEFAULT, "gpuprobe_clear_span_context");
 	if (set_ctx == NULL || clear_ctx == NULL) {
 		/* Without the shim: the same launches, no contexts. */
+		static char dev[4096], host[4096];
 		for (unsigned i = 1; i <= 7; i++)
 			launch(i);
+		CHECK(A.memcpy_htod((u64)(uintptr_t)dev, host, sizeof host));
 		printf("app: spanctx shim=0\n");
 		return 0;
 	}
@@ -78,6 +81,8 @@ int spanctx_scenario(void *f)
 	launch(2);
 	launch(3);
 	ctx(0xc0, 0xd0, 0);
+	static char dev[4096], host[4096];
+	CHECK(A.memcpy_htod((u64)(uintptr_t)dev, host, sizeof host));
 	launch(4);
 	clear_ctx();
 	launch(5);

@@ -2,12 +2,13 @@ package translate
 
 // Application span contexts: a shim client's SpanContext records say, per
 // thread, under which span of the application's own traces its following
-// launches run. The client keeps each thread's latest context (records of
-// one thread come in the launch ring before the launches they apply to);
-// a launch takes its thread's context when its record is read, and its
-// root span (the outermost host call over it, else the launch span) then
-// becomes a child of that span in the application's trace instead of
-// starting a trace of its own.
+// launches, copies and syncs run. The client keeps each thread's latest
+// context (records of one thread come in the launch ring before the
+// records they apply to); a launch takes its thread's context when its
+// record is read, and its root span (the outermost host call over it,
+// else the launch span) then becomes a child of that span in the
+// application's trace instead of starting a trace of its own; so do the
+// spans of a copy or a sync.
 
 import (
 	"github.com/gpuprobe/gpuprobe/receiver/internal/otelid"

@@ -176,3 +176,54 @@ func TestSpanContextBound(t *testing.T) {
 		t.Errorf("cleared thread 1 still has a context")
 	}
 }
+
+// TestSpanContextCopySync: a copy or a sync made under a thread's span
+// context is a child of that span; without one, a trace of its own. Under
+// a sampled parent one_in does not leave it out.
+func TestSpanContextCopySync(t *testing.T) {
+	tests := []struct {
+		name   string
+		sc     *record.SpanContext
+		oneIn  uint32
+		parent bool
+		reason string
+	}{
+		{"none", nil, 1, false, "head"},
+		{"sampled", &ctxA, 1, true, "parent"},
+		{"unsampled", &ctxB, 1, true, "head"},
+		{"sampled, one_in", &ctxA, 1 << 30, true, "parent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s stream
+			s.calibrate(0)
+			if tt.sc != nil {
+				s.add(tt.sc)
+			}
+			s.add(&record.Memcpy{Bytes: 4096, StartNS: 2000, EndNS: 3000, PID: 42, TID: 43, Kind: record.MemcpyHostToDevice})
+			s.add(&record.Sync{StartNS: 4000, EndNS: 5000, PID: 42, TID: 43, Kind: record.SyncStream})
+			tr := newTr(Options{Sampling: SamplingOptions{OneIn: tt.oneIn}})
+			feed(t, tr, &s, time.Now())
+			by := spanByName(tr.TakeTraces())
+			for _, name := range []string{SpanMemcpy, SpanSync} {
+				if len(by[name]) != 1 {
+					t.Fatalf("%d %s spans, want 1", len(by[name]), name)
+				}
+				sp := by[name][0]
+				reason, _ := sp.Attributes().Get(AttrSamplingReason)
+				if reason.Str() != tt.reason {
+					t.Errorf("%s: reason %q, want %q", name, reason.Str(), tt.reason)
+				}
+				if !tt.parent {
+					if !sp.ParentSpanID().IsEmpty() {
+						t.Errorf("%s: parent %v, want none", name, sp.ParentSpanID())
+					}
+					continue
+				}
+				if sp.TraceID() != pcommon.TraceID(tt.sc.TraceID) || sp.ParentSpanID() != pcommon.SpanID(tt.sc.SpanID) {
+					t.Errorf("%s: trace %v parent %v, want the context's", name, sp.TraceID(), sp.ParentSpanID())
+				}
+			}
+		})
+	}
+}

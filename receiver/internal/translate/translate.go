@@ -380,7 +380,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.clients.validate(src, &t.dec.ds.PID, &t.dec.ds.Device)
-		t.spans.onSync(src, &t.dec.ds)
+		t.spans.onSync(src, &t.dec.ds, t.clients.spanOf(src, t.dec.ds.TID))
 	case record.TypeThreadCount:
 		if err := t.dec.dt.Decode(rec); err != nil {
 			return err
