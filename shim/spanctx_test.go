@@ -218,3 +218,33 @@ func TestPythonPackageUnit(t *testing.T) {
 		t.Fatalf("python unit tests: %v\n%s", err, out)
 	}
 }
+
+// TestShimHeaderWeak builds testdata/weak_api.c against
+// include/gpuprobe_shim.h with weak references (C and C++): without the
+// shim the functions are absent and the program runs; preloaded, they are
+// the shim's.
+func TestShimHeaderWeak(t *testing.T) {
+	b := binaries(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "weak")
+	if err := gcc("-O2", "-Wall", "-Wextra", "-Werror", "-Iinclude", "-o", bin, "testdata/weak_api.c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("g++"); err == nil {
+		if out, err := exec.Command("g++", "-fsyntax-only", "-Wall", "-Werror", "-x", "c++", "include/gpuprobe_shim.h").CombinedOutput(); err != nil {
+			t.Errorf("the header in C++: %v\n%s", err, out)
+		}
+	}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "shim=0\n"},
+		{[]string{"LD_PRELOAD=" + b.shim, "GPUPROBE_DISABLE=1"}, "shim=1 set=0 bad=-1\n"},
+	} {
+		out, errOut, err := run(t, b, tc.env, bin)
+		if err != nil || out != tc.want {
+			t.Errorf("env %v: %q (%v), want %q\n%s", tc.env, out, err, tc.want, errOut)
+		}
+	}
+}
