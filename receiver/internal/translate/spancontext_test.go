@@ -227,3 +227,31 @@ func TestSpanContextCopySync(t *testing.T) {
 		})
 	}
 }
+
+// TestSpanContextHostCalls: with host probes, the outermost host call over
+// a launch (the runtime's cudaLaunchKernel) is the child of the
+// application's span, the launch span the child of that call, and the
+// driver call the launch span's child, all in the application's trace.
+func TestSpanContextHostCalls(t *testing.T) {
+	const pid, tid = 42, 43
+	t0 := time.Unix(1000, 0)
+	tr := newTr(Options{})
+	sc := ctxA
+	handleAll(t, tr, t0,
+		shim(&sc),
+		host(launchCall(record.HostCuLaunchKernel, pid, tid, 10_010, 10_090, 0xf, 7)),
+		host(launchCall(record.HostCudaLaunchKernel, pid, tid, 9_900, 10_200, 0x401000, 7)),
+		shim(&record.KernelName{Function: 0xf, Name: "vecAdd"}),
+		shim(&record.Launch{LaunchID: 1, PID: pid, TID: tid, EnqueueNS: 10_000, ReturnNS: 10_100, Stream: 7, Function: 0xf,
+			Grid: [3]uint32{2, 1, 1}, Block: [3]uint32{64, 1, 1}}),
+		shim(&record.Completion{LaunchID: 1, CompleteNS: 13_000}))
+	tr.Expire(t0.Add(DefaultHostCallGrace))
+	x := index(tr.TakeTraces())
+	root, rt, drv := x.one(t, "vecAdd"), x.one(t, "cudaLaunchKernel"), x.one(t, "cuLaunchKernel")
+	if rt.TraceID() != pcommon.TraceID(ctxA.TraceID) || rt.ParentSpanID() != pcommon.SpanID(ctxA.SpanID) {
+		t.Errorf("cudaLaunchKernel: trace %v parent %v, want the application's span", rt.TraceID(), rt.ParentSpanID())
+	}
+	childOf(t, root, rt)
+	childOf(t, drv, root)
+	attrsEqual(t, root, map[string]any{AttrParentSource: "thread", AttrSamplingReason: "parent"})
+}
