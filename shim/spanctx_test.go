@@ -248,3 +248,29 @@ func TestShimHeaderWeak(t *testing.T) {
 		}
 	}
 }
+
+// TestSpanContextReconnect: after a collector restart the new session
+// gets the thread's span context again before its first launch: every
+// launch of both sessions carries it.
+func TestSpanContextReconnect(t *testing.T) {
+	b := binaries(t)
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	a1 := startAgentAt(t, path, 128, 1024, agent.Options{})
+	app := exec.Command(b.app, "cudart", "spanctxslow", "60")
+	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=", "TRACEPARENT=")
+	app.Env = append(app.Env, preload(b, path)...)
+	a2, _ := restartAfterFirstLine(t, app, a1, path, 128, agent.Options{})
+	tr, sp := ids(0xa0, 0xb0)
+	for i, a := range []*testAgent{a1, a2} {
+		st := a.waitGone(t, 1)[0].read(t)
+		if len(st.launches) == 0 || (i == 1 && len(st.launches) < 10) {
+			t.Fatalf("session %d: %d launches", i+1, len(st.launches))
+		}
+		for j, sc := range st.spanCtx {
+			if sc.TraceID != tr || sc.SpanID != sp || sc.Source != record.SpanContextThread {
+				t.Errorf("session %d launch %d: context %+v, want trace a0.. span b0..", i+1, j+1, sc)
+				break
+			}
+		}
+	}
+}

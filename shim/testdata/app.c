@@ -586,6 +586,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(scenario, "spanctx") == 0) {
 		if (spanctx_scenario(f_vec) != 0)
 			return 1;
+	} else if (strcmp(scenario, "spanctxslow") == 0) {
+		if (spanctx_slow(f_vec, argc > 3 ? atoi(argv[3]) : 60) != 0)
+			return 1;
 	} else if (strcmp(scenario, "basic") == 0) {
 		basic(argc > 3 ? atoi(argv[3]) : 5);
 	} else if (strcmp(scenario, "sassreset") == 0) {

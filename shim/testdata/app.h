@@ -93,5 +93,7 @@ int spanctx_scenario(void *f);
 /* spanctx_bench_setup sets a span context for the bench scenario when
  * APP_SPANCTX=1 (app_spanctx.c). */
 void spanctx_bench_setup(void);
+/* spanctx_slow: n launches of f under one span context, 10 ms apart. */
+int spanctx_slow(void *f, int n);
 
 #endif

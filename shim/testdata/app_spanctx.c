@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app.h"
 
@@ -103,4 +104,27 @@ void spanctx_bench_setup(void)
 		return;
 	set_ctx = set;
 	ctx(0xa0, 0xb0, 1);
+}
+
+/* spanctx_slow: n launches of f under one span context (trace a0.., span
+ * b0..), 10 ms apart, with a line after the first (for a collector
+ * restart in between). */
+int spanctx_slow(void *f, int n)
+{
+	sc_f = f;
+	set_ctx = (set_fn)dlsym(RTLD_DEFAULT, "gpuprobe_set_span_context");
+	if (set_ctx == NULL) {
+		fprintf(stderr, "app: the shim is not loaded\n");
+		return 1;
+	}
+	ctx(0xa0, 0xb0, 1);
+	for (int i = 0; i < n; i++) {
+		launch(1);
+		usleep(10000);
+		if (i == 0) {
+			printf("app: first launch done\n");
+			fflush(stdout);
+		}
+	}
+	return 0;
 }
