@@ -172,20 +172,20 @@ type Translator struct {
 
 // decoder is the scratch space records are decoded into, one per type.
 type decoder struct {
-	dl  record.Launch
-	dw  record.Warp
-	de  record.Exec
-	dc  record.Completion
-	dk  record.KernelName
-	dm  record.Memcpy
-	ds  record.Sync
-	dt  record.ThreadCount
-	dd  record.Device
-	db  record.Calibration
-	dh  record.HostCall
-	dv  record.Window
-	dsc record.SpanContext
-	dx  record.WindowState
+	dl record.Launch
+	dw record.Warp
+	de record.Exec
+	dc record.Completion
+	dk record.KernelName
+	dm record.Memcpy
+	ds record.Sync
+	dt record.ThreadCount
+	dd record.Device
+	db record.Calibration
+	dh record.HostCall
+	dv record.Window
+	dp record.SpanContext
+	dx record.WindowState
 }
 
 // New returns a Translator.
@@ -314,11 +314,11 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		k := t.clients.bindLaunch(src, &t.dec.dl)
 		t.launches.onLaunch(src, &t.dec.dl, k, t.clients.spanOf(src, t.dec.dl.TID), now)
 	case record.TypeSpanContext:
-		if err := t.dec.dsc.Decode(rec); err != nil {
+		if err := t.dec.dp.Decode(rec); err != nil {
 			return err
 		}
-		t.clients.validate(src, &t.dec.dsc.PID)
-		t.clients.onSpanContext(src, &t.dec.dsc)
+		t.clients.validate(src, &t.dec.dp.PID)
+		t.clients.onSpanContext(src, &t.dec.dp)
 	case record.TypeWarp:
 		if err := t.dec.dw.Decode(rec); err != nil {
 			return err
