@@ -103,12 +103,14 @@ generate: ## regenerate mdatagen code and the host probes' bpf2go bindings
 	fi
 
 # The user tools: gpuprobe with the shim beside it (where `gpuprobe run`
-# looks for it), and the GPU programs' header, for -I $(PREFIX)/include/gpuprobe.
+# looks for it), the GPU programs' header and the shim's application API
+# (gpuprobe_shim.h), for -I $(PREFIX)/include/gpuprobe.
 PREFIX ?= /usr/local
 install: bin/gpuprobe bin/libgpuprobe.so ## install gpuprobe, the shim and gpuprobe.h under $(DESTDIR)$(PREFIX)
 	install -D -m 755 bin/gpuprobe $(DESTDIR)$(PREFIX)/bin/gpuprobe
 	install -D -m 755 bin/libgpuprobe.so $(DESTDIR)$(PREFIX)/bin/libgpuprobe.so
 	install -D -m 644 jit/include/gpuprobe.h $(DESTDIR)$(PREFIX)/include/gpuprobe/gpuprobe.h
+	install -D -m 644 shim/include/gpuprobe_shim.h $(DESTDIR)$(PREFIX)/include/gpuprobe/gpuprobe_shim.h
 
 # ---- the collector distribution (ocb) ------------------------------------
 

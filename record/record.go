@@ -40,6 +40,7 @@ const (
 	TypeExec        Type = 11 // Exec: one launch's device window, aggregated on the GPU
 	TypeWindow      Type = 12 // Window: one kernel's device window, timed by the driver (CUPTI)
 	TypeWindowState Type = 13 // WindowState: device windows turned on or off
+	TypeSpanContext Type = 14 // SpanContext: the application span a thread's launches run under
 )
 
 // Version is the layout version of every type defined here.
@@ -74,6 +75,7 @@ var typeNames = [...]string{
 	TypeExec:        "exec",
 	TypeWindow:      "window",
 	TypeWindowState: "window_state",
+	TypeSpanContext: "span_context",
 }
 
 // Prefix is the common 8-byte prefix of every record.

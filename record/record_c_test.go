@@ -75,6 +75,12 @@ int main(void) {
 	struct gp_rec_window_state ws; memset(&ws, 0, sizeof ws); PREFIX(ws, GP_REC_WINDOW_STATE, sizeof ws);
 	ws.time_ns = 1500; ws.state = GP_WINDOWS_UNAVAILABLE; ws.reason = GP_WINDOWS_R_API_ERROR; ws.detail = 17;
 	ws.dropped = 3; out(&ws, sizeof ws);
+
+	struct gp_rec_span_context sc; memset(&sc, 0, sizeof sc); PREFIX(sc, GP_REC_SPAN_CONTEXT, sizeof sc);
+	sc.pid = 100; sc.tid = 101;
+	for (int i = 0; i < 16; i++) sc.trace_id[i] = (uint8_t)(0xa0 + i);
+	for (int i = 0; i < 8; i++) sc.span_id[i] = (uint8_t)(0xb0 + i);
+	sc.flags = GP_TRACE_FLAG_SAMPLED; sc.source = GP_SPANCTX_THREAD; out(&sc, sizeof sc);
 	return 0;
 }
 `
@@ -99,6 +105,9 @@ func cConstants() string {
 		{"GP_WINDOWS_R_INJECTION", uint32(WindowsReasonInjection)}, {"GP_WINDOWS_R_CONFIG", uint32(WindowsReasonConfig)},
 		{"GP_WINDOWS_R_RATE", uint32(WindowsReasonRate)}, {"GP_WINDOWS_R_SASS", uint32(WindowsReasonSASS)},
 		{"sizeof(struct gp_rec_window)", WindowSize}, {"sizeof(struct gp_rec_window_state)", WindowStateSize},
+		{"GP_REC_SPAN_CONTEXT", uint32(TypeSpanContext)}, {"sizeof(struct gp_rec_span_context)", SpanContextSize},
+		{"GP_SPANCTX_NONE", uint32(SpanContextNone)}, {"GP_SPANCTX_THREAD", uint32(SpanContextThread)},
+		{"GP_SPANCTX_ENV", uint32(SpanContextEnv)}, {"GP_TRACE_FLAG_SAMPLED", TraceFlagSampled},
 	} {
 		fmt.Fprintf(&b, "_Static_assert(%s == %d, %q);\n", c.c, c.v, c.c)
 	}

@@ -30,6 +30,8 @@ func sampleRecords() []decoder {
 		&Exec{LaunchID: 7, StartNS: 100, EndNS: 80100, Blocks: 65536, Threads: 1 << 24},
 		&Window{LaunchID: 7, StartNS: 2000, EndNS: 82000, Device: 1, NameHash: NameHash("_Z6vecAddPfS_S_i"), Correlation: 12345, Flags: WindowGraph},
 		&WindowState{TimeNS: 1500, State: WindowsUnavailable, Reason: WindowsReasonAPIError, Detail: 17, Dropped: 3},
+		&SpanContext{PID: 100, TID: 101, TraceID: [16]byte{0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf},
+			SpanID: [8]byte{0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7}, Flags: TraceFlagSampled, Source: SpanContextThread},
 	}
 }
 
@@ -94,7 +96,7 @@ func mutate(rec decoder, fn func(b []byte)) []byte {
 func TestDecodeErrors(t *testing.T) {
 	s := sampleRecords()
 	launch, name, warp, memcpy, sync, calib, tc, exec := s[0], s[1], s[3], s[5], s[6], s[7], s[8], s[10]
-	window, state := s[11], s[12]
+	window, state, spanCtx := s[11], s[12], s[13]
 	u16 := func(off int, v uint16) func([]byte) {
 		return func(b []byte) { binary.LittleEndian.PutUint16(b[off:], v) }
 	}
@@ -144,6 +146,12 @@ func TestDecodeErrors(t *testing.T) {
 		{"sync reserved", &Sync{}, mutate(sync, u16(46, 1)), "reserved", 46, "must be zero"},
 		{"sync end", &Sync{}, mutate(sync, u64(8, 5)), "end_ns", 16, "2 is before start_ns 5"},
 		{"calibration realtime", &Calibration{}, mutate(calib, u64(16, 0)), "realtime_ns", 16, "must be nonzero"},
+		{"span context source", &SpanContext{}, mutate(spanCtx, func(b []byte) { b[41] = 3 }), "source", 41, "unknown source 3"},
+		{"span context reserved", &SpanContext{}, mutate(spanCtx, u32(44, 1)), "reserved", 42, "must be zero"},
+		{"span context zero trace", &SpanContext{}, mutate(spanCtx, func(b []byte) { clear(b[16:32]) }), "trace_id", 16, "must be nonzero with source thread"},
+		{"span context zero span", &SpanContext{}, mutate(spanCtx, func(b []byte) { clear(b[32:40]) }), "span_id", 32, "must be nonzero with source thread"},
+		{"span context none with ids", &SpanContext{}, mutate(spanCtx, func(b []byte) { b[41] = 0 }), "trace_id", 16, "must be zero with source none"},
+		{"span context wrong size", &SpanContext{}, append(mutate(spanCtx, u32(4, 56)), make([]byte, 8)...), "size", 4, "must be 48, got 56"},
 		{"thread count zero", &ThreadCount{}, mutate(tc, u32(20, 0)), "count", 20, "must be 1..65536, got 0"},
 		{"thread count vs size", &ThreadCount{}, mutate(tc, u32(20, 2)), "size", 4, "must be 40 for count 2, got 48"},
 	}
@@ -198,7 +206,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(r.Append(nil))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}, &Window{}, &WindowState{}} {
+		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}, &Window{}, &WindowState{}, &SpanContext{}} {
 			if err := d.Decode(b); err != nil {
 				continue
 			}

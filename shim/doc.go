@@ -29,6 +29,12 @@
 //   - cuStreamSynchronize(_ptsz), cuCtxSynchronize, cuMemcpy(Async),
 //     cuMemcpyHtoD/DtoH/DtoD(Async)_v2 (sync and memcpy records).
 //
+// It also exports the application API of include/gpuprobe_shim.h:
+// gpuprobe_set_span_context and gpuprobe_clear_span_context, which put a
+// thread's launches, copies and syncs under the application's own span
+// (src/spanctx.c; TRACEPARENT does the same for every thread that set
+// none).
+//
 // A launch writes a LAUNCH record (record/include/gpuprobe_record.h),
 // preceded once per function handle and session by a KERNEL_NAME record,
 // into the launch ring the collector handed over at the handshake

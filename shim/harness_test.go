@@ -77,8 +77,8 @@ func build() (*built, error) {
 		// references to its entry points are not interposed by the shim.
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
 			"-o", filepath.Join(dir, "libcuda.so.1"), "testdata/mock_libcuda.c"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app, "testdata/app.c", "testdata/app_names.c", "-ldl", "-lpthread"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c", "testdata/app_names.c",
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app, "testdata/app.c", "testdata/app_names.c", "testdata/app_spanctx.c", "-ldl", "-lpthread"},
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c", "testdata/app_names.c", "testdata/app_spanctx.c",
 			filepath.Join(dir, "libcuda.so.1"), "-Wl,-rpath," + dir, "-ldl", "-lpthread"},
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcupti.so.13",
 			"-o", b.cupti, "testdata/mock_libcupti.c", "-ldl", "-lpthread"},
@@ -242,12 +242,17 @@ type stream struct {
 	// records the launch ring held (of any type).
 	namesRing, launchRing int
 	devices               []record.Device
+	// spanCtx: each launch's span context, by index of launches (the
+	// latest span_context record of its thread before it; zero: none).
+	spanCtx  []record.SpanContext
+	threadSC map[uint32]record.SpanContext
+	copyCtx  []record.SpanContext // each memcpy's, by index of memcpys
 }
 
 // readRing decodes the records of rings, read in turn (nil ones skipped).
 func readRing(tb testing.TB, rings ...*shm.Ring) *stream {
 	tb.Helper()
-	st := &stream{names: map[uint64]string{}}
+	st := &stream{names: map[uint64]string{}, threadSC: map[uint32]record.SpanContext{}}
 	for i, ring := range rings {
 		if ring == nil {
 			continue
@@ -287,6 +292,12 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 					tb.Errorf("launch %d of function %#x came before its kernel-name record", l.LaunchID, l.Function)
 				}
 				st.launches = append(st.launches, l)
+				st.spanCtx = append(st.spanCtx, st.threadSC[l.TID])
+			}
+		case record.TypeSpanContext:
+			var sc record.SpanContext
+			if derr = sc.Decode(r.Payload); derr == nil {
+				st.threadSC[sc.TID] = sc
 			}
 		case record.TypeKernelName:
 			var k record.KernelName
@@ -303,6 +314,7 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 			var m record.Memcpy
 			if derr = m.Decode(r.Payload); derr == nil {
 				st.memcpys = append(st.memcpys, m)
+				st.copyCtx = append(st.copyCtx, st.threadSC[m.TID])
 			}
 		case record.TypeWindow:
 			var w record.Window
@@ -340,7 +352,7 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 func run(tb testing.TB, b *built, env []string, prog string, args ...string) (string, string, error) {
 	tb.Helper()
 	cmd := exec.Command(prog, args...)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=", "GPUPROBE_SOCKET=", "GPUPROBE_DISABLE=", "GPUPROBE_PATCH=", "GPUPROBE_QUIET=")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+b.dir, "GPUPROBE_TRACE=", "GPUPROBE_SOCKET=", "GPUPROBE_DISABLE=", "GPUPROBE_PATCH=", "GPUPROBE_QUIET=", "TRACEPARENT=")
 	cmd.Env = append(cmd.Env, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -31,6 +31,7 @@ enum gp_rec_type {
 	GP_REC_EXEC = 11,      /* written by the GPU (kernel_phases), or the shim (SASS route) */
 	GP_REC_WINDOW = 12,
 	GP_REC_WINDOW_STATE = 13,
+	GP_REC_SPAN_CONTEXT = 14,
 };
 
 /* Common 8-byte prefix. */
@@ -279,6 +280,35 @@ struct gp_rec_window_state {
 	uint32_t dropped;  /* windows lost since the last state record (CUPTI's dropped count + full ring) */
 };
 
+/* Where a thread's span context came from (gp_rec_span_context.source). */
+enum gp_span_context_source {
+	GP_SPANCTX_NONE = 0,   /* cleared: the thread's launches start their own traces; ids zero */
+	GP_SPANCTX_THREAD = 1, /* gpuprobe_set_span_context on this thread */
+	GP_SPANCTX_ENV = 2,    /* the process's TRACEPARENT (the thread set none of its own) */
+};
+/* W3C trace-flags bit of a sampled parent (gp_rec_span_context.flags). */
+#define GP_TRACE_FLAG_SAMPLED 1u
+
+/* Type 14, 48 bytes: the application span under which the thread's
+ * following launches, copies and syncs run, until its next span_context
+ * record. Written by the shim into the launch ring on that thread, just
+ * before the first launch, memcpy or sync record after the thread's
+ * context changed (and before a thread's first such record of a session
+ * once the process uses contexts), so it precedes every record it
+ * applies to. trace_id and span_id are
+ * W3C ids, both zero exactly when source is GP_SPANCTX_NONE. */
+struct gp_rec_span_context {
+	struct gp_rec_prefix h;
+	uint32_t pid;
+	uint32_t tid;         /* the thread it applies to */
+	uint8_t trace_id[16];
+	uint8_t span_id[8];   /* the parent span of the launches */
+	uint8_t flags;        /* W3C trace flags: GP_TRACE_FLAG_SAMPLED */
+	uint8_t source;       /* enum gp_span_context_source */
+	uint16_t reserved0;   /* zero */
+	uint32_t reserved1;   /* zero */
+};
+
 #define GP_STATIC_ASSERT(c, m) _Static_assert(c, m)
 GP_STATIC_ASSERT(sizeof(struct gp_rec_prefix) == 8, "prefix");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_launch) == 96, "launch");
@@ -294,5 +324,7 @@ GP_STATIC_ASSERT(sizeof(struct gp_rec_thread_count) == 24, "thread_count");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_device) == 104, "device");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_window) == 48, "window");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_window_state) == 32, "window_state");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_span_context) == 48, "span_context");
+GP_STATIC_ASSERT(offsetof(struct gp_rec_span_context, flags) == 40, "span_context.flags");
 
 #endif /* GPUPROBE_RECORD_H */

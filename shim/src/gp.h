@@ -30,8 +30,10 @@
  *   sass_ctx.c   the SASS route per context: its patch image, its record ring
  *   sass_user.c  the SASS route's user programs: the collector's module, ptxas
  *   sass_filter.c the SASS route's kernel filter: the collector says which kernels
+ *   spanctx.c    the application's span context (gpuprobe_shim.h, TRACEPARENT)
  *
- * Only dlsym and the cu* entry points are exported (-fvisibility=hidden).
+ * Only dlsym, the cu* entry points and the application API of
+ * ../include/gpuprobe_shim.h are exported (-fvisibility=hidden).
  */
 #ifndef GPUPROBE_SHIM_GP_H
 #define GPUPROBE_SHIM_GP_H
@@ -812,6 +814,20 @@ static inline void gp_ring_commit(struct gpbr_slot *s, uint64_t ticket, uint32_t
 {
 	gpbr_ring_publish(s, ticket, type, len);
 	GP_COUNT(published, 1);
+}
+
+/* spanctx.c: the application's span context. gp_spanctx_emit runs just
+ * before a launch, memcpy or sync record is written: it writes the
+ * thread's span_context record when the thread's context changed since
+ * its latest one in this session (never when no context was ever set). */
+extern GP_HIDDEN int gp_spanctx_used;
+GP_HIDDEN void gp_spanctx_check(void *ring);
+GP_HIDDEN void gp_spanctx_env(void);
+GP_HIDDEN const char *gp_traceparent_parse(const char *s, uint8_t trace[16], uint8_t span[8], uint8_t *flags);
+static inline void gp_spanctx_emit(void *ring)
+{
+	if (GP_UNLIKELY(__atomic_load_n(&gp_spanctx_used, __ATOMIC_RELAXED)))
+		gp_spanctx_check(ring);
 }
 
 /* gp_ring_prefetch asks for the cache lines of the slot that the ring's

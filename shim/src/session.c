@@ -651,6 +651,7 @@ GP_HIDDEN void gp_connect(void)
 	}
 	gp_trust_init();
 	gp_res_read();
+	gp_spanctx_env();
 	struct gp_conn c;
 	err = gp_handshake(path, ms, 0, 0, 0, &c, &why);
 	if (err && c.refused == GP_ERROR_PROTOCOL && gp_res_ext) {

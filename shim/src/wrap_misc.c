@@ -18,6 +18,7 @@ static void gp_sync_record(void *ring, uint16_t kind, uint64_t stream, uint64_t 
 		.device = gp_rec_device(),
 		.kind = kind,
 	};
+	gp_spanctx_emit(ring); /* before the record: the collector applies it to what follows */
 	gp_produce(ring, GP_REC_SYNC, &rec, sizeof rec);
 	GP_COUNT(syncs, 1);
 }
@@ -91,6 +92,7 @@ static void gp_memcpy_record(void *ring, uint16_t kind, uint16_t flags, uint64_t
 		.kind = kind,
 		.flags = flags,
 	};
+	gp_spanctx_emit(ring);
 	gp_produce(ring, GP_REC_MEMCPY, &rec, sizeof rec);
 	GP_COUNT(memcpys, 1);
 }

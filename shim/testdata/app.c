@@ -583,6 +583,12 @@ int main(int argc, char **argv)
 	if (r >= 0) {
 		if (r > 0)
 			return r;
+	} else if (strcmp(scenario, "spanctx") == 0) {
+		if (spanctx_scenario(f_vec) != 0)
+			return 1;
+	} else if (strcmp(scenario, "spanctxslow") == 0) {
+		if (spanctx_slow(f_vec, argc > 3 ? atoi(argv[3]) : 60) != 0)
+			return 1;
 	} else if (strcmp(scenario, "basic") == 0) {
 		basic(argc > 3 ? atoi(argv[3]) : 5);
 	} else if (strcmp(scenario, "sassreset") == 0) {
@@ -698,6 +704,7 @@ int main(int argc, char **argv)
 		}
 	} else if (strcmp(scenario, "bench") == 0) {
 		long n = argc > 3 ? atol(argv[3]) : 1000000;
+		spanctx_bench_setup();
 		for (long i = 0; i < 1000; i++) /* warm up: first-call paths */
 			A.launch(f_vec, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
 		double t0 = now_ns();

@@ -88,4 +88,12 @@ void *mock(const char *name);
 int names_scenario(const char *scenario, int argc, char **argv);
 int names_spawn(int argc, char **argv);
 
+/* spanctx_scenario launches f under span contexts (app_spanctx.c). */
+int spanctx_scenario(void *f);
+/* spanctx_bench_setup sets a span context for the bench scenario when
+ * APP_SPANCTX=1 (app_spanctx.c). */
+void spanctx_bench_setup(void);
+/* spanctx_slow: n launches of f under one span context, 10 ms apart. */
+int spanctx_slow(void *f, int n);
+
 #endif

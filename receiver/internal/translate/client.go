@@ -67,6 +67,7 @@ type client struct {
 	lastDev uint32            // device of its latest launch
 	kernels handleTable       // function handle → kernel, ≤ maxKernelHandles, ≤ ClientBudget.NameBytes (budget.go)
 	win     clientWindows     // its driver windows' state and graph launch calls (windows.go)
+	spans   threadSpans       // its threads' application span contexts, ≤ maxThreadContexts (spancontext.go)
 }
 
 // Connect binds source src to the connection credentials p. Spans and

@@ -13,8 +13,10 @@
 //  2. per-client state (clientTable, client.go): what a source
 //     said of itself: its peer, device numbers (validated against the
 //     resourceBook), kernel handles and its process's metric series,
-//     each within the client's budget (budget.go). It binds a launch
-//     record to its kernel before the record is paired.
+//     each within the client's budget (budget.go), and its threads'
+//     application span contexts (spancontext.go). It binds a launch
+//     record to its kernel and its thread's span before the record is
+//     paired.
 //  3. pairing (launchTable; its state in pending.go, its record path in
 //     launches.go, a launch's end in lifecycle.go): the pending
 //     launches, by key and per source, waiting for their device, window,

@@ -25,6 +25,7 @@ func FuzzHandle(f *testing.F) {
 		&record.Calibration{MonoNS: 1e9, RealtimeNS: 1.7e18, GPUNS: 5e8, UncertaintyNS: 300},
 		&record.Device{Device: 0, PID: 100, SMCount: 132, ComputeCap: 90, Name: "H200"},
 		&record.Sync{StartNS: 1, EndNS: 2, PID: 100, TID: 100},
+		&record.SpanContext{PID: 100, TID: 101, TraceID: [16]byte{1}, SpanID: [8]byte{2}, Flags: 1, Source: record.SpanContextThread},
 	} {
 		f.Add(r.Append(nil))
 	}

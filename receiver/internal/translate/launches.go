@@ -83,8 +83,9 @@ func (lt *launchTable) evictOldestOf(q *srcQueue, now time.Time) bool {
 }
 
 // onLaunch takes launch record r of source src, of kernel k (the client
-// table's binding of its function handle).
-func (lt *launchTable) onLaunch(src uint32, r *record.Launch, k *kernel, now time.Time) {
+// table's binding of its function handle), made under application span
+// app (its thread's span context; none: its trace is its own).
+func (lt *launchTable) onLaunch(src uint32, r *record.Launch, k *kernel, app appSpan, now time.Time) {
 	key := srcKey{src, r.LaunchID}
 	var call *graphGroup // the cuGraphLaunch call of a node's record; its first record names it
 	if r.API == record.APIGraphLaunch && src != HostProbeSource {
@@ -127,7 +128,7 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, k *kernel, now tim
 		}
 		l.gap.seq = seq
 	}
-	l.have, l.rec = true, *r
+	l.have, l.rec, l.host.app = true, *r, app
 	l.bind(k)
 	for _, w := range l.gpu.buffered {
 		lt.recordWarp(l, w)

@@ -114,9 +114,11 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 
 // sampledOut says why sampling::one_in or min_duration leaves launch l's
 // trace out (an out reason of tracepolicy.go), or -1 when they keep it.
+// one_in leaves a launch under a sampled application span in: the
+// application's sampler already chose its request.
 func sampledOut(l *launch, tm *launchTimes, o *SamplingOptions) int {
 	switch {
-	case !sampled(l.sampleKey(), o.OneIn):
+	case !l.host.app.sampled() && !sampled(l.sampleKey(), o.OneIn):
 		return outOneIn
 	case tm.haveExec && time.Duration(tm.execNS) < o.MinDuration,
 		!tm.haveExec && l.completed && time.Duration(l.completeNS-l.rec.EnqueueNS) < o.MinDuration:

@@ -36,7 +36,7 @@ type memcpySeries struct {
 
 func (t *Translator) onMemcpy(src uint32, m *record.Memcpy) {
 	t.clients.procOf(src).addMemcpy(m)
-	t.spans.memcpySpan(src, m)
+	t.spans.memcpySpan(src, m, t.clients.spanOf(src, m.TID))
 }
 
 // addMemcpy folds one memory copy into its (device, kind) series; past

@@ -53,8 +53,10 @@ type monoWindow struct {
 	ok         bool
 }
 
-// hostLink ties a launch to its host calls (host probes).
+// hostLink ties a launch to what ran over it on its host thread: its host
+// calls (host probes) and the application's span (spancontext.go).
 type hostLink struct {
+	app   appSpan     // the application span it ran under (none: its trace is its own)
 	calls []*hostCall // host launch calls nested with it
 	th    *hostThread // the host state of its thread, while registered there
 	since time.Time   // when it first waited for host calls of its thread

@@ -88,8 +88,8 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 	so.policy.kept[why]++
 	r := &l.rec
 	ss := so.spansOf(r.PID)
-	tid := otelid.NewTraceID()
-	parent := so.hostParents(ss, l, tid)
+	tid, top := traceOf(&l.host.app)
+	parent := so.hostParents(ss, l, tid, top)
 	root := ss.AppendEmpty()
 	root.SetTraceID(tid)
 	rootID := otelid.NewSpanID()
@@ -127,6 +127,9 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 	a.PutInt("process.pid", int64(r.PID))
 	a.PutInt("thread.id", int64(r.TID))
 	a.PutStr(AttrSamplingReason, keepReasons[why])
+	if l.host.app.set() {
+		a.PutStr(AttrParentSource, l.host.app.source.String())
+	}
 	if r.Result != 0 {
 		root.Status().SetCode(ptrace.StatusCodeError)
 		root.Status().SetMessage("CUresult " + strconv.FormatUint(uint64(r.Result), 10))
@@ -181,8 +184,8 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 	so.nSpans++
 }
 
-func (so *spanOut) onSync(src uint32, s *record.Sync) {
-	a, ok := so.hostSpan(SpanSync, src, s.PID, s.StartNS, s.EndNS)
+func (so *spanOut) onSync(src uint32, s *record.Sync, app appSpan) {
+	a, ok := so.hostSpan(SpanSync, src, s.PID, s.StartNS, s.EndNS, &app)
 	if !ok {
 		return
 	}
@@ -192,8 +195,8 @@ func (so *spanOut) onSync(src uint32, s *record.Sync) {
 	a.PutInt("thread.id", int64(s.TID))
 }
 
-func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
-	a, ok := so.hostSpan(SpanMemcpy, src, m.PID, m.StartNS, m.EndNS)
+func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy, app appSpan) {
+	a, ok := so.hostSpan(SpanMemcpy, src, m.PID, m.StartNS, m.EndNS, &app)
 	if !ok {
 		return
 	}
@@ -206,36 +209,48 @@ func (so *spanOut) memcpySpan(src uint32, m *record.Memcpy) {
 }
 
 // hostSpan appends the span of a host call (a sync or a copy) of process
-// pid and returns its attributes, or false when sampling or the span cap
-// drops the call.
-func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64) (pcommon.Map, bool) {
-	if !so.admitHost(pid, startNS, 1) {
+// pid, made under application span app (a child of it; none: a trace of
+// its own), and returns its attributes, or false when sampling or the
+// span cap drops the call.
+func (so *spanOut) hostSpan(name string, src, pid uint32, startNS, endNS uint64, app *appSpan) (pcommon.Map, bool) {
+	why := keepHead
+	if app.sampled() {
+		why = keepParent
+	}
+	if !so.admitHost(pid, startNS, 1, why) {
 		return pcommon.Map{}, false
 	}
 	sp := so.spansOf(pid).AppendEmpty()
-	sp.SetTraceID(otelid.NewTraceID())
+	tr, parent := traceOf(app)
+	sp.SetTraceID(tr)
 	sp.SetSpanID(otelid.NewSpanID())
+	sp.SetParentSpanID(parent)
 	sp.SetName(name)
 	sp.SetStartTimestamp(so.mono(src, startNS))
 	sp.SetEndTimestamp(so.mono(src, endNS))
 	so.nSpans++
-	sp.Attributes().PutStr(AttrSamplingReason, keepReasons[keepHead])
+	sp.Attributes().PutStr(AttrSamplingReason, keepReasons[why])
+	if app.set() {
+		sp.Attributes().PutStr(AttrParentSource, app.source.String())
+	}
 	return sp.Attributes(), true
 }
 
 // admitHost says whether a host-call trace of process pid, of n spans,
-// is built: sampling::one_in (on key), the trace policy, then
-// limits::spans_per_second; the trace's fate is counted.
-func (so *spanOut) admitHost(pid uint32, key uint64, n int) bool {
+// kept for reason why (keepHead, or keepParent under a sampled
+// application span, which skips one_in), is built: sampling::one_in (on
+// key), the trace policy, then limits::spans_per_second; the trace's
+// fate is counted.
+func (so *spanOut) admitHost(pid uint32, key uint64, n int, why int) bool {
 	tp := so.policy
 	switch {
-	case !sampled(srcKey{pid, key}, so.o.Sampling.OneIn):
+	case why != keepParent && !sampled(srcKey{pid, key}, so.o.Sampling.OneIn):
 		tp.out[outOneIn]++
 	case !tp.host(pid):
 	case !so.limit.admit(pid, n):
 		tp.out[outSpanRate]++
 	default:
-		tp.kept[keepHead]++
+		tp.kept[why]++
 		return true
 	}
 	return false
@@ -398,7 +413,7 @@ func (so *spanOut) hostCallSpan(ss ptrace.SpanSlice, r *record.HostCall, tr pcom
 // cap left the trace out). kernel names a launch call's kernel ("":
 // unknown).
 func (so *spanOut) emitStandalone(pid uint32, c *hostCall, kernel string) (ptrace.Span, bool) {
-	if !so.admitHost(pid, c.rec.EnterNS, treeSize(c)) {
+	if !so.admitHost(pid, c.rec.EnterNS, treeSize(c), keepHead) {
 		return ptrace.Span{}, false
 	}
 	ss := so.spansOf(pid)
@@ -419,7 +434,7 @@ func (so *spanOut) emitApprox(pid uint32, ol *openLaunch, sync *record.HostCall)
 	} else {
 		so.counters.ApproxSpans++
 	}
-	if !so.admitHost(pid, r.EnterNS, treeSize(ol.call)+1) {
+	if !so.admitHost(pid, r.EnterNS, treeSize(ol.call)+1, keepHead) {
 		return
 	}
 	ss := so.spansOf(pid)
@@ -495,10 +510,11 @@ func putLaunchArgs(a pcommon.Map, r *record.HostCall) {
 }
 
 // hostParents emits the runtime launch calls nested with shim launch l
-// (outermost first, each inside the previous) in trace tr and returns the
-// innermost one's span id, the launch span's parent (empty when none).
-func (so *spanOut) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID) pcommon.SpanID {
-	var parent pcommon.SpanID
+// (outermost first, each inside the previous, the outermost a child of
+// span top) in trace tr and returns the innermost one's span id, the
+// launch span's parent (top when none).
+func (so *spanOut) hostParents(ss ptrace.SpanSlice, l *launch, tr pcommon.TraceID, top pcommon.SpanID) pcommon.SpanID {
+	parent := top
 	if len(l.host.calls) == 0 {
 		return parent
 	}

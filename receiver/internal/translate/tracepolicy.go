@@ -5,7 +5,9 @@ package translate
 // before any span is, so that a trace left out costs a few comparisons
 // and a token bucket or two. An ordinary launch passes three buckets
 // (head sampling): its kernel's (per client), its process's, refilled at
-// the process's share of the node's rate, and the node's. An anomalous
+// the process's share of the node's rate, and the node's; one made under
+// a sampled application span (spancontext.go) skips its kernel's and
+// sampling::one_in, so a kept request keeps its kernels. An anomalous
 // one (failed, slow against its kernel's running median, a large host
 // wait) passes buckets of its own per process and node, and the head
 // ones when those are empty. A host-call trace passes the process's and
@@ -39,11 +41,15 @@ const (
 	keepFailed          // its launch failed (non-zero CUresult)
 	keepSlow            // executed over slow_factor × its kernel's running median
 	keepHostWait        // its stream sat idle host_wait_threshold or more for it
+	keepParent          // an ordinary launch under a sampled application span, within the process's and node's head bounds
 	nKeepReasons
 )
 
 // keepReasons are the values of AttrSamplingReason of a kept trace.
-var keepReasons = [nKeepReasons]string{"head", "failed", "slow", "host_wait"}
+var keepReasons = [nKeepReasons]string{"head", "failed", "slow", "host_wait", "parent"}
+
+// anomalous says whether keep reason why is an anomaly's.
+func anomalous(why int) bool { return why != keepHead && why != keepParent }
 
 // Why a trace was left out: an index of outReasons.
 const (
@@ -152,7 +158,8 @@ type tracePolicy struct {
 	out               [nOutReasons]uint64
 }
 
-// anomaly says why finished launch l is anomalous (keepHead: it is not),
+// anomaly says why finished launch l is anomalous (keepHead: it is not;
+// keepParent: it is not, and it ran under a sampled application span),
 // folding its execution time into its kernel's running median.
 func (tp *tracePolicy) anomaly(l *launch, tm *launchTimes) int {
 	slow := tm.haveExec && tp.o.SlowFactor > 0 && l.k.trace.slow(tm.execNS, tp.o.SlowFactor)
@@ -163,6 +170,8 @@ func (tp *tracePolicy) anomaly(l *launch, tm *launchTimes) int {
 		return keepSlow
 	case tp.o.HostWait > 0 && l.gap.known && l.gap.hostWaitNS >= uint64(tp.o.HostWait):
 		return keepHostWait
+	case l.host.app.sampled():
+		return keepParent
 	}
 	return keepHead
 }
@@ -170,6 +179,12 @@ func (tp *tracePolicy) anomaly(l *launch, tm *launchTimes) int {
 // launch decides whether finished launch l, anomalous for reason why
 // (anomaly), gets a trace; a refusal is counted.
 func (tp *tracePolicy) launch(l *launch, why int) bool {
+	if why == keepParent {
+		// The application's sampler kept the span the launch ran under:
+		// no kernel bound (a kept request shows all its kernels), the
+		// process's and the node's, as for a host-call trace.
+		return tp.host(l.rec.PID)
+	}
 	if why == keepHead {
 		switch {
 		case !tp.o.headBounded():
@@ -182,7 +197,7 @@ func (tp *tracePolicy) launch(l *launch, why int) bool {
 	}
 	now := tp.now
 	p := tp.proc(l.rec.PID, now)
-	if why != keepHead && tp.takeAnomaly(p, now) {
+	if anomalous(why) && tp.takeAnomaly(p, now) {
 		return true
 	}
 	if out := tp.takeHead(&l.k.trace.head, p, now); out >= 0 {
@@ -318,7 +333,7 @@ func (tp *tracePolicy) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestam
 			dp.Attributes().PutStr(AttrSamplingReason, reasons[i])
 		}
 	}
-	put(MetricTracesKept, "Traces built, by why the trace policy kept them (head, failed, slow, host_wait).",
+	put(MetricTracesKept, "Traces built, by why the trace policy kept them (head, failed, slow, host_wait, parent).",
 		tp.kept[:], keepReasons[:])
 	put(MetricTracesSampledOut, "Traces not built, by what left them out (one_in, min_duration, kernel, process, node, spans_per_second); their launches still count in every metric.",
 		tp.out[:], outReasons[:])

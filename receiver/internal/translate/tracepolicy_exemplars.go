@@ -47,9 +47,9 @@ func (eb *exemplarBook) add(s *devSeries, e exemplar) {
 			es = make([]exemplar, 0, exemplarsPerSeries)
 		}
 		eb.bySeries[s] = append(es, e)
-	case e.why != keepHead:
+	case anomalous(e.why):
 		for i := range es {
-			if es[i].why == keepHead {
+			if !anomalous(es[i].why) {
 				es[i] = e
 				return
 			}

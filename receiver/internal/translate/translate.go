@@ -184,6 +184,7 @@ type decoder struct {
 	db record.Calibration
 	dh record.HostCall
 	dv record.Window
+	dp record.SpanContext
 	dx record.WindowState
 }
 
@@ -311,7 +312,13 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		}
 		t.clients.validate(src, &t.dec.dl.PID, &t.dec.dl.Device)
 		k := t.clients.bindLaunch(src, &t.dec.dl)
-		t.launches.onLaunch(src, &t.dec.dl, k, now)
+		t.launches.onLaunch(src, &t.dec.dl, k, t.clients.spanOf(src, t.dec.dl.TID), now)
+	case record.TypeSpanContext:
+		if err := t.dec.dp.Decode(rec); err != nil {
+			return err
+		}
+		t.clients.validate(src, &t.dec.dp.PID)
+		t.clients.onSpanContext(src, &t.dec.dp)
 	case record.TypeWarp:
 		if err := t.dec.dw.Decode(rec); err != nil {
 			return err
@@ -373,7 +380,7 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		t.clients.validate(src, &t.dec.ds.PID, &t.dec.ds.Device)
-		t.spans.onSync(src, &t.dec.ds)
+		t.spans.onSync(src, &t.dec.ds, t.clients.spanOf(src, t.dec.ds.TID))
 	case record.TypeThreadCount:
 		if err := t.dec.dt.Decode(rec); err != nil {
 			return err
