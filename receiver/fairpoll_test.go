@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadatatest"
+	"github.com/gpuprobe/gpuprobe/shm"
 )
 
 func TestFillLevel(t *testing.T) {
@@ -106,5 +107,54 @@ func TestShutdownFreezesRings(t *testing.T) {
 	}
 	if n := internalSum(tel, "otelcol_gpuprobe.receiver.records.dropped"); n != int64(after) {
 		t.Errorf("records.dropped %d, want %d (written after the shutdown began)", n, after)
+	}
+}
+
+// TestPollPassFair: beside eight clients whose rings hold more than a
+// pass's budget, one poll pass reads all of a client with a few records,
+// shares the budget evenly among the others, and says records are left
+// for the next pass. Before, a pass read every ring up to 65,536 tickets,
+// so its time grew with the busiest clients' backlog.
+func TestPollPassFair(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.PollInterval = time.Minute // the test runs the pass itself
+	tr, mr, _, _ := startBoth(t, cfg)
+	defer shutdownWithin(t, shutdownBound+time.Second, tr, mr)
+	r := tr.(*handle).r
+	const busy, each, few = 8, 4096, 10
+	var rings []*shm.Ring
+	for i := range busy + 1 {
+		g := newTestRing(t, cfg.Buffers.SlotSize, each)
+		n := each
+		if i == busy {
+			n = few
+		}
+		if p, _ := produceUntil(t, g, uint32(2000+i), n); p != n {
+			t.Fatalf("ring %d: %d of %d published", i, p, n)
+		}
+		r.AddRing(g)
+		rings = append(rings, g)
+	}
+	r.mu.Lock()
+	sources := append([]*source(nil), r.srcs.list...)
+	r.mu.Unlock()
+	if !r.pollOnce(context.Background(), time.Now(), false) {
+		t.Error("the pass says nothing is left, with 8 rings holding more than its budget")
+	}
+	share := (passBudget - few) / busy
+	total := 0
+	for _, s := range sources {
+		read := int(s.launch.cons.Position())
+		total += read
+		want := share
+		if s.launch.ring == rings[busy] {
+			want = few
+		}
+		if read != want {
+			t.Errorf("source %d: %d records read in one pass, want %d", s.id, read, want)
+		}
+	}
+	if total > passBudget {
+		t.Errorf("one pass read %d records, budget %d", total, passBudget)
 	}
 }
