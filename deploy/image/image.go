@@ -154,7 +154,7 @@ func cmpString(a, b string) int {
 }
 
 // Write writes img as a `docker save` tarball at p under the reference ref
-// (e.g. gpuprobe:0.1.0-dev).
+// (e.g. ghcr.io/gpuprobe/gpuprobe:0.1.0-dev).
 func Write(p, ref string, img v1.Image) error {
 	tag, err := name.NewTag(ref)
 	if err != nil {
