@@ -120,6 +120,9 @@ func TestBuildWritesWhatItIsGiven(t *testing.T) {
 	}
 	cf, fs := readBack(t, p, "gpuprobe:test")
 	checkImage(t, cf, fs)
+	// As TestBuiltImage reads it, whatever the tag.
+	cf, fs = readBack(t, p, "")
+	checkImage(t, cf, fs)
 	if got := string(fs[Shim].data); got != "content of libgpuprobe.so" {
 		t.Errorf("%s holds %q", Shim, got)
 	}
