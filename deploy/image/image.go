@@ -91,7 +91,7 @@ func Build(files []File) (v1.Image, error) {
 		User:         User,
 		WorkingDir:   "/",
 		Env:          []string{"PATH=/usr/local/bin"},
-		ExposedPorts: map[string]struct{}{"9464/tcp": {}},
+		ExposedPorts: map[string]struct{}{"9464/tcp": {}, "8888/tcp": {}, "13133/tcp": {}},
 		Labels:       map[string]string{"org.opencontainers.image.title": "gpuprobe"},
 	}
 	return mutate.ConfigFile(img, cf)
