@@ -62,7 +62,7 @@ BPF_OBJECTS :=
 -include testdata/bpf/bpf.mk
 
 .PHONY: all build generate ocb otelcol run test fmt-check vet cross unit e2e adversarial backends \
-	gpu-test gpu-bundle loadtest loadtest-short bench fuzz install clean distclean help deploy-check deploy-dryrun image
+	gpu-test gpu-bundle loadtest loadtest-short bench fuzz install clean distclean help deploy-check deploy-dryrun image image-push
 
 all: build ## build every package, bin/gpuprobe, bin/gpuprobe-harness and the testdata eBPF objects
 
@@ -180,8 +180,11 @@ deploy-check: bin/otelcol-gpuprobe build/gpuprobe-image.tar ## Kubernetes manife
 # The container image, without a Docker daemon: a `docker save` tarball of
 # the collector, a static gpuprobe and the shim (deploy/image). Load it with
 # docker load, podman load, ctr -n k8s.io images import or kind load
-# image-archive; push it with crane push.
-IMAGE_TAG ?= gpuprobe:0.1.0-dev
+# image-archive; push it with make image-push. The manifests and the chart
+# name the default reference (deploy/kit_test.go checks it).
+REGISTRY ?= ghcr.io/gpuprobe
+IMAGE_VERSION ?= 0.1.0-dev
+IMAGE_TAG ?= $(REGISTRY)/gpuprobe:$(IMAGE_VERSION)
 image: build/gpuprobe-image.tar ## the container image as build/gpuprobe-image.tar (IMAGE_TAG)
 
 build/image/gpuprobe: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
@@ -192,6 +195,12 @@ build/gpuprobe-image.tar: bin/otelcol-gpuprobe bin/libgpuprobe.so build/image/gp
 	ln -sf $(CURDIR)/bin/otelcol-gpuprobe $(CURDIR)/bin/libgpuprobe.so build/image/
 	cd deploy && $(GO) run ./cmd/gpuprobe-image -bin ../build/image -config kubernetes/config.yaml \
 		-tag $(IMAGE_TAG) -o ../$@
+
+# crane (go-containerregistry, a tool of deploy/go.mod) pushes the tarball
+# with the credentials of ~/.docker/config.json (crane auth login, docker
+# login or podman login write them); no daemon is needed.
+image-push: build/gpuprobe-image.tar ## push the image to $(IMAGE_TAG) (make image-push REGISTRY=registry.example.com/team)
+	cd deploy && $(GO) tool crane push ../build/gpuprobe-image.tar $(IMAGE_TAG)
 
 backends: $(JAEGER_BIN) $(PROMETHEUS_BIN) $(ETCD_BIN) $(KUBE_APISERVER_BIN) ## build (or reuse) Jaeger, Prometheus, etcd and kube-apiserver
 

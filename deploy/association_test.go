@@ -111,11 +111,15 @@ func createRunningPod(t *testing.T, cfg *rest.Config, node string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := &unstructured.Unstructured{Object: obj{"apiVersion": "v1", "kind": "Namespace", "metadata": obj{"name": "gpu"}}}
+	// The manifest's namespace, Pod Security labels included: the API
+	// server enforces baseline where they are missing.
+	objs := parseObjects(t, "gpu-pod.yaml", readFile(t, "kubernetes/gpu-pod.yaml"))
+	ns := &unstructured.Unstructured{Object: ofKind(t, objs, "Namespace")}
+	ns.SetName("gpu")
 	if _, err := dyn.Resource(nsGVR).Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := &unstructured.Unstructured{Object: parseObjects(t, "gpu-pod.yaml", readFile(t, "kubernetes/gpu-pod.yaml"))[0]}
+	pod := &unstructured.Unstructured{Object: ofKind(t, objs, "Pod")}
 	pod.SetNamespace("gpu")
 	if err := unstructured.SetNestedField(pod.Object, node, "spec", "nodeName"); err != nil {
 		t.Fatal(err)
@@ -129,7 +133,7 @@ func createRunningPod(t *testing.T, cfg *rest.Config, node string) string {
 	status := obj{
 		"phase": "Running", "podIP": "10.1.2.3", "startTime": now,
 		"containerStatuses": []any{obj{
-			"name": "app", "ready": true, "restartCount": int64(0), "image": "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+			"name": "app", "ready": true, "restartCount": int64(0), "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0-ubuntu22.04",
 			"imageID": "sha256:" + strings.Repeat("ab", 32), "containerID": "containerd://" + appContainerID,
 			"state": obj{"running": obj{"startedAt": now}},
 		}},

@@ -91,7 +91,7 @@ func byName(l []any, name string) any {
 	return nil
 }
 
-var clusterScoped = []string{"Namespace", "ClusterRole", "ClusterRoleBinding"}
+var clusterScoped = []string{"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
 
 // checkObjects checks the fields every object needs to be applied.
 func checkObjects(t *testing.T, name string, objs []obj) {
@@ -190,7 +190,7 @@ func quantity(t *testing.T, q string) float64 {
 }
 
 // checkDaemonSet checks that the DaemonSet and its configuration agree:
-// socket directory, group, memory, RBAC subject.
+// socket directory, group, memory, RBAC subject, probes, scrape targets.
 func checkDaemonSet(t *testing.T, objs []obj, name, ns string) collectorConfig {
 	t.Helper()
 	cm := find(t, objs, "ConfigMap", name)
@@ -204,11 +204,15 @@ func checkDaemonSet(t *testing.T, objs []obj, name, ns string) collectorConfig {
 		t.Errorf("DaemonSet: serviceAccountName %q, want %q", str(spec, "serviceAccountName"), name)
 	}
 	find(t, objs, "ServiceAccount", name)
-	crb := find(t, objs, "ClusterRoleBinding", name)
-	if str(crb, "subjects", "0", "name") != name || str(crb, "subjects", "0", "namespace") != ns {
-		t.Errorf("ClusterRoleBinding: subject %v, want %s/%s", get(crb, "subjects"), ns, name)
+	// Cluster-scoped objects carry the namespace in their name: two
+	// installs in two namespaces must not share them.
+	cluster := name + "-" + ns
+	crb := find(t, objs, "ClusterRoleBinding", cluster)
+	if str(crb, "subjects", "0", "name") != name || str(crb, "subjects", "0", "namespace") != ns ||
+		str(crb, "roleRef", "name") != cluster {
+		t.Errorf("ClusterRoleBinding: subject %v, role %v, want %s/%s and %s", get(crb, "subjects"), get(crb, "roleRef", "name"), ns, name, cluster)
 	}
-	checkRBAC(t, find(t, objs, "ClusterRole", name))
+	checkRBAC(t, find(t, objs, "ClusterRole", cluster))
 
 	ctr := byName(list(spec, "containers"), "otelcol")
 	if ctr == nil {
@@ -233,6 +237,10 @@ func checkDaemonSet(t *testing.T, objs []obj, name, ns string) collectorConfig {
 	if env := byName(list(ctr, "env"), "K8S_NODE_NAME"); str(env, "valueFrom", "fieldRef", "fieldPath") != "spec.nodeName" {
 		t.Error("otelcol: K8S_NODE_NAME must come from spec.nodeName (k8s_attributes' node filter)")
 	}
+	checkExporters(t, cfg.raw)
+	checkHealthProbes(t, cfg.raw, ctr)
+	checkScrape(t, objs, ds, ctr, cfg.raw)
+	checkPriority(t, objs, spec)
 	return cfg
 }
 
@@ -287,9 +295,14 @@ func TestManifests(t *testing.T) {
 		t.Errorf("gpuprobe.yaml's ConfigMap differs from kubernetes/config.yaml: copy the file in, indented by 4")
 	}
 
+	checkPodSecurity(t, find(t, objs, "Namespace", "gpuprobe"))
+
 	pod := parseObjects(t, "gpu-pod.yaml", readFile(t, "kubernetes/gpu-pod.yaml"))
 	checkObjects(t, "gpu-pod.yaml", pod)
-	checkGPUPod(t, pod[0], cfg)
+	app := ofKind(t, pod, "Pod")
+	checkGPUPod(t, app, cfg)
+	checkPodSecurity(t, find(t, pod, "Namespace", str(app, "metadata", "namespace")))
+	checkImages(t, append(objs, pod...))
 }
 
 // checkGPUPod checks the shim's wiring in a GPU pod: an init container
@@ -372,8 +385,9 @@ func TestChartLint(t *testing.T) {
 }
 
 // TestChartDefaults: with its defaults, the chart renders the static
-// manifest's objects (less the Namespace, which helm install
-// --create-namespace makes, and the config checksum annotation).
+// manifest's objects (less the config checksum annotation, and the
+// Namespace: a chart cannot own the namespace its release lives in, so
+// docs/kubernetes.md has it created and labelled first).
 func TestChartDefaults(t *testing.T) {
 	got := render(t, "gpuprobe", "gpuprobe", nil)
 	checkObjects(t, "chart", got)
@@ -384,6 +398,9 @@ func TestChartDefaults(t *testing.T) {
 		g := find(t, got, w["kind"].(string), str(w, "metadata", "name"))
 		if ann, ok := get(g, "spec", "template", "metadata", "annotations").(map[string]any); ok {
 			delete(ann, "checksum/config")
+			if len(ann) == 0 {
+				delete(get(g, "spec", "template", "metadata").(map[string]any), "annotations")
+			}
 		}
 		if w["kind"] == "ConfigMap" {
 			// Same configuration, comments aside.

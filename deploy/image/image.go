@@ -91,7 +91,7 @@ func Build(files []File) (v1.Image, error) {
 		User:         User,
 		WorkingDir:   "/",
 		Env:          []string{"PATH=/usr/local/bin"},
-		ExposedPorts: map[string]struct{}{"9464/tcp": {}},
+		ExposedPorts: map[string]struct{}{"9464/tcp": {}, "8888/tcp": {}, "13133/tcp": {}},
 		Labels:       map[string]string{"org.opencontainers.image.title": "gpuprobe"},
 	}
 	return mutate.ConfigFile(img, cf)
@@ -154,7 +154,7 @@ func cmpString(a, b string) int {
 }
 
 // Write writes img as a `docker save` tarball at p under the reference ref
-// (e.g. gpuprobe:0.1.0-dev).
+// (e.g. ghcr.io/gpuprobe/gpuprobe:0.1.0-dev).
 func Write(p, ref string, img v1.Image) error {
 	tag, err := name.NewTag(ref)
 	if err != nil {

@@ -24,14 +24,19 @@ type entry struct {
 }
 
 // readBack opens the tarball at p as a runtime would and returns its
-// config and its filesystem.
+// config and its filesystem: the image tagged ref, or with ref "" the
+// tarball's only image.
 func readBack(t *testing.T, p, ref string) (*v1.ConfigFile, map[string]entry) {
 	t.Helper()
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		t.Fatal(err)
+	var tag *name.Tag
+	if ref != "" {
+		tg, err := name.NewTag(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag = &tg
 	}
-	img, err := tarball.ImageFromPath(p, &tag)
+	img, err := tarball.ImageFromPath(p, tag)
 	if err != nil {
 		t.Fatalf("%s: %v", p, err)
 	}
@@ -115,6 +120,9 @@ func TestBuildWritesWhatItIsGiven(t *testing.T) {
 	}
 	cf, fs := readBack(t, p, "gpuprobe:test")
 	checkImage(t, cf, fs)
+	// As TestBuiltImage reads it, whatever the tag.
+	cf, fs = readBack(t, p, "")
+	checkImage(t, cf, fs)
 	if got := string(fs[Shim].data); got != "content of libgpuprobe.so" {
 		t.Errorf("%s holds %q", Shim, got)
 	}
@@ -143,7 +151,8 @@ func TestBuiltImage(t *testing.T) {
 	if p == "" {
 		t.Skip("GPUPROBE_IMAGE is not set (make deploy-check sets it)")
 	}
-	cf, fs := readBack(t, p, "gpuprobe:0.1.0-dev")
+	// Whatever IMAGE_TAG make image was given.
+	cf, fs := readBack(t, p, "")
 	checkImage(t, cf, fs)
 	for _, p := range []string{Collector, CLI} {
 		f, err := elf.NewFile(bytes.NewReader(fs[p].data))

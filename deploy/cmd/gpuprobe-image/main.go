@@ -14,7 +14,7 @@ func main() {
 	bin := flag.String("bin", "bin", "directory of otelcol-gpuprobe, gpuprobe (static) and libgpuprobe.so")
 	config := flag.String("config", "deploy/kubernetes/config.yaml", "the collector configuration to put at "+image.Config)
 	ca := flag.String("ca-certs", "/etc/ssl/certs/ca-certificates.crt", "TLS roots to put at "+image.CACerts+` ("" for none)`)
-	ref := flag.String("tag", "gpuprobe:0.1.0-dev", "the image's reference in the tarball")
+	ref := flag.String("tag", "ghcr.io/gpuprobe/gpuprobe:0.1.0-dev", "the image's reference in the tarball")
 	out := flag.String("o", "build/gpuprobe-image.tar", "output tarball")
 	flag.Parse()
 	img, err := image.Build(image.Files(*bin, *config, *ca))
