@@ -225,7 +225,7 @@ func TestRunWithShim(t *testing.T) {
 			"-I../../record/include", "-o", filepath.Join(dir, ShimName)}, append(srcs, "-ldl", "-lpthread")...),
 		{"-O2", "-fPIC", "-shared", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(dir, "libcuda.so.1"),
 			"../../shim/testdata/mock_libcuda.c"},
-		{"-O2", "-I../../shm/include", "-o", filepath.Join(dir, "app"), "../../shim/testdata/app.c", "../../shim/testdata/app_names.c", "-ldl", "-lpthread"},
+		{"-O2", "-I../../shm/include", "-o", filepath.Join(dir, "app"), "../../shim/testdata/app.c", "../../shim/testdata/app_names.c", "../../shim/testdata/app_spanctx.c", "-ldl", "-lpthread"},
 	}
 	for _, s := range steps {
 		if out, err := exec.Command("gcc", s...).CombinedOutput(); err != nil {
