@@ -138,7 +138,7 @@ func TestPollPassFair(t *testing.T) {
 	r.mu.Lock()
 	sources := append([]*source(nil), r.srcs.list...)
 	r.mu.Unlock()
-	if !r.pollOnce(context.Background(), time.Now(), false) {
+	if !r.pollOnce(context.Background(), time.Now(), false, false) {
 		t.Error("the pass says nothing is left, with 8 rings holding more than its budget")
 	}
 	share := (passBudget - few) / busy

@@ -333,6 +333,7 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	again := make(chan time.Time, 1)
 	for {
 		var now time.Time
+		catchUp := false // a pass right after one that left records waiting
 		select {
 		case <-ctx.Done():
 			r.finalFlush(r.run.stopBy, true)
@@ -343,11 +344,12 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 			continue
 		case now = <-poll.C:
 		case now = <-again:
+			catchUp = true
 		}
 		if off, err := monoOffset(); err == nil {
 			mapper.SetMonoOffset(off)
 		}
-		if r.pollOnce(ctx, now, false) {
+		if r.pollOnce(ctx, now, false, catchUp) {
 			select {
 			case again <- time.Now():
 			default: // one is waiting already
@@ -365,8 +367,11 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 // releases the sources of clients that went (once their rings are read,
 // at most drainTime) or broke a ring invariant, expires launches, and
 // sends the spans built. stopping releases every source after this read.
-// It reports whether records were left waiting for the next pass.
-func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool) (waiting bool) {
+// A catchUp pass (one right after a pass that left records waiting) only
+// reads and releases: expiring launches and sending spans, whose cost
+// grows with what is pending, wait for the next tick's pass. It reports
+// whether records were left waiting for the next pass.
+func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping, catchUp bool) (waiting bool) {
 	r.mu.Lock()
 	r.srcs.turn++
 	sources := rotate(append([]*source(nil), r.srcs.list...), r.srcs.turn)
@@ -410,7 +415,9 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 	if len(closed) > 0 {
 		r.dropSources(closed)
 	}
-	r.tr.Expire(now)
+	if !catchUp {
+		r.tr.Expire(now)
+	}
 	after := r.tr.Counters()
 	dropped += after.RecordsInvalid - before.RecordsInvalid
 	mc := r.maps.col.Counters()
@@ -428,7 +435,9 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping bool
 			after.LaunchesExpired-before.LaunchesExpired))
 		windowTelemetry(ctx, r.tel, &before.WindowCounters, &after.WindowCounters)
 	}
-	r.sendTraces(ctx, tc)
+	if !catchUp {
+		r.sendTraces(ctx, tc)
+	}
 	return waiting
 }
 

@@ -128,7 +128,7 @@ func (r *gpuReceiver) finalFlush(deadline time.Time, stopping bool) {
 	stopReading()
 	switch {
 	case stopping && read:
-		r.pollOnce(ctx, time.Now(), true) // releases every source
+		r.pollOnce(ctx, time.Now(), true, false) // releases every source
 	case stopping && ctx.Err() == nil:
 		abandon(ctx, r) // no time to read more: counted, and released
 	}
@@ -183,7 +183,7 @@ func drainRings(ctx context.Context, r *gpuReceiver) {
 	for ctx.Err() == nil {
 		moved, left := false, false
 		before := positions(ends)
-		r.pollOnce(ctx, time.Now(), false)
+		r.pollOnce(ctx, time.Now(), false, false)
 		for g, end := range ends {
 			pos := g.cons.Position()
 			moved = moved || pos != before[g]
