@@ -60,7 +60,10 @@ const (
 // bytes of ring regions it maps under MaxRingMapped (sessions past the
 // uid's share get smaller rings or ERROR code 5, which the shim takes as
 // "run unrecorded"), while a root client still gets its rings.
-func RingHog(ctx context.Context, socket string) error {
+func RingHog(ctx context.Context, socket string) error { return ringHog(ctx, socket, MaxRingMapped) }
+
+// ringHog is RingHog holding the collector's mapped rings to bound bytes.
+func ringHog(ctx context.Context, socket string, bound int64) error {
 	pid, err := collectorPID(socket)
 	if err != nil {
 		return fmt.Errorf("rings: %w", err)
@@ -99,9 +102,9 @@ func RingHog(ctx context.Context, socket string) error {
 		worst = max(worst, n)
 		pause(ctx, 200*time.Millisecond)
 	}
-	if worst > MaxRingMapped {
+	if worst > bound {
 		errs = append(errs, fmt.Errorf("rings: the collector mapped %d MiB of rings for %d sessions of uid %d, bound %d MiB",
-			worst>>20, len(sessions), HostileUID, MaxRingMapped>>20))
+			worst>>20, len(sessions), HostileUID, bound>>20))
 	}
 	return errors.Join(errs...)
 }
