@@ -15,7 +15,7 @@ import (
 // The region's values are HashLayout.Slots+1 elements of Stride bytes.
 // Element 0 is the table header:
 //
-//	offset 0  u32 count  live entries (reserved before an insert, at most MaxEntries)
+//	offset 0  u32 count  live entries (reserved by a claimed insert, at most MaxEntries)
 //	offset 8  u64 full   inserts refused: max_entries reached or no free slot within HashProbeLimit
 //
 // Element 1+s is slot s:

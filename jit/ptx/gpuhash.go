@@ -194,23 +194,27 @@ func (c *compiler) genHashLive() {
 
 // genHashClaim writes label: the operations on slot %x10 in state from
 // (Empty, or a tombstone of the key): lookups and deletes miss, an update
-// reserves an entry under max_entries, claims the slot with a
-// compare-and-swap (a lost race rereads it), fills it and publishes it.
+// claims the slot with a compare-and-swap (a lost race rereads it),
+// reserves an entry under max_entries, fills the slot and publishes it.
 func (c *compiler) genHashClaim(label string, from int) {
 	e := &c.e
 	e.label(label)
 	e.op("@%z2 bra $Lnull")
 	e.op("@!%z1 bra $Lenoent")
 	e.op("@%z3 bra $Lenoent")
+	e.op("atom.cas.b32 %y5, [%x10], ", strconv.Itoa(from), ", ", strconv.Itoa(jit.HashSlotBusy))
+	e.op("setp.ne.u32 %z0, %y5, ", strconv.Itoa(from))
+	e.op("@%z0 bra $Lreread")
+	// Only the claim's winner reserves an entry, so that the lanes that
+	// lost the race never push the count over max_entries. Over it, the
+	// slot goes back to its old state: while it was Busy no update
+	// passed it, so no key was placed beyond it.
 	e.op("atom.add.u32 %y5, [%x20+", strconv.Itoa(jit.HashCountAt), "], 1")
 	e.op("cvt.u64.u32 %x14, %y5")
 	e.op("setp.ge.u64 %z0, %x14, %x28")
 	e.op("@%z0 red.add.s32 [%x20+", strconv.Itoa(jit.HashCountAt), "], -1")
+	e.op("@%z0 st.release.gpu.u32 [%x10], ", strconv.Itoa(from))
 	e.op("@%z0 bra $Lfull")
-	e.op("atom.cas.b32 %y5, [%x10], ", strconv.Itoa(from), ", ", strconv.Itoa(jit.HashSlotBusy))
-	e.op("setp.ne.u32 %z0, %y5, ", strconv.Itoa(from))
-	e.op("@%z0 red.add.s32 [%x20+", strconv.Itoa(jit.HashCountAt), "], -1")
-	e.op("@%z0 bra $Lreread")
 	if from == jit.HashSlotEmpty {
 		e.op("add.s64 %x13, %x10, ", strconv.Itoa(jit.HashKeyAt))
 		c.callFunc(c.o.Prefix+"_"+funcMemcpy, "", "%x13", "%x21", "%x25")
