@@ -1,6 +1,7 @@
 package jit
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -108,4 +109,33 @@ func checkGPUHash(m *Map) error {
 		return fmt.Errorf("max_entries %d exceeds %d", m.MaxEntries, HashMaxEntries)
 	}
 	return nil
+}
+
+// HashEntry is one live entry of a GPU hash map's table.
+type HashEntry struct {
+	Key, Value []byte
+}
+
+// Entries decodes the live entries of a table of map m (laid out as l):
+// slot(s) returns slot s's l.Stride bytes, from wherever the table was
+// read or mirrored. A slot that another thread is filling is skipped.
+func (l HashLayout) Entries(m *Map, slot func(s uint32) ([]byte, error)) ([]HashEntry, error) {
+	var out []HashEntry
+	for s := range l.Slots {
+		b, err := slot(s)
+		if err != nil {
+			return nil, fmt.Errorf("slot %d: %w", s, err)
+		}
+		if uint64(len(b)) < l.Stride {
+			return nil, fmt.Errorf("slot %d: %d bytes, want %d", s, len(b), l.Stride)
+		}
+		if binary.LittleEndian.Uint32(b) != HashSlotLive {
+			continue
+		}
+		out = append(out, HashEntry{
+			Key:   append([]byte(nil), b[HashKeyAt:HashKeyAt+uint64(m.KeySize)]...),
+			Value: append([]byte(nil), b[l.ValueAt:l.ValueAt+uint64(m.ValueSize)]...),
+		})
+	}
+	return out, nil
 }
