@@ -154,3 +154,48 @@ exit`
 		}
 	}
 }
+
+// TestGPUHashWarpInsert: the 32 lanes of a warp insert one key with
+// BPF_NOEXIST: one succeeds, 31 see -EEXIST, and the map holds one entry
+// that every lane counted itself into.
+func TestGPUHashWarpInsert(t *testing.T) {
+	def := gpuHashMap(4)
+	src := `stw [%r10-4], 3
+stdw [%r10-16], 0
+ldmap %r1, gh
+mov %r2, %r10
+add %r2, -4
+mov %r3, %r10
+add %r3, -16
+mov %r4, 1
+call 2
+mov %r6, %r0
+ldmap %r1, gh
+mov %r2, %r10
+add %r2, -4
+call 1
+jeq %r0, 0, +2
+mov %r1, 1
+lock add [%r0+0], %r1
+mov %r0, %r6
+exit`
+	maps := NewMaps()
+	got, err := RunWarp(program(t, src, def), WarpLanes(&Env{Maps: maps}, nil, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[int64]int{}
+	for _, r0 := range got {
+		n[int64(r0)]++
+	}
+	if n[0] != 1 || n[-errEEXIST] != 31 {
+		t.Fatalf("results %v, want one 0 and 31 -EEXIST", n)
+	}
+	v, ok, err := maps.HashValue("gh", key32(3))
+	if err != nil || !ok || le64(v) != 32 {
+		t.Fatalf("HashValue = %v %v %v, want 32", v, ok, err)
+	}
+	if table, _, _ := maps.GPUHashTable("gh"); binary.LittleEndian.Uint32(table[jit.HashCountAt:]) != 1 {
+		t.Fatal("count is not 1")
+	}
+}

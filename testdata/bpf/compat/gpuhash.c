@@ -3,8 +3,9 @@
 // with BPF_NOEXIST, then looks it up and counts itself into the value; so
 // each warp inserts one key from all its lanes at once. Thread 0 also
 // fills a 4-entry map with 8 keys. Expected for T threads (T a multiple
-// of 1024):
-//   gh_count[k]  = T / 32 for every k in 0..31 (T/1024 warps per key)
+// of 32, at least 1024), W = T/32 warps:
+//   gh_count[k]  = 32 * (W/32 + (k < W%32)) for k in 0..31 (vectorAdd's
+//                  65,568 threads: 2,080 for key 0, 2,048 for the others)
 //   gh_res[0]    = 32 inserts that created a key (one per key)
 //   gh_res[1]    = T - 32 inserts refused with -EEXIST
 //   gh_res[2]    = 0 other insert errors (-EBUSY: a claim never published)
