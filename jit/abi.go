@@ -284,13 +284,13 @@ func (m *Map) DeviceArray() bool {
 
 // DeviceResident reports whether m may live in device memory, mirrored to
 // the host by DMA (shm package comment, "Device-resident maps"): a GPU
-// array, per-thread or per-warp array, or GPU ring buffer.
+// array, per-thread or per-warp array, GPU hash map or GPU ring buffer.
 func (m *Map) DeviceResident() bool {
 	if m == nil {
 		return false
 	}
 	switch m.Type {
-	case MapTypeGPUArray, MapTypePerThreadArray, MapTypePerWarpArray, MapTypeGPURingbuf:
+	case MapTypeGPUArray, MapTypeGPUHash, MapTypePerThreadArray, MapTypePerWarpArray, MapTypeGPURingbuf:
 		return true
 	}
 	return false
