@@ -1,6 +1,7 @@
 package jit
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -117,17 +118,15 @@ type HashEntry struct {
 }
 
 // Entries decodes the live entries of a table of map m (laid out as l):
-// slot(s) returns slot s's l.Stride bytes, from wherever the table was
-// read or mirrored. A slot that another thread is filling is skipped.
-func (l HashLayout) Entries(m *Map, slot func(s uint32) ([]byte, error)) ([]HashEntry, error) {
+// elem(i) returns the l.Stride bytes of element i (0: the header, 1+s:
+// slot s), from wherever the table was read or mirrored. A slot that
+// another thread is filling is skipped.
+func (l HashLayout) Entries(m *Map, elem func(i uint32) ([]byte, error)) ([]HashEntry, error) {
 	var out []HashEntry
 	for s := range l.Slots {
-		b, err := slot(s)
+		b, err := l.elem(elem, s+1)
 		if err != nil {
-			return nil, fmt.Errorf("slot %d: %w", s, err)
-		}
-		if uint64(len(b)) < l.Stride {
-			return nil, fmt.Errorf("slot %d: %d bytes, want %d", s, len(b), l.Stride)
+			return nil, err
 		}
 		if binary.LittleEndian.Uint32(b) != HashSlotLive {
 			continue
@@ -138,4 +137,55 @@ func (l HashLayout) Entries(m *Map, slot func(s uint32) ([]byte, error)) ([]Hash
 		})
 	}
 	return out, nil
+}
+
+// Put stores value under key as map_update_elem with BPF_ANY would, in a
+// table of map m that no GPU code is using yet (the host seeding a map
+// before the first launch); elem gives writable elements as for Entries.
+func (l HashLayout) Put(m *Map, elem func(i uint32) ([]byte, error), key, value []byte) error {
+	if len(key) != int(m.KeySize) || len(value) > int(m.ValueSize) {
+		return fmt.Errorf("key/value of %d/%d bytes, want %d/at most %d", len(key), len(value), m.KeySize, m.ValueSize)
+	}
+	home := HashKey(key)
+	for i := range l.Probes() {
+		s := (home + i) & (l.Slots - 1)
+		b, err := l.elem(elem, s+1)
+		if err != nil {
+			return err
+		}
+		st := binary.LittleEndian.Uint32(b)
+		same := bytes.Equal(b[HashKeyAt:HashKeyAt+uint64(m.KeySize)], key)
+		if st == HashSlotLive && same {
+			copy(b[l.ValueAt:], value)
+			return nil
+		}
+		if st != HashSlotEmpty && !(st == HashSlotDeleted && same) {
+			continue
+		}
+		h, err := l.elem(elem, 0)
+		if err != nil {
+			return err
+		}
+		n := binary.LittleEndian.Uint32(h[HashCountAt:])
+		if n >= m.MaxEntries {
+			return fmt.Errorf("more than max_entries (%d) keys", m.MaxEntries)
+		}
+		binary.LittleEndian.PutUint32(h[HashCountAt:], n+1)
+		copy(b[HashKeyAt:], key)
+		copy(b[l.ValueAt:], value)
+		binary.LittleEndian.PutUint32(b, HashSlotLive)
+		return nil
+	}
+	return fmt.Errorf("no free slot among the %d its key probes", l.Probes())
+}
+
+func (l HashLayout) elem(elem func(i uint32) ([]byte, error), i uint32) ([]byte, error) {
+	b, err := elem(i)
+	if err != nil {
+		return nil, fmt.Errorf("table element %d: %w", i, err)
+	}
+	if uint64(len(b)) < l.Stride {
+		return nil, fmt.Errorf("table element %d: %d bytes, want %d", i, len(b), l.Stride)
+	}
+	return b, nil
 }

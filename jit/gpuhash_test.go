@@ -64,11 +64,38 @@ func TestHashEntries(t *testing.T) {
 	put(1, HashSlotDeleted, 8, 80)
 	put(2, HashSlotBusy, 9, 90)
 	put(3, HashSlotLive, 10, 100)
-	got, err := l.Entries(m, func(s uint32) ([]byte, error) { return table[l.SlotAt(s) : l.SlotAt(s)+l.Stride], nil })
+	elem := func(i uint32) ([]byte, error) { return table[uint64(i)*l.Stride : uint64(i+1)*l.Stride], nil }
+	got, err := l.Entries(m, elem)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("Entries: %v, %v; want 2 live entries", got, err)
 	}
 	if !bytes.Equal(got[0].Key, []byte{7, 0, 0, 0}) || binary.LittleEndian.Uint64(got[1].Value) != 100 {
 		t.Errorf("entries %v", got)
+	}
+}
+
+func TestHashPut(t *testing.T) {
+	m := &Map{Type: MapTypeGPUHash, KeySize: 4, ValueSize: 8, MaxEntries: 2}
+	l := GPUHashLayout(m)
+	table := make([]byte, l.Bytes())
+	elem := func(i uint32) ([]byte, error) { return table[uint64(i)*l.Stride : uint64(i+1)*l.Stride], nil }
+	k := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+	for _, kv := range [][2]uint32{{1, 10}, {2, 20}, {1, 11}} {
+		if err := l.Put(m, elem, k(kv[0]), binary.LittleEndian.AppendUint64(nil, uint64(kv[1]))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Put(m, elem, k(3), make([]byte, 8)); err == nil || !strings.Contains(err.Error(), "max_entries") {
+		t.Fatalf("third key: %v, want a max_entries error", err)
+	}
+	got, err := l.Entries(m, elem)
+	if err != nil || len(got) != 2 || binary.LittleEndian.Uint32(table[HashCountAt:]) != 2 {
+		t.Fatalf("entries %v, %v", got, err)
+	}
+	for _, e := range got {
+		want := map[uint32]uint64{1: 11, 2: 20}[binary.LittleEndian.Uint32(e.Key)]
+		if v := binary.LittleEndian.Uint64(e.Value); v != want {
+			t.Errorf("key %v: %d, want %d", e.Key, v, want)
+		}
 	}
 }

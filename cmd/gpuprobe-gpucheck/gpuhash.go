@@ -13,7 +13,7 @@ import (
 // a holds (element 0 the header, 1+s slot s); 0 when the key is absent.
 func hashValue(m *jit.Map, a *shm.Array, key uint64) (uint64, error) {
 	l := jit.GPUHashLayout(m)
-	es, err := l.Entries(m, func(s uint32) ([]byte, error) { return a.Value(uint64(s)+1, 0) })
+	es, err := l.Entries(m, func(i uint32) ([]byte, error) { return a.Value(uint64(i), 0) })
 	if err != nil {
 		return 0, fmt.Errorf("map %s: %w", m.Name, err)
 	}
