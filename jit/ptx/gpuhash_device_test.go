@@ -91,16 +91,14 @@ func (g *ghDevice) runTimed(insns asm.Instructions, keys []uint32, n int) ([]int
 		t.Fatal(err)
 	}
 	defer mod.Unload()
-	gl, ok := f.Global(GlobalMap, g.def.Name)
-	if !ok {
-		t.Fatal("no map global")
-	}
-	p, _, err := mod.Global(gl.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.MemcpyHtoD(p, binary.LittleEndian.AppendUint64(nil, uint64(g.table))); err != nil {
-		t.Fatal(err)
+	if gl, ok := f.Global(GlobalMap, g.def.Name); ok { // else a program that uses no map
+		p, _, err := mod.Global(gl.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.MemcpyHtoD(p, binary.LittleEndian.AppendUint64(nil, uint64(g.table))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mem := make([]byte, 8*len(keys))
 	for i, k := range keys {
