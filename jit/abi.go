@@ -204,6 +204,7 @@ type MapType uint32
 // Map types understood by the compiler.
 const (
 	MapTypeHash           MapType = 1    // BPF_MAP_TYPE_HASH: host path
+	MapTypeGPUHash        MapType = 1501 // hash shared by all GPU threads, inline on the GPU (layout: gpuhash.go)
 	MapTypeArray          MapType = 2    // BPF_MAP_TYPE_ARRAY: host path
 	MapTypePerThreadArray MapType = 1502 // one value per GPU thread per key, inline on the GPU
 	MapTypeGPUArray       MapType = 1503 // array shared by all GPU threads, inline on the GPU
@@ -215,24 +216,23 @@ const (
 // bpftime's other GPU map types, which GPU programs cannot use here; each
 // is named in the loader's error with what to use instead.
 var unsupportedMapTypes = map[MapType]string{
-	1501: "bpftime's BPF_MAP_TYPE_GPU_HASH_MAP (a hash shared by all GPU threads): use BPF_MAP_TYPE_HASH (1), served by the host",
 	1504: "bpftime's BPF_MAP_TYPE_GPU_KERNEL_SHARED_ARRAY_MAP: use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)",
 	1512: "bpftime's BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP (per-thread array in host memory, for Tegra): use BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)",
 	1513: "bpftime's BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP (array in host memory, for Tegra): use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)",
 }
 
 // CheckGPUMapType refuses a map type GPU programs cannot use: they can
-// use the GPU maps (1502, 1503, 1527, 1600, 1601) and, through host calls,
+// use the GPU maps (1501, 1502, 1503, 1527, 1600, 1601) and, through host calls,
 // BPF_MAP_TYPE_HASH and BPF_MAP_TYPE_ARRAY.
 func CheckGPUMapType(m *Map) error {
 	switch m.Type {
-	case MapTypeHash, MapTypeArray, MapTypePerThreadArray, MapTypeGPUArray, MapTypeGPURingbuf,
+	case MapTypeHash, MapTypeArray, MapTypeGPUHash, MapTypePerThreadArray, MapTypeGPUArray, MapTypeGPURingbuf,
 		MapTypePerWarpArray, MapTypePerBlockArray:
 		return nil
 	}
 	why, ok := unsupportedMapTypes[m.Type]
 	if !ok {
-		why = "not a map type GPU programs can use (1, 2, 1502, 1503, 1527, 1600, 1601)"
+		why = "not a map type GPU programs can use (1, 2, 1501, 1502, 1503, 1527, 1600, 1601)"
 	}
 	return fmt.Errorf("map %q has type %d, %s", m.Name, m.Type, why)
 }
@@ -284,13 +284,13 @@ func (m *Map) DeviceArray() bool {
 
 // DeviceResident reports whether m may live in device memory, mirrored to
 // the host by DMA (shm package comment, "Device-resident maps"): a GPU
-// array, per-thread or per-warp array, or GPU ring buffer.
+// array, per-thread or per-warp array, GPU hash map or GPU ring buffer.
 func (m *Map) DeviceResident() bool {
 	if m == nil {
 		return false
 	}
 	switch m.Type {
-	case MapTypeGPUArray, MapTypePerThreadArray, MapTypePerWarpArray, MapTypeGPURingbuf:
+	case MapTypeGPUArray, MapTypeGPUHash, MapTypePerThreadArray, MapTypePerWarpArray, MapTypeGPURingbuf:
 		return true
 	}
 	return false

@@ -397,6 +397,8 @@ func checkGPUMap(m *Map) error {
 				m.MaxEntries, m.ValueSize, stride, uint64(m.MaxEntries)*stride, MaxBlockMapBytes)
 		}
 	case MapTypeGPURingbuf:
+	case MapTypeGPUHash:
+		return checkGPUHash(m)
 	default:
 		return nil
 	}

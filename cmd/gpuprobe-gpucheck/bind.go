@@ -26,6 +26,7 @@ type instance struct {
 	rep    *inject.Report
 	rings  map[string]*shm.Ring
 	arrays map[string]*shm.Array
+	hashes map[string]*jit.Map // GPU hash maps among arrays: their table, an array of slots
 	host   []*shm.Region
 	dev    []cuda.DevicePtr
 	blocks map[string]cuda.DevicePtr // ring name -> device reservation block
@@ -142,7 +143,7 @@ func load(c *cuda.Context, module []byte, rep *inject.Report, maxThreads uint64,
 		return nil, fmt.Errorf("load module: %w", err)
 	}
 	in := &instance{c: c, mod: mod, rep: rep, rings: map[string]*shm.Ring{}, arrays: map[string]*shm.Array{},
-		blocks: map[string]cuda.DevicePtr{}, devMaps: map[string]bool{}, seed: seed}
+		hashes: map[string]*jit.Map{}, blocks: map[string]cuda.DevicePtr{}, devMaps: map[string]bool{}, seed: seed}
 	for _, n := range devMaps {
 		in.devMaps[n] = true
 	}
@@ -251,8 +252,9 @@ func (in *instance) setGlobal(name string, v uint64) error {
 // lanes.
 func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uint64, uint64, error) {
 	var (
-		kind  shm.Kind
-		lanes = uint64(1)
+		kind           shm.Kind
+		lanes          = uint64(1)
+		vsize, entries = m.ValueSize, m.MaxEntries
 	)
 	switch m.Type {
 	case jit.MapTypeGPURingbuf:
@@ -270,6 +272,11 @@ func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uin
 		return base, 1, err
 	case jit.MapTypeGPUArray:
 		kind = shm.KindArray
+	case jit.MapTypeGPUHash:
+		// The table (jit.HashLayout) as an array of its header and slots.
+		l := jit.GPUHashLayout(m)
+		kind, vsize, entries = shm.KindArray, uint32(l.Stride), l.Slots+1
+		in.hashes[m.Name] = m
 	case jit.MapTypePerThreadArray:
 		kind, lanes = shm.KindPerThreadArray, maxThreads
 	case jit.MapTypePerWarpArray:
@@ -278,8 +285,8 @@ func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uin
 		return 0, 0, nil // host-path maps are not attached here
 	}
 	if deviceOnly[m.Name] {
-		stride := (uint64(m.ValueSize) + 7) &^ 7
-		n := shm.DataOffset + uint64(m.MaxEntries)*lanes*stride
+		stride := (uint64(vsize) + 7) &^ 7
+		n := shm.DataOffset + uint64(entries)*lanes*stride
 		p, err := in.c.MemAlloc(n)
 		if err != nil {
 			return 0, 0, err
@@ -287,7 +294,7 @@ func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uin
 		in.dev = append(in.dev, p)
 		return uint64(p), lanes, in.c.Memset(p, 0, n)
 	}
-	a, err := shm.CreateArray(kind, m.ValueSize, m.MaxEntries, uint32(lanes))
+	a, err := shm.CreateArray(kind, vsize, entries, uint32(lanes))
 	if err != nil {
 		return 0, 0, err
 	}

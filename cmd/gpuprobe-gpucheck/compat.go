@@ -59,7 +59,8 @@ type compatRun struct {
 // compatMaps reads the maps a compat program left.
 type compatMaps interface {
 	// value is the u64 at key of an array map: of thread lane (global
-	// linear id) in a per-thread array, lane 0 otherwise.
+	// linear id) in a per-thread array, lane 0 otherwise; of a GPU hash
+	// map, the u64 under the 4-byte key, 0 when it has none.
 	value(name string, key, lane uint64) (uint64, error)
 	// ring drains a ring map into fn and returns the records delivered,
 	// the ring's counters after the drain and its capacity in records of
@@ -81,6 +82,7 @@ var compatCases = []compatCase{
 	{name: "loops", object: "loops", sample: sampleVectorAdd, check: checkLoops},
 	{name: "seeded", object: "seeded", sample: sampleVectorAdd, seeds: seedOn, check: checkSeeded},
 	{name: "seeded (disabled)", object: "seeded", sample: sampleVectorAdd, seeds: seedOff, check: checkSeedOff},
+	{name: "gpuhash", object: "gpuhash", sample: sampleVectorAdd, check: checkGPUHash},
 }
 
 // compat runs the suite: each case with its maps in host, then in device
@@ -171,6 +173,9 @@ func (g gpuMaps) value(name string, key, lane uint64) (uint64, error) {
 	a := g.in.arrays[name]
 	if a == nil {
 		return 0, fmt.Errorf("map %s was not bound", name)
+	}
+	if m := g.in.hashes[name]; m != nil {
+		return hashValue(m, a, key)
 	}
 	return a.Uint64(key, lane)
 }

@@ -135,9 +135,15 @@ type interpMaps struct {
 func (im interpMaps) value(name string, key, lane uint64) (uint64, error) {
 	var b []byte
 	var err error
-	if im.types[name] == jit.MapTypePerThreadArray {
+	switch im.types[name] {
+	case jit.MapTypePerThreadArray:
 		b, err = im.m.ThreadValue(name, lane, uint32(key))
-	} else {
+	case jit.MapTypeGPUHash:
+		var ok bool
+		if b, ok, err = im.m.HashValue(name, binary.LittleEndian.AppendUint32(nil, uint32(key))); err == nil && !ok {
+			return 0, nil
+		}
+	default:
 		b, err = im.m.Value(name, uint32(key))
 	}
 	if err != nil {

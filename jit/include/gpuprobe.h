@@ -49,6 +49,7 @@ typedef __s64 s64;
 /* Map types. */
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_GPU_HASH_MAP 1501      /* one hash shared by all GPU threads, in GPU-visible memory */
 #define BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP 1502 /* one value per GPU thread */
 #define BPF_MAP_TYPE_GPU_ARRAY_MAP 1503      /* one copy, in GPU-visible memory */
 #define BPF_MAP_TYPE_GPU_RINGBUF_MAP 1527    /* GPU ring buffer */

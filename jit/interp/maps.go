@@ -64,6 +64,8 @@ type mapState struct {
 	copies map[uint64]uint64 // thread or warp id -> region (1502, 1600)
 	hash   map[string]uint64 // key -> region (type 1)
 
+	gpuHash *gpuHash // table of a GPU hash map (1501)
+
 	records [][]byte // ring buffer (1527)
 	used    int
 	dropped uint64
@@ -112,6 +114,12 @@ func (m *Maps) declare(def *jit.Map) (*mapState, error) {
 			return nil, fmt.Errorf("map %q: hash key size is 0", def.Name)
 		}
 		s.hash = map[string]uint64{}
+	case jit.MapTypeGPUHash:
+		h, err := newGPUHash(m, def)
+		if err != nil {
+			return nil, err
+		}
+		s.gpuHash = h
 	case jit.MapTypeGPURingbuf:
 	default:
 		return nil, fmt.Errorf("map %q: type %d is not supported", def.Name, def.Type)
@@ -156,6 +164,8 @@ func (m *Maps) lookup(s *mapState, key []byte, env *Env) uint64 {
 		return base + uint64(k)*uint64(s.def.ValueSize)
 	case jit.MapTypeHash:
 		return s.hash[string(key)]
+	case jit.MapTypeGPUHash:
+		return s.gpuHash.lookup(key)
 	}
 	return 0
 }
@@ -181,6 +191,8 @@ func (m *Maps) update(s *mapState, key, value []byte, flags uint64, env *Env) in
 		}
 		copy(m.region(r).data, value)
 		return 0
+	case jit.MapTypeGPUHash:
+		return s.gpuHash.update(key, value, flags)
 	case jit.MapTypeGPURingbuf:
 		return -errEINVAL
 	}
@@ -199,6 +211,9 @@ func (m *Maps) update(s *mapState, key, value []byte, flags uint64, env *Env) in
 
 // remove deletes key from a hash map; arrays cannot delete.
 func (m *Maps) remove(s *mapState, key []byte) int64 {
+	if s.gpuHash != nil {
+		return s.gpuHash.remove(key)
+	}
 	if s.def.Type != jit.MapTypeHash {
 		return -errEINVAL
 	}
@@ -296,17 +311,25 @@ func (m *Maps) copyValue(name string, typ jit.MapType, id uint64, key uint32) ([
 	return m.valueAt(s, r+uint64(key)*uint64(s.def.ValueSize)), nil
 }
 
-// HashValue returns a copy of the value stored under key in a hash map.
+// HashValue returns a copy of the value stored under key in a hash map
+// (1 or 1501).
 func (m *Maps) HashValue(name string, key []byte) ([]byte, bool, error) {
 	s, err := m.get(name)
 	if err != nil {
 		return nil, false, err
 	}
-	if s.def.Type != jit.MapTypeHash {
+	if s.def.Type != jit.MapTypeHash && s.def.Type != jit.MapTypeGPUHash {
 		return nil, false, fmt.Errorf("map %q: type %d is not a hash", name, s.def.Type)
 	}
 	if len(key) != int(s.def.KeySize) {
 		return nil, false, fmt.Errorf("map %q: key is %d bytes, want %d", name, len(key), s.def.KeySize)
+	}
+	if s.gpuHash != nil {
+		addr := s.gpuHash.lookup(key)
+		if addr == 0 {
+			return nil, false, nil
+		}
+		return m.valueAt(s, addr), true, nil
 	}
 	r, ok := s.hash[string(key)]
 	if !ok {

@@ -233,7 +233,7 @@ func (e *emu) exec(fr *emuFrame, s *emuStmt) (string, bool, error) {
 	case "exit":
 		e.exited = true
 		return "", false, nil
-	case "membar", "fence":
+	case "membar", "fence", "nanosleep":
 		return "", false, nil
 	case "mov":
 		if strings.HasPrefix(a[0], "{") { // unpack

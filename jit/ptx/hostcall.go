@@ -15,7 +15,7 @@ const (
 	funcRingoutDev = "ringoutdev"
 )
 
-var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout, funcRingoutDev, funcRingoutWarp, funcRingReserveWarp}
+var supportOrder = []string{funcMemcpy, funcHostcall, funcRingout, funcRingoutDev, funcRingoutWarp, funcRingReserveWarp, funcHashop}
 
 var supportParams = map[string][]string{
 	funcMemcpy:          {"dst", "src", "n"},
@@ -24,6 +24,7 @@ var supportParams = map[string][]string{
 	funcRingoutDev:      {"ring", "data", "size", "dev"},
 	funcRingoutWarp:     {"ring", "data", "size"},
 	funcRingReserveWarp: {"ring", "size"},
+	funcHashop:          {"tbl", "key", "val", "flags", "op", "ksize", "vsize", "mask", "maxe"},
 }
 
 // need marks a support routine as used and returns its PTX name.
@@ -32,7 +33,7 @@ func (c *compiler) need(name string) string {
 		c.needed = make(map[string]bool)
 	}
 	c.needed[name] = true
-	if name == funcRingout || name == funcRingoutDev || name == funcRingoutWarp {
+	if name == funcRingout || name == funcRingoutDev || name == funcRingoutWarp || name == funcHashop {
 		c.needed[funcMemcpy] = true
 	}
 	if name == funcRingoutDev {
@@ -143,6 +144,8 @@ func (c *compiler) genSupport() {
 			c.genRingoutWarp(false)
 		case funcRingReserveWarp:
 			c.genRingoutWarp(true)
+		case funcHashop:
+			c.genHashop()
 		}
 		e.raw("}\n\n")
 	}

@@ -206,6 +206,9 @@ func (c *compiler) mapHelper(i int, id jit.HelperID) error {
 		switch {
 		case isGPUArray(m.Type), m.Mmapable():
 			return c.gpuArrayOp(i, id, m)
+		case m.Type == jit.MapTypeGPUHash:
+			c.gpuHashOp(id, m)
+			return nil
 		case m.Type == jit.MapTypeGPURingbuf:
 			if id == jit.HelperMapLookupElem {
 				e.op("mov.u64 %r0, 0")

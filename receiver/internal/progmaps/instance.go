@@ -53,7 +53,7 @@ func NewInstance(defs []*Def, pid, src uint32, process string, now time.Time) (*
 	for _, d := range defs {
 		spec := shm.Spec{Kind: d.Kind, ValueSize: d.ValueSize, MaxEntries: d.Keys, Lanes: d.Lanes,
 			ID: d.ID, Name: "gpuprobe-map-" + d.Name}
-		if d.Kind == shm.KindRing {
+		if d.Kind == shm.KindRing || d.hash != nil {
 			spec.ValueSize = d.SlotSize
 		}
 		r, err := shm.Create(spec)

@@ -1,7 +1,7 @@
 // Package progmaps turns the GPU-resident maps of the user's eBPF programs
 // (config key programs) into shared-memory regions and telemetry: it loads
 // the ELF objects, sizes one shm region per GPU map (array 1503, per-thread
-// array 1502, per-warp array 1600, ring buffer 1527), creates a set of them
+// array 1502, per-warp array 1600, hash 1501, ring buffer 1527), creates a set of them
 // for every connected application (Instance), and converts what GPU code
 // wrote into metrics (arrays) and spans or span events (ring buffers),
 // decoding values field by field with the map's BTF type (btfdecode).
@@ -50,18 +50,19 @@ type Options struct {
 type Def struct {
 	Object     string      // the ELF object's path
 	Name       string      // map name (also the agent descriptor's name)
-	Type       jit.MapType // 1502, 1503, 1527 or 1600
+	Type       jit.MapType // 1501, 1502, 1503, 1527 or 1600
 	Kind       shm.Kind    // region kind
 	ID         uint32      // region header id: index in the list Load returns
 	ValueSize  uint32      // bytes of a value (ring: of the declared record type)
 	Keys       uint32      // arrays: max_entries; rings: slots
 	Lanes      uint32      // per-thread/per-warp arrays: threads/warps per key; else 1
-	SlotSize   uint32      // rings: bytes per slot, 16-byte slot header included
+	SlotSize   uint32      // rings: bytes per slot, 16-byte slot header included; hash maps: table element
 	Dec        *btfdecode.Decoder
 	fields     []field      // one per decoder field
 	rec        recordLayout // ring records: how they map to spans and events
 	metricBase string       // "gpuprobe.map.<name>"
 	seeds      []seed       // arrays: initial values (programs[i]::map_values)
+	hash       *jit.Map     // GPU hash maps: the definition that lays out the table
 }
 
 // recordLayout is how a ring's records map to spans or events.
@@ -168,7 +169,7 @@ func selectPrograms(progs []*jit.Program, attach []string, key, path string) ([]
 
 func isGPUMap(t jit.MapType) bool {
 	switch t {
-	case jit.MapTypeGPUArray, jit.MapTypePerThreadArray, jit.MapTypePerWarpArray, jit.MapTypeGPURingbuf:
+	case jit.MapTypeGPUArray, jit.MapTypeGPUHash, jit.MapTypePerThreadArray, jit.MapTypePerWarpArray, jit.MapTypeGPURingbuf:
 		return true
 	}
 	return false
@@ -194,6 +195,8 @@ func newDef(path string, m *jit.Map, ms *ebpf.MapSpec, o Options) (*Def, error) 
 	switch m.Type {
 	case jit.MapTypeGPUArray:
 		d.Kind, d.Keys = shm.KindArray, entries
+	case jit.MapTypeGPUHash:
+		stride = d.setHash(m, entries)
 	case jit.MapTypePerThreadArray:
 		d.Kind, d.Keys, d.Lanes = shm.KindPerThreadArray, entries, o.MaxThreads
 	case jit.MapTypePerWarpArray:

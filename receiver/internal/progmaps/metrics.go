@@ -131,9 +131,12 @@ func (c *Collector) AppendMetrics(sm pmetric.MetricSlice, ins []*Instance, now t
 					continue
 				}
 			}
-			if a.def.Kind == shm.KindArray {
+			switch {
+			case a.def.hash != nil:
+				over += c.hashTable(set, in, a, start, ts)
+			case a.def.Kind == shm.KindArray:
 				over += c.plainArray(set, in, a, start, ts)
-			} else {
+			default:
 				over += c.laneArray(set, in, a, start, ts)
 			}
 		}
@@ -216,29 +219,35 @@ func (c *Collector) plainArray(set *metricSet, in *Instance, a *arrayInst, start
 			continue
 		}
 		emitted++
-		for i := range fs {
-			fd := &a.def.fields[i]
-			if !fd.numeric {
-				continue
-			}
-			var dp pmetric.NumberDataPoint
-			if fd.sum {
-				dp = set.get(fd.metric, buildSum).Sum().DataPoints().AppendEmpty()
-				dp.SetStartTimestamp(start)
-			} else {
-				dp = set.get(fd.metric, buildGauge).Gauge().DataPoints().AppendEmpty()
-			}
-			dp.SetTimestamp(ts)
-			iv, fv, isFloat := numberOf(&fs[i])
-			if isFloat {
-				dp.SetDoubleValue(fv)
-			} else {
-				dp.SetIntValue(iv)
-			}
-			pointAttrs(dp.Attributes(), in, key, fd)
-		}
+		numberPoints(set, in, a, fs, start, ts, func(m pcommon.Map, fd *field) { pointAttrs(m, in, key, fd) })
 	}
 	return over
+}
+
+// numberPoints appends one sum or gauge data point per numeric field of
+// the decoded value fs of array a; attrs sets each point's attributes.
+func numberPoints(set *metricSet, in *Instance, a *arrayInst, fs []btfdecode.Field, start, ts pcommon.Timestamp, attrs func(pcommon.Map, *field)) {
+	for i := range fs {
+		fd := &a.def.fields[i]
+		if !fd.numeric {
+			continue
+		}
+		var dp pmetric.NumberDataPoint
+		if fd.sum {
+			dp = set.get(fd.metric, buildSum).Sum().DataPoints().AppendEmpty()
+			dp.SetStartTimestamp(start)
+		} else {
+			dp = set.get(fd.metric, buildGauge).Gauge().DataPoints().AppendEmpty()
+		}
+		dp.SetTimestamp(ts)
+		iv, fv, isFloat := numberOf(&fs[i])
+		if isFloat {
+			dp.SetDoubleValue(fv)
+		} else {
+			dp.SetIntValue(iv)
+		}
+		attrs(dp.Attributes(), fd)
+	}
 }
 
 // laneValue is one active lane's numeric fields, kept for per-lane series.

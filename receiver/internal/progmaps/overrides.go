@@ -70,7 +70,9 @@ func addSeed(d *Def, s config.MapSeed) error {
 	case d.Kind == shm.KindRing:
 		return fmt.Errorf("map %q is a ring buffer (%d); only arrays (%d, %d, %d) take initial values",
 			s.Map, d.Type, jit.MapTypePerThreadArray, jit.MapTypeGPUArray, jit.MapTypePerWarpArray)
-	case s.Index >= d.Keys:
+	case d.hash != nil && d.hash.KeySize != 4:
+		return fmt.Errorf("map %q is a GPU hash map with %d-byte keys; initial values take 4-byte keys", s.Map, d.hash.KeySize)
+	case d.hash == nil && s.Index >= d.Keys:
 		return fmt.Errorf("key %d out of range: map %q has max_entries %d", s.Index, s.Map, d.Keys)
 	}
 	b := make([]byte, 8*len(s.Words))
@@ -97,6 +99,9 @@ func usedBytes(b []byte) int {
 
 // writeSeeds writes d's initial values into a new region of the map.
 func writeSeeds(d *Def, a *shm.Array) error {
+	if d.hash != nil {
+		return writeHashSeeds(d, a)
+	}
 	var errs []error
 	for _, s := range d.seeds {
 		for lane := uint64(0); lane < uint64(d.Lanes); lane++ {
