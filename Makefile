@@ -94,6 +94,12 @@ bin/gpuprobe-gpucheck: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build $(GOFLAGS_BUILD) -o $@ ./cmd/gpuprobe-gpucheck
 
+# The jit/ptx tests that need a GPU (build tag gpu), as a test binary for
+# the GPU machine, which has no Go (gpu-test.sh PARTS=gpuhash).
+bin/ptx-gpu.test: $(GO_BUILD_SRCS) go.mod go.sum
+	@mkdir -p bin
+	CGO_ENABLED=1 $(GO) test -c -tags gpu -o $@ ./jit/ptx/
+
 generate: ## regenerate mdatagen code and the host probes' bpf2go bindings
 	$(GO) generate ./gpuprobe/hostprobe
 	@if [[ -f receiver/metadata.yaml ]]; then \
@@ -264,7 +270,7 @@ gpu-test: ## every GPU check from prebuilt bin/ (no Go needed); PARTS=samples,be
 	bash scripts/gpu-test.sh
 
 # Everything gpu-test needs, in one archive to carry to the GPU machine.
-gpu-bundle: bin/gpuprobe bin/gpuprobe-harness bin/otelcol-gpuprobe bin/libgpuprobe.so bin/libgpuprobe-selftime.so bin/gpuprobe-gpucheck $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
+gpu-bundle: bin/gpuprobe bin/gpuprobe-harness bin/otelcol-gpuprobe bin/libgpuprobe.so bin/libgpuprobe-selftime.so bin/gpuprobe-gpucheck bin/ptx-gpu.test $(BPF_OBJECTS) ## build/gpu-bundle.tar.gz for the GPU machine
 	bash scripts/gpu-bundle.sh build/gpu-bundle.tar.gz
 
 # ---- performance and fuzzing ------------------------------------------------

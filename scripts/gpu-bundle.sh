@@ -19,7 +19,7 @@ mkdir -p "$b/bin" "$b/scripts" "$b/testdata"
 # the shim's test binary and the self-timing shim (launch-cost.sh) are
 # optional.
 for f in bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so bin/gpuprobe-gpucheck bin/otelcol-gpuprobe bin/shim.test \
-	bin/libgpuprobe-selftime.so; do
+	bin/libgpuprobe-selftime.so bin/ptx-gpu.test; do
 	[[ -e "$f" ]] && cp "$f" "$b/bin/"
 done
 for f in gpuprobe gpuprobe-harness libgpuprobe.so gpuprobe-gpucheck; do
