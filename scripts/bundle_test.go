@@ -36,7 +36,7 @@ func TestBundleCarriesTheChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, root, nil, "make", "--no-print-directory", "bin/gpuprobe", "bin/gpuprobe-harness",
-		"bin/libgpuprobe.so", "bin/libgpuprobe-selftime.so", "bin/gpuprobe-gpucheck", "bpf-objects")
+		"bin/libgpuprobe.so", "bin/libgpuprobe-selftime.so", "bin/gpuprobe-gpucheck", "bin/ptx-gpu.test", "bpf-objects")
 	tmp := t.TempDir()
 	archive := filepath.Join(tmp, "gpu-bundle.tar.gz")
 	run(t, root, nil, "bash", "scripts/gpu-bundle.sh", archive)
