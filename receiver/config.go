@@ -19,8 +19,9 @@ type Config struct {
 // ownConfig is config.Config embedded under an unexported name: confmap's
 // validation walk calls the Validate promoted to Config and skips
 // unexported fields, so each problem is reported once, under
-// receivers::gpuprobe. Embedded as config.Config, the field was walked
-// too and every problem printed again under receivers::gpuprobe::config.
+// receivers::gpuprobe. Embedded as config.Config, the field would be
+// walked too and every problem printed again under
+// receivers::gpuprobe::config.
 type ownConfig = config.Config
 
 // Own returns gpuprobe's own configuration (package config's keys).

@@ -113,8 +113,8 @@ func TestShutdownFreezesRings(t *testing.T) {
 // TestPollPassFair: beside eight clients whose rings hold more than a
 // pass's budget, one poll pass reads all of a client with a few records,
 // shares the budget evenly among the others, and says records are left
-// for the next pass. Before, a pass read every ring up to 65,536 tickets,
-// so its time grew with the busiest clients' backlog.
+// for the next pass, so that a pass's time does not grow with the
+// busiest clients' backlog.
 func TestPollPassFair(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.PollInterval = time.Minute // the test runs the pass itself
