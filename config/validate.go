@@ -185,8 +185,8 @@ func (a *AgentConfig) validate(l *errs) {
 // each) and every one of the 64 it may open at least the smallest
 // (0.5 MiB); the minimum holds a few full-size sessions.
 const (
-	DefaultMaxRingMemory       = 512 << 20
-	DefaultMaxRingMemoryPerUID = 128 << 20
+	DefaultMaxRingMemory       = agentwire.DefaultRingMemory
+	DefaultMaxRingMemoryPerUID = agentwire.DefaultRingMemoryPerUID
 	MinRingMemory              = 16 << 20
 	maxRingMemory              = 1 << 40
 )

@@ -37,8 +37,8 @@ import (
 
 // Defaults of RingLimits.
 const (
-	DefaultRingMemory       = 512 << 20
-	DefaultRingMemoryPerUID = 128 << 20
+	DefaultRingMemory       = agentwire.DefaultRingMemory
+	DefaultRingMemoryPerUID = agentwire.DefaultRingMemoryPerUID
 	DefaultRingWait         = 100 * time.Millisecond
 )
 

@@ -20,6 +20,13 @@ const (
 	DefaultIdleTimeout      = 5 * time.Minute
 )
 
+// Defaults of the ring budget (package agent's RingLimits;
+// agent::max_ring_memory and max_ring_memory_per_uid).
+const (
+	DefaultRingMemory       = 512 << 20
+	DefaultRingMemoryPerUID = 128 << 20
+)
+
 // Offer is a region the owner hands to a client: an shm region, or (Region
 // nil) any mappable file descriptor without an shm header, such as a
 // BPF_F_MMAPABLE BPF map's fd (RoleKernelMap).
