@@ -43,6 +43,14 @@ start_collector() {
 		printf '  pipelines:\n    traces:\n      receivers: [gpuprobe]\n      exporters: [file/traces]\n'
 		[[ $signals == metrics ]] && printf '    metrics:\n      receivers: [gpuprobe]\n      exporters: [file/metrics]\n'
 	} >"$dir/config.yaml"
+	launch_collector "$dir"
+}
+
+# launch_collector DIR: starts bin/otelcol-gpuprobe with DIR/config.yaml
+# (whose agent socket is DIR/agent.sock; log DIR/collector.log), waits for
+# the socket and sets col to its pid. Returns 1 when it did not start.
+launch_collector() {
+	local dir=$1
 	bin/otelcol-gpuprobe --config "$dir/config.yaml" >"$dir/collector.log" 2>&1 &
 	col=$!
 	for _ in $(seq 200); do [[ -S $dir/agent.sock ]] && return 0; sleep 0.05; done

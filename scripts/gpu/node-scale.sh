@@ -22,6 +22,7 @@ n16=${N16:-16}
 mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.err "$out"/*.json "$out/agent.sock"
 status=0
+source scripts/gpu/lib_collector.sh
 cat >"$out/config.yaml" <<EOC
 receivers:
   gpuprobe:
@@ -52,10 +53,7 @@ service:
       receivers: [gpuprobe]
       exporters: [file/metrics]
 EOC
-bin/otelcol-gpuprobe --config "$out/config.yaml" >"$out/collector.log" 2>&1 &
-col=$!
-for _ in $(seq 200); do [[ -S $out/agent.sock ]] && break; sleep 0.05; done
-[[ -S $out/agent.sock ]] || { echo "node-scale: the collector did not start"; tail "$out/collector.log"; exit 1; }
+launch_collector "$out" || { echo "node-scale: the collector did not start"; tail "$out/collector.log"; exit 1; }
 trap 'kill -KILL $col 2>/dev/null' EXIT
 
 run=(bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so --)
