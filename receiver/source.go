@@ -217,7 +217,7 @@ func (r *gpuReceiver) readSource(s *source, now time.Time, share int) (lost, cor
 		case s.warps:
 			max = ExecRingSlots
 		case s.launch:
-			max = min(max, share, backlog(g))
+			max = min(max, share) // share: at most the backlog planShares saw
 			if s.names != nil {
 				testHookNamesRead(s)
 				if pos := g.cons.Position(); launchEnd-pos < uint64(max) {
