@@ -22,6 +22,7 @@ import (
 // the application's process, and approximate kernel spans for its launches
 // (it runs without the shim) under their launch calls.
 func TestHostProbesThroughReceiver(t *testing.T) {
+	hostprobetest.RequireRoot(t)
 	dir := hostprobetest.Build(t).Dir
 	cfg := testConfig(t)
 	cfg.HostProbes.Enabled = true

@@ -70,6 +70,7 @@ func (a *waitingApp) run(t *testing.T) {
 // processes' memory), the spans say the same, and the per-process probes
 // of exited processes are closed.
 func TestShimProcessesSkip(t *testing.T) {
+	hostprobetest.RequireRoot(t)
 	s := hostprobetest.Build(t)
 	cfg := testConfig(t)
 	cfg.HostProbes.Enabled = true
@@ -192,6 +193,7 @@ func TestShimProcessesSkip(t *testing.T) {
 // TestShimProcessesAll: with shim_processes all (or the /proc scan off),
 // every entry point is probed in every process, as before.
 func TestShimProcessesAll(t *testing.T) {
+	hostprobetest.RequireRoot(t)
 	s := hostprobetest.Build(t)
 	for _, tc := range []struct {
 		name string

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/hostprobetest"
 )
 
 // vectorAddPTX is a module with one kernel that launchlate's GPU half
@@ -37,6 +38,7 @@ const vectorAddPTX = `.version 7.8
 // globals to those regions; a value written through the kernel map is seen
 // in the client's mapping.
 func TestSharedKernelMap(t *testing.T) {
+	hostprobetest.RequireRoot(t)
 	cfg := testConfig(t)
 	cfg.Probes.KernelPhases = false
 	obj := filepath.Join("..", "testdata", "bpf", "launchlate.o")

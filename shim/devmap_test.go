@@ -265,6 +265,11 @@ func TestDeviceMapRing(t *testing.T) {
 			}
 			done := make(chan struct{})
 			var wg sync.WaitGroup
+			// The reader stops before the agent's cleanup closes the
+			// ring, also when the test fails before the app is done.
+			var stopOnce sync.Once
+			stop := func() { stopOnce.Do(func() { close(done) }); wg.Wait() }
+			t.Cleanup(stop)
 			if tc.consumeEvery > 0 {
 				wg.Add(1)
 				go func() {
@@ -285,8 +290,7 @@ func TestDeviceMapRing(t *testing.T) {
 			}
 			stdout, stderr := devmapApp(t, a, tc.env, nil, "ring", fmt.Sprint(tc.threads), fmt.Sprint(tc.n),
 				fmt.Sprint(devmapRecLen), fmt.Sprint(tc.pause), fmt.Sprint(stall), fmt.Sprint(tc.sleepMS), fmt.Sprint(tc.startMS))
-			close(done)
-			wg.Wait()
+			stop()
 			read()
 			var produced, published, dropped, oversize uint64
 			var stalled int

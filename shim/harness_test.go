@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -360,8 +361,15 @@ func run(tb testing.TB, b *built, env []string, prog string, args ...string) (st
 	return out.String(), errb.String(), err
 }
 
+// preload is the environment that puts the shim in front of socket; run
+// as an unprivileged user, the socket is that user's, and
+// GPUPROBE_SERVER_UID tells the shim to trust it as it trusts root's.
 func preload(b *built, socket string) []string {
-	return []string{"LD_PRELOAD=" + b.shim, "GPUPROBE_SOCKET=" + socket, "GPUPROBE_PATCH=1"}
+	env := []string{"LD_PRELOAD=" + b.shim, "GPUPROBE_SOCKET=" + socket, "GPUPROBE_PATCH=1"}
+	if uid := os.Geteuid(); uid != 0 {
+		env = append(env, "GPUPROBE_SERVER_UID="+strconv.Itoa(uid))
+	}
+	return env
 }
 
 // program returns the binary for an app mode.

@@ -46,6 +46,15 @@ func GCC(tb testing.TB, args ...string) {
 	}
 }
 
+// RequireRoot skips tb for an unprivileged user: loading eBPF uprobes and
+// kernel maps needs root (CI runs as root).
+func RequireRoot(tb testing.TB) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skipf("skipped: loads eBPF programs into Linux, which needs root (CI runs as root); euid is %d", os.Geteuid())
+	}
+}
+
 // Build builds the stand-in libraries and applications into a new
 // temporary directory of tb.
 func Build(tb testing.TB) Standins {
