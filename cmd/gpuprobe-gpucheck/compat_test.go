@@ -91,10 +91,13 @@ func TestCompatInject(t *testing.T) {
 	}
 	ss := samples(b, nil, nil)
 	for _, c := range compatCases {
-		for _, dev := range []bool{false, true} {
+		for _, dev := range c.placements() {
 			progs, err := jit.LoadELF(filepath.Join(dir, c.object+".o"))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if d := jit.DeviceResidentMaps(progs); c.hostMemory && len(d) > 0 {
+				t.Errorf("%s: maps %v may live in device memory; they must stay in host memory", c.name, d)
 			}
 			s := ss[c.sample]
 			opts := inject.Options{Kernels: []string{s.kernel}, Strict: true}
