@@ -200,6 +200,8 @@ func TestCompatChecksFail(t *testing.T) {
 		{"seeded", checkSeedOff},
 		{"ringshort (ring of 1024)", checkRingFull},
 		{"threadcount", checkPtrjoin}, // no pj_calls map
+		{"atomics", checkKshared},     // no ks_calls map
+		{"kshared", checkHostmaps},    // no hm_thread map
 	}
 	for _, tt := range tests {
 		cr := interpCase(t, dir, byName[tt.run])
