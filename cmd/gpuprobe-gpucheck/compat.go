@@ -89,6 +89,7 @@ var compatCases = []compatCase{
 	{name: "gpuhash", object: "gpuhash", sample: sampleVectorAdd, check: checkGPUHash},
 	{name: "kshared", object: "kshared", sample: sampleVectorAdd, check: checkKshared},
 	{name: "hostmaps", object: "hostmaps", sample: sampleVectorAdd, hostMemory: true, check: checkHostmaps},
+	{name: "kmap", object: "kmap", sample: sampleVectorAdd, hostMemory: true, check: checkKmap},
 }
 
 // compat runs the suite: each case with its maps in host, then in device
@@ -117,6 +118,23 @@ func (r *runner) compat(vec, gemm, exits []byte) {
 	}
 }
 
+// loadCompatGPU loads a compat object whole (a map's type can depend on
+// the object's host programs: jit.LoadSpec) and returns its GPU programs,
+// what the collector injects; Linux runs the host halves.
+func loadCompatGPU(path string) ([]*jit.Program, error) {
+	progs, err := jit.LoadELF(path)
+	if err != nil {
+		return nil, err
+	}
+	var gpu []*jit.Program
+	for _, p := range progs {
+		if p.IsGPU() {
+			gpu = append(gpu, p)
+		}
+	}
+	return gpu, nil
+}
+
 // placements are the runs of a case: maps in host memory (false) and, but
 // for a hostMemory case, in device memory (true).
 func (c compatCase) placements() []bool {
@@ -140,7 +158,7 @@ func (r *runner) unpatched(s *sample) ([]byte, error) {
 // compatCase injects the case's object, launches once, checks the output
 // and then the maps.
 func (r *runner) compatCase(c compatCase, s *sample, want []byte, dev bool) (string, error) {
-	progs, err := jit.LoadELF(filepath.Join(r.bpfDir, "compat", c.object+".o"))
+	progs, err := loadCompatGPU(filepath.Join(r.bpfDir, "compat", c.object+".o"))
 	if err != nil {
 		return "", err
 	}

@@ -15,6 +15,17 @@ func checkKshared(cr *compatRun) (string, error) {
 	return fmt.Sprintf("%d threads, 1 launch, %d blocks of %d", t, cr.blocks(), cr.block()), nil
 }
 
+// checkKmap: the kernel map (1504 shared with a host program) counted
+// every thread and summed tid.x + 1 from the GPU; the host half did not
+// run (compat/kmap.c).
+func checkKmap(cr *compatRun) (string, error) {
+	t, b := cr.s.threads(), cr.block()
+	if err := cr.keys("km_count", 4, values(t, 0, cr.blocks()*b*(b+1)/2, 0)); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("kernel map in host memory: %d threads, tid sum %d", t, cr.blocks()*b*(b+1)/2), nil
+}
+
 // hostmapsShared is hm_shared[k] of compat/hostmaps.c: the threads of g
 // blocks of b whose tid.x % 10 is k, for k < 10; 42 at key 10.
 func hostmapsShared(g, b uint64) func(uint64) uint64 {
