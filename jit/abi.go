@@ -211,30 +211,33 @@ const (
 	MapTypeGPURingbuf     MapType = 1527 // GPU ring buffer, written by perf_event_output
 	MapTypePerWarpArray   MapType = 1600 // one value per warp per key, inline on the GPU (ours)
 	MapTypePerBlockArray  MapType = 1601 // one value per thread block per key, in the block's shared memory, not zeroed (ours)
+
+	// bpftime's types that the loader turns into one of the above
+	// (convertMap); Map.Declared keeps the number the object wrote.
+	MapTypeKernelSharedArray  MapType = 1504 // kernel map shared with host programs: type 2 + BPF_F_MMAPABLE; with none, a GPU array (1503)
+	MapTypePerThreadHostArray MapType = 1512 // a per-thread array (1502) that stays in host memory
+	MapTypeGPUHostArray       MapType = 1513 // a GPU array (1503) that stays in host memory
 )
 
-// bpftime's other GPU map types, which GPU programs cannot use here; each
-// is named in the loader's error with what to use instead.
-var unsupportedMapTypes = map[MapType]string{
-	1504: "bpftime's BPF_MAP_TYPE_GPU_KERNEL_SHARED_ARRAY_MAP: use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)",
-	1512: "bpftime's BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP (per-thread array in host memory, for Tegra): use BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)",
-	1513: "bpftime's BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP (array in host memory, for Tegra): use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)",
+// aliasedMapTypes are the declared types the loader lays out as another
+// type (Map.Declared): what each becomes.
+var aliasedMapTypes = map[MapType]MapType{
+	MapTypeKernelSharedArray:  MapTypeArray,
+	MapTypePerThreadHostArray: MapTypePerThreadArray,
+	MapTypeGPUHostArray:       MapTypeGPUArray,
 }
 
 // CheckGPUMapType refuses a map type GPU programs cannot use: they can
-// use the GPU maps (1501, 1502, 1503, 1527, 1600, 1601) and, through host calls,
-// BPF_MAP_TYPE_HASH and BPF_MAP_TYPE_ARRAY.
+// use the GPU maps (1501, 1502, 1503, 1527, 1600, 1601; bpftime's 1504,
+// 1512 and 1513 arrive here as the type they become) and, through host
+// calls, BPF_MAP_TYPE_HASH and BPF_MAP_TYPE_ARRAY.
 func CheckGPUMapType(m *Map) error {
 	switch m.Type {
 	case MapTypeHash, MapTypeArray, MapTypeGPUHash, MapTypePerThreadArray, MapTypeGPUArray, MapTypeGPURingbuf,
 		MapTypePerWarpArray, MapTypePerBlockArray:
 		return nil
 	}
-	why, ok := unsupportedMapTypes[m.Type]
-	if !ok {
-		why = "not a map type GPU programs can use (1, 2, 1501, 1502, 1503, 1527, 1600, 1601)"
-	}
-	return fmt.Errorf("map %q has type %d, %s", m.Name, m.Type, why)
+	return fmt.Errorf("map %q has type %d, not a map type GPU programs can use (1, 2, 1501, 1502, 1503, 1504, 1512, 1513, 1527, 1600, 1601)", m.Name, m.Type)
 }
 
 // MaxBlockMapBytes bounds a per-block array (max_entries × 8-byte aligned
@@ -284,9 +287,11 @@ func (m *Map) DeviceArray() bool {
 
 // DeviceResident reports whether m may live in device memory, mirrored to
 // the host by DMA (shm package comment, "Device-resident maps"): a GPU
-// array, per-thread or per-warp array, GPU hash map or GPU ring buffer.
+// array, per-thread or per-warp array, GPU hash map or GPU ring buffer,
+// but not one declared as bpftime's host-memory arrays (1512, 1513), whose
+// point is that the host reads them without a copy.
 func (m *Map) DeviceResident() bool {
-	if m == nil {
+	if m == nil || m.HostMemory() {
 		return false
 	}
 	switch m.Type {
@@ -294,6 +299,13 @@ func (m *Map) DeviceResident() bool {
 		return true
 	}
 	return false
+}
+
+// HostMemory reports whether m was declared as one of bpftime's
+// host-memory GPU arrays (1512, 1513): it stays in the host region the
+// device maps, whatever the placement of the other GPU maps.
+func (m *Map) HostMemory() bool {
+	return m != nil && (m.Declared == MapTypePerThreadHostArray || m.Declared == MapTypeGPUHostArray)
 }
 
 // DeviceResidentMaps returns the sorted names of the programs' maps that

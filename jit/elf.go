@@ -140,7 +140,39 @@ func LoadSpec(spec *ebpf.CollectionSpec) ([]*Program, error) {
 		}
 		progs = append(progs, p)
 	}
+	if err := placeKernelShared(progs); err != nil {
+		return nil, err
+	}
 	return progs, nil
+}
+
+// placeKernelShared turns each kernel-shared array (bpftime's 1504) that
+// no host program of the object uses into a GPU array (1503): bpftime
+// creates the kernel map all the same, but with no host program nothing
+// but GPU programs reads or writes it, and a GPU array holds the same
+// values, placed and mirrored like the object's other GPU maps. One that
+// a host program uses stays a kernel map (type 2 + BPF_F_MMAPABLE).
+func placeKernelShared(progs []*Program) error {
+	byHost := map[*Map]bool{}
+	for _, p := range progs {
+		if !p.IsGPU() {
+			for _, m := range p.Maps {
+				byHost[m] = true
+			}
+		}
+	}
+	for _, p := range progs {
+		for _, m := range p.Maps {
+			if m.Declared != MapTypeKernelSharedArray || byHost[m] || m.Type != MapTypeArray {
+				continue
+			}
+			m.Type = MapTypeGPUArray
+			if err := checkGPUMap(m); err != nil {
+				return fmt.Errorf("program %q: map %q (type %d, no host program: a GPU array): %w", p.Name, m.Name, m.Declared, err)
+			}
+		}
+	}
+	return nil
 }
 
 // IsGPU reports whether p runs inside a CUDA kernel (as opposed to a host
@@ -370,6 +402,14 @@ func convertMap(name string, ms *ebpf.MapSpec) (*Map, error) {
 		ValueSize:  ms.ValueSize,
 		MaxEntries: ms.MaxEntries,
 		Flags:      ms.Flags,
+	}
+	if t, ok := aliasedMapTypes[m.Type]; ok {
+		m.Declared, m.Type = m.Type, t
+		if m.Declared == MapTypeKernelSharedArray {
+			// bpftime maps the kernel array into the device whether or
+			// not the object sets the flag.
+			m.Flags |= MapFlagMmapable
+		}
 	}
 	if err := checkGPUMap(m); err != nil {
 		return nil, fmt.Errorf("map %q (type %d): %w", name, m.Type, err)

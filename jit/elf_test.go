@@ -266,7 +266,7 @@ func TestLoadELFErrors(t *testing.T) {
 		{"emptyring", []string{`map "ring" (type 1527)`, "max_entries 0"}},
 		{"extern", []string{"calls_extern", `"elsewhere"`, "not in the program"}},
 		{"directrun", []string{`section "kprobe/__directly_run"`, "cuda__run", "kernel of its own"}},
-		{"kernelshared", []string{`program "uses_kernel_shared"`, `map "shared" has type 1504`, "KERNEL_SHARED_ARRAY_MAP", "use BPF_MAP_TYPE_GPU_ARRAY_MAP"}},
+		{"badmaptype", []string{`program "uses_odd_map"`, `map "odd" has type 1599`, "not a map type GPU programs can use"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.object, func(t *testing.T) {

@@ -15,6 +15,10 @@ type Map struct {
 	ValueSize  uint32  // bytes
 	MaxEntries uint32  // entries (ring buffers: bytes of payload space)
 	Flags      uint32  // map flags from the definition
+	// Declared is the type the object declares when the loader lays the
+	// map out as another (bpftime's 1504, 1512, 1513: aliasedMapTypes);
+	// 0 when Type is the declared type.
+	Declared MapType
 }
 
 // Program is one eBPF program ready for verification, compilation or

@@ -517,3 +517,30 @@ func TestLegacyMaps(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelShared runs both halves of kernelshared over two launches:
+// the host half counts launches in key 1 of the kernel-shared array, the
+// GPU half every thread in key 0, through the one map both see.
+func TestKernelShared(t *testing.T) {
+	host := loadProg(t, "kernelshared", "ks_launches")
+	gpu := prepare(t, loadProg(t, "kernelshared", "ks_threads"))
+	hostM, err := interp.Prepare(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps := interp.NewMaps()
+	g := grid{[3]uint64{3}, [3]uint64{64}}
+	const launches = 2
+	for range launches {
+		if _, err := hostM.Run(nil, &interp.Env{Maps: maps}); err != nil {
+			t.Fatalf("host half: %v", err)
+		}
+		g.each(maps, func(env *interp.Env) { run(t, gpu, nil, env) })
+	}
+	for key, want := range []uint64{launches * g.size(), launches} {
+		v, err := maps.Value("ks_count", uint32(key))
+		if got := mustValue(t, v, err); got != want {
+			t.Errorf("ks_count[%d] = %d, want %d", key, got, want)
+		}
+	}
+}

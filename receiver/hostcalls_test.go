@@ -138,13 +138,13 @@ func buildBad(t *testing.T, name string) string {
 func TestUnsupportedMapTypeFailsStart(t *testing.T) {
 	f := NewFactory()
 	cfg := testConfig(t)
-	cfg.Programs = []config.ProgramConfig{{Path: buildBad(t, "kernelshared")}}
+	cfg.Programs = []config.ProgramConfig{{Path: buildBad(t, "badmaptype")}}
 	r, err := f.CreateMetrics(context.Background(), receivertest.NewNopSettings(f.Type()), cfg, consumertest.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = r.Start(context.Background(), componenttest.NewNopHost())
-	for _, want := range []string{"programs[0]", `program "uses_kernel_shared"`, `map "shared" has type 1504`} {
+	for _, want := range []string{"programs[0]", `program "uses_odd_map"`, `map "odd" has type 1599`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("start: %v; want it to say %q", err, want)
 		}

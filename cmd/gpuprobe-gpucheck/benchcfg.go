@@ -23,7 +23,7 @@ import (
 const slowLaunchUS = 50_000
 
 // benchConfigNames are the configs -configs may name.
-var benchConfigNames = []string{"uninstrumented", "empty", "kernel_phases", "kernel_phases_call", "kernel_phases_1in8", "kernelretsnoop", "threadhist", "threadhist_1in8"}
+var benchConfigNames = []string{"uninstrumented", "empty", "kernel_phases", "kernel_phases_call", "kernel_phases_1in8", "kernelretsnoop", "threadhist", "threadhist_1in8", "kernelshared", "hostmaps"}
 
 // parseBenchConfigs checks the -configs flag.
 func parseBenchConfigs(s string) ([]string, error) {
@@ -90,6 +90,12 @@ func (r *runner) benchConfigs() []benchConfig {
 		case "kernelretsnoop", "threadhist": // maps in device memory
 			out = append(out, benchConfig{name: c, device: true, deviceMaps: true,
 				progs: func(k string) ([]*jit.Program, error) { return r.retargeted(c, k) }})
+		case "kernelshared": // bpftime's 1504 shared with a host program: a kernel map in host memory
+			out = append(out, benchConfig{name: c, device: true, deviceMaps: true,
+				progs: func(k string) ([]*jit.Program, error) { return r.retargeted(c, k) }})
+		case "hostmaps": // bpftime's 1512 and 1513: arrays that stay in host memory
+			out = append(out, benchConfig{name: c, device: true, deviceMaps: true,
+				progs: func(k string) ([]*jit.Program, error) { return r.retargeted("compat/hostmaps", k) }})
 		case "threadhist_1in8": // every probe site skipped in 7 launches of 8 (sampling::device_one_in: 8)
 			out = append(out, benchConfig{name: "threadhist 1 in 8", device: true, deviceMaps: true, oneIn: 8,
 				progs: func(k string) ([]*jit.Program, error) { return r.retargeted("threadhist", k) }})

@@ -52,7 +52,10 @@ func TestBenchConfigsInject(t *testing.T) {
 		t.Fatalf("clang is needed: %v", err)
 	}
 	dir := t.TempDir()
-	for _, o := range []string{"kernelretsnoop", "threadhist"} {
+	if err := os.Mkdir(filepath.Join(dir, "compat"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"kernelretsnoop", "threadhist", "kernelshared", "compat/hostmaps"} {
 		src := filepath.Join("..", "..", "testdata", "bpf", o+".c")
 		if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", "../../jit/include", "-c", src, "-o", filepath.Join(dir, o+".o")).CombinedOutput(); err != nil {
 			t.Fatalf("clang %s: %v\n%s", src, err, out)

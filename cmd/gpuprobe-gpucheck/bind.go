@@ -256,7 +256,16 @@ func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uin
 		lanes          = uint64(1)
 		vsize, entries = m.ValueSize, m.MaxEntries
 	)
+	kernelMap := false
 	switch m.Type {
+	case jit.MapTypeArray:
+		if !m.Mmapable() {
+			return 0, 0, nil // host-path maps are not attached here
+		}
+		// A kernel map (an mmapable Linux array): the GPU sees its
+		// values in host memory with no header, as the application's
+		// mapping of the map's fd; here a host region's data stands in.
+		kind, kernelMap = shm.KindArray, true
 	case jit.MapTypeGPURingbuf:
 		slot := (shm.SlotHeaderSize + m.ValueSize + 7) &^ 7
 		g, err := shm.CreateRing(max(slot, 24), ringSlots)
@@ -310,6 +319,9 @@ func (in *instance) region(m *jit.Map, maxThreads uint64, ringSlots uint32) (uin
 		return base, lanes, err
 	}
 	base, err := in.register(a.Region())
+	if kernelMap {
+		base += shm.DataOffset
+	}
 	return base, lanes, err
 }
 

@@ -40,7 +40,11 @@ type compatCase struct {
 	sample    int    // index into samples()
 	ringSlots uint32 // slots of each ring map (0: 2)
 	seeds     compatSeeds
-	check     func(*compatRun) (string, error)
+	// hostMemory: every map of the object stays in host memory (bpftime's
+	// 1512 and 1513), so the case runs once, and none may be placed in
+	// device memory.
+	hostMemory bool
+	check      func(*compatRun) (string, error)
 }
 
 // compatSeeds are initial map values: map name -> value (a u64) of each
@@ -83,10 +87,13 @@ var compatCases = []compatCase{
 	{name: "seeded", object: "seeded", sample: sampleVectorAdd, seeds: seedOn, check: checkSeeded},
 	{name: "seeded (disabled)", object: "seeded", sample: sampleVectorAdd, seeds: seedOff, check: checkSeedOff},
 	{name: "gpuhash", object: "gpuhash", sample: sampleVectorAdd, check: checkGPUHash},
+	{name: "kshared", object: "kshared", sample: sampleVectorAdd, check: checkKshared},
+	{name: "hostmaps", object: "hostmaps", sample: sampleVectorAdd, hostMemory: true, check: checkHostmaps},
+	{name: "kmap", object: "kmap", sample: sampleVectorAdd, hostMemory: true, check: checkKmap},
 }
 
 // compat runs the suite: each case with its maps in host, then in device
-// memory.
+// memory (host only for a hostMemory case).
 func (r *runner) compat(vec, gemm, exits []byte) {
 	ss := samples(vec, gemm, exits)
 	want := map[int][]byte{}
@@ -100,7 +107,7 @@ func (r *runner) compat(vec, gemm, exits []byte) {
 			}
 			want[c.sample] = out
 		}
-		for _, dev := range []bool{false, true} {
+		for _, dev := range c.placements() {
 			where := "host"
 			if dev {
 				where = "device"
@@ -109,6 +116,32 @@ func (r *runner) compat(vec, gemm, exits []byte) {
 			r.result(fmt.Sprintf("compat %s, maps in %s memory", c.name, where), err, detail)
 		}
 	}
+}
+
+// loadCompatGPU loads a compat object whole (a map's type can depend on
+// the object's host programs: jit.LoadSpec) and returns its GPU programs,
+// what the collector injects; Linux runs the host halves.
+func loadCompatGPU(path string) ([]*jit.Program, error) {
+	progs, err := jit.LoadELF(path)
+	if err != nil {
+		return nil, err
+	}
+	var gpu []*jit.Program
+	for _, p := range progs {
+		if p.IsGPU() {
+			gpu = append(gpu, p)
+		}
+	}
+	return gpu, nil
+}
+
+// placements are the runs of a case: maps in host memory (false) and, but
+// for a hostMemory case, in device memory (true).
+func (c compatCase) placements() []bool {
+	if c.hostMemory {
+		return []bool{false}
+	}
+	return []bool{false, true}
 }
 
 // unpatched runs the sample's original module once and returns its output.
@@ -125,7 +158,7 @@ func (r *runner) unpatched(s *sample) ([]byte, error) {
 // compatCase injects the case's object, launches once, checks the output
 // and then the maps.
 func (r *runner) compatCase(c compatCase, s *sample, want []byte, dev bool) (string, error) {
-	progs, err := jit.LoadELF(filepath.Join(r.bpfDir, "compat", c.object+".o"))
+	progs, err := loadCompatGPU(filepath.Join(r.bpfDir, "compat", c.object+".o"))
 	if err != nil {
 		return "", err
 	}
@@ -133,6 +166,11 @@ func (r *runner) compatCase(c compatCase, s *sample, want []byte, dev bool) (str
 	opts.PTX.PidTgid = compatPidTgid
 	if dev {
 		opts.PTX.DeviceMaps = jit.DeviceResidentMaps(progs)
+	}
+	if c.hostMemory {
+		if d := jit.DeviceResidentMaps(progs); len(d) > 0 {
+			return "", fmt.Errorf("maps %v may be placed in device memory; this object's must stay in host memory", d)
+		}
 	}
 	mod, rep, err := inject.Inject(s.ptx, progs, opts)
 	if err != nil {

@@ -91,10 +91,13 @@ func TestCompatInject(t *testing.T) {
 	}
 	ss := samples(b, nil, nil)
 	for _, c := range compatCases {
-		for _, dev := range []bool{false, true} {
-			progs, err := jit.LoadELF(filepath.Join(dir, c.object+".o"))
+		for _, dev := range c.placements() {
+			progs, err := loadCompatGPU(filepath.Join(dir, c.object+".o"))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if d := jit.DeviceResidentMaps(progs); c.hostMemory && len(d) > 0 {
+				t.Errorf("%s: maps %v may live in device memory; they must stay in host memory", c.name, d)
 			}
 			s := ss[c.sample]
 			opts := inject.Options{Kernels: []string{s.kernel}, Strict: true}
@@ -197,6 +200,8 @@ func TestCompatChecksFail(t *testing.T) {
 		{"seeded", checkSeedOff},
 		{"ringshort (ring of 1024)", checkRingFull},
 		{"threadcount", checkPtrjoin}, // no pj_calls map
+		{"atomics", checkKshared},     // no ks_calls map
+		{"kshared", checkHostmaps},    // no hm_thread map
 	}
 	for _, tt := range tests {
 		cr := interpCase(t, dir, byName[tt.run])
@@ -282,6 +287,8 @@ func runInterp(t *testing.T, s *sample, progs []*jit.Program, maps *interp.Maps)
 			entry = append(entry, m)
 		case jit.ProbeExit:
 			exit = append(exit, m)
+		case jit.ProbeUprobe, jit.ProbeUretprobe:
+			// A host half: Linux runs it, not the suite.
 		default:
 			t.Fatalf("%s: probe kind %v in a compat object", p.Name, p.Kind)
 		}

@@ -52,6 +52,9 @@ typedef __s64 s64;
 #define BPF_MAP_TYPE_GPU_HASH_MAP 1501      /* one hash shared by all GPU threads, in GPU-visible memory */
 #define BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP 1502 /* one value per GPU thread */
 #define BPF_MAP_TYPE_GPU_ARRAY_MAP 1503      /* one copy, in GPU-visible memory */
+#define BPF_MAP_TYPE_GPU_KERNEL_SHARED_ARRAY_MAP 1504 /* array shared with host (uprobe) programs: a kernel map */
+#define BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP 1512 /* one value per GPU thread, kept in host memory */
+#define BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP 1513 /* one copy, kept in host memory */
 #define BPF_MAP_TYPE_GPU_RINGBUF_MAP 1527    /* GPU ring buffer */
 #define BPF_MAP_TYPE_PERGPUWARP_ARRAY_MAP 1600 /* one value per warp (gpuprobe) */
 #define BPF_MAP_TYPE_PERGPUBLOCK_ARRAY_MAP 1601 /* one value per thread block, in the block's shared memory (gpuprobe) */

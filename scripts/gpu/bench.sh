@@ -36,7 +36,9 @@
 # sm_90; default from nvidia-smi), BENCH_OUT (default build/gpu-bench),
 # LAUNCH_ROUNDS / LAUNCH_N (launch-cost.sh's ROUNDS and N; defaults 5,
 # 100000), PARTS (kernels,model,launch; default all), BENCH_CONFIGS (gpucheck
-# -configs; default all eight: kernel_phases_call is kernel_phases with its
+# -configs; default all ten: kernelshared is bpftime's kernel-shared array
+# (1504) counted per thread in host memory, hostmaps its host-memory arrays
+# (1512, 1513, compat/hostmaps.o); kernel_phases_call is kernel_phases with its
 # entry and exit called instead of inlined, for the inlining's effect;
 # kernel_phases_1in8 and threadhist_1in8 pass the launch id to 1 launch in
 # 8 and 0 to the others, with the probe sites skipped when it is 0, as
@@ -65,7 +67,7 @@ if [[ ,$parts, == *,kernels,* ]]; then
 			"$nvcc" -ptx -O3 -arch="$GPU_ARCH" -o "$out/$s.ptx" "testdata/cuda/inject/$s.cu" || status=1
 		done
 		CUDA_CACHE_DISABLE=1 "$bin" -ptx "$out" -bpf testdata/bpf -nocheck -ringmode device \
-			-configs "${BENCH_CONFIGS:-uninstrumented,empty,kernel_phases,kernel_phases_call,kernel_phases_1in8,kernelretsnoop,threadhist,threadhist_1in8}" \
+			-configs "${BENCH_CONFIGS:-uninstrumented,empty,kernel_phases,kernel_phases_call,kernel_phases_1in8,kernelretsnoop,threadhist,threadhist_1in8,kernelshared,hostmaps}" \
 			-rounds "${ROUNDS:-7}" -batch "${BATCH:-10}" -csv "$out/bench.csv" >"$out/gpucheck.log" 2>&1 || status=1
 		sed -n '/^== bench on/,$p' "$out/gpucheck.log"
 		if [[ -s $out/bench.csv ]]; then

@@ -237,6 +237,11 @@ func (s *Set) planMaps(host, gpu []*jit.Program) (map[string]*ebpf.MapSpec, erro
 				return nil, fmt.Errorf("%s: program %q: map %q has no definition", s.path, p.Name, m.Name)
 			}
 			ms := orig.Copy()
+			if m.Declared == jit.MapTypeKernelSharedArray {
+				// bpftime's 1504 is a Linux array the GPU maps; Linux
+				// knows it by its own number.
+				ms.Type, ms.Flags = ebpf.Array, ms.Flags|unix.BPF_F_MMAPABLE
+			}
 			switch {
 			case m.Type == jit.MapTypeArray && usedByGPU[m.Name]:
 				if ms.Flags&unix.BPF_F_MMAPABLE == 0 {
@@ -350,6 +355,11 @@ func (s *Set) Maps() []Map {
 		orig := s.spec.Maps[name]
 		if orig == nil || strings.HasPrefix(name, ".") {
 			continue
+		}
+		if orig.Type == ebpf.MapType(jit.MapTypeKernelSharedArray) {
+			// Exported as the Linux array it was created as.
+			orig = orig.Copy()
+			orig.Type = ebpf.Array
 		}
 		if orig.Type != ebpf.Array && orig.Type != ebpf.RingBuf {
 			continue

@@ -401,6 +401,44 @@ func TestLaunchLate(t *testing.T) {
 	}
 }
 
+// TestKernelSharedArray: bpftime's kernel-shared array (1504) of
+// kernelshared.c is created in Linux as an mmapable BPF_MAP_TYPE_ARRAY,
+// shared with the GPU half and exported as an array; its uretprobe counts
+// the launcher's one launch.
+func TestKernelSharedArray(t *testing.T) {
+	requireRoot(t)
+	libDir := t.TempDir()
+	lib := filepath.Join(libDir, "libcudart.so.13")
+	gcc(t, "-O0", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", lib, filepath.Join("testdata", "cudart_standin.c"))
+	launcher := filepath.Join(t.TempDir(), "launcher")
+	gcc(t, "-O0", "-o", launcher, filepath.Join("testdata", "launcher.c"), lib, "-Wl,-rpath,"+libDir)
+
+	obj := buildBPF(t, filepath.Join(repoRoot(t), "testdata", "bpf", "kernelshared.c"))
+	set, err := loadFile(obj, Options{Resolve: SearchDirs(libDir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	sh := set.SharedMaps()
+	if len(sh) != 1 || sh[0].Name != "ks_count" {
+		t.Fatalf("shared %+v, want ks_count", sh)
+	}
+	if ty, fl := sh[0].Map.Type(), sh[0].Map.Flags(); ty != ebpf.Array || fl&unix.BPF_F_MMAPABLE == 0 {
+		t.Fatalf("ks_count created as type %v flags %#x, want an mmapable array", ty, fl)
+	}
+	exported := set.Maps()
+	if len(exported) != 1 || exported[0].Spec.Type != ebpf.Array {
+		t.Fatalf("exported %+v, want ks_count as an array", exported)
+	}
+	run(t, launcher)
+	if n := lookupU64(t, sh[0].Map, 1); n != 1 {
+		t.Errorf("ks_count[1] = %d launches, want 1", n)
+	}
+	if n := lookupU64(t, sh[0].Map, 0); n != 0 {
+		t.Errorf("ks_count[0] = %d: only the GPU half writes it", n)
+	}
+}
+
 // TestLoadErrors: objects and options Load must reject, with errors that
 // name the program, the map and what is wrong.
 func TestLoadErrors(t *testing.T) {

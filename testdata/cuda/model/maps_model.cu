@@ -16,6 +16,11 @@
 //                        ring of 65536 80-byte slots, one reservation per warp
 //   kernelretsnoop_host  the same ring in host-mapped memory, system scope
 //   counter_host         counts[global thread] += 1 in host-mapped memory
+//                        (also bpftime's per-thread host array, 1512)
+//   shared_host          one host-mapped counter += 1 per thread, one
+//                        system-scope atomicAdd of the active lane count per
+//                        warp (a kernel-shared array, 1504, or a host GPU
+//                        array, 1513, counted with an atomic add)
 //
 // Timing: warm-ups, then ROUNDS (default 7) interleaved rounds of BATCH
 // (default 10) launches per shape; CUDA events around each launch, summed
@@ -88,11 +93,12 @@ struct Probe {
 	u64 *blocks;   // per-block counters (device)
 	RingCtl *ctl;  // ring control (device or host-mapped)
 	Slot *slots;
+	u64 *shared;   // one counter for all threads (host-mapped)
 };
 
-enum Shape { PLAIN, THREADHIST, THREADHIST_AGG, RING_DEV, RING_HOST, COUNT_HOST, NSHAPES };
+enum Shape { PLAIN, THREADHIST, THREADHIST_AGG, RING_DEV, RING_HOST, COUNT_HOST, SHARED_HOST, NSHAPES };
 static const char *const shapeNames[NSHAPES] = {"plain", "threadhist", "threadhist_warpagg",
-						"kernelretsnoop", "kernelretsnoop_host", "counter_host"};
+						"kernelretsnoop", "kernelretsnoop_host", "counter_host", "shared_host"};
 static bool isRing(int s) { return s == RING_DEV || s == RING_HOST; }
 
 __device__ __forceinline__ unsigned laneId() { unsigned r; asm volatile("mov.u32 %0, %%laneid;" : "=r"(r)); return r; }
@@ -197,6 +203,11 @@ template <int S> __device__ __forceinline__ void probe(const Probe &p)
 		if (laneId() == __ffs(mask) - 1)
 			atomicAdd(&p.blocks[blockIdx.x], (u64)__popc(mask));
 	}
+	if (S == SHARED_HOST) {
+		const unsigned mask = __activemask();
+		if (laneId() == __ffs(mask) - 1)
+			atomicAdd_system(p.shared, (u64)__popc(mask));
+	}
 	if (S == RING_DEV)
 		ringEmit<false>(p.ctl, p.slots);
 	if (S == RING_HOST)
@@ -234,8 +245,9 @@ sgemm(const float *__restrict__ A, const float *__restrict__ B, float *__restric
 }
 
 typedef void (*Kernel)(const float *, const float *, float *, int, Probe);
-static const Kernel vecKernels[NSHAPES] = {vectorAddN<0>, vectorAddN<1>, vectorAddN<2>, vectorAddN<3>, vectorAddN<4>, vectorAddN<5>};
-static const Kernel gemmKernels[NSHAPES] = {sgemm<0>, sgemm<1>, sgemm<2>, sgemm<3>, sgemm<4>, sgemm<5>};
+static const Kernel vecKernels[NSHAPES] = {vectorAddN<0>, vectorAddN<1>, vectorAddN<2>, vectorAddN<3>,
+					   vectorAddN<4>, vectorAddN<5>, vectorAddN<6>};
+static const Kernel gemmKernels[NSHAPES] = {sgemm<0>, sgemm<1>, sgemm<2>, sgemm<3>, sgemm<4>, sgemm<5>, sgemm<6>};
 
 struct Workload {
 	const char *name;
@@ -255,6 +267,7 @@ struct Ring {
 // Buffers shared by all shapes and workloads.
 struct Maps {
 	u64 *devCounts, *hostCounts, *blocks;
+	u64 *hostShared;  // shared_host's counter (host-mapped)
 	Ring ring[2];       // [0] device, [1] host-mapped
 	RingCtl *zeroCtl;   // device zeros, the host-mapped ring's reset source
 	RingCtl *acctDev;   // per-launch copies of the ring's control block
@@ -285,7 +298,7 @@ static double median(std::vector<double> v)
 static Probe probeFor(const Maps &m, int s)
 {
 	const Ring &r = m.ring[s == RING_HOST];
-	return Probe{s == COUNT_HOST ? m.hostCounts : m.devCounts, m.blocks, r.ctl, r.slots};
+	return Probe{s == COUNT_HOST ? m.hostCounts : m.devCounts, m.blocks, r.ctl, r.slots, m.hostShared};
 }
 
 // resetRing empties a ring's control block in stream order. cudaMemsetAsync
@@ -381,6 +394,11 @@ static void checkCounters(const Workload &w, const Maps &m, const u64 *launches)
 				w.name, i, v[i], m.hostCounts[i], devRuns, launches[COUNT_HOST]);
 			exit(1);
 		}
+	if (*m.hostShared != nt * launches[SHARED_HOST]) {
+		fprintf(stderr, "maps_model: %s: shared counter %llu, want %llu\n", w.name, *m.hostShared,
+			nt * launches[SHARED_HOST]);
+		exit(1);
+	}
 	std::vector<u64> b(MAX_BLOCKS);
 	CHECK(cudaMemcpy(b.data(), m.blocks, MAX_BLOCKS * sizeof(u64), cudaMemcpyDeviceToHost));
 	const u64 perX = (u64)w.grid.y * w.grid.z * w.block.x * w.block.y * w.block.z;
@@ -410,6 +428,7 @@ static void bench(const Workload &w, Maps &m, int rounds, int batch, std::vector
 	CHECK(cudaMemset(m.blocks, 0, MAX_BLOCKS * sizeof(u64)));
 	CHECK(cudaDeviceSynchronize());
 	memset(m.hostCounts, 0, nt * sizeof(u64));  // the GPU is idle: a host write is safe
+	*m.hostShared = 0;
 
 	u64 launches[NSHAPES] = {};
 	bool slow[NSHAPES] = {};
@@ -512,6 +531,7 @@ int main(int argc, char **argv)
 	CHECK(cudaMalloc(&m.devCounts, maxThreads * sizeof(u64)));
 	CHECK(cudaMalloc(&m.blocks, MAX_BLOCKS * sizeof(u64)));
 	CHECK(cudaHostAlloc(&m.hostCounts, maxThreads * sizeof(u64), cudaHostAllocMapped));
+	CHECK(cudaHostAlloc(&m.hostShared, sizeof(u64), cudaHostAllocMapped));
 	allocRing(&m.ring[0], false);
 	allocRing(&m.ring[1], true);
 	CHECK(cudaMalloc(&m.zeroCtl, sizeof(RingCtl)));
@@ -558,6 +578,7 @@ int main(int argc, char **argv)
 	for (cudaEvent_t e : m.ev)
 		CHECK(cudaEventDestroy(e));
 	CHECK(cudaFreeHost(m.hostCounts));
+	CHECK(cudaFreeHost(m.hostShared));
 	CHECK(cudaFreeHost(m.ring[1].ctl));
 	CHECK(cudaFreeHost(m.ring[1].slots));
 	return 0;
