@@ -43,7 +43,6 @@ var builderMetrics = map[string]bool{
 	"gpuprobe.receiver.shutdown.undelivered":   true,
 	"gpuprobe.receiver.windows.dropped":        true,
 	"gpuprobe.receiver.windows.missing":        true,
-	"gpuprobe.receiver.windows.untimed":        true,
 	"gpuprobe.receiver.windows.state_changes":  true,
 }
 

@@ -95,7 +95,6 @@ func windowStateMessage(s record.WindowState) string {
 func windowTelemetry(ctx context.Context, tel *metadata.TelemetryBuilder, before, after *translate.WindowCounters) {
 	tel.GpuprobeReceiverWindowsDropped.Add(ctx, int64(after.WindowsDropped-before.WindowsDropped))
 	tel.GpuprobeReceiverWindowsMissing.Add(ctx, int64(after.WindowsMissing-before.WindowsMissing))
-	tel.GpuprobeReceiverWindowsUntimed.Add(ctx, int64(after.WindowsUntimed-before.WindowsUntimed))
 }
 
 // windowWait is translate's WindowWait for windows::wait (0: no wait).

@@ -38,7 +38,6 @@ type TelemetryBuilder struct {
 	GpuprobeReceiverWindowsDropped       metric.Int64Counter
 	GpuprobeReceiverWindowsMissing       metric.Int64Counter
 	GpuprobeReceiverWindowsStateChanges  metric.Int64Counter
-	GpuprobeReceiverWindowsUntimed       metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -140,12 +139,6 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_gpuprobe.receiver.windows.state_changes",
 		metric.WithDescription("Changes of a client's driver windows state (on, stepped aside for the application's profiler, unavailable, off), by the state and reason it changed to. [Development]"),
 		metric.WithUnit("{change}"),
-	)
-	errs = errors.Join(errs, err)
-	builder.GpuprobeReceiverWindowsUntimed, err = builder.meter.Int64Counter(
-		"otelcol_gpuprobe.receiver.windows.untimed",
-		metric.WithDescription("Launches the driver ran without timestamps (CUPTI's kernel record had none), counted instead of missing. [Development]"),
-		metric.WithUnit("{launch}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

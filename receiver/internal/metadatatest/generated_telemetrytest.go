@@ -212,19 +212,3 @@ func AssertEqualGpuprobeReceiverWindowsStateChanges(t *testing.T, tt *componentt
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
-
-func AssertEqualGpuprobeReceiverWindowsUntimed(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
-	want := metricdata.Metrics{
-		Name:        "otelcol_gpuprobe.receiver.windows.untimed",
-		Description: "Launches the driver ran without timestamps (CUPTI's kernel record had none), counted instead of missing. [Development]",
-		Unit:        "{launch}",
-		Data: metricdata.Sum[int64]{
-			Temporality: metricdata.CumulativeTemporality,
-			IsMonotonic: true,
-			DataPoints:  dps,
-		},
-	}
-	got, err := tt.GetMetric("otelcol_gpuprobe.receiver.windows.untimed")
-	require.NoError(t, err)
-	metricdatatest.AssertEqual(t, want, got, opts...)
-}

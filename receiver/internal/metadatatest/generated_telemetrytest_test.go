@@ -31,7 +31,6 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.GpuprobeReceiverWindowsDropped.Add(context.Background(), 1)
 	tb.GpuprobeReceiverWindowsMissing.Add(context.Background(), 1)
 	tb.GpuprobeReceiverWindowsStateChanges.Add(context.Background(), 1)
-	tb.GpuprobeReceiverWindowsUntimed.Add(context.Background(), 1)
 	AssertEqualGpuprobeReceiverClientsDisconnected(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -66,9 +65,6 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualGpuprobeReceiverWindowsStateChanges(t, testTel,
-		[]metricdata.DataPoint[int64]{{Value: 1}},
-		metricdatatest.IgnoreTimestamp())
-	AssertEqualGpuprobeReceiverWindowsUntimed(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 
