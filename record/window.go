@@ -23,8 +23,17 @@ const (
 	// WindowNoLaunch: the shim found no launch of the correlation id
 	// (LaunchID is 0).
 	WindowNoLaunch WindowFlags = 2
+	// WindowDeviceLaunched: the kernel was launched by another kernel
+	// (dynamic parallelism: CUPTI's CDP kernel record). LaunchID is the
+	// host launch it descends from when the shim knows its correlation id,
+	// else 0 with NO_LAUNCH; it is never that launch's own window.
+	WindowDeviceLaunched WindowFlags = 4
+	// WindowUntimed: the driver ran the kernel but gave it no timestamps
+	// (CUPTI's 0 start and end); StartNS and EndNS are 0. The launch it
+	// names has no window, for that reason.
+	WindowUntimed WindowFlags = 8
 
-	windowFlagsKnown = WindowGraph | WindowNoLaunch
+	windowFlagsKnown = WindowGraph | WindowNoLaunch | WindowDeviceLaunched | WindowUntimed
 )
 
 // Window is one kernel's exact device window as the driver timed it
@@ -39,9 +48,11 @@ const (
 //	offset 32  u32 device       CUDA device ordinal
 //	offset 36  u32 name_hash    FNV-1a 32 of the mangled kernel name (NameHash)
 //	offset 40  u32 correlation  the driver's correlation id of the launch
-//	offset 44  u32 flags        WindowFlags: bit 0 GRAPH, bit 1 NO_LAUNCH
+//	offset 44  u32 flags        WindowFlags: bit 0 GRAPH, bit 1 NO_LAUNCH,
+//	                            bit 2 DEVICE_LAUNCHED, bit 3 UNTIMED
 //
-// start_ns ≤ end_ns; NO_LAUNCH has launch_id 0; other flag bits are zero.
+// start_ns ≤ end_ns (both 0 with UNTIMED); NO_LAUNCH has launch_id 0;
+// other flag bits are zero.
 // Unlike Exec, the times are the host's clock (the shim hands CUPTI its
 // clock), so no calibration maps them.
 type Window struct {
@@ -73,6 +84,9 @@ func (w *Window) Decode(b []byte) error {
 	}
 	if w.Flags&WindowNoLaunch != 0 && w.LaunchID != 0 {
 		return &DecodeError{Type: TypeWindow, Field: "launch_id", Offset: 8, Reason: fmt.Sprintf("must be 0 with NO_LAUNCH, got %d", w.LaunchID)}
+	}
+	if w.Flags&WindowUntimed != 0 && (w.StartNS != 0 || w.EndNS != 0) {
+		return &DecodeError{Type: TypeWindow, Field: "start_ns", Offset: 16, Reason: fmt.Sprintf("must be 0 with UNTIMED, got %d..%d", w.StartNS, w.EndNS)}
 	}
 	return notBefore(TypeWindow, "end_ns", 24, w.EndNS, "start_ns", w.StartNS)
 }

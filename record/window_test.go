@@ -41,11 +41,14 @@ func TestWindowNames(t *testing.T) {
 func FuzzWindow(f *testing.F) {
 	f.Add((&Window{LaunchID: 1, StartNS: 5, EndNS: 9, Flags: WindowGraph}).Append(nil))
 	f.Add((&Window{StartNS: 5, EndNS: 5, Flags: WindowNoLaunch}).Append(nil))
+	f.Add((&Window{LaunchID: 3, StartNS: 7, EndNS: 8, Flags: WindowDeviceLaunched}).Append(nil))
+	f.Add((&Window{LaunchID: 4, Flags: WindowUntimed}).Append(nil))
 	f.Add((&WindowState{TimeNS: 1, State: WindowsSteppedAside, Reason: WindowsReasonProfiler}).Append(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var w Window
 		if err := w.Decode(b); err == nil {
-			if w.EndNS < w.StartNS || w.Flags&^windowFlagsKnown != 0 || (w.Flags&WindowNoLaunch != 0 && w.LaunchID != 0) {
+			if w.EndNS < w.StartNS || w.Flags&^windowFlagsKnown != 0 || (w.Flags&WindowNoLaunch != 0 && w.LaunchID != 0) ||
+				(w.Flags&WindowUntimed != 0 && w.StartNS|w.EndNS != 0) {
 				t.Fatalf("decoded an invalid window %+v", w)
 			}
 			if got := w.Append(nil); string(got) != string(b[:WindowSize]) {
@@ -62,4 +65,25 @@ func FuzzWindow(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWindowUntimed: an UNTIMED window decodes only with both times 0;
+// DEVICE_LAUNCHED keeps its launch id.
+func TestWindowUntimed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		w    Window
+		ok   bool
+	}{
+		{"untimed, no times", Window{LaunchID: 4, Flags: WindowUntimed}, true},
+		{"untimed with a start", Window{LaunchID: 4, StartNS: 1, EndNS: 2, Flags: WindowUntimed}, false},
+		{"device launched", Window{LaunchID: 3, StartNS: 7, EndNS: 8, Flags: WindowDeviceLaunched}, true},
+		{"device launched, no launch", Window{StartNS: 7, EndNS: 8, Flags: WindowDeviceLaunched | WindowNoLaunch}, true},
+	} {
+		var got Window
+		err := got.Decode(tc.w.Append(nil))
+		if (err == nil) != tc.ok || (err == nil && got != tc.w) {
+			t.Errorf("%s: decode %+v, %v; want ok %v", tc.name, got, err, tc.ok)
+		}
+	}
 }

@@ -61,6 +61,14 @@
 #                                  settings, launches exact per process,
 #                                  SIGTERM 1 s after (needs
 #                                  bin/otelcol-gpuprobe, python3, torch)
+#                     kinds        scripts/gpu/kinds.sh: our own programs
+#                                  of each launch kind (dynamic
+#                                  parallelism, cooperative, launch
+#                                  attributes and clusters, device graph
+#                                  launch) under gpuprobe run: every
+#                                  launch a window or a counted reason,
+#                                  one row per kind (needs
+#                                  bin/otelcol-gpuprobe, nvcc, python3)
 #                     gpuhash      bin/ptx-gpu.test (jit/ptx's tests of
 #                                  build tag gpu): the GPU hash map (type
 #                                  1501) on the device: a warp inserting one
@@ -82,7 +90,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,gpuhash
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,gpuhash
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -147,6 +155,7 @@ needs() {
 	windows) need=($g/windows.sh "${col[@]}" $g/torchstep.py scripts/gpu/cupti_cost.cu) ;;
 	frameworkcost) need=($g/framework-cost.sh "${col[@]}" $g/launchbound.py $g/lib_collector.sh) ;;
 	gpuhash) need=(bin/ptx-gpu.test) ;;
+	kinds) need=($g/kinds.sh "${col[@]}" $g/lib_metrics.py $cuda/kinds/{cdp,coop,attrs,graphdev}.cu) ;;
 	nodescale) need=($g/node-scale.sh "${col[@]}" $g/launchbound.py $g/torchstep.py $g/lib_metrics.py) ;;
 	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
@@ -321,6 +330,8 @@ want frameworkcost && tailstep "launch-bound frameworks' cost" frameworkcost.log
 	env FW_OUT="$out/gpu-framework-cost" bash scripts/gpu/framework-cost.sh
 want gpuhash && tailstep "GPU hash map (type 1501)" gpuhash.log '^=== RUN' \
 	bin/ptx-gpu.test -test.run 'GPUHashDevice' -test.v
+want kinds && tailstep "launch kinds: window or reason" kinds.log '^kinds (' \
+	env KINDS_OUT="$out/gpu-kinds" GPU_ARCH="$arch" bash scripts/gpu/kinds.sh
 want nodescale && tailstep "a node's load, one collector" nodescale.log '^node-scale' \
 	env NS_OUT="$out/gpu-node-scale" bash scripts/gpu/node-scale.sh
 

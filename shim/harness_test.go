@@ -78,8 +78,8 @@ func build() (*built, error) {
 		// references to its entry points are not interposed by the shim.
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
 			"-o", filepath.Join(dir, "libcuda.so.1"), "testdata/mock_libcuda.c"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app, "testdata/app.c", "testdata/app_names.c", "testdata/app_spanctx.c", "-ldl", "-lpthread"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c", "testdata/app_names.c", "testdata/app_spanctx.c",
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app, "testdata/app.c", "testdata/app_names.c", "testdata/app_spanctx.c", "testdata/app_kinds.c", "-ldl", "-lpthread"},
+		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c", "testdata/app_names.c", "testdata/app_spanctx.c", "testdata/app_kinds.c",
 			filepath.Join(dir, "libcuda.so.1"), "-Wl,-rpath," + dir, "-ldl", "-lpthread"},
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcupti.so.13",
 			"-o", b.cupti, "testdata/mock_libcupti.c", "-ldl", "-lpthread"},

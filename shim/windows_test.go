@@ -249,3 +249,62 @@ func TestProfilerLocalScope(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowsKinds: the launch kinds whose windows CUPTI reports apart
+// (testdata/app_kinds.c, the MOCK CUPTI's kernels by name): a dynamic-
+// parallelism parent gets its own window and its two device-launched
+// children's windows name it, flagged DEVICE_LAUNCHED; launches through a
+// nested entry point (launch attributes, cooperative) are matched by the
+// inner call's correlation id; a kernel the driver did not time gets an
+// UNTIMED window (times 0) instead of none.
+func TestWindowsKinds(t *testing.T) {
+	b := binaries(t)
+	for _, mode := range []string{"cudart", "direct"} {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgent(t, 256, 1024, windowsOn)
+			out, errOut, err := run(t, b, append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_TRACE=1"), b.program(mode), mode, "kinds")
+			if err != nil || !strings.Contains(out, "app: kinds done") {
+				t.Fatalf("run: %v, output %q\n%s", err, out, errOut)
+			}
+			st := a.waitGone(t, 1)[0].read(t)
+			if len(st.launches) != 5 {
+				t.Fatalf("%d launch records, want 5", len(st.launches))
+			}
+			own := map[uint64][]record.Window{}
+			children := map[uint64]int{}
+			for _, w := range st.windows {
+				switch {
+				case w.Flags == record.WindowDeviceLaunched:
+					children[w.LaunchID]++
+					if w.NameHash != record.NameHash("_Z9cdp_childv") || w.EndNS <= w.StartNS {
+						t.Errorf("child window %+v: want _Z9cdp_childv's, timed", w)
+					}
+				case w.Flags&^record.WindowUntimed == 0:
+					own[w.LaunchID] = append(own[w.LaunchID], w)
+				default:
+					t.Errorf("window %+v: unexpected flags", w)
+				}
+			}
+			for i, l := range st.launches {
+				name := st.names[l.Function]
+				ws := own[l.LaunchID]
+				if l.Flags&record.LaunchNoWindow != 0 || len(ws) != 1 {
+					t.Errorf("launch %d (%s): flags %#x, %d windows of its own, want 1", i, name, l.Flags, len(ws))
+					continue
+				}
+				w := ws[0]
+				untimed := name == "_Z12untimed_kernv"
+				if (w.Flags == record.WindowUntimed) != untimed || (untimed && w.StartNS|w.EndNS != 0) ||
+					(!untimed && (w.StartNS < l.EnqueueNS || w.StartNS > l.ReturnNS)) {
+					t.Errorf("launch %d (%s): window %+v, want untimed %v", i, name, w, untimed)
+				}
+				if want := map[bool]int{true: 2}[name == "_Z10cdp_parentv"]; children[l.LaunchID] != want {
+					t.Errorf("launch %d (%s): %d device-launched windows, want %d", i, name, children[l.LaunchID], want)
+				}
+			}
+			if !strings.Contains(errOut, "first record of kind 18") || !strings.Contains(errOut, "1 untimed, 2 device-launched") {
+				t.Errorf("the trace does not say what CUPTI reported:\n%s", errOut)
+			}
+		})
+	}
+}

@@ -216,14 +216,21 @@ struct gp_rec_device {
 /* Window flags (gp_rec_window.flags). GRAPH: the kernel ran as a node of a
  * graph launch (launch_id is the graph launch's first node record; match
  * by name_hash among that launch's nodes). NO_LAUNCH: the shim found no
- * launch of this correlation id (launch_id is 0). */
+ * launch of this correlation id (launch_id is 0). DEVICE_LAUNCHED: a
+ * kernel launched by another kernel (CUPTI's CDP kernel record);
+ * launch_id, when known, is the host launch it descends from, never its
+ * own. UNTIMED: the driver gave the kernel no timestamps (start_ns and
+ * end_ns are 0): its launch has no window, for that reason. */
 #define GP_WINDOW_F_GRAPH 1u
 #define GP_WINDOW_F_NO_LAUNCH 2u
+#define GP_WINDOW_F_DEVICE_LAUNCHED 4u
+#define GP_WINDOW_F_UNTIMED 8u
 
 /* Type 12, 48 bytes: one kernel's exact device window as the driver timed
  * it (CUPTI activity, any kernel: SASS or PTX, patched or not), written by
  * the shim's activity thread some time after the kernel ran.
- * start_ns <= end_ns, CLOCK_MONOTONIC (the shim hands CUPTI its clock). */
+ * start_ns <= end_ns (both 0 with UNTIMED), CLOCK_MONOTONIC (the shim
+ * hands CUPTI its clock). */
 struct gp_rec_window {
 	struct gp_rec_prefix h;
 	uint64_t launch_id;   /* the Launch it belongs to; 0 with NO_LAUNCH */

@@ -12,7 +12,12 @@
  * shim's wrapper named (gp_win_expect: one store; the callback: three),
  * and the activity thread turns each
  * kernel record into a window record (record type 12) keyed by the launch
- * id, written into the session's launch ring.
+ * id, written into the session's launch ring. A kernel launched by
+ * another kernel (dynamic parallelism) comes as a CDP kernel record with
+ * the correlation id of the host launch it descends from: its window is
+ * flagged DEVICE_LAUNCHED. A kernel CUPTI could not time (0 timestamps)
+ * gets an UNTIMED window, so that its launch is counted with that reason
+ * rather than waited for.
  *
  * The application's profiler comes first. torch.profiler (Kineto), Nsight
  * Systems and ncu use CUPTI, which has one set of activity callbacks and
@@ -64,8 +69,18 @@ typedef int gp_cupti_result;
 #define GP_AK_DEVICE 40
 #define GP_AK_CORRELATION 92
 #define GP_AK_NAME 104
+#define GP_AK_LAUNCH_TYPE 136 /* u8; read for the trace only */
 #define GP_AK_GRAPH_NODE 144
 #define GP_AK_MIN_SIZE 152
+/* CUpti_ActivityCdpKernel (unversioned since CUDA 5.5): a kernel launched
+ * by another kernel, enabled with CONCURRENT_KERNEL. Its correlation id
+ * is the host launch call's the kernel descends from. */
+#define GP_CUPTI_KIND_CDP_KERNEL 18
+#define GP_CDP_START 8
+#define GP_CDP_END 16
+#define GP_CDP_DEVICE 24
+#define GP_CDP_CORRELATION 76
+#define GP_CDP_NAME 136
 /* The oldest CUPTI whose kernel records have that layout and whose
  * activity and callback APIs behave as used here: CUDA 12.0 (API 18). */
 #define GP_CUPTI_MIN_API 18
@@ -140,6 +155,7 @@ static uint32_t gp_win_lost;   /* windows lost since the last state record (atom
 static int gp_win_detach;      /* the rate cap asks for CUPTI's detach at the next launch's exit (atomic) */
 static void gp_win_detach_now(void);
 static uint64_t gp_win_written, gp_win_lost_all, gp_win_cupti_dropped; /* for the trace's exit line (atomic) */
+static uint64_t gp_win_untimed, gp_win_device; /* of those written: UNTIMED, DEVICE_LAUNCHED (atomic) */
 static uint32_t gp_win_watch, gp_win_watched; /* the detach's flush: was this correlation id's window written? */
 
 /* The correlation table: slot corr % GP_CORR_SLOTS holds the launch id of
@@ -243,17 +259,42 @@ static uint32_t gp_rd32(const uint8_t *p, size_t off)
 	return v;
 }
 
-/* gp_win_emit writes the window of one kernel record. */
-static void gp_win_emit(void *ring, const uint8_t *k, int64_t shift)
+/* Where one kind of kernel record keeps the fields read here. */
+struct gp_ak_layout {
+	size_t start, end, device, correlation, name;
+	uint32_t flags; /* GP_WINDOW_F_* every record of the kind gets */
+};
+static const struct gp_ak_layout gp_ak_kernel = {GP_AK_START, GP_AK_END, GP_AK_DEVICE, GP_AK_CORRELATION, GP_AK_NAME, 0};
+static const struct gp_ak_layout gp_ak_cdp = {GP_CDP_START, GP_CDP_END, GP_CDP_DEVICE, GP_CDP_CORRELATION, GP_CDP_NAME,
+					      GP_WINDOW_F_DEVICE_LAUNCHED};
+
+/* gp_win_seen traces the first record of each kind and launch type
+ * (kind and type below 32), and the first few that find no launch: what
+ * a new launch path looks like to CUPTI, in the shim's trace. */
+static void gp_win_seen(uint32_t kind, const uint8_t *k, const struct gp_rec_window *w, const char *name)
 {
-	uint64_t start = gp_rd64(k, GP_AK_START), end = gp_rd64(k, GP_AK_END);
-	if (start == 0 || end < start) {
-		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED); /* not timed (CUPTI says so with 0) */
+	static uint32_t seen[32], nolaunch;
+	uint32_t lt = kind == GP_CUPTI_KIND_CDP_KERNEL ? 0 : k[GP_AK_LAUNCH_TYPE];
+	if (GP_LIKELY(gp_trace_fd < 0))
 		return;
-	}
-	uint32_t corr = gp_rd32(k, GP_AK_CORRELATION);
+	if (kind < 32 && lt < 32 && !(__atomic_fetch_or(&seen[kind], 1u << lt, __ATOMIC_RELAXED) & (1u << lt)))
+		GP_TRACE("device windows: first record of kind %u, launch type %u: %s, correlation %u, launch %llu, "
+			 "flags %#x", kind, lt, name ? name : "(no name)", w->correlation,
+			 (unsigned long long)w->launch_id, w->flags);
+	if ((w->flags & GP_WINDOW_F_NO_LAUNCH) && __atomic_fetch_add(&nolaunch, 1, __ATOMIC_RELAXED) < 8)
+		GP_TRACE("device windows: %s (kind %u, correlation %u) has no launch the shim filed",
+			 name ? name : "(no name)", kind, w->correlation);
+}
+
+/* gp_win_emit writes the window of one kernel record of layout L. A
+ * kernel the driver did not time (CUPTI says so with 0) gets an UNTIMED
+ * window, so that its launch has a reason instead of a wait. */
+static void gp_win_emit(void *ring, uint32_t kind, const uint8_t *k, const struct gp_ak_layout *L, int64_t shift)
+{
+	uint64_t start = gp_rd64(k, L->start), end = gp_rd64(k, L->end);
+	uint32_t corr = gp_rd32(k, L->correlation);
 	const char *name;
-	memcpy(&name, k + GP_AK_NAME, sizeof name);
+	memcpy(&name, k + L->name, sizeof name);
 	/* The shim's own kernels (calibration) have no launch record: their
 	 * windows would only count as unmatched in the collector. */
 	if (name != NULL && strncmp(name, "__gpuprobe_", 11) == 0)
@@ -261,21 +302,29 @@ static void gp_win_emit(void *ring, const uint8_t *k, int64_t shift)
 	struct gp_rec_window w = {
 		.h = {.type = GP_REC_WINDOW, .version = GP_REC_VERSION, .size = sizeof w},
 		.launch_id = gp_win_lookup(corr),
-		.start_ns = start + (uint64_t)shift,
-		.end_ns = end + (uint64_t)shift,
-		.device = gp_rd32(k, GP_AK_DEVICE),
+		.device = gp_rd32(k, L->device),
 		.name_hash = gp_fnv1a(name),
 		.correlation = corr,
+		.flags = L->flags,
 	};
-	if (gp_rd64(k, GP_AK_GRAPH_NODE) != 0)
+	if (start == 0 || end < start)
+		w.flags |= GP_WINDOW_F_UNTIMED;
+	else
+		w.start_ns = start + (uint64_t)shift, w.end_ns = end + (uint64_t)shift;
+	if (L == &gp_ak_kernel && gp_rd64(k, GP_AK_GRAPH_NODE) != 0)
 		w.flags |= GP_WINDOW_F_GRAPH;
 	if (w.launch_id == 0)
 		w.flags |= GP_WINDOW_F_NO_LAUNCH;
+	gp_win_seen(kind, k, &w, name);
 	if (ring == NULL || gpbr_ring_produce(ring, GP_REC_WINDOW, &w, sizeof w) != GPBR_PUBLISHED) {
 		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&gp_win_lost_all, 1, __ATOMIC_RELAXED);
 	} else {
 		__atomic_fetch_add(&gp_win_written, 1, __ATOMIC_RELAXED);
+		if (w.flags & GP_WINDOW_F_UNTIMED)
+			__atomic_fetch_add(&gp_win_untimed, 1, __ATOMIC_RELAXED);
+		if (w.flags & GP_WINDOW_F_DEVICE_LAUNCHED)
+			__atomic_fetch_add(&gp_win_device, 1, __ATOMIC_RELAXED);
 		if (corr == __atomic_load_n(&gp_win_watch, __ATOMIC_RELAXED))
 			__atomic_store_n(&gp_win_watched, 1, __ATOMIC_RELAXED);
 	}
@@ -299,7 +348,9 @@ static void gp_buf_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t si
 		const uint8_t *k = r;
 		uint32_t kind = gp_rd32(k, GP_AK_KIND);
 		if (kind == GP_CUPTI_KIND_CONCURRENT_KERNEL || kind == GP_CUPTI_KIND_KERNEL)
-			gp_win_emit(ring, k, shift);
+			gp_win_emit(ring, kind, k, &gp_ak_kernel, shift);
+		else if (kind == GP_CUPTI_KIND_CDP_KERNEL)
+			gp_win_emit(ring, kind, k, &gp_ak_cdp, shift);
 		n++;
 	}
 	size_t d = 0;
@@ -325,9 +376,12 @@ static void gp_win_callback(void *ud, uint32_t domain, uint32_t cbid, const void
 		gp_win_detach_now();
 		return;
 	}
-	/* corr != 0: this launch call's id is filed already (a nested
-	 * driver call); gp_win_note clears it when the call returns. */
-	if (d == NULL || id == 0 || gp_self.corr != 0 || gp_rd32(d, GP_CB_SITE) != GP_CUPTI_API_ENTER ||
+	/* A launch entry point the driver implements with another one (a
+	 * cooperative launch or launch attributes through cuLaunchKernelEx)
+	 * calls back again, nested, with a correlation id of its own, and the
+	 * kernel record may carry either: every one is filed under the launch
+	 * id. gp_win_note clears corr when the outer call returns. */
+	if (d == NULL || id == 0 || gp_rd32(d, GP_CB_SITE) != GP_CUPTI_API_ENTER ||
 	    !__atomic_load_n(&gp_win_on, __ATOMIC_RELAXED))
 		return;
 	uint32_t corr = gp_rd32(d, GP_CB_CORRELATION);
@@ -578,8 +632,10 @@ static void gp_win_exit(void)
 	gp_win_held = 1;
 	if (gp_win_state == GP_WIN_ON)
 		gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);
-	GP_TRACE("device windows: %llu written, %llu lost (the ring full or not timed), %llu dropped by CUPTI",
-		 (unsigned long long)gp_win_written, (unsigned long long)gp_win_lost_all,
+	GP_TRACE("device windows: %llu written (%llu untimed, %llu device-launched), %llu lost (the ring full), "
+		 "%llu dropped by CUPTI",
+		 (unsigned long long)gp_win_written, (unsigned long long)gp_win_untimed,
+		 (unsigned long long)gp_win_device, (unsigned long long)gp_win_lost_all,
 		 (unsigned long long)gp_win_cupti_dropped);
 	gp_win_unlock();
 }

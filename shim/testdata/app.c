@@ -580,6 +580,8 @@ int main(int argc, char **argv)
 	CHECK(A.init(0));
 	load_code();
 	int r = names_scenario(scenario, argc, argv);
+	if (r < 0)
+		r = kinds_scenario(scenario, argc, argv);
 	if (r >= 0) {
 		if (r > 0)
 			return r;

@@ -88,6 +88,10 @@ void *mock(const char *name);
 int names_scenario(const char *scenario, int argc, char **argv);
 int names_spawn(int argc, char **argv);
 
+/* kinds_scenario runs the launch-kinds scenario (app_kinds.c); -1 when
+ * scenario is another. */
+int kinds_scenario(const char *scenario, int argc, char **argv);
+
 /* spanctx_scenario launches f under span contexts (app_spanctx.c). */
 int spanctx_scenario(void *f);
 /* spanctx_bench_setup sets a span context for the bench scenario when

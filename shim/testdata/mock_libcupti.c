@@ -7,6 +7,13 @@
  * at API exit and a kernel record (start = the mock's clock, 1 us long) is
  * queued for the next flush.
  *
+ * Kernels by name, as the real CUPTI was seen or documented to report
+ * launch kinds: a name with "nested" is launched through a second,
+ * nested entry point (the callback comes twice, the record carries the
+ * inner call's correlation id); "untimed" gets 0 timestamps; "cdp"
+ * launches two children from the device (CDP kernel records, kind 18,
+ * with the host launch's correlation id).
+ *
  * MOCK_CUPTI_FAIL=enable makes cuptiActivityEnable fail (fail-open test).
  * MOCK_CUPTI_FLUSH=forced hands records over only in a forced flush (as if
  * every kernel ran until then).
@@ -59,31 +66,47 @@ static void callback(cb_fn cb, void *ud, uint32_t site, uint32_t c)
 	cb(ud, 1, 307, d);
 }
 
+/* queue_record queues one kernel record (mu held): CONCURRENT_KERNEL
+ * (CUpti_ActivityKernel9's offsets) or CDP_KERNEL (CUpti_ActivityCdpKernel's). */
+static void queue_record(uint32_t kind, const char *name, uint32_t c, uint64_t start, uint64_t end)
+{
+	if (!kernels_on || nq >= MAXQ)
+		return;
+	uint8_t *r = queue[nq];
+	int cdp = kind == 18;
+	memset(r, 0, REC);
+	memcpy(r, &kind, 4);
+	memcpy(r + (cdp ? 8 : 16), &start, 8);
+	memcpy(r + (cdp ? 16 : 24), &end, 8);
+	memcpy(r + (cdp ? 76 : 92), &c, 4);
+	snprintf(names[nq], sizeof names[nq], "%s", name);
+	const char *np = names[nq];
+	memcpy(r + (cdp ? 136 : 104), &np, sizeof np);
+	nq++;
+}
+
 static void on_launch(const char *name)
 {
 	pthread_mutex_lock(&mu);
-	uint32_t c = ++corr;
+	uint32_t c = ++corr, inner = strstr(name, "nested") ? ++corr : c;
 	cb_fn cb = subscribed && launch_cb_on ? sub_cb : NULL;
 	void *ud = sub_ud;
 	pthread_mutex_unlock(&mu);
 	if (cb)
 		callback(cb, ud, 0, c); /* API entry */
+	if (cb && inner != c)
+		callback(cb, ud, 0, inner); /* the nested entry point's */
 	pthread_mutex_lock(&mu);
-	if (kernels_on && nq < MAXQ) {
-		uint8_t *r = queue[nq];
-		memset(r, 0, REC);
-		uint32_t kind = 10; /* CONCURRENT_KERNEL */
-		uint64_t start = now(), end = start + 1000;
-		memcpy(r, &kind, 4);
-		memcpy(r + 16, &start, 8);
-		memcpy(r + 24, &end, 8);
-		memcpy(r + 92, &c, 4);
-		snprintf(names[nq], sizeof names[nq], "%s", name);
-		const char *np = names[nq];
-		memcpy(r + 104, &np, sizeof np);
-		nq++;
-	}
+	uint64_t start = now(), end = start + 1000;
+	if (strstr(name, "untimed"))
+		start = end = 0;
+	queue_record(10, name, inner, start, end);
+	if (strstr(name, "cdp"))
+		for (int i = 0; i < 2; i++)
+			queue_record(18, "_Z9cdp_childv", c, start + 100 + 300 * (uint64_t)i, start + 300 + 300 * (uint64_t)i);
 	pthread_mutex_unlock(&mu);
+	if (cb && inner != c)
+		callback(cb, ud, 1, inner);
 	if (cb)
 		callback(cb, ud, 1, c); /* API exit */
 }
@@ -143,7 +166,9 @@ EXPORT int cuptiActivityFlushAll(uint32_t flags)
 	memmove(names, names[i], (size_t)(nq - i) * 256);
 	for (uint32_t j = 0; j < nq - i; j++) { /* the names moved: point the records at them again */
 		const char *np = names[j];
-		memcpy(queue[j] + 104, &np, sizeof np);
+		uint32_t kind;
+		memcpy(&kind, queue[j], 4);
+		memcpy(queue[j] + (kind == 18 ? 136 : 104), &np, sizeof np);
 	}
 	nq -= i;
 	pthread_mutex_unlock(&mu);

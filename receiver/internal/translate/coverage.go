@@ -111,6 +111,8 @@ func (wt *windowTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestam
 			{"gpuprobe.receiver.windows.unmatched", "{window}", "Driver windows of no known launch (the shim found none, unknown launch id or graph node, duplicate, or began before the launch call).", c.WindowsUnmatched},
 			{"gpuprobe.receiver.windows.missing", "{launch}", "Launches emitted without a driver window while their client's windows were on.", c.WindowsMissing},
 			{"gpuprobe.receiver.windows.dropped", "{window}", "Driver windows the shim lost (CUPTI's dropped count, full ring).", c.WindowsDropped},
+			{"gpuprobe.receiver.windows.untimed", "{launch}", "Launches the driver ran without timestamps (CUPTI gave its kernel record none): no window, for that reason.", c.WindowsUntimed},
+			{"gpuprobe.receiver.windows.device_launched", "{window}", "Driver windows of kernels launched by kernels (dynamic parallelism), apart from their host launch's own.", c.WindowsDevice},
 		} {
 			dp := newSum(sm, m.name, m.unit, m.desc).AppendEmpty()
 			dp.SetStartTimestamp(wt.cover.start)

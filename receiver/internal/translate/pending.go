@@ -51,6 +51,7 @@ type gpuTimes struct {
 type monoWindow struct {
 	start, end uint64
 	ok         bool
+	untimed    bool // the driver ran it but gave it no timestamps (record.WindowUntimed)
 }
 
 // hostLink ties a launch to what ran over it on its host thread: its host

@@ -37,6 +37,8 @@ type WindowCounters struct {
 	WindowsLate      uint64 // windows whose launch was emitted already
 	WindowsUnmatched uint64 // windows of no known launch: NO_LAUNCH, unknown launch id or graph node, duplicates, before their launch call
 	WindowsMissing   uint64 // launches emitted without a window while their client's windows were on
+	WindowsUntimed   uint64 // launches the driver ran without timestamps (an UNTIMED window)
+	WindowsDevice    uint64 // windows of kernels launched by kernels (dynamic parallelism)
 	WindowsDropped   uint64 // windows the shim lost (WindowState.Dropped)
 	WindowStates     uint64 // changes of a client's windows state
 }
@@ -134,7 +136,7 @@ func (wt *windowTable) addNode(src uint32, g *graphGroup, l *launch, k *kernel) 
 // NO_WINDOW (windows paused by their rate cap, or no correlation id), the
 // launch call succeeded, and it has waited less than Options.WindowWait.
 func (wt *windowTable) waits(l *launch, now time.Time) bool {
-	return !l.gpu.win.ok && l.rec.Flags&record.LaunchNoWindow == 0 && l.rec.Result == 0 &&
+	return !l.gpu.win.ok && !l.gpu.win.untimed && l.rec.Flags&record.LaunchNoWindow == 0 && l.rec.Result == 0 &&
 		now.Sub(l.created) < wt.o.Windows.Wait && wt.on(l.key.src)
 }
 
@@ -156,6 +158,20 @@ func (wt *windowTable) match(src uint32, w *record.Window, pending *launch) *lau
 	var l *launch
 	out := matchUnknown
 	switch {
+	case w.Flags&record.WindowDeviceLaunched != 0:
+		// A child of a dynamic-parallelism launch: never its parent's
+		// own window.
+		wt.counters.WindowsDevice++
+		return nil
+	case w.Flags&record.WindowUntimed != 0:
+		// The driver ran the kernel untimed: its launch stops waiting
+		// and is counted untimed, not missing.
+		if pending != nil && !pending.gpu.win.ok && w.Flags&record.WindowNoLaunch == 0 {
+			pending.gpu.win.untimed = true
+			return pending
+		}
+		wt.counters.WindowsUnmatched++
+		return nil
 	case w.Flags&record.WindowNoLaunch != 0:
 	case w.Flags&record.WindowGraph != 0:
 		var cg *clientGroups
@@ -227,7 +243,10 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 	if l.rec.Result != 0 {
 		return // nothing ran
 	}
-	if state == record.WindowsOn && !l.gpu.win.ok && l.rec.Flags&record.LaunchNoWindow == 0 {
+	switch {
+	case l.gpu.win.untimed && !l.gpu.win.ok:
+		wt.counters.WindowsUntimed++
+	case state == record.WindowsOn && !l.gpu.win.ok && l.rec.Flags&record.LaunchNoWindow == 0:
 		wt.counters.WindowsMissing++
 	}
 	rt := l.route()

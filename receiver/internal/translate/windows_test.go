@@ -118,6 +118,15 @@ func TestDriverWindows(t *testing.T) {
 			winSteps[3], [2]uint64{}, nil, WindowCounters{WindowsUnmatched: 1, WindowsMissing: 1, WindowStates: 1}, 0},
 		{"duplicate: the first stays", true, []rec{windowsOn, unprobed, win, window(9, 20_000, 0)}, nil,
 			winSteps[1], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowsUnmatched: 1, WindowStates: 1}, 0},
+		{"untimed by the driver: no wait, counted untimed", false, []rec{windowsOn, unprobed,
+			shim(&record.Window{LaunchID: 9, NameHash: record.NameHash(k), Correlation: 5, Flags: record.WindowUntimed})}, nil,
+			winSteps[1], [2]uint64{}, nil, WindowCounters{WindowsUntimed: 1, WindowStates: 1}, 0},
+		{"untimed of no launch: unmatched", false, []rec{windowsOn, unprobed,
+			shim(&record.Window{NameHash: record.NameHash(k), Flags: record.WindowUntimed | record.WindowNoLaunch})}, nil,
+			winSteps[3], [2]uint64{}, nil, WindowCounters{WindowsUnmatched: 1, WindowsMissing: 1, WindowStates: 1}, 0},
+		{"device-launched children are not the parent's window", false, []rec{windowsOn, unprobed,
+			window(9, 10_600, record.WindowDeviceLaunched), window(9, 10_700, record.WindowDeviceLaunched), win}, nil,
+			winSteps[1], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowsDevice: 2, WindowStates: 1}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
