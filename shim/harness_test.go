@@ -42,7 +42,7 @@ var (
 )
 
 // cflags are the shim's compiler flags (the same as shim/shim.mk).
-var cflags = []string{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
+var cflags = []string{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fno-omit-frame-pointer",
 	"-Isrc", "-I../shm/include", "-I../record/include"}
 
 func gcc(args ...string) error {
