@@ -13,7 +13,7 @@ import (
 // (checked against each version's headers by python_test.go).
 type codeLayout struct {
 	filename, name, qualname, firstlineno, linetable, adaptive int // qualname, adaptive: -1 in 3.10
-	ascii, compact                                              int // sizeof PyASCIIObject, PyCompactUnicodeObject
+	ascii, compact                                             int // sizeof PyASCIIObject, PyCompactUnicodeObject
 }
 
 // codeLayouts are the supported versions' layouts, by major << 8 | minor.
