@@ -23,5 +23,6 @@ func (c *Config) AgentSettings() agentwire.Settings {
 	if st.Flags != 0 {
 		st.FlushPeriod = c.PollInterval
 	}
+	st.StacksPerSecond = c.Sampling.StacksPerSecond
 	return st
 }

@@ -142,6 +142,11 @@ type SamplingConfig struct {
 	// whole process (WELCOME device_max_per_second), so each kernel and the
 	// process stay within N. Launches of CUDA graphs are always probed.
 	DeviceMaxPerSecond uint32 `mapstructure:"device_max_per_second"`
+	// StacksPerSecond is how many launches a second of each process carry
+	// their thread's stack (native and Python frames, taken by the shim at
+	// about a microsecond each; 0: none, at most 10000). The trace policy
+	// keeps a launch with a stack before the kernel's head bound.
+	StacksPerSecond uint32 `mapstructure:"stacks_per_second"`
 	// TracesPerSecondPerKernel, TracesPerSecondPerProcess and
 	// TracesPerSecondPerNode bound the traces of ordinary launches (head
 	// sampling, after OneIn and MinDuration): token buckets of that rate
@@ -300,6 +305,9 @@ const (
 	// always-on use: a launch-bound loop of a patched kernel then costs
 	// what the shim and the windows cost.
 	DefaultDeviceMaxPerSecond = 100
+	// DefaultStacksPerSecond is sampling::traces_per_second_per_process's
+	// default: each process's kept traces can all carry a stack.
+	DefaultStacksPerSecond = 10
 	// The trace policy's defaults (sampling::traces_per_second_*,
 	// anomalies_per_second_*, slow_factor, host_wait_threshold): about a
 	// hundred traces a second for a whole node, whatever its launch rate.
@@ -333,7 +341,7 @@ func Default() *Config {
 			MaxRingMemoryPerUID: DefaultMaxRingMemoryPerUID,
 		},
 		Probes: ProbesConfig{KernelPhases: true},
-		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1, DeviceMaxPerSecond: DefaultDeviceMaxPerSecond,
+		Sampling: SamplingConfig{OneIn: 1, DeviceOneIn: 1, DeviceMaxPerSecond: DefaultDeviceMaxPerSecond, StacksPerSecond: DefaultStacksPerSecond,
 			TracesPerSecondPerKernel: DefaultTracesPerKernel, TracesPerSecondPerProcess: DefaultTracesPerProcess,
 			TracesPerSecondPerNode: DefaultTracesPerNode, AnomaliesPerSecondPerProcess: DefaultAnomaliesPerProcess,
 			AnomaliesPerSecondPerNode: DefaultAnomaliesPerNode, SlowFactor: DefaultSlowFactor,

@@ -46,7 +46,7 @@ func TestLoadYAML(t *testing.T) {
 					"settings":  {"0": []any{1, 255}, "0x2": uint64(18446744073709551615)},
 					"threshold": {"1": "0x10"}}}}
 			c.Kernels = KernelsConfig{Include: []string{"^matmul", "gemm"}, Exclude: []string{"warmup"}}
-			c.Sampling = SamplingConfig{OneIn: 10, DeviceOneIn: 8, DeviceMaxPerSecond: 200, MinDuration: 5 * time.Microsecond,
+			c.Sampling = SamplingConfig{OneIn: 10, DeviceOneIn: 8, DeviceMaxPerSecond: 200, StacksPerSecond: 20, MinDuration: 5 * time.Microsecond,
 				TracesPerSecondPerKernel: 0.5, TracesPerSecondPerProcess: 20, AnomaliesPerSecondPerProcess: 5,
 				AnomaliesPerSecondPerNode: 25, SlowFactor: 8, HostWaitThreshold: 2 * time.Millisecond}
 			c.Buffers = BuffersConfig{RingSlots: 4096, SlotSize: 256, MaxThreads: 65536, MapEntries: 512}
@@ -144,6 +144,8 @@ func TestValidateErrors(t *testing.T) {
 		{"device_one_in zero", func(c *Config) { c.Sampling.DeviceOneIn = 0 }, "sampling::device_one_in: must be ≥ 1, got 0"},
 		{"device_max_per_second too high", func(c *Config) { c.Sampling.DeviceMaxPerSecond = 2000000 },
 			"sampling::device_max_per_second: must be ≤ 1000000 (0: no limit), got 2000000"},
+		{"stacks_per_second too high", func(c *Config) { c.Sampling.StacksPerSecond = 20000 },
+			"sampling::stacks_per_second: must be ≤ 10000 (0: none), got 20000"},
 		{"min_duration negative", func(c *Config) { c.Sampling.MinDuration = -time.Second }, "sampling::min_duration: must be between 0s and 1h0m0s, got -1s"},
 		{"traces_per_second_per_node negative", func(c *Config) { c.Sampling.TracesPerSecondPerNode = -1 },
 			"sampling::traces_per_second_per_node: must be between 0 (no limit) and 1e+06, got -1"},

@@ -34,6 +34,7 @@ const (
 	maxMapKeysCap     = 1 << 16
 	maxSpanRate       = 10000000 // limits::spans_per_second
 	maxDeviceRate     = 1000000  // sampling::device_max_per_second: a gap of at least 1 µs
+	maxStackRate      = 10000    // sampling::stacks_per_second: at most about 1% of a core
 	minPollInterval   = 100 * time.Microsecond
 	maxPollInterval   = time.Minute
 	minShutdown       = 100 * time.Millisecond // shutdown_timeout
@@ -98,6 +99,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sampling.DeviceMaxPerSecond > maxDeviceRate {
 		l.add("sampling::device_max_per_second", "must be ≤ %d (0: no limit), got %d", maxDeviceRate, c.Sampling.DeviceMaxPerSecond)
+	}
+	if c.Sampling.StacksPerSecond > maxStackRate {
+		l.add("sampling::stacks_per_second", "must be ≤ %d (0: none), got %d", maxStackRate, c.Sampling.StacksPerSecond)
 	}
 	if d := c.Sampling.MinDuration; d < 0 || d > maxMinDuration {
 		l.add("sampling::min_duration", "must be between 0s and %s, got %s", maxMinDuration, d)

@@ -41,6 +41,7 @@ const (
 	TypeWindow      Type = 12 // Window: one kernel's device window, timed by the driver (CUPTI)
 	TypeWindowState Type = 13 // WindowState: device windows turned on or off
 	TypeSpanContext Type = 14 // SpanContext: the application span a thread's launches run under
+	TypeStack       Type = 15 // Stack: the launching thread's stack of a sampled launch
 )
 
 // Version is the layout version of every type defined here.
@@ -76,6 +77,7 @@ var typeNames = [...]string{
 	TypeWindow:      "window",
 	TypeWindowState: "window_state",
 	TypeSpanContext: "span_context",
+	TypeStack:       "stack",
 }
 
 // Prefix is the common 8-byte prefix of every record.

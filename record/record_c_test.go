@@ -81,6 +81,13 @@ int main(void) {
 	for (int i = 0; i < 16; i++) sc.trace_id[i] = (uint8_t)(0xa0 + i);
 	for (int i = 0; i < 8; i++) sc.span_id[i] = (uint8_t)(0xb0 + i);
 	sc.flags = GP_TRACE_FLAG_SAMPLED; sc.source = GP_SPANCTX_THREAD; out(&sc, sizeof sc);
+
+	size_t ssz = sizeof(struct gp_rec_stack) + 4 * 8;
+	struct gp_rec_stack *st = calloc(1, ssz); PREFIX(*st, GP_REC_STACK, ssz);
+	st->launch_id = 7; st->pid = 100; st->tid = 101; st->part = 1; st->flags = GP_STACK_F_LAST | GP_STACK_F_NATIVE_CUT;
+	st->native = 2; st->python = 1; st->py_version = 0x030b;
+	st->words[0] = 0x401000; st->words[1] = 0x7f0000001234; st->words[2] = 0x7f0000100000; st->words[3] = 0x7f00001000a6;
+	out(st, ssz);
 	return 0;
 }
 `
@@ -109,6 +116,10 @@ func cConstants() string {
 		{"GP_REC_SPAN_CONTEXT", uint32(TypeSpanContext)}, {"sizeof(struct gp_rec_span_context)", SpanContextSize},
 		{"GP_SPANCTX_NONE", uint32(SpanContextNone)}, {"GP_SPANCTX_THREAD", uint32(SpanContextThread)},
 		{"GP_SPANCTX_ENV", uint32(SpanContextEnv)}, {"GP_TRACE_FLAG_SAMPLED", TraceFlagSampled},
+		{"GP_REC_STACK", uint32(TypeStack)}, {"sizeof(struct gp_rec_stack)", StackHeaderSize},
+		{"GP_STACK_F_LAST", uint32(StackLast)}, {"GP_STACK_F_NATIVE_CUT", uint32(StackNativeCut)},
+		{"GP_STACK_F_PYTHON_CUT", uint32(StackPythonCut)}, {"GP_STACK_F_PY_UNKNOWN", uint32(StackPythonUnknown)},
+		{"GP_STACK_MAX_WORDS", MaxStackWords},
 	} {
 		fmt.Fprintf(&b, "_Static_assert(%s == %d, %q);\n", c.c, c.v, c.c)
 	}

@@ -32,6 +32,8 @@ func sampleRecords() []decoder {
 		&WindowState{TimeNS: 1500, State: WindowsUnavailable, Reason: WindowsReasonAPIError, Detail: 17, Dropped: 3},
 		&SpanContext{PID: 100, TID: 101, TraceID: [16]byte{0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf},
 			SpanID: [8]byte{0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7}, Flags: TraceFlagSampled, Source: SpanContextThread},
+		&Stack{LaunchID: 7, PID: 100, TID: 101, Part: 1, Flags: StackLast | StackNativeCut, PyVersion: 0x030b,
+			Native: []uint64{0x401000, 0x7f0000001234}, Python: []PyFrame{{Code: 0x7f0000100000, Instr: 0x7f00001000a6}}},
 	}
 }
 
@@ -96,7 +98,7 @@ func mutate(rec decoder, fn func(b []byte)) []byte {
 func TestDecodeErrors(t *testing.T) {
 	s := sampleRecords()
 	launch, name, warp, memcpy, sync, calib, tc, exec := s[0], s[1], s[3], s[5], s[6], s[7], s[8], s[10]
-	window, state, spanCtx := s[11], s[12], s[13]
+	window, state, spanCtx, stack := s[11], s[12], s[13], s[14]
 	u16 := func(off int, v uint16) func([]byte) {
 		return func(b []byte) { binary.LittleEndian.PutUint16(b[off:], v) }
 	}
@@ -153,6 +155,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"span context zero span", &SpanContext{}, mutate(spanCtx, func(b []byte) { clear(b[32:40]) }), "span_id", 32, "must be nonzero with source thread"},
 		{"span context none with ids", &SpanContext{}, mutate(spanCtx, func(b []byte) { b[41] = 0 }), "trace_id", 16, "must be zero with source none"},
 		{"span context wrong size", &SpanContext{}, append(mutate(spanCtx, u32(4, 56)), make([]byte, 8)...), "size", 4, "must be 48, got 56"},
+		{"stack flags", &Stack{}, mutate(stack, func(b []byte) { b[25] = 0x10 }), "flags", 25, "unknown flags 0x10"},
+		{"stack reserved", &Stack{}, mutate(stack, u16(30, 1)), "reserved", 30, "must be zero"},
+		{"stack count vs size", &Stack{}, mutate(stack, func(b []byte) { b[26] = 3 }), "size", 4, "must be 72 for 3 native and 1 Python frames, got 64"},
 		{"thread count zero", &ThreadCount{}, mutate(tc, u32(20, 0)), "count", 20, "must be 1..65536, got 0"},
 		{"thread count vs size", &ThreadCount{}, mutate(tc, u32(20, 2)), "size", 4, "must be 40 for count 2, got 48"},
 	}
@@ -207,7 +212,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(r.Append(nil))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}, &Window{}, &WindowState{}, &SpanContext{}} {
+		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}, &Window{}, &WindowState{}, &SpanContext{}, &Stack{}} {
 			if err := d.Decode(b); err != nil {
 				continue
 			}

@@ -69,6 +69,11 @@
 #                                  launch a window or a counted reason,
 #                                  one row per kind (needs
 #                                  bin/otelcol-gpuprobe, nvcc, python3)
+#                     stacks       scripts/gpu/stacks.sh: launch stacks of a
+#                                  PyTorch training step (top Python frame
+#                                  on three known lines, native frames
+#                                  symbolised, step time against plain;
+#                                  needs bin/otelcol-gpuprobe, python3, torch)
 #                     gpuhash      bin/ptx-gpu.test (jit/ptx's tests of
 #                                  build tag gpu): the GPU hash map (type
 #                                  1501) on the device: a warp inserting one
@@ -90,7 +95,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,gpuhash
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gpuhash
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -156,6 +161,7 @@ needs() {
 	frameworkcost) need=($g/framework-cost.sh "${col[@]}" $g/launchbound.py $g/lib_collector.sh) ;;
 	gpuhash) need=(bin/ptx-gpu.test) ;;
 	kinds) need=($g/kinds.sh "${col[@]}" $g/lib_metrics.py $cuda/kinds/{cdp,coop,attrs,graphdev}.cu) ;;
+	stacks) need=($g/stacks.sh "${col[@]}" $g/stackstep.py $g/lib_traces.py) ;;
 	nodescale) need=($g/node-scale.sh "${col[@]}" $g/launchbound.py $g/torchstep.py $g/lib_metrics.py) ;;
 	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
@@ -328,6 +334,8 @@ want sanitizer && tailstep "SASS route (Compute Sanitizer)" sanitizer.log '^sani
 	env SANITIZER_OUT="$out/gpu-sanitizer" bash scripts/gpu/sanitizer.sh
 want frameworkcost && tailstep "launch-bound frameworks' cost" frameworkcost.log '^framework-cost\|^|' \
 	env FW_OUT="$out/gpu-framework-cost" bash scripts/gpu/framework-cost.sh
+want stacks && tailstep "launch stacks (PyTorch step)" stacks.log '^gpu-stacks' \
+	env STACKS_OUT="$out/gpu-stacks" bash scripts/gpu/stacks.sh
 want gpuhash && tailstep "GPU hash map (type 1501)" gpuhash.log '^=== RUN' \
 	bin/ptx-gpu.test -test.run 'GPUHashDevice' -test.v
 want kinds && tailstep "launch kinds: window or reason" kinds.log '^kinds (' \

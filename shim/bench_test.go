@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/shm"
 )
 
@@ -210,6 +211,21 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 		if testing.Verbose() {
 			fmt.Printf("recording: %d launches, %d records read, %d dropped\n", launches, read.Load(), ringDropped(a))
 		}
+	})
+	// stacks: every launch takes its stack (a rate far over any launch
+	// rate), so the difference from "recording" is one stack's cost.
+	b.Run("stacks", func(b *testing.B) {
+		a := startAgent(b, 128, 1<<16, agent.Options{Settings: agentwire.Settings{StacksPerSecond: 1 << 30}})
+		stop, wg, read := make(chan struct{}), &sync.WaitGroup{}, &atomic.Uint64{}
+		wg.Add(1)
+		go drain(a, stop, wg, read)
+		stopDrain := sync.OnceFunc(func() { close(stop); wg.Wait() })
+		b.Cleanup(stopDrain)
+		shims := benchShims(b, bin)
+		plain := launchRounds(b, bin, rounds, b.N, shims, func(s string) []string { return shimEnv(s, a.path) })
+		a.waitGone(b, rounds*len(shims))
+		stopDrain()
+		reportLaunch(b, plain, shims)
 	})
 	b.Run("first-lap", func(b *testing.B) {
 		n := min(b.N, 60000)

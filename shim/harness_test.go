@@ -43,7 +43,7 @@ var (
 )
 
 // cflags are the shim's compiler flags (the same as shim/shim.mk).
-var cflags = []string{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
+var cflags = []string{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fno-omit-frame-pointer",
 	"-Isrc", "-I../shm/include", "-I../record/include"}
 
 func gcc(args ...string) error {
@@ -248,6 +248,7 @@ type stream struct {
 	spanCtx  []record.SpanContext
 	threadSC map[uint32]record.SpanContext
 	copyCtx  []record.SpanContext // each memcpy's, by index of memcpys
+	stacks   []record.Stack
 }
 
 // readRing decodes the records of rings, read in turn (nil ones skipped).
@@ -299,6 +300,11 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 			var sc record.SpanContext
 			if derr = sc.Decode(r.Payload); derr == nil {
 				st.threadSC[sc.TID] = sc
+			}
+		case record.TypeStack:
+			var s record.Stack
+			if derr = s.Decode(r.Payload); derr == nil {
+				st.stacks = append(st.stacks, s)
 			}
 		case record.TypeKernelName:
 			var k record.KernelName

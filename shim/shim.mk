@@ -8,7 +8,9 @@
 #	build: bin/libgpuprobe.so
 #
 SHIM_CC ?= gcc
-SHIM_CFLAGS ?= -O2 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden
+# -fno-omit-frame-pointer: a sampled launch's stack walk (stack.c) passes
+# through the shim's own frames to the application's.
+SHIM_CFLAGS ?= -O2 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden -fno-omit-frame-pointer
 # selftime.c is empty without GP_SELFTIME; left out of the production build
 # so that even its symbol table is unchanged by it.
 SHIM_SELFTIME_SRC := shim/src/selftime.c

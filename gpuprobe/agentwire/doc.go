@@ -15,10 +15,11 @@
 //
 //	off size field
 //	  0  u32  magic    0x41425047, the bytes "GPBA"
-//	  4  u16  version  protocol version, 4 (version 1 had no descriptor
+//	  4  u16  version  protocol version, 5 (version 1 had no descriptor
 //	                   flags, version 2 a 24-byte PATCHED header, version
 //	                   3 8 bytes of WELCOME settings with the SASS rate in
-//	                   16 bits; their peers are answered with ERROR code 4)
+//	                   16 bits, version 4 a reserved last settings word;
+//	                   their peers are answered with ERROR code 4)
 //	  6  u16  type     1 HELLO, 2 WELCOME, 3 ERROR, 4 PATCH, 5 PATCHED,
 //	                   6 NOPATCH (others reserved)
 //	  8  u32  length   payload bytes that follow (<= 65536)
@@ -111,7 +112,10 @@
 //	                                 sampling::device_max_per_second (config's
 //	                                 SamplingConfig says how the route spends
 //	                                 it); 0: no limit
-//	           12  u32  reserved     0
+//	           12  u32  stacks_per_second  sampling::stacks_per_second:
+//	                                 launches a second of the process that
+//	                                 carry their thread's stack (record
+//	                                 type 15); 0: none
 //
 // The client maps each descriptor MAP_SHARED (region_size bytes) and checks
 // its shm header (gpbr_check in shm/include/gpuprobe_shm.h) before use,

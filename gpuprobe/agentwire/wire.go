@@ -13,7 +13,7 @@ import (
 // Protocol constants (see the package comment).
 const (
 	Magic          = 0x41425047 // "GPBA" little-endian
-	Version        = 4          // protocol version (2: descriptor flags, headerless regions; 3: PATCHED's device_max_per_second; 4: 16-byte WELCOME settings)
+	Version        = 5          // protocol version (2: descriptor flags, headerless regions; 3: PATCHED's device_max_per_second; 4: 16-byte WELCOME settings; 5: their stacks_per_second)
 	FrameHeader    = 12         // bytes of a frame header
 	MaxPayload     = 65536      // largest frame payload
 	MaxNameLen     = 256        // largest process name in HELLO
@@ -152,8 +152,8 @@ type Welcome struct {
 
 // Settings are the collector's wishes a WELCOME carries after its
 // descriptors (SettingsSize bytes: u32 flags, u32 flush period in µs, u32
-// device_max_per_second, u32 reserved; a WELCOME without them asks for
-// nothing optional).
+// device_max_per_second, u32 stacks_per_second; a WELCOME without them
+// asks for nothing optional).
 type Settings struct {
 	Flags SettingFlags // optional recording the collector asks for
 	// FlushPeriod is how often device windows and SASS records are handed
@@ -162,6 +162,9 @@ type Settings struct {
 	// DeviceMaxPerSecond is sampling::device_max_per_second, for the SASS
 	// route (with SettingSASS): 0, no limit.
 	DeviceMaxPerSecond uint32
+	// StacksPerSecond is sampling::stacks_per_second: launches a second of
+	// each process that carry their thread's stack (0: none).
+	StacksPerSecond uint32
 }
 
 // SettingFlags are the bits of Settings.Flags.
@@ -393,7 +396,7 @@ func MarshalWelcome(w Welcome) ([]byte, error) {
 	p = le.AppendUint32(p, uint32(st.Flags))
 	p = le.AppendUint32(p, us)
 	p = le.AppendUint32(p, st.DeviceMaxPerSecond)
-	p = le.AppendUint32(p, 0)
+	p = le.AppendUint32(p, st.StacksPerSecond)
 	return AppendFrame(nil, FrameWelcome, p), nil
 }
 
@@ -418,11 +421,8 @@ func UnmarshalWelcome(p []byte) (Welcome, error) {
 		if f := SettingFlags(le.Uint32(s)); f&^knownSettings != 0 {
 			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("settings flags %#x at payload offset %d: only %#x are defined", f, end, knownSettings)}
 		}
-		if r := le.Uint32(s[12:]); r != 0 {
-			return w, &ProtocolError{CodeProtocol, fmt.Sprintf("settings reserved %#x at payload offset %d, want 0", r, end+12)}
-		}
 		w.Settings = Settings{Flags: SettingFlags(le.Uint32(s)), FlushPeriod: time.Duration(le.Uint32(s[4:])) * time.Microsecond,
-			DeviceMaxPerSecond: le.Uint32(s[8:])}
+			DeviceMaxPerSecond: le.Uint32(s[8:]), StacksPerSecond: le.Uint32(s[12:])}
 	}
 	for i := uint32(0); i < n; i++ {
 		d := p[8+i*DescriptorSize : 8+(i+1)*DescriptorSize]

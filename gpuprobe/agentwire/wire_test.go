@@ -36,7 +36,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{Role: RoleMap, Kind: shm.KindPerThreadArray, RegionSize: 1 << 20, ID: 2, Name: strings.Repeat("m", MaxRegionName)},
 		{Role: RoleKernelMap, Kind: shm.KindArray, Flags: FlagNoHeader, RegionSize: 4096, Name: "launch_clock"},
 		{Role: RoleClock, Kind: shm.KindArray, RegionSize: 4096, ID: 3, Name: "clock"},
-	}, Settings: Settings{Flags: SettingWindows | SettingSASS, DeviceMaxPerSecond: 70000, FlushPeriod: 250 * time.Millisecond}}
+	}, Settings: Settings{Flags: SettingWindows | SettingSASS, DeviceMaxPerSecond: 70000, FlushPeriod: 250 * time.Millisecond, StacksPerSecond: 50}}
 	b, err := MarshalWelcome(w)
 	if err != nil {
 		t.Fatal(err)
@@ -45,11 +45,12 @@ func TestWireRoundTrip(t *testing.T) {
 		t.Fatalf("WELCOME is %d bytes", len(b))
 	}
 	// The settings follow the descriptors, a field each: flags, the flush
-	// period in µs, device_max_per_second in full (over 16 bits here), 0.
+	// period in µs, device_max_per_second in full (over 16 bits here),
+	// stacks_per_second.
 	st := b[len(b)-SettingsSize:]
 	le := binary.LittleEndian
-	if f, us, rate, r := le.Uint32(st), le.Uint32(st[4:]), le.Uint32(st[8:]), le.Uint32(st[12:]); f != 3 || us != 250000 || rate != 70000 || r != 0 {
-		t.Fatalf("settings %#x %d %d %d, want 0x3 250000 70000 0", f, us, rate, r)
+	if f, us, rate, r := le.Uint32(st), le.Uint32(st[4:]), le.Uint32(st[8:]), le.Uint32(st[12:]); f != 3 || us != 250000 || rate != 70000 || r != 50 {
+		t.Fatalf("settings %#x %d %d %d, want 0x3 250000 70000 50", f, us, rate, r)
 	}
 	// A WELCOME without settings (an older collector) asks for nothing.
 	if got, err := UnmarshalWelcome(b[FrameHeader : len(b)-SettingsSize]); err != nil || got.Settings != (Settings{}) || len(got.Regions) != 4 {
@@ -59,11 +60,11 @@ func TestWireRoundTrip(t *testing.T) {
 	if _, err := UnmarshalWelcome(b[FrameHeader : len(b)-4]); err == nil {
 		t.Fatal("a WELCOME with 4 bytes of settings was accepted")
 	}
-	// The documented byte layout: version 4 at frame offset 4; descriptor
+	// The documented byte layout: version 5 at frame offset 4; descriptor
 	// 1's region_size at payload 8+64+8; descriptor 2's role at payload
 	// 8+128 and its flags (bit 0: no header) at 8+128+6.
-	if v := le.Uint16(b[4:]); v != 4 {
-		t.Fatalf("frame version %d, want 4", v)
+	if v := le.Uint16(b[4:]); v != 5 {
+		t.Fatalf("frame version %d, want 5", v)
 	}
 	if v := le.Uint64(b[FrameHeader+8+DescriptorSize+8:]); v != 1<<20 {
 		t.Fatalf("region_size field holds %d", v)
@@ -132,12 +133,6 @@ func TestWireRejects(t *testing.T) {
 			return err
 		}(), "is not a whole number of microseconds from 0"},
 		{"unknown setting flag", func() error { _, err := MarshalWelcome(Welcome{Settings: Settings{Flags: 16}}); return err }(), "settings flags 0x10"},
-		{"settings reserved", func() error {
-			b, _ := MarshalWelcome(Welcome{Settings: Settings{Flags: SettingSASS}})
-			b[len(b)-1] = 1
-			_, err := UnmarshalWelcome(b[FrameHeader:])
-			return err
-		}(), "settings reserved 0x1000000 at payload offset 20"},
 		{"long region name", func() error {
 			_, err := MarshalWelcome(Welcome{Regions: []RegionInfo{{Name: strings.Repeat("x", 41)}}})
 			return err
@@ -159,7 +154,7 @@ func TestWireRejects(t *testing.T) {
 			b[4] = 1
 			_, _, err := ReadFrame(bytes.NewReader(b))
 			return err
-		}(), "protocol version 1 at offset 4, this side speaks 4"},
+		}(), "protocol version 1 at offset 4, this side speaks 5"},
 		{"error length lies", UnmarshalError([]byte{1, 0, 0, 0, 9, 0, 0, 0, 'a'}), "msg_len 9"},
 		{"long service name", func() error {
 			_, err := MarshalHello(Hello{Flags: HelloResource, ServiceName: strings.Repeat("s", MaxServiceName+1)})

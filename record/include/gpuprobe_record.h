@@ -32,6 +32,7 @@ enum gp_rec_type {
 	GP_REC_WINDOW = 12,
 	GP_REC_WINDOW_STATE = 13,
 	GP_REC_SPAN_CONTEXT = 14,
+	GP_REC_STACK = 15,
 };
 
 /* Common 8-byte prefix. */
@@ -316,6 +317,36 @@ struct gp_rec_span_context {
 	uint32_t reserved1;   /* zero */
 };
 
+/* Stack flags (gp_rec_stack.flags). */
+#define GP_STACK_F_LAST 1u        /* the last part of the stack */
+#define GP_STACK_F_NATIVE_CUT 2u  /* the native walk stopped at its depth bound */
+#define GP_STACK_F_PYTHON_CUT 4u  /* the Python walk stopped at its depth bound */
+#define GP_STACK_F_PY_UNKNOWN 8u  /* a CPython of unknown or unverified layout: no Python frames */
+/* The most words one stack record carries. */
+#define GP_STACK_MAX_WORDS 255u
+
+/* Type 15, 32 + 8 * (native + 2 * python) bytes: one part of the launching
+ * thread's stack of a sampled launch, written by the shim into the launch
+ * ring on that thread just before the launch record of launch_id. A stack
+ * longer than a ring slot is cut into parts numbered from 0, the last one
+ * flagged GP_STACK_F_LAST. words: native return addresses (innermost
+ * first, the shim's own frames left out), then per Python frame (innermost
+ * first) the code object's address and the frame's instruction pointer
+ * (3.11+: the _Py_CODEUNIT address; 3.10: f_lasti). */
+struct gp_rec_stack {
+	struct gp_rec_prefix h;
+	uint64_t launch_id;
+	uint32_t pid;
+	uint32_t tid;
+	uint8_t part;        /* from 0 */
+	uint8_t flags;       /* GP_STACK_F_* */
+	uint8_t native;      /* native frames in this part */
+	uint8_t python;      /* Python frames in this part */
+	uint16_t py_version; /* major << 8 | minor; 0 without Python */
+	uint16_t reserved;   /* zero */
+	uint64_t words[];
+};
+
 #define GP_STATIC_ASSERT(c, m) _Static_assert(c, m)
 GP_STATIC_ASSERT(sizeof(struct gp_rec_prefix) == 8, "prefix");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_launch) == 96, "launch");
@@ -333,5 +364,7 @@ GP_STATIC_ASSERT(sizeof(struct gp_rec_window) == 48, "window");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_window_state) == 32, "window_state");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_span_context) == 48, "span_context");
 GP_STATIC_ASSERT(offsetof(struct gp_rec_span_context, flags) == 40, "span_context.flags");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_stack) == 32, "stack");
+GP_STATIC_ASSERT(offsetof(struct gp_rec_stack, py_version) == 28, "stack.py_version");
 
 #endif /* GPUPROBE_RECORD_H */

@@ -31,6 +31,7 @@
  *   sass_user.c  the SASS route's user programs: the collector's module, ptxas
  *   sass_filter.c the SASS route's kernel filter: the collector says which kernels
  *   spanctx.c    the application's span context (gpuprobe_shim.h, TRACEPARENT)
+ *   stack.c      the launching thread's native and Python stack, sampled
  *
  * Only dlsym, the cu* entry points and the application API of
  * ../include/gpuprobe_shim.h are exported (-fvisibility=hidden).
@@ -246,7 +247,7 @@ static inline void *gp_real(struct gp_slot *s)
  * flags (bit 0: the region has no shm header), 3 PATCHED's
  * device_max_per_second (a 32-byte header), 4 the WELCOME's 16-byte
  * settings (GP_SETTINGS_SIZE). */
-#define GP_PROTO 4u
+#define GP_PROTO 5u
 #define GP_DESC_NOHEADER 1u
 /* Region roles the shim treats specially. A kernel map (a BPF_F_MMAPABLE
  * BPF array's fd, no header) and the clock region are optional: if they
@@ -321,11 +322,12 @@ struct gp_conn {
 	struct gp_region regions[GP_MAX_REGIONS];
 	/* The WELCOME's settings, all 0 when it has none: flags (GP_SET_*),
 	 * flush_us (how often windows and SASS records are handed over, in
-	 * µs; 0: the shim's default) and max_rate (sampling::
-	 * device_max_per_second for the SASS route; 0: no limit). */
-	uint32_t settings, flush_us, max_rate;
+	 * µs; 0: the shim's default), max_rate (sampling::
+	 * device_max_per_second for the SASS route; 0: no limit) and
+	 * stack_rate (sampling::stacks_per_second; 0: no stacks). */
+	uint32_t settings, flush_us, max_rate, stack_rate;
 };
-#define GP_SETTINGS_SIZE 16u /* u32 flags, u32 flush_us, u32 device_max_per_second, u32 reserved */
+#define GP_SETTINGS_SIZE 16u /* u32 flags, u32 flush_us, u32 device_max_per_second, u32 stacks_per_second */
 #define GP_SET_WINDOWS 1u /* record device windows (cupti.c) */
 #define GP_SET_SASS 2u    /* SASS-route probes (sass.c) */
 #define GP_SET_SASS_PROGRAMS 4u /* the collector has GPU programs for the SASS route (sass_user.c) */
@@ -828,6 +830,22 @@ static inline void gp_spanctx_emit(void *ring)
 {
 	if (GP_UNLIKELY(__atomic_load_n(&gp_spanctx_used, __ATOMIC_RELAXED)))
 		gp_spanctx_check(ring);
+}
+
+/* stack.c: launch stacks at the collector's stacks_per_second.
+ * gp_stack_emit runs just before a launch record is written, with the
+ * launch's return time: past gp_stack_next, the thread's stack goes into
+ * the ring as stack records. gp_stack_start(rate) at each session (0: off). */
+#define GP_STACK_NATIVE 64 /* native frames a stack holds at most */
+#define GP_STACK_PYTHON 32 /* Python frames */
+extern GP_HIDDEN uint64_t gp_stack_next;
+GP_HIDDEN void gp_stack_start(uint32_t rate);
+GP_HIDDEN void gp_stack_take(void *ring, uint64_t id, uint64_t now);
+GP_HIDDEN void gp_stack_summary(void);
+static inline void gp_stack_emit(void *ring, uint64_t id, uint64_t now)
+{
+	if (GP_UNLIKELY(now >= __atomic_load_n(&gp_stack_next, __ATOMIC_RELAXED)))
+		gp_stack_take(ring, id, now);
 }
 
 /* gp_ring_prefetch asks for the cache lines of the slot that the ring's

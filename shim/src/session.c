@@ -477,17 +477,16 @@ GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t l
 	}
 	uint32_t count = len >= 8 ? gp_le32(payload + 4) : 0;
 	/* The descriptors, then (from a collector that has them)
-	 * GP_SETTINGS_SIZE bytes of settings; their reserved word must be 0. */
+	 * GP_SETTINGS_SIZE bytes of settings. */
 	uint32_t end = 8 + count * GP_DESC_SIZE;
 	if (type != GP_FRAME_WELCOME || len < 8 || count > GP_MAX_REGIONS || (len != end && len != end + GP_SETTINGS_SIZE) ||
-	    (len == end + GP_SETTINGS_SIZE && gp_le32(payload + end + 12) != 0) ||
 	    (int)count != nfds) {
 		err = -EPROTO, *why = "malformed WELCOME";
 		goto fail;
 	}
 	if (len == end + GP_SETTINGS_SIZE)
 		c->settings = gp_le32(payload + end), c->flush_us = gp_le32(payload + end + 4),
-		c->max_rate = gp_le32(payload + end + 8);
+		c->max_rate = gp_le32(payload + end + 8), c->stack_rate = gp_le32(payload + end + 12);
 	gp_take_regions(c, payload, count, fds);
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
@@ -541,6 +540,7 @@ GP_HIDDEN void gp_install(struct gp_conn *c)
 	__atomic_store_n(&gp_gen, g, __ATOMIC_RELEASE);
 	__atomic_store_n(&gp_ring_base, c->ring, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&gp_patch_mu);
+	gp_stack_start(c->stack_rate);
 }
 
 /* gp_limbo turns a dead session's ring at p (size bytes) into private zero

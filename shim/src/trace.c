@@ -81,6 +81,7 @@ __attribute__((destructor)) static void gp_trace_fini(void)
 		 (unsigned long long)gp_stats.devmap_unbound, (unsigned long long)gp_stats.devmap_stopped,
 		 ring ? "connected" : "none");
 	gp_sass_summary();
+	gp_stack_summary();
 }
 
 /*

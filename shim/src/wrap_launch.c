@@ -142,6 +142,7 @@ GP_HOT void gp_launch_record(void *ring, uint32_t api, uint64_t id, uint64_t t0,
 		return; /* captured into a graph: it runs at cuGraphLaunch */
 	gp_name_emit_fast(f);
 	gp_spanctx_emit(ring); /* before the launch: the collector applies it to what follows */
+	gp_stack_emit(ring, id, t1);
 	/* Written in place in the ring's slot: no copy from the stack. */
 	uint64_t ticket;
 	struct gpbr_slot *slot = gp_reserve(ring, sizeof(struct gp_rec_launch), &ticket);

@@ -68,6 +68,7 @@ type client struct {
 	kernels handleTable       // function handle → kernel, ≤ maxKernelHandles, ≤ ClientBudget.NameBytes (budget.go)
 	win     clientWindows     // its driver windows' state and graph launch calls (windows.go)
 	spans   threadSpans       // its threads' application span contexts, ≤ maxThreadContexts (spancontext.go)
+	stacks  threadStacks      // its threads' launch stacks, ≤ maxThreadContexts (stacks.go)
 }
 
 // Connect binds source src to the connection credentials p. Spans and

@@ -33,6 +33,7 @@ type appSpan struct {
 	span   pcommon.SpanID
 	flags  uint8
 	source record.SpanContextSource
+	stack  *launchStack // a launch's own stack, if it was sampled (stacks.go)
 }
 
 // set says whether there is a span.

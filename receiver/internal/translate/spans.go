@@ -34,6 +34,7 @@ type spanOut struct {
 	limit    *spanLimit    // limits::spans_per_second (spanlimit.go)
 	policy   *tracePolicy  // sampling::traces_per_second_* and anomalies (tracepolicy.go)
 	examples *exemplarBook // the kept launch traces, for the metrics (tracepolicy_exemplars.go)
+	sym      stackSym      // symbolises kept launches' stacks (stacks.go)
 
 	traces ptrace.Traces
 	byPID  map[uint32]ptrace.SpanSlice
@@ -130,6 +131,7 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 	if l.host.app.set() {
 		a.PutStr(AttrParentSource, l.host.app.source.String())
 	}
+	so.putStack(a, r.PID, l.host.app.stack)
 	if r.Result != 0 {
 		root.Status().SetCode(ptrace.StatusCodeError)
 		root.Status().SetMessage("CUresult " + strconv.FormatUint(uint64(r.Result), 10))

@@ -7,7 +7,8 @@ package translate
 // (head sampling): its kernel's (per client), its process's, refilled at
 // the process's share of the node's rate, and the node's; one made under
 // a sampled application span (spancontext.go) skips its kernel's and
-// sampling::one_in, so a kept request keeps its kernels. An anomalous
+// sampling::one_in, so a kept request keeps its kernels; one that
+// carries its thread's stack (stacks.go) skips its kernel's. An anomalous
 // one (failed, slow against its kernel's running median, a large host
 // wait) passes buckets of its own per process and node, and the head
 // ones when those are empty. A host-call trace passes the process's and
@@ -42,14 +43,15 @@ const (
 	keepSlow            // executed over slow_factor × its kernel's running median
 	keepHostWait        // its stream sat idle host_wait_threshold or more for it
 	keepParent          // an ordinary launch under a sampled application span, within the process's and node's head bounds
+	keepStack           // an ordinary launch that carries its thread's stack (stacks.go), within the process's and node's head bounds
 	nKeepReasons
 )
 
 // keepReasons are the values of AttrSamplingReason of a kept trace.
-var keepReasons = [nKeepReasons]string{"head", "failed", "slow", "host_wait", "parent"}
+var keepReasons = [nKeepReasons]string{"head", "failed", "slow", "host_wait", "parent", "stack"}
 
 // anomalous says whether keep reason why is an anomaly's.
-func anomalous(why int) bool { return why != keepHead && why != keepParent }
+func anomalous(why int) bool { return why != keepHead && why != keepParent && why != keepStack }
 
 // Why a trace was left out: an index of outReasons.
 const (
@@ -172,6 +174,8 @@ func (tp *tracePolicy) anomaly(l *launch, tm *launchTimes) int {
 		return keepHostWait
 	case l.host.app.sampled():
 		return keepParent
+	case l.host.app.stack != nil:
+		return keepStack
 	}
 	return keepHead
 }
@@ -179,7 +183,7 @@ func (tp *tracePolicy) anomaly(l *launch, tm *launchTimes) int {
 // launch decides whether finished launch l, anomalous for reason why
 // (anomaly), gets a trace; a refusal is counted.
 func (tp *tracePolicy) launch(l *launch, why int) bool {
-	if why == keepParent {
+	if why == keepParent || why == keepStack {
 		// The application's sampler kept the span the launch ran under:
 		// no kernel bound (a kept request shows all its kernels), the
 		// process's and the node's, as for a host-call trace.

@@ -185,6 +185,7 @@ type decoder struct {
 	dh record.HostCall
 	dv record.Window
 	dp record.SpanContext
+	dq record.Stack
 	dx record.WindowState
 }
 
@@ -312,7 +313,15 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		}
 		t.clients.validate(src, &t.dec.dl.PID, &t.dec.dl.Device)
 		k := t.clients.bindLaunch(src, &t.dec.dl)
-		t.launches.onLaunch(src, &t.dec.dl, k, t.clients.spanOf(src, t.dec.dl.TID), now)
+		app := t.clients.spanOf(src, t.dec.dl.TID)
+		app.stack = t.clients.takeStack(src, t.dec.dl.TID, t.dec.dl.LaunchID)
+		t.launches.onLaunch(src, &t.dec.dl, k, app, now)
+	case record.TypeStack:
+		if err := t.dec.dq.Decode(rec); err != nil {
+			return err
+		}
+		t.clients.validate(src, &t.dec.dq.PID)
+		t.clients.onStack(src, &t.dec.dq)
 	case record.TypeSpanContext:
 		if err := t.dec.dp.Decode(rec); err != nil {
 			return err

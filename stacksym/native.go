@@ -1,0 +1,237 @@
+// Package stacksym turns the words of launch stacks (record.Stack) into
+// frames: native return addresses through the ELF symbol tables of the
+// files a process maps (/proc/PID/maps), Python frames by reading their
+// code objects from the process's memory (/proc/PID/mem). Every read is
+// bounded; whatever cannot be read resolves to a frame with its address
+// only. A Resolver is not safe for concurrent use.
+package stacksym
+
+import (
+	"bufio"
+	"debug/elf"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Bounds of what a Resolver reads and keeps.
+const (
+	maxMapsBytes  = 4 << 20  // of one /proc/PID/maps
+	maxSymtab     = 64 << 20 // bytes of one symbol table section
+	maxFiles      = 64       // symbolised files kept
+	maxProcs      = 256      // processes whose maps are kept
+	maxCodeCached = 4096     // Python code objects kept per process
+)
+
+// Frame is one resolved frame.
+type Frame struct {
+	Function string // symbol or Python qualified name; "" when unknown
+	File     string // the mapped file (native) or the code's filename (Python)
+	Line     int    // Python line; 0 for native frames or unknown
+	Addr     uint64 // return address or code object address
+	Python   bool
+}
+
+// String formats the frame as one line of code.stacktrace.
+func (f Frame) String() string {
+	fn := f.Function
+	if fn == "" {
+		fn = "??"
+	}
+	if f.Python {
+		return fmt.Sprintf("  File %q, line %d, in %s", f.File, f.Line, fn)
+	}
+	return fmt.Sprintf("  at %s (%s+%#x)", fn, filepath.Base(f.File), f.Addr)
+}
+
+// mapping is one executable mapping of a process.
+type mapping struct {
+	lo, hi, off uint64
+	path        string
+}
+
+// symtab is one file's sorted function symbols and load segments.
+type symtab struct {
+	syms  []elf.Symbol // functions, by value
+	loads []elf.ProgHeader
+}
+
+// Resolver resolves stacks of processes, caching their maps, files'
+// symbols and Python code objects.
+type Resolver struct {
+	// Proc is the proc file system's root ("/proc" when empty).
+	Proc  string
+	procs map[uint32]*proc
+	files map[string]*symtab
+}
+
+// proc is what a Resolver keeps of one process.
+type proc struct {
+	maps []mapping
+	mem  *os.File
+	code map[uint64]*codeInfo
+}
+
+func (r *Resolver) root() string {
+	if r.Proc == "" {
+		return "/proc"
+	}
+	return r.Proc
+}
+
+// procOf returns pid's state, reading its maps the first time.
+func (r *Resolver) procOf(pid uint32) *proc {
+	if r.procs == nil {
+		r.procs = map[uint32]*proc{}
+		r.files = map[string]*symtab{}
+	}
+	if p := r.procs[pid]; p != nil {
+		return p
+	}
+	if len(r.procs) >= maxProcs {
+		for k := range r.procs {
+			r.Forget(k)
+			break
+		}
+	}
+	p := &proc{code: map[uint64]*codeInfo{}}
+	p.maps, _ = readMaps(filepath.Join(r.root(), strconv.Itoa(int(pid)), "maps"))
+	r.procs[pid] = p
+	return p
+}
+
+// Forget drops what r keeps of process pid (it exited).
+func (r *Resolver) Forget(pid uint32) {
+	if p := r.procs[pid]; p != nil {
+		if p.mem != nil {
+			p.mem.Close()
+		}
+		delete(r.procs, pid)
+	}
+}
+
+// readMaps reads the executable file mappings of a maps file.
+func readMaps(path string) ([]mapping, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("stacksym: %w", err)
+	}
+	defer f.Close()
+	var out []mapping
+	sc := bufio.NewScanner(io.LimitReader(f, maxMapsBytes))
+	sc.Buffer(make([]byte, 0, 4096), 1<<16)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 6 || !strings.Contains(fs[1], "x") || !strings.HasPrefix(fs[5], "/") {
+			continue
+		}
+		lo, hi, ok := strings.Cut(fs[0], "-")
+		a, e1 := strconv.ParseUint(lo, 16, 64)
+		b, e2 := strconv.ParseUint(hi, 16, 64)
+		o, e3 := strconv.ParseUint(fs[2], 16, 64)
+		if !ok || e1 != nil || e2 != nil || e3 != nil {
+			continue
+		}
+		out = append(out, mapping{lo: a, hi: b, off: o, path: strings.Join(fs[5:], " ")})
+	}
+	return out, sc.Err()
+}
+
+// Native resolves return addresses of process pid, appending to out.
+func (r *Resolver) Native(pid uint32, addrs []uint64, out []Frame) []Frame {
+	p := r.procOf(pid)
+	for _, a := range addrs {
+		f := Frame{Addr: a}
+		if m := findMap(p.maps, a); m != nil {
+			f.File = m.path
+			f.Addr = a - m.lo + m.off
+			// The call is the instruction before the return address.
+			f.Function = r.symbol(filepath.Join(r.root(), strconv.Itoa(int(pid)), "root", m.path), f.Addr-1)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func findMap(ms []mapping, a uint64) *mapping {
+	for i := range ms {
+		if a >= ms[i].lo && a < ms[i].hi {
+			return &ms[i]
+		}
+	}
+	return nil
+}
+
+// symbol names the function holding file offset off of the file at path.
+func (r *Resolver) symbol(path string, off uint64) string {
+	st, ok := r.files[path]
+	if !ok {
+		if len(r.files) >= maxFiles {
+			clear(r.files)
+		}
+		st = loadSymtab(path)
+		r.files[path] = st
+	}
+	if st == nil {
+		return ""
+	}
+	va, ok := uint64(0), false
+	for _, l := range st.loads {
+		if off >= l.Off && off < l.Off+l.Filesz {
+			va, ok = off-l.Off+l.Vaddr, true
+			break
+		}
+	}
+	if !ok {
+		return ""
+	}
+	i := sort.Search(len(st.syms), func(i int) bool { return st.syms[i].Value > va }) - 1
+	if i < 0 {
+		return ""
+	}
+	s := st.syms[i]
+	if s.Size != 0 && va >= s.Value+s.Size {
+		return ""
+	}
+	return s.Name
+}
+
+// loadSymtab reads the function symbols of an ELF file (.symtab, else
+// .dynsym), each table at most maxSymtab bytes; nil when none.
+func loadSymtab(path string) *symtab {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	st := &symtab{}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			st.loads = append(st.loads, p.ProgHeader)
+		}
+	}
+	for _, get := range []struct {
+		sec  string
+		read func() ([]elf.Symbol, error)
+	}{{".symtab", f.Symbols}, {".dynsym", f.DynamicSymbols}} {
+		s := f.Section(get.sec)
+		if s == nil || s.Size > maxSymtab {
+			continue
+		}
+		syms, err := get.read()
+		if err != nil {
+			continue
+		}
+		for _, y := range syms {
+			if elf.ST_TYPE(y.Info) == elf.STT_FUNC && y.Value != 0 {
+				st.syms = append(st.syms, y)
+			}
+		}
+	}
+	sort.Slice(st.syms, func(i, j int) bool { return st.syms[i].Value < st.syms[j].Value })
+	return st
+}
