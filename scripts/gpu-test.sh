@@ -66,6 +66,10 @@
 #                                  1501) on the device: a warp inserting one
 #                                  key, collisions, a full table, its cost
 #                     e.g. PARTS=samples,bench make gpu-test
+#   GPUPROBE_PATCH_WAIT_MS  exported as 600000 unless set: a load waits for
+#                     its patched image, so the parts that expect probes on
+#                     the first launch stay deterministic (the shim's
+#                     default, 0, patches off the application's threads)
 #   DRY_RUN=1         no GPU: check that every file each part uses (its
 #                     script, libraries, binaries, objects, sources) is
 #                     here and that its scripts parse, one row per part;
@@ -76,6 +80,7 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 root=$PWD
+export GPUPROBE_PATCH_WAIT_MS=${GPUPROBE_PATCH_WAIT_MS:-600000}
 bin=${GPUPROBE_BIN:-$root/bin/gpuprobe}
 out=${GPU_TEST_OUT:-$root/build/gpu-test}
 mkdir -p "$out"

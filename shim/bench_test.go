@@ -152,7 +152,7 @@ func benchRounds(b *testing.B) int {
 
 // shimEnv is the environment that preloads shim with the agent socket.
 func shimEnv(shim, socket string) []string {
-	return []string{"LD_PRELOAD=" + shim, "GPUPROBE_SOCKET=" + socket, "GPUPROBE_PATCH=1"}
+	return []string{"LD_PRELOAD=" + shim, "GPUPROBE_SOCKET=" + socket, "GPUPROBE_PATCH=1", "GPUPROBE_PATCH_WAIT_MS=600000"}
 }
 
 // ringDropped sums the drops of every session's ring.

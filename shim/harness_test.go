@@ -360,8 +360,18 @@ func run(tb testing.TB, b *built, env []string, prog string, args ...string) (st
 	return out.String(), errb.String(), err
 }
 
+// preload is the shim's environment for a session at socket. Loads wait
+// for their patched image (GPUPROBE_PATCH_WAIT_MS), so that a test's first
+// launch is probed; preloadAsync leaves patching off the application's
+// thread, the default.
 func preload(b *built, socket string) []string {
-	return []string{"LD_PRELOAD=" + b.shim, "GPUPROBE_SOCKET=" + socket, "GPUPROBE_PATCH=1"}
+	return append(preloadAsync(b, socket), "GPUPROBE_PATCH_WAIT_MS=600000")
+}
+
+// preloadAsync is the shim's environment with its default, asynchronous
+// patching.
+func preloadAsync(b *built, socket string) []string {
+	return []string{"LD_PRELOAD=" + b.shim, "GPUPROBE_SOCKET=" + socket, "GPUPROBE_PATCH=1", "GPUPROBE_PATCH_WAIT_MS="}
 }
 
 // program returns the binary for an app mode.
