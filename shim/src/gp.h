@@ -14,6 +14,7 @@
  *   handles.c    function handle -> kernel name table, name records
  *   image.c      classifying code images; the patching hook
  *   patch.c      PATCH/PATCHED: loading patched code
+ *   patch_async.c patching off the application's threads: compile, then swap
  *   bind.c       the values of patched modules' globals (regions, allocations)
  *   pfunc.c      the patched-function table read at launch
  *   trust.c      who may serve the socket; checks of passed descriptors
