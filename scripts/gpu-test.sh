@@ -65,6 +65,14 @@
 #                                  build tag gpu): the GPU hash map (type
 #                                  1501) on the device: a warp inserting one
 #                                  key, collisions, a full table, its cost
+#                     startup      scripts/gpu/startup.sh: a module of 160
+#                                  template kernels, start time plain vs
+#                                  under gpuprobe run with the shim's
+#                                  default (patching off the application's
+#                                  threads; GPUPROBE_PATCH_WAIT_MS unset),
+#                                  first and second start, launches with
+#                                  device phases after the swap (needs
+#                                  bin/otelcol-gpuprobe, python3)
 #                     e.g. PARTS=samples,bench make gpu-test
 #   GPUPROBE_PATCH_WAIT_MS  exported as 600000 unless set: a load waits for
 #                     its patched image, so the parts that expect probes on
@@ -87,7 +95,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,gpuhash
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,gpuhash,startup
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -152,6 +160,7 @@ needs() {
 	windows) need=($g/windows.sh "${col[@]}" $g/torchstep.py scripts/gpu/cupti_cost.cu) ;;
 	frameworkcost) need=($g/framework-cost.sh "${col[@]}" $g/launchbound.py $g/lib_collector.sh) ;;
 	gpuhash) need=(bin/ptx-gpu.test) ;;
+	startup) need=($g/startup.sh "${col[@]}" $g/lib_traces.py) ;;
 	nodescale) need=($g/node-scale.sh "${col[@]}" $g/launchbound.py $g/torchstep.py $g/lib_metrics.py) ;;
 	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
@@ -328,6 +337,9 @@ want gpuhash && tailstep "GPU hash map (type 1501)" gpuhash.log '^=== RUN' \
 	bin/ptx-gpu.test -test.run 'GPUHashDevice' -test.v
 want nodescale && tailstep "a node's load, one collector" nodescale.log '^node-scale' \
 	env NS_OUT="$out/gpu-node-scale" bash scripts/gpu/node-scale.sh
+
+want startup && tailstep "start-up with patching" startup.log '^startup|run' \
+	env STARTUP_OUT="$out/gpu-startup" bash scripts/gpu/startup.sh
 
 # ---- report -----------------------------------------------------------------
 
