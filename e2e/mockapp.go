@@ -49,7 +49,10 @@ func BuildMockApp(ctx context.Context, root, dir string) (MockApp, error) {
 func (m MockApp) Command(ctx context.Context, shim, socket string, cgroup *os.File, env []string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, m.Bin, args...)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+m.Dir, "LD_PRELOAD="+shim, "GPUPROBE_SOCKET="+socket,
-		"GPUPROBE_TRACE=", "GPUPROBE_DISABLE=", "GPUPROBE_PATCH=", "OTEL_SERVICE_NAME=", "OTEL_RESOURCE_ATTRIBUTES=")
+		"GPUPROBE_TRACE=", "GPUPROBE_DISABLE=", "GPUPROBE_PATCH=", "OTEL_SERVICE_NAME=", "OTEL_RESOURCE_ATTRIBUTES=",
+		// Loads wait for their patched image: the checks expect device
+		// records of the first launches.
+		"GPUPROBE_PATCH_WAIT_MS=600000")
 	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if cgroup != nil {

@@ -87,6 +87,10 @@ const (
 	// LaunchSASS marks a launch that runs the SASS route's patch functions
 	// (Compute Sanitizer, shim/src/sass.c): one Exec record of it will come.
 	LaunchSASS LaunchFlags = 4
+	// LaunchPreswap marks a launch that ran before its kernel's patched
+	// image was ready (compiled off the application's threads): it ran
+	// the original kernel, windows only (LaunchUnprobed is set too).
+	LaunchPreswap LaunchFlags = 8
 )
 
 // Decode fills l from the record in b.

@@ -78,7 +78,19 @@
 #                                  build tag gpu): the GPU hash map (type
 #                                  1501) on the device: a warp inserting one
 #                                  key, collisions, a full table, its cost
+#                     startup      scripts/gpu/startup.sh: a module of 160
+#                                  template kernels, start time plain vs
+#                                  under gpuprobe run with the shim's
+#                                  default (patching off the application's
+#                                  threads; GPUPROBE_PATCH_WAIT_MS unset),
+#                                  first and second start, launches with
+#                                  device phases after the swap (needs
+#                                  bin/otelcol-gpuprobe, python3)
 #                     e.g. PARTS=samples,bench make gpu-test
+#   GPUPROBE_PATCH_WAIT_MS  exported as 600000 unless set: a load waits for
+#                     its patched image, so the parts that expect probes on
+#                     the first launch stay deterministic (the shim's
+#                     default, 0, patches off the application's threads)
 #   DRY_RUN=1         no GPU: check that every file each part uses (its
 #                     script, libraries, binaries, objects, sources) is
 #                     here and that its scripts parse, one row per part;
@@ -89,13 +101,14 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 root=$PWD
+export GPUPROBE_PATCH_WAIT_MS=${GPUPROBE_PATCH_WAIT_MS:-600000}
 bin=${GPUPROBE_BIN:-$root/bin/gpuprobe}
 out=${GPU_TEST_OUT:-$root/build/gpu-test}
 mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gpuhash
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gpuhash,startup
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -162,6 +175,7 @@ needs() {
 	gpuhash) need=(bin/ptx-gpu.test) ;;
 	kinds) need=($g/kinds.sh "${col[@]}" $g/lib_metrics.py $cuda/kinds/{cdp,coop,attrs,graphdev}.cu) ;;
 	stacks) need=($g/stacks.sh "${col[@]}" $g/stackstep.py $g/lib_traces.py) ;;
+	startup) need=($g/startup.sh "${col[@]}" $g/lib_traces.py) ;;
 	nodescale) need=($g/node-scale.sh "${col[@]}" $g/launchbound.py $g/torchstep.py $g/lib_metrics.py) ;;
 	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
@@ -342,6 +356,9 @@ want kinds && tailstep "launch kinds: window or reason" kinds.log '^kinds (' \
 	env KINDS_OUT="$out/gpu-kinds" GPU_ARCH="$arch" bash scripts/gpu/kinds.sh
 want nodescale && tailstep "a node's load, one collector" nodescale.log '^node-scale' \
 	env NS_OUT="$out/gpu-node-scale" bash scripts/gpu/node-scale.sh
+
+want startup && tailstep "start-up with patching" startup.log '^startup|run' \
+	env STARTUP_OUT="$out/gpu-startup" bash scripts/gpu/startup.sh
 
 # ---- report -----------------------------------------------------------------
 

@@ -61,6 +61,8 @@
 //	GPUPROBE_RECONNECT   "0": no reconnect after the collector goes away
 //	GPUPROBE_DISABLE     non-empty and not "0": forward only
 //	GPUPROBE_TRACE       "1": log to stderr; a path: append to that file
+//	GPUPROBE_PATCH_WAIT_MS  nonzero: patch in place at load (default 0:
+//	                     compile and swap on the shim's patch thread)
 //
 // # Not yet
 //

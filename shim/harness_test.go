@@ -367,11 +367,19 @@ func run(tb testing.TB, b *built, env []string, prog string, args ...string) (st
 	return out.String(), errb.String(), err
 }
 
-// preload is the environment that puts the shim in front of socket; run
-// as an unprivileged user, the socket is that user's, and
-// GPUPROBE_SERVER_UID tells the shim to trust it as it trusts root's.
+// preload is the shim's environment for a session at socket. Loads wait
+// for their patched image (GPUPROBE_PATCH_WAIT_MS), so that a test's first
+// launch is probed; preloadAsync leaves patching off the application's
+// thread, the default.
 func preload(b *built, socket string) []string {
-	env := []string{"LD_PRELOAD=" + b.shim, "GPUPROBE_SOCKET=" + socket, "GPUPROBE_PATCH=1"}
+	return append(preloadAsync(b, socket), "GPUPROBE_PATCH_WAIT_MS=600000")
+}
+
+// preloadAsync is the shim's environment with its default, asynchronous
+// patching. Run as an unprivileged user, the socket is that user's, and
+// GPUPROBE_SERVER_UID tells the shim to trust it as it trusts root's.
+func preloadAsync(b *built, socket string) []string {
+	env := []string{"LD_PRELOAD=" + b.shim, "GPUPROBE_SOCKET=" + socket, "GPUPROBE_PATCH=1", "GPUPROBE_PATCH_WAIT_MS="}
 	if uid := os.Geteuid(); uid != 0 {
 		env = append(env, "GPUPROBE_SERVER_UID="+strconv.Itoa(uid))
 	}

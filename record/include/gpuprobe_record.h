@@ -61,6 +61,10 @@ enum gp_launch_api {
 /* SASS: the launch runs the SASS route's patch functions (shim/src/sass.c):
  * one Exec record (type 11) of it will come, from the shim. */
 #define GP_LAUNCH_F_SASS (1u << 18)
+/* PRESWAP: the launch ran before its kernel's patched image was ready
+ * (compiled off the application's threads: shim/src/patch_async.c): it
+ * ran the original kernel, with UNPROBED; windows only. */
+#define GP_LAUNCH_F_PRESWAP (1u << 19)
 
 /* Type 1, 96 bytes: one kernel launch, written when the launch call returns. */
 struct gp_rec_launch {

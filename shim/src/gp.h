@@ -14,6 +14,7 @@
  *   handles.c    function handle -> kernel name table, name records
  *   image.c      classifying code images; the patching hook
  *   patch.c      PATCH/PATCHED: loading patched code
+ *   patch_async.c patching off the application's threads: compile, then swap
  *   bind.c       the values of patched modules' globals (regions, allocations)
  *   pfunc.c      the patched-function table read at launch
  *   trust.c      who may serve the socket; checks of passed descriptors
@@ -641,7 +642,18 @@ struct gp_pfunc_info {
 	uint32_t max_rate;      /* and to at most max_rate launches a second (PATCHED device_max_per_second; 0: all) */
 	uint64_t gap_ns;        /* 1 s / max_rate */
 	uint64_t next_ns;       /* atomic: CLOCK_MONOTONIC before which no launch gets its id (max_rate) */
+	uint64_t swap;          /* the patched kernel's handle to launch instead (0: the handle itself) */
+	uint32_t state;         /* atomic: GP_PF_* */
+	uint32_t amod;          /* patch_async.c's module slot + 1 (0: none) */
 };
+/* Patched-function states: READY launches with the hidden id (through swap
+ * when set); PENDING is a kernel of a module whose patched image is still
+ * compiling (launches run the original, flagged GP_LAUNCH_F_PRESWAP); OFF
+ * (a slot not filled yet, a kernel not patched, its module unloaded) runs
+ * the original unflagged. */
+#define GP_PF_OFF 0u
+#define GP_PF_READY 1u
+#define GP_PF_PENDING 2u
 struct gp_patch {
 	const char *api;
 	int lib, active;
@@ -657,8 +669,41 @@ GP_HIDDEN int gp_capture_relax(int *mode);
 GP_HIDDEN void gp_capture_restore(int relaxed, int mode);
 GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to);
+/* gp_pfunc_find: handle's entry when it launches as it is with the hidden
+ * id (READY, no swap), for graph nodes and the SASS route; gp_pfunc_get:
+ * its entry in any state (the launch path). */
 GP_HIDDEN struct gp_pfunc_info *gp_pfunc_find(uint64_t handle);
+GP_HIDDEN struct gp_pfunc_info *gp_pfunc_get(uint64_t handle);
 GP_HIDDEN void gp_pfunc_set(uint64_t handle, uint32_t index, uint32_t offset, uint32_t one_in, uint32_t max_rate);
+/* gp_pfunc_put sets (or resets) handle's entry to in's fields, swap,
+ * state and amod. Load and patch threads only. */
+GP_HIDDEN void gp_pfunc_put(uint64_t handle, const struct gp_pfunc_info *in);
+/* patch_async.c: patching off the application's threads. gp_patch_async:
+ * the session patches asynchronously (GPUPROBE_PATCH_WAIT_MS 0).
+ * gp_patch_keep copies img for the job of the load under way on this
+ * thread; gp_patch_loaded queues it for the module the load returned (or
+ * drops it). gp_async_lookup and gp_async_alias: kernel lookups of a
+ * module patched asynchronously (1: handled). gp_async_unloaded: the
+ * application unloaded module. */
+GP_HIDDEN int gp_patch_async(void);
+GP_HIDDEN void gp_patch_keep(const char *api, int lib, const struct gp_image *img);
+GP_HIDDEN void gp_patch_loaded(uint64_t module, CUresult r);
+GP_HIDDEN int gp_async_lookup(uint64_t handle, uint64_t module, const char *name);
+GP_HIDDEN int gp_async_alias(uint64_t from, uint64_t to);
+GP_HIDDEN void gp_async_unloaded(uint64_t module);
+/* patch.c, for the patch thread: gp_patch_request sends PATCH for img
+ * and maps the answer's image into pp (0; nonzero: not patched, traced);
+ * gp_patch_bind sets the globals of the loaded patched module and records
+ * its kernels (both take gp_patch_mu). */
+GP_HIDDEN int gp_patch_request(const char *api, int lib, const struct gp_image *img, struct gp_patch *pp);
+GP_HIDDEN int gp_patch_bind(struct gp_patch *pp, uint64_t module, const char **why);
+/* gp_patch_kernels lists the kernels of patched module (from its PATCHED
+ * answer): their names and hidden-parameter fields; NULL when unknown. */
+struct gp_pkernel {
+	uint32_t index, offset, one_in, max_rate;
+	char *name;
+};
+GP_HIDDEN const struct gp_pkernel *gp_patch_kernels(uint64_t module, uint32_t *n);
 /* gp_region_dev maps and registers WELCOME region i (once): its device
  * address; nonzero when it could not be registered (r->host may be set). */
 GP_HIDDEN int gp_region_dev(uint32_t i, uint64_t *dev);
@@ -678,6 +723,11 @@ struct gp_patch_drv {
 	CUresult (*lib_global)(CUdeviceptr *, size_t *, CUlibrary, const char *);
 	CUresult (*mod_unload)(CUmodule);
 	CUresult (*lib_unload)(CUlibrary);
+	CUresult (*ctx_get)(CUcontext *);
+	CUresult (*mod_load_data)(CUmodule *, const void *);
+	CUresult (*lib_load_data)(CUlibrary *, const void *, void *, void *, unsigned, void *, void *, unsigned);
+	CUresult (*mod_function)(CUfunction *, CUmodule, const char *);
+	CUresult (*lib_kernel)(CUkernel *, CUlibrary, const char *);
 	int looked;
 };
 extern GP_HIDDEN struct gp_patch_drv gp_drv;

@@ -202,6 +202,7 @@ GP_HIDDEN void gp_module_loaded(const char *api, uint64_t module, const struct g
 	GP_COUNT(loads, 1);
 	GP_TRACE("%s: %s image %p (%zu bytes%s%s) -> handle %p, result %d", api, gp_image_kind_name(img->kind),
 		 img->ptr, img->size, img->path ? ", path " : "", img->path ? img->path : "", (void *)module, r);
+	gp_patch_loaded(module, r);
 	if (r != CUDA_SUCCESS || module == 0)
 		return;
 	uint32_t h = (uint32_t)((module * 0x9E3779B97F4A7C15ull) >> 52);

@@ -60,6 +60,11 @@ GP_HIDDEN void gp_drv_init(void)
 	S(lib_global, "cuLibraryGetGlobal");
 	S(mod_unload, "cuModuleUnload");
 	S(lib_unload, "cuLibraryUnload");
+	S(ctx_get, "cuCtxGetCurrent");
+	S(mod_load_data, "cuModuleLoadData");
+	S(lib_load_data, "cuLibraryLoadData");
+	S(mod_function, "cuModuleGetFunction");
+	S(lib_kernel, "cuLibraryGetKernel");
 #undef S
 	gp_drv.looked = 1;
 }
@@ -82,10 +87,6 @@ static uint32_t gp_hash(uint64_t h) { return (uint32_t)((h * 0x9E3779B97F4A7C15u
 
 /* ---- patched modules ---------------------------------------------------- */
 
-struct gp_pkernel {
-	uint32_t index, offset, one_in, max_rate;
-	char *name;
-};
 struct gp_pmod {
 	uint64_t module; /* atomic */
 	uint32_t n;
@@ -119,7 +120,7 @@ static struct gp_pmod *gp_pmod_find(uint64_t module, int create)
  * module gets its handle into the patched-function table. */
 GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *name)
 {
-	if (handle == 0 || name == NULL)
+	if (handle == 0 || name == NULL || gp_async_lookup(handle, module, name))
 		return;
 	struct gp_pmod *m = gp_pmod_find(module, 0);
 	if (m == NULL)
@@ -135,6 +136,8 @@ GP_HIDDEN void gp_patch_lookup(uint64_t handle, uint64_t module, const char *nam
 /* gp_patch_alias: handle to (a CUfunction of a CUkernel) launches like from. */
 GP_HIDDEN void gp_patch_alias(uint64_t from, uint64_t to)
 {
+	if (gp_async_alias(from, to))
+		return;
 	const struct gp_pfunc_info *p = gp_pfunc_find(from);
 	if (p != NULL)
 		gp_pfunc_set(to, p->index, p->offset, p->one_in, p->max_rate);
@@ -334,6 +337,10 @@ GP_HIDDEN const void *gp_patch_begin(const char *api, int lib, struct gp_image *
 	if (__atomic_load_n(&gp_state, __ATOMIC_ACQUIRE) != GP_READY || !gp_patch_enabled || img->size == 0 ||
 	    (img->kind != GP_IMG_PTX && img->kind != GP_IMG_FATBIN && img->kind != GP_IMG_FATBIN_WRAPPER))
 		return img->ptr;
+	if (gp_patch_async()) {
+		gp_patch_keep(api, lib, img);
+		return img->ptr;
+	}
 	pthread_mutex_lock(&gp_patch_mu);
 	gp_drv_init();
 	int fd = -1;
@@ -432,6 +439,7 @@ GP_HIDDEN int gp_patch_finish(struct gp_patch *pp, CUresult r, uint64_t module)
  * path. */
 GP_HIDDEN void gp_patch_unloaded(uint64_t module)
 {
+	gp_async_unloaded(module);
 	pthread_mutex_lock(&gp_patch_mu);
 	struct gp_pmod *m = gp_pmod_find(module, 0);
 	if (m != NULL) {
@@ -444,4 +452,42 @@ GP_HIDDEN void gp_patch_unloaded(uint64_t module)
 		m->allocs = NULL, m->nallocs = 0;
 	}
 	pthread_mutex_unlock(&gp_patch_mu);
+}
+
+/* ---- for the patch thread (patch_async.c) ------------------------------- */
+
+GP_HIDDEN int gp_patch_request(const char *api, int lib, const struct gp_image *img, struct gp_patch *pp)
+{
+	memset(pp, 0, sizeof *pp);
+	pp->api = api, pp->lib = lib;
+	pthread_mutex_lock(&gp_patch_mu);
+	gp_drv_init();
+	int fd = -1;
+	uint8_t *payload = gp_request(api, lib ? 2u : 1u, gp_arch(), img, &pp->plen, &fd);
+	const char *why = "";
+	void *m = payload ? gp_take_image(fd, payload, pp->plen, &pp->image_size, &why) : NULL;
+	pthread_mutex_unlock(&gp_patch_mu);
+	if (m == NULL) {
+		if (payload != NULL)
+			gp_fail(api, why, 0);
+		free(payload);
+		return -1;
+	}
+	pp->payload = payload, pp->image = m, pp->active = 1;
+	return 0;
+}
+
+GP_HIDDEN int gp_patch_bind(struct gp_patch *pp, uint64_t module, const char **why)
+{
+	pthread_mutex_lock(&gp_patch_mu);
+	int err = gp_bind(pp, module, why);
+	pthread_mutex_unlock(&gp_patch_mu);
+	return err;
+}
+
+GP_HIDDEN const struct gp_pkernel *gp_patch_kernels(uint64_t module, uint32_t *n)
+{
+	struct gp_pmod *m = gp_pmod_find(module, 0);
+	*n = m ? __atomic_load_n(&m->n, __ATOMIC_ACQUIRE) : 0;
+	return m && *n ? __atomic_load_n(&m->k, __ATOMIC_ACQUIRE) : NULL;
 }

@@ -192,18 +192,26 @@ static int gp_rate_keep(struct gp_pfunc_info *pf)
 							  __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
-/* gp_patch_args_slow rewrites *params or *extra of a launch of f when f is
- * a patched kernel: its hidden parameter gets the launch id. It returns
- * GP_LAUNCH_F_UNPROBED unless it did (the launch then runs no probe). */
-static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_t id, void ***params, void ***extra,
-								 uint64_t stream)
+/* gp_patch_args_slow rewrites *params or *extra of a launch of *f when it
+ * is a patched kernel: its hidden parameter gets the launch id, and *f
+ * becomes the patched kernel swapped in for it (patch_async.c) if any. It
+ * returns GP_LAUNCH_F_UNPROBED unless it did (the launch then runs no
+ * probe), with GP_LAUNCH_F_PRESWAP while the patched image is not ready. */
+static __attribute__((noinline)) uint32_t gp_patch_args_slow(CUfunction *f, uint64_t id, void ***params,
+								 void ***extra, uint64_t stream)
 {
 #if GP_SELFTIME
 	GP_ST_ADD(slow, 1);
 #endif
-	struct gp_pfunc_info *pf = gp_pfunc_find(f);
+	struct gp_pfunc_info *pf = gp_pfunc_get((uint64_t)*f);
 	if (pf == NULL)
 		return GP_LAUNCH_F_UNPROBED;
+	uint32_t st = __atomic_load_n(&pf->state, __ATOMIC_ACQUIRE);
+	if (GP_UNLIKELY(st != GP_PF_READY))
+		return st == GP_PF_PENDING ? GP_LAUNCH_F_UNPROBED | GP_LAUNCH_F_PRESWAP : GP_LAUNCH_F_UNPROBED;
+	uint64_t sw = __atomic_load_n(&pf->swap, __ATOMIC_RELAXED);
+	if (sw != 0)
+		*f = (CUfunction)sw;
 	/* Device sampling: launch id 0, which the probes skip, to all but one
 	 * launch in one_in (gp_sample_keep), and of those to all but max_rate
 	 * a second (gp_rate_keep). A launch captured into a graph keeps its
@@ -247,7 +255,7 @@ static __attribute__((noinline)) uint32_t gp_patch_args_slow(uint64_t f, uint64_
 /* gp_patch_args: inlined check, the copy out of line (patched launches
  * only); GP_LAUNCH_F_UNPROBED for a launch that runs no device probe, for
  * its launch record. */
-GP_HOT uint32_t gp_patch_args(uint64_t f, uint64_t id, void ***params, void ***extra, uint64_t stream)
+GP_HOT uint32_t gp_patch_args(CUfunction *f, uint64_t id, void ***params, void ***extra, uint64_t stream)
 {
 	if (GP_UNLIKELY(__atomic_load_n(&gp_any_patched, __ATOMIC_ACQUIRE)))
 		return gp_patch_args_slow(f, id, params, extra, stream);
@@ -268,7 +276,7 @@ GP_HOT CUresult gp_i_LAUNCH(struct gp_slot *s, GP_P_LAUNCH)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH));
 	uint64_t id = gp_next_launch_id();
 	uint64_t stream = gp_stream(s, st);
-	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
+	uint32_t fl = gp_patch_args(&f, id, &params, &extra, stream);
 	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
 	gp_win_expect(id);
@@ -297,7 +305,7 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 		return GP_ST_FORWARD(real(GP_A_LAUNCH_EX));
 	uint64_t id = gp_next_launch_id();
 	uint64_t stream = gp_stream(s, cfg->hStream);
-	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
+	uint32_t fl = gp_patch_args(&f, id, &params, &extra, stream);
 	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
 	gp_win_expect(id);
@@ -330,7 +338,7 @@ GP_HOT CUresult gp_i_LAUNCH_COOP(struct gp_slot *s, GP_P_LAUNCH_COOP)
 	uint64_t id = gp_next_launch_id();
 	void **extra = NULL;
 	uint64_t stream = gp_stream(s, st);
-	uint32_t fl = gp_patch_args((uint64_t)f, id, &params, &extra, stream);
+	uint32_t fl = gp_patch_args(&f, id, &params, &extra, stream);
 	gp_ring_prefetch(ring, sizeof(struct gp_rec_launch));
 	struct gp_stamp ts;
 	gp_win_expect(id);

@@ -23,7 +23,8 @@
  * prints the result; on success launches its vectorAdd once and unloads),
  * devmap FILE array|ring ... (loads FILE, launches its vectorAdd, and acts
  * as the GPU on the device copies behind the globals gp_dm_arr and
- * gp_dm_ring: see devmap below).
+ * gp_dm_ring: see devmap below), async FILE GATE [unload|fail] (the
+ * shim's patching off the application's threads: see async_swap).
  * The output (stdout) depends only on what the driver did, so it must be
  * identical with and without the shim.
  */
@@ -368,6 +369,93 @@ static void ptx(const char *file, int by_path)
 	printf("app: unloaded\n");
 }
 
+/* load_text loads the PTX text of file with the mode's load call. */
+static void *load_text(const char *file)
+{
+	static char text[1 << 20];
+	void *m;
+	FILE *f = fopen(file, "r");
+	size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+	if (f == NULL || n == 0) {
+		fprintf(stderr, "app: cannot read %s\n", file);
+		exit(2);
+	}
+	fclose(f);
+	text[n] = 0;
+	if (A.library)
+		CHECK(A.lib_load(&m, text, jopt, jval, 1, lopt_data, lval_data, 1));
+	else
+		CHECK(A.mod_load(&m, text));
+	return m;
+}
+
+/* until_swapped launches fn until the driver gets the hidden launch id
+ * (the shim swapped the patched kernel in) or tries launches were made:
+ * the launches made, and the id passed (0: none). */
+static int until_swapped(void *fn, int tries, u64 *id)
+{
+	void (*last)(void ***, void ***) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_last_launch"), "mock_last_launch");
+	u64 a = 0xa0, b = 0xb0, c = 0xc0;
+	void *params[3] = {&a, &b, &c};
+	void **gp, **ge;
+	*id = 0;
+	for (int i = 1; i <= tries; i++) {
+		CHECK(A.launch(fn, 2, 1, 1, 64, 1, 1, 0, NULL, params, NULL));
+		last(&gp, &ge);
+		if (gp != params) {
+			*id = *(u64 *)gp[3];
+			return i;
+		}
+		usleep(1000);
+	}
+	return tries;
+}
+
+/* async FILE GATE [unload|fail]: the shim's asynchronous patching under
+ * the MOCK driver's slow JIT (MOCK_JIT_GATE=GATE holds the patched load
+ * until GATE exists). Loads FILE, launches vectorAdd once (before the
+ * swap: the original kernel), then opens the gate and:
+ *   (none)  launches until the patched kernel runs (prints how many);
+ *   fail    waits for the JIT to finish (MOCK_JIT_FAIL: it fails), then
+ *           launches 50 times, 1 ms apart (all run the original);
+ *   unload  unloads the module before opening the gate, then loads FILE
+ *           again and launches that until its patched kernel runs (the
+ *           patch thread takes its jobs in order: the first is over). */
+static void async_swap(const char *file, const char *gate, const char *how)
+{
+	int (*jit_done)(void) = need(dlsym(cuda ? cuda : RTLD_DEFAULT, "mock_jit_done"), "mock_jit_done");
+	void *m = load_text(file), *fn = vector_add(m);
+	u64 id;
+	int n = until_swapped(fn, 1, &id);
+	printf("app: async first swapped=%d\n", id != 0);
+	if (strcmp(how, "unload") == 0) {
+		CHECK(A.unload(m));
+		printf("app: unloaded early\n");
+	}
+	FILE *g = fopen(gate, "w");
+	if (g == NULL) {
+		fprintf(stderr, "app: cannot create %s\n", gate);
+		exit(2);
+	}
+	fclose(g);
+	if (strcmp(how, "fail") == 0) {
+		for (int i = 0; i < 30000 && jit_done() < 1; i++)
+			usleep(1000);
+		n = until_swapped(fn, 50, &id);
+		printf("app: async after-fail launches=%d swapped=%d\n", n, id != 0);
+	} else if (strcmp(how, "unload") == 0) {
+		void *m2 = load_text(file);
+		n = until_swapped(vector_add(m2), 30000, &id);
+		printf("app: async second swapped=%d\n", id != 0);
+		m = m2;
+	} else {
+		n = until_swapped(fn, 30000, &id);
+		printf("app: async swapped=%d launches=%d id=%llu\n", id != 0, n, id);
+	}
+	CHECK(A.unload(m));
+	printf("app: unloaded\n");
+}
+
 /* A GPU ring producer: records of len bytes, (producer, seq) then a
  * pattern of both, written into the device copy with the ring protocol. */
 struct producer {
@@ -689,6 +777,8 @@ int main(int argc, char **argv)
 	} else if (strcmp(scenario, "devmap") == 0) {
 		devmap(argc > 3 ? argv[3] : "", argc - 4, argv + 4);
 		return 0;
+	} else if (strcmp(scenario, "async") == 0 && argc > 4) {
+		async_swap(argv[3], argv[4], argc > 5 ? argv[5] : "");
 	} else if (strcmp(scenario, "loadfile") == 0) {
 		void *m;
 		CUresult r = load_file(&m, argc > 3 ? argv[3] : "");

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long cuuint64_t;
@@ -188,10 +189,35 @@ EXPORT void mock_last_launch(void ***params, void ***extra)
 	*extra = last_extra;
 }
 
+/* The driver's JIT, for the shim's patch thread: a PTX load whose text
+ * holds MOCK_JIT_MATCH is a JIT target. MOCK_JIT_GATE=PATH: a target's load
+ * waits until PATH exists (a slow JIT, up to 30 s); MOCK_JIT_FAIL=1: it
+ * fails (CUDA_ERROR_INVALID_PTX). mock_jit_done counts finished targets. */
+static int jit_done;
+EXPORT int mock_jit_done(void) { return __atomic_load_n(&jit_done, __ATOMIC_ACQUIRE); }
+static CUresult mock_jit(const char *img)
+{
+	const char *match = getenv("MOCK_JIT_MATCH"), *gate = getenv("MOCK_JIT_GATE");
+	const char *fail = getenv("MOCK_JIT_FAIL");
+	if (match == NULL || match[0] == 0 || strstr(img, match) == NULL)
+		return 0;
+	for (int i = 0; gate && gate[0] && access(gate, F_OK) != 0 && i < 30000; i++)
+		usleep(1000);
+	CUresult r = fail && fail[0] == '1' ? 218 : 0;
+	fprintf(stderr, "mock: jit target r=%d\n", r);
+	__atomic_fetch_add(&jit_done, 1, __ATOMIC_ACQ_REL);
+	return r;
+}
+
 EXPORT CUresult cuModuleLoadData(void **m, const void *img)
 {
 	if (!inited || img == NULL)
 		return inited ? 1 : 3;
+	if (is_ptx(img)) {
+		CUresult j = mock_jit(img);
+		if (j != 0)
+			return j;
+	}
 	struct mock_mod *mod = new_mod();
 	if (is_ptx(img)) {
 		/* A real driver would fail to compile broken PTX: the mock
@@ -265,6 +291,8 @@ EXPORT CUresult cuModuleUnload(void *m)
 	struct mock_mod *mod = m;
 	if (mod == NULL || mod->magic != 0x4d4f4455)
 		return 400;
+	if (getenv("MOCK_JIT_MATCH") != NULL)
+		fprintf(stderr, "mock: unload %p\n", m);
 	mod->magic = 0; /* leaked: handles into it may still be printed */
 	return 0;
 }
