@@ -1,5 +1,5 @@
 """stackstep.py: a small PyTorch training step whose forward ops sit on
-known lines (marked "# op: NAME"), for launch stacks.
+known lines (each marked by an "op" comment naming it), for launch stacks.
 
 Usage: python3 stackstep.py STEPS TIMING_FILE
 Runs STEPS steps after 5 warm-up steps, prints a checksum of the weights
