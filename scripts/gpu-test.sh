@@ -74,6 +74,12 @@
 #                                  on three known lines, native frames
 #                                  symbolised, step time against plain;
 #                                  needs bin/otelcol-gpuprobe, python3, torch)
+#                     gputime      scripts/gpu/gputime.sh: three tenant
+#                                  mixes (the issue's three, kernels of
+#                                  10 ms+, eight) on one time-sliced GPU,
+#                                  truth vs gpu.cuda.process.time per
+#                                  tenant in points, sum vs wall (needs
+#                                  bin/otelcol-gpuprobe, python3, torch)
 #                     gpuhash      bin/ptx-gpu.test (jit/ptx's tests of
 #                                  build tag gpu): the GPU hash map (type
 #                                  1501) on the device: a warp inserting one
@@ -108,7 +114,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gpuhash,startup
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gputime,gpuhash,startup
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -177,6 +183,7 @@ needs() {
 	stacks) need=($g/stacks.sh "${col[@]}" $g/stackstep.py $g/lib_traces.py) ;;
 	startup) need=($g/startup.sh "${col[@]}" $g/lib_traces.py) ;;
 	nodescale) need=($g/node-scale.sh "${col[@]}" $g/launchbound.py $g/torchstep.py $g/lib_metrics.py) ;;
+	gputime) need=($g/gputime.sh "${col[@]}" $g/{gputime_tenant,gputime_check}.py $g/lib_collector.sh) ;;
 	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
 }
@@ -350,6 +357,8 @@ want frameworkcost && tailstep "launch-bound frameworks' cost" frameworkcost.log
 	env FW_OUT="$out/gpu-framework-cost" bash scripts/gpu/framework-cost.sh
 want stacks && tailstep "launch stacks (PyTorch step)" stacks.log '^gpu-stacks' \
 	env STACKS_OUT="$out/gpu-stacks" bash scripts/gpu/stacks.sh
+want gputime && tailstep "GPU time per process, time-sliced" gputime.log '^gputime' \
+	env GT_OUT="$out/gpu-gputime" bash scripts/gpu/gputime.sh
 want gpuhash && tailstep "GPU hash map (type 1501)" gpuhash.log '^=== RUN' \
 	bin/ptx-gpu.test -test.run 'GPUHashDevice' -test.v
 want kinds && tailstep "launch kinds: window or reason" kinds.log '^kinds (' \

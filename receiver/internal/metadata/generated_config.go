@@ -9,6 +9,102 @@ import (
 	"go.opentelemetry.io/collector/filter"
 )
 
+// GpuCudaDeviceTimeMetricAttributeKey specifies the key of an attribute for the gpu.cuda.device.time metric.
+type GpuCudaDeviceTimeMetricAttributeKey string
+
+const (
+	GpuCudaDeviceTimeMetricAttributeKeyCudaDeviceUUID GpuCudaDeviceTimeMetricAttributeKey = "cuda.device.uuid"
+)
+
+// GpuCudaDeviceTimeMetricConfig provides config for the gpu.cuda.device.time metric.
+type GpuCudaDeviceTimeMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaDeviceTimeMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaDeviceTimeMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaDeviceTimeMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaDeviceTimeMetricAttributeKeyCudaDeviceUUID:
+		default:
+			return fmt.Errorf("metric gpu.cuda.device.time doesn't have an attribute %v, valid attributes: [cuda.device.uuid]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuCudaDeviceUtilizationMetricAttributeKey specifies the key of an attribute for the gpu.cuda.device.utilization metric.
+type GpuCudaDeviceUtilizationMetricAttributeKey string
+
+const (
+	GpuCudaDeviceUtilizationMetricAttributeKeyCudaDeviceUUID GpuCudaDeviceUtilizationMetricAttributeKey = "cuda.device.uuid"
+)
+
+// GpuCudaDeviceUtilizationMetricConfig provides config for the gpu.cuda.device.utilization metric.
+type GpuCudaDeviceUtilizationMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                       `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaDeviceUtilizationMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaDeviceUtilizationMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaDeviceUtilizationMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaDeviceUtilizationMetricAttributeKeyCudaDeviceUUID:
+		default:
+			return fmt.Errorf("metric gpu.cuda.device.utilization doesn't have an attribute %v, valid attributes: [cuda.device.uuid]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
 // GpuCudaKernelApproximateSpansMetricConfig provides config for the gpu.cuda.kernel.approximate.spans metric.
 type GpuCudaKernelApproximateSpansMetricConfig struct {
 	Enabled          bool `mapstructure:"enabled"`
@@ -115,6 +211,104 @@ func (ms *GpuCudaMemcpyBytesMetricConfig) Validate() error {
 		case GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind:
 		default:
 			return fmt.Errorf("metric gpu.cuda.memcpy.bytes doesn't have an attribute %v, valid attributes: [cuda.device.index, cuda.memcpy.kind]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuCudaProcessTimeMetricAttributeKey specifies the key of an attribute for the gpu.cuda.process.time metric.
+type GpuCudaProcessTimeMetricAttributeKey string
+
+const (
+	GpuCudaProcessTimeMetricAttributeKeyCudaDeviceIndex GpuCudaProcessTimeMetricAttributeKey = "cuda.device.index"
+	GpuCudaProcessTimeMetricAttributeKeyCudaDeviceUUID  GpuCudaProcessTimeMetricAttributeKey = "cuda.device.uuid"
+)
+
+// GpuCudaProcessTimeMetricConfig provides config for the gpu.cuda.process.time metric.
+type GpuCudaProcessTimeMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                 `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaProcessTimeMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaProcessTimeMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaProcessTimeMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaProcessTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaProcessTimeMetricAttributeKeyCudaDeviceUUID:
+		default:
+			return fmt.Errorf("metric gpu.cuda.process.time doesn't have an attribute %v, valid attributes: [cuda.device.index, cuda.device.uuid]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuCudaProcessUtilizationMetricAttributeKey specifies the key of an attribute for the gpu.cuda.process.utilization metric.
+type GpuCudaProcessUtilizationMetricAttributeKey string
+
+const (
+	GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceIndex GpuCudaProcessUtilizationMetricAttributeKey = "cuda.device.index"
+	GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceUUID  GpuCudaProcessUtilizationMetricAttributeKey = "cuda.device.uuid"
+)
+
+// GpuCudaProcessUtilizationMetricConfig provides config for the gpu.cuda.process.utilization metric.
+type GpuCudaProcessUtilizationMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                        `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaProcessUtilizationMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaProcessUtilizationMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaProcessUtilizationMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceIndex, GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceUUID:
+		default:
+			return fmt.Errorf("metric gpu.cuda.process.utilization doesn't have an attribute %v, valid attributes: [cuda.device.index, cuda.device.uuid]", val)
 		}
 	}
 
@@ -326,9 +520,13 @@ func (ms *GpuprobeReceiverWindowsStateChangesMetricConfig) Validate() error {
 
 // MetricsConfig provides config for gpuprobe metrics.
 type MetricsConfig struct {
+	GpuCudaDeviceTime                   GpuCudaDeviceTimeMetricConfig                   `mapstructure:"gpu.cuda.device.time"`
+	GpuCudaDeviceUtilization            GpuCudaDeviceUtilizationMetricConfig            `mapstructure:"gpu.cuda.device.utilization"`
 	GpuCudaKernelApproximateSpans       GpuCudaKernelApproximateSpansMetricConfig       `mapstructure:"gpu.cuda.kernel.approximate.spans"`
 	GpuCudaKernelLaunches               GpuCudaKernelLaunchesMetricConfig               `mapstructure:"gpu.cuda.kernel.launches"`
 	GpuCudaMemcpyBytes                  GpuCudaMemcpyBytesMetricConfig                  `mapstructure:"gpu.cuda.memcpy.bytes"`
+	GpuCudaProcessTime                  GpuCudaProcessTimeMetricConfig                  `mapstructure:"gpu.cuda.process.time"`
+	GpuCudaProcessUtilization           GpuCudaProcessUtilizationMetricConfig           `mapstructure:"gpu.cuda.process.utilization"`
 	GpuCudaThreadExecutionsByThread     GpuCudaThreadExecutionsByThreadMetricConfig     `mapstructure:"gpu.cuda.thread.executions.by_thread"`
 	GpuprobeReceiverCoverageGpuTime     GpuprobeReceiverCoverageGpuTimeMetricConfig     `mapstructure:"gpuprobe.receiver.coverage.gpu_time"`
 	GpuprobeReceiverCoverageLaunches    GpuprobeReceiverCoverageLaunchesMetricConfig    `mapstructure:"gpuprobe.receiver.coverage.launches"`
@@ -337,6 +535,16 @@ type MetricsConfig struct {
 
 func DefaultMetricsConfig() MetricsConfig {
 	return MetricsConfig{
+		GpuCudaDeviceTime: GpuCudaDeviceTimeMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuCudaDeviceTimeMetricAttributeKey{GpuCudaDeviceTimeMetricAttributeKeyCudaDeviceUUID},
+		},
+		GpuCudaDeviceUtilization: GpuCudaDeviceUtilizationMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategyAvg,
+			EnabledAttributes:   []GpuCudaDeviceUtilizationMetricAttributeKey{GpuCudaDeviceUtilizationMetricAttributeKeyCudaDeviceUUID},
+		},
 		GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
 			Enabled: true,
 		},
@@ -349,6 +557,16 @@ func DefaultMetricsConfig() MetricsConfig {
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []GpuCudaMemcpyBytesMetricAttributeKey{GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind},
+		},
+		GpuCudaProcessTime: GpuCudaProcessTimeMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuCudaProcessTimeMetricAttributeKey{GpuCudaProcessTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaProcessTimeMetricAttributeKeyCudaDeviceUUID},
+		},
+		GpuCudaProcessUtilization: GpuCudaProcessUtilizationMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategyAvg,
+			EnabledAttributes:   []GpuCudaProcessUtilizationMetricAttributeKey{GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceIndex, GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceUUID},
 		},
 		GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
 			Enabled:             true,

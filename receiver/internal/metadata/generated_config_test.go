@@ -26,6 +26,16 @@ func TestMetricsBuilderConfig(t *testing.T) {
 			name: "all_set",
 			want: MetricsBuilderConfig{
 				Metrics: MetricsConfig{
+					GpuCudaDeviceTime: GpuCudaDeviceTimeMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaDeviceTimeMetricAttributeKey{GpuCudaDeviceTimeMetricAttributeKeyCudaDeviceUUID},
+					},
+					GpuCudaDeviceUtilization: GpuCudaDeviceUtilizationMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []GpuCudaDeviceUtilizationMetricAttributeKey{GpuCudaDeviceUtilizationMetricAttributeKeyCudaDeviceUUID},
+					},
 					GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
 						Enabled: true,
 					},
@@ -38,6 +48,16 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaMemcpyBytesMetricAttributeKey{GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind},
+					},
+					GpuCudaProcessTime: GpuCudaProcessTimeMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaProcessTimeMetricAttributeKey{GpuCudaProcessTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaProcessTimeMetricAttributeKeyCudaDeviceUUID},
+					},
+					GpuCudaProcessUtilization: GpuCudaProcessUtilizationMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []GpuCudaProcessUtilizationMetricAttributeKey{GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceIndex, GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceUUID},
 					},
 					GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
 						Enabled:             true,
@@ -75,6 +95,16 @@ func TestMetricsBuilderConfig(t *testing.T) {
 			name: "none_set",
 			want: MetricsBuilderConfig{
 				Metrics: MetricsConfig{
+					GpuCudaDeviceTime: GpuCudaDeviceTimeMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaDeviceTimeMetricAttributeKey{GpuCudaDeviceTimeMetricAttributeKeyCudaDeviceUUID},
+					},
+					GpuCudaDeviceUtilization: GpuCudaDeviceUtilizationMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []GpuCudaDeviceUtilizationMetricAttributeKey{GpuCudaDeviceUtilizationMetricAttributeKeyCudaDeviceUUID},
+					},
 					GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
 						Enabled: false,
 					},
@@ -87,6 +117,16 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaMemcpyBytesMetricAttributeKey{GpuCudaMemcpyBytesMetricAttributeKeyCudaDeviceIndex, GpuCudaMemcpyBytesMetricAttributeKeyCudaMemcpyKind},
+					},
+					GpuCudaProcessTime: GpuCudaProcessTimeMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaProcessTimeMetricAttributeKey{GpuCudaProcessTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaProcessTimeMetricAttributeKeyCudaDeviceUUID},
+					},
+					GpuCudaProcessUtilization: GpuCudaProcessUtilizationMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []GpuCudaProcessUtilizationMetricAttributeKey{GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceIndex, GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceUUID},
 					},
 					GpuCudaThreadExecutionsByThread: GpuCudaThreadExecutionsByThreadMetricConfig{
 						Enabled:             false,
@@ -124,10 +164,33 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaDeviceTimeMetricConfig{}, GpuCudaDeviceUtilizationMetricConfig{}, GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaProcessTimeMetricConfig{}, GpuCudaProcessUtilizationMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
+}
+func TestGpuCudaDeviceTimeMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaDeviceTime
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaDeviceTimeMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.device.time doesn't have an attribute invalid, valid attributes: [cuda.device.uuid]")
+
+	cfg = DefaultMetricsConfig().GpuCudaDeviceTime
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaDeviceUtilizationMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaDeviceUtilization
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaDeviceUtilizationMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.device.utilization doesn't have an attribute invalid, valid attributes: [cuda.device.uuid]")
+
+	cfg = DefaultMetricsConfig().GpuCudaDeviceUtilization
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }
 
 func TestGpuCudaKernelLaunchesMetricsConfig_Validate(t *testing.T) {
@@ -150,6 +213,30 @@ func TestGpuCudaMemcpyBytesMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.memcpy.bytes doesn't have an attribute invalid, valid attributes: [cuda.device.index, cuda.memcpy.kind]")
 
 	cfg = DefaultMetricsConfig().GpuCudaMemcpyBytes
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaProcessTimeMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaProcessTime
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaProcessTimeMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.process.time doesn't have an attribute invalid, valid attributes: [cuda.device.index, cuda.device.uuid]")
+
+	cfg = DefaultMetricsConfig().GpuCudaProcessTime
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaProcessUtilizationMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaProcessUtilization
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaProcessUtilizationMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.process.utilization doesn't have an attribute invalid, valid attributes: [cuda.device.index, cuda.device.uuid]")
+
+	cfg = DefaultMetricsConfig().GpuCudaProcessUtilization
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

@@ -236,6 +236,14 @@ var MapAttributeReason = map[string]AttributeReason{
 }
 
 var MetricsInfo = metricsInfo{
+	GpuCudaDeviceTime: metricInfo{
+		Name:       "gpu.cuda.device.time",
+		Attributes: []string{"cuda.device.uuid"},
+	},
+	GpuCudaDeviceUtilization: metricInfo{
+		Name:       "gpu.cuda.device.utilization",
+		Attributes: []string{"cuda.device.uuid"},
+	},
 	GpuCudaKernelApproximateSpans: metricInfo{
 		Name: "gpu.cuda.kernel.approximate.spans",
 	},
@@ -246,6 +254,14 @@ var MetricsInfo = metricsInfo{
 	GpuCudaMemcpyBytes: metricInfo{
 		Name:       "gpu.cuda.memcpy.bytes",
 		Attributes: []string{"cuda.device.index", "cuda.memcpy.kind"},
+	},
+	GpuCudaProcessTime: metricInfo{
+		Name:       "gpu.cuda.process.time",
+		Attributes: []string{"cuda.device.index", "cuda.device.uuid"},
+	},
+	GpuCudaProcessUtilization: metricInfo{
+		Name:       "gpu.cuda.process.utilization",
+		Attributes: []string{"cuda.device.index", "cuda.device.uuid"},
 	},
 	GpuCudaThreadExecutionsByThread: metricInfo{
 		Name:       "gpu.cuda.thread.executions.by_thread",
@@ -266,9 +282,13 @@ var MetricsInfo = metricsInfo{
 }
 
 type metricsInfo struct {
+	GpuCudaDeviceTime                   metricInfo
+	GpuCudaDeviceUtilization            metricInfo
 	GpuCudaKernelApproximateSpans       metricInfo
 	GpuCudaKernelLaunches               metricInfo
 	GpuCudaMemcpyBytes                  metricInfo
+	GpuCudaProcessTime                  metricInfo
+	GpuCudaProcessUtilization           metricInfo
 	GpuCudaThreadExecutionsByThread     metricInfo
 	GpuprobeReceiverCoverageGpuTime     metricInfo
 	GpuprobeReceiverCoverageLaunches    metricInfo
@@ -278,6 +298,186 @@ type metricsInfo struct {
 type metricInfo struct {
 	Name       string
 	Attributes []string
+}
+
+type metricGpuCudaDeviceTime struct {
+	data          pmetric.Metric                // data buffer for generated metric.
+	config        GpuCudaDeviceTimeMetricConfig // metric config provided by user.
+	capacity      int                           // max observed number of data points added to the metric.
+	aggDataPoints []float64                     // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.device.time metric with initial data.
+func (m *metricGpuCudaDeviceTime) init() {
+	m.data.SetName("gpu.cuda.device.time")
+	m.data.SetDescription("Time some kernel of an instrumented process ran on the GPU (the union of their windows).")
+	m.data.SetUnit("s")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaDeviceTime) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, cudaDeviceUUIDAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaDeviceTimeMetricAttributeKeyCudaDeviceUUID) {
+		dp.Attributes().PutStr("cuda.device.uuid", cudaDeviceUUIDAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaDeviceTime) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaDeviceTime) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetDoubleValue(m.data.Sum().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaDeviceTime(cfg GpuCudaDeviceTimeMetricConfig) metricGpuCudaDeviceTime {
+	m := metricGpuCudaDeviceTime{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuCudaDeviceUtilization struct {
+	data          pmetric.Metric                       // data buffer for generated metric.
+	config        GpuCudaDeviceUtilizationMetricConfig // metric config provided by user.
+	capacity      int                                  // max observed number of data points added to the metric.
+	aggDataPoints []float64                            // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.device.utilization metric with initial data.
+func (m *metricGpuCudaDeviceUtilization) init() {
+	m.data.SetName("gpu.cuda.device.utilization")
+	m.data.SetDescription("Share of the span settled since the previous emission that some kernel of an instrumented process ran on the GPU.")
+	m.data.SetUnit("1")
+	m.data.SetEmptyGauge()
+	m.data.Gauge().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaDeviceUtilization) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, cudaDeviceUUIDAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaDeviceUtilizationMetricAttributeKeyCudaDeviceUUID) {
+		dp.Attributes().PutStr("cuda.device.uuid", cudaDeviceUUIDAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Gauge().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaDeviceUtilization) updateCapacity() {
+	if m.data.Gauge().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Gauge().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaDeviceUtilization) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Gauge().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Gauge().DataPoints().At(i).SetDoubleValue(m.data.Gauge().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaDeviceUtilization(cfg GpuCudaDeviceUtilizationMetricConfig) metricGpuCudaDeviceUtilization {
+	m := metricGpuCudaDeviceUtilization{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
 }
 
 type metricGpuCudaKernelApproximateSpans struct {
@@ -512,6 +712,192 @@ func (m *metricGpuCudaMemcpyBytes) emit(metrics pmetric.MetricSlice) {
 
 func newMetricGpuCudaMemcpyBytes(cfg GpuCudaMemcpyBytesMetricConfig) metricGpuCudaMemcpyBytes {
 	m := metricGpuCudaMemcpyBytes{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuCudaProcessTime struct {
+	data          pmetric.Metric                 // data buffer for generated metric.
+	config        GpuCudaProcessTimeMetricConfig // metric config provided by user.
+	capacity      int                            // max observed number of data points added to the metric.
+	aggDataPoints []float64                      // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.process.time metric with initial data.
+func (m *metricGpuCudaProcessTime) init() {
+	m.data.SetName("gpu.cuda.process.time")
+	m.data.SetDescription("GPU time charged to the process on one GPU, its windows with the other processes' slices taken out (sums to the GPU's busy time over its processes).")
+	m.data.SetUnit("s")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaProcessTime) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaProcessTimeMetricAttributeKeyCudaDeviceIndex) {
+		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaProcessTimeMetricAttributeKeyCudaDeviceUUID) {
+		dp.Attributes().PutStr("cuda.device.uuid", cudaDeviceUUIDAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaProcessTime) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaProcessTime) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetDoubleValue(m.data.Sum().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaProcessTime(cfg GpuCudaProcessTimeMetricConfig) metricGpuCudaProcessTime {
+	m := metricGpuCudaProcessTime{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuCudaProcessUtilization struct {
+	data          pmetric.Metric                        // data buffer for generated metric.
+	config        GpuCudaProcessUtilizationMetricConfig // metric config provided by user.
+	capacity      int                                   // max observed number of data points added to the metric.
+	aggDataPoints []float64                             // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.process.utilization metric with initial data.
+func (m *metricGpuCudaProcessUtilization) init() {
+	m.data.SetName("gpu.cuda.process.utilization")
+	m.data.SetDescription("The process's share of the GPU over the span settled since the previous emission.")
+	m.data.SetUnit("1")
+	m.data.SetEmptyGauge()
+	m.data.Gauge().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaProcessUtilization) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceIndex) {
+		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaProcessUtilizationMetricAttributeKeyCudaDeviceUUID) {
+		dp.Attributes().PutStr("cuda.device.uuid", cudaDeviceUUIDAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Gauge().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaProcessUtilization) updateCapacity() {
+	if m.data.Gauge().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Gauge().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaProcessUtilization) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Gauge().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Gauge().DataPoints().At(i).SetDoubleValue(m.data.Gauge().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaProcessUtilization(cfg GpuCudaProcessUtilizationMetricConfig) metricGpuCudaProcessUtilization {
+	m := metricGpuCudaProcessUtilization{config: cfg}
 
 	if cfg.Enabled {
 		m.data = pmetric.NewMetric()
@@ -909,9 +1295,13 @@ type MetricsBuilder struct {
 	buildInfo                                 component.BuildInfo  // contains version information.
 	resourceAttributeIncludeFilter            map[string]filter.Filter
 	resourceAttributeExcludeFilter            map[string]filter.Filter
+	metricGpuCudaDeviceTime                   metricGpuCudaDeviceTime
+	metricGpuCudaDeviceUtilization            metricGpuCudaDeviceUtilization
 	metricGpuCudaKernelApproximateSpans       metricGpuCudaKernelApproximateSpans
 	metricGpuCudaKernelLaunches               metricGpuCudaKernelLaunches
 	metricGpuCudaMemcpyBytes                  metricGpuCudaMemcpyBytes
+	metricGpuCudaProcessTime                  metricGpuCudaProcessTime
+	metricGpuCudaProcessUtilization           metricGpuCudaProcessUtilization
 	metricGpuCudaThreadExecutionsByThread     metricGpuCudaThreadExecutionsByThread
 	metricGpuprobeReceiverCoverageGpuTime     metricGpuprobeReceiverCoverageGpuTime
 	metricGpuprobeReceiverCoverageLaunches    metricGpuprobeReceiverCoverageLaunches
@@ -941,9 +1331,13 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		startTime:                                 pcommon.NewTimestampFromTime(time.Now()),
 		metricsBuffer:                             pmetric.NewMetrics(),
 		buildInfo:                                 settings.BuildInfo,
+		metricGpuCudaDeviceTime:                   newMetricGpuCudaDeviceTime(mbc.Metrics.GpuCudaDeviceTime),
+		metricGpuCudaDeviceUtilization:            newMetricGpuCudaDeviceUtilization(mbc.Metrics.GpuCudaDeviceUtilization),
 		metricGpuCudaKernelApproximateSpans:       newMetricGpuCudaKernelApproximateSpans(mbc.Metrics.GpuCudaKernelApproximateSpans),
 		metricGpuCudaKernelLaunches:               newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
 		metricGpuCudaMemcpyBytes:                  newMetricGpuCudaMemcpyBytes(mbc.Metrics.GpuCudaMemcpyBytes),
+		metricGpuCudaProcessTime:                  newMetricGpuCudaProcessTime(mbc.Metrics.GpuCudaProcessTime),
+		metricGpuCudaProcessUtilization:           newMetricGpuCudaProcessUtilization(mbc.Metrics.GpuCudaProcessUtilization),
 		metricGpuCudaThreadExecutionsByThread:     newMetricGpuCudaThreadExecutionsByThread(mbc.Metrics.GpuCudaThreadExecutionsByThread),
 		metricGpuprobeReceiverCoverageGpuTime:     newMetricGpuprobeReceiverCoverageGpuTime(mbc.Metrics.GpuprobeReceiverCoverageGpuTime),
 		metricGpuprobeReceiverCoverageLaunches:    newMetricGpuprobeReceiverCoverageLaunches(mbc.Metrics.GpuprobeReceiverCoverageLaunches),
@@ -1062,9 +1456,13 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	ils.Scope().SetName(ScopeName)
 	ils.Scope().SetVersion(mb.buildInfo.Version)
 	ils.Metrics().EnsureCapacity(mb.metricsCapacity)
+	mb.metricGpuCudaDeviceTime.emit(ils.Metrics())
+	mb.metricGpuCudaDeviceUtilization.emit(ils.Metrics())
 	mb.metricGpuCudaKernelApproximateSpans.emit(ils.Metrics())
 	mb.metricGpuCudaKernelLaunches.emit(ils.Metrics())
 	mb.metricGpuCudaMemcpyBytes.emit(ils.Metrics())
+	mb.metricGpuCudaProcessTime.emit(ils.Metrics())
+	mb.metricGpuCudaProcessUtilization.emit(ils.Metrics())
 	mb.metricGpuCudaThreadExecutionsByThread.emit(ils.Metrics())
 	mb.metricGpuprobeReceiverCoverageGpuTime.emit(ils.Metrics())
 	mb.metricGpuprobeReceiverCoverageLaunches.emit(ils.Metrics())
@@ -1100,6 +1498,16 @@ func (mb *MetricsBuilder) Emit(options ...ResourceMetricsOption) pmetric.Metrics
 	return metrics
 }
 
+// RecordGpuCudaDeviceTimeDataPoint adds a data point to gpu.cuda.device.time metric.
+func (mb *MetricsBuilder) RecordGpuCudaDeviceTimeDataPoint(ts pcommon.Timestamp, val float64, cudaDeviceUUIDAttributeValue string) {
+	mb.metricGpuCudaDeviceTime.recordDataPoint(mb.startTime, ts, val, cudaDeviceUUIDAttributeValue)
+}
+
+// RecordGpuCudaDeviceUtilizationDataPoint adds a data point to gpu.cuda.device.utilization metric.
+func (mb *MetricsBuilder) RecordGpuCudaDeviceUtilizationDataPoint(ts pcommon.Timestamp, val float64, cudaDeviceUUIDAttributeValue string) {
+	mb.metricGpuCudaDeviceUtilization.recordDataPoint(mb.startTime, ts, val, cudaDeviceUUIDAttributeValue)
+}
+
 // RecordGpuCudaKernelApproximateSpansDataPoint adds a data point to gpu.cuda.kernel.approximate.spans metric.
 func (mb *MetricsBuilder) RecordGpuCudaKernelApproximateSpansDataPoint(ts pcommon.Timestamp, val int64) {
 	mb.metricGpuCudaKernelApproximateSpans.recordDataPoint(mb.startTime, ts, val)
@@ -1113,6 +1521,16 @@ func (mb *MetricsBuilder) RecordGpuCudaKernelLaunchesDataPoint(ts pcommon.Timest
 // RecordGpuCudaMemcpyBytesDataPoint adds a data point to gpu.cuda.memcpy.bytes metric.
 func (mb *MetricsBuilder) RecordGpuCudaMemcpyBytesDataPoint(ts pcommon.Timestamp, val int64, cudaDeviceIndexAttributeValue int64, cudaMemcpyKindAttributeValue AttributeCudaMemcpyKind) {
 	mb.metricGpuCudaMemcpyBytes.recordDataPoint(mb.startTime, ts, val, cudaDeviceIndexAttributeValue, cudaMemcpyKindAttributeValue.String())
+}
+
+// RecordGpuCudaProcessTimeDataPoint adds a data point to gpu.cuda.process.time metric.
+func (mb *MetricsBuilder) RecordGpuCudaProcessTimeDataPoint(ts pcommon.Timestamp, val float64, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string) {
+	mb.metricGpuCudaProcessTime.recordDataPoint(mb.startTime, ts, val, cudaDeviceIndexAttributeValue, cudaDeviceUUIDAttributeValue)
+}
+
+// RecordGpuCudaProcessUtilizationDataPoint adds a data point to gpu.cuda.process.utilization metric.
+func (mb *MetricsBuilder) RecordGpuCudaProcessUtilizationDataPoint(ts pcommon.Timestamp, val float64, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string) {
+	mb.metricGpuCudaProcessUtilization.recordDataPoint(mb.startTime, ts, val, cudaDeviceIndexAttributeValue, cudaDeviceUUIDAttributeValue)
 }
 
 // RecordGpuCudaThreadExecutionsByThreadDataPoint adds a data point to gpu.cuda.thread.executions.by_thread metric.

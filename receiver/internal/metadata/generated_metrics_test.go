@@ -67,8 +67,12 @@ func TestMetricsBuilder(t *testing.T) {
 			settings.Logger = zap.New(observedZapCore)
 			mb := NewMetricsBuilder(loadMetricsBuilderConfig(t, tt.name), settings, WithStartTime(start))
 			aggMap := make(map[string]string) // contains the aggregation strategies for each metric name
+			aggMap["gpu.cuda.device.time"] = mb.metricGpuCudaDeviceTime.config.AggregationStrategy
+			aggMap["gpu.cuda.device.utilization"] = mb.metricGpuCudaDeviceUtilization.config.AggregationStrategy
 			aggMap["gpu.cuda.kernel.launches"] = mb.metricGpuCudaKernelLaunches.config.AggregationStrategy
 			aggMap["gpu.cuda.memcpy.bytes"] = mb.metricGpuCudaMemcpyBytes.config.AggregationStrategy
+			aggMap["gpu.cuda.process.time"] = mb.metricGpuCudaProcessTime.config.AggregationStrategy
+			aggMap["gpu.cuda.process.utilization"] = mb.metricGpuCudaProcessUtilization.config.AggregationStrategy
 			aggMap["gpu.cuda.thread.executions.by_thread"] = mb.metricGpuCudaThreadExecutionsByThread.config.AggregationStrategy
 			aggMap["gpuprobe.receiver.coverage.gpu_time"] = mb.metricGpuprobeReceiverCoverageGpuTime.config.AggregationStrategy
 			aggMap["gpuprobe.receiver.coverage.launches"] = mb.metricGpuprobeReceiverCoverageLaunches.config.AggregationStrategy
@@ -83,6 +87,18 @@ func TestMetricsBuilder(t *testing.T) {
 			allMetricsCount := 0
 			defaultMetricsCount++
 			allMetricsCount++
+			mb.RecordGpuCudaDeviceTimeDataPoint(ts, 1, "cuda.device.uuid-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaDeviceTimeDataPoint(ts, 3, "cuda.device.uuid-val-2")
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuCudaDeviceUtilizationDataPoint(ts, 1, "cuda.device.uuid-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaDeviceUtilizationDataPoint(ts, 3, "cuda.device.uuid-val-2")
+			}
+			defaultMetricsCount++
+			allMetricsCount++
 			mb.RecordGpuCudaKernelApproximateSpansDataPoint(ts, 1)
 			defaultMetricsCount++
 			allMetricsCount++
@@ -95,6 +111,18 @@ func TestMetricsBuilder(t *testing.T) {
 			mb.RecordGpuCudaMemcpyBytesDataPoint(ts, 1, 17, AttributeCudaMemcpyKindMemcpyHostToDevice)
 			if tt.name == "reaggregate_set" {
 				mb.RecordGpuCudaMemcpyBytesDataPoint(ts, 3, 18, AttributeCudaMemcpyKindMemcpyDeviceToHost)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuCudaProcessTimeDataPoint(ts, 1, 17, "cuda.device.uuid-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaProcessTimeDataPoint(ts, 3, 18, "cuda.device.uuid-val-2")
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuCudaProcessUtilizationDataPoint(ts, 1, 17, "cuda.device.uuid-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaProcessUtilizationDataPoint(ts, 3, 18, "cuda.device.uuid-val-2")
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -132,8 +160,12 @@ func TestMetricsBuilder(t *testing.T) {
 			res := rb.Emit()
 			metrics := mb.Emit(WithResource(res))
 			if tt.name == "reaggregate_set" {
+				assert.Empty(t, mb.metricGpuCudaDeviceTime.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaDeviceUtilization.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaKernelLaunches.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaMemcpyBytes.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaProcessTime.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaProcessUtilization.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaThreadExecutionsByThread.aggDataPoints)
 				assert.Empty(t, mb.metricGpuprobeReceiverCoverageGpuTime.aggDataPoints)
 				assert.Empty(t, mb.metricGpuprobeReceiverCoverageLaunches.aggDataPoints)
@@ -165,6 +197,90 @@ func TestMetricsBuilder(t *testing.T) {
 			validatedMetrics := make(map[string]bool)
 			for _, mi := range allMetricsList {
 				switch mi.Name() {
+				case "gpu.cuda.device.time":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.device.time"], "Found a duplicate in the metrics slice: gpu.cuda.device.time")
+						validatedMetrics["gpu.cuda.device.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Time some kernel of an instrumented process ran on the GPU (the union of their windows).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						cudaDeviceUUIDAttrVal, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.device.uuid-val", cudaDeviceUUIDAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.device.time"], "Found a duplicate in the metrics slice: gpu.cuda.device.time")
+						validatedMetrics["gpu.cuda.device.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Time some kernel of an instrumented process ran on the GPU (the union of their windows).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpu.cuda.device.time"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.False(t, ok)
+					}
+				case "gpu.cuda.device.utilization":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.device.utilization"], "Found a duplicate in the metrics slice: gpu.cuda.device.utilization")
+						validatedMetrics["gpu.cuda.device.utilization"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "Share of the span settled since the previous emission that some kernel of an instrumented process ran on the GPU.", mi.Description())
+						assert.Equal(t, "1", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						cudaDeviceUUIDAttrVal, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.device.uuid-val", cudaDeviceUUIDAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.device.utilization"], "Found a duplicate in the metrics slice: gpu.cuda.device.utilization")
+						validatedMetrics["gpu.cuda.device.utilization"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "Share of the span settled since the previous emission that some kernel of an instrumented process ran on the GPU.", mi.Description())
+						assert.Equal(t, "1", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpu.cuda.device.utilization"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.False(t, ok)
+					}
 				case "gpu.cuda.kernel.approximate.spans":
 					assert.False(t, validatedMetrics["gpu.cuda.kernel.approximate.spans"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.approximate.spans")
 					validatedMetrics["gpu.cuda.kernel.approximate.spans"] = true
@@ -275,6 +391,100 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok := dp.Attributes().Get("cuda.device.index")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("cuda.memcpy.kind")
+						assert.False(t, ok)
+					}
+				case "gpu.cuda.process.time":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.process.time"], "Found a duplicate in the metrics slice: gpu.cuda.process.time")
+						validatedMetrics["gpu.cuda.process.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "GPU time charged to the process on one GPU, its windows with the other processes' slices taken out (sums to the GPU's busy time over its processes).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
+						assert.True(t, ok)
+						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
+						cudaDeviceUUIDAttrVal, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.device.uuid-val", cudaDeviceUUIDAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.process.time"], "Found a duplicate in the metrics slice: gpu.cuda.process.time")
+						validatedMetrics["gpu.cuda.process.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "GPU time charged to the process on one GPU, its windows with the other processes' slices taken out (sums to the GPU's busy time over its processes).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpu.cuda.process.time"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("cuda.device.index")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.uuid")
+						assert.False(t, ok)
+					}
+				case "gpu.cuda.process.utilization":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.process.utilization"], "Found a duplicate in the metrics slice: gpu.cuda.process.utilization")
+						validatedMetrics["gpu.cuda.process.utilization"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "The process's share of the GPU over the span settled since the previous emission.", mi.Description())
+						assert.Equal(t, "1", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
+						assert.True(t, ok)
+						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
+						cudaDeviceUUIDAttrVal, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.device.uuid-val", cudaDeviceUUIDAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.process.utilization"], "Found a duplicate in the metrics slice: gpu.cuda.process.utilization")
+						validatedMetrics["gpu.cuda.process.utilization"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "The process's share of the GPU over the span settled since the previous emission.", mi.Description())
+						assert.Equal(t, "1", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpu.cuda.process.utilization"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("cuda.device.index")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.uuid")
 						assert.False(t, ok)
 					}
 				case "gpu.cuda.thread.executions.by_thread":

@@ -136,6 +136,9 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 		defer t.spans.limit.gone(pid) // after its last spans
 	}
 	t.launches.forget(src, pid, now)
+	if pid != 0 {
+		t.shares.forget(pid)
+	}
 	t.clients.forget(src, now)
 	t.o.Clock.Forget(src)
 }

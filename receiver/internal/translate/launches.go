@@ -243,10 +243,14 @@ func (lt *launchTable) drop(l *launch) {
 
 // onWindow joins driver window w of source src to its launch, which may
 // then be complete.
-func (lt *launchTable) onWindow(src uint32, w *record.Window, now time.Time) {
-	if l := lt.windows.match(src, w, lt.pending[srcKey{src, w.LaunchID}]); l != nil {
-		lt.maybeFinish(l, now)
+func (lt *launchTable) onWindow(src uint32, w *record.Window, now time.Time) *kernel {
+	l := lt.windows.match(src, w, lt.pending[srcKey{src, w.LaunchID}])
+	if l == nil {
+		return nil
 	}
+	k := l.k
+	lt.maybeFinish(l, now)
+	return k
 }
 
 func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {

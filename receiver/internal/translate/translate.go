@@ -3,6 +3,7 @@ package translate
 import (
 	"errors"
 	"fmt"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/gputime"
 	"runtime/debug"
 	"time"
 
@@ -32,6 +33,7 @@ type Options struct {
 	Process            ProcessOptions
 	Host               HostOptions
 	Windows            WindowOptions
+	GPUTime            gputime.Options  // attribution of shared GPUs (gpushares.go)
 	SpanLimit          SpanLimitOptions // limits::spans_per_second (spanlimit.go)
 }
 
@@ -168,6 +170,7 @@ type Translator struct {
 	launches *launchTable // pairing: pending launches, graph runs, windows, host calls (launches.go, lifecycle.go, times.go)
 	series   *seriesStore // emission: metric series (series.go, metrics.go)
 	spans    *spanOut     // emission: spans built since the last TakeTraces (spans.go)
+	shares   *gpuShares   // attribution of shared GPUs' time (gpushares.go)
 }
 
 // decoder is the scratch space records are decoded into, one per type.
@@ -253,6 +256,8 @@ func New(o Options) *Translator {
 			cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}},
 		hosts: &hostTable{o: opts, counters: counters, start: t.start, spans: t.spans, series: t.series,
 			procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}}
+	t.shares = newGPUShares(o.GPUTime, t.start)
+	t.series.shares = t.shares
 	t.clients = &clientTable{o: opts, counters: counters, series: t.series, res: res, byID: map[uint32]*client{}}
 	return t
 }
@@ -343,7 +348,8 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 			return err
 		}
 		if src != HostProbeSource {
-			t.launches.onWindow(src, &t.dec.dv, now)
+			k := t.launches.onWindow(src, &t.dec.dv, now)
+			t.shares.add(src, t.clients.clientOf(src).peer.PID, t.clients.res.devicesOf(src), &t.dec.dv, k, t.o.Clock.ClientMonoToReal, now)
 		}
 	case record.TypeWindowState:
 		if err := t.dec.dx.Decode(rec); err != nil {
