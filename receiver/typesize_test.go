@@ -28,6 +28,11 @@ func TestTypeSize(t *testing.T) {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return err
 		}
+		if strings.HasPrefix(d.Name(), "generated_") {
+			// mdatagen's: MetricsBuilder holds one field per metric of
+			// metadata.yaml by its design, and `make generate` rewrites it.
+			return nil
+		}
 		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
 		if err != nil {
 			return err

@@ -4,10 +4,17 @@
 // code objects from the process's memory (/proc/PID/mem). Every read is
 // bounded; whatever cannot be read resolves to a frame with its address
 // only. A Resolver is not safe for concurrent use.
+//
+// A pid names another process once its process exits, so what a Resolver
+// keeps of a pid (maps, open memory file, code objects) goes when its
+// owner says the process left (Forget: the receiver, when its client
+// disconnects) and when /proc/PID/stat's start time is no longer the one
+// read with the maps (checked at most every startCheckEvery).
 package stacksym
 
 import (
 	"bufio"
+	"bytes"
 	"debug/elf"
 	"fmt"
 	"io"
@@ -16,6 +23,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/gpuprobe/gpuprobe/internal/procread"
 )
 
 // Bounds of what a Resolver reads and keeps.
@@ -25,6 +35,10 @@ const (
 	maxFiles      = 64       // symbolised files kept
 	maxProcs      = 256      // processes whose maps are kept
 	maxCodeCached = 4096     // Python code objects kept per process
+	// startCheckEvery spaces the start-time reads of one process: a
+	// resolve is at most a few per sampled launch, and a pid reused
+	// within it is caught by Forget when the receiver knows.
+	startCheckEvery = time.Second
 )
 
 // Frame is one resolved frame.
@@ -67,13 +81,16 @@ type Resolver struct {
 	Proc  string
 	procs map[uint32]*proc
 	files map[string]*symtab
+	now   func() time.Time // time.Now when nil (tests set it)
 }
 
 // proc is what a Resolver keeps of one process.
 type proc struct {
-	maps []mapping
-	mem  *os.File
-	code map[uint64]*codeInfo
+	maps    []mapping
+	mem     *os.File
+	code    map[uint64]*codeInfo
+	start   string    // /proc/PID/stat's start time when maps were read ("" unreadable)
+	checked time.Time // when start was last compared
 }
 
 func (r *Resolver) root() string {
@@ -83,14 +100,30 @@ func (r *Resolver) root() string {
 	return r.Proc
 }
 
-// procOf returns pid's state, reading its maps the first time.
+func (r *Resolver) clock() time.Time {
+	if r.now == nil {
+		return time.Now()
+	}
+	return r.now()
+}
+
+// procOf returns pid's state, reading its maps the first time and again
+// when its start time changed (another process has the pid).
 func (r *Resolver) procOf(pid uint32) *proc {
 	if r.procs == nil {
 		r.procs = map[uint32]*proc{}
 		r.files = map[string]*symtab{}
 	}
+	now := r.clock()
 	if p := r.procs[pid]; p != nil {
-		return p
+		if now.Sub(p.checked) < startCheckEvery {
+			return p
+		}
+		p.checked = now
+		if r.startTime(pid) == p.start {
+			return p
+		}
+		r.Forget(pid)
 	}
 	if len(r.procs) >= maxProcs {
 		for k := range r.procs {
@@ -98,13 +131,27 @@ func (r *Resolver) procOf(pid uint32) *proc {
 			break
 		}
 	}
-	p := &proc{code: map[uint64]*codeInfo{}}
+	p := &proc{code: map[uint64]*codeInfo{}, start: r.startTime(pid), checked: now}
 	p.maps, _ = readMaps(filepath.Join(r.root(), strconv.Itoa(int(pid)), "maps"))
 	r.procs[pid] = p
 	return p
 }
 
-// Forget drops what r keeps of process pid (it exited).
+// startTime reads field 22 of /proc/PID/stat, "" when it cannot.
+func (r *Resolver) startTime(pid uint32) string {
+	b, err := procread.File(filepath.Join(r.root(), strconv.Itoa(int(pid)), "stat"), procread.MaxStat)
+	i := bytes.LastIndexByte(b, ')')
+	if err != nil || i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:])) // fields 3 on
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// Forget drops what r keeps of process pid (it exited, or may have).
 func (r *Resolver) Forget(pid uint32) {
 	if p := r.procs[pid]; p != nil {
 		if p.mem != nil {

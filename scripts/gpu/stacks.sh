@@ -11,6 +11,8 @@
 #     relu, loss) some span's top Python frame (code.line.number,
 #     code.file.path, code.function.name "step") is that line;
 #   - some native frame is symbolised (a line "at NAME (" with NAME not ??);
+#   - gpu.cuda.kernel.launches.by_frame (DIR/metrics.json) counts launches
+#     under each of the three op lines as top frame;
 # and prints the median step times (plain, stacks off, stacks on)
 # (fails when stacks on is over 1.05x stacks off; the target is 1.01).
 # Exits 1 on a failed check. Environment: STEPS (default 300), ROUNDS
@@ -25,10 +27,12 @@ mkdir -p "$out/nostacks"
 # Rounds of three processes each (ROUNDS, default 3): plain, under a
 # collector with stacks off (stacks_per_second: 0) and under the one with
 # stacks on, so the stacks' own cost is the ratio of the last two.
-start_traces_collector "$out/nostacks" "$(printf '    sampling:\n      stacks_per_second: 0')" ||
+# Both collectors export metrics too (the same work, so that on against
+# off stays the stacks' own cost), every second.
+start_collector "$out/nostacks" "$(printf '    metrics_interval: 1s\n    sampling:\n      stacks_per_second: 0')" metrics ||
 	{ echo "gpu-stacks: collector did not start (see $out/nostacks/collector.log)"; exit 1; }
 col0=$col
-start_traces_collector "$out" "$(printf '    sampling:\n      stacks_per_second: %s' "${STACKS:-50}")" ||
+start_collector "$out" "$(printf '    metrics_interval: 1s\n    sampling:\n      stacks_per_second: %s' "${STACKS:-50}")" metrics ||
 	{ echo "gpu-stacks: collector did not start (see $out/collector.log)"; kill "$col0"; exit 1; }
 status=0
 for r in $(seq "${ROUNDS:-3}"); do
@@ -53,12 +57,13 @@ sleep 1.5 # the receiver's grace and poll
 kill -TERM "$col" "$col0"
 wait "$col"
 wait "$col0"
-python3 - "$out/traces.json" scripts/gpu/stackstep.py "$out/nostacks.ms" "$out/shim.ms" <<'PY' || status=1
+python3 - "$out/traces.json" scripts/gpu/stackstep.py "$out/nostacks.ms" "$out/shim.ms" "$out/metrics.json" <<'PY' || status=1
 import re
 import sys
 sys.path.insert(0, "scripts/gpu")
+import lib_metrics
 from lib_traces import load, launch_spans
-path, script, plain_ms, shim_ms = sys.argv[1:5]
+path, script, plain_ms, shim_ms, metrics = sys.argv[1:6]
 ops = {}
 for i, l in enumerate(open(script).read().split("\n"), 1):
     m = re.search(r"# op: (\w+)", l)
@@ -86,6 +91,30 @@ for ln, op in ops.items():
         fails.append("no launch span's top Python frame is line %d (%s)" % (ln, op))
 if native == 0:
     fails.append("no stack has a symbolised native frame")
+# Launches by top frame: the newest point of each process's series, summed
+# over the processes, by line of stackstep.py's step.
+last = {}
+try:
+    points = lib_metrics.load(metrics)
+except OSError as e:
+    points = []
+    fails.append("metrics: %s" % e)
+for p in points:
+    if p["name"] != "gpu.cuda.kernel.launches.by_frame":
+        continue
+    k = (p["resource"].get("process.pid"), tuple(sorted(p["attrs"].items())))
+    if k not in last or p["time"] >= last[k]["time"]:
+        last[k] = p
+by_line, by_frame = {}, 0
+for p in last.values():
+    a = p["attrs"]
+    by_frame += p["value"]
+    if str(a.get("code.file.path", "")).endswith("stackstep.py") and a.get("code.function.name") == "step":
+        by_line[a.get("code.line.number")] = by_line.get(a.get("code.line.number"), 0) + p["value"]
+for ln, op in ops.items():
+    if not by_line.get(ln):
+        fails.append("gpu.cuda.kernel.launches.by_frame counts no launch from line %d (%s)" % (ln, op))
+print("  launches.by_frame: %d in all; step's lines: %s" % (by_frame, ", ".join("%s: %d" % (l, n) for l, n in sorted(by_line.items()))))
 try:
     ratio = float(open(shim_ms).read()) / float(open(plain_ms).read())
 except (OSError, ValueError, ZeroDivisionError) as e:

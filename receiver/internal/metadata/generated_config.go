@@ -174,6 +174,57 @@ func (ms *GpuCudaKernelLaunchesMetricConfig) Validate() error {
 	return nil
 }
 
+// GpuCudaKernelLaunchesByFrameMetricAttributeKey specifies the key of an attribute for the gpu.cuda.kernel.launches.by_frame metric.
+type GpuCudaKernelLaunchesByFrameMetricAttributeKey string
+
+const (
+	GpuCudaKernelLaunchesByFrameMetricAttributeKeyCudaKernelName   GpuCudaKernelLaunchesByFrameMetricAttributeKey = "cuda.kernel.name"
+	GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFunctionName GpuCudaKernelLaunchesByFrameMetricAttributeKey = "code.function.name"
+	GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFilePath     GpuCudaKernelLaunchesByFrameMetricAttributeKey = "code.file.path"
+	GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeLineNumber   GpuCudaKernelLaunchesByFrameMetricAttributeKey = "code.line.number"
+)
+
+// GpuCudaKernelLaunchesByFrameMetricConfig provides config for the gpu.cuda.kernel.launches.by_frame metric.
+type GpuCudaKernelLaunchesByFrameMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                           `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaKernelLaunchesByFrameMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaKernelLaunchesByFrameMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaKernelLaunchesByFrameMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaKernelLaunchesByFrameMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFilePath, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeLineNumber:
+		default:
+			return fmt.Errorf("metric gpu.cuda.kernel.launches.by_frame doesn't have an attribute %v, valid attributes: [cuda.kernel.name, code.function.name, code.file.path, code.line.number]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
 // GpuCudaMemcpyBytesMetricAttributeKey specifies the key of an attribute for the gpu.cuda.memcpy.bytes metric.
 type GpuCudaMemcpyBytesMetricAttributeKey string
 
@@ -524,6 +575,7 @@ type MetricsConfig struct {
 	GpuCudaDeviceUtilization            GpuCudaDeviceUtilizationMetricConfig            `mapstructure:"gpu.cuda.device.utilization"`
 	GpuCudaKernelApproximateSpans       GpuCudaKernelApproximateSpansMetricConfig       `mapstructure:"gpu.cuda.kernel.approximate.spans"`
 	GpuCudaKernelLaunches               GpuCudaKernelLaunchesMetricConfig               `mapstructure:"gpu.cuda.kernel.launches"`
+	GpuCudaKernelLaunchesByFrame        GpuCudaKernelLaunchesByFrameMetricConfig        `mapstructure:"gpu.cuda.kernel.launches.by_frame"`
 	GpuCudaMemcpyBytes                  GpuCudaMemcpyBytesMetricConfig                  `mapstructure:"gpu.cuda.memcpy.bytes"`
 	GpuCudaProcessTime                  GpuCudaProcessTimeMetricConfig                  `mapstructure:"gpu.cuda.process.time"`
 	GpuCudaProcessUtilization           GpuCudaProcessUtilizationMetricConfig           `mapstructure:"gpu.cuda.process.utilization"`
@@ -552,6 +604,11 @@ func DefaultMetricsConfig() MetricsConfig {
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
+		},
+		GpuCudaKernelLaunchesByFrame: GpuCudaKernelLaunchesByFrameMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuCudaKernelLaunchesByFrameMetricAttributeKey{GpuCudaKernelLaunchesByFrameMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFilePath, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeLineNumber},
 		},
 		GpuCudaMemcpyBytes: GpuCudaMemcpyBytesMetricConfig{
 			Enabled:             true,

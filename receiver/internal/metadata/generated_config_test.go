@@ -44,6 +44,11 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
 					},
+					GpuCudaKernelLaunchesByFrame: GpuCudaKernelLaunchesByFrameMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaKernelLaunchesByFrameMetricAttributeKey{GpuCudaKernelLaunchesByFrameMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFilePath, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeLineNumber},
+					},
 					GpuCudaMemcpyBytes: GpuCudaMemcpyBytesMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
@@ -113,6 +118,11 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuCudaKernelLaunchesMetricAttributeKey{GpuCudaKernelLaunchesMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesMetricAttributeKeyCudaDeviceIndex},
 					},
+					GpuCudaKernelLaunchesByFrame: GpuCudaKernelLaunchesByFrameMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaKernelLaunchesByFrameMetricAttributeKey{GpuCudaKernelLaunchesByFrameMetricAttributeKeyCudaKernelName, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFunctionName, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFilePath, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeLineNumber},
+					},
 					GpuCudaMemcpyBytes: GpuCudaMemcpyBytesMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
@@ -164,7 +174,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaDeviceTimeMetricConfig{}, GpuCudaDeviceUtilizationMetricConfig{}, GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaProcessTimeMetricConfig{}, GpuCudaProcessUtilizationMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaDeviceTimeMetricConfig{}, GpuCudaDeviceUtilizationMetricConfig{}, GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaKernelLaunchesByFrameMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaProcessTimeMetricConfig{}, GpuCudaProcessUtilizationMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
@@ -201,6 +211,18 @@ func TestGpuCudaKernelLaunchesMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.kernel.launches doesn't have an attribute invalid, valid attributes: [cuda.kernel.name, cuda.device.index]")
 
 	cfg = DefaultMetricsConfig().GpuCudaKernelLaunches
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaKernelLaunchesByFrameMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaKernelLaunchesByFrame
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaKernelLaunchesByFrameMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.kernel.launches.by_frame doesn't have an attribute invalid, valid attributes: [cuda.kernel.name, code.function.name, code.file.path, code.line.number]")
+
+	cfg = DefaultMetricsConfig().GpuCudaKernelLaunchesByFrame
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

@@ -251,6 +251,10 @@ var MetricsInfo = metricsInfo{
 		Name:       "gpu.cuda.kernel.launches",
 		Attributes: []string{"cuda.kernel.name", "cuda.device.index"},
 	},
+	GpuCudaKernelLaunchesByFrame: metricInfo{
+		Name:       "gpu.cuda.kernel.launches.by_frame",
+		Attributes: []string{"cuda.kernel.name", "code.function.name", "code.file.path", "code.line.number"},
+	},
 	GpuCudaMemcpyBytes: metricInfo{
 		Name:       "gpu.cuda.memcpy.bytes",
 		Attributes: []string{"cuda.device.index", "cuda.memcpy.kind"},
@@ -286,6 +290,7 @@ type metricsInfo struct {
 	GpuCudaDeviceUtilization            metricInfo
 	GpuCudaKernelApproximateSpans       metricInfo
 	GpuCudaKernelLaunches               metricInfo
+	GpuCudaKernelLaunchesByFrame        metricInfo
 	GpuCudaMemcpyBytes                  metricInfo
 	GpuCudaProcessTime                  metricInfo
 	GpuCudaProcessUtilization           metricInfo
@@ -618,6 +623,106 @@ func (m *metricGpuCudaKernelLaunches) emit(metrics pmetric.MetricSlice) {
 
 func newMetricGpuCudaKernelLaunches(cfg GpuCudaKernelLaunchesMetricConfig) metricGpuCudaKernelLaunches {
 	m := metricGpuCudaKernelLaunches{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuCudaKernelLaunchesByFrame struct {
+	data          pmetric.Metric                           // data buffer for generated metric.
+	config        GpuCudaKernelLaunchesByFrameMetricConfig // metric config provided by user.
+	capacity      int                                      // max observed number of data points added to the metric.
+	aggDataPoints []int64                                  // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.kernel.launches.by_frame metric with initial data.
+func (m *metricGpuCudaKernelLaunchesByFrame) init() {
+	m.data.SetName("gpu.cuda.kernel.launches.by_frame")
+	m.data.SetDescription("Launches that carried their thread's stack (sampling::stacks_per_second), per kernel name and the stack's top Python frame (the first 8 frames of a kernel and 128 of a process; the rest under code.function.name other).")
+	m.data.SetUnit("{launch}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaKernelLaunchesByFrame) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, cudaKernelNameAttributeValue string, codeFunctionNameAttributeValue string, codeFilePathAttributeValue string, codeLineNumberAttributeValue int64) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCudaKernelName) {
+		dp.Attributes().PutStr("cuda.kernel.name", cudaKernelNameAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFunctionName) {
+		dp.Attributes().PutStr("code.function.name", codeFunctionNameAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeFilePath) {
+		dp.Attributes().PutStr("code.file.path", codeFilePathAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelLaunchesByFrameMetricAttributeKeyCodeLineNumber) {
+		dp.Attributes().PutInt("code.line.number", codeLineNumberAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaKernelLaunchesByFrame) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaKernelLaunchesByFrame) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaKernelLaunchesByFrame(cfg GpuCudaKernelLaunchesByFrameMetricConfig) metricGpuCudaKernelLaunchesByFrame {
+	m := metricGpuCudaKernelLaunchesByFrame{config: cfg}
 
 	if cfg.Enabled {
 		m.data = pmetric.NewMetric()
@@ -1299,6 +1404,7 @@ type MetricsBuilder struct {
 	metricGpuCudaDeviceUtilization            metricGpuCudaDeviceUtilization
 	metricGpuCudaKernelApproximateSpans       metricGpuCudaKernelApproximateSpans
 	metricGpuCudaKernelLaunches               metricGpuCudaKernelLaunches
+	metricGpuCudaKernelLaunchesByFrame        metricGpuCudaKernelLaunchesByFrame
 	metricGpuCudaMemcpyBytes                  metricGpuCudaMemcpyBytes
 	metricGpuCudaProcessTime                  metricGpuCudaProcessTime
 	metricGpuCudaProcessUtilization           metricGpuCudaProcessUtilization
@@ -1335,6 +1441,7 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		metricGpuCudaDeviceUtilization:            newMetricGpuCudaDeviceUtilization(mbc.Metrics.GpuCudaDeviceUtilization),
 		metricGpuCudaKernelApproximateSpans:       newMetricGpuCudaKernelApproximateSpans(mbc.Metrics.GpuCudaKernelApproximateSpans),
 		metricGpuCudaKernelLaunches:               newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
+		metricGpuCudaKernelLaunchesByFrame:        newMetricGpuCudaKernelLaunchesByFrame(mbc.Metrics.GpuCudaKernelLaunchesByFrame),
 		metricGpuCudaMemcpyBytes:                  newMetricGpuCudaMemcpyBytes(mbc.Metrics.GpuCudaMemcpyBytes),
 		metricGpuCudaProcessTime:                  newMetricGpuCudaProcessTime(mbc.Metrics.GpuCudaProcessTime),
 		metricGpuCudaProcessUtilization:           newMetricGpuCudaProcessUtilization(mbc.Metrics.GpuCudaProcessUtilization),
@@ -1460,6 +1567,7 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	mb.metricGpuCudaDeviceUtilization.emit(ils.Metrics())
 	mb.metricGpuCudaKernelApproximateSpans.emit(ils.Metrics())
 	mb.metricGpuCudaKernelLaunches.emit(ils.Metrics())
+	mb.metricGpuCudaKernelLaunchesByFrame.emit(ils.Metrics())
 	mb.metricGpuCudaMemcpyBytes.emit(ils.Metrics())
 	mb.metricGpuCudaProcessTime.emit(ils.Metrics())
 	mb.metricGpuCudaProcessUtilization.emit(ils.Metrics())
@@ -1516,6 +1624,11 @@ func (mb *MetricsBuilder) RecordGpuCudaKernelApproximateSpansDataPoint(ts pcommo
 // RecordGpuCudaKernelLaunchesDataPoint adds a data point to gpu.cuda.kernel.launches metric.
 func (mb *MetricsBuilder) RecordGpuCudaKernelLaunchesDataPoint(ts pcommon.Timestamp, val int64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64) {
 	mb.metricGpuCudaKernelLaunches.recordDataPoint(mb.startTime, ts, val, cudaKernelNameAttributeValue, cudaDeviceIndexAttributeValue)
+}
+
+// RecordGpuCudaKernelLaunchesByFrameDataPoint adds a data point to gpu.cuda.kernel.launches.by_frame metric.
+func (mb *MetricsBuilder) RecordGpuCudaKernelLaunchesByFrameDataPoint(ts pcommon.Timestamp, val int64, cudaKernelNameAttributeValue string, codeFunctionNameAttributeValue string, codeFilePathAttributeValue string, codeLineNumberAttributeValue int64) {
+	mb.metricGpuCudaKernelLaunchesByFrame.recordDataPoint(mb.startTime, ts, val, cudaKernelNameAttributeValue, codeFunctionNameAttributeValue, codeFilePathAttributeValue, codeLineNumberAttributeValue)
 }
 
 // RecordGpuCudaMemcpyBytesDataPoint adds a data point to gpu.cuda.memcpy.bytes metric.

@@ -70,6 +70,7 @@ func TestMetricsBuilder(t *testing.T) {
 			aggMap["gpu.cuda.device.time"] = mb.metricGpuCudaDeviceTime.config.AggregationStrategy
 			aggMap["gpu.cuda.device.utilization"] = mb.metricGpuCudaDeviceUtilization.config.AggregationStrategy
 			aggMap["gpu.cuda.kernel.launches"] = mb.metricGpuCudaKernelLaunches.config.AggregationStrategy
+			aggMap["gpu.cuda.kernel.launches.by_frame"] = mb.metricGpuCudaKernelLaunchesByFrame.config.AggregationStrategy
 			aggMap["gpu.cuda.memcpy.bytes"] = mb.metricGpuCudaMemcpyBytes.config.AggregationStrategy
 			aggMap["gpu.cuda.process.time"] = mb.metricGpuCudaProcessTime.config.AggregationStrategy
 			aggMap["gpu.cuda.process.utilization"] = mb.metricGpuCudaProcessUtilization.config.AggregationStrategy
@@ -105,6 +106,12 @@ func TestMetricsBuilder(t *testing.T) {
 			mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 1, "cuda.kernel.name-val", 17)
 			if tt.name == "reaggregate_set" {
 				mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 3, "cuda.kernel.name-val-2", 18)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuCudaKernelLaunchesByFrameDataPoint(ts, 1, "cuda.kernel.name-val", "code.function.name-val", "code.file.path-val", 16)
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaKernelLaunchesByFrameDataPoint(ts, 3, "cuda.kernel.name-val-2", "code.function.name-val-2", "code.file.path-val-2", 17)
 			}
 			defaultMetricsCount++
 			allMetricsCount++
@@ -163,6 +170,7 @@ func TestMetricsBuilder(t *testing.T) {
 				assert.Empty(t, mb.metricGpuCudaDeviceTime.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaDeviceUtilization.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaKernelLaunches.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaKernelLaunchesByFrame.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaMemcpyBytes.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaProcessTime.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaProcessUtilization.aggDataPoints)
@@ -342,6 +350,65 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok := dp.Attributes().Get("cuda.kernel.name")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("cuda.device.index")
+						assert.False(t, ok)
+					}
+				case "gpu.cuda.kernel.launches.by_frame":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.launches.by_frame"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.launches.by_frame")
+						validatedMetrics["gpu.cuda.kernel.launches.by_frame"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Launches that carried their thread's stack (sampling::stacks_per_second), per kernel name and the stack's top Python frame (the first 8 frames of a kernel and 128 of a process; the rest under code.function.name other).", mi.Description())
+						assert.Equal(t, "{launch}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						cudaKernelNameAttrVal, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.kernel.name-val", cudaKernelNameAttrVal.Str())
+						codeFunctionNameAttrVal, ok := dp.Attributes().Get("code.function.name")
+						assert.True(t, ok)
+						assert.Equal(t, "code.function.name-val", codeFunctionNameAttrVal.Str())
+						codeFilePathAttrVal, ok := dp.Attributes().Get("code.file.path")
+						assert.True(t, ok)
+						assert.Equal(t, "code.file.path-val", codeFilePathAttrVal.Str())
+						codeLineNumberAttrVal, ok := dp.Attributes().Get("code.line.number")
+						assert.True(t, ok)
+						assert.EqualValues(t, 16, codeLineNumberAttrVal.Int())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.launches.by_frame"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.launches.by_frame")
+						validatedMetrics["gpu.cuda.kernel.launches.by_frame"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Launches that carried their thread's stack (sampling::stacks_per_second), per kernel name and the stack's top Python frame (the first 8 frames of a kernel and 128 of a process; the rest under code.function.name other).", mi.Description())
+						assert.Equal(t, "{launch}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["gpu.cuda.kernel.launches.by_frame"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("code.function.name")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("code.file.path")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("code.line.number")
 						assert.False(t, ok)
 					}
 				case "gpu.cuda.memcpy.bytes":

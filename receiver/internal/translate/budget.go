@@ -162,6 +162,7 @@ func (st *seriesStore) shareFull(p *procSeries) bool {
 type procHeld struct {
 	series    int // its series counted in seriesStore.nseries and byUID
 	nameBytes int // bytes of its series' kernel names, ≤ maxProcNameBytes
+	frames    int // its series' launches-by-frame points, ≤ maxFramesPerProc (frames.go)
 }
 
 // maxProcNameBytes bounds the kernel names of one process's series (its

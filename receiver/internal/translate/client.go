@@ -138,6 +138,7 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 	t.launches.forget(src, pid, now)
 	if pid != 0 {
 		t.shares.forget(pid)
+		t.spans.sym.Forget(pid) // its maps and code objects; the pid may be reused
 	}
 	t.clients.forget(src, now)
 	t.o.Clock.Forget(src)

@@ -97,6 +97,7 @@ func (lt *launchTable) finish(l *launch, now time.Time) {
 	tm := lt.o.timesOf(l)
 	lt.streams.gap(l, &tm, &s.hostWait)
 	s.record(launchFigures{tm.execNS, tm.queueNS, l.gap.hostWaitNS, tm.haveExec, tm.haveQueue, l.gap.known})
+	lt.spans.countFrame(l)
 	// The metrics have l: what follows decides its trace, before any
 	// span is built. Every launch moves its kernel's running median.
 	why := lt.spans.policy.anomaly(l, &tm)

@@ -178,6 +178,7 @@ func (p *procSeries) appendMetrics(sm pmetric.MetricSlice, start, ts pcommon.Tim
 			}
 		}
 	}
+	appendFrames(sm, all, start, ts)
 	if p.store.o.Metrics.PerThreadSeries {
 		p.appendThreadSeries(sm, all, start, ts)
 	}

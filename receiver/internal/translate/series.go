@@ -71,9 +71,10 @@ type procSeries struct {
 
 // series is one kernel name's metrics in one process, per device.
 type series struct {
-	name string
-	devs []*devSeries
-	proc *procSeries
+	name   string
+	devs   []*devSeries
+	proc   *procSeries
+	frames *frameCounts // its sampled launches by top Python frame (frames.go)
 }
 
 type devSeries struct {

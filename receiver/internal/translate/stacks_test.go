@@ -137,3 +137,40 @@ func TestStackBound(t *testing.T) {
 		t.Fatal("a stack without its first part was kept")
 	}
 }
+
+// TestStackPIDReuse: a client's disconnect drops what the symboliser
+// keeps of its pid, so a later process with that pid is resolved from
+// its own maps, not the gone one's.
+func TestStackPIDReuse(t *testing.T) {
+	pid := uint32(42)
+	root, pc := fakeProc(t, pid)
+	now := time.Unix(5000, 0)
+	tr := newTr(Options{ExpectWarps: true})
+	tr.spans.sym.Proc = root
+	top := func(src uint32) string {
+		tr.Connect(src, Peer{PID: pid, UID: 1, Exe: "app", Start: uint64(src)})
+		var s stream
+		s.calibrate(0)
+		s.add(&record.KernelName{Function: 1, Name: "k", PID: pid})
+		s.stackOf(1, pid, pc)
+		s.policyLaunch(1, 1, 10_000, pid, 0, 1000)
+		feedSrc(t, tr, src, &s, now)
+		sp := stackSpans(tr.TakeTraces())
+		if len(sp) != 1 {
+			t.Fatalf("source %d: %d spans with a stack, want 1", src, len(sp))
+		}
+		st, _ := sp[0].Attributes().Get(AttrStacktrace)
+		return strings.SplitN(st.Str(), "\n", 2)[0]
+	}
+	if got := top(1); !strings.Contains(got, "stack_marker") {
+		t.Fatalf("first process: top frame %q", got)
+	}
+	// The next process with pid 42 maps nothing there.
+	if err := os.WriteFile(filepath.Join(root, fmt.Sprint(pid), "maps"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr.Disconnect(1, now)
+	if got := top(2); strings.Contains(got, "stack_marker") {
+		t.Fatalf("after the disconnect, top frame %q resolved through the gone process's maps", got)
+	}
+}

@@ -33,7 +33,6 @@ type Options struct {
 	Process            ProcessOptions
 	Host               HostOptions
 	Windows            WindowOptions
-	GPUTime            gputime.Options  // attribution of shared GPUs (gpushares.go)
 	SpanLimit          SpanLimitOptions // limits::spans_per_second (spanlimit.go)
 }
 
@@ -57,6 +56,9 @@ type WindowOptions struct {
 	// gpuprobe.receiver.windows.probe_offset: edge and direction index
 	// EdgeNames and DirectionNames.
 	OnProbeOffset func(edge, direction int, secs float64)
+	// GPUTime configures charging the windows of shared GPUs to their
+	// processes (gpushares.go).
+	GPUTime gputime.Options
 }
 
 // MetricOptions shape the metric series.
@@ -256,7 +258,7 @@ func New(o Options) *Translator {
 			cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}},
 		hosts: &hostTable{o: opts, counters: counters, start: t.start, spans: t.spans, series: t.series,
 			procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}}
-	t.shares = newGPUShares(o.GPUTime, t.start)
+	t.shares = newGPUShares(o.Windows.GPUTime, t.start)
 	t.series.shares = t.shares
 	t.clients = &clientTable{o: opts, counters: counters, series: t.series, res: res, byID: map[uint32]*client{}}
 	return t
