@@ -69,6 +69,23 @@ func isPattern(target string) bool {
 // symbol: exactly, by its qualified or base name, or as a path.Match
 // pattern over any of those ("*" is every kernel).
 func matchKernel(target, symbol string) bool {
+	if matchName(target, symbol) {
+		return true
+	}
+	// bpftime's examples name a kernel's probes kprobe/cuda_<symbol>
+	// (kretprobe/cuda__Z9vectorAddPKfS0_Pf): the kernel is the symbol
+	// after the prefix.
+	rest, ok := strings.CutPrefix(target, bpftimeKernelPrefix)
+	return ok && rest != "" && matchName(rest, symbol)
+}
+
+// bpftimeKernelPrefix is the prefix bpftime's examples put before a
+// kernel's symbol in a probe's section.
+const bpftimeKernelPrefix = "cuda_"
+
+// matchName reports whether target (a name or a pattern) matches one of
+// symbol's names.
+func matchName(target, symbol string) bool {
 	for _, n := range kernelNames(symbol) {
 		if isPattern(target) {
 			if ok, err := path.Match(target, n); err == nil && ok {

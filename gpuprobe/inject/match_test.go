@@ -45,6 +45,11 @@ func TestMatchKernel(t *testing.T) {
 		{"_Z9vectorAdd*", "_Z9vectorAddPKfS0_Pf", true},
 		{"vectorAddC", "vectorAddC", true},
 		{"vectoradd", "vectorAddC", false},
+		{"cuda__Z9vectorAddPKfS0_Pf", "_Z9vectorAddPKfS0_Pf", true},
+		{"cuda_vectorAdd", "_Z9vectorAddPKfS0_Pf", true},
+		{"cuda_kernel", "cuda_kernel", true},
+		{"cuda_", "_Z9vectorAddPKfS0_Pf", false},
+		{"cuda__Z9vectorAddPKfS0_Pf", "_Z10vectorAddNPKfS0_Pfi", false},
 	}
 	for _, tc := range tests {
 		if got := matchKernel(tc.target, tc.symbol); got != tc.want {
