@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadatatest"
-	"github.com/gpuprobe/gpuprobe/shm"
 )
 
 func TestFillLevel(t *testing.T) {
@@ -122,7 +121,7 @@ func TestPollPassFair(t *testing.T) {
 	defer shutdownWithin(t, shutdownBound+time.Second, tr, mr)
 	r := tr.(*handle).r
 	const busy, each, few = 8, 4096, 10
-	var rings []*shm.Ring
+	var fewID uint32
 	for i := range busy + 1 {
 		g := newTestRing(t, cfg.Buffers.SlotSize, each)
 		n := each
@@ -132,8 +131,9 @@ func TestPollPassFair(t *testing.T) {
 		if p, _ := produceUntil(t, g, uint32(2000+i), n); p != n {
 			t.Fatalf("ring %d: %d of %d published", i, p, n)
 		}
-		r.AddRing(g)
-		rings = append(rings, g)
+		if id := r.AddRing(g); i == busy {
+			fewID = id
+		}
 	}
 	r.mu.Lock()
 	sources := append([]*source(nil), r.srcs.list...)
@@ -147,7 +147,7 @@ func TestPollPassFair(t *testing.T) {
 		read := int(s.launch.cons.Position())
 		total += read
 		want := share
-		if s.launch.ring == rings[busy] {
+		if s.id == fewID {
 			want = few
 		}
 		if read != want {

@@ -168,17 +168,32 @@ func (s *source) violation() error {
 	return nil
 }
 
+// addSource makes a source of a client's rings and has the poll loop read it.
 func (r *gpuReceiver) addSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring, peer *translate.Peer) *source {
+	return r.publishSource(r.newSource(ring, owned, maps, names, peer))
+}
+
+// newSource builds a source with the next id; the poll loop does not see
+// it until publishSource.
+func (r *gpuReceiver) newSource(ring *shm.Ring, owned bool, maps *progmaps.Instance, names *shm.Ring, peer *translate.Peer) *source {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.srcs.next++
-	s := &source{id: r.srcs.next, launch: newRingReader(ring, owned), maps: maps, peer: peer}
+	id := r.srcs.next
+	r.mu.Unlock()
+	s := &source{id: id, launch: newRingReader(ring, owned), maps: maps, peer: peer}
 	if maps != nil {
 		maps.Src = s.id
 	}
 	if names != nil {
 		s.names = newRingReader(names, true)
 	}
+	return s
+}
+
+// publishSource hands s to the poll loop.
+func (r *gpuReceiver) publishSource(s *source) *source {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.srcs.list = append(r.srcs.list, s)
 	return s
 }
