@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +173,36 @@ func TestWindowsRateCap(t *testing.T) {
 			}
 			checkRateCap(t, a.waitGone(t, 1)[0].read(t))
 		})
+	}
+}
+
+// TestWindowsExitFlush: the process exits while the shim's flush thread
+// is inside a periodic flush (the MOCK CUPTI holds it a second and hands
+// records over only in a forced flush): the exit flush waits for it, and
+// every launch still gets its window. An exit that gave up on the busy
+// lock lost them all, untraced (cdp on an H200, one run in two).
+func TestWindowsExitFlush(t *testing.T) {
+	b := binaries(t)
+	a := startAgent(t, 256, 1024, windowsOn)
+	hold := filepath.Join(t.TempDir(), "flush-held")
+	env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_TRACE=1",
+		"MOCK_CUPTI_FLUSH=forced", "MOCK_CUPTI_FLUSH_HOLD="+hold)
+	out, errOut, err := run(t, b, env, b.profiler, "exitflush", "4", hold)
+	if err != nil || !strings.Contains(out, "exitflush done") {
+		t.Fatalf("run: %v, output %q\n%s", err, out, errOut)
+	}
+	st := a.waitGone(t, 1)[0].read(t)
+	has := map[uint64]bool{}
+	for _, w := range st.windows {
+		has[w.LaunchID] = true
+	}
+	for i, l := range st.launches {
+		if !has[l.LaunchID] {
+			t.Errorf("launch %d (id %d): no window", i, l.LaunchID)
+		}
+	}
+	if len(st.launches) != 4 || !strings.Contains(errOut, "device windows: 4 written") {
+		t.Errorf("%d launches, %d windows; want 4 each, and the trace's exit line:\n%s", len(st.launches), len(st.windows), errOut)
 	}
 }
 
