@@ -287,7 +287,8 @@ func TestProfilerLocalScope(t *testing.T) {
 // children's windows name it, flagged DEVICE_LAUNCHED; launches through a
 // nested entry point (launch attributes, cooperative) are matched by the
 // inner call's correlation id; a kernel the driver did not time gets an
-// UNTIMED window (times 0) instead of none.
+// UNTIMED window (times 0) instead of none; the cuLaunchKernelEx launches
+// are flagged by their attributes (cooperative, cluster).
 func TestWindowsKinds(t *testing.T) {
 	b := binaries(t)
 	for _, mode := range []string{"cudart", "direct"} {
@@ -300,6 +301,15 @@ func TestWindowsKinds(t *testing.T) {
 			st := a.waitGone(t, 1)[0].read(t)
 			if len(st.launches) != 5 {
 				t.Fatalf("%d launch records, want 5", len(st.launches))
+			}
+			// The launch kinds of cuLaunchKernelEx's attributes, in the
+			// app's order: plain, cooperative, cluster, the cooperative
+			// API (its own entry point, no flag), plain.
+			kind := record.LaunchCooperative | record.LaunchCluster
+			for i, want := range []record.LaunchFlags{0, record.LaunchCooperative, record.LaunchCluster, 0, 0} {
+				if got := st.launches[i].Flags & kind; got != want {
+					t.Errorf("launch %d: kind flags %#x, want %#x", i, got, want)
+				}
 			}
 			own := map[uint64][]record.Window{}
 			children := map[uint64]int{}

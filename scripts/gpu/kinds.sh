@@ -24,7 +24,8 @@ status=0
 rows=()
 row() { rows+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); [[ $2 == FAIL ]] && status=1; printf '==> %-10s %-5s %s\n' "$1" "$2" "$3"; }
 
-# The CDP kernel record fields the shim reads (shim/src/cupti.c, GP_CDP_*).
+# The CDP kernel record fields the shim reads (shim/src/cupti.c, GP_CDP_*)
+# and the launch attribute layout (shim/src/cutypes.h, GP_CU_LAUNCH_*).
 inc=$(dirname "$(find "$CUDA"/ -name cupti_activity.h 2>/dev/null | head -1)")
 cat >"$out/abi.c" <<'EOC'
 #include <stddef.h>
@@ -40,6 +41,11 @@ int main(void)
 	EQ(offsetof(CUpti_ActivityCdpKernel, deviceId), 24);
 	EQ(offsetof(CUpti_ActivityCdpKernel, correlationId), 76);
 	EQ(offsetof(CUpti_ActivityCdpKernel, name), 136);
+	/* The launch attributes the shim reads (shim/src/cutypes.h). */
+	EQ(sizeof(CUlaunchAttribute), 72);
+	EQ(offsetof(CUlaunchAttribute, value), 8);
+	EQ(CU_LAUNCH_ATTRIBUTE_COOPERATIVE, 2);
+	EQ(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, 4);
 	printf("kinds abi: %s\n", bad ? "FAIL" : "ok");
 	return bad;
 }
@@ -103,6 +109,10 @@ w = {k: total("gpuprobe.receiver.windows." + k) for k in ("untimed", "missing", 
 ok = host > 0 and win + w["untimed"] == host and w["missing"] == 0
 line = "%s host=%d windowed=%d untimed=%d missing=%d none=%d late=%d unmatched=%d" % (
     "PASS" if ok else "FAIL", host, win, w["untimed"], w["missing"], cov["none"], w["late"], w["unmatched"])
+if w["untimed"] > 0:
+    # Which entry points the driver left untimed (cuda.launch.api).
+    by = {p["attrs"].get("cuda.launch.api"): p["value"] for p in lm.latest(pts, "gpuprobe.receiver.windows.untimed") if p["value"]}
+    line += " untimed_by=" + ",".join("%s:%d" % kv for kv in sorted(by.items()))
 if devrun > 0:
     # CUPTI documents CDP kernel records (kind 18) as enabled with
     # CONCURRENT_KERNEL, which the shim enables; what it does not report

@@ -693,3 +693,41 @@ func untimedWant(have, want WindowCounters) string {
 	}
 	return b.String()
 }
+
+// TestLaunchKindAttributes: a cooperative launch (its own entry point, or
+// cuLaunchKernelEx with the attribute) and a cluster launch say so on
+// their launch span; a plain launch carries neither attribute.
+func TestLaunchKindAttributes(t *testing.T) {
+	const k = "_Z1kv"
+	for _, tc := range []struct {
+		name                 string
+		api                  record.LaunchAPI
+		flags                record.LaunchFlags
+		cooperative, cluster any
+	}{
+		{"plain", record.APILaunchKernel, 0, nil, nil},
+		{"cooperative entry point", record.APILaunchCooperativeKernel, 0, true, nil},
+		{"Ex, cooperative attribute", record.APILaunchKernelEx, record.LaunchCooperative, true, nil},
+		{"Ex, cluster dimension", record.APILaunchKernelEx, record.LaunchCluster, nil, true},
+		{"Ex, both", record.APILaunchKernelEx, record.LaunchCooperative | record.LaunchCluster, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := winTr(false)
+			now := time.Unix(1000, 0)
+			handleAll(t, tr, now, shim(&record.KernelName{Function: 0xf, Name: k}), windowsOn,
+				shim(&record.Launch{LaunchID: 9, PID: 42, TID: 43, EnqueueNS: 10_000, ReturnNS: 10_100, Stream: 7, Function: 0xf,
+					Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{256, 1, 1}, Flags: tc.flags | record.LaunchUnprobed, API: tc.api}),
+				shim(&record.Window{LaunchID: 9, StartNS: 10_500, EndNS: 90_800, NameHash: record.NameHash(k), Correlation: 5}))
+			if expireSteps(tr, now) < 0 {
+				t.Fatal("the launch was never emitted")
+			}
+			root := index(tr.TakeTraces()).one(t, k)
+			if got := attr(root, "cuda.launch.cooperative"); got != tc.cooperative {
+				t.Errorf("cuda.launch.cooperative = %v, want %v", got, tc.cooperative)
+			}
+			if got := attr(root, "cuda.launch.cluster"); got != tc.cluster {
+				t.Errorf("cuda.launch.cluster = %v, want %v", got, tc.cluster)
+			}
+		})
+	}
+}
