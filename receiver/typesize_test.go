@@ -20,12 +20,15 @@ const (
 // TestTypeSize checks every struct type of the receiver and its internal
 // packages against maxTypeFields and maxTypeMethods. An embedded field and
 // each name of a multi-name field count as one field; methods are those
-// declared on the type.
+// declared on the type. mdatagen's output (generated_*.go) is left out:
+// its MetricsBuilder and TelemetryBuilder get a field per metric of
+// metadata.yaml, and cannot be split into parts by us.
 func TestTypeSize(t *testing.T) {
 	fields := map[string]int{}
 	methods := map[string]int{}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
+			strings.HasPrefix(d.Name(), "generated_") {
 			return err
 		}
 		if strings.HasPrefix(d.Name(), "generated_") {

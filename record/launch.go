@@ -91,6 +91,12 @@ const (
 	// image was ready (compiled off the application's threads): it ran
 	// the original kernel, windows only (LaunchUnprobed is set too).
 	LaunchPreswap LaunchFlags = 8
+	// LaunchCooperative marks a cuLaunchKernelEx launch with the
+	// cooperative attribute (cuLaunchCooperativeKernel is its own API).
+	LaunchCooperative LaunchFlags = 16
+	// LaunchCluster marks a cuLaunchKernelEx launch with a thread-block
+	// cluster dimension.
+	LaunchCluster LaunchFlags = 32
 )
 
 // Decode fills l from the record in b.

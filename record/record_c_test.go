@@ -103,6 +103,7 @@ func cConstants() string {
 		{"GP_REC_EXEC", uint32(TypeExec)}, {"sizeof(struct gp_rec_exec)", ExecSize},
 		{"GP_LAUNCH_F_UNPROBED >> 16", uint32(LaunchUnprobed)}, {"GP_LAUNCH_F_NO_WINDOW >> 16", uint32(LaunchNoWindow)},
 		{"GP_LAUNCH_F_SASS >> 16", uint32(LaunchSASS)}, {"GP_LAUNCH_F_PRESWAP >> 16", uint32(LaunchPreswap)},
+		{"GP_LAUNCH_F_COOPERATIVE >> 16", uint32(LaunchCooperative)}, {"GP_LAUNCH_F_CLUSTER >> 16", uint32(LaunchCluster)},
 		{"GP_REC_WINDOW", uint32(TypeWindow)}, {"GP_REC_WINDOW_STATE", uint32(TypeWindowState)},
 		{"GP_WINDOW_F_GRAPH", uint32(WindowGraph)}, {"GP_WINDOW_F_NO_LAUNCH", uint32(WindowNoLaunch)},
 		{"GP_WINDOW_F_DEVICE_LAUNCHED", uint32(WindowDeviceLaunched)}, {"GP_WINDOW_F_UNTIMED", uint32(WindowUntimed)},

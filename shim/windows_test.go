@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +176,36 @@ func TestWindowsRateCap(t *testing.T) {
 	}
 }
 
+// TestWindowsExitFlush: the process exits while the shim's flush thread
+// is inside a periodic flush (the MOCK CUPTI holds it a second and hands
+// records over only in a forced flush): the exit flush waits for it, and
+// every launch still gets its window. An exit that gave up on the busy
+// lock lost them all, untraced (cdp on an H200, one run in two).
+func TestWindowsExitFlush(t *testing.T) {
+	b := binaries(t)
+	a := startAgent(t, 256, 1024, windowsOn)
+	hold := filepath.Join(t.TempDir(), "flush-held")
+	env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_TRACE=1",
+		"MOCK_CUPTI_FLUSH=forced", "MOCK_CUPTI_FLUSH_HOLD="+hold)
+	out, errOut, err := run(t, b, env, b.profiler, "exitflush", "4", hold)
+	if err != nil || !strings.Contains(out, "exitflush done") {
+		t.Fatalf("run: %v, output %q\n%s", err, out, errOut)
+	}
+	st := a.waitGone(t, 1)[0].read(t)
+	has := map[uint64]bool{}
+	for _, w := range st.windows {
+		has[w.LaunchID] = true
+	}
+	for i, l := range st.launches {
+		if !has[l.LaunchID] {
+			t.Errorf("launch %d (id %d): no window", i, l.LaunchID)
+		}
+	}
+	if len(st.launches) != 4 || !strings.Contains(errOut, "device windows: 4 written") {
+		t.Errorf("%d launches, %d windows; want 4 each, and the trace's exit line:\n%s", len(st.launches), len(st.windows), errOut)
+	}
+}
+
 // checkRateCap checks a rate-capped session: windows, then NO_WINDOW
 // flags from one launch on, each launch with exactly one of the two, and
 // OFF (reason rate) as the last window state.
@@ -256,7 +287,8 @@ func TestProfilerLocalScope(t *testing.T) {
 // children's windows name it, flagged DEVICE_LAUNCHED; launches through a
 // nested entry point (launch attributes, cooperative) are matched by the
 // inner call's correlation id; a kernel the driver did not time gets an
-// UNTIMED window (times 0) instead of none.
+// UNTIMED window (times 0) instead of none; the cuLaunchKernelEx launches
+// are flagged by their attributes (cooperative, cluster).
 func TestWindowsKinds(t *testing.T) {
 	b := binaries(t)
 	for _, mode := range []string{"cudart", "direct"} {
@@ -269,6 +301,15 @@ func TestWindowsKinds(t *testing.T) {
 			st := a.waitGone(t, 1)[0].read(t)
 			if len(st.launches) != 5 {
 				t.Fatalf("%d launch records, want 5", len(st.launches))
+			}
+			// The launch kinds of cuLaunchKernelEx's attributes, in the
+			// app's order: plain, cooperative, cluster, the cooperative
+			// API (its own entry point, no flag), plain.
+			kind := record.LaunchCooperative | record.LaunchCluster
+			for i, want := range []record.LaunchFlags{0, record.LaunchCooperative, record.LaunchCluster, 0, 0} {
+				if got := st.launches[i].Flags & kind; got != want {
+					t.Errorf("launch %d: kind flags %#x, want %#x", i, got, want)
+				}
 			}
 			own := map[uint64][]record.Window{}
 			children := map[uint64]int{}

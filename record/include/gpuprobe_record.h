@@ -65,6 +65,11 @@ enum gp_launch_api {
  * (compiled off the application's threads: shim/src/patch_async.c): it
  * ran the original kernel, with UNPROBED; windows only. */
 #define GP_LAUNCH_F_PRESWAP (1u << 19)
+/* COOPERATIVE, CLUSTER: a cuLaunchKernelEx launch with the cooperative
+ * attribute, or with a thread-block cluster dimension (the launch kinds a
+ * window or its lack is counted by, besides the entry point). */
+#define GP_LAUNCH_F_COOPERATIVE (1u << 20)
+#define GP_LAUNCH_F_CLUSTER (1u << 21)
 
 /* Type 1, 96 bytes: one kernel launch, written when the launch call returns. */
 struct gp_rec_launch {

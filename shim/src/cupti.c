@@ -625,10 +625,32 @@ static void *gp_win_main(void *arg)
 	return NULL;
 }
 
+/* How long the exit flush waits for gp_win_mu: the flush thread may be
+ * inside its periodic cuptiActivityFlushAll when the process exits, and
+ * giving up at once (a trylock) lost every window of a process shorter
+ * than one flush period (all of them CUPTI still held, none traced). */
+#define GP_WIN_EXIT_WAIT_NS 2000000000L
+
+/* gp_win_exit hands over the windows CUPTI still holds at exit. */
 static void gp_win_exit(void)
 {
-	if (pthread_mutex_trylock(&gp_win_mu) != 0)
+	struct timespec ts;
+	int r = 0;
+	if (gp_win_held)
+		r = -1; /* exit called under our own lock: it cannot be taken */
+	else {
+		clock_gettime(CLOCK_REALTIME, &ts); /* pthread_mutex_timedlock's clock */
+		ts.tv_nsec += GP_WIN_EXIT_WAIT_NS % 1000000000L;
+		ts.tv_sec += GP_WIN_EXIT_WAIT_NS / 1000000000L + ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		r = pthread_mutex_timedlock(&gp_win_mu, &ts);
+	}
+	if (r != 0) {
+		GP_TRACE("device windows: exit flush skipped (%s): %llu written, the rest CUPTI held is lost",
+			 r < 0 ? "exit under the windows lock" : "the windows lock stayed held",
+			 (unsigned long long)__atomic_load_n(&gp_win_written, __ATOMIC_RELAXED));
 		return;
+	}
 	gp_win_held = 1;
 	if (gp_win_state == GP_WIN_ON)
 		gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);

@@ -56,6 +56,13 @@ typedef struct {
 	unsigned int numAttrs;
 } CUlaunchConfig;
 
+/* CUlaunchAttribute (CUDA 12.0+): a u32 id padded to 8 bytes, then a
+ * 64-byte value union; the ids the shim tells apart (checked against
+ * cuda.h on the GPU machine: scripts/gpu/kinds.sh, "abi"). */
+#define GP_CU_LAUNCH_ATTR_SIZE 72
+#define GP_CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2
+#define GP_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4
+
 /* CUDA_KERNEL_NODE_PARAMS_v2 (CUDA 12.0+): v1's fields, then kern and ctx. */
 typedef struct {
 	CUfunction func;

@@ -293,6 +293,25 @@ GP_DEFINE_API(LAUNCH)
 GP_EXPORT_AS(LAUNCH, 0, cuLaunchKernel)
 GP_EXPORT_AS(LAUNCH, 1, cuLaunchKernel_ptsz)
 
+/* gp_ex_kind: the launch-kind flags of a cuLaunchKernelEx config (its
+ * attributes, a handful at most: read in place). */
+static inline uint32_t gp_ex_kind(const CUlaunchConfig *cfg)
+{
+	uint32_t fl = 0;
+	const unsigned char *a = cfg->attrs;
+	for (unsigned int i = 0; a != NULL && i < cfg->numAttrs && i < 16; i++) {
+		uint32_t id;
+		memcpy(&id, a + (size_t)i * GP_CU_LAUNCH_ATTR_SIZE, sizeof id);
+		if (id == GP_CU_LAUNCH_ATTRIBUTE_COOPERATIVE) {
+			uint32_t on; /* the value's first int: cooperative */
+			memcpy(&on, a + (size_t)i * GP_CU_LAUNCH_ATTR_SIZE + 8, sizeof on);
+			fl |= on ? GP_LAUNCH_F_COOPERATIVE : 0;
+		} else if (id == GP_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+			fl |= GP_LAUNCH_F_CLUSTER;
+	}
+	return fl;
+}
+
 #define GP_P_LAUNCH_EX const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra
 #define GP_A_LAUNCH_EX cfg, f, params, extra
 GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
@@ -312,7 +331,7 @@ GP_HOT CUresult gp_i_LAUNCH_EX(struct gp_slot *s, GP_P_LAUNCH_EX)
 	gp_stamp_begin(&ts);
 	CUresult r = GP_ST_CALL(real(GP_A_LAUNCH_EX));
 	gp_stamp_end(&ts);
-	fl = gp_sass_note(fl | gp_win_note());
+	fl = gp_sass_note(fl | gp_win_note() | gp_ex_kind(cfg));
 	gp_launch_record(ring, GP_API_LAUNCH_KERNEL_EX | fl, id, ts.t0, ts.t1, (uint64_t)f, cfg->gridDimX,
 			 cfg->gridDimY, cfg->gridDimZ, cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ,
 			 cfg->sharedMemBytes, stream, r, gp_rec_device());

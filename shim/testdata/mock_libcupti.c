@@ -17,6 +17,9 @@
  * MOCK_CUPTI_FAIL=enable makes cuptiActivityEnable fail (fail-open test).
  * MOCK_CUPTI_FLUSH=forced hands records over only in a forced flush (as if
  * every kernel ran until then).
+ * MOCK_CUPTI_FLUSH_HOLD=PATH: the first unforced flush creates PATH, then
+ * takes a second to return (a periodic flush in progress when the
+ * application exits: the app waits for PATH).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -144,7 +147,15 @@ EXPORT int cuptiActivityDisable(uint32_t kind)
 
 EXPORT int cuptiActivityFlushAll(uint32_t flags)
 {
-	const char *only = getenv("MOCK_CUPTI_FLUSH");
+	const char *only = getenv("MOCK_CUPTI_FLUSH"), *hold = getenv("MOCK_CUPTI_FLUSH_HOLD");
+	static int held;
+	if (hold && hold[0] && (flags & 1) == 0 && !__atomic_exchange_n(&held, 1, __ATOMIC_ACQ_REL)) {
+		FILE *fp = fopen(hold, "w");
+		if (fp)
+			fclose(fp);
+		struct timespec t = {1, 0};
+		nanosleep(&t, NULL);
+	}
 	if (only && strcmp(only, "forced") == 0 && (flags & 1) == 0)
 		return 0;
 	pthread_mutex_lock(&mu);

@@ -13,12 +13,14 @@
  * usage: profiler BEFORE DURING AFTER SLEEP_MS
  *        profiler rate PER_SECOND MS   (launches PER_SECOND kernels a second
  *                                       for MS milliseconds: the rate cap)
+ *        profiler exitflush N PATH     (N launches, exits once PATH exists)
  */
 #include <string.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef PROFILER_LIB
 #define main profiler_main
@@ -72,8 +74,26 @@ static int rate(void *f, long per_second, long ms)
 	return 0;
 }
 
+/* exitflush: N launches, then exit as soon as PATH exists (the MOCK
+ * CUPTI creates it when its periodic flush begins to hold; 10 s at most). */
+static int exitflush(void *f, int n, const char *path)
+{
+	launch(f, n);
+	struct timespec ms = {0, 1000000L};
+	for (int i = 0; i < 10000 && access(path, F_OK) != 0; i++)
+		nanosleep(&ms, NULL);
+	printf("profiler: exitflush done\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && strcmp(argv[1], "exitflush") == 0) {
+		void *m, *f;
+		if (cuInit(0) || cuModuleLoadData(&m, fatbin) || cuModuleGetFunction(&f, m, "_Z6vecAddPfS_S_i"))
+			return 1;
+		return exitflush(f, atoi(argv[2]), argv[3]);
+	}
 	if (argc == 4 && strcmp(argv[1], "rate") == 0) {
 		void *m, *f;
 		if (cuInit(0) || cuModuleLoadData(&m, fatbin) || cuModuleGetFunction(&f, m, "_Z6vecAddPfS_S_i"))

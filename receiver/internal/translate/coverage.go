@@ -111,13 +111,22 @@ func (wt *windowTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestam
 			{"gpuprobe.receiver.windows.unmatched", "{window}", "Driver windows of no known launch (the shim found none, unknown launch id or graph node, duplicate, or began before the launch call).", c.WindowsUnmatched},
 			{"gpuprobe.receiver.windows.missing", "{launch}", "Launches emitted without a driver window while their client's windows were on.", c.WindowsMissing},
 			{"gpuprobe.receiver.windows.dropped", "{window}", "Driver windows the shim lost (CUPTI's dropped count, full ring).", c.WindowsDropped},
-			{"gpuprobe.receiver.windows.untimed", "{launch}", "Launches the driver ran without timestamps (CUPTI gave its kernel record none): no window, for that reason.", c.WindowsUntimed},
 			{"gpuprobe.receiver.windows.device_launched", "{window}", "Driver windows of kernels launched by kernels (dynamic parallelism), apart from their host launch's own.", c.WindowsDevice},
 		} {
 			dp := newSum(sm, m.name, m.unit, m.desc).AppendEmpty()
 			dp.SetStartTimestamp(wt.cover.start)
 			dp.SetTimestamp(ts)
 			dp.SetIntValue(int64(m.v))
+		}
+		// Untimed launches by entry point: which launch kinds the
+		// driver ran without timestamps (every entry point, 0s too).
+		untimed := newSum(sm, "gpuprobe.receiver.windows.untimed", "{launch}", "Launches the driver ran without timestamps (CUPTI gave its kernel record none): no window, for that reason; by cuda.launch.api.")
+		for api, n := range c.UntimedByAPI {
+			dp := untimed.AppendEmpty()
+			dp.SetStartTimestamp(wt.cover.start)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(int64(n))
+			dp.Attributes().PutStr("cuda.launch.api", record.LaunchAPI(api).String())
 		}
 	}
 	changes := newSum(sm, MetricWindowStates, "{change}", "Changes of a client's driver windows state, by the state and reason it changed to.")

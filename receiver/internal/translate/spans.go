@@ -111,6 +111,12 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 		a.PutInt("cuda.graph.replay", int64(l.graph.replay))
 	}
 	a.PutStr("cuda.launch.api", r.API.String())
+	if r.API == record.APILaunchCooperativeKernel || r.Flags&record.LaunchCooperative != 0 {
+		a.PutBool("cuda.launch.cooperative", true)
+	}
+	if r.Flags&record.LaunchCluster != 0 {
+		a.PutBool("cuda.launch.cluster", true)
+	}
 	if r.Flags&record.LaunchUnprobed != 0 && so.o.ExpectWarps {
 		// Device probes are on, but this launch ran none (kernel not
 		// patched, or left out by sampling::device_one_in): no phases.

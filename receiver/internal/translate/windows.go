@@ -30,6 +30,9 @@ const DefaultWindowWait = 2 * time.Second
 // window (its launch was emitted already) from one of an unknown launch.
 const maxRecent = 1 << 14
 
+// nLaunchAPIs is the number of launch entry points (record.LaunchAPI).
+const nLaunchAPIs = int(record.APIGraphLaunch) + 1
+
 // WindowCounters count driver windows and their states.
 type WindowCounters struct {
 	WindowsRead      uint64 // window records handled
@@ -38,9 +41,12 @@ type WindowCounters struct {
 	WindowsUnmatched uint64 // windows of no known launch: NO_LAUNCH, unknown launch id or graph node, duplicates, before their launch call
 	WindowsMissing   uint64 // launches emitted without a window while their client's windows were on
 	WindowsUntimed   uint64 // launches the driver ran without timestamps (an UNTIMED window)
-	WindowsDevice    uint64 // windows of kernels launched by kernels (dynamic parallelism)
-	WindowsDropped   uint64 // windows the shim lost (WindowState.Dropped)
-	WindowStates     uint64 // changes of a client's windows state
+	// UntimedByAPI splits WindowsUntimed by the launch's entry point
+	// (record.LaunchAPI): which kind of launch the driver left untimed.
+	UntimedByAPI   [nLaunchAPIs]uint64
+	WindowsDevice  uint64 // windows of kernels launched by kernels (dynamic parallelism)
+	WindowsDropped uint64 // windows the shim lost (WindowState.Dropped)
+	WindowStates   uint64 // changes of a client's windows state
 }
 
 // clientWindows is what a client (source) said of its windows: its latest
@@ -246,6 +252,9 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 	switch {
 	case l.gpu.win.untimed && !l.gpu.win.ok:
 		wt.counters.WindowsUntimed++
+		if int(l.rec.API) < nLaunchAPIs {
+			wt.counters.UntimedByAPI[l.rec.API]++
+		}
 	case state == record.WindowsOn && !l.gpu.win.ok && l.rec.Flags&record.LaunchNoWindow == 0:
 		wt.counters.WindowsMissing++
 	}

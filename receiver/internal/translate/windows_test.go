@@ -69,6 +69,8 @@ func TestDriverWindows(t *testing.T) {
 			Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{256, 1, 1}, Flags: flags, Result: result})
 	}
 	probed, unprobed := launch(9, 0, 0), launch(9, record.LaunchUnprobed, 0)
+	coop := shim(&record.Launch{LaunchID: 9, PID: 42, TID: 43, EnqueueNS: 10_000, ReturnNS: 10_100, Stream: 7, Function: 0xf,
+		Grid: [3]uint32{4, 1, 1}, Block: [3]uint32{256, 1, 1}, Flags: record.LaunchUnprobed, API: record.APILaunchCooperativeKernel})
 	exec := shim(&record.Exec{LaunchID: 9, StartNS: gpuBase + 10_600, EndNS: gpuBase + 90_600, Blocks: 4, Threads: 1024})
 	window := func(id, start uint64, flags record.WindowFlags) rec {
 		return shim(&record.Window{LaunchID: id, StartNS: start, EndNS: 90_800, NameHash: record.NameHash(k), Correlation: 5, Flags: flags})
@@ -120,7 +122,10 @@ func TestDriverWindows(t *testing.T) {
 			winSteps[1], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowsUnmatched: 1, WindowStates: 1}, 0},
 		{"untimed by the driver: no wait, counted untimed", false, []rec{windowsOn, unprobed,
 			shim(&record.Window{LaunchID: 9, NameHash: record.NameHash(k), Correlation: 5, Flags: record.WindowUntimed})}, nil,
-			winSteps[1], [2]uint64{}, nil, WindowCounters{WindowsUntimed: 1, WindowStates: 1}, 0},
+			winSteps[1], [2]uint64{}, nil, WindowCounters{WindowsUntimed: 1, UntimedByAPI: [nLaunchAPIs]uint64{1}, WindowStates: 1}, 0},
+		{"untimed cooperative launch: counted under its entry point", false, []rec{windowsOn, coop,
+			shim(&record.Window{LaunchID: 9, NameHash: record.NameHash(k), Correlation: 5, Flags: record.WindowUntimed})}, nil,
+			winSteps[1], [2]uint64{}, nil, WindowCounters{WindowsUntimed: 1, UntimedByAPI: [nLaunchAPIs]uint64{record.APILaunchCooperativeKernel: 1}, WindowStates: 1}, 0},
 		{"untimed of no launch: unmatched", false, []rec{windowsOn, unprobed,
 			shim(&record.Window{NameHash: record.NameHash(k), Flags: record.WindowUntimed | record.WindowNoLaunch})}, nil,
 			winSteps[3], [2]uint64{}, nil, WindowCounters{WindowsUnmatched: 1, WindowsMissing: 1, WindowStates: 1}, 0},
@@ -162,6 +167,9 @@ func TestDriverWindows(t *testing.T) {
 			md := tr.Metrics(now, nil)
 			if n := dataPoints(md, MetricProbeOffset); n != tc.offsets {
 				t.Errorf("%s: %d points, want %d", MetricProbeOffset, n, tc.offsets)
+			}
+			if got, want := untimedByAPI(md), untimedWant(tr.Counters().WindowCounters, tc.c); got != want {
+				t.Errorf("gpuprobe.receiver.windows.untimed by cuda.launch.api: %s, want %s", got, want)
 			}
 			// The execution-time metric takes the window the span shows.
 			if tc.executing != [2]uint64{} {
