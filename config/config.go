@@ -33,6 +33,7 @@ type Config struct {
 	MetricsInterval time.Duration    `mapstructure:"metrics_interval"`
 	HostProbes      HostProbesConfig `mapstructure:"host_probes"`
 	Windows         WindowsConfig    `mapstructure:"windows"`
+	GPUTime         GPUTimeConfig    `mapstructure:"gpu_time"`
 	Resource        ResourceConfig   `mapstructure:"resource"`
 	Histograms      HistogramsConfig `mapstructure:"histograms"`
 	Telemetry       TelemetryConfig  `mapstructure:"telemetry"`
@@ -261,6 +262,26 @@ type WindowsConfig struct {
 	Wait time.Duration `mapstructure:"wait"`
 }
 
+// GPUTimeConfig controls the attribution of shared GPUs' time to their
+// processes (gpu.cuda.process.time, receiver/internal/gputime).
+type GPUTimeConfig struct {
+	// Lag is how long device windows are held before their time is
+	// settled: windows come late (every poll_interval, up to seconds
+	// under load), and a window's part before the settled time is cut.
+	Lag time.Duration `mapstructure:"lag"`
+	// Mode is how the GPU shares itself among processes:
+	// GPUTimeTimeSlicing (one context at a time, the default of a shared
+	// GPU) or GPUTimeConcurrent (MPS, green contexts: kernels of several
+	// processes at once).
+	Mode string `mapstructure:"mode"`
+}
+
+// Values of gpu_time::mode.
+const (
+	GPUTimeTimeSlicing = "time_slicing"
+	GPUTimeConcurrent  = "concurrent"
+)
+
 // TelemetryConfig routes the receiver's own telemetry.
 type TelemetryConfig struct {
 	// InPipeline also emits the gpuprobe.receiver.* self-metrics into the
@@ -322,6 +343,7 @@ const (
 	DefaultScanInterval        = time.Second            // host_probes::scan_interval
 	DefaultHostCallGrace       = 100 * time.Millisecond // host_probes::host_call_grace
 	DefaultWindowWait          = 2 * time.Second        // windows::wait
+	DefaultGPUTimeLag          = 2 * time.Second        // gpu_time::lag
 	DefaultHostMaxProcesses    = 256                    // host_probes::max_processes
 )
 
@@ -373,6 +395,7 @@ func Default() *Config {
 			MaxProcesses:       DefaultHostMaxProcesses,
 		},
 		Windows:    WindowsConfig{Enabled: true, Wait: DefaultWindowWait},
+		GPUTime:    GPUTimeConfig{Lag: DefaultGPUTimeLag, Mode: GPUTimeTimeSlicing},
 		Histograms: HistogramsConfig{Kind: HistogramsExponential},
 	}
 }

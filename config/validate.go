@@ -54,6 +54,9 @@ const (
 	maxTraceRate      = 1e6         // sampling::traces_per_second_*, anomalies_per_second_*
 	maxSlowFactor     = 1e6         // sampling::slow_factor
 	maxWindowWait     = time.Minute // windows::wait
+
+	minGPUTimeLag = 100 * time.Millisecond // gpu_time::lag: windows come every poll_interval, often later
+	maxGPUTimeLag = time.Minute            // the windows a GPU buffers meanwhile are bounded
 )
 
 // keyError is one invalid value: its key (confmap "::" path) and reason.
@@ -116,6 +119,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MetricsInterval < 10*time.Millisecond || c.MetricsInterval > time.Hour {
 		l.add("metrics_interval", "must be between 10ms and 1h0m0s, got %s", c.MetricsInterval)
+	}
+	if d := c.GPUTime.Lag; d < minGPUTimeLag || d > maxGPUTimeLag {
+		l.add("gpu_time::lag", "must be between %s and %s, got %s", minGPUTimeLag, maxGPUTimeLag, d)
+	}
+	if m := c.GPUTime.Mode; m != GPUTimeTimeSlicing && m != GPUTimeConcurrent {
+		l.add("gpu_time::mode", "must be %q or %q, got %q", GPUTimeTimeSlicing, GPUTimeConcurrent, m)
 	}
 	if c.ShutdownTimeout < minShutdown || c.ShutdownTimeout > maxShutdown {
 		l.add("shutdown_timeout", "must be between %s and %s, got %s", minShutdown, maxShutdown, c.ShutdownTimeout)

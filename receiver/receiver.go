@@ -175,7 +175,8 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 			NoApproximateKernels: !r.cfg.HostProbes.ApproximateKernels,
 		},
 		Windows: translate.WindowOptions{Wait: windowWait(r.cfg.Windows.Wait),
-			OnState: (&windowReports{log: r.log, tel: tel}).state, OnProbeOffset: r.out.self.offsets.record},
+			OnState: (&windowReports{log: r.log, tel: tel}).state, OnProbeOffset: r.out.self.offsets.record,
+			GPUTime: gpuTimeOptions(r.cfg.GPUTime)},
 		SpanLimit: translate.SpanLimitOptions{PerSecond: r.cfg.Limits.SpansPerSecond,
 			OnCapped: r.spansCapped},
 	})

@@ -63,6 +63,11 @@ func TestTypeSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	for typ, n := range fields {
+		// mdatagen writes internal/metadata from metadata.yaml: its
+		// builders hold a field per metric and are not ours to split.
+		if strings.HasPrefix(typ, filepath.Join("internal", "metadata")+".") {
+			continue
+		}
 		if n > maxTypeFields || methods[typ] > maxTypeMethods {
 			t.Errorf("%s: %d fields, %d methods; at most %d and %d", typ, n, methods[typ], maxTypeFields, maxTypeMethods)
 		}

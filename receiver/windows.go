@@ -8,6 +8,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/gputime"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadata"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
 	"github.com/gpuprobe/gpuprobe/record"
@@ -103,4 +105,13 @@ func windowWait(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// gpuTimeOptions are the attribution's options of gpu_time (validated).
+func gpuTimeOptions(c config.GPUTimeConfig) gputime.Options {
+	o := gputime.Options{Lag: c.Lag}
+	if c.Mode == config.GPUTimeConcurrent {
+		o.Mode = gputime.Concurrent
+	}
+	return o
 }

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/config"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
+	"github.com/gpuprobe/gpuprobe/receiver/internal/gputime"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/metadatatest"
 	"github.com/gpuprobe/gpuprobe/record"
 	"github.com/gpuprobe/gpuprobe/shm"
@@ -131,5 +133,23 @@ func TestWindowWait(t *testing.T) {
 		if got := windowWait(tc.in); got != tc.want {
 			t.Errorf("windowWait(%v) = %v, want %v", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestGPUTimeOptions: gpu_time's keys reach the attribution.
+func TestGPUTimeOptions(t *testing.T) {
+	for _, tc := range []struct {
+		c    config.GPUTimeConfig
+		want gputime.Options
+	}{
+		{config.GPUTimeConfig{Lag: 3 * time.Second, Mode: config.GPUTimeTimeSlicing}, gputime.Options{Lag: 3 * time.Second, Mode: gputime.TimeSlicing}},
+		{config.GPUTimeConfig{Lag: time.Second, Mode: config.GPUTimeConcurrent}, gputime.Options{Lag: time.Second, Mode: gputime.Concurrent}},
+	} {
+		if got := gpuTimeOptions(tc.c); got != tc.want {
+			t.Errorf("%+v: %+v, want %+v", tc.c, got, tc.want)
+		}
+	}
+	if m := config.Default().GPUTime.Mode; m != gputime.TimeSlicing.String() {
+		t.Errorf("default mode %q, want %q", m, gputime.TimeSlicing)
 	}
 }

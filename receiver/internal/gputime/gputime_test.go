@@ -110,3 +110,55 @@ func TestLateAndBounds(t *testing.T) {
 		t.Errorf("no window merged: %+v", c)
 	}
 }
+
+// TestNothingLost: what is buffered when the processes go or the
+// collector stops is attributed, not left behind the lag; what arrives
+// after it is counted as cut.
+func TestNothingLost(t *testing.T) {
+	sum := func(a *Attributor) float64 {
+		var s float64
+		for _, g := range a.Snapshot() {
+			for _, p := range g.Procs {
+				s += p.Seconds * 1e3
+			}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		finish func(a *Attributor, now int64)
+	}{
+		// Both processes gone: their GPU settles to their last window's end.
+		{"all gone", func(a *Attributor, now int64) { a.Forget(1); a.Forget(2); a.Settle(now) }},
+		// The collector stops with both still connected.
+		{"flush", func(a *Attributor, now int64) { a.Flush(now) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := New(Options{})
+			now := 10_000 * ms
+			a.Add("g", Window{1, 1, now - 30*ms, now - 20*ms}, now)
+			a.Add("g", Window{2, 2, now - 15*ms, now - 5*ms}, now)
+			a.Settle(now)
+			if got := sum(a); got != 0 {
+				t.Fatalf("%.3f ms settled within the lag", got)
+			}
+			tc.finish(a, now)
+			if got := sum(a); math.Abs(got-20) > 1e-6 {
+				t.Errorf("attributed %.3f ms, want 20", got)
+			}
+		})
+	}
+	a := New(Options{})
+	a.Add("g", Window{1, 1, 0, 10 * ms}, 10*ms)
+	a.Forget(2) // another process gone: 1 is not, the lag holds
+	a.Settle(10 * ms)
+	if got := sum(a); got != 0 {
+		t.Errorf("%.3f ms settled with a process still there", got)
+	}
+	a.Flush(10 * ms)
+	a.Add("g", Window{1, 1, 5 * ms, 12 * ms}, 12*ms)
+	a.Add("g", Window{1, 1, 20 * ms, 30 * ms}, 25*ms)
+	if c := a.Counters(); c.LateNS != 5*ms || c.ClippedNS != 5*ms || c.CutNS() != 10*ms {
+		t.Errorf("counters %+v, want 5 ms late, 5 ms clipped", c)
+	}
+}

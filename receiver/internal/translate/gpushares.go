@@ -103,6 +103,19 @@ func (gs *gpuShares) add(src, pid uint32, devs map[uint32]string, w *record.Wind
 	gs.a.Add(id, gputime.Window{Proc: pid, Kernel: w.NameHash, Start: int64(s), End: int64(e)}, now.UnixNano())
 }
 
+// GPUTimeCounters are what the attribution of shared GPUs did not take
+// as it came, and the windows it never got (of clients without a pid or
+// a clock mapping).
+type GPUTimeCounters struct {
+	gputime.Counters
+	Unowned uint64
+}
+
+// GPUTimeCounters returns the attribution's counters so far.
+func (t *Translator) GPUTimeCounters() GPUTimeCounters {
+	return GPUTimeCounters{Counters: t.shares.a.Counters(), Unowned: t.shares.unowned}
+}
+
 // forget marks process pid gone.
 func (gs *gpuShares) forget(pid uint32) {
 	gs.a.Forget(pid)

@@ -13,10 +13,31 @@ import (
 // UUID) are charged so that their GPU time sums to the union, on each
 // process's resource, and the GPU's time is the union.
 func TestGPUShares(t *testing.T) {
+	now := time.Unix(0, realBase+10e9)
+	for _, tc := range []struct {
+		name string
+		emit func(tr *Translator) pmetric.Metrics
+	}{
+		{"lag passed", func(tr *Translator) pmetric.Metrics { return tr.Metrics(now.Add(3*time.Second), nil) }},
+		// The shutdown settles what the lag still holds.
+		{"shutdown", func(tr *Translator) pmetric.Metrics { tr.FlushPending(now); return tr.Metrics(now, nil) }},
+		// Both processes gone: their windows are all in, none waits.
+		{"all gone", func(tr *Translator) pmetric.Metrics {
+			tr.Disconnect(1, now)
+			tr.Disconnect(2, now)
+			return tr.Metrics(now, nil)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkShares(t, now, tc.emit) })
+	}
+}
+
+// checkShares has two processes' windows overlap and checks what emit
+// makes of them.
+func checkShares(t *testing.T, now time.Time, emit func(*Translator) pmetric.Metrics) {
 	tr := newTr(Options{})
 	tr.Connect(1, Peer{PID: 100})
 	tr.Connect(2, Peer{PID: 200})
-	now := time.Unix(0, realBase+10e9)
 	uuid := [16]byte{1, 2, 3}
 	for src := uint32(1); src <= 2; src++ {
 		cal := &record.Calibration{MonoNS: 1000, RealtimeNS: realBase + 1000, GPUNS: gpuBase + 1000}
@@ -31,13 +52,13 @@ func TestGPUShares(t *testing.T) {
 	for _, w := range []struct {
 		src        uint32
 		start, end uint64
-	}{{1, 1000 * ms, 1010 * ms}, {2, 1005 * ms, 1010 * ms}} {
+	}{{1, 9000 * ms, 9010 * ms}, {2, 9005 * ms, 9010 * ms}} {
 		r := &record.Window{StartNS: w.start, EndNS: w.end, NameHash: 7, Flags: record.WindowNoLaunch}
 		if err := tr.Handle(w.src, r.Append(nil), now); err != nil {
 			t.Fatal(err)
 		}
 	}
-	md := tr.Metrics(now.Add(3*time.Second), nil)
+	md := emit(tr)
 	got := map[int64]float64{}
 	var device float64
 	for i := range md.ResourceMetrics().Len() {

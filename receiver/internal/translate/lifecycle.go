@@ -37,10 +37,12 @@ func (t *Translator) Expire(now time.Time) {
 // launch record is dropped, in LaunchesOrphan), and the host calls still
 // waiting for records: the receiver's shutdown, after its last read.
 // Unlike Expire it keeps the series of gone processes for a last metrics
-// point.
+// point, and it settles the GPU time of every window buffered (not only
+// those Options.Windows.GPUTime.Lag behind now).
 func (t *Translator) FlushPending(now time.Time) {
 	t.spans.policy.now = now // not the later time below, which only ends every wait
 	t.launches.expire(now.Add(t.o.LaunchTimeout + t.o.Host.HostCallGrace + time.Hour))
+	t.shares.a.Flush(now.UnixNano()) // the last metrics point has every window's time
 }
 
 // expire emits or drops the launches whose wait is over, then the host
