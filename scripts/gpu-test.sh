@@ -75,10 +75,12 @@
 #                                  symbolised, step time against plain;
 #                                  needs bin/otelcol-gpuprobe, python3, torch)
 #                     gputime      scripts/gpu/gputime.sh: three tenant
-#                                  mixes (the three, kernels of
-#                                  10 ms+, eight) on one time-sliced GPU,
-#                                  truth vs gpu.cuda.process.time per
-#                                  tenant in points, sum vs wall (needs
+#                                  mixes (the three, ~15 and
+#                                  ~9 ms GEMMs, eight) on one time-sliced
+#                                  GPU, truth vs gpu.cuda.process.time per
+#                                  tenant in points, truth, attributed and
+#                                  union sums, cut time, hand-over
+#                                  overlaps of the windows (needs
 #                                  bin/otelcol-gpuprobe, python3, torch)
 #                     gpuhash      bin/ptx-gpu.test (jit/ptx's tests of
 #                                  build tag gpu): the GPU hash map (type

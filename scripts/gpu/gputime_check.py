@@ -1,15 +1,29 @@
 #!/usr/bin/env python3
-"""gputime_check.py MIX TENANTS.jsonl METRICS.json WALL_S: per tenant, truth
-(launches × solo duration) against gpu.cuda.process.time (its latest point,
-by process.pid), both as shares of wall time, the error in points, and the
-sum of attributed time against wall. Exit 1 when a share is off by more
-than 2 points or the sum exceeds wall."""
+"""gputime_check.py MIX TENANTS.jsonl METRICS.json WALL_S [TRACES.json]:
+per tenant, truth (launches × solo duration) against gpu.cuda.process.time
+(its last point, by process.pid: the collector's shutdown settles every
+window), both as shares of wall time, the error in points; the truth sum
+against the attributed sum and the GPU's union (gpu.cuda.device.time), and
+what the attribution left out (gpuprobe.receiver.gpu_time.cut, .unowned,
+windows.dropped). With TRACES.json, the tenants' windows themselves (their
+cuda.executing spans): their sum and union, and the overlaps between two
+processes' windows at a hand-over (the later one starts before the earlier
+ends and ends after it): on a time-sliced GPU a hand-over overlaps by a
+slice or more, so many short ones say the processes' clocks disagree.
+Exit 1 when a share is off by more than 2 points or the sum exceeds wall."""
 import json
 import sys
 
 mix, tenants_path, metrics_path, wall = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+traces_path = sys.argv[5] if len(sys.argv) > 5 else None
 tenants = [json.loads(l) for l in open(tenants_path) if l.strip()]
-got = {}
+got, device, selfm = {}, 0.0, {}
+
+
+def value(dp):
+    return dp.get("asDouble", float(dp.get("asInt", 0) or 0))
+
+
 for line in open(metrics_path):
     if not line.strip():
         continue
@@ -20,16 +34,79 @@ for line in open(metrics_path):
                 pid = int(a["value"].get("intValue", 0))
         for sm in rm.get("scopeMetrics", []):
             for m in sm.get("metrics", []):
+                dps = m.get("sum", m.get("gauge", {})).get("dataPoints", [])
                 if m["name"] == "gpu.cuda.process.time" and pid is not None:
-                    got[pid] = sum(dp.get("asDouble", 0) for dp in m["sum"]["dataPoints"])
-status, total = 0, 0.0
+                    got[pid] = sum(value(dp) for dp in dps)
+                elif m["name"] == "gpu.cuda.device.time":
+                    device = sum(value(dp) for dp in dps)
+                elif m["name"] in ("gpuprobe.receiver.gpu_time.cut", "gpuprobe.receiver.gpu_time.unowned",
+                                   "gpuprobe.receiver.windows.dropped", "gpuprobe.receiver.windows.missing"):
+                    selfm[m["name"]] = sum(value(dp) for dp in dps)
+status, total, truth = 0, 0.0, 0.0
 print(f"gputime {mix}: tenant kind launches truth% attributed% error(points)")
 for t in tenants:
     a = got.get(t["pid"], 0.0)
     total += a
+    truth += t["truth_s"]
     err = 100 * (a - t["truth_s"]) / wall
     flag = "" if abs(err) <= 2 else "  OVER 2 POINTS"
     status |= abs(err) > 2
     print(f"gputime {mix}: {t['pid']} {t['kind']} {t['launches']} {100 * t['truth_s'] / wall:.1f}% {100 * a / wall:.1f}% {err:+.2f}{flag}")
-print(f"gputime {mix}: attributed sum {total:.2f} s, wall {wall:.2f} s{'' if total <= wall else '  SUM OVER WALL'}")
+print(f"gputime {mix}: truth sum {truth:.2f} s, attributed sum {total:.2f} s, union {device:.2f} s, wall {wall:.2f} s"
+      f"{'' if total <= wall else '  SUM OVER WALL'}")
+print(f"gputime {mix}: cut {selfm.get('gpuprobe.receiver.gpu_time.cut', 0) / 1e9:.3f} s, "
+      f"unowned {selfm.get('gpuprobe.receiver.gpu_time.unowned', 0):.0f} windows, "
+      f"windows dropped {selfm.get('gpuprobe.receiver.windows.dropped', 0):.0f}, "
+      f"missing {selfm.get('gpuprobe.receiver.windows.missing', 0):.0f}")
+
+if traces_path:
+    pids = {t["pid"] for t in tenants}
+    ws = []
+    for line in open(traces_path):
+        if not line.strip():
+            continue
+        for rs in json.loads(line).get("resourceSpans", []):
+            pid = None
+            for a in rs.get("resource", {}).get("attributes", []):
+                if a["key"] == "process.pid":
+                    pid = int(a["value"].get("intValue", 0))
+            if pid not in pids:
+                continue
+            for ss in rs.get("scopeSpans", []):
+                for s in ss.get("spans", []):
+                    if s["name"] == "cuda.executing":
+                        ws.append((int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]), pid))
+    ws.sort()
+    wsum = sum(e - s for s, e, _ in ws)
+    union, cur_s, cur_e = 0, None, None
+    for s, e, _ in ws:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                union += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        union += cur_e - cur_s
+    # Hand-overs: the window that ends last so far against the next one
+    # of another process.
+    short, short_ns, long_, gaps = 0, 0, 0, []
+    last = None
+    for s, e, pid in ws:
+        if last is not None and pid != last[2]:
+            if s < last[1] < e:
+                ov = last[1] - s
+                if ov < 200_000:
+                    short, short_ns = short + 1, short_ns + ov
+                else:
+                    long_ += 1
+            elif s >= last[1]:
+                gaps.append(s - last[1])
+        if last is None or e > last[1]:
+            last = (s, e, pid)
+    gaps.sort()
+    med = gaps[len(gaps) // 2] / 1e3 if gaps else float("nan")
+    print(f"gputime {mix}: windows {len(ws)}, sum {wsum / 1e9:.2f} s, union {union / 1e9:.2f} s; "
+          f"hand-over overlaps under 0.2 ms {short} ({short_ns / 1e6:.1f} ms), longer {long_}; "
+          f"median gap at a hand-over {med:.1f} us")
 sys.exit(1 if status or total > wall else 0)
