@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -162,6 +163,7 @@ func TestDashboardQueries(t *testing.T) {
 			for _, dq := range qs {
 				checkDashboardQuery(t, ctx, prom, dq, vars)
 			}
+			checkGPUTimeShares(t, ctx, prom, qs, vars)
 		})
 	}
 }
@@ -206,6 +208,64 @@ func checkDashboardQuery(t *testing.T, ctx context.Context, prom *Prometheus, dq
 			}
 		}
 	}
+}
+
+// gpuTimePanel is the panel whose query charges GPU time to pods.
+const gpuTimePanel = "GPU time by pod"
+
+// checkGPUTimeShares checks the values of the GPU time by pod panel: both
+// applications have a gpu.cuda.process.time series (one per process, on
+// its resource), and the pod's share of the GPU is the sum of its
+// processes' rates (the join on target_info neither drops nor doubles
+// one), above 0 and at most one GPU's worth.
+func checkGPUTimeShares(t *testing.T, ctx context.Context, prom *Prometheus, qs []dashboardQuery, vars map[string]bool) {
+	t.Helper()
+	var panel string
+	for _, dq := range qs {
+		if dq.panel == gpuTimePanel {
+			panel = dq.expr
+		}
+	}
+	if panel == "" {
+		t.Fatalf("%s: no panel %q", dashboardFile, gpuTimePanel)
+	}
+	q, err := instantQuery(panel, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := `count(gpu_cuda_process_time_seconds_total)`
+	if err := Eventually(ctx, time.Minute, time.Second, func(ctx context.Context) error {
+		s, err := prom.Query(ctx, procs)
+		if err != nil {
+			return err
+		}
+		if len(s) != 1 || s[0].Value < 2 {
+			return fmt.Errorf("%s: %v, want both applications' series", procs, s)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := prom.Query(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 1 {
+		t.Fatalf("%s: %v, want one pod (both applications are in it)", gpuTimePanel, pods)
+	}
+	if v := pods[0].Value; v <= 0 || v > 1 {
+		t.Errorf("pod %s: %.6f of a GPU, want (0, 1]", pods[0].Metric["k8s_pod_name"], v)
+	}
+	// One query, one evaluation time: the pod's against its processes'.
+	ratio := fmt.Sprintf("sum(%s) / sum(rate(gpu_cuda_process_time_seconds_total[1m]))", q)
+	r, err := prom.Query(ctx, ratio)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r) != 1 || math.Abs(r[0].Value-1) > 1e-9 {
+		t.Errorf("the pod's GPU time over its processes': %v, want 1", r)
+	}
+	t.Logf("%s: pod %s has %.4f of a GPU", gpuTimePanel, pods[0].Metric["k8s_pod_name"], pods[0].Value)
 }
 
 // firstBy finds the labels of an expression's first "by" clause, the

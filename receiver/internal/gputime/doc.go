@@ -39,6 +39,9 @@
 // lies before the watermark now − Lag, and keeps the rest; a window that
 // arrives with parts before the watermark has those parts cut off and
 // counted (Counters.LateNS), so settled time is never attributed twice.
+// Nothing waits for the lag that need not: a GPU whose processes are all
+// gone settles to the end of their last window, and Flush (the
+// collector's shutdown) settles everything buffered.
 //
 // Hostile clients. A client chooses its windows, not its pid or the
 // collector's clock: windows ending in the future are clipped to now,
