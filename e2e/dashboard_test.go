@@ -215,9 +215,10 @@ const gpuTimePanel = "GPU time by pod"
 
 // checkGPUTimeShares checks the values of the GPU time by pod panel: both
 // applications have a gpu.cuda.process.time series (one per process, on
-// its resource), and the pod's share of the GPU is the sum of its
-// processes' rates (the join on target_info neither drops nor doubles
-// one), above 0 and at most one GPU's worth.
+// its resource); the panel has a share of the GPU for each (one pod, a
+// service each), in (0, 1], at most one GPU together, and its sum is the
+// processes' rates' (the join on target_info neither drops nor doubles
+// one).
 func checkGPUTimeShares(t *testing.T, ctx context.Context, prom *Prometheus, qs []dashboardQuery, vars map[string]bool) {
 	t.Helper()
 	var panel string
@@ -250,22 +251,32 @@ func checkGPUTimeShares(t *testing.T, ctx context.Context, prom *Prometheus, qs 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pods) != 1 {
-		t.Fatalf("%s: %v, want one pod (both applications are in it)", gpuTimePanel, pods)
+	// The panel groups by pod and job: the two applications (one pod, a
+	// service each) are a series each.
+	jobs := map[string]bool{}
+	var total float64
+	for _, p := range pods {
+		jobs[p.Metric["job"]] = true
+		total += p.Value
+		if p.Metric["k8s_pod_name"] != "gpu-0" || p.Value <= 0 || p.Value > 1 {
+			t.Errorf("%s: %v: want pod gpu-0, a share in (0, 1]", gpuTimePanel, p)
+		}
 	}
-	if v := pods[0].Value; v <= 0 || v > 1 {
-		t.Errorf("pod %s: %.6f of a GPU, want (0, 1]", pods[0].Metric["k8s_pod_name"], v)
+	if len(jobs) != 2 || len(pods) != 2 || total > 1 {
+		t.Errorf("%s: %v: want a series for each of the two applications, at most one GPU together", gpuTimePanel, pods)
 	}
-	// One query, one evaluation time: the pod's against its processes'.
+	// One query, one evaluation time: the panel's against the processes'.
 	ratio := fmt.Sprintf("sum(%s) / sum(rate(gpu_cuda_process_time_seconds_total[1m]))", q)
 	r, err := prom.Query(ctx, ratio)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(r) != 1 || math.Abs(r[0].Value-1) > 1e-9 {
-		t.Errorf("the pod's GPU time over its processes': %v, want 1", r)
+		t.Errorf("the panel's GPU time over its processes': %v, want 1", r)
 	}
-	t.Logf("%s: pod %s has %.4f of a GPU", gpuTimePanel, pods[0].Metric["k8s_pod_name"], pods[0].Value)
+	for _, p := range pods {
+		t.Logf("%s: pod %s, %s: %.3g of a GPU", gpuTimePanel, p.Metric["k8s_pod_name"], p.Metric["job"], p.Value)
+	}
 }
 
 // firstBy finds the labels of an expression's first "by" clause, the

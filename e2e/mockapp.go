@@ -31,7 +31,8 @@ func BuildMockApp(ctx context.Context, root, dir string) (MockApp, error) {
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
 			"-o", filepath.Join(dir, "libcuda.so.1"), filepath.Join(td, "mock_libcuda.c")},
 		{"-O2", "-Wall", "-Wextra", "-Werror", "-I" + filepath.Join(root, "shm", "include"), "-o", m.Bin,
-			filepath.Join(td, "app.c"), filepath.Join(td, "app_names.c"), filepath.Join(td, "app_spanctx.c"), "-ldl", "-lpthread"},
+			filepath.Join(td, "app.c"), filepath.Join(td, "app_names.c"), filepath.Join(td, "app_spanctx.c"), filepath.Join(td, "app_kinds.c"),
+			"-ldl", "-lpthread"},
 	}
 	for _, s := range steps {
 		if _, err := runTool(ctx, 2*time.Minute, root, "gcc", s...); err != nil {
