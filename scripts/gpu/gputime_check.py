@@ -9,7 +9,10 @@ windows.dropped). With TRACES.json, the tenants' windows themselves (their
 cuda.executing spans): their sum and union, and the overlaps between two
 processes' windows at a hand-over (the later one starts before the earlier
 ends and ends after it): on a time-sliced GPU a hand-over overlaps by a
-slice or more, so many short ones say the processes' clocks disagree.
+slice or more, so many short ones say the processes' clocks disagree;
+and per pair of tenants, how far apart their clocks are (half the
+difference of the median hand-over gaps each way, a switch costing the
+same both ways).
 Exit 1 when a share is off by more than 2 points or the sum exceeds wall."""
 import json
 import sys
@@ -91,9 +94,12 @@ if traces_path:
     # Hand-overs: the window that ends last so far against the next one
     # of another process.
     short, short_ns, long_, gaps = 0, 0, 0, []
+    pair = {}  # (from pid, to pid) → hand-over gaps within ±0.5 ms
     last = None
     for s, e, pid in ws:
         if last is not None and pid != last[2]:
+            if abs(s - last[1]) < 500_000 and e > last[1]:
+                pair.setdefault((last[2], pid), []).append(s - last[1])
             if s < last[1] < e:
                 ov = last[1] - s
                 if ov < 200_000:
@@ -109,4 +115,12 @@ if traces_path:
     print(f"gputime {mix}: windows {len(ws)}, sum {wsum / 1e9:.2f} s, union {union / 1e9:.2f} s; "
           f"hand-over overlaps under 0.2 ms {short} ({short_ns / 1e6:.1f} ms), longer {long_}; "
           f"median gap at a hand-over {med:.1f} us")
+    # A hand-over costs the same switch both ways, so half the difference
+    # of the median gaps a→b and b→a is b's clock less a's.
+    med_of = lambda g: sorted(g)[len(g) // 2]
+    for (a, b), g in sorted(pair.items()):
+        back = pair.get((b, a))
+        if a < b and back and len(g) >= 20 and len(back) >= 20:
+            print(f"gputime {mix}: clock of {b} less {a}: {(med_of(g) - med_of(back)) / 2e3:+.1f} us "
+                  f"(hand-overs {len(g)} and {len(back)}, median gaps {med_of(g) / 1e3:+.1f} and {med_of(back) / 1e3:+.1f} us)")
 sys.exit(1 if status or total > wall else 0)
