@@ -42,6 +42,7 @@ const (
 	TypeWindowState Type = 13 // WindowState: device windows turned on or off
 	TypeSpanContext Type = 14 // SpanContext: the application span a thread's launches run under
 	TypeStack       Type = 15 // Stack: the launching thread's stack of a sampled launch
+	TypePatch       Type = 16 // Patch: one module patched off the application's threads
 )
 
 // Version is the layout version of every type defined here.
@@ -78,6 +79,7 @@ var typeNames = [...]string{
 	TypeWindowState: "window_state",
 	TypeSpanContext: "span_context",
 	TypeStack:       "stack",
+	TypePatch:       "patch",
 }
 
 // Prefix is the common 8-byte prefix of every record.

@@ -88,6 +88,10 @@ int main(void) {
 	st->native = 2; st->python = 1; st->py_version = 0x030b;
 	st->words[0] = 0x401000; st->words[1] = 0x7f0000001234; st->words[2] = 0x7f0000100000; st->words[3] = 0x7f00001000a6;
 	out(st, ssz);
+
+	struct gp_rec_patch pa; memset(&pa, 0, sizeof pa); PREFIX(pa, GP_REC_PATCH, sizeof pa);
+	pa.module = 0xdead; pa.request_ns = 2500000; pa.compile_ns = 41000000; pa.pid = 100; pa.kernels = 160;
+	pa.outcome = GP_PATCH_FAILED; pa.cache = GP_PATCH_CACHE_CORRUPT; out(&pa, sizeof pa);
 	return 0;
 }
 `
@@ -121,6 +125,11 @@ func cConstants() string {
 		{"GP_STACK_F_LAST", uint32(StackLast)}, {"GP_STACK_F_NATIVE_CUT", uint32(StackNativeCut)},
 		{"GP_STACK_F_PYTHON_CUT", uint32(StackPythonCut)}, {"GP_STACK_F_PY_UNKNOWN", uint32(StackPythonUnknown)},
 		{"GP_STACK_MAX_WORDS", MaxStackWords},
+		{"GP_REC_PATCH", uint32(TypePatch)}, {"sizeof(struct gp_rec_patch)", PatchSize},
+		{"GP_PATCH_SWAPPED", uint32(PatchSwapped)}, {"GP_PATCH_UNPATCHED", uint32(PatchUnpatched)},
+		{"GP_PATCH_FAILED", uint32(PatchFailed)}, {"GP_PATCH_DROPPED", uint32(PatchDropped)},
+		{"GP_PATCH_CACHE_OFF", uint32(PatchCacheOff)}, {"GP_PATCH_CACHE_HIT", uint32(PatchCacheHit)},
+		{"GP_PATCH_CACHE_MISS", uint32(PatchCacheMiss)}, {"GP_PATCH_CACHE_CORRUPT", uint32(PatchCacheCorrupt)},
 	} {
 		fmt.Fprintf(&b, "_Static_assert(%s == %d, %q);\n", c.c, c.v, c.c)
 	}

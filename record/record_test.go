@@ -34,6 +34,7 @@ func sampleRecords() []decoder {
 			SpanID: [8]byte{0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7}, Flags: TraceFlagSampled, Source: SpanContextThread},
 		&Stack{LaunchID: 7, PID: 100, TID: 101, Part: 1, Flags: StackLast | StackNativeCut, PyVersion: 0x030b,
 			Native: []uint64{0x401000, 0x7f0000001234}, Python: []PyFrame{{Code: 0x7f0000100000, Instr: 0x7f00001000a6}}},
+		&Patch{Module: 0xdead, RequestNS: 2500000, CompileNS: 41000000, PID: 100, Kernels: 160, Outcome: PatchFailed, Cache: PatchCacheCorrupt},
 	}
 }
 
@@ -212,7 +213,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(r.Append(nil))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}, &Window{}, &WindowState{}, &SpanContext{}, &Stack{}} {
+		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}, &Window{}, &WindowState{}, &SpanContext{}, &Stack{}, &Patch{}} {
 			if err := d.Decode(b); err != nil {
 				continue
 			}

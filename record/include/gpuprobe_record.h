@@ -33,6 +33,7 @@ enum gp_rec_type {
 	GP_REC_WINDOW_STATE = 13,
 	GP_REC_SPAN_CONTEXT = 14,
 	GP_REC_STACK = 15,
+	GP_REC_PATCH = 16,
 };
 
 /* Common 8-byte prefix. */
@@ -356,6 +357,34 @@ struct gp_rec_stack {
 	uint64_t words[];
 };
 
+enum gp_patch_outcome {
+	GP_PATCH_SWAPPED = 0,   /* the patched kernels were swapped in */
+	GP_PATCH_UNPATCHED = 1, /* the collector sent no patched image */
+	GP_PATCH_FAILED = 2,    /* loading or binding the patched image failed */
+	GP_PATCH_DROPPED = 3,   /* the application unloaded the module first */
+};
+
+enum gp_patch_cache {
+	GP_PATCH_CACHE_OFF = 0,     /* no cache, or never reached */
+	GP_PATCH_CACHE_HIT = 1,     /* the compiled image came from the cache: no JIT */
+	GP_PATCH_CACHE_MISS = 2,    /* compiled, then stored */
+	GP_PATCH_CACHE_CORRUPT = 3, /* an entry failed its check: removed, compiled again */
+};
+
+/* Type 16, 48 bytes: one module patched off the application's threads
+ * (shim/src/patch_async.c), written by the patch thread when its job ends. */
+struct gp_rec_patch {
+	struct gp_rec_prefix h;
+	uint64_t module;     /* the application's CUmodule or CUlibrary */
+	uint64_t request_ns; /* asking the collector for the patched image */
+	uint64_t compile_ns; /* loading it: the driver's JIT or link, or the cached image */
+	uint32_t pid;
+	uint32_t kernels; /* patched kernels swapped in */
+	uint16_t outcome; /* enum gp_patch_outcome */
+	uint16_t cache;   /* enum gp_patch_cache */
+	uint32_t reserved;
+};
+
 #define GP_STATIC_ASSERT(c, m) _Static_assert(c, m)
 GP_STATIC_ASSERT(sizeof(struct gp_rec_prefix) == 8, "prefix");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_launch) == 96, "launch");
@@ -375,5 +404,7 @@ GP_STATIC_ASSERT(sizeof(struct gp_rec_span_context) == 48, "span_context");
 GP_STATIC_ASSERT(offsetof(struct gp_rec_span_context, flags) == 40, "span_context.flags");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_stack) == 32, "stack");
 GP_STATIC_ASSERT(offsetof(struct gp_rec_stack, py_version) == 28, "stack.py_version");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_patch) == 48, "patch");
+GP_STATIC_ASSERT(offsetof(struct gp_rec_patch, outcome) == 40, "patch.outcome");
 
 #endif /* GPUPROBE_RECORD_H */
