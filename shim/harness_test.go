@@ -238,7 +238,8 @@ type stream struct {
 	memcpys  []record.Memcpy
 	windows  []record.Window
 	states   []record.WindowState
-	execs    []record.Exec // the SASS route's launch windows (sass.c)
+	patches  []record.Patch // the patch thread's account of each module
+	execs    []record.Exec  // the SASS route's launch windows (sass.c)
 	// Of nameRecs, those that came through the names ring; and the
 	// records the launch ring held (of any type).
 	namesRing, launchRing int
@@ -337,6 +338,11 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 			var e record.Exec
 			if derr = e.Decode(r.Payload); derr == nil {
 				st.execs = append(st.execs, e)
+			}
+		case record.TypePatch:
+			var pa record.Patch
+			if derr = pa.Decode(r.Payload); derr == nil {
+				st.patches = append(st.patches, pa)
 			}
 		case record.TypeDevice:
 			var d record.Device

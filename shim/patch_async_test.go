@@ -42,15 +42,16 @@ func TestPatchAsync(t *testing.T) {
 		stdout    []string // lines the app prints, in order
 		trace     []string // in the shim's trace (the app's own first module has no PTX: not patched)
 		lastProbe bool     // the last launch ran the patched kernel
+		outcomes  string   // of the Patch records, in order
 	}{
 		{"slow JIT", "", nil, []string{"app: async first swapped=0", "app: async swapped=1", "app: unloaded"},
-			[]string{"loaded as it is", "swapped in", "1 swapped, 1 not patched, 0 failed, 0 dropped"}, true},
+			[]string{"loaded as it is", "swapped in", "1 swapped, 1 not patched, 0 failed, 0 dropped"}, true, "unpatched swapped"},
 		{"failed JIT", "fail", []string{"MOCK_JIT_FAIL=1"},
 			[]string{"app: async first swapped=0", "app: async after-fail launches=50 swapped=0", "app: unloaded"},
-			[]string{"mock: jit target r=218", "asynchronous patch failed", "0 swapped, 1 not patched, 1 failed, 0 dropped"}, false},
+			[]string{"mock: jit target r=218", "asynchronous patch failed", "0 swapped, 1 not patched, 1 failed, 0 dropped"}, false, "unpatched failed"},
 		{"unload in flight", "unload", nil,
 			[]string{"app: async first swapped=0", "app: unloaded early", "app: async second swapped=1", "app: unloaded"},
-			[]string{"the swap is dropped", "1 swapped, 1 not patched, 0 failed, 1 dropped"}, true},
+			[]string{"the swap is dropped", "1 swapped, 1 not patched, 0 failed, 1 dropped"}, true, "unpatched dropped swapped"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,6 +102,16 @@ func TestPatchAsync(t *testing.T) {
 					t.Errorf("launch %d is preswap after a launch that was not", i)
 				}
 				seen = seen || !pre
+			}
+			var outs []string
+			for _, p := range st.patches {
+				outs = append(outs, p.Outcome.String())
+				if p.Outcome == record.PatchSwapped && (p.Kernels == 0 || p.CompileNS == 0 || p.RequestNS == 0) {
+					t.Errorf("swapped module's Patch record %+v: want kernels and both times", p)
+				}
+			}
+			if got := strings.Join(outs, " "); got != tc.outcomes {
+				t.Errorf("Patch records' outcomes %q, want %q", got, tc.outcomes)
 			}
 			if m := swappedRe.FindStringSubmatch(stdout); m != nil {
 				// The patched kernel got this launch's own id.

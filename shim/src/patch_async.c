@@ -46,6 +46,8 @@ struct gp_job {
 	int lib;
 	int dropped; /* gp_swap_mu: the application unloaded the module */
 	uint32_t slot;
+	uint16_t cache;               /* enum gp_patch_cache */
+	uint64_t request_ns, compile_ns; /* for its Patch record */
 	uint64_t module;
 	CUcontext ctx;
 	struct gp_image img; /* img.data: a copy, freed with the job */
@@ -353,6 +355,26 @@ GP_HIDDEN void gp_async_unloaded(uint64_t module)
 	}
 }
 
+/* gp_job_record writes j's Patch record (record/patch.go): the
+ * collector's cost and the JIT's, per module, for the self-metrics. */
+static void gp_job_record(const struct gp_job *j, uint16_t outcome, uint32_t kernels)
+{
+	void *ring = __atomic_load_n(&gp_ring_base, __ATOMIC_ACQUIRE);
+	if (ring == NULL)
+		return;
+	struct gp_rec_patch r = {
+		.h = {.type = GP_REC_PATCH, .version = GP_REC_VERSION, .size = sizeof r},
+		.module = j->module,
+		.request_ns = j->request_ns,
+		.compile_ns = j->compile_ns,
+		.pid = gp_pid(),
+		.kernels = kernels,
+		.outcome = outcome,
+		.cache = j->cache,
+	};
+	gp_produce(ring, GP_REC_PATCH, &r, sizeof r);
+}
+
 /* gp_job_fail turns j's module off (fail open), counted in *n; gp_swap_mu
  * not held. */
 static void gp_job_fail(struct gp_job *j, uint64_t *n, const char *why, int code)
@@ -365,6 +387,7 @@ static void gp_job_fail(struct gp_job *j, uint64_t *n, const char *why, int code
 	}
 	pthread_mutex_unlock(&gp_swap_mu);
 	__atomic_fetch_add(n, 1, __ATOMIC_RELAXED);
+	gp_job_record(j, n == &gp_n_failed ? GP_PATCH_FAILED : GP_PATCH_UNPATCHED, 0);
 	GP_TRACE("%s: module %p: %s (%s, %d): its kernels run unpatched (windows only)", j->api, (void *)j->module,
 		 n == &gp_n_failed ? "asynchronous patch failed" : "not patched", why, code);
 }
@@ -396,21 +419,25 @@ static void gp_job_run(struct gp_job *j)
 	pthread_mutex_unlock(&gp_swap_mu);
 	if (dropped) {
 		__atomic_fetch_add(&gp_n_dropped, 1, __ATOMIC_RELAXED);
+		gp_job_record(j, GP_PATCH_DROPPED, 0);
 		GP_TRACE("%s: module %p unloaded before its patch began: dropped", j->api, (void *)j->module);
 		return;
 	}
 	CUresult r = gp_drv.ctx_set ? gp_drv.ctx_set(j->ctx) : (CUresult)-1;
 	if (r != CUDA_SUCCESS)
 		return gp_job_fail(j, &gp_n_failed, "making the module's context current", r);
-	if (gp_patch_request(j->api, j->lib, &j->img, &pp) != 0)
-		return gp_job_fail(j, &gp_n_unpatched, "the collector sent no patched image", 0);
+	int asked = gp_patch_request(j->api, j->lib, &j->img, &pp);
 	uint64_t t1 = gp_now();
+	j->request_ns = t1 - t0;
+	if (asked != 0)
+		return gp_job_fail(j, &gp_n_unpatched, "the collector sent no patched image", 0);
 	if (j->lib)
 		r = gp_drv.lib_load_data ? gp_drv.lib_load_data((CUlibrary *)&m, pp.image, NULL, NULL, 0, NULL, NULL, 0)
 					 : (CUresult)-1;
 	else
 		r = gp_drv.mod_load_data ? gp_drv.mod_load_data((CUmodule *)&m, pp.image) : (CUresult)-1;
 	uint64_t t2 = gp_now();
+	j->compile_ns = t2 - t1;
 	munmap(pp.image, pp.image_size);
 	const char *why = "loading the patched image (JIT)";
 	uint32_t nk = 0;
@@ -438,11 +465,13 @@ static void gp_job_run(struct gp_job *j)
 		free(fns);
 		gp_unload_patched(m, j->lib);
 		__atomic_fetch_add(&gp_n_dropped, 1, __ATOMIC_RELAXED);
+		gp_job_record(j, GP_PATCH_DROPPED, 0);
 		GP_TRACE("%s: module %p was unloaded while its patched image compiled: swap dropped", j->api,
 			 (void *)j->module);
 		return;
 	}
 	__atomic_fetch_add(&gp_n_swapped, 1, __ATOMIC_RELAXED);
+	gp_job_record(j, GP_PATCH_SWAPPED, nk);
 	GP_TRACE("%s: module %p: patched module %p swapped in (%u kernels; collector %.1f ms, JIT %.1f ms)", j->api,
 		 (void *)j->module, (void *)m, nk, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6);
 }
