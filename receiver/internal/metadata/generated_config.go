@@ -520,6 +520,152 @@ func (ms *GpuprobeReceiverCoverageLaunchesMetricConfig) Validate() error {
 	return nil
 }
 
+// GpuprobeReceiverLaunchesPreswapMetricAttributeKey specifies the key of an attribute for the gpuprobe.receiver.launches.preswap metric.
+type GpuprobeReceiverLaunchesPreswapMetricAttributeKey string
+
+const (
+	GpuprobeReceiverLaunchesPreswapMetricAttributeKeyProcessPid GpuprobeReceiverLaunchesPreswapMetricAttributeKey = "process.pid"
+)
+
+// GpuprobeReceiverLaunchesPreswapMetricConfig provides config for the gpuprobe.receiver.launches.preswap metric.
+type GpuprobeReceiverLaunchesPreswapMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                              `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuprobeReceiverLaunchesPreswapMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuprobeReceiverLaunchesPreswapMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuprobeReceiverLaunchesPreswapMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuprobeReceiverLaunchesPreswapMetricAttributeKeyProcessPid:
+		default:
+			return fmt.Errorf("metric gpuprobe.receiver.launches.preswap doesn't have an attribute %v, valid attributes: [process.pid]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuprobeReceiverPatchCacheMetricAttributeKey specifies the key of an attribute for the gpuprobe.receiver.patch.cache metric.
+type GpuprobeReceiverPatchCacheMetricAttributeKey string
+
+const (
+	GpuprobeReceiverPatchCacheMetricAttributeKeyProcessPid         GpuprobeReceiverPatchCacheMetricAttributeKey = "process.pid"
+	GpuprobeReceiverPatchCacheMetricAttributeKeyGpuprobePatchCache GpuprobeReceiverPatchCacheMetricAttributeKey = "gpuprobe.patch.cache"
+)
+
+// GpuprobeReceiverPatchCacheMetricConfig provides config for the gpuprobe.receiver.patch.cache metric.
+type GpuprobeReceiverPatchCacheMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                         `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuprobeReceiverPatchCacheMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuprobeReceiverPatchCacheMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuprobeReceiverPatchCacheMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuprobeReceiverPatchCacheMetricAttributeKeyProcessPid, GpuprobeReceiverPatchCacheMetricAttributeKeyGpuprobePatchCache:
+		default:
+			return fmt.Errorf("metric gpuprobe.receiver.patch.cache doesn't have an attribute %v, valid attributes: [process.pid, gpuprobe.patch.cache]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuprobeReceiverPatchTimeMetricAttributeKey specifies the key of an attribute for the gpuprobe.receiver.patch.time metric.
+type GpuprobeReceiverPatchTimeMetricAttributeKey string
+
+const (
+	GpuprobeReceiverPatchTimeMetricAttributeKeyProcessPid         GpuprobeReceiverPatchTimeMetricAttributeKey = "process.pid"
+	GpuprobeReceiverPatchTimeMetricAttributeKeyGpuprobePatchStage GpuprobeReceiverPatchTimeMetricAttributeKey = "gpuprobe.patch.stage"
+)
+
+// GpuprobeReceiverPatchTimeMetricConfig provides config for the gpuprobe.receiver.patch.time metric.
+type GpuprobeReceiverPatchTimeMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                        `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuprobeReceiverPatchTimeMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuprobeReceiverPatchTimeMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuprobeReceiverPatchTimeMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuprobeReceiverPatchTimeMetricAttributeKeyProcessPid, GpuprobeReceiverPatchTimeMetricAttributeKeyGpuprobePatchStage:
+		default:
+			return fmt.Errorf("metric gpuprobe.receiver.patch.time doesn't have an attribute %v, valid attributes: [process.pid, gpuprobe.patch.stage]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
 // GpuprobeReceiverWindowsStateChangesMetricAttributeKey specifies the key of an attribute for the gpuprobe.receiver.windows.state_changes metric.
 type GpuprobeReceiverWindowsStateChangesMetricAttributeKey string
 
@@ -582,6 +728,9 @@ type MetricsConfig struct {
 	GpuCudaThreadExecutionsByThread     GpuCudaThreadExecutionsByThreadMetricConfig     `mapstructure:"gpu.cuda.thread.executions.by_thread"`
 	GpuprobeReceiverCoverageGpuTime     GpuprobeReceiverCoverageGpuTimeMetricConfig     `mapstructure:"gpuprobe.receiver.coverage.gpu_time"`
 	GpuprobeReceiverCoverageLaunches    GpuprobeReceiverCoverageLaunchesMetricConfig    `mapstructure:"gpuprobe.receiver.coverage.launches"`
+	GpuprobeReceiverLaunchesPreswap     GpuprobeReceiverLaunchesPreswapMetricConfig     `mapstructure:"gpuprobe.receiver.launches.preswap"`
+	GpuprobeReceiverPatchCache          GpuprobeReceiverPatchCacheMetricConfig          `mapstructure:"gpuprobe.receiver.patch.cache"`
+	GpuprobeReceiverPatchTime           GpuprobeReceiverPatchTimeMetricConfig           `mapstructure:"gpuprobe.receiver.patch.time"`
 	GpuprobeReceiverWindowsStateChanges GpuprobeReceiverWindowsStateChangesMetricConfig `mapstructure:"gpuprobe.receiver.windows.state_changes"`
 }
 
@@ -639,6 +788,21 @@ func DefaultMetricsConfig() MetricsConfig {
 			Enabled:             true,
 			AggregationStrategy: AggregationStrategySum,
 			EnabledAttributes:   []GpuprobeReceiverCoverageLaunchesMetricAttributeKey{GpuprobeReceiverCoverageLaunchesMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageLaunchesMetricAttributeKeyGpuprobeWindowsRoute},
+		},
+		GpuprobeReceiverLaunchesPreswap: GpuprobeReceiverLaunchesPreswapMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuprobeReceiverLaunchesPreswapMetricAttributeKey{GpuprobeReceiverLaunchesPreswapMetricAttributeKeyProcessPid},
+		},
+		GpuprobeReceiverPatchCache: GpuprobeReceiverPatchCacheMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuprobeReceiverPatchCacheMetricAttributeKey{GpuprobeReceiverPatchCacheMetricAttributeKeyProcessPid, GpuprobeReceiverPatchCacheMetricAttributeKeyGpuprobePatchCache},
+		},
+		GpuprobeReceiverPatchTime: GpuprobeReceiverPatchTimeMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuprobeReceiverPatchTimeMetricAttributeKey{GpuprobeReceiverPatchTimeMetricAttributeKeyProcessPid, GpuprobeReceiverPatchTimeMetricAttributeKeyGpuprobePatchStage},
 		},
 		GpuprobeReceiverWindowsStateChanges: GpuprobeReceiverWindowsStateChangesMetricConfig{
 			Enabled:             true,

@@ -79,6 +79,21 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuprobeReceiverCoverageLaunchesMetricAttributeKey{GpuprobeReceiverCoverageLaunchesMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageLaunchesMetricAttributeKeyGpuprobeWindowsRoute},
 					},
+					GpuprobeReceiverLaunchesPreswap: GpuprobeReceiverLaunchesPreswapMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverLaunchesPreswapMetricAttributeKey{GpuprobeReceiverLaunchesPreswapMetricAttributeKeyProcessPid},
+					},
+					GpuprobeReceiverPatchCache: GpuprobeReceiverPatchCacheMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverPatchCacheMetricAttributeKey{GpuprobeReceiverPatchCacheMetricAttributeKeyProcessPid, GpuprobeReceiverPatchCacheMetricAttributeKeyGpuprobePatchCache},
+					},
+					GpuprobeReceiverPatchTime: GpuprobeReceiverPatchTimeMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverPatchTimeMetricAttributeKey{GpuprobeReceiverPatchTimeMetricAttributeKeyProcessPid, GpuprobeReceiverPatchTimeMetricAttributeKeyGpuprobePatchStage},
+					},
 					GpuprobeReceiverWindowsStateChanges: GpuprobeReceiverWindowsStateChangesMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
@@ -153,6 +168,21 @@ func TestMetricsBuilderConfig(t *testing.T) {
 						AggregationStrategy: AggregationStrategySum,
 						EnabledAttributes:   []GpuprobeReceiverCoverageLaunchesMetricAttributeKey{GpuprobeReceiverCoverageLaunchesMetricAttributeKeyProcessPid, GpuprobeReceiverCoverageLaunchesMetricAttributeKeyGpuprobeWindowsRoute},
 					},
+					GpuprobeReceiverLaunchesPreswap: GpuprobeReceiverLaunchesPreswapMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverLaunchesPreswapMetricAttributeKey{GpuprobeReceiverLaunchesPreswapMetricAttributeKeyProcessPid},
+					},
+					GpuprobeReceiverPatchCache: GpuprobeReceiverPatchCacheMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverPatchCacheMetricAttributeKey{GpuprobeReceiverPatchCacheMetricAttributeKeyProcessPid, GpuprobeReceiverPatchCacheMetricAttributeKeyGpuprobePatchCache},
+					},
+					GpuprobeReceiverPatchTime: GpuprobeReceiverPatchTimeMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuprobeReceiverPatchTimeMetricAttributeKey{GpuprobeReceiverPatchTimeMetricAttributeKeyProcessPid, GpuprobeReceiverPatchTimeMetricAttributeKeyGpuprobePatchStage},
+					},
 					GpuprobeReceiverWindowsStateChanges: GpuprobeReceiverWindowsStateChangesMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
@@ -174,7 +204,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaDeviceTimeMetricConfig{}, GpuCudaDeviceUtilizationMetricConfig{}, GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaKernelLaunchesByFrameMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaProcessTimeMetricConfig{}, GpuCudaProcessUtilizationMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaDeviceTimeMetricConfig{}, GpuCudaDeviceUtilizationMetricConfig{}, GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaKernelLaunchesByFrameMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaProcessTimeMetricConfig{}, GpuCudaProcessUtilizationMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverLaunchesPreswapMetricConfig{}, GpuprobeReceiverPatchCacheMetricConfig{}, GpuprobeReceiverPatchTimeMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
@@ -295,6 +325,42 @@ func TestGpuprobeReceiverCoverageLaunchesMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric gpuprobe.receiver.coverage.launches doesn't have an attribute invalid, valid attributes: [process.pid, gpuprobe.windows.route]")
 
 	cfg = DefaultMetricsConfig().GpuprobeReceiverCoverageLaunches
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuprobeReceiverLaunchesPreswapMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuprobeReceiverLaunchesPreswap
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuprobeReceiverLaunchesPreswapMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpuprobe.receiver.launches.preswap doesn't have an attribute invalid, valid attributes: [process.pid]")
+
+	cfg = DefaultMetricsConfig().GpuprobeReceiverLaunchesPreswap
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuprobeReceiverPatchCacheMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuprobeReceiverPatchCache
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuprobeReceiverPatchCacheMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpuprobe.receiver.patch.cache doesn't have an attribute invalid, valid attributes: [process.pid, gpuprobe.patch.cache]")
+
+	cfg = DefaultMetricsConfig().GpuprobeReceiverPatchCache
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuprobeReceiverPatchTimeMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuprobeReceiverPatchTime
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuprobeReceiverPatchTimeMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpuprobe.receiver.patch.time doesn't have an attribute invalid, valid attributes: [process.pid, gpuprobe.patch.stage]")
+
+	cfg = DefaultMetricsConfig().GpuprobeReceiverPatchTime
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

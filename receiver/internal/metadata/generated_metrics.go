@@ -61,6 +61,62 @@ var MapAttributeCudaMemcpyKind = map[string]AttributeCudaMemcpyKind{
 	"MemcpyDefault":        AttributeCudaMemcpyKindMemcpyDefault,
 }
 
+// AttributeGpuprobePatchCache specifies the value gpuprobe.patch.cache attribute.
+type AttributeGpuprobePatchCache int
+
+const (
+	_ AttributeGpuprobePatchCache = iota
+	AttributeGpuprobePatchCacheHit
+	AttributeGpuprobePatchCacheMiss
+	AttributeGpuprobePatchCacheCorrupt
+)
+
+// String returns the string representation of the AttributeGpuprobePatchCache.
+func (av AttributeGpuprobePatchCache) String() string {
+	switch av {
+	case AttributeGpuprobePatchCacheHit:
+		return "hit"
+	case AttributeGpuprobePatchCacheMiss:
+		return "miss"
+	case AttributeGpuprobePatchCacheCorrupt:
+		return "corrupt"
+	}
+	return ""
+}
+
+// MapAttributeGpuprobePatchCache is a helper map of string to AttributeGpuprobePatchCache attribute value.
+var MapAttributeGpuprobePatchCache = map[string]AttributeGpuprobePatchCache{
+	"hit":     AttributeGpuprobePatchCacheHit,
+	"miss":    AttributeGpuprobePatchCacheMiss,
+	"corrupt": AttributeGpuprobePatchCacheCorrupt,
+}
+
+// AttributeGpuprobePatchStage specifies the value gpuprobe.patch.stage attribute.
+type AttributeGpuprobePatchStage int
+
+const (
+	_ AttributeGpuprobePatchStage = iota
+	AttributeGpuprobePatchStageRequest
+	AttributeGpuprobePatchStageCompile
+)
+
+// String returns the string representation of the AttributeGpuprobePatchStage.
+func (av AttributeGpuprobePatchStage) String() string {
+	switch av {
+	case AttributeGpuprobePatchStageRequest:
+		return "request"
+	case AttributeGpuprobePatchStageCompile:
+		return "compile"
+	}
+	return ""
+}
+
+// MapAttributeGpuprobePatchStage is a helper map of string to AttributeGpuprobePatchStage attribute value.
+var MapAttributeGpuprobePatchStage = map[string]AttributeGpuprobePatchStage{
+	"request": AttributeGpuprobePatchStageRequest,
+	"compile": AttributeGpuprobePatchStageCompile,
+}
+
 // AttributeGpuprobeWindowsReason specifies the value gpuprobe.windows.reason attribute.
 type AttributeGpuprobeWindowsReason int
 
@@ -279,6 +335,18 @@ var MetricsInfo = metricsInfo{
 		Name:       "gpuprobe.receiver.coverage.launches",
 		Attributes: []string{"process.pid", "gpuprobe.windows.route"},
 	},
+	GpuprobeReceiverLaunchesPreswap: metricInfo{
+		Name:       "gpuprobe.receiver.launches.preswap",
+		Attributes: []string{"process.pid"},
+	},
+	GpuprobeReceiverPatchCache: metricInfo{
+		Name:       "gpuprobe.receiver.patch.cache",
+		Attributes: []string{"process.pid", "gpuprobe.patch.cache"},
+	},
+	GpuprobeReceiverPatchTime: metricInfo{
+		Name:       "gpuprobe.receiver.patch.time",
+		Attributes: []string{"process.pid", "gpuprobe.patch.stage"},
+	},
 	GpuprobeReceiverWindowsStateChanges: metricInfo{
 		Name:       "gpuprobe.receiver.windows.state_changes",
 		Attributes: []string{"gpuprobe.windows.state", "gpuprobe.windows.reason"},
@@ -297,6 +365,9 @@ type metricsInfo struct {
 	GpuCudaThreadExecutionsByThread     metricInfo
 	GpuprobeReceiverCoverageGpuTime     metricInfo
 	GpuprobeReceiverCoverageLaunches    metricInfo
+	GpuprobeReceiverLaunchesPreswap     metricInfo
+	GpuprobeReceiverPatchCache          metricInfo
+	GpuprobeReceiverPatchTime           metricInfo
 	GpuprobeReceiverWindowsStateChanges metricInfo
 }
 
@@ -1296,6 +1367,285 @@ func newMetricGpuprobeReceiverCoverageLaunches(cfg GpuprobeReceiverCoverageLaunc
 	return m
 }
 
+type metricGpuprobeReceiverLaunchesPreswap struct {
+	data          pmetric.Metric                              // data buffer for generated metric.
+	config        GpuprobeReceiverLaunchesPreswapMetricConfig // metric config provided by user.
+	capacity      int                                         // max observed number of data points added to the metric.
+	aggDataPoints []int64                                     // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpuprobe.receiver.launches.preswap metric with initial data.
+func (m *metricGpuprobeReceiverLaunchesPreswap) init() {
+	m.data.SetName("gpuprobe.receiver.launches.preswap")
+	m.data.SetDescription("Launches that ran before their kernel's patched image was ready (the original kernel, windows only), per process; failed launch calls are not counted.")
+	m.data.SetUnit("{launch}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuprobeReceiverLaunchesPreswap) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, processPidAttributeValue int64) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverLaunchesPreswapMetricAttributeKeyProcessPid) {
+		dp.Attributes().PutInt("process.pid", processPidAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuprobeReceiverLaunchesPreswap) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuprobeReceiverLaunchesPreswap) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuprobeReceiverLaunchesPreswap(cfg GpuprobeReceiverLaunchesPreswapMetricConfig) metricGpuprobeReceiverLaunchesPreswap {
+	m := metricGpuprobeReceiverLaunchesPreswap{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuprobeReceiverPatchCache struct {
+	data          pmetric.Metric                         // data buffer for generated metric.
+	config        GpuprobeReceiverPatchCacheMetricConfig // metric config provided by user.
+	capacity      int                                    // max observed number of data points added to the metric.
+	aggDataPoints []int64                                // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpuprobe.receiver.patch.cache metric with initial data.
+func (m *metricGpuprobeReceiverPatchCache) init() {
+	m.data.SetName("gpuprobe.receiver.patch.cache")
+	m.data.SetDescription("Modules patched off the application's threads by what the shim's cache of compiled patched images did, per process.")
+	m.data.SetUnit("{module}")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuprobeReceiverPatchCache) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val int64, processPidAttributeValue int64, gpuprobePatchCacheAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverPatchCacheMetricAttributeKeyProcessPid) {
+		dp.Attributes().PutInt("process.pid", processPidAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverPatchCacheMetricAttributeKeyGpuprobePatchCache) {
+		dp.Attributes().PutStr("gpuprobe.patch.cache", gpuprobePatchCacheAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetIntValue(dpi.IntValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.IntValue() > val {
+					dpi.SetIntValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.IntValue() < val {
+					dpi.SetIntValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetIntValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuprobeReceiverPatchCache) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuprobeReceiverPatchCache) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetIntValue(m.data.Sum().DataPoints().At(i).IntValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuprobeReceiverPatchCache(cfg GpuprobeReceiverPatchCacheMetricConfig) metricGpuprobeReceiverPatchCache {
+	m := metricGpuprobeReceiverPatchCache{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuprobeReceiverPatchTime struct {
+	data          pmetric.Metric                        // data buffer for generated metric.
+	config        GpuprobeReceiverPatchTimeMetricConfig // metric config provided by user.
+	capacity      int                                   // max observed number of data points added to the metric.
+	aggDataPoints []float64                             // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpuprobe.receiver.patch.time metric with initial data.
+func (m *metricGpuprobeReceiverPatchTime) init() {
+	m.data.SetName("gpuprobe.receiver.patch.time")
+	m.data.SetDescription("Time the shim's patch thread spent on a process's modules, off the application's threads, by stage.")
+	m.data.SetUnit("s")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuprobeReceiverPatchTime) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, processPidAttributeValue int64, gpuprobePatchStageAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverPatchTimeMetricAttributeKeyProcessPid) {
+		dp.Attributes().PutInt("process.pid", processPidAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuprobeReceiverPatchTimeMetricAttributeKeyGpuprobePatchStage) {
+		dp.Attributes().PutStr("gpuprobe.patch.stage", gpuprobePatchStageAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuprobeReceiverPatchTime) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuprobeReceiverPatchTime) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetDoubleValue(m.data.Sum().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuprobeReceiverPatchTime(cfg GpuprobeReceiverPatchTimeMetricConfig) metricGpuprobeReceiverPatchTime {
+	m := metricGpuprobeReceiverPatchTime{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
 type metricGpuprobeReceiverWindowsStateChanges struct {
 	data          pmetric.Metric                                  // data buffer for generated metric.
 	config        GpuprobeReceiverWindowsStateChangesMetricConfig // metric config provided by user.
@@ -1411,6 +1761,9 @@ type MetricsBuilder struct {
 	metricGpuCudaThreadExecutionsByThread     metricGpuCudaThreadExecutionsByThread
 	metricGpuprobeReceiverCoverageGpuTime     metricGpuprobeReceiverCoverageGpuTime
 	metricGpuprobeReceiverCoverageLaunches    metricGpuprobeReceiverCoverageLaunches
+	metricGpuprobeReceiverLaunchesPreswap     metricGpuprobeReceiverLaunchesPreswap
+	metricGpuprobeReceiverPatchCache          metricGpuprobeReceiverPatchCache
+	metricGpuprobeReceiverPatchTime           metricGpuprobeReceiverPatchTime
 	metricGpuprobeReceiverWindowsStateChanges metricGpuprobeReceiverWindowsStateChanges
 }
 
@@ -1448,6 +1801,9 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		metricGpuCudaThreadExecutionsByThread:     newMetricGpuCudaThreadExecutionsByThread(mbc.Metrics.GpuCudaThreadExecutionsByThread),
 		metricGpuprobeReceiverCoverageGpuTime:     newMetricGpuprobeReceiverCoverageGpuTime(mbc.Metrics.GpuprobeReceiverCoverageGpuTime),
 		metricGpuprobeReceiverCoverageLaunches:    newMetricGpuprobeReceiverCoverageLaunches(mbc.Metrics.GpuprobeReceiverCoverageLaunches),
+		metricGpuprobeReceiverLaunchesPreswap:     newMetricGpuprobeReceiverLaunchesPreswap(mbc.Metrics.GpuprobeReceiverLaunchesPreswap),
+		metricGpuprobeReceiverPatchCache:          newMetricGpuprobeReceiverPatchCache(mbc.Metrics.GpuprobeReceiverPatchCache),
+		metricGpuprobeReceiverPatchTime:           newMetricGpuprobeReceiverPatchTime(mbc.Metrics.GpuprobeReceiverPatchTime),
 		metricGpuprobeReceiverWindowsStateChanges: newMetricGpuprobeReceiverWindowsStateChanges(mbc.Metrics.GpuprobeReceiverWindowsStateChanges),
 		resourceAttributeIncludeFilter:            make(map[string]filter.Filter),
 		resourceAttributeExcludeFilter:            make(map[string]filter.Filter),
@@ -1574,6 +1930,9 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	mb.metricGpuCudaThreadExecutionsByThread.emit(ils.Metrics())
 	mb.metricGpuprobeReceiverCoverageGpuTime.emit(ils.Metrics())
 	mb.metricGpuprobeReceiverCoverageLaunches.emit(ils.Metrics())
+	mb.metricGpuprobeReceiverLaunchesPreswap.emit(ils.Metrics())
+	mb.metricGpuprobeReceiverPatchCache.emit(ils.Metrics())
+	mb.metricGpuprobeReceiverPatchTime.emit(ils.Metrics())
 	mb.metricGpuprobeReceiverWindowsStateChanges.emit(ils.Metrics())
 
 	for _, op := range options {
@@ -1659,6 +2018,21 @@ func (mb *MetricsBuilder) RecordGpuprobeReceiverCoverageGpuTimeDataPoint(ts pcom
 // RecordGpuprobeReceiverCoverageLaunchesDataPoint adds a data point to gpuprobe.receiver.coverage.launches metric.
 func (mb *MetricsBuilder) RecordGpuprobeReceiverCoverageLaunchesDataPoint(ts pcommon.Timestamp, val int64, processPidAttributeValue int64, gpuprobeWindowsRouteAttributeValue AttributeGpuprobeWindowsRoute) {
 	mb.metricGpuprobeReceiverCoverageLaunches.recordDataPoint(mb.startTime, ts, val, processPidAttributeValue, gpuprobeWindowsRouteAttributeValue.String())
+}
+
+// RecordGpuprobeReceiverLaunchesPreswapDataPoint adds a data point to gpuprobe.receiver.launches.preswap metric.
+func (mb *MetricsBuilder) RecordGpuprobeReceiverLaunchesPreswapDataPoint(ts pcommon.Timestamp, val int64, processPidAttributeValue int64) {
+	mb.metricGpuprobeReceiverLaunchesPreswap.recordDataPoint(mb.startTime, ts, val, processPidAttributeValue)
+}
+
+// RecordGpuprobeReceiverPatchCacheDataPoint adds a data point to gpuprobe.receiver.patch.cache metric.
+func (mb *MetricsBuilder) RecordGpuprobeReceiverPatchCacheDataPoint(ts pcommon.Timestamp, val int64, processPidAttributeValue int64, gpuprobePatchCacheAttributeValue AttributeGpuprobePatchCache) {
+	mb.metricGpuprobeReceiverPatchCache.recordDataPoint(mb.startTime, ts, val, processPidAttributeValue, gpuprobePatchCacheAttributeValue.String())
+}
+
+// RecordGpuprobeReceiverPatchTimeDataPoint adds a data point to gpuprobe.receiver.patch.time metric.
+func (mb *MetricsBuilder) RecordGpuprobeReceiverPatchTimeDataPoint(ts pcommon.Timestamp, val float64, processPidAttributeValue int64, gpuprobePatchStageAttributeValue AttributeGpuprobePatchStage) {
+	mb.metricGpuprobeReceiverPatchTime.recordDataPoint(mb.startTime, ts, val, processPidAttributeValue, gpuprobePatchStageAttributeValue.String())
 }
 
 // RecordGpuprobeReceiverWindowsStateChangesDataPoint adds a data point to gpuprobe.receiver.windows.state_changes metric.

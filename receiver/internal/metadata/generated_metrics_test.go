@@ -77,6 +77,9 @@ func TestMetricsBuilder(t *testing.T) {
 			aggMap["gpu.cuda.thread.executions.by_thread"] = mb.metricGpuCudaThreadExecutionsByThread.config.AggregationStrategy
 			aggMap["gpuprobe.receiver.coverage.gpu_time"] = mb.metricGpuprobeReceiverCoverageGpuTime.config.AggregationStrategy
 			aggMap["gpuprobe.receiver.coverage.launches"] = mb.metricGpuprobeReceiverCoverageLaunches.config.AggregationStrategy
+			aggMap["gpuprobe.receiver.launches.preswap"] = mb.metricGpuprobeReceiverLaunchesPreswap.config.AggregationStrategy
+			aggMap["gpuprobe.receiver.patch.cache"] = mb.metricGpuprobeReceiverPatchCache.config.AggregationStrategy
+			aggMap["gpuprobe.receiver.patch.time"] = mb.metricGpuprobeReceiverPatchTime.config.AggregationStrategy
 			aggMap["gpuprobe.receiver.windows.state_changes"] = mb.metricGpuprobeReceiverWindowsStateChanges.config.AggregationStrategy
 
 			expectedWarnings := 0
@@ -151,6 +154,24 @@ func TestMetricsBuilder(t *testing.T) {
 			}
 			defaultMetricsCount++
 			allMetricsCount++
+			mb.RecordGpuprobeReceiverLaunchesPreswapDataPoint(ts, 1, 11)
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuprobeReceiverLaunchesPreswapDataPoint(ts, 3, 12)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuprobeReceiverPatchCacheDataPoint(ts, 1, 11, AttributeGpuprobePatchCacheHit)
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuprobeReceiverPatchCacheDataPoint(ts, 3, 12, AttributeGpuprobePatchCacheMiss)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuprobeReceiverPatchTimeDataPoint(ts, 1, 11, AttributeGpuprobePatchStageRequest)
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuprobeReceiverPatchTimeDataPoint(ts, 3, 12, AttributeGpuprobePatchStageCompile)
+			}
+			defaultMetricsCount++
+			allMetricsCount++
 			mb.RecordGpuprobeReceiverWindowsStateChangesDataPoint(ts, 1, AttributeGpuprobeWindowsStateOn, AttributeGpuprobeWindowsReasonNone)
 			if tt.name == "reaggregate_set" {
 				mb.RecordGpuprobeReceiverWindowsStateChangesDataPoint(ts, 3, AttributeGpuprobeWindowsStateUnavailable, AttributeGpuprobeWindowsReasonNoLibrary)
@@ -177,6 +198,9 @@ func TestMetricsBuilder(t *testing.T) {
 				assert.Empty(t, mb.metricGpuCudaThreadExecutionsByThread.aggDataPoints)
 				assert.Empty(t, mb.metricGpuprobeReceiverCoverageGpuTime.aggDataPoints)
 				assert.Empty(t, mb.metricGpuprobeReceiverCoverageLaunches.aggDataPoints)
+				assert.Empty(t, mb.metricGpuprobeReceiverLaunchesPreswap.aggDataPoints)
+				assert.Empty(t, mb.metricGpuprobeReceiverPatchCache.aggDataPoints)
+				assert.Empty(t, mb.metricGpuprobeReceiverPatchTime.aggDataPoints)
 				assert.Empty(t, mb.metricGpuprobeReceiverWindowsStateChanges.aggDataPoints)
 			}
 
@@ -704,6 +728,148 @@ func TestMetricsBuilder(t *testing.T) {
 						_, ok := dp.Attributes().Get("process.pid")
 						assert.False(t, ok)
 						_, ok = dp.Attributes().Get("gpuprobe.windows.route")
+						assert.False(t, ok)
+					}
+				case "gpuprobe.receiver.launches.preswap":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.launches.preswap"], "Found a duplicate in the metrics slice: gpuprobe.receiver.launches.preswap")
+						validatedMetrics["gpuprobe.receiver.launches.preswap"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Launches that ran before their kernel's patched image was ready (the original kernel, windows only), per process; failed launch calls are not counted.", mi.Description())
+						assert.Equal(t, "{launch}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						processPidAttrVal, ok := dp.Attributes().Get("process.pid")
+						assert.True(t, ok)
+						assert.EqualValues(t, 11, processPidAttrVal.Int())
+					} else {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.launches.preswap"], "Found a duplicate in the metrics slice: gpuprobe.receiver.launches.preswap")
+						validatedMetrics["gpuprobe.receiver.launches.preswap"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Launches that ran before their kernel's patched image was ready (the original kernel, windows only), per process; failed launch calls are not counted.", mi.Description())
+						assert.Equal(t, "{launch}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["gpuprobe.receiver.launches.preswap"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("process.pid")
+						assert.False(t, ok)
+					}
+				case "gpuprobe.receiver.patch.cache":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.patch.cache"], "Found a duplicate in the metrics slice: gpuprobe.receiver.patch.cache")
+						validatedMetrics["gpuprobe.receiver.patch.cache"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Modules patched off the application's threads by what the shim's cache of compiled patched images did, per process.", mi.Description())
+						assert.Equal(t, "{module}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						assert.Equal(t, int64(1), dp.IntValue())
+						processPidAttrVal, ok := dp.Attributes().Get("process.pid")
+						assert.True(t, ok)
+						assert.EqualValues(t, 11, processPidAttrVal.Int())
+						gpuprobePatchCacheAttrVal, ok := dp.Attributes().Get("gpuprobe.patch.cache")
+						assert.True(t, ok)
+						assert.Equal(t, "hit", gpuprobePatchCacheAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.patch.cache"], "Found a duplicate in the metrics slice: gpuprobe.receiver.patch.cache")
+						validatedMetrics["gpuprobe.receiver.patch.cache"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Modules patched off the application's threads by what the shim's cache of compiled patched images did, per process.", mi.Description())
+						assert.Equal(t, "{module}", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
+						switch aggMap["gpuprobe.receiver.patch.cache"] {
+						case "sum":
+							assert.Equal(t, int64(4), dp.IntValue())
+						case "avg":
+							assert.Equal(t, int64(2), dp.IntValue())
+						case "min":
+							assert.Equal(t, int64(1), dp.IntValue())
+						case "max":
+							assert.Equal(t, int64(3), dp.IntValue())
+						}
+						_, ok := dp.Attributes().Get("process.pid")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("gpuprobe.patch.cache")
+						assert.False(t, ok)
+					}
+				case "gpuprobe.receiver.patch.time":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.patch.time"], "Found a duplicate in the metrics slice: gpuprobe.receiver.patch.time")
+						validatedMetrics["gpuprobe.receiver.patch.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Time the shim's patch thread spent on a process's modules, off the application's threads, by stage.", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						processPidAttrVal, ok := dp.Attributes().Get("process.pid")
+						assert.True(t, ok)
+						assert.EqualValues(t, 11, processPidAttrVal.Int())
+						gpuprobePatchStageAttrVal, ok := dp.Attributes().Get("gpuprobe.patch.stage")
+						assert.True(t, ok)
+						assert.Equal(t, "request", gpuprobePatchStageAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpuprobe.receiver.patch.time"], "Found a duplicate in the metrics slice: gpuprobe.receiver.patch.time")
+						validatedMetrics["gpuprobe.receiver.patch.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Time the shim's patch thread spent on a process's modules, off the application's threads, by stage.", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpuprobe.receiver.patch.time"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("process.pid")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("gpuprobe.patch.stage")
 						assert.False(t, ok)
 					}
 				case "gpuprobe.receiver.windows.state_changes":

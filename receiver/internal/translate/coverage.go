@@ -55,7 +55,8 @@ type procCoverage struct {
 	launches [nRoutes]uint64
 	seconds  [nRoutes]float64
 	start    pcommon.Timestamp
-	gone     bool // its client left: emitted once more, then forgotten
+	gone     bool         // its client left: emitted once more, then forgotten
+	patch    procPatching // its cold-start cost (patchcost.go)
 }
 
 // coverage is the coverage of every process.
@@ -65,7 +66,9 @@ type coverage struct {
 	byPID map[uint32]*procCoverage
 }
 
-func (cv *coverage) add(pid uint32, rt route, secs float64) {
+// proc is pid's coverage, created (or the overflow's, past
+// maxCoverageProcs) at its first use.
+func (cv *coverage) proc(pid uint32) *procCoverage {
 	p := cv.byPID[pid]
 	if p == nil {
 		if len(cv.byPID) >= maxCoverageProcs {
@@ -78,8 +81,18 @@ func (cv *coverage) add(pid uint32, rt route, secs float64) {
 		}
 	}
 	p.gone = false
+	return p
+}
+
+// add counts one emitted launch of pid by route rt, secs of GPU time;
+// preswap: it ran before its kernel's patched image was ready.
+func (cv *coverage) add(pid uint32, rt route, secs float64, preswap bool) {
+	p := cv.proc(pid)
 	p.launches[rt]++
 	p.seconds[rt] += secs
+	if preswap {
+		p.patch.preswap++
+	}
 }
 
 // gone marks pid's coverage for removal after its next emission.
@@ -171,6 +184,7 @@ func (cv *coverage) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) 
 		pids = append(pids, pid)
 	}
 	slices.Sort(pids)
+	pm := newPatchMetrics(sm)
 	for _, pid := range pids {
 		p := cv.byPID[pid]
 		for rt := range nRoutes {
@@ -185,6 +199,7 @@ func (cv *coverage) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) 
 			dp.SetDoubleValue(p.seconds[rt])
 			coverageAttrs(dp.Attributes(), pid, rt)
 		}
+		p.patch.appendMetrics(&pm, pid, p.start, ts)
 		if p.gone {
 			delete(cv.byPID, pid)
 		}
@@ -193,10 +208,15 @@ func (cv *coverage) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) 
 }
 
 func coverageAttrs(a pcommon.Map, pid uint32, rt route) {
+	putPID(a, pid)
+	a.PutStr("gpuprobe.windows.route", rt.String())
+}
+
+// putPID puts pid's process.pid (-1: the overflow's).
+func putPID(a pcommon.Map, pid uint32) {
 	if pid == otherPID {
 		a.PutInt("process.pid", -1)
 	} else {
 		a.PutInt("process.pid", int64(pid))
 	}
-	a.PutStr("gpuprobe.windows.route", rt.String())
 }

@@ -103,7 +103,7 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 	so.examples.add(s, exemplar{trace: tid, span: rootID, ts: start, execS: float64(tm.execNS) / 1e9, haveExec: tm.haveExec, why: why})
 
 	a := root.Attributes()
-	a.EnsureCapacity(21)
+	a.EnsureCapacity(22)
 	a.PutStr("cuda.kernel.name", l.k.name)
 	a.PutStr("cuda.kernel.mangled_name", l.k.mangled)
 	a.PutInt("cuda.launch.id", int64(r.LaunchID))
@@ -121,6 +121,11 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 		// Device probes are on, but this launch ran none (kernel not
 		// patched, or left out by sampling::device_one_in): no phases.
 		a.PutBool("cuda.launch.probed", false)
+	}
+	if r.Flags&record.LaunchPreswap != 0 {
+		// Its kernel's patched image was still compiling: it ran the
+		// original kernel, windows only.
+		a.PutBool("cuda.launch.preswap", true)
 	}
 	so.res.putDevice(a, l.key.src, r.Device)
 	a.PutInt("cuda.stream", int64(r.Stream))

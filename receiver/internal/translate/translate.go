@@ -360,6 +360,15 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		if src != HostProbeSource {
 			t.launches.windows.onWindowState(src, t.clients.clientOf(src).peer.PID, &t.dec.dx)
 		}
+	case record.TypePatch:
+		var pa record.Patch // not in t.dec: small, and rare (one per module)
+		if err := pa.Decode(rec); err != nil {
+			return err
+		}
+		t.clients.validate(src, &pa.PID)
+		if src != HostProbeSource {
+			t.launches.windows.cover.onPatch(pa.PID, &pa)
+		}
 	case record.TypeCompletion:
 		if err := t.dec.dc.Decode(rec); err != nil {
 			return err

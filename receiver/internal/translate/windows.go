@@ -265,7 +265,7 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 	} else if n := s.exec.Count(); n > 0 {
 		secs = s.exec.Sum() / float64(n) // estimated: the kernel's mean on this device
 	}
-	wt.cover.add(l.rec.PID, rt, secs)
+	wt.cover.add(l.rec.PID, rt, secs, l.rec.Flags&record.LaunchPreswap != 0)
 	if (rt == routeInlinePTX || rt == routePatchedSASS) && l.gpu.win.ok {
 		wt.compare(l)
 	}
