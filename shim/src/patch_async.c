@@ -237,6 +237,7 @@ GP_HIDDEN void gp_patch_loaded(uint64_t module, CUresult r)
 		return;
 	}
 	__atomic_store_n(&gp_any_patched, 1, __ATOMIC_RELEASE);
+	const char *api = j->api; /* once queued, j is the patch thread's to free */
 	if (gp_enqueue(j) != 0) {
 		pthread_mutex_lock(&gp_swap_mu);
 		gp_amod_reset(a);
@@ -245,7 +246,7 @@ GP_HIDDEN void gp_patch_loaded(uint64_t module, CUresult r)
 		gp_job_free(j);
 		return;
 	}
-	GP_TRACE("%s: module %p loaded as it is; its patched image compiles on the patch thread", j->api,
+	GP_TRACE("%s: module %p loaded as it is; its patched image compiles on the patch thread", api,
 		 (void *)module);
 }
 
