@@ -18,8 +18,9 @@ func init() {
 // runInstallShim copies the shim that `gpuprobe run` would preload into
 // DIR, for images without a shell (docs/kubernetes.md).
 func runInstallShim(args []string, stdout, stderr io.Writer) int {
-	fs := newUsageFlags("install-shim", "usage: gpuprobe install-shim [--shim PATH] DIR", stderr)
+	fs := newUsageFlags("install-shim", "usage: gpuprobe install-shim [--shim PATH] [--cache-dir DIR] DIR", stderr)
 	shimFlag := fs.String("shim", "", "path of "+ShimName+" (default: $GPUPROBE_SHIM, else next to the gpuprobe binary)")
+	cacheFlag := fs.String("cache-dir", "", "also make this directory the shim's cache of compiled patched images (GPUPROBE_CACHE_DIR): sticky, open to every uid for its own subdirectory")
 	if err := fs.Parse(args); err != nil {
 		return usageStatus(err)
 	}
@@ -33,6 +34,9 @@ func runInstallShim(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	dst, err := installShim(src, fs.Arg(0))
+	if err == nil && *cacheFlag != "" {
+		err = makeCacheDir(*cacheFlag)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gpuprobe install-shim:", err)
 		return 1
@@ -71,4 +75,25 @@ func installShim(src, dir string) (string, error) {
 		return "", err
 	}
 	return dst, nil
+}
+
+// makeCacheDir makes dir the root of the shim's cache (shim/src/cache.c):
+// mode 01777, as /tmp, so that each uid creates its own 0700
+// subdirectory there and no uid can remove or rename another's. It must
+// be a directory (not a link) and is left to its owner, root on a node.
+func makeCacheDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("cache directory %s: not a directory", dir)
+	}
+	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+		return fmt.Errorf("cache directory: %w", err)
+	}
+	return nil
 }

@@ -58,3 +58,29 @@ func TestInstallShimErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestInstallShimCacheDir: --cache-dir makes the cache's root sticky and
+// open to every uid (each makes its own private subdirectory there), and
+// refuses a path that is not a directory.
+func TestInstallShimCacheDir(t *testing.T) {
+	src := filepath.Join(t.TempDir(), ShimName)
+	if err := os.WriteFile(src, []byte("\x7fELF shim"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(t.TempDir(), "cache")
+	var out, errb bytes.Buffer
+	if rc := run([]string{"install-shim", "--shim", src, "--cache-dir", cache, t.TempDir()}, &out, &errb); rc != 0 {
+		t.Fatalf("rc %d: %s", rc, errb.String())
+	}
+	st, err := os.Lstat(cache)
+	if err != nil || !st.IsDir() || st.Mode()&os.ModeSticky == 0 || st.Mode().Perm() != 0o777 {
+		t.Fatalf("cache dir %v, %v: want a sticky 0777 directory", st.Mode(), err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if rc := run([]string{"install-shim", "--shim", src, "--cache-dir", file, t.TempDir()}, &out, &errb); rc != 1 {
+		t.Errorf("a file as cache dir: rc %d, want 1", rc)
+	}
+}

@@ -15,6 +15,8 @@
  *   image.c      classifying code images; the patching hook
  *   patch.c      PATCH/PATCHED: loading patched code
  *   patch_async.c patching off the application's threads: compile, then swap
+ *   cache.c      the node's cache of compiled patched images (GPUPROBE_CACHE_DIR)
+ *   sha256.c     SHA-256, for the cache's names and checks
  *   bind.c       the values of patched modules' globals (regions, allocations)
  *   pfunc.c      the patched-function table read at launch
  *   trust.c      who may serve the socket; checks of passed descriptors
@@ -691,6 +693,21 @@ GP_HIDDEN void gp_patch_loaded(uint64_t module, CUresult r);
 GP_HIDDEN int gp_async_lookup(uint64_t handle, uint64_t module, const char *name);
 GP_HIDDEN int gp_async_alias(uint64_t from, uint64_t to);
 GP_HIDDEN void gp_async_unloaded(uint64_t module);
+/* sha256.c: SHA-256, for cache.c. */
+struct gp_sha256 {
+	uint32_t h[8];
+	uint64_t n;
+	uint8_t buf[64];
+};
+GP_HIDDEN void gp_sha256_init(struct gp_sha256 *s);
+GP_HIDDEN void gp_sha256_add(struct gp_sha256 *s, const void *data, size_t len);
+GP_HIDDEN void gp_sha256_end(struct gp_sha256 *s, uint8_t out[32]);
+/* cache.c: gp_cache_load loads the patched PTX image ptx (size bytes, or
+ * up to its NUL) in the current context as a module (library when lib):
+ * from the node's cache of compiled images when it holds it, else
+ * compiled (cuLink*, on the calling thread) and stored. *cache gets the
+ * enum gp_patch_cache result; the driver's result is returned. */
+GP_HIDDEN CUresult gp_cache_load(int lib, const void *ptx, size_t size, uint64_t *module, uint16_t *cache);
 /* patch.c, for the patch thread: gp_patch_request sends PATCH for img
  * and maps the answer's image into pp (0; nonzero: not patched, traced);
  * gp_patch_bind sets the globals of the loaded patched module and records

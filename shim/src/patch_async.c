@@ -8,7 +8,9 @@
  * thread's context (gp_patch_loaded). The shim's patch thread then asks
  * the collector (PATCH, as the synchronous path does), makes the context
  * current and loads the patched image there (the driver's JIT runs on this
- * thread), binds its globals, looks its kernels up, and swaps them in:
+ * thread; with GPUPROBE_CACHE_DIR the compiled image may come from the
+ * node's cache instead: cache.c), binds its globals, looks its kernels
+ * up, and swaps them in:
  * every handle of the application's module that the application looked up
  * (or looks up later: gp_async_lookup) gets a patched-function entry whose
  * swap is the patched kernel's handle. A launch reads that entry
@@ -432,11 +434,7 @@ static void gp_job_run(struct gp_job *j)
 	j->request_ns = t1 - t0;
 	if (asked != 0)
 		return gp_job_fail(j, &gp_n_unpatched, "the collector sent no patched image", 0);
-	if (j->lib)
-		r = gp_drv.lib_load_data ? gp_drv.lib_load_data((CUlibrary *)&m, pp.image, NULL, NULL, 0, NULL, NULL, 0)
-					 : (CUresult)-1;
-	else
-		r = gp_drv.mod_load_data ? gp_drv.mod_load_data((CUmodule *)&m, pp.image) : (CUresult)-1;
+	r = gp_cache_load(j->lib, pp.image, pp.image_size, &m, &j->cache);
 	uint64_t t2 = gp_now();
 	j->compile_ns = t2 - t1;
 	munmap(pp.image, pp.image_size);

@@ -18,6 +18,7 @@
  *     which the shim must not wrap with the void signature.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -203,16 +204,99 @@ static CUresult mock_jit(const char *img)
 		return 0;
 	for (int i = 0; gate && gate[0] && access(gate, F_OK) != 0 && i < 30000; i++)
 		usleep(1000);
+	/* MOCK_JIT_READY=DIR with MOCK_JIT_PEERS=N: each process's JIT marks
+	 * itself in DIR and waits until N processes are in theirs (two
+	 * processes filling the shim's cache at once). */
+	const char *ready = getenv("MOCK_JIT_READY"), *peers = getenv("MOCK_JIT_PEERS");
+	if (ready && ready[0] && peers && peers[0]) {
+		char me[4096];
+		snprintf(me, sizeof me, "%s/%d", ready, (int)getpid());
+		FILE *f = fopen(me, "w");
+		if (f)
+			fclose(f);
+		for (int i = 0, n = 0; n < atoi(peers) && i < 30000; i++) {
+			DIR *d = opendir(ready);
+			n = 0;
+			for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+				n += e->d_name[0] != '.';
+			if (d)
+				closedir(d);
+			if (n < atoi(peers))
+				usleep(1000);
+		}
+	}
 	CUresult r = fail && fail[0] == '1' ? 218 : 0;
 	fprintf(stderr, "mock: jit target r=%d\n", r);
 	__atomic_fetch_add(&jit_done, 1, __ATOMIC_ACQ_REL);
 	return r;
 }
 
+/* The mock's linker, for the shim's cache of compiled images (cache.c):
+ * cuLinkAddData of PTX runs mock_jit (the JIT, counted and logged like a
+ * PTX load's), and the "cubin" cuLinkComplete returns is MOCK_CUBIN and
+ * the PTX, which cuModuleLoadData loads as that PTX without a JIT. */
+#define MOCK_CUBIN "MOCKCUBIN\n"
+struct mock_link {
+	char *out;
+};
+EXPORT CUresult cuLinkCreate_v2(unsigned n, void *opts, void *vals, void **state)
+{
+	(void)n, (void)opts, (void)vals;
+	*state = calloc(1, sizeof(struct mock_link));
+	return *state ? 0 : 2;
+}
+EXPORT CUresult cuLinkAddData_v2(void *state, int type, void *data, size_t size, const char *name, unsigned n,
+				 void *opts, void *vals)
+{
+	(void)name, (void)n, (void)opts, (void)vals;
+	struct mock_link *l = state;
+	if (l == NULL || type != 1 /* CU_JIT_INPUT_PTX */ || data == NULL || size == 0 || l->out != NULL)
+		return 1;
+	CUresult j = mock_jit(data);
+	if (j != 0)
+		return j;
+	if (strstr(data, ".version") == NULL)
+		return 218;
+	size_t k = strnlen(data, size);
+	l->out = malloc(sizeof MOCK_CUBIN + k);
+	memcpy(l->out, MOCK_CUBIN, sizeof MOCK_CUBIN - 1);
+	memcpy(l->out + sizeof MOCK_CUBIN - 1, data, k);
+	l->out[sizeof MOCK_CUBIN - 1 + k] = 0;
+	return 0;
+}
+EXPORT CUresult cuLinkComplete(void *state, void **out, size_t *size)
+{
+	struct mock_link *l = state;
+	if (l == NULL || l->out == NULL)
+		return 1;
+	*out = l->out;
+	*size = strlen(l->out) + 1;
+	return 0;
+}
+EXPORT CUresult cuLinkDestroy(void *state)
+{
+	struct mock_link *l = state;
+	if (l != NULL)
+		free(l->out);
+	free(l);
+	return 0;
+}
+
 EXPORT CUresult cuModuleLoadData(void **m, const void *img)
 {
 	if (!inited || img == NULL)
 		return inited ? 1 : 3;
+	if (strncmp(img, MOCK_CUBIN, sizeof MOCK_CUBIN - 1) == 0) {
+		/* A mock cubin: compiled already. */
+		fprintf(stderr, "mock: cubin load\n");
+		img = (const char *)img + sizeof MOCK_CUBIN - 1;
+		if (!is_ptx(img) || strstr(img, ".version") == NULL)
+			return 200; /* CUDA_ERROR_INVALID_IMAGE */
+		struct mock_mod *mod = new_mod();
+		mod->ptx = strdup(img);
+		*m = mod;
+		return 0;
+	}
 	if (is_ptx(img)) {
 		CUresult j = mock_jit(img);
 		if (j != 0)
