@@ -92,7 +92,9 @@
 #                                  default (patching off the application's
 #                                  threads; GPUPROBE_PATCH_WAIT_MS unset),
 #                                  first and second start, launches with
-#                                  device phases after the swap (needs
+#                                  device phases after the swap, hits of
+#                                  the shim's cache of compiled patched
+#                                  images on the second start (needs
 #                                  bin/otelcol-gpuprobe, python3)
 #                     e.g. PARTS=samples,bench make gpu-test
 #   GPUPROBE_PATCH_WAIT_MS  exported as 600000 unless set: a load waits for

@@ -8,9 +8,13 @@
 # whole program plainly and under `gpuprobe run` with the shim's default
 # (GPUPROBE_PATCH_WAIT_MS unset: patching off the application's threads),
 # twice, and from the collector's traces counts the launches with device
-# phases (cuda.executing) and those without. Prints one table row per run.
+# phases (cuda.executing) and those without. Both starts share the shim's
+# cache of compiled patched images (GPUPROBE_CACHE_DIR, emptied first):
+# from the shim's trace it counts cache hits and the patch thread's JIT
+# time. Prints one table row per run.
 # Checks: output identical to plain; first start <= plain + 100 ms
-# (LIMIT_MS); the second round of launches has device phases.
+# (LIMIT_MS); the second round of launches has device phases; the first
+# start has no cache hit, the second at least one.
 # Environment: NVCC, KERNELS, SETTLE_MS (default 3000), LIMIT_MS (100),
 # STARTUP_OUT (default build/gpu-startup).
 set -uo pipefail
@@ -83,15 +87,21 @@ ms() {
 }
 
 status=0
+cache=$out/cache
+rm -rf "$cache"
+mkdir -p "$cache"
+chmod 1777 "$cache"
+export GPUPROBE_CACHE_DIR=$cache
 # The wall time of a start is the program's, minus the settle sleep that
 # lets the swap happen before the second round.
 plain=$(ms "$out/startup" 0)
 cp "$out/last.txt" "$out/plain.txt"
-printf '%-34s %8s %10s %10s\n' "startup|run" "ms" "phased" "unphased"
-printf '%-34s %8d %10s %10s\n' "startup|plain" "$plain" - -
+printf '%-34s %8s %10s %10s %6s %8s\n' "startup|run" "ms" "phased" "unphased" "hits" "jit_ms"
+printf '%-34s %8d %10s %10s %6s %8s\n' "startup|plain" "$plain" - - - -
 for run in first second; do
 	start_traces_collector "$out" || { echo "gpu-startup: collector did not start (see $out/collector.log)"; exit 1; }
-	t=$(ms timeout 300 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/startup" "$settle")
+	rm -f "$out/shim-$run.log"
+	t=$(GPUPROBE_TRACE="$out/shim-$run.log" ms timeout 300 bin/gpuprobe run --socket "$out/agent.sock" --shim bin/libgpuprobe.so -- "$out/startup" "$settle")
 	t=$((t - settle))
 	cmp -s "$out/plain.txt" "$out/last.txt" || { echo "gpu-startup: $run: output differs (diff $out/plain.txt $out/last.txt)"; status=1; }
 	sleep 1.5 # the receiver's grace and poll
@@ -108,7 +118,19 @@ p = sum(1 for s, at in ls if "cuda.executing" in children.get(s["spanId"], []))
 print(p, len(ls) - p)
 PY
 )
-	printf '%-34s %8d %10s %10s\n' "startup|gpuprobe run ($run start)" "$t" "${phased:-?}" "${unphased:-?}"
+	# The shim's trace: "cache: hit NAME" per module loaded from the cache,
+	# "swapped in (N kernels; collector X ms, JIT Y ms)" per module.
+	hits=$(grep -c 'cache: hit ' "$out/shim-$run.log" 2>/dev/null)
+	jit=$(sed -n 's/.*swapped in .*JIT \([0-9.]*\) ms).*/\1/p' "$out/shim-$run.log" 2>/dev/null | awk '{s += $1} END {printf "%.1f", s}')
+	printf '%-34s %8d %10s %10s %6s %8s\n' "startup|gpuprobe run ($run start)" "$t" "${phased:-?}" "${unphased:-?}" "${hits:-0}" "${jit:-?}"
+	if [[ $run == first ]] && ((${hits:-0} != 0)); then
+		echo "gpu-startup: FAIL: first start: ${hits} cache hits in an emptied cache"
+		status=1
+	fi
+	if [[ $run == second ]] && ((${hits:-0} < 1)); then
+		echo "gpu-startup: FAIL: second start: no cache hit (see $out/shim-second.log, $cache)"
+		status=1
+	fi
 	if [[ $run == first ]] && ((t > plain + limit)); then
 		echo "gpu-startup: FAIL: first start ${t} ms > plain ${plain} ms + ${limit} ms"
 		status=1
@@ -118,5 +140,5 @@ PY
 		status=1
 	fi
 done
-((status == 0)) && echo "gpu-startup: PASS (plain ${plain} ms, limit +${limit} ms)"
+((status == 0)) && echo "gpu-startup: PASS (plain ${plain} ms, limit +${limit} ms; second start from the cache)"
 exit $status
