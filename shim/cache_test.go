@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/agentwire"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/fatbin/fatbintest"
@@ -200,5 +201,32 @@ func TestCacheRefusesOthersDirectory(t *testing.T) {
 	}
 	if cubins, _ := entries(t, dir); len(cubins) != 0 {
 		t.Errorf("stored %v in a directory it refused", cubins)
+	}
+}
+
+// TestCacheBound: a store holds the uid's directory under
+// GPUPROBE_CACHE_MAX_MB by removing the least recently used entries
+// (here an old 2 MiB one), and removes a dead writer's temporary file.
+func TestCacheBound(t *testing.T) {
+	ce := newCacheEnv(t)
+	dir := t.TempDir()
+	own := filepath.Join(dir, strconv.Itoa(os.Geteuid()))
+	if err := os.Mkdir(own, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for name, size := range map[string]int{"0000.cubin": 2 << 20, ".tmp.1.1.0": 10} {
+		p := filepath.Join(own, name)
+		if err := os.WriteFile(p, make([]byte, size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ce.run(t, dir, "GPUPROBE_CACHE_MAX_MB=1").want(t, "bounded", record.PatchCacheMiss, 1)
+	cubins, others := entries(t, dir)
+	if len(cubins) != 1 || cubins[0] == "0000.cubin" || len(others) != 0 {
+		t.Errorf("cache holds %v and %v: want only the new entry", cubins, others)
 	}
 }
