@@ -25,14 +25,18 @@ type MockApp struct {
 func BuildMockApp(ctx context.Context, root, dir string) (MockApp, error) {
 	m := MockApp{Dir: dir, Bin: filepath.Join(dir, "app")}
 	td := filepath.Join(root, "shim", "testdata")
+	// The application is every app*.c there, as the shim's own tests build it.
+	apps, err := filepath.Glob(filepath.Join(td, "app*.c"))
+	if err != nil || len(apps) == 0 {
+		return MockApp{}, fmt.Errorf("building the MOCK application: no %s: %v", filepath.Join(td, "app*.c"), err)
+	}
 	steps := [][]string{
 		// -Bsymbolic like the real driver: its calls to its own entry
 		// points are not interposed by the shim.
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
 			"-o", filepath.Join(dir, "libcuda.so.1"), filepath.Join(td, "mock_libcuda.c")},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-I" + filepath.Join(root, "shm", "include"), "-o", m.Bin,
-			filepath.Join(td, "app.c"), filepath.Join(td, "app_names.c"), filepath.Join(td, "app_spanctx.c"), filepath.Join(td, "app_kinds.c"),
-			"-ldl", "-lpthread"},
+		append(append([]string{"-O2", "-Wall", "-Wextra", "-Werror", "-I" + filepath.Join(root, "shm", "include"), "-o", m.Bin},
+			apps...), "-ldl", "-lpthread"),
 	}
 	for _, s := range steps {
 		if _, err := runTool(ctx, 2*time.Minute, root, "gcc", s...); err != nil {

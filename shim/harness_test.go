@@ -72,15 +72,21 @@ func build() (*built, error) {
 	if err != nil || len(srcs) == 0 {
 		return nil, fmt.Errorf("no shim sources: %v", err)
 	}
+	// The test application is every testdata/app*.c (cmd/gpuprobe's and
+	// e2e's builds take the same files).
+	apps, err := filepath.Glob("testdata/app*.c")
+	if err != nil || len(apps) == 0 {
+		return nil, fmt.Errorf("no test application sources: %v", err)
+	}
 	steps := [][]string{
 		append(append(append([]string{}, cflags...), "-o", b.shim), append(srcs, "-ldl", "-lpthread")...),
 		// The MOCK driver: -Bsymbolic like the real one, so that its own
 		// references to its entry points are not interposed by the shim.
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
 			"-o", filepath.Join(dir, "libcuda.so.1"), "testdata/mock_libcuda.c"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app, "testdata/app.c", "testdata/app_names.c", "testdata/app_spanctx.c", "testdata/app_kinds.c", "-ldl", "-lpthread"},
-		{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect, "testdata/app.c", "testdata/app_names.c", "testdata/app_spanctx.c", "testdata/app_kinds.c",
-			filepath.Join(dir, "libcuda.so.1"), "-Wl,-rpath," + dir, "-ldl", "-lpthread"},
+		append(append([]string{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-o", b.app}, apps...), "-ldl", "-lpthread"),
+		append(append([]string{"-O2", "-Wall", "-Wextra", "-Werror", "-I../shm/include", "-DAPP_DIRECT", "-o", b.appDirect}, apps...),
+			filepath.Join(dir, "libcuda.so.1"), "-Wl,-rpath,"+dir, "-ldl", "-lpthread"),
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcupti.so.13",
 			"-o", b.cupti, "testdata/mock_libcupti.c", "-ldl", "-lpthread"},
 		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-o", b.sanitizer, "testdata/mock_libsanitizer.c", "-ldl"},
