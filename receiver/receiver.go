@@ -297,18 +297,21 @@ func (r *gpuReceiver) onConnect(p *agent.Peer) ([]agentwire.Offer, error) {
 	} else {
 		offers = append(offers, agentwire.Offer{Role: agentwire.RoleClock, Name: "clock", Region: clk.Region()})
 	}
-	s := r.addSource(ring, true, maps, names, peer)
+	// The source is whole before the poll loop can see it: the loop reads
+	// its rings without r.mu.
+	s := r.newSource(ring, true, maps, names, peer)
+	s.clock, s.calls = clk, calls
+	if warps != nil {
+		s.warps = newRingReader(warps, true)
+	}
+	s.bind = bindings(offers, warps)
+	r.publishSource(s)
 	lease.OnEvict(func() { // a closed session in the way of its uid's next one
 		r.mu.Lock()
 		s.evict = true
 		r.mu.Unlock()
 	})
 	r.mu.Lock()
-	s.clock, s.calls = clk, calls
-	if warps != nil {
-		s.warps = newRingReader(warps, true)
-	}
-	s.bind = bindings(offers, warps)
 	r.srcs.bySess[p.Session] = s
 	r.mu.Unlock()
 	r.host.shimConnected(p.PID)
