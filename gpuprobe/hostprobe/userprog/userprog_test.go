@@ -363,16 +363,24 @@ func TestPartialAttach(t *testing.T) {
 	}
 }
 
+// buildLauncher builds the stand-in libcudart.so.13 (testdata/cudart_standin.c)
+// into its own directory and testdata/launcher.c linked to it.
+func buildLauncher(t *testing.T) (libDir, lib, launcher string) {
+	t.Helper()
+	libDir = t.TempDir()
+	lib = filepath.Join(libDir, "libcudart.so.13")
+	gcc(t, "-O0", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", lib, filepath.Join("testdata", "cudart_standin.c"))
+	launcher = filepath.Join(t.TempDir(), "launcher")
+	gcc(t, "-O0", "-o", launcher, filepath.Join("testdata", "launcher.c"), lib, "-Wl,-rpath,"+libDir)
+	return libDir, lib, launcher
+}
+
 // TestLaunchLate attaches launchlate's uprobe to cudaLaunchKernel of a
 // stand-in libcudart.so.13 (see testdata/cudart_standin.c) and checks the
 // launch time it writes into the shared launch_clock.
 func TestLaunchLate(t *testing.T) {
 	requireRoot(t)
-	libDir := t.TempDir()
-	lib := filepath.Join(libDir, "libcudart.so.13")
-	gcc(t, "-O0", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", lib, filepath.Join("testdata", "cudart_standin.c"))
-	launcher := filepath.Join(t.TempDir(), "launcher")
-	gcc(t, "-O0", "-o", launcher, filepath.Join("testdata", "launcher.c"), lib, "-Wl,-rpath,"+libDir)
+	libDir, lib, launcher := buildLauncher(t)
 
 	obj := buildBPF(t, filepath.Join(repoRoot(t), "testdata", "bpf", "launchlate.c"))
 	set, err := loadFile(obj, Options{Resolve: SearchDirs(libDir)})
@@ -407,11 +415,7 @@ func TestLaunchLate(t *testing.T) {
 // the launcher's one launch.
 func TestKernelSharedArray(t *testing.T) {
 	requireRoot(t)
-	libDir := t.TempDir()
-	lib := filepath.Join(libDir, "libcudart.so.13")
-	gcc(t, "-O0", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", lib, filepath.Join("testdata", "cudart_standin.c"))
-	launcher := filepath.Join(t.TempDir(), "launcher")
-	gcc(t, "-O0", "-o", launcher, filepath.Join("testdata", "launcher.c"), lib, "-Wl,-rpath,"+libDir)
+	libDir, _, launcher := buildLauncher(t)
 
 	obj := buildBPF(t, filepath.Join(repoRoot(t), "testdata", "bpf", "kernelshared.c"))
 	set, err := loadFile(obj, Options{Resolve: SearchDirs(libDir)})
