@@ -243,9 +243,12 @@ type stream struct {
 	syncs    []record.Sync
 	memcpys  []record.Memcpy
 	windows  []record.Window
-	states   []record.WindowState
-	patches  []record.Patch // the patch thread's account of each module
-	execs    []record.Exec  // the SASS route's launch windows (sass.c)
+	// windowAfter: for each of windows, how many launches the rings held
+	// before it (when the shim wrote it, relative to the launches).
+	windowAfter []int
+	states      []record.WindowState
+	patches     []record.Patch // the patch thread's account of each module
+	execs       []record.Exec  // the SASS route's launch windows (sass.c)
 	// Of nameRecs, those that came through the names ring; and the
 	// records the launch ring held (of any type).
 	namesRing, launchRing int
@@ -334,6 +337,7 @@ func (st *stream) read(tb testing.TB, ring *shm.Ring, names bool) {
 			var w record.Window
 			if derr = w.Decode(r.Payload); derr == nil {
 				st.windows = append(st.windows, w)
+				st.windowAfter = append(st.windowAfter, len(st.launches))
 			}
 		case record.TypeWindowState:
 			var w record.WindowState

@@ -176,6 +176,34 @@ func TestWindowsRateCap(t *testing.T) {
 	}
 }
 
+// TestWindowsBufferFill: where CUPTI hands a buffer over only when it is
+// full (a stream that always has a kernel running), windows still reach
+// the collector while the process runs, not at its exit: the shim sizes
+// its buffers to the launch rate. With fixed 512 KiB buffers (2,520
+// records) none of these 300 launches' windows came before the exit.
+func TestWindowsBufferFill(t *testing.T) {
+	b := binaries(t)
+	a := startAgent(t, 256, 1<<15, windowsOn)
+	env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_TRACE=1", "MOCK_CUPTI_FLUSH=full")
+	out, errOut, err := run(t, b, env, b.profiler, "rate", "200", "1500")
+	if err != nil || !strings.Contains(out, "rate done") {
+		t.Fatalf("run: %v, output %q\n%s", err, out, errOut)
+	}
+	st := a.waitGone(t, 1)[0].read(t)
+	if len(st.windows) != len(st.launches) || len(st.launches) != 300 {
+		t.Fatalf("%d windows for %d launches, want 300 each", len(st.windows), len(st.launches))
+	}
+	early := 0 // windows written before the last launch
+	for _, n := range st.windowAfter {
+		if n < len(st.launches) {
+			early++
+		}
+	}
+	if early < len(st.windows)/2 {
+		t.Errorf("%d of %d windows came before the process's last launch, want at least half\n%s", early, len(st.windows), errOut)
+	}
+}
+
 // TestWindowsExitFlush: the process exits while the shim's flush thread
 // is inside a periodic flush (the MOCK CUPTI holds it a second and hands
 // records over only in a forced flush): the exit flush waits for it, and

@@ -196,6 +196,18 @@ static uint64_t gp_win_lookup(uint32_t corr)
 static uint8_t *gp_win_pool;
 static uint32_t gp_win_free = 0xffffffffu; /* bit i: buffer i is free (atomic) */
 
+/* A buffer is handed over only when all its records are complete, or when
+ * it is full: in a stream that always has a kernel in flight that is when
+ * it is full. So a buffer is sized to fill in about GP_WIN_FILL_NS at the
+ * process's launch rate (gp_win_size, from the flush thread), between
+ * GP_WIN_BUF_MIN and GP_WIN_BUF: a 512 KiB buffer held a GEMM's windows
+ * for seconds on a time-sliced GPU, past the collector's settling lag. */
+#define GP_WIN_BUF_MIN ((size_t)2 << 10)
+#define GP_WIN_FILL_NS 200000000ull
+static size_t gp_win_bufsize = (size_t)16 << 10; /* the next buffer's size (atomic) */
+static uint32_t gp_win_recsize = 256;             /* bytes per record seen (atomic) */
+static uint64_t gp_win_size_epoch, gp_win_size_ids; /* the flush thread's */
+
 static void gp_buf_requested(uint8_t **buf, size_t *size, size_t *max)
 {
 	*buf = NULL, *size = 0, *max = 0;
@@ -204,7 +216,7 @@ static void gp_buf_requested(uint8_t **buf, size_t *size, size_t *max)
 		uint32_t i = (uint32_t)__builtin_ctz(f);
 		if (__atomic_compare_exchange_n(&gp_win_free, &f, f & ~(1u << i), 0, __ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE)) {
-			*buf = gp_win_pool + i * GP_WIN_BUF, *size = GP_WIN_BUF;
+			*buf = gp_win_pool + i * GP_WIN_BUF, *size = __atomic_load_n(&gp_win_bufsize, __ATOMIC_RELAXED);
 			return;
 		}
 	}
@@ -353,6 +365,8 @@ static void gp_buf_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t si
 			gp_win_emit(ring, kind, k, &gp_ak_cdp, shift);
 		n++;
 	}
+	if (n > 0 && valid / n >= 64 && valid / n <= 4096)
+		__atomic_store_n(&gp_win_recsize, (uint32_t)(valid / n), __ATOMIC_RELAXED);
 	size_t d = 0;
 	if (gp_cu.dropped && gp_cu.dropped(ctx, stream, &d) == GP_CUPTI_SUCCESS && d > 0) {
 		__atomic_fetch_add(&gp_win_lost, (uint32_t)d, __ATOMIC_RELAXED);
@@ -544,6 +558,25 @@ static int gp_win_over; /* epochs in a row over the budget */
 
 /* gp_win_pace measures the launch rate each epoch (gp_win_mu held, state
  * ON) and asks for the detach when it stays over the budget. */
+/* gp_win_size sizes the next buffers to fill in GP_WIN_FILL_NS at the
+ * launch rate of the last second (flush thread, gp_win_lock held). */
+static void gp_win_size(uint64_t now)
+{
+	if (now - gp_win_size_epoch < 1000000000ull)
+		return;
+	uint64_t ids = gp_ids_handed(), launches = ids - gp_win_size_ids, ms = (now - gp_win_size_epoch) / 1000000ull;
+	int first = gp_win_size_epoch == 0;
+	gp_win_size_epoch = now, gp_win_size_ids = ids;
+	if (first || launches == 0)
+		return; /* no rate yet, or no launch: keep the size the last ones had */
+	uint64_t want = launches * __atomic_load_n(&gp_win_recsize, __ATOMIC_RELAXED) * (GP_WIN_FILL_NS / 1000000ull) / ms;
+	size_t size = want < GP_WIN_BUF_MIN ? GP_WIN_BUF_MIN : want > GP_WIN_BUF ? GP_WIN_BUF : (size_t)want;
+	size = (size + 1023) & ~(size_t)1023;
+	if (size != __atomic_exchange_n(&gp_win_bufsize, size, __ATOMIC_RELAXED))
+		GP_TRACE("device windows: buffers of %zu bytes (%llu launches in %llu ms)", size,
+			 (unsigned long long)launches, (unsigned long long)ms);
+}
+
 static void gp_win_pace(uint64_t now)
 {
 	if (gp_win_budget_ppm == 0 || now - gp_win_epoch < GP_WIN_EPOCH_NS)
@@ -609,6 +642,8 @@ static void *gp_win_main(void *arg)
 			gp_cu.flush_all(0);
 		if (gp_win_state == GP_WIN_ON)
 			gp_win_pace(gp_now());
+		if (gp_win_state == GP_WIN_ON)
+			gp_win_size(gp_now());
 		if (gp_win_state == GP_WIN_ASIDE && gp_app_kinds == 0 && !gp_app_sub && gp_app_idle_since &&
 		    gp_now() - gp_app_idle_since > 1000000000ull) {
 			const char *why = "";

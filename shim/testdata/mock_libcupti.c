@@ -17,6 +17,9 @@
  * MOCK_CUPTI_FAIL=enable makes cuptiActivityEnable fail (fail-open test).
  * MOCK_CUPTI_FLUSH=forced hands records over only in a forced flush (as if
  * every kernel ran until then).
+ * MOCK_CUPTI_FLUSH=full: an unforced flush hands over a buffer only once
+ * the records queued fill it (as if a kernel of the buffer were always
+ * still running, as in a stream kept busy); a forced flush, everything.
  * MOCK_CUPTI_FLUSH_HOLD=PATH: the first unforced flush creates PATH, then
  * takes a second to return (a periodic flush in progress when the
  * application exits: the app waits for PATH).
@@ -158,14 +161,23 @@ EXPORT int cuptiActivityFlushAll(uint32_t flags)
 	}
 	if (only && strcmp(only, "forced") == 0 && (flags & 1) == 0)
 		return 0;
+	int full = only && strcmp(only, "full") == 0 && (flags & 1) == 0;
+	static uint8_t *cur; /* MOCK_CUPTI_FLUSH=full: the buffer being filled */
+	static size_t cur_size;
 	pthread_mutex_lock(&mu);
 	uint32_t i = 0;
 	while (i < nq && req && done) {
-		uint8_t *buf = NULL;
-		size_t size = 0, max = 0;
-		req(&buf, &size, &max);
+		uint8_t *buf = cur;
+		size_t size = cur_size, max = 0;
+		if (buf == NULL)
+			req(&buf, &size, &max);
 		if (buf == NULL)
 			break;
+		cur = NULL;
+		if (full && (size_t)(nq - i) * REC + REC <= size) {
+			cur = buf, cur_size = size; /* not full yet: kept, records queued */
+			break;
+		}
 		size_t valid = 0;
 		while (i < nq && valid + REC <= size) {
 			memcpy(buf + valid, queue[i], REC);
