@@ -80,4 +80,3 @@ func addUints(dst, src reflect.Value) {
 		}
 	}
 }
-

@@ -149,16 +149,16 @@ type procTrace struct {
 // tracePolicy owns the buckets of the node and its processes and counts
 // what it kept and left out.
 type tracePolicy struct {
-	o                 *TracePolicyOptions
-	now               time.Time // the latest wall clock the Translator was handed
-	start             pcommon.Timestamp
-	nt                *nodeTrace // the node's buckets, shared with the Node's other Translators
-	byPID             map[uint32]*procTrace
-	active            int       // processes tracing: counted at the latest sweep, plus those become so since
-	nodeActive        int       // the same summed over the Node's Translators, as of this one's latest change
-	swept             time.Time // the latest sweep
-	kept              [nKeepReasons]uint64
-	out               [nOutReasons]uint64
+	o          *TracePolicyOptions
+	now        time.Time // the latest wall clock the Translator was handed
+	start      pcommon.Timestamp
+	nt         *nodeTrace // the node's buckets, shared with the Node's other Translators
+	byPID      map[uint32]*procTrace
+	active     int       // processes tracing: counted at the latest sweep, plus those become so since
+	nodeActive int       // the same summed over the Node's Translators, as of this one's latest change
+	swept      time.Time // the latest sweep
+	kept       [nKeepReasons]uint64
+	out        [nOutReasons]uint64
 }
 
 // anomaly says why finished launch l is anomalous (keepHead: it is not;
