@@ -328,7 +328,7 @@ func (r *gpuReceiver) pollHost(now time.Time, sources []*source) {
 	}
 	if b := r.host.take(); len(b) > 0 {
 		_ = record.Split(b, func(_ record.Prefix, rec []byte) error {
-			_ = r.tr.Handle(translate.HostProbeSource, rec, now) // invalid records are counted
+			_ = r.sh.first().Handle(translate.HostProbeSource, rec, now) // invalid records are counted
 			return nil
 		})
 	}
@@ -345,7 +345,7 @@ func (r *gpuReceiver) pollHost(now time.Time, sources []*source) {
 		if s.clock == nil {
 			continue
 		}
-		if off, ok := r.mapper.MonoMinusGPU(s.id, r.tr.LastDevice(s.id), mono); ok {
+		if off, ok := r.mapper.MonoMinusGPU(s.id, r.sh.of(s).LastDevice(s.id), mono); ok {
 			_ = s.clock.StoreUint64(0, 0, uint64(off))
 		}
 	}
@@ -379,7 +379,7 @@ func readMono() (uint64, error) {
 // hostSelfMetrics are the host side's self-metrics.
 func (r *gpuReceiver) hostSelfMetrics() []translate.SelfMetric {
 	s := r.host.stats()
-	c := r.tr.Counters()
+	c := r.sh.counters()
 	return []translate.SelfMetric{
 		{Name: "gpuprobe.receiver.host_probes.libraries", Unit: "{library}", Desc: "CUDA libraries and executables the host probes or host programs are attached to.", Value: s.libraries},
 		{Name: "gpuprobe.receiver.host_probes.attach_failures", Unit: "{library}", Desc: "Libraries the host probes could not be attached to.", Value: s.failed},
