@@ -216,6 +216,10 @@ func findPoint(sl pmetric.NumberDataPointSlice, a pcommon.Map) (pmetric.NumberDa
 	return pmetric.NumberDataPoint{}, false
 }
 
+// testHookShardRead runs in a shard's worker before it reads source s
+// (tests: a client acting in the middle of a pass).
+var testHookShardRead = func(*source) {}
+
 // passResult is what one shard's read of a pass found.
 type passResult struct {
 	dropped, corrupt uint64
@@ -260,6 +264,7 @@ func readOne(ctx context.Context, r *gpuReceiver, s *source, now time.Time, shar
 	if peer != nil {
 		r.sh.of(s).Connect(s.id, *peer) // before any of its records
 	}
+	testHookShardRead(s)
 	lost, bad := r.readSource(s, now, share)
 	res.dropped, res.corrupt = res.dropped+lost, res.corrupt+bad
 	res.waiting = res.waiting || backlog(s.launch) > 0
