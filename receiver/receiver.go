@@ -202,11 +202,12 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 }
 
 // pollWorkers returns the poll workers to run: poll_workers (config.Workers),
-// but one where host probes or user maps are on: their records join a
-// process's launches from outside its sources (the host probes' ring,
-// the maps collector), so they need one translator.
+// but one where user maps or host programs are on: the maps collector
+// reads their regions beside a client's rings and asks a translator of
+// its spans, so they need one translator. (The host probes' records go to
+// the shard of their process: pollHost.)
 func pollWorkers(r *gpuReceiver) int {
-	if len(r.maps.defs) > 0 || (r.host != nil && (r.host.probes != nil || r.host.procs != nil || r.host.maps != nil)) {
+	if len(r.maps.defs) > 0 || (r.host != nil && r.host.maps != nil) {
 		return 1
 	}
 	return r.cfg.Workers()

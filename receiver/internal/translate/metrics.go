@@ -70,7 +70,7 @@ type SelfMetric struct {
 // scope's slice): the host calls' and the self-metrics.
 func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self []SelfMetric) {
 	ts := pcommon.NewTimestampFromTime(now)
-	t.launches.hosts.appendMetrics(sm, ts)
+	t.launches.hosts.appendMetrics(sm, ts, t.ownsNode)
 	t.launches.windows.appendMetrics(sm, ts)
 	if t.ownsNode {
 		t.shares.appendMetrics(sm, now)

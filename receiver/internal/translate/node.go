@@ -11,17 +11,18 @@ import (
 // Node is the state that the Translators of one collector share when the
 // clients are split among several (NewShard): the attribution of
 // shared GPUs' time, which needs the windows of every process on a GPU,
-// the trace policy's node buckets, and the start of the cumulative
+// the trace policy's node buckets, the host call durations, and the start of the cumulative
 // series. Each Translator keeps the rest (pairing, series, spans) for the
 // clients it is handed; a process's clients must all go to one
 // Translator (the per-process state and bounds are its). The first
-// Translator made with a Node writes the node's GPU metrics.
+// Translator made with a Node writes the node's GPU and host call metrics.
 type Node struct {
 	start  pcommon.Timestamp
 	shares *gpuShares
 	trace  nodeTrace
-	mu     sync.Mutex // guards owned
-	owned  bool       // a Translator writes the node's GPU metrics already
+	hosts  nodeDurations // host call durations
+	mu     sync.Mutex    // guards owned
+	owned  bool          // a Translator writes the node's GPU metrics already
 }
 
 // NewNode returns the shared state for Translators made with options o
@@ -32,7 +33,7 @@ func NewNode(o Options) *Node {
 }
 
 // claim reports whether the caller, a Translator being made, is the
-// first: the one that writes the node's GPU metrics.
+// first: the one that writes the node's GPU and host call metrics.
 func (n *Node) claim() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -261,7 +261,7 @@ func NewShard(o Options, node *Node) *Translator {
 		graphs:  &graphTable{o: opts, counters: counters, chains: map[srcKey]*replayChain{}},
 		windows: &windowTable{o: opts, counters: counters, bySrc: map[uint32]*clientWindows{}, groups: groupTable{o: opts},
 			cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}},
-		hosts: &hostTable{o: opts, counters: counters, start: t.start, spans: t.spans, series: t.series,
+		hosts: &hostTable{o: opts, counters: counters, start: t.start, spans: t.spans, series: t.series, dur: &node.hosts,
 			procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}}
 	t.shares = node.shares
 	t.ownsNode = node.claim()
