@@ -222,3 +222,30 @@ func TestShardOfSpreads(t *testing.T) {
 		}
 	}
 }
+
+// TestHostRecordPID: a host-probe record goes to the shard of the
+// process it names; one that names none, or does not decode, to the
+// first (where it is counted invalid).
+func TestHostRecordPID(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		typ  record.Type
+		rec  []byte
+		want uint32
+	}{
+		{"host call", record.TypeHostCall, (&record.HostCall{PID: 4242, TID: 1, API: record.HostAPIs()[0], EnterNS: 1, ExitNS: 2}).Append(nil), 4242},
+		{"kernel name", record.TypeKernelName, (&record.KernelName{Function: 1, PID: 77, Name: "k"}).Append(nil), 77},
+		{"sync", record.TypeSync, (&record.Sync{PID: 9, Kind: 1}).Append(nil), 9},
+		{"launch", record.TypeLaunch, (&record.Launch{LaunchID: 1, PID: 31, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}}).Append(nil), 31},
+		{"invalid", record.TypeLaunch, (&record.Launch{LaunchID: 1, PID: 31}).Append(nil), 0},
+		{"cut short", record.TypeHostCall, (&record.HostCall{PID: 4242}).Append(nil)[:8], 0},
+		{"no process", record.TypeCalibration, (&record.Calibration{MonoNS: 1}).Append(nil), 0},
+	} {
+		if got := hostRecordPID(tc.typ, tc.rec); got != tc.want {
+			t.Errorf("%s: pid %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	if k := shardOf(0, 0, 4); k != 0 {
+		t.Errorf("a record of no process goes to shard %d, want 0", k)
+	}
+}
