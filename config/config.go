@@ -8,6 +8,7 @@
 package config
 
 import (
+	"runtime"
 	"time"
 )
 
@@ -29,6 +30,10 @@ type Config struct {
 	// µs, so a whole number of them; 2× it is how long a completed launch
 	// waits for late warps).
 	PollInterval time.Duration `mapstructure:"poll_interval"`
+	// PollWorkers is how many goroutines read the clients' rings and
+	// translate their records, each for the processes it was given
+	// (0: DefaultPollWorkers).
+	PollWorkers int `mapstructure:"poll_workers"`
 	// MetricsInterval is how often the cumulative metrics are emitted.
 	MetricsInterval time.Duration    `mapstructure:"metrics_interval"`
 	HostProbes      HostProbesConfig `mapstructure:"host_probes"`
@@ -322,6 +327,7 @@ const (
 	// spans_per_second; docs/configuration.md says why this size).
 	DefaultSpansPerSecond = 100000
 	DefaultPollInterval   = 10 * time.Millisecond
+	MaxPollWorkers        = 64 // poll_workers
 	// DefaultDeviceMaxPerSecond caps the device probes of each kernel for
 	// always-on use: a launch-bound loop of a patched kernel then costs
 	// what the shim and the windows cost.
@@ -398,4 +404,15 @@ func Default() *Config {
 		GPUTime:    GPUTimeConfig{Lag: DefaultGPUTimeLag, Mode: GPUTimeTimeSlicing},
 		Histograms: HistogramsConfig{Kind: HistogramsExponential},
 	}
+}
+
+// DefaultPollWorkers is poll_workers' default: GOMAXPROCS, at most 4.
+func DefaultPollWorkers() int { return min(runtime.GOMAXPROCS(0), 4) }
+
+// Workers returns the poll workers to run: PollWorkers, or its default.
+func (c *Config) Workers() int {
+	if c.PollWorkers > 0 {
+		return c.PollWorkers
+	}
+	return DefaultPollWorkers()
 }

@@ -173,6 +173,8 @@ func TestValidateErrors(t *testing.T) {
 		{"max_map_keys zero", func(c *Config) { c.Limits.MaxMapKeys = 0 }, "limits::max_map_keys: must be between 1 and 65536, got 0"},
 		{"poll too fast", func(c *Config) { c.PollInterval = time.Microsecond }, "poll_interval: must be between 100µs and 1m0s, got 1µs"},
 		{"poll too slow", func(c *Config) { c.PollInterval = time.Hour }, "poll_interval: must be between 100µs and 1m0s, got 1h0m0s"},
+		{"poll workers negative", func(c *Config) { c.PollWorkers = -1 }, "poll_workers: must be between 0 (GOMAXPROCS, at most 4) and 64, got -1"},
+		{"poll workers too many", func(c *Config) { c.PollWorkers = 65 }, "poll_workers: must be between 0 (GOMAXPROCS, at most 4) and 64, got 65"},
 		{"metrics_interval zero", func(c *Config) { c.MetricsInterval = 0 }, "metrics_interval: must be between 10ms and 1h0m0s, got 0s"},
 		{"shutdown_timeout zero", func(c *Config) { c.ShutdownTimeout = 0 }, "shutdown_timeout: must be between 100ms and 10m0s, got 0s"},
 		{"gpu_time lag too short", func(c *Config) { c.GPUTime.Lag = time.Millisecond }, "gpu_time::lag: must be between 100ms and 1m0s, got 1ms"},

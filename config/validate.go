@@ -117,6 +117,9 @@ func (c *Config) Validate() error {
 	} else if _, err := agentwire.Micros(c.PollInterval); err != nil {
 		l.add("poll_interval", "must be a whole number of microseconds (the applications are sent it in µs), got %s", c.PollInterval)
 	}
+	if c.PollWorkers < 0 || c.PollWorkers > MaxPollWorkers {
+		l.add("poll_workers", "must be between 0 (GOMAXPROCS, at most 4) and %d, got %d", MaxPollWorkers, c.PollWorkers)
+	}
 	if c.MetricsInterval < 10*time.Millisecond || c.MetricsInterval > time.Hour {
 		l.add("metrics_interval", "must be between 10ms and 1h0m0s, got %s", c.MetricsInterval)
 	}

@@ -327,8 +327,12 @@ func (r *gpuReceiver) pollHost(now time.Time, sources []*source) {
 		return
 	}
 	if b := r.host.take(); len(b) > 0 {
-		_ = record.Split(b, func(_ record.Prefix, rec []byte) error {
-			_ = r.tr.Handle(translate.HostProbeSource, rec, now) // invalid records are counted
+		k := len(r.sh.trs)
+		_ = record.Split(b, func(p record.Prefix, rec []byte) error {
+			// The shard of the record's process, as its sources'
+			// (shardOf): the host calls join its launches there.
+			tr := r.sh.trs[shardOf(hostRecordPID(p.Type, rec), 0, k)]
+			_ = tr.Handle(translate.HostProbeSource, rec, now) // invalid records are counted
 			return nil
 		})
 	}
@@ -345,10 +349,43 @@ func (r *gpuReceiver) pollHost(now time.Time, sources []*source) {
 		if s.clock == nil {
 			continue
 		}
-		if off, ok := r.mapper.MonoMinusGPU(s.id, r.tr.LastDevice(s.id), mono); ok {
+		if off, ok := r.mapper.MonoMinusGPU(s.id, r.sh.of(s).LastDevice(s.id), mono); ok {
 			_ = s.clock.StoreUint64(0, 0, uint64(off))
 		}
 	}
+}
+
+// hostRecordPID returns the process of a host-probe record of type typ
+// (0: none or undecodable: the first shard's).
+func hostRecordPID(typ record.Type, rec []byte) uint32 {
+	switch typ {
+	case record.TypeHostCall:
+		var c record.HostCall
+		if c.Decode(rec) == nil {
+			return c.PID
+		}
+	case record.TypeKernelName:
+		var k record.KernelName
+		if k.Decode(rec) == nil {
+			return k.PID
+		}
+	case record.TypeSync:
+		var y record.Sync
+		if y.Decode(rec) == nil {
+			return y.PID
+		}
+	case record.TypeMemcpy:
+		var m record.Memcpy
+		if m.Decode(rec) == nil {
+			return m.PID
+		}
+	case record.TypeLaunch:
+		var l record.Launch
+		if l.Decode(rec) == nil {
+			return l.PID
+		}
+	}
+	return 0
 }
 
 // newClockRegion creates a client's clock region: one i64, CLOCK_MONOTONIC
@@ -379,7 +416,7 @@ func readMono() (uint64, error) {
 // hostSelfMetrics are the host side's self-metrics.
 func (r *gpuReceiver) hostSelfMetrics() []translate.SelfMetric {
 	s := r.host.stats()
-	c := r.tr.Counters()
+	c := r.sh.counters()
 	return []translate.SelfMetric{
 		{Name: "gpuprobe.receiver.host_probes.libraries", Unit: "{library}", Desc: "CUDA libraries and executables the host probes or host programs are attached to.", Value: s.libraries},
 		{Name: "gpuprobe.receiver.host_probes.attach_failures", Unit: "{library}", Desc: "Libraries the host probes could not be attached to.", Value: s.failed},

@@ -97,7 +97,7 @@ func TestLongKernelNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := tr.(*handle).r
-	if n := r.tr.Counters().NamesTruncated; n != 1 {
+	if n := r.sh.counters().NamesTruncated; n != 1 {
 		t.Errorf("truncated names counted %d, want 1", n)
 	}
 }

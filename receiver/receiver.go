@@ -45,7 +45,7 @@ type gpuReceiver struct {
 	mu     sync.Mutex // guards out, srcs, maps.retired and counts.disconnected
 	out    consumers
 	srcs   sourceSet // clients' rings (source.go)
-	tr     *translate.Translator
+	sh     shards    // the poll workers' translators (shards.go)
 	mapper *clock.Mapper
 	run    running
 	counts pollCounts
@@ -153,7 +153,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	if off, err := monoOffset(); err == nil {
 		mapper.SetMonoOffset(off)
 	}
-	r.tr = translate.New(translate.Options{
+	r.sh = newShards(translate.Options{
 		MaxKernelNames:     r.cfg.Limits.MaxKernelNames,
 		MaxPendingLaunches: r.cfg.Limits.MaxPendingLaunches,
 		LaunchTimeout:      r.cfg.Limits.LaunchTimeout,
@@ -179,16 +179,16 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 			GPUTime: gpuTimeOptions(r.cfg.GPUTime)},
 		SpanLimit: translate.SpanLimitOptions{PerSecond: r.cfg.Limits.SpansPerSecond,
 			OnCapped: r.spansCapped},
-	})
+	}, pollWorkers(r))
 	r.maps.col = progmaps.NewCollector(progmaps.CollectorOptions{
 		MaxMapKeys:      r.cfg.Limits.MaxMapKeys,
 		PerThreadSeries: r.cfg.Limits.PerThreadSeries,
 		MaxThreadSeries: r.cfg.Limits.MaxThreadSeries,
 		ServiceName:     r.cfg.Resource.ServiceName,
 		Clock:           mapper,
-		Device:          r.tr.LastDevice,
+		Device:          r.sh.first().LastDevice, // one shard where there are user maps (pollWorkers)
 		Logger:          r.log,
-		AdmitSpan:       r.tr.AdmitSpans,
+		AdmitSpan:       r.sh.first().AdmitSpans,
 	})
 	if err := r.listen(); err != nil {
 		r.tel.Shutdown()
@@ -199,6 +199,18 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 	r.run.cancel, r.run.done, r.run.flushc = cancel, make(chan struct{}), make(chan flushRequest)
 	go r.loop(ctx, mapper)
 	return nil
+}
+
+// pollWorkers returns the poll workers to run: poll_workers (config.Workers),
+// but one where user maps or host programs are on: the maps collector
+// reads their regions beside a client's rings and asks a translator of
+// its spans, so they need one translator. (The host probes' records go to
+// the shard of their process: pollHost.)
+func pollWorkers(r *gpuReceiver) int {
+	if len(r.maps.defs) > 0 || (r.host != nil && r.host.maps != nil) {
+		return 1
+	}
+	return r.cfg.Workers()
 }
 
 // listen starts the agent socket server: every client gets its own launch
@@ -381,48 +393,18 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping, cat
 	sources := rotate(append([]*source(nil), r.srcs.list...), r.srcs.turn)
 	tc := r.out.traces
 	r.mu.Unlock()
-	var closed []*source
 
-	before := r.tr.Counters()
-	var dropped, corrupt uint64
+	before := r.sh.counters()
 	r.pollHost(now, sources)
-	shares := planShares(sources, passBudget)
-	for i, s := range sources {
-		// Whether the producer had gone before this read: only then is
-		// everything it wrote in the rings (onDisconnect may set closing
-		// while they are read, and records written since would be lost).
-		r.mu.Lock()
-		gone, evict := s.closing || stopping, s.evict
-		peer := s.peer
-		s.peer = nil
-		r.mu.Unlock()
-		if peer != nil {
-			r.tr.Connect(s.id, *peer) // before any of its records
-		}
-		lost, bad := r.readSource(s, now, shares[i])
-		dropped, corrupt = dropped+lost, corrupt+bad
-		waiting = waiting || backlog(s.launch) > 0
-		release := false
-		if gone || evict {
-			var lost, bad uint64
-			release, lost, bad = r.finished(s, now, stopping || evict)
-			dropped, corrupt = dropped+lost, corrupt+bad
-		}
-		if err := s.violation(); err != nil {
-			r.disconnect(ctx, s, err)
-			release = true
-		}
-		if release {
-			closed = append(closed, s)
-		}
-	}
-	if len(closed) > 0 {
-		r.dropSources(closed)
+	res := readShards(ctx, r, now, sources, planShares(sources, passBudget), stopping)
+	dropped, corrupt, waiting := res.dropped, res.corrupt, res.waiting
+	if len(res.closed) > 0 {
+		r.dropSources(res.closed)
 	}
 	if !catchUp {
-		r.tr.Expire(now)
+		r.sh.each(func(_ int, tr *translate.Translator) { tr.Expire(now) })
 	}
-	after := r.tr.Counters()
+	after := r.sh.counters()
 	dropped += after.RecordsInvalid - before.RecordsInvalid
 	mc := r.maps.col.Counters()
 	dropped += (mc.Dropped - r.maps.stats.Dropped) + (mc.Invalid - r.maps.stats.Invalid)
@@ -447,7 +429,7 @@ func (r *gpuReceiver) pollOnce(ctx context.Context, now time.Time, stopping, cat
 
 // sendTraces hands the spans built so far to the traces consumer tc.
 func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
-	if r.tr.SpanCount() == 0 && r.maps.col.SpanCount() == 0 {
+	if r.sh.spanCount() == 0 && r.maps.col.SpanCount() == 0 {
 		return
 	}
 	td := takeTraces(r)
@@ -471,7 +453,7 @@ func (r *gpuReceiver) sendTraces(ctx context.Context, tc consumer.Traces) {
 // takeTraces returns the spans built so far, the translator's and the
 // user maps'.
 func takeTraces(r *gpuReceiver) ptrace.Traces {
-	td := r.tr.TakeTraces()
+	td := r.sh.takeTraces()
 	r.maps.col.TakeTraces().ResourceSpans().MoveAndAppendTo(td.ResourceSpans())
 	return td
 }
@@ -496,11 +478,11 @@ func (r *gpuReceiver) emitMetrics(ctx context.Context, now time.Time) {
 		// No metrics pipeline: the self-metrics still go to the internal
 		// telemetry.
 		sm := pmetric.NewMetricSlice()
-		r.tr.AppendMetrics(sm, now, r.selfMetrics())
+		r.sh.appendMetrics(sm, now, r.selfMetrics())
 		r.out.self.observe(sm)
 		return
 	}
-	md := r.tr.Metrics(now, r.selfMetrics())
+	md := r.sh.metrics(now, r.selfMetrics())
 	sm := md.ResourceMetrics().At(0).ScopeMetrics().At(0).Metrics()
 	if len(live)+len(retired) > 0 {
 		r.maps.col.AppendMetrics(sm, append(live, retired...), now)

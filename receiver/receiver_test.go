@@ -112,14 +112,14 @@ func TestInvalidConfigRejected(t *testing.T) {
 
 // startBoth creates the traces and the metrics receiver of cfg (one shared
 // instance), with sinks, and starts both; the caller shuts them down.
-func startBoth(t *testing.T, cfg *Config) (tr, mr component.Component, traces *consumertest.TracesSink, metrics *consumertest.MetricsSink) {
+func startBoth(t testing.TB, cfg *Config) (tr, mr component.Component, traces *consumertest.TracesSink, metrics *consumertest.MetricsSink) {
 	t.Helper()
 	return startBothWith(t, receivertest.NewNopSettings(NewFactory().Type()), cfg)
 }
 
 // startBothWith is startBoth with the receivers' settings (a logger or
 // telemetry of the test's own).
-func startBothWith(t *testing.T, set receiver.Settings, cfg *Config) (tr, mr component.Component, traces *consumertest.TracesSink, metrics *consumertest.MetricsSink) {
+func startBothWith(t testing.TB, set receiver.Settings, cfg *Config) (tr, mr component.Component, traces *consumertest.TracesSink, metrics *consumertest.MetricsSink) {
 	t.Helper()
 	f := NewFactory()
 	traces, metrics = new(consumertest.TracesSink), new(consumertest.MetricsSink)

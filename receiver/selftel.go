@@ -264,8 +264,8 @@ func (r *gpuReceiver) spansCapped(pid uint32) {
 // selfMetrics are the receiver's own counters (selftel.go says where they
 // go).
 func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
-	c := r.tr.Counters()
-	gt := r.tr.GPUTimeCounters()
+	c := r.sh.counters()
+	gt := r.sh.first().GPUTimeCounters() // the shards' Node's
 	return append([]translate.SelfMetric{
 		{Name: "gpuprobe.receiver.records.read", Unit: "{record}", Desc: "Records read from the shared-memory rings.", Value: c.RecordsRead + r.maps.stats.Records},
 		{Name: "gpuprobe.receiver.records.dropped", Unit: "{record}", Desc: "Records dropped (ring full, oversize, stalled, invalid, or left unread by a gone client).", Value: r.counts.dropped},

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/receiver/internal/translate"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
@@ -135,7 +136,7 @@ func (r *gpuReceiver) finalFlush(deadline time.Time, stopping bool) {
 	if ctx.Err() != nil {
 		if stopping { // else the last pass counts them
 			abandon(ctx, r)
-			countUndelivered(ctx, r, undeliveredLaunches, r.tr.Pending())
+			countUndelivered(ctx, r, undeliveredLaunches, r.sh.pending())
 		}
 		r.mu.Lock()
 		tc := r.out.traces
@@ -147,7 +148,7 @@ func (r *gpuReceiver) finalFlush(deadline time.Time, stopping bool) {
 		return
 	}
 	now := time.Now()
-	r.tr.FlushPending(now)
+	r.sh.each(func(_ int, tr *translate.Translator) { tr.FlushPending(now) })
 	r.mu.Lock()
 	tc := r.out.traces
 	r.mu.Unlock()

@@ -319,7 +319,7 @@ func TestShortLivedClientsShutdown(t *testing.T) {
 	if n := launchSpans(traces); n != clients*each {
 		t.Errorf("%d launch spans, want %d", n, clients*each)
 	}
-	if n := r.tr.Clients(); n != 0 {
+	if n := r.sh.clients(); n != 0 {
 		t.Errorf("translator state of %d clients left", n)
 	}
 	if st := r.run.agent.Stats(); st.Active != 0 || st.Accepted != clients {

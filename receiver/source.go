@@ -128,6 +128,7 @@ type sourceSet struct {
 // scopes its launch ids and function handles.
 type source struct {
 	id      uint32
+	shard   int // its translator's index in gpuReceiver.sh (shardOf), for its life
 	launch  *ringReader
 	names   *ringReader                // the names ring, or nil
 	warps   *ringReader                // the kernel_phases ring, or nil
@@ -181,6 +182,11 @@ func (r *gpuReceiver) newSource(ring *shm.Ring, owned bool, maps *progmaps.Insta
 	id := r.srcs.next
 	r.mu.Unlock()
 	s := &source{id: id, launch: newRingReader(ring, owned), maps: maps, peer: peer}
+	if peer != nil {
+		s.shard = shardOf(peer.PID, id, len(r.sh.trs))
+	} else {
+		s.shard = shardOf(0, id, len(r.sh.trs))
+	}
 	if maps != nil {
 		maps.Src = s.id
 	}
@@ -224,7 +230,7 @@ func handleRecord(tr *translate.Translator, log *zap.Logger, s *source, rec shm.
 // whose name was published after the names ring was read, and name it by
 // its handle.
 func (r *gpuReceiver) readSource(s *source, now time.Time, share int) (lost, corrupt uint64) {
-	handle := func(rec shm.Record) { handleRecord(r.tr, r.log, s, rec, now) }
+	handle := func(rec shm.Record) { handleRecord(r.sh.of(s), r.log, s, rec, now) }
 	launchEnd := s.launch.ring.Stats().Head
 	for _, g := range s.rings() {
 		max := g.perPoll
@@ -262,7 +268,7 @@ func (r *gpuReceiver) finished(s *source, now time.Time, stopping bool) (done bo
 	if !stopping && now.Sub(s.goneAt) < drainTime && !s.empty() {
 		return false, 0, 0
 	}
-	handle := func(rec shm.Record) { handleRecord(r.tr, r.log, s, rec, now) }
+	handle := func(rec shm.Record) { handleRecord(r.sh.of(s), r.log, s, rec, now) }
 	for _, g := range s.rings() {
 		l, c := g.drain(handle)
 		lost, corrupt = lost+l, corrupt+c
@@ -326,7 +332,7 @@ func (r *gpuReceiver) dropSources(gone []*source) {
 	}
 	r.mu.Unlock()
 	for _, s := range gone {
-		r.tr.Disconnect(s.id, time.Now())
+		r.sh.of(s).Disconnect(s.id, time.Now())
 		for _, g := range s.rings() {
 			if err := g.close(); err != nil {
 				r.log.Debug("gpuprobe: closing a ring", zap.Error(err))

@@ -6,6 +6,7 @@ package receiver
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/config"
@@ -52,6 +53,7 @@ func (s *stateLog) allow(now time.Time) bool {
 type windowReports struct {
 	log *zap.Logger
 	tel *metadata.TelemetryBuilder
+	mu  sync.Mutex // guards lim: the poll workers report
 	lim stateLog
 }
 
@@ -65,7 +67,10 @@ func (r *windowReports) state(pid uint32, s record.WindowState) {
 	if s.Detail != 0 {
 		fields = append(fields, zap.Uint32("detail", s.Detail))
 	}
-	if r.lim.allow(time.Now()) {
+	r.mu.Lock()
+	allow := r.lim.allow(time.Now())
+	r.mu.Unlock()
+	if allow {
 		r.log.Info(windowStateMessage(s), fields...)
 	} else {
 		r.log.Debug(windowStateMessage(s), fields...)

@@ -12,6 +12,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/gputime"
@@ -37,6 +38,7 @@ type shareKernel struct {
 
 // gpuShares feeds the attribution and keeps what its metrics need.
 type gpuShares struct {
+	mu      sync.Mutex // the Node's Translators share it: every method locks
 	a       *gputime.Attributor
 	start   pcommon.Timestamp
 	kernels map[uint32]map[uint32]shareKernel // pid → name hash → kernel (≤ gputime.DefaultMaxKernels each)
@@ -71,6 +73,8 @@ func gpuID(devs map[uint32]string, src, d uint32) string {
 // devs, to the attribution; k is the kernel of the launch it joined (nil:
 // none).
 func (gs *gpuShares) add(src, pid uint32, devs map[uint32]string, w *record.Window, k *kernel, mono func(uint32, uint64) (uint64, bool), now time.Time) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
 	if pid == 0 {
 		gs.unowned++
 		return
@@ -112,12 +116,19 @@ type GPUTimeCounters struct {
 }
 
 // GPUTimeCounters returns the attribution's counters so far.
-func (t *Translator) GPUTimeCounters() GPUTimeCounters {
-	return GPUTimeCounters{Counters: t.shares.a.Counters(), Unowned: t.shares.unowned}
+func (t *Translator) GPUTimeCounters() GPUTimeCounters { return t.shares.counters() }
+
+// counters returns the attribution's counters so far.
+func (gs *gpuShares) counters() GPUTimeCounters {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return GPUTimeCounters{Counters: gs.a.Counters(), Unowned: gs.unowned}
 }
 
 // forget marks process pid gone.
 func (gs *gpuShares) forget(pid uint32) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
 	gs.a.Forget(pid)
 	delete(gs.kernels, pid)
 }
@@ -126,6 +137,8 @@ func (gs *gpuShares) forget(pid uint32) {
 // time and utilization into sm (the collector's scope) and keeps each
 // process's for appendProc.
 func (gs *gpuShares) appendMetrics(sm pmetric.MetricSlice, now time.Time) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
 	gs.a.Settle(now.UnixNano())
 	snap := gs.a.Snapshot()
 	ts := pcommon.NewTimestampFromTime(now)
@@ -167,6 +180,8 @@ func (gs *gpuShares) appendMetrics(sm pmetric.MetricSlice, now time.Time) {
 // sm (its resource's scope), the time with an exemplar per kernel that
 // took the most (a kept trace of it when this emission has one).
 func (gs *gpuShares) appendProc(sm pmetric.MetricSlice, pid uint32, start, ts pcommon.Timestamp, ex *exemplarBook) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
 	shares := gs.snap[pid]
 	if len(shares) == 0 {
 		return
@@ -203,6 +218,20 @@ func (gs *gpuShares) appendProc(sm pmetric.MetricSlice, pid uint32, start, ts pc
 			shareAttrs(dp.Attributes(), s)
 		}
 	}
+}
+
+// has reports whether process pid had a share at the last emission.
+func (gs *gpuShares) has(pid uint32) bool {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return len(gs.snap[pid]) > 0
+}
+
+// flush settles every window so far.
+func (gs *gpuShares) flush(now time.Time) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	gs.a.Flush(now.UnixNano())
 }
 
 func shareAttrs(a pcommon.Map, s procShare) {

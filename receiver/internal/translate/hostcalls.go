@@ -3,6 +3,7 @@ package translate
 import (
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gpuprobe/gpuprobe/receiver/internal/exphist"
@@ -67,7 +68,7 @@ type hostTable struct {
 	procs    map[uint32]*hostProc // pid → host-call state
 	names    map[pidHandle]hostName
 	oldNames map[pidHandle]hostName
-	dur      hostDurations
+	dur      *nodeDurations // the Node's: host calls of every shard's processes
 }
 
 // hostProc is the host-call state of one process.
@@ -220,10 +221,8 @@ func (ht *hostTable) flushProc(p *hostProc, now time.Time) {
 // settled (finishSettled): launchTable finishes them.
 func (ht *hostTable) onHostCall(c *record.HostCall, now time.Time) []*launch {
 	ht.counters.HostCalls++
-	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(ht.dur) {
-		h := &ht.dur[c.API]
-		h.SetBounds(ht.o.Metrics.DurationBounds) // a no-op once it has values
-		h.Record(float64(c.ExitNS-c.EnterNS) / 1e9)
+	if c.Flags&record.HostCallReturned != 0 && int(c.API) < len(ht.dur.d) {
+		ht.dur.record(c.API, ht.o.Metrics.DurationBounds, float64(c.ExitNS-c.EnterNS)/1e9)
 	}
 	p := ht.procOf(c.PID, now)
 	p.hostSeen = true
@@ -477,17 +476,9 @@ func (ht *hostTable) expire(now time.Time) {
 
 // appendMetrics writes the host call duration histograms (per API) and
 // the count of approximate kernel spans.
-func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
-	dur := newHistOut(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.",
-		ht.o.Metrics.DurationBounds != nil)
-	for _, a := range record.HostAPIs() {
-		h := &ht.dur[a]
-		if h.Count() == 0 {
-			continue
-		}
-		attrs := dur.add(h, ht.start, ts)
-		attrs.PutStr("cuda.api.name", apiInfo(a).name)
-		attrs.PutStr("cuda.api.category", apiInfo(a).category)
+func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp, node bool) {
+	if node {
+		ht.appendDurations(sm, ts)
 	}
 	if ht.counters.ApproxSpans > 0 {
 		dp := newSum(sm, MetricApproxKernels, "{span}",
@@ -496,6 +487,38 @@ func (ht *hostTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestamp)
 		dp.SetTimestamp(ts)
 		dp.SetIntValue(int64(ht.counters.ApproxSpans))
 	}
+}
+
+// appendDurations writes the Node's host call duration histograms.
+func (ht *hostTable) appendDurations(sm pmetric.MetricSlice, ts pcommon.Timestamp) {
+	ht.dur.mu.Lock()
+	defer ht.dur.mu.Unlock()
+	dur := newHistOut(sm, MetricHostCallDuration, "s", "Duration of CUDA runtime and driver API calls seen by the host probes, per API.",
+		ht.o.Metrics.DurationBounds != nil)
+	for _, a := range record.HostAPIs() {
+		h := &ht.dur.d[a]
+		if h.Count() == 0 {
+			continue
+		}
+		attrs := dur.add(h, ht.start, ts)
+		attrs.PutStr("cuda.api.name", apiInfo(a).name)
+		attrs.PutStr("cuda.api.category", apiInfo(a).category)
+	}
+}
+
+// nodeDurations are a Node's host call durations, every shard's.
+type nodeDurations struct {
+	mu sync.Mutex
+	d  hostDurations
+}
+
+// record adds a host call of api that took secs.
+func (nd *nodeDurations) record(api record.HostAPI, bounds []float64, secs float64) {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	h := &nd.d[api]
+	h.SetBounds(bounds) // a no-op once it has values
+	h.Record(secs)
 }
 
 // hostDurations holds one histogram per HostAPI number.

@@ -42,7 +42,7 @@ func (t *Translator) Expire(now time.Time) {
 func (t *Translator) FlushPending(now time.Time) {
 	t.spans.policy.now = now // not the later time below, which only ends every wait
 	t.launches.expire(now.Add(t.o.LaunchTimeout + t.o.Host.HostCallGrace + time.Hour))
-	t.shares.a.Flush(now.UnixNano()) // the last metrics point has every window's time
+	t.shares.flush(now) // the last metrics point has every window's time
 }
 
 // expire emits or drops the launches whose wait is over, then the host

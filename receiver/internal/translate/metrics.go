@@ -70,9 +70,11 @@ type SelfMetric struct {
 // scope's slice): the host calls' and the self-metrics.
 func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self []SelfMetric) {
 	ts := pcommon.NewTimestampFromTime(now)
-	t.launches.hosts.appendMetrics(sm, ts)
+	t.launches.hosts.appendMetrics(sm, ts, t.ownsNode)
 	t.launches.windows.appendMetrics(sm, ts)
-	t.shares.appendMetrics(sm, now)
+	if t.ownsNode {
+		t.shares.appendMetrics(sm, now)
+	}
 	t.spans.limit.appendMetrics(sm, ts)
 	t.spans.policy.appendMetrics(sm, ts)
 	for _, c := range self {
@@ -112,7 +114,7 @@ func (st *seriesStore) appendProcs(rms pmetric.ResourceMetricsSlice, ts pcommon.
 			p.flushed = true
 			st.countEvictable(p, 1)
 		}
-		if len(p.order) == 0 && len(p.other.devs) == 0 && len(p.mcOrder) == 0 && (st.shares == nil || len(st.shares.snap[p.pid()]) == 0) {
+		if len(p.order) == 0 && len(p.other.devs) == 0 && len(p.mcOrder) == 0 && (st.shares == nil || !st.shares.has(p.pid())) {
 			continue
 		}
 		rm := rms.AppendEmpty()

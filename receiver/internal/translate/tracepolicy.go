@@ -149,15 +149,16 @@ type procTrace struct {
 // tracePolicy owns the buckets of the node and its processes and counts
 // what it kept and left out.
 type tracePolicy struct {
-	o                 *TracePolicyOptions
-	now               time.Time // the latest wall clock the Translator was handed
-	start             pcommon.Timestamp
-	node, nodeAnomaly tokenBucket
-	byPID             map[uint32]*procTrace
-	active            int       // processes tracing: counted at the latest sweep, plus those become so since
-	swept             time.Time // the latest sweep
-	kept              [nKeepReasons]uint64
-	out               [nOutReasons]uint64
+	o          *TracePolicyOptions
+	now        time.Time // the latest wall clock the Translator was handed
+	start      pcommon.Timestamp
+	nt         *nodeTrace // the node's buckets, shared with the Node's other Translators
+	byPID      map[uint32]*procTrace
+	active     int       // processes tracing: counted at the latest sweep, plus those become so since
+	nodeActive int       // the same summed over the Node's Translators, as of this one's latest change
+	swept      time.Time // the latest sweep
+	kept       [nKeepReasons]uint64
+	out        [nOutReasons]uint64
 }
 
 // anomaly says why finished launch l is anomalous (keepHead: it is not;
@@ -229,11 +230,16 @@ func (tp *tracePolicy) host(pid uint32) bool {
 // both have one.
 func (tp *tracePolicy) takeAnomaly(p *procTrace, now time.Time) bool {
 	pr, nr := tp.o.AnomaliesPerProcess, tp.o.AnomaliesPerNode
-	if !ready(&p.anomaly, now, pr) || !ready(&tp.nodeAnomaly, now, nr) {
+	if !ready(&p.anomaly, now, pr) {
+		return false
+	}
+	tp.nt.mu.Lock()
+	defer tp.nt.mu.Unlock()
+	if !ready(&tp.nt.nodeAnomaly, now, nr) {
 		return false
 	}
 	spend(&p.anomaly, pr)
-	spend(&tp.nodeAnomaly, nr)
+	spend(&tp.nt.nodeAnomaly, nr)
 	return true
 }
 
@@ -242,14 +248,16 @@ func (tp *tracePolicy) takeAnomaly(p *procTrace, now time.Time) bool {
 // reason of the first that had none (and takes nothing).
 func (tp *tracePolicy) takeHead(k *tokenBucket, p *procTrace, now time.Time) int {
 	if now.Sub(p.seen) > activeWindow {
-		tp.active++
+		tp.setActive(tp.active + 1)
 	}
 	p.seen = now
 	share := tp.share()
+	tp.nt.mu.Lock()
+	defer tp.nt.mu.Unlock()
 	switch {
 	case k != nil && !ready(k, now, tp.o.PerKernel):
 		return outKernel
-	case !ready(&tp.node, now, tp.o.PerNode):
+	case !ready(&tp.nt.node, now, tp.o.PerNode):
 		return outNode
 	case !ready(&p.head, now, share):
 		return outProcess
@@ -258,7 +266,7 @@ func (tp *tracePolicy) takeHead(k *tokenBucket, p *procTrace, now time.Time) int
 		spend(k, tp.o.PerKernel)
 	}
 	spend(&p.head, share)
-	spend(&tp.node, tp.o.PerNode)
+	spend(&tp.nt.node, tp.o.PerNode)
 	return -1
 }
 
@@ -267,7 +275,7 @@ func (tp *tracePolicy) takeHead(k *tokenBucket, p *procTrace, now time.Time) int
 func (tp *tracePolicy) share() float64 {
 	r := tp.o.PerProcess
 	if n := tp.o.PerNode; n > 0 {
-		if s := n / float64(max(tp.active, 1)); r == 0 || s < r {
+		if s := n / float64(max(tp.nodeActive, 1)); r == 0 || s < r {
 			r = s
 		}
 	}
@@ -310,15 +318,24 @@ func (tp *tracePolicy) proc(pid uint32, now time.Time) *procTrace {
 
 // sweep recounts the processes tracing and forgets the idle ones.
 func (tp *tracePolicy) sweep(now time.Time) {
-	tp.swept, tp.active = now, 0
+	tp.swept = now
+	active := 0
 	for pid, p := range tp.byPID {
 		switch {
 		case now.Sub(p.used) > procTraceIdle:
 			delete(tp.byPID, pid)
 		case now.Sub(p.seen) <= activeWindow:
-			tp.active++
+			active++
 		}
 	}
+	tp.setActive(active)
+}
+
+// setActive sets the processes tracing in this Translator to n and
+// updates the node's count.
+func (tp *tracePolicy) setActive(n int) {
+	tp.nodeActive = tp.nt.setActive(tp.active, n)
+	tp.active = n
 }
 
 // appendMetrics writes the traces kept and left out, by reason (only the

@@ -176,7 +176,7 @@ func TestTraceAnomaly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tp := &tracePolicy{o: &tt.o}
+			tp := &tracePolicy{o: &tt.o, nt: &nodeTrace{}}
 			if got := tp.anomaly(&tt.l, &tt.tm); got != tt.want {
 				t.Errorf("anomaly = %s, want %s", keepReasons[got], keepReasons[tt.want])
 			}
@@ -251,7 +251,7 @@ func BenchmarkTracePolicy(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			// The clock stands still, as within a poll pass: past its
 			// first launch the kernel's bucket is empty.
-			tp := &tracePolicy{o: &bc.o, now: time.Now(), byPID: map[uint32]*procTrace{}}
+			tp := &tracePolicy{o: &bc.o, now: time.Now(), byPID: map[uint32]*procTrace{}, nt: &nodeTrace{}}
 			l := launch{k: &kernel{}, rec: record.Launch{PID: 42}}
 			tm := launchTimes{execNS: 1000, haveExec: true}
 			b.ReportAllocs()

@@ -172,7 +172,8 @@ type Translator struct {
 	launches *launchTable // pairing: pending launches, graph runs, windows, host calls (launches.go, lifecycle.go, times.go)
 	series   *seriesStore // emission: metric series (series.go, metrics.go)
 	spans    *spanOut     // emission: spans built since the last TakeTraces (spans.go)
-	shares   *gpuShares   // attribution of shared GPUs' time (gpushares.go)
+	shares   *gpuShares   // attribution of shared GPUs' time (gpushares.go), the Node's
+	ownsNode bool         // this Translator writes the Node's GPU metrics
 }
 
 // decoder is the scratch space records are decoded into, one per type.
@@ -194,8 +195,12 @@ type decoder struct {
 	dx record.WindowState
 }
 
-// New returns a Translator.
-func New(o Options) *Translator {
+// New returns a Translator with a Node of its own.
+func New(o Options) *Translator { return NewShard(o, NewNode(o)) }
+
+// NewShard returns a Translator that shares node with the others made
+// with it (node.go).
+func NewShard(o Options, node *Node) *Translator {
 	if o.MaxKernelNames < 1 {
 		o.MaxKernelNames = config.DefaultMaxKernelNames
 	}
@@ -238,7 +243,7 @@ func New(o Options) *Translator {
 	if o.Process.Retention <= 0 {
 		o.Process.Retention = DefaultProcessRetention
 	}
-	t := &Translator{o: o, start: pcommon.NewTimestampFromTime(time.Now())}
+	t := &Translator{o: o, start: node.start}
 	// The stages from the bottom up: each gets the ones below it that it
 	// calls, never one beside or above it.
 	opts, counters := &t.o, &t.counters
@@ -247,7 +252,7 @@ func New(o Options) *Translator {
 		names: map[string]string{}, procs: map[procKey]*procSeries{}, byUID: map[uint32]int{}, evictable: map[uint32]int{}}
 	t.spans = &spanOut{o: opts, counters: counters, res: res,
 		limit:    &spanLimit{o: &t.o.SpanLimit, start: t.start, byPID: map[uint32]*procRate{}},
-		policy:   &tracePolicy{o: &t.o.Sampling.Traces, start: t.start, byPID: map[uint32]*procTrace{}},
+		policy:   &tracePolicy{o: &t.o.Sampling.Traces, start: t.start, byPID: map[uint32]*procTrace{}, nt: &node.trace},
 		examples: &exemplarBook{bySeries: map[*devSeries][]exemplar{}}}
 	t.spans.resetTraces()
 	t.launches = &launchTable{o: opts, counters: counters, spans: t.spans,
@@ -256,9 +261,10 @@ func New(o Options) *Translator {
 		graphs:  &graphTable{o: opts, counters: counters, chains: map[srcKey]*replayChain{}},
 		windows: &windowTable{o: opts, counters: counters, bySrc: map[uint32]*clientWindows{}, groups: groupTable{o: opts},
 			cover: coverage{start: t.start, byPID: map[uint32]*procCoverage{}}},
-		hosts: &hostTable{o: opts, counters: counters, start: t.start, spans: t.spans, series: t.series,
+		hosts: &hostTable{o: opts, counters: counters, start: t.start, spans: t.spans, series: t.series, dur: &node.hosts,
 			procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}}
-	t.shares = newGPUShares(o.Windows.GPUTime, t.start)
+	t.shares = node.shares
+	t.ownsNode = node.claim()
 	t.series.shares = t.shares
 	t.clients = &clientTable{o: opts, counters: counters, series: t.series, res: res, byID: map[uint32]*client{}}
 	return t

@@ -1,0 +1,83 @@
+package translate
+
+import (
+	"reflect"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+)
+
+// Node is the state that the Translators of one collector share when the
+// clients are split among several (NewShard): the attribution of
+// shared GPUs' time, which needs the windows of every process on a GPU,
+// the trace policy's node buckets, the host call durations, and the start of the cumulative
+// series. Each Translator keeps the rest (pairing, series, spans) for the
+// clients it is handed; a process's clients must all go to one
+// Translator (the per-process state and bounds are its). The first
+// Translator made with a Node writes the node's GPU and host call metrics.
+type Node struct {
+	start  pcommon.Timestamp
+	shares *gpuShares
+	trace  nodeTrace
+	hosts  nodeDurations // host call durations
+	mu     sync.Mutex    // guards owned
+	owned  bool          // a Translator writes the node's GPU metrics already
+}
+
+// NewNode returns the shared state for Translators made with options o
+// (o.Windows.GPUTime configures the attribution).
+func NewNode(o Options) *Node {
+	start := pcommon.NewTimestampFromTime(time.Now())
+	return &Node{start: start, shares: newGPUShares(o.Windows.GPUTime, start)}
+}
+
+// claim reports whether the caller, a Translator being made, is the
+// first: the one that writes the node's GPU and host call metrics.
+func (n *Node) claim() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	first := !n.owned
+	n.owned = true
+	return first
+}
+
+// GPUTimeCounters returns the attribution's counters so far.
+func (n *Node) GPUTimeCounters() GPUTimeCounters { return n.shares.counters() }
+
+// nodeTrace is the trace policy's node buckets and the processes tracing
+// in every Translator (tracePolicy.active of each, summed).
+type nodeTrace struct {
+	mu                sync.Mutex
+	node, nodeAnomaly tokenBucket
+	active            int
+}
+
+// setActive adds the change of one Translator's processes tracing (from
+// was, to now) to the node's count, and returns the node's count.
+func (nt *nodeTrace) setActive(was, now int) int {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	nt.active += now - was
+	return nt.active
+}
+
+// Add adds every count of o to c.
+func (c *Counters) Add(o Counters) { addUints(reflect.ValueOf(c).Elem(), reflect.ValueOf(o)) }
+
+// addUints adds the uint64 fields of src (in nested structs and arrays
+// too) to dst's.
+func addUints(dst, src reflect.Value) {
+	for i := range dst.NumField() {
+		switch f := dst.Field(i); f.Kind() {
+		case reflect.Uint64:
+			f.SetUint(f.Uint() + src.Field(i).Uint())
+		case reflect.Struct:
+			addUints(f, src.Field(i))
+		case reflect.Array:
+			for j := range f.Len() {
+				f.Index(j).SetUint(f.Index(j).Uint() + src.Field(i).Index(j).Uint())
+			}
+		}
+	}
+}
