@@ -49,6 +49,9 @@ cp jit/include/gpuprobe.h "$b/jit/include/"
 cp -r examples "$b/"
 # gpu/hostprobes.sh (run by hand, as root) builds the host probes'
 # stand-in CUDA libraries from their sources.
+# gpu/counters.sh builds the PM sampler and its ABI check from source.
+mkdir -p "$b/counters"
+cp -r counters/src "$b/counters/"
 mkdir -p "$b/gpuprobe/hostprobe/testdata"
 cp -r gpuprobe/hostprobe/testdata/standin "$b/gpuprobe/hostprobe/testdata/"
 if [[ ! -d "$b/testdata/conformance/tests" ]]; then
