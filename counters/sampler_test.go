@@ -130,6 +130,27 @@ func TestSamplesInOrder(t *testing.T) {
 	}
 }
 
+// TestDecodeFailures: a decode that fails now and then costs no sample
+// (the next one decodes what it left); one that keeps failing ends the run
+// with the call named.
+func TestDecodeFailures(t *testing.T) {
+	b := build(t)
+	out, errOut, code := b.run(t, []string{"MOCK_CUPTI_DECODE_FAILS=3"}, "-t", "0.2", "-i", "1000000", "--decode-ms", "5")
+	ls := parse(t, out)
+	if code != 0 || len(ls) < 3 || ls[len(ls)-1].Samples != uint64(len(ls)-2) || !strings.Contains(errOut, "cuptiPmSamplingDecodeData") {
+		t.Errorf("three failed decodes: exit %d, %d lines: want exit 0, every sample, the error reported\n%s", code, len(ls), errOut)
+	}
+	for i, s := range ls[1 : len(ls)-1] {
+		if s.Start != 1e12+uint64(i)*1000 {
+			t.Fatalf("sample %d starts at %d: a sample lost or repeated", i, s.Start)
+		}
+	}
+	_, errOut, code = b.run(t, []string{"MOCK_CUPTI_DECODE_FAILS=100000"}, "-t", "5", "--decode-ms", "1")
+	if code != 4 || !strings.Contains(errOut, "cuptiPmSamplingDecodeData (persisting)") {
+		t.Errorf("decodes always failing: exit %d, stderr %q: want exit 4 naming the call", code, errOut)
+	}
+}
+
 // TestUserMetrics: a user's list replaces the default set; a name the
 // chip does not know is left out, the rest are sampled.
 func TestUserMetrics(t *testing.T) {

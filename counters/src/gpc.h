@@ -29,7 +29,6 @@ struct gpc_api {
 	gpc_curesult (*cuDeviceGet)(gpc_cudevice *, int);
 	gpc_curesult (*cuDeviceGetName)(char *, int, gpc_cudevice);
 	gpc_curesult (*cuDevicePrimaryCtxRetain)(gpc_cucontext *, gpc_cudevice);
-	gpc_curesult (*cuDevicePrimaryCtxRelease)(gpc_cudevice);
 	gpc_curesult (*cuCtxSetCurrent)(gpc_cucontext);
 	gpc_curesult (*cuGetErrorName)(gpc_curesult, const char **);
 

@@ -31,8 +31,7 @@ static const struct sym cuda_syms[] = {
 	S(cuInit),
 	S(cuDeviceGet),
 	S(cuDeviceGetName),
-	{"cuDevicePrimaryCtxRetain", (void **)&gpc.cuDevicePrimaryCtxRetain, 0},
-	{"cuDevicePrimaryCtxRelease_v2", (void **)&gpc.cuDevicePrimaryCtxRelease, 0},
+	S(cuDevicePrimaryCtxRetain),
 	S(cuCtxSetCurrent),
 	S(cuGetErrorName),
 };

@@ -29,6 +29,8 @@
 
 volatile sig_atomic_t gpc_stop;
 
+#define GPC_MAX_DECODE_FAILURES 50
+
 struct run {
 	struct gpc_host *h;
 	const struct gpc_metrics *m;
@@ -38,7 +40,8 @@ struct run {
 	size_t image_size;
 	size_t written; /* samples of the current image already written */
 	double *values;
-	uint64_t samples, decodes, overflows, reinits, eval_errors;
+	uint64_t samples, decodes, overflows, reinits, eval_errors, decode_errors;
+	unsigned failing; /* consecutive failed decodes */
 	uint64_t decode_ns;
 };
 
@@ -97,9 +100,10 @@ static void footer(const struct run *r, uint64_t wall_ns)
 	FILE *f = r->o->out;
 	fprintf(f,
 		"{\"type\":\"end\",\"samples\":%llu,\"decodes\":%llu,\"overflows\":%llu,\"image_reinits\":%llu,"
-		"\"eval_errors\":%llu,\"decode_ns_total\":%llu,\"wall_s\":%.3f,\"cpu_s\":%.3f,\"max_rss_kib\":%ld,",
+		"\"eval_errors\":%llu,\"decode_errors\":%llu,\"decode_ns_total\":%llu,\"wall_s\":%.3f,\"cpu_s\":%.3f,\"max_rss_kib\":%ld,",
 		(unsigned long long)r->samples, (unsigned long long)r->decodes, (unsigned long long)r->overflows,
-		(unsigned long long)r->reinits, (unsigned long long)r->eval_errors, (unsigned long long)r->decode_ns,
+		(unsigned long long)r->reinits, (unsigned long long)r->eval_errors, (unsigned long long)r->decode_errors,
+		(unsigned long long)r->decode_ns,
 		wall_ns / 1e9, cpu, ru.ru_maxrss);
 	clock_json(f);
 	fprintf(f, "}\n");
@@ -174,8 +178,15 @@ static int drain(struct run *r)
 				fprintf(stderr, "gpuprobe-counters: the hardware buffer overflowed: samples lost "
 						"(raise --hw-buffer-mb or --interval-ns, or lower --decode-ms)\n");
 		} else if (e != GPC_SUCCESS) {
-			return gpc_err("cuptiPmSamplingDecodeData", e);
+			/* Reported once; fatal only when it persists (a second of
+			 * decode periods at the default). */
+			if (r->decode_errors++ == 0)
+				gpc_err("cuptiPmSamplingDecodeData", e);
+			if (++r->failing >= GPC_MAX_DECODE_FAILURES)
+				return gpc_err("cuptiPmSamplingDecodeData (persisting)", e);
+			return 0;
 		}
+		r->failing = 0;
 		gpc_pm_get_counter_data_info_params ci = {
 			.structSize = GPC_SIZE(gpc_pm_get_counter_data_info_params, numCompletedSamples),
 			.pCounterDataImage = r->image,

@@ -9,7 +9,8 @@
  *
  * Environment: MOCK_CUPTI_BUSY=1 makes cuptiPmSamplingEnable fail as when
  * another profiler holds the device. Built with -DMOCK_OLD it lacks the PM
- * sampling entry points (a CUPTI older than 12.6).
+ * sampling entry points (a CUPTI older than 12.6). MOCK_CUPTI_DECODE_FAILS=N
+ * makes the first N decodes fail.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,7 +24,6 @@ int cuInit(unsigned f) { (void)f; return 0; }
 int cuDeviceGet(int *d, int i) { *d = i; return i == 0 ? 0 : 101; }
 int cuDeviceGetName(char *n, int len, int d) { (void)d; strncpy(n, "Mock GPU", (size_t)len); return 0; }
 int cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = (void *)1; return 0; }
-int cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
 int cuCtxSetCurrent(void *c) { (void)c; return 0; }
 int cuGetErrorName(int e, const char **s) { (void)e; *s = "CUDA_ERROR_MOCK"; return 0; }
 #else
@@ -187,6 +187,15 @@ int cuptiPmSamplingCounterDataImageInitialize(gpc_pm_counter_data_init_params *p
 }
 int cuptiPmSamplingDecodeData(gpc_pm_decode_params *p)
 {
+	static long fails = -1;
+	if (fails < 0) {
+		const char *f = getenv("MOCK_CUPTI_DECODE_FAILS");
+		fails = f ? atol(f) : 0;
+	}
+	if (fails > 0) {
+		fails--;
+		return 999; /* CUPTI_ERROR_UNKNOWN */
+	}
 	struct image *im = (void *)p->pCounterDataImage;
 	uint64_t avail = produced() - pm.decoded, room = im->cap - im->count;
 	uint64_t n = avail < room ? avail : room;
