@@ -17,7 +17,11 @@
  * reader can map sample times onto host time.
  *
  * The image holds max_samples samples; when a decode fills it, the
- * completed samples are written and the image is initialised again.
+ * completed samples are written and the image is initialised again. A
+ * decode is taken to append to the image; should one start the image
+ * over instead, the sample last written is no longer where it was, and
+ * writing resumes at the first sample after it (resync), so no sample is
+ * lost or written twice either way.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -38,9 +42,10 @@ struct run {
 	gpc_pm_object *pm;
 	uint8_t *image;
 	size_t image_size;
-	size_t written; /* samples of the current image already written */
+	size_t written;      /* samples of the current image already written */
+	uint64_t last_start; /* start of the sample last written; 0: none */
 	double *values;
-	uint64_t samples, decodes, overflows, reinits, eval_errors, decode_errors;
+	uint64_t samples, decodes, overflows, reinits, eval_errors, decode_errors, resyncs;
 	unsigned failing; /* consecutive failed decodes */
 	uint64_t decode_ns;
 };
@@ -100,10 +105,10 @@ static void footer(const struct run *r, uint64_t wall_ns)
 	FILE *f = r->o->out;
 	fprintf(f,
 		"{\"type\":\"end\",\"samples\":%llu,\"decodes\":%llu,\"overflows\":%llu,\"image_reinits\":%llu,"
-		"\"eval_errors\":%llu,\"decode_errors\":%llu,\"decode_ns_total\":%llu,\"wall_s\":%.3f,\"cpu_s\":%.3f,\"max_rss_kib\":%ld,",
+		"\"eval_errors\":%llu,\"decode_errors\":%llu,\"resyncs\":%llu,\"decode_ns_total\":%llu,\"wall_s\":%.3f,\"cpu_s\":%.3f,\"max_rss_kib\":%ld,",
 		(unsigned long long)r->samples, (unsigned long long)r->decodes, (unsigned long long)r->overflows,
 		(unsigned long long)r->reinits, (unsigned long long)r->eval_errors, (unsigned long long)r->decode_errors,
-		(unsigned long long)r->decode_ns,
+		(unsigned long long)r->resyncs, (unsigned long long)r->decode_ns,
 		wall_ns / 1e9, cpu, ru.ru_maxrss);
 	clock_json(f);
 	fprintf(f, "}\n");
@@ -158,6 +163,34 @@ static void write_sample(struct run *r, size_t i)
 		fprintf(f, k ? ",%.6g" : "%.6g", r->values[k]);
 	fprintf(f, "]}\n");
 	r->samples++;
+	r->last_start = si.startTimestamp;
+}
+
+/* sample_start is sample i's start timestamp, 0 when CUPTI has none. */
+static uint64_t sample_start(const struct run *r, size_t i)
+{
+	gpc_pm_get_sample_info_params si = {.structSize = GPC_SIZE(gpc_pm_get_sample_info_params, endTimestamp),
+					    .pPmSamplingObject = r->pm,
+					    .pCounterDataImage = r->image,
+					    .counterDataImageSize = r->image_size,
+					    .sampleIndex = i};
+	return gpc.cuptiPmSamplingCounterDataGetSampleInfo(&si) == GPC_SUCCESS ? si.startTimestamp : 0;
+}
+
+/* resync finds where writing resumes in an image of n completed samples:
+ * after the sample last written, wherever the decode left it. */
+static void resync(struct run *r, size_t n)
+{
+	if (!r->written || !r->last_start)
+		return;
+	if (r->written <= n && sample_start(r, r->written - 1) == r->last_start)
+		return; /* appended, as expected */
+	size_t i = 0;
+	while (i < n && sample_start(r, i) <= r->last_start)
+		i++;
+	if (r->resyncs++ == 0)
+		fprintf(stderr, "gpuprobe-counters: a decode started the counter data image over; resuming at sample %zu\n", i);
+	r->written = i;
 }
 
 /* drain decodes the hardware buffer until it is empty, writing every
@@ -193,6 +226,7 @@ static int drain(struct run *r)
 			.counterDataImageSize = r->image_size};
 		if ((e = gpc.cuptiPmSamplingGetCounterDataInfo(&ci)) != GPC_SUCCESS)
 			return gpc_err("cuptiPmSamplingGetCounterDataInfo", e);
+		resync(r, ci.numCompletedSamples);
 		for (size_t i = r->written; i < ci.numCompletedSamples; i++)
 			write_sample(r, i);
 		if (ci.numCompletedSamples > r->written)

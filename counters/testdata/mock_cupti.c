@@ -10,7 +10,8 @@
  * Environment: MOCK_CUPTI_BUSY=1 makes cuptiPmSamplingEnable fail as when
  * another profiler holds the device. Built with -DMOCK_OLD it lacks the PM
  * sampling entry points (a CUPTI older than 12.6). MOCK_CUPTI_DECODE_FAILS=N
- * makes the first N decodes fail.
+ * makes the first N decodes fail; MOCK_CUPTI_DECODE_RESTARTS=1 makes every
+ * decode start the image over (only the new samples in it).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -197,6 +198,11 @@ int cuptiPmSamplingDecodeData(gpc_pm_decode_params *p)
 		return 999; /* CUPTI_ERROR_UNKNOWN */
 	}
 	struct image *im = (void *)p->pCounterDataImage;
+	const char *restart = getenv("MOCK_CUPTI_DECODE_RESTARTS");
+	if (restart && *restart == '1') {
+		im->count = 0;
+		im->first = pm.decoded;
+	}
 	uint64_t avail = produced() - pm.decoded, room = im->cap - im->count;
 	uint64_t n = avail < room ? avail : room;
 	im->count += n;
