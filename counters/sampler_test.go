@@ -131,8 +131,8 @@ func samplesInOrder(t *testing.T, env []string) {
 	}
 	for i, s := range samples {
 		g := float64(i)
-		if s.Type != "sample" || s.Start != 1e12+uint64(i)*1000 || s.End != s.Start+1000 || len(s.V) != len(meta.Metrics) {
-			t.Fatalf("sample %d: %+v, want start %d", i, s, 1e12+uint64(i)*1000)
+		if s.Type != "sample" || s.Start != 1e12+uint64(i)*1e6 || s.End != s.Start+1e6 || len(s.V) != len(meta.Metrics) {
+			t.Fatalf("sample %d: %+v, want start %d", i, s, 1e12+uint64(i)*1e6)
 		}
 		for k, v := range s.V {
 			if want := g + float64(k)/10; v < want-1e-6 || v > want+1e-6 {
@@ -153,7 +153,7 @@ func TestDecodeFailures(t *testing.T) {
 		t.Errorf("three failed decodes: exit %d, %d lines: want exit 0, every sample, the error reported\n%s", code, len(ls), errOut)
 	}
 	for i, s := range ls[1 : len(ls)-1] {
-		if s.Start != 1e12+uint64(i)*1000 {
+		if s.Start != 1e12+uint64(i)*1e6 {
 			t.Fatalf("sample %d starts at %d: a sample lost or repeated", i, s.Start)
 		}
 	}

@@ -3,8 +3,9 @@
  * gpuprobe-counters resolves, with a fake chip whose PM sampler produces
  * one sample per interval of real time.
  *
- * Sample g (counted from Start) spans [1e12 + g*1000, 1e12 + g*1000 + 1000)
- * and metric k of it evaluates to g + k/10, so a test can tell a lost,
+ * Sample g (counted from Start) spans one interval from 1e12 + g*interval
+ * (cuptiGetTimestamp reads 1e12 at Start and runs with real time), and
+ * metric k of it evaluates to g + k/10, so a test can tell a lost,
  * repeated or misattributed sample from the output alone.
  *
  * Environment: MOCK_CUPTI_BUSY=1 makes cuptiPmSamplingEnable fail as when
@@ -36,7 +37,7 @@ int cuptiGetResultString(int r, const char **s)
 						  : "CUPTI_ERROR_MOCK";
 	return 0;
 }
-int cuptiGetTimestamp(uint64_t *t) { *t = 1000000000000ull; return 0; }
+int cuptiGetTimestamp(uint64_t *t);
 int cuptiProfilerInitialize(gpc_profiler_initialize_params *p) { (void)p; return 0; }
 int cuptiDeviceGetChipName(gpc_device_get_chip_name_params *p) { p->pChipName = "MOCK100"; return 0; }
 
@@ -143,6 +144,12 @@ static uint64_t produced(void)
 	return pm.running ? (now() - pm.t0) / pm.interval : pm.produced_at_stop;
 }
 
+int cuptiGetTimestamp(uint64_t *t)
+{
+	*t = 1000000000000ull + (pm.running ? now() - pm.t0 : 0);
+	return 0;
+}
+
 int cuptiPmSamplingGetCounterAvailability(gpc_pm_get_counter_availability_params *p)
 {
 	p->counterAvailabilityImageSize = 8;
@@ -223,8 +230,8 @@ int cuptiPmSamplingCounterDataGetSampleInfo(gpc_pm_get_sample_info_params *p)
 	const struct image *im = (const void *)p->pCounterDataImage;
 	if (p->sampleIndex >= im->count)
 		return GPC_ERROR_INVALID_PARAMETER;
-	p->startTimestamp = 1000000000000ull + (im->first + p->sampleIndex) * 1000;
-	p->endTimestamp = p->startTimestamp + 1000;
+	p->startTimestamp = 1000000000000ull + (im->first + p->sampleIndex) * pm.interval;
+	p->endTimestamp = p->startTimestamp + pm.interval;
 	return 0;
 }
 #endif

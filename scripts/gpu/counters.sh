@@ -13,6 +13,8 @@
 #            plain and once while the sampler runs in its own process at
 #            INTERVAL_NS; meanwhile a second sampler on the same device
 #            must step aside (exit 5, naming the PM sampling call refused)
+#   cost     the sampled phases again at each of COST_INTERVALS: the
+#            sampler's CPU and the workload's launch rate against plain
 #   ncu      the same kernels under ncu with the sampler's metrics
 #            (--cache-control none --clock-control none: warm caches and
 #            free clocks, as in the sampled run)
@@ -21,7 +23,7 @@
 #            per kernel and metric: sampler vs ncu, ratio
 # Environment: COUNTERS_OUT (default build/gpu-counters; copied to $OUT when
 # set), CUDA (/usr/local/cuda), GPU_ARCH (sm_90), PHASE_MS (2500),
-# INTERVAL_NS (100000). Logs: $out/*.log, the table in $out/check.txt,
+# INTERVAL_NS (100000), COST_INTERVALS ("20000 1000000"). Logs: $out/*.log, the table in $out/check.txt,
 # samples in $out/samples.json.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -83,7 +85,7 @@ row build PASS "sampler (gcc) and phases.cu (nvcc -arch=$arch)"
 
 # ---- list -------------------------------------------------------------------
 if timeout 60 "$sampler" --list >"$out/list.txt" 2>"$out/list.log"; then
-	row list PASS "$(grep -c '^[a-z]* ' "$out/list.txt") base metrics; chosen: $(grep -c '^chosen' "$out/list.txt")"
+	row list PASS "$(grep -cE '^(counter|ratio|throughput) ' "$out/list.txt") base metrics; chosen: $(grep -c '^chosen' "$out/list.txt")"
 	grep -E '^(chip|chosen|left-out)' "$out/list.txt" | sed 's/^/    /'
 else
 	row list FAIL "exit $?: $(tail -2 "$out/list.log")"
@@ -115,8 +117,17 @@ else
 fi
 timeout 120 "$out/phases" phases "$phase_ms" >"$out/phases.json" 2>"$out/phases.log" ||
 	row "phases sampled" FAIL "$(tail -2 "$out/phases.log")"
-kill -INT $spid
-wait $spid
+# stop_sampler PID: SIGINT, then at most 60 s for its last decode.
+stop_sampler() {
+	kill -INT "$1"
+	(sleep 60 && kill -KILL "$1" 2>/dev/null) &
+	local dog=$!
+	wait "$1"
+	local rc=$?
+	kill $dog 2>/dev/null
+	return $rc
+}
+stop_sampler $spid
 code=$?
 tail -1 "$out/sampler.log" | sed 's/^/    /'
 if ((code == 0)); then
@@ -125,8 +136,31 @@ else
 	row sample FAIL "sampler exit $code: $(tail -2 "$out/sampler.log")"
 fi
 
+# ---- cost ------------------------------------------------------------------
+for iv in ${COST_INTERVALS-20000 1000000}; do
+	"$sampler" -i "$iv" -o "$out/cost-$iv.json" 2>"$out/cost-$iv.log" &
+	cpid=$!
+	for _ in $(seq 300); do
+		grep -q '"type":"meta"' "$out/cost-$iv.json" 2>/dev/null && break
+		kill -0 $cpid 2>/dev/null || break
+		sleep 0.1
+	done
+	timeout 120 "$out/phases" phases "$phase_ms" >"$out/cost-$iv-phases.json" 2>>"$out/cost-$iv.log"
+	if stop_sampler $cpid && python3 scripts/gpu/counters_check.py cost "$out/cost-$iv.json" "$out/cost-$iv-phases.json" \
+		"$out/baseline.json" >"$out/cost-$iv.txt" 2>&1; then
+		row "cost at $iv ns" PASS "$(head -1 "$out/cost-$iv.txt" | cut -d: -f2- | cut -c1-150)"
+		sed 's/^/    /' "$out/cost-$iv.txt"
+	else
+		row "cost at $iv ns" FAIL "$(tail -2 "$out/cost-$iv.log" | tr '\n' ' ' | cut -c1-160)"
+	fi
+	# Only the header and the end line are kept: the samples of a cost run
+	# are not read.
+	grep -v '"type":"sample"' "$out/cost-$iv.json" >"$out/cost-$iv.meta.json" && rm -f "$out/cost-$iv.json"
+done
+
 # ---- ncu --------------------------------------------------------------------
-metrics=$(python3 -c 'import json,sys; print(",".join(json.loads(open(sys.argv[1]).readline())["metrics"]))' "$out/samples.json")
+# ncu knows a "pmsampling:x" metric as x.
+metrics=$(python3 -c 'import json,sys; print(",".join(m.split(":", 1)[-1] for m in json.loads(open(sys.argv[1]).readline())["metrics"]))' "$out/samples.json")
 ncu_flags=(--csv --print-units base --cache-control none --clock-control none -k 'regex:^(sgemm|hgemm|copy|fmaloop)$')
 if ! command -v ncu >/dev/null; then
 	row ncu FAIL "ncu not on PATH ($CUDA/bin)"
@@ -137,7 +171,7 @@ else
 	echo "counters ncu: failed with all metrics ($(tail -1 "$out/ncu.log")); one at a time"
 	: >"$out/ncu.csv"
 	for m in ${metrics//,/ }; do
-		timeout 60 ncu --metrics "$m" "${ncu_flags[@]}" "$out/phases" each 2 >"$out/ncu-one.csv" 2>>"$out/ncu.log" &&
+		timeout 60 ncu --metrics "$m" "${ncu_flags[@]}" "$out/phases" each 1 >"$out/ncu-one.csv" 2>>"$out/ncu.log" &&
 			cat "$out/ncu-one.csv" >>"$out/ncu.csv" || echo "counters ncu: $m failed"
 	done
 	row ncu PASS "per metric: $(grep -c '^"[0-9]' "$out/ncu.csv") rows"

@@ -1,6 +1,7 @@
 """counters_check.py: gpuprobe-counters' samples against Nsight Compute.
 
   counters_check.py SAMPLES.json PHASES.json BASELINE.json NCU.csv
+  counters_check.py cost SAMPLES.json PHASES.json BASELINE.json
 
 SAMPLES.json is the sampler's output (header, samples, end line), taken
 while testdata/cuda/counters/phases.cu ran its phases (PHASES.json: one
@@ -16,7 +17,9 @@ one row per kernel and metric: the sampler's time-weighted mean over the
 middle 80% of the kernel's phase, ncu's mean over its launches, their
 ratio. Exit status 1 when the sampler saw nothing, or when a compared value
 (one ncu measures at >= 5% of the metric's largest value over the kernels)
-is off by more than 10%.
+is off by more than 10%. `cost` prints only the cost lines (a run at
+another interval). Metric names are compared without a "name:" prefix
+(ncu knows "pmsampling:x" as "x").
 """
 import csv
 import json
@@ -60,6 +63,11 @@ def weighted(samples, a, b, k):
     return (tot / cov if cov else None), cov
 
 
+def bare(metric):
+    """metric without a "name:" prefix."""
+    return metric.split(":", 1)[-1]
+
+
 def ncu_values(path):
     """{(kernel, metric): [values]} from ncu's CSV (rows after '"ID"')."""
     vals = {}
@@ -75,11 +83,34 @@ def ncu_values(path):
             v = float(row["Metric Value"].replace(",", ""))
         except (KeyError, ValueError):
             continue
-        vals.setdefault((name, row["Metric Name"]), []).append(v)
+        vals.setdefault((name, bare(row["Metric Name"])), []).append(v)
     return vals
 
 
+def cost(meta, end, phases, base):
+    """The sampler's CPU and the workload's launch rate against plain."""
+    iv = meta["interval_ns"]
+    if end:
+        print("counters cost @%dns: %d samples in %.1f s, %d decodes, %d overflows, sampler cpu %.3f s "
+              "(%.2f%% of a core), max rss %d KiB" % (iv, end["samples"], end["wall_s"], end["decodes"],
+                                                     end["overflows"], end["cpu_s"],
+                                                     100 * end["cpu_s"] / max(end["wall_s"], 1e-9), end["max_rss_kib"]))
+    for p in phases:
+        b = base.get(p["kernel"])
+        if b:
+            r = (p["launches"] / (p["end_realtime_ns"] - p["start_realtime_ns"])) / (
+                b["launches"] / (b["end_realtime_ns"] - b["start_realtime_ns"]))
+            print("counters cost @%dns: %-8s %6d launches sampled, %6d plain: launch rate %.4fx plain"
+                  % (iv, p["kernel"], p["launches"], b["launches"], r))
+
+
 def main():
+    if sys.argv[1] == "cost":
+        lines = load_lines(sys.argv[2])
+        meta = next(l for l in lines if l.get("type") == "meta")
+        end = next((l for l in lines if l.get("type") == "end"), {})
+        cost(meta, end, load_lines(sys.argv[3]), {p["kernel"]: p for p in load_lines(sys.argv[4])})
+        return 0
     lines = load_lines(sys.argv[1])
     phases = load_lines(sys.argv[2])
     base = {p["kernel"]: p for p in load_lines(sys.argv[3])}
@@ -100,17 +131,7 @@ def main():
     print("counters clock: sample timestamps in the %s domain (offset to realtime %d ns); first sample %.1f ms "
           "after the header; sample length median %.1f us (interval %d ns)"
           % (dom, off, lag, durs[len(durs) // 2] / 1e3, meta["interval_ns"]))
-    if end:
-        print("counters cost: %d samples in %.1f s, %d decodes, %d overflows, sampler cpu %.3f s (%.2f%% of a core), "
-              "max rss %d KiB" % (end["samples"], end["wall_s"], end["decodes"], end["overflows"], end["cpu_s"],
-                                  100 * end["cpu_s"] / max(end["wall_s"], 1e-9), end["max_rss_kib"]))
-    for p in phases:
-        b = base.get(p["kernel"])
-        if b:
-            r = (p["launches"] / (p["end_realtime_ns"] - p["start_realtime_ns"])) / (
-                b["launches"] / (b["end_realtime_ns"] - b["start_realtime_ns"]))
-            print("counters cost: %-8s %6d launches sampled, %6d plain: launch rate %.4fx plain"
-                  % (p["kernel"], p["launches"], b["launches"], r))
+    cost(meta, end, phases, base)
 
     names, keys = meta["metrics"], meta["keys"]
     # Visibility: the kernels run in another process; the first metric (SM
@@ -129,7 +150,7 @@ def main():
         a, b = a + TRIM * (b - a), b - TRIM * (b - a)
         for k, m in enumerate(names):
             v, cov = weighted(samples, a, b, k)
-            nv = ncu.get((p["kernel"], m))
+            nv = ncu.get((p["kernel"], bare(m)))
             rows.append([p["kernel"], keys[k] or m, m, v, sum(nv) / len(nv) if nv else None, cov])
             if k == 0 and v is not None:
                 busy.append(v)
