@@ -381,7 +381,7 @@ want kinds && tailstep "launch kinds: window or reason" kinds.log '^kinds (' \
 want nodescale && tailstep "a node's load, one collector" nodescale.log '^node-scale' \
 	env NS_OUT="$out/gpu-node-scale" bash scripts/gpu/node-scale.sh
 
-want counters && tailstep "PM sampler vs ncu (counters)" counters.log '^---- gpu-counters' \
+want counters && tailstep "PM sampler vs ncu (counters)" counters.log '^counters abi' \
 	env COUNTERS_OUT="$out/gpu-counters" GPU_ARCH="$arch" bash scripts/gpu/counters.sh
 
 want startup && tailstep "start-up with patching" startup.log '^startup|run' \
