@@ -88,6 +88,8 @@ bin/gpuprobe-harness: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum
 
 # The in-application shim (bin/libgpuprobe.so) and its test binary.
 -include shim/shim.mk
+# The per-node hardware-counter sampler (bin/gpuprobe-counters).
+-include counters/counters.mk
 
 # The cgo GPU check binary (run on the GPU machine by the gpu-* scripts).
 bin/gpuprobe-gpucheck: $(GO_BUILD_SRCS) $(GO_EMBEDS) go.mod go.sum

@@ -27,22 +27,23 @@ type Type uint16
 
 // Record types.
 const (
-	TypeLaunch      Type = 1  // Launch: a kernel launch seen by the shim
-	TypeKernelName  Type = 2  // KernelName: function handle → name, once per handle
-	TypeWarp        Type = 3  // Warp: one warp's execution, written by the GPU
-	TypeCompletion  Type = 4  // Completion: the host saw the launch complete
-	TypeMemcpy      Type = 5  // Memcpy: one memory copy
-	TypeSync        Type = 6  // Sync: one synchronisation call
-	TypeCalibration Type = 7  // Calibration: host and GPU clocks read together
-	TypeThreadCount Type = 8  // ThreadCount: per-thread execution counts (threadhist)
-	TypeDevice      Type = 9  // Device: index → UUID, name and SM count
-	TypeHostCall    Type = 10 // HostCall: a CUDA API call seen by a host uprobe
-	TypeExec        Type = 11 // Exec: one launch's device window, aggregated on the GPU
-	TypeWindow      Type = 12 // Window: one kernel's device window, timed by the driver (CUPTI)
-	TypeWindowState Type = 13 // WindowState: device windows turned on or off
-	TypeSpanContext Type = 14 // SpanContext: the application span a thread's launches run under
-	TypeStack       Type = 15 // Stack: the launching thread's stack of a sampled launch
-	TypePatch       Type = 16 // Patch: one module patched off the application's threads
+	TypeLaunch        Type = 1  // Launch: a kernel launch seen by the shim
+	TypeKernelName    Type = 2  // KernelName: function handle → name, once per handle
+	TypeWarp          Type = 3  // Warp: one warp's execution, written by the GPU
+	TypeCompletion    Type = 4  // Completion: the host saw the launch complete
+	TypeMemcpy        Type = 5  // Memcpy: one memory copy
+	TypeSync          Type = 6  // Sync: one synchronisation call
+	TypeCalibration   Type = 7  // Calibration: host and GPU clocks read together
+	TypeThreadCount   Type = 8  // ThreadCount: per-thread execution counts (threadhist)
+	TypeDevice        Type = 9  // Device: index → UUID, name and SM count
+	TypeHostCall      Type = 10 // HostCall: a CUDA API call seen by a host uprobe
+	TypeExec          Type = 11 // Exec: one launch's device window, aggregated on the GPU
+	TypeWindow        Type = 12 // Window: one kernel's device window, timed by the driver (CUPTI)
+	TypeWindowState   Type = 13 // WindowState: device windows turned on or off
+	TypeSpanContext   Type = 14 // SpanContext: the application span a thread's launches run under
+	TypeStack         Type = 15 // Stack: the launching thread's stack of a sampled launch
+	TypePatch         Type = 16 // Patch: one module patched off the application's threads
+	TypeCounterSample Type = 17 // CounterSample: one sample of a GPU's performance monitors
 )
 
 // Version is the layout version of every type defined here.
@@ -64,22 +65,23 @@ func (t Type) String() string {
 }
 
 var typeNames = [...]string{
-	TypeLaunch:      "launch",
-	TypeKernelName:  "kernel_name",
-	TypeWarp:        "warp",
-	TypeCompletion:  "completion",
-	TypeMemcpy:      "memcpy",
-	TypeSync:        "sync",
-	TypeCalibration: "calibration",
-	TypeThreadCount: "thread_count",
-	TypeDevice:      "device",
-	TypeHostCall:    "host_call",
-	TypeExec:        "exec",
-	TypeWindow:      "window",
-	TypeWindowState: "window_state",
-	TypeSpanContext: "span_context",
-	TypeStack:       "stack",
-	TypePatch:       "patch",
+	TypeLaunch:        "launch",
+	TypeKernelName:    "kernel_name",
+	TypeWarp:          "warp",
+	TypeCompletion:    "completion",
+	TypeMemcpy:        "memcpy",
+	TypeSync:          "sync",
+	TypeCalibration:   "calibration",
+	TypeThreadCount:   "thread_count",
+	TypeDevice:        "device",
+	TypeHostCall:      "host_call",
+	TypeExec:          "exec",
+	TypeWindow:        "window",
+	TypeWindowState:   "window_state",
+	TypeSpanContext:   "span_context",
+	TypeStack:         "stack",
+	TypePatch:         "patch",
+	TypeCounterSample: "counter_sample",
 }
 
 // Prefix is the common 8-byte prefix of every record.

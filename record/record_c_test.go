@@ -92,6 +92,15 @@ int main(void) {
 	struct gp_rec_patch pa; memset(&pa, 0, sizeof pa); PREFIX(pa, GP_REC_PATCH, sizeof pa);
 	pa.module = 0xdead; pa.request_ns = 2500000; pa.compile_ns = 41000000; pa.pid = 100; pa.kernels = 160;
 	pa.outcome = GP_PATCH_FAILED; pa.cache = GP_PATCH_CACHE_CORRUPT; out(&pa, sizeof pa);
+
+	const char *set = "sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum.per_second";
+	uint32_t sh = 2166136261u;
+	for (const char *p = set; *p; p++) { sh ^= (unsigned char)*p; sh *= 16777619u; }
+	size_t csz = sizeof(struct gp_rec_counter_sample) + 3 * 8;
+	struct gp_rec_counter_sample *cs = calloc(1, csz); PREFIX(*cs, GP_REC_COUNTER_SAMPLE, csz);
+	cs->start_ns = 5000; cs->end_ns = 105000; cs->device = 1; cs->set_hash = sh; cs->values = 3;
+	cs->flags = GP_COUNTER_F_OVERFLOW_BEFORE; cs->value[0] = 87.5; cs->value[1] = 3.2e12; cs->value[2] = -0.0;
+	out(cs, csz);
 	return 0;
 }
 `
@@ -130,6 +139,8 @@ func cConstants() string {
 		{"GP_PATCH_FAILED", uint32(PatchFailed)}, {"GP_PATCH_DROPPED", uint32(PatchDropped)},
 		{"GP_PATCH_CACHE_OFF", uint32(PatchCacheOff)}, {"GP_PATCH_CACHE_HIT", uint32(PatchCacheHit)},
 		{"GP_PATCH_CACHE_MISS", uint32(PatchCacheMiss)}, {"GP_PATCH_CACHE_CORRUPT", uint32(PatchCacheCorrupt)},
+		{"GP_REC_COUNTER_SAMPLE", uint32(TypeCounterSample)}, {"sizeof(struct gp_rec_counter_sample)", CounterHeaderSize},
+		{"GP_COUNTER_F_OVERFLOW_BEFORE", uint32(CounterOverflowBefore)}, {"GP_COUNTER_MAX_VALUES", MaxCounterValues},
 	} {
 		fmt.Fprintf(&b, "_Static_assert(%s == %d, %q);\n", c.c, c.v, c.c)
 	}

@@ -3,6 +3,7 @@ package record
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -35,6 +36,8 @@ func sampleRecords() []decoder {
 		&Stack{LaunchID: 7, PID: 100, TID: 101, Part: 1, Flags: StackLast | StackNativeCut, PyVersion: 0x030b,
 			Native: []uint64{0x401000, 0x7f0000001234}, Python: []PyFrame{{Code: 0x7f0000100000, Instr: 0x7f00001000a6}}},
 		&Patch{Module: 0xdead, RequestNS: 2500000, CompileNS: 41000000, PID: 100, Kernels: 160, Outcome: PatchFailed, Cache: PatchCacheCorrupt},
+		&CounterSample{StartNS: 5000, EndNS: 105000, Device: 1, Flags: CounterOverflowBefore, Values: []float64{87.5, 3.2e12, math.Copysign(0, -1)},
+			SetHash: CounterSetHash([]string{"sm__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes_read.sum.per_second"})},
 	}
 }
 
@@ -99,7 +102,7 @@ func mutate(rec decoder, fn func(b []byte)) []byte {
 func TestDecodeErrors(t *testing.T) {
 	s := sampleRecords()
 	launch, name, warp, memcpy, sync, calib, tc, exec := s[0], s[1], s[3], s[5], s[6], s[7], s[8], s[10]
-	window, state, spanCtx, stack := s[11], s[12], s[13], s[14]
+	window, state, spanCtx, stack, counter := s[11], s[12], s[13], s[14], s[16]
 	u16 := func(off int, v uint16) func([]byte) {
 		return func(b []byte) { binary.LittleEndian.PutUint16(b[off:], v) }
 	}
@@ -159,6 +162,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"stack flags", &Stack{}, mutate(stack, func(b []byte) { b[25] = 0x10 }), "flags", 25, "unknown flags 0x10"},
 		{"stack reserved", &Stack{}, mutate(stack, u16(30, 1)), "reserved", 30, "must be zero"},
 		{"stack count vs size", &Stack{}, mutate(stack, func(b []byte) { b[26] = 3 }), "size", 4, "must be 72 for 3 native and 1 Python frames, got 64"},
+		{"counter count vs size", &CounterSample{}, mutate(counter, u16(32, 4)), "size", 4, "must be 72 for 4 values (at most 64), got 64"},
+		{"counter too many values", &CounterSample{}, mutate(counter, u16(32, 65)), "size", 4, "must be 560 for 65 values (at most 64), got 64"},
+		{"counter flags", &CounterSample{}, mutate(counter, u16(34, 6)), "flags", 34, "unknown flags 0x6"},
+		{"counter reserved", &CounterSample{}, mutate(counter, u32(36, 1)), "reserved", 36, "must be zero"},
+		{"counter ends before it starts", &CounterSample{}, mutate(counter, u64(16, 4999)), "end_ns", 16, "4999 is before start_ns 5000"},
 		{"thread count zero", &ThreadCount{}, mutate(tc, u32(20, 0)), "count", 20, "must be 1..65536, got 0"},
 		{"thread count vs size", &ThreadCount{}, mutate(tc, u32(20, 2)), "size", 4, "must be 40 for count 2, got 48"},
 	}
@@ -213,7 +221,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(r.Append(nil))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}, &Window{}, &WindowState{}, &SpanContext{}, &Stack{}, &Patch{}} {
+		for _, d := range []decoder{&Launch{}, &KernelName{}, &Warp{}, &Completion{}, &Memcpy{}, &Sync{}, &Calibration{}, &ThreadCount{}, &Device{}, &Exec{}, &Window{}, &WindowState{}, &SpanContext{}, &Stack{}, &Patch{}, &CounterSample{}} {
 			if err := d.Decode(b); err != nil {
 				continue
 			}

@@ -47,6 +47,9 @@ cp -r testdata/. "$b/testdata/"
 mkdir -p "$b/jit/include"
 cp jit/include/gpuprobe.h "$b/jit/include/"
 cp -r examples "$b/"
+# gpu/counters.sh builds the PM sampler and its ABI check from source.
+mkdir -p "$b/counters"
+cp -r counters/src "$b/counters/"
 # gpu/hostprobes.sh (run by hand, as root) builds the host probes'
 # stand-in CUDA libraries from their sources.
 mkdir -p "$b/gpuprobe/hostprobe/testdata"

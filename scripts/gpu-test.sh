@@ -96,6 +96,15 @@
 #                                  the shim's cache of compiled patched
 #                                  images on the second start (needs
 #                                  bin/otelcol-gpuprobe, python3)
+#                     counters     scripts/gpu/counters.sh: the PM sampler
+#                                  (counters/src) built with gcc, its CUPTI
+#                                  ABI against the toolkit's headers, four
+#                                  kernels of testdata/cuda/counters/
+#                                  phases.cu sampled from another process
+#                                  and under ncu: sampler vs ncu per kernel
+#                                  and metric, the sampler's cost, a second
+#                                  sampler stepping aside (needs gcc, g++,
+#                                  nvcc, ncu, python3)
 #                     e.g. PARTS=samples,bench make gpu-test
 #   GPUPROBE_PATCH_WAIT_MS  exported as 600000 unless set: a load waits for
 #                     its patched image, so the parts that expect probes on
@@ -118,7 +127,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gputime,gpuhash,startup
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gputime,gpuhash,startup,counters
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -188,6 +197,8 @@ needs() {
 	startup) need=($g/startup.sh "${col[@]}" $g/lib_traces.py) ;;
 	nodescale) need=($g/node-scale.sh "${col[@]}" $g/launchbound.py $g/torchstep.py $g/lib_metrics.py) ;;
 	gputime) need=($g/gputime.sh "${col[@]}" $g/{gputime_tenant,gputime_check}.py $g/lib_collector.sh) ;;
+	counters) need=($g/counters.sh $g/counters_check.py counters/src/*.c counters/src/*.h counters/src/abi_check.cc
+		$cuda/counters/phases.cu) ;;
 	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
 	esac
 }
@@ -369,6 +380,9 @@ want kinds && tailstep "launch kinds: window or reason" kinds.log '^kinds (' \
 	env KINDS_OUT="$out/gpu-kinds" GPU_ARCH="$arch" bash scripts/gpu/kinds.sh
 want nodescale && tailstep "a node's load, one collector" nodescale.log '^node-scale' \
 	env NS_OUT="$out/gpu-node-scale" bash scripts/gpu/node-scale.sh
+
+want counters && tailstep "PM sampler vs ncu (counters)" counters.log '^counters abi' \
+	env COUNTERS_OUT="$out/gpu-counters" GPU_ARCH="$arch" bash scripts/gpu/counters.sh
 
 want startup && tailstep "start-up with patching" startup.log '^startup|run' \
 	env STARTUP_OUT="$out/gpu-startup" bash scripts/gpu/startup.sh

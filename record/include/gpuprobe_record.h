@@ -34,6 +34,7 @@ enum gp_rec_type {
 	GP_REC_SPAN_CONTEXT = 14,
 	GP_REC_STACK = 15,
 	GP_REC_PATCH = 16,
+	GP_REC_COUNTER_SAMPLE = 17, /* written by the per-node PM sampler, not the shim */
 };
 
 /* Common 8-byte prefix. */
@@ -385,6 +386,25 @@ struct gp_rec_patch {
 	uint32_t reserved;
 };
 
+#define GP_COUNTER_F_OVERFLOW_BEFORE 0x1 /* samples were lost before this one */
+#define GP_COUNTER_MAX_VALUES 64
+
+/* Type 17, 40 + 8 * values bytes: one sample of a GPU's performance
+ * monitors (CUPTI PM sampling, counters/src), the whole device over
+ * [start_ns, end_ns), one value per metric of the set named by set_hash
+ * (FNV-1a 32 of the metric names joined by ","). */
+struct gp_rec_counter_sample {
+	struct gp_rec_prefix h;
+	uint64_t start_ns; /* CLOCK_MONOTONIC */
+	uint64_t end_ns;   /* CLOCK_MONOTONIC */
+	uint32_t device;   /* CUDA device ordinal */
+	uint32_t set_hash;
+	uint16_t values; /* <= GP_COUNTER_MAX_VALUES */
+	uint16_t flags;  /* GP_COUNTER_F_* */
+	uint32_t reserved;
+	double value[];
+};
+
 #define GP_STATIC_ASSERT(c, m) _Static_assert(c, m)
 GP_STATIC_ASSERT(sizeof(struct gp_rec_prefix) == 8, "prefix");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_launch) == 96, "launch");
@@ -406,5 +426,7 @@ GP_STATIC_ASSERT(sizeof(struct gp_rec_stack) == 32, "stack");
 GP_STATIC_ASSERT(offsetof(struct gp_rec_stack, py_version) == 28, "stack.py_version");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_patch) == 48, "patch");
 GP_STATIC_ASSERT(offsetof(struct gp_rec_patch, outcome) == 40, "patch.outcome");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_counter_sample) == 40, "counter_sample");
+GP_STATIC_ASSERT(offsetof(struct gp_rec_counter_sample, value) == 40, "counter_sample.value");
 
 #endif /* GPUPROBE_RECORD_H */
