@@ -105,7 +105,7 @@ done
 	{ row setup FAIL "EXAMPLES_N=$n (a multiple of $block, ≤ 2^20), EXAMPLES_ITERS=$iters (≤ 1000), EXAMPLES_GEMM_N=$gemm_n (a multiple of 16, ≤ 1024)"; finish; }
 . scripts/gpu/lib_collector.sh
 
-declare -A app plain
+declare -A app
 if [[ $validate == 1 ]]; then
 	# No GPU: the configs only. launch_collector validates instead of starting.
 	launch_collector() { bin/gpuprobe validate --host "$1/config.yaml" >"$1/collector.log" 2>&1; }
@@ -204,13 +204,16 @@ refused() {
 		row "$name" FAIL "gpuprobe compile $obj: exit $rc, want 1 and the reason (see $dir/compile.txt)"
 		return
 	fi
-	start_collector "$dir" "$(receiver_yaml "$obj")" metrics >/dev/null 2>&1
+	# The collector must exit at start; one that is still up after 20 s
+	# (timeout's 124) accepted the object.
+	launch_collector() {
+		[[ $validate == 1 ]] && { bin/gpuprobe validate --host "$1/config.yaml" >"$1/collector.log" 2>&1; return; }
+		timeout 20 bin/otelcol-gpuprobe --config "$1/config.yaml" >"$1/collector.log" 2>&1
+	}
+	start_collector "$dir" "$(receiver_yaml "$obj")" metrics
 	rc=$?
-	if [[ $validate != 1 && $rc -eq 0 ]]; then
-		# launch_collector saw the socket: the collector accepted the object.
-		kill -TERM "$col"
-		wait "$col"
-		row "$name" FAIL "the collector started with $obj in programs[] (see $dir/collector.log)"
+	if [[ $rc -eq 0 || $rc -eq 124 ]]; then
+		row "$name" FAIL "the collector accepted $obj in programs[]: exit $rc (see $dir/collector.log)"
 		return
 	fi
 	if ! grep -q 'kernel of its own' "$dir/collector.log"; then
