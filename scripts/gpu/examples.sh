@@ -130,8 +130,8 @@ else
 	app[sgemm]="$out/sgemm $iters $gemm_n"
 	for k in progs progs_shared graph sgemm; do
 		# shellcheck disable=SC2086
-		if ! ${app[$k]} >"$out/plain.$k.txt" 2>&1; then
-			row "plain run $k" FAIL "$(tail -1 "$out/plain.$k.txt")"
+		if ! ${app[$k]} >"$out/plain.$k.txt" 2>"$out/plain.$k.err"; then
+			row "plain run $k" FAIL "$(tail -1 "$out/plain.$k.err")"
 			finish
 		fi
 	done
