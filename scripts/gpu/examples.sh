@@ -116,10 +116,13 @@ else
 	[[ $arch =~ ^[0-9]+$ ]] || { row setup FAIL "no GPU architecture: nvidia-smi gave '$arch'; set GPU_ARCH (e.g. 90)"; finish; }
 	# PTX and SASS (code=[compute_XX,sm_XX]) so the collector can patch them.
 	gen=(-O2 -gencode "arch=compute_$arch,code=[compute_$arch,sm_$arch]")
-	for b in "progs:progs.cu:" "progs_shared:progs.cu:-cudart shared" "sgemm:sgemm.cu:"; do
-		IFS=: read -r name src flags <<<"$b"
-		# shellcheck disable=SC2086 # flags: words on purpose
-		if ! "$nvcc" "${gen[@]}" $flags -o "$out/$name" "testdata/cuda/samples/$src" >"$out/nvcc.$name.txt" 2>&1; then
+	# The shared runtime is found where this nvcc's toolkit keeps it (rpath).
+	cudalib=$(cd "$(dirname "$(readlink -f "$(command -v "$nvcc")")")/../lib64" 2>/dev/null && pwd)
+	shared=(-cudart shared ${cudalib:+-Xlinker "-rpath,$cudalib"})
+	for b in progs:progs.cu progs_shared:progs.cu sgemm:sgemm.cu; do
+		name=${b%%:*} src=${b#*:} flags=()
+		[[ $name == progs_shared ]] && flags=("${shared[@]}")
+		if ! "$nvcc" "${gen[@]}" "${flags[@]}" -o "$out/$name" "testdata/cuda/samples/$src" >"$out/nvcc.$name.txt" 2>&1; then
 			row "nvcc $name" FAIL "$(tail -1 "$out/nvcc.$name.txt") (see $out/nvcc.$name.txt)"
 			finish
 		fi
