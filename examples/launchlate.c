@@ -11,15 +11,20 @@
 //
 // launch_clock is a kernel map: the collector creates it in Linux with
 // BPF_F_MMAPABLE, the application maps it and registers it with the device,
-// and the GPU half reads and writes it in place.
+// and the GPU half reads and writes it in place. LAUNCH_CLOCK_TYPE is its
+// declared type (launchlate_ks.c declares bpftime's 1504 instead).
 #include "gpuprobe.h"
+
+#ifndef LAUNCH_CLOCK_TYPE
+#define LAUNCH_CLOCK_TYPE BPF_MAP_TYPE_ARRAY
+#endif
 
 #define CLOCK_LAUNCH 0
 #define CLOCK_LAST_DELAY 1
 #define BUCKETS 64
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, LAUNCH_CLOCK_TYPE);
 	__uint(max_entries, 2);
 	__type(key, u32);
 	__type(value, u64);

@@ -26,10 +26,12 @@ for f in gpuprobe gpuprobe-harness libgpuprobe.so gpuprobe-gpucheck; do
 	[[ -e "$b/bin/$f" ]] || { echo "gpu-bundle: bin/$f missing (make bin/gpuprobe bin/gpuprobe-harness bin/libgpuprobe.so bin/gpuprobe-gpucheck)" >&2; exit 1; }
 done
 # The objects the inject and compat parts load (compat: every
-# testdata/bpf/compat/*.c, gpuprobe-gpucheck -compat).
+# testdata/bpf/compat/*.c, gpuprobe-gpucheck -compat), and those of the
+# examples part (scripts/gpu/examples.sh; bad/directrun.o its refusal).
 compat=$(ls testdata/bpf/compat/*.c | sed 's/\.c$//; s#^testdata/bpf/##')
 [[ -n "$compat" ]] || { echo "gpu-bundle: no testdata/bpf/compat/*.c" >&2; exit 1; }
-for f in kernelretsnoop threadhist sasshist launchlate memcount hostcall_rt $compat; do
+examples="cudacounter kerneltrace kernelshared launchlate_ks shardcount smhist smhash threadtime launchcount bad/directrun"
+for f in kernelretsnoop threadhist sasshist launchlate memcount hostcall_rt $compat $examples; do
 	[[ -e "testdata/bpf/$f.o" ]] || { echo "gpu-bundle: testdata/bpf/$f.o missing (make -f testdata/bpf/bpf.mk bpf-objects)" >&2; exit 1; }
 done
 cp Makefile "$b/"

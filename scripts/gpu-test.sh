@@ -41,6 +41,17 @@
 #                                  kernelretsnoop.o through the collector,
 #                                  maps checked exactly from its OTLP JSON
 #                                  (needs bin/otelcol-gpuprobe, python3)
+#                     examples     scripts/gpu/examples.sh: bpftime's 20
+#                                  GPU examples (example/gpu/*), each as
+#                                  our program of its idiom in programs[]
+#                                  with our app like the example's, plainly
+#                                  and under gpuprobe run: output identical,
+#                                  the OTLP JSON shows what the example's
+#                                  README shows (exact where the app fixes
+#                                  it), directly_run_on_gpu refused; one row
+#                                  per example (needs bin/otelcol-gpuprobe,
+#                                  nvcc, python3; root for the 3 rows with
+#                                  host programs, else they say skip)
 #                     windows      scripts/gpu/windows.sh: the CUPTI ABI,
 #                                  the launch loop's cost, and PyTorch
 #                                  steps (eager, torch.compile, cuBLAS)
@@ -127,7 +138,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gputime,gpuhash,startup,counters
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,examples,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gputime,gpuhash,startup,counters
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -189,6 +200,10 @@ needs() {
 	hostwait) need=($g/hostwait.sh "${col[@]}" $g/lib_traces.py $cuda/shim/vectoradd.cu) ;;
 	programs) need=($g/programs.sh "${col[@]}" $g/{programs_check,lib_metrics,lib_traces}.py
 		$bpf/{threadhist,kernelretsnoop}.o $cuda/samples/progs.cu) ;;
+	examples) need=($g/examples.sh "${col[@]}" $g/{examples_check,lib_metrics,lib_traces}.py
+		$bpf/{threadhist,kernelretsnoop,cudacounter,kerneltrace,memcount,launchlate,launchlate_ks,kernelshared}.o
+		$bpf/{shardcount,smhist,smhash,threadtime,launchcount}.o $bpf/compat/{gpuhash,hostmaps,seeded}.o
+		$bpf/bad/directrun.o $cuda/samples/{progs,sgemm}.cu $cuda/samples/common.h) ;;
 	windows) need=($g/windows.sh "${col[@]}" $g/torchstep.py scripts/gpu/cupti_cost.cu) ;;
 	frameworkcost) need=($g/framework-cost.sh "${col[@]}" $g/launchbound.py $g/lib_collector.sh) ;;
 	gpuhash) need=(bin/ptx-gpu.test) ;;
@@ -364,6 +379,8 @@ want sampling && step "device sampling 1 in 4" sampling.log bash scripts/gpu/sam
 want hostwait && step "stream idle and host wait" hostwait.log bash scripts/gpu/hostwait.sh
 want programs && tailstep "user programs via collector" programs.log '^---- gpu-programs' \
 	env PROGRAMS_OUT="$out/gpu-programs" bash scripts/gpu/programs.sh
+want examples && tailstep "bpftime's GPU examples" examples.log '^---- gpu-examples' \
+	env EXAMPLES_OUT="$out/gpu-examples" bash scripts/gpu/examples.sh
 want windows && tailstep "device windows (CUPTI, torch)" windows.log '^windows' \
 	env WINDOWS_OUT="$out/gpu-windows" bash scripts/gpu/windows.sh
 want sanitizer && tailstep "SASS route (Compute Sanitizer)" sanitizer.log '^sanitizer' \

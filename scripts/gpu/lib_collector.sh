@@ -17,17 +17,24 @@ notrace_bounds() {
 }
 
 # HOST_PROBES=true turns the receiver's host probes on (default off; they
-# need root). SASS=true turns on the SASS route (probes::sass).
+# need root); HOST_LIBRARY_PATHS (a comma-separated YAML flow list) sets
+# host_probes::library_paths, where host programs' libraries are looked for
+# before ldconfig's cache. SASS=true turns on the SASS route (probes::sass).
 #
-# start_collector DIR RECEIVER_YAML traces|metrics: start_traces_collector,
+# start_collector DIR RECEIVER_YAML traces|metrics|logs: start_traces_collector,
 # or with metrics also a metrics pipeline to DIR/metrics.json (file/metrics,
-# with the receiver's self-metrics: telemetry::in_pipeline) and debug logs (the receiver logs each module it patched at debug level).
+# with the receiver's self-metrics: telemetry::in_pipeline) and debug logs (the receiver logs each module it patched at debug level);
+# logs: metrics's, and a logs pipeline to DIR/logs.json (GPU programs'
+# bpf_trace_printk and puts).
 start_collector() {
-	local dir=$1 extra=${2:-} signals=$3
-	rm -f "$dir/agent.sock" "$dir/traces.json" "$dir/metrics.json"
+	local dir=$1 extra=${2:-} signals=$3 logs=false
+	rm -f "$dir/agent.sock" "$dir/traces.json" "$dir/metrics.json" "$dir/logs.json"
+	[[ $signals == logs ]] && { signals=metrics; logs=true; }
 	{
 		printf 'receivers:\n  gpuprobe:\n    agent:\n      socket: %s\n' "$dir/agent.sock"
-		printf '    probes:\n      kernel_phases: true\n      sass: %s\n    host_probes:\n      enabled: %s\n    poll_interval: 5ms\n' "${SASS:-false}" "${HOST_PROBES:-false}"
+		printf '    probes:\n      kernel_phases: true\n      sass: %s\n    host_probes:\n      enabled: %s\n' "${SASS:-false}" "${HOST_PROBES:-false}"
+		[[ -n ${HOST_LIBRARY_PATHS:-} ]] && printf '      library_paths: [%s]\n' "$HOST_LIBRARY_PATHS"
+		printf '    poll_interval: 5ms\n'
 		# Every launch probed and traced (the checks count device records
 		# and spans exactly), unless the caller's own lines set sampling
 		# (then they lift the trace bounds too: notrace_bounds).
@@ -38,10 +45,12 @@ start_collector() {
 		[[ -n $extra ]] && printf '%s\n' "$extra"
 		printf 'exporters:\n  file/traces:\n    path: %s\n' "$dir/traces.json"
 		[[ $signals == metrics ]] && printf '  file/metrics:\n    path: %s\n' "$dir/metrics.json"
+		$logs && printf '  file/logs:\n    path: %s\n' "$dir/logs.json"
 		printf 'service:\n  telemetry:\n    metrics:\n      level: none\n'
 		[[ $signals == metrics ]] && printf '    logs:\n      level: debug\n'
 		printf '  pipelines:\n    traces:\n      receivers: [gpuprobe]\n      exporters: [file/traces]\n'
 		[[ $signals == metrics ]] && printf '    metrics:\n      receivers: [gpuprobe]\n      exporters: [file/metrics]\n'
+		$logs && printf '    logs:\n      receivers: [gpuprobe]\n      exporters: [file/logs]\n'
 	} >"$dir/config.yaml"
 	launch_collector "$dir"
 }

@@ -3,7 +3,7 @@
 // testdata/bpf/threadhist.o and kernelretsnoop.o attach unmodified
 // (kretprobe/_Z9vectorAddPKfS0_Pf).
 //
-//   progs [ITERS [N]]   (defaults 10 and 1048576)
+//   progs [ITERS [N [graph]]]   (defaults 10 and 1048576)
 //
 // Launches vectorAdd ITERS times on the default stream, one thread per
 // element with 256-thread blocks over exactly N elements (N a multiple of
@@ -12,7 +12,10 @@
 // a[i]. The inputs are small integers, so every float is exact (ITERS ≤
 // 60000 keeps them below 2^24) and the result is checked against the CPU.
 // Prints the launch geometry, the launch count of the kernel and a checksum
-// of c; the output must be identical with and without gpuprobe.
+// of c; the output must be identical with and without gpuprobe. With
+// "graph" the launches are CUDA graph launches, as in bpftime's cudagraph
+// example: a graph of the first launch, then one of the others' launched
+// ITERS - 1 times, on a stream of the sample's own.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -43,6 +46,35 @@ static long arg(int argc, char **argv, int i, long def, long lo, long hi, const 
 	return v;
 }
 
+// graph_launch captures one vectorAdd(a, b, c) on stream s into a graph
+// and launches it times times.
+static void graph_launch(cudaStream_t s, unsigned grid, const float *a, const float *b, float *c, long times)
+{
+	cudaGraph_t g;
+	cudaGraphExec_t x;
+	CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+	vectorAdd<<<grid, BLOCK, 0, s>>>(a, b, c);
+	CHECK(cudaGetLastError());
+	CHECK(cudaStreamEndCapture(s, &g));
+	CHECK(cudaGraphInstantiateWithFlags(&x, g, 0));
+	for (long i = 0; i < times; i++)
+		CHECK(cudaGraphLaunch(x, s));
+	CHECK(cudaStreamSynchronize(s));
+	CHECK(cudaGraphExecDestroy(x));
+	CHECK(cudaGraphDestroy(g));
+}
+
+// graph_launches runs progs' ITERS launches as graph launches.
+static void graph_launches(unsigned grid, const float *da, const float *db, float *dc, long iters)
+{
+	cudaStream_t s;
+	CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	graph_launch(s, grid, da, db, dc, 1);
+	if (iters > 1)
+		graph_launch(s, grid, da, dc, dc, iters - 1);
+	CHECK(cudaStreamDestroy(s));
+}
+
 int main(int argc, char **argv)
 {
 	long iters = arg(argc, argv, 1, 10, 1, 60000, "ITERS");
@@ -64,7 +96,14 @@ int main(int argc, char **argv)
 	CHECK(cudaMemcpy(da, a.data(), bytes, cudaMemcpyHostToDevice));
 	CHECK(cudaMemcpy(db, b.data(), bytes, cudaMemcpyHostToDevice));
 	unsigned grid = (unsigned)(n / BLOCK);
-	for (long it = 0; it < iters; it++) {
+	bool graph = argc > 3 && strcmp(argv[3], "graph") == 0;
+	if (argc > 3 && !graph) {
+		fprintf(stderr, "%s: mode %s: want graph\n", argv[0], argv[3]);
+		return 2;
+	}
+	if (graph)
+		graph_launches(grid, da, db, dc, iters);
+	for (long it = 0; !graph && it < iters; it++) {
 		vectorAdd<<<grid, BLOCK>>>(da, it == 0 ? db : dc, dc);
 		CHECK(cudaGetLastError());
 	}
@@ -78,7 +117,7 @@ int main(int argc, char **argv)
 	std::vector<uint32_t> w(n);
 	memcpy(w.data(), c.data(), bytes);
 	h = gp_fnv(h, w.data(), n);
-	printf("geometry grid=%u block=%d n=%ld iters=%ld\n", grid, BLOCK, n, iters);
+	printf("geometry grid=%u block=%d n=%ld iters=%ld%s\n", grid, BLOCK, n, iters, graph ? " graph" : "");
 	printf("launches _Z9vectorAddPKfS0_Pf %ld\n", iters);
 	printf("checksum %016llx%s\n", (unsigned long long)h, bad ? " MISMATCH" : "");
 	CHECK(cudaFree(da));
