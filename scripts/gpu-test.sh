@@ -96,6 +96,17 @@
 #                                  the shim's cache of compiled patched
 #                                  images on the second start (needs
 #                                  bin/otelcol-gpuprobe, python3)
+#                     inference    scripts/gpu/inference.sh: an HTTP
+#                                  inference server (PyTorch MLP,
+#                                  OpenTelemetry, python/gpuprobe_otel)
+#                                  under gpuprobe run, 100 requests: each
+#                                  request's trace holds exactly its
+#                                  kernels (torch.profiler's count) as
+#                                  children of the request span, with
+#                                  device phases; outputs as plain;
+#                                  launches outside requests in traces
+#                                  of their own (needs
+#                                  bin/otelcol-gpuprobe, python3, torch)
 #                     e.g. PARTS=samples,bench make gpu-test
 #   GPUPROBE_PATCH_WAIT_MS  exported as 600000 unless set: a load waits for
 #                     its patched image, so the parts that expect probes on
@@ -118,7 +129,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gputime,gpuhash,startup
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gputime,gpuhash,startup,inference
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -186,6 +197,8 @@ needs() {
 	kinds) need=($g/kinds.sh "${col[@]}" $g/lib_metrics.py $cuda/kinds/{cdp,coop,attrs,graphdev}.cu) ;;
 	stacks) need=($g/stacks.sh "${col[@]}" $g/stackstep.py $g/lib_traces.py) ;;
 	startup) need=($g/startup.sh "${col[@]}" $g/lib_traces.py) ;;
+	inference) need=($g/inference.sh "${col[@]}" $g/{inference_server,inference_check,lib_traces}.py
+		python/gpuprobe_otel/src/gpuprobe_otel/{__init__,_shim,processor}.py python/gpuprobe_otel/tests/otel_standin.py) ;;
 	nodescale) need=($g/node-scale.sh "${col[@]}" $g/launchbound.py $g/torchstep.py $g/lib_metrics.py) ;;
 	gputime) need=($g/gputime.sh "${col[@]}" $g/{gputime_tenant,gputime_check}.py $g/lib_collector.sh) ;;
 	sanitizer) need=($g/sanitizer.sh testdata/bpf/sasshist.o testdata/bpf/memcount.o "${col[@]}" $g/{sassbench,sassprog,sassprof,sanitizer_check,sanitizer_filter,sanitizer_programs,torchstep,lib_traces,lib_metrics}.py) ;;
@@ -372,6 +385,8 @@ want nodescale && tailstep "a node's load, one collector" nodescale.log '^node-s
 
 want startup && tailstep "start-up with patching" startup.log '^startup|run' \
 	env STARTUP_OUT="$out/gpu-startup" bash scripts/gpu/startup.sh
+want inference && tailstep "inference server's traces" inference.log '^inference' \
+	env INFERENCE_OUT="$out/gpu-inference" bash scripts/gpu/inference.sh
 
 # ---- report -----------------------------------------------------------------
 

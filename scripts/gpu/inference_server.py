@@ -10,10 +10,12 @@ Usage: python3 inference_server.py --model mlp|driver --port-file PATH
                   (shim/testdata/mock_libcuda.c), which runs no code
   --port-file     where the bound port is written once the server listens
   --otlp          OTLP/HTTP base URL of the collector (spans go to
-                  URL/v1/traces); default: the SDK's environment
+                  URL/v1/traces); without it spans are not exported (the
+                  plain runs the checks compare against)
   --warmup        forward passes at start, outside any request (default 3)
-  --kernel-count  (mlp, plain runs) after the warm-up, count the kernels of
-                  one forward with torch.profiler and write them as JSON
+  --kernel-count  (plain runs) after the warm-up, count the kernels of one
+                  forward and of one health check (mlp: with
+                  torch.profiler) and write them as JSON
 Endpoints:
   POST /infer     {"seed": S, "batch": B}: a forward pass of B inputs drawn
                   with seed S, in a SERVER span "POST /infer"; answers the
@@ -84,7 +86,8 @@ class MLP:
 
     def count_kernels(self, path):
         """Writes the kernels of one forward (on a fresh thread, as a
-        request's) as torch.profiler sees them, copies left out."""
+        request's) and of one health check as torch.profiler sees them,
+        copies left out."""
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             th = threading.Thread(target=self.forward, args=(12345, 8))
@@ -95,8 +98,13 @@ class MLP:
         for ev in prof.events():
             if ev.device_type == self.torch.autograd.DeviceType.CUDA and not ev.name.startswith(("Memcpy", "Memset")):
                 names[ev.name] = names.get(ev.name, 0) + 1
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            self.health()
+            self.torch.cuda.synchronize()
+        health = sum(1 for ev in prof.events() if ev.device_type == self.torch.autograd.DeviceType.CUDA
+                     and not ev.name.startswith(("Memcpy", "Memset")))
         with open(path, "w") as f:
-            json.dump({"kernels_per_request": sum(names.values()), "kernels": names}, f)
+            json.dump({"kernels_per_request": sum(names.values()), "kernels": names, "kernels_per_health": health}, f)
 
 
 class DriverModel:
@@ -135,6 +143,14 @@ class DriverModel:
             self._launch(k, batch)
         self._check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
         return {"class": [(seed * 31 + i * 7) % 512 for i in range(batch)]}
+
+    def count_kernels(self, path):
+        """Writes the kernels of one forward, as MLP.count_kernels does."""
+        names = {}
+        for k in self.FORWARD:
+            names[k] = names.get(k, 0) + 1
+        with open(path, "w") as f:
+            json.dump({"kernels_per_request": len(self.FORWARD), "kernels": names, "kernels_per_health": 1}, f)
 
     def health(self):
         self._launch("health", 1)
@@ -216,8 +232,8 @@ def main():
     provider = TracerProvider()
     trace.set_tracer_provider(provider)
     gp = gpuprobe_otel.install(provider)
-    provider.add_span_processor(BatchSpanProcessor(
-        OTLPSpanExporter(endpoint=a.otlp.rstrip("/") + "/v1/traces") if a.otlp else OTLPSpanExporter()))
+    if a.otlp:
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=a.otlp.rstrip("/") + "/v1/traces")))
 
     model = MLP() if a.model == "mlp" else DriverModel()
     for i in range(a.warmup):
