@@ -31,10 +31,7 @@ func BuildMockApp(ctx context.Context, root, dir string) (MockApp, error) {
 		return MockApp{}, fmt.Errorf("building the MOCK application: no %s: %v", filepath.Join(td, "app*.c"), err)
 	}
 	steps := [][]string{
-		// -Bsymbolic like the real driver: its calls to its own entry
-		// points are not interposed by the shim.
-		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
-			"-o", filepath.Join(dir, "libcuda.so.1"), filepath.Join(td, "mock_libcuda.c")},
+		mockDriverStep(td, dir),
 		append(append([]string{"-O2", "-Wall", "-Wextra", "-Werror", "-I" + filepath.Join(root, "shm", "include"), "-o", m.Bin},
 			apps...), "-ldl", "-lpthread"),
 	}
@@ -44,6 +41,35 @@ func BuildMockApp(ctx context.Context, root, dir string) (MockApp, error) {
 		}
 	}
 	return m, nil
+}
+
+// BuildMockDriver compiles the MOCK driver (libcuda.so.1) and the MOCK
+// CUPTI (libcupti.so.13: a device window for every kernel the mock
+// "runs") into dir with gcc, for applications that load the driver
+// themselves (Python through ctypes); it returns the MOCK CUPTI's path,
+// for GPUPROBE_CUPTI.
+func BuildMockDriver(ctx context.Context, root, dir string) (cupti string, err error) {
+	td := filepath.Join(root, "shim", "testdata")
+	cupti = filepath.Join(dir, "libcupti.so.13")
+	steps := [][]string{
+		mockDriverStep(td, dir),
+		{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcupti.so.13",
+			"-o", cupti, filepath.Join(td, "mock_libcupti.c"), "-ldl", "-lpthread"},
+	}
+	for _, s := range steps {
+		if _, err := runTool(ctx, 2*time.Minute, root, "gcc", s...); err != nil {
+			return "", fmt.Errorf("building the MOCK driver: %w", err)
+		}
+	}
+	return cupti, nil
+}
+
+// mockDriverStep is gcc's arguments for the MOCK driver from shim
+// testdata td into dir: -Bsymbolic like the real driver, so that its
+// calls to its own entry points are not interposed by the shim.
+func mockDriverStep(td, dir string) []string {
+	return []string{"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1",
+		"-o", filepath.Join(dir, "libcuda.so.1"), filepath.Join(td, "mock_libcuda.c")}
 }
 
 // Command returns a command that runs the application with shim preloaded,

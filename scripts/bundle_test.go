@@ -115,7 +115,7 @@ func TestBundleCarriesTheChecks(t *testing.T) {
 	t.Run("paths", func(t *testing.T) {
 		scripts, _ := filepath.Glob(filepath.Join(dir, "scripts", "gpu", "*.sh"))
 		scripts = append(scripts, filepath.Join(dir, "scripts", "gpu-test.sh"))
-		path := regexp.MustCompile(`(?:^|[^\w./$-])((?:bin|testdata|scripts|gpuprobe)/[\w./-]*\w)`)
+		path := regexp.MustCompile(`(?:^|[^\w./$-])((?:bin|testdata|scripts|gpuprobe|python)/[\w./-]*\w)`)
 		for _, s := range scripts {
 			b, err := os.ReadFile(s)
 			if err != nil {

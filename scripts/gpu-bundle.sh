@@ -39,6 +39,11 @@ cp scripts/gpu-test.sh "$b/scripts/"
 # the checks gpu-test runs (shell and Python: lib_traces.py,
 # programs_check.py, ...)
 cp -r scripts/gpu "$b/scripts/"
+# the Python span processor and the OpenTelemetry SDK stand-in of its
+# tests (gpu/inference_server.py imports them from here)
+mkdir -p "$b/python"
+cp -r python/gpuprobe_otel "$b/python/"
+find "$b/python" -name __pycache__ -prune -exec rm -rf {} +
 # testdata: eBPF objects and sources, CUDA samples (testdata/cuda/samples,
 # shim, inject), the CUDA C models (testdata/cuda/model, scripts/gpu/bench.sh's
 # part model), SASS-comparison twins,

@@ -116,6 +116,17 @@
 #                                  and metric, the sampler's cost, a second
 #                                  sampler stepping aside (needs gcc, g++,
 #                                  nvcc, ncu, python3)
+#                     inference    scripts/gpu/inference.sh: an HTTP
+#                                  inference server (PyTorch MLP,
+#                                  OpenTelemetry, python/gpuprobe_otel)
+#                                  under gpuprobe run, 100 requests: each
+#                                  request's trace holds exactly its
+#                                  kernels (torch.profiler's count) as
+#                                  children of the request span, with
+#                                  device phases; outputs as plain;
+#                                  launches outside requests in traces
+#                                  of their own (needs
+#                                  bin/otelcol-gpuprobe, python3, torch)
 #                     e.g. PARTS=samples,bench make gpu-test
 #   GPUPROBE_PATCH_WAIT_MS  exported as 600000 unless set: a load waits for
 #                     its patched image, so the parts that expect probes on
@@ -138,7 +149,7 @@ mkdir -p "$out"
 
 rows=()
 failed=0
-all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,examples,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gputime,gpuhash,startup,counters
+all_parts=conformance,ptxas,sass,inject,compat,samples,bench,e2e,graphnode,graphspans,sampling,hostwait,programs,examples,windows,sanitizer,frameworkcost,nodescale,kinds,stacks,gputime,gpuhash,startup,counters,inference
 parts=${PARTS:-$all_parts}
 for p in ${parts//,/ }; do
 	[[ ,$all_parts, == *,$p,* ]] || { echo "gpu-test: unknown part '$p' in PARTS (have $all_parts)" >&2; exit 2; }
@@ -210,6 +221,8 @@ needs() {
 	kinds) need=($g/kinds.sh "${col[@]}" $g/lib_metrics.py $cuda/kinds/{cdp,coop,attrs,graphdev}.cu) ;;
 	stacks) need=($g/stacks.sh "${col[@]}" $g/stackstep.py $g/lib_traces.py) ;;
 	startup) need=($g/startup.sh "${col[@]}" $g/lib_traces.py) ;;
+	inference) need=($g/inference.sh "${col[@]}" $g/{inference_server,inference_check,lib_traces}.py
+		python/gpuprobe_otel/src/gpuprobe_otel/{__init__,_shim,processor}.py python/gpuprobe_otel/tests/otel_standin.py) ;;
 	nodescale) need=($g/node-scale.sh "${col[@]}" $g/launchbound.py $g/torchstep.py $g/lib_metrics.py) ;;
 	gputime) need=($g/gputime.sh "${col[@]}" $g/{gputime_tenant,gputime_check}.py $g/lib_collector.sh) ;;
 	counters) need=($g/counters.sh $g/counters_check.py counters/src/*.c counters/src/*.h counters/src/abi_check.cc
@@ -403,6 +416,8 @@ want counters && tailstep "PM sampler vs ncu (counters)" counters.log '^counters
 
 want startup && tailstep "start-up with patching" startup.log '^startup|run' \
 	env STARTUP_OUT="$out/gpu-startup" bash scripts/gpu/startup.sh
+want inference && tailstep "inference server's traces" inference.log '^inference' \
+	env INFERENCE_OUT="$out/gpu-inference" bash scripts/gpu/inference.sh
 
 # ---- report -----------------------------------------------------------------
 

@@ -20,6 +20,8 @@ notrace_bounds() {
 # need root); HOST_LIBRARY_PATHS (a comma-separated YAML flow list) sets
 # host_probes::library_paths, where host programs' libraries are looked for
 # before ldconfig's cache. SASS=true turns on the SASS route (probes::sass).
+# OTLP_HTTP=HOST:PORT adds an OTLP/HTTP receiver there to the traces
+# pipeline, for the application's own spans (inference.sh).
 #
 # start_collector DIR RECEIVER_YAML traces|metrics|logs: start_traces_collector,
 # or with metrics also a metrics pipeline to DIR/metrics.json (file/metrics,
@@ -43,12 +45,13 @@ start_collector() {
 		# DIR/metrics.json: put the opt-in copy into the pipeline.
 		[[ $signals != metrics || $extra == *telemetry:* ]] || printf '    telemetry:\n      in_pipeline: true\n'
 		[[ -n $extra ]] && printf '%s\n' "$extra"
+		[[ -n ${OTLP_HTTP:-} ]] && printf '  otlp:\n    protocols:\n      http:\n        endpoint: %s\n' "$OTLP_HTTP"
 		printf 'exporters:\n  file/traces:\n    path: %s\n' "$dir/traces.json"
 		[[ $signals == metrics ]] && printf '  file/metrics:\n    path: %s\n' "$dir/metrics.json"
 		$logs && printf '  file/logs:\n    path: %s\n' "$dir/logs.json"
 		printf 'service:\n  telemetry:\n    metrics:\n      level: none\n'
 		[[ $signals == metrics ]] && printf '    logs:\n      level: debug\n'
-		printf '  pipelines:\n    traces:\n      receivers: [gpuprobe]\n      exporters: [file/traces]\n'
+		printf '  pipelines:\n    traces:\n      receivers: [gpuprobe%s]\n      exporters: [file/traces]\n' "${OTLP_HTTP:+, otlp}"
 		[[ $signals == metrics ]] && printf '    metrics:\n      receivers: [gpuprobe]\n      exporters: [file/metrics]\n'
 		$logs && printf '    logs:\n      receivers: [gpuprobe]\n      exporters: [file/logs]\n'
 	} >"$dir/config.yaml"

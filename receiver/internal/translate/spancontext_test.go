@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -98,27 +99,38 @@ func TestSpanContextParent(t *testing.T) {
 
 // TestSpanContextPolicy: under a sampled application span a launch skips
 // its kernel's head bound and sampling::one_in, keeps the process's and
-// the node's, and says "parent"; under an unsampled one the head bounds
-// apply as without a context.
+// the node's, and says "parent"; so does an anomalous one past the
+// anomaly bounds (it keeps its reason); under an unsampled one the head
+// bounds apply as without a context.
 func TestSpanContextPolicy(t *testing.T) {
 	tests := []struct {
-		name string
-		sc   *record.SpanContext
-		o    SamplingOptions
-		want map[string]int
-		out  map[string]int64
+		name   string
+		sc     *record.SpanContext
+		o      SamplingOptions
+		result uint32 // every launch's CUresult
+		want   map[string]int
+		out    map[string]int64
 	}{
-		{"sampled, kernel bound", &ctxA, SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1}},
+		{"sampled, kernel bound", &ctxA, SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1}}, 0,
 			map[string]int{"parent": 100}, nil},
-		{"sampled, one_in", &ctxA, SamplingOptions{OneIn: 10, Traces: TracePolicyOptions{PerKernel: 1}},
+		{"sampled, one_in", &ctxA, SamplingOptions{OneIn: 10, Traces: TracePolicyOptions{PerKernel: 1}}, 0,
 			map[string]int{"parent": 100}, nil},
-		{"sampled, process bound", &ctxA, SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1, PerProcess: 5}},
+		{"sampled, process bound", &ctxA, SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1, PerProcess: 5}}, 0,
 			map[string]int{"parent": 5}, map[string]int64{"out/process": 95}},
-		{"sampled, node bound", &ctxA, SamplingOptions{Traces: TracePolicyOptions{PerNode: 3}},
+		{"sampled, node bound", &ctxA, SamplingOptions{Traces: TracePolicyOptions{PerNode: 3}}, 0,
 			map[string]int{"parent": 3}, map[string]int64{"out/node": 97}},
-		{"unsampled", &ctxB, SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1}},
+		{"sampled, failed past the anomaly bound", &ctxA,
+			SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1, AnomaliesPerProcess: 3}}, 1,
+			map[string]int{"failed": 100}, nil},
+		{"sampled, failed past the anomaly and process bounds", &ctxA,
+			SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1, PerProcess: 5, AnomaliesPerProcess: 3}}, 1,
+			map[string]int{"failed": 8}, map[string]int64{"out/process": 92}},
+		{"unsampled", &ctxB, SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1}}, 0,
 			map[string]int{"head": 1}, map[string]int64{"out/kernel": 99}},
-		{"none", nil, SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1}},
+		{"unsampled, failed past the anomaly bound", &ctxB,
+			SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1, AnomaliesPerProcess: 3}}, 1,
+			map[string]int{"failed": 4}, map[string]int64{"out/kernel": 96}},
+		{"none", nil, SamplingOptions{Traces: TracePolicyOptions{PerKernel: 1}}, 0,
 			map[string]int{"head": 1}, map[string]int64{"out/kernel": 99}},
 	}
 	for _, tt := range tests {
@@ -132,11 +144,11 @@ func TestSpanContextPolicy(t *testing.T) {
 				s.add(withTID(*tt.sc, 43))
 			}
 			for id := range uint64(100) {
-				s.policyLaunch(id+1, 1, 10_000*(id+1), 42, 0, 1000)
+				s.policyLaunch(id+1, 1, 10_000*(id+1), 42, tt.result, 1000)
 			}
 			feed(t, tr, &s, now)
 			got := reasonCounts(tr.TakeTraces())
-			if len(got) != len(tt.want) || got["parent"] != tt.want["parent"] || got["head"] != tt.want["head"] {
+			if !maps.Equal(got, tt.want) {
 				t.Errorf("kept traces by reason %v, want %v", got, tt.want)
 			}
 			pc := policyCounts(tr.Metrics(now, nil))

@@ -11,7 +11,8 @@ package translate
 // carries its thread's stack (stacks.go) skips its kernel's. An anomalous
 // one (failed, slow against its kernel's running median, a large host
 // wait) passes buckets of its own per process and node, and the head
-// ones when those are empty. A host-call trace passes the process's and
+// ones when those are empty (without its kernel's under a sampled span
+// or with a stack). A host-call trace passes the process's and
 // the node's head buckets. Whatever is decided, the metrics count every
 // launch (the launch table records it before it asks).
 //
@@ -205,7 +206,14 @@ func (tp *tracePolicy) launch(l *launch, why int) bool {
 	if anomalous(why) && tp.takeAnomaly(p, now) {
 		return true
 	}
-	if out := tp.takeHead(&l.k.trace.head, p, now); out >= 0 {
+	k := &l.k.trace.head
+	if l.host.app.sampled() || l.host.app.stack != nil {
+		// An anomaly past its bounds under a kept request (or with a
+		// stack) is bounded as the ordinary launches there: not by its
+		// kernel.
+		k = nil
+	}
+	if out := tp.takeHead(k, p, now); out >= 0 {
 		tp.out[out]++
 		return false
 	}
