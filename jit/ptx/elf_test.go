@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,12 @@ func testdataPrograms(t testing.TB) (names []string, progs []*jit.Program) {
 	return names, progs
 }
 
+// testPrefix names testdata program k apart from the others: two objects
+// may hold programs of one name, and the injector prefixes by index too.
+func testPrefix(k int, p *jit.Program) string {
+	return "gpuprobe_" + strconv.Itoa(k) + "_" + Sanitize(p.Name)
+}
+
 // TestTestdataPTXAS compiles every GPU program of testdata/bpf that the
 // verifier accepts, and checks the PTX with ptxas.
 func TestTestdataPTXAS(t *testing.T) {
@@ -51,7 +58,7 @@ func TestTestdataPTXAS(t *testing.T) {
 			t.Logf("%s: rejected by the verifier, not compiled: %v", names[k], err)
 			continue
 		}
-		f, err := Compile(p, Options{})
+		f, err := Compile(p, Options{Prefix: testPrefix(k, p)})
 		if err != nil {
 			t.Errorf("%s: %v", names[k], err)
 			continue
@@ -76,7 +83,7 @@ func TestSplicedTogether(t *testing.T) {
 	var funcs []*Func
 	var fnames []string
 	for k, p := range progs {
-		for _, prefix := range []string{"app_a_" + Sanitize(p.Name), "app_b_" + Sanitize(p.Name)} {
+		for _, prefix := range []string{"app_a_" + testPrefix(k, p), "app_b_" + testPrefix(k, p)} {
 			f, err := Compile(p, Options{Prefix: prefix})
 			if err != nil {
 				t.Fatalf("%s: %v", names[k], err)
@@ -112,7 +119,7 @@ func TestOtherArchs(t *testing.T) {
 	for _, arch := range []string{"sm_70", "sm_75", "sm_80"} {
 		var funcs []*Func
 		for k, p := range progs {
-			f, err := Compile(p, Options{Arch: arch})
+			f, err := Compile(p, Options{Arch: arch, Prefix: testPrefix(k, p)})
 			if err != nil {
 				t.Fatalf("%s for %s: %v", names[k], arch, err)
 			}
