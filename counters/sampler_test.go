@@ -62,6 +62,7 @@ func (b built) run(t *testing.T, env []string, args ...string) (string, string, 
 
 type line struct {
 	Type    string            `json:"type"`
+	UUID    string            `json:"uuid"`
 	Metrics []string          `json:"metrics"`
 	Keys    []string          `json:"keys"`
 	LeftOut map[string]string `json:"left_out"`
@@ -114,6 +115,9 @@ func samplesInOrder(t *testing.T, env []string) {
 	wantKeys := []string{"sm_throughput", "sm_active", "dram_read_bytes_per_second", "dram_write_bytes_per_second", "tensor_active"}
 	if strings.Join(meta.Keys, ",") != strings.Join(wantKeys, ",") {
 		t.Errorf("keys %v, want %v", meta.Keys, wantKeys)
+	}
+	if meta.UUID != "101112131415161718191a1b1c1d1e1f" {
+		t.Errorf("uuid %q, want the stand-in driver's 10..1f", meta.UUID)
 	}
 	if meta.Metrics[4] != "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed" {
 		t.Errorf("tensor metric %q, want the gmma name the chip offers", meta.Metrics[4])

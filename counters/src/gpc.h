@@ -28,6 +28,8 @@ struct gpc_api {
 	gpc_curesult (*cuInit)(unsigned);
 	gpc_curesult (*cuDeviceGet)(gpc_cudevice *, int);
 	gpc_curesult (*cuDeviceGetName)(char *, int, gpc_cudevice);
+	gpc_curesult (*cuDeviceGetUuid_v2)(unsigned char *, gpc_cudevice); /* optional: a MIG instance's own */
+	gpc_curesult (*cuDeviceGetUuid)(unsigned char *, gpc_cudevice);    /* optional */
 	gpc_curesult (*cuDevicePrimaryCtxRetain)(gpc_cucontext *, gpc_cudevice);
 	gpc_curesult (*cuCtxSetCurrent)(gpc_cucontext);
 	gpc_curesult (*cuGetErrorName)(gpc_curesult, const char **);

@@ -31,6 +31,8 @@ static const struct sym cuda_syms[] = {
 	S(cuInit),
 	S(cuDeviceGet),
 	S(cuDeviceGetName),
+	OPT(cuDeviceGetUuid_v2),
+	OPT(cuDeviceGetUuid),
 	S(cuDevicePrimaryCtxRetain),
 	S(cuCtxSetCurrent),
 	S(cuGetErrorName),

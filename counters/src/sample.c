@@ -9,8 +9,10 @@
  *
  * T0 and T1 are CUPTI's timestamps of the sample (ns), the values in the
  * order of the header's "metrics". The first line is the header
- * ({"type":"meta",...}: device, chip, interval, metrics, the default-set
- * entries left out and why, a clock reading), the last a summary
+ * ({"type":"meta",...}: device ordinal, its UUID as 32 hex digits
+ * (cuDeviceGetUuid_v2's, a MIG instance's own, else cuDeviceGetUuid's;
+ * "" when the driver has neither), chip, interval, metrics, the
+ * default-set entries left out and why, a clock reading), the last a summary
  * ({"type":"end",...}: samples, decodes, hardware-buffer overflows, the
  * sampler's own CPU time, another clock reading). The clock readings pair
  * cuptiGetTimestamp with CLOCK_REALTIME and CLOCK_MONOTONIC, so that a
@@ -79,11 +81,23 @@ static void names_json(FILE *f, const char *field, const char *const *v, size_t 
 	fprintf(f, "]");
 }
 
-static void header(const struct run *r, const char *devname)
+/* uuid_hex writes device dev's UUID as 32 hex digits into out (33
+ * bytes), or "" when the driver gives none. */
+static void uuid_hex(gpc_cudevice dev, char *out)
+{
+	unsigned char u[16];
+	out[0] = 0;
+	if ((gpc.cuDeviceGetUuid_v2 && gpc.cuDeviceGetUuid_v2(u, dev) == 0) ||
+	    (gpc.cuDeviceGetUuid && gpc.cuDeviceGetUuid(u, dev) == 0))
+		for (int i = 0; i < 16; i++)
+			snprintf(out + 2 * i, 3, "%02x", u[i]);
+}
+
+static void header(const struct run *r, const char *devname, const char *uuid)
 {
 	FILE *f = r->o->out;
-	fprintf(f, "{\"type\":\"meta\",\"device\":%d,\"name\":\"%s\",\"chip\":\"%s\",\"cupti\":\"%s\",\"interval_ns\":%llu,",
-		r->o->device, devname, r->h->chip, gpc.cupti_path, (unsigned long long)r->o->interval_ns);
+	fprintf(f, "{\"type\":\"meta\",\"device\":%d,\"uuid\":\"%s\",\"name\":\"%s\",\"chip\":\"%s\",\"cupti\":\"%s\",\"interval_ns\":%llu,",
+		r->o->device, uuid, devname, r->h->chip, gpc.cupti_path, (unsigned long long)r->o->interval_ns);
 	names_json(f, "metrics", r->m->name, r->m->n);
 	fprintf(f, ",");
 	names_json(f, "keys", r->m->key, r->m->n);
@@ -306,10 +320,12 @@ static void nap(unsigned ms)
 int gpc_sample(struct gpc_host *h, const struct gpc_metrics *m, const struct gpc_opts *o)
 {
 	struct run r = {.h = h, .m = m, .o = o};
-	char devname[128] = "";
+	char devname[128] = "", uuid[33] = "";
 	gpc_cudevice dev;
-	if (gpc.cuDeviceGet(&dev, o->device) == 0)
+	if (gpc.cuDeviceGet(&dev, o->device) == 0) {
 		gpc.cuDeviceGetName(devname, sizeof devname, dev);
+		uuid_hex(dev, uuid);
+	}
 	int rc = setup(&r);
 	if (!rc)
 		rc = pm_call(gpc.cuptiPmSamplingStart, r.pm, "cuptiPmSamplingStart");
@@ -318,7 +334,7 @@ int gpc_sample(struct gpc_host *h, const struct gpc_metrics *m, const struct gpc
 			pm_call(gpc.cuptiPmSamplingDisable, r.pm, "cuptiPmSamplingDisable");
 		return rc;
 	}
-	header(&r, devname);
+	header(&r, devname, uuid);
 	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
 	uint64_t until = o->duration_s > 0 ? t0 + (uint64_t)(o->duration_s * 1e9) : 0;
 	while (!gpc_stop && !rc && (!until || now_ns(CLOCK_MONOTONIC) < until)) {

@@ -25,6 +25,14 @@
 int cuInit(unsigned f) { (void)f; return 0; }
 int cuDeviceGet(int *d, int i) { *d = i; return i == 0 ? 0 : 101; }
 int cuDeviceGetName(char *n, int len, int d) { (void)d; strncpy(n, "Mock GPU", (size_t)len); return 0; }
+/* The UUID: bytes 0x10, 0x11, ... 0x1f. */
+int cuDeviceGetUuid_v2(unsigned char *u, int d)
+{
+	(void)d;
+	for (int i = 0; i < 16; i++)
+		u[i] = (unsigned char)(0x10 + i);
+	return 0;
+}
 int cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = (void *)1; return 0; }
 int cuCtxSetCurrent(void *c) { (void)c; return 0; }
 int cuGetErrorName(int e, const char **s) { (void)e; *s = "CUDA_ERROR_MOCK"; return 0; }
