@@ -44,6 +44,7 @@ const (
 	TypeStack         Type = 15 // Stack: the launching thread's stack of a sampled launch
 	TypePatch         Type = 16 // Patch: one module patched off the application's threads
 	TypeCounterSample Type = 17 // CounterSample: one sample of a GPU's performance monitors
+	TypeCounterSet    Type = 18 // CounterSet: the metric names and GPU of a sampler's samples
 )
 
 // Version is the layout version of every type defined here.
@@ -82,6 +83,7 @@ var typeNames = [...]string{
 	TypeStack:         "stack",
 	TypePatch:         "patch",
 	TypeCounterSample: "counter_sample",
+	TypeCounterSet:    "counter_set",
 }
 
 // Prefix is the common 8-byte prefix of every record.

@@ -35,6 +35,7 @@ enum gp_rec_type {
 	GP_REC_STACK = 15,
 	GP_REC_PATCH = 16,
 	GP_REC_COUNTER_SAMPLE = 17, /* written by the per-node PM sampler, not the shim */
+	GP_REC_COUNTER_SET = 18,    /* the sampler's metric names and GPU, before its samples */
 };
 
 /* Common 8-byte prefix. */
@@ -405,6 +406,25 @@ struct gp_rec_counter_sample {
 	double value[];
 };
 
+#define GP_COUNTER_MAX_NAMES_LEN 2048
+
+/* Type 18, 48 + names_len rounded up to 8 bytes: the metrics of a
+ * sampler's counter_sample records and the GPU they sample, written once
+ * per session before the first sample. names are CUPTI's metric names
+ * ([A-Za-z0-9_.]+) joined by ",", zero-padded; set_hash is their FNV-1a
+ * 32, as in counter_sample. uuid is all zero when the driver gave none. */
+struct gp_rec_counter_set {
+	struct gp_rec_prefix h;
+	uint64_t interval_ns;
+	uint8_t uuid[16];   /* cuDeviceGetUuid_v2, else cuDeviceGetUuid */
+	uint32_t device;    /* the sampler's CUDA device ordinal */
+	uint32_t set_hash;
+	uint16_t count;     /* names, 1..GP_COUNTER_MAX_VALUES */
+	uint16_t names_len; /* bytes, 1..GP_COUNTER_MAX_NAMES_LEN */
+	uint32_t reserved;
+	char names[];
+};
+
 #define GP_STATIC_ASSERT(c, m) _Static_assert(c, m)
 GP_STATIC_ASSERT(sizeof(struct gp_rec_prefix) == 8, "prefix");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_launch) == 96, "launch");
@@ -428,5 +448,7 @@ GP_STATIC_ASSERT(sizeof(struct gp_rec_patch) == 48, "patch");
 GP_STATIC_ASSERT(offsetof(struct gp_rec_patch, outcome) == 40, "patch.outcome");
 GP_STATIC_ASSERT(sizeof(struct gp_rec_counter_sample) == 40, "counter_sample");
 GP_STATIC_ASSERT(offsetof(struct gp_rec_counter_sample, value) == 40, "counter_sample.value");
+GP_STATIC_ASSERT(sizeof(struct gp_rec_counter_set) == 48, "counter_set");
+GP_STATIC_ASSERT(offsetof(struct gp_rec_counter_set, count) == 40, "counter_set.count");
 
 #endif /* GPUPROBE_RECORD_H */
