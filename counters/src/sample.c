@@ -26,6 +26,7 @@
  * lost or written twice either way.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -173,8 +174,14 @@ static void write_sample(struct run *r, size_t i)
 	FILE *f = r->o->out;
 	fprintf(f, "{\"type\":\"sample\",\"start\":%llu,\"end\":%llu,\"v\":[", (unsigned long long)si.startTimestamp,
 		(unsigned long long)si.endTimestamp);
-	for (size_t k = 0; k < r->m->n; k++)
-		fprintf(f, k ? ",%.6g" : "%.6g", r->values[k]);
+	/* A ratio over an idle sample (occupancy of no active cycles) is
+	 * NaN: JSON has no NaN, so it is written as null. */
+	for (size_t k = 0; k < r->m->n; k++) {
+		if (isfinite(r->values[k]))
+			fprintf(f, k ? ",%.6g" : "%.6g", r->values[k]);
+		else
+			fprintf(f, k ? ",null" : "null");
+	}
 	fprintf(f, "]}\n");
 	r->samples++;
 	r->last_start = si.startTimestamp;

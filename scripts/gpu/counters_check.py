@@ -57,7 +57,7 @@ def weighted(samples, a, b, k):
     tot = cov = 0.0
     for s in samples:
         o = min(s["end"], b) - max(s["start"], a)
-        if o > 0:
+        if o > 0 and s["v"][k] is not None:
             tot += s["v"][k] * o
             cov += o
     return (tot / cov if cov else None), cov
