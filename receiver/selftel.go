@@ -286,6 +286,7 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.processes.folded", Unit: "{process}", Desc: "Processes whose metrics went into the shared overflow resource because the process limit was reached.", Value: c.ProcessesFolded},
 		{Name: "gpuprobe.receiver.patch.failures", Unit: "{module}", Desc: "CUDA modules that could not be patched.", Value: r.patch.failed.Load()},
 		{Name: "gpuprobe.receiver.gpu_time.cut", Unit: "ns", Desc: "Device window time left out of gpu.cuda.process.time: parts that came after their span was settled (gpu_time::lag), past their arrival or a minute long, or of GPUs or processes beyond the attribution's bounds.", Value: uint64(max(0, gt.CutNS()))},
+		{Name: "gpuprobe.receiver.gpu_time.late", Unit: "ns", Desc: "The part of gpuprobe.receiver.gpu_time.cut that came after its span was settled (gpu_time::lag behind).", Value: uint64(max(0, gt.LateNS))},
 		{Name: "gpuprobe.receiver.gpu_time.unowned", Unit: "{window}", Desc: "Device windows of clients without a process id or a clock mapping, not attributed.", Value: gt.Unowned},
 		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.patch.skips.Load()},
 	}, append(append(r.hostSelfMetrics(), r.hc.metrics()...), ringSelfMetrics(r.run.agent)...)...)

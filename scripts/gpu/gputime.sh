@@ -13,11 +13,15 @@
 # the windows' own sum, union and short hand-over overlaps (clocks of
 # processes that disagree) (scripts/gpu/gputime_check.py: fails over 2
 # points or over wall).
-# Environment: GT_OUT (default build/gpu-gputime), GT_SECONDS.
+# Environment: GT_OUT (default build/gpu-gputime), GT_SECONDS, GT_MIXES
+# (default "three long eight"), GT_LAG (gpu_time::lag, default the
+# receiver's).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${GT_OUT:-$PWD/build/gpu-gputime}
 secs=${GT_SECONDS:-11}
+mixes=" ${GT_MIXES:-three long eight} "
+extra=${GT_LAG:+$(printf '    gpu_time:\n      lag: %s' "$GT_LAG")}
 mkdir -p "$out"
 status=0
 source scripts/gpu/lib_collector.sh
@@ -31,9 +35,10 @@ done
 mix() {
 	local name=$1 dir=$out/$1
 	shift
+	[[ $mixes == *" $name "* ]] || return 0
 	mkdir -p "$dir"
 	rm -f "$dir"/*.jsonl "$dir"/*.json
-	start_collector "$dir" "" metrics || { echo "gputime $name: the collector did not start"; return 1; }
+	start_collector "$dir" "$extra" metrics || { echo "gputime $name: the collector did not start"; return 1; }
 	local pids=() t0 t1 kind duty
 	t0=$(date +%s.%N)
 	for spec in "$@"; do

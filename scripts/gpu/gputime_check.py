@@ -42,7 +42,8 @@ for line in open(metrics_path):
                     got[pid] = sum(value(dp) for dp in dps)
                 elif m["name"] == "gpu.cuda.device.time":
                     device = sum(value(dp) for dp in dps)
-                elif m["name"] in ("gpuprobe.receiver.gpu_time.cut", "gpuprobe.receiver.gpu_time.unowned",
+                elif m["name"] in ("gpuprobe.receiver.gpu_time.cut", "gpuprobe.receiver.gpu_time.late",
+                                   "gpuprobe.receiver.gpu_time.unowned",
                                    "gpuprobe.receiver.windows.dropped", "gpuprobe.receiver.windows.missing"):
                     selfm[m["name"]] = sum(value(dp) for dp in dps)
 status, total, truth = 0, 0.0, 0.0
@@ -57,7 +58,8 @@ for t in tenants:
     print(f"gputime {mix}: {t['pid']} {t['kind']} {t['launches']} {100 * t['truth_s'] / wall:.1f}% {100 * a / wall:.1f}% {err:+.2f}{flag}")
 print(f"gputime {mix}: truth sum {truth:.2f} s, attributed sum {total:.2f} s, union {device:.2f} s, wall {wall:.2f} s"
       f"{'' if total <= wall else '  SUM OVER WALL'}")
-print(f"gputime {mix}: cut {selfm.get('gpuprobe.receiver.gpu_time.cut', 0) / 1e9:.3f} s, "
+print(f"gputime {mix}: cut {selfm.get('gpuprobe.receiver.gpu_time.cut', 0) / 1e9:.3f} s "
+      f"(late {selfm.get('gpuprobe.receiver.gpu_time.late', 0) / 1e9:.3f} s), "
       f"unowned {selfm.get('gpuprobe.receiver.gpu_time.unowned', 0):.0f} windows, "
       f"windows dropped {selfm.get('gpuprobe.receiver.windows.dropped', 0):.0f}, "
       f"missing {selfm.get('gpuprobe.receiver.windows.missing', 0):.0f}")
