@@ -153,11 +153,11 @@ func (t *thread) helper(pc int, id int32) error {
 	case jit.HelperGetLaunchID:
 		r[0] = env.LaunchID
 	case jit.HelperBlockLinearID:
-		r[0] = (env.BlockIdx[2]*env.GridDim[1]+env.BlockIdx[1])*env.GridDim[0] + env.BlockIdx[0]
+		r[0] = env.blockID()
 	case jit.HelperGridBlocks:
-		r[0] = env.GridDim[0] * env.GridDim[1] * env.GridDim[2]
+		r[0] = dim1(env.GridDim[0]) * dim1(env.GridDim[1]) * dim1(env.GridDim[2])
 	case jit.HelperBlockThreads:
-		r[0] = env.BlockDim[0] * env.BlockDim[1] * env.BlockDim[2]
+		r[0] = dim1(env.BlockDim[0]) * dim1(env.BlockDim[1]) * dim1(env.BlockDim[2])
 	case jit.HelperAtomicMaxU64, jit.HelperAtomicMinU64:
 		// Threads of the interpreter run one at a time: a plain
 		// read-modify-write is atomic. Unsigned, as red.max/min.u64.

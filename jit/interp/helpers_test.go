@@ -324,6 +324,17 @@ exit`, id)
 			}
 		})
 	}
+	// An Env that leaves dimensions zero launches one block of one
+	// thread in them, as GlobalBlockID counts.
+	zero := &Env{BlockIdx: [3]uint64{2, 1}, GridDim: [3]uint64{4, 3}, BlockDim: [3]uint64{0, 8}}
+	for _, tt := range []struct {
+		src  string
+		want uint64
+	}{{"call 610\nexit", 1*4 + 2}, {"call 611\nexit", 4 * 3}, {"call 612\nexit", 8}} {
+		if r0, err := Run(program(t, tt.src), nil, zero); err != nil || r0 != tt.want {
+			t.Errorf("%q with zero dimensions: r0 = %d, %v; want %d", tt.src, r0, err, tt.want)
+		}
+	}
 }
 
 // TestKtime: bpf_ktime_get_ns (5) is Env.HostClock, or Env.Timer without
