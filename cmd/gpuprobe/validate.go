@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/gpuprobe/gpuprobe/config"
-	"github.com/gpuprobe/gpuprobe/jit"
+	"github.com/gpuprobe/gpuprobe/receiver/progcheck"
 	"go.opentelemetry.io/collector/confmap"
 )
 
@@ -37,7 +37,7 @@ var builderKeys = []string{"metrics", "resource_attributes"}
 // one is not or the file cannot be read, 2 on a usage error.
 func runValidate(args []string, stdout, stderr io.Writer) int {
 	fs := newUsageFlags("validate", "usage: gpuprobe validate [--host] CONFIG.yaml", stderr)
-	host := fs.Bool("host", false, "also check this machine as start would: the agent socket's directory and the programs' objects")
+	host := fs.Bool("host", false, "also check this machine as start would: the agent socket's directory, the programs' objects and their maps' record_types and map_values")
 	if code, ok := parseArgs(fs, args, false); !ok {
 		return code
 	}
@@ -111,13 +111,7 @@ func checkReceiver(conf *confmap.Conf, host bool) error {
 	if err := c.Validate(); err != nil || !host {
 		return err
 	}
-	errs := []error{config.CheckSocketDirUsable(c.Agent.Socket)}
-	for i, p := range c.Programs {
-		if _, err := jit.LoadELF(p.Path); err != nil {
-			errs = append(errs, fmt.Errorf("programs[%d]::path %s: %w", i, p.Path, err))
-		}
-	}
-	return errors.Join(errs...)
+	return errors.Join(config.CheckSocketDirUsable(c.Agent.Socket), progcheck.Check(c))
 }
 
 // errorLines flattens joined errors into their lines (each "key: reason").

@@ -29,6 +29,10 @@ func TestValidate(t *testing.T) {
 		return p
 	}
 	nowhere := filepath.Join(dir, "missing", "sub", "agent.sock")
+	obj, err := filepath.Abs("../../testdata/bpf/launchcount.o") // built by make
+	if err != nil {
+		t.Fatal(err)
+	}
 	none := filepath.Join(dir, "none.yaml")
 	if err := os.WriteFile(none, []byte("receivers:\n  otlp: {}\n  gpuprobe_like: {}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -51,7 +55,13 @@ func TestValidate(t *testing.T) {
 			[]string{"receivers::gpuprobe: valid"}},
 		{"host state with --host", []string{"--host", filepath.Join(dir, "host.yaml")}, 1,
 			[]string{"receivers::gpuprobe::agent::socket: directory " + filepath.Dir(nowhere) + " is missing and cannot be created",
-				"receivers::gpuprobe::programs[0]::path /nonexistent/p.o: load eBPF object"}},
+				"receivers::gpuprobe::programs[0]::path /nonexistent/p.o: read eBPF object"}},
+		{"map_values of a map the object lacks", []string{"--host", write("seed.yaml", "    programs: [{path: "+obj+", map_values: {nosuch: {0: 1}}}]")}, 1,
+			[]string{"receivers::gpuprobe::programs[0]::map_values::nosuch::0: no GPU map \"nosuch\" in the attached programs"}},
+		{"map_values out of range", []string{"--host", write("range.yaml", "    programs: [{path: "+obj+", map_values: {lc_counts: {100000: 1}}}]")}, 1,
+			[]string{"max_entries"}},
+		{"map_values of the object's map", []string{"--host", write("ok.yaml", "    programs: [{path: "+obj+", map_values: {lc_counts: {1: 7}}}]")}, 0,
+			[]string{"receivers::gpuprobe: valid"}},
 		{"no gpuprobe receiver", []string{none}, 1, []string{"no gpuprobe receiver under receivers"}},
 		{"missing file", []string{filepath.Join(dir, "nope.yaml")}, 1, []string{"gpuprobe validate: "}},
 		{"no operand", nil, 2, []string{"usage: gpuprobe validate"}},
