@@ -39,6 +39,7 @@ type Config struct {
 	HostProbes      HostProbesConfig `mapstructure:"host_probes"`
 	Windows         WindowsConfig    `mapstructure:"windows"`
 	GPUTime         GPUTimeConfig    `mapstructure:"gpu_time"`
+	Counters        CountersConfig   `mapstructure:"counters"`
 	Resource        ResourceConfig   `mapstructure:"resource"`
 	Histograms      HistogramsConfig `mapstructure:"histograms"`
 	Telemetry       TelemetryConfig  `mapstructure:"telemetry"`
@@ -402,6 +403,7 @@ func Default() *Config {
 		},
 		Windows:    WindowsConfig{Enabled: true, Wait: DefaultWindowWait},
 		GPUTime:    GPUTimeConfig{Lag: DefaultGPUTimeLag, Mode: GPUTimeTimeSlicing},
+		Counters:   CountersConfig{MaxSamplesPerGPU: DefaultCounterSamples, MaxWindowsPerGPU: DefaultCounterWindows},
 		Histograms: HistogramsConfig{Kind: HistogramsExponential},
 	}
 }

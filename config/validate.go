@@ -112,6 +112,7 @@ func (c *Config) Validate() error {
 	c.Sampling.validateTraces(&l)
 	c.Buffers.validate(&l)
 	c.Limits.validate(&l)
+	c.Counters.validate(&l, c.Windows.Enabled)
 	if c.PollInterval < minPollInterval || c.PollInterval > maxPollInterval {
 		l.add("poll_interval", "must be between %s and %s, got %s", minPollInterval, maxPollInterval, c.PollInterval)
 	} else if _, err := agentwire.Micros(c.PollInterval); err != nil {
