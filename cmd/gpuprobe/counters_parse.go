@@ -29,7 +29,7 @@ type samplerLine struct {
 	Clock      *samplerClock `json:"clock"`
 	Start      uint64        `json:"start"`
 	End        uint64        `json:"end"`
-	V          []float64     `json:"v"`
+	V          []*float64    `json:"v"` // null: no value (a ratio over an idle sample)
 	Samples    uint64        `json:"samples"`
 	Overflows  uint64        `json:"overflows"`
 }
@@ -142,12 +142,14 @@ func (p *lineParser) sample(l *samplerLine) (*record.CounterSample, error) {
 	if start < p.lastEnd {
 		return nil, fmt.Errorf("sample starts at %d, before the previous one ended (%d)", start, p.lastEnd)
 	}
+	vs := make([]float64, len(l.V))
 	for i, v := range l.V {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("value %d is %v", i, v)
+		vs[i] = math.NaN() // the collector leaves it out of the metric's mean
+		if v != nil {
+			vs[i] = *v
 		}
 	}
-	s := &record.CounterSample{StartNS: start, EndNS: end, Device: p.set.Device, SetHash: p.hash, Values: l.V}
+	s := &record.CounterSample{StartNS: start, EndNS: end, Device: p.set.Device, SetHash: p.hash, Values: vs}
 	// A gap of more than half an interval after the last sample: samples
 	// were lost there (a hardware-buffer overflow).
 	if p.lastEnd != 0 && p.set.IntervalNS > 0 && start-p.lastEnd > p.set.IntervalNS/2 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -61,12 +62,12 @@ func TestForward(t *testing.T) {
 		sampleLine(1_001_000, 1_002_000, 1),    // one value, two metrics
 		sampleLine(1_002_000, 1_001_000, 1, 2), // ends before it starts
 		sampleLine(1_000_500, 1_001_500, 1, 2), // overlaps the previous
-		`{"type":"sample","start":1002000,"end":1003000,"v":[nan,1]}`, // not JSON
+		`{"type":"sample","start":1002000,"end":1003000,"v":[nan,1]}`, // not JSON: null is
 		`{"type":"weird"}`,
 		testHeader, // a second header
 		`{"type":"sample","start":1001000,"end":1002000,"v":[3,4]}` + strings.Repeat(" ", maxCounterLine),
 		sampleLine(1_001_000, 1_002_000, 3, 4),
-		sampleLine(1_005_000, 1_006_000, 5, 6), // 3 µs gap: samples lost
+		`{"type":"sample","start":1005000,"end":1006000,"v":[5,null]}`, // 3 µs gap: samples lost
 		`{"type":"end","samples":3,"clock":{"monotonic_ns":600000,"cupti_ns":1100100}}`,
 	}
 	var pub fakePublisher
@@ -80,7 +81,7 @@ func TestForward(t *testing.T) {
 	want := []record.CounterSample{
 		{StartNS: 500_000, EndNS: 501_000, Device: 1, Values: []float64{1, 2}},
 		{StartNS: 501_000, EndNS: 502_000, Device: 1, Values: []float64{3, 4}},
-		{StartNS: 505_000, EndNS: 506_000, Device: 1, Values: []float64{5, 6}, Flags: record.CounterOverflowBefore},
+		{StartNS: 505_000, EndNS: 506_000, Device: 1, Values: []float64{5, math.NaN()}, Flags: record.CounterOverflowBefore},
 	}
 	if len(pub.samples) != len(want) {
 		t.Fatalf("%d samples published, want %d: %+v", len(pub.samples), len(want), pub.samples)

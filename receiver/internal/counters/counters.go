@@ -14,10 +14,15 @@
 // overlap, the values are the device's, shared by the overlapping
 // kernels, not each kernel's own; the overlapped time says how much of a
 // launch, or of a kernel's total, that is.
+//
+// A value that is not a number (a ratio over an idle sample: occupancy of
+// no active cycles) is left out of its metric's mean, so each metric has
+// its own weight: the attributed time during which it had a value.
 package counters
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -41,8 +46,12 @@ type Window struct {
 type Launch struct {
 	Window Window
 	// Values is each metric's mean over the window, weighted by
-	// attributed time; nil when no sample covered the window.
+	// attributed time; nil when no sample covered the window, NaN for a
+	// metric with no value over it.
 	Values []float64
+	// Weights is, per metric, the attributed time (ns) during which it
+	// had a value: Attributed unless some samples had none.
+	Weights []float64
 	// Sampled is the window's time covered by samples (ns).
 	Sampled uint64
 	// Attributed is the sample time given to this window (ns): Sampled,
@@ -63,6 +72,7 @@ type Key struct {
 type Kernel struct {
 	Launches   int
 	Values     []float64 // weighted by attributed time; nil when none sampled
+	Weights    []float64 // per metric, the attributed time it had a value (ns)
 	Sampled    uint64
 	Attributed float64
 	Overlapped uint64
@@ -132,6 +142,7 @@ func validate(samples []Sample, windows []Window, metrics int) error {
 type joiner struct {
 	w       []Window
 	sums    [][]float64
+	weights [][]float64
 	out     []Launch
 	idle    uint64
 	total   uint64
@@ -139,7 +150,8 @@ type joiner struct {
 }
 
 func newJoiner(windows []Window, metrics int) *joiner {
-	j := &joiner{w: windows, sums: make([][]float64, len(windows)), out: make([]Launch, len(windows)), metrics: metrics}
+	j := &joiner{w: windows, sums: make([][]float64, len(windows)), weights: make([][]float64, len(windows)),
+		out: make([]Launch, len(windows)), metrics: metrics}
 	for i := range windows {
 		j.out[i].Window = windows[i]
 	}
@@ -202,10 +214,14 @@ func (j *joiner) piece(s Sample, d uint64, running []int) {
 			l.Overlapped += d
 		}
 		if j.sums[i] == nil {
-			j.sums[i] = make([]float64, j.metrics)
+			j.sums[i], j.weights[i] = make([]float64, j.metrics), make([]float64, j.metrics)
 		}
 		for k, v := range s.Values {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				continue
+			}
 			j.sums[i][k] += v * share
+			j.weights[i][k] += share
 		}
 	}
 }
@@ -213,7 +229,7 @@ func (j *joiner) piece(s Sample, d uint64, running []int) {
 // result turns the sums into means, per launch and per kernel.
 func (j *joiner) result() *Result {
 	r := &Result{Launches: j.out, Kernels: map[Key]*Kernel{}, Idle: j.idle, Total: j.total}
-	ksums := map[Key][]float64{}
+	ksums, kweights := map[Key][]float64{}, map[Key][]float64{}
 	for i := range j.out {
 		l := &j.out[i]
 		key := Key{l.Window.PID, l.Window.Kernel}
@@ -226,27 +242,32 @@ func (j *joiner) result() *Result {
 		if l.Attributed == 0 {
 			continue
 		}
-		l.Values = mean(j.sums[i], l.Attributed)
+		l.Values, l.Weights = mean(j.sums[i], j.weights[i]), j.weights[i]
 		k.Sampled += l.Sampled
 		k.Attributed += l.Attributed
 		k.Overlapped += l.Overlapped
 		if ksums[key] == nil {
-			ksums[key] = make([]float64, j.metrics)
+			ksums[key], kweights[key] = make([]float64, j.metrics), make([]float64, j.metrics)
 		}
 		for m, v := range j.sums[i] {
 			ksums[key][m] += v
+			kweights[key][m] += j.weights[i][m]
 		}
 	}
 	for key, s := range ksums {
-		r.Kernels[key].Values = mean(s, r.Kernels[key].Attributed)
+		r.Kernels[key].Values, r.Kernels[key].Weights = mean(s, kweights[key]), kweights[key]
 	}
 	return r
 }
 
-func mean(sums []float64, weight float64) []float64 {
+// mean is each sum over its weight, NaN where the weight is 0.
+func mean(sums, weights []float64) []float64 {
 	out := make([]float64, len(sums))
 	for i, s := range sums {
-		out[i] = s / weight
+		out[i] = math.NaN()
+		if weights[i] > 0 {
+			out[i] = s / weights[i]
+		}
 	}
 	return out
 }

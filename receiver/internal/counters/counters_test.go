@@ -211,3 +211,24 @@ func TestJoinRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinNaN: a metric's value that is not a number (occupancy over an
+// idle sample) is left out of that metric's mean and weight only.
+func TestJoinNaN(t *testing.T) {
+	samples := []Sample{{0, 100, []float64{10, math.NaN()}}, {100, 200, []float64{30, 5}}}
+	windows := []Window{{PID: 1, Kernel: "k", Start: 50, End: 200}}
+	r, err := Join(samples, windows, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, k := r.Launches[0], r.Kernels[Key{1, "k"}]
+	for _, got := range []struct{ values, weights []float64 }{{l.Values, l.Weights}, {k.Values, k.Weights}} {
+		if !nearAll(got.values, []float64{(50*10 + 100*30) / 150.0, 5}) || !nearAll(got.weights, []float64{150, 100}) {
+			t.Errorf("values %v weights %v: want metric 1's NaN half left out", got.values, got.weights)
+		}
+	}
+	r, _ = Join([]Sample{{0, 100, []float64{math.NaN()}}}, windows[:1], 1)
+	if v := r.Launches[0].Values[0]; !math.IsNaN(v) || r.Launches[0].Weights[0] != 0 {
+		t.Errorf("only NaN: value %v weight %v, want NaN and 0", v, r.Launches[0].Weights[0])
+	}
+}
