@@ -176,7 +176,7 @@ func (r *gpuReceiver) start(_ context.Context, _ component.Host) error {
 		},
 		Windows: translate.WindowOptions{Wait: windowWait(r.cfg.Windows.Wait),
 			OnState: (&windowReports{log: r.log, tel: tel}).state, OnProbeOffset: r.out.self.offsets.record,
-			GPUTime: gpuTimeOptions(r.cfg.GPUTime)},
+			GPUTime: gpuTimeOptions(r.cfg.GPUTime), Counters: counterOptions(&r.cfg.Counters)},
 		SpanLimit: translate.SpanLimitOptions{PerSecond: r.cfg.Limits.SpansPerSecond,
 			OnCapped: r.spansCapped},
 	}, pollWorkers(r))

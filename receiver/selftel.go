@@ -289,5 +289,5 @@ func (r *gpuReceiver) selfMetrics() []translate.SelfMetric {
 		{Name: "gpuprobe.receiver.gpu_time.late", Unit: "ns", Desc: "The part of gpuprobe.receiver.gpu_time.cut that came after its span was settled (gpu_time::lag behind).", Value: uint64(max(0, gt.LateNS))},
 		{Name: "gpuprobe.receiver.gpu_time.unowned", Unit: "{window}", Desc: "Device windows of clients without a process id or a clock mapping, not attributed.", Value: gt.Unowned},
 		{Name: "gpuprobe.receiver.patch.programs_skipped", Unit: "{program}", Desc: "GPU programs left out of a module they could not be patched into (the module was patched with the others).", Value: r.patch.skips.Load()},
-	}, append(append(r.hostSelfMetrics(), r.hc.metrics()...), ringSelfMetrics(r.run.agent)...)...)
+	}, append(append(append(r.hostSelfMetrics(), r.hc.metrics()...), ringSelfMetrics(r.run.agent)...), counterSelfMetrics(r.sh.first().CounterCounters())...)...)
 }

@@ -125,6 +125,209 @@ func (ms *GpuCudaKernelApproximateSpansMetricConfig) Unmarshal(parser *confmap.C
 	return nil
 }
 
+// GpuCudaKernelCounterMeanMetricAttributeKey specifies the key of an attribute for the gpu.cuda.kernel.counter.mean metric.
+type GpuCudaKernelCounterMeanMetricAttributeKey string
+
+const (
+	GpuCudaKernelCounterMeanMetricAttributeKeyCudaKernelName  GpuCudaKernelCounterMeanMetricAttributeKey = "cuda.kernel.name"
+	GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceIndex GpuCudaKernelCounterMeanMetricAttributeKey = "cuda.device.index"
+	GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceUUID  GpuCudaKernelCounterMeanMetricAttributeKey = "cuda.device.uuid"
+	GpuCudaKernelCounterMeanMetricAttributeKeyCudaCounterName GpuCudaKernelCounterMeanMetricAttributeKey = "cuda.counter.name"
+)
+
+// GpuCudaKernelCounterMeanMetricConfig provides config for the gpu.cuda.kernel.counter.mean metric.
+type GpuCudaKernelCounterMeanMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                       `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaKernelCounterMeanMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaKernelCounterMeanMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaKernelCounterMeanMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaKernelCounterMeanMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterMeanMetricAttributeKeyCudaCounterName:
+		default:
+			return fmt.Errorf("metric gpu.cuda.kernel.counter.mean doesn't have an attribute %v, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.device.uuid, cuda.counter.name]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuCudaKernelCounterOverlappedTimeMetricAttributeKey specifies the key of an attribute for the gpu.cuda.kernel.counter.overlapped.time metric.
+type GpuCudaKernelCounterOverlappedTimeMetricAttributeKey string
+
+const (
+	GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaKernelName  GpuCudaKernelCounterOverlappedTimeMetricAttributeKey = "cuda.kernel.name"
+	GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceIndex GpuCudaKernelCounterOverlappedTimeMetricAttributeKey = "cuda.device.index"
+	GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceUUID  GpuCudaKernelCounterOverlappedTimeMetricAttributeKey = "cuda.device.uuid"
+)
+
+// GpuCudaKernelCounterOverlappedTimeMetricConfig provides config for the gpu.cuda.kernel.counter.overlapped.time metric.
+type GpuCudaKernelCounterOverlappedTimeMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                                 `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaKernelCounterOverlappedTimeMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaKernelCounterOverlappedTimeMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaKernelCounterOverlappedTimeMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceUUID:
+		default:
+			return fmt.Errorf("metric gpu.cuda.kernel.counter.overlapped.time doesn't have an attribute %v, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.device.uuid]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuCudaKernelCounterTimeMetricAttributeKey specifies the key of an attribute for the gpu.cuda.kernel.counter.time metric.
+type GpuCudaKernelCounterTimeMetricAttributeKey string
+
+const (
+	GpuCudaKernelCounterTimeMetricAttributeKeyCudaKernelName  GpuCudaKernelCounterTimeMetricAttributeKey = "cuda.kernel.name"
+	GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceIndex GpuCudaKernelCounterTimeMetricAttributeKey = "cuda.device.index"
+	GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceUUID  GpuCudaKernelCounterTimeMetricAttributeKey = "cuda.device.uuid"
+	GpuCudaKernelCounterTimeMetricAttributeKeyCudaCounterName GpuCudaKernelCounterTimeMetricAttributeKey = "cuda.counter.name"
+)
+
+// GpuCudaKernelCounterTimeMetricConfig provides config for the gpu.cuda.kernel.counter.time metric.
+type GpuCudaKernelCounterTimeMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                       `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaKernelCounterTimeMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaKernelCounterTimeMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaKernelCounterTimeMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaKernelCounterTimeMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterTimeMetricAttributeKeyCudaCounterName:
+		default:
+			return fmt.Errorf("metric gpu.cuda.kernel.counter.time doesn't have an attribute %v, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.device.uuid, cuda.counter.name]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
+// GpuCudaKernelCounterWeightedMetricAttributeKey specifies the key of an attribute for the gpu.cuda.kernel.counter.weighted metric.
+type GpuCudaKernelCounterWeightedMetricAttributeKey string
+
+const (
+	GpuCudaKernelCounterWeightedMetricAttributeKeyCudaKernelName  GpuCudaKernelCounterWeightedMetricAttributeKey = "cuda.kernel.name"
+	GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceIndex GpuCudaKernelCounterWeightedMetricAttributeKey = "cuda.device.index"
+	GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceUUID  GpuCudaKernelCounterWeightedMetricAttributeKey = "cuda.device.uuid"
+	GpuCudaKernelCounterWeightedMetricAttributeKeyCudaCounterName GpuCudaKernelCounterWeightedMetricAttributeKey = "cuda.counter.name"
+)
+
+// GpuCudaKernelCounterWeightedMetricConfig provides config for the gpu.cuda.kernel.counter.weighted metric.
+type GpuCudaKernelCounterWeightedMetricConfig struct {
+	Enabled          bool `mapstructure:"enabled"`
+	enabledSetByUser bool
+
+	AggregationStrategy string                                           `mapstructure:"aggregation_strategy"`
+	EnabledAttributes   []GpuCudaKernelCounterWeightedMetricAttributeKey `mapstructure:"attributes"`
+}
+
+func (ms *GpuCudaKernelCounterWeightedMetricConfig) Unmarshal(parser *confmap.Conf) error {
+	if parser == nil {
+		return nil
+	}
+
+	err := parser.Unmarshal(ms)
+	if err != nil {
+		return err
+	}
+
+	ms.enabledSetByUser = parser.IsSet("enabled")
+	return nil
+}
+
+func (ms *GpuCudaKernelCounterWeightedMetricConfig) Validate() error {
+	for _, val := range ms.EnabledAttributes {
+		switch val {
+		case GpuCudaKernelCounterWeightedMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaCounterName:
+		default:
+			return fmt.Errorf("metric gpu.cuda.kernel.counter.weighted doesn't have an attribute %v, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.device.uuid, cuda.counter.name]", val)
+		}
+	}
+
+	switch ms.AggregationStrategy {
+	case AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax:
+	default:
+		return fmt.Errorf("invalid aggregation strategy %q, valid strategies: [%s, %s, %s, %s]", ms.AggregationStrategy, AggregationStrategySum, AggregationStrategyAvg, AggregationStrategyMin, AggregationStrategyMax)
+	}
+
+	return nil
+}
+
 // GpuCudaKernelLaunchesMetricAttributeKey specifies the key of an attribute for the gpu.cuda.kernel.launches metric.
 type GpuCudaKernelLaunchesMetricAttributeKey string
 
@@ -720,6 +923,10 @@ type MetricsConfig struct {
 	GpuCudaDeviceTime                   GpuCudaDeviceTimeMetricConfig                   `mapstructure:"gpu.cuda.device.time"`
 	GpuCudaDeviceUtilization            GpuCudaDeviceUtilizationMetricConfig            `mapstructure:"gpu.cuda.device.utilization"`
 	GpuCudaKernelApproximateSpans       GpuCudaKernelApproximateSpansMetricConfig       `mapstructure:"gpu.cuda.kernel.approximate.spans"`
+	GpuCudaKernelCounterMean            GpuCudaKernelCounterMeanMetricConfig            `mapstructure:"gpu.cuda.kernel.counter.mean"`
+	GpuCudaKernelCounterOverlappedTime  GpuCudaKernelCounterOverlappedTimeMetricConfig  `mapstructure:"gpu.cuda.kernel.counter.overlapped.time"`
+	GpuCudaKernelCounterTime            GpuCudaKernelCounterTimeMetricConfig            `mapstructure:"gpu.cuda.kernel.counter.time"`
+	GpuCudaKernelCounterWeighted        GpuCudaKernelCounterWeightedMetricConfig        `mapstructure:"gpu.cuda.kernel.counter.weighted"`
 	GpuCudaKernelLaunches               GpuCudaKernelLaunchesMetricConfig               `mapstructure:"gpu.cuda.kernel.launches"`
 	GpuCudaKernelLaunchesByFrame        GpuCudaKernelLaunchesByFrameMetricConfig        `mapstructure:"gpu.cuda.kernel.launches.by_frame"`
 	GpuCudaMemcpyBytes                  GpuCudaMemcpyBytesMetricConfig                  `mapstructure:"gpu.cuda.memcpy.bytes"`
@@ -748,6 +955,26 @@ func DefaultMetricsConfig() MetricsConfig {
 		},
 		GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
 			Enabled: true,
+		},
+		GpuCudaKernelCounterMean: GpuCudaKernelCounterMeanMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategyAvg,
+			EnabledAttributes:   []GpuCudaKernelCounterMeanMetricAttributeKey{GpuCudaKernelCounterMeanMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterMeanMetricAttributeKeyCudaCounterName},
+		},
+		GpuCudaKernelCounterOverlappedTime: GpuCudaKernelCounterOverlappedTimeMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuCudaKernelCounterOverlappedTimeMetricAttributeKey{GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceUUID},
+		},
+		GpuCudaKernelCounterTime: GpuCudaKernelCounterTimeMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuCudaKernelCounterTimeMetricAttributeKey{GpuCudaKernelCounterTimeMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterTimeMetricAttributeKeyCudaCounterName},
+		},
+		GpuCudaKernelCounterWeighted: GpuCudaKernelCounterWeightedMetricConfig{
+			Enabled:             true,
+			AggregationStrategy: AggregationStrategySum,
+			EnabledAttributes:   []GpuCudaKernelCounterWeightedMetricAttributeKey{GpuCudaKernelCounterWeightedMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaCounterName},
 		},
 		GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 			Enabled:             true,

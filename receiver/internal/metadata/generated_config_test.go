@@ -39,6 +39,26 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
 						Enabled: true,
 					},
+					GpuCudaKernelCounterMean: GpuCudaKernelCounterMeanMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []GpuCudaKernelCounterMeanMetricAttributeKey{GpuCudaKernelCounterMeanMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterMeanMetricAttributeKeyCudaCounterName},
+					},
+					GpuCudaKernelCounterOverlappedTime: GpuCudaKernelCounterOverlappedTimeMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaKernelCounterOverlappedTimeMetricAttributeKey{GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceUUID},
+					},
+					GpuCudaKernelCounterTime: GpuCudaKernelCounterTimeMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaKernelCounterTimeMetricAttributeKey{GpuCudaKernelCounterTimeMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterTimeMetricAttributeKeyCudaCounterName},
+					},
+					GpuCudaKernelCounterWeighted: GpuCudaKernelCounterWeightedMetricConfig{
+						Enabled:             true,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaKernelCounterWeightedMetricAttributeKey{GpuCudaKernelCounterWeightedMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaCounterName},
+					},
 					GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 						Enabled:             true,
 						AggregationStrategy: AggregationStrategySum,
@@ -128,6 +148,26 @@ func TestMetricsBuilderConfig(t *testing.T) {
 					GpuCudaKernelApproximateSpans: GpuCudaKernelApproximateSpansMetricConfig{
 						Enabled: false,
 					},
+					GpuCudaKernelCounterMean: GpuCudaKernelCounterMeanMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategyAvg,
+						EnabledAttributes:   []GpuCudaKernelCounterMeanMetricAttributeKey{GpuCudaKernelCounterMeanMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterMeanMetricAttributeKeyCudaCounterName},
+					},
+					GpuCudaKernelCounterOverlappedTime: GpuCudaKernelCounterOverlappedTimeMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaKernelCounterOverlappedTimeMetricAttributeKey{GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceUUID},
+					},
+					GpuCudaKernelCounterTime: GpuCudaKernelCounterTimeMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaKernelCounterTimeMetricAttributeKey{GpuCudaKernelCounterTimeMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterTimeMetricAttributeKeyCudaCounterName},
+					},
+					GpuCudaKernelCounterWeighted: GpuCudaKernelCounterWeightedMetricConfig{
+						Enabled:             false,
+						AggregationStrategy: AggregationStrategySum,
+						EnabledAttributes:   []GpuCudaKernelCounterWeightedMetricAttributeKey{GpuCudaKernelCounterWeightedMetricAttributeKeyCudaKernelName, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceIndex, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceUUID, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaCounterName},
+					},
 					GpuCudaKernelLaunches: GpuCudaKernelLaunchesMetricConfig{
 						Enabled:             false,
 						AggregationStrategy: AggregationStrategySum,
@@ -204,7 +244,7 @@ func TestMetricsBuilderConfig(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := loadMetricsBuilderConfig(t, tt.name)
-			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaDeviceTimeMetricConfig{}, GpuCudaDeviceUtilizationMetricConfig{}, GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaKernelLaunchesByFrameMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaProcessTimeMetricConfig{}, GpuCudaProcessUtilizationMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverLaunchesPreswapMetricConfig{}, GpuprobeReceiverPatchCacheMetricConfig{}, GpuprobeReceiverPatchTimeMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
+			diff := cmp.Diff(tt.want, cfg, cmpopts.IgnoreUnexported(GpuCudaDeviceTimeMetricConfig{}, GpuCudaDeviceUtilizationMetricConfig{}, GpuCudaKernelApproximateSpansMetricConfig{}, GpuCudaKernelCounterMeanMetricConfig{}, GpuCudaKernelCounterOverlappedTimeMetricConfig{}, GpuCudaKernelCounterTimeMetricConfig{}, GpuCudaKernelCounterWeightedMetricConfig{}, GpuCudaKernelLaunchesMetricConfig{}, GpuCudaKernelLaunchesByFrameMetricConfig{}, GpuCudaMemcpyBytesMetricConfig{}, GpuCudaProcessTimeMetricConfig{}, GpuCudaProcessUtilizationMetricConfig{}, GpuCudaThreadExecutionsByThreadMetricConfig{}, GpuprobeReceiverCoverageGpuTimeMetricConfig{}, GpuprobeReceiverCoverageLaunchesMetricConfig{}, GpuprobeReceiverLaunchesPreswapMetricConfig{}, GpuprobeReceiverPatchCacheMetricConfig{}, GpuprobeReceiverPatchTimeMetricConfig{}, GpuprobeReceiverWindowsStateChangesMetricConfig{}, ResourceAttributeConfig{}))
 			require.Emptyf(t, diff, "Config mismatch (-expected +actual):\n%s", diff)
 		})
 	}
@@ -229,6 +269,54 @@ func TestGpuCudaDeviceUtilizationMetricsConfig_Validate(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.device.utilization doesn't have an attribute invalid, valid attributes: [cuda.device.uuid]")
 
 	cfg = DefaultMetricsConfig().GpuCudaDeviceUtilization
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaKernelCounterMeanMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaKernelCounterMean
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaKernelCounterMeanMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.kernel.counter.mean doesn't have an attribute invalid, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.device.uuid, cuda.counter.name]")
+
+	cfg = DefaultMetricsConfig().GpuCudaKernelCounterMean
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaKernelCounterOverlappedTimeMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaKernelCounterOverlappedTime
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaKernelCounterOverlappedTimeMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.kernel.counter.overlapped.time doesn't have an attribute invalid, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.device.uuid]")
+
+	cfg = DefaultMetricsConfig().GpuCudaKernelCounterOverlappedTime
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaKernelCounterTimeMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaKernelCounterTime
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaKernelCounterTimeMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.kernel.counter.time doesn't have an attribute invalid, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.device.uuid, cuda.counter.name]")
+
+	cfg = DefaultMetricsConfig().GpuCudaKernelCounterTime
+	cfg.AggregationStrategy = "invalid"
+	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
+}
+
+func TestGpuCudaKernelCounterWeightedMetricsConfig_Validate(t *testing.T) {
+	cfg := DefaultMetricsConfig().GpuCudaKernelCounterWeighted
+	require.NoError(t, cfg.Validate())
+
+	cfg.EnabledAttributes = []GpuCudaKernelCounterWeightedMetricAttributeKey{"invalid"}
+	require.ErrorContains(t, cfg.Validate(), "metric gpu.cuda.kernel.counter.weighted doesn't have an attribute invalid, valid attributes: [cuda.kernel.name, cuda.device.index, cuda.device.uuid, cuda.counter.name]")
+
+	cfg = DefaultMetricsConfig().GpuCudaKernelCounterWeighted
 	cfg.AggregationStrategy = "invalid"
 	require.ErrorContains(t, cfg.Validate(), "invalid aggregation strategy")
 }

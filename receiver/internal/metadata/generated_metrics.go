@@ -303,6 +303,22 @@ var MetricsInfo = metricsInfo{
 	GpuCudaKernelApproximateSpans: metricInfo{
 		Name: "gpu.cuda.kernel.approximate.spans",
 	},
+	GpuCudaKernelCounterMean: metricInfo{
+		Name:       "gpu.cuda.kernel.counter.mean",
+		Attributes: []string{"cuda.kernel.name", "cuda.device.index", "cuda.device.uuid", "cuda.counter.name"},
+	},
+	GpuCudaKernelCounterOverlappedTime: metricInfo{
+		Name:       "gpu.cuda.kernel.counter.overlapped.time",
+		Attributes: []string{"cuda.kernel.name", "cuda.device.index", "cuda.device.uuid"},
+	},
+	GpuCudaKernelCounterTime: metricInfo{
+		Name:       "gpu.cuda.kernel.counter.time",
+		Attributes: []string{"cuda.kernel.name", "cuda.device.index", "cuda.device.uuid", "cuda.counter.name"},
+	},
+	GpuCudaKernelCounterWeighted: metricInfo{
+		Name:       "gpu.cuda.kernel.counter.weighted",
+		Attributes: []string{"cuda.kernel.name", "cuda.device.index", "cuda.device.uuid", "cuda.counter.name"},
+	},
 	GpuCudaKernelLaunches: metricInfo{
 		Name:       "gpu.cuda.kernel.launches",
 		Attributes: []string{"cuda.kernel.name", "cuda.device.index"},
@@ -357,6 +373,10 @@ type metricsInfo struct {
 	GpuCudaDeviceTime                   metricInfo
 	GpuCudaDeviceUtilization            metricInfo
 	GpuCudaKernelApproximateSpans       metricInfo
+	GpuCudaKernelCounterMean            metricInfo
+	GpuCudaKernelCounterOverlappedTime  metricInfo
+	GpuCudaKernelCounterTime            metricInfo
+	GpuCudaKernelCounterWeighted        metricInfo
 	GpuCudaKernelLaunches               metricInfo
 	GpuCudaKernelLaunchesByFrame        metricInfo
 	GpuCudaMemcpyBytes                  metricInfo
@@ -600,6 +620,401 @@ func (m *metricGpuCudaKernelApproximateSpans) emit(metrics pmetric.MetricSlice) 
 
 func newMetricGpuCudaKernelApproximateSpans(cfg GpuCudaKernelApproximateSpansMetricConfig) metricGpuCudaKernelApproximateSpans {
 	m := metricGpuCudaKernelApproximateSpans{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuCudaKernelCounterMean struct {
+	data          pmetric.Metric                       // data buffer for generated metric.
+	config        GpuCudaKernelCounterMeanMetricConfig // metric config provided by user.
+	capacity      int                                  // max observed number of data points added to the metric.
+	aggDataPoints []float64                            // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.kernel.counter.mean metric with initial data.
+func (m *metricGpuCudaKernelCounterMean) init() {
+	m.data.SetName("gpu.cuda.kernel.counter.mean")
+	m.data.SetDescription("Each hardware counter's mean over the kernel's launches on the GPU settled since the previous emission, weighted by their sample time (counters::enabled); the device's values, shared where other kernels ran beside them.")
+	m.data.SetUnit("{value}")
+	m.data.SetEmptyGauge()
+	m.data.Gauge().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaKernelCounterMean) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string, cudaCounterNameAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterMeanMetricAttributeKeyCudaKernelName) {
+		dp.Attributes().PutStr("cuda.kernel.name", cudaKernelNameAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceIndex) {
+		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterMeanMetricAttributeKeyCudaDeviceUUID) {
+		dp.Attributes().PutStr("cuda.device.uuid", cudaDeviceUUIDAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterMeanMetricAttributeKeyCudaCounterName) {
+		dp.Attributes().PutStr("cuda.counter.name", cudaCounterNameAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Gauge().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaKernelCounterMean) updateCapacity() {
+	if m.data.Gauge().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Gauge().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaKernelCounterMean) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Gauge().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Gauge().DataPoints().At(i).SetDoubleValue(m.data.Gauge().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaKernelCounterMean(cfg GpuCudaKernelCounterMeanMetricConfig) metricGpuCudaKernelCounterMean {
+	m := metricGpuCudaKernelCounterMean{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuCudaKernelCounterOverlappedTime struct {
+	data          pmetric.Metric                                 // data buffer for generated metric.
+	config        GpuCudaKernelCounterOverlappedTimeMetricConfig // metric config provided by user.
+	capacity      int                                            // max observed number of data points added to the metric.
+	aggDataPoints []float64                                      // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.kernel.counter.overlapped.time metric with initial data.
+func (m *metricGpuCudaKernelCounterOverlappedTime) init() {
+	m.data.SetName("gpu.cuda.kernel.counter.overlapped.time")
+	m.data.SetDescription("Sampled time of the kernel's launches during which another kernel also ran on the GPU (counters::enabled).")
+	m.data.SetUnit("s")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaKernelCounterOverlappedTime) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaKernelName) {
+		dp.Attributes().PutStr("cuda.kernel.name", cudaKernelNameAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceIndex) {
+		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterOverlappedTimeMetricAttributeKeyCudaDeviceUUID) {
+		dp.Attributes().PutStr("cuda.device.uuid", cudaDeviceUUIDAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaKernelCounterOverlappedTime) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaKernelCounterOverlappedTime) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetDoubleValue(m.data.Sum().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaKernelCounterOverlappedTime(cfg GpuCudaKernelCounterOverlappedTimeMetricConfig) metricGpuCudaKernelCounterOverlappedTime {
+	m := metricGpuCudaKernelCounterOverlappedTime{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuCudaKernelCounterTime struct {
+	data          pmetric.Metric                       // data buffer for generated metric.
+	config        GpuCudaKernelCounterTimeMetricConfig // metric config provided by user.
+	capacity      int                                  // max observed number of data points added to the metric.
+	aggDataPoints []float64                            // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.kernel.counter.time metric with initial data.
+func (m *metricGpuCudaKernelCounterTime) init() {
+	m.data.SetName("gpu.cuda.kernel.counter.time")
+	m.data.SetDescription("Sample time of the kernel's launches on the GPU during which the counter had a value, the time other kernels ran beside them shared out (counters::enabled).")
+	m.data.SetUnit("s")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaKernelCounterTime) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string, cudaCounterNameAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterTimeMetricAttributeKeyCudaKernelName) {
+		dp.Attributes().PutStr("cuda.kernel.name", cudaKernelNameAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceIndex) {
+		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterTimeMetricAttributeKeyCudaDeviceUUID) {
+		dp.Attributes().PutStr("cuda.device.uuid", cudaDeviceUUIDAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterTimeMetricAttributeKeyCudaCounterName) {
+		dp.Attributes().PutStr("cuda.counter.name", cudaCounterNameAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaKernelCounterTime) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaKernelCounterTime) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetDoubleValue(m.data.Sum().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaKernelCounterTime(cfg GpuCudaKernelCounterTimeMetricConfig) metricGpuCudaKernelCounterTime {
+	m := metricGpuCudaKernelCounterTime{config: cfg}
+
+	if cfg.Enabled {
+		m.data = pmetric.NewMetric()
+		m.init()
+	}
+	return m
+}
+
+type metricGpuCudaKernelCounterWeighted struct {
+	data          pmetric.Metric                           // data buffer for generated metric.
+	config        GpuCudaKernelCounterWeightedMetricConfig // metric config provided by user.
+	capacity      int                                      // max observed number of data points added to the metric.
+	aggDataPoints []float64                                // slice containing number of aggregated datapoints at each index
+}
+
+// init fills gpu.cuda.kernel.counter.weighted metric with initial data.
+func (m *metricGpuCudaKernelCounterWeighted) init() {
+	m.data.SetName("gpu.cuda.kernel.counter.weighted")
+	m.data.SetDescription("Each hardware counter integrated over the kernel's sample time (value times seconds); its increase over gpu.cuda.kernel.counter.time's is the counter's time-weighted mean over any range (counters::enabled).")
+	m.data.SetUnit("{value}.s")
+	m.data.SetEmptySum()
+	m.data.Sum().SetIsMonotonic(true)
+	m.data.Sum().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+	m.data.Sum().DataPoints().EnsureCapacity(m.capacity)
+	m.aggDataPoints = m.aggDataPoints[:0]
+}
+
+func (m *metricGpuCudaKernelCounterWeighted) recordDataPoint(start pcommon.Timestamp, ts pcommon.Timestamp, val float64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string, cudaCounterNameAttributeValue string) {
+	if !m.config.Enabled {
+		return
+	}
+
+	dp := pmetric.NewNumberDataPoint()
+	dp.SetStartTimestamp(start)
+	dp.SetTimestamp(ts)
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaKernelName) {
+		dp.Attributes().PutStr("cuda.kernel.name", cudaKernelNameAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceIndex) {
+		dp.Attributes().PutInt("cuda.device.index", cudaDeviceIndexAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaDeviceUUID) {
+		dp.Attributes().PutStr("cuda.device.uuid", cudaDeviceUUIDAttributeValue)
+	}
+	if slices.Contains(m.config.EnabledAttributes, GpuCudaKernelCounterWeightedMetricAttributeKeyCudaCounterName) {
+		dp.Attributes().PutStr("cuda.counter.name", cudaCounterNameAttributeValue)
+	}
+
+	var s string
+	dps := m.data.Sum().DataPoints()
+	for i := 0; i < dps.Len(); i++ {
+		dpi := dps.At(i)
+		if dp.Attributes().Equal(dpi.Attributes()) && dp.StartTimestamp() == dpi.StartTimestamp() && dp.Timestamp() == dpi.Timestamp() {
+			switch s = m.config.AggregationStrategy; s {
+			case AggregationStrategySum, AggregationStrategyAvg:
+				dpi.SetDoubleValue(dpi.DoubleValue() + val)
+				m.aggDataPoints[i] += 1
+				return
+			case AggregationStrategyMin:
+				if dpi.DoubleValue() > val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			case AggregationStrategyMax:
+				if dpi.DoubleValue() < val {
+					dpi.SetDoubleValue(val)
+				}
+				return
+			}
+		}
+	}
+
+	dp.SetDoubleValue(val)
+	m.aggDataPoints = append(m.aggDataPoints, 1)
+	dp.MoveTo(dps.AppendEmpty())
+}
+
+// updateCapacity saves max length of data point slices that will be used for the slice capacity.
+func (m *metricGpuCudaKernelCounterWeighted) updateCapacity() {
+	if m.data.Sum().DataPoints().Len() > m.capacity {
+		m.capacity = m.data.Sum().DataPoints().Len()
+	}
+}
+
+// emit appends recorded metric data to a metrics slice and prepares it for recording another set of data points.
+func (m *metricGpuCudaKernelCounterWeighted) emit(metrics pmetric.MetricSlice) {
+	if m.config.Enabled && m.data.Sum().DataPoints().Len() > 0 {
+		if m.config.AggregationStrategy == AggregationStrategyAvg {
+			for i, aggCount := range m.aggDataPoints {
+				m.data.Sum().DataPoints().At(i).SetDoubleValue(m.data.Sum().DataPoints().At(i).DoubleValue() / aggCount)
+			}
+		}
+		m.updateCapacity()
+		m.data.MoveTo(metrics.AppendEmpty())
+		m.init()
+	}
+}
+
+func newMetricGpuCudaKernelCounterWeighted(cfg GpuCudaKernelCounterWeightedMetricConfig) metricGpuCudaKernelCounterWeighted {
+	m := metricGpuCudaKernelCounterWeighted{config: cfg}
 
 	if cfg.Enabled {
 		m.data = pmetric.NewMetric()
@@ -1753,6 +2168,10 @@ type MetricsBuilder struct {
 	metricGpuCudaDeviceTime                   metricGpuCudaDeviceTime
 	metricGpuCudaDeviceUtilization            metricGpuCudaDeviceUtilization
 	metricGpuCudaKernelApproximateSpans       metricGpuCudaKernelApproximateSpans
+	metricGpuCudaKernelCounterMean            metricGpuCudaKernelCounterMean
+	metricGpuCudaKernelCounterOverlappedTime  metricGpuCudaKernelCounterOverlappedTime
+	metricGpuCudaKernelCounterTime            metricGpuCudaKernelCounterTime
+	metricGpuCudaKernelCounterWeighted        metricGpuCudaKernelCounterWeighted
 	metricGpuCudaKernelLaunches               metricGpuCudaKernelLaunches
 	metricGpuCudaKernelLaunchesByFrame        metricGpuCudaKernelLaunchesByFrame
 	metricGpuCudaMemcpyBytes                  metricGpuCudaMemcpyBytes
@@ -1793,6 +2212,10 @@ func NewMetricsBuilder(mbc MetricsBuilderConfig, settings receiver.Settings, opt
 		metricGpuCudaDeviceTime:                   newMetricGpuCudaDeviceTime(mbc.Metrics.GpuCudaDeviceTime),
 		metricGpuCudaDeviceUtilization:            newMetricGpuCudaDeviceUtilization(mbc.Metrics.GpuCudaDeviceUtilization),
 		metricGpuCudaKernelApproximateSpans:       newMetricGpuCudaKernelApproximateSpans(mbc.Metrics.GpuCudaKernelApproximateSpans),
+		metricGpuCudaKernelCounterMean:            newMetricGpuCudaKernelCounterMean(mbc.Metrics.GpuCudaKernelCounterMean),
+		metricGpuCudaKernelCounterOverlappedTime:  newMetricGpuCudaKernelCounterOverlappedTime(mbc.Metrics.GpuCudaKernelCounterOverlappedTime),
+		metricGpuCudaKernelCounterTime:            newMetricGpuCudaKernelCounterTime(mbc.Metrics.GpuCudaKernelCounterTime),
+		metricGpuCudaKernelCounterWeighted:        newMetricGpuCudaKernelCounterWeighted(mbc.Metrics.GpuCudaKernelCounterWeighted),
 		metricGpuCudaKernelLaunches:               newMetricGpuCudaKernelLaunches(mbc.Metrics.GpuCudaKernelLaunches),
 		metricGpuCudaKernelLaunchesByFrame:        newMetricGpuCudaKernelLaunchesByFrame(mbc.Metrics.GpuCudaKernelLaunchesByFrame),
 		metricGpuCudaMemcpyBytes:                  newMetricGpuCudaMemcpyBytes(mbc.Metrics.GpuCudaMemcpyBytes),
@@ -1922,6 +2345,10 @@ func (mb *MetricsBuilder) EmitForResource(options ...ResourceMetricsOption) {
 	mb.metricGpuCudaDeviceTime.emit(ils.Metrics())
 	mb.metricGpuCudaDeviceUtilization.emit(ils.Metrics())
 	mb.metricGpuCudaKernelApproximateSpans.emit(ils.Metrics())
+	mb.metricGpuCudaKernelCounterMean.emit(ils.Metrics())
+	mb.metricGpuCudaKernelCounterOverlappedTime.emit(ils.Metrics())
+	mb.metricGpuCudaKernelCounterTime.emit(ils.Metrics())
+	mb.metricGpuCudaKernelCounterWeighted.emit(ils.Metrics())
 	mb.metricGpuCudaKernelLaunches.emit(ils.Metrics())
 	mb.metricGpuCudaKernelLaunchesByFrame.emit(ils.Metrics())
 	mb.metricGpuCudaMemcpyBytes.emit(ils.Metrics())
@@ -1978,6 +2405,26 @@ func (mb *MetricsBuilder) RecordGpuCudaDeviceUtilizationDataPoint(ts pcommon.Tim
 // RecordGpuCudaKernelApproximateSpansDataPoint adds a data point to gpu.cuda.kernel.approximate.spans metric.
 func (mb *MetricsBuilder) RecordGpuCudaKernelApproximateSpansDataPoint(ts pcommon.Timestamp, val int64) {
 	mb.metricGpuCudaKernelApproximateSpans.recordDataPoint(mb.startTime, ts, val)
+}
+
+// RecordGpuCudaKernelCounterMeanDataPoint adds a data point to gpu.cuda.kernel.counter.mean metric.
+func (mb *MetricsBuilder) RecordGpuCudaKernelCounterMeanDataPoint(ts pcommon.Timestamp, val float64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string, cudaCounterNameAttributeValue string) {
+	mb.metricGpuCudaKernelCounterMean.recordDataPoint(mb.startTime, ts, val, cudaKernelNameAttributeValue, cudaDeviceIndexAttributeValue, cudaDeviceUUIDAttributeValue, cudaCounterNameAttributeValue)
+}
+
+// RecordGpuCudaKernelCounterOverlappedTimeDataPoint adds a data point to gpu.cuda.kernel.counter.overlapped.time metric.
+func (mb *MetricsBuilder) RecordGpuCudaKernelCounterOverlappedTimeDataPoint(ts pcommon.Timestamp, val float64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string) {
+	mb.metricGpuCudaKernelCounterOverlappedTime.recordDataPoint(mb.startTime, ts, val, cudaKernelNameAttributeValue, cudaDeviceIndexAttributeValue, cudaDeviceUUIDAttributeValue)
+}
+
+// RecordGpuCudaKernelCounterTimeDataPoint adds a data point to gpu.cuda.kernel.counter.time metric.
+func (mb *MetricsBuilder) RecordGpuCudaKernelCounterTimeDataPoint(ts pcommon.Timestamp, val float64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string, cudaCounterNameAttributeValue string) {
+	mb.metricGpuCudaKernelCounterTime.recordDataPoint(mb.startTime, ts, val, cudaKernelNameAttributeValue, cudaDeviceIndexAttributeValue, cudaDeviceUUIDAttributeValue, cudaCounterNameAttributeValue)
+}
+
+// RecordGpuCudaKernelCounterWeightedDataPoint adds a data point to gpu.cuda.kernel.counter.weighted metric.
+func (mb *MetricsBuilder) RecordGpuCudaKernelCounterWeightedDataPoint(ts pcommon.Timestamp, val float64, cudaKernelNameAttributeValue string, cudaDeviceIndexAttributeValue int64, cudaDeviceUUIDAttributeValue string, cudaCounterNameAttributeValue string) {
+	mb.metricGpuCudaKernelCounterWeighted.recordDataPoint(mb.startTime, ts, val, cudaKernelNameAttributeValue, cudaDeviceIndexAttributeValue, cudaDeviceUUIDAttributeValue, cudaCounterNameAttributeValue)
 }
 
 // RecordGpuCudaKernelLaunchesDataPoint adds a data point to gpu.cuda.kernel.launches metric.

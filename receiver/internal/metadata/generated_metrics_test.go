@@ -69,6 +69,10 @@ func TestMetricsBuilder(t *testing.T) {
 			aggMap := make(map[string]string) // contains the aggregation strategies for each metric name
 			aggMap["gpu.cuda.device.time"] = mb.metricGpuCudaDeviceTime.config.AggregationStrategy
 			aggMap["gpu.cuda.device.utilization"] = mb.metricGpuCudaDeviceUtilization.config.AggregationStrategy
+			aggMap["gpu.cuda.kernel.counter.mean"] = mb.metricGpuCudaKernelCounterMean.config.AggregationStrategy
+			aggMap["gpu.cuda.kernel.counter.overlapped.time"] = mb.metricGpuCudaKernelCounterOverlappedTime.config.AggregationStrategy
+			aggMap["gpu.cuda.kernel.counter.time"] = mb.metricGpuCudaKernelCounterTime.config.AggregationStrategy
+			aggMap["gpu.cuda.kernel.counter.weighted"] = mb.metricGpuCudaKernelCounterWeighted.config.AggregationStrategy
 			aggMap["gpu.cuda.kernel.launches"] = mb.metricGpuCudaKernelLaunches.config.AggregationStrategy
 			aggMap["gpu.cuda.kernel.launches.by_frame"] = mb.metricGpuCudaKernelLaunchesByFrame.config.AggregationStrategy
 			aggMap["gpu.cuda.memcpy.bytes"] = mb.metricGpuCudaMemcpyBytes.config.AggregationStrategy
@@ -104,6 +108,30 @@ func TestMetricsBuilder(t *testing.T) {
 			defaultMetricsCount++
 			allMetricsCount++
 			mb.RecordGpuCudaKernelApproximateSpansDataPoint(ts, 1)
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuCudaKernelCounterMeanDataPoint(ts, 1, "cuda.kernel.name-val", 17, "cuda.device.uuid-val", "cuda.counter.name-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaKernelCounterMeanDataPoint(ts, 3, "cuda.kernel.name-val-2", 18, "cuda.device.uuid-val-2", "cuda.counter.name-val-2")
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuCudaKernelCounterOverlappedTimeDataPoint(ts, 1, "cuda.kernel.name-val", 17, "cuda.device.uuid-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaKernelCounterOverlappedTimeDataPoint(ts, 3, "cuda.kernel.name-val-2", 18, "cuda.device.uuid-val-2")
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuCudaKernelCounterTimeDataPoint(ts, 1, "cuda.kernel.name-val", 17, "cuda.device.uuid-val", "cuda.counter.name-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaKernelCounterTimeDataPoint(ts, 3, "cuda.kernel.name-val-2", 18, "cuda.device.uuid-val-2", "cuda.counter.name-val-2")
+			}
+			defaultMetricsCount++
+			allMetricsCount++
+			mb.RecordGpuCudaKernelCounterWeightedDataPoint(ts, 1, "cuda.kernel.name-val", 17, "cuda.device.uuid-val", "cuda.counter.name-val")
+			if tt.name == "reaggregate_set" {
+				mb.RecordGpuCudaKernelCounterWeightedDataPoint(ts, 3, "cuda.kernel.name-val-2", 18, "cuda.device.uuid-val-2", "cuda.counter.name-val-2")
+			}
 			defaultMetricsCount++
 			allMetricsCount++
 			mb.RecordGpuCudaKernelLaunchesDataPoint(ts, 1, "cuda.kernel.name-val", 17)
@@ -190,6 +218,10 @@ func TestMetricsBuilder(t *testing.T) {
 			if tt.name == "reaggregate_set" {
 				assert.Empty(t, mb.metricGpuCudaDeviceTime.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaDeviceUtilization.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaKernelCounterMean.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaKernelCounterOverlappedTime.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaKernelCounterTime.aggDataPoints)
+				assert.Empty(t, mb.metricGpuCudaKernelCounterWeighted.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaKernelLaunches.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaKernelLaunchesByFrame.aggDataPoints)
 				assert.Empty(t, mb.metricGpuCudaMemcpyBytes.aggDataPoints)
@@ -327,6 +359,233 @@ func TestMetricsBuilder(t *testing.T) {
 					assert.Equal(t, ts, dp.Timestamp())
 					assert.Equal(t, pmetric.NumberDataPointValueTypeInt, dp.ValueType())
 					assert.Equal(t, int64(1), dp.IntValue())
+				case "gpu.cuda.kernel.counter.mean":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.counter.mean"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.counter.mean")
+						validatedMetrics["gpu.cuda.kernel.counter.mean"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "Each hardware counter's mean over the kernel's launches on the GPU settled since the previous emission, weighted by their sample time (counters::enabled); the device's values, shared where other kernels ran beside them.", mi.Description())
+						assert.Equal(t, "{value}", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						cudaKernelNameAttrVal, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.kernel.name-val", cudaKernelNameAttrVal.Str())
+						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
+						assert.True(t, ok)
+						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
+						cudaDeviceUUIDAttrVal, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.device.uuid-val", cudaDeviceUUIDAttrVal.Str())
+						cudaCounterNameAttrVal, ok := dp.Attributes().Get("cuda.counter.name")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.counter.name-val", cudaCounterNameAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.counter.mean"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.counter.mean")
+						validatedMetrics["gpu.cuda.kernel.counter.mean"] = true
+						assert.Equal(t, pmetric.MetricTypeGauge, mi.Type())
+						assert.Equal(t, 1, mi.Gauge().DataPoints().Len())
+						assert.Equal(t, "Each hardware counter's mean over the kernel's launches on the GPU settled since the previous emission, weighted by their sample time (counters::enabled); the device's values, shared where other kernels ran beside them.", mi.Description())
+						assert.Equal(t, "{value}", mi.Unit())
+						dp := mi.Gauge().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpu.cuda.kernel.counter.mean"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.index")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.uuid")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.counter.name")
+						assert.False(t, ok)
+					}
+				case "gpu.cuda.kernel.counter.overlapped.time":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.counter.overlapped.time"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.counter.overlapped.time")
+						validatedMetrics["gpu.cuda.kernel.counter.overlapped.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Sampled time of the kernel's launches during which another kernel also ran on the GPU (counters::enabled).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						cudaKernelNameAttrVal, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.kernel.name-val", cudaKernelNameAttrVal.Str())
+						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
+						assert.True(t, ok)
+						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
+						cudaDeviceUUIDAttrVal, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.device.uuid-val", cudaDeviceUUIDAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.counter.overlapped.time"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.counter.overlapped.time")
+						validatedMetrics["gpu.cuda.kernel.counter.overlapped.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Sampled time of the kernel's launches during which another kernel also ran on the GPU (counters::enabled).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpu.cuda.kernel.counter.overlapped.time"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.index")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.uuid")
+						assert.False(t, ok)
+					}
+				case "gpu.cuda.kernel.counter.time":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.counter.time"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.counter.time")
+						validatedMetrics["gpu.cuda.kernel.counter.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Sample time of the kernel's launches on the GPU during which the counter had a value, the time other kernels ran beside them shared out (counters::enabled).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						cudaKernelNameAttrVal, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.kernel.name-val", cudaKernelNameAttrVal.Str())
+						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
+						assert.True(t, ok)
+						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
+						cudaDeviceUUIDAttrVal, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.device.uuid-val", cudaDeviceUUIDAttrVal.Str())
+						cudaCounterNameAttrVal, ok := dp.Attributes().Get("cuda.counter.name")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.counter.name-val", cudaCounterNameAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.counter.time"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.counter.time")
+						validatedMetrics["gpu.cuda.kernel.counter.time"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Sample time of the kernel's launches on the GPU during which the counter had a value, the time other kernels ran beside them shared out (counters::enabled).", mi.Description())
+						assert.Equal(t, "s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpu.cuda.kernel.counter.time"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.index")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.uuid")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.counter.name")
+						assert.False(t, ok)
+					}
+				case "gpu.cuda.kernel.counter.weighted":
+					if tt.name != "reaggregate_set" {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.counter.weighted"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.counter.weighted")
+						validatedMetrics["gpu.cuda.kernel.counter.weighted"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Each hardware counter integrated over the kernel's sample time (value times seconds); its increase over gpu.cuda.kernel.counter.time's is the counter's time-weighted mean over any range (counters::enabled).", mi.Description())
+						assert.Equal(t, "{value}.s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						cudaKernelNameAttrVal, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.kernel.name-val", cudaKernelNameAttrVal.Str())
+						cudaDeviceIndexAttrVal, ok := dp.Attributes().Get("cuda.device.index")
+						assert.True(t, ok)
+						assert.EqualValues(t, 17, cudaDeviceIndexAttrVal.Int())
+						cudaDeviceUUIDAttrVal, ok := dp.Attributes().Get("cuda.device.uuid")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.device.uuid-val", cudaDeviceUUIDAttrVal.Str())
+						cudaCounterNameAttrVal, ok := dp.Attributes().Get("cuda.counter.name")
+						assert.True(t, ok)
+						assert.Equal(t, "cuda.counter.name-val", cudaCounterNameAttrVal.Str())
+					} else {
+						assert.False(t, validatedMetrics["gpu.cuda.kernel.counter.weighted"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.counter.weighted")
+						validatedMetrics["gpu.cuda.kernel.counter.weighted"] = true
+						assert.Equal(t, pmetric.MetricTypeSum, mi.Type())
+						assert.Equal(t, 1, mi.Sum().DataPoints().Len())
+						assert.Equal(t, "Each hardware counter integrated over the kernel's sample time (value times seconds); its increase over gpu.cuda.kernel.counter.time's is the counter's time-weighted mean over any range (counters::enabled).", mi.Description())
+						assert.Equal(t, "{value}.s", mi.Unit())
+						assert.True(t, mi.Sum().IsMonotonic())
+						assert.Equal(t, pmetric.AggregationTemporalityCumulative, mi.Sum().AggregationTemporality())
+						dp := mi.Sum().DataPoints().At(0)
+						assert.Equal(t, start, dp.StartTimestamp())
+						assert.Equal(t, ts, dp.Timestamp())
+						assert.Equal(t, pmetric.NumberDataPointValueTypeDouble, dp.ValueType())
+						switch aggMap["gpu.cuda.kernel.counter.weighted"] {
+						case "sum":
+							assert.InDelta(t, float64(4), dp.DoubleValue(), 0.01)
+						case "avg":
+							assert.InDelta(t, float64(2), dp.DoubleValue(), 0.01)
+						case "min":
+							assert.InDelta(t, float64(1), dp.DoubleValue(), 0.01)
+						case "max":
+							assert.InDelta(t, float64(3), dp.DoubleValue(), 0.01)
+						}
+						_, ok := dp.Attributes().Get("cuda.kernel.name")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.index")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.device.uuid")
+						assert.False(t, ok)
+						_, ok = dp.Attributes().Get("cuda.counter.name")
+						assert.False(t, ok)
+					}
 				case "gpu.cuda.kernel.launches":
 					if tt.name != "reaggregate_set" {
 						assert.False(t, validatedMetrics["gpu.cuda.kernel.launches"], "Found a duplicate in the metrics slice: gpu.cuda.kernel.launches")

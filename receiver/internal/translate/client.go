@@ -78,6 +78,7 @@ type client struct {
 func (t *Translator) Connect(src uint32, p Peer) {
 	p.Exe = record.Sanitize(p.Exe, maxExeLen)
 	t.clients.connect(src, p)
+	t.hw.connect(src, p.UID)
 }
 
 func (ct *clientTable) connect(src uint32, p Peer) {
@@ -136,7 +137,11 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 		defer t.spans.limit.gone(pid) // after its last spans
 	}
 	t.launches.forget(src, pid, now)
+	t.hw.forgetSource(src)
 	if pid != 0 {
+		if mono, ok := t.monoNow(now); ok {
+			t.hw.forgetPID(pid, mono)
+		}
 		t.shares.forget(pid)
 		t.spans.sym.Forget(pid) // its maps and code objects; the pid may be reused
 	}

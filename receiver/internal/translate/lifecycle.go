@@ -43,6 +43,9 @@ func (t *Translator) FlushPending(now time.Time) {
 	t.spans.policy.now = now // not the later time below, which only ends every wait
 	t.launches.expire(now.Add(t.o.LaunchTimeout + t.o.Host.HostCallGrace + time.Hour))
 	t.shares.flush(now) // the last metrics point has every window's time
+	if mono, ok := t.monoNow(now); ok {
+		t.hw.flush(mono)
+	}
 }
 
 // expire emits or drops the launches whose wait is over, then the host

@@ -74,6 +74,9 @@ func (t *Translator) AppendMetrics(sm pmetric.MetricSlice, now time.Time, self [
 	t.launches.windows.appendMetrics(sm, ts)
 	if t.ownsNode {
 		t.shares.appendMetrics(sm, now)
+		if mono, ok := t.monoNow(now); ok {
+			t.hw.settle(mono)
+		}
 	}
 	t.spans.limit.appendMetrics(sm, ts)
 	t.spans.policy.appendMetrics(sm, ts)
@@ -114,7 +117,7 @@ func (st *seriesStore) appendProcs(rms pmetric.ResourceMetricsSlice, ts pcommon.
 			p.flushed = true
 			st.countEvictable(p, 1)
 		}
-		if len(p.order) == 0 && len(p.other.devs) == 0 && len(p.mcOrder) == 0 && (st.shares == nil || !st.shares.has(p.pid())) {
+		if len(p.order) == 0 && len(p.other.devs) == 0 && len(p.mcOrder) == 0 && (st.shares == nil || !st.shares.has(p.pid())) && (st.hw == nil || !st.hw.has(p.pid())) {
 			continue
 		}
 		rm := rms.AppendEmpty()
@@ -124,6 +127,9 @@ func (st *seriesStore) appendProcs(rms pmetric.ResourceMetricsSlice, ts pcommon.
 		p.appendMetrics(sc.Metrics(), p.start, ts, ex)
 		if st.shares != nil {
 			st.shares.appendProc(sc.Metrics(), p.pid(), p.start, ts, ex)
+		}
+		if st.hw != nil {
+			st.hw.appendProc(sc.Metrics(), p.pid(), p.start, ts)
 		}
 		dropEmpty(sc.Metrics())
 	}

@@ -19,6 +19,7 @@ import (
 type Node struct {
 	start  pcommon.Timestamp
 	shares *gpuShares
+	hw     *hwCounters
 	trace  nodeTrace
 	hosts  nodeDurations // host call durations
 	mu     sync.Mutex    // guards owned
@@ -29,7 +30,7 @@ type Node struct {
 // (o.Windows.GPUTime configures the attribution).
 func NewNode(o Options) *Node {
 	start := pcommon.NewTimestampFromTime(time.Now())
-	return &Node{start: start, shares: newGPUShares(o.Windows.GPUTime, start)}
+	return &Node{start: start, shares: newGPUShares(o.Windows.GPUTime, start), hw: newHWCounters(o.Windows.Counters, o.Windows.GPUTime.Lag)}
 }
 
 // claim reports whether the caller, a Translator being made, is the

@@ -38,7 +38,8 @@ type seriesStore struct {
 	nameBytes int            // bytes of the names cache
 	evictable map[uint32]int // processes of each uid that left and were emitted since (evictGone's candidates)
 	nextSweep time.Time
-	shares    *gpuShares // GPU time per process (appendProcs)
+	shares    *gpuShares  // GPU time per process (appendProcs)
+	hw        *hwCounters // hardware counters per process and kernel (appendProcs)
 }
 
 // procKey identifies a process: its pid and start time, which a client

@@ -35,6 +35,7 @@ type spanOut struct {
 	policy   *tracePolicy  // sampling::traces_per_second_* and anomalies (tracepolicy.go)
 	examples *exemplarBook // the kept launch traces, for the metrics (tracepolicy_exemplars.go)
 	sym      stackSym      // symbolises kept launches' stacks (stacks.go)
+	hw       *hwCounters   // the device's counters over a launch's window (hwcounters.go)
 
 	traces ptrace.Traces
 	byPID  map[uint32]ptrace.SpanSlice
@@ -170,6 +171,9 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 	}
 	if rt := l.route(); rt != routeNone {
 		a.PutStr("cuda.launch.window", rt.String())
+	}
+	if w := l.gpu.win; w.ok && !w.untimed && so.hw != nil {
+		so.hw.putSpan(a, gpuID(so.res.devicesOf(l.key.src), l.key.src, r.Device), w.start, w.end)
 	}
 	if l.gap.idleKnown {
 		a.PutInt("cuda.launch.stream_idle", int64(l.gap.idleNS))

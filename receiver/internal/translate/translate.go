@@ -59,6 +59,9 @@ type WindowOptions struct {
 	// GPUTime configures charging the windows of shared GPUs to their
 	// processes (gpushares.go).
 	GPUTime gputime.Options
+	// Counters configures joining hardware-counter samples to the
+	// windows (hwcounters.go).
+	Counters CounterOptions
 }
 
 // MetricOptions shape the metric series.
@@ -173,6 +176,7 @@ type Translator struct {
 	series   *seriesStore // emission: metric series (series.go, metrics.go)
 	spans    *spanOut     // emission: spans built since the last TakeTraces (spans.go)
 	shares   *gpuShares   // attribution of shared GPUs' time (gpushares.go), the Node's
+	hw       *hwCounters  // hardware counters joined to windows (hwcounters.go), the Node's
 	ownsNode bool         // this Translator writes the Node's GPU metrics
 }
 
@@ -264,8 +268,11 @@ func NewShard(o Options, node *Node) *Translator {
 		hosts: &hostTable{o: opts, counters: counters, start: t.start, spans: t.spans, series: t.series, dur: &node.hosts,
 			procs: map[uint32]*hostProc{}, names: map[pidHandle]hostName{}}}
 	t.shares = node.shares
+	t.hw = node.hw
+	t.spans.hw = node.hw
 	t.ownsNode = node.claim()
 	t.series.shares = t.shares
+	t.series.hw = t.hw
 	t.clients = &clientTable{o: opts, counters: counters, series: t.series, res: res, byID: map[uint32]*client{}}
 	return t
 }
@@ -357,7 +364,9 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		}
 		if src != HostProbeSource {
 			k := t.launches.onWindow(src, &t.dec.dv, now)
-			t.shares.add(src, t.clients.clientOf(src).peer.PID, t.clients.res.devicesOf(src), &t.dec.dv, k, t.o.Clock.ClientMonoToReal, now)
+			pid, devs := t.clients.clientOf(src).peer.PID, t.clients.res.devicesOf(src)
+			t.shares.add(src, pid, devs, &t.dec.dv, k, t.o.Clock.ClientMonoToReal, now)
+			t.hw.addWindow(gpuID(devs, src, t.dec.dv.Device), pid, t.dec.dv.Device, kernelName(k), &t.dec.dv)
 		}
 	case record.TypeWindowState:
 		if err := t.dec.dx.Decode(rec); err != nil {
@@ -431,6 +440,8 @@ func (t *Translator) handle(src uint32, typ record.Type, rec []byte, now time.Ti
 		t.clients.validate(src, &t.dec.dh.PID)
 		t.spans.res.processName(t.dec.dh.PID) // while the process is alive: spans are built later
 		t.launches.onHostCall(&t.dec.dh, now)
+	case record.TypeCounterSet, record.TypeCounterSample:
+		return t.hw.onRecord(src, typ, rec)
 	default:
 		return fmt.Errorf("record %s: %w", typ, errUnknownType)
 	}
