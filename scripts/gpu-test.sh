@@ -28,7 +28,9 @@
 #                     samples      scripts/gpu/samples.sh (5 samples x 4 configs)
 #                     bench        scripts/gpu/bench.sh (kernel ratios, load
 #                                  latency, the CUDA C model's limits,
-#                                  shim cost per launch)
+#                                  shim cost per launch; BENCH_PARTS, e.g.
+#                                  kernels,model, is bench.sh's PARTS,
+#                                  BENCH_CONFIGS and ROUNDS pass through)
 #                     e2e          scripts/gpu/e2e.sh
 #                     graphnode    scripts/gpu/graphnode.sh
 #                     graphspans   scripts/gpu/graph-spans.sh (needs
@@ -384,7 +386,7 @@ fi
 want samples && tailstep "e2e samples (5 x 4 configs)" samples.log '^---- gpu-samples' \
 	env SAMPLES_OUT="$out/gpu-samples" bash scripts/gpu/samples.sh
 want bench && tailstep "bench (ratios, load, model, launch)" bench.log '^== bench on' \
-	env BENCH_OUT="$out/gpu-bench" bash scripts/gpu/bench.sh
+	env BENCH_OUT="$out/gpu-bench" PARTS="${BENCH_PARTS:-kernels,model,launch}" bash scripts/gpu/bench.sh
 want e2e && tailstep "e2e vectorAdd PTX-only" e2e.log '^check' env E2E_OUT="$out/gpu-e2e" bash scripts/gpu/e2e.sh
 want graphnode && step "graph node patched" graphnode.log bash scripts/gpu/graphnode.sh
 want graphspans && step "graph replays as spans" graphspans.log bash scripts/gpu/graph-spans.sh

@@ -34,8 +34,9 @@
 #
 # Environment: ROUNDS (default 7), BATCH (default 10), NVCC, GPU_ARCH (e.g.
 # sm_90; default from nvidia-smi), BENCH_OUT (default build/gpu-bench),
-# LAUNCH_ROUNDS / LAUNCH_N (launch-cost.sh's ROUNDS and N; defaults 5,
-# 100000), PARTS (kernels,model,launch; default all), BENCH_CONFIGS (gpucheck
+# LAUNCH_ROUNDS / LAUNCH_N / LAUNCH_PARTS (launch-cost.sh's ROUNDS, N and
+# PARTS; defaults 5, 100000, cross,ab), PARTS (kernels,model,launch; default
+# all; gpu-test.sh passes its BENCH_PARTS), BENCH_CONFIGS (gpucheck
 # -configs; default all ten: kernelshared is bpftime's kernel-shared array
 # (1504) counted per thread in host memory, hostmaps its host-memory arrays
 # (1512, 1513, compat/hostmaps.o); kernel_phases_call is kernel_phases with its
@@ -50,6 +51,9 @@ out=${BENCH_OUT:-$root/build/gpu-bench}
 bin=${GPUCHECK_BIN:-$root/bin/gpuprobe-gpucheck}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 parts=${PARTS:-kernels,model,launch}
+for p in ${parts//,/ }; do
+	[[ ,kernels,model,launch, == *,$p,* ]] || { echo "gpu-bench: unknown part '$p' in PARTS (have kernels,model,launch)" >&2; exit 2; }
+done
 mkdir -p "$out"
 status=0
 
@@ -128,7 +132,7 @@ fi
 
 if [[ ,$parts, == *,launch,* ]]; then
 	echo
-	if OUT_DIR=$out/launch-cost ROUNDS=${LAUNCH_ROUNDS:-5} N=${LAUNCH_N:-100000} bash scripts/gpu/launch-cost.sh >"$out/launch-cost.txt" 2>&1; then
+	if OUT_DIR=$out/launch-cost ROUNDS=${LAUNCH_ROUNDS:-5} N=${LAUNCH_N:-100000} PARTS=${LAUNCH_PARTS:-cross,ab} bash scripts/gpu/launch-cost.sh >"$out/launch-cost.txt" 2>&1; then
 		tail -12 "$out/launch-cost.txt"
 		# The target's figure: the in-process difference (ab), which
 		# carries no process-to-process spread; the cudart table's
