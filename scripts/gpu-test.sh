@@ -205,7 +205,8 @@ needs() {
 	samples) need=($g/samples.sh "${run[@]}" $bpf/{kernelretsnoop,threadhist,launchlate}.o
 		$cuda/shim/vectoradd.cu $cuda/samples/{multistream,graph,ptxload}.cu) ;;
 	bench) need=($g/bench.sh $g/launch-cost.sh bin/gpuprobe-gpucheck "${run[@]}"
-		$cuda/inject/{vectoradd,gemm,exits}.cu $cuda/model/maps_model.cu $cuda/bench/launchbench.cu) ;;
+		$bpf/{kernelretsnoop,threadhist,kernelshared}.o $bpf/compat/{hostmaps,hashcount}.o
+		$cuda/inject/{vectoradd,gemm,exits}.cu $cuda/model/{maps_model.cu,gpuhash_model.cuh} $cuda/bench/launchbench.cu) ;;
 	e2e) need=($g/e2e.sh "${run[@]}" $cuda/shim/vectoradd.cu) ;;
 	graphnode) need=($g/graphnode.sh "${run[@]}" $cuda/shim/graphnode.cu) ;;
 	graphspans) need=($g/graph-spans.sh "${col[@]}" bin/gpuprobe-harness $cuda/samples/graph.cu) ;;

@@ -23,7 +23,18 @@ import (
 const slowLaunchUS = 50_000
 
 // benchConfigNames are the configs -configs may name.
-var benchConfigNames = []string{"uninstrumented", "empty", "kernel_phases", "kernel_phases_call", "kernel_phases_1in8", "kernelretsnoop", "threadhist", "threadhist_1in8", "kernelshared", "hostmaps"}
+var benchConfigNames = []string{"uninstrumented", "empty", "kernel_phases", "kernel_phases_call", "kernel_phases_1in8", "kernelretsnoop", "threadhist", "threadhist_1in8", "kernelshared", "hostmaps", "gpuhash"}
+
+// benchObjects are the testdata objects (under -bpf, without .o) whose GPU
+// programs a config runs, retargeted to each bench kernel.
+var benchObjects = map[string]string{
+	"kernelretsnoop":  "kernelretsnoop",
+	"threadhist":      "threadhist",
+	"threadhist_1in8": "threadhist",
+	"kernelshared":    "kernelshared",
+	"hostmaps":        "compat/hostmaps",
+	"gpuhash":         "compat/hashcount",
+}
 
 // parseBenchConfigs checks the -configs flag.
 func parseBenchConfigs(s string) ([]string, error) {
@@ -87,18 +98,17 @@ func (r *runner) benchConfigs() []benchConfig {
 		case "kernel_phases_1in8": // launch id in 1 launch in 8 (sampling::device_one_in: 8)
 			out = append(out, benchConfig{name: "kernel_phases 1 in 8", device: true, oneIn: 8,
 				progs: func(string) ([]*jit.Program, error) { return probes.Load(probes.KernelPhases) }})
-		case "kernelretsnoop", "threadhist": // maps in device memory
+		// kernelretsnoop, threadhist: maps in device memory. kernelshared:
+		// bpftime's 1504 shared with a host program, a kernel map in host
+		// memory. hostmaps: bpftime's 1512 and 1513, arrays that stay in
+		// host memory. gpuhash: bpftime's 1501 in device memory, one
+		// lookup (an insert the first time) and one atomic add a thread.
+		case "kernelretsnoop", "threadhist", "kernelshared", "hostmaps", "gpuhash":
 			out = append(out, benchConfig{name: c, device: true, deviceMaps: true,
-				progs: func(k string) ([]*jit.Program, error) { return r.retargeted(c, k) }})
-		case "kernelshared": // bpftime's 1504 shared with a host program: a kernel map in host memory
-			out = append(out, benchConfig{name: c, device: true, deviceMaps: true,
-				progs: func(k string) ([]*jit.Program, error) { return r.retargeted(c, k) }})
-		case "hostmaps": // bpftime's 1512 and 1513: arrays that stay in host memory
-			out = append(out, benchConfig{name: c, device: true, deviceMaps: true,
-				progs: func(k string) ([]*jit.Program, error) { return r.retargeted("compat/hostmaps", k) }})
+				progs: func(k string) ([]*jit.Program, error) { return r.retargeted(benchObjects[c], k) }})
 		case "threadhist_1in8": // every probe site skipped in 7 launches of 8 (sampling::device_one_in: 8)
 			out = append(out, benchConfig{name: "threadhist 1 in 8", device: true, deviceMaps: true, oneIn: 8,
-				progs: func(k string) ([]*jit.Program, error) { return r.retargeted("threadhist", k) }})
+				progs: func(k string) ([]*jit.Program, error) { return r.retargeted(benchObjects[c], k) }})
 		}
 	}
 	for _, path := range r.variants {

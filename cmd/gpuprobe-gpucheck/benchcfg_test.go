@@ -20,8 +20,10 @@ func TestParseBenchConfigs(t *testing.T) {
 	}{
 		{in: "uninstrumented,empty,kernel_phases", want: "uninstrumented empty kernel_phases"},
 		{in: "kernelretsnoop, threadhist", want: "uninstrumented kernelretsnoop threadhist"},
+		{in: "uninstrumented,gpuhash,hostmaps", want: "uninstrumented gpuhash hostmaps"},
 		{in: "", want: "uninstrumented"},
 		{in: "empty,bogus", err: `unknown config "bogus"`},
+		{in: "gpu_hash", err: `unknown config "gpu_hash"`},
 		{in: "empty,uninstrumented", err: "must come first"},
 	}
 	for _, tt := range tests {
@@ -55,7 +57,7 @@ func TestBenchConfigsInject(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "compat"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []string{"kernelretsnoop", "threadhist", "kernelshared", "compat/hostmaps"} {
+	for _, o := range benchObjectList() {
 		src := filepath.Join("..", "..", "testdata", "bpf", o+".c")
 		if out, err := exec.Command(clang, "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-mcpu=v3", "-I", "../../jit/include", "-c", src, "-o", filepath.Join(dir, o+".o")).CombinedOutput(); err != nil {
 			t.Fatalf("clang %s: %v\n%s", src, err, out)

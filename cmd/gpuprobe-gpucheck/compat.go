@@ -87,6 +87,7 @@ var compatCases = []compatCase{
 	{name: "seeded", object: "seeded", sample: sampleVectorAdd, seeds: seedOn, check: checkSeeded},
 	{name: "seeded (disabled)", object: "seeded", sample: sampleVectorAdd, seeds: seedOff, check: checkSeedOff},
 	{name: "gpuhash", object: "gpuhash", sample: sampleVectorAdd, check: checkGPUHash},
+	{name: "hashcount", object: "hashcount", sample: sampleVectorAdd, check: checkHashcount},
 	{name: "kshared", object: "kshared", sample: sampleVectorAdd, check: checkKshared},
 	{name: "hostmaps", object: "hostmaps", sample: sampleVectorAdd, hostMemory: true, check: checkHostmaps},
 	{name: "kmap", object: "kmap", sample: sampleVectorAdd, hostMemory: true, check: checkKmap},

@@ -202,6 +202,7 @@ func TestCompatChecksFail(t *testing.T) {
 		{"threadcount", checkPtrjoin}, // no pj_calls map
 		{"atomics", checkKshared},     // no ks_calls map
 		{"kshared", checkHostmaps},    // no hm_thread map
+		{"gpuhash", checkHashcount},   // no hc_count map
 	}
 	for _, tt := range tests {
 		cr := interpCase(t, dir, byName[tt.run])

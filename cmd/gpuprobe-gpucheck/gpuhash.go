@@ -52,3 +52,27 @@ func checkGPUHash(cr *compatRun) (string, error) {
 	}
 	return fmt.Sprintf("%d threads, %d warps on 32 keys: one insert per key, %d -EEXIST", t, w, t-32), nil
 }
+
+// hashcountKeys is hashcount.c's HC_KEYS: its keys are blockIdx.x % 1024.
+const hashcountKeys = 1024
+
+// checkHashcount: each block's threads counted under the key blockIdx.x
+// % 1024, every insert either made or refused with -EEXIST, every lookup
+// after it found the key (compat/hashcount.c).
+func checkHashcount(cr *compatRun) (string, error) {
+	g, b := cr.blocks(), cr.block()
+	perKey := func(k uint64) uint64 {
+		n := g / hashcountKeys
+		if k < g%hashcountKeys {
+			n++
+		}
+		return b * n
+	}
+	if err := cr.keys("hc_count", hashcountKeys, perKey); err != nil {
+		return "", err
+	}
+	if err := cr.keys("hc_err", 2, always(0)); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d blocks of %d on %d keys: %d a key, no error", g, b, min(g, hashcountKeys), perKey(0)), nil
+}

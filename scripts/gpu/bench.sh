@@ -2,7 +2,8 @@
 # bench.sh: the probes' and the shim's performance figures on the GPU machine, from
 # prebuilt bin/gpuprobe-gpucheck (CGO_ENABLED=1 go build -o
 # bin/gpuprobe-gpucheck ./cmd/gpuprobe-gpucheck), bin/gpuprobe,
-# bin/libgpuprobe.so and testdata/bpf/{kernelretsnoop,threadhist}.o.
+# bin/libgpuprobe.so and testdata/bpf/{kernelretsnoop,threadhist,kernelshared}.o,
+# testdata/bpf/compat/{hostmaps,hashcount}.o.
 #
 #  1. Kernel time: nvcc -ptx of testdata/cuda/inject (vectorAddN on 2^24
 #     floats, vectorAddGS, a tiled SGEMM 2048), then gpuprobe-gpucheck
@@ -20,9 +21,11 @@
 #     memory), in one process (needs only nvcc): CUDA events around each
 #     launch, ROUNDS interleaved rounds of BATCH launches, medians, ratios
 #     vs the plain kernel of the same run, the same 50 ms cap. Beside each
-#     issue-16 target, the compiled probe's ratio from $out/bench.csv
-#     (configs threadhist and kernelretsnoop, maps in device memory) and
-#     the model's.
+#     target, the compiled probe's ratio from $out/bench.csv (configs
+#     threadhist and kernelretsnoop, maps in device memory) and the
+#     model's; then the configs without a target beside the model shapes
+#     of the same operation (model_pairs below: gpuhash beside the CUDA C
+#     hash map of testdata/cuda/model/gpuhash_model.cuh).
 #  3. Shim host cost per launch: scripts/gpu/launch-cost.sh (plain / shim
 #     forwarding / shim recording, interleaved rounds, medians; the target
 #     is checked on its ab figure, the same process launching through the
@@ -37,9 +40,11 @@
 # LAUNCH_ROUNDS / LAUNCH_N / LAUNCH_PARTS (launch-cost.sh's ROUNDS, N and
 # PARTS; defaults 5, 100000, cross,ab), PARTS (kernels,model,launch; default
 # all; gpu-test.sh passes its BENCH_PARTS), BENCH_CONFIGS (gpucheck
-# -configs; default all ten: kernelshared is bpftime's kernel-shared array
+# -configs; default all eleven: kernelshared is bpftime's kernel-shared array
 # (1504) counted per thread in host memory, hostmaps its host-memory arrays
-# (1512, 1513, compat/hostmaps.o); kernel_phases_call is kernel_phases with its
+# (1512, 1513, compat/hostmaps.o), gpuhash its GPU hash map (1501, device
+# memory, compat/hashcount.o: a lookup, an insert the first time, and an
+# atomic add per thread); kernel_phases_call is kernel_phases with its
 # entry and exit called instead of inlined, for the inlining's effect;
 # kernel_phases_1in8 and threadhist_1in8 pass the launch id to 1 launch in
 # 8 and 0 to the others, with the probe sites skipped when it is 0, as
@@ -71,7 +76,7 @@ if [[ ,$parts, == *,kernels,* ]]; then
 			"$nvcc" -ptx -O3 -arch="$GPU_ARCH" -o "$out/$s.ptx" "testdata/cuda/inject/$s.cu" || status=1
 		done
 		CUDA_CACHE_DISABLE=1 "$bin" -ptx "$out" -bpf testdata/bpf -nocheck -ringmode device \
-			-configs "${BENCH_CONFIGS:-uninstrumented,empty,kernel_phases,kernel_phases_call,kernel_phases_1in8,kernelretsnoop,threadhist,threadhist_1in8,kernelshared,hostmaps}" \
+			-configs "${BENCH_CONFIGS:-uninstrumented,empty,kernel_phases,kernel_phases_call,kernel_phases_1in8,kernelretsnoop,threadhist,threadhist_1in8,kernelshared,hostmaps,gpuhash}" \
 			-rounds "${ROUNDS:-7}" -batch "${BATCH:-10}" -csv "$out/bench.csv" >"$out/gpucheck.log" 2>&1 || status=1
 		sed -n '/^== bench on/,$p' "$out/gpucheck.log"
 		if [[ -s $out/bench.csv ]]; then
@@ -126,6 +131,20 @@ if [[ ,$parts, == *,model,* ]]; then
 					split(c, p, SUBSEP)
 					printf "  %s on %s: not in bench.csv (limit from the CUDA C model: %s)\n", p[1], p[2], lim(p[2], p[1])
 				}
+			}' "$out/model.csv" "$out/bench.csv"
+		# CONFIG=SHAPE+SHAPE: a config with no target and the model shapes
+		# of the same operation.
+		model_pairs="gpuhash=gpuhash+gpuhash_warpagg kernelshared=shared_host hostmaps=shared_host+counter_host"
+		echo "compiled probe beside the CUDA C model of the same operation:"
+		awk -F, -v pairs="$model_pairs" '
+			BEGIN { n = split(pairs, p, " "); for (i = 1; i <= n; i++) { split(p[i], kv, "="); shapes[kv[1]] = kv[2] } }
+			function kernel(s) { split(s, w, " "); return w[1] }
+			NR == FNR { if (FNR > 1) model[kernel($1), $2] = $5; next }
+			FNR > 1 && ($3 in shapes) {
+				m = split(shapes[$3], sh, "+"); lims = ""
+				for (i = 1; i <= m; i++)
+					lims = lims (i > 1 ? ", " : "") sh[i] " " ((kernel($2), sh[i]) in model ? sprintf("%.3fx", model[kernel($2), sh[i]]) : "n/a")
+				printf "  %s on %s: %.3fx (CUDA C model: %s)\n", $3, $2, $5, lims
 			}' "$out/model.csv" "$out/bench.csv"
 	fi
 fi

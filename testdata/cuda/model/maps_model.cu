@@ -1,6 +1,6 @@
-// maps_model.cu - the probe shapes of testdata/bpf/threadhist.c and
-// testdata/bpf/kernelretsnoop.c written by hand in CUDA C at the exit of two
-// kernels: what gpuprobe's compiled probes should approach, measured in one
+// maps_model.cu - the probe shapes of testdata/bpf/threadhist.c,
+// testdata/bpf/kernelretsnoop.c and testdata/bpf/compat/hashcount.c written
+// by hand in CUDA C at the exit of two kernels: what gpuprobe's compiled probes should approach, measured in one
 // process against the plain kernels (scripts/gpu/bench.sh, part "model").
 //
 // Workloads: vectorAddN over 2^24 floats (one thread per element, 256-thread
@@ -21,6 +21,9 @@
 //                        system-scope atomicAdd of the active lane count per
 //                        warp (a kernel-shared array, 1504, or a host GPU
 //                        array, 1513, counted with an atomic add)
+//   gpuhash, gpuhash_warpagg  a GPU hash map (1501) in device memory: find
+//                        or insert the key blockIdx.x % 1024, atomicAdd to
+//                        its value (gpuhash_model.cuh)
 //
 // Timing: warm-ups, then ROUNDS (default 7) interleaved rounds of BATCH
 // (default 10) launches per shape; CUDA events around each launch, summed
@@ -94,17 +97,20 @@ struct Probe {
 	RingCtl *ctl;  // ring control (device or host-mapped)
 	Slot *slots;
 	u64 *shared;   // one counter for all threads (host-mapped)
+	struct HashTable *hash;  // the GPU hash map (device)
 };
 
-enum Shape { PLAIN, THREADHIST, THREADHIST_AGG, RING_DEV, RING_HOST, COUNT_HOST, SHARED_HOST, NSHAPES };
-static const char *const shapeNames[NSHAPES] = {"plain", "threadhist", "threadhist_warpagg",
-						"kernelretsnoop", "kernelretsnoop_host", "counter_host", "shared_host"};
+enum Shape { PLAIN, THREADHIST, THREADHIST_AGG, RING_DEV, RING_HOST, COUNT_HOST, SHARED_HOST, GPUHASH, GPUHASH_AGG, NSHAPES };
+static const char *const shapeNames[NSHAPES] = {"plain", "threadhist", "threadhist_warpagg", "kernelretsnoop",
+						"kernelretsnoop_host", "counter_host", "shared_host", "gpuhash", "gpuhash_warpagg"};
 static bool isRing(int s) { return s == RING_DEV || s == RING_HOST; }
 
 __device__ __forceinline__ unsigned laneId() { unsigned r; asm volatile("mov.u32 %0, %%laneid;" : "=r"(r)); return r; }
 __device__ __forceinline__ unsigned lanemaskLt() { unsigned r; asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(r)); return r; }
 __device__ __forceinline__ unsigned smId() { unsigned r; asm volatile("mov.u32 %0, %%smid;" : "=r"(r)); return r; }
 __device__ __forceinline__ u64 globalTimer() { u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
+
+#include "gpuhash_model.cuh"
 
 __device__ __forceinline__ u64 globalThread()
 {
@@ -212,6 +218,8 @@ template <int S> __device__ __forceinline__ void probe(const Probe &p)
 		ringEmit<false>(p.ctl, p.slots);
 	if (S == RING_HOST)
 		ringEmit<true>(p.ctl, p.slots);
+	if (S == GPUHASH || S == GPUHASH_AGG)
+		hashProbe<S == GPUHASH_AGG>(p.hash);
 }
 
 template <int S> __global__ void vectorAddN(const float *a, const float *b, float *c, int n, Probe p)
@@ -245,9 +253,10 @@ sgemm(const float *__restrict__ A, const float *__restrict__ B, float *__restric
 }
 
 typedef void (*Kernel)(const float *, const float *, float *, int, Probe);
-static const Kernel vecKernels[NSHAPES] = {vectorAddN<0>, vectorAddN<1>, vectorAddN<2>, vectorAddN<3>,
-					   vectorAddN<4>, vectorAddN<5>, vectorAddN<6>};
-static const Kernel gemmKernels[NSHAPES] = {sgemm<0>, sgemm<1>, sgemm<2>, sgemm<3>, sgemm<4>, sgemm<5>, sgemm<6>};
+static const Kernel vecKernels[NSHAPES] = {vectorAddN<0>, vectorAddN<1>, vectorAddN<2>, vectorAddN<3>, vectorAddN<4>,
+					   vectorAddN<5>, vectorAddN<6>, vectorAddN<7>, vectorAddN<8>};
+static const Kernel gemmKernels[NSHAPES] = {sgemm<0>, sgemm<1>, sgemm<2>, sgemm<3>, sgemm<4>,
+					    sgemm<5>, sgemm<6>, sgemm<7>, sgemm<8>};
 
 struct Workload {
 	const char *name;
@@ -268,6 +277,7 @@ struct Ring {
 struct Maps {
 	u64 *devCounts, *hostCounts, *blocks;
 	u64 *hostShared;  // shared_host's counter (host-mapped)
+	HashTable *hash;  // the gpuhash shapes' table (device)
 	Ring ring[2];       // [0] device, [1] host-mapped
 	RingCtl *zeroCtl;   // device zeros, the host-mapped ring's reset source
 	RingCtl *acctDev;   // per-launch copies of the ring's control block
@@ -298,7 +308,7 @@ static double median(std::vector<double> v)
 static Probe probeFor(const Maps &m, int s)
 {
 	const Ring &r = m.ring[s == RING_HOST];
-	return Probe{s == COUNT_HOST ? m.hostCounts : m.devCounts, m.blocks, r.ctl, r.slots, m.hostShared};
+	return Probe{s == COUNT_HOST ? m.hostCounts : m.devCounts, m.blocks, r.ctl, r.slots, m.hostShared, m.hash};
 }
 
 // resetRing empties a ring's control block in stream order. cudaMemsetAsync
@@ -381,7 +391,7 @@ static void verifyRing(const Workload &w, const Maps &m, int s, const RingReport
 
 // checkCounters compares the threadhist maps with the launches that wrote
 // them: each thread's counter with its shape's launches, each block counter
-// with the threads of the blocks sharing its blockIdx.x.
+// with the threads of the blocks sharing its blockIdx.x; and the hash table.
 static void checkCounters(const Workload &w, const Maps &m, const u64 *launches)
 {
 	const u64 nt = w.threads();
@@ -409,6 +419,7 @@ static void checkCounters(const Workload &w, const Maps &m, const u64 *launches)
 			exit(1);
 		}
 	}
+	checkHashTable(w.name, m.hash, w.grid.x, perX, launches[GPUHASH] + launches[GPUHASH_AGG]);
 }
 
 struct Row {
@@ -426,6 +437,7 @@ static void bench(const Workload &w, Maps &m, int rounds, int batch, std::vector
 	const u64 nt = w.threads();
 	CHECK(cudaMemset(m.devCounts, 0, nt * sizeof(u64)));
 	CHECK(cudaMemset(m.blocks, 0, MAX_BLOCKS * sizeof(u64)));
+	CHECK(cudaMemset(m.hash, 0, sizeof(HashTable)));
 	CHECK(cudaDeviceSynchronize());
 	memset(m.hostCounts, 0, nt * sizeof(u64));  // the GPU is idle: a host write is safe
 	*m.hostShared = 0;
@@ -532,6 +544,7 @@ int main(int argc, char **argv)
 	CHECK(cudaMalloc(&m.blocks, MAX_BLOCKS * sizeof(u64)));
 	CHECK(cudaHostAlloc(&m.hostCounts, maxThreads * sizeof(u64), cudaHostAllocMapped));
 	CHECK(cudaHostAlloc(&m.hostShared, sizeof(u64), cudaHostAllocMapped));
+	CHECK(cudaMalloc(&m.hash, sizeof(HashTable)));
 	allocRing(&m.ring[0], false);
 	allocRing(&m.ring[1], true);
 	CHECK(cudaMalloc(&m.zeroCtl, sizeof(RingCtl)));
