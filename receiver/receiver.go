@@ -358,10 +358,14 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 			r.finalFlush(req.deadline, false)
 			close(req.done)
 			continue
-		case now = <-poll.C:
-		case now = <-again:
+		case <-poll.C:
+		case <-again:
 			catchUp = true
 		}
+		// A tick's own time is when it fired: after a long pass the
+		// buffered tick is that pass old, and windows that ended since
+		// would be taken for windows ending in the future (clipped).
+		now = time.Now()
 		if off, err := monoOffset(); err == nil {
 			mapper.SetMonoOffset(off)
 		}

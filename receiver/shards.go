@@ -265,6 +265,12 @@ func readOne(ctx context.Context, r *gpuReceiver, s *source, now time.Time, shar
 		r.sh.of(s).Connect(s.id, *peer) // before any of its records
 	}
 	testHookShardRead(s)
+	// Each source's records are stamped when its read begins, not when
+	// the pass did: a window that ended while earlier sources were read
+	// has not ended in the future.
+	if t := time.Now(); t.After(now) {
+		now = t
+	}
 	lost, bad := r.readSource(s, now, share)
 	res.dropped, res.corrupt = res.dropped+lost, res.corrupt+bad
 	res.waiting = res.waiting || backlog(s.launch) > 0

@@ -2,7 +2,9 @@ package receiver
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -152,4 +154,69 @@ func TestGPUTimeOptions(t *testing.T) {
 	if m := config.Default().GPUTime.Mode; m != gputime.TimeSlicing.String() {
 		t.Errorf("default mode %q, want %q", m, gputime.TimeSlicing)
 	}
+}
+
+// TestWindowsStampedAtRead: a window that ended while the pass was busy
+// (here: a read hook that takes 200 ms before the client's read) has not
+// ended in the future; none of its time is cut from gpu.cuda.process.time.
+func TestWindowsStampedAtRead(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Probes.KernelPhases = false
+	var (
+		ring  *shm.Ring
+		armed = make(chan struct{})
+		done  = make(chan error, 1)
+	)
+	var once sync.Once
+	testHookShardRead = func(*source) {
+		select {
+		case <-armed:
+		default:
+			return
+		}
+		once.Do(func() { produceLate(t, ring, done) })
+	}
+	defer func() { testHookShardRead = func(*source) {} }()
+	tr, mr, _, metrics := startBoth(t, cfg)
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()); _ = mr.Shutdown(context.Background()) })
+	sess, err := agent.Dial(cfg.Agent.Socket, agentwire.Hello{PID: uint32(os.Getpid()), Name: "stamped"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if ring, err = shm.NewRing(sess.Region(agentwire.RoleLaunchRing, "")); err != nil {
+		t.Fatal(err)
+	}
+	b := (&record.WindowState{TimeNS: monoNow(t), State: record.WindowsOn}).Append(nil)
+	if res := ring.Produce(uint32(record.TypeWindowState), b); res != shm.Published {
+		t.Fatal(res)
+	}
+	waitFor(t, "the client's first read", func() bool { return selfValue(metrics, "gpuprobe.receiver.records.read") >= 1 })
+	close(armed)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pass read the client")
+	}
+	waitFor(t, "the window read", func() bool { return selfValue(metrics, "gpuprobe.receiver.records.read") >= 2 })
+	shutdownWithin(t, shutdownBound+time.Second, tr, mr)
+	if cut := selfValue(metrics, "gpuprobe.receiver.gpu_time.cut"); cut != 0 {
+		t.Errorf("gpu_time.cut %d ns, want 0: the window was stamped when its pass began", cut)
+	}
+}
+
+// produceLate waits 200 ms, then publishes a window into ring that ended
+// at once, and says on done whether it was published.
+func produceLate(t *testing.T, ring *shm.Ring, done chan<- error) {
+	time.Sleep(200 * time.Millisecond)
+	end := monoNow(t)
+	b := (&record.Window{LaunchID: 7, StartNS: end - 1_000_000, EndNS: end}).Append(nil)
+	if res := ring.Produce(uint32(record.TypeWindow), b); res != shm.Published {
+		done <- fmt.Errorf("produce: %v", res)
+		return
+	}
+	done <- nil
 }
