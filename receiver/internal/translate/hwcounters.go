@@ -251,13 +251,15 @@ func kernelName(k *kernel) string {
 // addWindow holds driver window w of process pid (its device ordinal
 // index on GPU gpu) for the join; kernel is its series' name.
 func (h *hwCounters) addWindow(gpu string, pid, index uint32, kernel string, w *record.Window) {
-	if w.Flags&record.WindowUntimed != 0 || w.EndNS <= w.StartNS {
+	// Enabled is fixed at construction: with counters off, a window
+	// record takes no lock the shards share.
+	if !h.o.Enabled || w.Flags&record.WindowUntimed != 0 || w.EndNS <= w.StartNS {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.gpus[gpu]
-	if g == nil || !h.o.Enabled {
+	if g == nil {
 		return // no sampler on that GPU
 	}
 	if w.EndNS <= g.settled || len(g.windows) >= h.o.MaxWindows {
