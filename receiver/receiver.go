@@ -345,10 +345,9 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
 	var lastMetrics time.Time // zero: the first poll emits, so self-metrics show at once
-	// again holds a tick when the last pass left records waiting (fairpoll.go).
-	again := make(chan time.Time, 1)
+	// again holds a wake-up when the last pass left records waiting (fairpoll.go).
+	again := make(chan struct{}, 1)
 	for {
-		var now time.Time
 		catchUp := false // a pass right after one that left records waiting
 		select {
 		case <-ctx.Done():
@@ -365,13 +364,13 @@ func (r *gpuReceiver) loop(ctx context.Context, mapper *clock.Mapper) {
 		// A tick's own time is when it fired: after a long pass the
 		// buffered tick is that pass old, and windows that ended since
 		// would be taken for windows ending in the future (clipped).
-		now = time.Now()
+		now := time.Now()
 		if off, err := monoOffset(); err == nil {
 			mapper.SetMonoOffset(off)
 		}
 		if r.pollOnce(ctx, now, false, catchUp) {
 			select {
-			case again <- time.Now():
+			case again <- struct{}{}:
 			default: // one is waiting already
 			}
 		}
