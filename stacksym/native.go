@@ -15,12 +15,10 @@ package stacksym
 import (
 	"bufio"
 	"bytes"
-	"debug/elf"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -30,11 +28,10 @@ import (
 
 // Bounds of what a Resolver reads and keeps.
 const (
-	maxMapsBytes  = 4 << 20  // of one /proc/PID/maps
-	maxSymtab     = 64 << 20 // bytes of one symbol table section
-	maxFiles      = 64       // symbolised files kept
-	maxProcs      = 256      // processes whose maps are kept
-	maxCodeCached = 4096     // Python code objects kept per process
+	maxMapsBytes  = 4 << 20 // of one /proc/PID/maps
+	maxProcs      = 256     // processes whose maps are kept
+	maxCodeCached = 4096    // Python code objects kept per process
+	maxCodeBytes  = 4 << 20 // bytes of the Python code objects kept per process
 	// startCheckEvery spaces the start-time reads of one process: a
 	// resolve is at most a few per sampled launch, and a pid reused
 	// within it is caught by Forget when the receiver knows.
@@ -62,35 +59,36 @@ func (f Frame) String() string {
 	return fmt.Sprintf("  at %s (%s+%#x)", fn, filepath.Base(f.File), f.Addr)
 }
 
-// mapping is one executable mapping of a process.
+// mapping is one executable mapping of a process, and its file's
+// identity once the file was opened.
 type mapping struct {
 	lo, hi, off uint64
 	path        string
+	key         fileKey
+	opened      bool // key is known
+	failed      bool // the file could not be opened
 }
 
-// symtab is one file's sorted function symbols and load segments.
-type symtab struct {
-	syms  []elf.Symbol // functions, by value
-	loads []elf.ProgHeader
-}
-
-// Resolver resolves stacks of processes, caching their maps, files'
-// symbols and Python code objects.
+// Resolver resolves stacks of processes, caching their maps and Python
+// code objects; the files' symbols are cached in Files.
 type Resolver struct {
 	// Proc is the proc file system's root ("/proc" when empty).
-	Proc  string
+	Proc string
+	// Files caches the symbol tables, shared with other Resolvers; a
+	// Resolver makes its own when nil.
+	Files *Files
 	procs map[uint32]*proc
-	files map[string]*symtab
 	now   func() time.Time // time.Now when nil (tests set it)
 }
 
 // proc is what a Resolver keeps of one process.
 type proc struct {
-	maps    []mapping
-	mem     *os.File
-	code    map[uint64]*codeInfo
-	start   string    // /proc/PID/stat's start time when maps were read ("" unreadable)
-	checked time.Time // when start was last compared
+	maps      []mapping
+	mem       *os.File
+	code      map[uint64]*codeInfo
+	codeBytes int       // line tables and names held in code
+	start     string    // /proc/PID/stat's start time when maps were read ("" unreadable)
+	checked   time.Time // when start was last compared
 }
 
 func (r *Resolver) root() string {
@@ -112,7 +110,6 @@ func (r *Resolver) clock() time.Time {
 func (r *Resolver) procOf(pid uint32) *proc {
 	if r.procs == nil {
 		r.procs = map[uint32]*proc{}
-		r.files = map[string]*symtab{}
 	}
 	now := r.clock()
 	if p := r.procs[pid]; p != nil {
@@ -197,7 +194,7 @@ func (r *Resolver) Native(pid uint32, addrs []uint64, out []Frame) []Frame {
 			f.File = m.path
 			f.Addr = a - m.lo + m.off
 			// The call is the instruction before the return address.
-			f.Function = r.symbol(filepath.Join(r.root(), strconv.Itoa(int(pid)), "root", m.path), f.Addr-1)
+			f.Function = r.symbol(pid, m, f.Addr-1)
 		}
 		out = append(out, f)
 	}
@@ -213,72 +210,52 @@ func findMap(ms []mapping, a uint64) *mapping {
 	return nil
 }
 
-// symbol names the function holding file offset off of the file at path.
-func (r *Resolver) symbol(path string, off uint64) string {
-	st, ok := r.files[path]
-	if !ok {
-		if len(r.files) >= maxFiles {
-			clear(r.files)
-		}
-		st = loadSymtab(path)
-		r.files[path] = st
+// symbol names the function holding file offset off of mapping m of
+// process pid. The file is opened through the process's root (its mount
+// namespace) to learn its identity, and again when a name is not cached.
+func (r *Resolver) symbol(pid uint32, m *mapping, off uint64) string {
+	if r.Files == nil {
+		r.Files = &Files{}
 	}
-	if st == nil {
+	if m.failed {
 		return ""
 	}
-	va, ok := uint64(0), false
-	for _, l := range st.loads {
-		if off >= l.Off && off < l.Off+l.Filesz {
-			va, ok = off-l.Off+l.Vaddr, true
-			break
-		}
+	path := filepath.Join(r.root(), strconv.Itoa(int(pid)), "root", m.path)
+	var t *table
+	ok := false
+	if m.opened {
+		t, ok = r.Files.get(m.key)
 	}
+	var f *os.File
 	if !ok {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			m.failed = true
+			return ""
+		}
+		defer f.Close()
+		t, m.key = r.Files.tableOf(f)
+		m.opened = true
+	}
+	if t == nil {
 		return ""
 	}
-	i := sort.Search(len(st.syms), func(i int) bool { return st.syms[i].Value > va }) - 1
+	i := t.lookup(off)
 	if i < 0 {
 		return ""
 	}
-	s := st.syms[i]
-	if s.Size != 0 && va >= s.Value+s.Size {
-		return ""
+	if n, ok := t.cachedName(i); ok {
+		return n
 	}
-	return s.Name
-}
-
-// loadSymtab reads the function symbols of an ELF file (.symtab, else
-// .dynsym), each table at most maxSymtab bytes; nil when none.
-func loadSymtab(path string) *symtab {
-	f, err := elf.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	st := &symtab{}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			st.loads = append(st.loads, p.ProgHeader)
+	if f == nil {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			return ""
+		}
+		defer f.Close()
+		if k, ok := keyOf(f); !ok || k != m.key {
+			return "" // the path names another file now
 		}
 	}
-	for _, get := range []struct {
-		sec  string
-		read func() ([]elf.Symbol, error)
-	}{{".symtab", f.Symbols}, {".dynsym", f.DynamicSymbols}} {
-		s := f.Section(get.sec)
-		if s == nil || s.Size > maxSymtab {
-			continue
-		}
-		syms, err := get.read()
-		if err != nil {
-			continue
-		}
-		for _, y := range syms {
-			if elf.ST_TYPE(y.Info) == elf.STT_FUNC && y.Value != 0 {
-				st.syms = append(st.syms, y)
-			}
-		}
-	}
-	sort.Slice(st.syms, func(i, j int) bool { return st.syms[i].Value < st.syms[j].Value })
-	return st
+	return t.nameOf(f, i)
 }

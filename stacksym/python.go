@@ -73,11 +73,13 @@ func (r *Resolver) code(pid uint32, p *proc, L *codeLayout, addr uint64) *codeIn
 		}
 		p.mem = f
 	}
-	if len(p.code) >= maxCodeCached {
+	if len(p.code) >= maxCodeCached || p.codeBytes >= maxCodeBytes {
 		clear(p.code)
+		p.codeBytes = 0
 	}
 	ci := readCode(p.mem, L, addr)
 	p.code[addr] = ci
+	p.codeBytes += len(ci.table) + len(ci.name) + len(ci.file)
 	return ci
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuprobe/gpuprobe/stacksym"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 )
 
@@ -12,7 +13,8 @@ import (
 // clients are split among several (NewShard): the attribution of
 // shared GPUs' time, which needs the windows of every process on a GPU,
 // the trace policy's node buckets, the host call durations, and the start of the cumulative
-// series. Each Translator keeps the rest (pairing, series, spans) for the
+// series, and the symbol tables of the files the processes map (one
+// library's table for every process that maps it). Each Translator keeps the rest (pairing, series, spans) for the
 // clients it is handed; a process's clients must all go to one
 // Translator (the per-process state and bounds are its). The first
 // Translator made with a Node writes the node's GPU and host call metrics.
@@ -22,15 +24,17 @@ type Node struct {
 	hw     *hwCounters
 	trace  nodeTrace
 	hosts  nodeDurations // host call durations
-	mu     sync.Mutex    // guards owned
-	owned  bool          // a Translator writes the node's GPU metrics already
+	syms   *stacksym.Files
+	mu     sync.Mutex // guards owned
+	owned  bool       // a Translator writes the node's GPU metrics already
 }
 
 // NewNode returns the shared state for Translators made with options o
 // (o.Windows.GPUTime configures the attribution).
 func NewNode(o Options) *Node {
 	start := pcommon.NewTimestampFromTime(time.Now())
-	return &Node{start: start, shares: newGPUShares(o.Windows.GPUTime, start), hw: newHWCounters(o.Windows.Counters, o.Windows.GPUTime.Lag)}
+	return &Node{start: start, shares: newGPUShares(o.Windows.GPUTime, start), hw: newHWCounters(o.Windows.Counters, o.Windows.GPUTime.Lag),
+		syms: &stacksym.Files{}}
 }
 
 // claim reports whether the caller, a Translator being made, is the

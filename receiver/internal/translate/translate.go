@@ -270,6 +270,7 @@ func NewShard(o Options, node *Node) *Translator {
 	t.shares = node.shares
 	t.hw = node.hw
 	t.spans.hw = node.hw
+	t.spans.sym.Files = node.syms
 	t.ownsNode = node.claim()
 	t.series.shares = t.shares
 	t.series.hw = t.hw
