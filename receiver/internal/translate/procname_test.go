@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestProcName(t *testing.T) {
@@ -30,18 +31,29 @@ func TestProcName(t *testing.T) {
 
 // TestProcessNameNotCachedEmpty: a pid whose name could not be read is
 // asked again later (its first record may come after it exited, a later
-// one from a new process with the same pid).
+// one from a new process with the same pid), but not by every record
+// within nameRetry: a client naming pids that do not exist must not cost
+// two /proc reads a record.
 func TestProcessNameNotCachedEmpty(t *testing.T) {
 	calls := 0
 	names := []string{"", "app"}
 	tr := New(Options{ProcessName: func(uint32) string { calls++; return names[min(calls-1, 1)] }})
-	if n := tr.spans.res.processName(7); n != "" {
-		t.Fatalf("first = %q", n)
-	}
-	if n := tr.spans.res.processName(7); n != "app" {
-		t.Fatalf("second = %q, want app (not a cached empty name)", n)
-	}
-	if n := tr.spans.res.processName(7); n != "app" || calls != 2 {
-		t.Fatalf("third = %q after %d calls, want the cached app after 2", n, calls)
+	now := time.Unix(100, 0)
+	tr.spans.res.now = func() time.Time { return now }
+	for _, step := range []struct {
+		name    string
+		advance time.Duration
+		want    string
+		calls   int
+	}{
+		{"first: unreadable", 0, "", 1},
+		{"within the retry: not read again", nameRetry / 2, "", 1},
+		{"after the retry: read again", nameRetry, "app", 2},
+		{"then cached", nameRetry, "app", 2},
+	} {
+		now = now.Add(step.advance)
+		if n := tr.spans.res.processName(7); n != step.want || calls != step.calls {
+			t.Fatalf("%s: %q after %d reads, want %q after %d", step.name, n, calls, step.want, step.calls)
+		}
 	}
 }

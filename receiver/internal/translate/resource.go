@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/internal/procread"
 	"github.com/gpuprobe/gpuprobe/receiver/internal/procres"
@@ -28,6 +29,8 @@ type resourceBook struct {
 	o       *Options
 	peers   map[uint32]peerRes           // peer pid of a connected client → its resource
 	procs   map[uint32]string            // pid → executable name (host probes, unconnected sources)
+	unnamed map[uint32]time.Time         // pid → when its name could not be read (retried after nameRetry)
+	now     func() time.Time             // time.Now when nil (tests set it)
 	devices map[uint32]map[uint32]string // source → reported device ordinal → UUID, ≤ MaxDevices
 }
 
@@ -83,6 +86,13 @@ func (rb *resourceBook) processName(pid uint32) string {
 	if n, ok := rb.procs[pid]; ok {
 		return n
 	}
+	now := time.Now
+	if rb.now != nil {
+		now = rb.now
+	}
+	if at, ok := rb.unnamed[pid]; ok && now().Sub(at) < nameRetry {
+		return ""
+	}
 	var n string
 	if rb.o.ProcessName != nil {
 		n = rb.o.ProcessName(pid)
@@ -91,14 +101,25 @@ func (rb *resourceBook) processName(pid uint32) string {
 	}
 	n = record.Sanitize(n, maxExeLen)
 	if n == "" {
-		return "" // gone or unreadable: not cached, a later record may know it
+		// Gone or unreadable: a later record may know it, but not every
+		// record of the pid pays the /proc reads again.
+		if rb.unnamed == nil || len(rb.unnamed) >= 4096 {
+			rb.unnamed = map[uint32]time.Time{}
+		}
+		rb.unnamed[pid] = now()
+		return ""
 	}
+	delete(rb.unnamed, pid)
 	if len(rb.procs) > 4096 {
 		clear(rb.procs)
 	}
 	rb.procs[pid] = n
 	return n
 }
+
+// nameRetry is how long a pid whose name could not be read is not read
+// again.
+const nameRetry = time.Second
 
 // maxComm bounds the read of /proc/PID/comm (the kernel keeps 16 bytes).
 const maxComm = 64
