@@ -102,15 +102,29 @@ func TestNativeShared(t *testing.T) {
 	}
 	off, want := fileOffsetOf(t, lib, "getpid")
 	ret := mapBase + off + 1 // a return address inside it
-	for i, pid := range pids {
-		for round := range 2 { // the second from the names kept
-			fs := rs[i%len(rs)].Native(uint32(pid), []uint64{ret, 8}, nil)
-			if !want[fs[0].Function] {
-				t.Fatalf("pid %d round %d: %#x resolved to %q in %q, want one of %v", pid, round, ret, fs[0].Function, fs[0].File, want)
+	// Each Resolver on its own goroutine, as each poll worker has one.
+	errs := make(chan error, len(rs))
+	for w, r := range rs {
+		go func() {
+			for i := w; i < len(pids); i += len(rs) {
+				for round := range 2 { // the second from the names kept
+					fs := r.Native(uint32(pids[i]), []uint64{ret, 8}, nil)
+					if !want[fs[0].Function] {
+						errs <- fmt.Errorf("pid %d round %d: %#x resolved to %q in %q, want one of %v", pids[i], round, ret, fs[0].Function, fs[0].File, want)
+						return
+					}
+					if fs[1].Function != "" || fs[1].File != "" {
+						errs <- fmt.Errorf("pid %d: unmapped address 8 resolved to %+v", pids[i], fs[1])
+						return
+					}
+				}
 			}
-			if fs[1].Function != "" || fs[1].File != "" {
-				t.Fatalf("pid %d: unmapped address 8 resolved to %+v", pid, fs[1])
-			}
+			errs <- nil
+		}()
+	}
+	for range rs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
 	if files.Loads != 1 {
