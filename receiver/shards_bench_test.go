@@ -27,23 +27,7 @@ func BenchmarkPollShards(b *testing.B) {
 
 func benchPollShards(b *testing.B, workers int) {
 	const clients, perPass = 16, 512
-	cfg := createDefaultConfig().(*Config)
-	cfg.Agent.Socket = filepath.Join(b.TempDir(), "agent.sock")
-	cfg.PollInterval = time.Minute
-	cfg.PollWorkers = workers
-	tr, mr, _, _ := startBoth(b, cfg)
-	defer func() { _ = tr.Shutdown(context.Background()); _ = mr.Shutdown(context.Background()) }()
-	r := tr.(*handle).r
-	rings := make([]*shm.Ring, clients)
-	for i := range rings {
-		g, err := shm.CreateRing(cfg.Buffers.SlotSize, 4*perPass)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer g.Close()
-		rings[i] = g
-		r.AddRing(g)
-	}
+	r, rings := benchReceiver(b, workers, clients, 4*perPass)
 	ctx, now := context.Background(), time.Now()
 	var id uint64
 	var cpu time.Duration
@@ -75,6 +59,33 @@ func benchPollShards(b *testing.B, workers int) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/launches, "ns/launch")
 	b.ReportMetric(float64(cpu.Nanoseconds())/launches, "cpu-ns/launch")
 	b.ReportMetric(0, "ns/op")
+}
+
+// benchReceiver starts a receiver of the default configuration with
+// workers poll workers (0: the default) whose loop ticks a minute apart
+// (the benchmark runs the passes), and adds clients rings of slots slots;
+// both go when b ends.
+func benchReceiver(b *testing.B, workers, clients int, slots uint32) (*gpuReceiver, []*shm.Ring) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.Agent.Socket = filepath.Join(b.TempDir(), "agent.sock")
+	cfg.PollInterval = time.Minute
+	if workers > 0 {
+		cfg.PollWorkers = workers
+	}
+	tr, mr, _, _ := startBoth(b, cfg)
+	b.Cleanup(func() { _ = tr.Shutdown(context.Background()); _ = mr.Shutdown(context.Background()) })
+	r := tr.(*handle).r
+	rings := make([]*shm.Ring, clients)
+	for i := range rings {
+		g, err := shm.CreateRing(cfg.Buffers.SlotSize, slots)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { g.Close() })
+		rings[i] = g
+		r.AddRing(g)
+	}
+	return r, rings
 }
 
 // produceCompleted publishes n launches of process pid (ids after first),

@@ -3,7 +3,6 @@ package receiver
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -29,21 +28,8 @@ func BenchmarkPollWindows(b *testing.B) {
 
 func benchPollWindows(b *testing.B, lag int) {
 	const clients, perPass = 16, 512
-	cfg := createDefaultConfig().(*Config)
-	cfg.Agent.Socket = filepath.Join(b.TempDir(), "agent.sock")
-	cfg.PollInterval = time.Minute
-	tr, mr, _, _ := startBoth(b, cfg)
-	defer func() { _ = tr.Shutdown(context.Background()); _ = mr.Shutdown(context.Background()) }()
-	r := tr.(*handle).r
-	rings := make([]*shm.Ring, clients)
-	for i := range rings {
-		g, err := shm.CreateRing(cfg.Buffers.SlotSize, 4*perPass)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer g.Close()
-		rings[i] = g
-		r.AddRing(g)
+	r, rings := benchReceiver(b, 0, clients, 4*perPass)
+	for i, g := range rings {
 		produceWindowsStart(b, g, uint32(5000+i*8))
 	}
 	ctx := context.Background()
