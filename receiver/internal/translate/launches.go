@@ -324,6 +324,11 @@ func (lt *launchTable) onCompletion(src uint32, c *record.Completion, now time.T
 	} else {
 		l = lt.pending[key]
 	}
+	if q := lt.bySrc[src]; q != nil {
+		q.completes = true
+	} else {
+		lt.bySrc[src] = &srcQueue{completes: true}
+	}
 	if l == nil {
 		return // already emitted (timeout) or filtered out
 	}
@@ -589,14 +594,29 @@ func (r *runQueue) pop() {
 	r.q, r.head = compact(r.q, r.head)
 }
 
-// maybeFinish emits a launch as soon as every record it waits for is in.
+// maybeFinish emits a launch as soon as every record it waits for is in:
+// its completion record, or for a source that sends none
+// (endsWithRecords), the records that say its kernel is over.
 func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
-	if !l.have || !l.completed {
+	switch {
+	case !l.have:
+		return
+	case l.completed:
+		if lt.o.ExpectWarps && !l.deviceDone() {
+			return
+		}
+	case !lt.endsWithRecords(l.key.src) || !lt.recordsIn(l):
 		return
 	}
-	if (!lt.o.ExpectWarps || l.deviceDone()) && !lt.held(l, now) {
+	if !lt.held(l, now) {
 		lt.finish(l, now)
 	}
+}
+
+// recordsIn says whether every record of l but a completion is in: its
+// kernel is over, and with device probes their records came.
+func (lt *launchTable) recordsIn(l *launch) bool {
+	return lt.kernelOver(l) && (!lt.o.ExpectWarps || l.deviceDone())
 }
 
 // held says whether l, whose records are in, waits for more: the host

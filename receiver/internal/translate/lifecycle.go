@@ -62,11 +62,12 @@ func (lt *launchTable) expire(now time.Time) {
 			lt.finish(l, now)
 		case l.have && !l.completed && lt.kernelOver(l) && now.Sub(l.created) < lt.o.LaunchTimeout:
 			// Every device record is in: the kernel is over. The shim
-			// writes no completion records, so after a grace for one
-			// (a producer that does write them) the launch is done.
+			// writes no completion records, so its launch is done; a
+			// producer that does write them gets a grace for one.
 			if l.warpsAt.IsZero() {
 				l.warpsAt = now
-			} else if now.Sub(l.warpsAt) >= lt.o.CompletionGrace && !lt.held(l, now) {
+			}
+			if (lt.endsWithRecords(l.key.src) && lt.recordsIn(l) || now.Sub(l.warpsAt) >= lt.o.CompletionGrace) && !lt.held(l, now) {
 				lt.finish(l, now)
 			}
 		case now.Sub(l.created) >= lt.o.LaunchTimeout:

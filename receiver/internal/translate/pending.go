@@ -103,11 +103,24 @@ type launchTable struct {
 }
 
 // srcQueue is one source's pending launches and graph runs: how many, and
-// in creation order (done ones are skipped).
+// in creation order (done ones are skipped); and whether the source sends
+// completion records.
 type srcQueue struct {
-	pending int
-	queue   []*launch
-	qhead   int
+	pending   int
+	queue     []*launch
+	qhead     int
+	completes bool // a completion record of it came: its launches wait a grace for theirs
+}
+
+// endsWithRecords says whether a launch of source src is over once its
+// device records are in, with no grace for a completion record: the
+// source reports driver windows (the shim, which writes no completion
+// records) and has sent no completion record.
+func (lt *launchTable) endsWithRecords(src uint32) bool {
+	if q := lt.bySrc[src]; q != nil && q.completes {
+		return false
+	}
+	return lt.windows.on(src)
 }
 
 // size is the number of pending launches and graph runs.

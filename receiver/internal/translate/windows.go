@@ -242,8 +242,11 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 		return
 	}
 	state := wt.stateOf(l.key.src)
-	// A graph launch call is named by its first node's id alone.
-	if state != 0 && (l.rec.API != record.APIGraphLaunch || (l.graph.call.g != nil && l.graph.call.g.first == l.key.id)) {
+	// A graph launch call is named by its first node's id alone. A launch
+	// that has its window waits for no other: a second one is a
+	// duplicate, unmatched, and the launch need not be remembered.
+	if state != 0 && (l.rec.API != record.APIGraphLaunch && !l.gpu.win.ok && !l.gpu.win.untimed ||
+		l.rec.API == record.APIGraphLaunch && l.graph.call.g != nil && l.graph.call.g.first == l.key.id) {
 		wt.recent.add(l.key, false)
 	}
 	if l.rec.Result != 0 {

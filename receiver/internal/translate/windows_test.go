@@ -89,15 +89,18 @@ func TestDriverWindows(t *testing.T) {
 		offsets   int // probe_offset data points
 	}{
 		{"window only (SASS kernel), probes off", false, []rec{windowsOn, unprobed, win}, nil,
+			winSteps[0], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 0},
+		{"a producer that writes completion records waits a grace for one", false, []rec{windowsOn,
+			shim(&record.Completion{LaunchID: 8, CompleteNS: 9_000}), unprobed, win}, nil,
 			winSteps[1], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 0},
 		{"window only, kernel not patched", true, []rec{windowsOn, unprobed, win}, nil,
-			winSteps[1], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 0},
+			winSteps[0], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 0},
 		{"window after Exec: the probes' window stays", true, []rec{windowsOn, probed, exec, win}, nil,
-			winSteps[1], probeWin, "inline_ptx", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 2},
+			winSteps[0], probeWin, "inline_ptx", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 2},
 		{"window before Exec: the probes' window stays", true, []rec{windowsOn, probed, win, exec}, nil,
-			winSteps[1], probeWin, "inline_ptx", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 2},
+			winSteps[0], probeWin, "inline_ptx", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 2},
 		{"window between Exec and launch record", true, []rec{windowsOn, exec, win, probed}, nil,
-			winSteps[1], probeWin, "inline_ptx", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 2},
+			winSteps[0], probeWin, "inline_ptx", WindowCounters{WindowsMatched: 1, WindowStates: 1}, 2},
 		{"late window after Exec", true, []rec{windowsOn, probed, exec}, []rec{win},
 			winSteps[3], probeWin, "inline_ptx", WindowCounters{WindowsLate: 1, WindowsMissing: 1, WindowStates: 1}, 0},
 		{"late window, no probes: the wait expires", false, []rec{windowsOn, unprobed}, []rec{win},
@@ -109,9 +112,9 @@ func TestDriverWindows(t *testing.T) {
 			winSteps[1], [2]uint64{}, nil, WindowCounters{}, 0},
 		{"flagged NO_WINDOW (rate cap): no wait, not missing", false, []rec{windowsOn,
 			launch(9, record.LaunchUnprobed|record.LaunchNoWindow, 0)}, []rec{win},
-			winSteps[1], [2]uint64{}, nil, WindowCounters{WindowsLate: 1, WindowStates: 1}, 0},
+			winSteps[0], [2]uint64{}, nil, WindowCounters{WindowsLate: 1, WindowStates: 1}, 0},
 		{"a failed launch waits for none", true, []rec{windowsOn, launch(9, record.LaunchUnprobed, 1)}, nil,
-			winSteps[1], [2]uint64{}, nil, WindowCounters{WindowStates: 1}, 0},
+			winSteps[0], [2]uint64{}, nil, WindowCounters{WindowStates: 1}, 0},
 		{"unknown launch id", true, []rec{windowsOn, unprobed, window(99, 10_500, 0)}, nil,
 			winSteps[3], [2]uint64{}, nil, WindowCounters{WindowsUnmatched: 1, WindowsMissing: 1, WindowStates: 1}, 0},
 		{"no launch", true, []rec{windowsOn, unprobed, window(0, 10_500, record.WindowNoLaunch)}, nil,
@@ -119,19 +122,19 @@ func TestDriverWindows(t *testing.T) {
 		{"began before the launch call", true, []rec{windowsOn, unprobed, window(9, 9_000, 0)}, nil,
 			winSteps[3], [2]uint64{}, nil, WindowCounters{WindowsUnmatched: 1, WindowsMissing: 1, WindowStates: 1}, 0},
 		{"duplicate: the first stays", true, []rec{windowsOn, unprobed, win, window(9, 20_000, 0)}, nil,
-			winSteps[1], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowsUnmatched: 1, WindowStates: 1}, 0},
+			winSteps[0], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowsUnmatched: 1, WindowStates: 1}, 0},
 		{"untimed by the driver: no wait, counted untimed", false, []rec{windowsOn, unprobed,
 			shim(&record.Window{LaunchID: 9, NameHash: record.NameHash(k), Correlation: 5, Flags: record.WindowUntimed})}, nil,
-			winSteps[1], [2]uint64{}, nil, WindowCounters{WindowsUntimed: 1, UntimedByAPI: [nLaunchAPIs]uint64{1}, WindowStates: 1}, 0},
+			winSteps[0], [2]uint64{}, nil, WindowCounters{WindowsUntimed: 1, UntimedByAPI: [nLaunchAPIs]uint64{1}, WindowStates: 1}, 0},
 		{"untimed cooperative launch: counted under its entry point", false, []rec{windowsOn, coop,
 			shim(&record.Window{LaunchID: 9, NameHash: record.NameHash(k), Correlation: 5, Flags: record.WindowUntimed})}, nil,
-			winSteps[1], [2]uint64{}, nil, WindowCounters{WindowsUntimed: 1, UntimedByAPI: [nLaunchAPIs]uint64{record.APILaunchCooperativeKernel: 1}, WindowStates: 1}, 0},
+			winSteps[0], [2]uint64{}, nil, WindowCounters{WindowsUntimed: 1, UntimedByAPI: [nLaunchAPIs]uint64{record.APILaunchCooperativeKernel: 1}, WindowStates: 1}, 0},
 		{"untimed of no launch: unmatched", false, []rec{windowsOn, unprobed,
 			shim(&record.Window{NameHash: record.NameHash(k), Flags: record.WindowUntimed | record.WindowNoLaunch})}, nil,
 			winSteps[3], [2]uint64{}, nil, WindowCounters{WindowsUnmatched: 1, WindowsMissing: 1, WindowStates: 1}, 0},
 		{"device-launched children are not the parent's window", false, []rec{windowsOn, unprobed,
 			window(9, 10_600, record.WindowDeviceLaunched), window(9, 10_700, record.WindowDeviceLaunched), win}, nil,
-			winSteps[1], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowsDevice: 2, WindowStates: 1}, 0},
+			winSteps[0], driverWin, "windows", WindowCounters{WindowsMatched: 1, WindowsDevice: 2, WindowStates: 1}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -296,17 +299,17 @@ func TestGraphWindows(t *testing.T) {
 				t.Fatalf("replay 0 emitted at %v, want %v", got, winSteps[3])
 			}
 			tr.TakeTraces()
-			// Replay 1's launches, then replay 0's late windows, then
-			// replay 1's, a window of an unknown kernel and one naming
-			// the call by its second node.
+			// Replay 1's launches, then replay 0's late windows, a window
+			// of an unknown kernel and one naming the call by its second
+			// node (while the call waits), then replay 1's windows.
 			stray := []rec{
 				shim(&record.Window{LaunchID: tc.id(1, 0), StartNS: winStart(1, 0), EndNS: winStart(1, 0) + 1, NameHash: record.NameHash("_Z2kcv"), Flags: record.WindowGraph}),
 				shim(&record.Window{LaunchID: tc.id(1, 1), StartNS: winStart(1, 1), EndNS: winStart(1, 1) + 1, NameHash: record.NameHash("_Z2kbv"), Flags: record.WindowGraph}),
 			}
 			later := now.Add(time.Second)
-			handleAll(t, tr, later, append(append(append(launches(1), windows(0)...), windows(1)...), stray...)...)
-			if got := expireSteps(tr, later); got != winSteps[1] {
-				t.Fatalf("replay 1 emitted at %v, want %v", got, winSteps[1])
+			handleAll(t, tr, later, append(append(append(launches(1), windows(0)...), stray...), windows(1)...)...)
+			if got := expireSteps(tr, later); got != winSteps[0] {
+				t.Fatalf("replay 1 emitted at %v, want %v", got, winSteps[0])
 			}
 			td := tr.TakeTraces()
 			x := index(td)
@@ -455,8 +458,8 @@ func TestStreamGapWindows(t *testing.T) {
 			tr := winTr(true)
 			now := time.Unix(1000, 0)
 			handleAll(t, tr, now, recs...)
-			if got := expireSteps(tr, now); got != winSteps[1] {
-				t.Fatalf("emitted at %v, want %v", got, winSteps[1])
+			if got := expireSteps(tr, now); got != winSteps[0] {
+				t.Fatalf("emitted at %v, want %v", got, winSteps[0])
 			}
 			for _, s := range index(tr.TakeTraces()).byName["k"] {
 				if attr(s, "cuda.launch.id") != int64(2) {
