@@ -48,6 +48,7 @@ var types = map[string][]string{
 	"resourcedetectionprocessor": {"resource_detection"},
 	"k8sattributesprocessor":     {"k8s_attributes"},
 	"healthcheckextension":       {"health_check"},
+	"pprofextension":             {"pprof"},
 }
 
 // heavy are modules the lean distribution leaves out: they pull in the

@@ -14,7 +14,9 @@
 # collector's CPU seconds and VmHWM and the ring budget's counts.
 # Environment: NS_OUT (default build/gpu-node-scale), N16, NS_AGENT and
 # NS_EXTRA (YAML lines added under the receiver's agent, indented 6
-# spaces, and under the receiver, indented 4).
+# spaces, and under the receiver, indented 4), NS_PROFILE=1 (the pprof
+# extension writes the collector's CPU profile, from start to SIGTERM, to
+# NS_OUT/cpu.pprof).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${NS_OUT:-$PWD/build/gpu-node-scale}
@@ -23,6 +25,11 @@ mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.err "$out"/*.json "$out/agent.sock"
 status=0
 source scripts/gpu/lib_collector.sh
+ext=
+if [[ -n ${NS_PROFILE:-} ]]; then
+	rm -f "$out/cpu.pprof"
+	ext=$(printf 'extensions:\n  pprof:\n    endpoint: localhost:0\n    save_to_file: %s' "$out/cpu.pprof")
+fi
 cat >"$out/config.yaml" <<EOC
 receivers:
   gpuprobe:
@@ -41,7 +48,9 @@ exporters:
     path: $out/traces.json
   file/metrics:
     path: $out/metrics.json
+${ext}
 service:
+  extensions: [${ext:+pprof}]
   telemetry:
     metrics:
       level: none
