@@ -8,7 +8,8 @@
 # whole program plainly and under `gpuprobe run` with the shim's default
 # (GPUPROBE_PATCH_WAIT_MS unset: patching off the application's threads),
 # twice, and from the collector's traces counts the launches with device
-# phases (cuda.executing) and those without. Both starts share the shim's
+# phases from the probes (cuda.launch.window "inline_ptx") and those
+# without. Both starts share the shim's
 # cache of compiled patched images (GPUPROBE_CACHE_DIR, emptied first):
 # from the shim's trace it counts cache hits and the patch thread's JIT
 # time. Prints one table row per run.
@@ -114,7 +115,10 @@ sys.path.insert(0, "scripts/gpu")
 from lib_traces import load, launch_spans
 spans, children = load(sys.argv[1])
 ls = launch_spans(spans)
-p = sum(1 for s, at in ls if "cuda.executing" in children.get(s["spanId"], []))
+# Device phases from the probes: the span's window is the probes' own
+# (cuda.launch.window "inline_ptx"); the driver's windows give every
+# launch cuda.executing, so that span says nothing of the swap.
+p = sum(1 for s, at in ls if at.get("cuda.launch.window", {}).get("stringValue") == "inline_ptx")
 print(p, len(ls) - p)
 PY
 )
