@@ -16,7 +16,7 @@
 # NS_EXTRA (YAML lines added under the receiver's agent, indented 6
 # spaces, and under the receiver, indented 4), NS_PROFILE=1 (the pprof
 # extension writes the collector's CPU profile, from start to SIGTERM, to
-# NS_OUT/cpu.pprof).
+# NS_OUT/cpu.pprof), NS_HOST=false (host probes off).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${NS_OUT:-$PWD/build/gpu-node-scale}
@@ -37,7 +37,7 @@ receivers:
       socket: $out/agent.sock
 ${NS_AGENT:-}
     host_probes:
-      enabled: true
+      enabled: ${NS_HOST:-true}
       shim_processes: skip
       ldconfig: false
     telemetry:
@@ -124,8 +124,22 @@ print(f"node-scale: {exact} of {len(procs)} processes exact ({total} add_ launch
 def selfsum(name):
     return sum(p["value"] or 0 for p in lm.latest(pts, name))
 for name in ("gpuprobe.receiver.records.read", "gpuprobe.receiver.records.dropped", "gpuprobe.receiver.shutdown.undelivered",
-             "gpuprobe.receiver.rings.shrunk", "gpuprobe.receiver.rings.refused", "gpuprobe.receiver.traces.kept"):
+             "gpuprobe.receiver.rings.shrunk", "gpuprobe.receiver.rings.refused", "gpuprobe.receiver.traces.kept",
+             "gpuprobe.receiver.host_calls.read", "gpuprobe.receiver.host_probes.processes"):
     print(f"node-scale: {name} = {selfsum(name)}")
+# Host calls by entry point (the newest point of each process's series):
+# what the host probes trapped, the processes with the shim included.
+calls = {}
+for p in pts:
+    if p["name"] != "gpu.cuda.host.call.duration":
+        continue
+    k = (p["resource"].get("process.pid"), p["attrs"].get("cuda.api.name"))
+    if k not in calls or p["time"] >= calls[k]["time"]:
+        calls[k] = p
+by_api = {}
+for (pid, api), p in calls.items():
+    by_api[api] = by_api.get(api, 0) + int(p["point"].get("count", 0))
+print("node-scale: host calls by entry point: " + (", ".join(f"{a} {n}" for a, n in sorted(by_api.items(), key=lambda x: -x[1])[:8]) or "none"))
 if selfsum("gpuprobe.receiver.records.dropped") or selfsum("gpuprobe.receiver.shutdown.undelivered"):
     print("node-scale: FAIL: records dropped or undelivered")
     bad = 1
