@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // Window is the number of calibration records kept per device.
@@ -74,10 +75,12 @@ type client struct {
 
 // Mapper holds calibration state. It is safe for concurrent use.
 type Mapper struct {
-	mu       sync.Mutex
-	clients  map[uint32]*client
-	monoOff  int64 // realtime − monotonic, the collector's own reading
-	haveMono bool
+	mu      sync.Mutex
+	clients map[uint32]*client
+	// own is realtime − monotonic from the collector's own clocks
+	// (SetMonoOffset), read without mu: every record's times go through
+	// it, from every poll shard.
+	own atomic.Pointer[int64]
 }
 
 // New returns an empty Mapper.
@@ -93,8 +96,8 @@ func (m *Mapper) AddCalibration(id, dev uint32, gpuNS, monoNS, realNS uint64) er
 	off := int64(realNS) - int64(monoNS)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.haveMono && math.Abs(float64(off)-float64(m.monoOff)) > maxOffSkewNS {
-		return fmt.Errorf("calibration of device %d: %w (%d ns vs %d ns)", dev, ErrOffset, off, m.monoOff)
+	if own := m.own.Load(); own != nil && math.Abs(float64(off)-float64(*own)) > maxOffSkewNS {
+		return fmt.Errorf("calibration of device %d: %w (%d ns vs %d ns)", dev, ErrOffset, off, *own)
 	}
 	c := m.clients[id]
 	if c == nil {
@@ -205,25 +208,25 @@ func (m *Mapper) GPUToReal(id, dev uint32, gpuNS uint64) (uint64, bool) {
 // SetMonoOffset sets realtime − monotonic from a reading of the collector's
 // own clocks. It takes precedence over every client's records.
 func (m *Mapper) SetMonoOffset(realMinusMono int64) {
-	m.mu.Lock()
-	m.monoOff, m.haveMono = realMinusMono, true
-	m.mu.Unlock()
+	m.own.Store(&realMinusMono)
 }
 
 // MonoToReal maps a host CLOCK_MONOTONIC reading to Unix ns with the
 // collector's own offset.
 func (m *Mapper) MonoToReal(monoNS uint64) (uint64, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.haveMono {
+	own := m.own.Load()
+	if own == nil {
 		return 0, false
 	}
-	return uint64(int64(monoNS) + m.monoOff), true
+	return uint64(int64(monoNS) + *own), true
 }
 
 // ClientMonoToReal maps a CLOCK_MONOTONIC reading of client id to Unix ns:
 // with the collector's offset, else with the client's own calibration.
 func (m *Mapper) ClientMonoToReal(id uint32, monoNS uint64) (uint64, bool) {
+	if own := m.own.Load(); own != nil {
+		return uint64(int64(monoNS) + *own), true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	off, ok := m.monoOffOf(id)
@@ -232,8 +235,8 @@ func (m *Mapper) ClientMonoToReal(id uint32, monoNS uint64) (uint64, bool) {
 
 // monoOffOf is the realtime − monotonic offset for client id (lock held).
 func (m *Mapper) monoOffOf(id uint32) (int64, bool) {
-	if m.haveMono {
-		return m.monoOff, true
+	if own := m.own.Load(); own != nil {
+		return *own, true
 	}
 	if c := m.clients[id]; c != nil && c.haveMono {
 		return c.monoOff, true

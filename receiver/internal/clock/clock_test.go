@@ -184,3 +184,18 @@ func TestMonoMinusGPU(t *testing.T) {
 		t.Fatal("MonoMinusGPU of another client's device: ok")
 	}
 }
+
+// BenchmarkClientMonoToReal maps host times from parallel goroutines, as
+// the receiver's poll shards do with one Mapper for every record.
+func BenchmarkClientMonoToReal(b *testing.B) {
+	m := New()
+	m.SetMonoOffset(1 << 40)
+	b.RunParallel(func(pb *testing.PB) {
+		var sum uint64
+		for i := uint64(0); pb.Next(); i++ {
+			v, _ := m.ClientMonoToReal(uint32(i&15), i)
+			sum += v
+		}
+		_ = sum
+	})
+}
