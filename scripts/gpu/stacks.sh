@@ -17,7 +17,7 @@
 # each round's on/off ratio (fails when their median is over 1.05; the
 # target is 1.01).
 # Exits 1 on a failed check. Environment: STEPS (default 300), ROUNDS
-# (3), STACKS, STACKS_OUT (default
+# (3), STACKS, STACKS_CPU, STACKS_OUT (default
 # build/gpu-stacks).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,6 +36,11 @@ col0=$col
 start_collector "$out" "$(printf '    metrics_interval: 1s\n    sampling:\n      stacks_per_second: %s' "${STACKS:-50}")" metrics ||
 	{ echo "gpu-stacks: collector did not start (see $out/collector.log)"; kill "$col0"; exit 1; }
 status=0
+# Every run on the same CPUs (STACKS_CPU, default 2-5; "" for none): the step is
+# launch-bound, and which core a process lands on moved its step time by
+# more than the stacks could.
+pin=()
+[[ -n ${STACKS_CPU-2-5} ]] && command -v taskset >/dev/null && pin=(taskset -c "${STACKS_CPU-2-5}")
 # The order alternates between rounds (plain, off, on; then on, off,
 # plain), so that a drift over the call (clocks, caches) does not land on
 # one configuration; each round's on/off ratio is kept.
@@ -44,14 +49,14 @@ for r in $(seq "${ROUNDS:-3}"); do
 	((r % 2 == 0)) && order="shim nostacks plain"
 	for cfg in $order; do
 		if [[ $cfg == plain ]]; then
-			python3 scripts/gpu/stackstep.py "$steps" "$out/plain.$r.ms" >"$out/plain.txt" 2>&1 ||
+			"${pin[@]}" python3 scripts/gpu/stackstep.py "$steps" "$out/plain.$r.ms" >"$out/plain.txt" 2>&1 ||
 				{ echo "gpu-stacks: plain run failed: $(tail -3 "$out/plain.txt")"; status=1; }
 			continue
 		fi
 		sock=$out/agent.sock
 		[[ $cfg == nostacks ]] && sock=$out/nostacks/agent.sock
 		timeout 300 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so -- \
-			python3 scripts/gpu/stackstep.py "$steps" "$out/$cfg.$r.ms" >"$out/$cfg.txt" 2>"$out/$cfg.err" || status=1
+			"${pin[@]}" python3 scripts/gpu/stackstep.py "$steps" "$out/$cfg.$r.ms" >"$out/$cfg.txt" 2>"$out/$cfg.err" || status=1
 		if ! cmp -s "$out/plain.txt" "$out/$cfg.txt"; then
 			echo "gpu-stacks: FAIL: $cfg round $r: app failed or its output differs (diff $out/plain.txt $out/$cfg.txt; $out/$cfg.err)"
 			status=1
