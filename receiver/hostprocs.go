@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe"
 	"github.com/gpuprobe/gpuprobe/gpuprobe/hostprobe/discover"
@@ -18,6 +19,14 @@ import (
 // those calls itself and runs them without a trap. A process that
 // connects later loses its probes; one that exits, or whose pid the scan
 // finds reused, too.
+//
+// A process that maps the shim (discover.IsShimPath) but has no session
+// yet is left alone for shimSessionWait: the shim connects at its first
+// CUDA call, which a framework makes seconds after it mapped the CUDA
+// libraries (PyTorch's import), and probing it meanwhile made every
+// launch trap until a detach that, with perf-event links, can take
+// longer than the program lives. Past the wait it is probed as any
+// process without a session.
 //
 // The scan and the agent report to it from their goroutines without
 // waiting; one goroutine of its own attaches and detaches (a detach of
@@ -34,7 +43,21 @@ type procProbes struct {
 	capped   uint64             // processes found beyond max_processes
 
 	// Owned by run.
-	procs map[int]*procState
+	procs    map[int]*procState
+	awaiting map[int]awaitState // processes that map the shim, waiting for its session
+	wait     time.Duration      // shimSessionWait when made
+	now      func() time.Time
+}
+
+// shimSessionWait is how long a process that maps the shim has to connect
+// before it is probed as one without it (a variable for tests).
+var shimSessionWait = 10 * time.Second
+
+// awaitState is a process (pid, start) that maps the shim and was first
+// seen without a session at since.
+type awaitState struct {
+	start uint64
+	since time.Time
 }
 
 // procState is what run did for one process (pid, start).
@@ -47,7 +70,8 @@ type procState struct {
 
 func newProcProbes(p *hostprobe.Probes, log *zap.Logger) *procProbes {
 	return &procProbes{probes: p, log: log, kick: make(chan struct{}, 1),
-		sessions: map[int]int{}, procs: map[int]*procState{}}
+		sessions: map[int]int{}, procs: map[int]*procState{}, awaiting: map[int]awaitState{},
+		wait: shimSessionWait, now: time.Now}
 }
 
 // scanned takes the processes of one /proc scan (discover.Options.Processes).
@@ -122,14 +146,34 @@ func (pp *procProbes) reconcile(ctx context.Context) {
 		}
 		delete(pp.procs, pid)
 	}
+	for pid, w := range pp.awaiting {
+		if start, ok := alive[pid]; !ok || start != w.start || shim[pid] {
+			delete(pp.awaiting, pid)
+		}
+	}
+	now := pp.now()
 	for _, pr := range scan {
 		if ctx.Err() != nil {
 			return
 		}
-		if !shim[pr.PID] {
+		if !shim[pr.PID] && !pp.awaitsSession(pr, now) {
 			pp.attach(pr)
 		}
 	}
+}
+
+// awaitsSession says whether process pr, without a session, maps the
+// shim and was first seen less than pp.wait ago.
+func (pp *procProbes) awaitsSession(pr discover.Process, now time.Time) bool {
+	if !pr.Shim {
+		return false
+	}
+	w, ok := pp.awaiting[pr.PID]
+	if !ok || w.start != pr.Start {
+		w = awaitState{start: pr.Start, since: now}
+		pp.awaiting[pr.PID] = w
+	}
+	return now.Sub(w.since) < pp.wait
 }
 
 // attach gives process pr the per-process probes of each file it maps

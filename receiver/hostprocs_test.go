@@ -26,9 +26,10 @@ type waitingApp struct {
 	pid int
 }
 
-func startApp(t *testing.T, app string) *waitingApp {
+func startApp(t *testing.T, app string, env ...string) *waitingApp {
 	t.Helper()
 	cmd := exec.Command(app, "wait")
+	cmd.Env = append(os.Environ(), env...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +189,70 @@ func TestShimProcessesSkip(t *testing.T) {
 	}
 	sess.Close()
 	waitFor(t, "the session's end", func() bool { return sessions() == 0 })
+}
+
+// fakeShim is a copy of the C math library named libgpuprobe.so, for a
+// stand-in app to preload: a process that maps the shim's file name.
+func fakeShim(t *testing.T) string {
+	t.Helper()
+	for _, m := range []string{"/lib/x86_64-linux-gnu/libm.so.6", "/lib/aarch64-linux-gnu/libm.so.6", "/lib64/libm.so.6", "/usr/lib64/libm.so.6"} {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(t.TempDir(), "libgpuprobe.so")
+		if err := os.WriteFile(p, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Fatal("no libm.so.6 to stand in for the shim")
+	return ""
+}
+
+// TestShimMappedWaits: a process that maps the shim but has no session
+// yet is not probed while it may still connect (its first CUDA call);
+// one that connects in time never is, one that does not is probed once
+// the wait is over.
+func TestShimMappedWaits(t *testing.T) {
+	hostprobetest.RequireRoot(t)
+	s := hostprobetest.Build(t)
+	defer func(w time.Duration) { shimSessionWait = w }(shimSessionWait)
+	shimSessionWait = 2 * time.Second
+	cfg := testConfig(t)
+	cfg.HostProbes.Enabled = true
+	cfg.HostProbes.LibraryPaths = []string{s.Dir}
+	cfg.HostProbes.Ldconfig = false
+	cfg.HostProbes.ScanInterval = 100 * time.Millisecond
+	cfg.HostProbes.ShimProcesses = config.ShimProcessesSkip
+	tr, mr, _, _ := startBoth(t, cfg)
+	defer mr.Shutdown(context.Background())
+	defer tr.Shutdown(context.Background())
+	r := tr.(*handle).r
+	waitFor(t, "both stand-in libraries attached", func() bool { return r.host.stats().libraries == 2 })
+	shimLib := fakeShim(t)
+	start := time.Now()
+	late, inTime, plain := startApp(t, s.App, "LD_PRELOAD="+shimLib), startApp(t, s.App, "LD_PRELOAD="+shimLib), startApp(t, s.App)
+	probed := func() []int {
+		got := r.host.probes.Processes()
+		slices.Sort(got)
+		return got
+	}
+	waitFor(t, "the app without the shim probed", func() bool { return slices.Contains(probed(), plain.pid) })
+	if got := probed(); slices.Contains(got, late.pid) || slices.Contains(got, inTime.pid) {
+		t.Fatalf("probed %v before the wait was over: the apps mapping the shim (%d, %d) are in", got, late.pid, inTime.pid)
+	}
+	r.host.shimConnected(int32(inTime.pid)) // its first CUDA call
+	waitFor(t, "the app that never connected probed", func() bool { return slices.Contains(probed(), late.pid) })
+	if d := time.Since(start); d < shimSessionWait {
+		t.Errorf("probed after %v, before the %v wait", d, shimSessionWait)
+	}
+	if slices.Contains(probed(), inTime.pid) || hostprobetest.Trapped(t, inTime.pid, s.Libcuda, "cuLaunchKernel") {
+		t.Error("the app that connected in time was probed")
+	}
+	if !hostprobetest.Trapped(t, late.pid, s.Libcuda, "cuLaunchKernel") {
+		t.Error("the app that never connected has no breakpoint on cuLaunchKernel")
+	}
 }
 
 // TestShimProcessesAll: with shim_processes all (or the /proc scan off),

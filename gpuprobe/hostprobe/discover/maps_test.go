@@ -164,3 +164,23 @@ func TestMkdev(t *testing.T) {
 		}
 	}
 }
+
+func TestIsShimPath(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{"/opt/gpuprobe/lib/libgpuprobe.so", true},
+		{"/work/bin/libgpuprobe-selftime.so", true},
+		{"libgpuprobe.so", true},
+		{"/usr/lib/libgpuprobe.so.1", false},
+		{"/usr/lib/libgpuprobe-.txt", false},
+		{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", false},
+		{"/tmp/libgpuprobe.so/libc.so.6", false},
+		{"", false},
+	} {
+		if got := IsShimPath(tc.path); got != tc.want {
+			t.Errorf("IsShimPath(%q) = %v, want %v", tc.path, got, tc.want)
+		}
+	}
+}

@@ -98,6 +98,7 @@ type pidState struct {
 	parsedAt uint64 // scan number of the last maps parse
 	libs     []pidLib
 	exe      fileID // zero if unknown
+	shim     bool   // maps gpuprobe's shim (IsShimPath)
 }
 
 type pidLib struct {
@@ -222,18 +223,20 @@ func (s *Scanner) scanPID(pid int, self Key) (parsed, exeChecks, bad uint64, ok 
 	} else if ps.vsize == st.vsize && s.scanNo-ps.parsedAt < s.rescanEvery {
 		return 0, 0, 0, true
 	}
-	libs, exe, exeChecks, bad, err := s.readPID(pid, dir, self)
+	var shim bool
+	libs, exe, exeChecks, bad, err := s.readPID(pid, dir, self, &shim)
 	if err != nil {
 		delete(s.pids, pid)
 		return 1, exeChecks, bad, false
 	}
-	ps.vsize, ps.parsedAt, ps.libs, ps.exe = st.vsize, s.scanNo, libs, exe
+	ps.vsize, ps.parsedAt, ps.libs, ps.exe, ps.shim = st.vsize, s.scanNo, libs, exe, shim
 	return 1, exeChecks, bad, true
 }
 
-// readPID parses the maps of one process and checks its executable. An
-// error means the process is gone.
-func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fileID, exeChecks, bad uint64, err error) {
+// readPID parses the maps of one process and checks its executable;
+// *shim says whether it maps the shim. An error means the process is
+// gone.
+func (s *Scanner) readPID(pid int, dir string, self Key, shim *bool) (libs []pidLib, exe fileID, exeChecks, bad uint64, err error) {
 	// Paths through /proc/<pid>/root are valid in every case; paths as the
 	// process sees them only when it shares the collector's mount
 	// namespace. Prefer those: they outlive the process.
@@ -282,6 +285,8 @@ func (s *Scanner) readPID(pid int, dir string, self Key) (libs []pidLib, exe fil
 		}
 		if lib, ok := s.mappedLib(pid, m, seen, resolve, open, viaRoot); ok {
 			libs = append(libs, lib)
+		} else if m.Exec() && IsShimPath(m.Path) {
+			*shim = true
 		}
 		return true
 	})
@@ -426,6 +431,9 @@ type Process struct {
 	// runtime statically), each with the path the collector reaches it
 	// by for this process; PIDs is empty.
 	Libs []Library
+	// Shim says whether it maps gpuprobe's shim (IsShimPath): it records
+	// its own launches once it has a session, at its first CUDA call.
+	Shim bool
 }
 
 // Processes returns the processes of the last Scan that map a CUDA
@@ -436,7 +444,7 @@ func (s *Scanner) Processes() []Process {
 		if len(ps.libs) == 0 {
 			continue
 		}
-		pr := Process{PID: pid, Start: ps.start}
+		pr := Process{PID: pid, Start: ps.start, Shim: ps.shim}
 		for _, pl := range ps.libs {
 			pr.Libs = append(pr.Libs, Library{Path: pl.path, Dev: pl.key.Dev, Ino: pl.key.Ino, Kind: pl.kind, Source: pl.source})
 		}
@@ -444,6 +452,15 @@ func (s *Scanner) Processes() []Process {
 	}
 	slices.SortFunc(out, func(a, b Process) int { return a.PID - b.PID })
 	return out
+}
+
+// IsShimPath says whether a mapped file is gpuprobe's shim: a file named
+// libgpuprobe.so or libgpuprobe-*.so (the selftime build). A process can
+// map such a file to pass for one with the shim; it only leaves its own
+// launches without host probes.
+func IsShimPath(path string) bool {
+	b := filepath.Base(path)
+	return b == "libgpuprobe.so" || strings.HasPrefix(b, "libgpuprobe-") && strings.HasSuffix(b, ".so")
 }
 
 // mkdev encodes a device number as Linux's st_dev does.
