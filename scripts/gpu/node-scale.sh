@@ -79,6 +79,9 @@ echo "node-scale: $n16 torchadd + 1 training step ran in $(awk -v a="$start" -v 
 sleep 1
 read -r ut st < <(awk '{print $14, $15}' "/proc/$col/stat")
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$col/status")
+# What the resident set is now: the Go heap and stacks (RssAnon), the
+# clients' rings and regions mapped from their memfds (RssShmem), files.
+rss=$(awk '/^Rss(Anon|File|Shmem):/ {printf "%s%s %d MiB", sep, $1, $2 / 1024; sep=", "}' "/proc/$col/status")
 t0=$(date +%s%N)
 kill -TERM "$col"
 wait "$col"
@@ -86,7 +89,7 @@ rc=$?
 trap - EXIT
 ms=$((($(date +%s%N) - t0) / 1000000))
 tck=$(getconf CLK_TCK)
-echo "node-scale: collector CPU $(awk -v t=$((ut + st)) -v k="$tck" 'BEGIN {printf "%.2f", t / k}') s, VmHWM $((hwm / 1024)) MiB; SIGTERM ended it in $ms ms, exit $rc"
+echo "node-scale: collector CPU $(awk -v t=$((ut + st)) -v k="$tck" 'BEGIN {printf "%.2f", t / k}') s, VmHWM $((hwm / 1024)) MiB ($rss); SIGTERM ended it in $ms ms, exit $rc"
 ((rc == 0)) || { echo "node-scale: FAIL: collector exit $rc"; status=1; }
 grep -E 'error|failed to shutdown' "$out/collector.log" | tail -3
 
