@@ -139,16 +139,51 @@ func (h *Hist) downscale() {
 	h.counts, h.offset = merged, nlo
 }
 
-// index is the bucket of v > 0 at scale s: ceil(log2(v)·2^s) − 1.
+// index is the bucket of v > 0 at scale s: ceil(log2(v)·2^s) − 1. With
+// v = m·2^e, m in [1, 2), that is e·2^s plus how many of the octave's
+// inner bucket bounds 2^(k/2^s) lie below m (octaveBounds), found by a binary
+// search instead of a logarithm; at scale 0 and below, e >> −s.
 func index(v float64, s int32) int32 {
 	frac, exp := math.Frexp(v) // v = frac·2^exp, frac in [0.5, 1)
-	if frac == 0.5 {
-		// Exact power of two: it is the upper bound of its bucket.
-		return int32(((exp - 1) << s) - 1)
+	e := int64(exp - 1)        // v = 2·frac · 2^e
+	switch {
+	case s <= 0:
+		q := e >> -s // floor(e / 2^−s)
+		if frac == 0.5 && e&(1<<-s-1) == 0 {
+			q-- // an exact power of two on a bound is its bucket's upper end
+		}
+		return int32(q)
+	case frac == 0.5:
+		return int32(e<<s - 1)
+	case s > MaxScale:
+		return int32(math.Ceil(math.Log2(v)*math.Exp2(float64(s))) - 1)
 	}
-	i := math.Ceil(math.Log2(v)*math.Exp2(float64(s))) - 1
-	return int32(i)
+	tbl := octaveBounds[s]
+	m := 2 * frac
+	lo, hi := 0, len(tbl) // the first bound >= m
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if tbl[mid] < m {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return int32(e<<s + int64(lo))
 }
+
+// octaveBounds[s] are the inner bucket bounds of one octave at scale s:
+// 2^(k/2^s) for k = 1 … 2^s − 1.
+var octaveBounds = func() (b [MaxScale + 1][]float64) {
+	for s := 1; s <= MaxScale; s++ {
+		n := 1 << s
+		b[s] = make([]float64, n-1)
+		for k := 1; k < n; k++ {
+			b[s][k-1] = math.Exp2(float64(k) / float64(n))
+		}
+	}
+	return b
+}()
 
 // CopyTo writes the histogram into dp (count, sum, min, max, zero count,
 // scale and positive buckets).

@@ -2,6 +2,7 @@ package exphist
 
 import (
 	"math"
+	"math/rand"
 	"slices"
 	"testing"
 
@@ -143,4 +144,56 @@ func TestSetBoundsOnlyWhenEmpty(t *testing.T) {
 	if h.Explicit() {
 		t.Fatal("a histogram with values became explicit")
 	}
+}
+
+// TestIndexMatchesLog: the table search gives the bucket of the
+// definition, ceil(log2(v)·2^s) − 1, for random values and exact powers
+// of two at every scale from −4 to MaxScale, and puts every inner bound
+// in the bucket it ends and the next float in the next one.
+func TestIndexMatchesLog(t *testing.T) {
+	def := func(v float64, s int32) int32 {
+		if frac, exp := math.Frexp(v); frac == 0.5 {
+			return int32(math.Ceil(float64(exp-1)*math.Exp2(float64(s))) - 1)
+		}
+		return int32(math.Ceil(math.Log2(v)*math.Exp2(float64(s))) - 1)
+	}
+	check := func(v float64, s int32) {
+		t.Helper()
+		if got, want := index(v, s), def(v, s); got != want {
+			t.Fatalf("index(%v, %d) = %d, want %d", v, s, got, want)
+		}
+	}
+	r := rand.New(rand.NewSource(1))
+	for range 200000 {
+		check(math.Exp2(r.Float64()*80-40), int32(r.Intn(13)-4))
+	}
+	for s := int32(-4); s <= MaxScale; s++ {
+		for e := -40; e < 40; e++ {
+			check(math.Ldexp(1, e), s)
+		}
+		if s > 0 {
+			// At a bound 2^(e + k/2^s) the logarithm rounds either way:
+			// the bound belongs to bucket e·2^s + k − 1, the next float
+			// above it to the next one.
+			for k, b := range octaveBounds[s] {
+				for _, e := range []int{-10, 0, 7} {
+					at := int32(e<<s + k) // bucket whose upper bound is b·2^e
+					if got := index(math.Ldexp(b, e), s); got != at {
+						t.Fatalf("index(2^%d·%v, %d) = %d, want %d", e, b, s, got, at)
+					}
+					if got := index(math.Ldexp(math.Nextafter(b, 3), e), s); got != at+1 {
+						t.Fatalf("index(2^%d·next(%v), %d) = %d, want %d", e, b, s, got, at+1)
+					}
+				}
+			}
+		}
+	}
+}
+
+func BenchmarkIndex(b *testing.B) {
+	var sum int32
+	for i := range b.N {
+		sum += index(1e-6*float64(1+i%1000), MaxScale)
+	}
+	_ = sum
 }
