@@ -594,37 +594,6 @@ func (r *runQueue) pop() {
 	r.q, r.head = compact(r.q, r.head)
 }
 
-// maybeFinish emits a launch as soon as every record it waits for is in:
-// its completion record, or for a source that sends none
-// (endsWithRecords), the records that say its kernel is over.
-func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
-	switch {
-	case !l.have:
-		return
-	case l.completed:
-		if lt.o.ExpectWarps && !l.deviceDone() {
-			return
-		}
-	case !lt.endsWithRecords(l.key.src) || !lt.recordsIn(l):
-		return
-	}
-	if !lt.held(l, now) {
-		lt.finish(l, now)
-	}
-}
-
-// recordsIn says whether every record of l but a completion is in: its
-// kernel is over, and with device probes their records came.
-func (lt *launchTable) recordsIn(l *launch) bool {
-	return lt.kernelOver(l) && (!lt.o.ExpectWarps || l.deviceDone())
-}
-
-// held says whether l, whose records are in, waits for more: the host
-// calls of its thread (host probes), or its driver window (windows.go).
-func (lt *launchTable) held(l *launch, now time.Time) bool {
-	return lt.windows.waits(l, now) || lt.hosts.hold(l, now)
-}
-
 // launchThreads is the number of threads of the launch.
 func launchThreads(r *record.Launch) uint64 {
 	return uint64(r.Grid[0]) * uint64(r.Grid[1]) * uint64(r.Grid[2]) *

@@ -1,7 +1,7 @@
 package translate
 
-// A launch's end of life: its expiry, and turning it into metrics and
-// spans (launchTable.maybeFinish, on the record path, decides when).
+// A launch's end of life: when it is over (maybeFinish on the record
+// path, expire once a pass), and turning it into metrics and spans.
 
 import (
 	"time"
@@ -86,6 +86,37 @@ func (lt *launchTable) expire(now time.Time) {
 		lt.qhead++
 	}
 	lt.compactQueue()
+}
+
+// maybeFinish emits a launch as soon as every record it waits for is in:
+// its completion record, or for a source that sends none
+// (endsWithRecords), the records that say its kernel is over.
+func (lt *launchTable) maybeFinish(l *launch, now time.Time) {
+	switch {
+	case !l.have:
+		return
+	case l.completed:
+		if lt.o.ExpectWarps && !l.deviceDone() {
+			return
+		}
+	case !lt.endsWithRecords(l.key.src) || !lt.recordsIn(l):
+		return
+	}
+	if !lt.held(l, now) {
+		lt.finish(l, now)
+	}
+}
+
+// recordsIn says whether every record of l but a completion is in: its
+// kernel is over, and with device probes their records came.
+func (lt *launchTable) recordsIn(l *launch) bool {
+	return lt.kernelOver(l) && (!lt.o.ExpectWarps || l.deviceDone())
+}
+
+// held says whether l, whose records are in, waits for more: the host
+// calls of its thread (host probes), or its driver window (windows.go).
+func (lt *launchTable) held(l *launch, now time.Time) bool {
+	return lt.windows.waits(l, now) || lt.hosts.hold(l, now)
 }
 
 // finish turns a launch into metrics and (sampled) spans and forgets it.
