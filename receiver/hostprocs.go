@@ -46,7 +46,6 @@ type procProbes struct {
 	procs    map[int]*procState
 	awaiting map[int]awaitState // processes that map the shim, waiting for its session
 	wait     time.Duration      // shimSessionWait when made
-	now      func() time.Time
 }
 
 // shimSessionWait is how long a process that maps the shim has to connect
@@ -71,7 +70,7 @@ type procState struct {
 func newProcProbes(p *hostprobe.Probes, log *zap.Logger) *procProbes {
 	return &procProbes{probes: p, log: log, kick: make(chan struct{}, 1),
 		sessions: map[int]int{}, procs: map[int]*procState{}, awaiting: map[int]awaitState{},
-		wait: shimSessionWait, now: time.Now}
+		wait: shimSessionWait}
 }
 
 // scanned takes the processes of one /proc scan (discover.Options.Processes).
@@ -151,7 +150,7 @@ func (pp *procProbes) reconcile(ctx context.Context) {
 			delete(pp.awaiting, pid)
 		}
 	}
-	now := pp.now()
+	now := time.Now()
 	for _, pr := range scan {
 		if ctx.Err() != nil {
 			return

@@ -160,7 +160,9 @@ func index(v float64, s int32) int32 {
 	}
 	tbl := octaveBounds[s]
 	m := 2 * frac
-	lo, hi := 0, len(tbl) // the first bound >= m
+	// The first bound >= m, by hand: slices.BinarySearch's NaN-aware
+	// compare made index 24-28 ns against 15-17 (BenchmarkIndex).
+	lo, hi := 0, len(tbl)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if tbl[mid] < m {
