@@ -120,6 +120,7 @@ func cConstants() string {
 		{"GP_REC_WINDOW", uint32(TypeWindow)}, {"GP_REC_WINDOW_STATE", uint32(TypeWindowState)},
 		{"GP_WINDOW_F_GRAPH", uint32(WindowGraph)}, {"GP_WINDOW_F_NO_LAUNCH", uint32(WindowNoLaunch)},
 		{"GP_WINDOW_F_DEVICE_LAUNCHED", uint32(WindowDeviceLaunched)}, {"GP_WINDOW_F_UNTIMED", uint32(WindowUntimed)},
+		{"GP_WINDOW_F_GRAPH_EXEC", uint32(WindowGraphExec)},
 		{"GP_WINDOWS_ON", uint32(WindowsOn)}, {"GP_WINDOWS_UNAVAILABLE", uint32(WindowsUnavailable)},
 		{"GP_WINDOWS_STEPPED_ASIDE", uint32(WindowsSteppedAside)}, {"GP_WINDOWS_OFF", uint32(WindowsOff)},
 		{"GP_WINDOWS_R_NONE", uint32(WindowsReasonNone)}, {"GP_WINDOWS_R_NO_LIBRARY", uint32(WindowsReasonNoLibrary)},

@@ -32,8 +32,12 @@ const (
 	// (CUPTI's 0 start and end); StartNS and EndNS are 0. The launch it
 	// names has no window, for that reason.
 	WindowUntimed WindowFlags = 8
+	// WindowGraphExec: the window of a whole graph launch (CUPTI's graph
+	// trace), always with WindowGraph: LaunchID is the launch's first
+	// node record and NameHash is 0. Its nodes get no window of their own.
+	WindowGraphExec WindowFlags = 16
 
-	windowFlagsKnown = WindowGraph | WindowNoLaunch | WindowDeviceLaunched | WindowUntimed
+	windowFlagsKnown = WindowGraph | WindowNoLaunch | WindowDeviceLaunched | WindowUntimed | WindowGraphExec
 )
 
 // Window is one kernel's exact device window as the driver timed it
@@ -49,7 +53,8 @@ const (
 //	offset 36  u32 name_hash    FNV-1a 32 of the mangled kernel name (NameHash)
 //	offset 40  u32 correlation  the driver's correlation id of the launch
 //	offset 44  u32 flags        WindowFlags: bit 0 GRAPH, bit 1 NO_LAUNCH,
-//	                            bit 2 DEVICE_LAUNCHED, bit 3 UNTIMED
+//	                            bit 2 DEVICE_LAUNCHED, bit 3 UNTIMED,
+//	                            bit 4 GRAPH_EXEC (with GRAPH)
 //
 // start_ns ≤ end_ns (both 0 with UNTIMED); NO_LAUNCH has launch_id 0;
 // other flag bits are zero.
@@ -84,6 +89,9 @@ func (w *Window) Decode(b []byte) error {
 	}
 	if w.Flags&WindowNoLaunch != 0 && w.LaunchID != 0 {
 		return &DecodeError{Type: TypeWindow, Field: "launch_id", Offset: 8, Reason: fmt.Sprintf("must be 0 with NO_LAUNCH, got %d", w.LaunchID)}
+	}
+	if w.Flags&WindowGraphExec != 0 && w.Flags&WindowGraph == 0 {
+		return &DecodeError{Type: TypeWindow, Field: "flags", Offset: 44, Reason: "GRAPH_EXEC without GRAPH"}
 	}
 	if w.Flags&WindowUntimed != 0 && (w.StartNS != 0 || w.EndNS != 0) {
 		return &DecodeError{Type: TypeWindow, Field: "start_ns", Offset: 16, Reason: fmt.Sprintf("must be 0 with UNTIMED, got %d..%d", w.StartNS, w.EndNS)}

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"errors"
 	"testing"
 )
 
@@ -36,6 +37,20 @@ func TestWindowNames(t *testing.T) {
 	}
 }
 
+func TestWindowGraphExecNeedsGraph(t *testing.T) {
+	b := (&Window{LaunchID: 5, StartNS: 1, EndNS: 2, Flags: WindowGraphExec}).Append(nil)
+	var w Window
+	err := w.Decode(b)
+	var de *DecodeError
+	if !errors.As(err, &de) || de.Offset != 44 {
+		t.Fatalf("GRAPH_EXEC alone decoded with %v, want a flags error at offset 44", err)
+	}
+	b = (&Window{LaunchID: 5, StartNS: 1, EndNS: 2, Flags: WindowGraph | WindowGraphExec}).Append(nil)
+	if err := w.Decode(b); err != nil || w.Flags != WindowGraph|WindowGraphExec {
+		t.Fatalf("GRAPH|GRAPH_EXEC: %v, flags %v", err, w.Flags)
+	}
+}
+
 // FuzzWindow decodes arbitrary bytes as Window and WindowState: whatever
 // decodes keeps the documented invariants and re-encodes to its bytes.
 func FuzzWindow(f *testing.F) {
@@ -43,12 +58,14 @@ func FuzzWindow(f *testing.F) {
 	f.Add((&Window{StartNS: 5, EndNS: 5, Flags: WindowNoLaunch}).Append(nil))
 	f.Add((&Window{LaunchID: 3, StartNS: 7, EndNS: 8, Flags: WindowDeviceLaunched}).Append(nil))
 	f.Add((&Window{LaunchID: 4, Flags: WindowUntimed}).Append(nil))
+	f.Add((&Window{LaunchID: 5, StartNS: 1, EndNS: 2, Flags: WindowGraph | WindowGraphExec}).Append(nil))
 	f.Add((&WindowState{TimeNS: 1, State: WindowsSteppedAside, Reason: WindowsReasonProfiler}).Append(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var w Window
 		if err := w.Decode(b); err == nil {
 			if w.EndNS < w.StartNS || w.Flags&^windowFlagsKnown != 0 || (w.Flags&WindowNoLaunch != 0 && w.LaunchID != 0) ||
-				(w.Flags&WindowUntimed != 0 && w.StartNS|w.EndNS != 0) {
+				(w.Flags&WindowUntimed != 0 && w.StartNS|w.EndNS != 0) ||
+				(w.Flags&WindowGraphExec != 0 && w.Flags&WindowGraph == 0) {
 				t.Fatalf("decoded an invalid window %+v", w)
 			}
 			if got := w.Append(nil); string(got) != string(b[:WindowSize]) {

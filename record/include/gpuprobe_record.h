@@ -233,11 +233,15 @@ struct gp_rec_device {
  * kernel launched by another kernel (CUPTI's CDP kernel record);
  * launch_id, when known, is the host launch it descends from, never its
  * own. UNTIMED: the driver gave the kernel no timestamps (start_ns and
- * end_ns are 0): its launch has no window, for that reason. */
+ * end_ns are 0): its launch has no window, for that reason. GRAPH_EXEC:
+ * the window of a whole graph launch (CUPTI's graph trace, the shim's
+ * GPUPROBE_GRAPH_WINDOWS=graph), with GRAPH: launch_id is its first node
+ * record, name_hash 0; its nodes have no window of their own. */
 #define GP_WINDOW_F_GRAPH 1u
 #define GP_WINDOW_F_NO_LAUNCH 2u
 #define GP_WINDOW_F_DEVICE_LAUNCHED 4u
 #define GP_WINDOW_F_UNTIMED 8u
+#define GP_WINDOW_F_GRAPH_EXEC 16u
 
 /* Type 12, 48 bytes: one kernel's exact device window as the driver timed
  * it (CUPTI activity, any kernel: SASS or PTX, patched or not), written by

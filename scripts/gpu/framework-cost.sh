@@ -9,6 +9,8 @@
 #   nowin    under the collector, device windows off (GPUPROBE_WINDOWS=0)
 #   nopatch  under the collector, module patching off (GPUPROBE_PATCH=0)
 #   default  under the collector with its default sampling
+#   graphwin graph launches timed whole (GPUPROBE_GRAPH_WINDOWS=graph;
+#            only when CONFIGS names it)
 # then N16 (default 16) concurrent torchadd processes, plain and default,
 # in two rounds. Prints the median us per step of each, its ratio to plain
 # of the same rounds, and fails when an output's checksum differs from
@@ -42,12 +44,13 @@ one() {
 	nowin) pre=(env GPUPROBE_WINDOWS=0 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so --) ;;
 	nopatch) pre=(env GPUPROBE_PATCH=0 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so --) ;;
 	default) pre=(bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so --) ;;
+	graphwin) pre=(env GPUPROBE_GRAPH_WINDOWS=graph bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so --) ;;
 	esac
 	timeout 300 "${pre[@]}" python3 "$py" "$mode" >>"$out/$cfg.$mode.jsonl" 2>>"$out/$cfg.$mode.err" ||
 		{ echo "framework-cost: $cfg $mode failed (rc $?): $(tail -2 "$out/$cfg.$mode.err")"; status=1; }
 }
 
-configs="plain forward nowin nopatch default"
+configs=${CONFIGS:-plain forward nowin nopatch default}
 rm -f "$out"/*.jsonl "$out"/*.err
 for r in $(seq "$rounds"); do
 	for mode in $modes; do
@@ -72,7 +75,7 @@ sixteen() {
 	done
 	for i in "${pids[@]}"; do wait "$i" || { echo "framework-cost: a $cfg sixteen process failed"; status=1; }; done
 }
-for r in 1 2; do sixteen plain; sixteen default; done
+[[ $n16 -gt 0 ]] && for r in 1 2; do sixteen plain; sixteen default; done
 
 python3 - "$out" "$configs" "$modes" <<'EOP' || status=1
 import json, os, statistics, sys
@@ -98,7 +101,8 @@ for mode in modes:
             cells.append("")
             continue
         m = statistics.median(r["us_per_step"] for r in rs)
-        cells.append(f"{m:.2f} us ({m / pm:.3f}x, {len(rs)} runs)" if cfg != "plain" else f"{m:.2f} us ({len(rs)} runs, {min(r['us_per_step'] for r in rs):.2f}-{max(r['us_per_step'] for r in rs):.2f})")
+        spread = f"{min(r['us_per_step'] for r in rs):.2f}-{max(r['us_per_step'] for r in rs):.2f}"
+        cells.append(f"{m:.2f} us ({m / pm:.3f}x, {len(rs)} runs, {spread})" if cfg != "plain" else f"{m:.2f} us ({len(rs)} runs, {spread})")
         if {r["check"] for r in rs} != checks:
             print(f"framework-cost: FAIL: {mode} under {cfg}: checksums {sorted({r['check'] for r in rs})} != plain {sorted(checks)}")
             bad = 1

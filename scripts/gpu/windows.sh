@@ -48,6 +48,11 @@ int main(void)
 	EQ(offsetof(CUpti_CallbackData, correlationId), 64);
 	EQ(CUPTI_ACTIVITY_KIND_KERNEL, 3);
 	EQ(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 10);
+	EQ(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, 51);
+	EQ(offsetof(CUpti_ActivityGraphTrace2, correlationId), 4);
+	EQ(offsetof(CUpti_ActivityGraphTrace2, start), 8);
+	EQ(offsetof(CUpti_ActivityGraphTrace2, end), 16);
+	EQ(offsetof(CUpti_ActivityGraphTrace2, deviceId), 24);
 	EQ(CUPTI_CB_DOMAIN_DRIVER_API, 1);
 	EQ(CUPTI_API_ENTER, 0);
 	EQ(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, 1);

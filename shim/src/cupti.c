@@ -81,6 +81,14 @@ typedef int gp_cupti_result;
 #define GP_CDP_DEVICE 24
 #define GP_CDP_CORRELATION 76
 #define GP_CDP_NAME 136
+/* CUpti_ActivityGraphTrace(2): one graph launch's whole device window,
+ * GPUPROBE_GRAPH_WINDOWS=graph. Its correlation id is the cuGraphLaunch
+ * call's. */
+#define GP_CUPTI_KIND_GRAPH_TRACE 51
+#define GP_GT_CORRELATION 4
+#define GP_GT_START 8
+#define GP_GT_END 16
+#define GP_GT_DEVICE 24
 /* The oldest CUPTI whose kernel records have that layout and whose
  * activity and callback APIs behave as used here: CUDA 12.0 (API 18). */
 #define GP_CUPTI_MIN_API 18
@@ -156,6 +164,10 @@ static int gp_win_detach;      /* the rate cap asks for CUPTI's detach at the ne
 static void gp_win_detach_now(void);
 static uint64_t gp_win_written, gp_win_lost_all, gp_win_cupti_dropped; /* for the trace's exit line (atomic) */
 static uint64_t gp_win_untimed, gp_win_device; /* of those written: UNTIMED, DEVICE_LAUNCHED (atomic) */
+static uint64_t gp_win_graphs, gp_win_nodes; /* of those written: GRAPH_EXEC, graph nodes' own (atomic) */
+/* gp_win_graph_mode: graph launches are timed whole (CUPTI's graph trace)
+ * rather than per kernel node: GPUPROBE_GRAPH_WINDOWS=graph. */
+static int gp_win_graph_mode;
 static uint32_t gp_win_watch, gp_win_watched; /* the detach's flush: was this correlation id's window written? */
 
 /* The correlation table: slot corr % GP_CORR_SLOTS holds the launch id of
@@ -337,9 +349,43 @@ static void gp_win_emit(void *ring, uint32_t kind, const uint8_t *k, const struc
 			__atomic_fetch_add(&gp_win_untimed, 1, __ATOMIC_RELAXED);
 		if (w.flags & GP_WINDOW_F_DEVICE_LAUNCHED)
 			__atomic_fetch_add(&gp_win_device, 1, __ATOMIC_RELAXED);
+		if (w.flags & GP_WINDOW_F_GRAPH)
+			__atomic_fetch_add(&gp_win_nodes, 1, __ATOMIC_RELAXED);
 		if (corr == __atomic_load_n(&gp_win_watch, __ATOMIC_RELAXED))
 			__atomic_store_n(&gp_win_watched, 1, __ATOMIC_RELAXED);
 	}
+}
+
+/* gp_win_emit_graph writes the window of one graph trace record: the
+ * whole graph launch's, named by the launch id of its first node record. */
+static void gp_win_emit_graph(void *ring, const uint8_t *k, int64_t shift)
+{
+	uint64_t start = gp_rd64(k, GP_GT_START), end = gp_rd64(k, GP_GT_END);
+	uint32_t corr = gp_rd32(k, GP_GT_CORRELATION);
+	struct gp_rec_window w = {
+		.h = {.type = GP_REC_WINDOW, .version = GP_REC_VERSION, .size = sizeof w},
+		.launch_id = gp_win_lookup(corr),
+		.device = gp_rd32(k, GP_GT_DEVICE),
+		.correlation = corr,
+		.flags = GP_WINDOW_F_GRAPH | GP_WINDOW_F_GRAPH_EXEC,
+	};
+	if (start == 0 || end < start)
+		w.flags |= GP_WINDOW_F_UNTIMED;
+	else
+		w.start_ns = start + (uint64_t)shift, w.end_ns = end + (uint64_t)shift;
+	if (w.launch_id == 0)
+		w.flags |= GP_WINDOW_F_NO_LAUNCH;
+	if (ring == NULL || gpbr_ring_produce(ring, GP_REC_WINDOW, &w, sizeof w) != GPBR_PUBLISHED) {
+		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&gp_win_lost_all, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	__atomic_fetch_add(&gp_win_written, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&gp_win_graphs, 1, __ATOMIC_RELAXED);
+	if (w.flags & GP_WINDOW_F_UNTIMED)
+		__atomic_fetch_add(&gp_win_untimed, 1, __ATOMIC_RELAXED);
+	if (corr == __atomic_load_n(&gp_win_watch, __ATOMIC_RELAXED))
+		__atomic_store_n(&gp_win_watched, 1, __ATOMIC_RELAXED);
 }
 
 /* gp_buf_completed runs on CUPTI's thread (or the one that flushes). */
@@ -363,6 +409,8 @@ static void gp_buf_completed(void *ctx, uint32_t stream, uint8_t *buf, size_t si
 			gp_win_emit(ring, kind, k, &gp_ak_kernel, shift);
 		else if (kind == GP_CUPTI_KIND_CDP_KERNEL)
 			gp_win_emit(ring, kind, k, &gp_ak_cdp, shift);
+		else if (kind == GP_CUPTI_KIND_GRAPH_TRACE)
+			gp_win_emit_graph(ring, k, shift);
 		n++;
 	}
 	if (n > 0 && valid / n >= 64 && valid / n <= 4096)
@@ -520,6 +568,12 @@ static int gp_win_enable(const char **why)
 		gp_win_sub = NULL;
 		return *why = "enabling kernel activity", r;
 	}
+	/* Graph mode: a CUPTI that cannot trace graphs whole times their
+	 * nodes, as the default does. */
+	if (gp_win_graph_mode && gp_cu.enable(GP_CUPTI_KIND_GRAPH_TRACE) != GP_CUPTI_SUCCESS) {
+		gp_win_graph_mode = 0;
+		GP_TRACE("device windows: no graph trace in this CUPTI: graph nodes are timed one by one");
+	}
 	__atomic_store_n(&gp_win_on, 1, __ATOMIC_RELEASE);
 	return 0;
 }
@@ -529,6 +583,8 @@ static void gp_win_disable(void)
 {
 	__atomic_store_n(&gp_win_on, 0, __ATOMIC_RELEASE);
 	gp_cu.disable(GP_CUPTI_KIND_CONCURRENT_KERNEL);
+	if (gp_win_graph_mode)
+		gp_cu.disable(GP_CUPTI_KIND_GRAPH_TRACE);
 	gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);
 	if (gp_win_sub != NULL)
 		gp_cu.unsubscribe(gp_win_sub);
@@ -689,10 +745,11 @@ static void gp_win_exit(void)
 	gp_win_held = 1;
 	if (gp_win_state == GP_WIN_ON)
 		gp_cu.flush_all(GP_CUPTI_FLUSH_FORCED);
-	GP_TRACE("device windows: %llu written (%llu untimed, %llu device-launched), %llu lost (the ring full), "
-		 "%llu dropped by CUPTI",
+	GP_TRACE("device windows: %llu written (%llu untimed, %llu device-launched, %llu graph nodes, %llu whole "
+		 "graphs), %llu lost (the ring full), %llu dropped by CUPTI",
 		 (unsigned long long)gp_win_written, (unsigned long long)gp_win_untimed,
-		 (unsigned long long)gp_win_device, (unsigned long long)gp_win_lost_all,
+		 (unsigned long long)gp_win_device, (unsigned long long)gp_win_nodes,
+		 (unsigned long long)gp_win_graphs, (unsigned long long)gp_win_lost_all,
 		 (unsigned long long)gp_win_cupti_dropped);
 	gp_win_unlock();
 }
@@ -725,6 +782,8 @@ GP_HIDDEN void gp_windows_start(uint32_t flush_us)
 			gp_win_budget_ppm = v;
 	}
 	gp_win_epoch = gp_now(), gp_win_epoch_ids = gp_ids_handed();
+	const char *gm = getenv("GPUPROBE_GRAPH_WINDOWS");
+	gp_win_graph_mode = gm != NULL && strcmp(gm, "graph") == 0;
 	if (off && strcmp(off, "0") == 0)
 		gp_win_unavailable(GP_WINDOWS_R_CONFIG, 0, "GPUPROBE_WINDOWS=0");
 	else if (inj && inj[0])
@@ -745,8 +804,9 @@ GP_HIDDEN void gp_windows_start(uint32_t flush_us)
 			gp_win_unavailable(GP_WINDOWS_R_API_ERROR, (uint32_t)r, why);
 		else {
 			gp_win_state = GP_WIN_ON;
-			GP_TRACE("device windows: on (%s, %s clock, flush every %u us)", gp_cu.path,
-				 gp_win_ts_ours ? "the shim's" : "CUPTI's", gp_win_flush_us);
+			GP_TRACE("device windows: on (%s, %s clock, flush every %u us, graphs timed %s)", gp_cu.path,
+				 gp_win_ts_ours ? "the shim's" : "CUPTI's", gp_win_flush_us,
+				 gp_win_graph_mode ? "whole" : "by node");
 			gp_win_state_record(GP_WINDOWS_ON, GP_WINDOWS_R_NONE, 0);
 			pthread_t th;
 			pthread_attr_t a;
