@@ -23,10 +23,11 @@ const (
 	routeInlinePTX                // its own probes, patched into its PTX (kernel_phases' Exec, every warp)
 	routeWindows                  // the driver's window alone (record.Window)
 	routePatchedSASS              // its own probes, patched into its SASS (the shim's Exec, Compute Sanitizer)
+	routeGraph                    // only its graph launch's whole window (record.WindowGraphExec): not its own
 	nRoutes
 )
 
-var routeNames = [nRoutes]string{"none", "inline_ptx", "windows", "patched_sass"}
+var routeNames = [nRoutes]string{"none", "inline_ptx", "windows", "patched_sass", "graph"}
 
 // String is the route's gpuprobe.windows.route value.
 func (r route) String() string { return routeNames[r] }
@@ -38,6 +39,8 @@ func (l *launch) route() route {
 		return routePatchedSASS
 	case l.probed():
 		return routeInlinePTX
+	case l.gpu.win.ok && l.gpu.win.whole:
+		return routeGraph
 	case l.gpu.win.ok:
 		return routeWindows
 	}
@@ -125,6 +128,7 @@ func (wt *windowTable) appendMetrics(sm pmetric.MetricSlice, ts pcommon.Timestam
 			{"gpuprobe.receiver.windows.missing", "{launch}", "Launches emitted without a driver window while their client's windows were on.", c.WindowsMissing},
 			{"gpuprobe.receiver.windows.dropped", "{window}", "Driver windows the shim lost (CUPTI's dropped count, full ring).", c.WindowsDropped},
 			{"gpuprobe.receiver.windows.device_launched", "{window}", "Driver windows of kernels launched by kernels (dynamic parallelism), apart from their host launch's own.", c.WindowsDevice},
+			{"gpuprobe.receiver.windows.whole_graphs", "{window}", "Driver windows of whole graph launches joined to their nodes (graph launches timed whole, not node by node).", c.WindowsWhole},
 		} {
 			dp := newSum(sm, m.name, m.unit, m.desc).AppendEmpty()
 			dp.SetStartTimestamp(wt.cover.start)

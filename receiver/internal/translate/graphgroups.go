@@ -36,6 +36,7 @@ type graphGroup struct {
 	from          int  // nodes before it have a window (or will take none)
 	live          int  // nodes whose launch is pending
 	listed        bool // queued in its client's byFirst
+	whole         bool // its whole window came (record.WindowGraphExec)
 }
 
 // groupNode is one kernel node of a call: its pending launch (nil once

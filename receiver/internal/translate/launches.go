@@ -244,6 +244,10 @@ func (lt *launchTable) drop(l *launch) {
 // onWindow joins driver window w of source src to its launch, which may
 // then be complete.
 func (lt *launchTable) onWindow(src uint32, w *record.Window, now time.Time) *kernel {
+	if w.Flags&record.WindowGraphExec != 0 {
+		lt.onWholeGraph(src, w, now)
+		return nil
+	}
 	l := lt.windows.match(src, w, lt.pending[srcKey{src, w.LaunchID}])
 	if l == nil {
 		return nil

@@ -51,7 +51,9 @@ type gpuTimes struct {
 type monoWindow struct {
 	start, end uint64
 	ok         bool
-	untimed    bool // the driver ran it but gave it no timestamps (record.WindowUntimed)
+	untimed    bool   // the driver ran it but gave it no timestamps (record.WindowUntimed)
+	whole      bool   // the window is its graph launch's whole one (record.WindowGraphExec), not its kernel's
+	nodes      uint32 // with whole: the kernel nodes of that launch call
 }
 
 // hostLink ties a launch to what ran over it on its host thread: its host

@@ -172,7 +172,7 @@ func (so *spanOut) launchSpans(l *launch, tm *launchTimes, why int, s *devSeries
 	if rt := l.route(); rt != routeNone {
 		a.PutStr("cuda.launch.window", rt.String())
 	}
-	if w := l.gpu.win; w.ok && !w.untimed && so.hw != nil {
+	if w := l.gpu.win; w.ok && !w.untimed && !w.whole && so.hw != nil {
 		so.hw.putSpan(a, gpuID(so.res.devicesOf(l.key.src), l.key.src, r.Device), w.start, w.end)
 	}
 	if l.gap.idleKnown {

@@ -40,7 +40,7 @@ func (o *Options) timesOf(l *launch) launchTimes {
 	if t.dev && !t.start.mono {
 		t.startReal, t.startOK = o.Clock.GPUToReal(src, dev, t.start.ns)
 		t.endReal, t.endOK = o.Clock.GPUToReal(src, dev, t.end.ns)
-		if !t.startOK && l.gpu.win.ok {
+		if !t.startOK && l.gpu.win.ok && !l.gpu.win.whole {
 			t.start, t.end = devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}
 		}
 	}
@@ -70,12 +70,12 @@ func (o *Options) timesOf(l *launch) launchTimes {
 
 // devWindow is the device window the launch's spans and figures use: its
 // probes' when they timed all of it (kernel_phases' Exec, every warp),
-// else the driver's (record.Window), else the warps that came; ok is
-// false when it has none.
+// else the driver's (record.Window; not its graph launch's whole one),
+// else the warps that came; ok is false when it has none.
 func (l *launch) devWindow() (start, end devTime, ok bool) {
 	switch {
 	case l.probed():
-	case l.gpu.win.ok:
+	case l.gpu.win.ok && !l.gpu.win.whole:
 		return devTime{l.gpu.win.start, true}, devTime{l.gpu.win.end, true}, true
 	case l.gpu.warps == 0:
 		return devTime{}, devTime{}, false

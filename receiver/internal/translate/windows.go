@@ -45,6 +45,7 @@ type WindowCounters struct {
 	// (record.LaunchAPI): which kind of launch the driver left untimed.
 	UntimedByAPI   [nLaunchAPIs]uint64
 	WindowsDevice  uint64 // windows of kernels launched by kernels (dynamic parallelism)
+	WindowsWhole   uint64 // windows of whole graph launches joined to their nodes (record.WindowGraphExec)
 	WindowsDropped uint64 // windows the shim lost (WindowState.Dropped)
 	WindowStates   uint64 // changes of a client's windows state
 }
@@ -72,6 +73,8 @@ type windowTable struct {
 	changes [record.WindowsStateMax + 1][record.WindowsReasonMax + 1]uint64 // by state and reason: every value Decode accepts
 	offsets [2][2]exphist.Hist                                              // by edge (start, end) and direction (inside, outside)
 	cover   coverage
+
+	wholeScratch []*launch // onWholeGraph's nodes of one call
 }
 
 // onAnswer is a cached answer of on.
@@ -263,13 +266,15 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 	}
 	rt := l.route()
 	var secs float64
-	if ns, ok := l.execNS(); ok && rt != routeNone {
+	if ns, ok := l.execNS(); ok && rt != routeNone && rt != routeGraph {
 		secs = float64(ns) / 1e9
 	} else if n := s.exec.Count(); n > 0 {
 		secs = s.exec.Sum() / float64(n) // estimated: the kernel's mean on this device
+	} else if rt == routeGraph {
+		secs = l.wholeShare() // estimated: its share of its graph launch's window
 	}
 	wt.cover.add(l.rec.PID, rt, secs, l.rec.Flags&record.LaunchPreswap != 0)
-	if (rt == routeInlinePTX || rt == routePatchedSASS) && l.gpu.win.ok {
+	if (rt == routeInlinePTX || rt == routePatchedSASS) && l.gpu.win.ok && !l.gpu.win.whole {
 		wt.compare(l)
 	}
 }

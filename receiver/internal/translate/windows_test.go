@@ -523,9 +523,9 @@ func TestCoverage(t *testing.T) {
 		t.Fatalf("emitted at %v, want %v", got, winSteps[3])
 	}
 	n, secs := coveragePoints(tr.Metrics(now, nil))
-	wantN := map[string]int64{"4242/none": 1, "4242/inline_ptx": 1, "4242/windows": 2, "4242/patched_sass": 0}
+	wantN := map[string]int64{"4242/none": 1, "4242/inline_ptx": 1, "4242/windows": 2, "4242/patched_sass": 0, "4242/graph": 0}
 	// Launch 4's time is the kernel's mean of the three timed ones.
-	wantS := map[string]float64{"4242/none": 8000e-9 / 3, "4242/inline_ptx": 4000e-9, "4242/windows": 4000e-9, "4242/patched_sass": 0}
+	wantS := map[string]float64{"4242/none": 8000e-9 / 3, "4242/inline_ptx": 4000e-9, "4242/windows": 4000e-9, "4242/patched_sass": 0, "4242/graph": 0}
 	if fmt.Sprint(n) != fmt.Sprint(wantN) {
 		t.Errorf("launches %v, want %v", n, wantN)
 	}
