@@ -15,7 +15,13 @@
 #     under each of the three op lines as top frame;
 # and prints the median step times (plain, stacks off, stacks on) and
 # each round's on/off ratio (fails when their median is over 1.05; the
-# target is 1.01).
+# target is 1.01). With STACKS_SELFTIME=1 (and bin/libgpuprobe-selftime.so)
+# it then runs the step ROUNDS times more under each collector with the
+# self-timing shim, which times its own instructions on every launch
+# (shim/src/selftime.c), and prints what the stacks add to the shim's time
+# per launch and, from the launches a step makes, per step: a measurement
+# of the stacks' cost on the launching thread that the spread between
+# processes' step times does not blur.
 # Exits 1 on a failed check. Environment: STEPS (default 300), ROUNDS
 # (3), STACKS, STACKS_CPU, STACKS_OUT (default
 # build/gpu-stacks).
@@ -63,6 +69,41 @@ for r in $(seq "${ROUNDS:-3}"); do
 		fi
 	done
 done
+if [[ ${STACKS_SELFTIME:-0} == 1 && -f bin/libgpuprobe-selftime.so ]]; then
+	rm -f "$out"/st.*.lines
+	for r in $(seq "${ROUNDS:-3}"); do
+		for cfg in nostacks shim; do
+			sock=$out/agent.sock
+			[[ $cfg == nostacks ]] && sock=$out/nostacks/agent.sock
+			timeout 300 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe-selftime.so -- \
+				"${pin[@]}" python3 scripts/gpu/stackstep.py "$steps" "$out/st.$cfg.$r.ms" >/dev/null 2>"$out/st.$cfg.err" || status=1
+			grep -m1 '^gpuprobe selftime:' "$out/st.$cfg.err" >>"$out/st.$cfg.lines" ||
+				{ echo "gpu-stacks: selftime $cfg round $r printed no selftime line: $(tail -2 "$out/st.$cfg.err")"; status=1; }
+		done
+	done
+	python3 - "$out" "$steps" <<'PY' || status=1
+import glob, re, statistics, sys
+out, steps = sys.argv[1], int(sys.argv[2]) + 5  # stackstep.py's warm-up steps
+def runs(cfg):
+    rs = []
+    for l in open("%s/st.%s.lines" % (out, cfg)):
+        m = re.search(r"launches (\d+), shim ns/launch mean ([\d.]+)", l)
+        if m:
+            rs.append((int(m.group(1)), float(m.group(2))))
+    return rs
+off, on = runs("nostacks"), runs("shim")
+if not off or not on:
+    sys.exit("gpu-stacks: selftime: no runs")
+m_off, m_on = statistics.median(r[1] for r in off), statistics.median(r[1] for r in on)
+per_step = statistics.median(r[0] for r in on + off) / steps
+step_ms = statistics.median(float(open(f).read()) for f in glob.glob("%s/nostacks.[0-9]*.ms" % out))
+added = (m_on - m_off) * per_step
+print("gpu-stacks: selftime: shim ns/launch stacks off %s (median %.1f), on %s (median %.1f); %.1f launches a step: "
+      "the stacks add %.1f ns a step, %.5f%% of the %.3f ms step"
+      % (", ".join("%.1f" % r[1] for r in off), m_off, ", ".join("%.1f" % r[1] for r in on), m_on, per_step,
+         added, 100 * added / (step_ms * 1e6), step_ms))
+PY
+fi
 for cfg in plain nostacks shim; do
 	cat "$out"/$cfg.*.ms | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}' >"$out/$cfg.ms"
 done
