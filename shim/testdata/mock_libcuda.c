@@ -720,6 +720,10 @@ static CUresult capture_launch(void *f, unsigned gx, unsigned gy, unsigned gz, u
  * real CUPTI hooks the real driver's launch entry points. */
 static void (*launch_hook)(const char *name);
 EXPORT void mock_cuda_set_launch_hook(void (*fn)(const char *)) { __atomic_store_n(&launch_hook, fn, __ATOMIC_RELEASE); }
+/* graph_hook(1) and (0) bracket a cuGraphLaunch's nodes (the mock CUPTI's
+ * one correlation id per graph launch). */
+static void (*graph_hook)(int begin);
+EXPORT void mock_cuda_set_graph_hook(void (*fn)(int)) { __atomic_store_n(&graph_hook, fn, __ATOMIC_RELEASE); }
 
 /* The MOCK Sanitizer API (mock_libsanitizer.c) hears of every launch
  * before it runs, as the real one's launch callback comes inside the
@@ -1138,10 +1142,15 @@ EXPORT CUresult cuGraphLaunch(void *exec, void *st)
 	struct mock_graph *e = exec;
 	(void)st;
 	ADD(n_graph, 1);
+	void (*gh)(int) = __atomic_load_n(&graph_hook, __ATOMIC_ACQUIRE);
+	if (gh)
+		gh(1);
 	for (int i = 0; i < e->n; i++) {
 		struct mock_node *n = &e->nodes[i];
 		launch(n->f, n->grid[0], n->grid[1], n->grid[2], n->block[0], n->block[1], n->block[2], 0);
 	}
+	if (gh)
+		gh(0);
 	return 0;
 }
 

@@ -14,6 +14,12 @@
  * launches two children from the device (CDP kernel records, kind 18,
  * with the host launch's correlation id).
  *
+ * A cuGraphLaunch is one call to CUPTI (its callback, cbid 514, one
+ * correlation id), its nodes' kernel records carry that id and a graph
+ * node id; with the graph trace enabled (kind 51), as CUPTI documents it,
+ * the nodes get no records and the launch one graph trace record
+ * (CUpti_ActivityGraphTrace2) from its first node's start to its last's end.
+ *
  * MOCK_CUPTI_FAIL=enable makes cuptiActivityEnable fail (fail-open test).
  * MOCK_CUPTI_FLUSH=forced hands records over only in a forced flush (as if
  * every kernel ran until then).
@@ -45,7 +51,10 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static buf_req_fn req;
 static buf_done_fn done;
 static uint64_t (*ts_fn)(void);
-static int kernels_on, subscribed, launch_cb_on;
+static int kernels_on, graphs_on, subscribed, launch_cb_on;
+static __thread int in_graph; /* a cuGraphLaunch's nodes are running */
+static __thread uint32_t graph_corr;
+static __thread uint64_t graph_start, graph_end, graph_node;
 static cb_fn sub_cb;
 static void *sub_ud;
 static uint32_t corr;
@@ -64,12 +73,12 @@ static uint64_t now(void)
 }
 
 /* What the driver's launch entry points call (a real CUPTI hooks them). */
-static void callback(cb_fn cb, void *ud, uint32_t site, uint32_t c)
+static void callback(cb_fn cb, void *ud, uint32_t site, uint32_t c, uint32_t cbid)
 {
 	uint8_t d[72] = {0};
 	memcpy(d, &site, 4);
 	memcpy(d + 64, &c, 4);
-	cb(ud, 1, 307, d);
+	cb(ud, 1, cbid, d);
 }
 
 /* queue_record queues one kernel record (mu held): CONCURRENT_KERNEL
@@ -85,23 +94,65 @@ static void queue_record(uint32_t kind, const char *name, uint32_t c, uint64_t s
 	memcpy(r + (cdp ? 8 : 16), &start, 8);
 	memcpy(r + (cdp ? 16 : 24), &end, 8);
 	memcpy(r + (cdp ? 76 : 92), &c, 4);
+	if (in_graph && !cdp)
+		memcpy(r + 144, &graph_node, 8);
 	snprintf(names[nq], sizeof names[nq], "%s", name);
 	const char *np = names[nq];
 	memcpy(r + (cdp ? 136 : 104), &np, sizeof np);
 	nq++;
 }
 
+/* on_graph: a cuGraphLaunch begins (begin 1) or ends: its API callbacks
+ * and, with the graph trace on, its record. */
+static void on_graph(int begin)
+{
+	pthread_mutex_lock(&mu);
+	cb_fn cb = subscribed && launch_cb_on ? sub_cb : NULL;
+	void *ud = sub_ud;
+	if (begin)
+		graph_corr = ++corr, graph_start = graph_end = 0;
+	else if (graphs_on && nq < MAXQ) {
+		uint8_t *r = queue[nq];
+		uint32_t kind = 51;
+		memset(r, 0, REC);
+		memcpy(r, &kind, 4);
+		memcpy(r + 4, &graph_corr, 4);
+		memcpy(r + 8, &graph_start, 8);
+		memcpy(r + 16, &graph_end, 8);
+		names[nq][0] = 0;
+		nq++;
+	}
+	pthread_mutex_unlock(&mu);
+	if (cb && begin)
+		callback(cb, ud, 0, graph_corr, 514);
+	in_graph = begin;
+	if (cb && !begin)
+		callback(cb, ud, 1, graph_corr, 514);
+}
+
 static void on_launch(const char *name)
 {
+	if (in_graph) {
+		/* A node: no callback of its own, the launch's correlation id. */
+		pthread_mutex_lock(&mu);
+		uint64_t start = now(), end = start + 1000;
+		if (graph_start == 0)
+			graph_start = start;
+		graph_end = end, graph_node++;
+		if (!graphs_on)
+			queue_record(10, name, graph_corr, start, end);
+		pthread_mutex_unlock(&mu);
+		return;
+	}
 	pthread_mutex_lock(&mu);
 	uint32_t c = ++corr, inner = strstr(name, "nested") ? ++corr : c;
 	cb_fn cb = subscribed && launch_cb_on ? sub_cb : NULL;
 	void *ud = sub_ud;
 	pthread_mutex_unlock(&mu);
 	if (cb)
-		callback(cb, ud, 0, c); /* API entry */
+		callback(cb, ud, 0, c, 307); /* API entry */
 	if (cb && inner != c)
-		callback(cb, ud, 0, inner); /* the nested entry point's */
+		callback(cb, ud, 0, inner, 307); /* the nested entry point's */
 	pthread_mutex_lock(&mu);
 	uint64_t start = now(), end = start + 1000;
 	if (strstr(name, "untimed"))
@@ -112,9 +163,9 @@ static void on_launch(const char *name)
 			queue_record(18, "_Z9cdp_childv", c, start + 100 + 300 * (uint64_t)i, start + 300 + 300 * (uint64_t)i);
 	pthread_mutex_unlock(&mu);
 	if (cb && inner != c)
-		callback(cb, ud, 1, inner);
+		callback(cb, ud, 1, inner, 307);
 	if (cb)
-		callback(cb, ud, 1, c); /* API exit */
+		callback(cb, ud, 1, c, 307); /* API exit */
 }
 
 __attribute__((constructor)) static void init(void)
@@ -123,6 +174,9 @@ __attribute__((constructor)) static void init(void)
 	void (*set)(void (*)(const char *)) = cuda ? (void (*)(void (*)(const char *)))dlsym(cuda, "mock_cuda_set_launch_hook") : NULL;
 	if (set)
 		set(on_launch);
+	void (*gset)(void (*)(int)) = cuda ? (void (*)(void (*)(int)))dlsym(cuda, "mock_cuda_set_graph_hook") : NULL;
+	if (gset)
+		gset(on_graph);
 }
 
 EXPORT int cuptiGetVersion(uint32_t *v) { *v = 130001; return 0; }
@@ -138,6 +192,8 @@ EXPORT int cuptiActivityEnable(uint32_t kind)
 		return 1;
 	if (kind == 10)
 		kernels_on = 1;
+	if (kind == 51)
+		graphs_on = 1;
 	return 0;
 }
 
@@ -145,6 +201,8 @@ EXPORT int cuptiActivityDisable(uint32_t kind)
 {
 	if (kind == 10)
 		kernels_on = 0;
+	if (kind == 51)
+		graphs_on = 0;
 	return 0;
 }
 
@@ -191,7 +249,8 @@ EXPORT int cuptiActivityFlushAll(uint32_t flags)
 		const char *np = names[j];
 		uint32_t kind;
 		memcpy(&kind, queue[j], 4);
-		memcpy(queue[j] + (kind == 18 ? 136 : 104), &np, sizeof np);
+		if (kind != 51)
+			memcpy(queue[j] + (kind == 18 ? 136 : 104), &np, sizeof np);
 	}
 	nq -= i;
 	pthread_mutex_unlock(&mu);
@@ -235,7 +294,7 @@ EXPORT int cuptiEnableCallback(uint32_t on, void *sub, uint32_t domain, uint32_t
 EXPORT int cuptiFinalize(void)
 {
 	pthread_mutex_lock(&mu);
-	subscribed = 0, launch_cb_on = 0, sub_cb = NULL, kernels_on = 0, nq = 0;
+	subscribed = 0, launch_cb_on = 0, sub_cb = NULL, kernels_on = 0, graphs_on = 0, nq = 0;
 	req = NULL, done = NULL;
 	pthread_mutex_unlock(&mu);
 	return 0;
