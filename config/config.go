@@ -266,7 +266,17 @@ type WindowsConfig struct {
 	// application's windows are on, before it is emitted without one; 0:
 	// it does not wait (a window that came in time is used all the same).
 	Wait time.Duration `mapstructure:"wait"`
+	// Graphs is how a graph launch is timed: WindowGraphsNode (each kernel
+	// node its own window) or WindowGraphsWhole (one window for the whole
+	// launch, CUPTI's graph trace: cheaper for the launching thread).
+	Graphs string `mapstructure:"graphs"`
 }
+
+// Values of windows::graphs.
+const (
+	WindowGraphsNode  = "node"
+	WindowGraphsWhole = "graph"
+)
 
 // GPUTimeConfig controls the attribution of shared GPUs' time to their
 // processes (gpu.cuda.process.time, receiver/internal/gputime).
@@ -401,7 +411,7 @@ func Default() *Config {
 			ShimProcesses:      ShimProcessesSkip,
 			MaxProcesses:       DefaultHostMaxProcesses,
 		},
-		Windows:    WindowsConfig{Enabled: true, Wait: DefaultWindowWait},
+		Windows:    WindowsConfig{Enabled: true, Wait: DefaultWindowWait, Graphs: WindowGraphsNode},
 		GPUTime:    GPUTimeConfig{Lag: DefaultGPUTimeLag, Mode: GPUTimeTimeSlicing},
 		Counters:   CountersConfig{MaxSamplesPerGPU: DefaultCounterSamples, MaxWindowsPerGPU: DefaultCounterWindows},
 		Histograms: HistogramsConfig{Kind: HistogramsExponential},

@@ -187,6 +187,7 @@ func TestValidateErrors(t *testing.T) {
 		{"host_call_grace negative", func(c *Config) { c.HostProbes.HostCallGrace = -time.Second }, "host_probes::host_call_grace: must be between 0s and 1m0s, got -1s"},
 		{"windows wait negative", func(c *Config) { c.Windows.Wait = -time.Millisecond }, "windows::wait: must be between 0s and 1m0s, got -1ms"},
 		{"windows wait long", func(c *Config) { c.Windows.Wait = 2 * time.Minute }, "windows::wait: must be between 0s and 1m0s, got 2m0s"},
+		{"windows graphs", func(c *Config) { c.Windows.Graphs = "nodes" }, `windows::graphs: must be "node" or "graph", got "nodes"`},
 		{"shim_processes unknown", func(c *Config) { c.HostProbes.ShimProcesses = "none" }, `host_probes::shim_processes: must be "skip" or "all", got "none"`},
 		{"max_processes zero", func(c *Config) { c.HostProbes.MaxProcesses = 0 }, "host_probes::max_processes: must be between 1 and 4096, got 0"},
 		{"max_processes too many", func(c *Config) { c.HostProbes.MaxProcesses = 5000 }, "host_probes::max_processes: must be between 1 and 4096, got 5000"},

@@ -153,6 +153,9 @@ func (c *Config) Validate() error {
 	if d := c.Windows.Wait; d < 0 || d > maxWindowWait {
 		l.add("windows::wait", "must be between 0s and %s, got %s", maxWindowWait, d)
 	}
+	if s := c.Windows.Graphs; s != WindowGraphsNode && s != WindowGraphsWhole {
+		l.add("windows::graphs", "must be %q or %q, got %q", WindowGraphsNode, WindowGraphsWhole, s)
+	}
 	if s := c.HostProbes.ShimProcesses; s != ShimProcessesSkip && s != ShimProcessesAll {
 		l.add("host_probes::shim_processes", "must be %q or %q, got %q", ShimProcessesSkip, ShimProcessesAll, s)
 	}

@@ -4,21 +4,37 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpuprobe/gpuprobe/config"
+	"github.com/gpuprobe/gpuprobe/gpuprobe/agent"
 	"github.com/gpuprobe/gpuprobe/record"
 )
 
 // TestWindowsGraphWhole: a graph launch's kernels get one window each
 // (GRAPH, named by the launch's first node record and their kernel's name
-// hash) by default, and with GPUPROBE_GRAPH_WINDOWS=graph one window of
-// the whole launch (GRAPH|GRAPH_EXEC, name hash 0) from the MOCK CUPTI's
-// graph trace, spanning its nodes, and none of their own.
+// hash) with windows::graphs node, and with graph one window of the whole
+// launch (GRAPH|GRAPH_EXEC, name hash 0) from the MOCK CUPTI's graph
+// trace, spanning its nodes, and none of their own;
+// GPUPROBE_GRAPH_WINDOWS in the application's environment overrides the
+// collector's choice.
 func TestWindowsGraphWhole(t *testing.T) {
 	b := binaries(t)
-	for _, mode := range []string{"node", "graph"} {
-		t.Run(mode, func(t *testing.T) {
-			a := startAgent(t, 256, 1024, windowsOn)
-			env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_GRAPH_WINDOWS="+mode, "GPUPROBE_TRACE=1")
+	for _, tc := range []struct{ name, graphs, env, mode string }{
+		{"node", config.WindowGraphsNode, "", "node"},
+		{"graph", config.WindowGraphsWhole, "", "graph"},
+		{"env graph over node", config.WindowGraphsNode, "graph", "graph"},
+		{"env node over graph", config.WindowGraphsWhole, "node", "node"},
+	} {
+		mode := tc.mode
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Windows.Graphs, cfg.PollInterval = tc.graphs, 10*time.Millisecond
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			a := startAgent(t, 256, 1024, agent.Options{Settings: cfg.AgentSettings()})
+			env := append(preload(b, a.path), "GPUPROBE_CUPTI="+b.cupti, "GPUPROBE_GRAPH_WINDOWS="+tc.env, "GPUPROBE_TRACE=1")
 			_, errOut, err := run(t, b, env, b.program("cudart"), "cudart", "graph")
 			if err != nil {
 				t.Fatalf("run: %v\n%s", err, errOut)

@@ -187,8 +187,11 @@ const (
 	// the client asks (PATCH with APISASSKernels) before it probes a
 	// kernel the first time, and probes only those the answer names.
 	SettingSASSFilter SettingFlags = 8
+	// SettingGraphWhole, with SettingWindows, asks for one window per graph
+	// launch (CUPTI's graph trace) rather than one per kernel node.
+	SettingGraphWhole SettingFlags = 16
 
-	knownSettings = SettingWindows | SettingSASS | SettingSASSPrograms | SettingSASSFilter
+	knownSettings = SettingWindows | SettingSASS | SettingSASSPrograms | SettingSASSFilter | SettingGraphWhole
 )
 
 // SettingsSize is the size of the settings block of a WELCOME.

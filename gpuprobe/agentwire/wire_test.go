@@ -132,7 +132,7 @@ func TestWireRejects(t *testing.T) {
 			_, err := MarshalWelcome(Welcome{Settings: Settings{FlushPeriod: MaxMicros + time.Microsecond}})
 			return err
 		}(), "is not a whole number of microseconds from 0"},
-		{"unknown setting flag", func() error { _, err := MarshalWelcome(Welcome{Settings: Settings{Flags: 16}}); return err }(), "settings flags 0x10"},
+		{"unknown setting flag", func() error { _, err := MarshalWelcome(Welcome{Settings: Settings{Flags: 32}}); return err }(), "settings flags 0x20"},
 		{"long region name", func() error {
 			_, err := MarshalWelcome(Welcome{Regions: []RegionInfo{{Name: strings.Repeat("x", 41)}}})
 			return err

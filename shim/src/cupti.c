@@ -765,7 +765,7 @@ static void gp_win_unavailable(uint32_t reason, uint32_t detail, const char *why
 
 /* gp_windows_start turns device windows on for this process, once (called
  * when the first session is up). */
-GP_HIDDEN void gp_windows_start(uint32_t flush_us)
+GP_HIDDEN void gp_windows_start(uint32_t flush_us, uint32_t settings)
 {
 	static int once;
 	if (__atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
@@ -782,8 +782,9 @@ GP_HIDDEN void gp_windows_start(uint32_t flush_us)
 			gp_win_budget_ppm = v;
 	}
 	gp_win_epoch = gp_now(), gp_win_epoch_ids = gp_ids_handed();
+	/* The application's environment overrides the collector's choice. */
 	const char *gm = getenv("GPUPROBE_GRAPH_WINDOWS");
-	gp_win_graph_mode = gm != NULL && strcmp(gm, "graph") == 0;
+	gp_win_graph_mode = gm != NULL && gm[0] ? strcmp(gm, "graph") == 0 : (settings & GP_SET_GRAPH_WHOLE) != 0;
 	if (off && strcmp(off, "0") == 0)
 		gp_win_unavailable(GP_WINDOWS_R_CONFIG, 0, "GPUPROBE_WINDOWS=0");
 	else if (inj && inj[0])

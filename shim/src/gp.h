@@ -335,6 +335,7 @@ struct gp_conn {
 #define GP_SET_SASS 2u    /* SASS-route probes (sass.c) */
 #define GP_SET_SASS_PROGRAMS 4u /* the collector has GPU programs for the SASS route (sass_user.c) */
 #define GP_SET_SASS_FILTER 8u   /* the collector filters the SASS route's kernels (sass_filter.c) */
+#define GP_SET_GRAPH_WHOLE 16u  /* time graph launches whole (cupti.c) */
 GP_HIDDEN int gp_handshake(const char *path, int timeout_ms, int ext, uint64_t lost, uint32_t sessions,
 			   struct gp_conn *c, const char **why);
 GP_HIDDEN void gp_install(struct gp_conn *c);
@@ -943,14 +944,15 @@ static inline void gp_produce(void *ring, uint32_t type, const void *rec, uint32
 }
 
 /* cupti.c: device windows. gp_windows_start turns them on (once, when the
- * first session is up; flush_us: how often CUPTI hands records over, µs);
+ * first session is up; flush_us: how often CUPTI hands records over, µs;
+ * settings: the WELCOME's GP_SET_* flags);
  * gp_win_expect, before a launch call, names its launch id: CUPTI's callback
  * at the call's entry files its correlation id under it (before the kernel
  * can run, so before its record can come); gp_win_note, after the call,
  * returns the launch record's flag: GP_LAUNCH_F_NO_WINDOW when no window
  * will come. gp_ids_handed: launch ids handed out so far (the rate cap). */
 GP_HIDDEN uint64_t gp_ids_handed(void);
-GP_HIDDEN void gp_windows_start(uint32_t flush_us);
+GP_HIDDEN void gp_windows_start(uint32_t flush_us, uint32_t settings);
 GP_HIDDEN void gp_windows_forked(void);
 extern GP_HIDDEN int gp_win_on;
 static inline void gp_win_expect(uint64_t id) { gp_self.pending = id; }

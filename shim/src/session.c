@@ -675,7 +675,7 @@ GP_HIDDEN void gp_connect(void)
 	 * subscription is released so that CUPTI can subscribe. */
 	gp_sass_start((settings & GP_SET_SASS) != 0, max_rate, flush_us, settings);
 	if (settings & GP_SET_WINDOWS)
-		gp_windows_start(flush_us);
+		gp_windows_start(flush_us, settings);
 }
 
 /* fork: the child drops the parent's session (its ring belongs to the
