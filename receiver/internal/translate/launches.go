@@ -20,15 +20,15 @@ func (lt *launchTable) track(l *launch) {
 	}
 	q.trim()
 	q.pending++
-	q.queue = append(q.queue, l)
-	l.tracked = true
+	q.queue = append(q.queue, l.ref())
+	l.q.tracked = true
 }
 
 // trim drops the finished launches at the head of q and compacts it, as
 // compactQueue does the launch table's.
 func (q *srcQueue) trim() {
-	for q.qhead < len(q.queue) && !q.queue[q.qhead].tracked {
-		q.queue[q.qhead] = nil
+	for q.qhead < len(q.queue) && !q.queue[q.qhead].tracked() {
+		q.queue[q.qhead] = launchRef{}
 		q.qhead++
 	}
 	if q.qhead > 1024 && q.qhead*2 > len(q.queue) {
@@ -41,10 +41,10 @@ func (q *srcQueue) trim() {
 // untrack uncounts launch l (done) from its source, once, and releases
 // its kernel.
 func (lt *launchTable) untrack(l *launch) {
-	if !l.tracked {
+	if !l.q.tracked {
 		return
 	}
-	l.tracked = false
+	l.q.tracked = false
 	if l.k != nil {
 		l.k.live--
 	}
@@ -56,11 +56,11 @@ func (lt *launchTable) untrack(l *launch) {
 // bind gives launch l (tracked) its kernel, which it keeps in use until
 // it is done.
 func (l *launch) bind(k *kernel) {
-	if l.k != nil && l.tracked {
+	if l.k != nil && l.q.tracked {
 		l.k.live--
 	}
 	l.k = k
-	if l.tracked {
+	if l.q.tracked {
 		k.live++
 	}
 }
@@ -70,12 +70,12 @@ func (l *launch) bind(k *kernel) {
 func (lt *launchTable) evictOldestOf(q *srcQueue, now time.Time) bool {
 	defer q.trim()
 	for q.qhead < len(q.queue) {
-		l := q.queue[q.qhead]
-		q.queue[q.qhead] = nil
+		r := q.queue[q.qhead]
+		q.queue[q.qhead] = launchRef{}
 		q.qhead++
-		if l.tracked && !l.done {
+		if r.tracked() && !r.l.done {
 			lt.counters.LaunchesEvicted++
-			lt.finish(l, now)
+			lt.finish(r.l, now)
 			return true
 		}
 	}
@@ -148,9 +148,10 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, k *kernel, app app
 
 func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 	lt.makeRoom(key.src, now)
-	l := &launch{key: key, created: now}
+	l := lt.free.get()
+	l.key, l.created = key, now
 	lt.pending[key] = l
-	lt.queue = append(lt.queue, l)
+	lt.queue = append(lt.queue, l.ref())
 	lt.track(l)
 	return l
 }
@@ -159,7 +160,7 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 func (lt *launchTable) newRun(key srcKey, now time.Time) *launch {
 	lt.makeRoom(key.src, now)
 	l := lt.graphs.openRun(key, now)
-	lt.queue = append(lt.queue, l)
+	lt.queue = append(lt.queue, l.ref())
 	lt.track(l)
 	return l
 }

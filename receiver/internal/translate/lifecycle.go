@@ -53,10 +53,10 @@ func (t *Translator) FlushPending(now time.Time) {
 func (lt *launchTable) expire(now time.Time) {
 	defer lt.hosts.expire(now)
 	for i := lt.qhead; i < len(lt.queue); i++ {
-		l := lt.queue[i]
-		if l.done {
+		if !lt.queue[i].live() {
 			continue
 		}
+		l := lt.queue[i].l
 		switch {
 		case l.have && l.completed && now.Sub(l.completeAt) >= lt.o.CompletionGrace && !lt.held(l, now):
 			lt.finish(l, now)
@@ -81,8 +81,8 @@ func (lt *launchTable) expire(now time.Time) {
 			}
 		}
 	}
-	for lt.qhead < len(lt.queue) && lt.queue[lt.qhead].done {
-		lt.queue[lt.qhead] = nil
+	for lt.qhead < len(lt.queue) && !lt.queue[lt.qhead].live() {
+		lt.queue[lt.qhead] = launchRef{}
 		lt.qhead++
 	}
 	lt.compactQueue()
@@ -119,8 +119,10 @@ func (lt *launchTable) held(l *launch, now time.Time) bool {
 	return lt.windows.waits(l, now) || lt.hosts.hold(l, now)
 }
 
-// finish turns a launch into metrics and (sampled) spans and forgets it.
+// finish turns a launch into metrics and (sampled) spans, forgets it,
+// and recycles it: the caller must not use l after.
 func (lt *launchTable) finish(l *launch, now time.Time) {
+	defer lt.free.put(l) // nothing points at it once dropped and unregistered (recycle.go)
 	l.done = true
 	lt.drop(l)
 	l.unregister()

@@ -27,7 +27,7 @@ type launch struct {
 	completed  bool
 	completeAt time.Time
 	warpsAt    time.Time // when Expire first saw every warp in (no completion record yet)
-	tracked    bool      // counted in its client's pending (client.go)
+	q          queued    // its life and place in the launch table (recycle.go)
 	completeNS uint64
 	gpu        gpuTimes  // from its device records
 	host       hostLink  // its host calls (host probes)
@@ -98,18 +98,19 @@ type launchTable struct {
 	spans    *spanOut
 
 	pending map[srcKey]*launch // launches but graph runs, also queued per source (bySrc)
-	queue   []*launch          // FIFO of pending launches (done ones are skipped)
+	queue   []launchRef        // FIFO of pending launches (done and stale ones are skipped)
 	qhead   int
 	bySrc   map[uint32]*srcQueue // each source's pending launches and graph runs, for makeRoom
 	streams streamTable          // launch order per stream (streamgap.go)
+	free    freeList             // emitted launches for new ones (recycle.go)
 }
 
 // srcQueue is one source's pending launches and graph runs: how many, and
-// in creation order (done ones are skipped); and whether the source sends
-// completion records.
+// in creation order (done and stale ones are skipped); and whether the
+// source sends completion records.
 type srcQueue struct {
 	pending   int
-	queue     []*launch
+	queue     []launchRef
 	qhead     int
 	completes bool // a completion record of it came: its launches wait a grace for theirs
 }
@@ -133,8 +134,8 @@ func (lt *launchTable) size() int { return len(lt.pending) + lt.graphs.runs() }
 // source's state: its queue, streams, graph nodes, and windows (pid: its
 // process, 0: unknown).
 func (lt *launchTable) forget(src, pid uint32, now time.Time) {
-	for _, l := range lt.queue[lt.qhead:] {
-		if l != nil && !l.done && l.key.src == src {
+	for _, r := range lt.queue[lt.qhead:] {
+		if l := r.l; r.live() && l.key.src == src {
 			if l.have {
 				lt.finish(l, now)
 			} else {
@@ -152,12 +153,12 @@ func (lt *launchTable) forget(src, pid uint32, now time.Time) {
 
 func (lt *launchTable) evictOldest(now time.Time) {
 	for lt.qhead < len(lt.queue) {
-		l := lt.queue[lt.qhead]
-		lt.queue[lt.qhead] = nil
+		r := lt.queue[lt.qhead]
+		lt.queue[lt.qhead] = launchRef{}
 		lt.qhead++
-		if !l.done {
+		if r.live() {
 			lt.counters.LaunchesEvicted++
-			lt.finish(l, now)
+			lt.finish(r.l, now)
 			break
 		}
 	}
