@@ -200,7 +200,7 @@ func TestPendingShares(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := tr.launches.bySrc[1].pending; got != 10 {
+	if got := tr.launches.pending.bySrc[1].pending; got != 10 {
 		t.Errorf("the small client has %d launches pending, want its 10", got)
 	}
 	if p := tr.Pending(); p > limit {

@@ -332,8 +332,8 @@ func TestPendingPerClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if tr.Pending() > 100 || len(tr.launches.bySrc[2].queue)-tr.launches.bySrc[2].qhead > 2*100+1024 {
-		t.Fatalf("pending %d, client 2 queue %d", tr.Pending(), len(tr.launches.bySrc[2].queue)-tr.launches.bySrc[2].qhead)
+	if tr.Pending() > 100 || len(tr.launches.pending.bySrc[2].queue)-tr.launches.pending.bySrc[2].qhead > 2*100+1024 {
+		t.Fatalf("pending %d, client 2 queue %d", tr.Pending(), len(tr.launches.pending.bySrc[2].queue)-tr.launches.pending.bySrc[2].qhead)
 	}
 	var done stream
 	done.add(&record.Completion{LaunchID: 1, CompleteNS: 13_000})

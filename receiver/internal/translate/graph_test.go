@@ -487,8 +487,8 @@ func TestGraphPendingBounded(t *testing.T) {
 					t.Errorf("queue of %d runs for 100 pending", n)
 				}
 			}
-			if ch.live != 100 || tr.launches.graphs.n != 100 || len(tr.launches.pending) != 0 {
-				t.Errorf("live %d, nGraph %d, pending map %d", ch.live, tr.launches.graphs.n, len(tr.launches.pending))
+			if ch.live != 100 || tr.launches.graphs.n != 100 || tr.launches.pending.n != 0 {
+				t.Errorf("live %d, nGraph %d, pending map %d", ch.live, tr.launches.graphs.n, tr.launches.pending.n)
 			}
 		})
 	}

@@ -13,11 +13,7 @@ import (
 
 // track counts pending launch l in its source's queue.
 func (lt *launchTable) track(l *launch) {
-	q := lt.bySrc[l.key.src]
-	if q == nil {
-		q = &srcQueue{}
-		lt.bySrc[l.key.src] = q
-	}
+	q := lt.pending.of(l.key.src)
 	q.trim()
 	q.pending++
 	q.queue = append(q.queue, l.ref())
@@ -48,7 +44,7 @@ func (lt *launchTable) untrack(l *launch) {
 	if l.k != nil {
 		l.k.live--
 	}
-	if q := lt.bySrc[l.key.src]; q != nil {
+	if q := lt.pending.find(l.key.src); q != nil {
 		q.pending--
 	}
 }
@@ -104,7 +100,7 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, k *kernel, app app
 		if lt.graphs.isGraph(key) {
 			l = lt.graphs.filteredRun(key)
 		} else {
-			l = lt.pending[key]
+			l = lt.pending.get(key)
 		}
 		if l != nil {
 			l.done = true
@@ -121,7 +117,7 @@ func (lt *launchTable) onLaunch(src uint32, r *record.Launch, k *kernel, app app
 	if lt.graphs.isGraph(key) {
 		l = lt.launchRun(key, r, now) // a replay of a graph node: its own run
 	} else {
-		if l = lt.pending[key]; l == nil {
+		if l = lt.pending.get(key); l == nil {
 			l = lt.newPending(key, now)
 		} else if l.have {
 			return // duplicate launch id: keep the first
@@ -150,7 +146,7 @@ func (lt *launchTable) newPending(key srcKey, now time.Time) *launch {
 	lt.makeRoom(key.src, now)
 	l := lt.free.get()
 	l.key, l.created = key, now
-	lt.pending[key] = l
+	lt.pending.put(key, l)
 	lt.queue = append(lt.queue, l.ref())
 	lt.track(l)
 	return l
@@ -192,7 +188,7 @@ func (lt *launchTable) launchRun(key srcKey, r *record.Launch, now time.Time) *l
 // node's first run.
 func (lt *launchTable) adoptCaptured(key srcKey, now time.Time) {
 	lt.graphs.chain(key) // a graph node from now on
-	p := lt.pending[key]
+	p := lt.pending.get(key)
 	if p == nil {
 		return
 	}
@@ -211,7 +207,7 @@ func (lt *launchTable) adoptCaptured(key srcKey, now time.Time) {
 // oldest of the source that holds the most (src on a tie), so that a
 // source holding its fair share or less loses none to another's flood.
 func (lt *launchTable) makeRoom(src uint32, now time.Time) {
-	for len(lt.pending)+lt.graphs.runs() >= lt.o.MaxPendingLaunches {
+	for lt.size() >= lt.o.MaxPendingLaunches {
 		if q := lt.largest(src); q != nil && lt.evictOldestOf(q, now) {
 			continue
 		}
@@ -222,8 +218,8 @@ func (lt *launchTable) makeRoom(src uint32, now time.Time) {
 // largest returns the queue of the source with the most pending
 // launches, src's if it holds as many; nil if none has one.
 func (lt *launchTable) largest(src uint32) *srcQueue {
-	best := lt.bySrc[src]
-	for _, q := range lt.bySrc {
+	best := lt.pending.find(src)
+	for _, q := range lt.pending.bySrc {
 		if q.pending > 0 && (best == nil || q.pending > best.pending) {
 			best = q
 		}
@@ -237,7 +233,7 @@ func (lt *launchTable) drop(l *launch) {
 	if l.graph.chain != nil {
 		lt.graphs.dropRun(l)
 	} else {
-		delete(lt.pending, l.key)
+		lt.pending.del(l.key)
 	}
 	lt.windows.released(l)
 }
@@ -249,7 +245,7 @@ func (lt *launchTable) onWindow(src uint32, w *record.Window, now time.Time) *ke
 		lt.onWholeGraph(src, w, now)
 		return nil
 	}
-	l := lt.windows.match(src, w, lt.pending[srcKey{src, w.LaunchID}])
+	l := lt.windows.match(src, w, lt.pending.get(srcKey{src, w.LaunchID}))
 	if l == nil {
 		return nil
 	}
@@ -266,7 +262,7 @@ func (lt *launchTable) onWarp(src uint32, w *record.Warp, now time.Time) {
 			l = lt.newRun(key, now)
 			lt.graphs.collecting(l)
 		}
-	} else if l = lt.pending[key]; l == nil {
+	} else if l = lt.pending.get(key); l == nil {
 		l = lt.newPending(key, now)
 	}
 	exec := w.EndNS - w.StartNS
@@ -300,7 +296,7 @@ func (lt *launchTable) onExec(src uint32, e *record.Exec, now time.Time) {
 			l = lt.newRun(key, now)
 			lt.graphs.wantsLaunch(l)
 		}
-	} else if l = lt.pending[key]; l == nil {
+	} else if l = lt.pending.get(key); l == nil {
 		l = lt.newPending(key, now)
 	} else if l.gpu.exec != nil {
 		lt.counters.ExecDuplicate++
@@ -327,13 +323,9 @@ func (lt *launchTable) onCompletion(src uint32, c *record.Completion, now time.T
 	if lt.graphs.isGraph(key) {
 		l = lt.graphs.completionRun(key)
 	} else {
-		l = lt.pending[key]
+		l = lt.pending.get(key)
 	}
-	if q := lt.bySrc[src]; q != nil {
-		q.completes = true
-	} else {
-		lt.bySrc[src] = &srcQueue{completes: true}
-	}
+	lt.pending.of(src).completes = true
 	if l == nil {
 		return // already emitted (timeout) or filtered out
 	}
@@ -353,7 +345,7 @@ func (lt *launchTable) onThreadCount(src uint32, tc *record.ThreadCount, proc *p
 		if c := lt.graphs.node(key); c != nil && c.k != nil {
 			k, dev, threads = c.k, c.dev, c.threads
 		}
-	} else if l := lt.pending[key]; l != nil && l.have {
+	} else if l := lt.pending.get(key); l != nil && l.have {
 		k, dev, threads = l.k, l.rec.Device, launchThreads(&l.rec)
 	}
 	s := proc.of(k)

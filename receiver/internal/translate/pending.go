@@ -97,21 +97,23 @@ type launchTable struct {
 	hosts    *hostTable   // host calls and the shim-less approximation (hostcalls.go, approx.go)
 	spans    *spanOut
 
-	pending map[srcKey]*launch // launches but graph runs, also queued per source (bySrc)
-	queue   []launchRef        // FIFO of pending launches (done and stale ones are skipped)
+	pending pendingSet  // launches but graph runs by key, and each source's queue (pendingset.go)
+	queue   []launchRef // FIFO of pending launches (done and stale ones are skipped)
 	qhead   int
-	bySrc   map[uint32]*srcQueue // each source's pending launches and graph runs, for makeRoom
-	streams streamTable          // launch order per stream (streamgap.go)
-	free    freeList             // emitted launches for new ones (recycle.go)
+	streams streamTable // launch order per stream (streamgap.go)
+	free    freeList    // emitted launches for new ones (recycle.go)
 }
 
 // srcQueue is one source's pending launches and graph runs: how many, and
-// in creation order (done and stale ones are skipped); and whether the
-// source sends completion records.
+// in creation order (done and stale ones are skipped), for makeRoom; its
+// pending launches but graph runs by id; and whether the source sends
+// completion records.
 type srcQueue struct {
+	src       uint32
 	pending   int
 	queue     []launchRef
 	qhead     int
+	ids       idTable
 	completes bool // a completion record of it came: its launches wait a grace for theirs
 }
 
@@ -120,14 +122,14 @@ type srcQueue struct {
 // source reports driver windows (the shim, which writes no completion
 // records) and has sent no completion record.
 func (lt *launchTable) endsWithRecords(src uint32) bool {
-	if q := lt.bySrc[src]; q != nil && q.completes {
+	if q := lt.pending.find(src); q != nil && q.completes {
 		return false
 	}
 	return lt.windows.on(src)
 }
 
 // size is the number of pending launches and graph runs.
-func (lt *launchTable) size() int { return len(lt.pending) + lt.graphs.runs() }
+func (lt *launchTable) size() int { return lt.pending.n + lt.graphs.runs() }
 
 // forget emits the pending launches of source src (disconnected) now:
 // those without launch record count as orphans. Then it drops the
@@ -145,7 +147,7 @@ func (lt *launchTable) forget(src, pid uint32, now time.Time) {
 			}
 		}
 	}
-	delete(lt.bySrc, src)
+	lt.pending.forget(src)
 	lt.streams.forget(src)
 	lt.windows.forget(src, pid)
 	lt.graphs.forget(src)

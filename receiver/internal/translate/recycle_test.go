@@ -116,22 +116,23 @@ func TestRecycledQueueEntriesStale(t *testing.T) {
 	tr := newTr(Options{MaxPendingLaunches: 3})
 	now := time.Unix(1000, 0)
 	feed(t, tr, &s, now)
-	second := tr.launches.pending[srcKey{1, 2}]
+	second := tr.launches.pending.get(srcKey{1, 2})
 	s.b = s.b[:0]
 	s.add(&record.Completion{LaunchID: 2, CompleteNS: 4000}) // launch 2 is emitted
 	s.launch(4, 1, 4000, 1, 32, 0, false)                    // and its memory is launch 4's
 	s.launch(5, 1, 5000, 1, 32, 0, false)                    // which makes room: launch 1 goes
 	s.launch(6, 1, 6000, 1, 32, 0, false)                    // then launch 3, not 4
 	feed(t, tr, &s, now)
-	if tr.launches.pending[srcKey{1, 4}] != second {
+	if tr.launches.pending.get(srcKey{1, 4}) != second {
 		t.Fatal("launch 4 did not reuse launch 2's memory")
 	}
 	var ids []uint64
-	for k := range tr.launches.pending {
-		ids = append(ids, k.id)
+	for id := range uint64(7) {
+		if tr.launches.pending.get(srcKey{1, id}) != nil {
+			ids = append(ids, id)
+		}
 	}
-	slices.Sort(ids)
-	if !slices.Equal(ids, []uint64{4, 5, 6}) {
+	if !slices.Equal(ids, []uint64{4, 5, 6}) || tr.launches.pending.n != 3 {
 		t.Errorf("pending %v, want [4 5 6]", ids)
 	}
 	if c := tr.Counters(); c.LaunchesEvicted != 2 || c.LaunchesEmitted != 3 {
@@ -164,7 +165,7 @@ func TestGraphNodeNotRecycled(t *testing.T) {
 		shim(&record.Launch{LaunchID: 200, PID: 42, TID: 43, EnqueueNS: 20_000, ReturnNS: 20_050, Stream: 7,
 			Function: 0xa, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}, Flags: record.LaunchUnprobed}),
 		shim(&record.Window{LaunchID: 100, StartNS: 11_000, EndNS: 11_500, NameHash: record.NameHash("_Z2kav"), Flags: record.WindowGraph}))
-	l := tr.launches.pending[srcKey{1, 200}]
+	l := tr.launches.pending.get(srcKey{1, 200})
 	if l == nil || l.gpu.win.ok {
 		t.Fatalf("the plain launch is %v: want it pending without a window", l)
 	}

@@ -260,7 +260,7 @@ func NewShard(o Options, node *Node) *Translator {
 		examples: &exemplarBook{bySeries: map[*devSeries][]exemplar{}}}
 	t.spans.resetTraces()
 	t.launches = &launchTable{o: opts, counters: counters, spans: t.spans,
-		pending: map[srcKey]*launch{}, bySrc: map[uint32]*srcQueue{},
+		pending: pendingSet{bySrc: map[uint32]*srcQueue{}},
 		streams: streamTable{bySrc: map[uint32]map[streamSlot]*streamState{}},
 		graphs:  &graphTable{o: opts, counters: counters, chains: map[srcKey]*replayChain{}},
 		windows: &windowTable{o: opts, counters: counters, bySrc: map[uint32]*clientWindows{}, groups: groupTable{o: opts},
