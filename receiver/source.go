@@ -208,9 +208,18 @@ func (r *gpuReceiver) publishSource(s *source) *source {
 // translator; one that made it panic (a bug) is also logged, with its
 // stack, once per client: the collector keeps serving every client.
 func handleRecord(tr *translate.Translator, log *zap.Logger, s *source, rec shm.Record, now time.Time) {
-	err := tr.Handle(s.id, rec.Payload, now)
+	if err := tr.Handle(s.id, rec.Payload, now); err != nil && !s.internalLogged {
+		logInternal(log, s, err)
+	}
+}
+
+// logInternal logs err once for s if it is a bug of the receiver
+// (translate.InternalError). It is apart from handleRecord because the
+// target of errors.As escapes: declared there, it was an allocation for
+// every record.
+func logInternal(log *zap.Logger, s *source, err error) {
 	var ie *translate.InternalError
-	if err != nil && errors.As(err, &ie) && !s.internalLogged {
+	if errors.As(err, &ie) {
 		s.internalLogged = true
 		log.Error("gpuprobe: a client's record hit a bug in the receiver; the record was dropped and counted (records.invalid), later ones are counted only",
 			zap.Uint32("source", s.id), zap.Error(err), zap.ByteString("stack", ie.Stack))
