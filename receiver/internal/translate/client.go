@@ -55,6 +55,7 @@ type clientTable struct {
 	res      *resourceBook // its devices and resource, as spans show them (resource.go)
 
 	byID map[uint32]*client // source → its state
+	last *client            // the source looked up last: records come in runs of one
 }
 
 // client is the state of one source.
@@ -153,7 +154,12 @@ func (t *Translator) Disconnect(src uint32, now time.Time) {
 func (ct *clientTable) size() int { return len(ct.byID) }
 
 // get returns the state of source src, nil if it has none.
-func (ct *clientTable) get(src uint32) *client { return ct.byID[src] }
+func (ct *clientTable) get(src uint32) *client {
+	if c := ct.last; c != nil && c.src == src {
+		return c
+	}
+	return ct.byID[src]
+}
 
 // forget drops the state of source src (disconnected).
 func (ct *clientTable) forget(src uint32, now time.Time) {
@@ -166,6 +172,7 @@ func (ct *clientTable) forget(src uint32, now time.Time) {
 		ct.series.release(c.proc, now)
 	}
 	delete(ct.byID, src)
+	ct.last = nil
 }
 
 // Clients is the number of sources with state.
@@ -174,11 +181,15 @@ func (t *Translator) Clients() int { return t.clients.size() }
 // clientOf returns the state of source src, created on first use (sources
 // are numbered by the receiver, never by records).
 func (ct *clientTable) clientOf(src uint32) *client {
+	if c := ct.last; c != nil && c.src == src {
+		return c
+	}
 	c := ct.byID[src]
 	if c == nil {
 		c = &client{src: src, kernels: handleTable{byFn: map[uint64]*kernel{}}}
 		ct.byID[src] = c
 	}
+	ct.last = c
 	return c
 }
 

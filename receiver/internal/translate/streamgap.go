@@ -86,10 +86,18 @@ func slotOf(src, device uint32, stream uint64, tid uint32) streamSlot {
 // streamTable owns the launch order of each source's streams.
 type streamTable struct {
 	bySrc map[uint32]map[streamSlot]*streamState // source → its streams, ≤ maxStreamSlots each
+	// The stream looked up last (nil: none): a client's launches go to
+	// few streams, and are counted and finished in runs.
+	lastKey streamSlot
+	last    *streamState
 }
 
 // count counts one launch or copy on a stream and returns its count.
 func (sg *streamTable) count(k streamSlot) uint64 {
+	if sg.last != nil && sg.lastKey == k {
+		sg.last.seq++
+		return sg.last.seq
+	}
 	streams := sg.bySrc[k.src]
 	if streams == nil {
 		streams = map[streamSlot]*streamState{}
@@ -103,8 +111,21 @@ func (sg *streamTable) count(k streamSlot) uint64 {
 		st = &streamState{}
 		streams[k] = st
 	}
+	sg.lastKey, sg.last = k, st
 	st.seq++
 	return st.seq
+}
+
+// state returns the state of stream k, nil if it has none.
+func (sg *streamTable) state(k streamSlot) *streamState {
+	if sg.last != nil && sg.lastKey == k {
+		return sg.last
+	}
+	st := sg.bySrc[k.src][k]
+	if st != nil {
+		sg.lastKey, sg.last = k, st
+	}
+	return st
 }
 
 // gap runs at l's finish, with tm its mapped times and hw its kernel's
@@ -118,7 +139,7 @@ func (sg *streamTable) gap(l *launch, tm *launchTimes, hw *exphist.Hist) {
 		return
 	}
 	r := &l.rec
-	st := sg.bySrc[l.key.src][slotOf(l.key.src, r.Device, r.Stream, r.TID)]
+	st := sg.state(slotOf(l.key.src, r.Device, r.Stream, r.TID))
 	if st == nil {
 		return // forgotten, or its source gone
 	}
@@ -151,7 +172,10 @@ func (sg *streamTable) gap(l *launch, tm *launchTimes, hw *exphist.Hist) {
 }
 
 // forget drops the streams of source src (disconnected).
-func (sg *streamTable) forget(src uint32) { delete(sg.bySrc, src) }
+func (sg *streamTable) forget(src uint32) {
+	delete(sg.bySrc, src)
+	sg.last = nil
+}
 
 // idleNS is the stream's idle time from the previous kernel's end to this
 // one's start: in their own clock when both are in the same one (exact),
