@@ -108,13 +108,13 @@ func patchVectorAdd(_ *patcher.Patcher, r *agentwire.PatchRequest, _ patcher.Bin
 
 // selftimeLine is one parsed "gpuprobe selftime:" line.
 type selftimeLine struct {
-	launches, recorded, forwarded, handshake, slow, threads uint64
-	mean, pre, post, overhead, ghz                          float64
+	launches, recorded, forwarded, handshake, slow, stacks, threads uint64
+	mean, pre, post, overhead, ghz, stackNS                         float64
 }
 
 var selftimeRe = regexp.MustCompile(`(?m)^gpuprobe selftime: launches (\d+), shim ns/launch mean (\S+) \(pre (\S+), post (\S+)\), ` +
 	`tsc overhead (\S+) ns subtracted, tsc GHz (\S+), recorded (\d+), forwarded (\d+), handshake (\d+) \(not timed\), ` +
-	`slow (\d+), threads (\d+), pid (\d+)$`)
+	`slow (\d+), stacks (\d+) \((\S+) ns each\), threads (\d+), pid (\d+)$`)
 
 // parseSelftime returns every selftime line of a process's stderr.
 func parseSelftime(stderr string) ([]selftimeLine, error) {
@@ -134,7 +134,8 @@ func parseSelftime(stderr string) ([]selftimeLine, error) {
 		}
 		l.launches, l.mean, l.pre, l.post = u(m[1]), f(m[2]), f(m[3]), f(m[4])
 		l.overhead, l.ghz = f(m[5]), f(m[6])
-		l.recorded, l.forwarded, l.handshake, l.slow, l.threads = u(m[7]), u(m[8]), u(m[9]), u(m[10]), u(m[11])
+		l.recorded, l.forwarded, l.handshake, l.slow = u(m[7]), u(m[8]), u(m[9]), u(m[10])
+		l.stacks, l.stackNS, l.threads = u(m[11]), f(m[12]), u(m[13])
 		for _, err := range errs {
 			if err != nil {
 				return nil, fmt.Errorf("%q: %w", m[0], err)
@@ -168,7 +169,7 @@ func TestSelftime(t *testing.T) {
 	}
 	cases := []struct {
 		name     string
-		collect  string // "record": a recording agent, "patch": a patching one, "": no collector
+		collect  string // "record": a recording agent, "stacks": one asking for a stack every 1 us, "patch": a patching one, "": no collector
 		prog     []string
 		records  int    // launch records the ring must hold (-1: not checked)
 		launches uint64 // launch calls the app makes
@@ -192,6 +193,8 @@ func TestSelftime(t *testing.T) {
 		{name: "launch first", collect: "record", prog: []string{"launchfirst", "500"}, records: 500, launches: 500, handshake: 1, threads: 1},
 		{name: "launch first, no collector", prog: []string{"launchfirst", "50"}, records: -1, launches: 50, forwarded: 49, handshake: 1, threads: 1},
 		{name: "bench", collect: "record", prog: []string{"cudart", "bench", "20000"}, records: 21000, launches: 21000, threads: 1},
+		// Launch stacks: taken and timed apart (part of post).
+		{name: "stacks", collect: "stacks", prog: []string{"cudart", "bench", "2000"}, records: -1, launches: 3000, threads: 1},
 		// A patched module: its two launches and the captured one take the
 		// slow path, the two graph launches do not; the captured launch
 		// writes no record.
@@ -206,6 +209,8 @@ func TestSelftime(t *testing.T) {
 			case "record":
 				// Room for every record of a case (no lap).
 				a = startAgent(t, 128, 1<<16, agent.Options{})
+			case "stacks":
+				a = startAgent(t, 128, 1<<16, agent.Options{Settings: agentwire.Settings{StacksPerSecond: 1000000}})
 			case "patch":
 				a = startPatchAgent(t, patchVectorAdd).testAgent
 				args = append(append([]string{}, args...), ptxFile)
@@ -235,6 +240,9 @@ func TestSelftime(t *testing.T) {
 				t.Errorf("launches %d forwarded %d handshake %d slow %d threads %d, want %d %d %d %d %d",
 					l.launches, l.forwarded, l.handshake, l.slow, l.threads,
 					c.launches, c.forwarded, c.handshake, c.slow, c.threads)
+			}
+			if (c.collect == "stacks") != (l.stacks > 0) || (l.stacks > 0 && !(l.stackNS > 0 && l.stackNS < selftimeBound)) {
+				t.Errorf("stacks %d (%.1f ns each): want some, each under %.0f ns, only when the collector asks", l.stacks, l.stackNS, selftimeBound)
 			}
 			if l.recorded+l.forwarded+l.handshake != l.launches {
 				t.Errorf("recorded %d + forwarded %d + handshake %d != launches %d", l.recorded, l.forwarded, l.handshake, l.launches)

@@ -87,9 +87,9 @@ out, steps = sys.argv[1], int(sys.argv[2]) + 5  # stackstep.py's warm-up steps
 def runs(cfg):
     rs = []
     for l in open("%s/st.%s.lines" % (out, cfg)):
-        m = re.search(r"launches (\d+), shim ns/launch mean ([\d.]+)", l)
+        m = re.search(r"launches (\d+), shim ns/launch mean ([\d.]+).*stacks (\d+) \(([\d.]+) ns each\)", l)
         if m:
-            rs.append((int(m.group(1)), float(m.group(2))))
+            rs.append((int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))))
     return rs
 off, on = runs("nostacks"), runs("shim")
 if not off or not on:
@@ -97,11 +97,17 @@ if not off or not on:
 m_off, m_on = statistics.median(r[1] for r in off), statistics.median(r[1] for r in on)
 per_step = statistics.median(r[0] for r in on + off) / steps
 step_ms = statistics.median(float(open(f).read()) for f in glob.glob("%s/nostacks.[0-9]*.ms" % out))
-added = (m_on - m_off) * per_step
-print("gpu-stacks: selftime: shim ns/launch stacks off %s (median %.1f), on %s (median %.1f); %.1f launches a step: "
-      "the stacks add %.1f ns a step, %.5f%% of the %.3f ms step"
+# Each stack as the self-timing shim timed it, and all of them against
+# the steps' time: the stacks' own cost on the launching thread.
+each = statistics.median(r[3] for r in on)
+stacks = statistics.median(r[2] for r in on)
+share = stacks * each / (steps * step_ms * 1e6)
+print("gpu-stacks: selftime: shim ns/launch stacks off %s (median %.1f), on %s (median %.1f); %.1f launches a step; "
+      "a stack takes %.0f ns (%s stacks a run, %s off), %.0f ns a run in all: %.5f%% of the steps' time (%.3f ms a step)"
       % (", ".join("%.1f" % r[1] for r in off), m_off, ", ".join("%.1f" % r[1] for r in on), m_on, per_step,
-         added, 100 * added / (step_ms * 1e6), step_ms))
+         each, ", ".join(str(r[2]) for r in on), ", ".join(str(r[2]) for r in off), stacks * each, 100 * share, step_ms))
+if any(r[2] for r in off) or not stacks:
+    sys.exit("gpu-stacks: selftime: FAIL: stacks taken with stacks off, or none with them on")
 PY
 fi
 for cfg in plain nostacks shim; do

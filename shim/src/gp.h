@@ -416,6 +416,8 @@ struct gp_st_thread {
 	uint64_t forwarded;    /* timed launches with no session (forward only) */
 	uint64_t handshakes;   /* launches that ran the handshake: not timed */
 	uint64_t slow;         /* launches through gp_patch_args_slow */
+	uint64_t stacks;       /* launch stacks taken (gp_stack_take calls) */
+	uint64_t stack_ticks;  /* ticks in them (part of post) */
 	uint64_t handshake_at; /* TSC when this thread last began a handshake */
 	struct gp_st_thread *next; /* registry of live threads (selftime.c) */
 	int registered;
@@ -912,8 +914,16 @@ GP_HIDDEN void gp_stack_take(void *ring, uint64_t id, uint64_t now);
 GP_HIDDEN void gp_stack_summary(void);
 static inline void gp_stack_emit(void *ring, uint64_t id, uint64_t now)
 {
-	if (GP_UNLIKELY(now >= __atomic_load_n(&gp_stack_next, __ATOMIC_RELAXED)))
+	if (GP_UNLIKELY(now >= __atomic_load_n(&gp_stack_next, __ATOMIC_RELAXED))) {
+#if GP_SELFTIME
+		uint64_t s0 = gp_st_now();
 		gp_stack_take(ring, id, now);
+		GP_ST_ADD(stack_ticks, gp_st_now() - s0);
+		GP_ST_ADD(stacks, 1);
+#else
+		gp_stack_take(ring, id, now);
+#endif
+	}
 }
 
 /* gp_ring_prefetch asks for the cache lines of the slot that the ring's

@@ -41,7 +41,8 @@
  *
  *   gpuprobe selftime: launches N, shim ns/launch mean X (pre P, post Q),
  *   tsc overhead T ns subtracted, tsc GHz G, recorded R, forwarded F,
- *   handshake H (not timed), slow S, threads K, pid PID
+ *   handshake H (not timed), slow S, stacks T (Y ns each), threads K,
+ *   pid PID
  *
  * N counts every launch wrapper call that reached the driver (a cuGraphLaunch
  * is one); the mean is over the N - H timed launches, R recorded and F
@@ -51,7 +52,9 @@
  * minimum: the least that can be taken, so X is not understated). Ticks
  * become ns with a TSC rate fitted here, from a clock_gettime/TSC pair taken
  * when the library loads and one at exit (at least 10 ms apart). S counts
- * launches through gp_patch_args_slow (some module patched). A fork child
+ * launches through gp_patch_args_slow (some module patched). T counts the
+ * launch stacks taken (sampled launches, stack.c) and Y is the mean time
+ * of one, less a pair of stamps: it is part of Q. A fork child
  * starts from zero.
  */
 #define _GNU_SOURCE
@@ -71,7 +74,7 @@ GP_HIDDEN int gp_st_rdtscp;
 
 /* Totals of exited threads, and the threads that launched. */
 struct gp_st_sums {
-	uint64_t launches, pre, post, forwarded, handshakes, slow;
+	uint64_t launches, pre, post, forwarded, handshakes, slow, stacks, stack_ticks;
 	uint32_t threads;
 };
 
@@ -90,6 +93,8 @@ static void gp_st_add(struct gp_st_sums *to, const struct gp_st_thread *t)
 	to->forwarded += __atomic_load_n(&t->forwarded, __ATOMIC_RELAXED);
 	to->handshakes += __atomic_load_n(&t->handshakes, __ATOMIC_RELAXED);
 	to->slow += __atomic_load_n(&t->slow, __ATOMIC_RELAXED);
+	to->stacks += __atomic_load_n(&t->stacks, __ATOMIC_RELAXED);
+	to->stack_ticks += __atomic_load_n(&t->stack_ticks, __ATOMIC_RELAXED);
 }
 
 /* gp_st_register links the calling thread's counters into the registry.
@@ -217,7 +222,9 @@ __attribute__((destructor)) static void gp_st_fini(void)
 	double ghz = gp_st_ghz();
 	uint64_t pair = gp_st_pair_ticks();
 	uint64_t timed = s.launches - s.handshakes;
-	double pre = NAN, post = NAN, over = NAN;
+	double pre = NAN, post = NAN, over = NAN, stack = 0;
+	if (ghz > 0 && s.stacks > 0)
+		stack = ((double)s.stack_ticks / (double)s.stacks - (double)pair) / ghz;
 	if (ghz > 0) {
 		over = 2 * (double)pair / ghz;
 		if (timed > 0) {
@@ -229,10 +236,11 @@ __attribute__((destructor)) static void gp_st_fini(void)
 	int n = snprintf(line, sizeof line,
 			 "gpuprobe selftime: launches %llu, shim ns/launch mean %.1f (pre %.1f, post %.1f), "
 			 "tsc overhead %.1f ns subtracted, tsc GHz %.4f, recorded %llu, forwarded %llu, "
-			 "handshake %llu (not timed), slow %llu, threads %u, pid %d\n",
+			 "handshake %llu (not timed), slow %llu, stacks %llu (%.1f ns each), threads %u, pid %d\n",
 			 (unsigned long long)s.launches, pre + post, pre, post, over, ghz,
 			 (unsigned long long)(timed - s.forwarded), (unsigned long long)s.forwarded,
-			 (unsigned long long)s.handshakes, (unsigned long long)s.slow, s.threads, (int)getpid());
+			 (unsigned long long)s.handshakes, (unsigned long long)s.slow, (unsigned long long)s.stacks, stack,
+			 s.threads, (int)getpid());
 	if (n > 0) {
 		ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 		(void)w;
