@@ -46,11 +46,14 @@ one() {
 	default) pre=(bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so --) ;;
 	graphwin) pre=(env GPUPROBE_GRAPH_WINDOWS=graph bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so --) ;;
 	esac
-	timeout 300 "${pre[@]}" python3 "$py" "$mode" >>"$out/$cfg.$mode.jsonl" 2>>"$out/$cfg.$mode.err" ||
+	timeout 300 "${pre[@]}" "${pin[@]}" python3 "$py" "$mode" >>"$out/$cfg.$mode.jsonl" 2>>"$out/$cfg.$mode.err" ||
 		{ echo "framework-cost: $cfg $mode failed (rc $?): $(tail -2 "$out/$cfg.$mode.err")"; status=1; }
 }
 
 configs=${CONFIGS:-plain forward nowin nopatch default}
+# FW_CPU (e.g. 2-5): every application process pinned there with taskset.
+pin=()
+[[ -n ${FW_CPU:-} ]] && command -v taskset >/dev/null && pin=(taskset -c "$FW_CPU")
 rm -f "$out"/*.jsonl "$out"/*.err
 for r in $(seq "$rounds"); do
 	for mode in $modes; do
