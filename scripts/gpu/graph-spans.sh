@@ -30,7 +30,8 @@ app=$out/graph
 
 sock=$out/agent.sock
 . scripts/gpu/lib_collector.sh
-start_traces_collector "$out" || { echo "gpu-graph-spans: collector did not start (see $out/collector.log)"; exit 1; }
+# Each node's own window (windows::graphs node): the check is per node.
+start_traces_collector "$out" "$(printf '    windows:\n      graphs: node')" || { echo "gpu-graph-spans: collector did not start (see $out/collector.log)"; exit 1; }
 timeout 120 bin/gpuprobe run --socket "$sock" --shim bin/libgpuprobe.so -- "$app" "$replays" >"$out/shim.txt" 2>"$out/shim.err"
 rc=$?
 sleep 2.5 # the completion grace and a poll

@@ -103,8 +103,8 @@ host = num("host_launches")
 devrun = max(num("device_grids"), num("device_graph_runs"), 0)
 def total(name, **want):
     return sum(p["value"] for p in lm.latest(pts, name) if all(p["attrs"].get(k) == v for k, v in want.items()))
-cov = {r: total("gpuprobe.receiver.coverage.launches", **{"gpuprobe.windows.route": r}) for r in ("inline_ptx", "windows", "none")}
-win = cov["inline_ptx"] + cov["windows"]
+cov = {r: total("gpuprobe.receiver.coverage.launches", **{"gpuprobe.windows.route": r}) for r in ("inline_ptx", "windows", "graph", "none")}
+win = cov["inline_ptx"] + cov["windows"] + cov["graph"]  # graph: its graph launch's whole window
 w = {k: total("gpuprobe.receiver.windows." + k) for k in ("untimed", "missing", "late", "unmatched", "device_launched")}
 ok = host > 0 and win + w["untimed"] == host and w["missing"] == 0
 line = "%s host=%d windowed=%d untimed=%d missing=%d none=%d late=%d unmatched=%d" % (
