@@ -247,8 +247,10 @@ func (wt *windowTable) finished(l *launch, s *devSeries) {
 	state := wt.stateOf(l.key.src)
 	// A graph launch call is named by its first node's id alone. A launch
 	// that has its window waits for no other: a second one is a
-	// duplicate, unmatched, and the launch need not be remembered.
-	if state != 0 && (l.rec.API != record.APIGraphLaunch && !l.gpu.win.ok && !l.gpu.win.untimed ||
+	// duplicate, unmatched, and the launch need not be remembered; nor
+	// need one the shim flagged NO_WINDOW (windows paused by their rate
+	// cap): no window comes for it, and one that did is unmatched.
+	if state != 0 && l.rec.Flags&record.LaunchNoWindow == 0 && (l.rec.API != record.APIGraphLaunch && !l.gpu.win.ok && !l.gpu.win.untimed ||
 		l.rec.API == record.APIGraphLaunch && l.graph.call.g != nil && l.graph.call.g.first == l.key.id) {
 		wt.recent.add(l.key, false)
 	}

@@ -112,7 +112,7 @@ func TestDriverWindows(t *testing.T) {
 			winSteps[1], [2]uint64{}, nil, WindowCounters{}, 0},
 		{"flagged NO_WINDOW (rate cap): no wait, not missing", false, []rec{windowsOn,
 			launch(9, record.LaunchUnprobed|record.LaunchNoWindow, 0)}, []rec{win},
-			winSteps[0], [2]uint64{}, nil, WindowCounters{WindowsLate: 1, WindowStates: 1}, 0},
+			winSteps[0], [2]uint64{}, nil, WindowCounters{WindowsUnmatched: 1, WindowStates: 1}, 0},
 		{"a failed launch waits for none", true, []rec{windowsOn, launch(9, record.LaunchUnprobed, 1)}, nil,
 			winSteps[0], [2]uint64{}, nil, WindowCounters{WindowStates: 1}, 0},
 		{"unknown launch id", true, []rec{windowsOn, unprobed, window(99, 10_500, 0)}, nil,
@@ -663,5 +663,28 @@ func TestHandleRecovers(t *testing.T) {
 	b = (&record.WindowState{TimeNS: 6, State: record.WindowsOff, Reason: record.WindowsReasonConfig}).Append(nil)
 	if err := tr.Handle(1, b, time.Now()); !errors.As(err, &ie) {
 		t.Fatalf("the second record: %v, want the hook's panic again (the translator went on)", err)
+	}
+}
+
+// TestNoWindowNotRemembered: launches the shim flagged NO_WINDOW (its
+// windows paused by their rate cap) are not remembered for late windows,
+// which none of them gets; a launch that missed its window is.
+func TestNoWindowNotRemembered(t *testing.T) {
+	tr := winTr(false)
+	now := time.Unix(1000, 0)
+	recs := []rec{windowsOn, shim(&record.KernelName{Function: 0xf, Name: "k"})}
+	for id := uint64(1); id <= 100; id++ {
+		recs = append(recs, shim(&record.Launch{LaunchID: id, PID: 42, TID: 43, EnqueueNS: 1000 * id, ReturnNS: 1000*id + 10,
+			Stream: 7, Function: 0xf, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1},
+			Flags: record.LaunchUnprobed | record.LaunchNoWindow}))
+	}
+	recs = append(recs, shim(&record.Launch{LaunchID: 101, PID: 42, TID: 43, EnqueueNS: 200_000, ReturnNS: 200_010,
+		Stream: 7, Function: 0xf, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}, Flags: record.LaunchUnprobed}))
+	handleAll(t, tr, now, recs...)
+	if got := expireSteps(tr, now); got != winSteps[3] {
+		t.Fatalf("emitted at %v, want after the window wait", got)
+	}
+	if n := len(tr.launches.windows.recent.seen); n != 1 {
+		t.Errorf("%d launches remembered for late windows, want 1 (the one that waited for its window)", n)
 	}
 }
