@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gpuprobe/gpuprobe/stacksym"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -68,7 +69,48 @@ func (nt *nodeTrace) setActive(was, now int) int {
 }
 
 // Add adds every count of o to c.
-func (c *Counters) Add(o Counters) { addUints(reflect.ValueOf(c).Elem(), reflect.ValueOf(o)) }
+func (c *Counters) Add(o Counters) {
+	if countersWords > 0 {
+		// Counters is uint64 words and nothing else (countersWords):
+		// add them as an array, not field by field through reflect (the
+		// poll loop sums every shard's counters twice a pass).
+		d := unsafe.Slice((*uint64)(unsafe.Pointer(c)), countersWords)
+		s := unsafe.Slice((*uint64)(unsafe.Pointer(&o)), countersWords)
+		for i := range d {
+			d[i] += s[i]
+		}
+		return
+	}
+	addUints(reflect.ValueOf(c).Elem(), reflect.ValueOf(o))
+}
+
+// countersWords is the number of uint64 words Counters is made of, 0 if
+// it holds anything else (then Add goes through reflect).
+var countersWords = uint64Words(reflect.TypeFor[Counters]())
+
+// uint64Words is the number of uint64 words of type t when it is made of
+// uint64s only (structs and arrays of them, no padding), else 0.
+func uint64Words(t reflect.Type) int {
+	n := 0
+	switch t.Kind() {
+	case reflect.Uint64:
+		return 1
+	case reflect.Array:
+		n = t.Len() * uint64Words(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			w := uint64Words(t.Field(i).Type)
+			if w == 0 {
+				return 0
+			}
+			n += w
+		}
+	}
+	if uintptr(n)*8 != t.Size() {
+		return 0
+	}
+	return n
+}
 
 // addUints adds the uint64 fields of src (in nested structs and arrays
 // too) to dst's.

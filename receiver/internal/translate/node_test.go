@@ -35,3 +35,36 @@ func TestCountersAdd(t *testing.T) {
 		t.Errorf("Add: %+v, want %+v", a, want)
 	}
 }
+
+// TestCountersWords: Counters is uint64 words only, so Add takes its
+// array path; a type with anything else is refused.
+func TestCountersWords(t *testing.T) {
+	if countersWords == 0 || uintptr(countersWords)*8 != reflect.TypeFor[Counters]().Size() {
+		t.Fatalf("countersWords = %d for a %d-byte Counters: a field that is not a uint64?", countersWords, reflect.TypeFor[Counters]().Size())
+	}
+	type mixed struct {
+		A uint64
+		B uint32
+	}
+	if n := uint64Words(reflect.TypeFor[mixed]()); n != 0 {
+		t.Errorf("uint64Words(mixed) = %d, want 0", n)
+	}
+	if n := uint64Words(reflect.TypeFor[struct{ A [3]uint64 }]()); n != 3 {
+		t.Errorf("uint64Words([3]uint64) = %d, want 3", n)
+	}
+}
+
+func BenchmarkCountersAdd(b *testing.B) {
+	var c, o Counters
+	o.RecordsRead = 1
+	b.Run("words", func(b *testing.B) {
+		for range b.N {
+			c.Add(o)
+		}
+	})
+	b.Run("reflect", func(b *testing.B) {
+		for range b.N {
+			addUints(reflect.ValueOf(&c).Elem(), reflect.ValueOf(o))
+		}
+	})
+}
