@@ -411,7 +411,7 @@ func Default() *Config {
 			ShimProcesses:      ShimProcessesSkip,
 			MaxProcesses:       DefaultHostMaxProcesses,
 		},
-		Windows:    WindowsConfig{Enabled: true, Wait: DefaultWindowWait, Graphs: WindowGraphsWhole},
+		Windows:    WindowsConfig{Enabled: true, Wait: DefaultWindowWait, Graphs: WindowGraphsNode},
 		GPUTime:    GPUTimeConfig{Lag: DefaultGPUTimeLag, Mode: GPUTimeTimeSlicing},
 		Counters:   CountersConfig{MaxSamplesPerGPU: DefaultCounterSamples, MaxWindowsPerGPU: DefaultCounterWindows},
 		Histograms: HistogramsConfig{Kind: HistogramsExponential},
