@@ -310,6 +310,40 @@ static void gp_win_seen(uint32_t kind, const uint8_t *k, const struct gp_rec_win
 			 name ? name : "(no name)", kind, w->correlation);
 }
 
+/* gp_win_times sets window w's times from CUPTI's start and end (shifted
+ * to gp_now's clock), UNTIMED when CUPTI gave none, and NO_LAUNCH when w
+ * names no launch. */
+static void gp_win_times(struct gp_rec_window *w, uint64_t start, uint64_t end, int64_t shift)
+{
+	if (start == 0 || end < start)
+		w->flags |= GP_WINDOW_F_UNTIMED;
+	else
+		w->start_ns = start + (uint64_t)shift, w->end_ns = end + (uint64_t)shift;
+	if (w->launch_id == 0)
+		w->flags |= GP_WINDOW_F_NO_LAUNCH;
+}
+
+/* gp_win_put writes window w into the ring and counts it, written or lost. */
+static void gp_win_put(void *ring, const struct gp_rec_window *w)
+{
+	if (ring == NULL || gpbr_ring_produce(ring, GP_REC_WINDOW, w, sizeof *w) != GPBR_PUBLISHED) {
+		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&gp_win_lost_all, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	__atomic_fetch_add(&gp_win_written, 1, __ATOMIC_RELAXED);
+	if (w->flags & GP_WINDOW_F_UNTIMED)
+		__atomic_fetch_add(&gp_win_untimed, 1, __ATOMIC_RELAXED);
+	if (w->flags & GP_WINDOW_F_DEVICE_LAUNCHED)
+		__atomic_fetch_add(&gp_win_device, 1, __ATOMIC_RELAXED);
+	if (w->flags & GP_WINDOW_F_GRAPH_EXEC)
+		__atomic_fetch_add(&gp_win_graphs, 1, __ATOMIC_RELAXED);
+	else if (w->flags & GP_WINDOW_F_GRAPH)
+		__atomic_fetch_add(&gp_win_nodes, 1, __ATOMIC_RELAXED);
+	if (w->correlation == __atomic_load_n(&gp_win_watch, __ATOMIC_RELAXED))
+		__atomic_store_n(&gp_win_watched, 1, __ATOMIC_RELAXED);
+}
+
 /* gp_win_emit writes the window of one kernel record of layout L. A
  * kernel the driver did not time (CUPTI says so with 0) gets an UNTIMED
  * window, so that its launch has a reason instead of a wait. */
@@ -331,29 +365,11 @@ static void gp_win_emit(void *ring, uint32_t kind, const uint8_t *k, const struc
 		.correlation = corr,
 		.flags = L->flags,
 	};
-	if (start == 0 || end < start)
-		w.flags |= GP_WINDOW_F_UNTIMED;
-	else
-		w.start_ns = start + (uint64_t)shift, w.end_ns = end + (uint64_t)shift;
 	if (L == &gp_ak_kernel && gp_rd64(k, GP_AK_GRAPH_NODE) != 0)
 		w.flags |= GP_WINDOW_F_GRAPH;
-	if (w.launch_id == 0)
-		w.flags |= GP_WINDOW_F_NO_LAUNCH;
+	gp_win_times(&w, start, end, shift);
 	gp_win_seen(kind, k, &w, name);
-	if (ring == NULL || gpbr_ring_produce(ring, GP_REC_WINDOW, &w, sizeof w) != GPBR_PUBLISHED) {
-		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED);
-		__atomic_fetch_add(&gp_win_lost_all, 1, __ATOMIC_RELAXED);
-	} else {
-		__atomic_fetch_add(&gp_win_written, 1, __ATOMIC_RELAXED);
-		if (w.flags & GP_WINDOW_F_UNTIMED)
-			__atomic_fetch_add(&gp_win_untimed, 1, __ATOMIC_RELAXED);
-		if (w.flags & GP_WINDOW_F_DEVICE_LAUNCHED)
-			__atomic_fetch_add(&gp_win_device, 1, __ATOMIC_RELAXED);
-		if (w.flags & GP_WINDOW_F_GRAPH)
-			__atomic_fetch_add(&gp_win_nodes, 1, __ATOMIC_RELAXED);
-		if (corr == __atomic_load_n(&gp_win_watch, __ATOMIC_RELAXED))
-			__atomic_store_n(&gp_win_watched, 1, __ATOMIC_RELAXED);
-	}
+	gp_win_put(ring, &w);
 }
 
 /* gp_win_emit_graph writes the window of one graph trace record: the
@@ -369,23 +385,8 @@ static void gp_win_emit_graph(void *ring, const uint8_t *k, int64_t shift)
 		.correlation = corr,
 		.flags = GP_WINDOW_F_GRAPH | GP_WINDOW_F_GRAPH_EXEC,
 	};
-	if (start == 0 || end < start)
-		w.flags |= GP_WINDOW_F_UNTIMED;
-	else
-		w.start_ns = start + (uint64_t)shift, w.end_ns = end + (uint64_t)shift;
-	if (w.launch_id == 0)
-		w.flags |= GP_WINDOW_F_NO_LAUNCH;
-	if (ring == NULL || gpbr_ring_produce(ring, GP_REC_WINDOW, &w, sizeof w) != GPBR_PUBLISHED) {
-		__atomic_fetch_add(&gp_win_lost, 1, __ATOMIC_RELAXED);
-		__atomic_fetch_add(&gp_win_lost_all, 1, __ATOMIC_RELAXED);
-		return;
-	}
-	__atomic_fetch_add(&gp_win_written, 1, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&gp_win_graphs, 1, __ATOMIC_RELAXED);
-	if (w.flags & GP_WINDOW_F_UNTIMED)
-		__atomic_fetch_add(&gp_win_untimed, 1, __ATOMIC_RELAXED);
-	if (corr == __atomic_load_n(&gp_win_watch, __ATOMIC_RELAXED))
-		__atomic_store_n(&gp_win_watched, 1, __ATOMIC_RELAXED);
+	gp_win_times(&w, start, end, shift);
+	gp_win_put(ring, &w);
 }
 
 /* gp_buf_completed runs on CUPTI's thread (or the one that flushes). */
