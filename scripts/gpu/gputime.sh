@@ -13,7 +13,8 @@
 # the windows' own sum, union and short hand-over overlaps (clocks of
 # processes that disagree) (scripts/gpu/gputime_check.py: fails over 2
 # points or over wall).
-# Environment: GT_OUT (default build/gpu-gputime), GT_SECONDS, GT_MIXES
+# Environment: GT_OUT (default build/gpu-gputime), GT_FIXTURE (a folder:
+# the windows of each mix as a replay fixture, gputime_check.py), GT_SECONDS, GT_MIXES
 # (default "three long eight"), GT_LAG (gpu_time::lag, default the
 # receiver's).
 set -uo pipefail

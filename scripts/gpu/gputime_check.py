@@ -12,9 +12,16 @@ ends and ends after it): on a time-sliced GPU a hand-over overlaps by a
 slice or more, so many short ones say the processes' clocks disagree;
 and per pair of tenants, how far apart their clocks are (half the
 difference of the median hand-over gaps each way, a switch costing the
-same both ways).
+same both ways). With GT_FIXTURE=DIR, the windows also go to
+DIR/MIX.json.gz, the recorded fixture receiver/internal/gputime's replay
+test reads: {"mix", "wall_ns", "tenants": [{"kind", "launches",
+"truth_ns"}], "kernels": [name, ...], "windows": [[tenant, kernel,
+start_ns, end_ns], ...]}, times from
+the first window's start, windows in start order.
 Exit 1 when a share is off by more than 2 points or the sum exceeds wall."""
+import gzip
 import json
+import os
 import sys
 
 mix, tenants_path, metrics_path, wall = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
@@ -78,13 +85,30 @@ if traces_path:
             if pid not in pids:
                 continue
             for ss in rs.get("scopeSpans", []):
+                # The kernel's name is on the launch's root span.
+                kname = {s["traceId"]: a["value"].get("stringValue", "")
+                         for s in ss.get("spans", []) if not s.get("parentSpanId")
+                         for a in s.get("attributes", []) if a["key"] == "cuda.kernel.name"}
                 for s in ss.get("spans", []):
                     if s["name"] == "cuda.executing":
-                        ws.append((int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]), pid))
+                        ws.append((int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]), pid,
+                                   kname.get(s["traceId"], "")))
     ws.sort()
-    wsum = sum(e - s for s, e, _ in ws)
+    fixture = os.environ.get("GT_FIXTURE")
+    if fixture and ws:
+        index = {t["pid"]: i for i, t in enumerate(tenants)}
+        names = sorted({w[3] for w in ws})
+        kidx = {n: i for i, n in enumerate(names)}
+        t0 = ws[0][0]
+        with gzip.open(os.path.join(fixture, f"{mix}.json.gz"), "wt") as f:
+            json.dump({"mix": mix, "wall_ns": int(wall * 1e9),
+                       "tenants": [{"kind": t["kind"], "launches": t["launches"], "truth_ns": int(t["truth_s"] * 1e9)}
+                                   for t in tenants],
+                       "kernels": names,
+                       "windows": [[index[p], kidx[k], s - t0, e - t0] for s, e, p, k in ws]}, f, separators=(",", ":"))
+    wsum = sum(w[1] - w[0] for w in ws)
     union, cur_s, cur_e = 0, None, None
-    for s, e, _ in ws:
+    for s, e, *_ in ws:
         if cur_e is None or s > cur_e:
             if cur_e is not None:
                 union += cur_e - cur_s
@@ -98,7 +122,7 @@ if traces_path:
     short, short_ns, long_, gaps = 0, 0, 0, []
     pair = {}  # (from pid, to pid) → hand-over gaps within ±0.5 ms
     last = None
-    for s, e, pid in ws:
+    for s, e, pid, _ in ws:
         if last is not None and pid != last[2]:
             if abs(s - last[1]) < 500_000 and e > last[1]:
                 pair.setdefault((last[2], pid), []).append(s - last[1])
