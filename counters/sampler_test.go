@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // build compiles the sampler and the stand-in libraries into a temporary
@@ -71,6 +72,12 @@ type line struct {
 	V       []float64         `json:"v"`
 	Samples uint64            `json:"samples"`
 	Reinits uint64            `json:"image_reinits"`
+	Decodes uint64            `json:"decodes"`
+	// Where the sampler's time went (the end line).
+	DecodeNS    uint64 `json:"decode_ns_total"`
+	DecodeNSMax uint64 `json:"decode_ns_max"`
+	EvalNS      uint64 `json:"eval_ns_total"`
+	ImageBytes  uint64 `json:"image_bytes"`
 }
 
 func parse(t *testing.T, out string) []line {
@@ -143,6 +150,55 @@ func samplesInOrder(t *testing.T, env []string) {
 				t.Fatalf("sample %d metric %d = %v, want %v", i, k, v, want)
 			}
 		}
+	}
+}
+
+// TestTimings: the end line times decoding and evaluation apart, each
+// with the time the stand-in spends in it: a slow decode shows in
+// decode_ns_total and decode_ns_max, a slow evaluation in eval_ns_total,
+// neither in the other; the stderr summary says the same.
+func TestTimings(t *testing.T) {
+	const slow = 2 * time.Millisecond
+	b := build(t)
+	for _, c := range []struct {
+		name string
+		env  string
+	}{{"slow decode", "MOCK_CUPTI_DECODE_US=2000"}, {"slow evaluation", "MOCK_CUPTI_EVAL_US=2000"}} {
+		t.Run(c.name, func(t *testing.T) {
+			// 0.2 s at 10 ms: about 20 samples in 64-sample images,
+			// a decode every 5 ms plus the decode's own time.
+			out, errOut, code := b.run(t, []string{c.env}, "-t", "0.2", "-i", "10000000", "--max-samples", "64", "--decode-ms", "5")
+			if code != 0 {
+				t.Fatalf("exit %d\n%s", code, errOut)
+			}
+			ls := parse(t, out)
+			end := ls[len(ls)-1]
+			if end.Type != "end" || end.Samples < 5 || end.Decodes < 5 {
+				t.Fatalf("end line %+v: want >= 5 samples and decodes", end)
+			}
+			// The stand-in's image: a 24-byte header and a byte a sample.
+			if end.ImageBytes != 24+64 {
+				t.Errorf("image_bytes %d, want the stand-in's 88", end.ImageBytes)
+			}
+			if end.DecodeNSMax > end.DecodeNS || end.DecodeNSMax*end.Decodes < end.DecodeNS {
+				t.Errorf("decode_ns_max %d, total %d over %d decodes: the longest must be between the mean and the total",
+					end.DecodeNSMax, end.DecodeNS, end.Decodes)
+			}
+			decode, eval := end.DecodeNS, end.EvalNS
+			slowPart, slowN, other := decode, end.Decodes, eval
+			if strings.Contains(c.env, "EVAL") {
+				slowPart, slowN, other = eval, end.Samples, decode
+			} else if end.DecodeNSMax < uint64(slow) {
+				t.Errorf("decode_ns_max %d, want >= %d", end.DecodeNSMax, slow)
+			}
+			if slowPart < slowN*uint64(slow) || other >= slowPart/4 {
+				t.Errorf("%s: decode %d ns over %d decodes, eval %d ns over %d samples: want >= %v each on the slow side, under a quarter of it on the other",
+					c.name, decode, end.Decodes, eval, end.Samples, slow)
+			}
+			if !strings.Contains(errOut, "longest") || !strings.Contains(errOut, "us a sample") {
+				t.Errorf("stderr summary %q: want the longest decode and the evaluation per sample", errOut)
+			}
+		})
 	}
 }
 

@@ -14,7 +14,10 @@
  * "" when the driver has neither), chip, interval, metrics, the
  * default-set entries left out and why, a clock reading), the last a summary
  * ({"type":"end",...}: samples, decodes, hardware-buffer overflows, the
- * sampler's own CPU time, another clock reading). The clock readings pair
+ * time spent decoding (decode_ns_total, decode_ns_max: all decode calls,
+ * the longest) and evaluating and writing samples (eval_ns_total), the
+ * image's size in bytes (image_bytes), the sampler's own CPU time, another
+ * clock reading). The clock readings pair
  * cuptiGetTimestamp with CLOCK_REALTIME and CLOCK_MONOTONIC, so that a
  * reader can map sample times onto host time.
  *
@@ -50,7 +53,8 @@ struct run {
 	double *values;
 	uint64_t samples, decodes, overflows, reinits, eval_errors, decode_errors, resyncs;
 	unsigned failing; /* consecutive failed decodes */
-	uint64_t decode_ns;
+	uint64_t decode_ns, decode_ns_max; /* in cuptiPmSamplingDecodeData: all calls, the longest */
+	uint64_t eval_ns;                  /* in write_sample and the flush after: evaluating and writing */
 };
 
 static uint64_t now_ns(clockid_t c)
@@ -120,20 +124,23 @@ static void footer(const struct run *r, uint64_t wall_ns)
 	FILE *f = r->o->out;
 	fprintf(f,
 		"{\"type\":\"end\",\"samples\":%llu,\"decodes\":%llu,\"overflows\":%llu,\"image_reinits\":%llu,"
-		"\"eval_errors\":%llu,\"decode_errors\":%llu,\"resyncs\":%llu,\"decode_ns_total\":%llu,\"wall_s\":%.3f,\"cpu_s\":%.3f,\"max_rss_kib\":%ld,",
+		"\"eval_errors\":%llu,\"decode_errors\":%llu,\"resyncs\":%llu,\"decode_ns_total\":%llu,\"decode_ns_max\":%llu,"
+		"\"eval_ns_total\":%llu,\"image_bytes\":%zu,\"wall_s\":%.3f,\"cpu_s\":%.3f,\"max_rss_kib\":%ld,",
 		(unsigned long long)r->samples, (unsigned long long)r->decodes, (unsigned long long)r->overflows,
 		(unsigned long long)r->reinits, (unsigned long long)r->eval_errors, (unsigned long long)r->decode_errors,
-		(unsigned long long)r->resyncs, (unsigned long long)r->decode_ns,
-		wall_ns / 1e9, cpu, ru.ru_maxrss);
+		(unsigned long long)r->resyncs, (unsigned long long)r->decode_ns, (unsigned long long)r->decode_ns_max,
+		(unsigned long long)r->eval_ns, r->image_size, wall_ns / 1e9, cpu, ru.ru_maxrss);
 	clock_json(f);
 	fprintf(f, "}\n");
 	fflush(f);
 	fprintf(stderr,
-		"gpuprobe-counters: %llu samples in %.2f s, %llu decodes (%.0f us each), %llu overflows, cpu %.3f s "
-		"(%.2f%% of one core), max rss %ld KiB\n",
+		"gpuprobe-counters: %llu samples in %.2f s, %llu decodes (%.0f us each, longest %.0f us), "
+		"evaluation %.1f us a sample, %llu overflows, cpu %.3f s (%.2f%% of one core), max rss %ld KiB, "
+		"image %zu bytes\n",
 		(unsigned long long)r->samples, wall_ns / 1e9, (unsigned long long)r->decodes,
-		r->decodes ? r->decode_ns / 1e3 / r->decodes : 0.0, (unsigned long long)r->overflows, cpu,
-		wall_ns ? 100.0 * cpu / (wall_ns / 1e9) : 0.0, ru.ru_maxrss);
+		r->decodes ? r->decode_ns / 1e3 / r->decodes : 0.0, r->decode_ns_max / 1e3,
+		r->samples ? r->eval_ns / 1e3 / r->samples : 0.0, (unsigned long long)r->overflows, cpu,
+		wall_ns ? 100.0 * cpu / (wall_ns / 1e9) : 0.0, ru.ru_maxrss, r->image_size);
 }
 
 static int image_init(struct run *r)
@@ -225,7 +232,10 @@ static int drain(struct run *r)
 					  .pCounterDataImage = r->image,
 					  .counterDataImageSize = r->image_size};
 		gpc_result e = gpc.cuptiPmSamplingDecodeData(&d);
-		r->decode_ns += now_ns(CLOCK_MONOTONIC) - t0;
+		uint64_t dt = now_ns(CLOCK_MONOTONIC) - t0;
+		r->decode_ns += dt;
+		if (dt > r->decode_ns_max)
+			r->decode_ns_max = dt;
 		r->decodes++;
 		if (e == GPC_ERROR_OUT_OF_MEMORY || d.overflow) {
 			if (r->overflows++ == 0)
@@ -248,11 +258,15 @@ static int drain(struct run *r)
 		if ((e = gpc.cuptiPmSamplingGetCounterDataInfo(&ci)) != GPC_SUCCESS)
 			return gpc_err("cuptiPmSamplingGetCounterDataInfo", e);
 		resync(r, ci.numCompletedSamples);
+		/* Timed apart from the decode, so that the end line tells whether
+		 * the sampler's time goes to decoding or to evaluating samples. */
+		t0 = now_ns(CLOCK_MONOTONIC);
 		for (size_t i = r->written; i < ci.numCompletedSamples; i++)
 			write_sample(r, i);
 		if (ci.numCompletedSamples > r->written)
 			r->written = ci.numCompletedSamples;
 		fflush(r->o->out);
+		r->eval_ns += now_ns(CLOCK_MONOTONIC) - t0;
 		int full = d.decodeStopReason == GPC_DECODE_STOP_COUNTER_DATA_FULL ||
 			   (ci.numTotalSamples && ci.numCompletedSamples >= ci.numTotalSamples);
 		if (!full)

@@ -13,6 +13,9 @@
  * sampling entry points (a CUPTI older than 12.6). MOCK_CUPTI_DECODE_FAILS=N
  * makes the first N decodes fail; MOCK_CUPTI_DECODE_RESTARTS=1 makes every
  * decode start the image over (only the new samples in it).
+ * MOCK_CUPTI_DECODE_US=N and MOCK_CUPTI_EVAL_US=N make each decode, each
+ * evaluation of a sample, take N µs more (a sleep), so that a test can
+ * tell where the sampler's time went.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -118,6 +121,20 @@ int cuptiProfilerHostGetNumOfPasses(gpc_host_get_num_of_passes_params *p)
 	return 0;
 }
 
+/* delay sleeps the µs that environment variable name gives, if any; it
+ * is read once per name through *us (-1: not read yet). */
+static void delay(const char *name, long *us)
+{
+	if (*us < 0) {
+		const char *v = getenv(name);
+		*us = v ? atol(v) : 0;
+	}
+	if (*us > 0) {
+		struct timespec ts = {.tv_sec = *us / 1000000, .tv_nsec = (*us % 1000000) * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* The counter data image: a header, then nothing (values are computed). */
 struct image {
 	size_t cap, count;
@@ -126,6 +143,8 @@ struct image {
 
 int cuptiProfilerHostEvaluateToGpuValues(gpc_host_evaluate_params *p)
 {
+	static long us = -1;
+	delay("MOCK_CUPTI_EVAL_US", &us);
 	const struct image *im = (const void *)p->pCounterDataImage;
 	if (p->rangeIndex >= im->count)
 		return GPC_ERROR_INVALID_PARAMETER;
@@ -203,7 +222,8 @@ int cuptiPmSamplingCounterDataImageInitialize(gpc_pm_counter_data_init_params *p
 }
 int cuptiPmSamplingDecodeData(gpc_pm_decode_params *p)
 {
-	static long fails = -1;
+	static long fails = -1, us = -1;
+	delay("MOCK_CUPTI_DECODE_US", &us);
 	if (fails < 0) {
 		const char *f = getenv("MOCK_CUPTI_DECODE_FAILS");
 		fails = f ? atol(f) : 0;
