@@ -2,6 +2,8 @@
 
   counters_check.py SAMPLES.json PHASES.json BASELINE.json NCU.csv
   counters_check.py cost SAMPLES.json PHASES.json BASELINE.json
+  counters_check.py sweep CONFIG SAMPLES.json PHASES.json BASELINE.json
+  counters_check.py sweep-header
 
 SAMPLES.json is the sampler's output (header, samples, end line), taken
 while testdata/cuda/counters/phases.cu ran its phases (PHASES.json: one
@@ -19,7 +21,12 @@ ratio. Exit status 1 when the sampler saw nothing, or when a compared value
 (one ncu measures at >= 5% of the metric's largest value over the kernels)
 is off by more than 10%. `cost` prints only the cost lines (a run at
 another interval). Metric names are compared without a "name:" prefix
-(ncu knows "pmsampling:x" as "x").
+(ncu knows "pmsampling:x" as "x"). `sweep` prints the cost of one
+configuration of counters.sh's CT_SWEEP as one row of a table whose
+header `sweep-header` prints: samples and the share of the run they cover,
+decodes, decode time (mean and longest call), evaluation and writing per
+sample, overflows, the sampler's CPU, RSS and image size, the workload's
+launch rate against plain (the lowest of the kernels, then each).
 """
 import csv
 import json
@@ -87,29 +94,80 @@ def ncu_values(path):
     return vals
 
 
-def cost(meta, end, phases, base):
-    """The sampler's CPU and the workload's launch rate against plain."""
-    iv = meta["interval_ns"]
-    if end:
-        print("counters cost @%dns: %d samples in %.1f s, %d decodes, %d overflows, sampler cpu %.3f s "
-              "(%.2f%% of a core), max rss %d KiB" % (iv, end["samples"], end["wall_s"], end["decodes"],
-                                                     end["overflows"], end["cpu_s"],
-                                                     100 * end["cpu_s"] / max(end["wall_s"], 1e-9), end["max_rss_kib"]))
+def launch_rates(phases, base):
+    """[(kernel, launches sampled, launches plain, launch rate sampled / plain)]."""
+    out = []
     for p in phases:
         b = base.get(p["kernel"])
         if b:
             r = (p["launches"] / (p["end_realtime_ns"] - p["start_realtime_ns"])) / (
                 b["launches"] / (b["end_realtime_ns"] - b["start_realtime_ns"]))
-            print("counters cost @%dns: %-8s %6d launches sampled, %6d plain: launch rate %.4fx plain"
-                  % (iv, p["kernel"], p["launches"], b["launches"], r))
+            out.append((p["kernel"], p["launches"], b["launches"], r))
+    return out
+
+
+def timings(end):
+    """Mean and longest decode, evaluation per sample (µs); None for an end
+    line written before the sampler timed them."""
+    if "eval_ns_total" not in end:
+        return None
+    return (end["decode_ns_total"] / 1e3 / max(end["decodes"], 1), end["decode_ns_max"] / 1e3,
+            end["eval_ns_total"] / 1e3 / max(end["samples"], 1))
+
+
+def cost(meta, end, phases, base):
+    """The sampler's CPU and the workload's launch rate against plain."""
+    iv = meta["interval_ns"]
+    if end:
+        t = timings(end)
+        print("counters cost @%dns: %d samples in %.1f s, %d decodes, %d overflows, sampler cpu %.3f s "
+              "(%.2f%% of a core), max rss %d KiB%s" % (
+                  iv, end["samples"], end["wall_s"], end["decodes"], end["overflows"], end["cpu_s"],
+                  100 * end["cpu_s"] / max(end["wall_s"], 1e-9), end["max_rss_kib"],
+                  ", decode %.0f us mean, %.0f us longest, evaluation %.1f us a sample" % t if t else ""))
+    for kernel, sampled, plain, r in launch_rates(phases, base):
+        print("counters cost @%dns: %-8s %6d launches sampled, %6d plain: launch rate %.4fx plain"
+              % (iv, kernel, sampled, plain, r))
+
+
+SWEEP_COLS = "%-24s %8s %6s %7s %9s %9s %8s %6s %7s %6s %8s %9s  %s"
+
+
+def sweep_header():
+    print(SWEEP_COLS % ("interval:decode:max:hw", "samples", "cover", "decodes", "dec_us", "dec_max", "eval_us",
+                        "overfl", "cpu_s", "core", "rss_MiB", "image_MiB", "launch rate vs plain: lowest (each)"))
+
+
+def sweep(config, meta, end, phases, base):
+    """One row: the cost of the sampler at one configuration."""
+    if not end:
+        print(SWEEP_COLS % (config, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "no end line"))
+        return
+    mean, longest, ev = timings(end) or (float("nan"),) * 3
+    wall = max(end["wall_s"], 1e-9)
+    rates = launch_rates(phases, base)
+    rate = ("%.4f (%s)" % (min(r for *_, r in rates), " ".join("%s %.4f" % (k, r) for k, _, _, r in rates))
+            if rates else "-")
+    print(SWEEP_COLS % (config, end["samples"], "%.0f%%" % (100 * end["samples"] * meta["interval_ns"] / 1e9 / wall),
+                        end["decodes"], "%.0f" % mean, "%.0f" % longest, "%.1f" % ev, end["overflows"],
+                        "%.3f" % end["cpu_s"], "%.0f%%" % (100 * end["cpu_s"] / wall), "%.0f" % (end["max_rss_kib"] / 1024),
+                        "%.2f" % (end.get("image_bytes", 0) / 2**20), rate))
 
 
 def main():
-    if sys.argv[1] == "cost":
-        lines = load_lines(sys.argv[2])
+    if sys.argv[1] == "sweep-header":
+        sweep_header()
+        return 0
+    if sys.argv[1] in ("cost", "sweep"):
+        args = sys.argv[2:] if sys.argv[1] == "cost" else sys.argv[3:]
+        lines = load_lines(args[0])
         meta = next(l for l in lines if l.get("type") == "meta")
         end = next((l for l in lines if l.get("type") == "end"), {})
-        cost(meta, end, load_lines(sys.argv[3]), {p["kernel"]: p for p in load_lines(sys.argv[4])})
+        phases, base = load_lines(args[1]), {p["kernel"]: p for p in load_lines(args[2])}
+        if sys.argv[1] == "cost":
+            cost(meta, end, phases, base)
+        else:
+            sweep(sys.argv[2], meta, end, phases, base)
         return 0
     lines = load_lines(sys.argv[1])
     phases = load_lines(sys.argv[2])
