@@ -12,7 +12,8 @@ ends and ends after it): on a time-sliced GPU a hand-over overlaps by a
 slice or more, so many short ones say the processes' clocks disagree;
 and per pair of tenants, how far apart their clocks are (half the
 difference of the median hand-over gaps each way, a switch costing the
-same both ways). With GT_FIXTURE=DIR, the windows also go to
+same both ways). NVML's per-process SM time (nvml.json beside METRICS.json,
+gputime_nvml.py), when there, as a last column. With GT_FIXTURE=DIR, the windows also go to
 DIR/MIX.json.gz, the recorded fixture receiver/internal/gputime's replay
 test reads: {"mix", "wall_ns", "tenants": [{"kind", "launches",
 "truth_ns"}], "kernels": [name, ...], "windows": [[tenant, kernel,
@@ -53,8 +54,10 @@ for line in open(metrics_path):
                                    "gpuprobe.receiver.gpu_time.unowned",
                                    "gpuprobe.receiver.windows.dropped", "gpuprobe.receiver.windows.missing"):
                     selfm[m["name"]] = sum(value(dp) for dp in dps)
+nvml_path = os.path.join(os.path.dirname(metrics_path), "nvml.json")
+nvml = {int(p): v for p, v in json.load(open(nvml_path)).items()} if os.path.exists(nvml_path) else {}
 status, total, truth = 0, 0.0, 0.0
-print(f"gputime {mix}: tenant kind launches truth% attributed% error(points)")
+print(f"gputime {mix}: tenant kind launches truth% attributed% error(points) nvml%")
 for t in tenants:
     a = got.get(t["pid"], 0.0)
     total += a
@@ -62,7 +65,15 @@ for t in tenants:
     err = 100 * (a - t["truth_s"]) / wall
     flag = "" if abs(err) <= 2 else "  OVER 2 POINTS"
     status |= abs(err) > 2
-    print(f"gputime {mix}: {t['pid']} {t['kind']} {t['launches']} {100 * t['truth_s'] / wall:.1f}% {100 * a / wall:.1f}% {err:+.2f}{flag}")
+    print(f"gputime {mix}: {t['pid']} {t['kind']} {t['launches']} {100 * t['truth_s'] / wall:.1f}% {100 * a / wall:.1f}% {err:+.2f} "
+          f"{100 * nvml[t['pid']] / wall if t['pid'] in nvml else float('nan'):.1f}%{flag}")
+if len(tenants) == 1 and "events_s" in tenants[0]:
+    t = tenants[0]
+    a = got.get(t["pid"], 0.0)
+    r = a / t["events_s"] if t["events_s"] else float("nan")
+    print(f"gputime {mix}: alone: attributed {a:.4f} s, its CUDA events {t['events_s']:.4f} s, ratio {r:.4f}"
+          f"{'' if abs(r - 1) <= 0.01 else '  OVER 1%'}")
+    status |= abs(r - 1) > 0.01
 print(f"gputime {mix}: truth sum {truth:.2f} s, attributed sum {total:.2f} s, union {device:.2f} s, wall {wall:.2f} s"
       f"{'' if total <= wall else '  SUM OVER WALL'}")
 print(f"gputime {mix}: cut {selfm.get('gpuprobe.receiver.gpu_time.cut', 0) / 1e9:.3f} s "
@@ -105,7 +116,8 @@ if traces_path:
                        "tenants": [{"kind": t["kind"], "launches": t["launches"], "truth_ns": int(t["truth_s"] * 1e9)}
                                    for t in tenants],
                        "kernels": names,
-                       "windows": [[index[p], kidx[k], s - t0, e - t0] for s, e, p, k in ws]}, f, separators=(",", ":"))
+                       "windows": [[index[p], kidx[k], s - t0, e - t0] for s, e, p, k in ws],
+                       "nvml_ns": [int(nvml.get(t["pid"], 0) * 1e9) for t in tenants]}, f, separators=(",", ":"))
     wsum = sum(w[1] - w[0] for w in ws)
     union, cur_s, cur_e = 0, None, None
     for s, e, *_ in ws:

@@ -6,8 +6,10 @@
   run KIND DUTY SECONDS SOLO_MS
                           launch KIND's kernel, sync, idle so that alone the
                           GPU would be busy DUTY of the time, for SECONDS;
-                          print {"pid", "kind", "launches", "truth_s"}
-                          (truth: launches × the solo duration)
+                          print {"pid", "kind", "launches", "truth_s",
+                          "events_s"} (truth: launches × the solo duration;
+                          events: the launches' own CUDA-event times, which
+                          alone on the GPU are its GPU time)
 """
 import json
 import os
@@ -63,13 +65,19 @@ def run(kind, duty, seconds, solo_ms):
     gap = solo_ms / 1e3 * (1 - duty) / duty
     n = 0
     end = time.monotonic() + seconds
+    events = 0.0
     while time.monotonic() < end:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
         k()
-        torch.cuda.synchronize()
+        e.record()
+        e.synchronize()
+        events += s.elapsed_time(e) / 1e3
         n += 1
         if gap > 0:
             time.sleep(gap)
-    print(json.dumps({"pid": os.getpid(), "kind": kind, "launches": n, "truth_s": n * solo_ms / 1e3}), flush=True)
+    print(json.dumps({"pid": os.getpid(), "kind": kind, "launches": n, "truth_s": n * solo_ms / 1e3,
+                      "events_s": events}), flush=True)
 
 
 if __name__ == "__main__":
